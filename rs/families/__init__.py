@@ -1,0 +1,46 @@
+"""The family registry: families.yaml is the only place a family is defined.
+
+    >>> from rs.families import get_family
+    >>> family = get_family("CLEVRMath")
+    >>> family.config.verifier.name
+    'relaxed'
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+from .loader import Family, FamilyConfigError, load_families
+from .schema import FamilyConfig
+
+__all__ = ["Family", "FamilyConfig", "FamilyConfigError", "UnknownFamilyError", "default_families_path", "get_family", "load_families"]
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class UnknownFamilyError(KeyError):
+    """A family name that is not in the families file; the message lists the ones that are."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
+def default_families_path() -> Path:
+    """`$RS_FAMILIES`, else the checkout's families.yaml, else ./families.yaml."""
+    if env := os.environ.get("RS_FAMILIES"):
+        return Path(env)
+    bundled = _REPO_ROOT / "families.yaml"
+    return bundled if bundled.exists() else Path.cwd() / "families.yaml"
+
+
+def get_family(name: str, config: str | Path | None = None) -> Family:
+    """Look a family up by its exact, case-sensitive name."""
+    path = Path(config) if config else default_families_path()
+    families = load_families(path)
+    if name in families:
+        return families[name]
+    close = difflib.get_close_matches(name, families, n=1) or [f for f in families if f.casefold() == name.casefold()]
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise UnknownFamilyError(f"unknown family {name!r} in {path}.{hint} Known families: {', '.join(families)}")

@@ -1,0 +1,280 @@
+"""Read families.yaml into validated `Family` objects, with file and line in every error.
+
+YAML is composed to nodes (not loaded to plain dicts) so that each value keeps its position;
+`defaults` are deep-merged into each family node by node, then every merged node is checked
+against the dataclasses in `schema.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from . import schema
+from .schema import FamilyConfig
+
+TOP_LEVEL_KEYS = ("defaults", "families")
+REPO_SUFFIXES = ("_RS_think", "_RS_nothink", "_rejected")
+_HUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_HUB_REPO_NAME_MAX = 96
+
+
+class FamilyConfigError(ValueError):
+    """A families file that cannot be used; the message names file, line, key and what is valid."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """A validated family: its name, its resolved configuration, and where it was defined."""
+
+    name: str
+    config: FamilyConfig
+    path: Path
+    line: int
+
+    def repo_name(self, split: str) -> str:
+        """Hub repo name of one of the three published splits (`RS_think`, `RS_nothink`, `rejected`)."""
+        suffix = {"think": "_RS_think", "nothink": "_RS_nothink", "rejected": "_rejected"}[split]
+        return f"{self.name}{suffix}"
+
+
+def _where(path: Path, node: Node) -> str:
+    return f"{path}:{node.start_mark.line + 1}"
+
+
+class _Validator:
+    """Turns a YAML node into an instance of a schema type, or raises with the node's position."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.constructor = SafeConstructor()
+
+    def fail(self, node: Node, key: str, problem: str) -> typing.NoReturn:
+        raise FamilyConfigError(f"{_where(self.path, node)}: {key}: {problem}")
+
+    def plain(self, node: Node) -> Any:
+        return self.constructor.construct_object(node, deep=True)
+
+    def value(self, tp: Any, node: Node, key: str) -> Any:
+        origin = typing.get_origin(tp)
+        if tp is Any:
+            return self.plain(node)
+        if origin in (Union, types.UnionType):
+            return self.union(tp, node, key)
+        if origin is Literal:
+            value = self.plain(node)
+            if value not in typing.get_args(tp):
+                valid = ", ".join(repr(a) for a in typing.get_args(tp))
+                self.fail(node, key, f"{value!r} is not valid; expected one of {valid}")
+            return value
+        if dataclasses.is_dataclass(tp):
+            return self.dataclass(tp, node, key)
+        if origin is list:
+            if not isinstance(node, SequenceNode):
+                self.fail(node, key, f"expected a list, got {_kind(node)}")
+            (item_tp,) = typing.get_args(tp)
+            return [self.value(item_tp, n, f"{key}[{i}]") for i, n in enumerate(node.value)]
+        if origin is dict:
+            if not isinstance(node, MappingNode):
+                self.fail(node, key, f"expected a mapping, got {_kind(node)}")
+            _, value_tp = typing.get_args(tp)
+            out = {}
+            for k_node, v_node in node.value:
+                k = self.plain(k_node)
+                if not isinstance(k, str):
+                    self.fail(k_node, key, f"keys must be strings, got {k!r}")
+                out[k] = self.value(value_tp, v_node, f"{key}.{k}")
+            return out
+        return self.scalar(tp, node, key)
+
+    def scalar(self, tp: type, node: Node, key: str) -> Any:
+        if not isinstance(node, ScalarNode):
+            self.fail(node, key, f"expected {tp.__name__}, got {_kind(node)}")
+        value = self.plain(node)
+        ok = (
+            isinstance(value, tp) and not (tp is int and isinstance(value, bool))
+            or (tp is float and isinstance(value, int) and not isinstance(value, bool))
+        )
+        if not ok:
+            self.fail(node, key, f"expected {tp.__name__}, got {value!r} ({type(value).__name__})")
+        return float(value) if tp is float else value
+
+    def union(self, tp: Any, node: Node, key: str) -> Any:
+        options = typing.get_args(tp)
+        if type(None) in options and isinstance(node, ScalarNode) and self.plain(node) is None:
+            return None
+        options = [o for o in options if o is not type(None)]
+        tagged = [o for o in options if dataclasses.is_dataclass(o) and "kind" in _hints(o)]
+        if tagged:
+            return self.tagged(tagged, node, key)
+        errors = []
+        for option in options:
+            try:
+                return self.value(option, node, key)
+            except FamilyConfigError as err:
+                errors.append(err)
+        if len(errors) == 1:
+            raise errors[0]
+        names = " or ".join(_type_name(o) for o in options)
+        self.fail(node, key, f"expected {names}, got {self.plain(node)!r}")
+
+    def tagged(self, options: list[type], node: Node, key: str) -> Any:
+        """A union of dataclasses told apart by their `kind` field (the source kinds)."""
+        kinds = {typing.get_args(_hints(o)["kind"])[0]: o for o in options}
+        if not isinstance(node, MappingNode):
+            self.fail(node, key, f"expected a mapping with `kind` ({', '.join(kinds)}), got {_kind(node)}")
+        kind_node = next((v for k, v in node.value if self.plain(k) == "kind"), None)
+        if kind_node is None:
+            self.fail(node, f"{key}.kind", f"missing; expected one of {', '.join(kinds)}")
+        kind = self.plain(kind_node)
+        if kind not in kinds:
+            self.fail(kind_node, f"{key}.kind", f"{kind!r} is not valid; expected one of {', '.join(kinds)}")
+        return self.dataclass(kinds[kind], node, key)
+
+    def dataclass(self, cls: type, node: Node, key: str) -> Any:
+        if not isinstance(node, MappingNode):
+            self.fail(node, key, f"expected a mapping ({cls.__name__}), got {_kind(node)}")
+        hints = _hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for k_node, v_node in node.value:
+            name = self.plain(k_node)
+            sub = f"{key}.{name}" if key else str(name)
+            if name not in fields:
+                self.fail(k_node, sub, f"unknown key{_did_you_mean(name, fields)}; valid keys: {', '.join(fields)}")
+            if name in kwargs:
+                self.fail(k_node, sub, "given twice")
+            kwargs[name] = self.value(hints[name], v_node, sub)
+        for name, f in fields.items():
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if required and name not in kwargs:
+                self.fail(node, f"{key}.{name}" if key else name, f"required key is missing ({_type_name(hints[name])})")
+        return cls(**kwargs)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, vars(schema))
+
+
+def _kind(node: Node) -> str:
+    return {ScalarNode: "a scalar", SequenceNode: "a list", MappingNode: "a mapping"}[type(node)]
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _did_you_mean(name: Any, valid: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(name), list(valid), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _merge(base: Node | None, override: Node) -> Node:
+    """Deep-merge two YAML nodes: mappings merge key by key, anything else is replaced."""
+    if not (isinstance(base, MappingNode) and isinstance(override, MappingNode)):
+        return override
+    merged: dict[Any, tuple[Node, Node]] = {k.value: (k, v) for k, v in base.value}
+    for k, v in override.value:
+        old = merged.get(k.value)
+        merged[k.value] = (k, _merge(old[1] if old else None, v))
+    return MappingNode(override.tag, list(merged.values()), override.start_mark, override.end_mark)
+
+
+def _check_name(path: Path, node: Node, name: Any, seen: dict[str, Node]) -> None:
+    where = _where(path, node)
+    if not isinstance(name, str) or not _HUB_NAME.match(name) or "--" in name or ".." in name:
+        raise FamilyConfigError(
+            f"{where}: families.{name}: not usable as a Hub repo name; use letters, digits, "
+            "'-', '_' or '.', starting and ending with a letter or digit, without '--' or '..'"
+        )
+    longest = max(len(s) for s in REPO_SUFFIXES)
+    if len(name) + longest > _HUB_REPO_NAME_MAX:
+        raise FamilyConfigError(
+            f"{where}: families.{name}: too long; the repo {name}_RS_nothink must fit in "
+            f"{_HUB_REPO_NAME_MAX} characters, so at most {_HUB_REPO_NAME_MAX - longest}"
+        )
+    folded = name.casefold()
+    for other, other_node in seen.items():
+        if other == name:
+            raise FamilyConfigError(f"{where}: families.{name}: duplicate family (first defined at {_where(path, other_node)})")
+        if other.casefold() == folded:
+            raise FamilyConfigError(
+                f"{where}: families.{name}: differs from {other!r} ({_where(path, other_node)}) only by case; "
+                "Hub repo names are case-insensitive, so both would publish to the same repos"
+            )
+
+
+def _compose(path: Path) -> MappingNode:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise FamilyConfigError(f"{path}: cannot read families file: {err.strerror}") from err
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise FamilyConfigError(f"{path}{line}: not valid YAML: {getattr(err, 'problem', err)}") from err
+    if not isinstance(root, MappingNode):
+        raise FamilyConfigError(f"{path}: expected a mapping with keys {', '.join(TOP_LEVEL_KEYS)}")
+    return root
+
+
+def load_families(path: str | Path) -> dict[str, Family]:
+    """Load and validate every family of a families file; raises `FamilyConfigError` on the first problem."""
+    path = Path(path)
+    root = _compose(path)
+    validator = _Validator(path)
+    sections: dict[str, Node] = {}
+    for k_node, v_node in root.value:
+        key = validator.plain(k_node)
+        if isinstance(key, str) and key.startswith("x-"):
+            continue  # free space for YAML anchors
+        if key not in TOP_LEVEL_KEYS:
+            validator.fail(k_node, str(key), f"unknown top-level key{_did_you_mean(key, TOP_LEVEL_KEYS)}; valid keys: {', '.join(TOP_LEVEL_KEYS)} (and x-* for YAML anchors)")
+        sections[key] = v_node
+    defaults = sections.get("defaults")
+    if defaults is not None and not isinstance(defaults, MappingNode):
+        validator.fail(defaults, "defaults", f"expected a mapping, got {_kind(defaults)}")
+    families_node = sections.get("families")
+    if families_node is None:
+        raise FamilyConfigError(f"{path}: families: required key is missing")
+    if not isinstance(families_node, MappingNode):
+        validator.fail(families_node, "families", f"expected a mapping of family name to settings, got {_kind(families_node)}")
+
+    seen: dict[str, Node] = {}
+    families: dict[str, Family] = {}
+    for name_node, body in families_node.value:
+        name = validator.plain(name_node)
+        _check_name(path, name_node, name, seen)
+        seen[name] = name_node
+        if not isinstance(body, MappingNode):
+            validator.fail(body, f"families.{name}", f"expected a mapping, got {_kind(body)}")
+        config = validator.dataclass(FamilyConfig, _merge(defaults, body), f"families.{name}")
+        _check_verifier(path, body, name, config)
+        families[name] = Family(name=name, config=config, path=path, line=name_node.start_mark.line + 1)
+    return families
+
+
+def _check_verifier(path: Path, body: MappingNode, name: str, config: FamilyConfig) -> None:
+    from rs.verifiers import VerifierError, resolve_params
+
+    try:
+        resolve_params(config.verifier.name, config.verifier.params)
+    except VerifierError as err:
+        node = next((v for k, v in body.value if k.value == "verifier"), body)
+        raise FamilyConfigError(f"{_where(path, node)}: families.{name}.verifier: {err}") from None

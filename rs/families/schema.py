@@ -1,0 +1,252 @@
+"""The shape of a family's configuration, as typed dataclasses.
+
+`loader.py` validates YAML against these classes (keys, types, required fields) and reports the
+file and line of every problem, so the classes are the single documentation of what
+`families.yaml` accepts. Field docstrings are shown by `python -m rs.families keys`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ByteSize = int | str
+"""A byte count: an integer, or a string such as "500MB" / "1GiB"."""
+
+
+@dataclass
+class ModelConfig:
+    id: str
+    """Hub id or local path of the VLM."""
+    revision: str | None = None
+    """Hub revision (commit, tag or branch); recorded in every result and in the cache key."""
+
+
+@dataclass
+class EngineConfig:
+    kind: Literal["vllm", "openai", "replay"] = "vllm"
+    """`vllm`: offline engine; `openai`: any OpenAI-compatible server; `replay`: outputs from a file."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """Engine arguments passed to `vllm.LLM` (tensor_parallel_size, max_model_len, ...)."""
+    batch_size: int = 256
+    """Items answered and committed to the cache together."""
+    base_url: str | None = None
+    """`openai`: server URL, e.g. http://127.0.0.1:8000/v1."""
+    api_key_env: str | None = None
+    """`openai`: environment variable holding the API key (the key itself never goes in YAML)."""
+    concurrency: int = 32
+    """`openai`: requests in flight at once."""
+    timeout_s: float = 600.0
+    """`openai`: per-request timeout in seconds."""
+    max_retries: int = 5
+    """`openai`: retries with exponential backoff on transient errors."""
+    replay_path: str | None = None
+    """`replay`: JSON Lines file with one output record per QA item key."""
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    max_tokens: int = 8192
+    """Generation budget; an output cut off here has no final answer and is rejected as such."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=lambda: {"enable_thinking": True})
+    """Passed to the chat template; reasoning is switched on here."""
+
+
+@dataclass
+class JudgeConfig:
+    enabled: bool = True
+    model: ModelConfig | None = None
+    """Judge model; empty means the sampling model itself."""
+    max_tokens: int = 8
+    calibration_samples: int = 60
+    """Items per calibration check (positives and constructed negatives)."""
+    min_negative_agreement: float = 0.9
+    """Share of constructed mismatches the judge must not call CORRECT, or it promotes nothing."""
+    min_positive_agreement: float = 0.0
+    """Share of verifier-accepted items the judge must call CORRECT, or it promotes nothing."""
+
+
+@dataclass
+class ShardConfig:
+    max_bytes: ByteSize = "500MB"
+    """Largest parquet shard."""
+    row_group_bytes: ByteSize = "100MB"
+    """Largest row group: the Hub viewer refuses to scan row groups above about 300 MB."""
+
+
+@dataclass
+class PublishConfig:
+    namespace: str = "rs-datasets"
+    """Hub user or organisation the three repos are created under."""
+    private: bool = False
+
+
+@dataclass
+class CardConfig:
+    pretty_name: str
+    description: str
+    """A short description of the source benchmark, shown on every card."""
+    license: str
+    """Hub license identifier of the published data (follows the source's terms)."""
+    citation: str
+    """BibTeX of the source benchmark."""
+    language: list[str] = field(default_factory=lambda: ["en"])
+    task_categories: list[str] = field(default_factory=lambda: ["visual-question-answering"])
+    tags: list[str] = field(default_factory=list)
+    source_datasets: list[str] = field(default_factory=list)
+    homepage: str | None = None
+
+
+@dataclass
+class Columns:
+    """Where each field lives in a source record; which ones are read depends on `shape`."""
+
+    image: str = "image"
+    """flat: the image column (a `datasets.Image`, bytes, or a file path)."""
+    question: str = "question"
+    """flat: the question column."""
+    answer: str = "answer"
+    """flat: the reference column: a string, or a list of annotator answers (the most frequent is the official one, all are references)."""
+    answers: str | None = None
+    """flat: optional column with further acceptable references (VQA annotators)."""
+    options: str | None = None
+    """flat: optional column with multiple-choice options."""
+    id: str | None = None
+    """Record id column; the record's position is used when absent."""
+    image_id: str | None = None
+    """Column with the image id or hash the QA was recorded against (checked by provenance)."""
+    source: str | None = None
+    """flat: column naming the dataset each record came from (checked by provenance)."""
+    qtype: str | None = None
+    """Column with the question type, when the source has one."""
+    images: str = "images"
+    """conversational: the list-of-images column."""
+    texts: str = "texts"
+    """conversational: the list-of-turns column."""
+    user: str = "user"
+    assistant: str = "assistant"
+    turn_source: str = "source"
+    """conversational: key of the per-turn dataset name."""
+
+
+@dataclass
+class HubSourceConfig:
+    kind: Literal["hub"]
+    path: str
+    """Hub dataset id, e.g. HuggingFaceM4/the_cauldron."""
+    name: str | None = None
+    """Dataset config (subset), e.g. clevr."""
+    split: str = "train"
+    revision: str | None = None
+    """Pin a commit for reproducible builds; recorded in clean_meta either way."""
+    streaming: bool = True
+    shape: Literal["flat", "conversational"] = "flat"
+    columns: Columns = field(default_factory=Columns)
+    fixed_question: str | None = None
+    """flat: the question asked of every record when the source has none (text recognition)."""
+
+
+@dataclass
+class FilesSourceConfig:
+    kind: Literal["files"]
+    path: str
+    """A parquet or JSON Lines file, a glob, or an image folder with metadata.jsonl/.csv (relative paths are relative to the families file)."""
+    format: Literal["auto", "parquet", "json", "imagefolder"] = "auto"
+    shape: Literal["flat", "conversational"] = "flat"
+    columns: Columns = field(default_factory=Columns)
+    fixed_question: str | None = None
+    """flat: the question asked of every record when the source has none (text recognition)."""
+
+
+@dataclass
+class SyntheticSourceConfig:
+    kind: Literal["synthetic"]
+    seed: int = 0
+    num_images: int = 100
+    questions_per_image: int = 4
+    style: Literal["clevr", "clevrmath", "mixed"] = "mixed"
+    image_size: int = 160
+    noise: dict[str, float] = field(default_factory=dict)
+    """Injected defects per kind (off_task, flattened_mc, corrupt_image, ...), for exercising cleaning."""
+
+
+SourceConfig = HubSourceConfig | FilesSourceConfig | SyntheticSourceConfig
+
+
+@dataclass
+class VerifierConfig:
+    name: str
+    """One of the registered verifiers (`python -m rs.families verifiers` lists them)."""
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ProvenanceConfig:
+    enabled: bool = True
+    sources: list[str] = field(default_factory=list)
+    """Dataset names an item may record as its source; empty accepts any name."""
+    check_image_ref: bool = True
+    """Drop items whose recorded image id/hash does not match the image they are attached to."""
+
+
+@dataclass
+class PurityConfig:
+    enabled: bool = False
+    vocabulary: list[str | list[str]] = field(default_factory=list)
+    """Closed vocabulary of the benchmark: a question using other words is off-task. Nested lists
+    (YAML anchors of shared word lists) are flattened."""
+    max_unknown_words: int = 0
+    """Words outside `vocabulary` tolerated per question."""
+    allow_patterns: list[str] = field(default_factory=list)
+    """Regexes; when given, a question must match one of them."""
+    deny_patterns: list[str] = field(default_factory=list)
+    """Regexes; a question matching any of them is off-task."""
+
+    def __post_init__(self) -> None:
+        self.vocabulary = [w for item in self.vocabulary for w in ([item] if isinstance(item, str) else item)]
+
+
+@dataclass
+class ReferenceFormConfig:
+    enabled: bool = False
+    max_words: int = 3
+    """A reference longer than this, where the instruction asks for a word or phrase, is a sentence."""
+    action: Literal["drop", "mark"] = "drop"
+    """`drop` the item, or keep it and record the flag in clean_meta."""
+
+
+@dataclass
+class MultipleChoiceConfig:
+    enabled: bool = False
+    letters: str = "ABCDEFGHIJ"
+
+
+@dataclass
+class CleaningConfig:
+    provenance: ProvenanceConfig = field(default_factory=ProvenanceConfig)
+    purity: PurityConfig = field(default_factory=PurityConfig)
+    reference_form: ReferenceFormConfig = field(default_factory=ReferenceFormConfig)
+    multiple_choice: MultipleChoiceConfig = field(default_factory=MultipleChoiceConfig)
+    dedup: bool = True
+    """Drop a QA item repeated on the same image."""
+
+
+@dataclass
+class FamilyConfig:
+    """A family as written in YAML, with `defaults` already merged in."""
+
+    source: SourceConfig
+    instruction: str
+    """Appended verbatim to every question; the stored question is exactly what the model receives."""
+    verifier: VerifierConfig
+    card: CardConfig
+    model: ModelConfig
+    cleaning: CleaningConfig = field(default_factory=CleaningConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    shard: ShardConfig = field(default_factory=ShardConfig)
+    publish: PublishConfig = field(default_factory=PublishConfig)

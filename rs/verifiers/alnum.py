@@ -1,0 +1,81 @@
+"""``alnum``: the scene-text recognition (STR) evaluation protocol.
+
+IIIT5K, CUTE80, SVT, IC13/15, WordArt and Total-Text are scored by folding case, deleting every character that
+is not a letter or digit and requiring equality. VLM outputs, unlike STR decoders, are not restricted to ASCII, so
+both sides are first decomposed with Unicode compatibility normalisation (NFKD) and reduced to ASCII: accents are
+dropped ("Café" == "cafe"), ligatures and superscripts become their base characters ("ﬁne" == "fine",
+"²" == "2"), and characters with no ASCII decomposition (Arabic-Indic digits, CJK) disappear. Case is folded with
+``str.casefold`` *before* decomposition, so "Straße" == "STRASSE". ``str.isalnum`` is deliberately not used: it
+keeps "é", "ß" and "²", which an ASCII reference can never contain.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from functools import lru_cache
+
+from rs.extract import candidates
+from rs.verifiers.base import Verifier, as_references, register
+
+__all__ = ["AlnumVerifier", "alnum_normalise"]
+
+_ALNUM = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# bytes.translate deletes first, then maps: drop every byte that is not [0-9A-Za-z], lower-case the rest.
+_DELETE = bytes(b for b in range(256) if b not in _ALNUM)
+_LOWER = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", b"abcdefghijklmnopqrstuvwxyz")
+
+
+@lru_cache(maxsize=1 << 16)
+def alnum_normalise(text: str) -> str:
+    """Casefold, NFKD-decompose, keep only ``[0-9a-z]``.
+
+    Cached: references come from small answer vocabularies and predictions repeat, so most calls are hits.
+    """
+    if not text.isascii():
+        text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", text).casefold())
+    return text.encode("ascii", "ignore").translate(_LOWER, _DELETE).decode("ascii")
+
+
+@register
+class AlnumVerifier(Verifier):
+    """Case- and punctuation-insensitive exact match on ``[0-9a-z]`` (see the module docstring).
+
+    The prediction is also tried as its first line and its first paragraph. A reference that normalises to the
+    empty string (e.g. ``"!!!"``) never matches, not even an empty prediction: STR protocols drop such labels.
+    """
+
+    name = "alnum"
+    title = "scene-text recognition protocol"
+    PARAMS = {}
+
+    @property
+    def description(self) -> str:
+        return (
+            "The standard evaluation protocol for scene-text recognition (IIIT5K, CUTE80, SVT, IC13/15, WordArt, "
+            "Total-Text): fold case and drop every non-alphanumeric character from both sides, then require an "
+            'exact match. "HELLO!", "hello" and "Hello." are therefore the same answer.\n\n'
+            "The prediction is additionally tried as its first line and its first paragraph, so a model that "
+            "gives the right answer and then explains anyway is not penalised for the explanation.\n\n"
+            'Accented and compatibility characters are reduced to their plain ASCII letters and digits first, so '
+            '"Café" matches "cafe" and "²" matches "2"; characters with no ASCII equivalent are dropped. A '
+            "reference with no letters or digits left after this never matches anything."
+        )
+
+    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+        if prediction is None:
+            return False
+        norm = alnum_normalise
+        if type(reference) is str:
+            ref = norm(reference)
+            if not ref:
+                return False
+            if "\n" not in prediction:
+                return norm(prediction) == ref
+            return any(norm(c) == ref for c in candidates(prediction))
+        refs = {r for r in map(norm, as_references(reference)) if r}
+        if not refs:
+            return False
+        if "\n" not in prediction:
+            return norm(prediction) in refs
+        return any(norm(c) in refs for c in candidates(prediction))

@@ -1,0 +1,185 @@
+"""``anls``: Average Normalised Levenshtein Similarity (DocVQA, InfographicVQA, ST-VQA).
+
+Biten et al. 2019: ``s = 1 - NL`` when the normalised Levenshtein distance ``NL = lev(a, o) / max(|a|, |o|)`` is
+below 0.5, else 0; the best reference counts. Normalisation follows the RRC-derived script (trim, lowercase,
+collapse whitespace on both sides, distance on the normalised strings) with the strict ``NL < 0.5`` boundary;
+lmms-eval/VLMEvalKit divide by the *raw* lengths and so over-credit whitespace padding.
+
+ANLS is a soft score; rejection sampling needs a yes/no, so a match requires ``score >= min_score``
+(default 0.9: one typo in ten characters). Two strictness rules on top:
+
+* ``numeric_exact`` (default on): when a reference is a number (digits with optional sign, currency symbol,
+  thousands commas, decimal point, percent), the prediction must be the same number — ANLS would give ``2011``
+  0.75 against ``2010`` and a ten-digit number with one wrong digit 0.9. ``$1,234`` then equals ``1234``.
+* An empty reference never matches, even an empty prediction (the reference scripts score that pair 1.0).
+
+The prediction is additionally tried as its first line and its first paragraph.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+from rs.extract import candidates
+from rs.verifiers.base import Param, Verifier, VerifierError, as_references, register
+
+__all__ = ["AnlsVerifier", "anls_normalise", "anls_score", "levenshtein"]
+
+ANLS_THRESHOLD = 0.5
+# Sign, optional currency symbol, digits with optional strict thousands grouping, decimals, percent.
+_NUMERIC = re.compile(r"(?P<sign>[+-]?)[$€£¥]?(?P<int>[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?P<frac>\.[0-9]+)?(?P<pct>%?)")
+
+
+def levenshtein(a: str, b: str, max_distance: int | None = None) -> int:
+    """Edit distance (insert/delete/substitute, cost 1) between ``a`` and ``b``.
+
+    With ``max_distance`` the computation stops early and returns ``max_distance + 1`` as soon as the distance is
+    known to exceed it — the verifier only needs to know whether a pair is close enough.
+    """
+    if a == b:
+        return 0
+    # Common prefix/suffix never change the distance; short answers usually differ in a few characters.
+    start = 0
+    stop = min(len(a), len(b))
+    while start < stop and a[start] == b[start]:
+        start += 1
+    end_a, end_b = len(a), len(b)
+    while end_a > start and end_b > start and a[end_a - 1] == b[end_b - 1]:
+        end_a -= 1
+        end_b -= 1
+    a, b = a[start:end_a], b[start:end_b]
+    if len(a) < len(b):
+        a, b = b, a
+    if not b:
+        return len(a) if max_distance is None or len(a) <= max_distance else max_distance + 1
+    if max_distance is not None and len(a) - len(b) > max_distance:
+        return max_distance + 1
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        append = current.append
+        for j, cb in enumerate(b, 1):
+            append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        if max_distance is not None and min(current) > max_distance:
+            return max_distance + 1
+        previous = current
+    return previous[-1]
+
+
+@lru_cache(maxsize=1 << 16)
+def anls_normalise(text: str) -> str:
+    """Trim, lowercase and collapse whitespace runs (the RRC ANLS script's normalisation)."""
+    return " ".join(text.lower().split())
+
+
+def _similarity(pred: str, ref: str, max_distance: int | None = None) -> float:
+    """``1 - NL`` if ``NL < 0.5`` else 0, on already normalised strings."""
+    if pred == ref:
+        return 1.0
+    length = max(len(pred), len(ref))
+    dist = levenshtein(pred, ref, max_distance)
+    nl = dist / length
+    return 1.0 - nl if nl < ANLS_THRESHOLD else 0.0
+
+
+def anls_score(prediction: str, references: str | Sequence[str]) -> float:
+    """ANLS of ``prediction`` against the best reference (best of full text / first line / first paragraph).
+
+    Pure ANLS, without the ``numeric_exact`` rule; empty references are ignored.
+    """
+    refs = [r for r in map(anls_normalise, as_references(references)) if r]
+    best = 0.0
+    for cand in candidates(prediction):
+        pred = anls_normalise(cand)
+        for ref in refs:
+            best = max(best, _similarity(pred, ref))
+    return best
+
+
+@lru_cache(maxsize=1 << 14)
+def _as_number(text: str) -> tuple[Decimal, bool] | None:
+    """``(value, is_percent)`` for a numeric answer such as ``$1,234.50`` or ``-12%``, else ``None``."""
+    m = _NUMERIC.fullmatch(text)
+    if m is None:
+        return None
+    value = Decimal(m["int"].replace(",", "") + (m["frac"] or ""))
+    return (-value if m["sign"] == "-" else value), bool(m["pct"])
+
+
+@register
+class AnlsVerifier(Verifier):
+    """Accept when ANLS reaches ``min_score`` (exact number for numeric references); see the module docstring."""
+
+    name = "anls"
+    title = "average normalised Levenshtein similarity"
+    PARAMS = {
+        "min_score": Param(float, 0.9, "minimum ANLS in (0, 1] to accept"),
+        "numeric_exact": Param(bool, True, "numeric references need the same number, not a similar string"),
+    }
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self._min = self._params["min_score"]
+        self._numeric = self._params["numeric_exact"]
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        m = params["min_score"]
+        if not 0.0 < m <= 1.0:
+            raise VerifierError(
+                f"Parameter 'min_score' of verifier 'anls' must be in (0, 1], got {m!r}; 0.9 tolerates one wrong "
+                "character in ten, 1.0 requires an exact (case- and whitespace-insensitive) match."
+            )
+
+    @property
+    def description(self) -> str:
+        text = (
+            "ANLS, the DocVQA / InfographicVQA metric: both answers are lowercased, trimmed and have runs of "
+            "whitespace collapsed, then their similarity is one minus the edit distance divided by the longer "
+            "length, counted as zero when the strings differ in half of their characters or more. The best "
+            f"reference counts, and the answer is accepted when the similarity is at least **{self._min:g}**"
+        )
+        if self._min < 1.0:
+            text += f" (about {round((1 - self._min) * 100):d} wrong characters per hundred are tolerated)."
+        else:
+            text += " (an exact match after normalisation)."
+        if self._numeric:
+            text += (
+                "\n\nWhen the reference is a number, the prediction must be the same number instead: currency "
+                'signs and thousands separators are ignored ("$1,234" equals "1234"), but "2011" does not match '
+                '"2010" however similar the strings look.'
+            )
+        text += (
+            "\n\nThe prediction is additionally tried as its first line and its first paragraph. An empty "
+            "reference never matches."
+        )
+        return text
+
+    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+        if prediction is None:
+            return False
+        refs = [r for r in map(anls_normalise, as_references(reference)) if r]
+        if not refs:
+            return False
+        preds = [anls_normalise(c) for c in candidates(prediction)]
+        min_score = self._min
+        for ref in refs:
+            if self._numeric:
+                number = _as_number(ref)
+                if number is not None:
+                    if any(_as_number(p) == number for p in preds):
+                        return True
+                    continue
+            for pred in preds:
+                if pred == ref:
+                    return True
+                length = max(len(pred), len(ref))
+                # Distance bound implied by min_score (+1 guards against float rounding); exact check follows.
+                bound = int((1.0 - min_score) * length) + 1
+                if _similarity(pred, ref, bound) >= min_score:
+                    return True
+        return False

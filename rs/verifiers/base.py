@@ -1,0 +1,208 @@
+"""Verifier base class, parameter validation and the registry.
+
+A verifier decides whether a model's *final answer* (reasoning already removed, see :mod:`rs.extract`) matches
+the official reference. Each verifier lives in its own module and registers itself with :func:`register`, so
+adding one is a new module plus one import line in :mod:`rs.verifiers`.
+
+Parameters are declared as a class attribute (``PARAMS``) rather than read from ``__init__`` signatures so that a
+config loader can validate a ``verifier: {name: ..., params: {...}}`` block with :func:`resolve_params` before
+anything is instantiated — and so that optional dependencies (``math-verify``) are only needed to *run* a
+verifier, not to check a config that mentions it.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, NamedTuple
+
+__all__ = [
+    "Param",
+    "Verifier",
+    "VerifierError",
+    "as_references",
+    "get_verifier",
+    "known_verifiers",
+    "register",
+    "resolve_params",
+    "verifier_params",
+]
+
+
+class VerifierError(ValueError):
+    """Raised for an unknown verifier, a bad parameter, or a verifier whose optional dependency is missing."""
+
+
+class Param(NamedTuple):
+    """Declaration of one verifier parameter: its type, default and a one-line explanation."""
+
+    type: type
+    default: Any
+    doc: str
+
+
+class Verifier(abc.ABC):
+    """Decides whether a final answer matches a reference.
+
+    Subclasses set ``name`` (registry key), ``title`` (short human name used as a dataset-card heading) and
+    ``PARAMS``, implement :meth:`match` and :attr:`description`, and may override :meth:`check_params` for
+    range checks. Instances are immutable after construction and safe to share between threads (except
+    ``math``, see its docstring).
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    PARAMS: ClassVar[dict[str, Param]] = {}
+
+    def __init__(self, **params: Any) -> None:
+        self._params = resolve_params(self.name, params)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Resolved parameters, defaults filled in (a copy; mutating it changes nothing)."""
+        return dict(self._params)
+
+    @property
+    @abc.abstractmethod
+    def description(self) -> str:
+        """Plain-words Markdown saying how a match is decided, with the actual parameter values.
+
+        Used verbatim on dataset cards, so it must describe the behaviour exactly and never mention code.
+        """
+
+    @abc.abstractmethod
+    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+        """Whether ``prediction`` (final answer, reasoning removed; ``None`` = no answer) matches ``reference``.
+
+        ``reference`` may be a list: for most verifiers any reference may match, for ``vqa`` the list is the set
+        of annotator answers the soft score is computed over. A reference that is empty after normalisation never
+        matches — an empty reference cannot verify anything.
+        """
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        """Range/consistency checks on already type-checked params; raise :class:`VerifierError` on failure."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._params.items())
+        return f"{type(self).__name__}({args})"
+
+
+_REGISTRY: dict[str, type[Verifier]] = {}
+
+
+def register(cls: type[Verifier]) -> type[Verifier]:
+    """Class decorator adding a verifier to the registry under ``cls.name``."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{cls.__name__} must set a non-empty class attribute `name` to be registered.")
+    existing = _REGISTRY.get(name)
+    if existing is not None and existing is not cls:
+        raise TypeError(f"Verifier name {name!r} is already registered by {existing.__module__}.{existing.__name__}.")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def known_verifiers() -> list[str]:
+    """Names of all registered verifiers, sorted."""
+    return sorted(_REGISTRY)
+
+
+def _verifier_class(name: str) -> type[Verifier]:
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise VerifierError(
+            f"Unknown verifier {name!r}. Known verifiers: {', '.join(known_verifiers())}."
+        ) from None
+
+
+def verifier_params(name: str) -> dict[str, tuple[type, Any]]:
+    """``{param: (type, default)}`` for verifier ``name``; raises :class:`VerifierError` if the name is unknown.
+
+    Works without the verifier's optional dependencies installed, so configs can be validated anywhere.
+    """
+    return {key: (spec.type, spec.default) for key, spec in _verifier_class(name).PARAMS.items()}
+
+
+def _describe_params(name: str, specs: Mapping[str, Param]) -> str:
+    if not specs:
+        return f"Verifier {name!r} takes no parameters."
+    listed = "; ".join(
+        f"{key} ({spec.type.__name__}, default {spec.default!r}): {spec.doc}" for key, spec in specs.items()
+    )
+    return f"Valid parameters for verifier {name!r}: {listed}."
+
+
+def _coerce(name: str, key: str, spec: Param, value: Any, specs: Mapping[str, Param]) -> Any:
+    expected = spec.type
+    # bool is an int subclass: `tolerance=True` is a config mistake, not 1.0.
+    ok = not isinstance(value, bool) or expected is bool
+    if ok and expected is float:
+        ok = isinstance(value, (int, float))
+        value = float(value) if ok else value
+    elif ok:
+        ok = isinstance(value, expected)
+    if not ok:
+        raise VerifierError(
+            f"Parameter {key!r} of verifier {name!r} must be {expected.__name__}, got {type(value).__name__} "
+            f"{value!r}. {_describe_params(name, specs)}"
+        )
+    return value
+
+
+def resolve_params(name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Validate ``params`` for verifier ``name`` and return them with defaults filled in, without instantiating.
+
+    Raises :class:`VerifierError` naming the offending parameter and listing the valid ones with their types and
+    defaults, so a config loader can report the problem before any work starts.
+    """
+    cls = _verifier_class(name)
+    specs = cls.PARAMS
+    params = dict(params or {})
+    unknown = sorted(set(params) - set(specs))
+    if unknown:
+        raise VerifierError(
+            f"Unknown parameter {unknown[0]!r} for verifier {name!r}. {_describe_params(name, specs)}"
+        )
+    resolved = {
+        key: _coerce(name, key, spec, params[key], specs) if key in params else spec.default
+        for key, spec in specs.items()
+    }
+    cls.check_params(resolved)
+    return resolved
+
+
+def get_verifier(name: str, **params: Any) -> Verifier:
+    """Instantiate the verifier registered as ``name`` with ``params`` (validated, defaults filled).
+
+    Example:
+        >>> v = get_verifier("relaxed", tolerance=0.05)
+        >>> v.match("19", "20")
+        True
+    """
+    return _verifier_class(name)(**params)
+
+
+def as_references(reference: str | Sequence[str] | int | float) -> tuple[str, ...]:
+    """Normalise a reference argument to a tuple of strings.
+
+    Accepts one string, a list/tuple of strings, or numbers (converted with ``str``), because dataset columns
+    sometimes store counts as integers. Anything else is a data bug and raises :class:`VerifierError`.
+    """
+    if isinstance(reference, str):
+        return (reference,)
+    if isinstance(reference, (list, tuple)):
+        return tuple(_one_reference(r) for r in reference)
+    return (_one_reference(reference),)
+
+
+def _one_reference(reference: Any) -> str:
+    if isinstance(reference, str):
+        return reference
+    if isinstance(reference, (int, float)) and not isinstance(reference, bool):
+        return str(reference)
+    raise VerifierError(
+        f"A reference must be a string, a number or a list of those; got {type(reference).__name__} "
+        f"{reference!r}. Check the dataset's answer column."
+    )

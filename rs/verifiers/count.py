@@ -1,0 +1,191 @@
+"""``count``: the answer must state exactly one integer, equal to the reference count.
+
+Counting questions (CLEVR, CLEVR-Math, Super-CLEVR) have integer answers, and models like to wrap them in a
+sentence ("There are 3 cubes.") or spell them out ("three"). Taking "the last number in the text" is the common
+lenient alternative, but it turns ``5 objects (3 red + 2 blue)`` into 2 and ``3 or 4`` into 4; this verifier instead
+requires the answer to mention exactly one distinct number and rejects everything else.
+
+Rules:
+
+* Numbers are ASCII digit runs (``1,000``-style grouping allowed), optionally with a decimal part and a leading
+  ``-``, not glued to letters (``3rd``, ``x3``, ``2D`` are not numbers), and number words ``zero`` … ``nineteen``,
+  ``twenty`` … ``ninety`` and compounds such as ``twenty-one`` / ``twenty one``; ``none`` counts as 0. ``no`` is
+  *not* 0 (it is a yes/no answer) and ``a``/``an`` are not 1. Ranges and lists are several numbers (``2-3``,
+  ``3/4``, ``3,4``), and non-ASCII digits are not numbers.
+* Answers mentioning scale or fraction words (``hundred``, ``thousand``, ``million``, ``billion``, ``dozen``,
+  ``half``) are rejected rather than half-parsed ("one hundred" would otherwise read as 1).
+* The same value may be repeated ("3 (three)", "3, so the answer is 3"); two different values never match.
+* ``3.0`` counts as 3 (its value is an integer); ``3.5`` never matches an integer count.
+* If the prediction contains an explicit answer marker — ``<answer>…</answer>``, ``\\boxed{…}`` or an
+  ``Answer: …`` line — only that part is read (in this priority order), so worked solutions that end in a marked
+  answer are judged by the marked answer.
+* The reference itself must be a single integer (digits or a number word); any other reference never matches.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+
+from rs.extract import answer_line, answer_tag, last_boxed
+from rs.verifiers.base import Verifier, as_references, register
+
+__all__ = ["CountVerifier", "numbers_in"]
+
+logger = logging.getLogger(__name__)
+
+_UNITS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen"
+).split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+# Work on ASCII bytes: bytes.translate/split are several times faster than any regex tokeniser.
+_WORD_VALUES: dict[bytes, float] = {b"none": 0.0}
+_WORD_VALUES.update((w.encode(), float(i)) for i, w in enumerate(_UNITS))
+_TENS_VALUES = {w.encode(): 20.0 + 10 * i for i, w in enumerate(_TENS)}
+_WORD_VALUES.update(_TENS_VALUES)
+_DIGIT_WORDS = {w.encode(): float(i) for i, w in enumerate(_UNITS[1:10], 1)}
+for _tens, _value in _TENS_VALUES.items():
+    for _unit, _u in _DIGIT_WORDS.items():
+        _WORD_VALUES[_tens + b"-" + _unit] = _value + _u
+# Numbers we refuse to half-parse: "one hundred" must not read as 1.
+_SCALE_WORDS = frozenset(
+    (w + s).encode() for w in ("hundred", "thousand", "million", "billion", "dozen", "half") for s in ("", "s")
+) | {b"halves"}
+
+# Lower-case letters, keep [0-9a-z] and the in-token separators `.`, `,`, `-`; everything else (including
+# non-ASCII, which `encode(..., "replace")` turns into "?") separates tokens. "x3" and "3rd" stay whole tokens.
+_KEEP = b"0123456789abcdefghijklmnopqrstuvwxyz.,-"
+_TABLE = bytes(
+    c + 32 if 65 <= c <= 90 else c if c in _KEEP else 32  # A-Z -> a-z
+    for c in range(256)
+)
+_DECIMAL = re.compile(rb"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+\.[0-9]+")
+_SEPARATORS = re.compile(rb"[.,\-]")
+_REF_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def _token_values(token: bytes, values: set[float]) -> bool:
+    """Add the number(s) a token denotes to ``values``; ``False`` if the token makes the answer unreadable."""
+    if token.isdigit():
+        values.add(float(token))
+        return True
+    word = _WORD_VALUES.get(token)
+    if word is not None:
+        values.add(word)
+        return True
+    if token.isalpha():
+        return token not in _SCALE_WORDS
+    if token[:1] == b"-":
+        body = token[1:]
+        if body.isdigit() or _DECIMAL.fullmatch(body) is not None:
+            values.add(-float(body.replace(b",", b"")))
+            return True
+        return _token_values(body, values)  # "-five", "-t-shirt": the dash is punctuation
+    if _DECIMAL.fullmatch(token) is not None:
+        values.add(float(token.replace(b",", b"")))
+        return True
+    if b"." in token or b"," in token or b"-" in token:
+        # "2-3", "3,4", "1.2.3": several numbers (or none, as in "t-shirt", "e.g").
+        return all(_token_values(part, values) for part in _SEPARATORS.split(token) if part)
+    return True  # digits glued to letters ("3rd", "x3"): not a number
+
+
+def numbers_in(text: str) -> set[float] | None:
+    """Distinct numeric values mentioned in ``text``, or ``None`` if it is unreadable (a scale word)."""
+    raw_tokens = text.encode("ascii", "replace").translate(_TABLE).split()
+    values: set[float] = set()
+    skip = False
+    for i, raw in enumerate(raw_tokens):
+        if skip:
+            skip = False
+            continue
+        token = raw.rstrip(b".,-").lstrip(b".,")
+        if not token:
+            continue
+        tens = _TENS_VALUES.get(token)
+        if tens is not None and token == raw and i + 1 < len(raw_tokens):
+            unit = _DIGIT_WORDS.get(raw_tokens[i + 1].rstrip(b".,-"))
+            if unit is not None:  # "twenty one", the only number spelled with a space
+                values.add(tens + unit)
+                skip = True
+                continue
+        if not _token_values(token, values):
+            return None
+    return values
+
+
+def _single_integer(text: str) -> int | None:
+    values = numbers_in(text)
+    if not values or len(values) != 1:
+        return None
+    (value,) = values
+    return int(value) if value.is_integer() else None
+
+
+@lru_cache(maxsize=1 << 14)
+def _reference_count(reference: str) -> int | None:
+    ref = reference.strip()
+    if ref[-1:] == ".":
+        ref = ref[:-1].rstrip()
+    if _REF_INT.fullmatch(ref) is not None:
+        return int(ref)
+    key = " ".join(ref.lower().split()).encode("ascii", "replace")
+    # The reference must be just the number ("three", "twenty one", "3.0"), not a sentence containing one.
+    if key in _WORD_VALUES or key.replace(b" ", b"-") in _WORD_VALUES or _DECIMAL.fullmatch(key) is not None:
+        return _single_integer(ref)
+    logger.debug("count: reference %r is not an integer; it can never match", reference)
+    return None
+
+
+def _marked_answer(prediction: str) -> str:
+    """The explicitly marked part of the prediction, or the whole prediction when there is no marker."""
+    if "<" in prediction:
+        tagged = answer_tag(prediction)
+        if tagged is not None:
+            return tagged
+    if "\\boxed" in prediction:
+        boxed = last_boxed(prediction)
+        if boxed is not None:
+            return boxed
+    line = answer_line(prediction)
+    return prediction if line is None else line
+
+
+@register
+class CountVerifier(Verifier):
+    """Exactly one integer in the (marked) answer, equal to the integer reference; see the module docstring."""
+
+    name = "count"
+    title = "single-integer count match"
+    PARAMS = {}
+
+    @property
+    def description(self) -> str:
+        return (
+            "The answer must state exactly one number, and that number must equal the reference count. Digits "
+            'and number words both count ("3", "three", "twenty-one"; "none" is 0), and the number may sit in a '
+            'sentence ("There are 3 cubes."). An answer that mentions two different numbers ("3 or 4", '
+            '"2 red and 3 blue, so 5") is rejected rather than guessed at, as is a non-integer ("3.5"); "3.0" '
+            'counts as 3. "No" is not read as zero. When the answer marks its final value explicitly '
+            '(an "Answer:" line, a boxed value or an answer tag), only the marked value is read.'
+        )
+
+    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+        if prediction is None:
+            return False
+        if type(reference) is str and reference.isdigit() and reference.isascii():
+            targets = {int(reference)}
+        else:
+            refs = (reference,) if type(reference) is str else as_references(reference)
+            targets = {c for c in map(_reference_count, refs) if c is not None}
+            if not targets:
+                return False
+        # Fast path: a bare digit string, the common case for "answer with a single number" prompts.
+        p = prediction.strip()
+        if p.isdigit() and p.isascii():
+            return int(p) in targets
+        value = _single_integer(_marked_answer(prediction))
+        return value is not None and value in targets

@@ -1,0 +1,69 @@
+"""``exact``: normalised exact match for single-reference short answers (GQA, CLEVR attributes, yes/no).
+
+Only presentation differences are forgiven — case, surrounding and repeated whitespace, one trailing period —
+because anything more (punctuation deletion, article removal) starts merging different answers: deleting
+punctuation makes ``3.5`` equal ``35``. Non-ASCII text is put in Unicode NFC form so that a composed and a
+decomposed "é" compare equal; "café" still differs from "cafe" (use ``alnum`` when accents must not matter).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from functools import lru_cache
+
+from rs.extract import candidates
+from rs.verifiers.base import Verifier, as_references, register
+
+__all__ = ["ExactVerifier", "exact_normalise"]
+
+
+@lru_cache(maxsize=1 << 16)
+def exact_normalise(text: str) -> str:
+    """Casefold, collapse whitespace runs to one space, trim, drop one trailing period (NFC for non-ASCII)."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text)
+    text = " ".join(text.casefold().split())
+    if text[-1:] == ".":
+        text = text[:-1].rstrip()
+    return text
+
+
+@register
+class ExactVerifier(Verifier):
+    """Equality after :func:`exact_normalise`, also trying the prediction's first line and first paragraph."""
+
+    name = "exact"
+    title = "normalised exact match"
+    PARAMS = {}
+
+    @property
+    def description(self) -> str:
+        return (
+            "The prediction must equal the reference after both are lowercased (Unicode case folding), trimmed, "
+            "have runs of whitespace collapsed to a single space, and lose one trailing period. Nothing else is "
+            'forgiven: "t-shirt" differs from "t shirt", "3.5" from "35", "two" from "2", and articles count.\n\n'
+            "The prediction is additionally tried as its first line and its first paragraph, so a model that "
+            "gives the right answer and then explains anyway is not penalised for the explanation. When several "
+            "references are given, matching any one of them is enough; an empty reference never matches."
+        )
+
+    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+        if prediction is None:
+            return False
+        norm = exact_normalise
+        if type(reference) is str:
+            ref = norm(reference)
+            if not ref:
+                return False
+            if prediction == reference:
+                return True
+            if "\n" not in prediction:
+                return norm(prediction) == ref
+            return any(norm(c) == ref for c in candidates(prediction))
+        refs = {r for r in map(norm, as_references(reference)) if r}
+        if not refs:
+            return False
+        if "\n" not in prediction:
+            return norm(prediction) in refs
+        return any(norm(c) in refs for c in candidates(prediction))

@@ -1,0 +1,161 @@
+"""``math``: symbolic equivalence with Hugging Face ``math-verify`` (MathVista free-form, MathVerse, Geometry3K).
+
+``math-verify`` parses LaTeX and plain expressions into SymPy and compares them numerically and symbolically
+(``1/2`` == ``0.5`` == ``\\frac{1}{2}``, ``x=5`` == ``5``, intervals, sets). Three things it gets wrong on its own
+are handled here:
+
+* LaTeX is only found inside an environment (``$…$``, ``\\boxed{}``): ``parse("\\frac{L}{n}")`` is empty. The
+  reference is therefore wrapped in ``\\boxed{…}`` (falling back to ``$…$`` and the raw text).
+* Several ``\\boxed{}`` in one answer are joined into a set that matches nothing; the **last** box is taken
+  first (then an ``<answer>`` tag or ``Answer:`` line), and wrapped again so bare LaTeX parses.
+* ``verify`` is asymmetric; the reference is always passed as gold, first.
+
+An empty parse on either side is a non-match — never a raw string comparison of long texts.
+
+Threads: ``math-verify`` enforces its timeouts with ``signal.alarm``, which only works in the main thread. Called
+from any other thread this verifier runs **without** a timeout (logging a warning once) instead of raising; a
+pathological expression can then hang that thread, so for parallel verification prefer processes
+(``multiprocessing``/``concurrent.futures.ProcessPoolExecutor``), where each worker's main thread has timeouts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from rs.extract import answer_line, answer_tag, last_boxed
+from rs.verifiers.base import Param, Verifier, VerifierError, as_references, register
+
+__all__ = ["MathVerifier"]
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = "pip install 'rs[math]'"
+
+
+def _math_verify() -> Any:
+    try:
+        import math_verify
+    except ImportError as e:
+        raise VerifierError(
+            f"The 'math' verifier needs the optional dependency math-verify, which is not installed "
+            f"({e}). Install it with: {INSTALL_HINT}"
+        ) from None
+    return math_verify
+
+
+def _marked_answer(prediction: str) -> tuple[str, bool]:
+    """``(text, was_marked)``: the last box / answer tag / answer line if any, else the whole prediction."""
+    if "\\boxed" in prediction:
+        boxed = last_boxed(prediction)
+        if boxed is not None:
+            return boxed, True
+    if "<" in prediction:
+        tagged = answer_tag(prediction)
+        if tagged is not None:
+            return tagged, True
+    line = answer_line(prediction)
+    if line is not None:
+        return line, True
+    return prediction.strip(), False
+
+
+@register
+class MathVerifier(Verifier):
+    """Mathematical equivalence via ``math-verify`` ``parse`` + ``verify(gold, prediction)``."""
+
+    name = "math"
+    title = "mathematical equivalence (math-verify)"
+    PARAMS = {
+        "float_rounding": Param(int, 6, "decimal places numbers are rounded to before comparing"),
+        "timeout_seconds": Param(int, 5, "per parse/compare timeout in seconds (main thread only; 0 disables)"),
+    }
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self._mv = _math_verify()
+        self._rounding = self._params["float_rounding"]
+        self._timeout = self._params["timeout_seconds"]
+        self._warned_thread = False
+        # Gold parses are cached per instance: references repeat across samples of one item.
+        self._parse_gold = lru_cache(maxsize=1 << 14)(self._parse_gold_uncached)
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        if not 0 <= params["float_rounding"] <= 15:
+            raise VerifierError(
+                f"Parameter 'float_rounding' of verifier 'math' must be between 0 and 15, got "
+                f"{params['float_rounding']!r}; use the item's precision (e.g. 2 for MathVista floats) or 6."
+            )
+        if params["timeout_seconds"] < 0:
+            raise VerifierError(
+                f"Parameter 'timeout_seconds' of verifier 'math' must be >= 0, got {params['timeout_seconds']!r}."
+            )
+
+    @property
+    def description(self) -> str:
+        return (
+            "Mathematical equivalence checked with Hugging Face Math-Verify: the reference and the model's final "
+            "answer are parsed as LaTeX or plain mathematical expressions and compared numerically and "
+            'symbolically, so "1/2", "0.5" and "\\frac{1}{2}" are the same answer, as are "x = 5" and "5". '
+            f"Numbers are compared after rounding to {self._rounding} decimal places. If the answer contains "
+            "several boxed values, only the last one is read (otherwise an explicit answer tag or "
+            '"Answer:" line). An answer that cannot be parsed as mathematics is rejected, never compared as raw '
+            'text, and number words ("two") are not parsed.'
+        )
+
+    def _timeout_now(self) -> int | None:
+        if threading.current_thread() is threading.main_thread():
+            return self._timeout or None
+        if not self._warned_thread and self._timeout:
+            self._warned_thread = True
+            logger.warning(
+                "math verifier called outside the main thread: math-verify's signal-based timeouts are "
+                "unavailable there, so expressions are parsed and compared without a time limit. Use a process "
+                "pool for parallel verification."
+            )
+        return None
+
+    def _parse(self, text: str, timeout: int | None) -> list[Any]:
+        return self._mv.parse(text, parsing_timeout=timeout)
+
+    def _parse_gold_uncached(self, reference: str, timeout: int | None) -> tuple[Any, ...]:
+        ref = reference.strip()
+        if not ref:
+            return ()
+        for wrapped in (f"\\boxed{{{ref}}}", f"${ref}$", ref):
+            parsed = self._parse(wrapped, timeout)
+            if parsed:
+                return tuple(parsed)
+        return ()
+
+    def _parse_prediction(self, prediction: str, timeout: int | None) -> list[Any]:
+        text, marked = _marked_answer(prediction)
+        if not text:
+            return []
+        attempts = (f"\\boxed{{{text}}}", text) if marked else (text, f"\\boxed{{{text}}}")
+        for attempt in attempts:
+            parsed = self._parse(attempt, timeout)
+            if parsed:
+                return parsed
+        return []
+
+    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+        if prediction is None:
+            return False
+        timeout = self._timeout_now()
+        golds = [g for g in (self._parse_gold(r, timeout) for r in as_references(reference)) if g]
+        if not golds:
+            return False
+        pred = self._parse_prediction(prediction, timeout)
+        if not pred:
+            return False
+        return any(
+            self._mv.verify(
+                list(gold), pred, float_rounding=self._rounding, timeout_seconds=timeout
+            )
+            for gold in golds
+        )

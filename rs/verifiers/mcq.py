@@ -1,0 +1,174 @@
+"""``mcq``: multiple-choice letter match (AI2D, ScienceQA, A-OKVQA MC, MMMU, MathVista MC).
+
+Reference extractors guess when they cannot parse: MMMU and ScienceQA fall back to a *random* option, MathVista
+to the nearest option by edit distance, several others to the first capital letter in the text ("A dog is shown,
+so the answer is B" → A). For rejection sampling a guess is a coin-flip false accept, so :func:`extract_choice`
+returns ``None`` whenever the answer does not name exactly one option.
+
+Extraction, in order:
+
+1. If the answer has an ``<answer>…</answer>`` tag or a ``\\boxed{…}``, only its content is read.
+2. A bare letter, optionally wrapped: ``B``, ``(B)``, ``B.``, ``**B**``, ``[B]``, ``\\text{B}``, ``b``.
+3. Letters stated as the answer — ``Answer: B``, ``The answer is (B)``, ``Final answer: **B**`` — plus a leading
+   ``B) text`` / ``B. text`` / ``(B) text`` or a first line holding only the letter (``B\n\nBecause …``). Upper-case letters only here, so the article "a" is never option A.
+   If these name two different letters (``The answer is A. No wait, the answer is C``) there is no answer.
+4. Only if step 3 found nothing: ``option B`` / ``choice B`` / ``I choose B``, again only if exactly one letter.
+5. If the option texts are known (``options=`` per call), an answer equal to one option's text (ignoring case,
+   surrounding whitespace and a trailing period) selects that option.
+
+Valid letters are the first ``len(options)`` of ``letters`` when options are given, else all of ``letters``; a
+letter outside them is not an answer. ``Answer: AB`` and ``A and B`` name no single option and never match.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from rs.extract import answer_tag, last_boxed
+from rs.verifiers.base import Param, Verifier, VerifierError, as_references, register
+
+__all__ = ["McqVerifier", "extract_choice"]
+
+_BARE = re.compile(r"[\W_]*(?:\\text(?:bf)?\s*\{)?[\W_]*([A-Za-z])[\W_]*")
+_ANSWER_MARKER = re.compile(
+    r"(?i:\b(?:final\s+|correct\s+)?answer\s*(?:is\s*:?|:|：|=)?\s*(?:option\s+|choice\s+)?)"
+    r"[*_(\[{\s]*(?:\\text(?:bf)?\s*\{)?\s*([A-Z])(?![A-Za-z0-9])"
+)
+# "B) text", "B. text", "(B) text", "B: text", or a first line holding only the (wrapped) letter.
+_LEADING = re.compile(r"\s*[*_]*\s*[(\[]?([A-Z])(?:(?:[)\]]|[)\]]?[.:])[*_]*\s+\S|[)\].:*_]*[ \t]*\n)")
+_OPTION_MARKER = re.compile(
+    r"(?i:\b(?:option|choice|choose|select|pick)\s*:?\s*)[*_(\[\s]*([A-Z])(?![A-Za-z0-9])"
+)
+
+
+def _norm_option(text: str) -> str:
+    text = " ".join(text.casefold().split()).strip("*_ ")
+    return text[:-1].rstrip() if text.endswith(".") else text
+
+
+def _one(letters: set[str]) -> str | None:
+    return next(iter(letters)) if len(letters) == 1 else None
+
+
+def extract_choice(text: str, letters: str = "ABCD", options: Sequence[str] | None = None) -> str | None:
+    """The single option letter ``text`` commits to, or ``None`` (see the module docstring for the rules).
+
+    Example:
+        >>> extract_choice("The correct answer is **B**. Here's why: A is wrong.")
+        'B'
+        >>> extract_choice("Both A and B are possible.") is None
+        True
+    """
+    valid = letters[: len(options)] if options else letters
+    marked = None
+    if "<" in text:
+        marked = answer_tag(text)
+    if marked is None and "\\boxed" in text:
+        marked = last_boxed(text)
+    if marked is not None:
+        text = marked
+    text = text.strip()
+    if not text:
+        return None
+
+    bare = _BARE.fullmatch(text)
+    if bare is not None:
+        letter = bare.group(1).upper()
+        return letter if letter in valid else None
+
+    stated = {m.group(1) for m in _ANSWER_MARKER.finditer(text)}
+    leading = _LEADING.match(text)
+    if leading is not None:
+        stated.add(leading.group(1))
+    stated &= set(valid)
+    if stated:
+        return _one(stated)
+
+    named = {m.group(1) for m in _OPTION_MARKER.finditer(text)} & set(valid)
+    if named:
+        return _one(named)
+
+    if options:
+        wanted = _norm_option(text)
+        hits = {valid[i] for i, opt in enumerate(options) if _norm_option(opt) == wanted}
+        return _one(hits)
+    return None
+
+
+def _reference_letter(reference: str, valid: str, options: Sequence[str] | None) -> str | None:
+    ref = reference.strip()
+    bare = _BARE.fullmatch(ref)
+    if bare is not None:
+        letter = bare.group(1).upper()
+        return letter if letter in valid else None
+    if options:
+        wanted = _norm_option(ref)
+        hits = [valid[i] for i, opt in enumerate(options) if _norm_option(opt) == wanted]
+        return hits[0] if len(hits) == 1 else None
+    return None
+
+
+@register
+class McqVerifier(Verifier):
+    """The prediction must commit to exactly one option letter, equal to the reference letter."""
+
+    name = "mcq"
+    title = "multiple-choice letter match"
+    PARAMS = {
+        "letters": Param(str, "ABCDEFGH", "option labels in order, upper-case A-Z without repeats"),
+    }
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self._letters = self._params["letters"]
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        letters = params["letters"]
+        if (
+            not letters
+            or not letters.isascii()
+            or not letters.isalpha()
+            or not letters.isupper()
+            or len(set(letters)) != len(letters)
+        ):
+            raise VerifierError(
+                f"Parameter 'letters' of verifier 'mcq' must be distinct upper-case letters A-Z, got {letters!r}; "
+                "e.g. 'ABCD' for four options."
+            )
+
+    @property
+    def description(self) -> str:
+        span = self._letters if len(self._letters) <= 2 else f"{self._letters[0]}–{self._letters[-1]}"
+        return (
+            f"Multiple choice with options labelled {span}. The answer must commit to exactly one option letter, "
+            'which must equal the reference letter: a bare letter ("B", "(B)", "B.", "**B**"), a stated answer '
+            '("Answer: B", "The answer is (B)", "B) the dog"), or, failing those, "option B" / "I choose B". '
+            "Lower-case letters are only read when they are the whole answer, so the article \"a\" is never "
+            "option A. When the option texts are known, an answer that repeats one option's text exactly selects "
+            "that option.\n\n"
+            "Nothing is ever guessed: an answer naming two different options (\"A and B\", \"the answer is A... "
+            'no, C"), none at all, or a letter that is not an option is rejected — no random or nearest-option '
+            "fallback as in some benchmark scripts."
+        )
+
+    def match(
+        self,
+        prediction: str | None,
+        reference: str | Sequence[str],
+        options: Sequence[str] | None = None,
+    ) -> bool:
+        """Whether the letter extracted from ``prediction`` equals the reference letter.
+
+        ``options`` (the option texts, in label order) is optional: when given, it limits the valid letters to
+        ``len(options)`` and lets a prediction or reference that repeats an option's text map to its letter.
+        """
+        if prediction is None:
+            return False
+        valid = self._letters[: len(options)] if options else self._letters
+        targets = {_reference_letter(r, valid, options) for r in as_references(reference)} - {None}
+        if not targets:
+            return False
+        return extract_choice(prediction, self._letters, options) in targets

@@ -1,0 +1,138 @@
+"""Table-driven tests for rs.extract (cases from the verifier research notes, §0)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rs.extract import answer_line, answer_tag, candidates, last_boxed, split_reasoning
+
+
+@pytest.mark.parametrize(
+    ("text", "reasoning", "answer"),
+    [
+        # no tags at all
+        ("4", "", "4"),
+        ("  The answer is 4.  \n", "", "The answer is 4."),
+        ("a < b so 3", "", "a < b so 3"),
+        ("", "", ""),
+        # closed block, answer after the last closing tag
+        ("<think>I count 3... no, 4.</think>\nThe answer is 4.", "I count 3... no, 4.", "The answer is 4."),
+        ("<thinking>hmm</thinking> yes", "hmm", "yes"),
+        # case-insensitive tags (lmms-eval would keep <THINK>)
+        ("<THINK>x</THINK> 5", "x", "5"),
+        ("<Thinking>x</THINKING>\n5", "x", "5"),
+        ("<think >x</ think> 5", "x", "5"),
+        # closing tag only: the chat template pre-filled <think>
+        ("I count 3 cubes... no, 4.</think>\n4", "I count 3 cubes... no, 4.", "4"),
+        ("reasoning</think>\\boxed{\\frac{1}{2}}", "reasoning", "\\boxed{\\frac{1}{2}}"),
+        # several blocks: text after the LAST closing tag only
+        ("<think>a</think> first <think>b</think> 7", "a first b", "7"),
+        ("x</think> y </think> z", "x y", "z"),
+        # unclosed opening tag: truncated, no final answer
+        ("<think>unfinished reasoning that was truncated", "unfinished reasoning that was truncated", None),
+        ("<think>a</think> 5 <think>second thoughts", "a", None),
+        ("Sure. <THINKING>never closed", "never closed", None),
+        # closed, then nothing
+        ("<think>only reasoning</think>   ", "only reasoning", ""),
+        # other tags are not think tags
+        ("<answer>5</answer>", "", "<answer>5</answer>"),
+        ("<thinker>5", "", "<thinker>5"),
+    ],
+)
+def test_split_reasoning(text: str, reasoning: str, answer: str | None) -> None:
+    assert split_reasoning(text) == (reasoning, answer)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("So the area is \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
+        ("\\boxed{3} then corrected: \\boxed{5}", "5"),
+        ("\\boxed{3} wait \\boxed{\\sqrt{\\frac{a}{b^{2}}}}", "\\sqrt{\\frac{a}{b^{2}}}"),
+        ("\\boxed{\\sqrt{\\frac{a}{b^{2}}}}", "\\sqrt{\\frac{a}{b^{2}}}"),
+        ("\\boxed{ 12 }", "12"),
+        ("\\boxed {7}", "7"),
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),  # escaped braces are not counted
+        ("\\boxed{\\text{C}}", "\\text{C}"),
+        ("\\boxed{}", ""),
+        ("\\boxed{2} and \\boxed{\\frac{1}{", None),  # last box unclosed: do not fall back to a draft
+        ("\\boxed 5", None),
+        ("\\fbox{5}", None),
+        ("\\boxedfoo{5}", None),
+        ("\\boxed{4} \\boxed 5", "4"),  # the non-standard form is skipped, not an answer
+        ("no box here", None),
+        ("", None),
+    ],
+)
+def test_last_boxed(text: str, expected: str | None) -> None:
+    assert last_boxed(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Final Answer: 12\n", "12"),
+        ("Final Answer: 12", "12"),
+        ("Step...\n**Final Answer:** 12", "12"),
+        ("**Answer**: B", "B"),
+        ("answer: yes", "yes"),
+        ("ANSWER : no", "no"),
+        ("Answer：42", "42"),  # full-width colon
+        ("Left: 437 + 2*234 = 905\n\nFinal Answer: **73**", "73"),
+        ("Answer: 3\nwait\nAnswer: 4", "4"),  # last line wins
+        ("- Final answer: 7  ", "7"),
+        ("Answer: 5\r\n", "5"),
+        ("The final answer is 5", None),  # not an `Answer:` line
+        ("The answer: maybe 5", None),  # must start the line
+        ("Answer:   \n", None),  # empty value
+        ("no marker", None),
+        ("AnSwEr: 9", "9"),
+    ],
+)
+def test_answer_line(text: str, expected: str | None) -> None:
+    assert answer_line(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<answer> B </answer>", "B"),
+        ("<answer>1</answer> then <answer>2</answer>", "2"),  # last one wins
+        ("<ANSWER>x</Answer>", "x"),
+        ("<answer>unclosed", None),
+        ("</answer> only", None),
+        ("<answer>a</answer> <answer>unclosed", "a"),
+        ("plain", None),
+        ("<answer></answer>", ""),
+    ],
+)
+def test_answer_tag(text: str, expected: str | None) -> None:
+    assert answer_tag(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ("12", ("12",)),
+        ("  12  ", ("12",)),
+        ("12\n\nExplanation: 12 apples, 3 rotten", ("12\n\nExplanation: 12 apples, 3 rotten", "12")),
+        ("STOP\nThe sign reads STOP.", ("STOP\nThe sign reads STOP.", "STOP")),
+        (
+            "line one\nline two\n\nsecond paragraph",
+            ("line one\nline two\n\nsecond paragraph", "line one", "line one\nline two"),
+        ),
+        ("a\nb", ("a\nb", "a")),
+        ("a\n  \t\nb", ("a\n  \t\nb", "a")),  # whitespace-only line is a paragraph break
+        ("\n\nfirst\n\n", ("first",)),
+        ("", ("",)),
+    ],
+)
+def test_candidates(answer: str, expected: tuple[str, ...]) -> None:
+    assert candidates(answer) == expected
+
+
+def test_candidates_are_deduplicated_and_ordered() -> None:
+    got = candidates("x\ny\n\nz")
+    assert got[0] == "x\ny\n\nz"
+    assert len(set(got)) == len(got)
+    assert got[1:] == ("x", "x\ny")

@@ -1,0 +1,145 @@
+"""The family registry: the shipped families.yaml, YAML-only families, and errors with file, line and key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rs.families import FamilyConfigError, UnknownFamilyError, default_families_path, get_family, load_families
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MINIMAL = """\
+defaults:
+  model: {id: some/model}
+families:
+  MyVQA:
+    source:
+      kind: files
+      path: data/train.parquet
+    instruction: "\\nAnswer briefly."
+    verifier: {name: exact}
+    card:
+      pretty_name: My VQA
+      description: A test family.
+      license: mit
+      citation: none
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "families.yaml"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rs.families", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_shipped_families_validate() -> None:
+    families = load_families(default_families_path())
+    expected = {"CLEVR": "alnum", "CLEVRMath": "relaxed", "ChartQA": "relaxed", "DocVQA": "anls", "TextVQA": "vqa",
+                "AI2D": "mcq", "ScienceQA": "mcq", "IIIT5K": "alnum", "TinyCLEVR": "alnum"}
+    for name, verifier in expected.items():
+        assert families[name].config.verifier.name == verifier
+
+
+def test_seed_families_as_the_cards_describe_them() -> None:
+    clevr = get_family("CLEVR").config
+    assert clevr.instruction == "\nAnswer the question using a single word or phrase."
+    assert clevr.card.license == "other" and clevr.card.language == ["en"]
+    assert clevr.card.task_categories == ["visual-question-answering"]
+    assert clevr.cleaning.purity.enabled and "cylinder" in clevr.cleaning.purity.vocabulary
+    math = get_family("CLEVRMath").config
+    assert math.instruction == "\nAnswer in short without any other content."
+    assert math.verifier.params == {"tolerance": 0.05}
+    assert "subtract" in math.cleaning.purity.vocabulary  # anchors of shared word lists are flattened
+    assert math.sampling.temperature == 0.0 and math.sampling.chat_template_kwargs == {"enable_thinking": True}
+
+
+def test_defaults_merge_and_family_overrides(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + "    sampling: {max_tokens: 128}\n    engine: {args: {max_model_len: 4096}}\n"
+                 .replace("families:", "families:") )
+    text = path.read_text().replace("  model: {id: some/model}", "  model: {id: some/model}\n  sampling: {seed: 7}\n  engine: {args: {tensor_parallel_size: 2}}")
+    path.write_text(text)
+    c = load_families(path)["MyVQA"].config
+    assert c.sampling.max_tokens == 128 and c.sampling.seed == 7
+    assert c.engine.args == {"tensor_parallel_size": 2, "max_model_len": 4096}
+    assert c.source.path == "data/train.parquet" and c.source.shape == "flat"
+
+
+def test_new_family_in_a_copy_validates_and_shows_without_code(tmp_path: Path) -> None:
+    copy = tmp_path / "families.yaml"
+    copy.write_text(default_families_path().read_text() + textwrap.indent(MINIMAL.split("families:\n", 1)[1], ""))
+    assert cli("validate", "--config", str(copy)).returncode == 0
+    shown = cli("show", "MyVQA", "--config", str(copy))
+    assert shown.returncode == 0, shown.stderr
+    assert "name: MyVQA" in shown.stdout and "kind: files" in shown.stdout and "id: Qwen/" in shown.stdout
+    assert "MyVQA" in cli("--config", str(copy)).stdout
+
+
+@pytest.mark.parametrize(
+    ("edit", "line", "message"),
+    [
+        (("verifier: {name: exact}", "verifier: {name: exakt}"), 9, "Unknown verifier 'exakt'"),
+        (("verifier: {name: exact}", "verifier: {name: relaxed, params: {tolerence: 0.1}}"), 9, "tolerence"),
+        (("    instruction:", "    instructions:"), 8, "unknown key (did you mean 'instruction'?)"),
+        (("      kind: files", "      kind: ftp"), 6, "'ftp' is not valid; expected one of hub, files, synthetic"),
+        (("      path: data/train.parquet\n", ""), 6, "families.MyVQA.source.path: required key is missing"),
+        (("      license: mit\n", ""), 11, "families.MyVQA.card.license: required key is missing"),
+        (("      license: mit", "      license: [mit]"), 13, "expected str, got a list"),
+        (("  model: {id: some/model}", "  model: {id: some/model}\n  sampling: {max_tokens: lots}"), 3, "expected int, got 'lots'"),
+        (("  model: {id: some/model}", "  model: {id: some/model}\n  sampling: {temperature: true}"), 3, "expected float, got True"),
+        (("  MyVQA:", "  My/VQA:"), 4, "not usable as a Hub repo name"),
+        (("defaults:", "default:"), 1, "unknown top-level key (did you mean 'defaults'?)"),
+    ],
+)
+def test_broken_family_is_refused_with_file_line_and_key(tmp_path: Path, edit: tuple[str, str], line: int, message: str) -> None:
+    old, new = edit
+    assert old in MINIMAL
+    path = write(tmp_path, MINIMAL.replace(old, new, 1))
+    with pytest.raises(FamilyConfigError) as err:
+        load_families(path)
+    assert f"{path}:{line}:" in str(err.value)
+    assert message in str(err.value)
+    result = cli("validate", "--config", str(path))
+    assert result.returncode != 0 and f"{path}:{line}:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unknown_verifier_lists_the_known_ones(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL.replace("{name: exact}", "{name: fuzzy}"))
+    with pytest.raises(FamilyConfigError, match=r"alnum.*relaxed"):
+        load_families(path)
+
+
+def test_duplicate_and_case_colliding_families(tmp_path: Path) -> None:
+    body = MINIMAL.split("families:\n", 1)[1]
+    dup = write(tmp_path, MINIMAL + body)
+    with pytest.raises(FamilyConfigError, match=r":15: families.MyVQA: duplicate family \(first defined at .*:4\)"):
+        load_families(dup)
+    cased = write(tmp_path, MINIMAL + body.replace("MyVQA", "myvqa"))
+    with pytest.raises(FamilyConfigError, match="only by case"):
+        load_families(cased)
+
+
+def test_names_are_case_sensitive() -> None:
+    with pytest.raises(UnknownFamilyError, match="Did you mean 'CLEVR'"):
+        get_family("clevr")
+    result = cli("show", "clevr")
+    assert result.returncode == 2 and "Known families: CLEVR" in result.stderr
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL.replace("    verifier: {name: exact}", "    verifier: {name: exact"))
+    with pytest.raises(FamilyConfigError, match=rf"{path}:\d+: not valid YAML"):
+        load_families(path)
+
+
+def test_keys_lists_every_key() -> None:
+    out = cli("keys").stdout
+    assert "families.NAME.cleaning.purity.vocabulary" in out and "families.NAME.source.columns.texts" in out
