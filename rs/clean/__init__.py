@@ -1,0 +1,190 @@
+"""Stage 1: from a family's source records to clean rows, each one image with its QA.
+
+    records ─ record checks ─ item filters ─ group by image ─ row checks ─ rows
+
+Every source QA item ends in exactly one place, kept or dropped with a reason, and
+`CleaningReport.check()` proves it at the end of every run.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from PIL import Image, UnidentifiedImageError
+
+from rs.families.schema import FamilyConfig
+from rs.sources.base import QAItem, Row, SourceRecord, sha256_hex
+
+from .base import ExclusionWriter, ItemFilter, StepStats
+from .filters import Provenance, ReferenceForm, RequiredFields, StripInstruction, TaskPurity
+from .group import ImageGrouper
+from .multiple_choice import MultipleChoice
+
+__all__ = ["AccountingError", "Cleaner", "CleaningReport", "ExclusionWriter", "POLICY_VERSION"]
+
+logger = logging.getLogger(__name__)
+
+POLICY_VERSION = "1"
+
+
+class AccountingError(RuntimeError):
+    """Source items do not add up to kept + dropped: a bug, never to be published over."""
+
+
+@dataclass
+class CleaningReport:
+    """What cleaning did to a family: the numbers behind the card's cleaning section."""
+
+    source_records: int = 0
+    source_items: int = 0
+    kept_items: int = 0
+    rows: int = 0
+    merged_records: int = 0
+    """Records whose image had already been seen, merged into that image's row."""
+    dropped: Counter[str] = field(default_factory=Counter)
+    steps: dict[str, StepStats] = field(default_factory=dict)
+
+    def check(self) -> None:
+        total = self.kept_items + sum(self.dropped.values())
+        if total != self.source_items:
+            raise AccountingError(
+                f"cleaning lost track of items: {self.source_items} from the source, "
+                f"{self.kept_items} kept + {sum(self.dropped.values())} dropped = {total}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source_records": self.source_records,
+            "source_items": self.source_items,
+            "kept_items": self.kept_items,
+            "dropped_items": sum(self.dropped.values()),
+            "rows": self.rows,
+            "merged_records": self.merged_records,
+            "dropped": dict(sorted(self.dropped.items())),
+            "steps": {name: stats.to_dict() for name, stats in self.steps.items()},
+        }
+
+
+def image_problem(image: bytes | None) -> str | None:
+    """Why an image cannot be used, or None. Decodes to check, but the bytes themselves travel on."""
+    if not image:
+        return "empty_image"
+    try:
+        with Image.open(io.BytesIO(image)) as im:
+            im.verify()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return "undecodable_image"
+    return None
+
+
+class Cleaner:
+    """The family's cleaning policies, in order, over a stream of source records."""
+
+    def __init__(self, config: FamilyConfig, provenance: dict[str, Any], *, exclusions: ExclusionWriter | None = None, work_dir: str | Path | None = None):
+        c = config.cleaning
+        self.provenance = provenance
+        self.exclusions = exclusions or ExclusionWriter(None)
+        self.work_dir = work_dir
+        self.filters: list[ItemFilter] = [RequiredFields(), StripInstruction(config.instruction)]
+        if c.provenance.enabled:
+            self.filters.append(Provenance(c.provenance))
+        if c.multiple_choice.enabled:
+            self.filters.append(MultipleChoice(c.multiple_choice))
+        if c.purity.enabled:
+            self.filters.append(TaskPurity(c.purity))
+        if c.reference_form.enabled:
+            self.filters.append(ReferenceForm(c.reference_form))
+        self.dedup = c.dedup
+        self.report = CleaningReport()
+        self.report.steps = {"records": StepStats(), **{f.name: f.stats for f in self.filters}}
+        if self.dedup:
+            self.report.steps["dedup"] = StepStats()
+
+    def policy(self) -> dict[str, Any]:
+        steps = [f"{f.name}@{f.version}" for f in self.filters] + (["dedup@1"] if self.dedup else [])
+        return {"name": "rs.clean", "version": POLICY_VERSION, "steps": steps}
+
+    def _drop(self, item: QAItem, reason: str, step: str, image_sha256: str | None) -> None:
+        self.report.dropped[reason] += 1
+        self.exclusions.write(item, reason=reason, step=step, image_sha256=image_sha256)
+
+    def _record(self, record: SourceRecord) -> tuple[bytes, str, list[QAItem]] | None:
+        """Record-level checks: one image per row, and an image that decodes."""
+        stats = self.report.steps["records"]
+        stats.seen += 1
+        self.report.source_records += 1
+        self.report.source_items += len(record.qa)
+        reason = None
+        if len(record.images) != 1:
+            reason = "no_image" if not record.images else "multiple_images"
+        else:
+            reason = image_problem(record.images[0])
+        if reason is not None:
+            stats.dropped[reason] += len(record.qa)
+            for item in record.qa:
+                self._drop(item, reason, "records", None)
+            return None
+        image = record.images[0]
+        sha = sha256_hex(image)
+        image_id = record.image_ids[0] if record.image_ids else None
+        kept = []
+        for item in record.qa:
+            for f in self.filters:
+                if (reason := f(item, sha, image_id)) is not None:
+                    self._drop(item, reason, f.name, sha)
+                    break
+            else:
+                kept.append(item)
+        return image, sha, kept
+
+    def _dedup(self, row: Row) -> Row:
+        stats = self.report.steps["dedup"]
+        seen: dict[str, str] = {}
+        kept = []
+        for item in row.qa:
+            stats.seen += 1
+            question = " ".join(item.question.split()).casefold()
+            answer = " ".join(item.answer.split()).casefold()
+            if question not in seen:
+                seen[question] = answer
+                kept.append(item)
+                continue
+            reason = "duplicate_qa" if seen[question] == answer else "conflicting_duplicate"
+            stats.dropped[reason] += 1
+            self._drop(item, reason, "dedup", row.image_sha256)
+        row.qa = kept
+        return row
+
+    def rows(self, records: Iterable[SourceRecord], *, limit: int | None = None) -> Iterator[Row]:
+        """Clean a stream of records into rows; `limit` stops reading after that many distinct images."""
+        policy = self.policy()
+        with ImageGrouper(self.work_dir) as grouper:
+            for record in records:
+                if limit is not None and grouper.images >= limit:
+                    break
+                if (checked := self._record(record)) is None:
+                    continue
+                image, sha, items = checked
+                grouper.add(sha, image, record.record_id, items)
+            self.report.merged_records = grouper.merged_records
+            for row in grouper.rows():
+                if self.dedup:
+                    row = self._dedup(row)
+                if not row.qa:
+                    continue
+                self.report.rows += 1
+                self.report.kept_items += len(row.qa)
+                row.clean_meta = {
+                    "source": dict(self.provenance),
+                    "record_ids": row.record_ids,
+                    "policy": policy,
+                    "rewrites": [f"{item.key}:{r}" for item in row.qa for r in item.rewrites],
+                    "flags": [f"{item.key}:{f}" for item in row.qa for f in item.flags],
+                }
+                yield row
+        self.report.check()

@@ -1,0 +1,82 @@
+"""The records every source yields, and the row a cleaned image becomes.
+
+Sources differ in shape (flat VQA, Cauldron-style conversations, local files, synthetic scenes);
+downstream stages only ever see these types, so adding a source never touches cleaning or sampling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Iterator, Protocol
+
+
+@dataclass(slots=True)
+class QAItem:
+    """One question about one image, as the source recorded it.
+
+    `question` and `answer` are the source's text, untouched by the source; cleaning may rewrite
+    them (multiple-choice normalisation) and says so in `rewrites`.
+    """
+
+    question: str
+    answer: str
+    record_id: str
+    turn: int = 0
+    source: str | None = None
+    """Dataset the pool says this item came from (the Cauldron's per-turn `source`), if recorded."""
+    image_ref: str | None = None
+    """Image id or hash the item was recorded against, if the source keeps one."""
+    references: tuple[str, ...] = ()
+    """Further acceptable references (VQA annotator answers); `answer` is always the first."""
+    options: tuple[str, ...] = ()
+    """Multiple-choice options when the source stores them apart from the question."""
+    qtype: str | None = None
+    """Question type when the source knows it (synthetic scenes do)."""
+    rewrites: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    """Cleaning marks that keep the item but are worth recording (e.g. `sentence_reference`)."""
+
+    @property
+    def key(self) -> str:
+        """Stable id of the item within its family: record id and turn."""
+        return f"{self.record_id}#{self.turn}"
+
+    def all_references(self) -> list[str]:
+        return [self.answer, *(r for r in self.references if r != self.answer)]
+
+
+@dataclass(slots=True)
+class SourceRecord:
+    """One record of a source: its images (original bytes) and the QA attached to them."""
+
+    record_id: str
+    images: list[bytes | None]
+    qa: list[QAItem]
+    image_ids: list[str | None] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Row:
+    """One image with all its QA: the unit that is sampled, stored and published."""
+
+    image: bytes
+    image_sha256: str
+    qa: list[QAItem]
+    record_ids: list[str] = field(default_factory=list)
+    clean_meta: dict = field(default_factory=dict)
+    """Provenance (source dataset, config, split, revision, record ids) and the cleaning policy that admitted the row."""
+
+
+class Source(Protocol):
+    """A stream of records plus what identifies where they came from."""
+
+    def __iter__(self) -> Iterator[SourceRecord]: ...
+
+    def provenance(self) -> dict[str, str | None]:
+        """Dataset, config, split and revision, recorded in every row's `clean_meta`."""
+        ...
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

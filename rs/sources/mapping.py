@@ -1,0 +1,126 @@
+"""Map the records of a tabular source (Hub or local files) to `SourceRecord`s.
+
+Two shapes cover the real pools: `flat` (one image, one question, one answer per record, as in
+VQAv2 or TextVQA) and `conversational` (a list of images and a list of `{user, assistant, source}`
+turns, as in HuggingFaceM4/the_cauldron). Column names come from the family's YAML.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Literal
+
+from rs.families.schema import Columns
+from rs.sources.base import QAItem, SourceRecord
+
+
+class SourceFormatError(ValueError):
+    """A source record does not have the shape its family's YAML says it has."""
+
+
+def image_bytes(value: Any, base_dir: Path | None = None) -> bytes | None:
+    """The original bytes of an image value, as `datasets` stores it undecoded, or as a path."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, dict):
+        if value.get("bytes"):
+            return bytes(value["bytes"])
+        if value.get("path"):
+            return _read(value["path"], base_dir)
+        return b""
+    if isinstance(value, (str, Path)):
+        return _read(value, base_dir)
+    raise SourceFormatError(
+        f"image value of type {type(value).__name__} has no original bytes; "
+        "the column must be a datasets Image feature (read with decode=False), bytes, or a file path"
+    )
+
+
+def _read(path: str | Path, base_dir: Path | None) -> bytes | None:
+    p = Path(path)
+    if not p.is_absolute() and base_dir is not None:
+        p = base_dir / p
+    try:
+        return p.read_bytes()
+    except OSError:
+        return None  # counted downstream as an empty image, the run goes on
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def split_answer(value: Any) -> tuple[str, tuple[str, ...]]:
+    """A reference column may hold one answer or a list of annotator answers (VQA).
+
+    For a list, the official answer is the most frequent one (the first on ties) and all distinct
+    answers are kept as further references.
+    """
+    if isinstance(value, (list, tuple)):
+        answers = [_text(a) for a in value]
+        if not answers:
+            return "", ()
+        counts = Counter(answers)
+        best = max(answers, key=lambda a: (counts[a], -answers.index(a)))
+        return best, tuple(dict.fromkeys(answers))
+    return _text(value), ()
+
+
+def _get(record: dict, column: str | None, what: str) -> Any:
+    if column is None:
+        return None
+    if column not in record:
+        raise SourceFormatError(f"column {column!r} ({what}) not in the source; its columns are: {', '.join(record)}")
+    return record[column]
+
+
+def records_from_rows(
+    rows: Iterable[dict[str, Any]],
+    *,
+    shape: Literal["flat", "conversational"],
+    columns: Columns,
+    fixed_question: str | None = None,
+    base_dir: Path | None = None,
+) -> Iterator[SourceRecord]:
+    for position, record in enumerate(rows):
+        record_id = _text(_get(record, columns.id, "columns.id")) if columns.id else str(position)
+        image_ref = _get(record, columns.image_id, "columns.image_id")
+        image_ref = None if image_ref is None else str(image_ref)
+        qtype = _get(record, columns.qtype, "columns.qtype")
+        if shape == "conversational":
+            images = _get(record, columns.images, "columns.images") or []
+            turns = _get(record, columns.texts, "columns.texts") or []
+            qa = [
+                QAItem(
+                    question=_text(turn.get(columns.user)),
+                    answer=_text(turn.get(columns.assistant)),
+                    record_id=record_id,
+                    turn=i,
+                    source=turn.get(columns.turn_source),
+                    image_ref=image_ref,
+                    qtype=qtype,
+                )
+                for i, turn in enumerate(turns)
+            ]
+            yield SourceRecord(record_id=record_id, images=[image_bytes(im, base_dir) for im in images], qa=qa)
+            continue
+        question = fixed_question if fixed_question is not None else _text(_get(record, columns.question, "columns.question"))
+        answer, references = split_answer(_get(record, columns.answer, "columns.answer"))
+        if columns.answers:
+            references = tuple(dict.fromkeys([answer, *map(_text, _get(record, columns.answers, "columns.answers") or [])]))
+        options = _get(record, columns.options, "columns.options") or ()
+        source = _get(record, columns.source, "columns.source")
+        item = QAItem(
+            question=question,
+            answer=answer,
+            record_id=record_id,
+            source=None if source is None else str(source),
+            image_ref=image_ref,
+            references=references,
+            options=tuple(map(_text, options)),
+            qtype=qtype,
+        )
+        yield SourceRecord(record_id=record_id, images=[image_bytes(_get(record, columns.image, "columns.image"), base_dir)], qa=[item])
