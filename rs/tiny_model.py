@@ -161,6 +161,7 @@ _BPE_VOCAB_SIZE = 4096  # upper bound; the generated corpus saturates well below
 _CORPUS_SEED = 1234  # the tokenizer is the same for every model seed
 # Output-head shaping for ``visible_text=True`` (see _shape_output_head; values measured).
 _BIAS_EMBED = 0.3
+_FAVOUR_ROW = 12.0
 _HIDDEN_ROW = 3.0
 _VISIBLE_SCALE = 8.0
 _NUMBER_SCALE = 1.25
@@ -356,7 +357,7 @@ def _is_invisible(text: str) -> bool:
     )
 
 
-def _shape_output_head(model: Any, tokenizer: Any, *, seed: int) -> dict[str, int]:
+def _shape_output_head(model: Any, tokenizer: Any, *, seed: int, favour: str | None = None) -> dict[str, int]:
     """Edit the random weights so that output is visible text that usually ends with EOS.
 
     Untouched random weights mostly emit tokens that show as ``''``, U+FFFD or control
@@ -404,10 +405,14 @@ def _shape_output_head(model: Any, tokenizer: Any, *, seed: int) -> dict[str, in
         head[SPECIAL_TOKENS.index(EOS_TOKEN)] = _EOS_ROW * stop
         embed += _BIAS_EMBED * bias
         embed[numbers] += _EOS_TRIGGER * stop
+        if favour:
+            # a deliberately broken judge: the tokens of one word outrank everything, whatever the prompt
+            for token_id in tokenizer.encode(favour, add_special_tokens=False).ids:
+                head[token_id] += _FAVOUR_ROW * bias
     return {"hidden": int(hidden.sum()), "numbers": int(numbers.sum()), "vocab": len(texts)}
 
 
-def _write_model_folder(folder: Path, *, seed: int, visible_text: bool) -> None:
+def _write_model_folder(folder: Path, *, seed: int, visible_text: bool, favour: str | None = None) -> None:
     """Write all files of the tiny VLM into an existing empty ``folder``."""
     import torch
     from transformers import (
@@ -448,8 +453,10 @@ def _write_model_folder(folder: Path, *, seed: int, visible_text: bool) -> None:
         model = Idefics3ForConditionalGeneration(config)
     model.eval()
     if visible_text:
-        stats = _shape_output_head(model, tokenizer, seed=seed)
+        stats = _shape_output_head(model, tokenizer, seed=seed, favour=favour)
         logger.debug("Output head shaped: %s", stats)
+    elif favour:
+        raise ValueError("favour needs visible_text=True (it uses the shaped output head's bias direction)")
     model.to(torch.bfloat16)
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id,
@@ -476,13 +483,13 @@ def _looks_like_tiny_vlm(folder: Path) -> bool:
     return folder.is_dir() and all((folder / name).is_file() for name in _FILES)
 
 
-def _build_in_temp(parent: Path, *, seed: int, visible_text: bool) -> Path:
+def _build_in_temp(parent: Path, *, seed: int, visible_text: bool, favour: str | None = None) -> Path:
     """Build into a fresh hidden temp dir under ``parent`` (same filesystem, so rename is atomic)."""
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-vlm-tmp-", dir=parent))
     try:
         start = time.perf_counter()
-        _write_model_folder(tmp, seed=seed, visible_text=visible_text)
+        _write_model_folder(tmp, seed=seed, visible_text=visible_text, favour=favour)
         logger.info("Built tiny VLM (seed=%d, visible_text=%s) in %.1f s", seed, visible_text, time.perf_counter() - start)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -490,7 +497,7 @@ def _build_in_temp(parent: Path, *, seed: int, visible_text: bool) -> Path:
     return tmp
 
 
-def build_tiny_vlm(out_dir: str | Path, *, seed: int = 0, visible_text: bool = True) -> Path:
+def build_tiny_vlm(out_dir: str | Path, *, seed: int = 0, visible_text: bool = True, favour: str | None = None) -> Path:
     """Build the tiny Idefics3 VLM into ``out_dir`` and return its path.
 
     The folder appears atomically: files are written to a temp dir next to ``out_dir`` that is
@@ -523,11 +530,14 @@ def build_tiny_vlm(out_dir: str | Path, *, seed: int = 0, visible_text: bool = T
             flags, chosen by the weights rather than the prompt (seed 0: ``"UNSURE"`` for every
             prompt, seed 3 always ``"WRONG"``, seed 2 a mix): this is what a broken judge
             looks like.
+        favour: A word whose tokens then outrank every other token whatever the prompt
+            (``favour="CORRECT"``: the judge that calls everything correct, which calibration
+            must catch). Needs ``visible_text=True``.
     """
     out_dir = Path(out_dir).expanduser().absolute()
     if out_dir.exists() and not (out_dir.is_dir() and set(os.listdir(out_dir)) <= set(_FILES)):
         raise FileExistsError(f"{out_dir} exists and is not a tiny VLM build; not replacing it")
-    tmp = _build_in_temp(out_dir.parent, seed=seed, visible_text=visible_text)
+    tmp = _build_in_temp(out_dir.parent, seed=seed, visible_text=visible_text, favour=favour)
     try:
         os.replace(tmp, out_dir)  # succeeds when out_dir is absent or an empty directory
     except OSError:
@@ -548,7 +558,7 @@ def _library_versions() -> dict[str, str]:
     return versions
 
 
-def _content_key(*, seed: int, visible_text: bool) -> str:
+def _content_key(*, seed: int, visible_text: bool, favour: str | None = None) -> str:
     """Name of a cached build: changes whenever the files could change.
 
     Hashes this module's source (any edit to the builder) and the versions of the libraries that
@@ -560,16 +570,17 @@ def _content_key(*, seed: int, visible_text: bool) -> str:
         "versions": _library_versions(),
         "seed": seed,
         "visible_text": visible_text,
+        "favour": favour,
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-    return f"seed{seed}-{'visible' if visible_text else 'raw'}-{digest}"
+    return f"seed{seed}-{'visible' if visible_text else 'raw'}{'-' + favour.lower() if favour else ''}-{digest}"
 
 
 def _default_cache_dir() -> Path:
     return Path(os.environ.get("RS_CACHE_DIR") or Path.home() / ".cache" / "rs")
 
 
-def tiny_vlm_path(*, seed: int = 0, visible_text: bool = True, cache_dir: str | Path | None = None) -> Path:
+def tiny_vlm_path(*, seed: int = 0, visible_text: bool = True, favour: str | None = None, cache_dir: str | Path | None = None) -> Path:
     """Return the path of a cached tiny VLM build, building it on first use.
 
     The folder is ``<cache_dir or $RS_CACHE_DIR or ~/.cache/rs>/tiny-vlm/<content key>``. Safe
@@ -578,10 +589,10 @@ def tiny_vlm_path(*, seed: int = 0, visible_text: bool = True, cache_dir: str | 
     winner's (both are byte-identical anyway). See :func:`build_tiny_vlm` for the arguments.
     """
     root = Path(cache_dir).expanduser() if cache_dir is not None else _default_cache_dir()
-    final = (root / "tiny-vlm" / _content_key(seed=seed, visible_text=visible_text)).absolute()
+    final = (root / "tiny-vlm" / _content_key(seed=seed, visible_text=visible_text, favour=favour)).absolute()
     if _looks_like_tiny_vlm(final):
         return final
-    tmp = _build_in_temp(final.parent, seed=seed, visible_text=visible_text)
+    tmp = _build_in_temp(final.parent, seed=seed, visible_text=visible_text, favour=favour)
     try:
         os.rename(tmp, final)
     except OSError:

@@ -1,0 +1,83 @@
+"""The generation cache: content-addressed, committed per batch, safe for several processes.
+
+A key (`rs.engines.base.cache_key`) covers the engine kind, model id and revision, chat template,
+exact prompt bytes, image hash and sampling settings, so the same question is answered once and
+changing the verifier never re-runs the model. Results are committed per batch in SQLite's WAL
+mode: a process killed with SIGKILL loses at most the batch in flight, and several worker
+processes on one machine can write to the same file (SQLite serialises writers; readers never
+block). SQLite over a network filesystem is not safe: for several machines see `rs.sample`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from rs.engines.base import Generation
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS generations (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    created REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+class GenerationCache:
+    """Maps cache keys to `Generation`s in one SQLite file."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
+        self._db.execute("PRAGMA busy_timeout=60000")
+        self._db.executescript(_SCHEMA)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
+        keys = list(dict.fromkeys(keys))
+        found: dict[str, Generation] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for key, value in self._db.execute(f"SELECT key, value FROM generations WHERE key IN ({marks})", chunk):
+                found[key] = Generation.from_dict(json.loads(value))
+        return found
+
+    def get(self, key: str) -> Generation | None:
+        return self.get_many([key]).get(key)
+
+    def put_many(self, items: Iterable[tuple[str, Generation]]) -> int:
+        """Commit a batch atomically; transient failures are not stored. Returns how many were stored."""
+        rows = [(k, json.dumps(g.to_dict(), ensure_ascii=False), time.time()) for k, g in items if g.cacheable]
+        if not rows:
+            return 0
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany("INSERT OR IGNORE INTO generations VALUES (?, ?, ?)", rows)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return len(rows)
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+
+    def items(self) -> Iterator[tuple[str, Generation]]:
+        for key, value in self._db.execute("SELECT key, value FROM generations ORDER BY key"):
+            yield key, Generation.from_dict(json.loads(value))
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "GenerationCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,142 @@
+"""Sampling engines, and building the right one from a family's configuration.
+
+    >>> from rs.families import get_family
+    >>> from rs.engines import engines_for, sampling_settings
+    >>> family = get_family("TinyCLEVR")
+    >>> sampler, judge = engines_for(family)        # one engine object when the judge model is the sampler
+    >>> settings = sampling_settings(family.config)
+
+Engines are imported lazily: `import rs.engines` must stay cheap (no vLLM, no openai) so that the
+CLI, the replay engine and the tests that need neither start fast.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rs.engines.base import Engine, Generation, Request, SamplingSettings
+
+if TYPE_CHECKING:
+    from rs.families import Family
+    from rs.families.schema import FamilyConfig, ModelConfig
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "TINY_VLM",
+    "Engine",
+    "Generation",
+    "Request",
+    "SamplingSettings",
+    "create_engine",
+    "engines_for",
+    "resolve_model",
+    "sampling_settings",
+]
+
+TINY_VLM = "rs:tiny-vlm"
+"""Model id of the project's own tiny random VLM (`rs.tiny_model`), built locally on first use."""
+
+
+def resolve_model(model_id: str) -> str:
+    """The path or Hub id to load for a configured model id.
+
+    `rs:tiny-vlm` is the tiny test VLM, built into the local cache on first use (no network);
+    every other id (a Hub id or a local folder) is passed through unchanged.
+    """
+    if model_id == TINY_VLM:
+        from rs.tiny_model import tiny_vlm_path
+
+        return str(tiny_vlm_path())
+    if model_id.startswith("rs:"):
+        raise ValueError(f"unknown built-in model {model_id!r}; the only one is {TINY_VLM!r} (or give a Hub id or a local path)")
+    return model_id
+
+
+def sampling_settings(config: FamilyConfig | Family) -> SamplingSettings:
+    """The family's sampling settings (`sampling:` in families.yaml) as the engines take them."""
+    config = _config_of(config)
+    s = config.sampling
+    return SamplingSettings(
+        temperature=s.temperature, top_p=s.top_p, seed=s.seed, max_tokens=s.max_tokens,
+        chat_template_kwargs=dict(s.chat_template_kwargs),
+    )
+
+
+def create_engine(
+    config: FamilyConfig | Family,
+    *,
+    judge: bool = False,
+    name: str | None = None,
+    base_dir: str | Path | None = None,
+) -> Engine:
+    """Build the family's sampling engine, or its judge's (`judge=True`).
+
+    The judge uses `judge.model` when set, otherwise the sampling model, always on the family's
+    engine kind. Pass a `Family` to get its name into error messages and its file's folder as the
+    base of a relative `engine.replay_path`; with a bare `FamilyConfig`, give `name` and `base_dir`.
+    """
+    if not isinstance(config, _family_config_type()):
+        family = config
+        name = name or family.name
+        base_dir = base_dir if base_dir is not None else family.path.parent
+        config = family.config
+    model = _model_for(config, judge=judge)
+    engine = config.engine
+    where = f"families.{name or '<family>'}.engine"
+    if engine.kind == "vllm":
+        from rs.engines.vllm import VLLMEngine
+
+        return VLLMEngine(model.id, revision=model.revision, engine_args=engine.args)
+    if engine.kind == "openai":
+        if not engine.base_url:
+            raise ValueError(f"{where}.base_url is required for kind openai (e.g. http://127.0.0.1:8000/v1)")
+        from rs.engines.openai import OpenAIEngine
+
+        return OpenAIEngine(
+            model.id, base_url=engine.base_url, api_key_env=engine.api_key_env, concurrency=engine.concurrency,
+            timeout_s=engine.timeout_s, max_retries=engine.max_retries, revision=model.revision,
+        )
+    if engine.kind == "replay":
+        if not engine.replay_path:
+            raise ValueError(f"{where}.replay_path is required for kind replay (a JSON Lines file of outputs)")
+        from rs.engines.replay import ReplayEngine
+
+        path = Path(engine.replay_path).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        return ReplayEngine(path, model=model.id, revision=model.revision)
+    raise ValueError(f"{where}.kind must be one of vllm, openai, replay; got {engine.kind!r}")
+
+
+def engines_for(
+    config: FamilyConfig | Family, *, name: str | None = None, base_dir: str | Path | None = None
+) -> tuple[Engine, Engine]:
+    """`(sampler, judge)`; the same object when the judge model is the sampling model.
+
+    Sharing matters for the offline engine: a second `vllm.LLM` of the same model would hold a
+    second copy of the weights and KV cache.
+    """
+    sampler = create_engine(config, name=name, base_dir=base_dir)
+    cfg = _config_of(config)
+    if _model_for(cfg, judge=True) == _model_for(cfg, judge=False):
+        return sampler, sampler
+    return sampler, create_engine(config, judge=True, name=name, base_dir=base_dir)
+
+
+def _model_for(config: FamilyConfig, *, judge: bool) -> ModelConfig:
+    if judge and config.judge.model is not None:
+        return config.judge.model
+    return config.model
+
+
+def _family_config_type() -> type:
+    from rs.families.schema import FamilyConfig
+
+    return FamilyConfig
+
+
+def _config_of(config: FamilyConfig | Family) -> FamilyConfig:
+    return config if isinstance(config, _family_config_type()) else config.config

@@ -1,0 +1,99 @@
+"""The one small interface every sampling engine implements, and what a result records.
+
+An engine answers a batch of requests (a prompt, with or without an image) with one `Generation`
+per request, in order. A request that fails alone (an image the processor refuses, a prompt longer
+than the context) comes back as a `Generation` with `error` set; it never fails its batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, Sequence
+
+from rs.extract import split_reasoning
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """What decides an output besides the prompt and the image; part of every cache key."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    max_tokens: int = 8192
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    choices: tuple[str, ...] = ()
+    """When set, the output is constrained to exactly one of these strings (the judge's labels)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: str
+    """The exact user text; for sampling, also the question stored in the dataset."""
+    image: bytes | None = None
+    """The image's original bytes; None for text-only requests (the judge)."""
+    image_sha256: str | None = None
+    item_key: str | None = None
+    """The QA item this request asks about (record id and turn); the replay engine looks outputs up by it."""
+
+
+@dataclass
+class Generation:
+    """One engine output, with the reasoning and the final answer split apart."""
+
+    text: str
+    """The raw output, as produced."""
+    reasoning: str | None
+    answer: str | None
+    """The final answer; None when there is none (cut off by max_tokens, reasoning never closed, error)."""
+    finish_reason: str
+    """`stop`, `length`, or `error`."""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    model: str = ""
+    model_revision: str | None = None
+    error: str | None = None
+    """Why this request failed alone (engine_error), if it did."""
+    cacheable: bool = True
+    """False for transient failures (timeouts, server errors): those are retried on the next run."""
+
+    @classmethod
+    def from_text(cls, text: str, *, finish_reason: str, reasoning: str | None = None, **kwargs: Any) -> "Generation":
+        """Split a raw output; an output cut off by max_tokens has no final answer, whatever it says."""
+        if reasoning is not None:  # the server already separated it (`message.reasoning`)
+            answer: str | None = text.strip()
+        else:
+            reasoning, answer = split_reasoning(text)
+        if finish_reason == "length":
+            answer = None
+        return cls(text=text, reasoning=reasoning or None, answer=answer, finish_reason=finish_reason, **kwargs)
+
+    @classmethod
+    def failed(cls, error: str, *, cacheable: bool, **kwargs: Any) -> "Generation":
+        return cls(text="", reasoning=None, answer=None, finish_reason="error", error=error, cacheable=cacheable, **kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Generation":
+        return cls(**data)
+
+
+class Engine(Protocol):
+    """A sampling engine: `vllm` (offline), `openai` (any compatible server) or `replay` (a file)."""
+
+    kind: str
+
+    def identity(self) -> dict[str, Any]:
+        """Model id, revision and chat template (hash): what, with the request, decides an output."""
+        ...
+
+    def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
+        """One Generation per request, in order; failures are isolated per request."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,83 @@
+"""The `replay` engine: outputs produced earlier or elsewhere, read from a JSON Lines file.
+
+Use it to re-verify or re-judge without a GPU, or to import generations made by another system.
+Each line is one output: `{"key": QA item key, "text": raw output, ...}`, optionally with
+`prompt` (the exact prompt, to look up requests that have no item key, such as the judge's),
+`reasoning` (when the producer separated it), `finish_reason`, `prompt_tokens`,
+`completion_tokens`, `model` and `model_revision`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from rs.engines.base import Generation, Request, SamplingSettings
+
+
+class ReplayError(ValueError):
+    """A replay file that cannot be read; names the file and line."""
+
+
+class ReplayEngine:
+    kind = "replay"
+
+    def __init__(self, path: str | Path, *, model: str, revision: str | None = None):
+        self.path = Path(path)
+        self.model = model
+        self.revision = revision
+        # an index of line offsets, not the records: a replay file can be larger than memory
+        self._by_key: dict[str, int] = {}
+        self._by_prompt: dict[str, int] = {}
+        digest = hashlib.sha256()
+        try:
+            self._fh = self.path.open("rb")
+        except OSError as err:
+            raise ReplayError(f"{self.path}: cannot read the replay file: {err.strerror}") from err
+        offset = 0
+        for number, line in enumerate(self._fh, 1):
+            digest.update(line)
+            start, offset = offset, offset + len(line)
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ReplayError(f"{self.path}:{number}: not valid JSON: {err.msg}") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not ("key" in record or "prompt" in record):
+                raise ReplayError(f"{self.path}:{number}: each line needs a string `text` and a `key` or a `prompt`")
+            if "key" in record:
+                self._by_key[str(record["key"])] = start
+            if "prompt" in record:
+                self._by_prompt[_prompt_id(record["prompt"])] = start
+        self._file_sha256 = digest.hexdigest()
+
+    def identity(self) -> dict[str, Any]:
+        return {"model": self.model, "revision": self.revision, "replay_sha256": self._file_sha256}
+
+    def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
+        return [self._one(r) for r in requests]
+
+    def _one(self, request: Request) -> Generation:
+        offset = self._by_key.get(request.item_key) if request.item_key else None
+        if offset is None:
+            offset = self._by_prompt.get(_prompt_id(request.prompt))
+        meta = {"model": self.model, "model_revision": self.revision}
+        if offset is None:
+            return Generation.failed(f"no output in {self.path.name} for item {request.item_key!r}", cacheable=False, **meta)
+        self._fh.seek(offset)
+        record = json.loads(self._fh.readline())
+        meta = {"model": record.get("model", self.model), "model_revision": record.get("model_revision", self.revision)}
+        return Generation.from_text(
+            record["text"], reasoning=record.get("reasoning"), finish_reason=record.get("finish_reason", "stop"),
+            prompt_tokens=record.get("prompt_tokens"), completion_tokens=record.get("completion_tokens"), **meta,
+        )
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _prompt_id(prompt: str) -> str:
+    return hashlib.sha256(prompt.encode()).hexdigest()
