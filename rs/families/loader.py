@@ -159,7 +159,10 @@ class _Validator:
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             if required and name not in kwargs:
                 self.fail(node, f"{key}.{name}" if key else name, f"required key is missing ({_type_name(hints[name])})")
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except ValueError as err:  # a value check in the schema's __post_init__
+            self.fail(node, key, str(err))
 
 
 def _hints(cls: type) -> dict[str, Any]:

@@ -76,12 +76,22 @@ class ShardConfig:
     row_group_bytes: ByteSize = "100MB"
     """Largest row group: the Hub viewer refuses to scan row groups above about 300 MB."""
 
+    def __post_init__(self) -> None:
+        from rs.sizes import parse_bytes
+
+        for name in ("max_bytes", "row_group_bytes"):
+            parse_bytes(getattr(self, name))
+
 
 @dataclass
 class PublishConfig:
     namespace: str = "rs-datasets"
     """Hub user or organisation the three repos are created under."""
     private: bool = False
+    target: Literal["hub", "local"] = "hub"
+    """Where `python -m rs.publish` puts the repos when `--out` is not given."""
+    local_dir: str = "out"
+    """The folder of the `local` target (relative to the working directory): `{local_dir}/{namespace}/{repo}`."""
 
 
 @dataclass

@@ -1,0 +1,77 @@
+"""A `datasets` builder with one config per family and split, derived from families.yaml.
+
+`builder_class(families_path)` returns a `GeneratorBasedBuilder` subclass whose configs are
+`{FAMILY}_RS_think`, `{FAMILY}_RS_nothink` and `{FAMILY}_rejected` for every family of that file,
+so a family added in YAML is buildable with no code. Preparing any of the three configs makes sure
+the family's clean and sample stages are done (`rs.build.ensure_sampled`: the first config runs
+them, the others reuse them and never re-run the model), then routes the items into that split
+while `datasets` writes the parquet shards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import datasets
+from datasets.builder import Key
+
+from rs.families import load_families
+from rs.schema import SPLITS, features
+
+
+@dataclass
+class RSConfig(datasets.BuilderConfig):
+    family: str = ""
+    split: str = "think"
+
+
+class RSBuilder(datasets.GeneratorBasedBuilder):
+    """Builds one published split of one family; `context` is the `rs.build.BuildContext` of the run."""
+
+    BUILDER_CONFIG_CLASS = RSConfig
+    BUILDER_CONFIGS: list[RSConfig] = []
+
+    def __init__(self, *args: Any, context: Any, **kwargs: Any):
+        self.context = context
+        super().__init__(*args, **kwargs)
+
+    def _info(self) -> datasets.DatasetInfo:
+        family = self.context.family
+        card = family.config.card
+        return datasets.DatasetInfo(
+            description=card.description, citation=card.citation, homepage=card.homepage or "", license=card.license,
+            features=features(self.config.split),
+        )
+
+    def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
+        from rs.build import ensure_sampled
+
+        sampled = ensure_sampled(self.context)
+        promotes = bool(sampled["calibration"] and sampled["calibration"]["promotes"])
+        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "promotes": promotes})]
+
+    def _generate_examples(self, build_dir: str, promotes: bool) -> Iterator[tuple[Key, dict[str, Any]]]:
+        from rs.route import split_rows
+
+        for index, row in enumerate(split_rows(build_dir, self.config.split, promotes)):
+            yield Key(0, index), row
+
+
+_CLASSES: dict[str, type[RSBuilder]] = {}
+
+
+def builder_class(families_path: str | Path) -> type[RSBuilder]:
+    """The builder class for a families file: one config per family and split."""
+    path = Path(families_path).resolve()
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    if digest not in _CLASSES:
+        configs = [
+            RSConfig(name=family.repo_name(split), family=name, split=split, version=datasets.Version("1.0.0"))
+            for name, family in load_families(path).items()
+            for split in SPLITS
+        ]
+        _CLASSES[digest] = type(f"RSBuilder_{digest}", (RSBuilder,), {"BUILDER_CONFIGS": configs, "__module__": __name__})
+    return _CLASSES[digest]

@@ -1,0 +1,209 @@
+"""Stage 2: every question answered by the VLM, verified, and the rejections re-examined by the judge.
+
+Items stream from the cleaned rows in chunks: a chunk is answered (through the generation cache),
+verified, its verifier rejections that have a final answer are judged (also cached), and its
+results are written to the items store. The judge is then calibrated on a deterministic sample of
+verifier-accepted items and of constructed mismatches; only a judge that passes may promote.
+Routing into the three splits happens later (`rs.route`), from the items store and calibration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from rs.engines import sampling_settings
+from rs.engines.base import Engine, Generation, Request
+from rs.engines.cached import CachedEngine
+from rs.families.schema import FamilyConfig
+from rs.judge import Calibration, Judge, JudgeCase, calibrate
+from rs.prompt import build_prompt
+from rs.sources.base import QAItem, Row
+from rs.store import ITEMS, ParquetStreamWriter
+from rs.cache import GenerationCache
+from rs.verifiers import Verifier, get_verifier
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Pending:
+    row: int
+    item: QAItem
+    request: Request
+
+
+@dataclass
+class SampleReport:
+    items: int = 0
+    verified: int = 0
+    judged: int = 0
+    verdicts: Counter[str] = field(default_factory=Counter)
+    no_final_answer: int = 0
+    engine_errors: int = 0
+    sampling_requests: int = 0
+    sampling_engine_calls: int = 0
+    judge_requests: int = 0
+    judge_engine_calls: int = 0
+    seconds: float = 0.0
+    calibration: Calibration | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "calibration"}
+        d["verdicts"] = dict(self.verdicts)
+        d["calibration"] = self.calibration.to_dict() if self.calibration else None
+        return d
+
+
+class _BottomK:
+    """The k items with the smallest hash of their key: a deterministic sample of a stream in O(k) memory."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self._heap: list[tuple[int, str, Any]] = []  # max-heap on the hash, via negation
+
+    def offer(self, key: str, value: Any) -> None:
+        h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+        entry = (-h, key, value)
+        if len(self._heap) < self.k:
+            heapq.heappush(self._heap, entry)
+        elif -h > self._heap[0][0]:
+            heapq.heapreplace(self._heap, entry)
+
+    def items(self) -> list[Any]:
+        return [value for _, _, value in sorted(self._heap, key=lambda e: (-e[0], e[1]))]
+
+
+class SampleStage:
+    """Answers, verifies and judges a family's items; writes one result record per QA item."""
+
+    def __init__(self, config: FamilyConfig, sampler: Engine, judge_engine: Engine | None, cache: GenerationCache, *, progress: bool = True):
+        self.config = config
+        self.verifier: Verifier = get_verifier(config.verifier.name, **config.verifier.params)
+        self.settings = sampling_settings(config)
+        batch = config.engine.batch_size
+        self.runner = CachedEngine(sampler, cache, batch_size=batch, progress=progress)
+        self.judge = None
+        if config.judge.enabled and judge_engine is not None:
+            self.judge = Judge(CachedEngine(judge_engine, cache, batch_size=batch, progress=False), config.judge)
+        n = config.judge.calibration_samples
+        self._positives = _BottomK(n)
+        self._pool = _BottomK(2 * n)
+        self.report = SampleReport()
+
+    def _requests(self, rows: Iterable[Row], pending: list[_Pending]) -> Iterator[Request]:
+        for index, row in enumerate(rows):
+            for item in row.qa:
+                prompt = build_prompt(item.question, self.config.instruction)
+                request = Request(prompt=prompt, image=row.image, image_sha256=row.image_sha256, item_key=item.key)
+                pending.append(_Pending(index, item, request))
+                yield request
+
+    def run(self, rows: Iterable[Row], items_dir: str | Path, *, total: int | None = None) -> SampleReport:
+        start = time.perf_counter()
+        pending: list[_Pending] = []
+        results = self.runner.run(self._requests(rows, pending), self.settings, desc="sampling", total=total)
+        chunk_size = max(1, self.config.engine.batch_size)
+        with ParquetStreamWriter(items_dir, "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as writer:
+            while chunk := list(islice(results, chunk_size)):
+                contexts, pending[: len(chunk)] = pending[: len(chunk)], []
+                self._chunk(contexts, [g for _, g in chunk], writer)
+        self.report.calibration = self._calibrate()
+        stats = self.runner.stats
+        self.report.sampling_requests, self.report.sampling_engine_calls = stats.requests, stats.engine_calls
+        if self.judge:
+            self.report.judge_requests = self.judge.runner.stats.requests
+            self.report.judge_engine_calls = self.judge.runner.stats.engine_calls
+        self.report.seconds = time.perf_counter() - start
+        return self.report
+
+    def _chunk(self, contexts: list[_Pending], generations: list[Generation], writer: ParquetStreamWriter) -> None:
+        records = []
+        to_judge: list[tuple[int, JudgeCase]] = []
+        for i, (ctx, gen) in enumerate(zip(contexts, generations)):
+            references = ctx.item.all_references()
+            verified = gen.answer is not None and gen.error is None and self.verifier.match(gen.answer, references)
+            self.report.items += 1
+            self.report.verified += verified
+            self.report.engine_errors += gen.error is not None
+            self.report.no_final_answer += gen.error is None and gen.answer is None
+            record = {
+                "row": ctx.row, "key": ctx.item.key, "image_sha256": ctx.request.image_sha256, "prompt": ctx.request.prompt,
+                "reference": ctx.item.answer, "references": references, "text": gen.text, "reasoning": gen.reasoning,
+                "final": gen.answer, "finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
+                "completion_tokens": gen.completion_tokens, "model": gen.model, "model_revision": gen.model_revision,
+                "error": gen.error, "verified": verified, "judge": None,
+            }
+            records.append(record)
+            if gen.answer:
+                case = JudgeCase(ctx.request.prompt, ctx.item.answer, gen.answer, ctx.item.key)
+                self._pool.offer(ctx.item.key, (case, tuple(references)))
+                if verified:
+                    self._positives.offer(ctx.item.key, case)
+                elif self.judge is not None:
+                    to_judge.append((i, case))
+        if to_judge:
+            for (i, _), (_, label, _) in zip(to_judge, self.judge.verdicts([c for _, c in to_judge])):
+                records[i]["judge"] = label
+                self.report.verdicts[label] += 1
+                self.report.judged += 1
+        for record in records:
+            writer.write(record, size=len(record["text"]) + len(record["prompt"]))
+
+    def negatives(self) -> list[JudgeCase]:
+        """Constructed mismatches: a candidate paired with another item's question and reference that the verifier says differs."""
+        pool = self._pool.items()
+        cases = []
+        for i, (case, _) in enumerate(pool):
+            for other, references in pool[i + 1 :] + pool[:i]:
+                if other.item_key != case.item_key and not self.verifier.match(case.candidate, list(references)):
+                    cases.append(JudgeCase(other.question, other.reference, case.candidate, f"{case.item_key}~{other.item_key}"))
+                    break
+            if len(cases) >= self.config.judge.calibration_samples:
+                break
+        return cases
+
+    def _calibrate(self) -> Calibration | None:
+        if self.judge is None:
+            return None
+        return calibrate(self.judge, self._positives.items(), self.negatives())
+
+
+def main() -> int:
+    """`python -m rs.sample FAMILY`: run the clean and sample stages only (resumable; see rs.build)."""
+    import argparse
+    import json
+    import os
+    import sys
+
+    from rs import cli
+    from rs.build import BuildContext, default_cache_path, ensure_sampled
+    from rs.families import get_family
+
+    parser = argparse.ArgumentParser(prog="python -m rs.sample", description=main.__doc__)
+    parser.add_argument("family")
+    cli.add_config(parser)
+    cli.add_limit(parser)
+    parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where builds live (default: $RS_BUILD_DIR or ./build)")
+    parser.add_argument("--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)")
+    args = parser.parse_args()
+    family = get_family(args.family, args.config)
+    ctx = BuildContext(family, Path(args.build_dir or os.environ.get("RS_BUILD_DIR", "build")), args.cache or default_cache_path(),
+                       limit=args.limit, progress=sys.stderr.isatty())
+    report = ensure_sampled(ctx)
+    print(json.dumps({k: report[k] for k in ("items", "verified", "judged", "verdicts", "no_final_answer", "engine_errors",
+                                             "sampling_engine_calls", "judge_engine_calls")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    from rs import cli as _cli
+
+    _cli.run(main)

@@ -1,0 +1,158 @@
+"""Parquet stores of a build: the cleaned rows (images included) and the per-item sampling results.
+
+Both are written as a stream of small row groups and read back as a stream, in the same order,
+so that no stage holds a family in memory and each later stage (sampling, routing, a Ray
+cluster) reads what the previous one wrote instead of going back to the source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rs.sources.base import QAItem, Row
+
+CLEAN_META = pa.struct([
+    ("source", pa.struct([("dataset", pa.string()), ("config", pa.string()), ("split", pa.string()), ("revision", pa.string())])),
+    ("record_ids", pa.list_(pa.string())),
+    ("policy", pa.struct([("name", pa.string()), ("version", pa.string()), ("steps", pa.list_(pa.string()))])),
+    ("rewrites", pa.list_(pa.string())),
+    ("flags", pa.list_(pa.string())),
+])
+
+CLEAN_QA = pa.struct([
+    ("key", pa.string()), ("record_id", pa.string()), ("turn", pa.int32()),
+    ("question", pa.string()), ("answer", pa.string()), ("references", pa.list_(pa.string())),
+    ("options", pa.list_(pa.string())), ("qtype", pa.string()), ("source", pa.string()), ("image_ref", pa.string()),
+    ("rewrites", pa.list_(pa.string())), ("flags", pa.list_(pa.string())),
+])
+
+CLEAN_ROWS = pa.schema([
+    ("image", pa.binary()), ("image_sha256", pa.string()), ("qa", pa.list_(CLEAN_QA)), ("clean_meta", CLEAN_META),
+])
+
+ITEMS = pa.schema([
+    ("row", pa.int64()), ("key", pa.string()), ("image_sha256", pa.string()),
+    ("prompt", pa.string()), ("reference", pa.string()), ("references", pa.list_(pa.string())),
+    ("text", pa.string()), ("reasoning", pa.string()), ("final", pa.string()), ("finish_reason", pa.string()),
+    ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("model", pa.string()), ("model_revision", pa.string()),
+    ("error", pa.string()), ("verified", pa.bool_()), ("judge", pa.string()),
+])
+
+
+def _qa_record(item: QAItem) -> dict[str, Any]:
+    return {
+        "key": item.key, "record_id": item.record_id, "turn": item.turn, "question": item.question, "answer": item.answer,
+        "references": list(item.references), "options": list(item.options), "qtype": item.qtype, "source": item.source,
+        "image_ref": item.image_ref, "rewrites": list(item.rewrites), "flags": list(item.flags),
+    }
+
+
+def qa_item(record: dict[str, Any]) -> QAItem:
+    return QAItem(
+        question=record["question"], answer=record["answer"], record_id=record["record_id"], turn=record["turn"],
+        source=record["source"], image_ref=record["image_ref"], references=tuple(record["references"] or ()),
+        options=tuple(record["options"] or ()), qtype=record["qtype"], rewrites=list(record["rewrites"] or []),
+        flags=list(record["flags"] or []),
+    )
+
+
+class ParquetStreamWriter:
+    """Writes records to `<dir>/<prefix>-NNNNN.parquet`, one row group per `group_bytes` or `group_rows`.
+
+    Files are written under a temporary name and renamed when closed, so a crash never leaves a
+    file that looks complete.
+    """
+
+    def __init__(self, directory: str | Path, prefix: str, schema: pa.Schema, *, group_bytes: int = 64 << 20, group_rows: int = 10_000, file_bytes: int = 1 << 30):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.prefix, self.schema = prefix, schema
+        self.group_bytes, self.group_rows, self.file_bytes = group_bytes, group_rows, file_bytes
+        self._buffer: list[dict[str, Any]] = []
+        self._buffer_bytes = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._file_bytes = 0
+        self._index = 0
+        self.rows = 0
+        self.files: list[Path] = []
+
+    def _path(self) -> Path:
+        return self.directory / f"{self.prefix}-{self._index:05d}.parquet"
+
+    def write(self, record: dict[str, Any], size: int = 0) -> None:
+        self._buffer.append(record)
+        self._buffer_bytes += size
+        self.rows += 1
+        if self._buffer_bytes >= self.group_bytes or len(self._buffer) >= self.group_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(str(self._path()) + ".tmp", self.schema)
+        self._writer.write_table(pa.Table.from_pylist(self._buffer, schema=self.schema))
+        self._file_bytes += self._buffer_bytes
+        self._buffer, self._buffer_bytes = [], 0
+        if self._file_bytes >= self.file_bytes:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            os.replace(str(self._path()) + ".tmp", self._path())
+            self.files.append(self._path())
+            self._writer, self._file_bytes = None, 0
+            self._index += 1
+
+    def close(self) -> None:
+        self._flush()
+        self._close_file()
+
+    def __enter__(self) -> "ParquetStreamWriter":
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        elif self._writer is not None:
+            self._writer.close()
+
+
+def read_records(directory: str | Path, prefix: str, *, batch_rows: int = 256, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Stream the records of a store back, file by file, in the order they were written."""
+    for path in sorted(Path(directory).glob(f"{prefix}-*.parquet")):
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns):
+            yield from batch.to_pylist()
+
+
+def write_clean_rows(rows: Iterable[Row], directory: str | Path, *, group_bytes: int = 64 << 20) -> int:
+    """Write cleaned rows (original image bytes included) to `directory/rows-*.parquet`."""
+    with ParquetStreamWriter(directory, "rows", CLEAN_ROWS, group_bytes=group_bytes, group_rows=2_000) as writer:
+        for row in rows:
+            writer.write(
+                {"image": row.image, "image_sha256": row.image_sha256, "qa": [_qa_record(q) for q in row.qa], "clean_meta": row.clean_meta},
+                size=len(row.image),
+            )
+        return writer.rows
+
+
+def read_clean_rows(directory: str | Path) -> Iterator[Row]:
+    for record in read_records(directory, "rows", batch_rows=64):
+        meta = record["clean_meta"]
+        yield Row(image=record["image"], image_sha256=record["image_sha256"], qa=[qa_item(q) for q in record["qa"]],
+                  record_ids=list(meta["record_ids"]), clean_meta=meta)
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """Write JSON atomically: a crash leaves the old file or the new one, never half of one."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
