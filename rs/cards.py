@@ -1,0 +1,268 @@
+"""Dataset cards: one README per split, rendered with Jinja from the family's stats and real examples.
+
+Every number on a card comes from the `stats.json` of the build that produced the split, and the
+examples are rows of that split. Dataset text is untrusted: table cells escape everything that
+could break the layout (pipes, newlines, backticks, HTML, Markdown), and long fields go in
+HTML-escaped `<pre>` blocks that nothing inside can close. The card is checked by parsing it
+back with `huggingface_hub.DatasetCard` and comparing its front matter with the repo's files.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import heapq
+import html
+from pathlib import Path
+from typing import Any, Iterable
+
+from datasets import DatasetInfo, SplitDict, SplitInfo
+from huggingface_hub import DatasetCard, DatasetCardData
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from rs.schema import QA, REJECT_REASONS, SPLITS, features
+from rs.store import read_records
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+HUB_URL = "https://huggingface.co/datasets"
+DATA_GLOB = "data/train-*"
+
+
+class CardError(ValueError):
+    """A rendered card that does not describe its repo (front matter vs files, missing section)."""
+
+
+_CELL = str.maketrans({"|": "&#124;", "`": "&#96;", "*": "&#42;", "_": "&#95;", "[": "&#91;", "]": "&#93;",
+                       "\\": "&#92;", "~": "&#126;", "#": "&#35;", "!": "&#33;"})
+
+
+def cell(value: Any) -> str:
+    """One table cell of untrusted text: HTML escaped, Markdown neutralised, newlines as <br>."""
+    text = html.escape(str(value), quote=False).translate(_CELL)
+    return text.replace("\r\n", "\n").replace("\n", "<br>") if text else "&#8203;"
+
+
+def pre(value: Any) -> str:
+    """A long untrusted field as a code block: an HTML `<pre>` block, so nothing inside it (fences,
+    `</details>`, blank lines, Markdown) can end it early or render as markup."""
+    return f"<pre><code>{html.escape(str(value), quote=False)}</code></pre>"
+
+
+def num(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _env() -> Environment:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True,
+                      autoescape=False)
+    env.filters.update(cell=cell, num=num, pct=pct, pre=pre)
+    return env
+
+
+def image_extension(data: bytes) -> str:
+    if data.startswith(b"\x89PNG"):
+        return "png"
+    if data.startswith(b"\xff\xd8"):
+        return "jpg"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    return "bin"
+
+
+def _category(split: str, qa: dict[str, Any]) -> str:
+    return qa["reason"] if split == "rejected" else qa["accepted_by"]
+
+
+def select_examples(split_dir: str | Path, split: str, n: int = 3) -> list[dict[str, Any]]:
+    """Pick `n` QA items of a split, deterministically and representatively.
+
+    Items are ranked by a hash of (image hash, question); the best-ranked item of each category
+    (rejection reason, or who accepted) comes first, so the examples are not all of one kind; the
+    rest are filled by rank. Memory is bounded by the number of categories and `n`.
+    """
+    best_by_category: dict[str, tuple[str, dict[str, Any]]] = {}
+    overall: list[tuple[str, int, dict[str, Any]]] = []
+    counter = 0
+    for row in read_records(split_dir, "train", batch_rows=32):
+        for qa in row["qa"]:
+            rank = hashlib.sha256(f"{row['image_sha256']}\x00{qa['question']}".encode()).hexdigest()
+            entry = {"qa": qa, "image": row["image"]["bytes"], "image_sha256": row["image_sha256"]}
+            cat = _category(split, qa)
+            if cat not in best_by_category or rank < best_by_category[cat][0]:
+                best_by_category[cat] = (rank, entry)
+            counter += 1
+            item = (_neg(rank), counter, entry)
+            if len(overall) < n:
+                heapq.heappush(overall, item)
+            elif item > overall[0]:
+                heapq.heapreplace(overall, item)
+    chosen = [entry for _, entry in sorted(best_by_category.values(), key=lambda e: e[0])][:n]
+    seen = {(e["image_sha256"], e["qa"]["question"]) for e in chosen}
+    for _, _, entry in sorted(overall, key=lambda e: e[0], reverse=True):
+        if len(chosen) >= n:
+            break
+        if (entry["image_sha256"], entry["qa"]["question"]) not in seen:
+            chosen.append(entry)
+    return chosen
+
+
+def _neg(rank: str) -> str:
+    # heap keeps the n smallest ranks: store the complement so the largest of them sits on top
+    return "".join("0123456789abcdef"[15 - int(c, 16)] for c in rank)
+
+
+def attach_image_paths(examples: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
+    """Name each example's original image file in the repo; returns (path, bytes) to write."""
+    files = []
+    for i, example in enumerate(examples, 1):
+        example["image_path"] = f"images/example-{i}.{image_extension(example['image'])}"
+        files.append((example["image_path"], example["image"]))
+    return files
+
+
+def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[str, Any]:
+    qa = example["qa"]
+    if split == "rejected":
+        fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reason", qa["reason"])]
+        details = [("wrong_vlm", qa["wrong_vlm"])]
+    elif split == "think":
+        fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reference", qa["reference"]), ("accepted_by", qa["accepted_by"])]
+        details = [("reasoning", qa["reasoning"])]
+    else:
+        fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reference", qa["reference"]), ("accepted_by", qa["accepted_by"])]
+        details = []
+    return {"image_path": image_path, "fields": fields, "details": details}
+
+
+_POLICIES = [
+    ("records", "Image check", "A row is exactly one image whose bytes decode; QA attached to records with no image, several images, or an image that does not decode are dropped.", False),
+    ("required_fields", "Required fields", "Items with an empty question or an empty reference are dropped.", False),
+    ("strip_instruction", "Instruction appended once", "Where the source had already appended the family's instruction to a question, it is removed there and appended exactly once at prompt time.", True),
+    ("provenance", "Provenance check", "Each QA item records where it came from; items whose recorded source does not resolve to the image they are attached to are dropped.", False),
+    ("multiple_choice", "Multiple-choice normalisation", "Where options had been flattened into prose, they are re-rendered as a lettered block and the reference is rewritten to the bare letter, so the task is well posed and the answer is unambiguous; a reference that names no option is dropped.", False),
+    ("task_purity", "Task purity", "Questions that leave this benchmark's closed vocabulary or patterns are off-task (pools that assign samples to a family by image match pull unrelated general-VQA questions in) and are dropped.", False),
+    ("reference_form", "Reference form", "References that are full sentences where the instruction asks for a single word or phrase are caught.", False),
+    ("dedup", "Deduplication", "The same question asked twice of the same image is kept once.", False),
+]
+
+
+def _policies(cleaning: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for step, title, text, rewrites in _POLICIES:
+        if step not in cleaning["steps"]:
+            continue
+        stats = cleaning["steps"][step]
+        counts = sorted({**stats["dropped"], **{f"rewritten: {k}": v for k, v in stats["rewritten"].items()},
+                         **{f"marked: {k}": v for k, v in stats["marked"].items()}}.items())
+        out.append({"title": title, "text": text, "counts": counts, "rewrites": rewrites})
+    return out
+
+
+def _size_category(rows: int) -> str:
+    for limit, name in [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+                        (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B")]:
+        if rows < limit:
+            return name
+    return "n>1T"
+
+
+def card_data(stats: dict[str, Any], card: dict[str, Any], split: str) -> DatasetCardData:
+    """The YAML front matter: metadata, and `configs` / `dataset_info` matching the repo's files."""
+    split_stats = stats["splits"][split]
+    info = DatasetInfo(features=features(split), splits=SplitDict(
+        {"train": SplitInfo(name="train", num_bytes=split_stats["dataset_bytes"], num_examples=split_stats["rows"])}))
+    info.download_size = split_stats["bytes"]
+    info.dataset_size = split_stats["dataset_bytes"]
+    return DatasetCardData(
+        license=card["license"], language=card["language"], task_categories=card["task_categories"],
+        size_categories=[_size_category(split_stats["rows"])], pretty_name=f"{card['pretty_name']} {split_stats['repo']}",
+        source_datasets=card["source_datasets"] or None, tags=sorted({*card["tags"], "rejection-sampling", split}),
+        configs=[{"config_name": "default", "data_files": [{"split": "train", "path": DATA_GLOB}]}],
+        dataset_info=info._to_yaml_dict(),
+    )
+
+
+_INTRO = {
+    "think": "This split holds the **accepted** items with the model's reasoning: `response` is the full assistant turn (`<think>` block, then the answer), ready for supervised fine-tuning.",
+    "nothink": "This split holds the **accepted** items with the final answer alone, for training without reasoning.",
+    "rejected": "This split holds the **rejected** items — the `answer` field holds the official ground truth.",
+}
+_NOTE = {
+    "think": "Every answer here was verified against the official ground truth (or promoted by a calibrated judge): `accepted_by` says which.",
+    "nothink": "Every answer here was verified against the official ground truth (or promoted by a calibrated judge): `accepted_by` says which.",
+    "rejected": "The rejected split is training data, not just diagnostics: `answer` is the official ground truth, and `wrong_vlm` records what the model said instead.",
+}
+_SCHEMA_NOTES = {
+    "think": ["`question`: the exact prompt", "`reasoning`: the model's reasoning", "`answer`: the model's final answer",
+              "`response`: `<think>\\n{reasoning}\\n</think>\\n\\n{answer}`", "`reference`: the official ground truth",
+              "`accepted_by`: `verifier` or `judge`"],
+    "nothink": ["`question`: the exact prompt", "`answer`: the model's final answer", "`reference`: the official ground truth",
+                "`accepted_by`: `verifier` or `judge`"],
+    "rejected": [],
+}
+
+
+def render_card(stats: dict[str, Any], family_card: dict[str, Any], instruction: str, split: str, namespace: str,
+                examples: list[dict[str, Any]]) -> str:
+    """The README.md of one split's repo."""
+    repos = {s: stats["splits"][s]["repo"] for s in SPLITS}
+    verifier = stats["verifier"]
+    custom = TEMPLATES / "verifiers" / f"{verifier['name']}.md.jinja"
+    body = _env().get_template("card.md.jinja").render(
+        pretty_name=family_card["pretty_name"], repo=repos[split], split=split, split_intro=_INTRO[split], split_note=_NOTE[split],
+        split_stats=stats["splits"][split], totals=stats["totals"], verifier=verifier,
+        verifier_template=f"verifiers/{custom.name}" if custom.exists() else "verifiers/default.md.jinja",
+        siblings=[{"repo": repos[s], "url": f"{HUB_URL}/{namespace}/{repos[s]}"} for s in SPLITS],
+        description=family_card["description"], model=stats["model"], engine=stats["engine"], sampling=stats["sampling"],
+        instruction=instruction, repos=repos, judge=stats["judge"], calibration=stats["judge"]["calibration"],
+        schema_fields="{" + ", ".join(f"`{k}`" for k in QA[split]) + "}", schema_notes=_SCHEMA_NOTES[split],
+        reasons=REJECT_REASONS, cleaning=stats["cleaning"], policies=_policies(stats["cleaning"]),
+        examples=[_example_view(split, e, e["image_path"]) for e in examples],
+        source=stats["source"], citation=family_card["citation"],
+    )
+    data = card_data(stats, family_card, split)
+    return f"---\n{data.to_yaml()}\n---\n\n{body}"
+
+
+REQUIRED_SECTIONS = ("## How the data was produced", "## How a match is decided", "## Second pass: model-as-judge",
+                     "## Schema", "## Cleaning applied before rejection sampling", "## Examples")
+
+
+def check_card(text: str, repo_folder: str | Path) -> DatasetCard:
+    """Parse a card back with huggingface_hub and check it against the repo folder's files."""
+    folder = Path(repo_folder)
+    card = DatasetCard(text)
+    data = card.data
+    for key in ("license", "task_categories", "language", "size_categories", "pretty_name", "configs", "dataset_info"):
+        if not getattr(data, key, None):
+            raise CardError(f"{folder}/README.md: front matter has no {key}")
+    files = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    for config in data.configs:
+        for entry in config["data_files"]:
+            if not fnmatch.filter(files, entry["path"]):
+                raise CardError(f"{folder}/README.md: configs path {entry['path']!r} matches no file in the repo")
+    shards = fnmatch.filter(files, DATA_GLOB)
+    rows = data.dataset_info["splits"][0]["num_examples"]
+    if f"| shards | {len(shards):,} |" not in card.text:
+        raise CardError(f"{folder}/README.md: the stats table does not say {len(shards)} shards")
+    for section in REQUIRED_SECTIONS:
+        if section not in card.text:
+            raise CardError(f"{folder}/README.md: missing section {section!r}")
+    for link in _image_links(card.text):
+        if link not in files:
+            raise CardError(f"{folder}/README.md: image {link} is not in the repo")
+    if f"| rows | {rows:,} |" not in card.text:
+        raise CardError(f"{folder}/README.md: the stats table rows differ from dataset_info ({rows})")
+    return card
+
+
+def _image_links(text: str) -> Iterable[str]:
+    import re
+
+    return re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)

@@ -1,0 +1,143 @@
+"""Cards and the local publish target: front matter vs files, every section, numbers vs stats.json, hostile text."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import datasets
+import pytest
+from huggingface_hub import DatasetCard
+
+from rs.cards import cell
+from rs.engines.replay import ReplayEngine
+from rs.families import load_families
+from rs.publish import publish
+from rs.schema import SPLITS, features
+
+HOSTILE_Q = "What | is `this`?\n<script>alert(1)</script> </details> **bold** [x](javascript:alert(1))"
+HOSTILE_A = "a|b`c`</details><b>"
+
+FAMILY = """\
+families:
+  Hostile:
+    source: {kind: files, path: train.jsonl, columns: {id: id}}
+    instruction: "\\nAnswer briefly."
+    verifier: {name: exact}
+    model: {id: replayed/model, revision: abc123}
+    engine: {kind: replay, replay_path: replay.jsonl}
+    judge: {calibration_samples: 4, min_negative_agreement: 0.5}
+    publish: {namespace: tester, target: local}
+    card:
+      pretty_name: Hostile VQA
+      description: A family whose text tries to break the card.
+      license: mit
+      citation: "@misc{hostile, title={Hostile}}"
+"""
+
+
+@pytest.fixture
+def family(tmp_path: Path, images: dict[str, bytes]):
+    (tmp_path / "img").mkdir()
+    lines, replay = [], []
+    colours = ["red", "blue", "green"]
+    for i in range(6):
+        name = f"img/{i}.png"
+        (tmp_path / name).write_bytes(images[colours[i % 3]])
+        for j, (q, a) in enumerate([(HOSTILE_Q + f" #{i}", HOSTILE_A), (f"How many things #{i}?", str(i))]):
+            lines.append({"image": name, "question": q, "answer": a, "id": f"r{i}-{j}"})
+    for line in lines:
+        key = f"{line['id']}#0"
+        text = f"<think>thinking about {line['question']}</think>{line['answer']}" if line["id"].endswith("-1") else "<think>hm</think>" + HOSTILE_A + "!!\n```\n</details>"
+        replay.append({"key": key, "text": text})
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(l) for l in lines))
+    (tmp_path / "replay.jsonl").write_text("\n".join(json.dumps(r) for r in replay))
+    (tmp_path / "families.yaml").write_text(FAMILY.replace("columns: {}", ""))
+    return load_families(tmp_path / "families.yaml")["Hostile"]
+
+
+def run_publish(family, tmp_path: Path, **kwargs):
+    return publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, **kwargs)
+
+
+def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
+    outcome = run_publish(family, tmp_path)
+    stats = outcome["stats"]
+    for split in SPLITS:
+        repo = tmp_path / "out" / "tester" / family.repo_name(split)
+        text = (repo / "README.md").read_text()
+        card = DatasetCard(text)
+        data = card.data
+        assert data.license == "mit" and data.task_categories == ["visual-question-answering"] and data.language == ["en"]
+        assert data.size_categories == ["n<1K"] and data.pretty_name.startswith("Hostile VQA")
+        assert data.configs == [{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*"}]}]
+        s = stats["splits"][split]
+        assert data.dataset_info["splits"][0]["num_examples"] == s["rows"]
+        assert sorted(p.name for p in (repo / "data").iterdir()) == s["files"]
+        assert f"| rows | {s['rows']:,} |" in text and f"| QA pairs | {s['qa']:,} |" in text and f"| shards | {s['shards']} |" in text
+        t = stats["totals"]
+        assert f"| accepted / rejected (whole family) | {t['accepted']:,} / {t['rejected']:,} |" in text
+        cal = stats["judge"]["calibration"]
+        assert f"the judge said `CORRECT` to {cal['positive']['agreed']}" in text
+        assert f"on {cal['negative']['total']} constructed mismatches" in text
+        for section in ("## How the data was produced", "## How a match is decided", "## Second pass: model-as-judge", "## Schema",
+                        "## Cleaning applied before rejection sampling", "## Examples", "### Example 1"):
+            assert section in text, section
+        assert "`replayed/model` at revision `abc123`" in text
+        assert "\n- **Provenance check.**" in text and "\n- **Deduplication.**" in text  # one list item per line
+        assert "\n- `clean_meta` —" in text and "\n- `image_sha256` —" in text
+        assert "\n\n**Calibration, measured on this run**" in text
+        for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
+            assert (repo / link).is_file()
+        for other in SPLITS:
+            assert family.repo_name(other) in text
+        loaded = datasets.load_dataset(str(repo), split="train")
+        assert loaded.features == features(split) and loaded.num_rows == s["rows"]
+
+
+def test_hostile_text_cannot_break_the_card(family, tmp_path: Path) -> None:
+    run_publish(family, tmp_path)
+    text = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
+    assert "<script>" not in text and "**bold**" not in text and "](javascript:" not in text
+    body = text.split("## Examples", 1)[1]
+    for line in body.splitlines():
+        if line.startswith("| `"):
+            assert line.count("|") == 3, line  # a cell's pipes are escaped
+    # a candidate that closes fences and details stays inside its block
+    assert body.count("<details>") == body.count("</details>") == 3
+    assert "&lt;/details&gt;" in body and "a|b`c`" in body
+    assert cell("a|b\nc`d") == "a&#124;b<br>c&#96;d"
+
+
+def test_cards_only_touches_only_card_files_and_is_fast(family, tmp_path: Path) -> None:
+    run_publish(family, tmp_path)
+    repo = tmp_path / "out" / "tester" / family.repo_name("think")
+    data_before = {p.name: p.stat().st_mtime_ns for p in (repo / "data").iterdir()}
+    (repo / "README.md").write_text("stale card")
+    start = time.perf_counter()
+    outcome = run_publish(family, tmp_path, cards_only=True)
+    assert time.perf_counter() - start < 5
+    changed = {c.path for r in outcome["results"].values() for c in r.changes if c.action != "unchanged"}
+    assert changed == {"README.md"}
+    assert {p.name: p.stat().st_mtime_ns for p in (repo / "data").iterdir()} == data_before
+    assert (repo / "README.md").read_text().startswith("---\n")
+
+
+def test_cards_only_without_the_build_uses_the_published_repo(family, tmp_path: Path) -> None:
+    run_publish(family, tmp_path)
+    card = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
+    shutil.rmtree(tmp_path / "build")
+    run_publish(family, tmp_path, cards_only=True)
+    assert (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text() == card
+
+
+def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_path: Path) -> None:
+    run_publish(family, tmp_path)
+    again = run_publish(family, tmp_path)
+    assert all(c.action == "unchanged" for r in again["results"].values() for c in r.changes)
+    dry = publish(family, out=tmp_path / "elsewhere", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, dry_run=True)
+    assert not (tmp_path / "elsewhere").exists()
+    assert {c.action for r in dry["results"].values() for c in r.changes} == {"add"}

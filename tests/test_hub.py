@@ -1,0 +1,431 @@
+"""rs.hub through the REAL huggingface_hub / datasets clients, against the in-memory emulator in hub_server.py.
+
+Every test but the last runs with the clients pointed at a local emulator and with name resolution
+blocked for anything but 127.0.0.1, so a client that would reach the real Hub fails loudly instead.
+The last test talks to the real Hub and only runs with RS_LIVE_HUB_TOKEN and RS_LIVE_HUB_NAMESPACE set.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import socket
+import traceback
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import datasets
+import datasets.config as ds_config
+import huggingface_hub
+import huggingface_hub.constants as hf_constants
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from huggingface_hub import HfApi
+from PIL import Image
+
+import rs.hub
+from hub_server import HubServer, running_hub
+from rs.hub import FileChange, MissingTokenError, PublishError, format_plan, plan, publish_folder
+
+# huggingface_hub's own LFS PUT passes a file object as `data=`, which httpx2 deprecates: not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
+
+TOKEN = "hf_EmulatorSecretToken0123456789abcdef"
+REPO = "rs-test/tinyclevr-accepted"
+SHARDS = ("data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet")
+README = """---
+license: cc-by-4.0
+configs:
+- config_name: default
+  data_files:
+  - split: train
+    path: data/train-*
+---
+# TinyCLEVR accepted
+
+Rejection-sampled answers.
+"""
+
+
+class NetworkBlocked(RuntimeError):
+    """Not an OSError on purpose: the clients would retry a connection error with real sleeps (~23 s)."""
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+
+
+def _point_clients_at(monkeypatch: pytest.MonkeyPatch, url: str, home: Path) -> None:
+    """The clients read all of this at import time: env vars alone are not enough once they are imported."""
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setattr(hf_constants, "ENDPOINT", url)
+    monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(ds_config, "HF_ENDPOINT", url)
+    monkeypatch.setattr(ds_config, "HUB_DATASETS_URL", url + "/datasets/{repo_id}/resolve/{revision}/{path}")
+
+    monkeypatch.setenv("HF_HOME", str(home))
+    for name, value in {"HF_HOME": home, "HF_HUB_CACHE": home / "hub", "HF_ASSETS_CACHE": home / "assets",
+                        "HF_TOKEN_PATH": home / "token", "HF_STORED_TOKENS_PATH": home / "stored_tokens",
+                        "HF_XET_CACHE": home / "xet"}.items():
+        monkeypatch.setattr(hf_constants, name, str(value))
+    monkeypatch.setattr(ds_config, "HF_CACHE_HOME", str(home))
+    monkeypatch.setattr(ds_config, "HF_DATASETS_CACHE", home / "datasets")
+    monkeypatch.setattr(ds_config, "DOWNLOADED_DATASETS_PATH", home / "datasets" / "downloads")
+    monkeypatch.setattr(ds_config, "EXTRACTED_DATASETS_PATH", home / "datasets" / "downloads" / "extracted")
+
+    for name, value in {"HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0",
+                        "HF_DATASETS_OFFLINE": "0", "NO_PROXY": "127.0.0.1,localhost"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)  # else LFS uploads ask for a Xet token
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)  # tests/conftest.py sets HF_HUB_OFFLINE=1
+    monkeypatch.setattr(ds_config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(ds_config, "HF_DATASETS_OFFLINE", False)
+    monkeypatch.setattr(ds_config, "USE_PARQUET_EXPORT", False)  # would ask datasets-server.<endpoint host>
+    monkeypatch.setattr(ds_config, "HF_UPDATE_DOWNLOAD_COUNTS", False)  # would HEAD s3.amazonaws.com
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    for name in ("HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def blocked_hosts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Refuse to resolve anything but the loopback address; fail the test if anything tried."""
+    real_getaddrinfo = socket.getaddrinfo
+    tried: list[str] = []
+
+    def loopback_only(host, *args, **kwargs):  # type: ignore[no-untyped-def]
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        if name not in ("127.0.0.1", "localhost", "::1"):
+            tried.append(name)
+            raise NetworkBlocked(f"test tried to reach {name!r}: tests must not leave 127.0.0.1")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", loopback_only)
+    yield tried
+    assert tried == [], f"a client tried to reach the network: {tried}"
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    calls: list[float] = []
+    monkeypatch.setattr(rs.hub, "_sleep", calls.append)
+    return calls
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, blocked_hosts: list[str],
+        sleeps: list[float]) -> Iterator[HubServer]:
+    with running_hub() as server:
+        _point_clients_at(monkeypatch, server.url, tmp_path / "hf_home")
+        yield server
+        assert server.unhandled == [], f"the client called endpoints the emulator does not speak: {server.unhandled}"
+
+
+def _write_shard(path: Path, ids: list[int]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"id": ids, "question": [f"How many cubes in scene {i}?" for i in ids],
+                      "answer": [str(i % 4) for i in ids]})
+    pq.write_table(table, path)
+
+
+def _png(color: tuple[int, int, int]) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), color).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A staged repo, laid out exactly as on the Hub."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "README.md").write_text(README)
+    _write_shard(root / SHARDS[0], [0, 1, 2])
+    _write_shard(root / SHARDS[1], [3, 4])
+    (root / "images").mkdir()
+    (root / "images" / "example-1.png").write_bytes(_png((255, 0, 0)))
+    return root
+
+
+def _local_files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+ALL_FILES = sorted(["README.md", *SHARDS, "images/example-1.png"])
+
+
+# --------------------------------------------------------------------------------------------- tests
+
+
+def test_publish_is_one_commit_and_reads_back(hub: HubServer, folder: Path, tmp_path: Path) -> None:
+    result = publish_folder(folder, REPO, private=True, commit_message="rs: publish tinyclevr")
+
+    commits = hub.commits(REPO)
+    assert len(commits) == 2  # the Hub's creation commit (.gitattributes), then exactly one of ours
+    ours = commits[-1]
+    assert ours.title == "rs: publish tinyclevr" and ours.parent == commits[0].oid
+    assert ours.added == ALL_FILES and ours.deleted == []
+    assert {op["path"]: op["lfs"] for op in ours.operations} == {
+        "README.md": False, SHARDS[0]: True, SHARDS[1]: True, "images/example-1.png": False}
+    assert hub.repo(REPO).private is True
+
+    assert result.repo_id == REPO and result.commit_url is not None and result.commit_url.endswith(ours.oid)
+    assert result.changes == [FileChange(p, "add", (folder / p).stat().st_size) for p in ALL_FILES]
+
+    remote = hub.files(REPO)
+    assert remote.pop(".gitattributes")
+    assert remote == _local_files(folder)
+    for path in (SHARDS[1], "images/example-1.png"):  # through the client's download path too
+        downloaded = huggingface_hub.hf_hub_download(REPO, path, repo_type="dataset", cache_dir=tmp_path / "dl")
+        assert Path(downloaded).read_bytes() == (folder / path).read_bytes()
+
+    ds = datasets.load_dataset(REPO, split="train", cache_dir=str(tmp_path / "ds_cache"))
+    assert ds.num_rows == 5 and sorted(ds["id"]) == [0, 1, 2, 3, 4]
+    assert set(hub.auth_headers) == {f"Bearer {TOKEN}"}  # the token is sent on every call, and only it
+
+
+def test_unchanged_folder_makes_no_commit(hub: HubServer, folder: Path) -> None:
+    publish_folder(folder, REPO)
+    calls = {name: hub.endpoint_calls(name) for name in ("commit", "preupload", "lfs_upload")}
+
+    again = publish_folder(folder, REPO)
+
+    assert len(hub.commits(REPO)) == 2
+    assert again.commit_url is None and not again.committed
+    assert [c.action for c in again.changes] == ["unchanged"] * 4
+    # Nothing is uploaded or even pre-uploaded: the plan found every hash equal.
+    assert {name: hub.endpoint_calls(name) for name in calls} == calls
+    assert {c.action for c in plan(HfApi(), folder, REPO)} == {"unchanged"}
+
+
+def test_changed_shard_and_removed_file_make_one_commit(hub: HubServer, folder: Path) -> None:
+    publish_folder(folder, REPO)
+    _write_shard(folder / SHARDS[1], [3, 4, 5])
+    (folder / "images" / "example-1.png").unlink()
+
+    result = publish_folder(folder, REPO)
+
+    commits = hub.commits(REPO)
+    assert len(commits) == 3
+    assert commits[-1].added == [SHARDS[1]] and commits[-1].deleted == ["images/example-1.png"]
+    assert {c.path: c.action for c in result.changes} == {
+        "README.md": "unchanged", SHARDS[0]: "unchanged", SHARDS[1]: "change", "images/example-1.png": "delete"}
+    assert hub.endpoint_calls("lfs_upload") == 3  # two shards at first, then only the changed one
+    remote = hub.files(REPO)
+    assert ".gitattributes" in remote  # remote-only, never deleted
+    assert remote[SHARDS[1]] == (folder / SHARDS[1]).read_bytes() and "images/example-1.png" not in remote
+
+
+def test_only_readme_touches_only_the_readme(hub: HubServer, folder: Path) -> None:
+    publish_folder(folder, REPO)
+    (folder / "README.md").write_text(README + "\nNew card text.\n")
+    _write_shard(folder / SHARDS[0], [10, 11])
+    (folder / "images" / "example-1.png").unlink()
+
+    result = publish_folder(folder, REPO, only=["README.md"])
+
+    assert [(c.path, c.action) for c in result.changes] == [("README.md", "change")]
+    last = hub.commits(REPO)[-1]
+    assert last.added == ["README.md"] and last.deleted == []
+    remote = hub.files(REPO)
+    assert remote["README.md"] == (folder / "README.md").read_bytes()
+    assert remote[SHARDS[0]] != (folder / SHARDS[0]).read_bytes() and "images/example-1.png" in remote
+
+
+def test_only_patterns_restrict_deletes_too(hub: HubServer, folder: Path) -> None:
+    publish_folder(folder, REPO)
+    (folder / "images" / "example-1.png").unlink()
+    (folder / "images" / "example-2.png").write_bytes(_png((0, 0, 255)))
+    _write_shard(folder / SHARDS[0], [10, 11])
+
+    publish_folder(folder, REPO, only=["README.md", "images/*.png"])
+
+    last = hub.commits(REPO)[-1]
+    assert last.added == ["images/example-2.png"] and last.deleted == ["images/example-1.png"]
+    assert hub.files(REPO)[SHARDS[0]] != (folder / SHARDS[0]).read_bytes()
+
+
+def test_remote_extras_kept_when_asked(hub: HubServer, folder: Path) -> None:
+    publish_folder(folder, REPO)
+    (folder / "images" / "example-1.png").unlink()
+
+    result = publish_folder(folder, REPO, delete_extra=False)
+
+    assert result.commit_url is None and "delete" not in {c.action for c in result.changes}
+    assert len(hub.commits(REPO)) == 2 and "images/example-1.png" in hub.files(REPO)
+
+
+def test_invalid_card_metadata_is_refused_before_any_upload(hub: HubServer, folder: Path) -> None:
+    (folder / "README.md").write_text("---\nconfigs: [unclosed\n---\n# Card\n")
+
+    with pytest.raises(PublishError, match="Fix the YAML header of README.md"):
+        publish_folder(folder, REPO)
+
+    assert hub.endpoint_calls("lfs_upload") == 0 and len(hub.commits(REPO)) == 1
+
+
+def test_503_on_commit_is_retried(hub: HubServer, folder: Path, sleeps: list[float]) -> None:
+    hub.fail_next("commit", status=503)
+
+    result = publish_folder(folder, REPO)
+
+    assert len(hub.commits(REPO)) == 2 and result.committed
+    assert hub.endpoint_calls("commit") == 2 and sleeps == [1.0]
+
+
+def test_503_after_the_commit_was_applied_makes_no_duplicate(hub: HubServer, folder: Path,
+                                                           sleeps: list[float]) -> None:
+    hub.fail_next("commit", status=503, after_apply=True)
+
+    result = publish_folder(folder, REPO)
+
+    commits = hub.commits(REPO)
+    assert len(commits) == 2  # applied once; the retry re-planned, found it there and committed nothing
+    assert hub.endpoint_calls("commit") == 1 and sleeps == [1.0]
+    assert result.commit_url is not None and result.commit_url.endswith(commits[-1].oid)
+    assert {c.action for c in result.changes} == {"add"}
+
+
+def test_dropped_connection_on_commit_is_retried(hub: HubServer, folder: Path) -> None:
+    hub.fail_next("commit", drop_connection=True)
+
+    publish_folder(folder, REPO)
+
+    assert len(hub.commits(REPO)) == 2 and hub.endpoint_calls("commit") == 2
+
+
+def test_conflict_replans_against_the_new_head(hub: HubServer, folder: Path) -> None:
+    publish_folder(folder, REPO)
+    (folder / "README.md").write_text(README + "\nv2\n")
+    hub.conflict_next_commit(files={"NOTES.md": b"someone else's file\n"})
+
+    publish_folder(folder, REPO)
+
+    first, ours_v1, theirs, ours_v2 = hub.commits(REPO)
+    assert theirs.author == "someone-else" and ours_v2.parent == theirs.oid  # 412 first, then re-planned
+    assert ours_v2.added == ["README.md"] and ours_v2.deleted == ["NOTES.md"]
+    assert hub.endpoint_calls("commit") == 3
+
+
+def test_gives_up_after_max_attempts(hub: HubServer, folder: Path, sleeps: list[float]) -> None:
+    hub.fail_next("commit", status=503, times=3)
+
+    with pytest.raises(PublishError, match="after 3 attempts") as info:
+        publish_folder(folder, REPO, max_attempts=3)
+
+    assert "Re-running is safe" in str(info.value)
+    assert len(hub.commits(REPO)) == 1 and sleeps == [1.0, 2.0]
+
+
+def test_refused_commit_is_not_retried(hub: HubServer, folder: Path, sleeps: list[float]) -> None:
+    hub.fail_next("commit", status=403)
+
+    with pytest.raises(PublishError, match="write access to 'rs-test'"):
+        publish_folder(folder, REPO)
+
+    assert hub.endpoint_calls("commit") == 1 and sleeps == []
+
+
+def test_dry_run_plans_and_changes_nothing(hub: HubServer, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh = publish_folder(folder, REPO, dry_run=True)
+
+    assert not hub.has_repo(REPO) and hub.endpoint_calls("create_repo") == 0
+    assert fresh.commit_url is None
+    assert fresh.changes == [FileChange(p, "add", (folder / p).stat().st_size) for p in ALL_FILES]
+
+    publish_folder(folder, REPO)
+    _write_shard(folder / SHARDS[1], [3, 4, 5, 6])
+    (folder / "images" / "example-1.png").unlink()
+    monkeypatch.delenv("HF_TOKEN")  # a dry run works without a login (public view)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    seen = len(hub.auth_headers)
+
+    again = publish_folder(folder, REPO, dry_run=True)
+
+    assert len(hub.commits(REPO)) == 2 and hub.endpoint_calls("commit") == 1
+    assert len(hub.auth_headers) == seen  # sent anonymously
+    text = format_plan(again)
+    shard, png = rs.hub._human_size((folder / SHARDS[1]).stat().st_size), rs.hub._human_size(len(_png((255, 0, 0))))
+    assert text.splitlines()[0] == f"datasets/{REPO}: 1 to change ({shard}), 1 to delete ({png}), 2 unchanged"
+    assert f"~ change    {SHARDS[1]}" in text and "- delete    images/example-1.png" in text
+    assert "add" not in text and "README.md" not in text  # unchanged files are not listed
+    lines_only = format_plan(again.changes)
+    assert lines_only.splitlines() == text.splitlines()[1:]
+
+
+def test_missing_token_says_how_to_log_in(hub: HubServer, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+
+    with pytest.raises(MissingTokenError, match=r"hf auth login.*HF_TOKEN"):
+        publish_folder(folder, REPO)
+
+    assert hub.requests == []
+
+
+def test_token_never_logged_or_raised(hub: HubServer, folder: Path, monkeypatch: pytest.MonkeyPatch,
+                                      caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="huggingface_hub")
+    monkeypatch.setattr(hf_constants, "HF_DEBUG", True)  # the client then logs each request as a curl command
+    hub.fail_next("commit", status=503)
+    result = publish_folder(folder, REPO)
+    (folder / "README.md").write_text(README + "\nv2\n")
+    hub.fail_next("commit", status=401)
+
+    with pytest.raises(PublishError) as info:
+        publish_folder(folder, REPO, token=TOKEN)
+
+    assert any(f"Bearer {TOKEN}" == value for value in hub.auth_headers)  # it was sent...
+    assert "curl" in caplog.text and "POST" in caplog.text  # ...the client did log its requests...
+    assert TOKEN not in caplog.text  # ...but never the token
+    assert TOKEN not in "".join(traceback.format_exception(info.value))
+    assert TOKEN not in repr(result) and TOKEN not in format_plan(result)
+
+
+def test_emulator_serves_what_the_clients_read(hub: HubServer, folder: Path) -> None:
+    """The emulator endpoints publish_folder itself does not exercise: paths-info, Range, LFS by size."""
+    big = bytes(range(256)) * 6000  # 1.5 MB: LFS by size, although not *.parquet
+    (folder / "images" / "big.bin").write_bytes(big)
+    publish_folder(folder, REPO)
+    api = HfApi()
+
+    assert {op["path"]: op["lfs"] for op in hub.commits(REPO)[-1].operations}["images/big.bin"] is True
+    infos = {info.path: type(info).__name__ for info in
+             api.get_paths_info(REPO, ["README.md", "data", "missing.txt"], repo_type="dataset")}
+    assert infos == {"README.md": "RepoFile", "data": "RepoFolder"}
+    assert api.file_exists(REPO, "images/big.bin", repo_type="dataset")
+    assert not api.file_exists(REPO, "images/missing.png", repo_type="dataset")
+    assert sorted(f.path for f in api.list_repo_tree(REPO, "data", repo_type="dataset")) == list(SHARDS)
+    fs = huggingface_hub.HfFileSystem(skip_instance_cache=True)
+    with fs.open(f"datasets/{REPO}/images/big.bin", "rb", block_size=4096) as file:  # ranged GETs
+        file.seek(1_000_000)
+        assert file.read(10) == big[1_000_000:1_000_010]
+    assert hub.ranges_served and all(r.endswith(f"/{len(big)}") for r in hub.ranges_served)
+
+
+@pytest.mark.skipif(not (os.environ.get("RS_LIVE_HUB_TOKEN") and os.environ.get("RS_LIVE_HUB_NAMESPACE")),
+                    reason="set RS_LIVE_HUB_TOKEN and RS_LIVE_HUB_NAMESPACE to publish to the real Hub")
+def test_live_hub_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token, namespace = os.environ["RS_LIVE_HUB_TOKEN"], os.environ["RS_LIVE_HUB_NAMESPACE"]
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)  # tests/conftest.py sets HF_HUB_OFFLINE=1
+    monkeypatch.setattr(hf_constants, "ENDPOINT", "https://huggingface.co")
+    repo_id = f"{namespace}/rs-live-test"
+    root = tmp_path / "live"
+    (root / "data").mkdir(parents=True)
+    (root / "README.md").write_text(README.replace("TinyCLEVR accepted", f"rs live test {uuid.uuid4().hex[:8]}"))
+    _write_shard(root / "data" / "train-00000-of-00001.parquet", [0, 1])
+    api = HfApi(token=token)
+    try:
+        first = publish_folder(root, repo_id, token=token, private=True, max_attempts=3)
+        assert first.committed
+        assert api.repo_info(repo_id, repo_type="dataset").private is True
+        assert publish_folder(root, repo_id, token=token, private=True).commit_url is None
+        assert sorted(api.list_repo_files(repo_id, repo_type="dataset")) == sorted(
+            [".gitattributes", "README.md", "data/train-00000-of-00001.parquet"])
+    finally:
+        api.delete_repo(repo_id, repo_type="dataset", missing_ok=True)
