@@ -1,6 +1,6 @@
 """The generation cache: content-addressed, committed per batch, safe for several processes.
 
-A key (`rs.engines.base.cache_key`) covers the engine kind, model id and revision, chat template,
+A key (`rs.engines.cached.CachedEngine.key`) covers the engine kind, model id and revision, chat template,
 exact prompt bytes, image hash and sampling settings, so the same question is answered once and
 changing the verifier never re-runs the model. Results are committed per batch in SQLite's WAL
 mode: a process killed with SIGKILL loses at most the batch in flight, and several worker

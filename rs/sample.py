@@ -199,7 +199,7 @@ def main() -> int:
                        limit=args.limit, progress=sys.stderr.isatty())
     report = ensure_sampled(ctx)
     print(json.dumps({k: report[k] for k in ("items", "verified", "judged", "verdicts", "no_final_answer", "engine_errors",
-                                             "sampling_engine_calls", "judge_engine_calls")}, indent=2))
+                                             "sampling_engine_calls", "judge_engine_calls")}))
     return 0
 
 

@@ -1,0 +1,243 @@
+"""The `openai` engine: any OpenAI-compatible chat server (`vllm serve`, SGLang, a hosted API).
+
+Requests run concurrently (a bounded thread pool) and are retried here, not by the client: with
+exponential backoff and jitter on transient errors only (connection errors, timeouts, 408, 409,
+429, 5xx). What a retry cannot fix is reported per request, so that the cache keeps the right ones:
+
+* bad input (400, 413, 422, ...: a prompt longer than the context, an image the server cannot
+  decode) fails the same way every time: a cacheable failure;
+* a transient error still failing after `max_retries`: a failure that is *not* cached, so the
+  next run asks again;
+* a wrong API key, model name or URL (401, 403, 404) would fail every request: the batch raises
+  `OpenAIEngineError` instead of filling the cache with failures.
+
+The API key is read from the environment variable named in the configuration, handed to the
+client and never logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import random
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Sequence
+
+import openai
+from openai import OpenAI
+
+from rs.engines.base import Generation, Request, SamplingSettings
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["OpenAIEngine", "OpenAIEngineError", "image_data_url"]
+
+_TRANSIENT_STATUS = frozenset({408, 409, 429})
+_CONFIG_STATUS = {401: "the API key was refused", 403: "the API key may not use this model", 404: "the model or URL does not exist"}
+
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"BM", "image/bmp"),
+)
+
+
+class OpenAIEngineError(RuntimeError):
+    """The server refuses every request (key, model name or URL): fix the configuration, then re-run."""
+
+
+def image_data_url(data: bytes) -> str:
+    """The image's original bytes as a base64 data URL, typed from its magic bytes."""
+    mime = next((m for magic, m in _MAGIC if data.startswith(magic)), None)
+    if mime is None:
+        mime = "image/webp" if data[:4] == b"RIFF" and data[8:12] == b"WEBP" else "image/png"
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+class OpenAIEngine:
+    """Answers requests through an OpenAI-compatible chat completions endpoint.
+
+    Args:
+        model: Model name the server serves (also recorded with every output).
+        base_url: Server URL including `/v1`. Not part of the identity: the same model behind
+            another URL gives the same outputs, so moving a server keeps the cache valid.
+        api_key_env: Environment variable holding the API key; `None` for servers without one.
+        concurrency: Requests in flight at once.
+        timeout_s: Per-request timeout.
+        max_retries: Retries of a request after a transient error (so `max_retries + 1` attempts).
+        revision: Model revision, recorded and part of the identity (the server cannot tell it).
+    """
+
+    kind = "openai"
+    backoff_base_s: float = 1.0
+    """First retry waits about this long; each further retry doubles it (with jitter)."""
+    backoff_max_s: float = 60.0
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str,
+        api_key_env: str | None,
+        concurrency: int = 32,
+        timeout_s: float = 600,
+        max_retries: int = 5,
+        revision: str | None = None,
+    ):
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be at least 0, got {max_retries}")
+        api_key = "EMPTY"  # what vLLM and SGLang accept when started without --api-key
+        if api_key_env:
+            api_key = os.environ.get(api_key_env, "")
+            if not api_key:
+                raise ValueError(f"environment variable {api_key_env} (engine.api_key_env) is empty or not set; export the API key in it")
+        self.model = model
+        self.revision = revision
+        self.base_url = base_url
+        self.max_retries = max_retries
+        self.concurrency = concurrency
+        self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rs-openai")
+        self._random = random.Random()
+        self._random_lock = threading.Lock()
+
+    def identity(self) -> dict[str, Any]:
+        return {"model": self.model, "revision": self.revision}
+
+    def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
+        options = self._options(settings)
+        futures: list[Future[Generation]] = [self._pool.submit(self._one, r, options) for r in requests]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._client.close()
+
+    # - internals -
+
+    def _options(self, settings: SamplingSettings) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if settings.chat_template_kwargs:
+            extra["chat_template_kwargs"] = dict(settings.chat_template_kwargs)
+        if settings.choices:
+            extra["structured_outputs"] = {"choice": list(settings.choices)}
+        options: dict[str, Any] = {
+            "temperature": settings.temperature, "top_p": settings.top_p, "seed": settings.seed,
+            "max_tokens": settings.max_tokens,
+        }
+        if extra:
+            options["extra_body"] = extra
+        return options
+
+    def _one(self, request: Request, options: dict[str, Any]) -> Generation:
+        content: str | list[dict[str, Any]] = request.prompt
+        if request.image is not None:
+            content = [
+                {"type": "image_url", "image_url": {"url": image_data_url(request.image)}},
+                {"type": "text", "text": request.prompt},
+            ]
+        messages = [{"role": "user", "content": content}]
+        meta = {"model": self.model, "model_revision": self.revision}
+        for attempt in range(self.max_retries + 1):
+            try:
+                response = self._client.chat.completions.create(model=self.model, messages=messages, **options)
+            except openai.APIStatusError as err:
+                status = err.status_code
+                if status in _CONFIG_STATUS:
+                    raise OpenAIEngineError(
+                        f"{self.base_url} answered {status} for model {self.model!r}: {_CONFIG_STATUS[status]}; "
+                        f"check engine.base_url, model.id and the key in engine.api_key_env ({_message(err)})"
+                    ) from None
+                if not _is_transient_status(status):
+                    return Generation.failed(f"HTTP {status}: {_message(err)}", cacheable=400 <= status < 500, **meta)
+                error: Exception = err
+            except (openai.APIConnectionError, openai.APIResponseValidationError) as err:  # includes timeouts
+                error = err
+            else:
+                return self._generation(response, meta)
+            if attempt < self.max_retries:
+                delay = self._backoff(attempt, error)
+                logger.warning("%s (attempt %d of %d); retrying in %.1f s", _describe(error), attempt + 1, self.max_retries + 1, delay)
+                time.sleep(delay)
+        attempts = f"{self.max_retries + 1} attempt{'s' if self.max_retries else ''}"
+        logger.warning("%s after %s; leaving the request for the next run", _describe(error), attempts)
+        return Generation.failed(f"{_describe(error)} after {attempts}", cacheable=False, **meta)
+
+    def _generation(self, response: Any, meta: dict[str, Any]) -> Generation:
+        if not response.choices:
+            return Generation.failed("the server returned no choices", cacheable=False, **meta)
+        choice = response.choices[0]
+        finish_reason = choice.finish_reason
+        if finish_reason in (None, "abort", "error"):
+            return Generation.failed(f"the server ended the request with finish_reason {finish_reason!r}", cacheable=False, **meta)
+        message = choice.message
+        # vLLM and SGLang started with a reasoning parser separate the reasoning (`reasoning`, or
+        # `reasoning_content` in older servers); otherwise any `<think>` block is still in content.
+        reasoning = getattr(message, "reasoning", None)
+        if reasoning is None:
+            reasoning = getattr(message, "reasoning_content", None)
+        usage = response.usage
+        generation = Generation.from_text(
+            message.content or "", reasoning=reasoning, finish_reason=finish_reason,
+            prompt_tokens=getattr(usage, "prompt_tokens", None), completion_tokens=getattr(usage, "completion_tokens", None), **meta,
+        )
+        if reasoning is not None and message.content is None:
+            generation.answer = None  # the parser found no end of reasoning: there is no final answer
+        return generation
+
+    def _backoff(self, attempt: int, error: Exception) -> float:
+        """Exponential backoff with jitter (so many clients do not retry in step); honours Retry-After."""
+        delay = min(self.backoff_max_s, self.backoff_base_s * 2**attempt)
+        with self._random_lock:
+            delay *= self._random.uniform(0.5, 1.0)
+        retry_after = _retry_after_s(error)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.backoff_max_s))
+        return delay
+
+
+def _is_transient_status(status: int) -> bool:
+    return status in _TRANSIENT_STATUS or status >= 500
+
+
+def _retry_after_s(error: Exception) -> float | None:
+    response = getattr(error, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:  # an HTTP date: rare, and the backoff is a fine substitute
+        return None
+
+
+def _message(err: openai.APIStatusError) -> str:
+    """The server's error message, without the client's `Error code: N - ` prefix."""
+    body = err.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, dict) else None
+        if isinstance(message, str) and message:
+            return message
+        if isinstance(body.get("message"), str):
+            return body["message"]
+    return err.message
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, openai.APIStatusError):
+        return f"HTTP {error.status_code}: {_message(error)}"
+    if isinstance(error, openai.APITimeoutError):
+        return "the request timed out"
+    cause = error.__cause__
+    return f"{type(error).__name__}: {error}" + (f" ({type(cause).__name__}: {cause})" if cause else "")

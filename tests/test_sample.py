@@ -1,0 +1,179 @@
+"""The sampling stage with the tiny model through the real vLLM engine: answers, cache, judge, crash safety."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from rs.build import BuildContext, ensure_sampled  # noqa: E402
+from rs.engines.replay import ReplayEngine  # noqa: E402
+from rs.families import load_families  # noqa: E402
+from rs.judge import LABELS  # noqa: E402
+from rs.route import decide  # noqa: E402
+from rs.store import read_clean_rows, read_records  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FAMILIES = """\
+families:
+  Tiny:
+    source: {kind: synthetic, seed: 3, num_images: NUM_IMAGES, questions_per_image: 3, style: mixed, noise: {corrupt_image: 0.1}}
+    instruction: "\\nAnswer the question using a single word or phrase."
+    verifier: {name: alnum}
+    model: {id: "rs:tiny-vlm"}
+    engine:
+      kind: vllm
+      batch_size: BATCH
+      args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, seed: 0,
+             limit_mm_per_prompt: {image: 1, video: 0}, kv_cache_memory_bytes: 268435456}
+    sampling: {max_tokens: MAX_TOKENS}
+    judge: {calibration_samples: 8}
+    card: {pretty_name: Tiny, description: d, license: apache-2.0, citation: c}
+"""
+
+
+def family_file(tmp_path: Path, *, num_images: int = 6, batch: int = 8, max_tokens: int = 24, extra: str = "") -> Path:
+    text = FAMILIES.replace("NUM_IMAGES", str(num_images)).replace("BATCH", str(batch)).replace("MAX_TOKENS", str(max_tokens)) + extra
+    path = tmp_path / "families.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_engine():
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from rs.engines.vllm import VLLMEngine
+    from rs.tiny_model import VLLM_ENGINE_KWARGS
+
+    engine = VLLMEngine("rs:tiny-vlm", engine_args=dict(VLLM_ENGINE_KWARGS))
+    yield engine
+    engine.close()
+
+
+def items(build: Path) -> list[dict]:
+    return list(read_records(build / "items", "items"))
+
+
+def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_engine) -> None:
+    family = load_families(family_file(tmp_path))["Tiny"]
+    ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
+    report = ensure_sampled(ctx)
+    rows = list(read_clean_rows(ctx.paths.clean))
+    results = items(ctx.paths.root)
+    assert [r["key"] for r in results] == [q.key for row in rows for q in row.qa]
+    assert report["items"] == len(results) == report["sampling_engine_calls"]
+    assert all(r["model"] and r["prompt_tokens"] > 16 and r["completion_tokens"] > 0 for r in results)  # image tokens in the prompt
+    assert all(r["prompt"].endswith("\nAnswer the question using a single word or phrase.") for r in results)
+    assert {r["judge"] for r in results if r["judge"] is not None} <= set(LABELS)
+    judged = [r for r in results if r["judge"] is not None]
+    assert len(judged) == report["judged"] == sum(1 for r in results if r["final"] and not r["verified"])
+    cal = report["calibration"]
+    assert cal["negative"]["total"] > 0 and sum(cal["verdicts"]["negative"].values()) == cal["negative"]["total"]
+
+    # a warm cache: the same stage again makes zero engine calls and gives the same results
+    ctx.paths.sample_report.unlink()
+    again = ensure_sampled(ctx)
+    assert again["sampling_engine_calls"] == 0 and again["judge_engine_calls"] == 0
+    assert items(ctx.paths.root) == results
+
+    # changing the verifier never re-runs the model
+    text = (tmp_path / "families.yaml").read_text().replace("verifier: {name: alnum}", "verifier: {name: exact}")
+    (tmp_path / "families.yaml").write_text(text)
+    exact = load_families(tmp_path / "families.yaml")["Tiny"]
+    ctx2 = BuildContext(exact, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
+    assert ensure_sampled(ctx2)["sampling_engine_calls"] == 0
+
+
+def test_truncated_outputs_are_rejected_with_their_reason(tmp_path: Path, tiny_engine) -> None:
+    family = load_families(family_file(tmp_path, num_images=2, max_tokens=1))["Tiny"]
+    ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
+    report = ensure_sampled(ctx)
+    results = items(ctx.paths.root)
+    assert results and all(r["finish_reason"] == "length" and r["final"] is None for r in results)
+    assert report["no_final_answer"] == len(results) and report["judged"] == 0
+    assert {decide(r, True).reason for r in results} == {"no_final_answer"}
+
+
+def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path) -> None:
+    """A judge that calls everything CORRECT (a random-weights judge can) must promote nothing."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    family = load_families(family_file(tmp_path, num_images=8))["Tiny"]
+    replay_file = tmp_path / "replay.jsonl"
+    from rs.build import ensure_clean
+
+    ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False)
+    ensure_clean(ctx)
+    lines = []
+    for n, row in enumerate(read_clean_rows(ctx.paths.clean)):
+        for q in row.qa:  # half right, half wrong: the judge is asked about the wrong ones
+            text = f"<think>counting</think>{q.answer}" if (n + q.turn) % 2 else "<think>counting</think>purple"
+            lines.append(json.dumps({"key": q.key, "text": text}))
+    replay_file.write_text("\n".join(lines))
+    from rs.engines.vllm import VLLMEngine
+    from rs.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path
+
+    judge = VLLMEngine(str(tiny_vlm_path(favour="CORRECT")), engine_args=dict(VLLM_ENGINE_KWARGS))
+    try:
+        ctx.engine_factory = lambda f: (ReplayEngine(replay_file, model="replayed"), judge)
+        report = ensure_sampled(ctx)
+    finally:
+        judge.close()
+    cal = report["calibration"]
+    assert report["verdicts"] == {"CORRECT": report["judged"]} and report["judged"] > 0
+    assert cal["negative"]["agreed"] == 0 and cal["negative"]["total"] == 8
+    assert cal["positive"]["agreed"] == cal["positive"]["total"] == 8
+    assert cal["promotes"] is False and "constructed mismatches CORRECT" in cal["blocked_reason"]
+    reasons = {decide(r, cal["promotes"]).reason for r in items(ctx.paths.root) if not r["verified"]}
+    assert reasons == {"judge_blocked"}
+
+
+def _cache_count(path: Path) -> int:
+    if not path.exists():
+        return 0
+    try:
+        with sqlite3.connect(path, timeout=5) as db:
+            return db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    families = family_file(tmp_path, num_images=12, batch=4, max_tokens=24)
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+
+    def command(build: str, cache: str) -> list[str]:
+        return [sys.executable, "-m", "rs.sample", "Tiny", "--config", str(families), "--build-dir", str(tmp_path / build), "--cache", str(tmp_path / cache)]
+
+    victim = subprocess.Popen(command("build", "cache.sqlite"), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while _cache_count(tmp_path / "cache.sqlite") < 8 and victim.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert victim.poll() is None, "the run finished before it could be killed: " + victim.stdout.read().decode()[-2000:]
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    done_before = _cache_count(tmp_path / "cache.sqlite")
+    assert not (tmp_path / "build" / "Tiny" / "sample.json").exists()
+
+    rerun = subprocess.run(command("build", "cache.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    report = json.loads(rerun.stdout.strip().splitlines()[-1])
+    reference = subprocess.run(command("ref", "ref.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+
+    resumed, uninterrupted = items(tmp_path / "build" / "Tiny"), items(tmp_path / "ref" / "Tiny")
+    assert resumed == uninterrupted  # nothing lost, nothing duplicated, same answers
+    assert len({r["key"] for r in resumed}) == len(resumed)
+    total = _cache_count(tmp_path / "ref.sqlite")
+    assert _cache_count(tmp_path / "cache.sqlite") == total
+    # the re-run sent exactly what was missing: every request is answered once over both runs
+    assert report["sampling_engine_calls"] + report["judge_engine_calls"] == total - done_before
