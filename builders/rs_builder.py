@@ -1,6 +1,6 @@
 """A `datasets` builder with one config per family and split, derived from families.yaml.
 
-`builder_class(families_path)` returns a `GeneratorBasedBuilder` subclass whose configs are
+`builder_class(families_path)` returns an `ArrowBasedBuilder` subclass whose configs are
 `{FAMILY}_RS_think`, `{FAMILY}_RS_nothink` and `{FAMILY}_rejected` for every family of that file,
 so a family added in YAML is buildable with no code. Preparing any of the three configs makes sure
 the family's clean and sample stages are done (`rs.build.ensure_sampled`: the first config runs
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import datasets
+import pyarrow as pa
 from datasets.builder import Key
 
 from rs.families import load_families
@@ -28,7 +29,7 @@ class RSConfig(datasets.BuilderConfig):
     split: str = "think"
 
 
-class RSBuilder(datasets.GeneratorBasedBuilder):
+class RSBuilder(datasets.ArrowBasedBuilder):
     """Builds one published split of one family; `context` is the `rs.build.BuildContext` of the run."""
 
     BUILDER_CONFIG_CLASS = RSConfig
@@ -47,17 +48,26 @@ class RSBuilder(datasets.GeneratorBasedBuilder):
         )
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
-        from rs.build import ensure_sampled
+        from rs.build import _promotes, ensure_sampled
 
         sampled = ensure_sampled(self.context)
-        promotes = bool(sampled["calibration"] and sampled["calibration"]["promotes"])
+        promotes = _promotes(sampled)
         return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "promotes": promotes})]
 
-    def _generate_examples(self, build_dir: str, promotes: bool) -> Iterator[tuple[Key, dict[str, Any]]]:
+    def _generate_tables(self, build_dir: str, promotes: bool) -> Iterator[tuple[Key, pa.Table]]:
+        """Routed rows as Arrow tables of one row group each: no per-example encoding in Python."""
         from rs.route import split_rows
 
-        for index, row in enumerate(split_rows(build_dir, self.config.split, promotes)):
-            yield Key(0, index), row
+        schema = self.info.features.arrow_schema
+        batch: list[dict[str, Any]] = []
+        index = 0
+        for row in split_rows(build_dir, self.config.split, promotes):
+            batch.append(row)
+            if len(batch) >= self._writer_batch_size:
+                yield Key(0, index), pa.Table.from_pylist(batch, schema=schema)
+                index, batch = index + 1, []
+        if batch:
+            yield Key(0, index), pa.Table.from_pylist(batch, schema=schema)
 
 
 _CLASSES: dict[str, type[RSBuilder]] = {}

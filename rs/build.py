@@ -195,14 +195,17 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def family_stats(ctx: BuildContext, clean: dict[str, Any], sampled: dict[str, Any], splits: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _promotes(sampled: dict[str, Any]) -> bool:
+    return bool(sampled["calibration"] and sampled["calibration"]["promotes"])
+
+
+def family_stats(ctx: BuildContext, clean: dict[str, Any], sampled: dict[str, Any], splits: dict[str, dict[str, Any]],
+                 totals: dict[str, Any]) -> dict[str, Any]:
     """The family's stats: every number a card shows, from this build. Deterministic except `run`."""
     from rs.verifiers import get_verifier
 
     c = ctx.family.config
     calibration = sampled["calibration"]
-    promotes = bool(calibration and calibration["promotes"])
-    totals = _routing_totals(ctx.paths, promotes)
     accepted = sum(totals["accepted_by"].values())
     rejected = sum(totals["rejected_by_reason"].values())
     if clean["source_items"] != clean["dropped_items"] + accepted + rejected:
@@ -245,7 +248,7 @@ def _row_group_rows(ctx: BuildContext, clean: dict[str, Any]) -> int:
     return max(1, min(10_000, parse_bytes(ctx.family.config.shard.row_group_bytes) // per_row))
 
 
-def write_split(ctx: BuildContext, split: str, clean: dict[str, Any]) -> dict[str, Any]:
+def write_split(ctx: BuildContext, split: str, clean: dict[str, Any], qa_count: int) -> dict[str, Any]:
     """Prepare one split with the datasets builder; returns its files and sizes."""
     from builders import builder_class
     from rs.sizes import parse_bytes
@@ -264,8 +267,7 @@ def write_split(ctx: BuildContext, split: str, clean: dict[str, Any]) -> dict[st
         os.replace(shard, tmp / name)
     info = builder.info.splits["train"]
     _replace_dir(tmp, out)
-    qa = sum(len(r["qa"]) for r in read_records(out, "train", columns=["qa"]))
-    return {"repo": ctx.family.repo_name(split), "rows": info.num_examples, "qa": qa, "shards": len(names),
+    return {"repo": ctx.family.repo_name(split), "rows": info.num_examples, "qa": qa_count, "shards": len(names),
             "bytes": sum((out / n).stat().st_size for n in names), "dataset_bytes": info.num_bytes, "files": names}
 
 
@@ -273,7 +275,10 @@ def build_family(ctx: BuildContext) -> dict[str, Any]:
     """Clean, sample, write the three splits and stats.json; returns the stats."""
     clean = ensure_clean(ctx)
     sampled = ensure_sampled(ctx)
-    splits = {split: write_split(ctx, split, clean) for split in SPLITS}
-    stats = family_stats(ctx, clean, sampled, splits)
+    totals = _routing_totals(ctx.paths, _promotes(sampled))
+    accepted, rejected = sum(totals["accepted_by"].values()), sum(totals["rejected_by_reason"].values())
+    qa = {"think": accepted, "nothink": accepted, "rejected": rejected}
+    splits = {split: write_split(ctx, split, clean, qa[split]) for split in SPLITS}
+    stats = family_stats(ctx, clean, sampled, splits, totals)
     write_json(ctx.paths.stats, stats)
     return stats
