@@ -23,9 +23,11 @@ $(READY): pyproject.toml Makefile
 	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	@touch $(READY)
 
+# The embedded default: synthetic scenes, the tiny model on the real vLLM CPU engine, three repos
+# and their cards in $(OUT)/. No GPU, no network, no token.
 demo: $(READY)
-	$(PY) -m rs.families
-	$(PY) -m rs.families preview $(FAMILY) --limit 3
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_LOGGING_LEVEL=WARNING HF_HUB_OFFLINE=1 \
+		$(PY) -m rs.publish $(FAMILY) --out $(OUT)
 
 test: $(READY)
 	$(PY) -m pytest -q

@@ -85,6 +85,7 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
             f"no build of {family.name} in {ctx.paths.root} and no published repo to take its stats from; "
             f"run `python -m rs.publish {family.name}` without --cards-only first"
         )
+    stats = {k: v for k, v in stats.items() if k != "run"}  # timings and engine calls differ from run to run
     write_json(repo / "rs" / "stats.json", stats)
     write_json(repo / "rs" / "examples.json", stored)
     c = family.config
