@@ -14,6 +14,7 @@ makes a re-run of the sampling stage answer only what is missing.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -118,11 +119,24 @@ def clean_fingerprint(ctx: BuildContext) -> str:
 
 
 def ensure_clean(ctx: BuildContext) -> dict[str, Any]:
-    """Stream the source through cleaning into the clean store, unless an identical one exists."""
+    """Stream the source through cleaning into the clean store, unless an identical one exists.
+
+    Several processes (sampling shards) may call this at once: a file lock lets one clean while
+    the others wait and then reuse its store.
+    """
     paths, expected = ctx.paths, clean_fingerprint(ctx)
     if report := _read_report(paths.clean_report, expected):
         return report
     paths.root.mkdir(parents=True, exist_ok=True)
+    with open(paths.root / ".clean.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if report := _read_report(paths.clean_report, expected):
+            return report
+        return _clean(ctx, expected)
+
+
+def _clean(ctx: BuildContext, expected: str) -> dict[str, Any]:
+    paths = ctx.paths
     tmp = paths.root / "clean.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     start = time.perf_counter()
@@ -155,12 +169,7 @@ def ensure_sampled(ctx: BuildContext) -> dict[str, Any]:
     paths, expected = ctx.paths, sample_fingerprint(ctx, clean)
     if report := _read_report(paths.sample_report, expected):
         return report
-    if ctx.engine_factory is None:
-        from rs.engines import engines_for
-
-        sampler, judge = engines_for(ctx.family)
-    else:
-        sampler, judge = ctx.engine_factory(ctx.family)
+    sampler, judge = (ctx.engine_factory or _default_engines)(ctx.family)
     tmp = paths.root / "items.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     with GenerationCache(ctx.cache_path) as cache:
@@ -170,6 +179,34 @@ def ensure_sampled(ctx: BuildContext) -> dict[str, Any]:
     report = {"fingerprint": expected, **result.to_dict()}
     write_json(paths.sample_report, report)
     return report
+
+
+def sample_shard(ctx: BuildContext, shard: int, shards: int) -> dict[str, Any]:
+    """Answer and judge one of `shards` disjoint slices of the family (rows whose index % shards == shard).
+
+    Only the generation cache is the product: run one process per GPU (or machine with the cache
+    on its local disk, merged later) over disjoint shards, then run the whole stage once more,
+    which finds everything cached. The slice's own results are kept under build/<FAMILY>/shards/.
+    """
+    from rs.sample import SampleStage
+
+    if not 0 <= shard < shards:
+        raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
+    clean = ensure_clean(ctx)
+    sampler, judge = (ctx.engine_factory or _default_engines)(ctx.family)
+    out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
+    shutil.rmtree(out, ignore_errors=True)
+    rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)
+    with GenerationCache(ctx.cache_path) as cache:
+        stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
+        result = stage.run(rows, out, total=None)
+    return result.to_dict()
+
+
+def _default_engines(family: Family) -> tuple[Any, Any]:
+    from rs.engines import engines_for
+
+    return engines_for(family)
 
 
 def _routing_totals(paths: BuildPaths, promotes: bool) -> dict[str, Any]:

@@ -184,7 +184,7 @@ def main() -> int:
     import sys
 
     from rs import cli
-    from rs.build import BuildContext, default_cache_path, ensure_sampled
+    from rs.build import BuildContext, default_cache_path, ensure_sampled, sample_shard
     from rs.families import get_family
 
     parser = argparse.ArgumentParser(prog="python -m rs.sample", description=main.__doc__)
@@ -193,11 +193,19 @@ def main() -> int:
     cli.add_limit(parser)
     parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where builds live (default: $RS_BUILD_DIR or ./build)")
     parser.add_argument("--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)")
+    parser.add_argument("--shard", metavar="I/N", help="answer only rows whose index %% N == I (one process per GPU); fills the cache")
     args = parser.parse_args()
     family = get_family(args.family, args.config)
     ctx = BuildContext(family, Path(args.build_dir or os.environ.get("RS_BUILD_DIR", "build")), args.cache or default_cache_path(),
                        limit=args.limit, progress=sys.stderr.isatty())
-    report = ensure_sampled(ctx)
+    if args.shard:
+        try:
+            shard, shards = (int(x) for x in args.shard.split("/"))
+        except ValueError:
+            parser.error(f"--shard expects I/N, e.g. 0/4; got {args.shard!r}")
+        report = sample_shard(ctx, shard, shards)
+    else:
+        report = ensure_sampled(ctx)
     print(json.dumps({k: report[k] for k in ("items", "verified", "judged", "verdicts", "no_final_answer", "engine_errors",
                                              "sampling_engine_calls", "judge_engine_calls")}))
     return 0

@@ -1,0 +1,56 @@
+"""Several processes over disjoint shards share one cache; the full stage then finds everything cached."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from rs.families import load_families
+from rs.store import read_clean_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FAMILY = """\
+families:
+  Sharded:
+    source: {kind: synthetic, seed: 5, num_images: 30, questions_per_image: 3}
+    instruction: "\\nAnswer the question using a single word or phrase."
+    verifier: {name: alnum}
+    model: {id: replayed/model}
+    engine: {kind: replay, replay_path: replay.jsonl, batch_size: 8}
+    card: {pretty_name: S, description: d, license: mit, citation: c}
+"""
+
+
+def test_disjoint_shards_in_parallel_then_full_run_is_cached(tmp_path: Path) -> None:
+    (tmp_path / "families.yaml").write_text(FAMILY)
+    from rs.sources.synthetic import SyntheticSource
+
+    lines = []
+    for record in SyntheticSource(seed=5, num_images=30, questions_per_image=3):
+        for q in record.qa:
+            lines.append(json.dumps({"key": q.key, "text": f"<think>look</think>{q.answer if q.turn % 2 else 'no idea'}"}))
+    (tmp_path / "replay.jsonl").write_text("\n".join(lines))
+
+    def cmd(*extra: str) -> list[str]:
+        return [sys.executable, "-m", "rs.sample", "Sharded", "--config", str(tmp_path / "families.yaml"),
+                "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "cache.sqlite"), *extra]
+
+    workers = [subprocess.Popen(cmd("--shard", f"{i}/3"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    reports = []
+    for w in workers:
+        out, err = w.communicate(timeout=300)
+        assert w.returncode == 0, err[-2000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    family = load_families(tmp_path / "families.yaml")["Sharded"]
+    total = sum(len(row.qa) for row in read_clean_rows(tmp_path / "build" / "Sharded" / "clean"))
+    assert sum(r["items"] for r in reports) == total and all(r["items"] > 0 for r in reports)
+    assert sum(r["sampling_engine_calls"] for r in reports) == total  # disjoint: each item asked once
+
+    full = subprocess.run(cmd(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert full.returncode == 0, full.stderr[-2000:]
+    report = json.loads(full.stdout.strip().splitlines()[-1])
+    assert report["items"] == total and report["sampling_engine_calls"] == 0
+    assert family.name == "Sharded"
