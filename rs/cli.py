@@ -59,4 +59,7 @@ def run(main: Callable[[], int | None]) -> None:
         code = 2
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:  # output piped into `head`: not an error
+        sys.stderr.close()
+        code = 0
     sys.exit(code or 0)
