@@ -142,8 +142,18 @@ class Columns:
     """conversational: key of the per-turn dataset name."""
 
 
-@dataclass
-class HubSourceConfig:
+@dataclass(kw_only=True)
+class _TabularSource:
+    """What the Hub and local-file sources share: the records' shape and where each field is."""
+
+    shape: Literal["flat", "conversational"] = "flat"
+    columns: Columns = field(default_factory=Columns)
+    fixed_question: str | None = None
+    """flat: the question asked of every record when the source has none (text recognition)."""
+
+
+@dataclass(kw_only=True)
+class HubSourceConfig(_TabularSource):
     kind: Literal["hub"]
     path: str
     """Hub dataset id, e.g. HuggingFaceM4/the_cauldron."""
@@ -153,22 +163,14 @@ class HubSourceConfig:
     revision: str | None = None
     """Pin a commit for reproducible builds; recorded in clean_meta either way."""
     streaming: bool = True
-    shape: Literal["flat", "conversational"] = "flat"
-    columns: Columns = field(default_factory=Columns)
-    fixed_question: str | None = None
-    """flat: the question asked of every record when the source has none (text recognition)."""
 
 
-@dataclass
-class FilesSourceConfig:
+@dataclass(kw_only=True)
+class FilesSourceConfig(_TabularSource):
     kind: Literal["files"]
     path: str
     """A parquet or JSON Lines file, a glob, or an image folder with metadata.jsonl/.csv (relative paths are relative to the families file)."""
     format: Literal["auto", "parquet", "json", "imagefolder"] = "auto"
-    shape: Literal["flat", "conversational"] = "flat"
-    columns: Columns = field(default_factory=Columns)
-    fixed_question: str | None = None
-    """flat: the question asked of every record when the source has none (text recognition)."""
 
 
 @dataclass
