@@ -23,6 +23,9 @@ from rs.families import load_families
 from rs.schema import SPLITS, features
 
 
+_CHUNK_ROWS = 256
+
+
 @dataclass
 class RSConfig(datasets.BuilderConfig):
     family: str = ""
@@ -55,19 +58,29 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "promotes": promotes})]
 
     def _generate_tables(self, build_dir: str, promotes: bool) -> Iterator[tuple[Key, pa.Table]]:
-        """Routed rows as Arrow tables of one row group each: no per-example encoding in Python."""
+        """Routed rows as Arrow tables of one row group each: no per-example encoding in Python.
+
+        Rows become Arrow record batches a few hundred at a time, so Python objects never hold
+        more than that; a row group's worth of batches is then yielded as one table.
+        """
         from rs.route import split_rows
 
         schema = self.info.features.arrow_schema
-        batch: list[dict[str, Any]] = []
-        index = 0
+        rows: list[dict[str, Any]] = []
+        batches: list[pa.RecordBatch] = []
+        pending = index = 0
         for row in split_rows(build_dir, self.config.split, promotes):
-            batch.append(row)
-            if len(batch) >= self._writer_batch_size:
-                yield Key(0, index), pa.Table.from_pylist(batch, schema=schema)
-                index, batch = index + 1, []
-        if batch:
-            yield Key(0, index), pa.Table.from_pylist(batch, schema=schema)
+            rows.append(row)
+            if len(rows) >= _CHUNK_ROWS:
+                batches.append(pa.RecordBatch.from_pylist(rows, schema=schema))
+                pending, rows = pending + len(rows), []
+            if pending >= self._writer_batch_size:
+                yield Key(0, index), pa.Table.from_batches(batches, schema=schema)
+                index, pending, batches = index + 1, 0, []
+        if rows:
+            batches.append(pa.RecordBatch.from_pylist(rows, schema=schema))
+        if batches:
+            yield Key(0, index), pa.Table.from_batches(batches, schema=schema)
 
 
 _CLASSES: dict[str, type[RSBuilder]] = {}

@@ -24,19 +24,45 @@ def undecoded(dataset: Any) -> Any:
     return dataset
 
 
+def _resolve_revision(path: str) -> str | None:
+    import logging
+    from pathlib import Path
+
+    from huggingface_hub import HfApi, constants
+
+    if Path(path).exists() or constants.HF_HUB_OFFLINE:
+        return None
+    try:
+        return HfApi().dataset_info(path).sha
+    except Exception as err:  # no network, gated repo, ...: the build goes on, unpinned
+        logging.getLogger(__name__).warning("could not resolve the current revision of %s (%s); pin source.revision", path, err)
+        return None
+
+
 class HubSource:
     """Streams a Hub dataset split; `revision` pins the commit for reproducible builds."""
 
     def __init__(self, config: HubSourceConfig):
         self.config = config
+        self._revision: str | None = None
 
     def provenance(self) -> dict[str, str | None]:
         c = self.config
-        return {"dataset": c.path, "config": c.name, "split": c.split, "revision": c.revision}
+        return {"dataset": c.path, "config": c.name, "split": c.split, "revision": self.revision()}
+
+    def revision(self) -> str | None:
+        """The commit the data comes from: the pinned revision, or the one `main` resolves to now.
+
+        Recorded in every row's clean_meta and in the stats, so a build says which data it read.
+        Offline, or for a local folder, an unpinned source has no revision to record.
+        """
+        if self._revision is None:
+            self._revision = self.config.revision or _resolve_revision(self.config.path)
+        return self._revision
 
     def __iter__(self) -> Iterator[SourceRecord]:
         import datasets
 
         c = self.config
-        dataset = datasets.load_dataset(c.path, c.name, split=c.split, revision=c.revision, streaming=c.streaming)
+        dataset = datasets.load_dataset(c.path, c.name, split=c.split, revision=self.revision(), streaming=c.streaming)
         yield from records_from_rows(undecoded(dataset), shape=c.shape, columns=c.columns, fixed_question=c.fixed_question)
