@@ -34,7 +34,7 @@ families:
     verifier: {name: alnum}
     model: {id: replayed/model}
     engine: {kind: replay, replay_path: replay.jsonl, batch_size: 512}
-    shard: {max_bytes: 64MB, row_group_bytes: 16MB}
+    shard: {max_bytes: 32MB, row_group_bytes: 4MB}
     card: {pretty_name: Bench, description: d, license: apache-2.0, citation: c}
 """
 
