@@ -192,7 +192,7 @@ def sample_shard(ctx: BuildContext, shard: int, shards: int) -> dict[str, Any]:
 
     if not 0 <= shard < shards:
         raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
-    clean = ensure_clean(ctx)
+    ensure_clean(ctx)
     sampler, judge = (ctx.engine_factory or _default_engines)(ctx.family)
     out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
     shutil.rmtree(out, ignore_errors=True)

@@ -13,7 +13,6 @@ import pytest
 from huggingface_hub import DatasetCard
 
 from rs.cards import cell
-from rs.engines.replay import ReplayEngine
 from rs.families import load_families
 from rs.publish import publish
 from rs.schema import SPLITS, features

@@ -15,9 +15,9 @@ from test_hub import TOKEN, blocked_hosts, hub, sleeps  # noqa: F401  (emulator 
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
 
 
-def to_hub(family, tmp_path: Path, **kwargs):
-    family.config.publish.target = "hub"
-    return publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, **kwargs)
+def to_hub(hostile, tmp_path: Path, **kwargs):
+    hostile.config.publish.target = "hub"
+    return publish(hostile, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, **kwargs)
 
 
 def test_family_publishes_once_completely_and_then_makes_no_commit(family, tmp_path: Path, hub) -> None:  # noqa: F811
