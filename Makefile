@@ -19,7 +19,7 @@ $(READY): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[cpu,math,test]'
+	$(PY) -m pip install --quiet -e '.[cpu,math,test,ray]'
 	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	@touch $(READY)
 

