@@ -12,6 +12,7 @@ CLI, the replay engine and the tests that need neither start fast.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +26,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "DEMO_VLM",
     "TINY_VLM",
+    "builtin_revision",
     "Engine",
     "Generation",
     "Request",
@@ -38,21 +41,42 @@ __all__ = [
 
 TINY_VLM = "rs:tiny-vlm"
 """Model id of the project's own tiny random VLM (`rs.tiny_model`), built locally on first use."""
+DEMO_VLM = "rs:demo-vlm"
+"""Model id of the trained demo VLM shipped in `rs/demo_model/` (the embedded default's model)."""
 
 
 def resolve_model(model_id: str) -> str:
     """The path or Hub id to load for a configured model id.
 
-    `rs:tiny-vlm` is the tiny test VLM, built into the local cache on first use (no network);
-    every other id (a Hub id or a local folder) is passed through unchanged.
+    `rs:tiny-vlm` is the tiny random test VLM, built into the local cache on first use (no
+    network); `rs:demo-vlm` is the trained demo model shipped with the package (its files are
+    checked against their recorded hashes); every other id (a Hub id or a local folder) is passed
+    through unchanged.
     """
     if model_id == TINY_VLM:
         from rs.tiny_model import tiny_vlm_path
 
         return str(tiny_vlm_path())
+    if model_id == DEMO_VLM:
+        from rs.demo_model import demo_model_path
+
+        return str(demo_model_path())
     if model_id.startswith("rs:"):
-        raise ValueError(f"unknown built-in model {model_id!r}; the only one is {TINY_VLM!r} (or give a Hub id or a local path)")
+        raise ValueError(f"unknown built-in model {model_id!r}; the built-in ones are {TINY_VLM!r} and {DEMO_VLM!r} (or give a Hub id or a local path)")
     return model_id
+
+
+def builtin_revision(model_id: str, path: str) -> str:
+    """What identifies a built-in model's weights, recorded as its revision and part of every cache key.
+
+    The tiny model's folder name is its content key; the demo model's folder name never changes,
+    so its revision is the hash of its recorded file hashes (a retrained model gets new keys).
+    """
+    if model_id == DEMO_VLM:
+        from rs.demo_model import PACKAGE_DIR
+
+        return hashlib.sha256((PACKAGE_DIR / "SHA256SUMS").read_bytes()).hexdigest()[:16]
+    return Path(path).name
 
 
 def sampling_settings(config: FamilyConfig | Family) -> SamplingSettings:

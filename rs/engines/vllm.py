@@ -56,12 +56,12 @@ class VLLMEngine:
     kind = "vllm"
 
     def __init__(self, model: str, *, revision: str | None = None, engine_args: dict[str, Any] | None = None):
-        from rs.engines import resolve_model
+        from rs.engines import builtin_revision, resolve_model
 
         self.model = model
         path = resolve_model(model)
         if revision is None and path != model:
-            revision = Path(path).name  # a built-in model: its content key is its revision
+            revision = builtin_revision(model, path)
         self.revision = revision
         args = {k: v for k, v in (engine_args or {}).items() if v is not None}
         if revision is not None and path == model:
