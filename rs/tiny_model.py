@@ -55,7 +55,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -177,7 +177,7 @@ _LABELS = ("CORRECT", "WRONG", "UNSURE")
 
 _INIT_LOCK = threading.Lock()
 
-_FILES = (
+MODEL_FILES = (
     "chat_template.jinja",
     "config.json",
     "generation_config.json",
@@ -288,8 +288,8 @@ def corpus(n_examples: int = 2000, *, seed: int = _CORPUS_SEED) -> Iterator[str]
         yield label
 
 
-def _train_tokenizer() -> Any:
-    """Train the byte-level BPE and return a ``tokenizers.Tokenizer`` with fixed special ids.
+def train_tokenizer(texts: Iterable[str], vocab_size: int = _BPE_VOCAB_SIZE) -> Any:
+    """Train the byte-level BPE on ``texts`` and return a ``tokenizers.Tokenizer`` with fixed special ids.
 
     The trainer puts its ``special_tokens`` at ids 0.., in order, so ``SPECIAL_TOKENS`` then
     ``THINK_TOKENS`` get the same ids on every build. The think tokens are then flagged
@@ -302,13 +302,13 @@ def _train_tokenizer() -> Any:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=_BPE_VOCAB_SIZE,
+        vocab_size=vocab_size,
         min_frequency=2,
         special_tokens=[*SPECIAL_TOKENS, *THINK_TOKENS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(corpus(), trainer)
+    tokenizer.train_from_iterator(texts, trainer)
     data = json.loads(tokenizer.to_str())
     for added in data["added_tokens"]:
         if added["content"] in THINK_TOKENS:
@@ -423,7 +423,7 @@ def _write_model_folder(folder: Path, *, seed: int, visible_text: bool, favour: 
         PreTrainedTokenizerFast,
     )
 
-    tokenizer = _train_tokenizer()
+    tokenizer = train_tokenizer(corpus())
     hf_tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         bos_token=BOS_TOKEN,
@@ -466,8 +466,8 @@ def _write_model_folder(folder: Path, *, seed: int, visible_text: bool, favour: 
     model.save_pretrained(folder)
 
     written = sorted(p.name for p in folder.iterdir())
-    if written != sorted(_FILES):
-        logger.warning("Tiny VLM folder has files %s, expected %s", written, sorted(_FILES))
+    if written != sorted(MODEL_FILES):
+        logger.warning("Tiny VLM folder has files %s, expected %s", written, sorted(MODEL_FILES))
     # mkdtemp makes 0700 and safetensors writes 0600; a shared cache should be readable.
     folder.chmod(0o755)
     for path in folder.iterdir():
@@ -480,7 +480,7 @@ def _write_model_folder(folder: Path, *, seed: int, visible_text: bool, favour: 
 
 
 def _looks_like_tiny_vlm(folder: Path) -> bool:
-    return folder.is_dir() and all((folder / name).is_file() for name in _FILES)
+    return folder.is_dir() and all((folder / name).is_file() for name in MODEL_FILES)
 
 
 def _build_in_temp(parent: Path, *, seed: int, visible_text: bool, favour: str | None = None) -> Path:
@@ -535,7 +535,7 @@ def build_tiny_vlm(out_dir: str | Path, *, seed: int = 0, visible_text: bool = T
             must catch). Needs ``visible_text=True``.
     """
     out_dir = Path(out_dir).expanduser().absolute()
-    if out_dir.exists() and not (out_dir.is_dir() and set(os.listdir(out_dir)) <= set(_FILES)):
+    if out_dir.exists() and not (out_dir.is_dir() and set(os.listdir(out_dir)) <= set(MODEL_FILES)):
         raise FileExistsError(f"{out_dir} exists and is not a tiny VLM build; not replacing it")
     tmp = _build_in_temp(out_dir.parent, seed=seed, visible_text=visible_text, favour=favour)
     try:

@@ -74,11 +74,13 @@ from rs.tiny_model import (
     CHAT_TEMPLATE,
     EOS_TOKEN,
     IMAGE_TOKEN,
+    MODEL_FILES,
     PAD_TOKEN,
     SPECIAL_TOKENS,
     THINK_TOKENS,
     VLLM_ENGINE_KWARGS,
     corpus as tiny_corpus,
+    train_tokenizer,
 )
 
 logger = logging.getLogger(__name__)
@@ -106,15 +108,6 @@ TOKENIZER_SOURCE_SEED = 998
 """Questions fed to the tokenizer trainer (text only; the tokenizer is the same for every training seed)."""
 FAMILY = "TinyCLEVR"
 QTYPES = ("count", "exist", "query_attribute", "compare_count", "compare_attribute", "subtract", "add")
-MODEL_FILES = (
-    "chat_template.jinja",
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "processor_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-)
 
 
 @dataclass
@@ -345,19 +338,7 @@ def _questions(source: SyntheticSource, index: int) -> list[tuple[str, str, str]
 
 
 def build_tokenizer(vocab_size: int) -> Any:
-    """Byte-level BPE with rs.tiny_model's special tokens at the same fixed ids (0..42), think tokens at 43/44."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=2,
-        special_tokens=[*SPECIAL_TOKENS, *THINK_TOKENS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    """rs.tiny_model's byte-level BPE (same special and think token ids), trained on the demo's text too."""
 
     def texts() -> Iterator[str]:
         yield from tiny_corpus()
@@ -367,16 +348,7 @@ def build_tokenizer(vocab_size: int) -> Any:
             yield "assistant\n"
             yield "\n\n"
 
-    tokenizer.train_from_iterator(texts(), trainer)
-    data = json.loads(tokenizer.to_str())
-    for added in data["added_tokens"]:
-        if added["content"] in THINK_TOKENS:
-            added["special"] = False  # vLLM must show them in the output text
-    tokenizer = Tokenizer.from_str(json.dumps(data))
-    for token_id, token in enumerate((*SPECIAL_TOKENS, *THINK_TOKENS)):
-        if tokenizer.token_to_id(token) != token_id:
-            raise RuntimeError(f"{token!r} got id {tokenizer.token_to_id(token)}, expected {token_id}")
-    return tokenizer
+    return train_tokenizer(texts(), vocab_size)
 
 
 def _instruction() -> str:
