@@ -141,6 +141,19 @@ def sync_local(repo: Path, target: Path, *, only: tuple[str, ...] | None, dry_ru
     return PublishResult(repo_id=target.as_posix(), changes=changes, commit_url=None)
 
 
+def _download_card_inputs(repo_id: str, folder: Path, token: str | None) -> Path | None:
+    """What a card is rendered from (rs/stats.json, rs/examples.json, the example images), from a published repo."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    try:
+        snapshot_download(repo_id, repo_type="dataset", allow_patterns=["rs/*", "images/*"], local_dir=folder, token=token)
+    except (RepositoryNotFoundError, HfHubHTTPError) as err:
+        logger.warning("could not read the card inputs of %s: %s", repo_id, err)
+        return None
+    return folder
+
+
 def publish(family: Family, *, out: Path | None = None, cards_only: bool = False, dry_run: bool = False, limit: int | None = None,
             build_root: Path | None = None, cache_path: Path | None = None, progress: bool = True, token: str | None = None,
             engine_factory: Any = None) -> dict[str, Any]:
@@ -161,7 +174,10 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     results = {}
     for split in SPLITS:
         repo_name = family.repo_name(split)
-        repo = stage_repo(ctx, split, staging, cards_only=cards_only, published=root / repo_name if local else None)
+        published = root / repo_name if local else None
+        if cards_only and not local and not ctx.paths.stats.exists():
+            published = _download_card_inputs(f"{c.publish.namespace}/{repo_name}", ctx.paths.root / "published" / repo_name, token)
+        repo = stage_repo(ctx, split, staging, cards_only=cards_only, published=published)
         if local:
             results[split] = sync_local(repo, root / repo_name, only=only, dry_run=dry_run)
         else:

@@ -60,3 +60,18 @@ def test_dry_run_creates_nothing(family, tmp_path: Path, hub) -> None:  # noqa: 
     outcome = to_hub(family, tmp_path, dry_run=True)
     assert {c.action for r in outcome["results"].values() for c in r.changes} == {"add"}
     assert not any(key[1].startswith("tester/") for key in hub.repos)  # no repo was even created
+
+
+def test_cards_only_on_a_machine_without_the_build(family, tmp_path: Path, hub) -> None:  # noqa: F811
+    import shutil
+
+    to_hub(family, tmp_path)
+    repo_id = f"tester/{family.repo_name('think')}"
+    card = hub.files(repo_id)["README.md"]
+    before = len(hub.commits(repo_id))
+    shutil.rmtree(tmp_path / "build")  # another machine: only the published repos
+    family.config.card.description = "Regenerated elsewhere."
+    to_hub(family, tmp_path, cards_only=True)
+    commits = hub.commits(repo_id)
+    assert len(commits) == before + 1 and set(commits[-1].added) == {"README.md"}
+    assert hub.files(repo_id)["README.md"] != card and b"Regenerated elsewhere." in hub.files(repo_id)["README.md"]
