@@ -86,35 +86,31 @@ def select_examples(split_dir: str | Path, split: str, n: int = 3) -> list[dict[
     (rejection reason, or who accepted) comes first, so the examples are not all of one kind; the
     rest are filled by rank. Memory is bounded by the number of categories and `n`.
     """
-    best_by_category: dict[str, tuple[str, dict[str, Any]]] = {}
-    overall: list[tuple[str, int, dict[str, Any]]] = []
+    best_by_category: dict[str, tuple[int, dict[str, Any]]] = {}
+    overall: list[tuple[int, int, dict[str, Any]]] = []  # max-heap (negated rank) of the n best
     counter = 0
     for row in read_records(split_dir, "train", batch_rows=32):
         for qa in row["qa"]:
-            rank = hashlib.sha256(f"{row['image_sha256']}\x00{qa['question']}".encode()).hexdigest()
+            digest = hashlib.sha256(f"{row['image_sha256']}\x00{qa['question']}".encode()).digest()
+            rank = int.from_bytes(digest[:8], "big")
             entry = {"qa": qa, "image": row["image"]["bytes"], "image_sha256": row["image_sha256"]}
             cat = _category(split, qa)
             if cat not in best_by_category or rank < best_by_category[cat][0]:
                 best_by_category[cat] = (rank, entry)
             counter += 1
-            item = (_neg(rank), counter, entry)
+            item = (-rank, counter, entry)
             if len(overall) < n:
                 heapq.heappush(overall, item)
-            elif item > overall[0]:
+            elif item[:2] > overall[0][:2]:
                 heapq.heapreplace(overall, item)
     chosen = [entry for _, entry in sorted(best_by_category.values(), key=lambda e: e[0])][:n]
     seen = {(e["image_sha256"], e["qa"]["question"]) for e in chosen}
-    for _, _, entry in sorted(overall, key=lambda e: e[0], reverse=True):
+    for _, _, entry in sorted(overall, key=lambda e: e[:2], reverse=True):
         if len(chosen) >= n:
             break
         if (entry["image_sha256"], entry["qa"]["question"]) not in seen:
             chosen.append(entry)
     return chosen
-
-
-def _neg(rank: str) -> str:
-    # heap keeps the n smallest ranks: store the complement so the largest of them sits on top
-    return "".join("0123456789abcdef"[15 - int(c, 16)] for c in rank)
 
 
 def attach_image_paths(examples: list[dict[str, Any]]) -> list[tuple[str, bytes]]:

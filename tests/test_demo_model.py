@@ -125,7 +125,7 @@ def test_reasoning_reproduces_every_answer() -> None:
 
 
 def test_a_short_training_run_lowers_the_loss(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from rs.demo_model import train as T
 
     settings = T.Settings(

@@ -63,8 +63,7 @@ def test_seed_families_as_the_cards_describe_them() -> None:
 
 
 def test_defaults_merge_and_family_overrides(tmp_path: Path) -> None:
-    path = write(tmp_path, MINIMAL + "    sampling: {max_tokens: 128}\n    engine: {args: {max_model_len: 4096}}\n"
-                 .replace("families:", "families:") )
+    path = write(tmp_path, MINIMAL + "    sampling: {max_tokens: 128}\n    engine: {args: {max_model_len: 4096}}\n")
     text = path.read_text().replace("  model: {id: some/model}", "  model: {id: some/model}\n  sampling: {seed: 7}\n  engine: {args: {tensor_parallel_size: 2}}")
     path.write_text(text)
     c = load_families(path)["MyVQA"].config

@@ -49,9 +49,6 @@ class ImageGrouper:
             [(image_sha256, pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)) for item in items],
         )
 
-    def __contains__(self, image_sha256: str) -> bool:
-        return self._db.execute("SELECT 1 FROM images WHERE sha = ?", (image_sha256,)).fetchone() is not None
-
     def rows(self) -> Iterator[Row]:
         self._db.execute("COMMIT")
         self._db.execute("CREATE INDEX qa_sha ON qa (sha, id)")
