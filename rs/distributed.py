@@ -1,41 +1,51 @@
-"""The sampling stage (and the judge) on a Ray cluster: one engine replica per GPU, one cache.
+"""The sampling stage (and the judge) on a Ray cluster with Ray Data: one engine replica per GPU, one cache.
 
     python -m rs.sample FAMILY --ray [auto | ray://HEAD:10001 | HEAD:6379] [--replicas N]
 
-The driver (the process running this) is the only writer of the generation cache, which stays on
-its local disk: SQLite is not safe on a network filesystem, and per-replica caches would need a
-merge. Replicas only answer; results travel back to the driver, which commits each batch as it
-arrives. The cache keys are the single-process ones (`CachedEngine.key`, computed here from a lazy
-`VLLMEngine` that never loads the model on the driver), so a family can be started on one machine,
-continued on a cluster and finished anywhere with nothing recomputed.
+Each step is one Ray Data pipeline, so every replica loads its model once per step:
 
-The run has four steps, each sending only what the cache lacks:
+    read_parquet(clean store) -> map_batches(sampling_requests)                 items still missing
+                              -> map_batches(EngineReplica, ActorPoolStrategy(size=N), num_gpus=TP x PP)
+                              -> iter_batches() on the driver -> GenerationCache.put_many
+
+`EngineReplica` holds the project's own `VLLMEngine`, so prompts, sampling settings, reasoning
+split, per-request failure isolation and `Generation` fields are those of the single-process path,
+and the cache keys (`rs.engines.cached.cache_key`) are the same: a family can be started on one
+machine, continued on a cluster and finished anywhere, with nothing recomputed.
+
+Where results live, and why: the driver (the process running this) is the only writer of the
+generation cache, which stays on its local disk. SQLite is not safe on a network filesystem, and
+per-replica stores would need a merge; instead answers travel back through Ray's object store and
+the driver commits each batch as it arrives. The inputs go the other way through shared storage:
+the replicas' read tasks read the clean store (and the judge's request files) from the build
+directory, so on a multi-node cluster `--build-dir` must be a filesystem every node mounts at the
+same path (NFS, Lustre, a FUSE bucket). The cache (`--cache`) need not be.
+
+What is sent: the driver first reads the clean store without images, computes every request's
+key and looks it up; only the missing ones travel. It broadcasts them as a sorted array of 64-bit
+key prefixes (8 bytes per missing item), which the read tasks test each item against: a prefix
+collision can only send an already cached item again, never skip a missing one.
+
+The steps:
 
 1. sampling: every cleaned QA item, its request built exactly as `rs.sample.SampleStage` builds it;
-2. judge: the verifier rejections that have a final answer, verified from the cached generations
-   exactly as `SampleStage` verifies them (its own verifier, `Judge.prompt`, judge settings);
-3. calibration: the judge calls of `rs.judge.calibrate` (the same deterministic samples);
-4. the normal `rs.build.ensure_sampled`, which finds everything cached: zero engine calls, and it
-   writes the items store and `sample.json` exactly as a single-process run does.
+2. judge: the verifier rejections that have a final answer, verified on the driver from the cached
+   generations exactly as `SampleStage` verifies them, plus the calibration cases of
+   `rs.judge.calibrate`; written to `BUILD/ray/judge-*.parquet` and answered in one pipeline;
+3. the normal `rs.build.ensure_sampled` on the driver, which finds everything cached (zero engine
+   calls) and writes the items store and `sample.json` exactly as a single-process run does.
 
 Failures cost at most their batch. A replica that dies (preempted node, OOM kill, crash) is
-restarted by Ray and the batches it held are sent once more; a batch whose engine raises is lost
-(the replica replaces its engine). The run goes on, reports what was lost, and skips the steps
-that need every answer (judge, calibration, final pass); the same command again sends only what
-is missing. A replica failing three times in a row gets no more work.
+restarted by Ray and its batches are retried (Ray Data's actor pool: `max_restarts=-1`,
+`max_task_retries=-1`). A batch whose engine raises comes back marked failed and is not cached
+(the replica replaces its engine); the run goes on, reports it, skips the judge step (it needs
+every answer) and ends with `RayIncomplete`; the same command again sends only what is missing. A
+replica failing `MAX_CONSECUTIVE_FAILURES` batches in a row stops the run: something is wrong
+with the node or the model, not with a batch. Whatever was committed before stays committed.
 
-The driver streams: it reads the clean store row by row, looks up `lookahead` keys at a time, and
-keeps at most `in_flight` batches per replica plus one queued, so its memory and the object store
-hold a sliding window of the family, never the family.
-
-Each replica is a Ray actor holding one project `VLLMEngine`: prompts, sampling settings,
-reasoning split, failure isolation and `Generation` fields are those of the single-process path.
-Ray Data's `map_batches` is not used: it has no source that streams from the driver (`from_items`
-materialises; `read_*` tasks run on the workers and would need the clean store on shared storage,
-impossible for a `ray://` client), so the family would have to go in windows, and every Dataset
-execution starts a new actor pool, which reloads the model for every window. Ray Data LLM
-(`ray[llm]`) is not used either: ray 2.60's `llm` extra pins `vllm[audio]==0.29.0`, which conflicts
-with the project's vLLM, and it would build its own prompts and sampling parameters.
+Ray's own LLM processor (`ray.data.llm`) is not used: ray 2.60's `llm` extra pins
+`vllm[audio]==0.29.0`, which conflicts with the project's vLLM, and it builds its own prompts and
+sampling parameters, so its outputs would not share the single-process path's cache keys.
 """
 
 from __future__ import annotations
@@ -43,11 +53,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
+from array import array
 import time
 from dataclasses import asdict, dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from rs.engines.base import Generation, Request, SamplingSettings
 
@@ -60,13 +76,25 @@ logger = logging.getLogger(__name__)
 __all__ = ["RAY_MISSING", "EngineReplica", "RayIncomplete", "RayNotInstalled", "RayRun", "StepStats", "ray_available", "sample_on_ray"]
 
 RAY_MISSING = "Ray is not installed: pip install 'rs[ray]'"
-FAIL_BATCH_ENV = "RS_RAY_FAIL_BATCH"
-"""Test only, comma-separated: `STEP:N` makes a replica raise on batch N of STEP; `STEP:N:exit` kills the replica instead."""
+FAIL_ENV = "RS_RAY_FAIL"
+"""Test only: a JSON list of `{"step", "item", "do": "raise" | "exit", "marker"}`. The replica of `step`
+raises on the batch holding item key `item`, or exits (once: it creates `marker` first)."""
 FORWARDED_ENV_PREFIXES = ("VLLM_",)
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 """Environment variables the CLI passes to the replicas (never tokens: log the workers in themselves)."""
 NOT_FORWARDED = ("VLLM_HOST_IP", "VLLM_PORT")
 MAX_CONSECUTIVE_FAILURES = 3
+
+REQUESTS = pa.schema([
+    ("key", pa.string()), ("prompt", pa.string()), ("image", pa.binary()), ("image_sha256", pa.string()), ("item_key", pa.string()),
+])
+"""What a replica answers: one request and its cache key per row."""
+
+ANSWERS = pa.schema([
+    ("key", pa.string()), ("generation", pa.string()), ("batch_error", pa.string()), ("batch", pa.string()), ("replica", pa.string()),
+    ("load_seconds", pa.float64()), ("engine_seconds", pa.float64()),
+])
+"""What a replica returns: the `Generation` as JSON; `batch_error` when its whole batch failed."""
 
 
 class RayNotInstalled(RuntimeError):
@@ -100,20 +128,24 @@ class StepStats:
     requests: int = 0
     cached: int = 0
     duplicates: int = 0
-    """Requests whose key was already waiting in this run (the same image and prompt twice)."""
+    """Requests whose key was already to be sent in this step (the same question asked twice)."""
     sent: int = 0
     batches: int = 0
     stored: int = 0
     uncached: int = 0
-    """Answered with a transient failure (not cacheable): sent again on the next run."""
-    retried_batches: int = 0
-    """Batches lost with their replica (it died) and sent once more."""
+    """Answered with a failure that is not cached (transient, or a failed batch): sent again on the next run."""
     failed_batches: int = 0
     failed_requests: int = 0
     seconds: float = 0.0
-    """Wall time of the step, without starting the replicas."""
+    """Wall time of the step on the driver: looking up keys, the Ray Data pipeline, committing."""
+    startup_seconds: float = 0.0
+    """From starting the pipeline to its first answer, less that batch's engine time: starting the replicas, loading the model."""
     engine_seconds: float = 0.0
     """Time the replicas spent in `generate()`, summed over replicas."""
+    load_seconds: float = 0.0
+    """The slowest replica's model load."""
+    replica_processes: int = 0
+    """Replica processes that answered: more than the replicas when Ray restarted some."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,12 +157,6 @@ class RayRun:
 
     replicas: int = 0
     steps: dict[str, StepStats] = field(default_factory=dict)
-    startup_seconds: float = 0.0
-    """From asking for the replicas to all of them holding the model (0: none was needed)."""
-    load_seconds: float = 0.0
-    """Of which loading the model (the slowest replica)."""
-    restarts: int = 0
-    """Replica deaths during the run (Ray restarted them)."""
     seconds: float = 0.0
     """The Ray part of the run (the final pass not included)."""
     report: dict[str, Any] | None = None
@@ -139,352 +165,220 @@ class RayRun:
     def complete(self) -> bool:
         return all(s.failed_requests == 0 and s.uncached == 0 for s in self.steps.values())
 
+    @property
+    def startup_seconds(self) -> float:
+        return sum(s.startup_seconds for s in self.steps.values())
+
+    @property
+    def load_seconds(self) -> float:
+        return max((s.load_seconds for s in self.steps.values()), default=0.0)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"replicas": self.replicas, "startup_seconds": round(self.startup_seconds, 3), "load_seconds": round(self.load_seconds, 3),
-                "restarts": self.restarts,
-                "seconds": round(self.seconds, 3),
+        return {"replicas": self.replicas, "seconds": round(self.seconds, 3), "startup_seconds": round(self.startup_seconds, 3),
                 "steps": {name: s.to_dict() for name, s in self.steps.items()}}
 
 
-# --- the replica ----------------------------------------------------------------------------------
+# --- on the workers -------------------------------------------------------------------------------
+
+
+def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSettings, instruction: str, missing: np.ndarray) -> pa.Table:
+    """Clean-store rows -> the sampling requests of their QA items that are still missing (a Ray Data map).
+
+    Builds each request as `SampleStage` does and keys it with the driver's `cache_key`; `missing`
+    is the sorted array of the missing keys' 64-bit prefixes.
+    """
+    from rs.engines.cached import cache_key
+    from rs.prompt import build_prompt
+    from rs.store import qa_item
+
+    out: dict[str, list[Any]] = {name: [] for name in REQUESTS.names}
+    seen: set[str] = set()
+    for image, sha, qa in zip(batch["image"].to_pylist(), batch["image_sha256"].to_pylist(), batch["qa"].to_pylist()):
+        for item in qa:
+            prompt = build_prompt(item["question"], instruction)
+            key = cache_key(identity, settings, sha, prompt)
+            if key in seen or not _is_missing(key, missing):
+                continue
+            seen.add(key)
+            for name, value in zip(REQUESTS.names, (key, prompt, image, sha, qa_item(item).key)):
+                out[name].append(value)
+    return pa.table(out, schema=REQUESTS)
+
+
+def _prefix(key: str) -> int:
+    return int(key[:16], 16)
+
+
+def _is_missing(key: str, missing: np.ndarray) -> bool:
+    prefix = np.uint64(_prefix(key))
+    i = int(np.searchsorted(missing, prefix))
+    return i < len(missing) and missing[i] == prefix
 
 
 class EngineReplica:
-    """One engine replica (a Ray actor): the project's `VLLMEngine`, created from the family's configuration.
+    """One engine replica: the Ray Data actor class that answers batches of requests.
 
-    `specs` maps an engine name (`sampler`, `judge`) to `{"model", "revision", "engine_args"}`;
-    names with the same spec share one engine, as `rs.engines.engines_for` shares it. At most one
-    model is loaded at a time: asking for another closes the first (the steps run one after the other).
+    Builds the project's `VLLMEngine` from the family's configuration (`spec`), refuses to start if
+    its identity differs from the driver's (its answers would land under keys no run asks for), and
+    loads the model before the first batch.
     """
 
-    def __init__(self, specs: dict[str, dict[str, Any]]):
+    def __init__(self, spec: dict[str, Any], identity: str, settings: SamplingSettings, step: str):
+        from rs.engines.cached import identity_key
         from rs.engines.vllm import VLLMEngine
 
-        self._spec_keys = {name: json.dumps(spec, sort_keys=True) for name, spec in specs.items()}
-        self._engines: dict[str, VLLMEngine] = {}
-        for name, spec in specs.items():
-            key = self._spec_keys[name]
-            if key not in self._engines:
-                self._engines[key] = VLLMEngine(spec["model"], revision=spec["revision"], engine_args=spec["engine_args"])
-        self._fail = dict(_failure(entry) for entry in os.environ.get(FAIL_BATCH_ENV, "").split(",") if entry)
-
-    def identities(self) -> dict[str, dict[str, Any]]:
-        """Each engine's identity (what the cache keys cover), computed here, without loading a model."""
-        return {name: self._engines[key].identity() for name, key in self._spec_keys.items()}
-
-    def load(self, name: str) -> float:
-        """Load engine `name`'s model now (closing another loaded one); returns the seconds it took."""
+        self.spec, self.settings, self.step = spec, settings, step
+        self.engine_args = dict(spec["engine_args"])
+        if _parallel_size(self.engine_args) > 1:
+            # the actor holds its GPUs; vLLM's own Ray workers would ask the cluster for more and wait forever
+            self.engine_args.setdefault("distributed_executor_backend", "mp")
+        self.engine = VLLMEngine(spec["model"], revision=spec["revision"], engine_args=self.engine_args)
+        if (mine := identity_key(self.engine)) != identity:
+            raise RuntimeError(
+                f"this replica computes another engine identity than the driver, so its answers would be cached under keys no "
+                f"run asks for: driver {identity}, replica {mine}. Run the driver and the replicas with the same versions of rs, "
+                "vLLM and transformers, and the same model files."
+            )
         start = time.perf_counter()
-        self._loaded(name).llm  # noqa: B018
-        return time.perf_counter() - start
+        self.engine.llm  # noqa: B018  (load now, not in the first batch)
+        self.load_seconds = time.perf_counter() - start
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.failures = 0
+        self.batches = 0
+        self._fail = [f for f in json.loads(os.environ.get(FAIL_ENV) or "[]") if f["step"] == step]
 
-    def generate(self, name: str, batch: str, requests: list[Request], settings: SamplingSettings) -> tuple[list[Generation], float]:
-        """`(generations, seconds in the engine)` for one batch."""
-        if batch in self._fail:
-            if self._fail[batch] == "exit":
-                os._exit(1)
-            raise RuntimeError(f"{FAIL_BATCH_ENV}: injected failure of batch {batch}")
-        engine = self._loaded(name)
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        requests = [Request(prompt=r["prompt"], image=r["image"], image_sha256=r["image_sha256"], item_key=r["item_key"])
+                    for r in batch.select(["prompt", "image", "image_sha256", "item_key"]).to_pylist()]
         start = time.perf_counter()
+        error = None
         try:
-            generations = engine.generate(requests, settings)
-        except Exception:
-            self._replace(name)  # per-request failures never raise: an engine that did is suspect
-            raise
-        return generations, time.perf_counter() - start
+            self._injected_failure(requests)
+            generations = self.engine.generate(requests, self.settings)
+            if len(generations) != len(requests):
+                raise RuntimeError(f"the engine returned {len(generations)} generations for {len(requests)} requests")
+            self.failures = 0
+        except Exception as err:
+            self.failures += 1
+            if self.failures >= MAX_CONSECUTIVE_FAILURES:
+                raise RuntimeError(f"replica {self.name} failed {self.failures} batches in a row; stopping the run "
+                                   "(the cache keeps everything answered so far)") from err
+            error = _first_line(err)
+            logger.error("replica %s: a batch of %d requests failed, its answers are not cached: %s", self.name, len(requests), error)
+            self._replace_engine()  # per-request failures never raise: an engine that did is suspect
+            generations = [Generation.failed(f"batch failed: {error}", cacheable=False) for _ in requests]
+        seconds = time.perf_counter() - start
+        self.batches += 1
+        n = len(requests)
+        return pa.table({
+            "key": batch["key"], "generation": [json.dumps(g.to_dict(), ensure_ascii=False) for g in generations],
+            "batch_error": [error] * n, "batch": [f"{self.name}/{self.batches}"] * n, "replica": [self.name] * n, "load_seconds": [self.load_seconds] * n,
+            "engine_seconds": [seconds / n] * n,
+        }, schema=ANSWERS)
 
-    def _loaded(self, name: str) -> Any:
-        engine = self._engines[self._spec_keys[name]]
-        for other in self._engines.values():
-            if other is not engine and other.loaded:
-                other.close()  # one model at a time: the steps run one after the other
-        return engine
+    def _injected_failure(self, requests: list[Request]) -> None:
+        keys = {r.item_key for r in requests}
+        for fail in self._fail:
+            if fail["item"] not in keys:
+                continue
+            if fail["do"] == "exit":
+                marker = Path(fail["marker"])
+                if not marker.exists():
+                    marker.touch()
+                    os._exit(1)
+            else:
+                raise RuntimeError(f"{FAIL_ENV}: injected failure of the batch holding {fail['item']}")
 
-    def _replace(self, name: str) -> None:
+    def _replace_engine(self) -> None:
         from rs.engines.vllm import VLLMEngine
 
-        key = self._spec_keys[name]
-        old = self._engines[key]
         try:
-            old.close()
+            self.engine.close()
         except Exception:
             logger.warning("closing a failed engine failed", exc_info=True)
-        spec = json.loads(key)
-        self._engines[key] = VLLMEngine(spec["model"], revision=spec["revision"], engine_args=spec["engine_args"])
-
-    def close(self) -> None:
-        for engine in self._engines.values():
-            engine.close()
-
-
-def _failure(entry: str) -> tuple[str, str]:
-    step, number, *how = entry.strip().split(":")
-    return f"{step}:{number}", how[0] if how else "raise"
-
-
-# --- the driver -----------------------------------------------------------------------------------
-
-
-@dataclass
-class _Batch:
-    step: str
-    number: int
-    keys: list[str]
-    requests: Any
-    """The requests, put in the object store once (a retry does not send them from here again)."""
-    size: int
-    attempt: int = 0
-    replica: int = -1
-
-    @property
-    def label(self) -> str:
-        return f"{self.step}:{self.number}" + (f"/retry{self.attempt}" if self.attempt else "")
-
-
-@dataclass
-class _Replica:
-    actor: Any
-    load: int = 0
-    failures: int = 0
-    """Batches failed in a row; at MAX_CONSECUTIVE_FAILURES the replica is retired."""
-    state: str = "ok"
-    """`ok`, `restarting` (a probe waits for it to come back) or `retired`."""
-
-
-class _Pool:
-    """The replicas, started on the first batch there is to send (a fully cached run starts none)."""
-
-    def __init__(self, ray: Any, specs: dict[str, dict[str, Any]], expected: dict[str, dict[str, Any]], *, replicas: int,
-                 num_gpus: float, num_cpus: float, runtime_env: dict[str, Any] | None, startup_timeout_s: float):
-        self.ray = ray
-        self.specs, self.expected = specs, expected
-        self.size, self.num_gpus, self.num_cpus = replicas, num_gpus, num_cpus
-        self.runtime_env = runtime_env
-        self.startup_timeout_s = startup_timeout_s
-        self.replicas: list[_Replica] = []
-        self.startup_seconds = 0.0
-        self.load_seconds = 0.0
-        self.restarts = 0
-
-    def start(self, engine: str) -> None:
-        """Start the replicas, check their identities, and load `engine`'s model in each."""
-        if self.replicas:
-            return
-        ray = self.ray
-        start = time.perf_counter()
-        # Ray restarts a dead replica (-1: every time); a replica failing batch after batch is retired instead.
-        remote = ray.remote(EngineReplica).options(
-            num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_restarts=-1, max_task_retries=0, runtime_env=self.runtime_env,
-        )
-        self.replicas = [_Replica(remote.remote(self.specs)) for _ in range(self.size)]
-        refs = [r.actor.identities.remote() for r in self.replicas]
-        ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=self.startup_timeout_s)
-        if waiting:
-            self.stop()
-            raise RuntimeError(
-                f"{len(waiting)} of {self.size} replicas did not start within {self.startup_timeout_s:.0f} s "
-                f"(each asks for {self.num_gpus} GPU and {self.num_cpus} CPU; the cluster has {ray.cluster_resources()})"
-            )
-        for i, ref in enumerate(refs):
-            self.check_identity(i, ray.get(ref))
-        loads = [r.actor.load.remote(engine) for r in self.replicas]
-        _, waiting = ray.wait(loads, num_returns=len(loads), timeout=self.startup_timeout_s)
-        if waiting:
-            self.stop()
-            raise RuntimeError(f"{len(waiting)} of {self.size} replicas did not load the model within {self.startup_timeout_s:.0f} s")
-        self.load_seconds = max(ray.get(loads))
-        self.startup_seconds = time.perf_counter() - start
-        logger.info("%d replicas ready in %.1f s (%s GPU, %s CPU each)", self.size, self.startup_seconds, self.num_gpus, self.num_cpus)
-
-    def check_identity(self, index: int, identities: dict[str, Any]) -> None:
-        if identities != self.expected:
-            self.stop()
-            raise RuntimeError(
-                f"replica {index} computes another engine identity than the driver, so its answers would be cached under "
-                f"keys no run asks for: driver {self.expected}, replica {identities}. Run the driver and the replicas "
-                "with the same versions of rs, vLLM and transformers, and the same model files."
-            )
-
-    def restarted(self, index: int) -> Any:
-        """Replica `index` died and Ray restarts it: returns the probe that answers when it is back."""
-        replica = self.replicas[index]
-        self.restarts += 1
-        replica.state = "restarting"
-        # -1 retries: the probe waits through the restart, and fails only if the replica cannot come back
-        return replica.actor.identities.options(max_task_retries=-1).remote()
-
-    def retire(self, index: int) -> None:
-        replica = self.replicas[index]
-        replica.state = "retired"
-        self.ray.kill(replica.actor, no_restart=True)
-
-    def stop(self) -> None:
-        for replica in self.replicas:
-            if replica.state == "ok":
-                try:
-                    self.ray.get(replica.actor.close.remote(), timeout=60)
-                except Exception:
-                    logger.debug("closing a replica failed", exc_info=True)
-            self.ray.kill(replica.actor, no_restart=True)
-        self.replicas = []
-
-
-class _Dispatcher:
-    """Streams keyed requests to the replicas in batches, at most `in_flight` per replica, committing as results arrive.
-
-    A batch lost with its replica (which died; Ray restarts it) is sent once more; a batch whose
-    engine raised is not (the replica replaces its engine), and is reported. A replica failing
-    MAX_CONSECUTIVE_FAILURES times in a row (a death counts once) is retired.
-    """
-
-    def __init__(self, pool: _Pool, cache: GenerationCache, *, batch_size: int, in_flight: int, lookahead: int, progress: bool):
-        self.pool, self.cache = pool, cache
-        self.batch_size, self.in_flight, self.lookahead = batch_size, in_flight, lookahead
-        self.progress = progress
-        self.waiting: dict[Any, _Batch] = {}  # ObjectRef of a result -> its batch
-        self.waiting_keys: set[str] = set()
-        self.probes: dict[Any, int] = {}  # ObjectRef of a probe -> replica
-        self.retry: list[_Batch] = []
-        self.stats = StepStats()
-
-    def run(self, step: str, engine: str, keyed: Iterable[tuple[str, Request]], settings: SamplingSettings) -> StepStats:
-        from tqdm.auto import tqdm
-
-        start, startup = time.perf_counter(), self.pool.startup_seconds
-        self.stats = stats = StepStats()
-        iterator = iter(keyed)
-        batch: list[tuple[str, Request]] = []
-        with tqdm(desc=f"{step} (ray)", unit="item", disable=not self.progress, dynamic_ncols=True) as bar:
-            while chunk := list(islice(iterator, self.lookahead)):
-                found = self.cache.get_many(key for key, _ in chunk)
-                for key, request in chunk:
-                    stats.requests += 1
-                    if key in found:
-                        stats.cached += 1
-                    elif key in self.waiting_keys:
-                        stats.duplicates += 1
-                    else:
-                        self.waiting_keys.add(key)
-                        batch.append((key, request))
-                        if len(batch) == self.batch_size:
-                            self._send(step, engine, batch)
-                            self._submit_ready(engine, settings)
-                            batch = []
-                self._collect(block=False)
-                bar.update(len(chunk))
-                bar.set_postfix(cached=stats.cached, sent=stats.sent, failed=stats.failed_requests, refresh=False)
-            if batch:
-                self._send(step, engine, batch)
-            while self.retry or self.waiting:
-                self._submit_ready(engine, settings)
-                if self.waiting:
-                    self._collect(block=True)
-                bar.set_postfix(cached=stats.cached, sent=stats.sent, failed=stats.failed_requests, refresh=False)
-        stats.seconds += time.perf_counter() - start - (self.pool.startup_seconds - startup)  # the replicas' start is the run's
-        return stats
-
-    def _send(self, step: str, engine: str, batch: list[tuple[str, Request]]) -> None:
-        """Queue a new batch (its requests go to the object store now, once)."""
-        self.pool.start(engine)
-        self.retry.append(_Batch(step, self.stats.batches, [k for k, _ in batch], self.pool.ray.put([r for _, r in batch]), len(batch)))
-        self.stats.batches += 1
-        self.stats.sent += len(batch)
-
-    def _submit_ready(self, engine: str, settings: SamplingSettings) -> None:
-        """Give queued batches to the least loaded healthy replicas; wait for room while more than a batch per replica is queued."""
-        while self.retry:
-            replicas = self.pool.replicas
-            usable = [i for i, r in enumerate(replicas) if r.state == "ok" and r.load < self.in_flight]
-            if not usable:
-                if all(r.state == "retired" for r in replicas):
-                    raise RuntimeError(f"every replica failed {MAX_CONSECUTIVE_FAILURES} batches in a row; giving up (see the replicas' logs)")
-                if len(self.retry) <= len(replicas) and self.waiting:
-                    return  # keep reading ahead; a replica will free up
-                self._collect(block=True)
-                continue
-            index = min(usable, key=lambda i: replicas[i].load)
-            batch = self.retry.pop(0)
-            batch.replica = index
-            ref = replicas[index].actor.generate.remote(engine, batch.label, batch.requests, settings)
-            self.waiting[ref] = batch
-            replicas[index].load += 1
-
-    def _collect(self, *, block: bool) -> None:
-        refs = [*self.waiting, *self.probes]
-        if not refs:
-            return
-        ray = self.pool.ray
-        if block:
-            ready, _ = ray.wait(refs, num_returns=1)
-        else:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        for ref in ready:
-            if ref in self.probes:
-                self._probed(ref)
-            else:
-                self._collected(ref)
-
-    def _probed(self, ref: Any) -> None:
-        index = self.probes.pop(ref)
-        try:
-            identities = self.pool.ray.get(ref)
-        except Exception as err:
-            logger.error("replica %d did not come back (%s); retiring it", index, _first_line(err))
-            self.pool.retire(index)
-            return
-        self.pool.check_identity(index, identities)
-        if self.pool.replicas[index].state == "restarting":
-            self.pool.replicas[index].state = "ok"
-            logger.info("replica %d is back", index)
-
-    def _collected(self, ref: Any) -> None:
-        ray, stats = self.pool.ray, self.stats
-        batch = self.waiting.pop(ref)
-        replica = self.pool.replicas[batch.replica]
-        replica.load -= 1
-        try:
-            generations, seconds = ray.get(ref)
-            if len(generations) != batch.size:
-                raise RuntimeError(f"replica returned {len(generations)} generations for {batch.size} requests")
-        except Exception as err:
-            self._failed(batch, err)
-            return
-        replica.failures = 0
-        self.waiting_keys.difference_update(batch.keys)
-        stats.engine_seconds += seconds
-        stats.stored += self.cache.put_many(zip(batch.keys, generations))
-        stats.uncached += sum(1 for g in generations if not g.cacheable)
-
-    def _failed(self, batch: _Batch, err: Exception) -> None:
-        from ray.exceptions import RayActorError
-
-        stats, index = self.stats, batch.replica
-        replica = self.pool.replicas[index]
-        died = isinstance(err, RayActorError)  # the replica died (or is restarting): the batch itself may be fine
-        if not died or replica.state == "ok":  # a new incident, not another batch lost with the same replica
-            replica.failures += 1
-        if replica.failures >= MAX_CONSECUTIVE_FAILURES and replica.state != "retired":
-            logger.error("replica %d failed %d times in a row; retiring it", index, replica.failures)
-            self.pool.retire(index)
-        elif died and replica.state == "ok":
-            self.probes[self.pool.restarted(index)] = index
-        if died and batch.attempt == 0:
-            logger.warning("batch %s (%d requests) was lost with replica %d; sending it again: %s",
-                           batch.label, batch.size, index, _first_line(err))
-            stats.retried_batches += 1
-            batch.attempt += 1
-            self.retry.append(batch)
-            return
-        self.waiting_keys.difference_update(batch.keys)
-        stats.failed_batches += 1
-        stats.failed_requests += batch.size
-        logger.error("batch %s (%d requests) failed on replica %d; a re-run sends it again: %s",
-                     batch.label, batch.size, index, _first_line(err))
+        self.engine = VLLMEngine(self.spec["model"], revision=self.spec["revision"], engine_args=self.engine_args)
 
 
 def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[-1] if text else ''}"
+
+
+# --- on the driver --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Cluster:
+    """How the replicas are placed, and what every step's pipeline shares."""
+
+    ray: Any
+    replicas: int
+    num_gpus: float
+    num_cpus: float
+    runtime_env: dict[str, Any] | None
+    batch_size: int
+    progress: bool
+
+    def answer(self, step: str, requests: Any, spec: dict[str, Any], identity: str, settings: SamplingSettings,
+               cache: GenerationCache, stats: StepStats, total: int, *, part_of: Callable[[str], StepStats] | None = None) -> None:
+        """Run `requests` (a Ray Dataset of `REQUESTS` rows) through the replicas; commit every batch as it returns.
+
+        `stats` gets the pipeline's figures; `part_of(key)` says which step's stats a request's
+        answer counts in (default: `stats`), when one pipeline serves two steps.
+        """
+        from ray.data import ActorPoolStrategy
+        from tqdm.auto import tqdm
+
+        part_of = part_of or (lambda key: stats)
+        remote_args: dict[str, Any] = {"runtime_env": self.runtime_env} if self.runtime_env else {}
+        # one block per batch: replicas share the work evenly, and each answered batch reaches the driver (and the cache) alone
+        answers = requests.repartition(target_num_rows_per_block=self.batch_size).map_batches(
+            EngineReplica, fn_constructor_kwargs={"spec": spec, "identity": identity, "settings": settings, "step": step},
+            compute=ActorPoolStrategy(size=self.replicas), num_gpus=self.num_gpus or None, num_cpus=self.num_cpus,
+            batch_size=self.batch_size, batch_format="pyarrow", **remote_args,
+        )
+        start = time.perf_counter()
+        loads: dict[str, float] = {}
+        batches: set[tuple[str, int]] = set()
+        try:
+            with tqdm(total=total, desc=f"{step} (ray, {self.replicas} replicas)", unit="item", disable=not self.progress,
+                      dynamic_ncols=True) as bar:
+                for batch in answers.iter_batches(batch_size=None, batch_format="pyarrow"):
+                    if not batch.num_rows:
+                        continue
+                    if not stats.startup_seconds:
+                        first = batch.filter(pc.equal(batch["batch"], batch["batch"][0]))
+                        stats.startup_seconds = time.perf_counter() - start - pc.sum(first["engine_seconds"]).as_py()
+                    _commit(batch, cache, part_of, loads, batches)
+                    bar.update(batch.num_rows)
+                    bar.set_postfix(stored=stats.stored, failed=stats.failed_requests, refresh=False)
+        except Exception as err:
+            raise RuntimeError(f"the {step} step on Ray failed after committing {stats.stored} answers (they stay cached; "
+                               f"the same command again sends only what is missing): {_first_line(err)}") from err
+        finally:
+            stats.replica_processes = len(loads)
+            stats.load_seconds = max(loads.values(), default=0.0)
+
+
+def _commit(batch: pa.Table, cache: GenerationCache, part_of: Callable[[str], StepStats], loads: dict[str, float],
+            batches: set[tuple[str, int]]) -> None:
+    """Commit one block of answers (one transaction) and count each in its step."""
+    keys = batch["key"].to_pylist()
+    generations = [Generation.from_dict(json.loads(g)) for g in batch["generation"].to_pylist()]
+    cache.put_many(zip(keys, generations))
+    columns = (batch[c].to_pylist() for c in ("batch", "replica", "load_seconds", "batch_error", "engine_seconds"))
+    for key, generation, batch_id, replica, load, error, seconds in zip(keys, generations, *columns):
+        stats = part_of(key)
+        stats.sent += 1
+        stats.stored += generation.cacheable
+        stats.uncached += not generation.cacheable
+        stats.failed_requests += error is not None
+        stats.engine_seconds += seconds
+        loads[replica] = load
+        if (batch_id, id(stats)) not in batches:
+            batches.add((batch_id, id(stats)))
+            stats.batches += 1
+            stats.failed_batches += error is not None
 
 
 def engine_specs(ctx: BuildContext) -> dict[str, dict[str, Any]]:
@@ -500,8 +394,11 @@ def engine_specs(ctx: BuildContext) -> dict[str, dict[str, Any]]:
 
 def gpus_per_replica(ctx: BuildContext) -> int:
     """`tensor_parallel_size` x `pipeline_parallel_size` of the family's engine arguments."""
-    args = ctx.family.config.engine.args
-    return int(args.get("tensor_parallel_size") or 1) * int(args.get("pipeline_parallel_size") or 1)
+    return _parallel_size(ctx.family.config.engine.args)
+
+
+def _parallel_size(engine_args: dict[str, Any]) -> int:
+    return int(engine_args.get("tensor_parallel_size") or 1) * int(engine_args.get("pipeline_parallel_size") or 1)
 
 
 def sample_on_ray(
@@ -514,9 +411,7 @@ def sample_on_ray(
     runtime_env: dict[str, Any] | None = None,
     ship_code: bool = True,
     batch_size: int | None = None,
-    in_flight: int = 2,
     lookahead: int = 4096,
-    startup_timeout_s: float = 1800.0,
     finish: bool = True,
 ) -> RayRun:
     """Fill the generation cache for `ctx`'s family on Ray, then (`finish`) run `ensure_sampled` on the driver.
@@ -524,24 +419,26 @@ def sample_on_ray(
     Args:
         address: Ray address (`auto`, `ray://HEAD:10001`, `HEAD:6379`); None starts a local Ray.
             Ignored when Ray is already initialised in this process.
-        replicas: engine replicas; default: the cluster's GPUs // `num_gpus` (1 without GPUs).
+        replicas: engine replicas (Ray Data's actor pool size); default: the cluster's GPUs //
+            `num_gpus` (1 without GPUs).
         num_gpus: GPUs per replica; default: tensor x pipeline parallel size when the cluster has
             GPUs, else 0 (vLLM-CPU).
-        num_cpus: CPUs Ray reserves per replica.
+        num_cpus: CPUs Ray reserves per replica. The replicas must leave one CPU of the cluster free
+            for Ray Data's own tasks (listing and reading files, building requests, repartitioning).
         runtime_env: the replicas' Ray runtime environment (`env_vars`, ...).
-        ship_code: when this call connects to Ray, send this `rs` package to the replicas
-            (`py_modules`), so that they compute identities and outputs with the driver's code
-            whatever version is installed on the nodes (vLLM and its dependencies must be there).
+        ship_code: when this call connects to Ray, send this `rs` package to the workers
+            (`py_modules`), so that they compute keys and outputs with the driver's code whatever
+            version is installed on the nodes (vLLM and its dependencies must be there).
         batch_size: requests per batch; default: the family's `engine.batch_size` (as single-process).
-        in_flight: batches queued per replica, so that it starts the next one as soon as one ends.
-        lookahead: requests whose cache keys are looked up together (bounds the driver's memory
-            with the batches in flight).
+        lookahead: requests whose cache keys the driver looks up together.
         finish: run `ensure_sampled` at the end, when every step is complete.
 
     Raises:
         RayNotInstalled: without Ray.
         RayIncomplete: a batch failed or an answer was not cacheable; the cache keeps everything
             else, and the same call again sends only what is missing.
+        RuntimeError: a step's pipeline failed (a replica failing batch after batch, a replica that
+            cannot start); what was committed before stays cached.
     """
     if not ray_available():
         raise RayNotInstalled()
@@ -560,7 +457,6 @@ def sample_on_ray(
         return run
     specs = engine_specs(ctx)
     sampler, judge = engines_for(ctx.family)  # lazy: identities only, no model on the driver
-    expected = {"sampler": sampler.identity(), "judge": judge.identity()}
 
     own_ray = not ray.is_initialized()
     if own_ray:  # Ray uploads local code only for a whole job, so `ship_code` needs this connection to be ours
@@ -570,23 +466,24 @@ def sample_on_ray(
     elif ship_code:
         logger.info("Ray was initialised before: the replicas import the rs installed on their nodes")
     try:
-        cluster_gpus = ray.cluster_resources().get("GPU", 0)
+        resources = ray.cluster_resources()
         if num_gpus is None:
-            num_gpus = gpus_per_replica(ctx) if cluster_gpus else 0
+            num_gpus = gpus_per_replica(ctx) if resources.get("GPU", 0) else 0
         if replicas is None:
-            replicas = max(1, int(cluster_gpus // num_gpus)) if num_gpus else 1
-        pool = _Pool(ray, specs, expected, replicas=replicas, num_gpus=num_gpus, num_cpus=num_cpus, runtime_env=runtime_env,
-                     startup_timeout_s=startup_timeout_s)
+            replicas = max(1, int(resources.get("GPU", 0) // num_gpus)) if num_gpus else 1
+        _check_fits(resources, replicas=replicas, num_gpus=num_gpus, num_cpus=num_cpus, local=address is None)
+        cluster = _Cluster(ray, replicas, num_gpus, num_cpus, runtime_env,
+                           batch_size or ctx.family.config.engine.batch_size, ctx.progress)
         run.replicas = replicas
+        data = ray.data.DataContext.get_current()
+        bars = data.enable_progress_bars
+        data.enable_progress_bars = ctx.progress
         try:
             with GenerationCache(ctx.cache_path) as cache:
                 stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=False)
-                dispatcher = _Dispatcher(pool, cache, batch_size=batch_size or ctx.family.config.engine.batch_size,
-                                         in_flight=in_flight, lookahead=lookahead, progress=ctx.progress)
-                _run_steps(ctx, stage, dispatcher, run)
+                _run_steps(ctx, stage, cluster, cache, specs, run, lookahead)
         finally:
-            run.startup_seconds, run.load_seconds, run.restarts = pool.startup_seconds, pool.load_seconds, pool.restarts
-            pool.stop()
+            data.enable_progress_bars = bars
     finally:
         if own_ray:
             ray.shutdown()
@@ -598,33 +495,131 @@ def sample_on_ray(
     return run
 
 
-def _run_steps(ctx: BuildContext, stage: Any, dispatcher: _Dispatcher, run: RayRun) -> None:
-    from rs.store import read_clean_rows
+def _check_fits(resources: dict[str, float], *, replicas: int, num_gpus: float, num_cpus: float, local: bool) -> None:
+    """Refuse a plan the cluster cannot hold: Ray Data would wait for resources forever.
 
-    run.steps["sampling"] = dispatcher.run("sampling", "sampler", _sampling_requests(stage, read_clean_rows(ctx.paths.clean)),
-                                           stage.settings)
+    Ray Data's own tasks (listing files, reading, repartitioning) ask for one CPU each: with no
+    CPU left beside the replicas, the pipeline never gets its first block.
+    """
+    gpus, cpus = resources.get("GPU", 0), resources.get("CPU", 0)
+    problems = []
+    if replicas * num_gpus > gpus:
+        problems.append(f"{replicas} replicas x {num_gpus:g} GPUs need {replicas * num_gpus:g} GPUs, the cluster has {gpus:g}")
+    if replicas * num_cpus + 1 > cpus:
+        problems.append(f"{replicas} replicas x {num_cpus:g} CPUs and 1 CPU for Ray Data's read tasks need "
+                        f"{replicas * num_cpus + 1:g} CPUs, the cluster has {cpus:g}")
+    if not problems:
+        return
+    message = "; ".join(problems) + ". Use fewer --replicas"
+    if local:
+        raise ValueError(message + ".")
+    logger.warning("%s, or let the autoscaler add nodes (waiting for them).", message)
+
+
+def _run_steps(ctx: BuildContext, stage: Any, cluster: _Cluster, cache: GenerationCache, specs: dict[str, dict[str, Any]],
+               run: RayRun, lookahead: int) -> None:
+    run.steps["sampling"] = _sampling_step(ctx, stage, cluster, cache, specs["sampler"], lookahead)
     if stage.judge is None or not run.complete:
         return  # the judge needs every answer; a re-run does it
+    run.steps["judge"], run.steps["calibration"] = _judge_step(ctx, stage, cluster, cache, specs["judge"], lookahead)
+
+
+def _sampling_step(ctx: BuildContext, stage: Any, cluster: _Cluster, cache: GenerationCache, spec: dict[str, Any],
+                   lookahead: int) -> StepStats:
+    """Answer the family's missing sampling requests: read the clean store, keep what is missing, answer."""
+    stats = StepStats()
+    start = time.perf_counter()
+    missing = _missing_sampling_keys(ctx, stage, cache, stats, lookahead)
+    if missing.size:
+        files = sorted(str(p) for p in ctx.paths.clean.glob("rows-*.parquet"))
+        requests = cluster.ray.data.read_parquet(files).select_columns(["image", "image_sha256", "qa"]).map_batches(
+            sampling_requests, fn_kwargs={"identity": stage.runner.identity_key, "settings": stage.settings,
+                                          "instruction": stage.config.instruction, "missing": missing},
+            batch_format="pyarrow", batch_size=None,
+        )
+        cluster.answer("sampling", requests, spec, stage.runner.identity_key, stage.settings, cache, stats, int(missing.size))
+    stats.seconds = time.perf_counter() - start
+    return stats
+
+
+def _judge_step(ctx: BuildContext, stage: Any, cluster: _Cluster, cache: GenerationCache, spec: dict[str, Any],
+                lookahead: int) -> tuple[StepStats, StepStats]:
+    """Verify every answer on the driver, write the missing judge and calibration requests, answer them in one pipeline."""
+    from rs.store import ParquetStreamWriter
+
     judge = stage.judge
+    stats, calibration = StepStats(), StepStats()
+    start = time.perf_counter()
+    directory = ctx.paths.root / "ray"
+    for old in directory.glob("judge-*.parquet"):
+        old.unlink()
     unanswered: list[int] = [0]
-    run.steps["judge"] = dispatcher.run("judge", "judge", _judge_requests(ctx, stage, unanswered), judge.settings)
-    if unanswered[0]:
-        raise RuntimeError(f"{unanswered[0]} sampled items vanished from the cache during the run")
-    if not run.complete:
-        return
-    cases = stage._positives.items() + stage.negatives()
-    run.steps["calibration"] = dispatcher.run("calibration", "judge", _keyed(judge, cases), judge.settings)
+    seen: set[bytes] = set()
+    calibration_keys: set[str] = set()  # those sent for calibration only (a case can repeat a rejection's request)
+    with ParquetStreamWriter(directory, "judge", REQUESTS, group_rows=max(1024, cluster.batch_size)) as writer:
+        _write_missing(_judge_requests(ctx, stage, unanswered), cache, writer, stats, seen, lookahead)
+        if unanswered[0]:
+            raise RuntimeError(f"{unanswered[0]} sampled items vanished from the cache during the run")
+        _write_missing(_keyed(judge, stage._positives.items() + stage.negatives()), cache, writer, calibration, seen, lookahead,
+                       written=calibration_keys)
+    to_send = stats.sent + calibration.sent
+    stats.sent = calibration.sent = 0  # counted again as the answers come back
+    if to_send:
+        requests = cluster.ray.data.read_parquet([str(p) for p in writer.files])
+        cluster.answer("judge", requests, spec, judge.runner.identity_key, judge.settings, cache, stats, to_send,
+                       part_of=lambda key: calibration if key in calibration_keys else stats)
+    for path in writer.files:
+        path.unlink()
+    stats.seconds = time.perf_counter() - start
+    return stats, calibration
 
 
-def _sampling_requests(stage: Any, rows: Iterable[Any]) -> Iterator[tuple[str, Request]]:
-    """The sampling requests of `SampleStage._requests`, with their cache keys."""
+def _missing_sampling_keys(ctx: BuildContext, stage: Any, cache: GenerationCache, stats: StepStats, lookahead: int) -> np.ndarray:
+    """The sorted 64-bit prefixes of the sampling keys not in the cache; counts requests, cached and duplicates in `stats`."""
     from rs.prompt import build_prompt
+    from rs.store import read_records
 
-    for row in rows:
-        for item in row.qa:
-            request = Request(prompt=build_prompt(item.question, stage.config.instruction), image=row.image,
-                              image_sha256=row.image_sha256, item_key=item.key)
-            yield stage.runner.key(request, stage.settings), request
+    records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
+    requests = (Request(prompt=build_prompt(q["question"], stage.config.instruction), image_sha256=r["image_sha256"])
+                for r in records for q in r["qa"])
+    keys = (stage.runner.key(request, stage.settings) for request in requests)
+    prefixes = array("Q")  # 8 bytes per missing item
+    seen: set[str] = set()
+    while chunk := list(islice(keys, lookahead)):
+        found = cache.get_many(chunk)
+        for key in chunk:
+            stats.requests += 1
+            if key in found:
+                stats.cached += 1
+            elif key in seen:
+                stats.duplicates += 1
+            else:
+                seen.add(key)
+                prefixes.append(_prefix(key))
+        seen.clear()  # duplicates are caught within a lookahead window (an image's questions are adjacent); the rest cost a re-send
+    return np.unique(np.frombuffer(prefixes, dtype=np.uint64))
+
+
+def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache, writer: Any, stats: StepStats, seen: set[bytes],
+                   lookahead: int, *, written: set[str] | None = None) -> None:
+    """Write the requests not in the cache and not written before (`seen`: 128-bit key prefixes) to `writer`."""
+    iterator = iter(keyed)
+    while chunk := list(islice(iterator, lookahead)):
+        found = cache.get_many(key for key, _ in chunk)
+        for key, request in chunk:
+            stats.requests += 1
+            digest = bytes.fromhex(key[:32])
+            if key in found:
+                stats.cached += 1
+            elif digest in seen:
+                stats.duplicates += 1
+            else:
+                seen.add(digest)
+                stats.sent += 1
+                if written is not None:
+                    written.add(key)
+                writer.write({"key": key, "prompt": request.prompt, "image": None, "image_sha256": None, "item_key": request.item_key},
+                             size=len(request.prompt))
 
 
 def _judge_requests(ctx: BuildContext, stage: Any, unanswered: list[int], chunk: int = 1024) -> Iterator[tuple[str, Request]]:

