@@ -5,6 +5,7 @@
 Each step is one Ray Data pipeline, so every replica loads its model once per step:
 
     read_parquet(clean store) -> map_batches(sampling_requests)                 items still missing
+                              -> repartition(target_num_rows_per_block=batch)   one block per batch
                               -> map_batches(EngineReplica, ActorPoolStrategy(size=N), num_gpus=TP x PP)
                               -> iter_batches() on the driver -> GenerationCache.put_many
 
@@ -17,9 +18,9 @@ Where results live, and why: the driver (the process running this) is the only w
 generation cache, which stays on its local disk. SQLite is not safe on a network filesystem, and
 per-replica stores would need a merge; instead answers travel back through Ray's object store and
 the driver commits each batch as it arrives. The inputs go the other way through shared storage:
-the replicas' read tasks read the clean store (and the judge's request files) from the build
-directory, so on a multi-node cluster `--build-dir` must be a filesystem every node mounts at the
-same path (NFS, Lustre, a FUSE bucket). The cache (`--cache`) need not be.
+Ray Data's read tasks, on any node, read the clean store (and the judge's request files) from the
+build directory, so on a multi-node cluster `--build-dir` must be a filesystem every node mounts at
+the same path (NFS, Lustre, a FUSE bucket). The cache (`--cache`) need not be.
 
 What is sent: the driver first reads the clean store without images, computes every request's
 key and looks it up; only the missing ones travel. It broadcasts them as a sorted array of 64-bit
@@ -31,7 +32,7 @@ The steps:
 1. sampling: every cleaned QA item, its request built exactly as `rs.sample.SampleStage` builds it;
 2. judge: the verifier rejections that have a final answer, verified on the driver from the cached
    generations exactly as `SampleStage` verifies them, plus the calibration cases of
-   `rs.judge.calibrate`; written to `BUILD/ray/judge-*.parquet` and answered in one pipeline;
+   `rs.judge.calibrate`; written to `BUILD/FAMILY/ray/judge-*.parquet` and answered in one pipeline;
 3. the normal `rs.build.ensure_sampled` on the driver, which finds everything cached (zero engine
    calls) and writes the items store and `sample.json` exactly as a single-process run does.
 
@@ -54,8 +55,8 @@ import json
 import logging
 import os
 import socket
-from array import array
 import time
+from array import array
 from dataclasses import asdict, dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -353,8 +354,11 @@ class _Cluster:
                     bar.update(batch.num_rows)
                     bar.set_postfix(stored=stats.stored, failed=stats.failed_requests, refresh=False)
         except Exception as err:
+            hint = ""
+            if any(text in str(err) for text in ("FileNotFoundError", "No such file", "does not exist")):
+                hint = " (do all nodes see the build directory at the same path? --build-dir must be on shared storage)"
             raise RuntimeError(f"the {step} step on Ray failed after committing {stats.stored} answers (they stay cached; "
-                               f"the same command again sends only what is missing): {_first_line(err)}") from err
+                               f"the same command again sends only what is missing): {_first_line(err)}{hint}") from err
         finally:
             stats.replica_processes = len(loads)
             stats.load_seconds = max(loads.values(), default=0.0)

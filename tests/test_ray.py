@@ -165,6 +165,29 @@ def test_a_replica_with_another_engine_identity_refuses_to_start(tmp_path: Path,
     assert len(cache_contents(ctx.cache_path)) == 0
 
 
+def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, local_ray) -> None:
+    from rs.cache import GenerationCache
+    from rs.distributed import StepStats, _Cluster, engine_specs
+    from rs.engines import sampling_settings
+    from rs.engines.cached import identity_key
+
+    ctx = context(tmp_path, "unshared")
+    sampler, _ = engines_for(ctx.family)
+    cluster = _Cluster(ray, replicas=1, num_gpus=0, num_cpus=1, runtime_env={"env_vars": ENV}, batch_size=4, progress=False)
+    # the driver sees the file when the Dataset is made, the read task does not (a build directory on local disk)
+    import pyarrow.parquet as pq
+
+    from rs.distributed import REQUESTS
+
+    path = tmp_path / "only-on-the-driver.parquet"
+    pq.write_table(REQUESTS.empty_table(), path)
+    gone = ray.data.read_parquet([str(path)])
+    path.unlink()
+    with GenerationCache(ctx.cache_path) as cache, pytest.raises(RuntimeError, match=r"--build-dir must be on shared storage"):
+        cluster.answer("sampling", gone, engine_specs(ctx)["sampler"], identity_key(sampler), sampling_settings(ctx.family), cache,
+                       StepStats(), 1)
+
+
 def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(tmp_path: Path) -> None:
     import numpy as np
     import pyarrow as pa
