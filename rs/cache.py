@@ -5,7 +5,7 @@ exact prompt bytes, image hash and sampling settings, so the same question is an
 changing the verifier never re-runs the model. Results are committed per batch in SQLite's WAL
 mode: a process killed with SIGKILL loses at most the batch in flight, and several worker
 processes on one machine can write to the same file (SQLite serialises writers; readers never
-block). SQLite over a network filesystem is not safe: for several machines see `rs.sample`.
+block). SQLite over a network filesystem is not safe: for several machines see `rs.distributed`.
 """
 
 from __future__ import annotations
