@@ -1,7 +1,8 @@
 """Command-line conventions shared by every `python -m rs.*` command.
 
 The same flag means the same thing everywhere: `--config PATH` (another families.yaml),
-`--out DIR` (a local folder laid out as the Hub repos), `--cards-only`, `--dry-run`, `--limit N`.
+`--out DIR` (a local folder laid out as the Hub repos), `--cards-only`, `--dry-run`, `--limit N`,
+`--ray [ADDRESS]` with `--replicas N` (the sampling stage on Ray, `rs.distributed`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,29 @@ def add_cards_only(parser: argparse.ArgumentParser) -> None:
 
 def add_dry_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
+
+
+def add_ray(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                        help="answer and judge on Ray Data, one engine replica per GPU, the cache staying on this machine; "
+                             "--build-dir must be on storage every node mounts "
+                             "(ADDRESS: auto, ray://HEAD:10001 or HEAD:6379; none: a local Ray)")
+    parser.add_argument("--replicas", type=_positive_int, metavar="N",
+                        help="with --ray: engine replicas (default: the cluster's GPUs / GPUs per replica)")
+
+
+def check_ray(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int | None:
+    """Exit status 2 when `--ray` is asked for without Ray installed (after saying which extra to install)."""
+    if args.replicas is not None and args.ray is None:
+        parser.error("--replicas needs --ray")
+    if args.ray is None:
+        return None
+    from rs.distributed import RAY_MISSING, ray_available
+
+    if not ray_available():
+        print(RAY_MISSING, file=sys.stderr)
+        return 2
+    return None
 
 
 def _positive_int(text: str) -> int:

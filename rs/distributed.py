@@ -74,7 +74,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RAY_MISSING", "EngineReplica", "RayIncomplete", "RayNotInstalled", "RayRun", "StepStats", "ray_available", "sample_on_ray"]
+__all__ = ["RAY_MISSING", "EngineReplica", "RayIncomplete", "RayNotInstalled", "RayPlanError", "RayRun", "StepStats", "ray_available", "sample_on_ray"]
 
 RAY_MISSING = "Ray is not installed: pip install 'rs[ray]'"
 FAIL_ENV = "RS_RAY_FAIL"
@@ -101,6 +101,10 @@ ANSWERS = pa.schema([
 class RayNotInstalled(RuntimeError):
     def __init__(self) -> None:
         super().__init__(RAY_MISSING)
+
+
+class RayPlanError(ValueError):
+    """A run this cluster or this family cannot do: not the vllm engine, more replicas than the cluster holds."""
 
 
 class RayIncomplete(RuntimeError):
@@ -389,7 +393,7 @@ def engine_specs(ctx: BuildContext) -> dict[str, dict[str, Any]]:
     """What a replica needs to build the family's engines: the configuration, not the driver's objects."""
     c = ctx.family.config
     if c.engine.kind != "vllm":
-        raise ValueError(f"families.{ctx.family.name}.engine.kind is {c.engine.kind!r}; the Ray path runs the vllm engine "
+        raise RayPlanError(f"families.{ctx.family.name}.engine.kind is {c.engine.kind!r}; the Ray path runs the vllm engine "
                          "(an openai server is already shared by every process that points at it)")
     judge_model = c.judge.model or c.model
     return {"sampler": {"model": c.model.id, "revision": c.model.revision, "engine_args": dict(c.engine.args)},
@@ -439,6 +443,7 @@ def sample_on_ray(
 
     Raises:
         RayNotInstalled: without Ray.
+        RayPlanError: the family's engine is not vllm, or the replicas do not fit the local Ray.
         RayIncomplete: a batch failed or an answer was not cacheable; the cache keeps everything
             else, and the same call again sends only what is missing.
         RuntimeError: a step's pipeline failed (a replica failing batch after batch, a replica that
@@ -516,7 +521,7 @@ def _check_fits(resources: dict[str, float], *, replicas: int, num_gpus: float, 
         return
     message = "; ".join(problems) + ". Use fewer --replicas"
     if local:
-        raise ValueError(message + ".")
+        raise RayPlanError(message + ".")
     logger.warning("%s, or let the autoscaler add nodes (waiting for them).", message)
 
 

@@ -23,7 +23,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rs import cli
 from rs.build import BuildContext, build_family, default_cache_path
@@ -156,8 +156,12 @@ def _download_card_inputs(repo_id: str, folder: Path, token: str | None) -> Path
 
 def publish(family: Family, *, out: Path | None = None, cards_only: bool = False, dry_run: bool = False, limit: int | None = None,
             build_root: Path | None = None, cache_path: Path | None = None, progress: bool = True, token: str | None = None,
-            engine_factory: Any = None) -> dict[str, Any]:
-    """Build (unless cards only), stage and publish the three repos; returns a summary."""
+            engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None) -> dict[str, Any]:
+    """Build (unless cards only), stage and publish the three repos; returns a summary.
+
+    `sample` runs the sampling stage first in another way (`rs.distributed.sample_on_ray`); the
+    build then finds it done.
+    """
     start = time.perf_counter()
     c = family.config
     ctx = BuildContext(family, Path(build_root or os.environ.get("RS_BUILD_DIR", "build")), cache_path or default_cache_path(),
@@ -168,6 +172,8 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
         from rs.hub import resolve_token
 
         token = resolve_token(token)  # fail before a long build, not after
+    if sample is not None and not cards_only:
+        sample(ctx)
     stats = None if cards_only else build_family(ctx)
     staging = ctx.paths.root / "repos"
     only = CARD_FILES if cards_only else None
@@ -226,14 +232,30 @@ def main() -> int:
     cli.add_limit(parser)
     parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where builds live (default: $RS_BUILD_DIR or ./build)")
     parser.add_argument("--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)")
+    cli.add_ray(parser)
     args = parser.parse_args()
+    if args.ray is not None and args.cards_only:
+        parser.error("--cards-only samples nothing: drop --ray")
+    if (code := cli.check_ray(parser, args)) is not None:
+        return code
     family = get_family(args.family, args.config)
+    sample, ray_errors = None, ()
+    if args.ray is not None:
+        from rs.distributed import RayPlanError, forwarded_env, sample_on_ray
+
+        def sample(ctx: BuildContext) -> None:
+            sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
+
+        ray_errors = (RayPlanError, RuntimeError)  # RuntimeError: RayIncomplete, a failed pipeline
     try:
         outcome = publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
-                          build_root=args.build_dir, cache_path=args.cache, progress=sys.stderr.isatty())
+                          build_root=args.build_dir, cache_path=args.cache, progress=sys.stderr.isatty(), sample=sample)
     except (MissingTokenError, MissingBuildError, PublishError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except ray_errors as err:  # a plan Ray cannot run (2), or a Ray run that failed or is incomplete (1): its answers stay cached
+        print(f"error: {err}", file=sys.stderr)
+        return 2 if isinstance(err, ValueError) else 1
     print(summary(family, outcome, dry_run=args.dry_run))
     return 0
 

@@ -194,28 +194,17 @@ def main() -> int:
     parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where builds live (default: $RS_BUILD_DIR or ./build)")
     parser.add_argument("--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)")
     parser.add_argument("--shard", metavar="I/N", help="answer only rows whose index %% N == I (one process per GPU); fills the cache")
-    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
-                        help="answer and judge on Ray Data, one engine replica per GPU, the cache staying on this machine; "
-                             "--build-dir must be on storage every node mounts "
-                             "(ADDRESS: auto, ray://HEAD:10001 or HEAD:6379; none: a local Ray)")
-    parser.add_argument("--replicas", type=cli._positive_int, metavar="N",
-                        help="with --ray: engine replicas (default: the cluster's GPUs / GPUs per replica)")
+    cli.add_ray(parser)
     args = parser.parse_args()
     if args.ray is not None and args.shard:
         parser.error("--ray and --shard are two ways of spreading the work: use one")
-    if args.replicas is not None and args.ray is None:
-        parser.error("--replicas needs --ray")
-    if args.ray is not None:
-        from rs.distributed import RAY_MISSING, ray_available
-
-        if not ray_available():
-            print(RAY_MISSING, file=sys.stderr)
-            return 2
+    if (code := cli.check_ray(parser, args)) is not None:
+        return code
     family = get_family(args.family, args.config)
     ctx = BuildContext(family, Path(args.build_dir or os.environ.get("RS_BUILD_DIR", "build")), args.cache or default_cache_path(),
                        limit=args.limit, progress=sys.stderr.isatty())
     if args.ray is not None:
-        from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
+        from rs.distributed import RayIncomplete, RayPlanError, forwarded_env, sample_on_ray
 
         try:
             run = sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
@@ -223,7 +212,7 @@ def main() -> int:
             print(json.dumps({"ray": err.run.to_dict()}))
             print(f"error: {err}", file=sys.stderr)
             return 1
-        except ValueError as err:  # a family the Ray path cannot run (not the vllm engine), a plan the cluster cannot hold
+        except RayPlanError as err:  # a family the Ray path cannot run (not the vllm engine), a plan the cluster cannot hold
             print(f"error: {err}", file=sys.stderr)
             return 2
         except RuntimeError as err:  # a step's pipeline failed; what it committed stays cached

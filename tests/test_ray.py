@@ -24,7 +24,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
 from rs.build import BuildContext, ensure_clean, ensure_sampled  # noqa: E402
-from rs.distributed import FAIL_ENV, RAY_MISSING, RayIncomplete, sample_on_ray  # noqa: E402
+from rs.distributed import FAIL_ENV, RAY_MISSING, RayIncomplete, RayPlanError, sample_on_ray  # noqa: E402
 from rs.engines import engines_for  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.store import read_records  # noqa: E402
@@ -141,12 +141,23 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     assert run.steps["sampling"].cached == 18
     assert run.report["sampling_engine_calls"] == 0 and items(ctx) == items(single)
 
+    # `rs.publish --ray` samples on Ray (here: all done), then builds and publishes
+    from rs.publish import main as publish
+
+    out = tmp_path / "published"
+    monkeypatch.setattr(sys, "argv", ["python -m rs.publish", "Tiny", "--config", str(tmp_path / "families.yaml"), "--ray",
+                                      "--replicas", "1", "--build-dir", str(ctx.build_root), "--cache", str(ctx.cache_path),
+                                      "--out", str(out)])
+    assert publish() == 0
+    assert "18 source QA" in capsys.readouterr().out
+    assert {p.name for p in next(out.iterdir()).iterdir()} == {"Tiny_RS_think", "Tiny_RS_nothink", "Tiny_rejected"}
+
 
 def test_a_plan_the_cluster_cannot_hold_is_refused(tmp_path: Path, local_ray) -> None:
     ctx = context(tmp_path, "big")
-    with pytest.raises(ValueError, match=r"2 replicas x 1 CPUs and 1 CPU for Ray Data's read tasks need 3 CPUs, the cluster has 2\. Use fewer --replicas"):
+    with pytest.raises(RayPlanError, match=r"2 replicas x 1 CPUs and 1 CPU for Ray Data's read tasks need 3 CPUs, the cluster has 2\. Use fewer --replicas"):
         sample_on_ray(ctx, replicas=2, num_cpus=1, num_gpus=0)
-    with pytest.raises(ValueError, match=r"2 replicas x 1 GPUs need 2 GPUs, the cluster has 0"):
+    with pytest.raises(RayPlanError, match=r"2 replicas x 1 GPUs need 2 GPUs, the cluster has 0"):
         sample_on_ray(ctx, replicas=2, num_cpus=0.5, num_gpus=1)
 
 
@@ -220,11 +231,25 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
     assert not engines_for(ctx.family)[0].loaded
 
 
-def test_cli_without_ray_exits_2(monkeypatch, capsys) -> None:
-    import rs.distributed
-    from rs.sample import main
+@pytest.mark.parametrize("command", ["sample", "publish"])
+def test_cli_without_ray_exits_2(command: str, monkeypatch, capsys) -> None:
+    import importlib
 
+    import rs.distributed
+
+    main = importlib.import_module(f"rs.{command}").main
     monkeypatch.setattr(rs.distributed, "ray_available", lambda: False)
-    monkeypatch.setattr(sys, "argv", ["python -m rs.sample", "TinyCLEVR", "--ray", "auto", "--replicas", "2"])
+    monkeypatch.setattr(sys, "argv", [f"python -m rs.{command}", "TinyCLEVR", "--ray", "auto", "--replicas", "2"])
     assert main() == 2
     assert capsys.readouterr().err.strip() == RAY_MISSING == "Ray is not installed: pip install 'rs[ray]'"
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["--replicas", "2"], "--replicas needs --ray"),
+                                             (["--ray", "--cards-only"], "--cards-only samples nothing: drop --ray")])
+def test_publish_refuses_ray_options_that_mean_nothing(argv: list[str], message: str, monkeypatch, capsys) -> None:
+    from rs.publish import main
+
+    monkeypatch.setattr(sys, "argv", ["python -m rs.publish", "TinyCLEVR", *argv])
+    with pytest.raises(SystemExit) as exit:
+        main()
+    assert exit.value.code == 2 and message in capsys.readouterr().err
