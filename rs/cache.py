@@ -49,6 +49,16 @@ class GenerationCache:
                 found[key] = Generation.from_dict(json.loads(value))
         return found
 
+    def present(self, keys: Iterable[str]) -> set[str]:
+        """Which of `keys` are cached, without reading their values (a resume looks up millions)."""
+        keys = list(dict.fromkeys(keys))
+        found: set[str] = set()
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(key for (key,) in self._db.execute(f"SELECT key FROM generations WHERE key IN ({marks})", chunk))
+        return found
+
     def get(self, key: str) -> Generation | None:
         return self.get_many([key]).get(key)
 

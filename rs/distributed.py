@@ -595,7 +595,7 @@ def _missing_sampling_keys(ctx: BuildContext, stage: Any, cache: GenerationCache
     prefixes = array("Q")  # 8 bytes per missing item
     seen: set[str] = set()
     while chunk := list(islice(keys, lookahead)):
-        found = cache.get_many(chunk)
+        found = cache.present(chunk)
         for key in chunk:
             stats.requests += 1
             if key in found:
@@ -614,7 +614,7 @@ def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache,
     """Write the requests not in the cache and not written before (`seen`: 128-bit key prefixes) to `writer`."""
     iterator = iter(keyed)
     while chunk := list(islice(iterator, lookahead)):
-        found = cache.get_many(key for key, _ in chunk)
+        found = cache.present(key for key, _ in chunk)
         for key, request in chunk:
             stats.requests += 1
             digest = bytes.fromhex(key[:32])
