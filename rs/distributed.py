@@ -4,8 +4,8 @@
 
 Each step is one Ray Data pipeline, so every replica loads its model once per step:
 
-    read_parquet(clean store) -> map_batches(sampling_requests)                 items still missing
-                              -> repartition(target_num_rows_per_block=batch)   one block per batch
+    read_parquet(clean store) -> map_batches(sampling_requests)                 items still missing, by image
+                              -> repartition(target_num_rows_per_block=images)  one block per batch
                               -> map_batches(EngineReplica, ActorPoolStrategy(size=N), num_gpus=TP x PP)
                               -> iter_batches() on the driver -> GenerationCache.put_many
 
@@ -25,7 +25,9 @@ the same path (NFS, Lustre, a FUSE bucket). The cache (`--cache`) need not be.
 What is sent: the driver first reads the clean store without images, computes every request's
 key and looks it up; only the missing ones travel. It broadcasts them as a sorted array of 64-bit
 key prefixes (8 bytes per missing item), which the read tasks test each item against: a prefix
-collision can only send an already cached item again, never skip a missing one.
+collision can only send an already cached item again, never skip a missing one. Requests travel
+grouped by image (an image asked about ten times is shipped once), and a batch holds whole images,
+about `engine.batch_size` requests.
 
 The steps:
 
@@ -86,10 +88,11 @@ FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"
 NOT_FORWARDED = ("VLLM_HOST_IP", "VLLM_PORT")
 MAX_CONSECUTIVE_FAILURES = 3
 
-REQUESTS = pa.schema([
-    ("key", pa.string()), ("prompt", pa.string()), ("image", pa.binary()), ("image_sha256", pa.string()), ("item_key", pa.string()),
-])
-"""What a replica answers: one request and its cache key per row."""
+REQUEST = pa.struct([("key", pa.string()), ("prompt", pa.string()), ("item_key", pa.string())])
+REQUESTS = pa.schema([("image", pa.binary()), ("image_sha256", pa.string()), ("requests", pa.list_(REQUEST))])
+"""What a replica answers: one image (None for the judge) and the requests about it, with their cache keys.
+
+Grouped by image so that an image asked about ten times travels once, not ten times."""
 
 ANSWERS = pa.schema([
     ("key", pa.string()), ("generation", pa.string()), ("batch_error", pa.string()), ("batch", pa.string()), ("replica", pa.string()),
@@ -187,7 +190,7 @@ class RayRun:
 
 
 def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSettings, instruction: str, missing: np.ndarray) -> pa.Table:
-    """Clean-store rows -> the sampling requests of their QA items that are still missing (a Ray Data map).
+    """Clean-store rows -> the sampling requests of their QA items that are still missing, by image (a Ray Data map).
 
     Builds each request as `SampleStage` does and keys it with the driver's `cache_key`; `missing`
     is the sorted array of the missing keys' 64-bit prefixes.
@@ -199,13 +202,15 @@ def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSetti
     out: dict[str, list[Any]] = {name: [] for name in REQUESTS.names}
     seen: set[str] = set()
     for image, sha, qa in zip(batch["image"].to_pylist(), batch["image_sha256"].to_pylist(), batch["qa"].to_pylist()):
+        requests = []
         for item in qa:
             prompt = build_prompt(item["question"], instruction)
             key = cache_key(identity, settings, sha, prompt)
-            if key in seen or not _is_missing(key, missing):
-                continue
-            seen.add(key)
-            for name, value in zip(REQUESTS.names, (key, prompt, image, sha, qa_item(item).key)):
+            if key not in seen and _is_missing(key, missing):
+                seen.add(key)
+                requests.append({"key": key, "prompt": prompt, "item_key": qa_item(item).key})
+        if requests:
+            for name, value in zip(REQUESTS.names, (image, sha, requests)):
                 out[name].append(value)
     return pa.table(out, schema=REQUESTS)
 
@@ -253,8 +258,11 @@ class EngineReplica:
         self._fail = [f for f in json.loads(os.environ.get(FAIL_ENV) or "[]") if f["step"] == step]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        requests = [Request(prompt=r["prompt"], image=r["image"], image_sha256=r["image_sha256"], item_key=r["item_key"])
-                    for r in batch.select(["prompt", "image", "image_sha256", "item_key"]).to_pylist()]
+        keys, requests = [], []
+        for row in batch.to_pylist():
+            for r in row["requests"]:
+                keys.append(r["key"])
+                requests.append(Request(prompt=r["prompt"], image=row["image"], image_sha256=row["image_sha256"], item_key=r["item_key"]))
         start = time.perf_counter()
         error = None
         try:
@@ -276,7 +284,7 @@ class EngineReplica:
         self.batches += 1
         n = len(requests)
         return pa.table({
-            "key": batch["key"], "generation": [json.dumps(g.to_dict(), ensure_ascii=False) for g in generations],
+            "key": keys, "generation": [json.dumps(g.to_dict(), ensure_ascii=False) for g in generations],
             "batch_error": [error] * n, "batch": [f"{self.name}/{self.batches}"] * n, "replica": [self.name] * n, "load_seconds": [self.load_seconds] * n,
             "engine_seconds": [seconds / n] * n,
         }, schema=ANSWERS)
@@ -325,22 +333,25 @@ class _Cluster:
     progress: bool
 
     def answer(self, step: str, requests: Any, spec: dict[str, Any], identity: str, settings: SamplingSettings,
-               cache: GenerationCache, stats: StepStats, total: int, *, part_of: Callable[[str], StepStats] | None = None) -> None:
+               cache: GenerationCache, stats: StepStats, total: int, *, rows_per_batch: int | None = None,
+               part_of: Callable[[str], StepStats] | None = None) -> None:
         """Run `requests` (a Ray Dataset of `REQUESTS` rows) through the replicas; commit every batch as it returns.
 
-        `stats` gets the pipeline's figures; `part_of(key)` says which step's stats a request's
-        answer counts in (default: `stats`), when one pipeline serves two steps.
+        `rows_per_batch`: `REQUESTS` rows per engine batch (default: the batch size, one request a
+        row). `stats` gets the pipeline's figures; `part_of(key)` says which step's stats a
+        request's answer counts in (default: `stats`), when one pipeline serves two steps.
         """
+        rows = rows_per_batch or self.batch_size
         from ray.data import ActorPoolStrategy
         from tqdm.auto import tqdm
 
         part_of = part_of or (lambda key: stats)
         remote_args: dict[str, Any] = {"runtime_env": self.runtime_env} if self.runtime_env else {}
         # one block per batch: replicas share the work evenly, and each answered batch reaches the driver (and the cache) alone
-        answers = requests.repartition(target_num_rows_per_block=self.batch_size).map_batches(
+        answers = requests.repartition(target_num_rows_per_block=rows).map_batches(
             EngineReplica, fn_constructor_kwargs={"spec": spec, "identity": identity, "settings": settings, "step": step},
             compute=ActorPoolStrategy(size=self.replicas), num_gpus=self.num_gpus or None, num_cpus=self.num_cpus,
-            batch_size=self.batch_size, batch_format="pyarrow", **remote_args,
+            batch_size=rows, batch_format="pyarrow", **remote_args,
         )
         start = time.perf_counter()
         loads: dict[str, float] = {}
@@ -538,7 +549,7 @@ def _sampling_step(ctx: BuildContext, stage: Any, cluster: _Cluster, cache: Gene
     """Answer the family's missing sampling requests: read the clean store, keep what is missing, answer."""
     stats = StepStats()
     start = time.perf_counter()
-    missing = _missing_sampling_keys(ctx, stage, cache, stats, lookahead)
+    missing, images = _missing_sampling_keys(ctx, stage, cache, stats, lookahead)
     if missing.size:
         files = sorted(str(p) for p in ctx.paths.clean.glob("rows-*.parquet"))
         requests = cluster.ray.data.read_parquet(files).select_columns(["image", "image_sha256", "qa"]).map_batches(
@@ -546,7 +557,9 @@ def _sampling_step(ctx: BuildContext, stage: Any, cluster: _Cluster, cache: Gene
                                           "instruction": stage.config.instruction, "missing": missing},
             batch_format="pyarrow", batch_size=None,
         )
-        cluster.answer("sampling", requests, spec, stage.runner.identity_key, stage.settings, cache, stats, int(missing.size))
+        per_image = missing.size / images  # a batch holds whole images, about `batch_size` requests
+        cluster.answer("sampling", requests, spec, stage.runner.identity_key, stage.settings, cache, stats, int(missing.size),
+                       rows_per_batch=max(1, round(cluster.batch_size / per_image)))
     stats.seconds = time.perf_counter() - start
     return stats
 
@@ -583,20 +596,25 @@ def _judge_step(ctx: BuildContext, stage: Any, cluster: _Cluster, cache: Generat
     return stats, calibration
 
 
-def _missing_sampling_keys(ctx: BuildContext, stage: Any, cache: GenerationCache, stats: StepStats, lookahead: int) -> np.ndarray:
-    """The sorted 64-bit prefixes of the sampling keys not in the cache; counts requests, cached and duplicates in `stats`."""
+def _missing_sampling_keys(ctx: BuildContext, stage: Any, cache: GenerationCache, stats: StepStats,
+                           lookahead: int) -> tuple[np.ndarray, int]:
+    """The sorted 64-bit prefixes of the sampling keys not in the cache, and how many images have one.
+
+    Counts requests, cached and duplicates in `stats`.
+    """
     from rs.prompt import build_prompt
     from rs.store import read_records
 
     records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
-    requests = (Request(prompt=build_prompt(q["question"], stage.config.instruction), image_sha256=r["image_sha256"])
-                for r in records for q in r["qa"])
-    keys = (stage.runner.key(request, stage.settings) for request in requests)
+    keys = ((index, stage.runner.key(Request(prompt=build_prompt(q["question"], stage.config.instruction),
+                                             image_sha256=r["image_sha256"]), stage.settings))
+            for index, r in enumerate(records) for q in r["qa"])
     prefixes = array("Q")  # 8 bytes per missing item
+    images, last_image = 0, -1
     seen: set[str] = set()
     while chunk := list(islice(keys, lookahead)):
-        found = cache.present(chunk)
-        for key in chunk:
+        found = cache.present(key for _, key in chunk)
+        for image, key in chunk:
             stats.requests += 1
             if key in found:
                 stats.cached += 1
@@ -605,8 +623,10 @@ def _missing_sampling_keys(ctx: BuildContext, stage: Any, cache: GenerationCache
             else:
                 seen.add(key)
                 prefixes.append(_prefix(key))
+                images += image != last_image
+                last_image = image
         seen.clear()  # duplicates are caught within a lookahead window (an image's questions are adjacent); the rest cost a re-send
-    return np.unique(np.frombuffer(prefixes, dtype=np.uint64))
+    return np.unique(np.frombuffer(prefixes, dtype=np.uint64)), images
 
 
 def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache, writer: Any, stats: StepStats, seen: set[bytes],
@@ -627,7 +647,8 @@ def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache,
                 stats.sent += 1
                 if written is not None:
                     written.add(key)
-                writer.write({"key": key, "prompt": request.prompt, "image": None, "image_sha256": None, "item_key": request.item_key},
+                writer.write({"image": None, "image_sha256": None,
+                              "requests": [{"key": key, "prompt": request.prompt, "item_key": request.item_key}]},
                              size=len(request.prompt))
 
 

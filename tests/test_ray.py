@@ -91,16 +91,17 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     died = tmp_path / "replica-died"
     fail = [{"step": "sampling", "item": keys[0], "do": "raise"},
             {"step": "sampling", "item": keys[-1], "do": "exit", "marker": str(died)}]
-    with pytest.raises(RayIncomplete, match="sampling: 4 requests in failed batches") as failed:
+    # batches hold whole images: 3 questions an image, batch_size 4 -> one image (3 requests) a batch
+    with pytest.raises(RayIncomplete, match="sampling: 3 requests in failed batches") as failed:
         sample_on_ray(ctx, runtime_env={"env_vars": {**ENV, FAIL_ENV: json.dumps(fail)}}, **REPLICAS)
     run = failed.value.run
     sampling = run.steps["sampling"]
     assert died.exists() and sampling.replica_processes == 3  # two replicas, one restarted
-    assert (sampling.requests, sampling.sent, sampling.batches, sampling.failed_batches, sampling.failed_requests) == (18, 18, 5, 1, 4)
-    assert sampling.stored == 14 and sampling.uncached == 4
+    assert (sampling.requests, sampling.sent, sampling.batches, sampling.failed_batches, sampling.failed_requests) == (18, 18, 6, 1, 3)
+    assert sampling.stored == 15 and sampling.uncached == 3
     assert "judge" not in run.steps  # the judge waits for every answer
     cached = cache_contents(ctx.cache_path)
-    assert len(cached) == 14 and not ctx.paths.sample_report.exists()
+    assert len(cached) == 15 and not ctx.paths.sample_report.exists()
     assert all(cached[k] == v for k, v in cache_contents(single.cache_path).items() if k in cached)
 
     # the re-run, from the command line (one replica of 1 CPU: Ray Data's read tasks take the other),
@@ -111,7 +112,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     steps = printed["ray"]["steps"]
     assert printed["ray"]["replicas"] == 1
-    assert (steps["sampling"]["cached"], steps["sampling"]["sent"], steps["sampling"]["stored"]) == (14, 4, 4)
+    assert (steps["sampling"]["cached"], steps["sampling"]["sent"], steps["sampling"]["stored"]) == (15, 3, 3)
     judged = steps["judge"]
     assert judged["requests"] == reference["judged"] == judged["sent"] + judged["cached"] + judged["duplicates"]
     assert steps["calibration"]["requests"] > 0 and not list((ctx.paths.root / "ray").glob("*.parquet"))
@@ -223,8 +224,12 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
     out = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instruction=stage.config.instruction,
                             missing=missing)
     assert out.schema == REQUESTS
-    assert out.to_pylist() == [{"key": key, "prompt": build_prompt(q["question"], stage.config.instruction), "image": row["image"],
-                                "image_sha256": row["image_sha256"], "item_key": f"{q['record_id']}#{q['turn']}"} for key, row, q in wanted]
+    grouped = {}  # by image: an image travels once with all its missing requests
+    for key, row, q in wanted:
+        grouped.setdefault(row["image_sha256"], {"image": row["image"], "image_sha256": row["image_sha256"], "requests": []})
+        grouped[row["image_sha256"]]["requests"].append(
+            {"key": key, "prompt": build_prompt(q["question"], stage.config.instruction), "item_key": f"{q['record_id']}#{q['turn']}"})
+    assert out.to_pylist() == list(grouped.values()) and out.num_rows == len(rows) == 6
     none = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instruction=stage.config.instruction,
                              missing=np.array([], dtype=np.uint64))
     assert none.num_rows == 0 and none.schema == REQUESTS
