@@ -40,24 +40,18 @@ class GenerationCache:
         self._db.executescript(_SCHEMA)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
-        keys = list(dict.fromkeys(keys))
-        found: dict[str, Generation] = {}
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for key, value in self._db.execute(f"SELECT key, value FROM generations WHERE key IN ({marks})", chunk):
-                found[key] = Generation.from_dict(json.loads(value))
-        return found
+        return {key: Generation.from_dict(json.loads(value)) for key, value in self._select("key, value", keys)}
 
     def present(self, keys: Iterable[str]) -> set[str]:
         """Which of `keys` are cached, without reading their values (a resume looks up millions)."""
+        return {key for (key,) in self._select("key", keys)}
+
+    def _select(self, columns: str, keys: Iterable[str]) -> Iterator[tuple]:
         keys = list(dict.fromkeys(keys))
-        found: set[str] = set()
-        for start in range(0, len(keys), 500):
+        for start in range(0, len(keys), 500):  # SQLite's limit on bound parameters
             chunk = keys[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            found.update(key for (key,) in self._db.execute(f"SELECT key FROM generations WHERE key IN ({marks})", chunk))
-        return found
+            yield from self._db.execute(f"SELECT {columns} FROM generations WHERE key IN ({marks})", chunk)
 
     def get(self, key: str) -> Generation | None:
         return self.get_many([key]).get(key)

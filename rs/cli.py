@@ -40,6 +40,11 @@ def add_dry_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
 
 
+def add_build_paths(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where builds live (default: $RS_BUILD_DIR or ./build)")
+    parser.add_argument("--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)")
+
+
 def add_ray(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                         help="answer and judge on Ray Data, one engine replica per GPU, the cache staying on this machine; "

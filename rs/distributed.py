@@ -606,50 +606,53 @@ def _missing_sampling_keys(ctx: BuildContext, stage: Any, cache: GenerationCache
     from rs.store import read_records
 
     records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
-    keys = ((index, stage.runner.key(Request(prompt=build_prompt(q["question"], stage.config.instruction),
-                                             image_sha256=r["image_sha256"]), stage.settings))
-            for index, r in enumerate(records) for q in r["qa"])
+    keyed = ((stage.runner.key(Request(prompt=build_prompt(q["question"], stage.config.instruction),
+                                       image_sha256=r["image_sha256"]), stage.settings), index)
+             for index, r in enumerate(records) for q in r["qa"])
     prefixes = array("Q")  # 8 bytes per missing item
     images, last_image = 0, -1
-    seen: set[str] = set()
-    while chunk := list(islice(keys, lookahead)):
-        found = cache.present(key for _, key in chunk)
-        for image, key in chunk:
-            stats.requests += 1
-            if key in found:
-                stats.cached += 1
-            elif key in seen:
-                stats.duplicates += 1
-            else:
-                seen.add(key)
-                prefixes.append(_prefix(key))
-                images += image != last_image
-                last_image = image
-        seen.clear()  # duplicates are caught within a lookahead window (an image's questions are adjacent); the rest cost a re-send
-    return np.unique(np.frombuffer(prefixes, dtype=np.uint64)), images
+    for key, image in _uncached(keyed, cache, stats, lookahead):
+        prefixes.append(_prefix(key))
+        images += image != last_image
+        last_image = image
+    missing = np.unique(np.frombuffer(prefixes, dtype=np.uint64))
+    stats.duplicates = len(prefixes) - len(missing)  # the same question about the same image twice
+    return missing, images
 
 
 def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache, writer: Any, stats: StepStats, seen: set[bytes],
                    lookahead: int, *, written: set[str] | None = None) -> None:
     """Write the requests not in the cache and not written before (`seen`: 128-bit key prefixes) to `writer`."""
+    for key, request in _uncached(keyed, cache, stats, lookahead, seen=seen):
+        stats.sent += 1
+        if written is not None:
+            written.add(key)
+        writer.write({"image": None, "image_sha256": None,
+                      "requests": [{"key": key, "prompt": request.prompt, "item_key": request.item_key}]},
+                     size=len(request.prompt))
+
+
+def _uncached(keyed: Iterable[tuple[str, Any]], cache: GenerationCache, stats: StepStats, lookahead: int, *,
+              seen: set[bytes] | None = None) -> Iterator[tuple[str, Any]]:
+    """The `(key, value)` pairs whose key is not cached, looked up `lookahead` at a time; counts requests and cached.
+
+    With `seen` (128-bit key prefixes), a key yielded before is counted as a duplicate instead.
+    """
     iterator = iter(keyed)
     while chunk := list(islice(iterator, lookahead)):
         found = cache.present(key for key, _ in chunk)
-        for key, request in chunk:
+        for key, value in chunk:
             stats.requests += 1
-            digest = bytes.fromhex(key[:32])
             if key in found:
                 stats.cached += 1
-            elif digest in seen:
-                stats.duplicates += 1
-            else:
+                continue
+            if seen is not None:
+                digest = bytes.fromhex(key[:32])
+                if digest in seen:
+                    stats.duplicates += 1
+                    continue
                 seen.add(digest)
-                stats.sent += 1
-                if written is not None:
-                    written.add(key)
-                writer.write({"image": None, "image_sha256": None,
-                              "requests": [{"key": key, "prompt": request.prompt, "item_key": request.item_key}]},
-                             size=len(request.prompt))
+            yield key, value
 
 
 def _judge_requests(ctx: BuildContext, stage: Any, unanswered: list[int], chunk: int = 1024) -> Iterator[tuple[str, Request]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -230,8 +231,7 @@ def main() -> int:
     cli.add_cards_only(parser)
     cli.add_dry_run(parser)
     cli.add_limit(parser)
-    parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where builds live (default: $RS_BUILD_DIR or ./build)")
-    parser.add_argument("--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)")
+    cli.add_build_paths(parser)
     cli.add_ray(parser)
     args = parser.parse_args()
     if args.ray is not None and args.cards_only:
@@ -243,9 +243,8 @@ def main() -> int:
     if args.ray is not None:
         from rs.distributed import RayPlanError, forwarded_env, sample_on_ray
 
-        def sample(ctx: BuildContext) -> None:
-            sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
-
+        sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,
+                                   runtime_env={"env_vars": forwarded_env()})
         ray_errors = (RayPlanError, RuntimeError)  # RuntimeError: RayIncomplete, a failed pipeline
     try:
         outcome = publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
