@@ -27,16 +27,40 @@ CREATE TABLE IF NOT EXISTS generations (
 """
 
 
+_BUSY_TIMEOUT_S = 60.0
+
+
+def _use_wal(db: sqlite3.Connection, path: Path) -> None:
+    """Switch the file to WAL mode, waiting out other processes doing the same.
+
+    SQLite's busy handler does not cover the switch itself: when several workers open a new cache
+    at once, all but one get "database is locked" straight away, so the switch is retried here.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    while True:
+        try:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            break
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+    if mode.lower() != "wal":
+        raise RuntimeError(
+            f"{path}: SQLite could not use WAL mode here (it kept {mode!r}); put the cache on a local "
+            "filesystem (--cache PATH), not a network mount"
+        )
+
+
 class GenerationCache:
     """Maps cache keys to `Generation`s in one SQLite file."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        _use_wal(self._db, self.path)
         self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
-        self._db.execute("PRAGMA busy_timeout=60000")
         self._db.executescript(_SCHEMA)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:

@@ -215,17 +215,6 @@ def test_cached_engine_second_run_makes_no_engine_calls(engine: VLLMEngine, tmp_
 # --- configuration ----------------------------------------------------------------------------
 
 
-def test_cache_present_reads_keys_only_and_skips_transient_failures(tmp_path: Path) -> None:
-    answered = Generation.from_text("<think>a</think>4", finish_reason="stop")
-    transient = Generation.failed("timeout", cacheable=False)
-    keys = [f"{i:064x}" for i in range(1200)]  # over two SQLite parameter chunks
-    with GenerationCache(tmp_path / "generations.sqlite") as cache:
-        assert cache.put_many([(k, answered) for k in keys[::3]] + [(keys[1], transient)]) == 400
-        asked = [*keys, keys[0], "not-a-key"]  # a key twice, an unknown key
-        assert cache.present(asked) == set(keys[::3]) == set(cache.get_many(asked))
-        assert cache.present([]) == set()
-
-
 def test_create_engine_names_missing_keys() -> None:
     with pytest.raises(ValueError, match=r"families\.Remote\.engine\.base_url is required for kind openai"):
         create_engine(_family(engine=EngineConfig(kind="openai")), name="Remote")
