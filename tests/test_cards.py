@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from pathlib import Path
 
 import datasets
@@ -111,14 +110,19 @@ def test_hostile_text_cannot_break_the_card(family, tmp_path: Path) -> None:
     assert cell("a|b\nc`d") == "a&#124;b<br>c&#96;d"
 
 
-def test_cards_only_touches_only_card_files_and_is_fast(family, tmp_path: Path) -> None:
+def test_cards_only_touches_only_card_files_and_never_samples(family, tmp_path: Path) -> None:
     run_publish(family, tmp_path)
     repo = tmp_path / "out" / "tester" / family.repo_name("think")
     data_before = {p.name: p.stat().st_mtime_ns for p in (repo / "data").iterdir()}
     (repo / "README.md").write_text("stale card")
-    start = time.perf_counter()
-    outcome = run_publish(family, tmp_path, cards_only=True)
-    assert time.perf_counter() - start < 5
+    (tmp_path / "cache.sqlite").unlink()  # with no cache and no sampling report, any resampling needs the model
+    (tmp_path / "build" / family.name / "sample.json").unlink()
+
+    def no_engines(_family):
+        raise AssertionError("--cards-only must not load a model")
+
+    outcome = run_publish(family, tmp_path, cards_only=True, engine_factory=no_engines)
+    assert not (tmp_path / "cache.sqlite").exists()
     changed = {c.path for r in outcome["results"].values() for c in r.changes if c.action != "unchanged"}
     assert changed == {"README.md"}
     assert {p.name: p.stat().st_mtime_ns for p in (repo / "data").iterdir()} == data_before
