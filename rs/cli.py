@@ -49,7 +49,7 @@ def add_ray(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                         help="answer and judge on Ray Data, one engine replica per GPU, the cache staying on this machine; "
                              "--build-dir must be on storage every node mounts "
-                             "(ADDRESS: auto, ray://HEAD:10001 or HEAD:6379; none: a local Ray)")
+                             "(ADDRESS: auto on the head node, or HEAD:6379; none: a local Ray)")
     parser.add_argument("--replicas", type=_positive_int, metavar="N",
                         help="with --ray: engine replicas (default: the cluster's GPUs / GPUs per replica)")
 

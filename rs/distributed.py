@@ -1,6 +1,6 @@
 """The sampling stage (and the judge) on a Ray cluster with Ray Data: one engine replica per GPU, one cache.
 
-    python -m rs.sample FAMILY --ray [auto | ray://HEAD:10001 | HEAD:6379] [--replicas N]
+    python -m rs.sample FAMILY --ray [auto | HEAD:6379] [--replicas N]
 
 Each step is one Ray Data pipeline, so every replica loads its model once per step:
 
@@ -107,7 +107,8 @@ class RayNotInstalled(RuntimeError):
 
 
 class RayPlanError(ValueError):
-    """A run this cluster or this family cannot do: not the vllm engine, more replicas than the cluster holds."""
+    """A run this cluster or this family cannot do: not the vllm engine, more replicas than the cluster holds,
+    a cluster this machine cannot reach or is not authorised to join."""
 
 
 class RayIncomplete(RuntimeError):
@@ -436,7 +437,8 @@ def sample_on_ray(
     """Fill the generation cache for `ctx`'s family on Ray, then (`finish`) run `ensure_sampled` on the driver.
 
     Args:
-        address: Ray address (`auto`, `ray://HEAD:10001`, `HEAD:6379`); None starts a local Ray.
+        address: Ray address (`auto`, `HEAD:6379`); None starts a local Ray. Not `ray://`: Ray Data
+            does not run through Ray Client.
             Ignored when Ray is already initialised in this process.
         replicas: engine replicas (Ray Data's actor pool size); default: the cluster's GPUs //
             `num_gpus` (1 without GPUs).
@@ -454,7 +456,8 @@ def sample_on_ray(
 
     Raises:
         RayNotInstalled: without Ray.
-        RayPlanError: the family's engine is not vllm, or the replicas do not fit the local Ray.
+        RayPlanError: the family's engine is not vllm, the replicas do not fit the local Ray, or the
+            cluster at `address` cannot be reached or refuses this client's token.
         RayIncomplete: a batch failed or an answer was not cacheable; the cache keeps everything
             else, and the same call again sends only what is missing.
         RuntimeError: a step's pipeline failed (a replica failing batch after batch, a replica that
@@ -482,7 +485,7 @@ def sample_on_ray(
     if own_ray:  # Ray uploads local code only for a whole job, so `ship_code` needs this connection to be ours
         import rs
 
-        ray.init(address=address, runtime_env={"py_modules": [str(Path(rs.__file__).parent)]} if ship_code else None)
+        _connect(ray, address, {"py_modules": [str(Path(rs.__file__).parent)]} if ship_code else None)
     elif ship_code:
         logger.info("Ray was initialised before: the replicas import the rs installed on their nodes")
     try:
@@ -513,6 +516,48 @@ def sample_on_ray(
     if finish:
         run.report = ensure_sampled(ctx)
     return run
+
+
+def _connect(ray: Any, address: str | None, runtime_env: dict[str, Any] | None) -> None:
+    """`ray.init`, with errors that say what to fix.
+
+    Ray retries an address where nothing listens for many minutes, so a reachable port is checked
+    first; a cluster started by `ray start --head` uses token authentication unless told otherwise,
+    and a client without the token only gets a generic connection error.
+    """
+    if address and address.startswith("ray://"):
+        raise RayPlanError(
+            f"--ray {address}: Ray Data does not run through Ray Client (ray://, ray-project/ray#48682). Run the command "
+            "on the head node with --ray auto (the cache then lives on the head's disk), or submit it there as a Ray "
+            "Job: ray job submit --address http://HEAD:8265 -- python -m rs.sample FAMILY --ray auto"
+        )
+    if address and address != "auto":
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+        except ValueError:
+            raise RayPlanError(f"--ray {address}: expected auto or HOST:PORT (the head's `ray start --head --port`)") from None
+        except OSError as err:
+            raise RayPlanError(f"--ray {address}: nothing answers there ({err}); the address must be the head's GCS, "
+                               "`ray start --head --port=6379` (`ray status` on the head prints it)") from None
+    try:
+        ray.init(address=address, runtime_env=runtime_env)
+    except ConnectionError as err:
+        if "InvalidAuthToken" not in _chain_text(err) and "AuthenticationError" not in _chain_text(err):
+            raise RayPlanError(f"could not connect to the Ray cluster at {address or 'auto'}: {err}") from err
+        raise RayPlanError(
+            f"the Ray cluster at {address or 'auto'} refused this client's authentication token. A cluster started by "
+            "`ray start --head` uses token authentication: set RAY_AUTH_MODE=token here and give this machine the "
+            "head's token (copy its ~/.ray/auth_token, or set RAY_AUTH_TOKEN)"
+        ) from err
+
+
+def _chain_text(error: BaseException | None) -> str:
+    parts = []
+    while error is not None and len(parts) < 10:
+        parts.append(f"{type(error).__name__}: {error}")
+        error = error.__cause__ or error.__context__
+    return "\n".join(parts)
 
 
 def _check_fits(resources: dict[str, float], *, replicas: int, num_gpus: float, num_cpus: float, local: bool) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 import sys
 from pathlib import Path
@@ -258,3 +259,44 @@ def test_publish_refuses_ray_options_that_mean_nothing(argv: list[str], message:
     with pytest.raises(SystemExit) as exit:
         main()
     assert exit.value.code == 2 and message in capsys.readouterr().err
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize(("address", "message"), [
+    ("ray://127.0.0.1:10001", r"Ray Data does not run through Ray Client .* --ray auto"),
+    ("head-without-port", r"expected auto or HOST:PORT"),
+    ("127.0.0.1:{closed}", r"nothing answers there .*the head's GCS"),  # Ray would retry it for minutes
+])
+def test_addresses_ray_cannot_use_are_refused_before_connecting(address: str, message: str) -> None:
+    from rs.distributed import _connect
+
+    class NeverInit:
+        def init(self, **_):
+            raise AssertionError("ray.init must not be reached")
+
+    with pytest.raises(RayPlanError, match=message):
+        _connect(NeverInit(), address.format(closed=_closed_port()), None)
+
+
+def test_a_cluster_that_wants_a_token_says_how_to_give_it() -> None:
+    from ray.exceptions import AuthenticationError
+
+    from rs.distributed import _connect
+
+    class TokenCluster:  # what ray.init raises against `ray start --head` without RAY_AUTH_MODE=token (ray 2.60)
+        def init(self, **_):
+            try:
+                try:
+                    raise AuthenticationError("RPC error: InvalidAuthToken: Authentication token is missing or incorrect")
+                except AuthenticationError as cause:
+                    raise RuntimeError("Failed to connect to GCS") from cause
+            except RuntimeError as cause:
+                raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379") from cause
+
+    with pytest.raises(RayPlanError, match=r"refused this client's authentication token.*RAY_AUTH_MODE=token.*auth_token"):
+        _connect(TokenCluster(), "auto", None)
