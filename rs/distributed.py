@@ -38,9 +38,11 @@ The steps:
 3. the normal `rs.build.ensure_sampled` on the driver, which finds everything cached (zero engine
    calls) and writes the items store and `sample.json` exactly as a single-process run does.
 
-Failures cost at most their batch. A replica that dies (preempted node, OOM kill, crash) is
-restarted by Ray and its batches are retried (Ray Data's actor pool: `max_restarts=-1`,
-`max_task_retries=-1`). A batch whose engine raises comes back marked failed and is not cached
+Failures cost at most their batch. A replica that dies (OOM kill, crash) is restarted by Ray and
+its batches are retried (Ray Data's actor pool: `max_restarts=-1`, `max_task_retries=-1`). A node
+that leaves the cluster takes its replicas with it: the pool may shrink to one replica, each step
+starts with the replicas the cluster holds then (`_Cluster.fitting_replicas`), and a step whose
+pipeline fails while nodes leave runs again for what is missing (`MAX_STEP_ATTEMPTS`). A batch whose engine raises comes back marked failed and is not cached
 (the replica replaces its engine); the run goes on, reports it, skips the judge step (it needs
 every answer) and ends with `RayIncomplete`; the same command again sends only what is missing. A
 replica failing `MAX_CONSECUTIVE_FAILURES` batches in a row stops the run: something is wrong
@@ -87,6 +89,8 @@ FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"
 """Environment variables the CLI passes to the replicas (never tokens: log the workers in themselves)."""
 NOT_FORWARDED = ("VLLM_HOST_IP", "VLLM_PORT")
 MAX_CONSECUTIVE_FAILURES = 3
+MAX_STEP_ATTEMPTS = 3
+"""A step whose pipeline fails while nodes leave the cluster runs again (for what is missing) up to this many times."""
 
 REQUEST = pa.struct([("key", pa.string()), ("prompt", pa.string()), ("item_key", pa.string())])
 REQUESTS = pa.schema([("image", pa.binary()), ("image_sha256", pa.string()), ("requests", pa.list_(REQUEST))])
@@ -155,6 +159,10 @@ class StepStats:
     """The slowest replica's model load."""
     replica_processes: int = 0
     """Replica processes that answered: more than the replicas when Ray restarted some."""
+    replicas: int = 0
+    """The pool's size at the step's start: the replicas asked for, or fewer when the cluster had lost nodes."""
+    attempts: int = 1
+    """More than 1 when nodes left the cluster during the step and it ran again for what was missing."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -333,6 +341,20 @@ class _Cluster:
     batch_size: int
     progress: bool
 
+    def fitting_replicas(self, step: str) -> int:
+        """How many replicas the cluster holds now (at least 1), leaving a CPU for Ray Data's own tasks."""
+        resources = self.ray.cluster_resources()  # alive nodes only
+        fits = int((resources.get("CPU", 0) - 1) // self.num_cpus) if self.num_cpus else self.replicas
+        if self.num_gpus:
+            fits = min(fits, int(resources.get("GPU", 0) // self.num_gpus))
+        if fits < self.replicas:
+            logger.warning("%s: the cluster now holds %d of the %d replicas; starting with %d (Ray Data adds more if nodes "
+                           "join)", step, max(fits, 0), self.replicas, max(fits, 1))
+        return max(1, min(fits, self.replicas))
+
+    def alive_nodes(self) -> set[str]:
+        return {node["NodeID"] for node in self.ray.nodes() if node["Alive"]}
+
     def answer(self, step: str, requests: Any, spec: dict[str, Any], identity: str, settings: SamplingSettings,
                cache: GenerationCache, stats: StepStats, total: int, *, rows_per_batch: int | None = None,
                part_of: Callable[[str], StepStats] | None = None) -> None:
@@ -348,10 +370,14 @@ class _Cluster:
 
         part_of = part_of or (lambda key: stats)
         remote_args: dict[str, Any] = {"runtime_env": self.runtime_env} if self.runtime_env else {}
+        stats.replicas = start_with = self.fitting_replicas(step)
+        # The pool may shrink to one replica: with a fixed size, a node lost mid-step makes Ray restart its replica
+        # on the CPUs Ray Data's read tasks need, and the pipeline waits forever.
+        pool = ActorPoolStrategy(min_size=1, max_size=self.replicas, initial_size=start_with)
         # one block per batch: replicas share the work evenly, and each answered batch reaches the driver (and the cache) alone
         answers = requests.repartition(target_num_rows_per_block=rows).map_batches(
             EngineReplica, fn_constructor_kwargs={"spec": spec, "identity": identity, "settings": settings, "step": step},
-            compute=ActorPoolStrategy(size=self.replicas), num_gpus=self.num_gpus or None, num_cpus=self.num_cpus,
+            compute=pool, num_gpus=self.num_gpus or None, num_cpus=self.num_cpus,
             batch_size=rows, batch_format="pyarrow", **remote_args,
         )
         start = time.perf_counter()
@@ -503,8 +529,10 @@ def sample_on_ray(
         data.enable_progress_bars = ctx.progress
         try:
             with GenerationCache(ctx.cache_path) as cache:
-                stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=False)
-                _run_steps(ctx, stage, cluster, cache, specs, run, lookahead)
+                def new_stage() -> Any:  # the judge step's calibration cases accumulate in the stage: one per attempt
+                    return SampleStage(ctx.family.config, sampler, judge, cache, progress=False)
+
+                _run_steps(ctx, new_stage, cluster, cache, specs, run, lookahead)
         finally:
             data.enable_progress_bars = bars
     finally:
@@ -573,20 +601,42 @@ def _check_fits(resources: dict[str, float], *, replicas: int, num_gpus: float, 
     if replicas * num_cpus + 1 > cpus:
         problems.append(f"{replicas} replicas x {num_cpus:g} CPUs and 1 CPU for Ray Data's read tasks need "
                         f"{replicas * num_cpus + 1:g} CPUs, the cluster has {cpus:g}")
-    if not problems:
-        return
-    message = "; ".join(problems) + ". Use fewer --replicas"
-    if local:
-        raise RayPlanError(message + ".")
-    logger.warning("%s, or let the autoscaler add nodes (waiting for them).", message)
+    if problems and local:  # on a cluster, each step starts with the replicas that fit (`_Cluster.fitting_replicas`)
+        raise RayPlanError("; ".join(problems) + ". Use fewer --replicas.")
 
 
-def _run_steps(ctx: BuildContext, stage: Any, cluster: _Cluster, cache: GenerationCache, specs: dict[str, dict[str, Any]],
-               run: RayRun, lookahead: int) -> None:
-    run.steps["sampling"] = _sampling_step(ctx, stage, cluster, cache, specs["sampler"], lookahead)
-    if stage.judge is None or not run.complete:
+def _run_steps(ctx: BuildContext, new_stage: Callable[[], Any], cluster: _Cluster, cache: GenerationCache,
+               specs: dict[str, dict[str, Any]], run: RayRun, lookahead: int) -> None:
+    run.steps["sampling"], = _retrying_lost_nodes("sampling", cluster, lambda: (
+        _sampling_step(ctx, new_stage(), cluster, cache, specs["sampler"], lookahead),))
+    if new_stage().judge is None or not run.complete:
         return  # the judge needs every answer; a re-run does it
-    run.steps["judge"], run.steps["calibration"] = _judge_step(ctx, stage, cluster, cache, specs["judge"], lookahead)
+    run.steps["judge"], run.steps["calibration"] = _retrying_lost_nodes("judge", cluster, lambda: _judge_step(
+        ctx, new_stage(), cluster, cache, specs["judge"], lookahead))
+
+
+def _retrying_lost_nodes(step: str, cluster: _Cluster, run_step: Callable[[], tuple[StepStats, ...]]) -> tuple[StepStats, ...]:
+    """Run a step; when its pipeline fails while nodes leave the cluster, run it again for what is still missing.
+
+    Ray Data restarts a replica that dies on a live node by itself, but a node that goes away can
+    take one of the pipeline's own tasks with it, and the whole pipeline fails. Its committed
+    answers are cached, so the next attempt sends only the rest, sized to the nodes that remain.
+    """
+    for attempt in range(1, MAX_STEP_ATTEMPTS + 1):
+        nodes = cluster.alive_nodes()
+        try:
+            results = run_step()
+        except RuntimeError as err:
+            lost = nodes - cluster.alive_nodes()
+            if not lost or attempt == MAX_STEP_ATTEMPTS:
+                raise
+            logger.warning("%s: %d node(s) left the cluster and the step failed (%s); its answers are cached, running it "
+                           "again for the rest (attempt %d of %d)", step, len(lost), err, attempt + 1, MAX_STEP_ATTEMPTS)
+            continue
+        for stats in results:
+            stats.attempts = attempt
+        return results
+    raise AssertionError("unreachable")
 
 
 def _sampling_step(ctx: BuildContext, stage: Any, cluster: _Cluster, cache: GenerationCache, spec: dict[str, Any],

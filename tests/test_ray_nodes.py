@@ -1,0 +1,127 @@
+"""A node leaving the cluster in the middle of a Ray run: the run finishes on the nodes that remain.
+
+`ray.cluster_utils.Cluster` starts a real two-node cluster on this machine (a head of 2 CPUs, a
+worker of 1): two replicas of 1 CPU and Ray Data's read tasks fill it exactly. The worker node is
+killed while the sampling step runs; the run must neither hang nor lose anything, and leave the
+cache and items store of a single-process run.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("vllm")
+
+from rs.build import BuildContext, ensure_sampled  # noqa: E402
+from rs.distributed import MAX_STEP_ATTEMPTS, StepStats, _retrying_lost_nodes, sample_on_ray  # noqa: E402
+from rs.families import load_families  # noqa: E402
+from rs.store import read_records  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_sample import family_file  # noqa: E402
+
+ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+
+
+def _rows(path: Path) -> int:
+    try:
+        with sqlite3.connect(path, timeout=1) as db:
+            return db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def _cache(path: Path) -> dict[str, str]:
+    with sqlite3.connect(path) as db:
+        return dict(db.execute("SELECT key, value FROM generations"))
+
+
+@pytest.mark.timeout(420)  # with a fixed-size actor pool this hung for good
+def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
+    from ray.cluster_utils import Cluster
+
+    family = load_families(family_file(tmp_path, num_images=8, batch=3))["Tiny"]
+    single = BuildContext(family, tmp_path / "single", tmp_path / "single.sqlite", progress=False)
+    reference = ensure_sampled(single)
+    ctx = BuildContext(family, tmp_path / "ray", tmp_path / "ray.sqlite", progress=False)
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    worker = cluster.add_node(num_cpus=1)
+    killed_at: list[int] = []
+
+    def kill_worker_once_answers_arrive() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not killed_at:
+            if (rows := _rows(ctx.cache_path)) >= 3:
+                cluster.remove_node(worker, allow_graceful=False)
+                killed_at.append(rows)
+            time.sleep(0.05)
+
+    try:
+        ray.init(address=cluster.address, runtime_env={"env_vars": ENV})
+        cluster.wait_for_nodes()
+        killer = threading.Thread(target=kill_worker_once_answers_arrive, daemon=True)
+        killer.start()
+        run = sample_on_ray(ctx, replicas=2, num_cpus=1, num_gpus=0, runtime_env={"env_vars": ENV})
+        killer.join(timeout=5)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+    assert killed_at and killed_at[0] < reference["items"], "the node must die before the sampling step ends"
+    sampling, judge = run.steps["sampling"], run.steps["judge"]
+    assert sampling.replicas == 2 and judge.replicas == 1  # the judge step starts with what the cluster holds
+    assert sampling.stored == reference["items"] and judge.stored == reference["judged"]
+    assert run.report["sampling_engine_calls"] == 0 and run.report["judge_engine_calls"] == 0
+    assert _cache(ctx.cache_path) == _cache(single.cache_path)
+    assert list(read_records(ctx.paths.items, "items")) == list(read_records(single.paths.items, "items"))
+
+
+class _Nodes:
+    """The `_Cluster` surface `_retrying_lost_nodes` reads: which nodes are alive, as Ray would answer."""
+
+    def __init__(self, *answers: set[str]):
+        self.answers = list(answers)
+
+    def alive_nodes(self) -> set[str]:
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def test_a_step_runs_again_only_when_nodes_left_during_it() -> None:
+    attempts: list[int] = []
+
+    def failing_until(n: int):
+        def step() -> tuple[StepStats]:
+            attempts.append(1)
+            if len(attempts) < n:
+                raise RuntimeError("the judge step on Ray failed after committing 0 answers")
+            return (StepStats(),)
+        return step
+
+    # a node left during the first attempt: the second runs and its stats say so
+    (stats,) = _retrying_lost_nodes("judge", _Nodes({"a", "b"}, {"a"}, {"a"}), failing_until(2))
+    assert stats.attempts == 2 and len(attempts) == 2
+
+    # no node left: the failure is the step's own, raised at once
+    attempts.clear()
+    with pytest.raises(RuntimeError, match="failed after committing"):
+        _retrying_lost_nodes("judge", _Nodes({"a", "b"}), failing_until(5))
+    assert len(attempts) == 1
+
+    # nodes keep leaving: it gives up after MAX_STEP_ATTEMPTS
+    attempts.clear()
+    shrinking = _Nodes(*({str(i) for i in range(n)} for n in range(10, 0, -1)))
+    with pytest.raises(RuntimeError):
+        _retrying_lost_nodes("judge", shrinking, failing_until(99))
+    assert len(attempts) == MAX_STEP_ATTEMPTS
