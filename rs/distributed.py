@@ -42,11 +42,12 @@ Failures cost at most their batch. A replica that dies (OOM kill, crash) is rest
 its batches are retried (Ray Data's actor pool: `max_restarts=-1`, `max_task_retries=-1`). A node
 that leaves the cluster takes its replicas with it: the pool may shrink to one replica, each step
 starts with the replicas the cluster holds then (`_Cluster.fitting_replicas`), and a step whose
-pipeline fails while nodes leave runs again for what is missing (`MAX_STEP_ATTEMPTS`). A batch whose engine raises comes back marked failed and is not cached
-(the replica replaces its engine); the run goes on, reports it, skips the judge step (it needs
-every answer) and ends with `RayIncomplete`; the same command again sends only what is missing. A
-replica failing `MAX_CONSECUTIVE_FAILURES` batches in a row stops the run: something is wrong
-with the node or the model, not with a batch. Whatever was committed before stays committed.
+pipeline fails while nodes leave runs again for what is missing (`MAX_STEP_ATTEMPTS`). A batch
+whose engine raises comes back marked failed and is not cached (the replica replaces its engine);
+the run goes on, reports it, skips the judge step (it needs every answer) and ends with
+`RayIncomplete`; the same command again sends only what is missing. A replica failing
+`MAX_CONSECUTIVE_FAILURES` batches in a row stops the run: something is wrong with the node or the
+model, not with a batch. Whatever was committed before stays committed.
 
 Ray's own LLM processor (`ray.data.llm`) is not used: ray 2.60's `llm` extra pins
 `vllm[audio]==0.29.0`, which conflicts with the project's vLLM, and it builds its own prompts and
@@ -463,9 +464,8 @@ def sample_on_ray(
     """Fill the generation cache for `ctx`'s family on Ray, then (`finish`) run `ensure_sampled` on the driver.
 
     Args:
-        address: Ray address (`auto`, `HEAD:6379`); None starts a local Ray. Not `ray://`: Ray Data
-            does not run through Ray Client.
-            Ignored when Ray is already initialised in this process.
+        address: Ray address (`auto`, `HEAD:6379`; not `ray://`: Ray Data does not run through Ray
+            Client); None starts a local Ray. Ignored when Ray is already initialised in this process.
         replicas: engine replicas (Ray Data's actor pool size); default: the cluster's GPUs //
             `num_gpus` (1 without GPUs).
         num_gpus: GPUs per replica; default: tensor x pipeline parallel size when the cluster has
@@ -571,7 +571,7 @@ def _connect(ray: Any, address: str | None, runtime_env: dict[str, Any] | None) 
     try:
         ray.init(address=address, runtime_env=runtime_env)
     except ConnectionError as err:
-        if "InvalidAuthToken" not in _chain_text(err) and "AuthenticationError" not in _chain_text(err):
+        if not any(word in _chain_text(err) for word in ("InvalidAuthToken", "AuthenticationError")):
             raise RayPlanError(f"could not connect to the Ray cluster at {address or 'auto'}: {err}") from err
         raise RayPlanError(
             f"the Ray cluster at {address or 'auto'} refused this client's authentication token. A cluster started by "
