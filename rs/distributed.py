@@ -385,7 +385,7 @@ class _Cluster:
         loads: dict[str, float] = {}
         batches: set[tuple[str, int]] = set()
         try:
-            with tqdm(total=total, desc=f"{step} (ray, {self.replicas} replicas)", unit="item", disable=not self.progress,
+            with tqdm(total=total, desc=f"{step} (ray, {start_with} replicas)", unit="item", disable=not self.progress,
                       dynamic_ncols=True) as bar:
                 for batch in answers.iter_batches(batch_size=None, batch_format="pyarrow"):
                     if not batch.num_rows:
@@ -677,8 +677,8 @@ def _judge_step(ctx: BuildContext, stage: Any, cluster: _Cluster, cache: Generat
         _write_missing(_judge_requests(ctx, stage, unanswered), cache, writer, stats, seen, lookahead)
         if unanswered[0]:
             raise RuntimeError(f"{unanswered[0]} sampled items vanished from the cache during the run")
-        _write_missing(_keyed(judge, stage._positives.items() + stage.negatives()), cache, writer, calibration, seen, lookahead,
-                       written=calibration_keys)
+        positives, negatives = stage.calibration_cases()
+        _write_missing(_keyed(judge, positives + negatives), cache, writer, calibration, seen, lookahead, written=calibration_keys)
     to_send = stats.sent + calibration.sent
     stats.sent = calibration.sent = 0  # counted again as the answers come back
     if to_send:
@@ -751,12 +751,11 @@ def _uncached(keyed: Iterable[tuple[str, Any]], cache: GenerationCache, stats: S
 
 
 def _judge_requests(ctx: BuildContext, stage: Any, unanswered: list[int], chunk: int = 1024) -> Iterator[tuple[str, Request]]:
-    """Verify every cached answer as `SampleStage._chunk` does; yield the judge requests of its rejections.
+    """Verify every cached answer with `SampleStage.verify`; yield the judge requests of its rejections.
 
     Also fills the stage's calibration samples, as `SampleStage` does while it runs. Reads the
     clean store without the image bytes: the cache keys need only their hashes.
     """
-    from rs.judge import JudgeCase
     from rs.prompt import build_prompt
     from rs.store import qa_item, read_records
 
@@ -773,15 +772,9 @@ def _judge_requests(ctx: BuildContext, stage: Any, unanswered: list[int], chunk:
             if gen is None:
                 unanswered[0] += 1
                 continue
-            references = item.all_references()
-            verified = gen.answer is not None and gen.error is None and stage.verifier.match(gen.answer, references)
-            if gen.answer:
-                case = JudgeCase(request.prompt, item.answer, gen.answer, item.key)
-                stage._pool.offer(item.key, (case, tuple(references)))
-                if verified:
-                    stage._positives.offer(item.key, case)
-                else:
-                    yield from _keyed(stage.judge, [case])
+            _, _, rejected = stage.verify(item, request.prompt, gen)
+            if rejected is not None:
+                yield from _keyed(stage.judge, [rejected])
 
 
 def _keyed(judge: Any, cases: Iterable[Any]) -> Iterator[tuple[str, Request]]:

@@ -128,8 +128,7 @@ class SampleStage:
         records = []
         to_judge: list[tuple[int, JudgeCase]] = []
         for i, (ctx, gen) in enumerate(zip(contexts, generations)):
-            references = ctx.item.all_references()
-            verified = gen.answer is not None and gen.error is None and self.verifier.match(gen.answer, references)
+            references, verified, rejected = self.verify(ctx.item, ctx.request.prompt, gen)
             self.report.items += 1
             self.report.verified += verified
             self.report.engine_errors += gen.error is not None
@@ -142,13 +141,8 @@ class SampleStage:
                 "error": gen.error, "verified": verified, "judge": None,
             }
             records.append(record)
-            if gen.answer:
-                case = JudgeCase(ctx.request.prompt, ctx.item.answer, gen.answer, ctx.item.key)
-                self._pool.offer(ctx.item.key, (case, tuple(references)))
-                if verified:
-                    self._positives.offer(ctx.item.key, case)
-                elif self.judge is not None:
-                    to_judge.append((i, case))
+            if rejected is not None and self.judge is not None:
+                to_judge.append((i, rejected))
         if to_judge:
             for (i, _), (_, label, _) in zip(to_judge, self.judge.verdicts([c for _, c in to_judge])):
                 records[i]["judge"] = label
@@ -156,6 +150,28 @@ class SampleStage:
                 self.report.judged += 1
         for record in records:
             writer.write(record, size=len(record["text"]) + len(record["prompt"]))
+
+    def verify(self, item: QAItem, prompt: str, gen: Generation) -> tuple[list[str], bool, JudgeCase | None]:
+        """Verify one answer and offer it to the calibration samples.
+
+        Returns the references, whether the verifier accepts the answer, and the judge case of a
+        rejected answer that has a final answer (None otherwise). `rs.distributed` verifies with this
+        too, so both paths judge and calibrate on the same cases.
+        """
+        references = item.all_references()
+        verified = gen.answer is not None and gen.error is None and self.verifier.match(gen.answer, references)
+        if not gen.answer:
+            return references, verified, None
+        case = JudgeCase(prompt, item.answer, gen.answer, item.key)
+        self._pool.offer(item.key, (case, tuple(references)))
+        if verified:
+            self._positives.offer(item.key, case)
+            return references, verified, None
+        return references, verified, case
+
+    def calibration_cases(self) -> tuple[list[JudgeCase], list[JudgeCase]]:
+        """The judge's calibration cases from what `verify` saw: accepted answers, and constructed mismatches."""
+        return self._positives.items(), self.negatives()
 
     def negatives(self) -> list[JudgeCase]:
         """Constructed mismatches: a candidate paired with another item's question and reference that the verifier says differs."""
@@ -173,7 +189,7 @@ class SampleStage:
     def _calibrate(self) -> Calibration | None:
         if self.judge is None:
             return None
-        return calibrate(self.judge, self._positives.items(), self.negatives())
+        return calibrate(self.judge, *self.calibration_cases())
 
 
 def main() -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import filecmp
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("vllm")
+
+from test_sample import cache_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,14 +62,6 @@ def publish_cmd(families: Path, work: Path, *extra: str) -> list[str]:
 ENV = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
 
 
-def _cache_rows(path: Path) -> int:
-    try:
-        with sqlite3.connect(path, timeout=5) as db:
-            return db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 def _tree(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
@@ -82,7 +75,7 @@ def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(famil
     victim = subprocess.Popen(publish_cmd(families, crashed), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 300
-    while _cache_rows(crashed / "cache.sqlite") < 4 and victim.poll() is None and time.monotonic() < deadline:
+    while cache_rows(crashed / "cache.sqlite") < 4 and victim.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert victim.poll() is None, "finished before it could be killed"
     os.killpg(victim.pid, signal.SIGKILL)

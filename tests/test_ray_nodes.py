@@ -11,44 +11,20 @@ starts before that plans with the dead node's CPUs.)
 
 from __future__ import annotations
 
-import os
 import sqlite3
-from contextlib import closing
-import sys
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import pytest
 
-import pytest  # noqa: E402
+from test_ray import ENV, cache_contents, items, ray  # test_ray skips this module without ray or vllm
+from test_sample import cache_rows, family_file
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("vllm")
-
-from rs.build import BuildContext, ensure_sampled  # noqa: E402
-from rs.distributed import MAX_STEP_ATTEMPTS, StepStats, _retrying_lost_nodes, sample_on_ray  # noqa: E402
-from rs.families import load_families  # noqa: E402
-from rs.store import read_records  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_sample import family_file  # noqa: E402
-
-ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
-
-
-def _rows(path: Path) -> int:
-    try:
-        with sqlite3.connect(path, timeout=1) as db:
-            return db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
-def _cache(path: Path) -> dict[str, str]:
-    with sqlite3.connect(path) as db:
-        return dict(db.execute("SELECT key, value FROM generations"))
+from rs.build import BuildContext, ensure_sampled
+from rs.distributed import MAX_STEP_ATTEMPTS, StepStats, _retrying_lost_nodes, sample_on_ray
+from rs.families import load_families
 
 
 @pytest.mark.timeout(420)  # with a fixed-size actor pool this hung for good
@@ -68,7 +44,7 @@ def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
 
     def kill_worker_once_answers_arrive() -> None:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and _rows(ctx.cache_path) < 3:
+        while time.monotonic() < deadline and cache_rows(ctx.cache_path) < 3:
             time.sleep(0.05)
         # Hold the cache's write lock until Ray sees the node gone: the driver's next commit waits, so
         # the sampling step cannot end (and the judge step plan) before the cluster has shrunk.
@@ -96,8 +72,8 @@ def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
     assert sampling.replicas == 2 and judge.replicas == 1  # the judge step starts with what the cluster holds
     assert sampling.stored == reference["items"] and judge.stored == reference["judged"]
     assert run.report["sampling_engine_calls"] == 0 and run.report["judge_engine_calls"] == 0
-    assert _cache(ctx.cache_path) == _cache(single.cache_path)
-    assert list(read_records(ctx.paths.items, "items")) == list(read_records(single.paths.items, "items"))
+    assert cache_contents(ctx.cache_path) == cache_contents(single.cache_path)
+    assert items(ctx) == items(single)
 
 
 class _Nodes:

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -137,13 +138,14 @@ def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path)
     assert reasons == {"judge_blocked"}
 
 
-def _cache_count(path: Path) -> int:
+def cache_rows(path: Path) -> int:
+    """Rows in a generation cache another process may be writing (0 before it exists or while it is being created)."""
     if not path.exists():
         return 0
     try:
-        with sqlite3.connect(path, timeout=5) as db:
+        with closing(sqlite3.connect(path, timeout=5)) as db:
             return db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
-    except sqlite3.OperationalError:
+    except sqlite3.Error:
         return 0
 
 
@@ -156,12 +158,12 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path)
 
     victim = subprocess.Popen(command("build", "cache.sqlite"), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 240
-    while _cache_count(tmp_path / "cache.sqlite") < 8 and victim.poll() is None and time.monotonic() < deadline:
+    while cache_rows(tmp_path / "cache.sqlite") < 8 and victim.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert victim.poll() is None, "the run finished before it could be killed: " + victim.stdout.read().decode()[-2000:]
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
-    done_before = _cache_count(tmp_path / "cache.sqlite")
+    done_before = cache_rows(tmp_path / "cache.sqlite")
     assert not (tmp_path / "build" / "Tiny" / "sample.json").exists()
 
     rerun = subprocess.run(command("build", "cache.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -173,7 +175,7 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path)
     resumed, uninterrupted = items(tmp_path / "build" / "Tiny"), items(tmp_path / "ref" / "Tiny")
     assert resumed == uninterrupted  # nothing lost, nothing duplicated, same answers
     assert len({r["key"] for r in resumed}) == len(resumed)
-    total = _cache_count(tmp_path / "ref.sqlite")
-    assert _cache_count(tmp_path / "cache.sqlite") == total
+    total = cache_rows(tmp_path / "ref.sqlite")
+    assert cache_rows(tmp_path / "cache.sqlite") == total
     # the re-run sent exactly what was missing: every request is answered once over both runs
     assert report["sampling_engine_calls"] + report["judge_engine_calls"] == total - done_before
