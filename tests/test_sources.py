@@ -10,10 +10,11 @@ import pytest
 from datasets import Features, Image, List, Value
 
 from rs.families.schema import Columns, FilesSourceConfig, HubSourceConfig
-from rs.sources.base import sha256_hex
+from rs.sources.base import QAItem, sha256_hex
 from rs.sources.files import FilesSource
 from rs.sources.hub import HubSource
 from rs.sources.mapping import SourceFormatError, split_answer
+from rs.verifiers import get_verifier
 
 TURN = {"user": Value("string"), "assistant": Value("string"), "source": Value("string")}
 
@@ -58,13 +59,25 @@ def test_hub_source_flat_with_annotator_answers(tmp_path: Path, images: dict[str
     cols = Columns(answer="answers", id="question_id")
     (record,) = HubSource(HubSourceConfig(kind="hub", path=str(tmp_path), columns=cols))
     assert record.record_id == "17" and record.images == [images["blue"]]
-    assert record.qa[0].answer == "stop" and record.qa[0].references == ("stop", "STOP", "halt")
+    assert record.qa[0].answer == "stop" and record.qa[0].references == ("stop", "STOP", "stop", "halt")
+    assert record.qa[0].all_references() == ["stop", "STOP", "stop", "halt"]  # votes kept for `vqa`
 
 
 def test_split_answer_most_frequent_then_first() -> None:
-    assert split_answer(["a", "b", "b", "a", "c"]) == ("a", ("a", "b", "c"))
+    assert split_answer(["a", "b", "b", "a", "c"]) == ("a", ("a", "b", "b", "a", "c"))
     assert split_answer("42") == ("42", ())
     assert split_answer([]) == ("", ())
+
+
+def test_annotator_votes_reach_the_vqa_verifier() -> None:
+    # Nine annotators said "2", one said "3". Deduplicated, the two answers looked like alternatives
+    # (fewer than three references) and the lone "3" was accepted.
+    answer, votes = split_answer(["2"] * 9 + ["3"])
+    item = QAItem(question="How many?", answer=answer, record_id="0", references=votes)
+    vqa = get_verifier("vqa")
+    assert vqa.match("2", item.all_references()) and not vqa.match("3", item.all_references())
+    assert QAItem(question="q", answer="x", record_id="1").all_references() == ["x"]
+    assert QAItem(question="q", answer="x", record_id="2", references=("y", "y")).all_references() == ["x", "y", "y"]
 
 
 def test_files_source_jsonl_with_relative_image_paths(tmp_path: Path, images: dict[str, bytes]) -> None:

@@ -28,7 +28,7 @@ class QAItem:
     image_ref: str | None = None
     """Image id or hash the item was recorded against, if the source keeps one."""
     references: tuple[str, ...] = ()
-    """Further acceptable references (VQA annotator answers); `answer` is always the first."""
+    """Every annotator's answer, repeats included (repeats are votes), when the source has several."""
     options: tuple[str, ...] = ()
     """Multiple-choice options when the source stores them apart from the question."""
     qtype: str | None = None
@@ -43,7 +43,13 @@ class QAItem:
         return f"{self.record_id}#{self.turn}"
 
     def all_references(self) -> list[str]:
-        return [self.answer, *(r for r in self.references if r != self.answer)]
+        """What the verifier compares with: the annotators' answers as recorded (votes kept), with the
+        official answer first when it is not one of them; just the answer when there are no annotators."""
+        if not self.references:
+            return [self.answer]
+        if self.answer in self.references:
+            return list(self.references)
+        return [self.answer, *self.references]
 
 
 @dataclass(slots=True)

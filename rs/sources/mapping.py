@@ -56,8 +56,8 @@ def _text(value: Any) -> str:
 def split_answer(value: Any) -> tuple[str, tuple[str, ...]]:
     """A reference column may hold one answer or a list of annotator answers (VQA).
 
-    For a list, the official answer is the most frequent one (the first on ties) and all distinct
-    answers are kept as further references.
+    For a list, the official answer is the most frequent one (the first on ties) and every
+    annotator's answer is kept, repeats included: repeats are votes (`vqa` counts them).
     """
     if isinstance(value, (list, tuple)):
         answers = [_text(a) for a in value]
@@ -65,7 +65,7 @@ def split_answer(value: Any) -> tuple[str, tuple[str, ...]]:
             return "", ()
         counts = Counter(answers)
         best = max(answers, key=lambda a: (counts[a], -answers.index(a)))
-        return best, tuple(dict.fromkeys(answers))
+        return best, tuple(answers)
     return _text(value), ()
 
 
@@ -110,7 +110,7 @@ def records_from_rows(
         question = fixed_question if fixed_question is not None else _text(_get(record, columns.question, "columns.question"))
         answer, references = split_answer(_get(record, columns.answer, "columns.answer"))
         if columns.answers:
-            references = tuple(dict.fromkeys([answer, *map(_text, _get(record, columns.answers, "columns.answers") or [])]))
+            references = tuple(map(_text, _get(record, columns.answers, "columns.answers") or []))
         options = _get(record, columns.options, "columns.options") or ()
         source = _get(record, columns.source, "columns.source")
         item = QAItem(

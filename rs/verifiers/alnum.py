@@ -62,7 +62,9 @@ class AlnumVerifier(Verifier):
             "reference with no letters or digits left after this never matches anything."
         )
 
-    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+    def match(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
         if prediction is None:
             return False
         norm = alnum_normalise

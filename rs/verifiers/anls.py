@@ -159,7 +159,9 @@ class AnlsVerifier(Verifier):
         )
         return text
 
-    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+    def match(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
         if prediction is None:
             return False
         refs = [r for r in map(anls_normalise, as_references(reference)) if r]

@@ -71,13 +71,35 @@ class Verifier(abc.ABC):
         """
 
     @abc.abstractmethod
-    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+    def match(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
         """Whether ``prediction`` (final answer, reasoning removed; ``None`` = no answer) matches ``reference``.
 
-        ``reference`` may be a list: for most verifiers any reference may match, for ``vqa`` the list is the set
-        of annotator answers the soft score is computed over. A reference that is empty after normalisation never
-        matches — an empty reference cannot verify anything.
+        ``reference`` may be a list: for most verifiers any reference may match, for ``vqa`` the list is the
+        annotators' answers, duplicates included, that the soft score counts votes over. A reference that is
+        empty after normalisation never matches — an empty reference cannot verify anything. ``options`` are
+        the item's multiple-choice option texts in label order, when it has any; verifiers that have no use
+        for them ignore them.
         """
+
+    def contradicts(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
+        """Whether a prediction this verifier rejected *certainly* states a different answer than every reference.
+
+        Certain means the verifier parsed both sides into values of the same kind and they differ beyond its own
+        tolerance: two numbers, two option letters, yes against no. The model-as-judge may not overrule such a
+        rejection, however confident its CORRECT. Anything the verifier could not parse, or parsed only in part,
+        is not certain (the default): those are the rejections a judge is for. Called only on rejections, so it
+        may be slower than :meth:`match`.
+        """
+        return False
+
+    @property
+    def contradiction_rule(self) -> str | None:
+        """Plain words, for the card, saying which rejections are certain (:meth:`contradicts`); ``None``: none."""
+        return None
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:

@@ -173,7 +173,9 @@ class CountVerifier(Verifier):
             '(an "Answer:" line, a boxed value or an answer tag), only the marked value is read.'
         )
 
-    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+    def match(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
         if prediction is None:
             return False
         if type(reference) is str and reference.isdigit() and reference.isascii():

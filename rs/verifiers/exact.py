@@ -48,7 +48,9 @@ class ExactVerifier(Verifier):
             "references are given, matching any one of them is enough; an empty reference never matches."
         )
 
-    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+    def match(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
         if prediction is None:
             return False
         norm = exact_normalise

@@ -143,7 +143,9 @@ class MathVerifier(Verifier):
                 return parsed
         return []
 
-    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+    def match(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
         if prediction is None:
             return False
         timeout = self._timeout_now()

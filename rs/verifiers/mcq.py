@@ -158,6 +158,7 @@ class McqVerifier(Verifier):
         self,
         prediction: str | None,
         reference: str | Sequence[str],
+        *,
         options: Sequence[str] | None = None,
     ) -> bool:
         """Whether the letter extracted from ``prediction`` equals the reference letter.

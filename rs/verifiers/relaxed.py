@@ -141,7 +141,9 @@ class RelaxedVerifier(Verifier):
             text += " A reference that is a year (1500–2099) must be matched exactly, not within tolerance."
         return text
 
-    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+    def match(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
         if prediction is None:
             return False
         if type(reference) is str:

@@ -177,7 +177,9 @@ class VqaVerifier(Verifier):
             "first line and its first paragraph."
         )
 
-    def match(self, prediction: str | None, reference: str | Sequence[str]) -> bool:
+    def match(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
         if prediction is None:
             return False
         return vqa_score(prediction, reference, leave_one_out=self._loo) >= self._threshold
