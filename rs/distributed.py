@@ -677,8 +677,8 @@ def _judge_step(ctx: BuildContext, stage: Any, cluster: _Cluster, cache: Generat
         _write_missing(_judge_requests(ctx, stage, unanswered), cache, writer, stats, seen, lookahead)
         if unanswered[0]:
             raise RuntimeError(f"{unanswered[0]} sampled items vanished from the cache during the run")
-        positives, negatives = stage.calibration_cases()
-        _write_missing(_keyed(judge, positives + negatives), cache, writer, calibration, seen, lookahead, written=calibration_keys)
+        _write_missing(_keyed(judge, stage.calibration_cases().all()), cache, writer, calibration, seen, lookahead,
+                       written=calibration_keys)
     to_send = stats.sent + calibration.sent
     stats.sent = calibration.sent = 0  # counted again as the answers come back
     if to_send:
@@ -772,9 +772,9 @@ def _judge_requests(ctx: BuildContext, stage: Any, unanswered: list[int], chunk:
             if gen is None:
                 unanswered[0] += 1
                 continue
-            _, _, rejected = stage.verify(item, request.prompt, gen)
-            if rejected is not None:
-                yield from _keyed(stage.judge, [rejected])
+            case = stage.verify(item, request.prompt, gen).case
+            if case is not None:
+                yield from _keyed(stage.judge, [case])
 
 
 def _keyed(judge: Any, cases: Iterable[Any]) -> Iterator[tuple[str, Request]]:

@@ -6,18 +6,17 @@ question, the reference and the candidate, is told to compare and never to solve
 exactly one of CORRECT / WRONG / UNSURE (constrained decoding where the engine supports it;
 anything else counts as UNSURE). Only CORRECT promotes.
 
-A judge is measured on every run before it may promote anything (`calibrate`): on items the
-verifier accepted (it should say CORRECT) and on constructed mismatches (it should not). A judge
-that calls everything CORRECT fails the second check and promotes nothing.
+A judge is measured on every run before it may promote anything (`rs.calibration`), and a
+candidate with nothing to grade (no letter or digit, or one of the "master key" phrases that are
+known to fool judges into CORRECT) is never sent to it.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
@@ -40,6 +39,23 @@ def parse_verdict(text: str) -> str:
     """The label, when the output is exactly one label; anything else is UNSURE, never CORRECT."""
     stripped = text.strip()
     return stripped if stripped in LABELS else "UNSURE"
+
+
+# Phrases that elicit CORRECT from LLM judges whatever the reference ("One Token to Fool LLM-as-a-Judge",
+# Zhao et al. 2025), compared with letters and digits only.
+MASTER_KEYS = frozenset({
+    "solution", "thoughtprocess", "letssolvethisproblemstepbystep", "letsthinkstepbystep", "answer", "finalanswer",
+    "theansweris", "thecorrectansweris", "correct", "wrong", "unsure", "thisiscorrect",
+})
+_ALNUM = re.compile(r"[^0-9a-z]+")
+
+
+def judgeable(candidate: str | None) -> bool:
+    """Whether a candidate holds anything to grade: a letter or digit, and more than a master-key phrase."""
+    if not candidate:
+        return False
+    key = _ALNUM.sub("", candidate.casefold())
+    return any(c.isalnum() for c in candidate) and key not in MASTER_KEYS
 
 
 @dataclass(frozen=True)
@@ -79,71 +95,3 @@ class Judge:
             case = pending.pop(0)
             label = parse_verdict(generation.text) if generation.error is None else "UNSURE"
             yield case, label, generation
-
-
-@dataclass
-class Check:
-    """One calibration check: how often the judge agreed, with a 95% Wilson interval."""
-
-    agreed: int
-    total: int
-    low: float
-    high: float
-
-    @property
-    def rate(self) -> float | None:
-        return self.agreed / self.total if self.total else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "rate": self.rate}
-
-
-def wilson(agreed: int, total: int, z: float = 1.959964) -> Check:
-    if total == 0:
-        return Check(0, 0, 0.0, 1.0)
-    p = agreed / total
-    denom = 1 + z * z / total
-    centre = (p + z * z / (2 * total)) / denom
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
-    return Check(agreed, total, max(0.0, centre - half), min(1.0, centre + half))
-
-
-@dataclass
-class Calibration:
-    """Both checks, and whether the judge may promote anything for this family on this run."""
-
-    positive: Check
-    """Verifier-accepted items the judge called CORRECT."""
-    negative: Check
-    """Constructed mismatches the judge did NOT call CORRECT."""
-    min_positive_agreement: float
-    min_negative_agreement: float
-    promotes: bool
-    blocked_reason: str | None
-    verdicts: dict[str, dict[str, int]]
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["positive"] = self.positive.to_dict()
-        d["negative"] = self.negative.to_dict()
-        return d
-
-
-def calibrate(judge: Judge, positives: list[JudgeCase], negatives: list[JudgeCase]) -> Calibration:
-    """Run the judge on verifier-accepted items and on constructed mismatches; decide if it may promote."""
-    counts = {"positive": dict.fromkeys(LABELS, 0), "negative": dict.fromkeys(LABELS, 0)}
-    for _, label, _ in judge.verdicts(positives, desc="judge calibration +"):
-        counts["positive"][label] += 1
-    for _, label, _ in judge.verdicts(negatives, desc="judge calibration -"):
-        counts["negative"][label] += 1
-    positive = wilson(counts["positive"]["CORRECT"], len(positives))
-    negative = wilson(len(negatives) - counts["negative"]["CORRECT"], len(negatives))
-    c = judge.config
-    reason = None
-    if not negatives:
-        reason = "no constructed mismatches to measure the judge on"
-    elif negative.rate < c.min_negative_agreement:
-        reason = f"the judge called {counts['negative']['CORRECT']}/{len(negatives)} constructed mismatches CORRECT (negative agreement {negative.rate:.2f} < {c.min_negative_agreement})"
-    elif positives and positive.rate < c.min_positive_agreement:
-        reason = f"positive agreement {positive.rate:.2f} < {c.min_positive_agreement}"
-    return Calibration(positive, negative, c.min_positive_agreement, c.min_negative_agreement, reason is None, reason, counts)

@@ -2,15 +2,14 @@
 
 Items stream from the cleaned rows in chunks: a chunk is answered (through the generation cache),
 verified, its verifier rejections that have a final answer are judged (also cached), and its
-results are written to the items store. The judge is then calibrated on a deterministic sample of
-verifier-accepted items and of constructed mismatches; only a judge that passes may promote.
+results are written to the items store. The judge is then calibrated (`rs.calibration`) on
+deterministic samples of the run's answers; only a judge that passes may promote, and never over
+a rejection the verifier knows is certain (`Verifier.contradicts`).
 Routing into the three splits happens later (`rs.route`), from the items store and calibration.
 """
 
 from __future__ import annotations
 
-import hashlib
-import heapq
 import logging
 import time
 from collections import Counter
@@ -23,7 +22,8 @@ from rs.engines import sampling_settings
 from rs.engines.base import Engine, Generation, Request
 from rs.engines.cached import CachedEngine
 from rs.families.schema import FamilyConfig
-from rs.judge import Calibration, Judge, JudgeCase, calibrate
+from rs.calibration import Answered, Calibration, CalibrationCases, CalibrationSampler, calibrate, question_kind
+from rs.judge import Judge, JudgeCase, judgeable
 from rs.prompt import build_prompt
 from rs.sources.base import QAItem, Row
 from rs.store import ITEMS, ParquetStreamWriter
@@ -44,8 +44,12 @@ class _Pending:
 class SampleReport:
     items: int = 0
     verified: int = 0
+    contradicted: int = 0
+    """Rejections the verifier knows are wrong: no judge verdict can promote them."""
     judged: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)
+    contradicted_verdicts: Counter[str] = field(default_factory=Counter)
+    """The judge's verdicts on the contradicted rejections: a measurement on real negatives."""
     no_final_answer: int = 0
     engine_errors: int = 0
     sampling_requests: int = 0
@@ -58,27 +62,21 @@ class SampleReport:
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "calibration"}
         d["verdicts"] = dict(self.verdicts)
+        d["contradicted_verdicts"] = dict(self.contradicted_verdicts)
         d["calibration"] = self.calibration.to_dict() if self.calibration else None
         return d
 
 
-class _BottomK:
-    """The k items with the smallest hash of their key: a deterministic sample of a stream in O(k) memory."""
+@dataclass(frozen=True)
+class Verification:
+    """What the verifier says of one answer."""
 
-    def __init__(self, k: int):
-        self.k = k
-        self._heap: list[tuple[int, str, Any]] = []  # max-heap on the hash, via negation
-
-    def offer(self, key: str, value: Any) -> None:
-        h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
-        entry = (-h, key, value)
-        if len(self._heap) < self.k:
-            heapq.heappush(self._heap, entry)
-        elif -h > self._heap[0][0]:
-            heapq.heapreplace(self._heap, entry)
-
-    def items(self) -> list[Any]:
-        return [value for _, _, value in sorted(self._heap, key=lambda e: (-e[0], e[1]))]
+    references: list[str]
+    verified: bool
+    contradicts: bool
+    """A rejection the verifier knows is wrong (a different number, option, yes/no)."""
+    case: JudgeCase | None
+    """The judge case of a rejection with something to grade; None otherwise."""
 
 
 class SampleStage:
@@ -93,9 +91,8 @@ class SampleStage:
         self.judge = None
         if config.judge.enabled and judge_engine is not None:
             self.judge = Judge(CachedEngine(judge_engine, cache, batch_size=batch, progress=False), config.judge)
-        n = config.judge.calibration_samples
-        self._positives = _BottomK(n)
-        self._pool = _BottomK(2 * n)
+        letters = config.cleaning.multiple_choice.letters
+        self.calibration = CalibrationSampler(self.verifier, config.judge.calibration_samples, letters=letters)
         self.report = SampleReport()
 
     def _requests(self, rows: Iterable[Row], pending: list[_Pending]) -> Iterator[Request]:
@@ -128,68 +125,57 @@ class SampleStage:
         records = []
         to_judge: list[tuple[int, JudgeCase]] = []
         for i, (ctx, gen) in enumerate(zip(contexts, generations)):
-            references, verified, rejected = self.verify(ctx.item, ctx.request.prompt, gen)
+            v = self.verify(ctx.item, ctx.request.prompt, gen)
             self.report.items += 1
-            self.report.verified += verified
+            self.report.verified += v.verified
+            self.report.contradicted += v.contradicts
             self.report.engine_errors += gen.error is not None
             self.report.no_final_answer += gen.error is None and gen.answer is None
             record = {
                 "row": ctx.row, "key": ctx.item.key, "image_sha256": ctx.request.image_sha256, "prompt": ctx.request.prompt,
-                "reference": ctx.item.answer, "references": references, "text": gen.text, "reasoning": gen.reasoning,
+                "reference": ctx.item.answer, "references": v.references, "text": gen.text, "reasoning": gen.reasoning,
                 "final": gen.answer, "finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
                 "completion_tokens": gen.completion_tokens, "model": gen.model, "model_revision": gen.model_revision,
-                "error": gen.error, "verified": verified, "judge": None,
+                "error": gen.error, "verified": v.verified, "contradicts": v.contradicts, "judge": None,
             }
             records.append(record)
-            if rejected is not None and self.judge is not None:
-                to_judge.append((i, rejected))
+            if v.case is not None and self.judge is not None:
+                to_judge.append((i, v.case))
         if to_judge:
             for (i, _), (_, label, _) in zip(to_judge, self.judge.verdicts([c for _, c in to_judge])):
                 records[i]["judge"] = label
                 self.report.verdicts[label] += 1
                 self.report.judged += 1
+                if records[i]["contradicts"]:
+                    self.report.contradicted_verdicts[label] += 1
         for record in records:
             writer.write(record, size=len(record["text"]) + len(record["prompt"]))
 
-    def verify(self, item: QAItem, prompt: str, gen: Generation) -> tuple[list[str], bool, JudgeCase | None]:
+    def verify(self, item: QAItem, prompt: str, gen: Generation) -> Verification:
         """Verify one answer and offer it to the calibration samples.
 
-        Returns the references, whether the verifier accepts the answer, and the judge case of a
-        rejected answer that has a final answer (None otherwise). `rs.distributed` verifies with this
-        too, so both paths judge and calibrate on the same cases.
+        `rs.distributed` verifies with this too, so both paths judge and calibrate on the same cases.
         """
         references = item.all_references()
-        verified = gen.answer is not None and gen.error is None and self.verifier.match(gen.answer, references)
-        if not gen.answer:
-            return references, verified, None
+        options = item.options or None
+        answered = gen.answer is not None and gen.error is None
+        verified = answered and self.verifier.match(gen.answer, references, options=options)
+        contradicts = answered and not verified and self.verifier.contradicts(gen.answer, references, options=options)
+        if not answered or not gen.answer:
+            return Verification(references, verified, contradicts, None)
         case = JudgeCase(prompt, item.answer, gen.answer, item.key)
-        self._pool.offer(item.key, (case, tuple(references)))
-        if verified:
-            self._positives.offer(item.key, case)
-            return references, verified, None
-        return references, verified, case
+        self.calibration.offer(Answered(case, tuple(references), item.options, question_kind(item)), verified)
+        judged = not verified and judgeable(gen.answer)
+        return Verification(references, verified, contradicts, case if judged else None)
 
-    def calibration_cases(self) -> tuple[list[JudgeCase], list[JudgeCase]]:
-        """The judge's calibration cases from what `verify` saw: accepted answers, and constructed mismatches."""
-        return self._positives.items(), self.negatives()
-
-    def negatives(self) -> list[JudgeCase]:
-        """Constructed mismatches: a candidate paired with another item's question and reference that the verifier says differs."""
-        pool = self._pool.items()
-        cases = []
-        for i, (case, _) in enumerate(pool):
-            for other, references in pool[i + 1 :] + pool[:i]:
-                if other.item_key != case.item_key and not self.verifier.match(case.candidate, list(references)):
-                    cases.append(JudgeCase(other.question, other.reference, case.candidate, f"{case.item_key}~{other.item_key}"))
-                    break
-            if len(cases) >= self.config.judge.calibration_samples:
-                break
-        return cases
+    def calibration_cases(self) -> CalibrationCases:
+        """The judge's calibration cases, from what `verify` saw."""
+        return self.calibration.cases()
 
     def _calibrate(self) -> Calibration | None:
         if self.judge is None:
             return None
-        return calibrate(self.judge, *self.calibration_cases())
+        return calibrate(self.judge, self.calibration_cases(), dict(self.report.contradicted_verdicts))
 
 
 def main() -> int:
@@ -243,7 +229,7 @@ def main() -> int:
         report, summary = sample_shard(ctx, shard, shards), {}
     else:
         report, summary = ensure_sampled(ctx), {}
-    print(json.dumps({**{k: report[k] for k in ("items", "verified", "judged", "verdicts", "no_final_answer", "engine_errors",
+    print(json.dumps({**{k: report[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",
                                                 "sampling_engine_calls", "judge_engine_calls")}, **summary}))
     return 0
 

@@ -19,7 +19,7 @@ pytest.importorskip("vllm")
 from rs.build import BuildContext, ensure_sampled  # noqa: E402
 from rs.engines.replay import ReplayEngine  # noqa: E402
 from rs.families import load_families  # noqa: E402
-from rs.judge import LABELS  # noqa: E402
+from rs.judge import LABELS, judgeable  # noqa: E402
 from rs.route import decide  # noqa: E402
 from rs.store import read_clean_rows, read_records  # noqa: E402
 
@@ -38,7 +38,7 @@ families:
       args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, seed: 0,
              limit_mm_per_prompt: {image: 1, video: 0}, kv_cache_memory_bytes: 268435456}
     sampling: {max_tokens: MAX_TOKENS}
-    judge: {calibration_samples: 8}
+    judge: {calibration_samples: 8, min_calibration_cases: 4}
     card: {pretty_name: Tiny, description: d, license: apache-2.0, citation: c}
 """
 
@@ -77,9 +77,13 @@ def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_eng
     assert all(r["prompt"].endswith("\nAnswer the question using a single word or phrase.") for r in results)
     assert {r["judge"] for r in results if r["judge"] is not None} <= set(LABELS)
     judged = [r for r in results if r["judge"] is not None]
-    assert len(judged) == report["judged"] == sum(1 for r in results if r["final"] and not r["verified"])
+    assert len(judged) == report["judged"] == sum(1 for r in results if r["final"] and not r["verified"] and judgeable(r["final"]))
+    assert report["contradicted"] == sum(r["contradicts"] for r in results)
+    assert all(not r["verified"] for r in results if r["contradicts"])
     cal = report["calibration"]
-    assert cal["negative"]["total"] > 0 and sum(cal["verdicts"]["negative"].values()) == cal["negative"]["total"]
+    for name in ("positive", "easy", "hard", "certain"):
+        assert sum(cal["verdicts"][name].values()) == cal[name]["total"], name
+    assert cal["easy"]["total"] > 0 and cal["certain"]["total"] == sum(1 for r in judged if r["contradicts"])
 
     # a warm cache: the same stage again makes zero engine calls and gives the same results
     ctx.paths.sample_report.unlink()
@@ -131,9 +135,9 @@ def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path)
         judge.close()
     cal = report["calibration"]
     assert report["verdicts"] == {"CORRECT": report["judged"]} and report["judged"] > 0
-    assert cal["negative"]["agreed"] == 0 and cal["negative"]["total"] == 8
+    assert cal["hard"]["agreed"] == 0 and cal["hard"]["total"] >= 4 and cal["easy"]["agreed"] == 0
     assert cal["positive"]["agreed"] == cal["positive"]["total"] == 8
-    assert cal["promotes"] is False and "constructed mismatches CORRECT" in cal["blocked_reason"]
+    assert cal["promotes"] is False and cal["blocked_reason"].startswith("on hard negatives the judge called")
     reasons = {decide(r, cal["promotes"]).reason for r in items(ctx.paths.root) if not r["verified"]}
     assert reasons == {"judge_blocked"}
 

@@ -61,12 +61,24 @@ class JudgeConfig:
     model: ModelConfig | None = None
     """Judge model; empty means the sampling model itself."""
     max_tokens: int = 8
-    calibration_samples: int = 60
-    """Items per calibration check (positives and constructed negatives)."""
+    calibration_samples: int = 200
+    """Cases per calibration check: verifier-accepted items, easy negatives, hard negatives (near misses)."""
+    min_calibration_cases: int = 50
+    """Fewest positives and fewest hard negatives the gate decides on; with fewer, the judge promotes nothing."""
     min_negative_agreement: float = 0.9
-    """Share of constructed mismatches the judge must not call CORRECT, or it promotes nothing."""
-    min_positive_agreement: float = 0.0
-    """Share of verifier-accepted items the judge must call CORRECT, or it promotes nothing."""
+    """The 95% Wilson lower bound of the share of hard negatives (and, given enough of them, of the rejections
+    the verifier knows are wrong) the judge did not call CORRECT must reach this, or it promotes nothing. With
+    200 hard negatives a judge that agrees 97% of the time passes with probability 0.98; one at 85% never does."""
+    min_positive_agreement: float = 0.8
+    """The 95% Wilson lower bound of the share of verifier-accepted items the judge called CORRECT must reach this."""
+
+    def __post_init__(self) -> None:
+        for name in ("min_negative_agreement", "min_positive_agreement"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"judge.{name} must be between 0 and 1, got {value!r}")
+        if self.min_calibration_cases < 1:
+            raise ValueError(f"judge.min_calibration_cases must be at least 1, got {self.min_calibration_cases!r}")
 
 
 @dataclass
