@@ -38,6 +38,10 @@ from rs.store import read_clean_rows, read_records, write_clean_rows, write_json
 
 logger = logging.getLogger(__name__)
 
+SAMPLE_POLICY_VERSION = "2"
+"""Bumped when verification, judging or calibration change what a sampling report means (2: certain
+rejections, hard negatives, the evidence gate), so an older report is re-run (from the cache) rather than reused."""
+
 
 class BuildError(RuntimeError):
     """A build that cannot be trusted (accounting mismatch, missing stage); never published over."""
@@ -156,7 +160,7 @@ def _clean(ctx: BuildContext, expected: str) -> dict[str, Any]:
 
 def sample_fingerprint(ctx: BuildContext, clean: dict[str, Any]) -> str:
     c = ctx.family.config
-    return fingerprint({"clean": clean["fingerprint"], "model": asdict(c.model), "engine": asdict(c.engine),
+    return fingerprint({"clean": clean["fingerprint"], "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
                         "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier),
                         "instruction": c.instruction})
 
@@ -212,7 +216,7 @@ def _default_engines(family: Family) -> tuple[Any, Any]:
 def _routing_totals(paths: BuildPaths, promotes: bool) -> dict[str, Any]:
     accepted_by: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
-    for item in read_records(paths.items, "items", columns=["error", "final", "verified", "judge"]):
+    for item in read_records(paths.items, "items", columns=["error", "final", "verified", "contradicts", "judge"]):
         decision = decide(item, promotes)
         if decision.accepted:
             accepted_by[decision.by] += 1
@@ -257,9 +261,11 @@ def family_stats(ctx: BuildContext, clean: dict[str, Any], sampled: dict[str, An
         "model": asdict(c.model),
         "engine": {"kind": c.engine.kind, "args": c.engine.args},
         "sampling": asdict(c.sampling),
-        "verifier": {"name": verifier.name, "title": verifier.title, "params": verifier.params, "description": verifier.description},
+        "verifier": {"name": verifier.name, "title": verifier.title, "params": verifier.params, "description": verifier.description,
+                     "contradiction_rule": verifier.contradiction_rule},
         "judge": {"enabled": c.judge.enabled, "model": asdict(c.judge.model) if c.judge.model else asdict(c.model),
                   "max_tokens": c.judge.max_tokens, "verdicts": sampled["verdicts"], "judged": sampled["judged"],
+                  "contradicted": sampled["contradicted"], "contradicted_verdicts": sampled["contradicted_verdicts"],
                   "calibration": calibration},
         "cleaning": {k: clean[k] for k in ("source_records", "source_items", "kept_items", "dropped_items", "rows", "merged_records", "dropped", "steps")},
         "totals": {

@@ -32,6 +32,8 @@ def decide(item: dict[str, Any], judge_promotes: bool) -> Decision:
         return Decision(True, by="verifier")
     verdict = item["judge"]
     if verdict == "CORRECT":
+        if item["contradicts"]:
+            return Decision(False, reason="judge_overruled")
         return Decision(True, by="judge") if judge_promotes else Decision(False, reason="judge_blocked")
     if verdict == "UNSURE":
         return Decision(False, reason="judge_unsure")

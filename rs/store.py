@@ -45,7 +45,7 @@ ITEMS = pa.schema([
     ("prompt", pa.string()), ("reference", pa.string()), ("references", pa.list_(pa.string())),
     ("text", pa.string()), ("reasoning", pa.string()), ("final", pa.string()), ("finish_reason", pa.string()),
     ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("model", pa.string()), ("model_revision", pa.string()),
-    ("error", pa.string()), ("verified", pa.bool_()), ("judge", pa.string()),
+    ("error", pa.string()), ("verified", pa.bool_()), ("contradicts", pa.bool_()), ("judge", pa.string()),
 ])
 
 

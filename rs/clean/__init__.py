@@ -29,7 +29,7 @@ __all__ = ["AccountingError", "Cleaner", "CleaningReport", "ExclusionWriter", "P
 
 logger = logging.getLogger(__name__)
 
-POLICY_VERSION = "1"
+POLICY_VERSION = "2"
 
 
 class AccountingError(RuntimeError):
