@@ -113,6 +113,29 @@ def select_examples(split_dir: str | Path, split: str, n: int = 3) -> list[dict[
     return chosen
 
 
+def select_overturns(split_dir: str | Path, split: str, n: int = 3) -> list[dict[str, str]]:
+    """Up to `n` answers of an accepted split that the judge promoted, deterministically, for the card.
+
+    Reads only the `qa` column; ranked by a hash of the question, as the examples are.
+    """
+    if split == "rejected":
+        return []
+    best: list[tuple[int, int, dict[str, str]]] = []  # max-heap (negated rank) of the n best
+    counter = 0
+    for row in read_records(split_dir, "train", batch_rows=256, columns=["qa"]):
+        for qa in row["qa"]:
+            if qa["accepted_by"] != "judge":
+                continue
+            rank = int.from_bytes(hashlib.sha256(qa["question"].encode()).digest()[:8], "big")
+            counter += 1
+            item = (-rank, counter, {k: qa[k] for k in ("question", "reference", "answer")})
+            if len(best) < n:
+                heapq.heappush(best, item)
+            elif item[:2] > best[0][:2]:
+                heapq.heapreplace(best, item)
+    return [entry for _, _, entry in sorted(best, key=lambda e: e[:2], reverse=True)]
+
+
 def attach_image_paths(examples: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     """Name each example's original image file in the repo; returns (path, bytes) to write."""
     files = []
@@ -205,8 +228,12 @@ _SCHEMA_NOTES = {
 
 
 def render_card(stats: dict[str, Any], family_card: dict[str, Any], instruction: str, split: str, namespace: str,
-                examples: list[dict[str, Any]]) -> str:
+                examples: list[dict[str, Any]], overturns: list[dict[str, str]] | None = None) -> str:
     """The README.md of one split's repo."""
+    calibration = stats["judge"]["calibration"]
+    if calibration is not None and "hard" not in calibration:
+        raise CardError(f"the stats of {stats['family']} were measured by an older rs, before the judge was calibrated on "
+                        "hard negatives; rebuild the family (`python -m rs.publish FAMILY` without --cards-only)")
     repos = {s: stats["splits"][s]["repo"] for s in SPLITS}
     verifier = stats["verifier"]
     custom = TEMPLATES / "verifiers" / f"{verifier['name']}.md.jinja"
@@ -216,7 +243,7 @@ def render_card(stats: dict[str, Any], family_card: dict[str, Any], instruction:
         verifier_template=f"verifiers/{custom.name}" if custom.exists() else "verifiers/default.md.jinja",
         siblings=[{"repo": repos[s], "url": f"{HUB_URL}/{namespace}/{repos[s]}"} for s in SPLITS],
         description=family_card["description"], model=stats["model"], engine=stats["engine"], sampling=stats["sampling"],
-        instruction=instruction, repos=repos, judge=stats["judge"], calibration=stats["judge"]["calibration"],
+        instruction=instruction, repos=repos, judge=stats["judge"], calibration=calibration, overturns=overturns or [],
         schema_fields="{" + ", ".join(f"`{k}`" for k in QA[split]) + "}", schema_notes=_SCHEMA_NOTES[split],
         reasons=REJECT_REASONS, cleaning=stats["cleaning"], policies=_policies(stats["cleaning"]),
         examples=[_example_view(split, e, e["image_path"]) for e in examples],

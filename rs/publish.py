@@ -7,8 +7,9 @@
     python -m rs.publish CLEVRMath --dry-run       # what would be added, changed and deleted, with sizes
 
 Each repo holds `README.md` (the card), `data/train-*.parquet`, `images/example-*` (the examples'
-original files) and `rs/stats.json` + `rs/examples.json`: what the card was rendered from, so that
-`--cards-only` works on a machine that did not run the build.
+original files) and `rs/stats.json` + `rs/examples.json` (+ `rs/overturns.json` when the judge promoted
+answers into the split): what the card was rendered from, so that `--cards-only` works on a machine
+that did not run the build.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, Callable
 
 from rs import cli
 from rs.build import BuildContext, build_family, default_cache_path
-from rs.cards import attach_image_paths, check_card, render_card, select_examples
+from rs.cards import attach_image_paths, check_card, render_card, select_examples, select_overturns
 from rs.families import Family, get_family
 from rs.hub import FileChange, MissingTokenError, PublishError, PublishResult, format_plan, publish_folder
 from rs.schema import SPLITS
@@ -51,13 +52,12 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def _card_inputs_from_build(ctx: BuildContext, split: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+def _card_inputs_from_build(ctx: BuildContext, split: str) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, str]]] | None:
     paths = ctx.paths
     if not paths.stats.exists() or not paths.split(split).exists():
         return None
     stats = json.loads(paths.stats.read_text())
-    examples = select_examples(paths.split(split), split)
-    return stats, examples
+    return stats, select_examples(paths.split(split), split), select_overturns(paths.split(split), split)
 
 
 def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool, published: Path | None = None) -> Path:
@@ -68,7 +68,7 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
     (repo / "rs").mkdir(parents=True)
     inputs = _card_inputs_from_build(ctx, split)
     if inputs is not None:
-        stats, examples = inputs
+        stats, examples, overturns = inputs
         for path, data in attach_image_paths(examples):
             (repo / path).parent.mkdir(parents=True, exist_ok=True)
             (repo / path).write_bytes(data)
@@ -79,6 +79,8 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
     elif cards_only and published is not None and (published / "rs" / "stats.json").exists():
         stats = json.loads((published / "rs" / "stats.json").read_text())
         stored = json.loads((published / "rs" / "examples.json").read_text())
+        overturns_file = published / "rs" / "overturns.json"
+        overturns = json.loads(overturns_file.read_text()) if overturns_file.exists() else []
         for example in stored:
             _link_or_copy(published / example["image_path"], repo / example["image_path"])
     else:
@@ -89,8 +91,10 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
     stats = {k: v for k, v in stats.items() if k != "run"}  # timings and engine calls differ from run to run
     write_json(repo / "rs" / "stats.json", stats)
     write_json(repo / "rs" / "examples.json", stored)
+    if overturns:
+        write_json(repo / "rs" / "overturns.json", overturns)
     c = family.config
-    text = render_card(stats, dataclasses.asdict(c.card), c.instruction, split, c.publish.namespace, stored)
+    text = render_card(stats, dataclasses.asdict(c.card), c.instruction, split, c.publish.namespace, stored, overturns)
     (repo / "README.md").write_text(text, encoding="utf-8")
     if not cards_only:
         check_card(text, repo)
@@ -143,7 +147,7 @@ def sync_local(repo: Path, target: Path, *, only: tuple[str, ...] | None, dry_ru
 
 
 def _download_card_inputs(repo_id: str, folder: Path, token: str | None) -> Path | None:
-    """What a card is rendered from (rs/stats.json, rs/examples.json, the example images), from a published repo."""
+    """What a card is rendered from (rs/stats.json, rs/examples.json, rs/overturns.json, the example images), from a published repo."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
@@ -207,8 +211,12 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
     reasons = ", ".join(f"{k} {v:,}" for k, v in t["rejected_by_reason"].items() if v)
     lines.append(f"  rejected by reason: {reasons or 'none'}")
     if cal:
-        lines.append(f"  judge calibration: positives {cal['positive']['agreed']}/{cal['positive']['total']}, "
-                     f"negatives {cal['negative']['agreed']}/{cal['negative']['total']}; "
+        def check(name: str) -> str:
+            c = cal[name]
+            return f"{c['agreed']}/{c['total']} [{pct(c['low'])}, {pct(c['high'])}]" if c["total"] else "0/0"
+
+        lines.append(f"  judge calibration: positives {check('positive')}, easy negatives {check('easy')}, "
+                     f"hard negatives {check('hard')}, certain rejections {check('certain')}; "
                      + ("promotes" if cal["promotes"] else f"BLOCKED ({cal['blocked_reason']})"))
     for split in SPLITS:
         s = stats["splits"][split]

@@ -80,14 +80,16 @@ def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
         assert f"| accepted / rejected (whole family) | {t['accepted']:,} / {t['rejected']:,} |" in text
         cal = stats["judge"]["calibration"]
         assert f"the judge said `CORRECT` to {cal['positive']['agreed']}" in text
-        assert f"on {cal['negative']['total']} constructed mismatches" in text
+        assert f"of {cal['hard']['total']} near misses built like real rejections" in text
+        assert f"of {cal['easy']['total']} answers paired with another item's question and reference" in text
+        assert "**It did not pass on this run and promoted nothing**: too few calibration cases" in text
         for section in ("## How the data was produced", "## How a match is decided", "## Second pass: model-as-judge", "## Schema",
                         "## Cleaning applied before rejection sampling", "## Examples", "### Example 1"):
             assert section in text, section
         assert "`replayed/model` at revision `abc123`" in text
         assert "\n- **Provenance check.**" in text and "\n- **Deduplication.**" in text  # one list item per line
         assert "\n- `clean_meta` —" in text and "\n- `image_sha256` —" in text
-        assert "\n\n**Calibration, measured on this run**" in text
+        assert "\n\n**Calibration, measured on this run.**" in text
         for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
             assert (repo / link).is_file()
         for other in SPLITS:
