@@ -40,7 +40,7 @@ families:
 
 
 def _context(work: Path, images: int):
-    from rs.build import BuildContext
+    from rs.stages import BuildContext
     from rs.families import load_families
 
     path = work / "families.yaml"
@@ -51,7 +51,7 @@ def _context(work: Path, images: int):
 
 
 def prepare(work: Path, images: int) -> dict:
-    from rs.build import ensure_clean, ensure_sampled
+    from rs.stages import ensure_clean, ensure_sampled
     from rs.store import read_records
 
     ctx = _context(work, images)
@@ -69,7 +69,8 @@ def prepare(work: Path, images: int) -> dict:
 
 
 def write_ours(work: Path, images: int) -> dict:
-    from rs.build import ensure_clean, write_split
+    from rs.build import write_split
+    from rs.stages import ensure_clean
     from rs.schema import SPLITS
 
     ctx = _context(work, images)

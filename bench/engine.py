@@ -65,7 +65,7 @@ def bare_loop(llm, requests: list, settings, batch_size: int) -> list[str]:
 
 
 def cached_run(engine, cache_path: Path, requests: list, settings, batch_size: int):
-    from rs.cache import GenerationCache
+    from rs.engines.cache import GenerationCache
     from rs.engines.cached import CachedEngine
 
     with GenerationCache(cache_path) as cache:

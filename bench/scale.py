@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     import ray
 
-    from rs.build import BuildContext, ensure_clean, ensure_sampled
+    from rs.stages import BuildContext, ensure_clean, ensure_sampled
     from rs.distributed import forwarded_env, sample_on_ray
     from rs.engines import engines_for
     from rs.families import load_families

@@ -3,7 +3,7 @@
 `builder_class(families_path)` returns an `ArrowBasedBuilder` subclass whose configs are
 `{FAMILY}_RS_think`, `{FAMILY}_RS_nothink` and `{FAMILY}_rejected` for every family of that file,
 so a family added in YAML is buildable with no code. Preparing any of the three configs makes sure
-the family's clean and sample stages are done (`rs.build.ensure_sampled`: the first config runs
+the family's clean and sample stages are done (`rs.stages.ensure_sampled`: the first config runs
 them, the others reuse them and never re-run the model), then routes the items into that split
 while `datasets` writes the parquet shards.
 """
@@ -20,7 +20,9 @@ import pyarrow as pa
 from datasets.builder import Key
 
 from rs.families import load_families
+from rs.route import split_rows
 from rs.schema import SPLITS, features
+from rs.stages import BuildContext, ensure_sampled, judge_promotes
 
 
 _CHUNK_ROWS = 256
@@ -33,12 +35,12 @@ class RSConfig(datasets.BuilderConfig):
 
 
 class RSBuilder(datasets.ArrowBasedBuilder):
-    """Builds one published split of one family; `context` is the `rs.build.BuildContext` of the run."""
+    """Builds one published split of one family; `context` is the `rs.stages.BuildContext` of the run."""
 
     BUILDER_CONFIG_CLASS = RSConfig
     BUILDER_CONFIGS: list[RSConfig] = []
 
-    def __init__(self, *args: Any, context: Any, **kwargs: Any):
+    def __init__(self, *args: Any, context: BuildContext, **kwargs: Any):
         self.context = context
         super().__init__(*args, **kwargs)
 
@@ -51,10 +53,8 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         )
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
-        from rs.build import _promotes, ensure_sampled
-
         sampled = ensure_sampled(self.context)
-        promotes = _promotes(sampled)
+        promotes = judge_promotes(sampled)
         return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "promotes": promotes})]
 
     def _generate_tables(self, build_dir: str, promotes: bool) -> Iterator[tuple[Key, pa.Table]]:
@@ -63,8 +63,6 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         Rows become Arrow record batches a few hundred at a time, so Python objects never hold
         more than that; a row group's worth of batches is then yielded as one table.
         """
-        from rs.route import split_rows
-
         schema = self.info.features.arrow_schema
         rows: list[dict[str, Any]] = []
         batches: list[pa.RecordBatch] = []

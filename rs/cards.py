@@ -20,6 +20,7 @@ from datasets import DatasetInfo, SplitDict, SplitInfo
 from huggingface_hub import DatasetCard, DatasetCardData
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from rs.errors import RsError
 from rs.schema import QA, REJECT_REASONS, SPLITS, features
 from rs.store import read_records
 
@@ -28,7 +29,7 @@ HUB_URL = "https://huggingface.co/datasets"
 DATA_GLOB = "data/train-*"
 
 
-class CardError(ValueError):
+class CardError(RsError, ValueError):
     """A rendered card that does not describe its repo (front matter vs files, missing section)."""
 
 

@@ -35,7 +35,7 @@ The steps:
 2. judge: the verifier rejections that have a final answer, verified on the driver from the cached
    generations exactly as `SampleStage` verifies them, plus the calibration cases of
    `rs.judge.calibrate`; written to `BUILD/FAMILY/ray/judge-*.parquet` and answered in one pipeline;
-3. the normal `rs.build.ensure_sampled` on the driver, which finds everything cached (zero engine
+3. the normal `rs.stages.ensure_sampled` on the driver, which finds everything cached (zero engine
    calls) and writes the items store and `sample.json` exactly as a single-process run does.
 
 Failures cost at most their batch. A replica that dies (OOM kill, crash) is restarted by Ray and
@@ -72,10 +72,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rs.engines.base import Generation, Request, SamplingSettings
+from rs.errors import RsError, UsageError
 
 if TYPE_CHECKING:
-    from rs.build import BuildContext
-    from rs.cache import GenerationCache
+    from rs.engines.cache import GenerationCache
+    from rs.stages import BuildContext
 
 logger = logging.getLogger(__name__)
 
@@ -106,17 +107,17 @@ ANSWERS = pa.schema([
 """What a replica returns: the `Generation` as JSON; `batch_error` when its whole batch failed."""
 
 
-class RayNotInstalled(RuntimeError):
+class RayNotInstalled(UsageError, RuntimeError):
     def __init__(self) -> None:
         super().__init__(RAY_MISSING)
 
 
-class RayPlanError(ValueError):
+class RayPlanError(UsageError, ValueError):
     """A run this cluster or this family cannot do: not the vllm engine, more replicas than the cluster holds,
     a cluster this machine cannot reach or is not authorised to join."""
 
 
-class RayIncomplete(RuntimeError):
+class RayIncomplete(RsError, RuntimeError):
     """Some batches failed or some answers were not cacheable: re-run to send only what is missing."""
 
     def __init__(self, run: "RayRun"):
@@ -493,15 +494,15 @@ def sample_on_ray(
         raise RayNotInstalled()
     import ray
 
-    from rs.build import _read_report, ensure_clean, ensure_sampled, sample_fingerprint
-    from rs.cache import GenerationCache
+    from rs.engines.cache import GenerationCache
     from rs.engines import engines_for
     from rs.sample import SampleStage
+    from rs.stages import ensure_clean, ensure_sampled, read_report, sample_fingerprint
 
     started = time.perf_counter()
     run = RayRun()
     clean = ensure_clean(ctx)
-    if report := _read_report(ctx.paths.sample_report, sample_fingerprint(ctx, clean)):
+    if report := read_report(ctx.paths.sample_report, sample_fingerprint(ctx, clean)):
         run.report = report
         return run
     specs = engine_specs(ctx)

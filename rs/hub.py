@@ -35,6 +35,7 @@ except ImportError:  # pragma: no cover
     import httpx as _http  # type: ignore[no-redef]
 
 from rs import __version__
+from rs.errors import RsError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +54,14 @@ Action = Literal["add", "change", "delete", "unchanged"]
 T = TypeVar("T")
 
 
-class MissingTokenError(RuntimeError):
+class MissingTokenError(UsageError, RuntimeError):
     """No Hugging Face token was found where the Hub clients look for one."""
 
 
-class PublishError(RuntimeError):
+class PublishError(RsError, RuntimeError):
     """Publishing failed; the message says why and what to do. Re-running is always safe."""
+
+    exit_code = 2
 
 
 @dataclass

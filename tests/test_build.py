@@ -12,7 +12,8 @@ pytest.importorskip("vllm")
 
 import datasets  # noqa: E402
 
-from rs.build import BuildContext, build_family  # noqa: E402
+from rs.build import build_family  # noqa: E402
+from rs.stages import BuildContext  # noqa: E402
 from rs.engines import engines_for  # noqa: E402
 from rs.families import get_family  # noqa: E402
 from rs.schema import SPLITS, features  # noqa: E402

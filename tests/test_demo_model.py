@@ -54,7 +54,7 @@ def test_a_changed_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_metrics_are_consistent() -> None:
     metrics = _metrics()
-    from rs.demo_model.train import QTYPES
+    from rs.train_demo import QTYPES
 
     assert set(metrics["modes"]) == {"thinking_on", "thinking_off"}
     for mode in metrics["modes"].values():
@@ -83,7 +83,7 @@ def test_metrics_are_consistent() -> None:
 def test_majority_baselines_recompute_from_the_held_out_set() -> None:
     from collections import Counter
 
-    from rs.demo_model.train import held_out_items
+    from rs.train_demo import held_out_items
 
     metrics = _metrics()
     _, items = held_out_items(metrics["held_out"]["questions"])
@@ -110,7 +110,7 @@ def test_recipe_records_disjoint_seeds() -> None:
 
 
 def test_reasoning_reproduces_every_answer() -> None:
-    from rs.demo_model.train import _questions, reasoning_for
+    from rs.train_demo import _questions, reasoning_for
     from rs.sources.synthetic import SyntheticSource
 
     source = SyntheticSource(seed=4242, num_images=60, questions_per_image=4, style="mixed")
@@ -126,7 +126,7 @@ def test_reasoning_reproduces_every_answer() -> None:
 
 def test_a_short_training_run_lowers_the_loss(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from rs.demo_model import train as T
+    from rs import train_demo as T
 
     settings = T.Settings(
         text={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2,

@@ -32,7 +32,7 @@ pytest.importorskip("vllm")
 
 from PIL import Image  # noqa: E402
 
-from rs.cache import GenerationCache  # noqa: E402
+from rs.engines.cache import GenerationCache  # noqa: E402
 from rs.engines import create_engine, engines_for, resolve_model, sampling_settings  # noqa: E402
 from rs.engines.base import Generation, Request, SamplingSettings  # noqa: E402
 from rs.engines.cached import CachedEngine  # noqa: E402

@@ -24,7 +24,7 @@ import pytest  # noqa: E402
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
-from rs.build import BuildContext, ensure_clean, ensure_sampled  # noqa: E402
+from rs.stages import BuildContext, ensure_clean, ensure_sampled  # noqa: E402
 from rs.distributed import FAIL_ENV, RAY_MISSING, RayIncomplete, RayPlanError, sample_on_ray  # noqa: E402
 from rs.engines import engines_for  # noqa: E402
 from rs.families import load_families  # noqa: E402
@@ -77,7 +77,7 @@ def test_identity_is_computed_without_loading_the_model() -> None:
 
 
 def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: Path, local_ray, monkeypatch, capsys) -> None:
-    from rs.sample import main
+    from rs.cli.sample import main
 
     # the reference: the whole stage in this process
     single = context(tmp_path, "single")
@@ -144,7 +144,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     assert run.report["sampling_engine_calls"] == 0 and items(ctx) == items(single)
 
     # `rs.publish --ray` samples on Ray (here: all done), then builds and publishes
-    from rs.publish import main as publish
+    from rs.cli.publish import main as publish
 
     out = tmp_path / "published"
     monkeypatch.setattr(sys, "argv", ["python -m rs.publish", "Tiny", "--config", str(tmp_path / "families.yaml"), "--ray",
@@ -179,7 +179,7 @@ def test_a_replica_with_another_engine_identity_refuses_to_start(tmp_path: Path,
 
 
 def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, local_ray) -> None:
-    from rs.cache import GenerationCache
+    from rs.engines.cache import GenerationCache
     from rs.distributed import StepStats, _Cluster, engine_specs
     from rs.engines import sampling_settings
     from rs.engines.cached import identity_key
@@ -205,7 +205,7 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
     import numpy as np
     import pyarrow as pa
 
-    from rs.cache import GenerationCache
+    from rs.engines.cache import GenerationCache
     from rs.distributed import REQUESTS, _prefix, sampling_requests
     from rs.engines.base import Request
     from rs.prompt import build_prompt
@@ -243,7 +243,7 @@ def test_cli_without_ray_exits_2(command: str, monkeypatch, capsys) -> None:
 
     import rs.distributed
 
-    main = importlib.import_module(f"rs.{command}").main
+    main = importlib.import_module(f"rs.cli.{command}").main
     monkeypatch.setattr(rs.distributed, "ray_available", lambda: False)
     monkeypatch.setattr(sys, "argv", [f"python -m rs.{command}", "TinyCLEVR", "--ray", "auto", "--replicas", "2"])
     assert main() == 2
@@ -253,7 +253,7 @@ def test_cli_without_ray_exits_2(command: str, monkeypatch, capsys) -> None:
 @pytest.mark.parametrize(("argv", "message"), [(["--replicas", "2"], "--replicas needs --ray"),
                                              (["--ray", "--cards-only"], "--cards-only samples nothing: drop --ray")])
 def test_publish_refuses_ray_options_that_mean_nothing(argv: list[str], message: str, monkeypatch, capsys) -> None:
-    from rs.publish import main
+    from rs.cli.publish import main
 
     monkeypatch.setattr(sys, "argv", ["python -m rs.publish", "TinyCLEVR", *argv])
     with pytest.raises(SystemExit) as exit:

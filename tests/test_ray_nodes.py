@@ -22,7 +22,7 @@ import pytest
 from test_ray import ENV, cache_contents, items, ray  # test_ray skips this module without ray or vllm
 from test_sample import cache_rows, family_file
 
-from rs.build import BuildContext, ensure_sampled
+from rs.stages import BuildContext, ensure_sampled
 from rs.distributed import MAX_STEP_ATTEMPTS, StepStats, _retrying_lost_nodes, sample_on_ray
 from rs.families import load_families
 

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Iterator
 
 from PIL import Image, UnidentifiedImageError
 
+from rs.errors import RsError
 from rs.families.schema import FamilyConfig
 from rs.sources.base import QAItem, Row, SourceRecord, sha256_hex
 
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 POLICY_VERSION = "2"
 
 
-class AccountingError(RuntimeError):
+class AccountingError(RsError, RuntimeError):
     """Source items do not add up to kept + dropped: a bug, never to be published over."""
 
 

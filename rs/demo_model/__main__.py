@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{digest}  {name}")
         return 0
 
-    from rs.demo_model import train as trainer
+    from rs import train_demo as trainer
 
     if args.command == "train":
         out = args.out.expanduser().absolute()

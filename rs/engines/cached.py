@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 
 from tqdm.auto import tqdm
 
-from rs.cache import GenerationCache
+from rs.engines.cache import GenerationCache
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 
 logger = logging.getLogger(__name__)

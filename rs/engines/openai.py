@@ -30,6 +30,7 @@ import openai
 from openai import OpenAI
 
 from rs.engines.base import Generation, Request, SamplingSettings
+from rs.errors import RsError
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
 )
 
 
-class OpenAIEngineError(RuntimeError):
+class OpenAIEngineError(RsError, RuntimeError):
     """The server refuses every request (key, model name or URL): fix the configuration, then re-run."""
 
 

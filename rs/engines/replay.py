@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rs.engines.base import Generation, Request, SamplingSettings
+from rs.errors import UsageError
 
 
-class ReplayError(ValueError):
+class ReplayError(UsageError, ValueError):
     """A replay file that cannot be read; names the file and line."""
 
 

@@ -12,6 +12,8 @@ import difflib
 import os
 from pathlib import Path
 
+from rs.errors import UsageError
+
 from .loader import Family, FamilyConfigError, load_families
 from .schema import FamilyConfig
 
@@ -20,11 +22,8 @@ __all__ = ["Family", "FamilyConfig", "FamilyConfigError", "UnknownFamilyError", 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-class UnknownFamilyError(KeyError):
+class UnknownFamilyError(UsageError, KeyError):
     """A family name that is not in the families file; the message lists the ones that are."""
-
-    def __str__(self) -> str:  # KeyError would quote the whole message
-        return str(self.args[0])
 
 
 def default_families_path() -> Path:

@@ -20,6 +20,8 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from rs.errors import UsageError
+
 from . import schema
 from .schema import FamilyConfig
 
@@ -29,7 +31,7 @@ _HUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _HUB_REPO_NAME_MAX = 96
 
 
-class FamilyConfigError(ValueError):
+class FamilyConfigError(UsageError, ValueError):
     """A families file that cannot be used; the message names file, line, key and what is valid."""
 
 

@@ -11,11 +11,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal
 
+from rs.errors import UsageError
 from rs.families.schema import Columns
 from rs.sources.base import QAItem, SourceRecord
 
 
-class SourceFormatError(ValueError):
+class SourceFormatError(UsageError, ValueError):
     """A source record does not have the shape its family's YAML says it has."""
 
 

@@ -16,6 +16,8 @@ import abc
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple
 
+from rs.errors import UsageError
+
 __all__ = [
     "Param",
     "Verifier",
@@ -29,7 +31,7 @@ __all__ = [
 ]
 
 
-class VerifierError(ValueError):
+class VerifierError(UsageError, ValueError):
     """Raised for an unknown verifier, a bad parameter, or a verifier whose optional dependency is missing."""
 
 

@@ -1,4 +1,8 @@
-"""Command-line conventions shared by every `python -m rs.*` command.
+"""The command line: `rs publish|sample|families` (`rs.cli.main`) and `python -m rs.publish|sample|families`.
+
+Nothing in the library imports this package: the commands are a layer on top. Every command runs
+through `run`, the one place errors become an `error:` line, a `hint:` line and an exit status.
+Conventions shared by every command:
 
 The same flag means the same thing everywhere: `--config PATH` (another families.yaml),
 `--out DIR` (a local folder laid out as the Hub repos), `--cards-only`, `--dry-run`, `--limit N`,
@@ -13,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from rs.families import FamilyConfigError, UnknownFamilyError
+from rs.errors import RsError
 
 
 def add_config(parser: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
@@ -78,14 +82,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class RunFailed(RsError):
+    """A run that stopped part-way (a Ray step's pipeline failed); what it committed stays cached."""
+
+    default_hint = "run the same command again: it sends only what is missing"
+
+
 def run(main: Callable[[], int | None]) -> None:
-    """Run a command: user errors print one clear line and exit 2, never a traceback."""
+    """Run a command: an error a user can cause prints `error:` and `hint:` lines and its exit status, never a traceback."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         code = main()
-    except (FamilyConfigError, UnknownFamilyError) as err:
+    except RsError as err:
         print(f"error: {err}", file=sys.stderr)
-        code = 2
+        if err.hint:
+            print(f"hint: {err.hint}", file=sys.stderr)
+        code = err.exit_code
     except KeyboardInterrupt:
         code = 130
     except BrokenPipeError:  # output piped into `head`: not an error

@@ -1,12 +1,6 @@
-"""`python -m rs.publish FAMILY`: build the family if needed, render the cards, publish the three repos.
+"""Publishing a family: build it if needed, stage the three repos exactly as on the Hub, render the cards, push.
 
-    python -m rs.publish TinyCLEVR                 # local folder (the embedded default: no GPU, network or token)
-    python -m rs.publish CLEVRMath                 # the Hub: {namespace}/CLEVRMath_RS_think, ..._RS_nothink, ..._rejected
-    python -m rs.publish CLEVRMath --out DIR       # a local folder laid out exactly as the Hub repos
-    python -m rs.publish CLEVRMath --cards-only    # re-render and publish the three cards, nothing else
-    python -m rs.publish CLEVRMath --dry-run       # what would be added, changed and deleted, with sizes
-
-Each repo holds `README.md` (the card), `data/train-*.parquet`, `images/example-*` (the examples'
+The command is `rs publish FAMILY` / `python -m rs.publish FAMILY` (`rs.cli.publish`). Each repo holds `README.md` (the card), `data/train-*.parquet`, `images/example-*` (the examples'
 original files) and `rs/stats.json` + `rs/examples.json` (+ `rs/overturns.json` when the judge promoted
 answers into the split): what the card was rendered from, so that `--cards-only` works on a machine
 that did not run the build.
@@ -14,25 +8,23 @@ that did not run the build.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rs import cli
-from rs.build import BuildContext, build_family, default_cache_path
+from rs.build import build_family
 from rs.cards import attach_image_paths, check_card, render_card, select_examples, select_overturns
-from rs.families import Family, get_family
-from rs.hub import FileChange, MissingTokenError, PublishError, PublishResult, format_plan, publish_folder
+from rs.errors import UsageError
+from rs.families import Family
+from rs.hub import FileChange, PublishResult, publish_folder
 from rs.schema import SPLITS
+from rs.stages import BuildContext, default_cache_path
 from rs.store import write_json
 
 logger = logging.getLogger("rs.publish")
@@ -40,7 +32,7 @@ logger = logging.getLogger("rs.publish")
 CARD_FILES = ("README.md", "images/*")
 
 
-class MissingBuildError(RuntimeError):
+class MissingBuildError(UsageError, RuntimeError):
     """`--cards-only` without a build or a published repo to render from."""
 
 
@@ -198,74 +190,3 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     where = {split: (str(root / family.repo_name(split)) if local else f"https://huggingface.co/datasets/{c.publish.namespace}/{family.repo_name(split)}")
              for split in SPLITS}
     return {"stats": stats, "results": results, "where": where, "local": local, "seconds": time.perf_counter() - start}
-
-
-def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
-    stats, t = outcome["stats"], outcome["stats"]["totals"]
-    cal = stats["judge"]["calibration"]
-    from rs.cards import pct
-
-    lines = [f"{family.name}: {t['source_qa']:,} source QA, {t['dropped_by_cleaning']:,} dropped by cleaning, "
-             f"{t['accepted']:,} accepted ({t['accepted_by']['verifier']:,} by the verifier, {t['accepted_by']['judge']:,} by the judge), "
-             f"{t['rejected']:,} rejected; accept rate {pct(t['accept_rate'])}"]
-    reasons = ", ".join(f"{k} {v:,}" for k, v in t["rejected_by_reason"].items() if v)
-    lines.append(f"  rejected by reason: {reasons or 'none'}")
-    if cal:
-        def check(name: str) -> str:
-            c = cal[name]
-            return f"{c['agreed']}/{c['total']} [{pct(c['low'])}, {pct(c['high'])}]" if c["total"] else "0/0"
-
-        lines.append(f"  judge calibration: positives {check('positive')}, easy negatives {check('easy')}, "
-                     f"hard negatives {check('hard')}, certain rejections {check('certain')}; "
-                     + ("promotes" if cal["promotes"] else f"BLOCKED ({cal['blocked_reason']})"))
-    for split in SPLITS:
-        s = stats["splits"][split]
-        result = outcome["results"][split]
-        counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
-        lines.append(f"  {s['repo']}: {s['rows']:,} rows, {s['qa']:,} QA, {s['shards']} shards -> {outcome['where'][split]} "
-                     f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged)")
-        if dry_run:
-            lines.append(format_plan(result.changes))
-    lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in SPLITS) if outcome["local"] else "")
-    lines.append(f"  done in {outcome['seconds']:.1f}s" + (" (dry run: nothing was changed)" if dry_run else ""))
-    return "\n".join(line for line in lines if line)
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m rs.publish", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("family")
-    cli.add_config(parser)
-    cli.add_out(parser)
-    cli.add_cards_only(parser)
-    cli.add_dry_run(parser)
-    cli.add_limit(parser)
-    cli.add_build_paths(parser)
-    cli.add_ray(parser)
-    args = parser.parse_args()
-    if args.ray is not None and args.cards_only:
-        parser.error("--cards-only samples nothing: drop --ray")
-    if (code := cli.check_ray(parser, args)) is not None:
-        return code
-    family = get_family(args.family, args.config)
-    sample, ray_errors = None, ()
-    if args.ray is not None:
-        from rs.distributed import RayPlanError, forwarded_env, sample_on_ray
-
-        sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,
-                                   runtime_env={"env_vars": forwarded_env()})
-        ray_errors = (RayPlanError, RuntimeError)  # RuntimeError: RayIncomplete, a failed pipeline
-    try:
-        outcome = publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
-                          build_root=args.build_dir, cache_path=args.cache, progress=sys.stderr.isatty(), sample=sample)
-    except (MissingTokenError, MissingBuildError, PublishError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except ray_errors as err:  # a plan Ray cannot run (2), or a Ray run that failed or is incomplete (1): its answers stay cached
-        print(f"error: {err}", file=sys.stderr)
-        return 2 if isinstance(err, ValueError) else 1
-    print(summary(family, outcome, dry_run=args.dry_run))
-    return 0
-
-
-if __name__ == "__main__":
-    cli.run(main)

@@ -27,7 +27,7 @@ from rs.judge import Judge, JudgeCase, judgeable
 from rs.prompt import build_prompt
 from rs.sources.base import QAItem, Row
 from rs.store import ITEMS, ParquetStreamWriter
-from rs.cache import GenerationCache
+from rs.engines.cache import GenerationCache
 from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
@@ -176,65 +176,3 @@ class SampleStage:
         if self.judge is None:
             return None
         return calibrate(self.judge, self.calibration_cases(), dict(self.report.contradicted_verdicts))
-
-
-def main() -> int:
-    """`python -m rs.sample FAMILY`: run the clean and sample stages only (resumable; see rs.build; `--ray`: rs.distributed)."""
-    import argparse
-    import json
-    import os
-    import sys
-
-    from rs import cli
-    from rs.build import BuildContext, default_cache_path, ensure_sampled, sample_shard
-    from rs.families import get_family
-
-    parser = argparse.ArgumentParser(prog="python -m rs.sample", description=main.__doc__)
-    parser.add_argument("family")
-    cli.add_config(parser)
-    cli.add_limit(parser)
-    cli.add_build_paths(parser)
-    parser.add_argument("--shard", metavar="I/N", help="answer only rows whose index %% N == I (one process per GPU); fills the cache")
-    cli.add_ray(parser)
-    args = parser.parse_args()
-    if args.ray is not None and args.shard:
-        parser.error("--ray and --shard are two ways of spreading the work: use one")
-    if (code := cli.check_ray(parser, args)) is not None:
-        return code
-    family = get_family(args.family, args.config)
-    ctx = BuildContext(family, Path(args.build_dir or os.environ.get("RS_BUILD_DIR", "build")), args.cache or default_cache_path(),
-                       limit=args.limit, progress=sys.stderr.isatty())
-    if args.ray is not None:
-        from rs.distributed import RayIncomplete, RayPlanError, forwarded_env, sample_on_ray
-
-        try:
-            run = sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
-        except RayIncomplete as err:
-            print(json.dumps({"ray": err.run.to_dict()}))
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        except RayPlanError as err:  # a family the Ray path cannot run (not the vllm engine), a plan the cluster cannot hold
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        except RuntimeError as err:  # a step's pipeline failed; what it committed stays cached
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        report = run.report
-        summary = {"ray": run.to_dict()}
-    elif args.shard:
-        try:
-            shard, shards = (int(x) for x in args.shard.split("/"))
-        except ValueError:
-            parser.error(f"--shard expects I/N, e.g. 0/4; got {args.shard!r}")
-        report, summary = sample_shard(ctx, shard, shards), {}
-    else:
-        report, summary = ensure_sampled(ctx), {}
-    print(json.dumps({**{k: report[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",
-                                                "sampling_engine_calls", "judge_engine_calls")}, **summary}))
-    return 0
-
-
-if __name__ == "__main__":
-    from rs import cli as _cli
-
-    _cli.run(main)

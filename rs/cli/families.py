@@ -1,0 +1,130 @@
+"""`rs families` / `python -m rs.families`: list, validate, show and preview the families of a families file."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+import yaml
+
+from rs import cli
+from rs.families import default_families_path, get_family, load_families
+from rs.families import schema
+
+
+def _list(args: argparse.Namespace) -> int:
+    path = args.config or default_families_path()
+    families = load_families(path)
+    width = max(map(len, families), default=0)
+    print(f"{len(families)} families in {path}")
+    for name, family in families.items():
+        c = family.config
+        print(f"  {name:<{width}}  {c.verifier.name:<8} {c.source.kind:<9} {_source_label(c.source)}")
+    return 0
+
+
+def _source_label(source: schema.SourceConfig) -> str:
+    if isinstance(source, schema.HubSourceConfig):
+        return f"{source.path}" + (f" [{source.name}]" if source.name else "") + f" ({source.split})"
+    if isinstance(source, schema.FilesSourceConfig):
+        return source.path
+    return f"synthetic seed={source.seed} images={source.num_images}"
+
+
+def _validate(args: argparse.Namespace) -> int:
+    path = args.config or default_families_path()
+    families = load_families(path)
+    print(f"ok: {path}: {len(families)} families valid ({', '.join(families)})")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    family = get_family(args.name, args.config)
+    resolved = {"name": family.name, "defined_at": f"{family.path}:{family.line}", **dataclasses.asdict(family.config)}
+    print(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True, width=100), end="")
+    return 0
+
+
+def _keys(args: argparse.Namespace) -> int:
+    """Every key families.yaml accepts, with its type, default and meaning."""
+    for line in _describe(schema.FamilyConfig, "families.NAME"):
+        print(line)
+    return 0
+
+
+def _describe(cls: type, prefix: str) -> typing.Iterator[str]:
+    from rs.families.loader import _hints, _type_name
+
+    docs = _field_docs(cls)
+    for f in dataclasses.fields(cls):
+        tp = _hints(cls)[f.name]
+        key = f"{prefix}.{f.name}"
+        options = [o for o in typing.get_args(tp) if dataclasses.is_dataclass(o)] or ([tp] if dataclasses.is_dataclass(tp) else [])
+        if options:
+            for option in options:
+                yield f"{key}  ({option.__name__})" + (f"  {docs[f.name]}" if f.name in docs else "")
+                yield from _describe(option, key)
+            continue
+        default = "required" if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING else (
+            f"default {f.default!r}" if f.default is not dataclasses.MISSING else f"default {f.default_factory()!r}")
+        yield f"{key}: {_type_name(tp)}, {default}" + (f"  # {docs[f.name]}" if f.name in docs else "")
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings (the string literal under a field) of a schema dataclass."""
+    import ast
+    import inspect
+
+    docs = {}
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        body = ast.parse(inspect.getsource(klass)).body[0].body
+        for node, after in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+                docs[node.target.id] = " ".join(str(after.value.value).split())
+    return docs
+
+
+def _verifiers(args: argparse.Namespace) -> int:
+    from rs.verifiers import get_verifier, known_verifiers
+
+    for name in known_verifiers():
+        try:
+            print(f"{name}: {get_verifier(name).description.splitlines()[0]}")
+        except Exception as err:  # an optional dependency missing must not hide the others
+            print(f"{name}: unavailable here ({err})")
+    return 0
+
+
+def _preview(args: argparse.Namespace) -> int:
+    from rs.preview import preview
+
+    preview(get_family(args.name, args.config), limit=args.limit or 3)
+    return 0
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m rs.families") -> int:
+    """List, validate, show and preview the families of a families file."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    cli.add_config(parser)
+    sub = parser.add_subparsers(dest="command")
+    for name, fn, help_ in [
+        ("list", _list, "list the families (the default)"),
+        ("validate", _validate, "validate the families file; exit 0 when valid"),
+        ("keys", _keys, "every key families.yaml accepts"),
+        ("verifiers", _verifiers, "the registered verifiers"),
+    ]:
+        p = sub.add_parser(name, help=help_)
+        cli.add_config(p, subcommand=True)
+        p.set_defaults(fn=fn)
+    p = sub.add_parser("show", help="print a family's resolved configuration")
+    p.add_argument("name")
+    cli.add_config(p, subcommand=True)
+    p.set_defaults(fn=_show)
+    p = sub.add_parser("preview", help="stream and clean a family; print a few rows and the cleaning counts")
+    p.add_argument("name")
+    cli.add_config(p, subcommand=True)
+    cli.add_limit(p)
+    p.set_defaults(fn=_preview)
+    args = parser.parse_args(argv)
+    return getattr(args, "fn", _list)(args)

@@ -1,0 +1,34 @@
+"""`rs`: the console script. `rs publish CLEVRMath`, `rs sample TinyCLEVR --limit 8`, `rs families validate`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+from rs.cli import families, publish, run, sample
+
+COMMANDS: dict[str, tuple[Callable[..., int], str]] = {
+    "publish": (publish.main, "build a family if needed, render its cards, publish its three repos"),
+    "sample": (sample.main, "run a family's clean and sample stages only"),
+    "families": (families.main, "list, validate, show and preview the families of a families file"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
+        lines = ["usage: rs COMMAND [ARGS]", "", "commands:"]
+        lines += [f"  {name:<9} {help_}" for name, (_, help_) in COMMANDS.items()]
+        lines += ["", "`rs COMMAND --help` shows a command's flags."]
+        known = not args or args[0] in ("-h", "--help")
+        print("\n".join(lines), file=sys.stdout if known else sys.stderr)
+        if not known:
+            print(f"error: unknown command {args[0]!r}", file=sys.stderr)
+        return 0 if known else 2
+    command, _ = COMMANDS[args[0]]
+    return command(args[1:], prog=f"rs {args[0]}")
+
+
+def console() -> None:
+    """The `rs` entry point of the installed package."""
+    run(main)

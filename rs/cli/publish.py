@@ -1,0 +1,89 @@
+"""`rs publish FAMILY` / `python -m rs.publish FAMILY`: build if needed, render the cards, publish the three repos.
+
+    python -m rs.publish TinyCLEVR                 # local folder (the embedded default: no GPU, network or token)
+    python -m rs.publish CLEVRMath                 # the Hub: {namespace}/CLEVRMath_RS_think, ..._RS_nothink, ..._rejected
+    python -m rs.publish CLEVRMath --out DIR       # a local folder laid out exactly as the Hub repos
+    python -m rs.publish CLEVRMath --cards-only    # re-render and publish the three cards, nothing else
+    python -m rs.publish CLEVRMath --dry-run       # what would be added, changed and deleted, with sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from typing import Any
+
+from rs import cli
+from rs.cards import pct
+from rs.cli import RunFailed
+from rs.errors import RsError
+from rs.families import Family, get_family
+from rs.hub import format_plan
+from rs.publish import publish
+from rs.schema import SPLITS
+
+
+def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
+    stats, t = outcome["stats"], outcome["stats"]["totals"]
+    cal = stats["judge"]["calibration"]
+    lines = [f"{family.name}: {t['source_qa']:,} source QA, {t['dropped_by_cleaning']:,} dropped by cleaning, "
+             f"{t['accepted']:,} accepted ({t['accepted_by']['verifier']:,} by the verifier, {t['accepted_by']['judge']:,} by the judge), "
+             f"{t['rejected']:,} rejected; accept rate {pct(t['accept_rate'])}"]
+    reasons = ", ".join(f"{k} {v:,}" for k, v in t["rejected_by_reason"].items() if v)
+    lines.append(f"  rejected by reason: {reasons or 'none'}")
+    if cal:
+        def check(name: str) -> str:
+            c = cal[name]
+            return f"{c['agreed']}/{c['total']} [{pct(c['low'])}, {pct(c['high'])}]" if c["total"] else "0/0"
+
+        lines.append(f"  judge calibration: positives {check('positive')}, easy negatives {check('easy')}, "
+                     f"hard negatives {check('hard')}, certain rejections {check('certain')}; "
+                     + ("promotes" if cal["promotes"] else f"BLOCKED ({cal['blocked_reason']})"))
+    for split in SPLITS:
+        s = stats["splits"][split]
+        result = outcome["results"][split]
+        counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
+        lines.append(f"  {s['repo']}: {s['rows']:,} rows, {s['qa']:,} QA, {s['shards']} shards -> {outcome['where'][split]} "
+                     f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged)")
+        if dry_run:
+            lines.append(format_plan(result.changes))
+    lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in SPLITS) if outcome["local"] else "")
+    lines.append(f"  done in {outcome['seconds']:.1f}s" + (" (dry run: nothing was changed)" if dry_run else ""))
+    return "\n".join(line for line in lines if line)
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -> int:
+    """Build the family if needed, render the cards, publish the three repos."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("family")
+    cli.add_config(parser)
+    cli.add_out(parser)
+    cli.add_cards_only(parser)
+    cli.add_dry_run(parser)
+    cli.add_limit(parser)
+    cli.add_build_paths(parser)
+    cli.add_ray(parser)
+    args = parser.parse_args(argv)
+    if args.ray is not None and args.cards_only:
+        parser.error("--cards-only samples nothing: drop --ray")
+    if (code := cli.check_ray(parser, args)) is not None:
+        return code
+    family = get_family(args.family, args.config)
+    sample = None
+    if args.ray is not None:
+        from rs.distributed import forwarded_env, sample_on_ray
+
+        sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,
+                                   runtime_env={"env_vars": forwarded_env()})
+    try:
+        outcome = publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
+                          build_root=args.build_dir, cache_path=args.cache, progress=sys.stderr.isatty(), sample=sample)
+    except RsError:
+        raise
+    except RuntimeError as err:  # a Ray step's pipeline failed: what it committed stays cached
+        if sample is None:
+            raise
+        raise RunFailed(str(err)) from err
+    print(summary(family, outcome, dry_run=args.dry_run))
+    return 0

@@ -1,0 +1,56 @@
+"""`rs sample FAMILY` / `python -m rs.sample FAMILY`: the clean and sample stages only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from rs import cli
+from rs.cli import RunFailed
+from rs.families import get_family
+from rs.stages import BuildContext, default_cache_path, ensure_sampled, sample_shard
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") -> int:
+    """Run the clean and sample stages only (resumable; see rs.stages; `--ray`: rs.distributed)."""
+    parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
+    parser.add_argument("family")
+    cli.add_config(parser)
+    cli.add_limit(parser)
+    cli.add_build_paths(parser)
+    parser.add_argument("--shard", metavar="I/N", help="answer only rows whose index %% N == I (one process per GPU); fills the cache")
+    cli.add_ray(parser)
+    args = parser.parse_args(argv)
+    if args.ray is not None and args.shard:
+        parser.error("--ray and --shard are two ways of spreading the work: use one")
+    if (code := cli.check_ray(parser, args)) is not None:
+        return code
+    family = get_family(args.family, args.config)
+    ctx = BuildContext(family, Path(args.build_dir or os.environ.get("RS_BUILD_DIR", "build")), args.cache or default_cache_path(),
+                       limit=args.limit, progress=sys.stderr.isatty())
+    if args.ray is not None:
+        from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
+
+        try:
+            run = sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
+        except RayIncomplete as err:
+            print(json.dumps({"ray": err.run.to_dict()}))  # what was done, then the error (exit 1)
+            raise
+        except RuntimeError as err:  # a step's pipeline failed; what it committed stays cached
+            raise RunFailed(str(err)) from err
+        report = run.report
+        summary = {"ray": run.to_dict()}
+    elif args.shard:
+        try:
+            shard, shards = (int(x) for x in args.shard.split("/"))
+        except ValueError:
+            parser.error(f"--shard expects I/N, e.g. 0/4; got {args.shard!r}")
+        report, summary = sample_shard(ctx, shard, shards), {}
+    else:
+        report, summary = ensure_sampled(ctx), {}
+    print(json.dumps({**{k: report[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",
+                                                "sampling_engine_calls", "judge_engine_calls")}, **summary}))
+    return 0

@@ -1,0 +1,32 @@
+"""The one base class of the errors a user can cause and fix.
+
+Every command maps an `RsError` in one place (`rs.cli.run`) to `error: <message>`, then
+`hint: <hint>` when there is one, and the error's exit status: never a traceback. Status 2 is a
+usage or configuration problem (fix the command or the YAML), 1 a run that could not finish
+(re-running after the fix is safe).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class RsError(Exception):
+    """An error with a message for the user, an optional hint of what to do, and an exit status."""
+
+    exit_code: ClassVar[int] = 1
+    default_hint: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint if hint is not None else self.default_hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(RsError):
+    """A command, a flag or a configuration that cannot work as given."""
+
+    exit_code = 2

@@ -1,0 +1,205 @@
+"""The clean and sample stages of a family's build, each resumable by fingerprint.
+
+    build/<FAMILY>/
+      clean/rows-*.parquet      cleaned rows, original image bytes      clean.json (report)
+      exclusions.jsonl          every dropped source item with its reason
+      items/items-*.parquet     one result per QA item (raw output kept) sample.json (report, calibration)
+
+Each stage is skipped when its report exists with the same fingerprint (the configuration that
+produced it), so a re-run after a crash redoes only unfinished stages, and the generation cache
+makes a re-run of the sampling stage answer only what is missing. The `datasets` builder
+(`builders/`) and the Ray path (`rs.distributed`) call these; `rs.build` writes the splits on top.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rs.engines.cache import GenerationCache
+from rs.clean import POLICY_VERSION, Cleaner, ExclusionWriter
+from rs.families import Family
+from rs.sample import SampleStage
+from rs.sources import open_source
+from rs.store import read_clean_rows, write_clean_rows, write_json
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_POLICY_VERSION = "2"
+"""Bumped when verification, judging or calibration change what a sampling report means (2: certain
+rejections, hard negatives, the evidence gate), so an older report is re-run (from the cache) rather than reused."""
+
+
+@dataclass
+class BuildPaths:
+    root: Path
+
+    @property
+    def clean(self) -> Path:
+        return self.root / "clean"
+
+    @property
+    def items(self) -> Path:
+        return self.root / "items"
+
+    @property
+    def clean_report(self) -> Path:
+        return self.root / "clean.json"
+
+    @property
+    def sample_report(self) -> Path:
+        return self.root / "sample.json"
+
+    @property
+    def stats(self) -> Path:
+        return self.root / "stats.json"
+
+    def split(self, split: str) -> Path:
+        return self.root / "splits" / split
+
+
+def default_cache_path() -> Path:
+    """`$RS_CACHE_DIR/generations.sqlite`, else ~/.cache/rs/generations.sqlite."""
+    base = Path(os.environ.get("RS_CACHE_DIR") or Path.home() / ".cache" / "rs")
+    return base / "generations.sqlite"
+
+
+@dataclass
+class BuildContext:
+    """What a build needs besides the family: where it goes, the cache, the engines (made on demand)."""
+
+    family: Family
+    build_root: Path
+    cache_path: Path = field(default_factory=default_cache_path)
+    limit: int | None = None
+    progress: bool = True
+    engine_factory: Callable[[Family], tuple[Any, Any]] | None = None
+    """Returns (sampler, judge) engines; defaults to `rs.engines.engines_for`. Called only when sampling must run."""
+
+    @property
+    def paths(self) -> BuildPaths:
+        return BuildPaths(self.build_root / self.family.name)
+
+
+def fingerprint(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def read_report(path: Path, expected: str) -> dict[str, Any] | None:
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return report if report.get("fingerprint") == expected else None
+
+
+def replace_dir(tmp: Path, final: Path) -> None:
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+
+
+def clean_fingerprint(ctx: BuildContext) -> str:
+    c = ctx.family.config
+    return fingerprint({"source": asdict(c.source), "cleaning": asdict(c.cleaning), "instruction": c.instruction,
+                        "limit": ctx.limit, "policy": POLICY_VERSION})
+
+
+def ensure_clean(ctx: BuildContext) -> dict[str, Any]:
+    """Stream the source through cleaning into the clean store, unless an identical one exists.
+
+    Several processes (sampling shards) may call this at once: a file lock lets one clean while
+    the others wait and then reuse its store.
+    """
+    paths, expected = ctx.paths, clean_fingerprint(ctx)
+    if report := read_report(paths.clean_report, expected):
+        return report
+    paths.root.mkdir(parents=True, exist_ok=True)
+    with open(paths.root / ".clean.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if report := read_report(paths.clean_report, expected):
+            return report
+        return _clean(ctx, expected)
+
+
+def _clean(ctx: BuildContext, expected: str) -> dict[str, Any]:
+    paths = ctx.paths
+    tmp = paths.root / "clean.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    start = time.perf_counter()
+    source = open_source(ctx.family)
+    with ExclusionWriter(paths.root / "exclusions.jsonl.tmp") as exclusions:
+        cleaner = Cleaner(ctx.family.config, source.provenance(), exclusions=exclusions, work_dir=paths.root)
+        write_clean_rows(cleaner.rows(source, limit=ctx.limit), tmp)
+    replace_dir(tmp, paths.clean)
+    os.replace(paths.root / "exclusions.jsonl.tmp", paths.root / "exclusions.jsonl")
+    report = {"fingerprint": expected, "provenance": source.provenance(), **cleaner.report.to_dict(),
+              "seconds": round(time.perf_counter() - start, 3)}
+    write_json(paths.clean_report, report)
+    logger.info("%s: cleaned %d source QA into %d rows (%d kept, %d dropped)", ctx.family.name, report["source_items"],
+                report["rows"], report["kept_items"], report["dropped_items"])
+    return report
+
+
+def sample_fingerprint(ctx: BuildContext, clean: dict[str, Any]) -> str:
+    c = ctx.family.config
+    return fingerprint({"clean": clean["fingerprint"], "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
+                        "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier),
+                        "instruction": c.instruction})
+
+
+def ensure_sampled(ctx: BuildContext) -> dict[str, Any]:
+    """Answer, verify and judge every cleaned item, unless an identical sampling report exists."""
+    clean = ensure_clean(ctx)
+    paths, expected = ctx.paths, sample_fingerprint(ctx, clean)
+    if report := read_report(paths.sample_report, expected):
+        return report
+    sampler, judge = (ctx.engine_factory or _default_engines)(ctx.family)
+    tmp = paths.root / "items.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    with GenerationCache(ctx.cache_path) as cache:
+        stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
+        result = stage.run(read_clean_rows(paths.clean), tmp, total=clean["kept_items"])
+    replace_dir(tmp, paths.items)
+    report = {"fingerprint": expected, **result.to_dict()}
+    write_json(paths.sample_report, report)
+    return report
+
+
+def sample_shard(ctx: BuildContext, shard: int, shards: int) -> dict[str, Any]:
+    """Answer and judge one of `shards` disjoint slices of the family (rows whose index % shards == shard).
+
+    Only the generation cache is the product: run one process per GPU (or machine with the cache
+    on its local disk, merged later) over disjoint shards, then run the whole stage once more,
+    which finds everything cached. The slice's own results are kept under build/<FAMILY>/shards/.
+    """
+    if not 0 <= shard < shards:
+        raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
+    ensure_clean(ctx)
+    sampler, judge = (ctx.engine_factory or _default_engines)(ctx.family)
+    out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
+    shutil.rmtree(out, ignore_errors=True)
+    rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)
+    with GenerationCache(ctx.cache_path) as cache:
+        stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
+        result = stage.run(rows, out, total=None)
+    return result.to_dict()
+
+
+def _default_engines(family: Family) -> tuple[Any, Any]:
+    from rs.engines import engines_for
+
+    return engines_for(family)
+
+
+def judge_promotes(sampled: dict[str, Any]) -> bool:
+    """Whether this run's judge passed calibration, from a sampling report."""
+    return bool(sampled["calibration"] and sampled["calibration"]["promotes"])
