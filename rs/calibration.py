@@ -27,7 +27,7 @@ import heapq
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Generic, Iterable, TypeVar
+from typing import Any, Generic, TypeVar
 
 from rs.families.schema import JudgeConfig
 from rs.judge import LABELS, Judge, JudgeCase

@@ -207,7 +207,7 @@ def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSetti
     is the sorted array of the missing keys' 64-bit prefixes.
     """
     from rs.engines.cached import cache_key
-    from rs.prompt import build_prompt
+    from rs.prompt import sampling_request
     from rs.store import qa_item
 
     out: dict[str, list[Any]] = {name: [] for name in REQUESTS.names}
@@ -215,11 +215,11 @@ def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSetti
     for image, sha, qa in zip(batch["image"].to_pylist(), batch["image_sha256"].to_pylist(), batch["qa"].to_pylist()):
         requests = []
         for item in qa:
-            prompt = build_prompt(item["question"], instruction)
-            key = cache_key(identity, settings, sha, prompt)
+            request = sampling_request(qa_item(item), instruction, sha)
+            key = cache_key(identity, settings, sha, request.prompt)
             if key not in seen and _is_missing(key, missing):
                 seen.add(key)
-                requests.append({"key": key, "prompt": prompt, "item_key": qa_item(item).key})
+                requests.append({"key": key, "prompt": request.prompt, "item_key": request.item_key})
         if requests:
             for name, value in zip(REQUESTS.names, (image, sha, requests)):
                 out[name].append(value)
@@ -698,12 +698,11 @@ def _missing_sampling_keys(ctx: BuildContext, stage: Any, cache: GenerationCache
 
     Counts requests, cached and duplicates in `stats`.
     """
-    from rs.prompt import build_prompt
-    from rs.store import read_records
+    from rs.prompt import sampling_request
+    from rs.store import qa_item, read_records
 
     records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
-    keyed = ((stage.runner.key(Request(prompt=build_prompt(q["question"], stage.config.instruction),
-                                       image_sha256=r["image_sha256"]), stage.settings), index)
+    keyed = ((stage.runner.key(sampling_request(qa_item(q), stage.config.instruction, r["image_sha256"]), stage.settings), index)
              for index, r in enumerate(records) for q in r["qa"])
     prefixes = array("Q")  # 8 bytes per missing item
     images, last_image = 0, -1
@@ -757,7 +756,7 @@ def _judge_requests(ctx: BuildContext, stage: Any, unanswered: list[int], chunk:
     Also fills the stage's calibration samples, as `SampleStage` does while it runs. Reads the
     clean store without the image bytes: the cache keys need only their hashes.
     """
-    from rs.prompt import build_prompt
+    from rs.prompt import sampling_request
     from rs.store import qa_item, read_records
 
     records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
@@ -765,7 +764,7 @@ def _judge_requests(ctx: BuildContext, stage: Any, unanswered: list[int], chunk:
     while block := list(islice(items, chunk)):
         keyed = []
         for sha, item in block:
-            request = Request(prompt=build_prompt(item.question, stage.config.instruction), image_sha256=sha, item_key=item.key)
+            request = sampling_request(item, stage.config.instruction, sha)
             keyed.append((stage.runner.key(request, stage.settings), request, item))
         generations = stage.runner.cache.get_many(key for key, _, _ in keyed)
         for key, request, item in keyed:
@@ -781,7 +780,7 @@ def _judge_requests(ctx: BuildContext, stage: Any, unanswered: list[int], chunk:
 def _keyed(judge: Any, cases: Iterable[Any]) -> Iterator[tuple[str, Request]]:
     """The judge requests of `Judge.verdicts`, with their cache keys."""
     for case in cases:
-        request = Request(prompt=judge.prompt(case), item_key=case.item_key)
+        request = judge.request(case)
         yield judge.runner.key(request, judge.settings), request
 
 

@@ -82,6 +82,10 @@ class Judge:
     def prompt(self, case: JudgeCase) -> str:
         return self.template.render(question=case.question, reference=case.reference, candidate=case.candidate)
 
+    def request(self, case: JudgeCase) -> Request:
+        """The text-only request that asks the judge about one case."""
+        return Request(prompt=self.prompt(case), item_key=case.item_key)
+
     def verdicts(self, cases: Iterable[JudgeCase], *, desc: str = "judge") -> Iterator[tuple[JudgeCase, str, Generation]]:
         cases = iter(cases)
         pending: list[JudgeCase] = []
@@ -89,7 +93,7 @@ class Judge:
         def requests() -> Iterator[Request]:
             for case in cases:
                 pending.append(case)
-                yield Request(prompt=self.prompt(case), item_key=case.item_key)
+                yield self.request(case)
 
         for _, generation in self.runner.run(requests(), self.settings, desc=desc):
             case = pending.pop(0)

@@ -51,7 +51,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from rs.prompt import build_prompt
+from rs.prompt import build_prompt, sampling_request
 from rs.sources.synthetic import (
     ADD_TEMPLATES,
     ATTRIBUTE_ORDER,
@@ -811,7 +811,6 @@ def evaluate(model_dir: Path, *, n: int = 2000, out: Path | None = None, samples
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from rs.engines import sampling_settings
-    from rs.engines.base import Request
     from rs.engines.vllm import VLLMEngine
     from rs.families import get_family
     from rs.verifiers import get_verifier
@@ -821,11 +820,7 @@ def evaluate(model_dir: Path, *, n: int = 2000, out: Path | None = None, samples
     verifier = get_verifier(family.config.verifier.name, **dict(family.config.verifier.params or {}))
     source, items = held_out_items(n)
     instruction = family.config.instruction
-    requests = [
-        Request(prompt=build_prompt(item.question, instruction), image=image,
-                image_sha256=hashlib.sha256(image).hexdigest(), item_key=item.key)
-        for image, item in items
-    ]
+    requests = [sampling_request(item, instruction, hashlib.sha256(image).hexdigest(), image) for image, item in items]
     by_type: dict[str, list[Any]] = {}
     for _, item in items:
         by_type.setdefault(item.qtype, []).append(item)

@@ -24,7 +24,7 @@ from rs.engines.cached import CachedEngine
 from rs.families.schema import FamilyConfig
 from rs.calibration import Answered, Calibration, CalibrationCases, CalibrationSampler, calibrate, question_kind
 from rs.judge import Judge, JudgeCase, judgeable
-from rs.prompt import build_prompt
+from rs.prompt import sampling_request
 from rs.sources.base import QAItem, Row
 from rs.store import ITEMS, ParquetStreamWriter
 from rs.engines.cache import GenerationCache
@@ -98,8 +98,7 @@ class SampleStage:
     def _requests(self, rows: Iterable[Row], pending: list[_Pending]) -> Iterator[Request]:
         for index, row in enumerate(rows):
             for item in row.qa:
-                prompt = build_prompt(item.question, self.config.instruction)
-                request = Request(prompt=prompt, image=row.image, image_sha256=row.image_sha256, item_key=item.key)
+                request = sampling_request(item, self.config.instruction, row.image_sha256, row.image)
                 pending.append(_Pending(index, item, request))
                 yield request
 
