@@ -13,7 +13,9 @@ verifier, not to check a config that mentions it.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any, ClassVar, NamedTuple
 
 from rs.errors import UsageError
@@ -23,6 +25,8 @@ __all__ = [
     "Verifier",
     "VerifierError",
     "as_references",
+    "plain_number",
+    "polar",
     "get_verifier",
     "known_verifiers",
     "register",
@@ -230,3 +234,46 @@ def _one_reference(reference: Any) -> str:
         f"A reference must be a string, a number or a list of those; got {type(reference).__name__} "
         f"{reference!r}. Check the dataset's answer column."
     )
+
+
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?")
+
+
+def plain_number(text: str) -> Decimal | None:
+    """The value of an answer that is just a number ("12", "-3.5", "1,234", "7."), else None.
+
+    ASCII digits only, an optional sign, strict thousands grouping, one trailing period allowed:
+    what `contradicts` may compare as numbers without guessing.
+    """
+    text = text.strip()
+    if text[-1:] == ".":
+        text = text[:-1]
+    if _PLAIN_NUMBER.fullmatch(text) is None:
+        return None
+    return Decimal(text.replace(",", ""))
+
+
+_POLAR = {"yes": "yes", "no": "no", "true": "yes", "false": "no"}
+
+
+def polar(text: str) -> str | None:
+    """"yes" or "no" when an answer is just that (any case, surrounding punctuation ignored), else None."""
+    return _POLAR.get(text.strip().strip(".!*_\"'()[] ").casefold())
+
+
+def numbers_or_polars_differ(prediction: str, references: Sequence[str]) -> bool:
+    """Both sides plain numbers, or both yes/no, and the prediction equals no reference: a certain mismatch.
+
+    Every reference must be of the prediction's kind; one that is not makes nothing certain.
+    """
+    if not references:
+        return False
+    number = plain_number(prediction)
+    if number is not None:
+        values = [plain_number(r) for r in references]
+        return all(v is not None for v in values) and number not in values
+    answer = polar(prediction)
+    if answer is not None:
+        answers = [polar(r) for r in references]
+        return all(a is not None for a in answers) and answer not in answers
+    return False

@@ -20,12 +20,22 @@ Rules:
   ``Answer: …`` line — only that part is read (in this priority order), so worked solutions that end in a marked
   answer are judged by the marked answer.
 * The reference itself must be a single integer (digits or a number word); any other reference never matches.
+* Unreadable, never read as the bare integer (each would otherwise be a false accept): a hedged or bounded count
+  ("about 3", "at least 3", "3 or so", "3-ish", "3+", "> 3"), a fraction or ordinal word ("three quarters",
+  "two thirds"), a percent ("3%"), and a non-ASCII character that changes what a digit means: another script's
+  digit, a superscript or vulgar fraction ("3²", "3½"), a mark or symbol glued to a digit ("3°"). A Unicode
+  minus sign ("−3") is a minus: -3, which is not 3.
+
+Certain rejections (``contradicts``): the answer states one plain integer and it differs from every reference.
+Deviation from the reference metrics: lmms-eval and VLMEvalKit count tasks take the last number in the text or
+an exact string match; this verifier reads only a single stated integer and rejects everything else.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -50,10 +60,22 @@ _DIGIT_WORDS = {w.encode(): float(i) for i, w in enumerate(_UNITS[1:10], 1)}
 for _tens, _value in _TENS_VALUES.items():
     for _unit, _u in _DIGIT_WORDS.items():
         _WORD_VALUES[_tens + b"-" + _unit] = _value + _u
-# Numbers we refuse to half-parse: "one hundred" must not read as 1.
+# Numbers we refuse to half-parse: "one hundred" must not read as 1, "three quarters" not as 3.
 _SCALE_WORDS = frozenset(
-    (w + s).encode() for w in ("hundred", "thousand", "million", "billion", "dozen", "half") for s in ("", "s")
-) | {b"halves"}
+    (w + s).encode()
+    for w in ("hundred", "thousand", "million", "billion", "dozen", "half", "third", "quarter", "fourth", "fifth", "sixth",
+              "seventh", "eighth", "ninth", "tenth", "percent", "degree")
+    for s in ("", "s")
+) | {b"halves", b"percentage"}
+# A hedged or bounded count is not the count: "at least 3", "about 3", "3-ish", "3 or so" never match 3.
+_HEDGE_WORDS = frozenset(
+    w.encode()
+    for w in ("least", "most", "more", "fewer", "less", "over", "under", "above", "below", "than", "about", "approximately",
+              "approx", "roughly", "around", "nearly", "almost", "circa", "ish", "maybe", "probably", "perhaps", "possibly",
+              "between", "plus", "minus", "or", "either")
+)
+# Unicode minus signs, and dashes that stand for one before a digit.
+_MINUS = frozenset("\u2212\ufe63\uff0d\u2010\u2011\u2012\u2013\u2014\u2015")
 
 # Lower-case letters, keep [0-9a-z] and the in-token separators `.`, `,`, `-`; everything else (including
 # non-ASCII, which `encode(..., "replace")` turns into "?") separates tokens. "x3" and "3rd" stay whole tokens.
@@ -65,6 +87,7 @@ _TABLE = bytes(
 _DECIMAL = re.compile(rb"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+\.[0-9]+")
 _SEPARATORS = re.compile(rb"[.,\-]")
 _REF_INT = re.compile(r"[+-]?[0-9]+")
+_BOUND = re.compile(r"[0-9]\s*\+|[<>≤≥]")  # "3+", "> 3"
 
 
 def _token_values(token: bytes, values: set[float]) -> bool:
@@ -77,7 +100,7 @@ def _token_values(token: bytes, values: set[float]) -> bool:
         values.add(word)
         return True
     if token.isalpha():
-        return token not in _SCALE_WORDS
+        return token not in _SCALE_WORDS and token not in _HEDGE_WORDS
     if token[:1] == b"-":
         body = token[1:]
         if body.isdigit() or _DECIMAL.fullmatch(body) is not None:
@@ -93,8 +116,38 @@ def _token_values(token: bytes, values: set[float]) -> bool:
     return True  # digits glued to letters ("3rd", "x3"): not a number
 
 
+def _ascii_view(text: str) -> str | None:
+    """``text`` with Unicode minus signs made ASCII; ``None`` when a non-ASCII character would change what a
+    digit means: another script's digit, a superscript or fraction ("3²", "3½"), a mark or symbol glued to a
+    digit ("3°", "3\u0305"). Other non-ASCII characters separate tokens, as before."""
+    out = []
+    for i, c in enumerate(text):
+        if c.isascii():
+            out.append(c)
+            continue
+        category = unicodedata.category(c)
+        if category[0] == "N":
+            return None
+        before = text[i - 1] if i else ""
+        after = text[i + 1] if i + 1 < len(text) else ""
+        if c in _MINUS and after.isdigit() and after.isascii() and not (before.isascii() and before.isalnum()):
+            out.append("-")
+            continue
+        if category[0] in "MS" and ((before.isdigit() and before.isascii()) or (after.isdigit() and after.isascii())):
+            return None
+        out.append(" ")
+    return "".join(out)
+
+
 def numbers_in(text: str) -> set[float] | None:
-    """Distinct numeric values mentioned in ``text``, or ``None`` if it is unreadable (a scale word)."""
+    """Distinct numeric values mentioned in ``text``, or ``None`` if it is unreadable (a scale, fraction or hedge
+    word, a percent sign, a bound such as "3+", or a non-ASCII character that changes a digit)."""
+    if not text.isascii():
+        text = _ascii_view(text)
+        if text is None:
+            return None
+    if "%" in text or "~" in text or _BOUND.search(text) is not None:
+        return None
     raw_tokens = text.encode("ascii", "replace").translate(_TABLE).split()
     values: set[float] = set()
     skip = False
@@ -170,7 +223,10 @@ class CountVerifier(Verifier):
             'sentence ("There are 3 cubes."). An answer that mentions two different numbers ("3 or 4", '
             '"2 red and 3 blue, so 5") is rejected rather than guessed at, as is a non-integer ("3.5"); "3.0" '
             'counts as 3. "No" is not read as zero. When the answer marks its final value explicitly '
-            '(an "Answer:" line, a boxed value or an answer tag), only the marked value is read.'
+            '(an "Answer:" line, a boxed value or an answer tag), only the marked value is read. A hedged or '
+            'bounded count ("about 3", "at least 3", "3+"), a fraction ("three quarters"), a percent, or a digit '
+            'changed by a superscript, fraction or symbol ("3²", "3½", "3°") is rejected; a Unicode minus sign is a '
+            "minus."
         )
 
     def match(
@@ -191,3 +247,19 @@ class CountVerifier(Verifier):
             return int(p) in targets
         value = _single_integer(_marked_answer(prediction))
         return value is not None and value in targets
+
+    def contradicts(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
+        if prediction is None:
+            return False
+        counts = [_reference_count(r) for r in as_references(reference)]
+        if not counts or None in counts:
+            return False
+        value = _single_integer(_marked_answer(prediction))
+        return value is not None and value not in counts
+
+    @property
+    def contradiction_rule(self) -> str:
+        return ("An answer that states exactly one whole number, plainly (no hedge, bound or second number), "
+                "different from the reference count.")

@@ -1,0 +1,260 @@
+"""False accepts the verifiers used to make, one class per test, and the invariants that rule them out.
+
+Each vector names the reference behaviour it is derived from (shared/research/verifiers.md has the
+reference implementations' outputs on these inputs) or the seed definition it follows. Properties are
+checked with hypothesis; `contradicts` (a certain rejection the judge may not overrule) must imply a
+rejection for every verifier.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from rs.extract import candidates
+from rs.verifiers import get_verifier
+from rs.verifiers.mcq import extract_choice
+
+FAST = settings(max_examples=300, deadline=None)
+
+
+def accepts(name: str, prediction: str, reference, **kw) -> bool:
+    return get_verifier(name).match(prediction, reference, **kw)
+
+
+# --- an answer that names several values is not the single-valued reference --------------------------------------
+
+
+@pytest.mark.parametrize("prediction", ["3 or 4", "x = 3 or x = 4", "between 3 and 4", "3, 4", "3 and 4", "3 \\text{ or } 4",
+                                        "either 3 or 4", "3 to 4", "\\boxed{3} or \\boxed{4}", "\\boxed{3}, \\boxed{4}",
+                                        "x=3, y=4"])
+def test_math_several_values_never_match_one(prediction: str) -> None:
+    # math-verify compares the last parsed value (or any of a set): "3 or 4" used to match 4.
+    assert not accepts("math", prediction, "4")
+
+
+@pytest.mark.parametrize(("prediction", "expected"), [("4", True), ("\\boxed{4}", True), ("x = 4", True), ("\\frac{8}{2}", True),
+                                                      ("\\boxed{3} ... wait, actually \\boxed{4}", True), ("1,000", False)])
+def test_math_single_values_still_match(prediction: str, expected: bool) -> None:
+    assert accepts("math", prediction, "4") is expected
+
+
+@pytest.mark.parametrize("prediction", ["3 or 4", "3 (or 4)", "3 or more", "between 3 and 5", "3-4", "3/4", "3, 4"])
+def test_count_several_values_never_match(prediction: str) -> None:
+    assert not accepts("count", prediction, "3")
+
+
+# --- integers read out of text that is not that integer (count) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("prediction", [
+    "−3", "\ufe633", "\uff0d3", "–3",  # Unicode minus signs: -3 (the ASCII encoding used to drop them)
+    "3½", "2⅓", "3¾ cubes",  # vulgar fractions next to a digit
+    "three quarters", "two thirds", "one third", "three fifths", "three halves",  # fraction words
+    "3²", "10³", "3₂",  # superscripts and subscripts
+    "３", "٣", "३", "Ⅲ",  # other scripts' digits, number characters
+    "3\u0305", "3°", "3%", "30 percent",  # marks, symbols, percent
+    "at least 3", "more than 3", "fewer than 3", "about 3", "approximately 3", "roughly 3", "around 3", "nearly 3",
+    "3+", "~3", "> 3", "3-ish", "3 or so",  # hedged or bounded counts
+])
+def test_count_rejects_what_is_not_the_integer(prediction: str) -> None:
+    # lmms-eval/VLMEvalKit count tasks read "the last number" or compare strings; none of these is the count 3.
+    assert not accepts("count", prediction, "3")
+
+
+@pytest.mark.parametrize("prediction", ["3", "There are 3 cubes.", "three", "3 (three)", "Answer: 3", "3.0", " 3 ", "“3”"])
+def test_count_still_reads_plain_counts(prediction: str) -> None:
+    assert accepts("count", prediction, "3")
+
+
+@given(st.integers(-10**6, 10**6), st.integers(-10**6, 10**6),
+       st.sampled_from(["{}", "There are {} cubes.", "Answer: {}", "{} objects", "The answer is {}."]))
+@FAST
+def test_count_never_accepts_a_different_integer(answer: int, reference: int, template: str) -> None:
+    v = get_verifier("count")
+    prediction = template.format(answer)
+    assert v.match(prediction, str(reference)) is (answer == reference)
+    assert v.contradicts(prediction, str(reference)) is (answer != reference)
+
+
+@given(st.integers(0, 10**6), st.integers(0, 10**6))
+@FAST
+def test_count_two_different_integers_never_match(a: int, b: int) -> None:
+    assume(a != b)
+    assert not accepts("count", f"{a} or {b}", str(a)) and not accepts("count", f"{a} red and {b} blue", str(b))
+
+
+# --- an option letter that is really an article or the start of an option's text (mcq) ---------------------------
+
+
+@pytest.mark.parametrize(("prediction", "options"), [
+    ("The answer is A dog.", ["cat", "dog"]),  # the article: VLMEvalKit's can_infer_option reads the first capital
+    ("Answer: A dog", ["cat", "dog"]),
+    ("Answer: A. dog", ["cat", "dog"]),  # A's letter with B's text: a contradiction
+    ("(A) or (B)", ["cat", "dog"]),  # two options named
+    ("The answer is A because it is small", None),
+    ("A little", ["A lot", "A little"]),  # option B by its text, never A by its first letter
+    ("I think it is big", ["big", "small", "tiny", "huge", "red", "blue", "green", "gray", "metal"]),  # "I" is no option
+])
+def test_mcq_articles_and_option_texts_are_not_letters(prediction: str, options: list[str] | None) -> None:
+    assert not accepts("mcq", prediction, "A", options=options)
+    if options is None or len(options) < 9:
+        assert not accepts("mcq", prediction, "I", options=options)
+
+
+@pytest.mark.parametrize(("prediction", "options", "letter"), [
+    ("Answer: A. cat", ["cat", "dog"], "A"), ("A little", ["A lot", "A little"], "B"), ("Option A or option B", None, None),
+    ("B", ["cat", "dog"], "B"), ("Answer: A cat", ["cat", "dog"], "A"), ("The answer is (B).", None, "B"),
+    ("Answer: E", ["a", "b", "c", "d"], None),
+])
+def test_mcq_still_reads_real_letters(prediction: str, options: list[str] | None, letter: str | None) -> None:
+    assert extract_choice(prediction, "ABCD" if options and len(options) <= 4 else "ABCDEFGH", options) == letter
+
+
+def test_options_reach_the_verifier() -> None:
+    # With the item's options the valid letters are known: E is no option of four.
+    v = get_verifier("mcq")
+    assert v.match("E", "E") and not v.match("E", "E", options=["a", "b", "c", "d"])
+    assert v.contradicts("B", "A", options=["cat", "dog"]) and not v.contradicts("A dog", "A", options=["cat", "dog"])
+
+
+@given(st.sampled_from("ABCDEFGH"), st.sampled_from("ABCDEFGH"),
+       st.sampled_from(["{}", "({})", "Answer: {}", "The answer is {}.", "**{}**", "{}) the thing"]))
+@FAST
+def test_mcq_a_different_letter_is_never_accepted(answer: str, reference: str, template: str) -> None:
+    v = get_verifier("mcq")
+    prediction = template.format(answer)
+    assert v.match(prediction, reference) is (answer == reference)
+    assert v.contradicts(prediction, reference) is (answer != reference)
+
+
+# --- numbers that are identifiers, and digits inside text (anls with numeric_exact) ------------------------------
+
+
+@pytest.mark.parametrize(("prediction", "reference", "expected"), [
+    ("007", "7", False), ("7", "007", False),  # leading zeros: an identifier, not the number 7
+    ("7.", "7", True), ("$1,234.", "1234", True),  # a trailing period is presentation (the RRC script strips nothing)
+    ("March 12, 2011", "March 12, 2010", False),  # ANLS 0.93 >= 0.9 in the reference metric: a wrong date
+    ("Room 102", "Room 101", False), ("Page 7", "Page 7", True), ("March 12, 2010.", "march 12, 2010", True),
+    ("ITC Limted", "ITC Limited", True),  # a typo in letters is what ANLS forgives
+    ("1.50", "1.5", True), ("-7", "7", False), ("7%", "7", False),
+])
+def test_anls_numbers_and_digits(prediction: str, reference: str, expected: bool) -> None:
+    assert accepts("anls", prediction, reference) is expected
+
+
+@given(st.text(alphabet="abcdefgh ", min_size=3, max_size=12), st.integers(0, 9999), st.integers(0, 9999))
+@FAST
+def test_anls_never_accepts_other_digits(words: str, a: int, b: int) -> None:
+    assume(a != b and words.strip())
+    v = get_verifier("anls")
+    reference, prediction = f"{words} {a}", f"{words} {b}"
+    assert not v.match(prediction, reference)
+    assert v.contradicts(prediction, reference)
+
+
+# --- votes (vqa) -------------------------------------------------------------------------------------------------
+
+
+def test_vqa_empty_answers_are_still_annotators() -> None:
+    # The official vqaEval counts matches over all ten annotators; dropping the nine empty ones first made the lone
+    # "blue" an alternative answer (fewer than three references) and accepted it.
+    assert not accepts("vqa", "blue", [""] * 9 + ["blue"])
+    assert not accepts("vqa", "blue", ["the", "a", ".", "", "", "", "", "", "", "blue"])
+    assert accepts("vqa", "blue", ["", "blue", "blue", "blue"])
+
+
+@given(st.integers(0, 2), st.sampled_from(["red", "2", "yes", "dog"]))
+@FAST
+def test_vqa_needs_three_annotators(votes: int, answer: str) -> None:
+    references = [answer] * votes + ["other"] * (10 - votes)
+    assert not accepts("vqa", answer, references)
+    assert accepts("vqa", answer, [answer] * 3 + ["other"] * 7)
+
+
+# --- the first line is no answer alone when the rest hedges (exact, alnum, anls, vqa) ------------------------------
+
+
+@pytest.mark.parametrize("name", ["exact", "alnum", "anls", "vqa"])
+@pytest.mark.parametrize("prediction", ["red\n\nor maybe blue", "red\n\nAlternatively, it could be blue.", "red\nI think it might be blue"])
+def test_a_hedged_first_line_is_not_the_answer(name: str, prediction: str) -> None:
+    assert not accepts(name, prediction, "red")
+    assert accepts(name, "red\n\nThe cube is red because it reflects red light.", "red")
+
+
+def test_candidates_keep_the_explanation_rule() -> None:
+    assert candidates("12\n\nExplanation: 12 apples") == ("12\n\nExplanation: 12 apples", "12")
+    assert candidates("3\n\nor maybe 4") == ("3\n\nor maybe 4",)
+
+
+# --- years (relaxed) ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("prediction", "expected"), [("2008", False), ("2010", True), ("2010.0", True), ("1995", False)])
+def test_relaxed_years_are_exact_by_default(prediction: str, expected: bool) -> None:
+    # pix2struct relaxed_correctness accepts 2008 for 2010 (within 5%; google-research/pix2struct#35).
+    assert accepts("relaxed", prediction, "2010") is expected
+    assert get_verifier("relaxed", year_guard=False).match("2008", "2010")
+
+
+@given(st.integers(1, 10**6), st.integers(-300, 300))
+@FAST
+def test_relaxed_accepts_exactly_within_the_tolerance(reference: int, per_mille: int) -> None:
+    # prediction = reference * (1 + per_mille / 1000), written exactly; within 5% means |per_mille| <= 50
+    v = get_verifier("relaxed", year_guard=False)
+    prediction = reference * (1000 + per_mille)
+    text = f"{prediction // 1000}.{prediction % 1000:03d}"
+    assert v.match(text, str(reference)) is (abs(per_mille) <= 50)
+    assert v.contradicts(text, str(reference)) is (abs(per_mille) > 50)
+
+
+@given(st.integers(1, 10**6))
+@FAST
+def test_relaxed_never_accepts_the_opposite_sign(value: int) -> None:
+    assert not accepts("relaxed", f"-{value}", str(value)) and not accepts("relaxed", str(value), f"-{value}")
+
+
+# --- invariants of every verifier -----------------------------------------------------------------------------------
+
+WORDS = st.sampled_from(["red", "Red.", "3", "three", "4", "yes", "No", "A", "(B)", "cube", "2010", "007", "7", "1,234",
+                         "3 or 4", "There are 3 cubes.", "\\boxed{3}", "", " ", "HELLO!"])
+
+
+@pytest.mark.parametrize("name", ["alnum", "anls", "count", "exact", "mcq", "relaxed", "vqa"])
+@given(prediction=WORDS, reference=WORDS)
+@settings(max_examples=200, deadline=None)
+def test_contradicts_implies_reject(name: str, prediction: str, reference: str) -> None:
+    v = get_verifier(name)
+    if v.contradicts(prediction, reference):
+        assert not v.match(prediction, reference)
+
+
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=10),
+       st.lists(st.sampled_from(list(".,!?-_'\"()[] ")), max_size=4), st.booleans())
+@FAST
+def test_alnum_is_invariant_to_case_and_punctuation(word: str, punctuation: list[str], upper: bool) -> None:
+    noisy = "".join(punctuation) + (word.upper() if upper else word) + "".join(reversed(punctuation))
+    assert accepts("alnum", noisy, word)
+
+
+@given(st.text(alphabet="abcdefghij XYZ", min_size=1, max_size=12).filter(lambda t: t.strip()), st.booleans())
+@FAST
+def test_exact_is_invariant_to_case_and_surrounding_whitespace(text: str, upper: bool) -> None:
+    assert accepts("exact", f"  {text.upper() if upper else text}\t", text)
+
+
+@pytest.mark.parametrize(("name", "prediction", "reference"), [
+    ("exact", "4", "3"), ("exact", "Yes.", "no"), ("alnum", "no", "yes"), ("vqa", "3", ["2"] * 10), ("anls", "2011", "2010"),
+    ("relaxed", "30", "20"), ("count", "4", "3"), ("mcq", "B", "A"),
+])
+def test_certain_rejections(name: str, prediction: str, reference) -> None:
+    assert get_verifier(name).contradicts(prediction, reference)
+
+
+@pytest.mark.parametrize(("name", "prediction", "reference"), [
+    ("exact", "blue", "red"), ("alnum", "4", "four"), ("vqa", "3", ["2"] * 9 + ["two people"]), ("anls", "ITC", "IBM"),
+    ("relaxed", "30", "abc"), ("count", "3 or 4", "3"), ("mcq", "A or B", "A"), ("count", "purple", "3"),
+])
+def test_uncertain_rejections_are_left_to_the_judge(name: str, prediction: str, reference) -> None:
+    assert not get_verifier(name).contradicts(prediction, reference)
