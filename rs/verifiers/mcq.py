@@ -18,6 +18,11 @@ Extraction, in order:
 
 Valid letters are the first ``len(options)`` of ``letters`` when options are given, else all of ``letters``; a
 letter outside them is not an answer. ``Answer: AB`` and ``A and B`` name no single option and never match.
+
+A letter followed straight by a word ("The answer is A dog") is the article "A", the pronoun "I" or the start of
+an option's text, not a choice, unless the words are that option's own text; when the options are known, a letter
+whose text is another option's ("Answer: A. dog" where dog is B) is a contradiction and names no option.
+Certain rejections (``contradicts``): the answer commits to one valid letter that differs from the reference's.
 """
 
 from __future__ import annotations
@@ -48,7 +53,39 @@ def _norm_option(text: str) -> str:
     return text[:-1].rstrip() if text.endswith(".") else text
 
 
+_AFTER_LETTER = re.compile(r"[)\].:*_]*[ \t]*(?P<words>[^\n]*)")
+_WORD_NEXT = re.compile(r"[ \t]+[A-Za-z]")
+_CONFLICT = "\x00"  # a letter whose text names another option: no answer at all
+_WRAPPED = re.compile(r"\(([A-Z])\)")
+
+
+def _read_letter(text: str, m: re.Match[str], valid: str, options: Sequence[str] | None, *, word: bool = True) -> str | None:
+    """The letter a marker match names, unless it is really a word: the article "A", the pronoun "I", or the
+    start of an option's text ("A cat" where no option is "cat" under A); after "option" or "choice" (`word`
+    False) a letter is always a letter. When the options are known, the text right after the letter must not be
+    another option's text ("Answer: A. dog" where dog is B)."""
+    letter = m.group(1)
+    after = text[m.end(1):]
+    words = _norm_option(_AFTER_LETTER.match(after).group("words").split(".")[0]) if options else ""
+    if word and _WORD_NEXT.match(after):  # "A cat": no ")", "." or ":" between the letter and the next word
+        phrase = _norm_option(text[m.start(1):].split("\n", 1)[0])
+        if options:
+            if letter in valid and _norm_option(options[valid.index(letter)]) in (words, phrase):
+                return letter
+            if any(_norm_option(o) in (words, phrase) for o in options):
+                return _CONFLICT
+        if letter in ("A", "I"):
+            return None
+    if options and words and letter in valid:
+        mine = _norm_option(options[valid.index(letter)])
+        if words != mine and any(_norm_option(o) == words for o in options):
+            return _CONFLICT
+    return letter
+
+
 def _one(letters: set[str]) -> str | None:
+    if _CONFLICT in letters:
+        return None
     return next(iter(letters)) if len(letters) == 1 else None
 
 
@@ -78,15 +115,21 @@ def extract_choice(text: str, letters: str = "ABCD", options: Sequence[str] | No
         letter = bare.group(1).upper()
         return letter if letter in valid else None
 
-    stated = {m.group(1) for m in _ANSWER_MARKER.finditer(text)}
+    if len(set(_WRAPPED.findall(text)) & set(valid)) > 1:  # "(A) or (B)", "(B), not (A)": two options named
+        return None
+    stated: set[str] = set()
+    for m in _ANSWER_MARKER.finditer(text):
+        if (letter := _read_letter(text, m, valid, options)) is not None:
+            stated.add(letter)
     leading = _LEADING.match(text)
-    if leading is not None:
-        stated.add(leading.group(1))
-    stated &= set(valid)
+    if leading is not None and (letter := _read_letter(text, leading, valid, options)) is not None:
+        stated.add(letter)
+    stated &= set(valid) | {_CONFLICT}
     if stated:
         return _one(stated)
 
-    named = {m.group(1) for m in _OPTION_MARKER.finditer(text)} & set(valid)
+    named = {letter for m in _OPTION_MARKER.finditer(text) if (letter := _read_letter(text, m, valid, options, word=False)) is not None}
+    named &= set(valid) | {_CONFLICT}
     if named:
         return _one(named)
 
@@ -151,7 +194,10 @@ class McqVerifier(Verifier):
             "that option.\n\n"
             "Nothing is ever guessed: an answer naming two different options (\"A and B\", \"the answer is A... "
             'no, C"), none at all, or a letter that is not an option is rejected — no random or nearest-option '
-            "fallback as in some benchmark scripts."
+            "fallback as in some benchmark scripts. A letter followed directly by words (\"the answer is A dog\") "
+            "is read as the article or the start of an option's text, not as a choice, unless the words are that "
+            "option's own text; a letter paired with another option's text (\"A. dog\" when dog is option B) "
+            "names no option."
         )
 
     def match(
@@ -173,3 +219,19 @@ class McqVerifier(Verifier):
         if not targets:
             return False
         return extract_choice(prediction, self._letters, options) in targets
+
+    def contradicts(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
+        if prediction is None:
+            return False
+        valid = self._letters[: len(options)] if options else self._letters
+        targets = {_reference_letter(r, valid, options) for r in as_references(reference)}
+        if not targets or None in targets:
+            return False
+        chosen = extract_choice(prediction, self._letters, options)
+        return chosen is not None and chosen not in targets
+
+    @property
+    def contradiction_rule(self) -> str:
+        return "An answer that commits to exactly one option letter, different from the reference letter."
