@@ -9,8 +9,12 @@ ANLS is a soft score; rejection sampling needs a yes/no, so a match requires ``s
 (default 0.9: one typo in ten characters). Two strictness rules on top:
 
 * ``numeric_exact`` (default on): when a reference is a number (digits with optional sign, currency symbol,
-  thousands commas, decimal point, percent), the prediction must be the same number — ANLS would give ``2011``
-  0.75 against ``2010`` and a ten-digit number with one wrong digit 0.9. ``$1,234`` then equals ``1234``.
+  thousands commas, decimal point, percent, one trailing period), the prediction must be the same number — ANLS
+  would give ``2011`` 0.75 against ``2010`` and a ten-digit number with one wrong digit 0.9. ``$1,234`` then
+  equals ``1234`` (the reference metric scores that pair 0.67: a deliberate leniency on presentation), but
+  leading zeros are significant (``007`` is not ``7``). A reference that only *contains* digits ("March 12,
+  2010") is scored by ANLS, but only when the prediction's digit runs are the reference's: the reference metric
+  accepts "March 12, 2011" at 0.93, a wrong date.
 * An empty reference never matches, even an empty prediction (the reference scripts score that pair 1.0).
 
 The prediction is additionally tried as its first line and its first paragraph.
@@ -101,13 +105,24 @@ def anls_score(prediction: str, references: str | Sequence[str]) -> float:
 
 
 @lru_cache(maxsize=1 << 14)
-def _as_number(text: str) -> tuple[Decimal, bool] | None:
-    """``(value, is_percent)`` for a numeric answer such as ``$1,234.50`` or ``-12%``, else ``None``."""
+def _as_number(text: str) -> tuple[bool, str, Decimal, bool] | None:
+    """``(negative, integer digits as written, fraction, is_percent)`` for a numeric answer such as ``$1,234.50``,
+    ``-12%`` or ``7.`` (one trailing period), else ``None``.
+
+    The integer digits are compared as written: ``007`` is an identifier, not ``7``. The fraction is compared by
+    value (``1.50`` is ``1.5``)."""
+    if text[-1:] == ".":
+        text = text[:-1]
     m = _NUMERIC.fullmatch(text)
     if m is None:
         return None
-    value = Decimal(m["int"].replace(",", "") + (m["frac"] or ""))
-    return (-value if m["sign"] == "-" else value), bool(m["pct"])
+    digits = m["int"].replace(",", "")
+    fraction = Decimal("0" + (m["frac"] or ""))
+    negative = m["sign"] == "-" and (digits.strip("0") != "" or fraction != 0)
+    return negative, digits, fraction, bool(m["pct"])
+
+
+_DIGITS = re.compile(r"[0-9]+")
 
 
 @register
@@ -135,6 +150,29 @@ class AnlsVerifier(Verifier):
                 "character in ten, 1.0 requires an exact (case- and whitespace-insensitive) match."
             )
 
+    def contradicts(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
+        if prediction is None or not self._numeric:
+            return False
+        refs = [r for r in map(anls_normalise, as_references(reference)) if r]
+        pred = anls_normalise(prediction)
+        if not refs or not pred:
+            return False
+        number = _as_number(pred)
+        if number is not None and all(_as_number(r) is not None for r in refs):
+            return all(_as_number(r) != number for r in refs)
+        # the same text with other digits ("March 12, 2011" against "March 12, 2010")
+        shape = _DIGITS.sub("#", pred)
+        return all(_DIGITS.sub("#", r) == shape and _DIGITS.findall(r) != _DIGITS.findall(pred) for r in refs)
+
+    @property
+    def contradiction_rule(self) -> str | None:
+        if not self._numeric:
+            return None
+        return ("A number different from a numeric reference, or the reference's own text with different digits "
+                '("March 12, 2011" against "March 12, 2010").')
+
     @property
     def description(self) -> str:
         text = (
@@ -150,12 +188,15 @@ class AnlsVerifier(Verifier):
         if self._numeric:
             text += (
                 "\n\nWhen the reference is a number, the prediction must be the same number instead: currency "
-                'signs and thousands separators are ignored ("$1,234" equals "1234"), but "2011" does not match '
-                '"2010" however similar the strings look.'
+                'signs, thousands separators and one trailing period are ignored ("$1,234." equals "1234"), but '
+                '"2011" does not match "2010" however similar the strings look, and leading zeros count ("007" is '
+                'an identifier, not "7"). When the reference merely contains digits ("March 12, 2010", "Room 101"), '
+                "a typo is tolerated in its letters but never in its digits: the prediction's runs of digits must be "
+                "the reference's."
             )
         text += (
-            "\n\nThe prediction is additionally tried as its first line and its first paragraph. An empty "
-            "reference never matches."
+            "\n\nThe prediction is additionally tried as its first line and its first paragraph, unless what "
+            "follows hedges or offers another answer. An empty reference never matches."
         )
         return text
 
@@ -176,9 +217,12 @@ class AnlsVerifier(Verifier):
                     if any(_as_number(p) == number for p in preds):
                         return True
                     continue
+            ref_digits = _DIGITS.findall(ref) if self._numeric else None
             for pred in preds:
                 if pred == ref:
                     return True
+                if ref_digits is not None and _DIGITS.findall(pred) != ref_digits:
+                    continue  # a typo may be forgiven in letters, never in digits
                 length = max(len(pred), len(ref))
                 # Distance bound implied by min_score (+1 guards against float rounding); exact check follows.
                 bound = int((1.0 - min_score) * length) + 1
