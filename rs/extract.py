@@ -32,6 +32,11 @@ _ANSWER_LINE = re.compile(
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
 
 _BOXED = "\\boxed"
+# Words after the first line that offer another answer or doubt the first one.
+_HEDGE = re.compile(
+    r"(?i)\b(?:or|alternatively|otherwise|maybe|perhaps|possibly|probably|might|could|either|unsure|not sure|"
+    r"uncertain|i think|it seems|seems|likely|unclear|hard to tell|or rather|actually|correction|wait)\b"
+)
 
 
 def split_reasoning(text: str) -> tuple[str, str | None]:
@@ -161,12 +166,15 @@ def candidates(answer: str) -> tuple[str, ...]:
     """``(full, first line, first paragraph)`` of a trimmed answer, duplicates removed, order kept.
 
     Short-answer verifiers accept when *any* candidate matches, so a model that answers and then explains
-    ("12\\n\\nExplanation: …") is not penalised for the explanation. Numeric-tolerance and multiple-choice
+    ("12\\n\\nExplanation: …") is not penalised for the explanation. When the rest hedges or offers another
+    answer ("red\\n\\nAlternatively it could be blue"), only the full text is a candidate. Numeric-tolerance and multiple-choice
     verifiers must not use this: a first line can hold several numbers or option letters.
     """
     full = answer.strip()
     if "\n" not in full:
         return (full,)
+    if _HEDGE.search(full.split("\n", 1)[1]) is not None:
+        return (full,)  # "3\n\nor maybe 4": what follows offers another answer, the first line is no answer alone
     first_line = full.split("\n", 1)[0].strip()
     first_paragraph = _PARAGRAPH_BREAK.split(full, 1)[0].strip()
     if first_paragraph == full:

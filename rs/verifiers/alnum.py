@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from rs.extract import candidates
-from rs.verifiers.base import Verifier, as_references, register
+from rs.verifiers.base import Verifier, as_references, numbers_or_polars_differ, register
 
 __all__ = ["AlnumVerifier", "alnum_normalise"]
 
@@ -56,7 +56,8 @@ class AlnumVerifier(Verifier):
             "Total-Text): fold case and drop every non-alphanumeric character from both sides, then require an "
             'exact match. "HELLO!", "hello" and "Hello." are therefore the same answer.\n\n'
             "The prediction is additionally tried as its first line and its first paragraph, so a model that "
-            "gives the right answer and then explains anyway is not penalised for the explanation.\n\n"
+            "gives the right answer and then explains anyway is not penalised for the explanation; not when what "
+            "follows hedges or offers another answer (\"red\" then \"or maybe blue\").\n\n"
             'Accented and compatibility characters are reduced to their plain ASCII letters and digits first, so '
             '"Café" matches "cafe" and "²" matches "2"; characters with no ASCII equivalent are dropped. A '
             "reference with no letters or digits left after this never matches anything."
@@ -81,3 +82,15 @@ class AlnumVerifier(Verifier):
         if "\n" not in prediction:
             return norm(prediction) in refs
         return any(norm(c) in refs for c in candidates(prediction))
+
+    def contradicts(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
+        if prediction is None:
+            return False
+        return numbers_or_polars_differ(prediction, list(as_references(reference)))
+
+    @property
+    def contradiction_rule(self) -> str:
+        return ("A plain number different from every reference number, or yes against no (and no against yes); "
+                "compared as written, before letters and digits are filtered.")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from rs.extract import candidates
-from rs.verifiers.base import Verifier, as_references, register
+from rs.verifiers.base import Verifier, as_references, numbers_or_polars_differ, register
 
 __all__ = ["ExactVerifier", "exact_normalise"]
 
@@ -44,7 +44,8 @@ class ExactVerifier(Verifier):
             "have runs of whitespace collapsed to a single space, and lose one trailing period. Nothing else is "
             'forgiven: "t-shirt" differs from "t shirt", "3.5" from "35", "two" from "2", and articles count.\n\n'
             "The prediction is additionally tried as its first line and its first paragraph, so a model that "
-            "gives the right answer and then explains anyway is not penalised for the explanation. When several "
+            "gives the right answer and then explains anyway is not penalised for the explanation (not when what "
+            "follows hedges or offers another answer). When several "
             "references are given, matching any one of them is enough; an empty reference never matches."
         )
 
@@ -69,3 +70,15 @@ class ExactVerifier(Verifier):
         if "\n" not in prediction:
             return norm(prediction) in refs
         return any(norm(c) in refs for c in candidates(prediction))
+
+    def contradicts(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
+        if prediction is None:
+            return False
+        return numbers_or_polars_differ(prediction, list(as_references(reference)))
+
+    @property
+    def contradiction_rule(self) -> str:
+        return ("A plain number different from every reference number, or yes against no (and no against yes), after "
+                "lowercasing and trimming.")

@@ -9,7 +9,9 @@ official normalisation (GT-Vision-Lab/VQA ``vqaEval.py``). Deviations from that 
   every ``.`` not followed by a digit, so ``"3."`` becomes ``"3"`` — is kept, without the accidental 32-period
   limit (``re.UNICODE`` passed as ``count``).
 * Fewer than three references are not annotator votes but alternative answers: any match scores 1.0. With a
-  single reference a match is therefore accepted (not 1/3).
+  single reference a match is therefore accepted (not 1/3). Annotators are counted before answers that
+  normalise to nothing are dropped, so ten annotators of whom nine answered "" or "the" leave one vote (1/3),
+  not one alternative answer; repeats are votes (the sources keep them).
 * ``leave_one_out=True`` reproduces the official averaging over the n subsets of n−1 annotators (three matching
   annotators out of ten then score 0.9, not 1.0); it is off by default so that ``threshold=1.0`` reads as
   "at least three annotators agree".
@@ -23,7 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from rs.extract import candidates
-from rs.verifiers.base import Param, Verifier, VerifierError, as_references, register
+from rs.verifiers.base import Param, Verifier, VerifierError, as_references, numbers_or_polars_differ, register
 
 __all__ = ["VqaVerifier", "vqa_normalise", "vqa_score"]
 
@@ -114,6 +116,7 @@ def _accuracy(matches: int, n: int, leave_one_out: bool) -> float:
 def vqa_score(prediction: str, references: str | Sequence[str], *, leave_one_out: bool = False) -> float:
     """Soft VQA accuracy of ``prediction`` (best of its full text / first line / first paragraph)."""
     refs = [vqa_normalise(r) for r in as_references(references)]
+    annotators = len(refs)  # counted before empty answers are dropped: they are votes for nothing, not absences
     refs = [r for r in refs if r]
     if not refs:
         return 0.0
@@ -121,7 +124,7 @@ def vqa_score(prediction: str, references: str | Sequence[str], *, leave_one_out
     for cand in candidates(prediction):
         norm = vqa_normalise(cand)
         if norm:
-            best = max(best, _accuracy(refs.count(norm), len(refs), leave_one_out))
+            best = max(best, _accuracy(refs.count(norm), annotators, leave_one_out))
     return best
 
 
@@ -173,8 +176,9 @@ class VqaVerifier(Verifier):
             '"the" removed, missing apostrophes restored ("dont" becomes "don\'t"), most punctuation removed or '
             "replaced by a space, and periods dropped unless they are decimal points.\n\n"
             "With fewer than three references, the references are alternative correct answers rather than "
-            "annotator votes, and matching any one of them scores 1. The prediction is additionally tried as its "
-            "first line and its first paragraph."
+            "annotator votes, and matching any one of them scores 1; annotators whose answer normalises to "
+            "nothing still count as annotators. The prediction is additionally tried as its first line and its "
+            "first paragraph, unless what follows hedges or offers another answer."
         )
 
     def match(
@@ -183,3 +187,16 @@ class VqaVerifier(Verifier):
         if prediction is None:
             return False
         return vqa_score(prediction, reference, leave_one_out=self._loo) >= self._threshold
+
+    def contradicts(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
+        if prediction is None:
+            return False
+        refs = [r for r in map(vqa_normalise, as_references(reference)) if r]
+        return numbers_or_polars_differ(vqa_normalise(prediction), refs)
+
+    @property
+    def contradiction_rule(self) -> str:
+        return ("A number when every annotator answered with a number and none with that one, or yes against "
+                "annotators who all said no (and no against yes).")
