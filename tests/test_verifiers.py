@@ -74,7 +74,7 @@ def test_unknown_verifier_lists_known_names() -> None:
 @pytest.mark.parametrize(
     ("name", "params", "fragments"),
     [
-        ("relaxed", {"tol": 0.1}, ["'tol'", "tolerance (float, default 0.05)", "year_guard (bool, default False)"]),
+        ("relaxed", {"tol": 0.1}, ["'tol'", "tolerance (float, default 0.05)", "year_guard (bool, default True)"]),
         ("relaxed", {"tolerance": "5%"}, ["'tolerance'", "must be float", "str"]),
         ("relaxed", {"tolerance": True}, ["'tolerance'", "must be float", "bool"]),
         ("relaxed", {"tolerance": -0.1}, ["'tolerance'", "[0, 1)"]),
@@ -106,12 +106,12 @@ def test_bad_params_are_rejected_with_a_useful_message(name: str, params: dict, 
 
 
 def test_params_resolve_defaults_and_coerce_int_to_float() -> None:
-    assert verifier_params("relaxed") == {"tolerance": (float, 0.05), "year_guard": (bool, False)}
+    assert verifier_params("relaxed") == {"tolerance": (float, 0.05), "year_guard": (bool, True)}
     assert verifier_params("alnum") == {}
-    assert resolve_params("relaxed", {"tolerance": 0}) == {"tolerance": 0.0, "year_guard": False}
+    assert resolve_params("relaxed", {"tolerance": 0}) == {"tolerance": 0.0, "year_guard": True}
     assert resolve_params("vqa", {"threshold": 1}) == {"threshold": 1.0, "leave_one_out": False}
     v = get_verifier("relaxed", tolerance=0.1)
-    assert v.params == {"tolerance": 0.1, "year_guard": False}
+    assert v.params == {"tolerance": 0.1, "year_guard": True}
     v.params["tolerance"] = 9  # a copy
     assert v.params["tolerance"] == 0.1
     with pytest.raises(VerifierError):
@@ -285,9 +285,9 @@ def test_alnum(prediction: str, reference, expected: bool) -> None:
         ("$5", "5", False),
         ("two", "2", False),
         ("1 GPI", "1", False),
-        # years: no special case by default (pix2struct#35)
-        ("2008", "2010", True),
-        ("1995", "2000", True),
+        # years: exact by default (deliberate deviation; pix2struct#35 accepts both)
+        ("2008", "2010", False),
+        ("1995", "2000", False),
         # empty reference never matches
         ("", "", False),
         (".", ".", False),

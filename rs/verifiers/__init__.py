@@ -5,7 +5,7 @@ Usage:
     >>> from rs.verifiers import get_verifier
     >>> v = get_verifier("relaxed", tolerance=0.05)
     >>> v.match("19", "20"), v.name, v.params
-    (True, 'relaxed', {'tolerance': 0.05, 'year_guard': False})
+    (True, 'relaxed', {'tolerance': 0.05, 'year_guard': True})
 
 ``prediction`` is the final answer with reasoning already removed (:func:`rs.extract.split_reasoning`); ``None``
 (no final answer) never matches. ``reference`` is a string or a list of strings.

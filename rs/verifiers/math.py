@@ -8,6 +8,10 @@ are handled here:
   reference is therefore wrapped in ``\\boxed{…}`` (falling back to ``$…$`` and the raw text).
 * Several ``\\boxed{}`` in one answer are joined into a set that matches nothing; the **last** box is taken
   first (then an ``<answer>`` tag or ``Answer:`` line), and wrapped again so bare LaTeX parses.
+* An answer that names several values ("3 or 4", "between 3 and 5", "3, 4", "3 \\pm 1", two different boxed
+  values, a parsed set, tuple or interval) never matches a single-valued reference: math-verify compares its
+  last value or any of its values, so "3 or 4" used to match 4 (a deliberate deviation; a set, tuple or interval
+  reference is compared as math-verify intends).
 * ``verify`` is asymmetric; the reference is always passed as gold, first.
 
 An empty parse on either side is a non-match — never a raw string comparison of long texts.
@@ -21,6 +25,7 @@ pathological expression can then hang that thread, so for parallel verification 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
@@ -61,6 +66,42 @@ def _marked_answer(prediction: str) -> tuple[str, bool]:
     if line is not None:
         return line, True
     return prediction.strip(), False
+
+
+# Words and signs by which an answer names several values: "3 or 4", "between 3 and 5", "3 \\pm 1", "3; 4".
+_SEVERAL = re.compile(r"(?i)\b(?:or|and|between|either|to)\b|\\pm|\\mp|±|∓|;|\\lor|\\cup")
+# A comma that separates values, not one that groups thousands ("1,000").
+_LIST_COMMA = re.compile(r",(?![0-9]{3}(?![0-9]))")
+_TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{([^{}]*)\}")
+_BOXES = re.compile(r"\\boxed\s*\{")
+_FLAT_BOX = re.compile(r"\\boxed\s*\{[^{}]*\}")
+_BOX_LIST = re.compile(r"\}\s*[,;]\s*\\boxed")  # "\boxed{3}, \boxed{4}"
+
+
+def _names_several_values(prediction: str, marked: str) -> bool:
+    """Whether an answer states more than one value: a connector or a list in its (marked) answer, or
+    different boxed values joined by a connector."""
+    if prediction.count("\\boxed") > 1:
+        # the last box of each prefix that stops where the next box starts: every box's content
+        ends = [m.start() for m in _BOXES.finditer(prediction)][1:] + [len(prediction)]
+        boxes = {last_boxed(prediction[: end]) for end in ends}
+        outside = _FLAT_BOX.sub(" ", prediction)
+        # "\\boxed{3} or \\boxed{4}" names two values; a correction ("\\boxed{3}... wait: \\boxed{5}") keeps the last box
+        if len(boxes - {None}) > 1 and (_SEVERAL.search(outside) or _BOX_LIST.search(prediction)):
+            return True
+    text = _TEXT.sub(lambda m: f" {m.group(1)} ", marked)
+    return _SEVERAL.search(text) is not None or _LIST_COMMA.search(text) is not None
+
+
+def _is_several(parsed: list[Any]) -> bool:
+    """A parse that is a set of several elements, a tuple, an interval or a list (math-verify's multi-values)."""
+    if not parsed:
+        return False
+    value = parsed[0]
+    name = type(value).__name__
+    if name in ("FiniteSet", "Tuple", "Interval", "Union", "list", "tuple", "set", "ProductSet"):
+        return not (name == "FiniteSet" and len(value) == 1)
+    return False
 
 
 @register
@@ -104,7 +145,9 @@ class MathVerifier(Verifier):
             f"Numbers are compared after rounding to {self._rounding} decimal places. If the answer contains "
             "several boxed values, only the last one is read (otherwise an explicit answer tag or "
             '"Answer:" line). An answer that cannot be parsed as mathematics is rejected, never compared as raw '
-            'text, and number words ("two") are not parsed.'
+            'text, and number words ("two") are not parsed. An answer that names several values ("3 or 4", '
+            '"between 3 and 5", "3, 4", "3 \\pm 1", two boxed values joined by "or") never matches a reference '
+            "that is a single value, even when one of its values is the reference."
         )
 
     def _timeout_now(self) -> int | None:
@@ -155,9 +198,43 @@ class MathVerifier(Verifier):
         pred = self._parse_prediction(prediction, timeout)
         if not pred:
             return False
+        if self._several(prediction, pred):
+            # A single-valued reference is never matched by an answer that names several values (one of them
+            # would match: "3 or 4" for 4); a set, tuple or interval reference is compared as math-verify does.
+            golds = [g for g in golds if _is_several(list(g)) or _SEVERAL.search(str(g[-1])) or _LIST_COMMA.search(str(g[-1]))]
         return any(
             self._mv.verify(
                 list(gold), pred, float_rounding=self._rounding, timeout_seconds=timeout
             )
             for gold in golds
         )
+
+    def _several(self, prediction: str, parsed: list[Any]) -> bool:
+        return _is_several(parsed) or _names_several_values(prediction, _marked_answer(prediction)[0])
+
+    def contradicts(
+        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+    ) -> bool:
+        """Both sides parse to single plain numbers that differ beyond the rounding; anything else is not certain."""
+        if prediction is None:
+            return False
+        try:
+            timeout = self._timeout_now()
+            pred = self._parse_prediction(prediction, timeout)
+            if not pred or self._several(prediction, pred) or not _plain_number(pred[0]):
+                return False
+            golds = [self._parse_gold(r, timeout) for r in as_references(reference)]
+            if not golds or not all(g and _plain_number(g[0]) for g in golds):
+                return False
+            return not any(self._mv.verify(list(g), pred, float_rounding=self._rounding, timeout_seconds=timeout) for g in golds)
+        except Exception:  # a parse that fails or times out proves nothing
+            return False
+
+    @property
+    def contradiction_rule(self) -> str:
+        return "A single number different from a single-number reference after rounding."
+
+
+def _plain_number(value: Any) -> bool:
+    """A SymPy number with no free symbols (3, 1/2, 0.25), not an expression, set or equation."""
+    return bool(getattr(value, "is_number", False)) and not getattr(value, "free_symbols", True)
