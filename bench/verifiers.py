@@ -1,12 +1,16 @@
 """Throughput benchmark for the answer verifiers.
 
-    python bench/verifiers.py [--n 1000000] [--seed 0] [--only alnum,relaxed]
+    python bench/verifiers.py [--n 1000000] [--seed 0] [--only alnum,relaxed] [--against REV]
 
 For each verifier it generates ``--n`` realistic (prediction, reference) pairs deterministically — short answers
 as produced for CLEVR, CLEVR-Math, ChartQA, GQA, VQAv2, DocVQA and multiple-choice sets, with a mix of exact
 matches, harmless variants (case, punctuation, a sentence or explanation around the answer) and wrong answers —
 then times ``Verifier.match`` over all of them on one CPU core and prints a table. The slow verifiers (``vqa``,
 ``anls``, ``math``) run on fewer pairs, shown in the ``pairs`` column.
+
+With ``--against REV`` (a git revision, for example ``HEAD~3`` or ``main``) the verifiers of that revision run on
+the same pairs in the same run, each verifier alternating between the two trees, and a ``ratio`` column says how
+fast this checkout is relative to it: the machine's noise then cancels out.
 
 Rejection sampling verifies every sample of a multi-million-item family, so the string verifiers must not be
 the bottleneck: ``alnum``, ``relaxed``, ``exact`` and ``count`` are expected to reach 300,000 checks/s.
@@ -15,14 +19,19 @@ the bottleneck: ``alnum``, ``relaxed``, ``exact`` and ``count`` are expected to 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, os.environ.get("RS_BENCH_TREE", str(ROOT)))
 
 from rs.verifiers import VerifierError, get_verifier  # noqa: E402
 
@@ -219,11 +228,43 @@ def bench(name: str, n: int, seed: int) -> tuple[int, float, float] | None:
     return n, seconds, hits / n
 
 
+def _export_tree(rev: str, into: Path) -> Path:
+    """The ``rs`` package of git revision ``rev``, extracted under ``into``."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev, "rs"], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        raise SystemExit(f"--against {rev}: git archive failed: {archive.stderr.decode().strip()}")
+    tar_path = into / "tree.tar"
+    tar_path.write_bytes(archive.stdout)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(into / "tree", filter="data")
+    return into / "tree"
+
+
+def _run_one(name: str, n: int, seed: int, tree: Path | None) -> tuple[int, float, float] | None:
+    """One verifier timed in a fresh interpreter, importing ``rs`` from ``tree`` (this checkout when None)."""
+    env = dict(os.environ)
+    env.pop("RS_BENCH_TREE", None)
+    if tree is not None:
+        env["RS_BENCH_TREE"] = str(tree)
+    cmd = [sys.executable, __file__, "--only", name, "--n", str(n), "--seed", str(seed), "--json", "--exact-n"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if out.returncode not in (0, 1) or not out.stdout.strip():
+        print(f"{name}: {'old' if tree else 'new'} tree failed:\n{out.stderr.strip()}", file=sys.stderr)
+        return None
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    return None if row is None else (row["pairs"], row["seconds"], row["match_rate"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="pairs per targeted verifier (default 1,000,000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", default="", help="comma-separated verifier names (default: all)")
+    parser.add_argument("--against", metavar="REV", help="also time the verifiers of git revision REV; print ratios")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--exact-n", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
@@ -232,25 +273,45 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown verifier(s) {', '.join(unknown)}; choose from {', '.join(GENERATORS)}")
 
-    header = f"{'verifier':<9} {'pairs':>10} {'seconds':>8} {'checks/s':>11} {'match rate':>10}  target"
-    print(header)
-    print("-" * len(header))
-    failed = False
-    for name in names:
-        n = max(1, int(args.n * SCALE.get(name, 1.0)))
+    if args.json:
+        name = names[0]
+        n = args.n if args.exact_n else max(1, int(args.n * SCALE.get(name, 1.0)))
         result = bench(name, n, args.seed)
-        if result is None:
-            print(f"{name:<9} {'-':>10} {'-':>8} {'-':>11} {'-':>10}  skipped (dependency missing)")
-            continue
-        pairs, seconds, rate = result
-        per_s = pairs / seconds
-        if name in TARGETED:
-            ok = per_s >= TARGET
-            failed |= not ok
-            verdict = f"{'PASS' if ok else 'FAIL'} (>= {TARGET:,}/s)"
-        else:
-            verdict = "reported only"
-        print(f"{name:<9} {pairs:>10,} {seconds:>8.2f} {per_s:>11,.0f} {rate:>10.1%}  {verdict}", flush=True)
+        print(json.dumps(None if result is None else dict(zip(("pairs", "seconds", "match_rate"), result))))
+        return 0
+
+    with tempfile.TemporaryDirectory(prefix="rs-bench-") as tmp:
+        old_tree = _export_tree(args.against, Path(tmp)) if args.against else None
+        extra = f" {'old/s':>11} {'ratio':>6}" if old_tree else ""
+        header = f"{'verifier':<9} {'pairs':>10} {'seconds':>8} {'checks/s':>11} {'match rate':>10}{extra}  target"
+        print(header)
+        print("-" * len(header))
+        failed = False
+        for name in names:
+            n = max(1, int(args.n * SCALE.get(name, 1.0)))
+            if old_tree is None:
+                result = bench(name, n, args.seed)
+                old = None
+            else:  # alternate new, old, new, old and keep each side's best
+                runs = [_run_one(name, n, args.seed, tree) for tree in (None, old_tree, None, old_tree)]
+                new_runs = [r for r in runs[::2] if r]
+                old_runs = [r for r in runs[1::2] if r]
+                result = min(new_runs, key=lambda r: r[1]) if new_runs else None
+                old = min(old_runs, key=lambda r: r[1]) if old_runs else None
+            if result is None:
+                print(f"{name:<9} {'-':>10} {'-':>8} {'-':>11} {'-':>10}  skipped (dependency missing)")
+                continue
+            pairs, seconds, rate = result
+            per_s = pairs / seconds
+            if old_tree is not None:
+                extra = f" {old[0] / old[1]:>11,.0f} {per_s / (old[0] / old[1]):>5.2f}x" if old else f" {'-':>11} {'-':>6}"
+            if name in TARGETED:
+                ok = per_s >= TARGET
+                failed |= not ok
+                verdict = f"{'PASS' if ok else 'FAIL'} (>= {TARGET:,}/s)"
+            else:
+                verdict = "reported only"
+            print(f"{name:<9} {pairs:>10,} {seconds:>8.2f} {per_s:>11,.0f} {rate:>10.1%}{extra}  {verdict}", flush=True)
     return 1 if failed else 0
 
 

@@ -13,8 +13,12 @@ call from any thread.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
-__all__ = ["answer_line", "answer_tag", "candidates", "last_boxed", "split_reasoning"]
+__all__ = [
+    "answer_line", "answer_tag", "any_candidate", "candidates", "hedges", "last_boxed", "shorter_candidates",
+    "split_reasoning",
+]
 
 # `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
 # disagree on capitalisation.
@@ -32,11 +36,28 @@ _ANSWER_LINE = re.compile(
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
 
 _BOXED = "\\boxed"
-# Words after the first line that offer another answer or doubt the first one.
-_HEDGE = re.compile(
-    r"(?i)\b(?:or|alternatively|otherwise|maybe|perhaps|possibly|probably|might|could|either|unsure|not sure|"
-    r"uncertain|i think|it seems|seems|likely|unclear|hard to tell|or rather|actually|correction|wait)\b"
+# Words after the first line that offer another answer or doubt the first one, matched as whole words. Bytes
+# translate and split: this runs on every multi-line answer a first line would accept, and a regex is 3x slower.
+_HEDGE_WORDS = frozenset(
+    b"or alternatively otherwise maybe perhaps possibly probably might could either unsure uncertain seems likely "
+    b"unclear actually correction wait".split()
 )
+_HEDGE_PHRASES = (b"not sure", b"i think", b"hard to tell")
+_PHRASE_ENDS = frozenset(p.rsplit(b" ", 1)[1] for p in _HEDGE_PHRASES)
+_HEDGE_OR_PHRASE_END = _HEDGE_WORDS | _PHRASE_ENDS
+# Bytes of ASCII letters and digits kept (lowercased), every other byte a word break.
+_WORD_BYTES = bytes(ord(chr(c).lower()) if chr(c).isascii() and chr(c).isalnum() else 32 for c in range(256))
+
+
+def hedges(rest: str) -> bool:
+    """Whether ``rest`` (what follows an answer's first line) offers another answer or doubts the first one."""
+    words = rest.encode("utf-8", "replace").translate(_WORD_BYTES).split()
+    if _HEDGE_OR_PHRASE_END.isdisjoint(words):
+        return False
+    if not _HEDGE_WORDS.isdisjoint(words):
+        return True
+    text = b" ".join(words)
+    return any(phrase in text for phrase in _HEDGE_PHRASES)
 
 
 def split_reasoning(text: str) -> tuple[str, str | None]:
@@ -167,18 +188,39 @@ def candidates(answer: str) -> tuple[str, ...]:
 
     Short-answer verifiers accept when *any* candidate matches, so a model that answers and then explains
     ("12\\n\\nExplanation: …") is not penalised for the explanation. When the rest hedges or offers another
-    answer ("red\\n\\nAlternatively it could be blue"), only the full text is a candidate. Numeric-tolerance and multiple-choice
-    verifiers must not use this: a first line can hold several numbers or option letters.
+    answer ("red\\n\\nAlternatively it could be blue"), only the full text is a candidate. Numeric-tolerance and
+    multiple-choice verifiers must not use this: a first line can hold several numbers or option letters.
     """
     full = answer.strip()
     if "\n" not in full:
         return (full,)
-    if _HEDGE.search(full.split("\n", 1)[1]) is not None:
+    shorter = shorter_candidates(full)
+    if not shorter or hedges(full.split("\n", 1)[1]):
         return (full,)  # "3\n\nor maybe 4": what follows offers another answer, the first line is no answer alone
+    return (full, *shorter)
+
+
+def shorter_candidates(full: str) -> tuple[str, ...]:
+    """The first line and first paragraph of a trimmed multi-line answer that differ from it, *before* the hedge
+    check: callers that accept on one of them must then check :func:`hedges` (see :func:`any_candidate`)."""
     first_line = full.split("\n", 1)[0].strip()
     first_paragraph = _PARAGRAPH_BREAK.split(full, 1)[0].strip()
     if first_paragraph == full:
-        return (full, first_line) if first_line != full else (full,)
+        return (first_line,) if first_line != full else ()
     if first_paragraph == first_line:
-        return (full, first_line)
-    return (full, first_line, first_paragraph)
+        return (first_line,)
+    return (first_line, first_paragraph)
+
+
+def any_candidate(answer: str, accepts: Callable[[str], bool]) -> bool:
+    """Whether ``accepts`` holds for one of :func:`candidates` of ``answer``.
+
+    Same answer as ``any(map(accepts, candidates(answer)))``, but the hedge check runs only when a first line or
+    paragraph would be accepted: most multi-line answers are rejected before it is needed.
+    """
+    full = answer.strip()
+    if accepts(full):
+        return True
+    if "\n" not in full:
+        return False
+    return any(map(accepts, shorter_candidates(full))) and not hedges(full.split("\n", 1)[1])

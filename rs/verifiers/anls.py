@@ -28,7 +28,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from rs.extract import candidates
+from rs.extract import any_candidate, candidates
 from rs.verifiers.base import Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["AnlsVerifier", "anls_normalise", "anls_score", "levenshtein"]
@@ -208,24 +208,24 @@ class AnlsVerifier(Verifier):
         refs = [r for r in map(anls_normalise, as_references(reference)) if r]
         if not refs:
             return False
-        preds = [anls_normalise(c) for c in candidates(prediction)]
+        return any_candidate(prediction, lambda candidate: self._matches(anls_normalise(candidate), refs))
+
+    def _matches(self, pred: str, refs: list[str]) -> bool:
         min_score = self._min
         for ref in refs:
+            if pred == ref:
+                return True
             if self._numeric:
                 number = _as_number(ref)
                 if number is not None:
-                    if any(_as_number(p) == number for p in preds):
+                    if _as_number(pred) == number:
                         return True
                     continue
-            ref_digits = _DIGITS.findall(ref) if self._numeric else None
-            for pred in preds:
-                if pred == ref:
-                    return True
-                if ref_digits is not None and _DIGITS.findall(pred) != ref_digits:
-                    continue  # a typo may be forgiven in letters, never in digits
-                length = max(len(pred), len(ref))
-                # Distance bound implied by min_score (+1 guards against float rounding); exact check follows.
-                bound = int((1.0 - min_score) * length) + 1
-                if _similarity(pred, ref, bound) >= min_score:
-                    return True
+            length = max(len(pred), len(ref))
+            # Distance bound implied by min_score (+1 guards against float rounding); exact check follows.
+            bound = int((1.0 - min_score) * length) + 1
+            if _similarity(pred, ref, bound) >= min_score and (
+                not self._numeric or _DIGITS.findall(pred) == _DIGITS.findall(ref)
+            ):
+                return True  # a typo may be forgiven in letters, never in digits
         return False

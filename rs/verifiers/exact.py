@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
-from rs.extract import candidates
+from rs.extract import any_candidate
 from rs.verifiers.base import Verifier, as_references, numbers_or_polars_differ, register
 
 __all__ = ["ExactVerifier", "exact_normalise"]
@@ -63,13 +63,13 @@ class ExactVerifier(Verifier):
                 return True
             if "\n" not in prediction:
                 return norm(prediction) == ref
-            return any(norm(c) == ref for c in candidates(prediction))
+            return any_candidate(prediction, lambda c: norm(c) == ref)
         refs = {r for r in map(norm, as_references(reference)) if r}
         if not refs:
             return False
         if "\n" not in prediction:
             return norm(prediction) in refs
-        return any(norm(c) in refs for c in candidates(prediction))
+        return any_candidate(prediction, lambda c: norm(c) in refs)
 
     def contradicts(
         self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
