@@ -19,6 +19,7 @@ the bottleneck: ``alnum``, ``relaxed``, ``exact`` and ``count`` are expected to 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
@@ -235,9 +236,7 @@ def _export_tree(rev: str, into: Path) -> Path:
     )
     if archive.returncode != 0:
         raise SystemExit(f"--against {rev}: git archive failed: {archive.stderr.decode().strip()}")
-    tar_path = into / "tree.tar"
-    tar_path.write_bytes(archive.stdout)
-    with tarfile.open(tar_path) as tar:
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(into / "tree", filter="data")
     return into / "tree"
 
@@ -248,7 +247,7 @@ def _run_one(name: str, n: int, seed: int, tree: Path | None) -> tuple[int, floa
     env.pop("RS_BENCH_TREE", None)
     if tree is not None:
         env["RS_BENCH_TREE"] = str(tree)
-    cmd = [sys.executable, __file__, "--only", name, "--n", str(n), "--seed", str(seed), "--json", "--exact-n"]
+    cmd = [sys.executable, __file__, "--only", name, "--n", str(n), "--seed", str(seed), "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if out.returncode not in (0, 1) or not out.stdout.strip():
         print(f"{name}: {'old' if tree else 'new'} tree failed:\n{out.stderr.strip()}", file=sys.stderr)
@@ -264,7 +263,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated verifier names (default: all)")
     parser.add_argument("--against", metavar="REV", help="also time the verifiers of git revision REV; print ratios")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--exact-n", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
@@ -275,8 +273,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.json:
         name = names[0]
-        n = args.n if args.exact_n else max(1, int(args.n * SCALE.get(name, 1.0)))
-        result = bench(name, n, args.seed)
+        result = bench(name, max(1, int(args.n * SCALE.get(name, 1.0))), args.seed)
         print(json.dumps(None if result is None else dict(zip(("pairs", "seconds", "match_rate"), result))))
         return 0
 
@@ -293,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = bench(name, n, args.seed)
                 old = None
             else:  # alternate new, old, new, old and keep each side's best
-                runs = [_run_one(name, n, args.seed, tree) for tree in (None, old_tree, None, old_tree)]
+                runs = [_run_one(name, args.n, args.seed, tree) for tree in (None, old_tree, None, old_tree)]
                 new_runs = [r for r in runs[::2] if r]
                 old_runs = [r for r in runs[1::2] if r]
                 result = min(new_runs, key=lambda r: r[1]) if new_runs else None

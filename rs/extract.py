@@ -15,10 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-__all__ = [
-    "answer_line", "answer_tag", "any_candidate", "candidates", "hedges", "last_boxed", "shorter_candidates",
-    "split_reasoning",
-]
+__all__ = ["answer_line", "answer_tag", "any_candidate", "candidates", "last_boxed", "split_reasoning"]
 
 # `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
 # disagree on capitalisation.
@@ -49,7 +46,7 @@ _HEDGE_OR_PHRASE_END = _HEDGE_WORDS | _PHRASE_ENDS
 _WORD_BYTES = bytes(ord(chr(c).lower()) if chr(c).isascii() and chr(c).isalnum() else 32 for c in range(256))
 
 
-def hedges(rest: str) -> bool:
+def _hedges(rest: str) -> bool:
     """Whether ``rest`` (what follows an answer's first line) offers another answer or doubts the first one."""
     words = rest.encode("utf-8", "replace").translate(_WORD_BYTES).split()
     if _HEDGE_OR_PHRASE_END.isdisjoint(words):
@@ -194,15 +191,15 @@ def candidates(answer: str) -> tuple[str, ...]:
     full = answer.strip()
     if "\n" not in full:
         return (full,)
-    shorter = shorter_candidates(full)
-    if not shorter or hedges(full.split("\n", 1)[1]):
+    shorter = _shorter_candidates(full)
+    if not shorter or _hedges(full.split("\n", 1)[1]):
         return (full,)  # "3\n\nor maybe 4": what follows offers another answer, the first line is no answer alone
     return (full, *shorter)
 
 
-def shorter_candidates(full: str) -> tuple[str, ...]:
+def _shorter_candidates(full: str) -> tuple[str, ...]:
     """The first line and first paragraph of a trimmed multi-line answer that differ from it, *before* the hedge
-    check: callers that accept on one of them must then check :func:`hedges` (see :func:`any_candidate`)."""
+    check: callers that accept on one of them must then check :func:`_hedges` (see :func:`any_candidate`)."""
     first_line = full.split("\n", 1)[0].strip()
     first_paragraph = _PARAGRAPH_BREAK.split(full, 1)[0].strip()
     if first_paragraph == full:
@@ -223,4 +220,4 @@ def any_candidate(answer: str, accepts: Callable[[str], bool]) -> bool:
         return True
     if "\n" not in full:
         return False
-    return any(map(accepts, shorter_candidates(full))) and not hedges(full.split("\n", 1)[1])
+    return any(map(accepts, _shorter_candidates(full))) and not _hedges(full.split("\n", 1)[1])

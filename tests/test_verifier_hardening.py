@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from rs.extract import candidates
+from rs.extract import any_candidate, candidates
 from rs.verifiers import get_verifier
 from rs.verifiers.mcq import extract_choice
 
@@ -186,6 +186,27 @@ def test_a_hedged_first_line_is_not_the_answer(name: str, prediction: str) -> No
 def test_candidates_keep_the_explanation_rule() -> None:
     assert candidates("12\n\nExplanation: 12 apples") == ("12\n\nExplanation: 12 apples", "12")
     assert candidates("3\n\nor maybe 4") == ("3\n\nor maybe 4",)
+
+
+@pytest.mark.parametrize(("rest", "hedged"), [
+    ("The order is red.", False), ("A waiter brought it.", False), ("or_else", True), ("NOT\nsure", True),
+    ("Wait, it is blue.", True), ("I  think so", True), ("café, ordinary", False),
+])
+def test_hedge_words_are_whole_words(rest: str, hedged: bool) -> None:
+    assert (candidates(f"red\n\n{rest}") == (f"red\n\n{rest}",)) is hedged
+
+
+LINES = st.lists(st.sampled_from(["red", " 3 ", "", "or maybe 4", "Explanation: it is red.", "I think", "order"]),
+                 min_size=1, max_size=4)
+
+
+@given(lines=LINES, breaks=st.lists(st.sampled_from(["\n", "\n\n", "\n \n"]), min_size=3, max_size=3),
+       target=st.sampled_from(["red", "3", "4", "red\n\nExplanation: it is red."]))
+@FAST
+def test_any_candidate_agrees_with_candidates(lines: list[str], breaks: list[str], target: str) -> None:
+    answer = lines[0] + "".join(brk + line for brk, line in zip(breaks, lines[1:]))
+    accepts = lambda c: c.strip() == target  # noqa: E731
+    assert any_candidate(answer, accepts) is any(map(accepts, candidates(answer)))
 
 
 # --- years (relaxed) ------------------------------------------------------------------------------------------------
