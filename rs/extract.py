@@ -189,24 +189,23 @@ def candidates(answer: str) -> tuple[str, ...]:
     multiple-choice verifiers must not use this: a first line can hold several numbers or option letters.
     """
     full = answer.strip()
-    if "\n" not in full:
+    newline = full.find("\n")
+    if newline < 0:
         return (full,)
-    shorter = _shorter_candidates(full)
-    if not shorter or _hedges(full.split("\n", 1)[1]):
+    if _hedges(full[newline + 1 :]):
         return (full,)  # "3\n\nor maybe 4": what follows offers another answer, the first line is no answer alone
-    return (full, *shorter)
+    first_line = full[:newline].strip()
+    paragraph = _first_paragraph(full, newline)
+    if paragraph is None or paragraph == first_line:
+        return (full, first_line)
+    return (full, first_line, paragraph)
 
 
-def _shorter_candidates(full: str) -> tuple[str, ...]:
-    """The first line and first paragraph of a trimmed multi-line answer that differ from it, *before* the hedge
-    check: callers that accept on one of them must then check :func:`_hedges` (see :func:`any_candidate`)."""
-    first_line = full.split("\n", 1)[0].strip()
-    first_paragraph = _PARAGRAPH_BREAK.split(full, 1)[0].strip()
-    if first_paragraph == full:
-        return (first_line,) if first_line != full else ()
-    if first_paragraph == first_line:
-        return (first_line,)
-    return (first_line, first_paragraph)
+def _first_paragraph(full: str, newline: int) -> str | None:
+    """The first paragraph of a trimmed answer whose first line break is at ``newline``; ``None`` when the whole
+    answer is one paragraph. A paragraph break starts at a line break, so the search starts at the first one."""
+    paragraph_break = _PARAGRAPH_BREAK.search(full, newline)
+    return None if paragraph_break is None else full[: paragraph_break.start()].strip()
 
 
 def any_candidate(answer: str, accepts: Callable[[str], bool]) -> bool:
@@ -218,6 +217,12 @@ def any_candidate(answer: str, accepts: Callable[[str], bool]) -> bool:
     full = answer.strip()
     if accepts(full):
         return True
-    if "\n" not in full:
+    newline = full.find("\n")
+    if newline < 0:
         return False
-    return any(map(accepts, _shorter_candidates(full))) and not _hedges(full.split("\n", 1)[1])
+    first_line = full[:newline].strip()
+    if not accepts(first_line):
+        paragraph = _first_paragraph(full, newline)
+        if paragraph is None or paragraph == first_line or not accepts(paragraph):
+            return False
+    return not _hedges(full[newline + 1 :])

@@ -57,6 +57,7 @@ def test_count_several_values_never_match(prediction: str) -> None:
     "3\u0305", "3°", "3%", "30 percent",  # marks, symbols, percent
     "at least 3", "more than 3", "fewer than 3", "about 3", "approximately 3", "roughly 3", "around 3", "nearly 3",
     "3+", "~3", "> 3", "3-ish", "3 or so",  # hedged or bounded counts
+    "≤ 3", "≥ 3", "⩽ 3", "≈ 3", "∼ 3", "− 3",  # math symbols apart from the digit: still a bound, or a minus
 ])
 def test_count_rejects_what_is_not_the_integer(prediction: str) -> None:
     # lmms-eval/VLMEvalKit count tasks read "the last number" or compare strings; none of these is the count 3.
@@ -83,6 +84,24 @@ def test_count_never_accepts_a_different_integer(answer: int, reference: int, te
 def test_count_two_different_integers_never_match(a: int, b: int) -> None:
     assume(a != b)
     assert not accepts("count", f"{a} or {b}", str(a)) and not accepts("count", f"{a} red and {b} blue", str(b))
+
+
+BARE_COUNTS = st.one_of(
+    st.integers(0, 99).map(str),
+    st.sampled_from(["zero", "one", "three", "twelve", "twenty", "twenty-one", "ninety-nine", "none", "no", "a"]),
+    st.sampled_from(["3rd", "x3", "3.5", "1,000", "-3", "."]),
+).flatmap(lambda core: st.tuples(st.sampled_from(["", " "]), st.sampled_from([core, core.upper(), core.title()]),
+                                 st.sampled_from(["", ".", "..", " .", "!"]))).map("".join)
+
+
+@given(BARE_COUNTS, st.integers(0, 99))
+@FAST
+def test_count_fast_path_reads_as_the_full_path(prediction: str, reference: int) -> None:
+    # match() short-cuts bare digits and number words; the full reading must agree on every such answer.
+    from rs.verifiers.count import _marked_answer, _single_integer
+
+    full = _single_integer(_marked_answer(prediction))
+    assert get_verifier("count").match(prediction, str(reference)) is (full == reference)
 
 
 # --- an option letter that is really an article or the start of an option's text (mcq) ---------------------------

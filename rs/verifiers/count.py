@@ -60,6 +60,7 @@ _DIGIT_WORDS = {w.encode(): float(i) for i, w in enumerate(_UNITS[1:10], 1)}
 for _tens, _value in _TENS_VALUES.items():
     for _unit, _u in _DIGIT_WORDS.items():
         _WORD_VALUES[_tens + b"-" + _unit] = _value + _u
+_SPELLED = {word.decode(): int(value) for word, value in _WORD_VALUES.items()}
 # Numbers we refuse to half-parse: "one hundred" must not read as 1, "three quarters" not as 3.
 _SCALE_WORDS = frozenset(
     (w + s).encode()
@@ -74,6 +75,7 @@ _HEDGE_WORDS = frozenset(
               "approx", "roughly", "around", "nearly", "almost", "circa", "ish", "maybe", "probably", "perhaps", "possibly",
               "between", "plus", "minus", "or", "either")
 )
+_UNREADABLE_WORDS = _SCALE_WORDS | _HEDGE_WORDS
 # Unicode minus signs, and dashes that stand for one before a digit.
 _MINUS = frozenset("\u2212\ufe63\uff0d\u2010\u2011\u2012\u2013\u2014\u2015")
 
@@ -87,7 +89,7 @@ _TABLE = bytes(
 _DECIMAL = re.compile(rb"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+\.[0-9]+")
 _SEPARATORS = re.compile(rb"[.,\-]")
 _REF_INT = re.compile(r"[+-]?[0-9]+")
-_BOUND = re.compile(r"[0-9]\s*\+|[<>≤≥]")  # "3+", "> 3"
+_BOUND = re.compile(r"[0-9]\s*\+|[<>]")  # "3+", "> 3"; "≤", "≥" are math symbols, see _ascii_view
 
 
 def _token_values(token: bytes, values: set[float]) -> bool:
@@ -100,7 +102,7 @@ def _token_values(token: bytes, values: set[float]) -> bool:
         values.add(word)
         return True
     if token.isalpha():
-        return token not in _SCALE_WORDS and token not in _HEDGE_WORDS
+        return token not in _UNREADABLE_WORDS
     if token[:1] == b"-":
         body = token[1:]
         if body.isdigit() or _DECIMAL.fullmatch(body) is not None:
@@ -119,7 +121,8 @@ def _token_values(token: bytes, values: set[float]) -> bool:
 def _ascii_view(text: str) -> str | None:
     """``text`` with Unicode minus signs made ASCII; ``None`` when a non-ASCII character would change what a
     digit means: another script's digit, a superscript or fraction ("3²", "3½"), a mark or symbol glued to a
-    digit ("3°", "3\u0305"). Other non-ASCII characters separate tokens, as before."""
+    digit ("3°", "3\u0305"), or any math symbol but a minus glued to a digit ("≤ 3", "≈ 3", "− 3"). Other
+    non-ASCII characters separate tokens."""
     out = []
     for i, c in enumerate(text):
         if c.isascii():
@@ -133,6 +136,8 @@ def _ascii_view(text: str) -> str | None:
         if c in _MINUS and after.isdigit() and after.isascii() and not (before.isascii() and before.isalnum()):
             out.append("-")
             continue
+        if category == "Sm":  # "≤ 3", "≈ 3", "− 3": a comparison or a detached minus is no plain count
+            return None
         if category[0] in "MS" and ((before.isdigit() and before.isascii()) or (after.isdigit() and after.isascii())):
             return None
         out.append(" ")
@@ -146,7 +151,7 @@ def numbers_in(text: str) -> set[float] | None:
         text = _ascii_view(text)
         if text is None:
             return None
-    if "%" in text or "~" in text or _BOUND.search(text) is not None:
+    if "%" in text or "~" in text or (("+" in text or "<" in text or ">" in text) and _BOUND.search(text)):
         return None
     raw_tokens = text.encode("ascii", "replace").translate(_TABLE).split()
     values: set[float] = set()
@@ -235,16 +240,21 @@ class CountVerifier(Verifier):
         if prediction is None:
             return False
         if type(reference) is str and reference.isdigit() and reference.isascii():
-            targets = {int(reference)}
+            targets = (int(reference),)
         else:
             refs = (reference,) if type(reference) is str else as_references(reference)
             targets = {c for c in map(_reference_count, refs) if c is not None}
             if not targets:
                 return False
-        # Fast path: a bare digit string, the common case for "answer with a single number" prompts.
-        p = prediction.strip()
-        if p.isdigit() and p.isascii():
-            return int(p) in targets
+        # Fast path: a bare number ("3", "3.", "Three."), the common answer to "answer with a single number".
+        bare = prediction.strip()
+        if bare.isdigit() and bare.isascii():
+            return int(bare) in targets
+        if bare.isascii():
+            bare = bare.rstrip(".")
+            value = int(bare) if bare.isdigit() else _SPELLED.get(bare.lower())
+            if value is not None:
+                return value in targets
         value = _single_integer(_marked_answer(prediction))
         return value is not None and value in targets
 

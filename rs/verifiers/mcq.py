@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from rs.extract import answer_tag, last_boxed
@@ -67,7 +68,7 @@ def _read_letter(text: str, m: re.Match[str], valid: str, options: Sequence[str]
     letter = m.group(1)
     after = text[m.end(1):]
     words = _norm_option(_AFTER_LETTER.match(after).group("words").split(".")[0]) if options else ""
-    if word and _WORD_NEXT.match(after):  # "A cat": no ")", "." or ":" between the letter and the next word
+    if word and after[:1] in (" ", "\t") and _WORD_NEXT.match(after):  # "A cat": no ")", "." or ":" between the letter and the next word
         phrase = _norm_option(text[m.start(1):].split("\n", 1)[0])
         if options:
             if letter in valid and _norm_option(options[valid.index(letter)]) in (words, phrase):
@@ -81,6 +82,28 @@ def _read_letter(text: str, m: re.Match[str], valid: str, options: Sequence[str]
         if words != mine and any(_norm_option(o) == words for o in options):
             return _CONFLICT
     return letter
+
+
+def _bare_letter(text: str) -> str | None:
+    """The upper-cased letter of a (stripped) answer that is just a wrapped letter ("b", "(B)", "**B**")."""
+    if len(text) > 16:
+        return None if len(text) > 64 else _bare_letter_uncached(text)
+    return _bare_letter_cached(text)
+
+
+def _bare_letter_uncached(text: str) -> str | None:
+    bare = _BARE.fullmatch(text)
+    return None if bare is None else bare.group(1).upper()
+
+
+# Short answers repeat ("B", "(B)", "**B**"): the regex runs once per distinct one.
+_bare_letter_cached = lru_cache(maxsize=1 << 12)(_bare_letter_uncached)
+
+
+@lru_cache(maxsize=64)
+def _answers(valid: str) -> frozenset[str]:
+    """What a marker may name: a valid letter or the conflict sign."""
+    return frozenset(valid) | {_CONFLICT}
 
 
 def _one(letters: set[str]) -> str | None:
@@ -110,12 +133,11 @@ def extract_choice(text: str, letters: str = "ABCD", options: Sequence[str] | No
     if not text:
         return None
 
-    bare = _BARE.fullmatch(text)
-    if bare is not None:
-        letter = bare.group(1).upper()
+    letter = _bare_letter(text)
+    if letter is not None:
         return letter if letter in valid else None
 
-    if len(set(_WRAPPED.findall(text)) & set(valid)) > 1:  # "(A) or (B)", "(B), not (A)": two options named
+    if "(" in text and len(set(_WRAPPED.findall(text)) & set(valid)) > 1:  # "(A) or (B)", "(B), not (A)": two options named
         return None
     stated: set[str] = set()
     for m in _ANSWER_MARKER.finditer(text):
@@ -124,12 +146,12 @@ def extract_choice(text: str, letters: str = "ABCD", options: Sequence[str] | No
     leading = _LEADING.match(text)
     if leading is not None and (letter := _read_letter(text, leading, valid, options)) is not None:
         stated.add(letter)
-    stated &= set(valid) | {_CONFLICT}
+    stated &= _answers(valid)
     if stated:
         return _one(stated)
 
     named = {letter for m in _OPTION_MARKER.finditer(text) if (letter := _read_letter(text, m, valid, options, word=False)) is not None}
-    named &= set(valid) | {_CONFLICT}
+    named &= _answers(valid)
     if named:
         return _one(named)
 
@@ -142,9 +164,8 @@ def extract_choice(text: str, letters: str = "ABCD", options: Sequence[str] | No
 
 def _reference_letter(reference: str, valid: str, options: Sequence[str] | None) -> str | None:
     ref = reference.strip()
-    bare = _BARE.fullmatch(ref)
-    if bare is not None:
-        letter = bare.group(1).upper()
+    letter = _bare_letter(ref)
+    if letter is not None:
         return letter if letter in valid else None
     if options:
         wanted = _norm_option(ref)
@@ -215,6 +236,9 @@ class McqVerifier(Verifier):
         if prediction is None:
             return False
         valid = self._letters[: len(options)] if options else self._letters
+        if type(reference) is str:
+            target = _reference_letter(reference, valid, options)
+            return target is not None and extract_choice(prediction, self._letters, options) == target
         targets = {_reference_letter(r, valid, options) for r in as_references(reference)} - {None}
         if not targets:
             return False
