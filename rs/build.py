@@ -16,8 +16,8 @@ from dataclasses import asdict
 from importlib import metadata
 from typing import Any
 
-from builders import builder_class
 from rs import __version__
+from rs.builders import builder_class
 from rs.errors import RsError
 from rs.route import decide
 from rs.schema import REJECT_REASONS, SPLITS

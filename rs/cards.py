@@ -24,7 +24,7 @@ from rs.errors import RsError
 from rs.schema import QA, REJECT_REASONS, SPLITS, features
 from rs.store import read_records
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 HUB_URL = "https://huggingface.co/datasets"
 DATA_GLOB = "data/train-*"
 

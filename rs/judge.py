@@ -25,7 +25,7 @@ from rs.engines.cached import CachedEngine
 from rs.families.schema import JudgeConfig
 
 LABELS = ("CORRECT", "WRONG", "UNSURE")
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def fence(text: str) -> str:

@@ -19,7 +19,9 @@ from .schema import FamilyConfig
 
 __all__ = ["Family", "FamilyConfig", "FamilyConfigError", "UnknownFamilyError", "default_families_path", "get_family", "load_families"]
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+# The project's families.yaml: in a checkout `rs/families/families.yaml` links to the top-level file, a wheel
+# carries a copy.
+_SHIPPED = Path(__file__).resolve().parent / "families.yaml"
 
 
 class UnknownFamilyError(UsageError, KeyError):
@@ -27,11 +29,10 @@ class UnknownFamilyError(UsageError, KeyError):
 
 
 def default_families_path() -> Path:
-    """`$RS_FAMILIES`, else the checkout's families.yaml, else ./families.yaml."""
+    """`$RS_FAMILIES`, else the families.yaml the package ships (the checkout's own file in a checkout)."""
     if env := os.environ.get("RS_FAMILIES"):
         return Path(env)
-    bundled = _REPO_ROOT / "families.yaml"
-    return bundled if bundled.exists() else Path.cwd() / "families.yaml"
+    return _SHIPPED.resolve()
 
 
 def get_family(name: str, config: str | Path | None = None) -> Family:
