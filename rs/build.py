@@ -72,7 +72,7 @@ def family_stats(ctx: BuildContext, clean: dict[str, Any], sampled: dict[str, An
         "family": ctx.family.name,
         "source": clean["provenance"],
         "model": asdict(c.model),
-        "engine": {"kind": c.engine.kind, "args": c.engine.args},
+        "engine": c.engine.recorded(),
         "sampling": asdict(c.sampling),
         "verifier": {"name": verifier.name, "title": verifier.title, "params": verifier.params, "description": verifier.description,
                      "contradiction_rule": verifier.contradiction_rule},

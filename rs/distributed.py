@@ -9,7 +9,8 @@ Each step is one Ray Data pipeline, so every replica loads its model once per st
                               -> map_batches(EngineReplica, ActorPoolStrategy(size=N), num_gpus=TP x PP)
                               -> iter_batches() on the driver -> GenerationCache.put_many
 
-`EngineReplica` holds the project's own `VLLMEngine`, so prompts, sampling settings, reasoning
+`EngineReplica` holds the project's own engine of the family's kind (any kind registered with
+`runs_in_replica`, such as `vllm`), so prompts, sampling settings, reasoning
 split, per-request failure isolation and `Generation` fields are those of the single-process path,
 and the cache keys (`rs.engines.cached.cache_key`) are the same: a family can be started on one
 machine, continued on a cluster and finished anywhere, with nothing recomputed.
@@ -71,8 +72,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rs.engines.base import Generation, Request, SamplingSettings
+from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.errors import RsError, UsageError
+from rs.registry import ENGINES
 
 if TYPE_CHECKING:
     from rs.engines.cache import GenerationCache
@@ -239,21 +241,16 @@ def _is_missing(key: str, missing: np.ndarray) -> bool:
 class EngineReplica:
     """One engine replica: the Ray Data actor class that answers batches of requests.
 
-    Builds the project's `VLLMEngine` from the family's configuration (`spec`), refuses to start if
+    Builds the family's engine from its configuration (`spec`, see `engine_specs`), refuses to start if
     its identity differs from the driver's (its answers would land under keys no run asks for), and
     loads the model before the first batch.
     """
 
     def __init__(self, spec: dict[str, Any], identity: str, settings: SamplingSettings, step: str):
         from rs.engines.cached import identity_key
-        from rs.engines.vllm import VLLMEngine
 
         self.spec, self.settings, self.step = spec, settings, step
-        self.engine_args = dict(spec["engine_args"])
-        if _parallel_size(self.engine_args) > 1:
-            # the actor holds its GPUs; vLLM's own Ray workers would ask the cluster for more and wait forever
-            self.engine_args.setdefault("distributed_executor_backend", "mp")
-        self.engine = VLLMEngine(spec["model"], revision=spec["revision"], engine_args=self.engine_args)
+        self.engine = build_replica_engine(spec)
         if (mine := identity_key(self.engine)) != identity:
             raise RuntimeError(
                 f"this replica computes another engine identity than the driver, so its answers would be cached under keys no "
@@ -261,7 +258,7 @@ class EngineReplica:
                 "vLLM and transformers, and the same model files."
             )
         start = time.perf_counter()
-        self.engine.llm  # noqa: B018  (load now, not in the first batch)
+        self.engine.load()  # now, not in the first batch
         self.load_seconds = time.perf_counter() - start
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.failures = 0
@@ -314,13 +311,20 @@ class EngineReplica:
                 raise RuntimeError(f"{FAIL_ENV}: injected failure of the batch holding {fail['item']}")
 
     def _replace_engine(self) -> None:
-        from rs.engines.vllm import VLLMEngine
-
         try:
             self.engine.close()
         except Exception:
             logger.warning("closing a failed engine failed", exc_info=True)
-        self.engine = VLLMEngine(self.spec["model"], revision=self.spec["revision"], engine_args=self.engine_args)
+        self.engine = build_replica_engine(self.spec)
+
+
+def build_replica_engine(spec: dict[str, Any]) -> Engine:
+    """The engine a replica runs, from its spec (see `engine_specs`), set up to run inside an actor."""
+    from rs.families.schema import ModelConfig
+
+    plugin = ENGINES.get(spec["engine"]["kind"])
+    config = plugin.Config(**spec["engine"]).for_replica()
+    return plugin.from_config(config, ModelConfig(**spec["model"]))
 
 
 def _first_line(err: BaseException) -> str:
@@ -432,21 +436,19 @@ def _commit(batch: pa.Table, cache: GenerationCache, part_of: Callable[[str], St
 def engine_specs(ctx: BuildContext) -> dict[str, dict[str, Any]]:
     """What a replica needs to build the family's engines: the configuration, not the driver's objects."""
     c = ctx.family.config
-    if c.engine.kind != "vllm":
-        raise RayPlanError(f"families.{ctx.family.name}.engine.kind is {c.engine.kind!r}; the Ray path runs the vllm engine "
-                         "(an openai server is already shared by every process that points at it)")
+    if not ENGINES.get(c.engine.kind).runs_in_replica:
+        able = [name for name, plugin in ENGINES.items() if plugin.runs_in_replica]
+        raise RayPlanError(f"families.{ctx.family.name}.engine.kind is {c.engine.kind!r}; the Ray path runs engine kinds that run "
+                           f"in a replica ({', '.join(able)}); an openai server is already shared by every process that points at it")
     judge_model = c.judge.model or c.model
-    return {"sampler": {"model": c.model.id, "revision": c.model.revision, "engine_args": dict(c.engine.args)},
-            "judge": {"model": judge_model.id, "revision": judge_model.revision, "engine_args": dict(c.engine.args)}}
+    engine = asdict(c.engine)
+    return {"sampler": {"model": asdict(c.model), "engine": engine},
+            "judge": {"model": asdict(judge_model), "engine": engine}}
 
 
 def gpus_per_replica(ctx: BuildContext) -> int:
-    """`tensor_parallel_size` x `pipeline_parallel_size` of the family's engine arguments."""
-    return _parallel_size(ctx.family.config.engine.args)
-
-
-def _parallel_size(engine_args: dict[str, Any]) -> int:
-    return int(engine_args.get("tensor_parallel_size") or 1) * int(engine_args.get("pipeline_parallel_size") or 1)
+    """GPUs one replica of the family's engine holds (for vllm: tensor x pipeline parallel size)."""
+    return ctx.family.config.engine.devices_per_replica()
 
 
 def sample_on_ray(

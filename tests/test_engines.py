@@ -37,16 +37,17 @@ from rs.engines import create_engine, engines_for, resolve_model, sampling_setti
 from rs.engines.base import Generation, Request, SamplingSettings  # noqa: E402
 from rs.engines.cached import CachedEngine  # noqa: E402
 from rs.engines.openai import OpenAIEngine, OpenAIEngineError, image_data_url  # noqa: E402
-from rs.engines.vllm import VLLMEngine  # noqa: E402
+from rs.engines.replay import ReplayEngineConfig  # noqa: E402
+from rs.engines.vllm import VLLMEngine, VLLMEngineConfig  # noqa: E402
+from rs.families import FamilyConfigError, load_families  # noqa: E402
 from rs.families.schema import (  # noqa: E402
     CardConfig,
-    EngineConfig,
     FamilyConfig,
     JudgeConfig,
     ModelConfig,
-    SyntheticSourceConfig,
     VerifierConfig,
 )
+from rs.sources.synthetic import SyntheticSourceConfig  # noqa: E402
 from rs.sources.synthetic import SyntheticSource  # noqa: E402
 from rs.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
 
@@ -86,7 +87,7 @@ def _corrupt(image: bytes) -> Request:
 def engine() -> Iterator[VLLMEngine]:
     # Through the factory, with nulls that must be dropped (as families.yaml writes them).
     args = {**VLLM_ENGINE_KWARGS, "gpu_memory_utilization": None, "tensor_parallel_size": None}
-    built = create_engine(_family(engine=EngineConfig(kind="vllm", args=args)), name="Tiny")
+    built = create_engine(_family(engine=VLLMEngineConfig(args=args)))
     assert isinstance(built, VLLMEngine)
     yield built
     built.close()
@@ -215,16 +216,45 @@ def test_cached_engine_second_run_makes_no_engine_calls(engine: VLLMEngine, tmp_
 # --- configuration ----------------------------------------------------------------------------
 
 
-def test_create_engine_names_missing_keys() -> None:
-    with pytest.raises(ValueError, match=r"families\.Remote\.engine\.base_url is required for kind openai"):
-        create_engine(_family(engine=EngineConfig(kind="openai")), name="Remote")
-    with pytest.raises(ValueError, match=r"families\.Replayed\.engine\.replay_path is required"):
-        create_engine(_family(engine=EngineConfig(kind="replay")), name="Replayed")
+ENGINE_FAMILY = """
+families:
+  Remote:
+    source: {kind: synthetic}
+    instruction: "?"
+    verifier: {name: alnum}
+    model: {id: m}
+    card: {pretty_name: R, description: r, license: mit, citation: ""}
+    engine:
+      %s
+"""
+
+
+@pytest.mark.parametrize(("engine", "message"), [
+    ("kind: openai", r":10: families\.Remote\.engine\.base_url: required key is missing"),
+    ("kind: replay", r":10: families\.Remote\.engine\.replay_path: required key is missing"),
+    ("{kind: replay, replay_path: x.jsonl, args: {}}", r":10: families\.Remote\.engine\.args: unknown key"),
+    ("kind: tgi", r":10: families\.Remote\.engine\.kind: 'tgi' is not valid; expected one of openai, replay, vllm"),
+])
+def test_each_engine_kind_checks_its_own_keys(tmp_path: Path, engine: str, message: str) -> None:
+    path = tmp_path / "families.yaml"
+    path.write_text(ENGINE_FAMILY % engine)
+    with pytest.raises(FamilyConfigError, match=message):
+        load_families(path)
+
+
+def test_a_family_of_another_engine_kind_does_not_inherit_the_default_engine_block(tmp_path: Path) -> None:
+    path = tmp_path / "families.yaml"
+    text = ENGINE_FAMILY % "{kind: replay, replay_path: x.jsonl}"
+    path.write_text("defaults:\n  engine: {kind: vllm, batch_size: 8, args: {max_model_len: 64}}\n" + text)
+    engine = load_families(path)["Remote"].config.engine
+    assert engine == ReplayEngineConfig(kind="replay", replay_path="x.jsonl")
+    path.write_text("defaults:\n  engine: {kind: vllm, batch_size: 8, args: {max_model_len: 64}}\n" + ENGINE_FAMILY % "batch_size: 4")
+    assert load_families(path)["Remote"].config.engine == VLLMEngineConfig(batch_size=4, args={"max_model_len": 64})
 
 
 def test_engines_for_shares_the_engine_when_the_judge_is_the_sampler(tmp_path: Path) -> None:
     (tmp_path / "outputs.jsonl").write_text(json.dumps({"key": "a/0", "text": "<think>x</think>4"}) + "\n")
-    config = _family(engine=EngineConfig(kind="replay", replay_path="outputs.jsonl"))
+    config = _family(engine=ReplayEngineConfig(kind="replay", replay_path="outputs.jsonl"))
     sampler, judge = engines_for(config, base_dir=tmp_path)  # relative to the families file's folder
     assert sampler is judge and sampler.kind == "replay"
     g, = sampler.generate([Request(prompt="q", item_key="a/0")], SETTINGS)

@@ -88,7 +88,7 @@ def test_new_family_in_a_copy_validates_and_shows_without_code(tmp_path: Path) -
         (("verifier: {name: exact}", "verifier: {name: exakt}"), 9, "Unknown verifier 'exakt'"),
         (("verifier: {name: exact}", "verifier: {name: relaxed, params: {tolerence: 0.1}}"), 9, "tolerence"),
         (("    instruction:", "    instructions:"), 8, "unknown key (did you mean 'instruction'?)"),
-        (("      kind: files", "      kind: ftp"), 6, "'ftp' is not valid; expected one of hub, files, synthetic"),
+        (("      kind: files", "      kind: ftp"), 6, "'ftp' is not valid; expected one of files, hub, synthetic"),
         (("      path: data/train.parquet\n", ""), 6, "families.MyVQA.source.path: required key is missing"),
         (("      license: mit\n", ""), 11, "families.MyVQA.card.license: required key is missing"),
         (("      license: mit", "      license: [mit]"), 13, "expected str, got a list"),

@@ -169,7 +169,7 @@ def test_a_replica_with_another_engine_identity_refuses_to_start(tmp_path: Path,
     specs = rs.distributed.engine_specs
 
     def other_revision(ctx):  # as if a node had other model files than the driver
-        return {name: {**spec, "revision": "other-files"} for name, spec in specs(ctx).items()}
+        return {name: {**spec, "model": {**spec["model"], "revision": "other-files"}} for name, spec in specs(ctx).items()}
 
     monkeypatch.setattr(rs.distributed, "engine_specs", other_revision)
     ctx = context(tmp_path, "identity")

@@ -9,7 +9,9 @@ import datasets
 import pytest
 from datasets import Features, Image, List, Value
 
-from rs.families.schema import Columns, FilesSourceConfig, HubSourceConfig
+from rs.sources.files import FilesSourceConfig
+from rs.sources.hub import HubSourceConfig
+from rs.sources.mapping import Columns
 from rs.sources.base import QAItem, sha256_hex
 from rs.sources.files import FilesSource
 from rs.sources.hub import HubSource

@@ -11,6 +11,7 @@ import yaml
 from rs import cli
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema
+from rs.registry import SOURCES
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -20,16 +21,9 @@ def _list(args: argparse.Namespace) -> int:
     print(f"{len(families)} families in {path}")
     for name, family in families.items():
         c = family.config
-        print(f"  {name:<{width}}  {c.verifier.name:<8} {c.source.kind:<9} {_source_label(c.source)}")
+        label = SOURCES.get(c.source.kind).label(c.source)
+        print(f"  {name:<{width}}  {c.verifier.name:<8} {c.source.kind:<9} {label}")
     return 0
-
-
-def _source_label(source: schema.SourceConfig) -> str:
-    if isinstance(source, schema.HubSourceConfig):
-        return f"{source.path}" + (f" [{source.name}]" if source.name else "") + f" ({source.split})"
-    if isinstance(source, schema.FilesSourceConfig):
-        return source.path
-    return f"synthetic seed={source.seed} images={source.num_images}"
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -54,13 +48,16 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _describe(cls: type, prefix: str) -> typing.Iterator[str]:
-    from rs.families.loader import _hints, _type_name
+    from rs.families.loader import _hints, _type_name, plugin_registry
 
     docs = _field_docs(cls)
     for f in dataclasses.fields(cls):
         tp = _hints(cls)[f.name]
         key = f"{prefix}.{f.name}"
-        options = [o for o in typing.get_args(tp) if dataclasses.is_dataclass(o)] or ([tp] if dataclasses.is_dataclass(tp) else [])
+        if (registry := plugin_registry(tp)) is not None:
+            options = [plugin.Config for _, plugin in registry.items()]
+        else:
+            options = [o for o in typing.get_args(tp) if dataclasses.is_dataclass(o)] or ([tp] if dataclasses.is_dataclass(tp) else [])
         if options:
             for option in options:
                 yield f"{key}  ({option.__name__})" + (f"  {docs[f.name]}" if f.name in docs else "")

@@ -17,7 +17,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rs.engines.base import Engine, Generation, Request, SamplingSettings
+from rs.engines.base import Engine, EngineConfig, Generation, Request, SamplingSettings
+from rs.registry import ENGINES
 
 if TYPE_CHECKING:
     from rs.families import Family
@@ -30,6 +31,7 @@ __all__ = [
     "TINY_VLM",
     "builtin_revision",
     "Engine",
+    "EngineConfig",
     "Generation",
     "Request",
     "SamplingSettings",
@@ -93,61 +95,35 @@ def create_engine(
     config: FamilyConfig | Family,
     *,
     judge: bool = False,
-    name: str | None = None,
     base_dir: str | Path | None = None,
 ) -> Engine:
     """Build the family's sampling engine, or its judge's (`judge=True`).
 
     The judge uses `judge.model` when set, otherwise the sampling model, always on the family's
-    engine kind. Pass a `Family` to get its name into error messages and its file's folder as the
-    base of a relative `engine.replay_path`; with a bare `FamilyConfig`, give `name` and `base_dir`.
+    engine kind (`rs.registry.ENGINES`). Pass a `Family` to get its file's folder as the base of a
+    relative path in the engine block (`engine.replay_path`); with a bare `FamilyConfig`, give `base_dir`.
     """
     if not isinstance(config, _family_config_type()):
         family = config
-        name = name or family.name
         base_dir = base_dir if base_dir is not None else family.path.parent
         config = family.config
     model = _model_for(config, judge=judge)
-    engine = config.engine
-    where = f"families.{name or '<family>'}.engine"
-    if engine.kind == "vllm":
-        from rs.engines.vllm import VLLMEngine
-
-        return VLLMEngine(model.id, revision=model.revision, engine_args=engine.args)
-    if engine.kind == "openai":
-        if not engine.base_url:
-            raise ValueError(f"{where}.base_url is required for kind openai (e.g. http://127.0.0.1:8000/v1)")
-        from rs.engines.openai import OpenAIEngine
-
-        return OpenAIEngine(
-            model.id, base_url=engine.base_url, api_key_env=engine.api_key_env, concurrency=engine.concurrency,
-            timeout_s=engine.timeout_s, max_retries=engine.max_retries, revision=model.revision,
-        )
-    if engine.kind == "replay":
-        if not engine.replay_path:
-            raise ValueError(f"{where}.replay_path is required for kind replay (a JSON Lines file of outputs)")
-        from rs.engines.replay import ReplayEngine
-
-        path = Path(engine.replay_path).expanduser()
-        if not path.is_absolute() and base_dir is not None:
-            path = Path(base_dir) / path
-        return ReplayEngine(path, model=model.id, revision=model.revision)
-    raise ValueError(f"{where}.kind must be one of vllm, openai, replay; got {engine.kind!r}")
+    return ENGINES.get(config.engine.kind).from_config(config.engine, model, base_dir=base_dir)
 
 
 def engines_for(
-    config: FamilyConfig | Family, *, name: str | None = None, base_dir: str | Path | None = None
+    config: FamilyConfig | Family, *, base_dir: str | Path | None = None
 ) -> tuple[Engine, Engine]:
     """`(sampler, judge)`; the same object when the judge model is the sampling model.
 
     Sharing matters for the offline engine: a second `vllm.LLM` of the same model would hold a
     second copy of the weights and KV cache.
     """
-    sampler = create_engine(config, name=name, base_dir=base_dir)
+    sampler = create_engine(config, base_dir=base_dir)
     cfg = _config_of(config)
     if _model_for(cfg, judge=True) == _model_for(cfg, judge=False):
         return sampler, sampler
-    return sampler, create_engine(config, judge=True, name=name, base_dir=base_dir)
+    return sampler, create_engine(config, judge=True, base_dir=base_dir)
 
 
 def _model_for(config: FamilyConfig, *, judge: bool) -> ModelConfig:

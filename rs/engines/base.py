@@ -11,6 +11,27 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence
 
 from rs.extract import split_reasoning
+from rs.registry import KindConfig
+
+
+@dataclass(kw_only=True)
+class EngineConfig(KindConfig):
+    """What every engine kind's `engine:` block holds; each kind's `Config` adds its own keys."""
+
+    batch_size: int = 256
+    """Items answered and committed to the cache together."""
+
+    def recorded(self) -> dict[str, Any]:
+        """What the stats (and the card) record of this engine: its kind, and what of its settings shapes outputs."""
+        return {"kind": self.kind}
+
+    def devices_per_replica(self) -> int:
+        """GPUs one replica of this engine holds on the Ray path."""
+        return 1
+
+    def for_replica(self) -> EngineConfig:
+        """This configuration as a Ray replica runs it (an actor that already holds its devices)."""
+        return self
 
 
 @dataclass(frozen=True)
@@ -84,7 +105,12 @@ class Generation:
 
 
 class Engine(Protocol):
-    """A sampling engine: `vllm` (offline), `openai` (any compatible server) or `replay` (a file)."""
+    """A sampling engine: `vllm` (offline), `openai` (any compatible server) or `replay` (a file).
+
+    An engine kind is a class registered with `rs.registry.ENGINES` under its `kind`, with a `Config`
+    (an :class:`EngineConfig`, its `engine:` block), `from_config(config, model, base_dir=)` and
+    `runs_in_replica` (whether the Ray path may build it inside a replica).
+    """
 
     kind: str
 
@@ -94,6 +120,10 @@ class Engine(Protocol):
 
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
         """One Generation per request, in order; failures are isolated per request."""
+        ...
+
+    def load(self) -> None:
+        """Get ready to answer (load the weights); a replica calls it before its first batch."""
         ...
 
     def close(self) -> None: ...

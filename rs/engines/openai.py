@@ -24,13 +24,18 @@ import random
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-import openai
-from openai import OpenAI
-
-from rs.engines.base import Generation, Request, SamplingSettings
+from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
 from rs.errors import RsError
+from rs.registry import ENGINES
+
+if TYPE_CHECKING:  # the client is imported when an engine is built: configs validate without it
+    import openai
+
+    from rs.families.schema import ModelConfig
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +65,26 @@ def image_data_url(data: bytes) -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
+@dataclass(kw_only=True)
+class OpenAIEngineConfig(EngineConfig):
+    kind: Literal["openai"]
+    """`openai`: any OpenAI-compatible chat server (`vllm serve`, SGLang, a hosted API)."""
+    base_url: str
+    """Server URL, e.g. http://127.0.0.1:8000/v1."""
+    api_key_env: str | None = None
+    """Environment variable holding the API key (the key itself never goes in YAML)."""
+    concurrency: int = 32
+    """Requests in flight at once."""
+    timeout_s: float = 600.0
+    """Per-request timeout in seconds."""
+    max_retries: int = 5
+    """Retries with exponential backoff on transient errors."""
+
+    def recorded(self) -> dict[str, Any]:
+        return {"kind": self.kind, "base_url": self.base_url}
+
+
+@ENGINES.register("openai")
 class OpenAIEngine:
     """Answers requests through an OpenAI-compatible chat completions endpoint.
 
@@ -75,6 +100,8 @@ class OpenAIEngine:
     """
 
     kind = "openai"
+    Config = OpenAIEngineConfig
+    runs_in_replica = False
     backoff_base_s: float = 1.0
     """First retry waits about this long; each further retry doubles it (with jitter)."""
     backoff_max_s: float = 60.0
@@ -90,6 +117,8 @@ class OpenAIEngine:
         max_retries: int = 5,
         revision: str | None = None,
     ):
+        from openai import OpenAI
+
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if max_retries < 0:
@@ -109,6 +138,11 @@ class OpenAIEngine:
         self._random = random.Random()
         self._random_lock = threading.Lock()
 
+    @classmethod
+    def from_config(cls, config: OpenAIEngineConfig, model: ModelConfig, *, base_dir: Path | None = None) -> OpenAIEngine:
+        return cls(model.id, base_url=config.base_url, api_key_env=config.api_key_env, concurrency=config.concurrency,
+                   timeout_s=config.timeout_s, max_retries=config.max_retries, revision=model.revision)
+
     def identity(self) -> dict[str, Any]:
         return {"model": self.model, "revision": self.revision}
 
@@ -121,6 +155,9 @@ class OpenAIEngine:
             for f in futures:
                 f.cancel()
             raise
+
+    def load(self) -> None:
+        """Nothing to load: the server holds the model."""
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -143,6 +180,8 @@ class OpenAIEngine:
         return options
 
     def _one(self, request: Request, options: dict[str, Any]) -> Generation:
+        import openai
+
         content: str | list[dict[str, Any]] = request.prompt
         if request.image is not None:
             content = [
@@ -236,6 +275,8 @@ def _message(err: openai.APIStatusError) -> str:
 
 
 def _describe(error: Exception) -> str:
+    import openai
+
     if isinstance(error, openai.APIStatusError):
         return f"HTTP {error.status_code}: {_message(error)}"
     if isinstance(error, openai.APITimeoutError):

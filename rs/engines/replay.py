@@ -11,19 +11,42 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-from rs.engines.base import Generation, Request, SamplingSettings
+from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
 from rs.errors import UsageError
+from rs.registry import ENGINES
+
+if TYPE_CHECKING:
+    from rs.families.schema import ModelConfig
 
 
 class ReplayError(UsageError, ValueError):
     """A replay file that cannot be read; names the file and line."""
 
 
+@dataclass(kw_only=True)
+class ReplayEngineConfig(EngineConfig):
+    kind: Literal["replay"]
+    """`replay`: outputs produced earlier or elsewhere, read from a file."""
+    replay_path: str
+    """JSON Lines file with one output record per QA item key (relative paths are relative to the families file)."""
+
+
+@ENGINES.register("replay")
 class ReplayEngine:
     kind = "replay"
+    Config = ReplayEngineConfig
+    runs_in_replica = False
+
+    @classmethod
+    def from_config(cls, config: ReplayEngineConfig, model: ModelConfig, *, base_dir: Path | None = None) -> ReplayEngine:
+        path = Path(config.replay_path).expanduser()
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        return cls(path, model=model.id, revision=model.revision)
 
     def __init__(self, path: str | Path, *, model: str, revision: str | None = None):
         self.path = Path(path)
@@ -75,6 +98,9 @@ class ReplayEngine:
             record["text"], reasoning=record.get("reasoning"), finish_reason=record.get("finish_reason", "stop"),
             prompt_tokens=record.get("prompt_tokens"), completion_tokens=record.get("completion_tokens"), **meta,
         )
+
+    def load(self) -> None:
+        """Nothing to load: the file was indexed when the engine was built."""
 
     def close(self) -> None:
         self._fh.close()

@@ -27,19 +27,44 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
-from rs.engines.base import Generation, Request, SamplingSettings
+from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
+from rs.registry import ENGINES
 
 if TYPE_CHECKING:
     from PIL.Image import Image
+
+    from rs.families.schema import ModelConfig
     from vllm import LLM, RequestOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["VLLMEngine"]
+__all__ = ["VLLMEngine", "VLLMEngineConfig"]
 
 
+@dataclass(kw_only=True)
+class VLLMEngineConfig(EngineConfig):
+    kind: Literal["vllm"] = "vllm"
+    """`vllm`: the offline engine, a `vllm.LLM` in this process (the default kind)."""
+    args: dict[str, Any] = field(default_factory=dict)
+    """Engine arguments passed to `vllm.LLM` (tensor_parallel_size, max_model_len, ...)."""
+
+    def recorded(self) -> dict[str, Any]:
+        return {"kind": self.kind, "args": self.args}
+
+    def devices_per_replica(self) -> int:
+        return int(self.args.get("tensor_parallel_size") or 1) * int(self.args.get("pipeline_parallel_size") or 1)
+
+    def for_replica(self) -> VLLMEngineConfig:
+        if self.devices_per_replica() <= 1:
+            return self
+        # the actor holds its GPUs; vLLM's own Ray workers would ask the cluster for more and wait forever
+        return replace(self, args={"distributed_executor_backend": "mp", **self.args})
+
+
+@ENGINES.register("vllm")
 class VLLMEngine:
     """Answers requests with an in-process `vllm.LLM`.
 
@@ -54,6 +79,12 @@ class VLLMEngine:
     """
 
     kind = "vllm"
+    Config = VLLMEngineConfig
+    runs_in_replica = True
+
+    @classmethod
+    def from_config(cls, config: VLLMEngineConfig, model: ModelConfig, *, base_dir: Path | None = None) -> VLLMEngine:
+        return cls(model.id, revision=model.revision, engine_args=config.args)
 
     def __init__(self, model: str, *, revision: str | None = None, engine_args: dict[str, Any] | None = None):
         from rs.engines import builtin_revision, resolve_model
@@ -86,6 +117,10 @@ class VLLMEngine:
             self._llm = LLM(model=self._path, **args)
             logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)
         return self._llm
+
+    def load(self) -> None:
+        """Load the weights now rather than at the first `generate()`."""
+        self.llm  # noqa: B018
 
     @property
     def loaded(self) -> bool:

@@ -14,15 +14,15 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rs.errors import UsageError
+from rs.registry import Registry
 
-from . import schema
 from .schema import FamilyConfig
 
 TOP_LEVEL_KEYS = ("defaults", "families")
@@ -71,6 +71,9 @@ class _Validator:
         origin = typing.get_origin(tp)
         if tp is Any:
             return self.plain(node)
+        if origin is Annotated:
+            registry = plugin_registry(tp)
+            return self.plugin(registry, node, key) if registry else self.value(typing.get_args(tp)[0], node, key)
         if origin in (Union, types.UnionType):
             return self.union(tp, node, key)
         if origin is Literal:
@@ -143,6 +146,21 @@ class _Validator:
             self.fail(kind_node, f"{key}.kind", f"{kind!r} is not valid; expected one of {', '.join(kinds)}")
         return self.dataclass(kinds[kind], node, key)
 
+    def plugin(self, registry: Registry, node: Node, key: str) -> Any:
+        """A block whose `kind` names a registered plug-in, checked against that plug-in's `Config`."""
+        kinds = registry.names()
+        if not isinstance(node, MappingNode):
+            self.fail(node, key, f"expected a mapping with `kind` ({', '.join(kinds)}), got {_kind(node)}")
+        kind_node = next((v for k, v in node.value if self.plain(k) == "kind"), None)
+        if kind_node is None and registry.default is None:
+            self.fail(node, f"{key}.kind", f"missing; expected one of {', '.join(kinds)}")
+        kind = registry.default if kind_node is None else self.plain(kind_node)
+        if kind_node is None:
+            return self.dataclass(registry.get(kind).Config, node, key)
+        if not isinstance(kind, str) or kind not in registry:
+            self.fail(kind_node, f"{key}.kind", f"{kind!r} is not valid; expected one of {', '.join(kinds)}")
+        return self.dataclass(registry.get(kind).Config, node, key)
+
     def dataclass(self, cls: type, node: Node, key: str) -> Any:
         if not isinstance(node, MappingNode):
             self.fail(node, key, f"expected a mapping ({cls.__name__}), got {_kind(node)}")
@@ -168,7 +186,14 @@ class _Validator:
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls, vars(schema))
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def plugin_registry(tp: Any) -> Registry | None:
+    """The registry of an `Annotated[KindConfig, REGISTRY]` field (a plug-in block), else None."""
+    if typing.get_origin(tp) is not Annotated:
+        return None
+    return next((m for m in tp.__metadata__ if isinstance(m, Registry)), None)
 
 
 def _kind(node: Node) -> str:
@@ -176,6 +201,8 @@ def _kind(node: Node) -> str:
 
 
 def _type_name(tp: Any) -> str:
+    if (registry := plugin_registry(tp)) is not None:
+        return f"a mapping with kind: {' | '.join(registry.names())}"
     if typing.get_origin(tp) in (Union, types.UnionType):
         return " | ".join(_type_name(a) for a in typing.get_args(tp))
     if typing.get_origin(tp) is Literal:
@@ -189,14 +216,25 @@ def _did_you_mean(name: Any, valid: typing.Iterable[str]) -> str:
 
 
 def _merge(base: Node | None, override: Node) -> Node:
-    """Deep-merge two YAML nodes: mappings merge key by key, anything else is replaced."""
+    """Deep-merge two YAML nodes: mappings merge key by key, anything else is replaced.
+
+    A plug-in block that names another `kind` than the default one replaces it whole: the default's keys
+    belong to its own kind (`engine.args` of vllm mean nothing to a replay engine).
+    """
     if not (isinstance(base, MappingNode) and isinstance(override, MappingNode)):
+        return override
+    kinds = {_scalar_at(base, "kind"), _scalar_at(override, "kind")} - {None}
+    if len(kinds) > 1:
         return override
     merged: dict[Any, tuple[Node, Node]] = {k.value: (k, v) for k, v in base.value}
     for k, v in override.value:
         old = merged.get(k.value)
         merged[k.value] = (k, _merge(old[1] if old else None, v))
     return MappingNode(override.tag, list(merged.values()), override.start_mark, override.end_mark)
+
+
+def _scalar_at(node: MappingNode, key: str) -> Any:
+    return next((v.value for k, v in node.value if k.value == key and isinstance(v, ScalarNode)), None)
 
 
 def _check_name(path: Path, node: Node, name: Any, seen: dict[str, Node]) -> None:

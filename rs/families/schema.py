@@ -3,12 +3,17 @@
 `loader.py` validates YAML against these classes (keys, types, required fields) and reports the
 file and line of every problem, so the classes are the single documentation of what
 `families.yaml` accepts. Field docstrings are shown by `python -m rs.families keys`.
+
+The `source` and `engine` blocks belong to plug-ins: their `kind` names a registered source or engine
+kind (`rs.registry`), and the block is checked against that kind's own `Config`, which lives with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from rs.registry import ENGINES, SOURCES, KindConfig
 
 ByteSize = int | str
 """A byte count: an integer, or a string such as "500MB" / "1GiB"."""
@@ -20,28 +25,6 @@ class ModelConfig:
     """Hub id or local path of the VLM."""
     revision: str | None = None
     """Hub revision (commit, tag or branch); recorded in every result and in the cache key."""
-
-
-@dataclass
-class EngineConfig:
-    kind: Literal["vllm", "openai", "replay"] = "vllm"
-    """`vllm`: offline engine; `openai`: any OpenAI-compatible server; `replay`: outputs from a file."""
-    args: dict[str, Any] = field(default_factory=dict)
-    """Engine arguments passed to `vllm.LLM` (tensor_parallel_size, max_model_len, ...)."""
-    batch_size: int = 256
-    """Items answered and committed to the cache together."""
-    base_url: str | None = None
-    """`openai`: server URL, e.g. http://127.0.0.1:8000/v1."""
-    api_key_env: str | None = None
-    """`openai`: environment variable holding the API key (the key itself never goes in YAML)."""
-    concurrency: int = 32
-    """`openai`: requests in flight at once."""
-    timeout_s: float = 600.0
-    """`openai`: per-request timeout in seconds."""
-    max_retries: int = 5
-    """`openai`: retries with exponential backoff on transient errors."""
-    replay_path: str | None = None
-    """`replay`: JSON Lines file with one output record per QA item key."""
 
 
 @dataclass
@@ -123,84 +106,6 @@ class CardConfig:
 
 
 @dataclass
-class Columns:
-    """Where each field lives in a source record; which ones are read depends on `shape`."""
-
-    image: str = "image"
-    """flat: the image column (a `datasets.Image`, bytes, or a file path)."""
-    question: str = "question"
-    """flat: the question column."""
-    answer: str = "answer"
-    """flat: the reference column: a string, or a list of annotator answers (the most frequent is the official one, all are references)."""
-    answers: str | None = None
-    """flat: optional column with further acceptable references (VQA annotators)."""
-    options: str | None = None
-    """flat: optional column with multiple-choice options."""
-    id: str | None = None
-    """Record id column; the record's position is used when absent."""
-    image_id: str | None = None
-    """Column with the image id or hash the QA was recorded against (checked by provenance)."""
-    source: str | None = None
-    """flat: column naming the dataset each record came from (checked by provenance)."""
-    qtype: str | None = None
-    """Column with the question type, when the source has one."""
-    images: str = "images"
-    """conversational: the list-of-images column."""
-    texts: str = "texts"
-    """conversational: the list-of-turns column."""
-    user: str = "user"
-    assistant: str = "assistant"
-    turn_source: str = "source"
-    """conversational: key of the per-turn dataset name."""
-
-
-@dataclass(kw_only=True)
-class _TabularSource:
-    """What the Hub and local-file sources share: the records' shape and where each field is."""
-
-    shape: Literal["flat", "conversational"] = "flat"
-    columns: Columns = field(default_factory=Columns)
-    fixed_question: str | None = None
-    """flat: the question asked of every record when the source has none (text recognition)."""
-
-
-@dataclass(kw_only=True)
-class HubSourceConfig(_TabularSource):
-    kind: Literal["hub"]
-    path: str
-    """Hub dataset id, e.g. HuggingFaceM4/the_cauldron."""
-    name: str | None = None
-    """Dataset config (subset), e.g. clevr."""
-    split: str = "train"
-    revision: str | None = None
-    """Pin a commit for reproducible builds; recorded in clean_meta either way."""
-    streaming: bool = True
-
-
-@dataclass(kw_only=True)
-class FilesSourceConfig(_TabularSource):
-    kind: Literal["files"]
-    path: str
-    """A parquet or JSON Lines file, a glob, or an image folder with metadata.jsonl/.csv (relative paths are relative to the families file)."""
-    format: Literal["auto", "parquet", "json", "imagefolder"] = "auto"
-
-
-@dataclass
-class SyntheticSourceConfig:
-    kind: Literal["synthetic"]
-    seed: int = 0
-    num_images: int = 100
-    questions_per_image: int = 4
-    style: Literal["clevr", "clevrmath", "mixed"] = "mixed"
-    image_size: int = 160
-    noise: dict[str, float] = field(default_factory=dict)
-    """Injected defects per kind (off_task, flattened_mc, corrupt_image, ...), for exercising cleaning."""
-
-
-SourceConfig = HubSourceConfig | FilesSourceConfig | SyntheticSourceConfig
-
-
-@dataclass
 class VerifierConfig:
     name: str
     """One of the registered verifiers (`python -m rs.families verifiers` lists them)."""
@@ -262,14 +167,16 @@ class CleaningConfig:
 class FamilyConfig:
     """A family as written in YAML, with `defaults` already merged in."""
 
-    source: SourceConfig
+    source: Annotated[KindConfig, SOURCES]
+    """Where the train QA comes from: `kind` is a registered source kind (hub, files, synthetic, ...)."""
     instruction: str
     """Appended verbatim to every question; the stored question is exactly what the model receives."""
     verifier: VerifierConfig
     card: CardConfig
     model: ModelConfig
     cleaning: CleaningConfig = field(default_factory=CleaningConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    engine: Annotated[KindConfig, ENGINES] = field(default_factory=lambda: ENGINES.get(ENGINES.default).Config())
+    """How the model is served: `kind` is a registered engine kind (vllm, openai, replay, ...)."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     shard: ShardConfig = field(default_factory=ShardConfig)

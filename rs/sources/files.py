@@ -2,24 +2,45 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Literal
 
-from rs.families.schema import FilesSourceConfig
+from rs.registry import SOURCES
 from rs.sources.base import SourceRecord
 from rs.sources.hub import undecoded
-from rs.sources.mapping import records_from_rows
+from rs.sources.mapping import TabularSourceConfig, records_from_rows
 
 _SUFFIX_FORMAT = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".ndjson": "json"}
 
 
+@dataclass(kw_only=True)
+class FilesSourceConfig(TabularSourceConfig):
+    kind: Literal["files"]
+    path: str
+    """A parquet or JSON Lines file, a glob, or an image folder with metadata.jsonl/.csv (relative paths are relative to the families file)."""
+    format: Literal["auto", "parquet", "json", "imagefolder"] = "auto"
+
+
+@SOURCES.register("files")
 class FilesSource:
     """Streams local files with `datasets`' own readers, mapped by the family's columns."""
+
+    Config = FilesSourceConfig
 
     def __init__(self, config: FilesSourceConfig, base_dir: Path | None = None):
         self.config = config
         path = Path(config.path)
         self.path = path if path.is_absolute() or base_dir is None else base_dir / path
+
+    @classmethod
+    def from_config(cls, config: FilesSourceConfig, *, base_dir: Path) -> FilesSource:
+        return cls(config, base_dir=base_dir)
+
+    @staticmethod
+    def label(config: FilesSourceConfig) -> str:
+        """How `rs families list` names this source."""
+        return config.path
 
     def format(self) -> str:
         if self.config.format != "auto":

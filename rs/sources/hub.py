@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Literal
 
-from rs.families.schema import HubSourceConfig
+from rs.registry import SOURCES
 from rs.sources.base import SourceRecord
-from rs.sources.mapping import records_from_rows
+from rs.sources.mapping import TabularSourceConfig, records_from_rows
 
 
 def undecoded(dataset: Any) -> Any:
@@ -39,12 +41,37 @@ def _resolve_revision(path: str) -> str | None:
         return None
 
 
+@dataclass(kw_only=True)
+class HubSourceConfig(TabularSourceConfig):
+    kind: Literal["hub"]
+    path: str
+    """Hub dataset id, e.g. HuggingFaceM4/the_cauldron."""
+    name: str | None = None
+    """Dataset config (subset), e.g. clevr."""
+    split: str = "train"
+    revision: str | None = None
+    """Pin a commit for reproducible builds; recorded in clean_meta either way."""
+    streaming: bool = True
+
+
+@SOURCES.register("hub")
 class HubSource:
     """Streams a Hub dataset split; `revision` pins the commit for reproducible builds."""
+
+    Config = HubSourceConfig
 
     def __init__(self, config: HubSourceConfig):
         self.config = config
         self._revision: str | None = None
+
+    @classmethod
+    def from_config(cls, config: HubSourceConfig, *, base_dir: Path) -> HubSource:
+        return cls(config)
+
+    @staticmethod
+    def label(config: HubSourceConfig) -> str:
+        """How `rs families list` names this source."""
+        return config.path + (f" [{config.name}]" if config.name else "") + f" ({config.split})"
 
     def provenance(self) -> dict[str, str | None]:
         c = self.config

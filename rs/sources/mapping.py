@@ -8,12 +8,55 @@ turns, as in HuggingFaceM4/the_cauldron). Column names come from the family's YA
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal
 
 from rs.errors import UsageError
-from rs.families.schema import Columns
+from rs.registry import KindConfig
 from rs.sources.base import QAItem, SourceRecord
+
+
+@dataclass
+class Columns:
+    """Where each field lives in a source record; which ones are read depends on `shape`."""
+
+    image: str = "image"
+    """flat: the image column (a `datasets.Image`, bytes, or a file path)."""
+    question: str = "question"
+    """flat: the question column."""
+    answer: str = "answer"
+    """flat: the reference column: a string, or a list of annotator answers (the most frequent is the official one, all are references)."""
+    answers: str | None = None
+    """flat: optional column with further acceptable references (VQA annotators)."""
+    options: str | None = None
+    """flat: optional column with multiple-choice options."""
+    id: str | None = None
+    """Record id column; the record's position is used when absent."""
+    image_id: str | None = None
+    """Column with the image id or hash the QA was recorded against (checked by provenance)."""
+    source: str | None = None
+    """flat: column naming the dataset each record came from (checked by provenance)."""
+    qtype: str | None = None
+    """Column with the question type, when the source has one."""
+    images: str = "images"
+    """conversational: the list-of-images column."""
+    texts: str = "texts"
+    """conversational: the list-of-turns column."""
+    user: str = "user"
+    assistant: str = "assistant"
+    turn_source: str = "source"
+    """conversational: key of the per-turn dataset name."""
+
+
+@dataclass(kw_only=True)
+class TabularSourceConfig(KindConfig):
+    """What the Hub and local-file sources share: the records' shape and where each field is."""
+
+    shape: Literal["flat", "conversational"] = "flat"
+    columns: Columns = field(default_factory=Columns)
+    fixed_question: str | None = None
+    """flat: the question asked of every record when the source has none (text recognition)."""
 
 
 class SourceFormatError(UsageError, ValueError):

@@ -25,10 +25,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import Callable, Iterator, Literal, Mapping, Sequence, TypeVar
 
 from PIL import Image, ImageDraw
 
+from rs.registry import SOURCES, KindConfig
 from rs.sources.base import QAItem, SourceRecord
 
 logger = logging.getLogger(__name__)
@@ -712,6 +713,19 @@ def _validate_noise(noise: Mapping[str, float] | None) -> dict[str, float]:
     return {kind: float(noise.get(kind, 0.0)) for kind in NOISE_KINDS}
 
 
+@dataclass(kw_only=True)
+class SyntheticSourceConfig(KindConfig):
+    kind: Literal["synthetic"]
+    seed: int = 0
+    num_images: int = 100
+    questions_per_image: int = 4
+    style: Literal["clevr", "clevrmath", "mixed"] = "mixed"
+    image_size: int = 160
+    noise: dict[str, float] = field(default_factory=dict)
+    """Injected defects per kind (off_task, flattened_mc, corrupt_image, ...), for exercising cleaning."""
+
+
+@SOURCES.register("synthetic")
 class SyntheticSource:
     """A stream of CLEVR-style records: one rendered scene and its questions per record.
 
@@ -748,6 +762,18 @@ class SyntheticSource:
         self.noise = _validate_noise(noise)
         self.name = name
         self.noise_counts: Counter[str] = Counter()
+
+    Config = SyntheticSourceConfig
+
+    @classmethod
+    def from_config(cls, config: SyntheticSourceConfig, *, base_dir: Path) -> SyntheticSource:
+        return cls(seed=config.seed, num_images=config.num_images, questions_per_image=config.questions_per_image,
+                   style=config.style, image_size=config.image_size, noise=config.noise)
+
+    @staticmethod
+    def label(config: SyntheticSourceConfig) -> str:
+        """How `rs families list` names this source."""
+        return f"synthetic seed={config.seed} images={config.num_images}"
 
     def __len__(self) -> int:
         return self.num_images

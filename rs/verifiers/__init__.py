@@ -11,8 +11,9 @@ Usage:
 (no final answer) never matches. ``reference`` is a string or a list of strings.
 
 Config loaders validate a verifier block without instantiating it (and without optional dependencies) via
-:func:`resolve_params` / :func:`verifier_params`. To add a verifier, write a module with a
-``@register``-decorated :class:`Verifier` subclass and import it below.
+:func:`resolve_params` / :func:`verifier_params`. To add a verifier, write a module in this
+package with a ``@register``-decorated :class:`Verifier` subclass: the registry (:data:`rs.registry.VERIFIERS`)
+imports every module here on first lookup.
 """
 
 from rs.verifiers.base import (
@@ -25,9 +26,6 @@ from rs.verifiers.base import (
     resolve_params,
     verifier_params,
 )
-
-# Importing a module registers its verifier.
-from rs.verifiers import alnum, anls, count, exact, math, mcq, relaxed, vqa  # noqa: E402, F401  isort: skip
 
 __all__ = [
     "Param",

@@ -2,7 +2,7 @@
 
 A verifier decides whether a model's *final answer* (reasoning already removed, see :mod:`rs.extract`) matches
 the official reference. Each verifier lives in its own module and registers itself with :func:`register`, so
-adding one is a new module plus one import line in :mod:`rs.verifiers`.
+adding one is a new module in this package (the registry imports them all) or anywhere else once imported.
 
 Parameters are declared as a class attribute (``PARAMS``) rather than read from ``__init__`` signatures so that a
 config loader can validate a ``verifier: {name: ..., params: {...}}`` block with :func:`resolve_params` before
@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any, ClassVar, NamedTuple
 
 from rs.errors import UsageError
+from rs.registry import VERIFIERS, UnknownNameError
 
 __all__ = [
     "Param",
@@ -116,33 +117,24 @@ class Verifier(abc.ABC):
         return f"{type(self).__name__}({args})"
 
 
-_REGISTRY: dict[str, type[Verifier]] = {}
-
-
 def register(cls: type[Verifier]) -> type[Verifier]:
-    """Class decorator adding a verifier to the registry under ``cls.name``."""
+    """Class decorator adding a verifier to the registry (:data:`rs.registry.VERIFIERS`) under ``cls.name``."""
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
         raise TypeError(f"{cls.__name__} must set a non-empty class attribute `name` to be registered.")
-    existing = _REGISTRY.get(name)
-    if existing is not None and existing is not cls:
-        raise TypeError(f"Verifier name {name!r} is already registered by {existing.__module__}.{existing.__name__}.")
-    _REGISTRY[name] = cls
-    return cls
+    return VERIFIERS.register(name)(cls)
 
 
 def known_verifiers() -> list[str]:
     """Names of all registered verifiers, sorted."""
-    return sorted(_REGISTRY)
+    return VERIFIERS.names()
 
 
 def _verifier_class(name: str) -> type[Verifier]:
     try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise VerifierError(
-            f"Unknown verifier {name!r}. Known verifiers: {', '.join(known_verifiers())}."
-        ) from None
+        return VERIFIERS.get(name)
+    except UnknownNameError as err:
+        raise VerifierError(str(err)) from None
 
 
 def verifier_params(name: str) -> dict[str, tuple[type, Any]]:

@@ -1,0 +1,123 @@
+"""One small registry for every plug-in kind: source kinds, engine kinds, verifiers.
+
+A plug-in is a module that registers itself on import (``@SOURCES.register("hub")``). A registry
+imports the modules of its package the first time it is asked for a name, so adding a kind is its
+module and nothing else; a plug-in that lives outside the package is registered by importing it, or
+by an entry point in its distribution's metadata (group ``rs.sources``, ``rs.engines`` or
+``rs.verifiers``, value: the module to import).
+
+Source and engine kinds are classes with a ``Config`` dataclass, the block ``families.yaml`` gives
+them; its ``kind`` field is the registered name. The families loader validates a block against the
+``Config`` of the kind it names, with the file and line of every problem.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Generic, TypeVar
+
+from rs.errors import UsageError
+
+__all__ = ["ENGINES", "SOURCES", "VERIFIERS", "KindConfig", "Registry", "UnknownNameError"]
+
+T = TypeVar("T")
+
+
+class UnknownNameError(UsageError, ValueError):
+    """A name no plug-in of that kind registered; the message lists the registered ones."""
+
+
+@dataclass(kw_only=True)
+class KindConfig:
+    """A plug-in's block in ``families.yaml``: ``kind`` names the registered plug-in, the subclass holds its keys."""
+
+    kind: str
+
+
+class Registry(Generic[T]):
+    """Plug-ins of one kind by name, found in ``package`` (and in ``rs.<group>`` entry points) on first use.
+
+    Example:
+        >>> from rs.registry import SOURCES
+        >>> SOURCES.names()
+        ['files', 'hub', 'synthetic']
+    """
+
+    def __init__(self, what: str, *, package: str, group: str, default: str | None = None,
+                 error: type[Exception] = UnknownNameError) -> None:
+        self.what = what
+        self.default = default
+        """The kind a block without `kind` gets, if any."""
+        self.package = package
+        self.group = group
+        self.error = error
+        self._entries: dict[str, T] = {}
+        self._discovered = False
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator adding ``entry`` under ``name``; registering another entry under a taken name is a bug."""
+
+        def add(entry: T) -> T:
+            existing = self._entries.get(name)
+            if existing is not None and existing is not entry:
+                raise TypeError(f"{self.what} {name!r} is already registered by {_qualname(existing)}")
+            self._entries[name] = entry
+            return entry
+
+        return add
+
+    def get(self, name: str) -> T:
+        """The plug-in registered as ``name``; raises ``self.error`` listing the registered names."""
+        self._discover()
+        try:
+            return self._entries[name]
+        except (KeyError, TypeError):
+            raise self.error(f"Unknown {self.what} {name!r}. Known: {', '.join(self.names())}.") from None
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        self._discover()
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        self._discover()
+        return name in self._entries
+
+    def items(self) -> list[tuple[str, T]]:
+        """``(name, plug-in)`` pairs, sorted by name."""
+        self._discover()
+        return sorted(self._entries.items())
+
+    def _discover(self) -> None:
+        if self._discovered:
+            return
+        self._discovered = True  # first: a module being imported may look itself up
+        package = importlib.import_module(self.package)
+        for module in pkgutil.iter_modules(package.__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"{self.package}.{module.name}")
+        for entry_point in metadata.entry_points(group=self.group):
+            module = entry_point.value.split(":", 1)[0]
+            try:
+                importlib.import_module(module)
+            except ImportError as err:
+                raise UsageError(
+                    f"the {self.what} plug-in {entry_point.name!r} (entry point group {self.group}) names module {module!r}, "
+                    f"which cannot be imported: {err}. Reinstall the distribution that provides it, or uninstall it."
+                ) from err
+
+
+def _qualname(entry: object) -> str:
+    return f"{getattr(entry, '__module__', '?')}.{getattr(entry, '__qualname__', entry)!s}"
+
+
+SOURCES: Registry[type] = Registry("source kind", package="rs.sources", group="rs.sources")
+"""Source kinds: classes with a ``Config`` (a :class:`KindConfig`) and ``from_config(config, base_dir=)``."""
+ENGINES: Registry[type] = Registry("engine kind", package="rs.engines", group="rs.engines", default="vllm")
+"""Engine kinds: classes with a ``Config`` (a :class:`KindConfig`) and ``from_config(config, model, base_dir=)``."""
+VERIFIERS: Registry[type] = Registry("verifier", package="rs.verifiers", group="rs.verifiers")
+"""Verifiers: :class:`rs.verifiers.base.Verifier` subclasses by ``name``."""
