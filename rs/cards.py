@@ -20,6 +20,7 @@ from datasets import DatasetInfo, SplitDict, SplitInfo
 from huggingface_hub import DatasetCard, DatasetCardData
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from rs.clean import StepCard, step_cards
 from rs.errors import RsError
 from rs.schema import QA, REJECT_REASONS, SPLITS, features
 from rs.store import read_records
@@ -160,27 +161,16 @@ def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[
     return {"image_path": image_path, "fields": fields, "details": details}
 
 
-_POLICIES = [
-    ("records", "Image check", "A row is exactly one image whose bytes decode; QA attached to records with no image, several images, or an image that does not decode are dropped.", False),
-    ("required_fields", "Required fields", "Items with an empty question or an empty reference are dropped.", False),
-    ("strip_instruction", "Instruction appended once", "Where the source had already appended the family's instruction to a question, it is removed there and appended exactly once at prompt time.", True),
-    ("provenance", "Provenance check", "Each QA item records where it came from; items whose recorded source does not resolve to the image they are attached to are dropped.", False),
-    ("multiple_choice", "Multiple-choice normalisation", "Where options had been flattened into prose, they are re-rendered as a lettered block and the reference is rewritten to the bare letter, so the task is well posed and the answer is unambiguous; a reference that names no option is dropped.", False),
-    ("task_purity", "Task purity", "Questions that leave this benchmark's closed vocabulary or patterns are off-task (pools that assign samples to a family by image match pull unrelated general-VQA questions in) and are dropped.", False),
-    ("reference_form", "Reference form", "References that are full sentences where the instruction asks for a single word or phrase are caught.", False),
-    ("dedup", "Deduplication", "The same question asked twice of the same image is kept once.", False),
-]
-
-
 def _policies(cleaning: dict[str, Any]) -> list[dict[str, Any]]:
+    cards = step_cards()
+    steps = [s for s in cards if s in cleaning["steps"]] + [s for s in cleaning["steps"] if s not in cards]
     out = []
-    for step, title, text, rewrites in _POLICIES:
-        if step not in cleaning["steps"]:
-            continue
+    for step in steps:
         stats = cleaning["steps"][step]
+        card = cards.get(step) or StepCard(step, f"The `{step}` step (a plug-in not installed where this card was rendered).")
         counts = sorted({**stats["dropped"], **{f"rewritten: {k}": v for k, v in stats["rewritten"].items()},
                          **{f"marked: {k}": v for k, v in stats["marked"].items()}}.items())
-        out.append({"title": title, "text": text, "counts": counts, "rewrites": rewrites})
+        out.append({"title": card.title, "text": card.text, "counts": counts, "rewrites": card.shows_rewrites})
     return out
 
 

@@ -1,14 +1,15 @@
-"""One small registry for every plug-in kind: source kinds, engine kinds, verifiers.
+"""One small registry for every plug-in kind: source kinds, engine kinds, cleaning steps, verifiers.
 
 A plug-in is a module that registers itself on import (``@SOURCES.register("hub")``). A registry
 imports the modules of its package the first time it is asked for a name, so adding a kind is its
 module and nothing else; a plug-in that lives outside the package is registered by importing it, or
-by an entry point in its distribution's metadata (group ``rs.sources``, ``rs.engines`` or
-``rs.verifiers``, value: the module to import).
+by an entry point in its distribution's metadata (group ``rs.sources``, ``rs.engines``,
+``rs.cleaning`` or ``rs.verifiers``, value: the module to import).
 
 Source and engine kinds are classes with a ``Config`` dataclass, the block ``families.yaml`` gives
-them; its ``kind`` field is the registered name. The families loader validates a block against the
-``Config`` of the kind it names, with the file and line of every problem.
+them; its ``kind`` field is the registered name. Cleaning steps are keyed instead: the name is the
+step's key under ``cleaning:``. The families loader validates each block against its plug-in's
+``Config``, with the file and line of every problem.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Generic, TypeVar
 
 from rs.errors import UsageError
 
-__all__ = ["ENGINES", "SOURCES", "VERIFIERS", "KindConfig", "Registry", "UnknownNameError"]
+__all__ = ["CLEANING", "ENGINES", "SOURCES", "VERIFIERS", "KindConfig", "Registry", "UnknownNameError"]
 
 T = TypeVar("T")
 
@@ -47,9 +48,11 @@ class Registry(Generic[T]):
         ['files', 'hub', 'synthetic']
     """
 
-    def __init__(self, what: str, *, package: str, group: str, default: str | None = None,
+    def __init__(self, what: str, *, package: str, group: str, default: str | None = None, by: str = "kind",
                  error: type[Exception] = UnknownNameError) -> None:
         self.what = what
+        self.by = by
+        """How a families.yaml block names its plug-in: by its `kind` field, or by its `key` in a mapping."""
         self.default = default
         """The kind a block without `kind` gets, if any."""
         self.package = package
@@ -119,5 +122,7 @@ SOURCES: Registry[type] = Registry("source kind", package="rs.sources", group="r
 """Source kinds: classes with a ``Config`` (a :class:`KindConfig`) and ``from_config(config, base_dir=)``."""
 ENGINES: Registry[type] = Registry("engine kind", package="rs.engines", group="rs.engines", default="vllm")
 """Engine kinds: classes with a ``Config`` (a :class:`KindConfig`) and ``from_config(config, model, base_dir=)``."""
+CLEANING: Registry[type] = Registry("cleaning step", package="rs.clean", group="rs.cleaning", by="key")
+"""Optional cleaning steps by their key under ``cleaning:``: ``ItemFilter`` classes with a ``Config`` and an ``order``."""
 VERIFIERS: Registry[type] = Registry("verifier", package="rs.verifiers", group="rs.verifiers")
 """Verifiers: :class:`rs.verifiers.base.Verifier` subclasses by ``name``."""

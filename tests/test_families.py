@@ -54,11 +54,11 @@ def test_seed_families_as_the_cards_describe_them() -> None:
     assert clevr.instruction == "\nAnswer the question using a single word or phrase."
     assert clevr.card.license == "other" and clevr.card.language == ["en"]
     assert clevr.card.task_categories == ["visual-question-answering"]
-    assert clevr.cleaning.purity.enabled and "cylinder" in clevr.cleaning.purity.vocabulary
+    assert clevr.cleaning.step("purity").enabled and "cylinder" in clevr.cleaning.step("purity").vocabulary
     math = get_family("CLEVRMath").config
     assert math.instruction == "\nAnswer in short without any other content."
     assert math.verifier.params == {"tolerance": 0.05}
-    assert "subtract" in math.cleaning.purity.vocabulary  # anchors of shared word lists are flattened
+    assert "subtract" in math.cleaning.step("purity").vocabulary  # anchors of shared word lists are flattened
     assert math.sampling.temperature == 0.0 and math.sampling.chat_template_kwargs == {"enable_thinking": True}
 
 

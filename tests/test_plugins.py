@@ -1,4 +1,4 @@
-"""A source kind, an engine kind and a verifier added from outside the package, as a user adds them: a
+"""A source kind, an engine kind, a cleaning step and a verifier added from outside the package, as a user adds them: a
 distribution whose entry points name its module (`tests/plugins/rs_parrots.py`), and a families.yaml that
 uses them. Nothing in `rs` is edited; the family validates with file:line errors, lists its keys, and
 publishes its three repos and cards. Each check runs in a fresh process, as a user's command does."""
@@ -22,6 +22,9 @@ inline = rs_parrots
 [rs.engines]
 parrot = rs_parrots
 
+[rs.cleaning]
+short_questions = rs_parrots
+
 [rs.verifiers]
 first_word = rs_parrots
 """
@@ -32,12 +35,14 @@ families:
   Parrots:
     source:
       kind: inline
-      questions: {"What colour is it?": red, "Is it red?": "yes", "What shape is it?": square}
+      questions: {"What colour is it?": red, "Is it red?": "yes", "What shape is it?": square,
+                  "Which colour does this square have?": red}
     instruction: " One word."
     verifier: {name: first_word}
     model: {id: parrot/v1}
     engine: {kind: parrot, says: "Red, I think.", batch_size: 2}
     judge: {enabled: false}
+    cleaning: {short_questions: {enabled: true, max_words: 4}}
     shard: {max_bytes: 1MB, row_group_bytes: 256KB}
     card: {pretty_name: Parrots, description: Plug-ins only., license: mit, citation: ""}
 """
@@ -62,10 +67,11 @@ def _run(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.Complet
 
 
 def test_entry_points_register_plugins_beside_the_built_in_ones(installed: dict[str, str]) -> None:
-    code = ("from rs.registry import ENGINES, SOURCES, VERIFIERS; from rs.verifiers import get_verifier; "
-            "print(SOURCES.names(), ENGINES.names(), VERIFIERS.names(), get_verifier('first_word').match('Red, I think.', 'red'))")
+    code = ("from rs.registry import CLEANING, ENGINES, SOURCES, VERIFIERS; from rs.verifiers import get_verifier; "
+            "print(SOURCES.names(), ENGINES.names(), CLEANING.names(), VERIFIERS.names(), get_verifier('first_word').match('Red, I think.', 'red'))")
     assert _run(installed, "-c", code).stdout.split("] ") == [
         "['files', 'hub', 'inline', 'synthetic'", "['openai', 'parrot', 'replay', 'vllm'",
+        "['multiple_choice', 'provenance', 'purity', 'reference_form', 'short_questions'",
         "['alnum', 'anls', 'count', 'exact', 'first_word', 'math', 'mcq', 'relaxed', 'vqa'", "True\n"]
 
 
@@ -81,10 +87,14 @@ def test_a_family_of_plugins_validates_with_file_and_line(installed: dict[str, s
     path = tmp_path / "families.yaml"
     path.write_text(FAMILIES.replace('says: "Red, I think.", ', ""))
     failed = _run(installed, "-m", "rs.families", "--config", str(path), "validate", ok=False)
-    assert "families.yaml:10: families.Parrots.engine.says: required key is missing" in failed.stderr
+    assert "families.yaml:11: families.Parrots.engine.says: required key is missing" in failed.stderr
     path.write_text(FAMILIES.replace("questions:", "question:"))
     failed = _run(installed, "-m", "rs.families", "--config", str(path), "validate", ok=False)
     assert "families.yaml:6: families.Parrots.source.question: unknown key (did you mean 'questions'?)" in failed.stderr
+    path.write_text(FAMILIES.replace("{short_questions: {enabled: true, max_words: 4}}", "{short_question: {enabled: true}}"))
+    failed = _run(installed, "-m", "rs.families", "--config", str(path), "validate", ok=False)
+    assert ("families.yaml:13: families.Parrots.cleaning.short_question: unknown cleaning step (did you mean 'short_questions'?); "
+            "valid keys: multiple_choice, provenance, purity, reference_form, short_questions, dedup") in failed.stderr
 
 
 def test_a_family_of_plugins_publishes(installed: dict[str, str], tmp_path: Path) -> None:
@@ -93,7 +103,8 @@ def test_a_family_of_plugins_publishes(installed: dict[str, str], tmp_path: Path
     keys = _run(installed, "-m", "rs.families", "--config", str(path), "keys").stdout
     assert "families.NAME.source.questions: dict, required  # Question -> answer." in keys
     assert "families.NAME.engine.says: str, required" in keys
-    assert "first_word inline    3 inline questions" in _run(installed, "-m", "rs.families", "--config", str(path), "list").stdout
+    assert "families.NAME.cleaning.short_questions.max_words: int, default 8" in keys
+    assert "first_word inline    4 inline questions" in _run(installed, "-m", "rs.families", "--config", str(path), "list").stdout
 
     out = tmp_path / "out"
     _run(installed, "-m", "rs.publish", "Parrots", "--config", str(path), "--out", str(out), "--build-dir", str(tmp_path / "build"),
@@ -101,5 +112,7 @@ def test_a_family_of_plugins_publishes(installed: dict[str, str], tmp_path: Path
     stats = json.loads((out / "rs-datasets" / "Parrots_rejected" / "rs" / "stats.json").read_text())
     assert stats["engine"] == {"kind": "parrot"} and stats["verifier"]["name"] == "first_word"
     assert stats["totals"]["accepted"] == 1 and stats["totals"]["rejected"] == 2  # "Red, I think." is red only
+    assert stats["cleaning"]["dropped"] == {"long_question": 1}
     card = (out / "rs-datasets" / "Parrots_RS_think" / "README.md").read_text()
     assert "first-word match" in card and "served by the `parrot` engine" in card
+    assert "Short questions" in card and "Questions of more words than the family allows are dropped." in card

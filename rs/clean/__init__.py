@@ -19,14 +19,14 @@ from PIL import Image, UnidentifiedImageError
 
 from rs.errors import RsError
 from rs.families.schema import FamilyConfig
+from rs.registry import CLEANING
 from rs.sources.base import QAItem, Row, SourceRecord, sha256_hex
 
-from .base import ExclusionWriter, ItemFilter, StepStats
-from .filters import Provenance, ReferenceForm, RequiredFields, StripInstruction, TaskPurity
+from .base import ExclusionWriter, ItemFilter, StepCard, StepStats
+from .filters import RequiredFields, StripInstruction
 from .group import ImageGrouper
-from .multiple_choice import MultipleChoice
 
-__all__ = ["AccountingError", "Cleaner", "CleaningReport", "ExclusionWriter", "POLICY_VERSION"]
+__all__ = ["AccountingError", "Cleaner", "CleaningReport", "ExclusionWriter", "POLICY_VERSION", "StepCard", "step_cards"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,17 @@ def image_problem(image: bytes | None) -> str | None:
     return None
 
 
+RECORDS_CARD = StepCard("Image check", "A row is exactly one image whose bytes decode; QA attached to records with no image, several images, or an image that does not decode are dropped.")
+DEDUP_CARD = StepCard("Deduplication", "The same question asked twice of the same image is kept once.")
+
+
+def step_cards() -> dict[str, StepCard]:
+    """What the card says of each step, by the step's name in the stats, in pipeline order."""
+    optional = sorted(CLEANING.items(), key=lambda entry: (entry[1].order, entry[0]))
+    return {"records": RECORDS_CARD, RequiredFields.name: RequiredFields.card, StripInstruction.name: StripInstruction.card,
+            **{step.name: step.card for _, step in optional}, "dedup": DEDUP_CARD}
+
+
 class Cleaner:
     """The family's cleaning policies, in order, over a stream of source records."""
 
@@ -92,14 +103,9 @@ class Cleaner:
         self.exclusions = exclusions or ExclusionWriter(None)
         self.work_dir = work_dir
         self.filters: list[ItemFilter] = [RequiredFields(), StripInstruction(config.instruction)]
-        if c.provenance.enabled:
-            self.filters.append(Provenance(c.provenance))
-        if c.multiple_choice.enabled:
-            self.filters.append(MultipleChoice(c.multiple_choice))
-        if c.purity.enabled:
-            self.filters.append(TaskPurity(c.purity))
-        if c.reference_form.enabled:
-            self.filters.append(ReferenceForm(c.reference_form))
+        for key, step in sorted(CLEANING.items(), key=lambda entry: (entry[1].order, entry[0])):
+            if (step_config := c.step(key)).enabled:
+                self.filters.append(step(step_config))
         self.dedup = c.dedup
         self.report = CleaningReport()
         self.report.steps = {"records": StepStats(), **{f.name: f.stats for f in self.filters}}

@@ -11,9 +11,19 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from rs.sources.base import QAItem
+
+
+@dataclass(frozen=True)
+class StepCard:
+    """What a dataset card says of a cleaning step, above its counts."""
+
+    title: str
+    text: str
+    shows_rewrites: bool = False
+    """Whether the card lists the step's rewrites as examples."""
 
 
 @dataclass
@@ -34,11 +44,17 @@ class ItemFilter:
 
     `check` returns None to keep the item (possibly rewritten in place) or a drop reason. `name`
     and `version` are recorded in each row's `clean_meta`, so a published row says which policy
-    admitted it.
+    admitted it; `card` is what the dataset card says of it.
+
+    An optional step is registered with `rs.registry.CLEANING` under its key in `cleaning:`, with a
+    `Config` dataclass (whose `enabled` field switches it on) and an `order`: steps run by ascending
+    order, the always-on field and instruction checks first (10 and 20).
     """
 
     name: str = "filter"
     version: str = "1"
+    order: ClassVar[int] = 100
+    card: ClassVar[StepCard]
 
     def __init__(self) -> None:
         self.stats = StepStats()

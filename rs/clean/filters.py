@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from typing import Literal
 
-from rs.families.schema import ProvenanceConfig, PurityConfig, ReferenceFormConfig
+from rs.registry import CLEANING
 from rs.sources.base import QAItem
 
-from .base import ItemFilter
+from .base import ItemFilter, StepCard
 
 _WORD = re.compile(r"[^\W\d_]+")
 _OPTION_LINE = re.compile(r"^[A-Z]\.\s", re.MULTILINE)
@@ -23,6 +25,8 @@ class RequiredFields(ItemFilter):
     """Empty questions and empty references cannot be asked or verified."""
 
     name = "required_fields"
+    order = 10
+    card = StepCard("Required fields", "Items with an empty question or an empty reference are dropped.")
 
     def check(self, item: QAItem, image_sha256: str, image_id: str | None) -> str | None:
         if not item.question.strip():
@@ -40,6 +44,8 @@ class StripInstruction(ItemFilter):
     """
 
     name = "strip_instruction"
+    order = 20
+    card = StepCard("Instruction appended once", "Where the source had already appended the family's instruction to a question, it is removed there and appended exactly once at prompt time.", shows_rewrites=True)
 
     def __init__(self, instruction: str):
         super().__init__()
@@ -53,10 +59,23 @@ class StripInstruction(ItemFilter):
         return None
 
 
+@dataclass
+class ProvenanceConfig:
+    enabled: bool = True
+    sources: list[str] = field(default_factory=list)
+    """Dataset names an item may record as its source; empty accepts any name."""
+    check_image_ref: bool = True
+    """Drop items whose recorded image id/hash does not match the image they are attached to."""
+
+
+@CLEANING.register("provenance")
 class Provenance(ItemFilter):
     """Drop items whose recorded source does not resolve to the image they are attached to."""
 
     name = "provenance"
+    Config = ProvenanceConfig
+    order = 30
+    card = StepCard("Provenance check", "Each QA item records where it came from; items whose recorded source does not resolve to the image they are attached to are dropped.")
 
     def __init__(self, config: ProvenanceConfig):
         super().__init__()
@@ -76,10 +95,31 @@ class Provenance(ItemFilter):
         return None
 
 
+@dataclass
+class PurityConfig:
+    enabled: bool = False
+    vocabulary: list[str | list[str]] = field(default_factory=list)
+    """Closed vocabulary of the benchmark: a question using other words is off-task. Nested lists
+    (YAML anchors of shared word lists) are flattened."""
+    max_unknown_words: int = 0
+    """Words outside `vocabulary` tolerated per question."""
+    allow_patterns: list[str] = field(default_factory=list)
+    """Regexes; when given, a question must match one of them."""
+    deny_patterns: list[str] = field(default_factory=list)
+    """Regexes; a question matching any of them is off-task."""
+
+    def __post_init__(self) -> None:
+        self.vocabulary = [w for item in self.vocabulary for w in ([item] if isinstance(item, str) else item)]
+
+
+@CLEANING.register("purity")
 class TaskPurity(ItemFilter):
     """Detect off-task QA pulled into a family (by a closed vocabulary and/or question patterns)."""
 
     name = "task_purity"
+    Config = PurityConfig
+    order = 50
+    card = StepCard("Task purity", "Questions that leave this benchmark's closed vocabulary or patterns are off-task (pools that assign samples to a family by image match pull unrelated general-VQA questions in) and are dropped.")
 
     def __init__(self, config: PurityConfig):
         super().__init__()
@@ -101,10 +141,23 @@ class TaskPurity(ItemFilter):
         return None
 
 
+@dataclass
+class ReferenceFormConfig:
+    enabled: bool = False
+    max_words: int = 3
+    """A reference longer than this, where the instruction asks for a word or phrase, is a sentence."""
+    action: Literal["drop", "mark"] = "drop"
+    """`drop` the item, or keep it and record the flag in clean_meta."""
+
+
+@CLEANING.register("reference_form")
 class ReferenceForm(ItemFilter):
     """A full sentence as reference where the instruction asks for a word or phrase."""
 
     name = "reference_form"
+    Config = ReferenceFormConfig
+    order = 60
+    card = StepCard("Reference form", "References that are full sentences where the instruction asks for a single word or phrase are caught.")
 
     def __init__(self, config: ReferenceFormConfig):
         super().__init__()

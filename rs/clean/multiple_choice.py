@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 import string
 
-from rs.families.schema import MultipleChoiceConfig
+from dataclasses import dataclass
+
+from rs.registry import CLEANING
 from rs.sources.base import QAItem
 
-from .base import ItemFilter
+from .base import ItemFilter, StepCard
 
 _LABEL = r"(?:options|choices|answer choices|candidates|choose from|choose one|select one|pick one|select from)"
 _PROSE = re.compile(rf"(?is)^(?P<stem>.*?)[\s(]*\b{_LABEL}\s*[:\-]?\s*(?P<list>.+?)\s*\)?[.?]?\s*$")
@@ -89,10 +91,20 @@ def render(stem: str, options: list[str], letters: str) -> str:
     return stem + "\n" + "\n".join(f"{letters[i]}. {option}" for i, option in enumerate(options))
 
 
+@dataclass
+class MultipleChoiceConfig:
+    enabled: bool = False
+    letters: str = "ABCDEFGHIJ"
+
+
+@CLEANING.register("multiple_choice")
 class MultipleChoice(ItemFilter):
     """Re-render flattened options as a lettered block; rewrite the reference to its letter."""
 
     name = "multiple_choice"
+    Config = MultipleChoiceConfig
+    order = 40
+    card = StepCard("Multiple-choice normalisation", "Where options had been flattened into prose, they are re-rendered as a lettered block and the reference is rewritten to the bare letter, so the task is well posed and the answer is unambiguous; a reference that names no option is dropped.")
 
     def __init__(self, config: MultipleChoiceConfig):
         super().__init__()

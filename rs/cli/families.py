@@ -35,7 +35,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     family = get_family(args.name, args.config)
-    resolved = {"name": family.name, "defined_at": f"{family.path}:{family.line}", **dataclasses.asdict(family.config)}
+    resolved = {"name": family.name, "defined_at": f"{family.path}:{family.line}", **dataclasses.asdict(family.config),
+                "cleaning": family.config.cleaning.as_yaml()}
     print(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True, width=100), end="")
     return 0
 
@@ -54,7 +55,15 @@ def _describe(cls: type, prefix: str) -> typing.Iterator[str]:
     for f in dataclasses.fields(cls):
         tp = _hints(cls)[f.name]
         key = f"{prefix}.{f.name}"
-        if (registry := plugin_registry(tp)) is not None:
+        registry = plugin_registry(tp)
+        if registry is not None and registry.by == "key":
+            yield f"{key}  ({typing.get_args(tp)[0].__name__})" + (f"  {docs[f.name]}" if f.name in docs else "")
+            for name, step in registry.items():
+                yield f"{key}.{name}  ({step.Config.__name__})"
+                yield from _describe(step.Config, f"{key}.{name}")
+            yield from (line for line in _describe(typing.get_args(tp)[0], key) if not line.startswith(f"{key}.steps"))
+            continue
+        if registry is not None:
             options = [plugin.Config for _, plugin in registry.items()]
         else:
             options = [o for o in typing.get_args(tp) if dataclasses.is_dataclass(o)] or ([tp] if dataclasses.is_dataclass(tp) else [])

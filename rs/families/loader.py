@@ -72,8 +72,10 @@ class _Validator:
         if tp is Any:
             return self.plain(node)
         if origin is Annotated:
-            registry = plugin_registry(tp)
-            return self.plugin(registry, node, key) if registry else self.value(typing.get_args(tp)[0], node, key)
+            registry, base = plugin_registry(tp), typing.get_args(tp)[0]
+            if registry is None:
+                return self.value(base, node, key)
+            return self.plugin(registry, node, key) if registry.by == "kind" else self.keyed(registry, base, node, key)
         if origin in (Union, types.UnionType):
             return self.union(tp, node, key)
         if origin is Literal:
@@ -161,6 +163,24 @@ class _Validator:
             self.fail(kind_node, f"{key}.kind", f"{kind!r} is not valid; expected one of {', '.join(kinds)}")
         return self.dataclass(registry.get(kind).Config, node, key)
 
+    def keyed(self, registry: Registry, cls: type, node: Node, key: str) -> Any:
+        """A mapping of `cls`'s own fields plus blocks keyed by registered plug-ins (`cleaning:`): `cls(steps=...)`."""
+        if not isinstance(node, MappingNode):
+            self.fail(node, key, f"expected a mapping ({cls.__name__}), got {_kind(node)}")
+        own = [(k, v) for k, v in node.value if self.plain(k) in _fields(cls) and self.plain(k) != "steps"]
+        steps = {}
+        for k_node, v_node in node.value:
+            name = self.plain(k_node)
+            if (k_node, v_node) in own:
+                continue
+            if not isinstance(name, str) or name not in registry:
+                valid = [*registry.names(), *(f for f in _fields(cls) if f != "steps")]
+                self.fail(k_node, f"{key}.{name}", f"unknown {registry.what}{_did_you_mean(name, valid)}; valid keys: {', '.join(valid)}")
+            steps[name] = self.dataclass(registry.get(name).Config, v_node, f"{key}.{name}")
+        config = self.dataclass(cls, MappingNode(node.tag, own, node.start_mark, node.end_mark), key)
+        config.steps = steps
+        return config
+
     def dataclass(self, cls: type, node: Node, key: str) -> Any:
         if not isinstance(node, MappingNode):
             self.fail(node, key, f"expected a mapping ({cls.__name__}), got {_kind(node)}")
@@ -189,6 +209,10 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls, include_extras=True)
 
 
+def _fields(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
 def plugin_registry(tp: Any) -> Registry | None:
     """The registry of an `Annotated[KindConfig, REGISTRY]` field (a plug-in block), else None."""
     if typing.get_origin(tp) is not Annotated:
@@ -202,6 +226,8 @@ def _kind(node: Node) -> str:
 
 def _type_name(tp: Any) -> str:
     if (registry := plugin_registry(tp)) is not None:
+        if registry.by == "key":
+            return f"a mapping of {registry.what}s: {' | '.join(registry.names())}"
         return f"a mapping with kind: {' | '.join(registry.names())}"
     if typing.get_origin(tp) in (Union, types.UnionType):
         return " | ".join(_type_name(a) for a in typing.get_args(tp))

@@ -10,10 +10,10 @@ kind (`rs.registry`), and the block is checked against that kind's own `Config`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
-from rs.registry import ENGINES, SOURCES, KindConfig
+from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
 
 ByteSize = int | str
 """A byte count: an integer, or a string such as "500MB" / "1GiB"."""
@@ -113,54 +113,22 @@ class VerifierConfig:
 
 
 @dataclass
-class ProvenanceConfig:
-    enabled: bool = True
-    sources: list[str] = field(default_factory=list)
-    """Dataset names an item may record as its source; empty accepts any name."""
-    check_image_ref: bool = True
-    """Drop items whose recorded image id/hash does not match the image they are attached to."""
-
-
-@dataclass
-class PurityConfig:
-    enabled: bool = False
-    vocabulary: list[str | list[str]] = field(default_factory=list)
-    """Closed vocabulary of the benchmark: a question using other words is off-task. Nested lists
-    (YAML anchors of shared word lists) are flattened."""
-    max_unknown_words: int = 0
-    """Words outside `vocabulary` tolerated per question."""
-    allow_patterns: list[str] = field(default_factory=list)
-    """Regexes; when given, a question must match one of them."""
-    deny_patterns: list[str] = field(default_factory=list)
-    """Regexes; a question matching any of them is off-task."""
-
-    def __post_init__(self) -> None:
-        self.vocabulary = [w for item in self.vocabulary for w in ([item] if isinstance(item, str) else item)]
-
-
-@dataclass
-class ReferenceFormConfig:
-    enabled: bool = False
-    max_words: int = 3
-    """A reference longer than this, where the instruction asks for a word or phrase, is a sentence."""
-    action: Literal["drop", "mark"] = "drop"
-    """`drop` the item, or keep it and record the flag in clean_meta."""
-
-
-@dataclass
-class MultipleChoiceConfig:
-    enabled: bool = False
-    letters: str = "ABCDEFGHIJ"
-
-
-@dataclass
 class CleaningConfig:
-    provenance: ProvenanceConfig = field(default_factory=ProvenanceConfig)
-    purity: PurityConfig = field(default_factory=PurityConfig)
-    reference_form: ReferenceFormConfig = field(default_factory=ReferenceFormConfig)
-    multiple_choice: MultipleChoiceConfig = field(default_factory=MultipleChoiceConfig)
+    """`cleaning:` in families.yaml: every registered step's block by its key (`rs.registry.CLEANING`;
+    one not written gets its defaults), and `dedup`."""
+
+    steps: dict[str, Any] = field(default_factory=dict)
+    """Step key -> that step's `Config` (provenance, purity, reference_form, multiple_choice, ...)."""
     dedup: bool = True
     """Drop a QA item repeated on the same image."""
+
+    def step(self, key: str) -> Any:
+        """The configuration of the step registered as `key`, its defaults when the family wrote none."""
+        return self.steps[key] if key in self.steps else CLEANING.get(key).Config()
+
+    def as_yaml(self) -> dict[str, Any]:
+        """The block as families.yaml writes it (steps at the top level, beside `dedup`)."""
+        return {**{key: asdict(config) for key, config in self.steps.items()}, "dedup": self.dedup}
 
 
 @dataclass
@@ -174,7 +142,8 @@ class FamilyConfig:
     verifier: VerifierConfig
     card: CardConfig
     model: ModelConfig
-    cleaning: CleaningConfig = field(default_factory=CleaningConfig)
+    cleaning: Annotated[CleaningConfig, CLEANING] = field(default_factory=CleaningConfig)
+    """Cleaning steps by their key (registered steps; `enabled` switches one on), and `dedup`."""
     engine: Annotated[KindConfig, ENGINES] = field(default_factory=lambda: ENGINES.get(ENGINES.default).Config())
     """How the model is served: `kind` is a registered engine kind (vllm, openai, replay, ...)."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)

@@ -91,7 +91,7 @@ class SampleStage:
         self.judge = None
         if config.judge.enabled and judge_engine is not None:
             self.judge = Judge(CachedEngine(judge_engine, cache, batch_size=batch, progress=False), config.judge)
-        letters = config.cleaning.multiple_choice.letters
+        letters = config.cleaning.step("multiple_choice").letters
         self.calibration = CalibrationSampler(self.verifier, config.judge.calibration_samples, letters=letters)
         self.report = SampleReport()
 

@@ -1,7 +1,7 @@
-"""Plug-ins of a package that is not `rs`: a source kind, an engine kind and a verifier.
+"""Plug-ins of a package that is not `rs`: a source kind, an engine kind, a cleaning step and a verifier.
 
 `tests/test_plugins.py` installs this module's distribution metadata (entry points in the groups
-`rs.sources`, `rs.engines`, `rs.verifiers`) on a subprocess's path, as `pip install rs-parrots` would.
+`rs.sources`, `rs.engines`, `rs.cleaning`, `rs.verifiers`) on a subprocess's path, as `pip install rs-parrots` would.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any, Iterator, Literal, Sequence
 
 from PIL import Image
 
+from rs.clean.base import ItemFilter, StepCard
 from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
-from rs.registry import ENGINES, SOURCES
+from rs.registry import CLEANING, ENGINES, SOURCES
 from rs.sources.base import QAItem, SourceRecord
 from rs.verifiers import Verifier, register
 
@@ -90,6 +91,30 @@ class ParrotEngine:
 
     def close(self) -> None:
         pass
+
+
+# --- a cleaning step: questions too long for this family ----------------------------------------
+
+
+@dataclass
+class ShortQuestionsConfig:
+    enabled: bool = False
+    max_words: int = 8
+
+
+@CLEANING.register("short_questions")
+class ShortQuestions(ItemFilter):
+    name = "short_questions"
+    Config = ShortQuestionsConfig
+    order = 70
+    card = StepCard("Short questions", "Questions of more words than the family allows are dropped.")
+
+    def __init__(self, config: ShortQuestionsConfig) -> None:
+        super().__init__()
+        self.max_words = config.max_words
+
+    def check(self, item: QAItem, image_sha256: str, image_id: str | None) -> str | None:
+        return "long_question" if len(item.question.split()) > self.max_words else None
 
 
 # --- a verifier ------------------------------------------------------------------------------------
