@@ -277,7 +277,9 @@ def _old_get_verifier(rev: str) -> Callable:
         del sys.modules[k]
     sys.path.insert(0, tmp)
     try:
-        return importlib.import_module("rs.verifiers").get_verifier
+        verifiers = importlib.import_module("rs.verifiers")
+        verifiers.known_verifiers()  # a registry that finds its modules on first use must find the old ones
+        return verifiers.get_verifier
     finally:
         sys.path.remove(tmp)
         for k in [k for k in sys.modules if ours(k)]:

@@ -85,9 +85,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["RAY_MISSING", "EngineReplica", "RayIncomplete", "RayNotInstalled", "RayPlanError", "RayRun", "StepStats", "ray_available", "sample_on_ray"]
 
 RAY_MISSING = "Ray is not installed: pip install 'rs[ray]'"
-FAIL_ENV = "RS_RAY_FAIL"
-"""Test only: a JSON list of `{"step", "item", "do": "raise" | "exit", "marker"}`. The replica of `step`
-raises on the batch holding item key `item`, or exits (once: it creates `marker` first)."""
 FORWARDED_ENV_PREFIXES = ("VLLM_",)
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 """Environment variables the CLI passes to the replicas (never tokens: log the workers in themselves)."""
@@ -246,10 +243,10 @@ class EngineReplica:
     loads the model before the first batch.
     """
 
-    def __init__(self, spec: dict[str, Any], identity: str, settings: SamplingSettings, step: str):
+    def __init__(self, spec: dict[str, Any], identity: str, settings: SamplingSettings):
         from rs.engines.cached import identity_key
 
-        self.spec, self.settings, self.step = spec, settings, step
+        self.spec, self.settings = spec, settings
         self.engine = build_replica_engine(spec)
         if (mine := identity_key(self.engine)) != identity:
             raise RuntimeError(
@@ -263,7 +260,6 @@ class EngineReplica:
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.failures = 0
         self.batches = 0
-        self._fail = [f for f in json.loads(os.environ.get(FAIL_ENV) or "[]") if f["step"] == step]
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         keys, requests = [], []
@@ -274,7 +270,6 @@ class EngineReplica:
         start = time.perf_counter()
         error = None
         try:
-            self._injected_failure(requests)
             generations = self.engine.generate(requests, self.settings)
             if len(generations) != len(requests):
                 raise RuntimeError(f"the engine returned {len(generations)} generations for {len(requests)} requests")
@@ -296,19 +291,6 @@ class EngineReplica:
             "batch_error": [error] * n, "batch": [f"{self.name}/{self.batches}"] * n, "replica": [self.name] * n, "load_seconds": [self.load_seconds] * n,
             "engine_seconds": [seconds / n] * n,
         }, schema=ANSWERS)
-
-    def _injected_failure(self, requests: list[Request]) -> None:
-        keys = {r.item_key for r in requests}
-        for fail in self._fail:
-            if fail["item"] not in keys:
-                continue
-            if fail["do"] == "exit":
-                marker = Path(fail["marker"])
-                if not marker.exists():
-                    marker.touch()
-                    os._exit(1)
-            else:
-                raise RuntimeError(f"{FAIL_ENV}: injected failure of the batch holding {fail['item']}")
 
     def _replace_engine(self) -> None:
         try:
@@ -382,7 +364,7 @@ class _Cluster:
         pool = ActorPoolStrategy(min_size=1, max_size=self.replicas, initial_size=start_with)
         # one block per batch: replicas share the work evenly, and each answered batch reaches the driver (and the cache) alone
         answers = requests.repartition(target_num_rows_per_block=rows).map_batches(
-            EngineReplica, fn_constructor_kwargs={"spec": spec, "identity": identity, "settings": settings, "step": step},
+            EngineReplica, fn_constructor_kwargs={"spec": spec, "identity": identity, "settings": settings},
             compute=pool, num_gpus=self.num_gpus or None, num_cpus=self.num_cpus,
             batch_size=rows, batch_format="pyarrow", **remote_args,
         )

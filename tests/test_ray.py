@@ -25,7 +25,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
 from rs.stages import BuildContext, ensure_clean, ensure_sampled  # noqa: E402
-from rs.distributed import FAIL_ENV, RAY_MISSING, RayIncomplete, RayPlanError, sample_on_ray  # noqa: E402
+from rs.distributed import RAY_MISSING, RayIncomplete, RayPlanError, sample_on_ray  # noqa: E402
 from rs.engines import engines_for  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.store import read_records  # noqa: E402
@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_sample import family_file  # noqa: E402
 
 ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+PLUGINS = Path(__file__).resolve().parent / "plugins"
 REPLICAS = dict(replicas=2, num_cpus=0.5, num_gpus=0)
 
 
@@ -62,6 +63,32 @@ def context(tmp_path: Path, name: str, **kwargs) -> BuildContext:
     return BuildContext(family, tmp_path / name, tmp_path / f"{name}.sqlite", progress=False, **kwargs)
 
 
+def _plugin_path(tmp_path: Path) -> str:
+    """A path on which the `rs-faults` distribution (entry point: engine kind `faulty_vllm`) is installed."""
+    info = tmp_path / "site" / "rs_faults-0.1.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rs-faults\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[rs.engines]\nfaulty_vllm = rs_faults\n")
+    return os.pathsep.join([str(tmp_path / "site"), str(PLUGINS), os.environ.get("PYTHONPATH", "")])
+
+
+def _faulty(ctx: BuildContext, faults: list[dict[str, str]], monkeypatch, tmp_path: Path) -> BuildContext:
+    """`ctx` with its engine swapped for the faulty one, registered in this process for this test only."""
+    import dataclasses
+    import importlib
+
+    from rs.registry import ENGINES
+
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.setattr(ENGINES, "_entries", dict(ENGINES._entries))
+    module = importlib.import_module("rs_faults")
+    module = importlib.reload(module) if "faulty_vllm" not in ENGINES._entries else module
+    engine = ctx.family.config.engine
+    config = dataclasses.replace(ctx.family.config, engine=module.FaultyVLLMConfig(args=engine.args, batch_size=engine.batch_size,
+                                                                                  faults=faults))
+    return dataclasses.replace(ctx, family=dataclasses.replace(ctx.family, config=config))
+
+
 def test_identity_is_computed_without_loading_the_model() -> None:
     from rs.engines.vllm import VLLMEngine
     from rs.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path
@@ -84,17 +111,18 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     reference = ensure_sampled(single)
     assert reference["sampling_engine_calls"] == reference["items"] == 18 and reference["judged"] > 0
 
-    # On Ray, a replica raises on the batch holding the first item (lost), and another dies on the
-    # batch holding the last (Ray restarts it and retries the batch: nothing lost).
+    # On Ray, with an engine kind of the tests' own (tests/plugins/rs_faults.py, installed by an entry point
+    # as on a cluster), a replica raises on the batch holding the first item (lost), and another dies on
+    # the batch holding the last (Ray restarts it and retries the batch: nothing lost).
     ctx = context(tmp_path, "ray")
     ensure_clean(ctx)
     keys = [f"{q['record_id']}#{q['turn']}" for row in read_records(ctx.paths.clean, "rows") for q in row["qa"]]
     died = tmp_path / "replica-died"
-    fail = [{"step": "sampling", "item": keys[0], "do": "raise"},
-            {"step": "sampling", "item": keys[-1], "do": "exit", "marker": str(died)}]
+    faults = [{"item": keys[0], "do": "raise"}, {"item": keys[-1], "do": "exit", "marker": str(died)}]
+    faulty = _faulty(ctx, faults, monkeypatch, tmp_path)
     # batches hold whole images: 3 questions an image, batch_size 4 -> one image (3 requests) a batch
     with pytest.raises(RayIncomplete, match="sampling: 3 requests in failed batches") as failed:
-        sample_on_ray(ctx, runtime_env={"env_vars": {**ENV, FAIL_ENV: json.dumps(fail)}}, **REPLICAS)
+        sample_on_ray(faulty, runtime_env={"env_vars": {**ENV, "PYTHONPATH": _plugin_path(tmp_path)}}, **REPLICAS)
     run = failed.value.run
     sampling = run.steps["sampling"]
     assert died.exists() and sampling.replica_processes == 3  # two replicas, one restarted
