@@ -68,6 +68,8 @@ from rs.sources.synthetic import (
     SyntheticSource,
     count,
     matches,
+    object_box,
+    questions_for,
 )
 from rs.tiny_model import (
     BOS_TOKEN,
@@ -331,10 +333,8 @@ def _demo_corpus(n_images: int = 3000) -> Iterator[str]:
 
 def _questions(source: SyntheticSource, index: int) -> list[tuple[str, str, str]]:
     """The clean (question, answer, qtype) triples of image `index`, without rendering the image."""
-    from rs.sources.synthetic import _questions_for  # the source's own draw, so the questions are identical
-
-    scene = source.scene(index)
-    return _questions_for(scene, random.Random(f"{source.seed}:{index}:qa"), source.questions_per_image, source.style)
+    scene = source.scene(index)  # the source's own draw, so the questions are identical
+    return questions_for(scene, random.Random(f"{source.seed}:{index}:qa"), source.questions_per_image, source.style)
 
 
 def build_tokenizer(vocab_size: int) -> Any:
@@ -440,11 +440,9 @@ def perception_targets(scene: Scene, grid: int) -> list[list[float]]:
     it tells the vision tower early what the scene graph holds (where objects are and what they look like),
     which the answer tokens alone teach only slowly.
     """
-    from rs.sources.synthetic import _box  # where the renderer draws each object (fractions of the side)
-
     cells = [[0.0] * len(PERCEPTION_CHANNELS) for _ in range(grid * grid)]
     for obj in scene.objects:
-        x0, y0, x1, y1 = _box(obj)
+        x0, y0, x1, y1 = object_box(obj)  # where the renderer draws it (fractions of the side)
         col = min(grid - 1, max(0, int((x0 + x1) / 2 * grid)))
         row = min(grid - 1, max(0, int((y0 + y1) / 2 * grid)))
         cell = cells[row * grid + col]

@@ -455,7 +455,7 @@ def test_write_image_folder_loads_with_datasets(tmp_path, monkeypatch):
 
 
 def test_cli(tmp_path, capsys):
-    from rs.sources.synthetic import main
+    from rs.sources.synthetic.__main__ import main
 
     main([str(tmp_path / "cli"), "--num-images", "3", "--seed", "1", "--style", "clevr", "--noise", "duplicate_qa=1"])
     out = capsys.readouterr().out
