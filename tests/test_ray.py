@@ -208,13 +208,14 @@ def test_a_replica_with_another_engine_identity_refuses_to_start(tmp_path: Path,
 
 def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, local_ray) -> None:
     from rs.engines.cache import GenerationCache
-    from rs.distributed import StepStats, _Cluster, engine_specs
+    from rs.distributed import StepStats, engine_specs
+    from rs.distributed.cluster import Cluster
     from rs.engines import sampling_settings
     from rs.engines.cached import identity_key
 
     ctx = context(tmp_path, "unshared")
     sampler, _ = engines_for(ctx.family)
-    cluster = _Cluster(ray, replicas=1, num_gpus=0, num_cpus=1, runtime_env={"env_vars": ENV}, batch_size=4, progress=False)
+    cluster = Cluster(ray, replicas=1, num_gpus=0, num_cpus=1, runtime_env={"env_vars": ENV}, batch_size=4, progress=False)
     # the driver sees the file when the Dataset is made, the read task does not (a build directory on local disk)
     import pyarrow.parquet as pq
 
@@ -234,7 +235,8 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
     import pyarrow as pa
 
     from rs.engines.cache import GenerationCache
-    from rs.distributed import REQUESTS, _prefix, sampling_requests
+    from rs.distributed import REQUESTS, sampling_requests
+    from rs.distributed.replica import key_prefix
     from rs.engines.base import Request
     from rs.prompt import build_prompt
     from rs.sample import SampleStage
@@ -248,7 +250,7 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
         expected = [(stage.runner.key(Request(prompt=build_prompt(q["question"], stage.config.instruction), image=row["image"]),
                                       stage.settings), row, q) for row in rows for q in row["qa"]]
     wanted = expected[1::3]  # every third item is missing
-    missing = np.unique(np.array([_prefix(key) for key, _, _ in wanted], dtype=np.uint64))
+    missing = np.unique(np.array([key_prefix(key) for key, _, _ in wanted], dtype=np.uint64))
     table = pa.Table.from_pylist([{k: row[k] for k in ("image", "image_sha256", "qa")} for row in rows])
     out = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instruction=stage.config.instruction,
                             missing=missing)
@@ -301,20 +303,20 @@ def _closed_port() -> int:
     ("127.0.0.1:{closed}", r"nothing answers there .*the head's GCS"),  # Ray would retry it for minutes
 ])
 def test_addresses_ray_cannot_use_are_refused_before_connecting(address: str, message: str) -> None:
-    from rs.distributed import _connect
+    from rs.distributed.cluster import connect
 
     class NeverInit:
         def init(self, **_):
             raise AssertionError("ray.init must not be reached")
 
     with pytest.raises(RayPlanError, match=message):
-        _connect(NeverInit(), address.format(closed=_closed_port()), None)
+        connect(NeverInit(), address.format(closed=_closed_port()), None)
 
 
 def test_a_cluster_that_wants_a_token_says_how_to_give_it() -> None:
     from ray.exceptions import AuthenticationError
 
-    from rs.distributed import _connect
+    from rs.distributed.cluster import connect
 
     class TokenCluster:  # what ray.init raises against `ray start --head` without RAY_AUTH_MODE=token (ray 2.60)
         def init(self, **_):
@@ -327,4 +329,4 @@ def test_a_cluster_that_wants_a_token_says_how_to_give_it() -> None:
                 raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379") from cause
 
     with pytest.raises(RayPlanError, match=r"refused this client's authentication token.*RAY_AUTH_MODE=token.*auth_token"):
-        _connect(TokenCluster(), "auto", None)
+        connect(TokenCluster(), "auto", None)

@@ -23,7 +23,8 @@ from test_ray import ENV, cache_contents, items, ray  # test_ray skips this modu
 from test_sample import cache_rows, family_file
 
 from rs.stages import BuildContext, ensure_sampled
-from rs.distributed import MAX_STEP_ATTEMPTS, StepStats, _retrying_lost_nodes, sample_on_ray
+from rs.distributed import StepStats, sample_on_ray
+from rs.distributed.cluster import MAX_STEP_ATTEMPTS, retrying_lost_nodes
 from rs.families import load_families
 
 
@@ -77,7 +78,7 @@ def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
 
 
 class _Nodes:
-    """The `_Cluster` surface `_retrying_lost_nodes` reads: which nodes are alive, as Ray would answer."""
+    """The `_Cluster` surface `retrying_lost_nodes` reads: which nodes are alive, as Ray would answer."""
 
     def __init__(self, *answers: set[str]):
         self.answers = list(answers)
@@ -98,18 +99,18 @@ def test_a_step_runs_again_only_when_nodes_left_during_it() -> None:
         return step
 
     # a node left during the first attempt: the second runs and its stats say so
-    (stats,) = _retrying_lost_nodes("judge", _Nodes({"a", "b"}, {"a"}, {"a"}), failing_until(2))
+    (stats,) = retrying_lost_nodes("judge", _Nodes({"a", "b"}, {"a"}, {"a"}), failing_until(2))
     assert stats.attempts == 2 and len(attempts) == 2
 
     # no node left: the failure is the step's own, raised at once
     attempts.clear()
     with pytest.raises(RuntimeError, match="failed after committing"):
-        _retrying_lost_nodes("judge", _Nodes({"a", "b"}), failing_until(5))
+        retrying_lost_nodes("judge", _Nodes({"a", "b"}), failing_until(5))
     assert len(attempts) == 1
 
     # nodes keep leaving: it gives up after MAX_STEP_ATTEMPTS
     attempts.clear()
     shrinking = _Nodes(*({str(i) for i in range(n)} for n in range(10, 0, -1)))
     with pytest.raises(RuntimeError):
-        _retrying_lost_nodes("judge", shrinking, failing_until(99))
+        retrying_lost_nodes("judge", shrinking, failing_until(99))
     assert len(attempts) == MAX_STEP_ATTEMPTS

@@ -1,0 +1,228 @@
+"""The cluster side of the Ray path: connecting, checking what fits, the replicas' environment, answering a step."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rs.engines.base import Generation, SamplingSettings
+
+from .replica import EngineReplica, first_line
+from .report import RayPlanError, StepStats
+
+if TYPE_CHECKING:
+    from rs.engines.cache import GenerationCache
+
+logger = logging.getLogger(__name__)
+
+
+FORWARDED_ENV_PREFIXES = ("VLLM_",)
+FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+"""Environment variables the CLI passes to the replicas (never tokens: log the workers in themselves)."""
+NOT_FORWARDED = ("VLLM_HOST_IP", "VLLM_PORT")
+MAX_STEP_ATTEMPTS = 3
+"""A step whose pipeline fails while nodes leave the cluster runs again (for what is missing) up to this many times."""
+
+def ray_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+@dataclass
+class Cluster:
+    """How the replicas are placed, and what every step's pipeline shares."""
+
+    ray: Any
+    replicas: int
+    num_gpus: float
+    num_cpus: float
+    runtime_env: dict[str, Any] | None
+    batch_size: int
+    progress: bool
+
+    def fitting_replicas(self, step: str) -> int:
+        """How many replicas the cluster holds now (at least 1), leaving a CPU for Ray Data's own tasks."""
+        resources = self.ray.cluster_resources()  # alive nodes only
+        fits = int((resources.get("CPU", 0) - 1) // self.num_cpus) if self.num_cpus else self.replicas
+        if self.num_gpus:
+            fits = min(fits, int(resources.get("GPU", 0) // self.num_gpus))
+        if fits < self.replicas:
+            logger.warning("%s: the cluster now holds %d of the %d replicas; starting with %d (Ray Data adds more if nodes "
+                           "join)", step, max(fits, 0), self.replicas, max(fits, 1))
+        return max(1, min(fits, self.replicas))
+
+    def alive_nodes(self) -> set[str]:
+        return {node["NodeID"] for node in self.ray.nodes() if node["Alive"]}
+
+    def answer(self, step: str, requests: Any, spec: dict[str, Any], identity: str, settings: SamplingSettings,
+               cache: GenerationCache, stats: StepStats, total: int, *, rows_per_batch: int | None = None,
+               part_of: Callable[[str], StepStats] | None = None) -> None:
+        """Run `requests` (a Ray Dataset of `REQUESTS` rows) through the replicas; commit every batch as it returns.
+
+        `rows_per_batch`: `REQUESTS` rows per engine batch (default: the batch size, one request a
+        row). `stats` gets the pipeline's figures; `part_of(key)` says which step's stats a
+        request's answer counts in (default: `stats`), when one pipeline serves two steps.
+        """
+        rows = rows_per_batch or self.batch_size
+        from ray.data import ActorPoolStrategy
+        from tqdm.auto import tqdm
+
+        part_of = part_of or (lambda key: stats)
+        remote_args: dict[str, Any] = {"runtime_env": self.runtime_env} if self.runtime_env else {}
+        stats.replicas = start_with = self.fitting_replicas(step)
+        # The pool may shrink to one replica: with a fixed size, a node lost mid-step makes Ray restart its replica
+        # on the CPUs Ray Data's read tasks need, and the pipeline waits forever.
+        pool = ActorPoolStrategy(min_size=1, max_size=self.replicas, initial_size=start_with)
+        # one block per batch: replicas share the work evenly, and each answered batch reaches the driver (and the cache) alone
+        answers = requests.repartition(target_num_rows_per_block=rows).map_batches(
+            EngineReplica, fn_constructor_kwargs={"spec": spec, "identity": identity, "settings": settings},
+            compute=pool, num_gpus=self.num_gpus or None, num_cpus=self.num_cpus,
+            batch_size=rows, batch_format="pyarrow", **remote_args,
+        )
+        start = time.perf_counter()
+        loads: dict[str, float] = {}
+        batches: set[tuple[str, int]] = set()
+        try:
+            with tqdm(total=total, desc=f"{step} (ray, {start_with} replicas)", unit="item", disable=not self.progress,
+                      dynamic_ncols=True) as bar:
+                for batch in answers.iter_batches(batch_size=None, batch_format="pyarrow"):
+                    if not batch.num_rows:
+                        continue
+                    if not stats.startup_seconds:
+                        first = batch.filter(pc.equal(batch["batch"], batch["batch"][0]))
+                        stats.startup_seconds = time.perf_counter() - start - pc.sum(first["engine_seconds"]).as_py()
+                    _commit(batch, cache, part_of, loads, batches)
+                    bar.update(batch.num_rows)
+                    bar.set_postfix(stored=stats.stored, failed=stats.failed_requests, refresh=False)
+        except Exception as err:
+            hint = ""
+            if any(text in str(err) for text in ("FileNotFoundError", "No such file", "does not exist")):
+                hint = " (do all nodes see the build directory at the same path? --build-dir must be on shared storage)"
+            raise RuntimeError(f"the {step} step on Ray failed after committing {stats.stored} answers (they stay cached; "
+                               f"the same command again sends only what is missing): {first_line(err)}{hint}") from err
+        finally:
+            stats.replica_processes = len(loads)
+            stats.load_seconds = max(loads.values(), default=0.0)
+
+
+def _commit(batch: pa.Table, cache: GenerationCache, part_of: Callable[[str], StepStats], loads: dict[str, float],
+            batches: set[tuple[str, int]]) -> None:
+    """Commit one block of answers (one transaction) and count each in its step."""
+    keys = batch["key"].to_pylist()
+    generations = [Generation.from_dict(json.loads(g)) for g in batch["generation"].to_pylist()]
+    cache.put_many(zip(keys, generations))
+    columns = (batch[c].to_pylist() for c in ("batch", "replica", "load_seconds", "batch_error", "engine_seconds"))
+    for key, generation, batch_id, replica, load, error, seconds in zip(keys, generations, *columns):
+        stats = part_of(key)
+        stats.sent += 1
+        stats.stored += generation.cacheable
+        stats.uncached += not generation.cacheable
+        stats.failed_requests += error is not None
+        stats.engine_seconds += seconds
+        loads[replica] = load
+        if (batch_id, id(stats)) not in batches:
+            batches.add((batch_id, id(stats)))
+            stats.batches += 1
+            stats.failed_batches += error is not None
+
+
+def connect(ray: Any, address: str | None, runtime_env: dict[str, Any] | None) -> None:
+    """`ray.init`, with errors that say what to fix.
+
+    Ray retries an address where nothing listens for many minutes, so a reachable port is checked
+    first; a cluster started by `ray start --head` uses token authentication unless told otherwise,
+    and a client without the token only gets a generic connection error.
+    """
+    if address and address.startswith("ray://"):
+        raise RayPlanError(
+            f"--ray {address}: Ray Data does not run through Ray Client (ray://, ray-project/ray#48682). Run the command "
+            "on the head node with --ray auto (the cache then lives on the head's disk), or submit it there as a Ray "
+            "Job: ray job submit --address http://HEAD:8265 -- python -m rs.sample FAMILY --ray auto"
+        )
+    if address and address != "auto":
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+        except ValueError:
+            raise RayPlanError(f"--ray {address}: expected auto or HOST:PORT (the head's `ray start --head --port`)") from None
+        except OSError as err:
+            raise RayPlanError(f"--ray {address}: nothing answers there ({err}); the address must be the head's GCS, "
+                               "`ray start --head --port=6379` (`ray status` on the head prints it)") from None
+    try:
+        ray.init(address=address, runtime_env=runtime_env)
+    except ConnectionError as err:
+        if not any(word in _chain_text(err) for word in ("InvalidAuthToken", "AuthenticationError")):
+            raise RayPlanError(f"could not connect to the Ray cluster at {address or 'auto'}: {err}") from err
+        raise RayPlanError(
+            f"the Ray cluster at {address or 'auto'} refused this client's authentication token. A cluster started by "
+            "`ray start --head` uses token authentication: set RAY_AUTH_MODE=token here and give this machine the "
+            "head's token (copy its ~/.ray/auth_token, or set RAY_AUTH_TOKEN)"
+        ) from err
+
+
+def _chain_text(error: BaseException | None) -> str:
+    parts = []
+    while error is not None and len(parts) < 10:
+        parts.append(f"{type(error).__name__}: {error}")
+        error = error.__cause__ or error.__context__
+    return "\n".join(parts)
+
+
+def check_fits(resources: dict[str, float], *, replicas: int, num_gpus: float, num_cpus: float, local: bool) -> None:
+    """Refuse a plan the cluster cannot hold: Ray Data would wait for resources forever.
+
+    Ray Data's own tasks (listing files, reading, repartitioning) ask for one CPU each: with no
+    CPU left beside the replicas, the pipeline never gets its first block.
+    """
+    gpus, cpus = resources.get("GPU", 0), resources.get("CPU", 0)
+    problems = []
+    if replicas * num_gpus > gpus:
+        problems.append(f"{replicas} replicas x {num_gpus:g} GPUs need {replicas * num_gpus:g} GPUs, the cluster has {gpus:g}")
+    if replicas * num_cpus + 1 > cpus:
+        problems.append(f"{replicas} replicas x {num_cpus:g} CPUs and 1 CPU for Ray Data's read tasks need "
+                        f"{replicas * num_cpus + 1:g} CPUs, the cluster has {cpus:g}")
+    if problems and local:  # on a cluster, each step starts with the replicas that fit (`Cluster.fitting_replicas`)
+        raise RayPlanError("; ".join(problems) + ". Use fewer --replicas.")
+
+
+def retrying_lost_nodes(step: str, cluster: Cluster, run_step: Callable[[], tuple[StepStats, ...]]) -> tuple[StepStats, ...]:
+    """Run a step; when its pipeline fails while nodes leave the cluster, run it again for what is still missing.
+
+    Ray Data restarts a replica that dies on a live node by itself, but a node that goes away can
+    take one of the pipeline's own tasks with it, and the whole pipeline fails. Its committed
+    answers are cached, so the next attempt sends only the rest, sized to the nodes that remain.
+    """
+    for attempt in range(1, MAX_STEP_ATTEMPTS + 1):
+        nodes = cluster.alive_nodes()
+        try:
+            results = run_step()
+        except RuntimeError as err:
+            lost = nodes - cluster.alive_nodes()
+            if not lost or attempt == MAX_STEP_ATTEMPTS:
+                raise
+            logger.warning("%s: %d node(s) left the cluster and the step failed (%s); its answers are cached, running it "
+                           "again for the rest (attempt %d of %d)", step, len(lost), err, attempt + 1, MAX_STEP_ATTEMPTS)
+            continue
+        for stats in results:
+            stats.attempts = attempt
+        return results
+    raise AssertionError("unreachable")
+
+
+def forwarded_env() -> dict[str, str]:
+    """The driver's environment variables that the CLI passes to the replicas: `VLLM_*` (but no key, token
+    or per-node address) and the Hugging Face offline switches."""
+    def private(name: str) -> bool:
+        return any(word in name for word in ("KEY", "TOKEN", "SECRET", "PASSWORD")) or name in NOT_FORWARDED
+
+    return {k: v for k, v in os.environ.items() if (k.startswith(FORWARDED_ENV_PREFIXES) or k in FORWARDED_ENV) and not private(k)}
+

@@ -1,0 +1,99 @@
+"""What a Ray run did, per step (the numbers the command prints and the stage report keeps), and why one cannot run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rs.errors import RsError, UsageError
+
+RAY_MISSING = "Ray is not installed: pip install 'rs[ray]'"
+
+
+class RayNotInstalled(UsageError, RuntimeError):
+    def __init__(self) -> None:
+        super().__init__(RAY_MISSING)
+
+
+class RayPlanError(UsageError, ValueError):
+    """A run this cluster or this family cannot do: not the vllm engine, more replicas than the cluster holds,
+    a cluster this machine cannot reach or is not authorised to join."""
+
+
+class RayIncomplete(RsError, RuntimeError):
+    """Some batches failed or some answers were not cacheable: re-run to send only what is missing."""
+
+    def __init__(self, run: "RayRun"):
+        self.run = run
+        lost = {name: (s.failed_requests, s.uncached) for name, s in run.steps.items() if s.failed_requests or s.uncached}
+        super().__init__(
+            "the Ray run is incomplete: " + ", ".join(f"{name}: {failed} requests in failed batches, {uncached} not cacheable"
+                                                       for name, (failed, uncached) in lost.items())
+            + "; run the same command again, it sends only what is missing"
+        )
+
+
+@dataclass
+class StepStats:
+    """What one step did: requests considered, answered from the cache, sent, lost."""
+
+    requests: int = 0
+    cached: int = 0
+    duplicates: int = 0
+    """Requests whose key was already to be sent in this step (the same question asked twice)."""
+    sent: int = 0
+    batches: int = 0
+    stored: int = 0
+    uncached: int = 0
+    """Answered with a failure that is not cached (transient, or a failed batch): sent again on the next run."""
+    failed_batches: int = 0
+    failed_requests: int = 0
+    seconds: float = 0.0
+    """Wall time of the step on the driver: looking up keys, the Ray Data pipeline, committing."""
+    startup_seconds: float = 0.0
+    """From starting the pipeline to its first answer, less that batch's engine time: starting the replicas, loading the model."""
+    engine_seconds: float = 0.0
+    """Time the replicas spent in `generate()`, summed over replicas."""
+    load_seconds: float = 0.0
+    """The slowest replica's model load."""
+    replica_processes: int = 0
+    """Replica processes that answered: more than the replicas when Ray restarted some."""
+    replicas: int = 0
+    """The pool's size at the step's start: the replicas asked for, or fewer when the cluster had lost nodes."""
+    attempts: int = 1
+    """More than 1 when nodes left the cluster during the step and it ran again for what was missing."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RayRun:
+    """The Ray steps of one run, and the final single-process pass's report when it ran."""
+
+    replicas: int = 0
+    steps: dict[str, StepStats] = field(default_factory=dict)
+    seconds: float = 0.0
+    """The Ray part of the run (the final pass not included)."""
+    report: dict[str, Any] | None = None
+
+    @property
+    def complete(self) -> bool:
+        return all(s.failed_requests == 0 and s.uncached == 0 for s in self.steps.values())
+
+    @property
+    def startup_seconds(self) -> float:
+        return sum(s.startup_seconds for s in self.steps.values())
+
+    @property
+    def load_seconds(self) -> float:
+        return max((s.load_seconds for s in self.steps.values()), default=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"replicas": self.replicas, "seconds": round(self.seconds, 3), "startup_seconds": round(self.startup_seconds, 3),
+                "steps": {name: s.to_dict() for name, s in self.steps.items()}}
+
+
+# --- on the workers -------------------------------------------------------------------------------
+
+
