@@ -19,6 +19,7 @@ from typing import Any
 from rs import __version__
 from rs.builders import builder_class
 from rs.errors import RsError
+from rs.report import CleaningSummary, FamilyReport, JudgeSummary, RunTimes, SplitSummary, Totals, VerifierSummary
 from rs.route import decide
 from rs.schema import REJECT_REASONS, SPLITS
 from rs.sizes import parse_bytes
@@ -55,9 +56,9 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def family_stats(ctx: BuildContext, clean: dict[str, Any], sampled: dict[str, Any], splits: dict[str, dict[str, Any]],
-                 totals: dict[str, Any]) -> dict[str, Any]:
-    """The family's stats: every number a card shows, from this build. Deterministic except `run`."""
+def family_report(ctx: BuildContext, clean: dict[str, Any], sampled: dict[str, Any], splits: dict[str, dict[str, Any]],
+                  totals: dict[str, Any]) -> FamilyReport:
+    """The family's report: every number a card shows, from this build. Deterministic except `run`."""
     c = ctx.family.config
     calibration = sampled["calibration"]
     accepted = sum(totals["accepted_by"].values())
@@ -68,30 +69,29 @@ def family_stats(ctx: BuildContext, clean: dict[str, Any], sampled: dict[str, An
             f"cleaning + {accepted} accepted + {rejected} rejected"
         )
     verifier = get_verifier(c.verifier.name, **c.verifier.params)
-    return {
-        "family": ctx.family.name,
-        "source": clean["provenance"],
-        "model": asdict(c.model),
-        "engine": c.engine.recorded(),
-        "sampling": asdict(c.sampling),
-        "verifier": {"name": verifier.name, "title": verifier.title, "params": verifier.params, "description": verifier.description,
-                     "contradiction_rule": verifier.contradiction_rule},
-        "judge": {"enabled": c.judge.enabled, "model": asdict(c.judge.model) if c.judge.model else asdict(c.model),
-                  "max_tokens": c.judge.max_tokens, "verdicts": sampled["verdicts"], "judged": sampled["judged"],
-                  "contradicted": sampled["contradicted"], "contradicted_verdicts": sampled["contradicted_verdicts"],
-                  "calibration": calibration},
-        "cleaning": {k: clean[k] for k in ("source_records", "source_items", "kept_items", "dropped_items", "rows", "merged_records", "dropped", "steps")},
-        "totals": {
-            "source_qa": clean["source_items"], "dropped_by_cleaning": clean["dropped_items"],
-            "answered": sampled["items"], "accepted": accepted, "rejected": rejected,
-            "accept_rate": accepted / (accepted + rejected) if accepted + rejected else None, **totals,
-        },
-        "splits": splits,
-        "limit": ctx.limit,
-        "versions": _versions(),
-        "run": {"clean_seconds": clean["seconds"], "sample_seconds": sampled["seconds"],
-                "sampling_engine_calls": sampled["sampling_engine_calls"], "judge_engine_calls": sampled["judge_engine_calls"]},
-    }
+    return FamilyReport(
+        family=ctx.family.name,
+        source=clean["provenance"],
+        model=asdict(c.model),
+        engine=c.engine.recorded(),
+        sampling=asdict(c.sampling),
+        verifier=VerifierSummary(name=verifier.name, title=verifier.title, params=verifier.params, description=verifier.description,
+                                 contradiction_rule=verifier.contradiction_rule),
+        judge=JudgeSummary(enabled=c.judge.enabled, model=asdict(c.judge.model) if c.judge.model else asdict(c.model),
+                           max_tokens=c.judge.max_tokens, verdicts=sampled["verdicts"], judged=sampled["judged"],
+                           contradicted=sampled["contradicted"], contradicted_verdicts=sampled["contradicted_verdicts"],
+                           calibration=calibration),
+        cleaning=CleaningSummary(**{k: clean[k] for k in ("source_records", "source_items", "kept_items", "dropped_items", "rows",
+                                                          "merged_records", "dropped", "steps")}),
+        totals=Totals(source_qa=clean["source_items"], dropped_by_cleaning=clean["dropped_items"], answered=sampled["items"],
+                      accepted=accepted, rejected=rejected,
+                      accept_rate=accepted / (accepted + rejected) if accepted + rejected else None, **totals),
+        splits={name: SplitSummary(**split) for name, split in splits.items()},
+        limit=ctx.limit,
+        versions=_versions(),
+        run=RunTimes(clean_seconds=clean["seconds"], sample_seconds=sampled["seconds"],
+                     sampling_engine_calls=sampled["sampling_engine_calls"], judge_engine_calls=sampled["judge_engine_calls"]),
+    )
 
 
 def _row_group_rows(ctx: BuildContext, clean: dict[str, Any]) -> int:
@@ -122,14 +122,14 @@ def write_split(ctx: BuildContext, split: str, clean: dict[str, Any], qa_count: 
             "bytes": sum((out / n).stat().st_size for n in names), "dataset_bytes": info.num_bytes, "files": names}
 
 
-def build_family(ctx: BuildContext) -> dict[str, Any]:
-    """Clean, sample, write the three splits and stats.json; returns the stats."""
+def build_family(ctx: BuildContext) -> FamilyReport:
+    """Clean, sample, write the three splits and stats.json; returns the family's report."""
     clean = ensure_clean(ctx)
     sampled = ensure_sampled(ctx)
     totals = _routing_totals(ctx.paths, judge_promotes(sampled))
     accepted, rejected = sum(totals["accepted_by"].values()), sum(totals["rejected_by_reason"].values())
     qa = {"think": accepted, "nothink": accepted, "rejected": rejected}
     splits = {split: write_split(ctx, split, clean, qa[split]) for split in SPLITS}
-    stats = family_stats(ctx, clean, sampled, splits, totals)
-    write_json(ctx.paths.stats, stats)
-    return stats
+    report = family_report(ctx, clean, sampled, splits, totals)
+    write_json(ctx.paths.stats, report.to_dict())
+    return report

@@ -22,6 +22,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rs.clean import StepCard, step_cards
 from rs.errors import RsError
+from rs.report import CleaningSummary, FamilyReport
 from rs.schema import QA, REJECT_REASONS, SPLITS, features
 from rs.store import read_records
 
@@ -161,12 +162,12 @@ def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[
     return {"image_path": image_path, "fields": fields, "details": details}
 
 
-def _policies(cleaning: dict[str, Any]) -> list[dict[str, Any]]:
+def _policies(cleaning: CleaningSummary) -> list[dict[str, Any]]:
     cards = step_cards()
-    steps = [s for s in cards if s in cleaning["steps"]] + [s for s in cleaning["steps"] if s not in cards]
+    steps = [s for s in cards if s in cleaning.steps] + [s for s in cleaning.steps if s not in cards]
     out = []
     for step in steps:
-        stats = cleaning["steps"][step]
+        stats = cleaning.steps[step]
         card = cards.get(step) or StepCard(step, f"The `{step}` step (a plug-in not installed where this card was rendered).")
         counts = sorted({**stats["dropped"], **{f"rewritten: {k}": v for k, v in stats["rewritten"].items()},
                          **{f"marked: {k}": v for k, v in stats["marked"].items()}}.items())
@@ -182,16 +183,16 @@ def _size_category(rows: int) -> str:
     return "n>1T"
 
 
-def card_data(stats: dict[str, Any], card: dict[str, Any], split: str) -> DatasetCardData:
+def card_data(report: FamilyReport, card: dict[str, Any], split: str) -> DatasetCardData:
     """The YAML front matter: metadata, and `configs` / `dataset_info` matching the repo's files."""
-    split_stats = stats["splits"][split]
+    split_stats = report.splits[split]
     info = DatasetInfo(features=features(split), splits=SplitDict(
-        {"train": SplitInfo(name="train", num_bytes=split_stats["dataset_bytes"], num_examples=split_stats["rows"])}))
-    info.download_size = split_stats["bytes"]
-    info.dataset_size = split_stats["dataset_bytes"]
+        {"train": SplitInfo(name="train", num_bytes=split_stats.dataset_bytes, num_examples=split_stats.rows)}))
+    info.download_size = split_stats.bytes
+    info.dataset_size = split_stats.dataset_bytes
     return DatasetCardData(
         license=card["license"], language=card["language"], task_categories=card["task_categories"],
-        size_categories=[_size_category(split_stats["rows"])], pretty_name=f"{card['pretty_name']} {split_stats['repo']}",
+        size_categories=[_size_category(split_stats.rows)], pretty_name=f"{card['pretty_name']} {split_stats.repo}",
         source_datasets=card["source_datasets"] or None, tags=sorted({*card["tags"], "rejection-sampling", split}),
         configs=[{"config_name": "default", "data_files": [{"split": "train", "path": DATA_GLOB}]}],
         dataset_info=info._to_yaml_dict(),
@@ -218,29 +219,29 @@ _SCHEMA_NOTES = {
 }
 
 
-def render_card(stats: dict[str, Any], family_card: dict[str, Any], instruction: str, split: str, namespace: str,
+def render_card(report: FamilyReport, family_card: dict[str, Any], instruction: str, split: str, namespace: str,
                 examples: list[dict[str, Any]], overturns: list[dict[str, str]] | None = None) -> str:
-    """The README.md of one split's repo."""
-    calibration = stats["judge"]["calibration"]
+    """The README.md of one split's repo: the card template over the family's report."""
+    calibration = report.judge.calibration
     if calibration is not None and "hard" not in calibration:
-        raise CardError(f"the stats of {stats['family']} were measured by an older rs, before the judge was calibrated on "
+        raise CardError(f"the stats of {report.family} were measured by an older rs, before the judge was calibrated on "
                         "hard negatives; rebuild the family (`python -m rs.publish FAMILY` without --cards-only)")
-    repos = {s: stats["splits"][s]["repo"] for s in SPLITS}
-    verifier = stats["verifier"]
-    custom = TEMPLATES / "verifiers" / f"{verifier['name']}.md.jinja"
+    repos = {s: report.splits[s].repo for s in SPLITS}
+    verifier = report.verifier
+    custom = TEMPLATES / "verifiers" / f"{verifier.name}.md.jinja"
     body = _env().get_template("card.md.jinja").render(
         pretty_name=family_card["pretty_name"], repo=repos[split], split=split, split_intro=_INTRO[split], split_note=_NOTE[split],
-        split_stats=stats["splits"][split], totals=stats["totals"], verifier=verifier,
+        split_stats=report.splits[split], totals=report.totals, verifier=verifier,
         verifier_template=f"verifiers/{custom.name}" if custom.exists() else "verifiers/default.md.jinja",
         siblings=[{"repo": repos[s], "url": f"{HUB_URL}/{namespace}/{repos[s]}"} for s in SPLITS],
-        description=family_card["description"], model=stats["model"], engine=stats["engine"], sampling=stats["sampling"],
-        instruction=instruction, repos=repos, judge=stats["judge"], calibration=calibration, overturns=overturns or [],
+        description=family_card["description"], model=report.model, engine=report.engine, sampling=report.sampling,
+        instruction=instruction, repos=repos, judge=report.judge, calibration=calibration, overturns=overturns or [],
         schema_fields="{" + ", ".join(f"`{k}`" for k in QA[split]) + "}", schema_notes=_SCHEMA_NOTES[split],
-        reasons=REJECT_REASONS, cleaning=stats["cleaning"], policies=_policies(stats["cleaning"]),
+        reasons=REJECT_REASONS, cleaning=report.cleaning, policies=_policies(report.cleaning),
         examples=[_example_view(split, e, e["image_path"]) for e in examples],
-        source=stats["source"], citation=family_card["citation"],
+        source=report.source, citation=family_card["citation"],
     )
-    data = card_data(stats, family_card, split)
+    data = card_data(report, family_card, split)
     return f"---\n{data.to_yaml()}\n---\n\n{body}"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from rs.build import build_family  # noqa: E402
 from rs.stages import BuildContext  # noqa: E402
 from rs.engines import engines_for  # noqa: E402
 from rs.families import get_family  # noqa: E402
+from rs.report import FamilyReport, ReportError  # noqa: E402
 from rs.schema import SPLITS, features  # noqa: E402
 
 
@@ -31,7 +33,12 @@ def family_and_engines():
 def test_tinyclevr_builds_three_loadable_splits_and_rebuilds_from_cache(tmp_path: Path, family_and_engines) -> None:
     family, engines = family_and_engines
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", limit=8, progress=False, engine_factory=lambda f: engines)
-    stats = build_family(ctx)
+    report = build_family(ctx)
+    stats = report.to_dict()
+    assert json.loads(ctx.paths.stats.read_text()) == stats and FamilyReport.from_dict(stats) == report
+    older = {k: v for k, v in stats.items() if k != "totals"}  # a stats.json of another shape
+    with pytest.raises(ReportError, match=r"stats\.json was not written by this version of rs .*rebuild TinyCLEVR"):
+        FamilyReport.from_dict(older)
 
     t = stats["totals"]
     assert t["source_qa"] == t["dropped_by_cleaning"] + t["accepted"] + t["rejected"]
@@ -56,6 +63,6 @@ def test_tinyclevr_builds_three_loadable_splits_and_rebuilds_from_cache(tmp_path
                 assert qa["question"].endswith(family.config.instruction)
 
     fresh = BuildContext(family, tmp_path / "again", tmp_path / "cache.sqlite", limit=8, progress=False, engine_factory=lambda f: engines)
-    again = build_family(fresh)
+    again = build_family(fresh).to_dict()
     assert again["run"]["sampling_engine_calls"] == 0 and again["run"]["judge_engine_calls"] == 0
     assert {k: v for k, v in again.items() if k != "run"} == {k: v for k, v in stats.items() if k != "run"}

@@ -63,7 +63,7 @@ def run_publish(family, tmp_path: Path, **kwargs):
 
 def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
     outcome = run_publish(family, tmp_path)
-    stats = outcome["stats"]
+    stats = outcome["report"].to_dict()
     for split in SPLITS:
         repo = tmp_path / "out" / "tester" / family.repo_name(split)
         text = (repo / "README.md").read_text()

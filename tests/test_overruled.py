@@ -60,7 +60,7 @@ def test_always_correct_judge_cannot_promote_a_different_number(tmp_path: Path) 
                           progress=False, engine_factory=lambda f: (ReplayEngine(tmp_path / "replay.jsonl", model="replayed/model"), judge))
     finally:
         judge.close()
-    stats = outcome["stats"]
+    stats = outcome["report"].to_dict()
     assert stats["judge"]["calibration"]["promotes"] is True
     items = {r["key"]: r for r in read_records(ctx.paths.items, "items")}
     assert {r["judge"] for r in items.values() if not r["verified"]} == {"CORRECT"}

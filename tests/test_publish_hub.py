@@ -28,10 +28,10 @@ def test_family_publishes_once_completely_and_then_makes_no_commit(family, tmp_p
         commits = [c for c in hub.commits(repo_id) if c.parent is not None]
         assert len(commits) == 1, (split, commits)
         files = hub.files(repo_id)
-        assert set(outcome["stats"]["splits"][split]["files"]) == {p.split("/", 1)[1] for p in files if p.startswith("data/")}
+        assert set(outcome["report"].splits[split].files) == {p.split("/", 1)[1] for p in files if p.startswith("data/")}
         assert {"README.md", "rs/stats.json", "rs/examples.json"} <= set(files)
         loaded = datasets.load_dataset(repo_id, split="train")
-        assert loaded.num_rows == outcome["stats"]["splits"][split]["rows"]
+        assert loaded.num_rows == outcome["report"].splits[split].rows
     assert all(TOKEN not in value or value == f"Bearer {TOKEN}" for value in hub.auth_headers)
 
     again = to_hub(family, tmp_path)

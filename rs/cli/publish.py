@@ -25,12 +25,12 @@ from rs.schema import SPLITS
 
 
 def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
-    stats, t = outcome["stats"], outcome["stats"]["totals"]
-    cal = stats["judge"]["calibration"]
-    lines = [f"{family.name}: {t['source_qa']:,} source QA, {t['dropped_by_cleaning']:,} dropped by cleaning, "
-             f"{t['accepted']:,} accepted ({t['accepted_by']['verifier']:,} by the verifier, {t['accepted_by']['judge']:,} by the judge), "
-             f"{t['rejected']:,} rejected; accept rate {pct(t['accept_rate'])}"]
-    reasons = ", ".join(f"{k} {v:,}" for k, v in t["rejected_by_reason"].items() if v)
+    report = outcome["report"]
+    t, cal = report.totals, report.judge.calibration
+    lines = [f"{family.name}: {t.source_qa:,} source QA, {t.dropped_by_cleaning:,} dropped by cleaning, "
+             f"{t.accepted:,} accepted ({t.accepted_by['verifier']:,} by the verifier, {t.accepted_by['judge']:,} by the judge), "
+             f"{t.rejected:,} rejected; accept rate {pct(t.accept_rate)}"]
+    reasons = ", ".join(f"{k} {v:,}" for k, v in t.rejected_by_reason.items() if v)
     lines.append(f"  rejected by reason: {reasons or 'none'}")
     if cal:
         def check(name: str) -> str:
@@ -41,10 +41,10 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
                      f"hard negatives {check('hard')}, certain rejections {check('certain')}; "
                      + ("promotes" if cal["promotes"] else f"BLOCKED ({cal['blocked_reason']})"))
     for split in SPLITS:
-        s = stats["splits"][split]
+        s = report.splits[split]
         result = outcome["results"][split]
         counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
-        lines.append(f"  {s['repo']}: {s['rows']:,} rows, {s['qa']:,} QA, {s['shards']} shards -> {outcome['where'][split]} "
+        lines.append(f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {s.shards} shards -> {outcome['where'][split]} "
                      f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged)")
         if dry_run:
             lines.append(format_plan(result.changes))

@@ -23,6 +23,7 @@ from rs.cards import attach_image_paths, check_card, render_card, select_example
 from rs.errors import UsageError
 from rs.families import Family
 from rs.hub import FileChange, PublishResult, publish_folder
+from rs.report import FamilyReport
 from rs.schema import SPLITS
 from rs.stages import BuildContext, default_cache_path
 from rs.store import write_json
@@ -44,12 +45,12 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def _card_inputs_from_build(ctx: BuildContext, split: str) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, str]]] | None:
+def _card_inputs_from_build(ctx: BuildContext, split: str) -> tuple[FamilyReport, list[dict[str, Any]], list[dict[str, str]]] | None:
     paths = ctx.paths
     if not paths.stats.exists() or not paths.split(split).exists():
         return None
-    stats = json.loads(paths.stats.read_text())
-    return stats, select_examples(paths.split(split), split), select_overturns(paths.split(split), split)
+    report = FamilyReport.from_dict(json.loads(paths.stats.read_text()), where=str(paths.stats))
+    return report, select_examples(paths.split(split), split), select_overturns(paths.split(split), split)
 
 
 def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool, published: Path | None = None) -> Path:
@@ -60,16 +61,17 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
     (repo / "rs").mkdir(parents=True)
     inputs = _card_inputs_from_build(ctx, split)
     if inputs is not None:
-        stats, examples, overturns = inputs
+        report, examples, overturns = inputs
         for path, data in attach_image_paths(examples):
             (repo / path).parent.mkdir(parents=True, exist_ok=True)
             (repo / path).write_bytes(data)
         stored = [{k: v for k, v in e.items() if k != "image"} for e in examples]
         if not cards_only:
-            for name in stats["splits"][split]["files"]:
+            for name in report.splits[split].files:
                 _link_or_copy(ctx.paths.split(split) / name, repo / "data" / name)
     elif cards_only and published is not None and (published / "rs" / "stats.json").exists():
-        stats = json.loads((published / "rs" / "stats.json").read_text())
+        stats_file = published / "rs" / "stats.json"
+        report = FamilyReport.from_dict(json.loads(stats_file.read_text()), where=str(stats_file))
         stored = json.loads((published / "rs" / "examples.json").read_text())
         overturns_file = published / "rs" / "overturns.json"
         overturns = json.loads(overturns_file.read_text()) if overturns_file.exists() else []
@@ -80,13 +82,13 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
             f"no build of {family.name} in {ctx.paths.root} and no published repo to take its stats from; "
             f"run `python -m rs.publish {family.name}` without --cards-only first"
         )
-    stats = {k: v for k, v in stats.items() if k != "run"}  # timings and engine calls differ from run to run
-    write_json(repo / "rs" / "stats.json", stats)
+    report = report.published()  # timings and engine calls differ from run to run
+    write_json(repo / "rs" / "stats.json", report.to_dict())
     write_json(repo / "rs" / "examples.json", stored)
     if overturns:
         write_json(repo / "rs" / "overturns.json", overturns)
     c = family.config
-    text = render_card(stats, dataclasses.asdict(c.card), c.instruction, split, c.publish.namespace, stored, overturns)
+    text = render_card(report, dataclasses.asdict(c.card), c.instruction, split, c.publish.namespace, stored, overturns)
     (repo / "README.md").write_text(text, encoding="utf-8")
     if not cards_only:
         check_card(text, repo)
@@ -171,7 +173,7 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
         token = resolve_token(token)  # fail before a long build, not after
     if sample is not None and not cards_only:
         sample(ctx)
-    stats = None if cards_only else build_family(ctx)
+    report = None if cards_only else build_family(ctx)
     staging = ctx.paths.root / "repos"
     only = CARD_FILES if cards_only else None
     results = {}
@@ -186,7 +188,9 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
         else:
             results[split] = publish_folder(repo, f"{c.publish.namespace}/{repo_name}", token=token, private=c.publish.private,
                                             only=only, dry_run=dry_run, commit_message=f"rs: publish {repo_name}")
-    stats = stats or json.loads((staging / family.repo_name("rejected") / "rs" / "stats.json").read_text())
+    if report is None:
+        stats_file = staging / family.repo_name("rejected") / "rs" / "stats.json"
+        report = FamilyReport.from_dict(json.loads(stats_file.read_text()), where=str(stats_file))
     where = {split: (str(root / family.repo_name(split)) if local else f"https://huggingface.co/datasets/{c.publish.namespace}/{family.repo_name(split)}")
              for split in SPLITS}
-    return {"stats": stats, "results": results, "where": where, "local": local, "seconds": time.perf_counter() - start}
+    return {"report": report, "results": results, "where": where, "local": local, "seconds": time.perf_counter() - start}

@@ -1,0 +1,148 @@
+"""The family report: what a build measured, the one contract between the build and the cards.
+
+`rs.build` fills a `FamilyReport`, writes it as `stats.json` (`to_dict`) and each published repo
+keeps a copy in `rs/stats.json` (without `run`, whose timings differ from run to run); the cards
+are rendered from it, also from a published copy with `--cards-only` (`from_dict`). Every number a
+card states is a field here, measured by the run that built the family.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from rs.errors import RsError
+
+__all__ = ["CleaningSummary", "FamilyReport", "JudgeSummary", "ReportError", "RunTimes", "SplitSummary", "Totals", "VerifierSummary"]
+
+
+class ReportError(RsError, ValueError):
+    """A stats.json this version cannot read: written by another version of rs, or not a family report."""
+
+
+@dataclass(frozen=True)
+class VerifierSummary:
+    name: str
+    title: str
+    params: dict[str, Any]
+    description: str
+    """The card text of the verifier, with the actual parameter values."""
+    contradiction_rule: str | None
+    """Which rejections are certain (the judge may not overrule them); None when the verifier knows none."""
+
+
+@dataclass(frozen=True)
+class JudgeSummary:
+    enabled: bool
+    model: dict[str, Any]
+    max_tokens: int
+    verdicts: dict[str, int]
+    """CORRECT / WRONG / UNSURE over the rejections judged."""
+    judged: int
+    contradicted: int
+    """Rejections the verifier knows are wrong: never judged into the accepted splits."""
+    contradicted_verdicts: dict[str, int]
+    calibration: dict[str, Any] | None
+    """`rs.calibration`'s measurement (positives, easy and hard negatives, certain rejections, the gate); None when
+    the judge is off."""
+
+
+@dataclass(frozen=True)
+class CleaningSummary:
+    source_records: int
+    source_items: int
+    kept_items: int
+    dropped_items: int
+    rows: int
+    merged_records: int
+    dropped: dict[str, int]
+    """Drop reason -> items."""
+    steps: dict[str, dict[str, Any]]
+    """Step name -> its counts (`seen`, `dropped`, `rewritten`, `marked`), in pipeline order."""
+
+
+@dataclass(frozen=True)
+class Totals:
+    source_qa: int
+    dropped_by_cleaning: int
+    answered: int
+    accepted: int
+    rejected: int
+    accept_rate: float | None
+    accepted_by: dict[str, int]
+    """`verifier` / `judge` -> accepted items."""
+    rejected_by_reason: dict[str, int]
+
+
+@dataclass(frozen=True)
+class SplitSummary:
+    repo: str
+    rows: int
+    qa: int
+    shards: int
+    bytes: int
+    """Bytes of the parquet files."""
+    dataset_bytes: int
+    """Bytes of the data in memory, as `datasets` counts them (the card's `dataset_info`)."""
+    files: list[str]
+
+
+@dataclass(frozen=True)
+class RunTimes:
+    clean_seconds: float
+    sample_seconds: float
+    sampling_engine_calls: int
+    judge_engine_calls: int
+
+
+@dataclass(frozen=True)
+class FamilyReport:
+    """Everything a card says of a family, measured by the build (`stats.json`)."""
+
+    family: str
+    source: dict[str, Any]
+    """Dataset, config, split and revision the data was read from."""
+    model: dict[str, Any]
+    engine: dict[str, Any]
+    sampling: dict[str, Any]
+    verifier: VerifierSummary
+    judge: JudgeSummary
+    cleaning: CleaningSummary
+    totals: Totals
+    splits: dict[str, SplitSummary]
+    limit: int | None
+    versions: dict[str, str | None]
+    run: RunTimes | None = None
+    """Timings and engine calls of this run; not published (they differ from run to run)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (`stats.json`); without `run` when there is none (a published copy)."""
+        out = dataclasses.asdict(self)
+        if self.run is None:
+            del out["run"]
+        return out
+
+    def published(self) -> FamilyReport:
+        """The copy a published repo keeps: everything but the run's own timings."""
+        return dataclasses.replace(self, run=None)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, where: str = "stats.json") -> FamilyReport:
+        """Read a `to_dict` back; a report of another shape raises `ReportError` saying to rebuild."""
+        try:
+            return cls(**{
+                **data,
+                "verifier": VerifierSummary(**data["verifier"]),
+                "judge": JudgeSummary(**data["judge"]),
+                "cleaning": CleaningSummary(**data["cleaning"]),
+                "totals": Totals(**data["totals"]),
+                "splits": {name: SplitSummary(**split) for name, split in data["splits"].items()},
+                "run": RunTimes(**data["run"]) if data.get("run") else None,
+            })
+        except (KeyError, TypeError, AttributeError) as err:
+            family = data.get("family", "the family") if isinstance(data, dict) else "the family"
+            raise ReportError(
+                f"{where} was not written by this version of rs ({type(err).__name__}: {err}); rebuild {family} "
+                f"(`python -m rs.publish {family}` without --cards-only)"
+            ) from None
