@@ -199,26 +199,6 @@ def card_data(report: FamilyReport, card: dict[str, Any], split: str) -> Dataset
     )
 
 
-_INTRO = {
-    "think": "This split holds the **accepted** items with the model's reasoning: `response` is the full assistant turn (`<think>` block, then the answer), ready for supervised fine-tuning.",
-    "nothink": "This split holds the **accepted** items with the final answer alone, for training without reasoning.",
-    "rejected": "This split holds the **rejected** items — the `answer` field holds the official ground truth.",
-}
-_NOTE = {
-    "think": "Every answer here was verified against the official ground truth (or promoted by a calibrated judge): `accepted_by` says which.",
-    "nothink": "Every answer here was verified against the official ground truth (or promoted by a calibrated judge): `accepted_by` says which.",
-    "rejected": "The rejected split is training data, not just diagnostics: `answer` is the official ground truth, and `wrong_vlm` records what the model said instead.",
-}
-_SCHEMA_NOTES = {
-    "think": ["`question`: the exact prompt", "`reasoning`: the model's reasoning", "`answer`: the model's final answer",
-              "`response`: `<think>\\n{reasoning}\\n</think>\\n\\n{answer}`", "`reference`: the official ground truth",
-              "`accepted_by`: `verifier` or `judge`"],
-    "nothink": ["`question`: the exact prompt", "`answer`: the model's final answer", "`reference`: the official ground truth",
-                "`accepted_by`: `verifier` or `judge`"],
-    "rejected": [],
-}
-
-
 def render_card(report: FamilyReport, family_card: dict[str, Any], instruction: str, split: str, namespace: str,
                 examples: list[dict[str, Any]], overturns: list[dict[str, str]] | None = None) -> str:
     """The README.md of one split's repo: the card template over the family's report."""
@@ -230,13 +210,13 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], instruction: 
     verifier = report.verifier
     custom = TEMPLATES / "verifiers" / f"{verifier.name}.md.jinja"
     body = _env().get_template("card.md.jinja").render(
-        pretty_name=family_card["pretty_name"], repo=repos[split], split=split, split_intro=_INTRO[split], split_note=_NOTE[split],
+        pretty_name=family_card["pretty_name"], repo=repos[split], split=split,
         split_stats=report.splits[split], totals=report.totals, verifier=verifier,
         verifier_template=f"verifiers/{custom.name}" if custom.exists() else "verifiers/default.md.jinja",
         siblings=[{"repo": repos[s], "url": f"{HUB_URL}/{namespace}/{repos[s]}"} for s in SPLITS],
         description=family_card["description"], model=report.model, engine=report.engine, sampling=report.sampling,
         instruction=instruction, repos=repos, judge=report.judge, calibration=calibration, overturns=overturns or [],
-        schema_fields="{" + ", ".join(f"`{k}`" for k in QA[split]) + "}", schema_notes=_SCHEMA_NOTES[split],
+        schema_fields="{" + ", ".join(f"`{k}`" for k in QA[split]) + "}",
         reasons=REJECT_REASONS, cleaning=report.cleaning, policies=_policies(report.cleaning),
         examples=[_example_view(split, e, e["image_path"]) for e in examples],
         source=report.source, citation=family_card["citation"],
