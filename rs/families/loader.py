@@ -26,7 +26,8 @@ from rs.registry import Registry
 from .schema import FamilyConfig
 
 TOP_LEVEL_KEYS = ("defaults", "families")
-REPO_SUFFIXES = ("_RS_think", "_RS_nothink", "_rejected")
+REPO_SUFFIX = {"think": "_RS_think", "nothink": "_RS_nothink", "rejected": "_rejected"}
+"""The Hub repo of each published split is the family's name with this suffix."""
 _HUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _HUB_REPO_NAME_MAX = 96
 
@@ -46,8 +47,7 @@ class Family:
 
     def repo_name(self, split: str) -> str:
         """Hub repo name of one of the three published splits (`RS_think`, `RS_nothink`, `rejected`)."""
-        suffix = {"think": "_RS_think", "nothink": "_RS_nothink", "rejected": "_rejected"}[split]
-        return f"{self.name}{suffix}"
+        return f"{self.name}{REPO_SUFFIX[split]}"
 
 
 def _where(path: Path, node: Node) -> str:
@@ -270,7 +270,7 @@ def _check_name(path: Path, node: Node, name: Any, seen: dict[str, Node]) -> Non
             f"{where}: families.{name}: not usable as a Hub repo name; use letters, digits, "
             "'-', '_' or '.', starting and ending with a letter or digit, without '--' or '..'"
         )
-    longest = max(len(s) for s in REPO_SUFFIXES)
+    longest = max(map(len, REPO_SUFFIX.values()))
     if len(name) + longest > _HUB_REPO_NAME_MAX:
         raise FamilyConfigError(
             f"{where}: families.{name}: too long; the repo {name}_RS_nothink must fit in "
