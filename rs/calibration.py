@@ -68,12 +68,14 @@ class BottomK(Generic[T]):
 
 @dataclass(frozen=True)
 class Answered:
-    """An answered item as calibration needs it: its judge case and what the verifier compares against."""
+    """An answered item as calibration needs it: its judge case and what the verifier compares against (it is the
+    verifier's `Item`: options and question type)."""
 
     case: JudgeCase
     references: tuple[str, ...]
     options: tuple[str, ...] = ()
     kind: str = ""
+    qtype: str | None = None
 
 
 @dataclass
@@ -120,7 +122,7 @@ class CalibrationSampler:
         return CalibrationCases([a.case for a in accepted[: self.samples]], self._easy(), self._hard(accepted))
 
     def _differs(self, candidate: str, base: Answered) -> bool:
-        return bool(candidate.strip()) and not self.verifier.match(candidate, list(base.references), options=base.options or None)
+        return bool(candidate.strip()) and not self.verifier.match(candidate, list(base.references), item=base)
 
     def _easy(self) -> list[JudgeCase]:
         """A candidate paired with another item's question and reference, which the verifier says differ."""

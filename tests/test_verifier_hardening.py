@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from rs.extract import any_candidate, candidates
-from rs.verifiers import get_verifier
+from rs.verifiers import ItemInfo, get_verifier
 from rs.verifiers.mcq import extract_choice
 
 FAST = settings(max_examples=300, deadline=None)
@@ -117,9 +117,9 @@ def test_count_fast_path_reads_as_the_full_path(prediction: str, reference: int)
     ("I think it is big", ["big", "small", "tiny", "huge", "red", "blue", "green", "gray", "metal"]),  # "I" is no option
 ])
 def test_mcq_articles_and_option_texts_are_not_letters(prediction: str, options: list[str] | None) -> None:
-    assert not accepts("mcq", prediction, "A", options=options)
+    assert not accepts("mcq", prediction, "A", item=ItemInfo(options=options))
     if options is None or len(options) < 9:
-        assert not accepts("mcq", prediction, "I", options=options)
+        assert not accepts("mcq", prediction, "I", item=ItemInfo(options=options))
 
 
 @pytest.mark.parametrize(("prediction", "options", "letter"), [
@@ -134,8 +134,9 @@ def test_mcq_still_reads_real_letters(prediction: str, options: list[str] | None
 def test_options_reach_the_verifier() -> None:
     # With the item's options the valid letters are known: E is no option of four.
     v = get_verifier("mcq")
-    assert v.match("E", "E") and not v.match("E", "E", options=["a", "b", "c", "d"])
-    assert v.contradicts("B", "A", options=["cat", "dog"]) and not v.contradicts("A dog", "A", options=["cat", "dog"])
+    assert v.match("E", "E") and not v.match("E", "E", item=ItemInfo(options=["a", "b", "c", "d"]))
+    pets = ItemInfo(options=["cat", "dog"])
+    assert v.contradicts("B", "A", item=pets) and not v.contradicts("A dog", "A", item=pets)
 
 
 @given(st.sampled_from("ABCDEFGH"), st.sampled_from("ABCDEFGH"),

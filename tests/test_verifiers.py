@@ -12,6 +12,7 @@ import pytest
 
 from rs.extract import split_reasoning
 from rs.verifiers import (
+    ItemInfo,
     Verifier,
     VerifierError,
     get_verifier,
@@ -746,7 +747,7 @@ def test_mcq_match(prediction: str, reference, options, params: dict, expected: 
     if options is None:
         assert v.match(prediction, reference) is expected  # two-argument form
     else:
-        assert v.match(prediction, reference, options=options) is expected
+        assert v.match(prediction, reference, item=ItemInfo(options=options)) is expected
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -156,14 +156,13 @@ class SampleStage:
         `rs.distributed` verifies with this too, so both paths judge and calibrate on the same cases.
         """
         references = item.all_references()
-        options = item.options or None
         answered = gen.answer is not None and gen.error is None
-        verified = answered and self.verifier.match(gen.answer, references, options=options)
-        contradicts = answered and not verified and self.verifier.contradicts(gen.answer, references, options=options)
+        verified = answered and self.verifier.match(gen.answer, references, item=item)
+        contradicts = answered and not verified and self.verifier.contradicts(gen.answer, references, item=item)
         if not answered or not gen.answer:
             return Verification(references, verified, contradicts, None)
         case = JudgeCase(prompt, item.answer, gen.answer, item.key)
-        self.calibration.offer(Answered(case, tuple(references), item.options, question_kind(item)), verified)
+        self.calibration.offer(Answered(case, tuple(references), item.options, question_kind(item), item.qtype), verified)
         judged = not verified and judgeable(gen.answer)
         return Verification(references, verified, contradicts, case if judged else None)
 

@@ -17,6 +17,8 @@ imports every module here on first lookup.
 """
 
 from rs.verifiers.base import (
+    Item,
+    ItemInfo,
     Param,
     Verifier,
     VerifierError,
@@ -28,6 +30,8 @@ from rs.verifiers.base import (
 )
 
 __all__ = [
+    "Item",
+    "ItemInfo",
     "Param",
     "Verifier",
     "VerifierError",

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from rs.extract import any_candidate
-from rs.verifiers.base import Verifier, as_references, numbers_or_polars_differ, register
+from rs.verifiers.base import Item, Verifier, as_references, numbers_or_polars_differ, register
 
 __all__ = ["AlnumVerifier", "alnum_normalise"]
 
@@ -64,7 +64,7 @@ class AlnumVerifier(Verifier):
         )
 
     def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         if prediction is None:
             return False
@@ -84,7 +84,7 @@ class AlnumVerifier(Verifier):
         return any_candidate(prediction, lambda c: norm(c) in refs)
 
     def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         if prediction is None:
             return False

@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from rs.extract import any_candidate, candidates
-from rs.verifiers.base import Param, Verifier, VerifierError, as_references, register
+from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["AnlsVerifier", "anls_normalise", "anls_score", "levenshtein"]
 
@@ -151,7 +151,7 @@ class AnlsVerifier(Verifier):
             )
 
     def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         if prediction is None or not self._numeric:
             return False
@@ -201,7 +201,7 @@ class AnlsVerifier(Verifier):
         return text
 
     def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         if prediction is None:
             return False

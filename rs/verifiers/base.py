@@ -16,12 +16,15 @@ import abc
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any, ClassVar, NamedTuple
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from rs.errors import UsageError
 from rs.registry import VERIFIERS, UnknownNameError
 
 __all__ = [
+    "Item",
+    "ItemInfo",
     "Param",
     "Verifier",
     "VerifierError",
@@ -38,6 +41,28 @@ __all__ = [
 
 class VerifierError(UsageError, ValueError):
     """Raised for an unknown verifier, a bad parameter, or a verifier whose optional dependency is missing."""
+
+
+class Item(Protocol):
+    """What a verifier may know of the item it verifies besides the references (`rs.sources.QAItem` is one)."""
+
+    @property
+    def options(self) -> Sequence[str]:
+        """The multiple-choice option texts in label order; empty when the item has none."""
+        ...
+
+    @property
+    def qtype(self) -> str | None:
+        """The question type, when the source knows it."""
+        ...
+
+
+@dataclass(frozen=True)
+class ItemInfo:
+    """An :class:`Item` built by hand (tests, calibration cases)."""
+
+    options: Sequence[str] = ()
+    qtype: str | None = None
 
 
 class Param(NamedTuple):
@@ -79,19 +104,19 @@ class Verifier(abc.ABC):
 
     @abc.abstractmethod
     def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         """Whether ``prediction`` (final answer, reasoning removed; ``None`` = no answer) matches ``reference``.
 
         ``reference`` may be a list: for most verifiers any reference may match, for ``vqa`` the list is the
         annotators' answers, duplicates included, that the soft score counts votes over. A reference that is
-        empty after normalisation never matches — an empty reference cannot verify anything. ``options`` are
-        the item's multiple-choice option texts in label order, when it has any; verifiers that have no use
-        for them ignore them.
+        empty after normalisation never matches — an empty reference cannot verify anything. ``item`` is what
+        else is known of the item (its multiple-choice options in label order, its question type; a
+        ``QAItem`` will do); verifiers that have no use for it ignore it.
         """
 
     def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         """Whether a prediction this verifier rejected *certainly* states a different answer than every reference.
 

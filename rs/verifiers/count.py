@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from rs.extract import answer_line, answer_tag, last_boxed
-from rs.verifiers.base import Verifier, as_references, register
+from rs.verifiers.base import Item, Verifier, as_references, register
 
 __all__ = ["CountVerifier", "numbers_in"]
 
@@ -235,7 +235,7 @@ class CountVerifier(Verifier):
         )
 
     def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         if prediction is None:
             return False
@@ -259,7 +259,7 @@ class CountVerifier(Verifier):
         return value is not None and value in targets
 
     def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         if prediction is None:
             return False

@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Any
 
 from rs.extract import answer_line, answer_tag, last_boxed
-from rs.verifiers.base import Param, Verifier, VerifierError, as_references, register
+from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["MathVerifier"]
 
@@ -187,7 +187,7 @@ class MathVerifier(Verifier):
         return []
 
     def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         if prediction is None:
             return False
@@ -213,7 +213,7 @@ class MathVerifier(Verifier):
         return _is_several(parsed) or _names_several_values(prediction, _marked_answer(prediction)[0])
 
     def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         """Both sides parse to single plain numbers that differ beyond the rounding; anything else is not certain."""
         if prediction is None:

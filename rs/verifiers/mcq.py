@@ -13,7 +13,7 @@ Extraction, in order:
    ``B) text`` / ``B. text`` / ``(B) text`` or a first line holding only the letter (``B\n\nBecause …``). Upper-case letters only here, so the article "a" is never option A.
    If these name two different letters (``The answer is A. No wait, the answer is C``) there is no answer.
 4. Only if step 3 found nothing: ``option B`` / ``choice B`` / ``I choose B``, again only if exactly one letter.
-5. If the option texts are known (``options=`` per call), an answer equal to one option's text (ignoring case,
+5. If the option texts are known (the item's ``options``), an answer equal to one option's text (ignoring case,
    surrounding whitespace and a trailing period) selects that option.
 
 Valid letters are the first ``len(options)`` of ``letters`` when options are given, else all of ``letters``; a
@@ -33,7 +33,7 @@ from functools import lru_cache
 from typing import Any
 
 from rs.extract import answer_tag, last_boxed
-from rs.verifiers.base import Param, Verifier, VerifierError, as_references, register
+from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["McqVerifier", "extract_choice"]
 
@@ -226,15 +226,16 @@ class McqVerifier(Verifier):
         prediction: str | None,
         reference: str | Sequence[str],
         *,
-        options: Sequence[str] | None = None,
+        item: Item | None = None,
     ) -> bool:
         """Whether the letter extracted from ``prediction`` equals the reference letter.
 
-        ``options`` (the option texts, in label order) is optional: when given, it limits the valid letters to
-        ``len(options)`` and lets a prediction or reference that repeats an option's text map to its letter.
+        The item's options (their texts, in label order) are optional: when known, they limit the valid letters to
+        their number and let a prediction or reference that repeats an option's text map to its letter.
         """
         if prediction is None:
             return False
+        options = item.options if item is not None and item.options else None
         valid = self._letters[: len(options)] if options else self._letters
         if type(reference) is str:
             target = _reference_letter(reference, valid, options)
@@ -245,10 +246,11 @@ class McqVerifier(Verifier):
         return extract_choice(prediction, self._letters, options) in targets
 
     def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         if prediction is None:
             return False
+        options = item.options if item is not None and item.options else None
         valid = self._letters[: len(options)] if options else self._letters
         targets = {_reference_letter(r, valid, options) for r in as_references(reference)}
         if not targets or None in targets:

@@ -29,7 +29,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from rs.verifiers.base import Param, Verifier, VerifierError, as_references, register
+from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["RelaxedVerifier", "parse_number"]
 
@@ -143,7 +143,7 @@ class RelaxedVerifier(Verifier):
         return text
 
     def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         if prediction is None:
             return False
@@ -174,7 +174,7 @@ class RelaxedVerifier(Verifier):
         return pred.lower() == ref.lower()
 
     def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         """Both sides numbers and the prediction outside the tolerance of every reference (called on rejections only)."""
         if prediction is None:

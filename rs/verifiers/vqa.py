@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from rs.extract import candidates
-from rs.verifiers.base import Param, Verifier, VerifierError, as_references, numbers_or_polars_differ, register
+from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, numbers_or_polars_differ, register
 
 __all__ = ["VqaVerifier", "vqa_normalise", "vqa_score"]
 
@@ -182,14 +182,14 @@ class VqaVerifier(Verifier):
         )
 
     def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         if prediction is None:
             return False
         return vqa_score(prediction, reference, leave_one_out=self._loo) >= self._threshold
 
     def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None
+        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
         if prediction is None:
             return False

@@ -129,7 +129,7 @@ class FirstWordVerifier(Verifier):
     def description(self) -> str:
         return "The answer's first word, lower-cased and without trailing punctuation, must equal the reference."
 
-    def match(self, prediction: str | None, reference: str | Sequence[str], *, options: Sequence[str] | None = None) -> bool:
+    def match(self, prediction: str | None, reference: str | Sequence[str], *, item: Any = None) -> bool:
         refs = [reference] if isinstance(reference, str) else list(reference)
         words = (prediction or "").split()
         return bool(words) and words[0].rstrip(",.!?").lower() in [r.lower() for r in refs]
