@@ -28,14 +28,8 @@ from datasets import Features, Image, List, Value
 
 SPLITS = ("think", "nothink", "rejected")
 
-REJECT_REASONS = {
-    "wrong_answer": "the verifier rejected the answer and the judge called it WRONG (or the judge was off, or the answer held nothing to grade)",
-    "judge_overruled": "the judge called it CORRECT, but the verifier knows the answer differs from the reference (another number, option or yes/no), which no verdict may overrule",
-    "judge_unsure": "the verifier rejected the answer and the judge answered UNSURE (or something that is not a label)",
-    "judge_blocked": "the judge called it CORRECT, but failed this run's calibration, so it may not promote anything",
-    "no_final_answer": "the output was cut off by max_tokens or its reasoning never closed, so there was nothing to score",
-    "engine_error": "the engine failed on this item alone (for example an image the processor refused, or a prompt longer than the context)",
-}
+REJECT_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked", "no_final_answer", "engine_error")
+"""Why a rejected item is in the rejected split; what each means on a card is in templates/splits.md.jinja."""
 
 _STR = Value("string")
 
