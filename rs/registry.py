@@ -48,8 +48,7 @@ class Registry(Generic[T]):
         ['files', 'hub', 'synthetic']
     """
 
-    def __init__(self, what: str, *, package: str, group: str, default: str | None = None, by: str = "kind",
-                 error: type[Exception] = UnknownNameError) -> None:
+    def __init__(self, what: str, *, package: str, group: str, default: str | None = None, by: str = "kind") -> None:
         self.what = what
         self.by = by
         """How a families.yaml block names its plug-in: by its `kind` field, or by its `key` in a mapping."""
@@ -57,7 +56,6 @@ class Registry(Generic[T]):
         """The kind a block without `kind` gets, if any."""
         self.package = package
         self.group = group
-        self.error = error
         self._entries: dict[str, T] = {}
         self._discovered = False
 
@@ -74,12 +72,12 @@ class Registry(Generic[T]):
         return add
 
     def get(self, name: str) -> T:
-        """The plug-in registered as ``name``; raises ``self.error`` listing the registered names."""
+        """The plug-in registered as ``name``; raises :class:`UnknownNameError` listing the registered names."""
         self._discover()
         try:
             return self._entries[name]
         except (KeyError, TypeError):
-            raise self.error(f"Unknown {self.what} {name!r}. Known: {', '.join(self.names())}.") from None
+            raise UnknownNameError(f"Unknown {self.what} {name!r}. Known: {', '.join(self.names())}.") from None
 
     def names(self) -> list[str]:
         """Registered names, sorted."""

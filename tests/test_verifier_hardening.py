@@ -299,3 +299,9 @@ def test_certain_rejections(name: str, prediction: str, reference) -> None:
 ])
 def test_uncertain_rejections_are_left_to_the_judge(name: str, prediction: str, reference) -> None:
     assert not get_verifier(name).contradicts(prediction, reference)
+
+
+@pytest.mark.parametrize("padding", [0, 20, 70, 300])
+def test_mcq_bare_letter_reads_the_same_at_any_length(padding: int) -> None:
+    # short answers go through a cache; a long padded one must read exactly as the pattern says
+    assert extract_choice("**B**" + "!" * padding) == "B" and extract_choice("(C)" + " ." * padding) == "C"

@@ -87,11 +87,15 @@ RECORDS_CARD = StepCard("Image check", "A row is exactly one image whose bytes d
 DEDUP_CARD = StepCard("Deduplication", "The same question asked twice of the same image is kept once.")
 
 
+def optional_steps() -> list[tuple[str, type[ItemFilter]]]:
+    """The registered steps as `(key under cleaning:, step class)`, in pipeline order."""
+    return sorted(CLEANING.items(), key=lambda entry: (entry[1].order, entry[0]))
+
+
 def step_cards() -> dict[str, StepCard]:
     """What the card says of each step, by the step's name in the stats, in pipeline order."""
-    optional = sorted(CLEANING.items(), key=lambda entry: (entry[1].order, entry[0]))
     return {"records": RECORDS_CARD, RequiredFields.name: RequiredFields.card, StripInstruction.name: StripInstruction.card,
-            **{step.name: step.card for _, step in optional}, "dedup": DEDUP_CARD}
+            **{step.name: step.card for _, step in optional_steps()}, "dedup": DEDUP_CARD}
 
 
 class Cleaner:
@@ -103,7 +107,7 @@ class Cleaner:
         self.exclusions = exclusions or ExclusionWriter(None)
         self.work_dir = work_dir
         self.filters: list[ItemFilter] = [RequiredFields(), StripInstruction(config.instruction)]
-        for key, step in sorted(CLEANING.items(), key=lambda entry: (entry[1].order, entry[0])):
+        for key, step in optional_steps():
             if (step_config := c.step(key)).enabled:
                 self.filters.append(step(step_config))
         self.dedup = c.dedup

@@ -121,9 +121,6 @@ class _Validator:
         if type(None) in options and isinstance(node, ScalarNode) and self.plain(node) is None:
             return None
         options = [o for o in options if o is not type(None)]
-        tagged = [o for o in options if dataclasses.is_dataclass(o) and "kind" in _hints(o)]
-        if tagged:
-            return self.tagged(tagged, node, key)
         errors = []
         for option in options:
             try:
@@ -135,48 +132,37 @@ class _Validator:
         names = " or ".join(_type_name(o) for o in options)
         self.fail(node, key, f"expected {names}, got {self.plain(node)!r}")
 
-    def tagged(self, options: list[type], node: Node, key: str) -> Any:
-        """A union of dataclasses told apart by their `kind` field (the source kinds)."""
-        kinds = {typing.get_args(_hints(o)["kind"])[0]: o for o in options}
-        if not isinstance(node, MappingNode):
-            self.fail(node, key, f"expected a mapping with `kind` ({', '.join(kinds)}), got {_kind(node)}")
-        kind_node = next((v for k, v in node.value if self.plain(k) == "kind"), None)
-        if kind_node is None:
-            self.fail(node, f"{key}.kind", f"missing; expected one of {', '.join(kinds)}")
-        kind = self.plain(kind_node)
-        if kind not in kinds:
-            self.fail(kind_node, f"{key}.kind", f"{kind!r} is not valid; expected one of {', '.join(kinds)}")
-        return self.dataclass(kinds[kind], node, key)
-
     def plugin(self, registry: Registry, node: Node, key: str) -> Any:
         """A block whose `kind` names a registered plug-in, checked against that plug-in's `Config`."""
         kinds = registry.names()
         if not isinstance(node, MappingNode):
             self.fail(node, key, f"expected a mapping with `kind` ({', '.join(kinds)}), got {_kind(node)}")
         kind_node = next((v for k, v in node.value if self.plain(k) == "kind"), None)
-        if kind_node is None and registry.default is None:
-            self.fail(node, f"{key}.kind", f"missing; expected one of {', '.join(kinds)}")
-        kind = registry.default if kind_node is None else self.plain(kind_node)
         if kind_node is None:
-            return self.dataclass(registry.get(kind).Config, node, key)
-        if not isinstance(kind, str) or kind not in registry:
-            self.fail(kind_node, f"{key}.kind", f"{kind!r} is not valid; expected one of {', '.join(kinds)}")
+            if registry.default is None:
+                self.fail(node, f"{key}.kind", f"missing; expected one of {', '.join(kinds)}")
+            kind = registry.default
+        else:
+            kind = self.plain(kind_node)
+            if not isinstance(kind, str) or kind not in registry:
+                self.fail(kind_node, f"{key}.kind", f"{kind!r} is not valid; expected one of {', '.join(kinds)}")
         return self.dataclass(registry.get(kind).Config, node, key)
 
     def keyed(self, registry: Registry, cls: type, node: Node, key: str) -> Any:
         """A mapping of `cls`'s own fields plus blocks keyed by registered plug-ins (`cleaning:`): `cls(steps=...)`."""
         if not isinstance(node, MappingNode):
             self.fail(node, key, f"expected a mapping ({cls.__name__}), got {_kind(node)}")
-        own = [(k, v) for k, v in node.value if self.plain(k) in _fields(cls) and self.plain(k) != "steps"]
-        steps = {}
+        fields = [f for f in _fields(cls) if f != "steps"]
+        own, steps = [], {}
         for k_node, v_node in node.value:
             name = self.plain(k_node)
-            if (k_node, v_node) in own:
-                continue
-            if not isinstance(name, str) or name not in registry:
-                valid = [*registry.names(), *(f for f in _fields(cls) if f != "steps")]
+            if name in fields:
+                own.append((k_node, v_node))
+            elif isinstance(name, str) and name in registry:
+                steps[name] = self.dataclass(registry.get(name).Config, v_node, f"{key}.{name}")
+            else:
+                valid = [*registry.names(), *fields]
                 self.fail(k_node, f"{key}.{name}", f"unknown {registry.what}{_did_you_mean(name, valid)}; valid keys: {', '.join(valid)}")
-            steps[name] = self.dataclass(registry.get(name).Config, v_node, f"{key}.{name}")
         config = self.dataclass(cls, MappingNode(node.tag, own, node.start_mark, node.end_mark), key)
         config.steps = steps
         return config

@@ -86,9 +86,7 @@ def _read_letter(text: str, m: re.Match[str], valid: str, options: Sequence[str]
 
 def _bare_letter(text: str) -> str | None:
     """The upper-cased letter of a (stripped) answer that is just a wrapped letter ("b", "(B)", "**B**")."""
-    if len(text) > 16:
-        return None if len(text) > 64 else _bare_letter_uncached(text)
-    return _bare_letter_cached(text)
+    return _bare_letter_cached(text) if len(text) <= 16 else _bare_letter_uncached(text)
 
 
 def _bare_letter_uncached(text: str) -> str | None:
