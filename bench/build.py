@@ -77,7 +77,7 @@ def write_ours(work: Path, images: int) -> dict:
     clean = ensure_clean(ctx)
     start = time.perf_counter()
     written = [write_split(ctx, split, clean, qa_count=0) for split in SPLITS]
-    return {"seconds": time.perf_counter() - start, "bytes": sum(s["bytes"] for s in written), "rows": sum(s["rows"] for s in written)}
+    return {"seconds": time.perf_counter() - start, "bytes": sum(s.bytes for s in written), "rows": sum(s.rows for s in written)}
 
 
 def write_reference(work: Path, images: int) -> dict:

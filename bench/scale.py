@@ -128,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
                                              engine_factory=lambda f: (sampler, judge)))
         wall = time.perf_counter() - start
         sampler.close(), judge.close()
-        items, judged = report["items"], report["judged"]
+        items, judged = report.items, report.judged
         reference = cache_contents(ctx.cache_path)
-        rows.append(("single process", "-", wall, wall - report["seconds"], load, items / wall, items / report["seconds"], "",
+        rows.append(("single process", "-", wall, wall - report.seconds, load, items / wall, items / report.seconds, "",
                      in_engine["items"] / in_engine["seconds"], None))
 
         # (b) Ray

@@ -22,7 +22,7 @@ from datasets.builder import Key
 from rs.families import load_families
 from rs.route import split_rows
 from rs.schema import SPLITS, features
-from rs.stages import BuildContext, ensure_sampled, judge_promotes
+from rs.stages import BuildContext, ensure_sampled
 
 
 _CHUNK_ROWS = 256
@@ -53,8 +53,7 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         )
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
-        sampled = ensure_sampled(self.context)
-        promotes = judge_promotes(sampled)
+        promotes = ensure_sampled(self.context).promotes
         return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "promotes": promotes})]
 
     def _generate_tables(self, build_dir: str, promotes: bool) -> Iterator[tuple[Key, pa.Table]]:

@@ -228,6 +228,10 @@ class Check:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "rate": self.rate}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Check:
+        return cls(data["agreed"], data["total"], data["low"], data["high"])
+
 
 def wilson(agreed: int, total: int, z: float = 1.959964) -> Check:
     if total == 0:
@@ -266,6 +270,10 @@ class Calibration:
         for name in CHECKS:
             d[name] = getattr(self, name).to_dict()
         return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Calibration:
+        return cls(**{**data, **{name: Check.from_dict(data[name]) for name in CHECKS}})
 
 
 def gate(positive: Check, hard: Check, certain: Check, config: JudgeConfig) -> str | None:

@@ -22,12 +22,12 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypeVar
 
 from rs.engines.cache import GenerationCache
-from rs.clean import POLICY_VERSION, Cleaner, ExclusionWriter
+from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.families import Family
-from rs.sample import SampleStage
+from rs.sample import SampleReport, SampleStage
 from rs.sources import open_source
 from rs.store import read_clean_rows, write_clean_rows, write_json
 
@@ -93,12 +93,24 @@ def fingerprint(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def read_report(path: Path, expected: str) -> dict[str, Any] | None:
+class _Report(Protocol):
+    fingerprint: str | None
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+R = TypeVar("R", bound=_Report)
+
+
+def read_report(path: Path, expected: str, kind: Callable[[dict[str, Any]], R]) -> R | None:
+    """The stage report at `path` when it was written under the fingerprint `expected`, else None (run the stage)."""
     try:
-        report = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return report if report.get("fingerprint") == expected else None
+        data = json.loads(path.read_text())
+        if data.get("fingerprint") != expected:
+            return None
+        return kind(data)
+    except (OSError, json.JSONDecodeError, AttributeError, KeyError, TypeError):
+        return None  # missing, torn or of another version: the stage runs again
 
 
 def replace_dir(tmp: Path, final: Path) -> None:
@@ -113,24 +125,24 @@ def clean_fingerprint(ctx: BuildContext) -> str:
                         "limit": ctx.limit, "policy": POLICY_VERSION})
 
 
-def ensure_clean(ctx: BuildContext) -> dict[str, Any]:
+def ensure_clean(ctx: BuildContext) -> CleaningReport:
     """Stream the source through cleaning into the clean store, unless an identical one exists.
 
     Several processes (sampling shards) may call this at once: a file lock lets one clean while
     the others wait and then reuse its store.
     """
     paths, expected = ctx.paths, clean_fingerprint(ctx)
-    if report := read_report(paths.clean_report, expected):
+    if report := read_report(paths.clean_report, expected, CleaningReport.from_dict):
         return report
     paths.root.mkdir(parents=True, exist_ok=True)
     with open(paths.root / ".clean.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if report := read_report(paths.clean_report, expected):
+        if report := read_report(paths.clean_report, expected, CleaningReport.from_dict):
             return report
         return _clean(ctx, expected)
 
 
-def _clean(ctx: BuildContext, expected: str) -> dict[str, Any]:
+def _clean(ctx: BuildContext, expected: str) -> CleaningReport:
     paths = ctx.paths
     tmp = paths.root / "clean.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -141,40 +153,40 @@ def _clean(ctx: BuildContext, expected: str) -> dict[str, Any]:
         write_clean_rows(cleaner.rows(source, limit=ctx.limit), tmp)
     replace_dir(tmp, paths.clean)
     os.replace(paths.root / "exclusions.jsonl.tmp", paths.root / "exclusions.jsonl")
-    report = {"fingerprint": expected, "provenance": source.provenance(), **cleaner.report.to_dict(),
-              "seconds": round(time.perf_counter() - start, 3)}
-    write_json(paths.clean_report, report)
-    logger.info("%s: cleaned %d source QA into %d rows (%d kept, %d dropped)", ctx.family.name, report["source_items"],
-                report["rows"], report["kept_items"], report["dropped_items"])
+    report = cleaner.report
+    report.fingerprint, report.seconds = expected, time.perf_counter() - start
+    write_json(paths.clean_report, report.to_dict())
+    logger.info("%s: cleaned %d source QA into %d rows (%d kept, %d dropped)", ctx.family.name, report.source_items,
+                report.rows, report.kept_items, report.dropped_items)
     return report
 
 
-def sample_fingerprint(ctx: BuildContext, clean: dict[str, Any]) -> str:
+def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
     c = ctx.family.config
-    return fingerprint({"clean": clean["fingerprint"], "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
+    return fingerprint({"clean": clean.fingerprint, "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
                         "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier),
                         "instruction": c.instruction})
 
 
-def ensure_sampled(ctx: BuildContext) -> dict[str, Any]:
+def ensure_sampled(ctx: BuildContext) -> SampleReport:
     """Answer, verify and judge every cleaned item, unless an identical sampling report exists."""
     clean = ensure_clean(ctx)
     paths, expected = ctx.paths, sample_fingerprint(ctx, clean)
-    if report := read_report(paths.sample_report, expected):
+    if report := read_report(paths.sample_report, expected, SampleReport.from_dict):
         return report
     sampler, judge = (ctx.engine_factory or _default_engines)(ctx.family)
     tmp = paths.root / "items.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     with GenerationCache(ctx.cache_path) as cache:
         stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
-        result = stage.run(read_clean_rows(paths.clean), tmp, total=clean["kept_items"])
+        report = stage.run(read_clean_rows(paths.clean), tmp, total=clean.kept_items)
     replace_dir(tmp, paths.items)
-    report = {"fingerprint": expected, **result.to_dict()}
-    write_json(paths.sample_report, report)
+    report.fingerprint = expected
+    write_json(paths.sample_report, report.to_dict())
     return report
 
 
-def sample_shard(ctx: BuildContext, shard: int, shards: int) -> dict[str, Any]:
+def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
     """Answer and judge one of `shards` disjoint slices of the family (rows whose index % shards == shard).
 
     Only the generation cache is the product: run one process per GPU (or machine with the cache
@@ -190,8 +202,7 @@ def sample_shard(ctx: BuildContext, shard: int, shards: int) -> dict[str, Any]:
     rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)
     with GenerationCache(ctx.cache_path) as cache:
         stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
-        result = stage.run(rows, out, total=None)
-    return result.to_dict()
+        return stage.run(rows, out, total=None)
 
 
 def _default_engines(family: Family) -> tuple[Any, Any]:
@@ -199,7 +210,3 @@ def _default_engines(family: Family) -> tuple[Any, Any]:
 
     return engines_for(family)
 
-
-def judge_promotes(sampled: dict[str, Any]) -> bool:
-    """Whether this run's judge passed calibration, from a sampling report."""
-    return bool(sampled["calibration"] and sampled["calibration"]["promotes"])

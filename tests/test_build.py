@@ -14,7 +14,9 @@ pytest.importorskip("vllm")
 import datasets  # noqa: E402
 
 from rs.build import build_family  # noqa: E402
-from rs.stages import BuildContext  # noqa: E402
+from rs.clean import CleaningReport  # noqa: E402
+from rs.sample import SampleReport  # noqa: E402
+from rs.stages import BuildContext, ensure_clean, ensure_sampled, read_report  # noqa: E402
 from rs.engines import engines_for  # noqa: E402
 from rs.families import get_family  # noqa: E402
 from rs.report import FamilyReport, ReportError  # noqa: E402
@@ -61,6 +63,16 @@ def test_tinyclevr_builds_three_loadable_splits_and_rebuilds_from_cache(tmp_path
         for row in raw:
             for qa in row["qa"]:
                 assert qa["question"].endswith(family.config.instruction)
+
+    # the stages' reports read back typed, equal to what the build used; another shape means "run the stage again"
+    clean, sampled = ensure_clean(ctx), ensure_sampled(ctx)
+    assert isinstance(clean, CleaningReport) and clean.to_dict() == json.loads(ctx.paths.clean_report.read_text())
+    assert isinstance(sampled, SampleReport) and sampled.to_dict() == json.loads(ctx.paths.sample_report.read_text())
+    assert clean.kept_items == t["answered"] == sampled.items and sampled.promotes == stats["judge"]["calibration"]["promotes"]
+    assert read_report(ctx.paths.sample_report, "another configuration", SampleReport.from_dict) is None
+    torn = {k: v for k, v in sampled.to_dict().items() if k != "verdicts"}
+    ctx.paths.sample_report.write_text(json.dumps(torn))
+    assert read_report(ctx.paths.sample_report, sampled.fingerprint, SampleReport.from_dict) is None
 
     fresh = BuildContext(family, tmp_path / "again", tmp_path / "cache.sqlite", limit=8, progress=False, engine_factory=lambda f: engines)
     again = build_family(fresh).to_dict()

@@ -109,7 +109,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     # the reference: the whole stage in this process
     single = context(tmp_path, "single")
     reference = ensure_sampled(single)
-    assert reference["sampling_engine_calls"] == reference["items"] == 18 and reference["judged"] > 0
+    assert reference.sampling_engine_calls == reference.items == 18 and reference.judged > 0
 
     # On Ray, with an engine kind of the tests' own (tests/plugins/rs_faults.py, installed by an entry point
     # as on a cluster), a replica raises on the batch holding the first item (lost), and another dies on
@@ -143,13 +143,13 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     assert printed["ray"]["replicas"] == 1
     assert (steps["sampling"]["cached"], steps["sampling"]["sent"], steps["sampling"]["stored"]) == (15, 3, 3)
     judged = steps["judge"]
-    assert judged["requests"] == reference["judged"] == judged["sent"] + judged["cached"] + judged["duplicates"]
+    assert judged["requests"] == reference.judged == judged["sent"] + judged["cached"] + judged["duplicates"]
     assert steps["calibration"]["requests"] > 0 and not list((ctx.paths.root / "ray").glob("*.parquet"))
     assert printed["sampling_engine_calls"] == 0 and printed["judge_engine_calls"] == 0
     assert items(ctx) == items(single)
     assert cache_contents(ctx.cache_path) == cache_contents(single.cache_path)
     same = ("items", "verified", "judged", "verdicts", "no_final_answer", "engine_errors", "calibration")
-    assert {k: ctx_report(ctx)[k] for k in same} == {k: reference[k] for k in same}
+    assert {k: ctx_report(ctx)[k] for k in same} == {k: reference.to_dict()[k] for k in same}
 
     # a re-run of the normal stage makes no engine call and never loads the model
     engines: list = []
@@ -160,7 +160,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
 
     ctx.paths.sample_report.unlink()
     again = ensure_sampled(BuildContext(ctx.family, ctx.build_root, ctx.cache_path, progress=False, engine_factory=lazy))
-    assert again["sampling_engine_calls"] == 0 and again["judge_engine_calls"] == 0
+    assert again.sampling_engine_calls == 0 and again.judge_engine_calls == 0
     assert engines and not any(e.loaded for e in engines)
     assert items(ctx) == items(single)
 
@@ -169,7 +169,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     run = sample_on_ray(ctx, runtime_env={"env_vars": ENV}, **REPLICAS)
     assert all(s.sent == 0 and s.replica_processes == 0 for s in run.steps.values()) and run.startup_seconds == 0
     assert run.steps["sampling"].cached == 18
-    assert run.report["sampling_engine_calls"] == 0 and items(ctx) == items(single)
+    assert run.report.sampling_engine_calls == 0 and items(ctx) == items(single)
 
     # `rs.publish --ray` samples on Ray (here: all done), then builds and publishes
     from rs.cli.publish import main as publish

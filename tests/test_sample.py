@@ -72,23 +72,23 @@ def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_eng
     rows = list(read_clean_rows(ctx.paths.clean))
     results = items(ctx.paths.root)
     assert [r["key"] for r in results] == [q.key for row in rows for q in row.qa]
-    assert report["items"] == len(results) == report["sampling_engine_calls"]
+    assert report.items == len(results) == report.sampling_engine_calls
     assert all(r["model"] and r["prompt_tokens"] > 16 and r["completion_tokens"] > 0 for r in results)  # image tokens in the prompt
     assert all(r["prompt"].endswith("\nAnswer the question using a single word or phrase.") for r in results)
     assert {r["judge"] for r in results if r["judge"] is not None} <= set(LABELS)
     judged = [r for r in results if r["judge"] is not None]
-    assert len(judged) == report["judged"] == sum(1 for r in results if r["final"] and not r["verified"] and judgeable(r["final"]))
-    assert report["contradicted"] == sum(r["contradicts"] for r in results)
+    assert len(judged) == report.judged == sum(1 for r in results if r["final"] and not r["verified"] and judgeable(r["final"]))
+    assert report.contradicted == sum(r["contradicts"] for r in results)
     assert all(not r["verified"] for r in results if r["contradicts"])
-    cal = report["calibration"]
+    cal = report.calibration
     for name in ("positive", "easy", "hard", "certain"):
-        assert sum(cal["verdicts"][name].values()) == cal[name]["total"], name
-    assert cal["easy"]["total"] > 0 and cal["certain"]["total"] == sum(1 for r in judged if r["contradicts"])
+        assert sum(cal.verdicts[name].values()) == getattr(cal, name).total, name
+    assert cal.easy.total > 0 and cal.certain.total == sum(1 for r in judged if r["contradicts"])
 
     # a warm cache: the same stage again makes zero engine calls and gives the same results
     ctx.paths.sample_report.unlink()
     again = ensure_sampled(ctx)
-    assert again["sampling_engine_calls"] == 0 and again["judge_engine_calls"] == 0
+    assert again.sampling_engine_calls == 0 and again.judge_engine_calls == 0
     assert items(ctx.paths.root) == results
 
     # changing the verifier never re-runs the model
@@ -96,7 +96,7 @@ def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_eng
     (tmp_path / "families.yaml").write_text(text)
     exact = load_families(tmp_path / "families.yaml")["Tiny"]
     ctx2 = BuildContext(exact, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
-    assert ensure_sampled(ctx2)["sampling_engine_calls"] == 0
+    assert ensure_sampled(ctx2).sampling_engine_calls == 0
 
 
 def test_truncated_outputs_are_rejected_with_their_reason(tmp_path: Path, tiny_engine) -> None:
@@ -105,7 +105,7 @@ def test_truncated_outputs_are_rejected_with_their_reason(tmp_path: Path, tiny_e
     report = ensure_sampled(ctx)
     results = items(ctx.paths.root)
     assert results and all(r["finish_reason"] == "length" and r["final"] is None for r in results)
-    assert report["no_final_answer"] == len(results) and report["judged"] == 0
+    assert report.no_final_answer == len(results) and report.judged == 0
     assert {decide(r, True).reason for r in results} == {"no_final_answer"}
 
 
@@ -133,12 +133,12 @@ def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path)
         report = ensure_sampled(ctx)
     finally:
         judge.close()
-    cal = report["calibration"]
-    assert report["verdicts"] == {"CORRECT": report["judged"]} and report["judged"] > 0
-    assert cal["hard"]["agreed"] == 0 and cal["hard"]["total"] >= 4 and cal["easy"]["agreed"] == 0
-    assert cal["positive"]["agreed"] == cal["positive"]["total"] == 8
-    assert cal["promotes"] is False and cal["blocked_reason"].startswith("on hard negatives the judge called")
-    reasons = {decide(r, cal["promotes"]).reason for r in items(ctx.paths.root) if not r["verified"]}
+    cal = report.calibration
+    assert report.verdicts == {"CORRECT": report.judged} and report.judged > 0
+    assert cal.hard.agreed == 0 and cal.hard.total >= 4 and cal.easy.agreed == 0
+    assert cal.positive.agreed == cal.positive.total == 8
+    assert cal.promotes is False and cal.blocked_reason.startswith("on hard negatives the judge called")
+    reasons = {decide(r, cal.promotes).reason for r in items(ctx.paths.root) if not r["verified"]}
     assert reasons == {"judge_blocked"}
 
 

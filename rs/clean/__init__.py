@@ -39,7 +39,7 @@ class AccountingError(RsError, RuntimeError):
 
 @dataclass
 class CleaningReport:
-    """What cleaning did to a family: the numbers behind the card's cleaning section."""
+    """What cleaning did to a family (`clean.json`): the numbers behind the card's cleaning section."""
 
     source_records: int = 0
     source_items: int = 0
@@ -49,26 +49,45 @@ class CleaningReport:
     """Records whose image had already been seen, merged into that image's row."""
     dropped: Counter[str] = field(default_factory=Counter)
     steps: dict[str, StepStats] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    """Dataset, config, split and revision the source was read from."""
+    fingerprint: str | None = None
+    """The configuration the clean stage ran under (`rs.stages`); None until the stage records it."""
+    seconds: float = 0.0
+
+    @property
+    def dropped_items(self) -> int:
+        return sum(self.dropped.values())
 
     def check(self) -> None:
-        total = self.kept_items + sum(self.dropped.values())
+        total = self.kept_items + self.dropped_items
         if total != self.source_items:
             raise AccountingError(
                 f"cleaning lost track of items: {self.source_items} from the source, "
-                f"{self.kept_items} kept + {sum(self.dropped.values())} dropped = {total}"
+                f"{self.kept_items} kept + {self.dropped_items} dropped = {total}"
             )
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "fingerprint": self.fingerprint,
+            "provenance": self.provenance,
             "source_records": self.source_records,
             "source_items": self.source_items,
             "kept_items": self.kept_items,
-            "dropped_items": sum(self.dropped.values()),
+            "dropped_items": self.dropped_items,
             "rows": self.rows,
             "merged_records": self.merged_records,
             "dropped": dict(sorted(self.dropped.items())),
             "steps": {name: stats.to_dict() for name, stats in self.steps.items()},
+            "seconds": round(self.seconds, 3),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CleaningReport:
+        """Read a `to_dict` back (`dropped_items` is derived)."""
+        plain = {k: v for k, v in data.items() if k not in ("dropped_items", "dropped", "steps")}
+        return cls(**plain, dropped=Counter(data["dropped"]),
+                   steps={name: StepStats.from_dict(stats) for name, stats in data["steps"].items()})
 
 
 def image_problem(image: bytes | None) -> str | None:
@@ -111,7 +130,7 @@ class Cleaner:
             if (step_config := c.step(key)).enabled:
                 self.filters.append(step(step_config))
         self.dedup = c.dedup
-        self.report = CleaningReport()
+        self.report = CleaningReport(provenance=dict(provenance))
         self.report.steps = {"records": StepStats(), **{f.name: f.stats for f in self.filters}}
         if self.dedup:
             self.report.steps["dedup"] = StepStats()

@@ -38,6 +38,10 @@ class StepStats:
     def to_dict(self) -> dict[str, Any]:
         return {"seen": self.seen, "dropped": dict(self.dropped), "rewritten": dict(self.rewritten), "marked": dict(self.marked)}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepStats:
+        return cls(data["seen"], Counter(data["dropped"]), Counter(data["rewritten"]), Counter(data["marked"]))
+
 
 class ItemFilter:
     """One cleaning policy applied to one QA item at a time.

@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
         report, summary = sample_shard(ctx, shard, shards), {}
     else:
         report, summary = ensure_sampled(ctx), {}
-    print(json.dumps({**{k: report[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",
+    done = report.to_dict()
+    print(json.dumps({**{k: done[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",
                                                 "sampling_engine_calls", "judge_engine_calls")}, **summary}))
     return 0

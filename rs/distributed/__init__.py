@@ -134,13 +134,13 @@ def sample_on_ray(
 
     from rs.engines.cache import GenerationCache
     from rs.engines import engines_for
-    from rs.sample import SampleStage
+    from rs.sample import SampleReport, SampleStage
     from rs.stages import ensure_clean, ensure_sampled, read_report, sample_fingerprint
 
     started = time.perf_counter()
     run = RayRun()
     clean = ensure_clean(ctx)
-    if report := read_report(ctx.paths.sample_report, sample_fingerprint(ctx, clean)):
+    if report := read_report(ctx.paths.sample_report, sample_fingerprint(ctx, clean), SampleReport.from_dict):
         run.report = report
         return run
     specs = engine_specs(ctx)

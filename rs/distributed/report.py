@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rs.errors import RsError, UsageError
+from rs.sample import SampleReport
 
 RAY_MISSING = "Ray is not installed: pip install 'rs[ray]'"
 
@@ -75,7 +76,8 @@ class RayRun:
     steps: dict[str, StepStats] = field(default_factory=dict)
     seconds: float = 0.0
     """The Ray part of the run (the final pass not included)."""
-    report: dict[str, Any] | None = None
+    report: SampleReport | None = None
+    """The sampling report of the final pass (or of an earlier run when the family was already sampled)."""
 
     @property
     def complete(self) -> bool:

@@ -42,6 +42,10 @@ class _Pending:
 
 @dataclass
 class SampleReport:
+    """What the sampling stage did (`sample.json`): answers, verification, the judge and its calibration."""
+
+    fingerprint: str | None = None
+    """The configuration the stage ran under (`rs.stages`); None for a shard or a stage run directly."""
     items: int = 0
     verified: int = 0
     contradicted: int = 0
@@ -65,6 +69,17 @@ class SampleReport:
         d["contradicted_verdicts"] = dict(self.contradicted_verdicts)
         d["calibration"] = self.calibration.to_dict() if self.calibration else None
         return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SampleReport:
+        calibration = data.get("calibration")
+        return cls(**{**data, "verdicts": Counter(data["verdicts"]), "contradicted_verdicts": Counter(data["contradicted_verdicts"]),
+                      "calibration": Calibration.from_dict(calibration) if calibration else None})
+
+    @property
+    def promotes(self) -> bool:
+        """Whether this run's judge passed calibration and may promote rejections."""
+        return bool(self.calibration and self.calibration.promotes)
 
 
 @dataclass(frozen=True)
