@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
 
+from rs.engines import Engine, engines_for
 from rs.engines.cache import GenerationCache
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.families import Family
@@ -81,7 +82,7 @@ class BuildContext:
     cache_path: Path = field(default_factory=default_cache_path)
     limit: int | None = None
     progress: bool = True
-    engine_factory: Callable[[Family], tuple[Any, Any]] | None = None
+    engine_factory: Callable[[Family], tuple[Engine, Engine | None]] | None = None
     """Returns (sampler, judge) engines; defaults to `rs.engines.engines_for`. Called only when sampling must run."""
 
     @property
@@ -174,7 +175,7 @@ def ensure_sampled(ctx: BuildContext) -> SampleReport:
     paths, expected = ctx.paths, sample_fingerprint(ctx, clean)
     if report := read_report(paths.sample_report, expected, SampleReport.from_dict):
         return report
-    sampler, judge = (ctx.engine_factory or _default_engines)(ctx.family)
+    sampler, judge = (ctx.engine_factory or engines_for)(ctx.family)
     tmp = paths.root / "items.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     with GenerationCache(ctx.cache_path) as cache:
@@ -196,17 +197,10 @@ def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
     if not 0 <= shard < shards:
         raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
     ensure_clean(ctx)
-    sampler, judge = (ctx.engine_factory or _default_engines)(ctx.family)
+    sampler, judge = (ctx.engine_factory or engines_for)(ctx.family)
     out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
     shutil.rmtree(out, ignore_errors=True)
     rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)
     with GenerationCache(ctx.cache_path) as cache:
         stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
         return stage.run(rows, out, total=None)
-
-
-def _default_engines(family: Family) -> tuple[Any, Any]:
-    from rs.engines import engines_for
-
-    return engines_for(family)
-

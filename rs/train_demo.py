@@ -51,6 +51,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from rs.engines import sampling_settings
+from rs.engines.vllm import VLLMEngine
+from rs.families import get_family
 from rs.prompt import build_prompt, sampling_request
 from rs.sources.synthetic import (
     ADD_TEMPLATES,
@@ -84,6 +87,7 @@ from rs.tiny_model import (
     corpus as tiny_corpus,
     train_tokenizer,
 )
+from rs.verifiers import get_verifier
 
 logger = logging.getLogger(__name__)
 
@@ -352,8 +356,6 @@ def build_tokenizer(vocab_size: int) -> Any:
 
 
 def _instruction() -> str:
-    from rs.families import get_family
-
     return get_family(FAMILY).config.instruction
 
 
@@ -793,8 +795,6 @@ def held_out_items(n: int, *, seed: int = EVAL_SOURCE_SEED) -> tuple[SyntheticSo
 
 
 def _family_source() -> Any:
-    from rs.families import get_family
-
     return get_family(FAMILY).config.source
 
 
@@ -808,11 +808,6 @@ def evaluate(model_dir: Path, *, n: int = 2000, out: Path | None = None, samples
     Each type's baseline is always giving the answer most common for that type on this held-out set.
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from rs.engines import sampling_settings
-    from rs.engines.vllm import VLLMEngine
-    from rs.families import get_family
-    from rs.verifiers import get_verifier
-
     family = get_family(FAMILY)
     base = sampling_settings(family)
     verifier = get_verifier(family.config.verifier.name, **dict(family.config.verifier.params or {}))

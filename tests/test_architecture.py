@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,28 @@ def test_import_contracts_hold() -> None:
     done = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "Contracts: 3 kept, 0 broken." in done.stdout
+
+
+def test_the_package_imports_its_own_modules_at_the_top() -> None:
+    """An import inside a function may only defer an optional third-party dependency (vllm, ray, openai, ...).
+
+    The package's own modules are imported at module level, so import-linter and a reader see every
+    dependency; `__main__` modules (entry points) are exempt.
+    """
+    deferred = []
+    for path in sorted((ROOT / "rs").rglob("*.py")) + sorted((ROOT / "builders").glob("*.py")):
+        if path.name == "__main__.py" or "rs/builders" in path.as_posix():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for inner in ast.walk(node):
+                names = ([inner.module or ""] if isinstance(inner, ast.ImportFrom) and not inner.level else
+                         ["."] if isinstance(inner, ast.ImportFrom) else
+                         [a.name for a in inner.names] if isinstance(inner, ast.Import) else [])
+                if any(n == "." or n == "rs" or n.startswith("rs.") or n == "builders" for n in names):
+                    deferred.append(f"{path.relative_to(ROOT)}:{inner.lineno} in {node.name}()")
+    assert not deferred, "imports of the package inside functions:\n" + "\n".join(deferred)
 
 
 def test_rs_console_script_dispatches_to_the_commands() -> None:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from rs import distributed
 from rs.errors import RsError
 
 
@@ -64,10 +65,8 @@ def check_ray(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int 
         parser.error("--replicas needs --ray")
     if args.ray is None:
         return None
-    from rs.distributed import RAY_MISSING, ray_available
-
-    if not ray_available():
-        print(RAY_MISSING, file=sys.stderr)
+    if not distributed.ray_available():
+        print(distributed.RAY_MISSING, file=sys.stderr)
         return 2
     return None
 

@@ -11,6 +11,9 @@ import yaml
 from rs import cli
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema
+from rs.families.loader import field_types, plugin_registry, type_name
+from rs.preview import preview
+from rs.verifiers import get_verifier, known_verifiers
 from rs.registry import SOURCES
 
 
@@ -49,11 +52,9 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _describe(cls: type, prefix: str) -> typing.Iterator[str]:
-    from rs.families.loader import _hints, _type_name, plugin_registry
-
     docs = _field_docs(cls)
     for f in dataclasses.fields(cls):
-        tp = _hints(cls)[f.name]
+        tp = field_types(cls)[f.name]
         key = f"{prefix}.{f.name}"
         registry = plugin_registry(tp)
         if registry is not None and registry.by == "key":
@@ -74,7 +75,7 @@ def _describe(cls: type, prefix: str) -> typing.Iterator[str]:
             continue
         default = "required" if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING else (
             f"default {f.default!r}" if f.default is not dataclasses.MISSING else f"default {f.default_factory()!r}")
-        yield f"{key}: {_type_name(tp)}, {default}" + (f"  # {docs[f.name]}" if f.name in docs else "")
+        yield f"{key}: {type_name(tp)}, {default}" + (f"  # {docs[f.name]}" if f.name in docs else "")
 
 
 def _field_docs(cls: type) -> dict[str, str]:
@@ -92,8 +93,6 @@ def _field_docs(cls: type) -> dict[str, str]:
 
 
 def _verifiers(args: argparse.Namespace) -> int:
-    from rs.verifiers import get_verifier, known_verifiers
-
     for name in known_verifiers():
         try:
             print(f"{name}: {get_verifier(name).description.splitlines()[0]}")
@@ -103,8 +102,6 @@ def _verifiers(args: argparse.Namespace) -> int:
 
 
 def _preview(args: argparse.Namespace) -> int:
-    from rs.preview import preview
-
     preview(get_family(args.name, args.config), limit=args.limit or 3)
     return 0
 

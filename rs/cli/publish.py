@@ -17,6 +17,7 @@ from typing import Any
 from rs import cli
 from rs.cards import pct
 from rs.cli import RunFailed
+from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError
 from rs.families import Family, get_family
 from rs.hub import format_plan
@@ -72,8 +73,6 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     family = get_family(args.family, args.config)
     sample = None
     if args.ray is not None:
-        from rs.distributed import forwarded_env, sample_on_ray
-
         sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,
                                    runtime_env={"env_vars": forwarded_env()})
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rs import cli
 from rs.cli import RunFailed
+from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
 from rs.families import get_family
 from rs.stages import BuildContext, default_cache_path, ensure_sampled, sample_shard
 
@@ -32,8 +33,6 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
     ctx = BuildContext(family, Path(args.build_dir or os.environ.get("RS_BUILD_DIR", "build")), args.cache or default_cache_path(),
                        limit=args.limit, progress=sys.stderr.isatty())
     if args.ray is not None:
-        from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
-
         try:
             run = sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
         except RayIncomplete as err:

@@ -67,19 +67,23 @@ import time
 from array import array
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+import rs
+from rs.engines import engines_for
 from rs.engines.base import Request
+from rs.engines.cache import GenerationCache
+from rs.judge import Judge, JudgeCase
+from rs.prompt import sampling_request
+from rs.sample import SampleReport, SampleStage
+from rs.stages import BuildContext, ensure_clean, ensure_sampled, read_report, sample_fingerprint
+from rs.store import ParquetStreamWriter, qa_item, read_records
 
 from .cluster import Cluster, check_fits, connect, forwarded_env, ray_available, retrying_lost_nodes
 from .replica import REQUESTS, EngineReplica, build_replica_engine, engine_specs, gpus_per_replica, key_prefix, sampling_requests
 from .report import RAY_MISSING, RayIncomplete, RayNotInstalled, RayPlanError, RayRun, StepStats
-
-if TYPE_CHECKING:
-    from rs.engines.cache import GenerationCache
-    from rs.stages import BuildContext
 
 logger = logging.getLogger(__name__)
 
@@ -132,11 +136,6 @@ def sample_on_ray(
         raise RayNotInstalled()
     import ray
 
-    from rs.engines.cache import GenerationCache
-    from rs.engines import engines_for
-    from rs.sample import SampleReport, SampleStage
-    from rs.stages import ensure_clean, ensure_sampled, read_report, sample_fingerprint
-
     started = time.perf_counter()
     run = RayRun()
     clean = ensure_clean(ctx)
@@ -148,8 +147,6 @@ def sample_on_ray(
 
     own_ray = not ray.is_initialized()
     if own_ray:  # Ray uploads local code only for a whole job, so `ship_code` needs this connection to be ours
-        import rs
-
         connect(ray, address, {"py_modules": [str(Path(rs.__file__).parent)]} if ship_code else None)
     elif ship_code:
         logger.info("Ray was initialised before: the replicas import the rs installed on their nodes")
@@ -168,7 +165,7 @@ def sample_on_ray(
         data.enable_progress_bars = ctx.progress
         try:
             with GenerationCache(ctx.cache_path) as cache:
-                def new_stage() -> Any:  # the judge step's calibration cases accumulate in the stage: one per attempt
+                def new_stage() -> SampleStage:  # the judge step's calibration cases accumulate in the stage: one per attempt
                     return SampleStage(ctx.family.config, sampler, judge, cache, progress=False)
 
                 _run_steps(ctx, new_stage, cluster, cache, specs, run, lookahead)
@@ -185,7 +182,7 @@ def sample_on_ray(
     return run
 
 
-def _run_steps(ctx: BuildContext, new_stage: Callable[[], Any], cluster: Cluster, cache: GenerationCache,
+def _run_steps(ctx: BuildContext, new_stage: Callable[[], SampleStage], cluster: Cluster, cache: GenerationCache,
                specs: dict[str, dict[str, Any]], run: RayRun, lookahead: int) -> None:
     run.steps["sampling"], = retrying_lost_nodes("sampling", cluster, lambda: (
         _sampling_step(ctx, new_stage(), cluster, cache, specs["sampler"], lookahead),))
@@ -195,7 +192,7 @@ def _run_steps(ctx: BuildContext, new_stage: Callable[[], Any], cluster: Cluster
         ctx, new_stage(), cluster, cache, specs["judge"], lookahead))
 
 
-def _sampling_step(ctx: BuildContext, stage: Any, cluster: Cluster, cache: GenerationCache, spec: dict[str, Any],
+def _sampling_step(ctx: BuildContext, stage: SampleStage, cluster: Cluster, cache: GenerationCache, spec: dict[str, Any],
                    lookahead: int) -> StepStats:
     """Answer the family's missing sampling requests: read the clean store, keep what is missing, answer."""
     stats = StepStats()
@@ -215,11 +212,9 @@ def _sampling_step(ctx: BuildContext, stage: Any, cluster: Cluster, cache: Gener
     return stats
 
 
-def _judge_step(ctx: BuildContext, stage: Any, cluster: Cluster, cache: GenerationCache, spec: dict[str, Any],
+def _judge_step(ctx: BuildContext, stage: SampleStage, cluster: Cluster, cache: GenerationCache, spec: dict[str, Any],
                 lookahead: int) -> tuple[StepStats, StepStats]:
     """Verify every answer on the driver, write the missing judge and calibration requests, answer them in one pipeline."""
-    from rs.store import ParquetStreamWriter
-
     judge = stage.judge
     stats, calibration = StepStats(), StepStats()
     start = time.perf_counter()
@@ -247,15 +242,12 @@ def _judge_step(ctx: BuildContext, stage: Any, cluster: Cluster, cache: Generati
     return stats, calibration
 
 
-def _missing_sampling_keys(ctx: BuildContext, stage: Any, cache: GenerationCache, stats: StepStats,
+def _missing_sampling_keys(ctx: BuildContext, stage: SampleStage, cache: GenerationCache, stats: StepStats,
                            lookahead: int) -> tuple[np.ndarray, int]:
     """The sorted 64-bit prefixes of the sampling keys not in the cache, and how many images have one.
 
     Counts requests, cached and duplicates in `stats`.
     """
-    from rs.prompt import sampling_request
-    from rs.store import qa_item, read_records
-
     records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
     keyed = ((stage.runner.key(sampling_request(qa_item(q), stage.config.instruction, r["image_sha256"]), stage.settings), index)
              for index, r in enumerate(records) for q in r["qa"])
@@ -270,7 +262,7 @@ def _missing_sampling_keys(ctx: BuildContext, stage: Any, cache: GenerationCache
     return missing, images
 
 
-def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache, writer: Any, stats: StepStats, seen: set[bytes],
+def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache, writer: ParquetStreamWriter, stats: StepStats, seen: set[bytes],
                    lookahead: int, *, written: set[str] | None = None) -> None:
     """Write the requests not in the cache and not written before (`seen`: 128-bit key prefixes) to `writer`."""
     for key, request in _uncached(keyed, cache, stats, lookahead, seen=seen):
@@ -305,15 +297,12 @@ def _uncached(keyed: Iterable[tuple[str, Any]], cache: GenerationCache, stats: S
             yield key, value
 
 
-def _judge_requests(ctx: BuildContext, stage: Any, unanswered: list[int], chunk: int = 1024) -> Iterator[tuple[str, Request]]:
+def _judge_requests(ctx: BuildContext, stage: SampleStage, unanswered: list[int], chunk: int = 1024) -> Iterator[tuple[str, Request]]:
     """Verify every cached answer with `SampleStage.verify`; yield the judge requests of its rejections.
 
     Also fills the stage's calibration samples, as `SampleStage` does while it runs. Reads the
     clean store without the image bytes: the cache keys need only their hashes.
     """
-    from rs.prompt import sampling_request
-    from rs.store import qa_item, read_records
-
     records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
     items = ((record["image_sha256"], qa_item(q)) for record in records for q in record["qa"])
     while block := list(islice(items, chunk)):
@@ -332,7 +321,7 @@ def _judge_requests(ctx: BuildContext, stage: Any, unanswered: list[int], chunk:
                 yield from _keyed(stage.judge, [case])
 
 
-def _keyed(judge: Any, cases: Iterable[Any]) -> Iterator[tuple[str, Request]]:
+def _keyed(judge: Judge, cases: Iterable[JudgeCase]) -> Iterator[tuple[str, Request]]:
     """The judge requests of `Judge.verdicts`, with their cache keys."""
     for case in cases:
         request = judge.request(case)

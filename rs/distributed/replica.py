@@ -8,18 +8,21 @@ import os
 import socket
 import time
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
+from rs.engines.cached import cache_key, identity_key
+from rs.families.schema import ModelConfig
+from rs.prompt import sampling_request
 from rs.registry import ENGINES
+from rs.store import qa_item
 
 from .report import RayPlanError
 
-if TYPE_CHECKING:
-    from rs.stages import BuildContext
+from rs.stages import BuildContext
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +47,6 @@ def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSetti
     Builds each request as `SampleStage` does and keys it with the driver's `cache_key`; `missing`
     is the sorted array of the missing keys' 64-bit prefixes.
     """
-    from rs.engines.cached import cache_key
-    from rs.prompt import sampling_request
-    from rs.store import qa_item
-
     out: dict[str, list[Any]] = {name: [] for name in REQUESTS.names}
     seen: set[str] = set()
     for image, sha, qa in zip(batch["image"].to_pylist(), batch["image_sha256"].to_pylist(), batch["qa"].to_pylist()):
@@ -83,8 +82,6 @@ class EngineReplica:
     """
 
     def __init__(self, spec: dict[str, Any], identity: str, settings: SamplingSettings):
-        from rs.engines.cached import identity_key
-
         self.spec, self.settings = spec, settings
         self.engine = build_replica_engine(spec)
         if (mine := identity_key(self.engine)) != identity:
@@ -141,8 +138,6 @@ class EngineReplica:
 
 def build_replica_engine(spec: dict[str, Any]) -> Engine:
     """The engine a replica runs, from its spec (see `engine_specs`), set up to run inside an actor."""
-    from rs.families.schema import ModelConfig
-
     plugin = ENGINES.get(spec["engine"]["kind"])
     config = plugin.Config(**spec["engine"]).for_replica()
     return plugin.from_config(config, ModelConfig(**spec["model"]))

@@ -12,17 +12,14 @@ CLI, the replay engine and the tests that need neither start fast.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rs.engines.base import Engine, EngineConfig, Generation, Request, SamplingSettings
+from rs.engines.models import DEMO_VLM, TINY_VLM, builtin_revision, resolve_model
+from rs.families import Family
+from rs.families.schema import FamilyConfig, ModelConfig
 from rs.registry import ENGINES
-
-if TYPE_CHECKING:
-    from rs.families import Family
-    from rs.families.schema import FamilyConfig, ModelConfig
 
 logger = logging.getLogger(__name__)
 
@@ -40,46 +37,6 @@ __all__ = [
     "resolve_model",
     "sampling_settings",
 ]
-
-TINY_VLM = "rs:tiny-vlm"
-"""Model id of the project's own tiny random VLM (`rs.tiny_model`), built locally on first use."""
-DEMO_VLM = "rs:demo-vlm"
-"""Model id of the trained demo VLM shipped in `rs/demo_model/` (the embedded default's model)."""
-
-
-def resolve_model(model_id: str) -> str:
-    """The path or Hub id to load for a configured model id.
-
-    `rs:tiny-vlm` is the tiny random test VLM, built into the local cache on first use (no
-    network); `rs:demo-vlm` is the trained demo model shipped with the package (its files are
-    checked against their recorded hashes); every other id (a Hub id or a local folder) is passed
-    through unchanged.
-    """
-    if model_id == TINY_VLM:
-        from rs.tiny_model import tiny_vlm_path
-
-        return str(tiny_vlm_path())
-    if model_id == DEMO_VLM:
-        from rs.demo_model import demo_model_path
-
-        return str(demo_model_path())
-    if model_id.startswith("rs:"):
-        raise ValueError(f"unknown built-in model {model_id!r}; the built-in ones are {TINY_VLM!r} and {DEMO_VLM!r} (or give a Hub id or a local path)")
-    return model_id
-
-
-def builtin_revision(model_id: str, path: str) -> str:
-    """What identifies a built-in model's weights, recorded as its revision and part of every cache key.
-
-    The tiny model's folder name is its content key; the demo model's folder name never changes,
-    so its revision is the hash of its recorded file hashes (a retrained model gets new keys).
-    """
-    if model_id == DEMO_VLM:
-        from rs.demo_model import PACKAGE_DIR
-
-        return hashlib.sha256((PACKAGE_DIR / "SHA256SUMS").read_bytes()).hexdigest()[:16]
-    return Path(path).name
-
 
 def sampling_settings(config: FamilyConfig | Family) -> SamplingSettings:
     """The family's sampling settings (`sampling:` in families.yaml) as the engines take them."""
@@ -103,7 +60,7 @@ def create_engine(
     engine kind (`rs.registry.ENGINES`). Pass a `Family` to get its file's folder as the base of a
     relative path in the engine block (`engine.replay_path`); with a bare `FamilyConfig`, give `base_dir`.
     """
-    if not isinstance(config, _family_config_type()):
+    if not isinstance(config, FamilyConfig):
         family = config
         base_dir = base_dir if base_dir is not None else family.path.parent
         config = family.config
@@ -132,11 +89,5 @@ def _model_for(config: FamilyConfig, *, judge: bool) -> ModelConfig:
     return config.model
 
 
-def _family_config_type() -> type:
-    from rs.families.schema import FamilyConfig
-
-    return FamilyConfig
-
-
 def _config_of(config: FamilyConfig | Family) -> FamilyConfig:
-    return config if isinstance(config, _family_config_type()) else config.config
+    return config if isinstance(config, FamilyConfig) else config.config

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
+from rs.engines.models import builtin_revision, resolve_model
 from rs.registry import ENGINES
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class VLLMEngine:
     """Answers requests with an in-process `vllm.LLM`.
 
     Args:
-        model: Hub id, local folder, or `rs:tiny-vlm` (see `rs.engines.resolve_model`).
+        model: Hub id, local folder, or `rs:tiny-vlm` (see `rs.engines.models.resolve_model`).
         revision: Hub revision to load and record. For `rs:tiny-vlm` it defaults to the build's
             content key, so a change of the builder or of the libraries that write the model
             invalidates cached outputs.
@@ -87,8 +88,6 @@ class VLLMEngine:
         return cls(model.id, revision=model.revision, engine_args=config.args)
 
     def __init__(self, model: str, *, revision: str | None = None, engine_args: dict[str, Any] | None = None):
-        from rs.engines import builtin_revision, resolve_model
-
         self.model = model
         path = resolve_model(model)
         if revision is None and path != model:

@@ -22,6 +22,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rs.errors import UsageError
 from rs.registry import Registry
+from rs.verifiers import VerifierError, resolve_params
 
 from .schema import FamilyConfig
 
@@ -129,7 +130,7 @@ class _Validator:
                 errors.append(err)
         if len(errors) == 1:
             raise errors[0]
-        names = " or ".join(_type_name(o) for o in options)
+        names = " or ".join(type_name(o) for o in options)
         self.fail(node, key, f"expected {names}, got {self.plain(node)!r}")
 
     def plugin(self, registry: Registry, node: Node, key: str) -> Any:
@@ -170,7 +171,7 @@ class _Validator:
     def dataclass(self, cls: type, node: Node, key: str) -> Any:
         if not isinstance(node, MappingNode):
             self.fail(node, key, f"expected a mapping ({cls.__name__}), got {_kind(node)}")
-        hints = _hints(cls)
+        hints = field_types(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         kwargs = {}
         for k_node, v_node in node.value:
@@ -184,14 +185,15 @@ class _Validator:
         for name, f in fields.items():
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             if required and name not in kwargs:
-                self.fail(node, f"{key}.{name}" if key else name, f"required key is missing ({_type_name(hints[name])})")
+                self.fail(node, f"{key}.{name}" if key else name, f"required key is missing ({type_name(hints[name])})")
         try:
             return cls(**kwargs)
         except ValueError as err:  # a value check in the schema's __post_init__
             self.fail(node, key, str(err))
 
 
-def _hints(cls: type) -> dict[str, Any]:
+def field_types(cls: type) -> dict[str, Any]:
+    """The resolved annotations of a config dataclass (`Annotated` kept: it carries the plug-in registries)."""
     return typing.get_type_hints(cls, include_extras=True)
 
 
@@ -210,13 +212,14 @@ def _kind(node: Node) -> str:
     return {ScalarNode: "a scalar", SequenceNode: "a list", MappingNode: "a mapping"}[type(node)]
 
 
-def _type_name(tp: Any) -> str:
+def type_name(tp: Any) -> str:
+    """How an error message or `rs families schema` names a config type."""
     if (registry := plugin_registry(tp)) is not None:
         if registry.by == "key":
             return f"a mapping of {registry.what}s: {' | '.join(registry.names())}"
         return f"a mapping with kind: {' | '.join(registry.names())}"
     if typing.get_origin(tp) in (Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+        return " | ".join(type_name(a) for a in typing.get_args(tp))
     if typing.get_origin(tp) is Literal:
         return " | ".join(repr(a) for a in typing.get_args(tp))
     return getattr(tp, "__name__", str(tp))
@@ -326,8 +329,6 @@ def load_families(path: str | Path) -> dict[str, Family]:
 
 
 def _check_verifier(path: Path, body: MappingNode, name: str, config: FamilyConfig) -> None:
-    from rs.verifiers import VerifierError, resolve_params
-
     try:
         resolve_params(config.verifier.name, config.verifier.params)
     except VerifierError as err:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
+from rs.sizes import parse_bytes
 
 ByteSize = int | str
 """A byte count: an integer, or a string such as "500MB" / "1GiB"."""
@@ -72,8 +73,6 @@ class ShardConfig:
     """Largest row group: the Hub viewer refuses to scan row groups above about 300 MB."""
 
     def __post_init__(self) -> None:
-        from rs.sizes import parse_bytes
-
         for name in ("max_bytes", "row_group_bytes"):
             parse_bytes(getattr(self, name))
 

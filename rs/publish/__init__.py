@@ -22,7 +22,7 @@ from rs.build import build_family
 from rs.cards import attach_image_paths, check_card, render_card, select_examples, select_overturns
 from rs.errors import UsageError
 from rs.families import Family
-from rs.hub import FileChange, PublishResult, publish_folder
+from rs.hub import FileChange, PublishResult, publish_folder, resolve_token
 from rs.report import FamilyReport
 from rs.schema import SPLITS
 from rs.stages import BuildContext, default_cache_path
@@ -168,8 +168,6 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     local = out is not None or c.publish.target == "local"
     root = Path(out if out is not None else c.publish.local_dir) / c.publish.namespace
     if not local and not dry_run:
-        from rs.hub import resolve_token
-
         token = resolve_token(token)  # fail before a long build, not after
     if sample is not None and not cards_only:
         sample(ctx)
