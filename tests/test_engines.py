@@ -15,11 +15,13 @@ import logging
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from contextlib import closing
 from pathlib import Path
 from typing import Iterator
 
@@ -211,6 +213,46 @@ def test_cached_engine_second_run_makes_no_engine_calls(engine: VLLMEngine, tmp_
     assert second_run.stats.engine_calls == 0 and second_run.stats.cache_hits == len(requests)
     assert [g.to_dict() for _, g in second] == [g.to_dict() for _, g in first]
     assert [r for r, _ in second] == requests
+
+
+def test_streaming_keeps_what_a_kill_would_lose_within_the_window(engine: VLLMEngine, tmp_path: Path, monkeypatch) -> None:
+    """Requests join the running engine as others finish; answers sent and not yet committed never exceed the window."""
+    monkeypatch.setattr(engine, "in_flight", 12)
+    requests = _requests(40, seed=5)
+    reference = engine.generate(requests, SETTINGS)
+    path = tmp_path / "generations.sqlite"
+    worst = 0
+    with GenerationCache(path) as cache, closing(sqlite3.connect(path)) as reader:
+        runner = CachedEngine(engine, cache, batch_size=8, progress=False)
+        results = []
+        for request, generation in runner.run(requests, SETTINGS):
+            committed = reader.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+            worst = max(worst, runner.stats.engine_calls - committed)
+            assert runner.stats.engine_calls - committed <= 12
+            results.append((request, generation))
+    assert 0 < worst and runner.stats.engine_calls == len(requests)
+    assert [r for r, _ in results] == requests  # in request order, whatever order they finished in
+    assert [g.text for _, g in results] == [g.text for g in reference]
+
+
+def test_two_streams_on_one_engine_share_its_steps(engine: VLLMEngine) -> None:
+    """The judge's stream beside the sampler's: each gets its own results back, whichever stream steps the engine."""
+    judge_settings = SamplingSettings(temperature=0.0, max_tokens=8, chat_template_kwargs={"enable_thinking": False},
+                                      choices=("CORRECT", "WRONG", "UNSURE"))
+    images, texts = _requests(6, seed=7), [Request(prompt=f"Is {n} even? Say CORRECT or WRONG.") for n in range(6)]
+    sampler, judge = engine.open_stream(SETTINGS), engine.open_stream(judge_settings)
+    for n, (image, text) in enumerate(zip(images, texts)):
+        sampler.submit(("image", n), image)
+        judge.submit(("text", n), text)
+    got: dict = {}
+    while sampler.in_flight:  # only the sampler steps the engine: the judge's results wait in its stream
+        got.update(sampler.poll())
+    got.update(judge.poll(wait=False))
+    while judge.in_flight:
+        got.update(judge.poll())
+    assert set(got) == {(kind, n) for kind in ("image", "text") for n in range(6)} and not engine._owners
+    assert all(got["text", n].text in ("CORRECT", "WRONG", "UNSURE") for n in range(6))
+    assert [got["image", n].text for n in range(6)] == [g.text for g in engine.generate(images, SETTINGS)]
 
 
 # --- configuration ----------------------------------------------------------------------------

@@ -1,18 +1,21 @@
-"""Run requests through an engine and the generation cache, one committed batch at a time."""
+"""Run requests through the generation cache and an engine's stream, committing answers as they finish."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import time
+from collections import deque
 from dataclasses import dataclass
 from itertools import islice
-from typing import Iterable, Iterator
+from typing import Callable, Hashable, Iterable, Iterator
 
 from tqdm.auto import tqdm
 
 from rs.engines.cache import GenerationCache
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
+from rs.engines.stream import Stream, open_stream
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +25,7 @@ class RunStats:
     requests: int = 0
     cache_hits: int = 0
     engine_calls: int = 0
-    """Requests sent to the engine (a request asked twice in one batch is sent once)."""
+    """Requests sent to the engine (a request asked twice while the first is in flight is sent once)."""
     errors: int = 0
 
 
@@ -36,58 +39,233 @@ def cache_key(identity: str, settings: SamplingSettings, image_sha256: str, prom
 
     A plain function of plain values, so that a Ray worker computes the driver's keys without an engine.
     """
-    h = hashlib.sha256()
-    for part in (identity, json.dumps(settings.to_dict(), sort_keys=True), image_sha256, prompt):
-        h.update(part.encode())
+    return key_function(identity, settings)(image_sha256, prompt)
+
+
+def key_function(identity: str, settings: SamplingSettings) -> Callable[[str, str], str]:
+    """`cache_key` for many requests of one engine and settings: those two parts are hashed once."""
+    base = hashlib.sha256()
+    for part in (identity, json.dumps(settings.to_dict(), sort_keys=True)):
+        base.update(part.encode())
+        base.update(b"\x00")
+
+    def key(image_sha256: str, prompt: str) -> str:
+        h = base.copy()
+        h.update(image_sha256.encode())
         h.update(b"\x00")
-    return h.hexdigest()
+        h.update(prompt.encode())
+        h.update(b"\x00")
+        return h.hexdigest()
+
+    return key
+
+
+class _Committer:
+    """Fresh results go to the cache in small groups, bounded by count and by time."""
+
+    def __init__(self, cache: GenerationCache, rows: int, seconds: float):
+        self.cache, self.rows, self.seconds = cache, max(1, rows), seconds
+        self.buffer: dict[str, Generation] = {}
+        """Answered, not yet committed: a request asked again meanwhile is answered from here."""
+        self.since = 0.0
+
+    def add(self, key: str, generation: Generation) -> None:
+        if not self.buffer:
+            self.since = time.monotonic()
+        self.buffer[key] = generation
+
+    def due(self) -> bool:
+        return len(self.buffer) >= self.rows or bool(self.buffer) and time.monotonic() - self.since >= self.seconds
+
+    def flush(self) -> None:
+        if self.buffer:
+            self.cache.put_many(self.buffer.items())
+            self.buffer = {}
+
+
+class CachedStream:
+    """Requests in with a tag, answers out as they are ready: from the cache at once, from the engine as they finish.
+
+    The push side of the cache, for a caller that feeds requests as they appear (the judge, fed by
+    the sampler's rejections). Submitted requests are looked up in groups of `lookup_rows`; the
+    misses go to the engine's stream (`rs.engines.stream`) and are committed to the cache in small
+    groups, bounded by count and by `commit_seconds`. New misses enter the engine only while
+    in-flight plus answered-but-uncommitted requests stay within the stream's `window`, so a process
+    killed at any moment loses at most `window` answers, and a re-run sends only what is missing.
+    A request asked again while the first is in flight is sent once.
+    """
+
+    def __init__(self, engine: Engine, cache: GenerationCache, settings: SamplingSettings, *, stats: RunStats,
+                 identity: str, lookup_rows: int = 256, commit_seconds: float = 5.0):
+        self.engine, self.cache, self.settings, self.stats, self.identity = engine, cache, settings, stats, identity
+        self._key = key_function(identity, settings)
+        self.lookup_rows = max(1, lookup_rows)
+        self.commit_seconds = commit_seconds
+        self._stream: Stream | None = None
+        """Opened at the first miss: a fully cached run never loads the model."""
+        self.committer = _Committer(cache, rows=self.lookup_rows, seconds=commit_seconds)
+        self._lookup: list[tuple[Hashable, str, Request]] = []
+        self._backlog: deque[tuple[str, Request]] = deque()
+        self._waiting: dict[str, list[Hashable]] = {}
+        self._ready: list[tuple[Hashable, Generation]] = []
+        self._pending = 0
+
+    @property
+    def window(self) -> int:
+        """Requests the engine's stream keeps in flight (before the first miss: one lookup group)."""
+        return self._stream.window if self._stream is not None else self.lookup_rows
+
+    @property
+    def in_flight(self) -> int:
+        return self._stream.in_flight if self._stream is not None else 0
+
+    @property
+    def pending(self) -> int:
+        """Submitted and not yet collected."""
+        return self._pending
+
+    @property
+    def queued(self) -> int:
+        """Submitted and not yet in the engine: waiting to be looked up, or for room in the window."""
+        return len(self._lookup) + len(self._backlog)
+
+    def submit(self, tag: Hashable, request: Request) -> None:
+        self._lookup.append((tag, self._key(_image_sha256(request), request.prompt), request))
+        self._pending += 1
+        self.stats.requests += 1
+        if len(self._lookup) >= self.lookup_rows:
+            self._resolve()
+
+    def collect(self, *, wait: bool) -> list[tuple[Hashable, Generation]]:
+        """What is ready now; with `wait`, advance the engine until something is (while anything is pending)."""
+        self._resolve()
+        self._feed()
+        if self._stream is not None and self._stream.in_flight and (wait or not self._ready):
+            self._take(self._stream.poll(wait=wait and not self._ready))
+        ready, self._ready = self._ready, []
+        self._pending -= len(ready)
+        return ready
+
+    def close(self) -> None:
+        """Commit what is answered; a stream closed with requests in flight leaves them unanswered (and uncached)."""
+        self.committer.flush()
+
+    def _resolve(self) -> None:
+        if not self._lookup:
+            return
+        lookup, self._lookup = self._lookup, []
+        found = self.cache.get_many([key for _, key, _ in lookup])
+        for tag, key, request in lookup:
+            generation = found.get(key) or self.committer.buffer.get(key)
+            if generation is not None:
+                self.stats.cache_hits += 1
+                self._ready.append((tag, generation))
+            elif key in self._waiting:
+                self._waiting[key].append(tag)
+            else:
+                self._waiting[key] = [tag]
+                self._backlog.append((key, request))
+
+    def _feed(self) -> None:
+        if not self._backlog:
+            return
+        if self._stream is None:
+            self._stream = open_stream(self.engine, self.settings, batch_size=self.lookup_rows)
+            self.committer.rows = max(1, min(self.lookup_rows, self._stream.window // 4))
+        stream, committer = self._stream, self.committer
+        while self._backlog and stream.in_flight + len(committer.buffer) < self.window:
+            key, request = self._backlog.popleft()
+            stream.submit(key, request)
+            self.stats.engine_calls += 1
+
+    def _take(self, finished: list[tuple[Hashable, Generation]]) -> None:
+        for key, generation in finished:
+            self._ready.extend((tag, generation) for tag in self._waiting.pop(key))  # type: ignore[call-overload]
+            self.stats.errors += generation.error is not None
+            self.committer.add(key, generation)  # type: ignore[arg-type]
+        if self.committer.due() or not self.in_flight:
+            self.committer.flush()
+        self._feed()
+
+
+class _Slot:
+    """One request's place in `run`'s output order."""
+
+    __slots__ = ("request", "generation")
+
+    def __init__(self, request: Request):
+        self.request, self.generation = request, None
+
+
+def _image_sha256(request: Request) -> str:
+    return request.image_sha256 or (hashlib.sha256(request.image).hexdigest() if request.image else "")
 
 
 class CachedEngine:
-    """Answers from the cache where it can; sends only the misses to the engine; commits per batch.
+    """Answers from the cache where it can; streams only the misses through the engine; commits as they finish.
 
-    A process killed mid-run loses at most the batch in flight, and a re-run sends only what is
-    missing; a fully cached re-run makes zero engine calls.
+    `run` reads requests `batch_size` at a time into a `CachedStream` and yields the answers in
+    request order, whatever order the engine finishes them in; answers held back behind a long one
+    are bounded, so memory stays flat in the number of requests. A process killed mid-run loses at
+    most the stream's window of answers, and a re-run sends only what is missing; a fully cached
+    re-run makes zero engine calls.
     """
 
-    def __init__(self, engine: Engine, cache: GenerationCache, *, batch_size: int = 256, progress: bool = True):
+    def __init__(self, engine: Engine, cache: GenerationCache, *, batch_size: int = 256, progress: bool = True,
+                 commit_seconds: float = 5.0):
         self.engine = engine
         self.cache = cache
         self.batch_size = batch_size
         self.progress = progress
+        self.commit_seconds = commit_seconds
         self.stats = RunStats()
         self.identity_key = identity_key(engine)
+        self._keys: tuple[SamplingSettings, Callable[[str, str], str]] | None = None
 
     def key(self, request: Request, settings: SamplingSettings) -> str:
         """Content address: engine identity, exact prompt bytes, image hash, sampling settings."""
-        image = request.image_sha256 or (hashlib.sha256(request.image).hexdigest() if request.image else "")
-        return cache_key(self.identity_key, settings, image, request.prompt)
+        if self._keys is None or self._keys[0] != settings:
+            self._keys = (settings, key_function(self.identity_key, settings))
+        return self._keys[1](_image_sha256(request), request.prompt)
+
+    def stream(self, settings: SamplingSettings) -> CachedStream:
+        """A push stream through this cache and engine (its figures count in `stats`)."""
+        return CachedStream(self.engine, self.cache, settings, stats=self.stats, identity=self.identity_key,
+                            lookup_rows=self.batch_size, commit_seconds=self.commit_seconds)
 
     def run(self, requests: Iterable[Request], settings: SamplingSettings, *, desc: str = "sampling", total: int | None = None) -> Iterator[tuple[Request, Generation]]:
         """Yield `(request, generation)` in request order."""
+        stream = self.stream(settings)
+        order: deque[_Slot] = deque()
         iterator = iter(requests)
+        more = True
         with tqdm(total=total, desc=desc, unit="item", disable=not self.progress, dynamic_ncols=True) as bar:
-            while batch := list(islice(iterator, self.batch_size)):
-                yield from self._batch(batch, settings)
-                bar.update(len(batch))
-                bar.set_postfix(cached=self.stats.cache_hits, sent=self.stats.engine_calls, refresh=False)
-
-    def _batch(self, batch: list[Request], settings: SamplingSettings) -> list[tuple[Request, Generation]]:
-        keys = [self.key(r, settings) for r in batch]
-        found = self.cache.get_many(keys)
-        missing: dict[str, Request] = {}
-        for key, request in zip(keys, batch):
-            if key not in found:
-                missing.setdefault(key, request)
-        self.stats.requests += len(batch)
-        self.stats.cache_hits += len(batch) - sum(1 for k in keys if k not in found)
-        if missing:
-            generations = self.engine.generate(list(missing.values()), settings)
-            if len(generations) != len(missing):
-                raise RuntimeError(f"{self.engine.kind} engine returned {len(generations)} outputs for {len(missing)} requests")
-            self.stats.engine_calls += len(missing)
-            fresh = dict(zip(missing, generations))
-            self.stats.errors += sum(1 for g in generations if g.error)
-            self.cache.put_many(fresh.items())
-            found.update(fresh)
-        return [(request, found[key]) for key, request in zip(keys, batch)]
+            try:
+                while more or order:
+                    held = 8 * max(stream.window, self.batch_size)  # answered or queued behind the oldest unanswered one
+                    if more and stream.queued < stream.window and len(order) < held:
+                        group = list(islice(iterator, self.batch_size))
+                        more = len(group) == self.batch_size  # a short group: the requests are exhausted
+                        for request in group:
+                            slot = _Slot(request)
+                            order.append(slot)
+                            stream.submit(slot, request)
+                        finished = stream.collect(wait=False)
+                    else:
+                        finished = stream.collect(wait=True)
+                    for slot, generation in finished:
+                        slot.generation = generation  # type: ignore[union-attr]
+                    done = 0
+                    while order and order[0].generation is not None:
+                        slot = order.popleft()
+                        done += 1
+                        if not order and not more:
+                            stream.close()  # before the last result: a caller may stop reading at the last one it asked for
+                        yield slot.request, slot.generation
+                    if done:
+                        bar.update(done)
+                        bar.set_postfix(cached=self.stats.cache_hits, sent=self.stats.engine_calls, refresh=False)
+                    if not finished and not more and order and not stream.pending:
+                        raise RuntimeError(f"{self.engine.kind} engine left {len(order)} requests unanswered")
+            finally:
+                stream.close()

@@ -23,10 +23,11 @@ import os
 import random
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
 from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
 from rs.errors import RsError
@@ -156,6 +157,10 @@ class OpenAIEngine:
                 f.cancel()
             raise
 
+    def open_stream(self, settings: SamplingSettings) -> OpenAIStream:
+        """Requests kept in flight over the thread pool: each one starts as soon as a worker is free."""
+        return OpenAIStream(self, settings)
+
     def load(self) -> None:
         """Nothing to load: the server holds the model."""
 
@@ -283,3 +288,26 @@ def _describe(error: Exception) -> str:
         return "the request timed out"
     cause = error.__cause__
     return f"{type(error).__name__}: {error}" + (f" ({type(cause).__name__}: {cause})" if cause else "")
+
+
+class OpenAIStream:
+    """A concurrency window over the engine's thread pool: results come back as their responses arrive."""
+
+    def __init__(self, engine: OpenAIEngine, settings: SamplingSettings):
+        self.engine = engine
+        self.window = 2 * engine.concurrency  # a queued request per worker: no worker waits for the caller
+        self._options = engine._options(settings)
+        self._futures: dict[Future[Generation], Hashable] = {}
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._futures)
+
+    def submit(self, tag: Hashable, request: Request) -> None:
+        self._futures[self.engine._pool.submit(self.engine._one, request, self._options)] = tag
+
+    def poll(self, *, wait: bool = True) -> list[tuple[Hashable, Generation]]:
+        if not self._futures:
+            return []
+        done, _ = futures_wait(self._futures, timeout=None if wait else 0, return_when=FIRST_COMPLETED)
+        return [(self._futures.pop(f), f.result()) for f in done]

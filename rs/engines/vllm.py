@@ -1,22 +1,25 @@
-"""The `vllm` engine: offline batched inference with `vllm.LLM.chat`, one call per batch.
+"""The `vllm` engine: offline inference with `vllm.LLM`, streamed (`VLLMStream`) to keep the scheduler full.
+
+Requests join the running engine one at a time (`LLM.enqueue_chat`) and leave as they finish
+(`LLMEngine.step`), so a long answer never holds the next requests back; `generate()` is the same
+stream over one batch. Several streams on one engine (sampling and the judge) share its steps.
 
 Images go to vLLM as PIL images decoded here with vLLM's own image loader, which is what the
 OpenAI-compatible server does with a base64 data URL (same formats, EXIF orientation, RGB
 conversion), so both engines see the same pixels. Decoding here rather than in vLLM is faster
 (measured on the tiny VLM: 1.45 s against 1.81 s for 256 image chats with data URLs), decodes an
-image asked about several times once per batch, and lets an undecodable image fail alone before
-the batch starts. The stored bytes are only read, never modified.
+image asked about several times once, and lets an undecodable image fail alone.
+The stored bytes are only read, never modified.
 
-The engine is lazy: `vllm.LLM` is created on the first `generate()`, and `identity()` (which the
-cache keys use) is computed from the model's configuration and tokenizer files without loading
-the weights, the way vLLM resolves the chat template. A fully cached run therefore never loads
-the model, and a driver that only computes cache keys (`rs.distributed`) needs no GPU; it gets
-the same identity as the replicas that generate.
+The engine is lazy: `vllm.LLM` is created on first use, and `identity()` (which the cache keys
+use) is computed from the model's configuration and tokenizer files without loading the weights,
+the way vLLM resolves the chat template. A fully cached run therefore never loads the model, and
+a driver that only computes cache keys (`rs.distributed`) needs no GPU; it gets the same identity
+as the replicas that generate.
 
-One bad request must not fail its batch, yet `LLM.chat` raises for the whole call when any request
-is invalid (a prompt longer than `max_model_len`, an input the processor refuses). The batch is
-then bisected until the failing requests are isolated; those come back as cacheable failures
-(the same input fails the same way next time), the others are answered normally.
+One bad request must not fail the others: a request `enqueue_chat` refuses (a prompt longer than
+`max_model_len`, an input the processor refuses) comes back alone as a cacheable failure (the same
+input fails the same way next time); an engine that dies raises.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import logging
 import time
 from pathlib import Path
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
 from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
 from rs.engines.models import builtin_revision, resolve_model
@@ -42,7 +45,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["VLLMEngine", "VLLMEngineConfig"]
+__all__ = ["VLLMEngine", "VLLMEngineConfig", "VLLMStream"]
 
 
 @dataclass(kw_only=True)
@@ -51,6 +54,8 @@ class VLLMEngineConfig(EngineConfig):
     """`vllm`: the offline engine, a `vllm.LLM` in this process (the default kind)."""
     args: dict[str, Any] = field(default_factory=dict)
     """Engine arguments passed to `vllm.LLM` (tensor_parallel_size, max_model_len, ...)."""
+    in_flight: int | None = None
+    """Requests kept in the engine at once while streaming; default 4 x the scheduler's `max_num_seqs`."""
 
     def recorded(self) -> dict[str, Any]:
         return {"kind": self.kind, "args": self.args}
@@ -85,9 +90,10 @@ class VLLMEngine:
 
     @classmethod
     def from_config(cls, config: VLLMEngineConfig, model: ModelConfig, *, base_dir: Path | None = None) -> VLLMEngine:
-        return cls(model.id, revision=model.revision, engine_args=config.args)
+        return cls(model.id, revision=model.revision, engine_args=config.args, in_flight=config.in_flight)
 
-    def __init__(self, model: str, *, revision: str | None = None, engine_args: dict[str, Any] | None = None):
+    def __init__(self, model: str, *, revision: str | None = None, engine_args: dict[str, Any] | None = None,
+                 in_flight: int | None = None):
         self.model = model
         path = resolve_model(model)
         if revision is None and path != model:
@@ -101,6 +107,10 @@ class VLLMEngine:
         self._llm: LLM | None = None
         self._closed = False
         self._identity: dict[str, Any] | None = None
+        self.in_flight = in_flight
+        """Requests a stream keeps in the engine at once; None: 4 x the scheduler's `max_num_seqs`."""
+        self._owners: dict[str, tuple[VLLMStream, Hashable]] = {}
+        """Requests in the engine -> the stream and tag they belong to: streams on one engine share its steps."""
 
     @property
     def llm(self) -> LLM:
@@ -133,32 +143,18 @@ class VLLMEngine:
         return dict(self._identity)
 
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
-        self.llm  # noqa: B018 - load now (or fail if closed), before any image is decoded
-        results: list[Generation | None] = [None] * len(requests)
-        conversations: list[list[dict[str, Any]] | None] = [None] * len(requests)
-        decoded: dict[str, Image | str] = {}  # sha256 -> image, or why it cannot be decoded
-        for i, request in enumerate(requests):
-            if request.image is None:
-                conversations[i] = [{"role": "user", "content": request.prompt}]
-                continue
-            sha = hashlib.sha256(request.image).hexdigest()
-            if sha not in decoded:
-                decoded[sha] = _decode_image(request.image)
-            image = decoded[sha]
-            if isinstance(image, str):
-                logger.warning("Request failed alone: %s", image)
-                results[i] = Generation.failed(image, cacheable=True, **self._meta())
-                continue
-            # `uuid` names the image for vLLM's processor cache, sparing it a hash of the pixels.
-            part = {"type": "image_pil", "image_pil": image, "uuid": sha}
-            conversations[i] = [{"role": "user", "content": [part, {"type": "text", "text": request.prompt}]}]
-        pending = [i for i, r in enumerate(results) if r is None]
-        if pending:
-            self._answer(pending, conversations, self._sampling_params(settings), settings, results)
-        missing = [i for i, r in enumerate(results) if r is None]
-        if missing:  # cannot happen: every pending index is answered or failed
-            raise RuntimeError(f"vLLM left {len(missing)} of {len(requests)} requests unanswered")
-        return results  # type: ignore[return-value]
+        """One Generation per request, in order: the requests through one stream, all in flight at once."""
+        stream = self.open_stream(settings, window=max(1, len(requests)))
+        for index, request in enumerate(requests):
+            stream.submit(index, request)
+        results: dict[Hashable, Generation] = {}
+        while stream.in_flight:
+            results.update(stream.poll())
+        return [results[i] for i in range(len(requests))]
+
+    def open_stream(self, settings: SamplingSettings, *, window: int | None = None) -> VLLMStream:
+        """A continuous stream into the engine: requests join the running batch as others finish."""
+        return VLLMStream(self, settings, window=window or self.in_flight)
 
     def close(self) -> None:
         """Free the engine (weights, KV cache, worker processes); the object is unusable afterwards."""
@@ -180,36 +176,6 @@ class VLLMEngine:
             logger.debug("vLLM distributed cleanup failed", exc_info=True)
 
     # - internals -
-
-    def _answer(
-        self,
-        indices: list[int],
-        conversations: list[list[dict[str, Any]] | None],
-        params: SamplingParams,
-        settings: SamplingSettings,
-        results: list[Generation | None],
-    ) -> None:
-        """Answer `indices` with one `LLM.chat` call; on an error, bisect to isolate the culprits."""
-        try:
-            outputs = self.llm.chat(
-                [conversations[i] for i in indices], params,
-                chat_template_kwargs=settings.chat_template_kwargs or None, use_tqdm=False,
-            )
-        except Exception as err:
-            if _engine_is_broken(err):
-                raise
-            if len(indices) == 1:
-                results[indices[0]] = self._failure(err)
-                return
-            logger.info("vLLM refused a batch of %d (%s); bisecting to find the failing requests", len(indices), _reason(err))
-            middle = len(indices) // 2
-            self._answer(indices[:middle], conversations, params, settings, results)
-            self._answer(indices[middle:], conversations, params, settings, results)
-            return
-        if len(outputs) != len(indices):
-            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(indices)} conversations")
-        for i, output in zip(indices, outputs):
-            results[i] = self._generation(output)
 
     def _generation(self, output: RequestOutput) -> Generation:
         completion = output.outputs[0]
@@ -286,6 +252,84 @@ def _chat_template_from_files(path: Path) -> str | None:
     except (OSError, ValueError):
         return None
     return template if isinstance(template, str) else None
+
+
+class VLLMStream:
+    """Requests added to the running vLLM engine one by one, the engine stepped until some finish.
+
+    `LLM.enqueue_chat` renders one conversation (chat template, image) and adds it to the engine
+    (a request it refuses fails alone, with no bisecting); `LLMEngine.step` runs one scheduler step
+    and returns the outputs it finished. This is the loop `LLM.chat` runs internally, without its
+    barrier at the end of each batch: new requests join as
+    soon as others finish, so the scheduler stays full through a long tail of output lengths. (The
+    offline `LLM` is kept rather than `AsyncLLM`: the same object, template resolution and
+    processor on GPU and on vLLM-CPU, and no event loop in the sampling stage.)
+    Images are decoded as their request is submitted; consecutive requests of one image share
+    the decoded copy, and vLLM releases it when the request finishes.
+    """
+
+    def __init__(self, engine: VLLMEngine, settings: SamplingSettings, *, window: int | None = None):
+        self.engine, self.settings = engine, settings
+        llm = engine.llm  # load now (or fail if closed)
+        self._llm = llm
+        self._params = engine._sampling_params(settings)
+        max_num_seqs = int(getattr(llm.llm_engine.vllm_config.scheduler_config, "max_num_seqs", 0) or 256)
+        self.window = max(1, window or 4 * max_num_seqs)
+        self._waiting = 0
+        self._done: list[tuple[Hashable, Generation]] = []
+        self._last_image: tuple[str, Image | str] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return self._waiting + len(self._done)
+
+    def submit(self, tag: Hashable, request: Request) -> None:
+        conversation = self._conversation(request)
+        if isinstance(conversation, Generation):
+            self._done.append((tag, conversation))
+            return
+        try:
+            (request_id,) = self._llm.enqueue_chat(
+                [conversation], self.params(request), use_tqdm=False, chat_template_kwargs=self.settings.chat_template_kwargs or None,
+            )
+        except Exception as err:  # refused alone: a prompt longer than the context, an image the processor rejects
+            if _engine_is_broken(err):
+                raise
+            self._done.append((tag, self.engine._failure(err)))
+            return
+        # enqueue returns the engine's internal id ("<n>-<suffix>"); outputs carry the external "<n>"
+        self.engine._owners[request_id.split("-", 1)[0]] = (self, tag)
+        self._waiting += 1
+
+    def poll(self, *, wait: bool = True) -> list[tuple[Hashable, Generation]]:
+        engine, owners = self._llm.llm_engine, self.engine._owners
+        while wait and not self._done and self._waiting:
+            for output in engine.step():  # may finish other streams' requests too (the judge's beside sampling)
+                if output.finished and output.request_id in owners:
+                    stream, tag = owners.pop(output.request_id)
+                    stream._waiting -= 1
+                    stream._done.append((tag, self.engine._generation(output)))
+            if self._waiting and not engine.has_unfinished_requests():
+                raise RuntimeError(f"vLLM dropped {self._waiting} requests without finishing them")
+        done, self._done = self._done, []
+        return done
+
+    def params(self, request: Request) -> SamplingParams:
+        """The request's sampling parameters: the stream's settings (a benchmark's workload may vary them per request)."""
+        return self._params
+
+    def _conversation(self, request: Request) -> list[dict[str, Any]] | Generation:
+        if request.image is None:
+            return [{"role": "user", "content": request.prompt}]
+        sha = request.image_sha256 or hashlib.sha256(request.image).hexdigest()
+        if self._last_image is None or self._last_image[0] != sha:
+            self._last_image = (sha, _decode_image(request.image))
+        image = self._last_image[1]
+        if isinstance(image, str):
+            logger.warning("Request failed alone: %s", image)
+            return Generation.failed(image, cacheable=True, **self.engine._meta())
+        part = {"type": "image_pil", "image_pil": image, "uuid": sha}
+        return [{"role": "user", "content": [part, {"type": "text", "text": request.prompt}]}]
 
 
 def _decode_image(data: bytes) -> Image | str:
