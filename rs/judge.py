@@ -86,6 +86,11 @@ class Judge:
         """The text-only request that asks the judge about one case."""
         return Request(prompt=self.prompt(case), item_key=case.item_key)
 
+    @staticmethod
+    def label(generation: Generation) -> str:
+        """The verdict a judge generation says: a failed request is UNSURE."""
+        return parse_verdict(generation.text) if generation.error is None else "UNSURE"
+
     def verdicts(self, cases: Iterable[JudgeCase], *, desc: str = "judge") -> Iterator[tuple[JudgeCase, str, Generation]]:
         cases = iter(cases)
         pending: list[JudgeCase] = []
@@ -97,5 +102,4 @@ class Judge:
 
         for _, generation in self.runner.run(requests(), self.settings, desc=desc):
             case = pending.pop(0)
-            label = parse_verdict(generation.text) if generation.error is None else "UNSURE"
-            yield case, label, generation
+            yield case, self.label(generation), generation

@@ -99,6 +99,29 @@ def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_eng
     assert ensure_sampled(ctx2).sampling_engine_calls == 0
 
 
+def test_judge_requests_join_the_sampling_stream(tmp_path: Path, tiny_engine, monkeypatch) -> None:
+    """A rejection's judge request enters the engine while questions are still being answered."""
+    from rs.engines.vllm import VLLMStream
+
+    entered: list[str] = []
+    submit = VLLMStream.submit
+
+    def logged(stream, tag, request):
+        entered.append("judge" if stream.settings.choices else "sample")
+        submit(stream, tag, request)
+
+    monkeypatch.setattr(VLLMStream, "submit", logged)
+    monkeypatch.setattr(tiny_engine, "in_flight", 6)  # fewer than the items: answers finish while others wait to go in
+    family = load_families(family_file(tmp_path, num_images=12, batch=4))["Tiny"]
+    ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
+    report = ensure_sampled(ctx)
+    calibration = report.judge_requests - report.judged  # asked after answering, once the run's answers are all in
+    judged_while_sampling = entered[: len(entered) - calibration]
+    assert report.judged > 0 and entered.count("sample") == report.items
+    assert judged_while_sampling.index("judge") < max(i for i, kind in enumerate(entered) if kind == "sample")
+
+
+
 def test_truncated_outputs_are_rejected_with_their_reason(tmp_path: Path, tiny_engine) -> None:
     family = load_families(family_file(tmp_path, num_images=2, max_tokens=1))["Tiny"]
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))

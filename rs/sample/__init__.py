@@ -1,8 +1,9 @@
 """Stage 2: every question answered by the VLM, verified, and the rejections re-examined by the judge.
 
-Items stream from the cleaned rows in chunks: a chunk is answered (through the generation cache),
-verified, its verifier rejections that have a final answer are judged (also cached), and its
-results are written to the items store. The judge is then calibrated (`rs.calibration`) on
+Items stream from the cleaned rows into the engine (through the generation cache); each answer
+is verified as it arrives, a verifier rejection with a final answer goes straight back into the
+same engine as a judge request (also cached), and the records are written to the items store in
+item order. The judge is then calibrated (`rs.calibration`) on
 deterministic samples of the run's answers; only a judge that passes may promote, and never over
 a rejection the verifier knows is certain (`Verifier.contradicts`).
 Routing into the three splits happens later (`rs.route`), from the items store and calibration.
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from tqdm.auto import tqdm
 
 from rs.engines import sampling_settings
 from rs.engines.base import Engine, Generation, Request
@@ -33,11 +36,15 @@ from rs.verifiers import Verifier, get_verifier
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class _Pending:
-    row: int
-    item: QAItem
-    request: Request
+class _Slot:
+    """One item on its way through the stage: its request, then its record, then (maybe) its verdict."""
+
+    __slots__ = ("row", "item", "request", "record", "judging")
+
+    def __init__(self, row: int, item: QAItem, request: Request):
+        self.row, self.item, self.request = row, item, request
+        self.record: dict[str, Any] | None = None
+        self.judging = False
 
 
 @dataclass
@@ -109,23 +116,62 @@ class SampleStage:
         letters = config.cleaning.step("multiple_choice").letters
         self.calibration = CalibrationSampler(self.verifier, config.judge.calibration_samples, letters=letters)
         self.report = SampleReport()
+        self.progress = progress
 
-    def _requests(self, rows: Iterable[Row], pending: list[_Pending]) -> Iterator[Request]:
+    def _slots(self, rows: Iterable[Row]) -> Iterator[_Slot]:
         for index, row in enumerate(rows):
-            for item in row.qa:
-                request = sampling_request(item, self.config.instruction, row.image_sha256, row.image)
-                pending.append(_Pending(index, item, request))
-                yield request
+            for item in row.qa:  # one image's questions one after the other: vLLM's prefix and image caches hit
+                yield _Slot(index, item, sampling_request(item, self.config.instruction, row.image_sha256, row.image))
 
     def run(self, rows: Iterable[Row], items_dir: str | Path, *, total: int | None = None) -> SampleReport:
+        """Answer, verify and judge every item of `rows`; write one record per item, in item order.
+
+        Answers and verdicts share one stream of requests: a rejection's judge request joins the
+        engine as soon as its answer is verified, beside the questions still being answered, so the
+        engine never waits between answering and judging. Records leave in item order whatever order
+        the engine finishes in, so the items store does not depend on timing.
+        """
         start = time.perf_counter()
-        pending: list[_Pending] = []
-        results = self.runner.run(self._requests(rows, pending), self.settings, desc="sampling", total=total)
-        chunk_size = max(1, self.config.engine.batch_size)
-        with ParquetStreamWriter(items_dir, "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as writer:
-            while chunk := list(islice(results, chunk_size)):
-                contexts, pending[: len(chunk)] = pending[: len(chunk)], []
-                self._chunk(contexts, [g for _, g in chunk], writer)
+        batch = max(1, self.config.engine.batch_size)
+        sampler = self.runner.stream(self.settings)
+        judge = self.judge.runner.stream(self.judge.settings) if self.judge else None
+        slots, more = self._slots(rows), True
+        order: deque[_Slot] = deque()
+        with ParquetStreamWriter(items_dir, "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as writer, \
+                tqdm(total=total, desc="sampling", unit="item", disable=not self.progress, dynamic_ncols=True) as bar:
+            try:
+                while more or order:
+                    topped = more and sampler.queued < sampler.window and len(order) < 8 * max(sampler.window, batch)
+                    if topped:
+                        group = list(islice(slots, batch))
+                        more = len(group) == batch
+                        for slot in group:
+                            order.append(slot)
+                            sampler.submit(slot, slot.request)
+                    head = order[0] if order else None
+                    answered = sampler.collect(wait=not topped and head is not None and head.record is None)
+                    for slot, generation in answered:
+                        case = self._answered(slot, generation)  # type: ignore[arg-type]
+                        if case is not None and judge is not None:
+                            slot.judging = True  # type: ignore[union-attr]
+                            judge.submit(slot, self.judge.request(case))  # type: ignore[union-attr]
+                    if judge is not None:
+                        waits_for_judge = not topped and not answered and head is not None and head.judging
+                        for slot, generation in judge.collect(wait=waits_for_judge):
+                            self._judged(slot, self.judge.label(generation))  # type: ignore[union-attr, arg-type]
+                    written = 0
+                    while order and order[0].record is not None and not order[0].judging:
+                        record = order.popleft().record
+                        writer.write(record, size=len(record["text"]) + len(record["prompt"]))
+                        written += 1
+                    if written:
+                        bar.update(written)
+                        bar.set_postfix(cached=self.runner.stats.cache_hits, sent=self.runner.stats.engine_calls,
+                                        judged=self.report.judged, refresh=False)
+            finally:
+                sampler.close()
+                if judge is not None:
+                    judge.close()
         self.report.calibration = self._calibrate()
         stats = self.runner.stats
         self.report.sampling_requests, self.report.sampling_engine_calls = stats.requests, stats.engine_calls
@@ -135,35 +181,32 @@ class SampleStage:
         self.report.seconds = time.perf_counter() - start
         return self.report
 
-    def _chunk(self, contexts: list[_Pending], generations: list[Generation], writer: ParquetStreamWriter) -> None:
-        records = []
-        to_judge: list[tuple[int, JudgeCase]] = []
-        for i, (ctx, gen) in enumerate(zip(contexts, generations)):
-            v = self.verify(ctx.item, ctx.request.prompt, gen)
-            self.report.items += 1
-            self.report.verified += v.verified
-            self.report.contradicted += v.contradicts
-            self.report.engine_errors += gen.error is not None
-            self.report.no_final_answer += gen.error is None and gen.answer is None
-            record = {
-                "row": ctx.row, "key": ctx.item.key, "image_sha256": ctx.request.image_sha256, "prompt": ctx.request.prompt,
-                "reference": ctx.item.answer, "references": v.references, "text": gen.text, "reasoning": gen.reasoning,
-                "final": gen.answer, "finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
-                "completion_tokens": gen.completion_tokens, "model": gen.model, "model_revision": gen.model_revision,
-                "error": gen.error, "verified": v.verified, "contradicts": v.contradicts, "judge": None,
-            }
-            records.append(record)
-            if v.case is not None and self.judge is not None:
-                to_judge.append((i, v.case))
-        if to_judge:
-            for (i, _), (_, label, _) in zip(to_judge, self.judge.verdicts([c for _, c in to_judge])):
-                records[i]["judge"] = label
-                self.report.verdicts[label] += 1
-                self.report.judged += 1
-                if records[i]["contradicts"]:
-                    self.report.contradicted_verdicts[label] += 1
-        for record in records:
-            writer.write(record, size=len(record["text"]) + len(record["prompt"]))
+    def _answered(self, slot: _Slot, gen: Generation) -> JudgeCase | None:
+        """Verify one answer into its record; the judge case, when the judge should see it."""
+        v = self.verify(slot.item, slot.request.prompt, gen)
+        self.report.items += 1
+        self.report.verified += v.verified
+        self.report.contradicted += v.contradicts
+        self.report.engine_errors += gen.error is not None
+        self.report.no_final_answer += gen.error is None and gen.answer is None
+        slot.record = {
+            "row": slot.row, "key": slot.item.key, "image_sha256": slot.request.image_sha256, "prompt": slot.request.prompt,
+            "reference": slot.item.answer, "references": v.references, "text": gen.text, "reasoning": gen.reasoning,
+            "final": gen.answer, "finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
+            "completion_tokens": gen.completion_tokens, "model": gen.model, "model_revision": gen.model_revision,
+            "error": gen.error, "verified": v.verified, "contradicts": v.contradicts, "judge": None,
+        }
+        return v.case
+
+    def _judged(self, slot: _Slot, label: str) -> None:
+        record = slot.record
+        assert record is not None
+        record["judge"] = label
+        slot.judging = False
+        self.report.verdicts[label] += 1
+        self.report.judged += 1
+        if record["contradicts"]:
+            self.report.contradicted_verdicts[label] += 1
 
     def verify(self, item: QAItem, prompt: str, gen: Generation) -> Verification:
         """Verify one answer and offer it to the calibration samples.
