@@ -6,7 +6,7 @@ Each step is one Ray Data pipeline, so every replica loads its model once per st
 
     read_parquet(clean store) -> map_batches(sampling_requests)                 items still missing, by image
                               -> repartition(target_num_rows_per_block=images)  one block per batch
-                              -> map_batches(EngineReplica, ActorPoolStrategy(size=N), num_gpus=TP x PP)
+                              -> map_batches(EngineReplica, ActorPoolStrategy(N, several calls each), num_gpus=TP x PP)
                               -> iter_batches() on the driver -> GenerationCache.put_many
 
 `EngineReplica` holds the project's own engine of the family's kind (any kind registered with
@@ -39,16 +39,20 @@ The steps:
 3. the normal `rs.stages.ensure_sampled` on the driver, which finds everything cached (zero engine
    calls) and writes the items store and `sample.json` exactly as a single-process run does.
 
-Failures cost at most their batch. A replica that dies (OOM kill, crash) is restarted by Ray and
+Each replica answers several batches at once through one engine (`replica.EngineFeeder`): Ray
+Data's `max_concurrent_calls_per_actor` hands it enough batches to keep the engine's window full,
+so one batch's long answers never hold the next back.
+
+Failures cost at most what was in flight. A replica that dies (OOM kill, crash) is restarted by Ray and
 its batches are retried (Ray Data's actor pool: `max_restarts=-1`, `max_task_retries=-1`). A node
 that leaves the cluster takes its replicas with it: the pool may shrink to one replica, each step
 starts with the replicas the cluster holds then (`_Cluster.fitting_replicas`), and a step whose
-pipeline fails while nodes leave runs again for what is missing (`MAX_STEP_ATTEMPTS`). A batch
-whose engine raises comes back marked failed and is not cached (the replica replaces its engine);
-the run goes on, reports it, skips the judge step (it needs every answer) and ends with
-`RayIncomplete`; the same command again sends only what is missing. A replica failing
-`MAX_CONSECUTIVE_FAILURES` batches in a row stops the run: something is wrong with the node or the
-model, not with a batch. Whatever was committed before stays committed.
+pipeline fails while nodes leave runs again for what is missing (`MAX_STEP_ATTEMPTS`). An engine
+that raises loses the requests in flight in it: they come back marked failed and are not cached
+(the replica replaces its engine and goes on); the run reports them, skips the judge step (it needs
+every answer) and ends with `RayIncomplete`; the same command again sends only what is missing. An
+engine failing `MAX_CONSECUTIVE_FAILURES` times with no answer between stops the run: something is
+wrong with the node or the model, not with a request. Whatever was committed before stays committed.
 
 Ray's own LLM processor (`ray.data.llm`) is not used: ray 2.60's `llm` extra pins
 `vllm[audio]==0.29.0`, which conflicts with the project's vLLM, and it builds its own prompts and

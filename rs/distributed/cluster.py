@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from rs.engines.base import Generation, SamplingSettings
 
-from .replica import EngineReplica, first_line
+from .replica import EngineReplica, concurrent_batches, first_line
 from .report import RayPlanError, StepStats
 
 if TYPE_CHECKING:
@@ -81,7 +81,10 @@ class Cluster:
         stats.replicas = start_with = self.fitting_replicas(step)
         # The pool may shrink to one replica: with a fixed size, a node lost mid-step makes Ray restart its replica
         # on the CPUs Ray Data's read tasks need, and the pipeline waits forever.
-        pool = ActorPoolStrategy(min_size=1, max_size=self.replicas, initial_size=start_with)
+        # several batches at once in each replica, sharing its engine (`EngineFeeder`): the engine never waits for the next batch
+        calls = concurrent_batches(spec, self.batch_size)
+        pool = ActorPoolStrategy(min_size=1, max_size=self.replicas, initial_size=start_with, max_tasks_in_flight_per_actor=calls,
+                                 max_concurrent_calls_per_actor=calls, enable_true_multi_threading=True)
         # one block per batch: replicas share the work evenly, and each answered batch reaches the driver (and the cache) alone
         answers = requests.repartition(target_num_rows_per_block=rows).map_batches(
             EngineReplica, fn_constructor_kwargs={"spec": spec, "identity": identity, "settings": settings},
@@ -91,6 +94,7 @@ class Cluster:
         start = time.perf_counter()
         loads: dict[str, float] = {}
         batches: set[tuple[str, int]] = set()
+        activity: dict[str, tuple[float, float]] = {}
         try:
             with tqdm(total=total, desc=f"{step} (ray, {start_with} replicas)", unit="item", disable=not self.progress,
                       dynamic_ncols=True) as bar:
@@ -100,7 +104,7 @@ class Cluster:
                     if not stats.startup_seconds:
                         first = batch.filter(pc.equal(batch["batch"], batch["batch"][0]))
                         stats.startup_seconds = time.perf_counter() - start - pc.sum(first["engine_seconds"]).as_py()
-                    _commit(batch, cache, part_of, loads, batches)
+                    _commit(batch, cache, part_of, loads, batches, activity)
                     bar.update(batch.num_rows)
                     bar.set_postfix(stored=stats.stored, failed=stats.failed_requests, refresh=False)
         except Exception as err:
@@ -115,24 +119,29 @@ class Cluster:
 
 
 def _commit(batch: pa.Table, cache: GenerationCache, part_of: Callable[[str], StepStats], loads: dict[str, float],
-            batches: set[tuple[str, int]]) -> None:
+            batches: set[tuple[str, int]], activity: dict[str, tuple[float, float]]) -> None:
     """Commit one block of answers (one transaction) and count each in its step."""
     keys = batch["key"].to_pylist()
     generations = [Generation.from_dict(json.loads(g)) for g in batch["generation"].to_pylist()]
     cache.put_many(zip(keys, generations))
-    columns = (batch[c].to_pylist() for c in ("batch", "replica", "load_seconds", "batch_error", "engine_seconds"))
-    for key, generation, batch_id, replica, load, error, seconds in zip(keys, generations, *columns):
+    columns = (batch[c].to_pylist() for c in ("batch", "replica", "load_seconds", "batch_error", "engine_seconds", "busy_seconds", "active_seconds"))
+    for key, generation, batch_id, replica, load, error, seconds, busy, active in zip(keys, generations, *columns):
         stats = part_of(key)
         stats.sent += 1
         stats.stored += generation.cacheable
         stats.uncached += not generation.cacheable
         stats.failed_requests += error is not None
         stats.engine_seconds += seconds
+        if active and active >= activity.get(replica, (0.0, 0.0))[1]:  # the replica's latest figures
+            activity[replica] = (busy, active)
+            stats.replica_busy[replica] = round(busy / active, 3)
         loads[replica] = load
         if (batch_id, id(stats)) not in batches:
             batches.add((batch_id, id(stats)))
             stats.batches += 1
-            stats.failed_batches += error is not None
+        if error is not None and (batch_id, -id(stats)) not in batches:
+            batches.add((batch_id, -id(stats)))
+            stats.failed_batches += 1
 
 
 def connect(ray: Any, address: str | None, runtime_env: dict[str, Any] | None) -> None:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import socket
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import asdict
 from typing import Any
 
@@ -15,6 +18,7 @@ import pyarrow as pa
 
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached import cache_key, identity_key
+from rs.engines.stream import Stream, open_stream
 from rs.families.schema import ModelConfig
 from rs.prompt import sampling_request
 from rs.registry import ENGINES
@@ -36,9 +40,13 @@ Grouped by image so that an image asked about ten times travels once, not ten ti
 
 ANSWERS = pa.schema([
     ("key", pa.string()), ("generation", pa.string()), ("batch_error", pa.string()), ("batch", pa.string()), ("replica", pa.string()),
-    ("load_seconds", pa.float64()), ("engine_seconds", pa.float64()),
+    ("load_seconds", pa.float64()), ("engine_seconds", pa.float64()), ("busy_seconds", pa.float64()), ("active_seconds", pa.float64()),
 ])
-"""What a replica returns: the `Generation` as JSON; `batch_error` when its whole batch failed."""
+"""What a replica returns: the `Generation` as JSON; `batch_error` when its batch failed in the engine.
+
+`engine_seconds`: the replica's engine time since its previous batch returned, shared over this batch's
+rows (summed over rows: the replicas' engine time); `busy_seconds` / `active_seconds`: the replica's
+engine time and wall time since its first request, so far (their ratio: how busy it kept its engine)."""
 
 
 def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSettings, instruction: str, missing: np.ndarray) -> pa.Table:
@@ -73,60 +81,98 @@ def _is_missing(key: str, missing: np.ndarray) -> bool:
     return i < len(missing) and missing[i] == prefix
 
 
-class EngineReplica:
-    """One engine replica: the Ray Data actor class that answers batches of requests.
+class EngineFeeder:
+    """One engine kept fed by a thread of its own, from every Ray Data batch the replica is working on.
 
-    Builds the family's engine from its configuration (`spec`, see `engine_specs`), refuses to start if
-    its identity differs from the driver's (its answers would land under keys no run asks for), and
-    loads the model before the first batch.
+    The replica answers several batches at once (Ray Data calls it from several threads,
+    `concurrent_batches`); each call hands its requests to this feeder and waits for their
+    answers. The feeder thread alone touches the engine: it keeps the engine's stream
+    (`rs.engines.stream`) full from all of them, so a batch's long answers never hold the next
+    batch back. An engine that raises fails the requests in flight in it (their batches come back
+    failed and are not cached); the feeder replaces the engine and goes on with the rest, and stops
+    after `MAX_CONSECUTIVE_FAILURES` failures with no answer between them.
     """
 
-    def __init__(self, spec: dict[str, Any], identity: str, settings: SamplingSettings):
-        self.spec, self.settings = spec, settings
-        self.engine = build_replica_engine(spec)
-        if (mine := identity_key(self.engine)) != identity:
-            raise RuntimeError(
-                f"this replica computes another engine identity than the driver, so its answers would be cached under keys no "
-                f"run asks for: driver {identity}, replica {mine}. Run the driver and the replicas with the same versions of rs, "
-                "vLLM and transformers, and the same model files."
-            )
-        start = time.perf_counter()
-        self.engine.load()  # now, not in the first batch
-        self.load_seconds = time.perf_counter() - start
-        self.name = f"{socket.gethostname()}:{os.getpid()}"
-        self.failures = 0
-        self.batches = 0
+    def __init__(self, spec: dict[str, Any], settings: SamplingSettings, engine: Engine):
+        self.spec, self.settings, self.engine = spec, settings, engine
+        self._inbox: queue.SimpleQueue[tuple[Request, Future[Generation]]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.dead: BaseException | None = None
+        self.idle_seconds = 0.0
+        """Time since the first request with nothing in the engine, waiting for a batch."""
+        self.first_request: float | None = None
+        self._idle_since: float | None = None
+        self._thread = threading.Thread(target=self._feed, name="rs-engine-feeder", daemon=True)
+        self._thread.start()
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        keys, requests = [], []
-        for row in batch.to_pylist():
-            for r in row["requests"]:
-                keys.append(r["key"])
-                requests.append(Request(prompt=r["prompt"], image=row["image"], image_sha256=row["image_sha256"], item_key=r["item_key"]))
-        start = time.perf_counter()
-        error = None
-        try:
-            generations = self.engine.generate(requests, self.settings)
-            if len(generations) != len(requests):
-                raise RuntimeError(f"the engine returned {len(generations)} generations for {len(requests)} requests")
-            self.failures = 0
-        except Exception as err:
-            self.failures += 1
-            if self.failures >= MAX_CONSECUTIVE_FAILURES:
-                raise RuntimeError(f"replica {self.name} failed {self.failures} batches in a row; stopping the run "
-                                   "(the cache keeps everything answered so far)") from err
-            error = first_line(err)
-            logger.error("replica %s: a batch of %d requests failed, its answers are not cached: %s", self.name, len(requests), error)
-            self._replace_engine()  # per-request failures never raise: an engine that did is suspect
-            generations = [Generation.failed(f"batch failed: {error}", cacheable=False) for _ in requests]
-        seconds = time.perf_counter() - start
-        self.batches += 1
-        n = len(requests)
-        return pa.table({
-            "key": keys, "generation": [json.dumps(g.to_dict(), ensure_ascii=False) for g in generations],
-            "batch_error": [error] * n, "batch": [f"{self.name}/{self.batches}"] * n, "replica": [self.name] * n, "load_seconds": [self.load_seconds] * n,
-            "engine_seconds": [seconds / n] * n,
-        }, schema=ANSWERS)
+    def answer(self, requests: list[Request]) -> list[Future[Generation]]:
+        futures: list[Future[Generation]] = []
+        with self._lock:
+            if self.dead is not None:
+                raise RuntimeError(f"this replica's engine failed {MAX_CONSECUTIVE_FAILURES} times in a row") from self.dead
+            if self.first_request is None:
+                self.first_request = time.perf_counter()
+            for request in requests:
+                futures.append(Future())
+                self._inbox.put((request, futures[-1]))
+        return futures
+
+    def _feed(self) -> None:
+        failures = 0
+        stream: Stream | None = None
+        in_flight: set[Future[Generation]] = set()
+        while True:
+            try:
+                if stream is None:
+                    stream = open_stream(self.engine, self.settings, batch_size=self.spec["engine"].get("batch_size") or 256)
+                while stream.in_flight < stream.window:
+                    try:
+                        request, future = self._next(block=not stream.in_flight)
+                    except queue.Empty:
+                        break
+                    future.set_running_or_notify_cancel()
+                    in_flight.add(future)
+                    stream.submit(future, request)
+                finished = stream.poll()
+                for future, generation in finished:
+                    in_flight.discard(future)  # type: ignore[arg-type]
+                    future.set_result(generation)  # type: ignore[attr-defined]
+                failures = 0 if finished else failures
+            except Exception as err:
+                failures += 1
+                logger.error("replica engine failed with %d requests in flight: %s", len(in_flight), first_line(err))
+                for future in in_flight:
+                    future.set_exception(err)
+                in_flight.clear()
+                stream = None
+                if failures >= MAX_CONSECUTIVE_FAILURES:
+                    with self._lock:
+                        self.dead = err
+                    while True:  # nothing more will be answered: fail what is queued
+                        try:
+                            self._inbox.get_nowait()[1].set_exception(err)
+                        except queue.Empty:
+                            return
+                self._replace_engine()
+
+    def _next(self, *, block: bool) -> tuple[Request, Future[Generation]]:
+        if not block:
+            return self._inbox.get_nowait()
+        self._idle_since = time.perf_counter()
+        item = self._inbox.get()  # nothing in flight: the engine is idle until a batch comes
+        if self.first_request is not None:
+            self.idle_seconds += time.perf_counter() - max(self._idle_since, self.first_request)
+        self._idle_since = None
+        return item
+
+    @property
+    def busy_seconds(self) -> float:
+        """Time since the first request with requests in the engine (submitting, stepping)."""
+        if self.first_request is None:
+            return 0.0
+        now, idle_since = time.perf_counter(), self._idle_since
+        idle_now = now - max(idle_since, self.first_request) if idle_since is not None else 0.0
+        return max(0.0, now - self.first_request - self.idle_seconds - idle_now)
 
     def _replace_engine(self) -> None:
         try:
@@ -134,6 +180,75 @@ class EngineReplica:
         except Exception:
             logger.warning("closing a failed engine failed", exc_info=True)
         self.engine = build_replica_engine(self.spec)
+
+
+class EngineReplica:
+    """One engine replica: the Ray Data actor class that answers batches of requests.
+
+    Builds the family's engine from its configuration (`spec`, see `engine_specs`), refuses to start if
+    its identity differs from the driver's (its answers would land under keys no run asks for), and
+    loads the model before the first batch. Ray Data calls it with several batches at once; they
+    share one engine through an `EngineFeeder`.
+    """
+
+    def __init__(self, spec: dict[str, Any], identity: str, settings: SamplingSettings):
+        self.spec, self.settings = spec, settings
+        engine = build_replica_engine(spec)
+        if (mine := identity_key(engine)) != identity:
+            raise RuntimeError(
+                f"this replica computes another engine identity than the driver, so its answers would be cached under keys no "
+                f"run asks for: driver {identity}, replica {mine}. Run the driver and the replicas with the same versions of rs, "
+                "vLLM and transformers, and the same model files."
+            )
+        start = time.perf_counter()
+        engine.load()  # now, not in the first batch
+        self.load_seconds = time.perf_counter() - start
+        self.feeder = EngineFeeder(spec, settings, engine)
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self._lock = threading.Lock()
+        self.batches = 0
+        self._busy_reported = 0.0
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        keys, requests = [], []
+        for row in batch.to_pylist():
+            for r in row["requests"]:
+                keys.append(r["key"])
+                requests.append(Request(prompt=r["prompt"], image=row["image"], image_sha256=row["image_sha256"], item_key=r["item_key"]))
+        futures = self.feeder.answer(requests)
+        generations, errors = [], []
+        for future in futures:
+            try:
+                generations.append(future.result())
+                errors.append(None)
+            except Exception as err:  # the engine failed with this request in it: not cached, sent again next run
+                errors.append(first_line(err))
+                generations.append(Generation.failed(f"the engine failed: {errors[-1]}", cacheable=False))
+        if self.feeder.dead is not None:
+            raise RuntimeError(f"replica {self.name}: its engine failed {MAX_CONSECUTIVE_FAILURES} times in a row; stopping the run "
+                               "(the cache keeps everything answered so far)") from self.feeder.dead
+        if failed := sum(e is not None for e in errors):
+            logger.error("replica %s: %d of a batch's %d requests failed in the engine, they are not cached: %s", self.name,
+                         failed, len(requests), next(e for e in errors if e))
+        with self._lock:
+            self.batches += 1
+            number = self.batches
+            busy = self.feeder.busy_seconds
+            busy_since_last, self._busy_reported = busy - self._busy_reported, busy
+        active = time.perf_counter() - (self.feeder.first_request or time.perf_counter())
+        n = len(requests)
+        return pa.table({
+            "key": keys, "generation": [json.dumps(g.to_dict(), ensure_ascii=False) for g in generations],
+            "batch_error": errors, "batch": [f"{self.name}/{number}"] * n, "replica": [self.name] * n, "load_seconds": [self.load_seconds] * n,
+            "engine_seconds": [busy_since_last / n] * n, "busy_seconds": [busy] * n, "active_seconds": [active] * n,
+        }, schema=ANSWERS)
+
+
+def concurrent_batches(spec: dict[str, Any], requests_per_batch: int) -> int:
+    """Batches a replica works on at once: enough to fill its engine's window, and one more waiting (at most 16)."""
+    engine = spec["engine"]
+    window = engine.get("in_flight") or 4 * int((engine.get("args") or {}).get("max_num_seqs") or 256)
+    return max(2, min(16, -(-window // max(1, requests_per_batch)) + 1))
 
 
 def build_replica_engine(spec: dict[str, Any]) -> Engine:

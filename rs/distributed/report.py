@@ -22,13 +22,13 @@ class RayPlanError(UsageError, ValueError):
 
 
 class RayIncomplete(RsError, RuntimeError):
-    """Some batches failed or some answers were not cacheable: re-run to send only what is missing."""
+    """Some requests failed in a failed engine or were not cacheable: re-run to send only what is missing."""
 
     def __init__(self, run: "RayRun"):
         self.run = run
         lost = {name: (s.failed_requests, s.uncached) for name, s in run.steps.items() if s.failed_requests or s.uncached}
         super().__init__(
-            "the Ray run is incomplete: " + ", ".join(f"{name}: {failed} requests in failed batches, {uncached} not cacheable"
+            "the Ray run is incomplete: " + ", ".join(f"{name}: {failed} requests lost in a failed engine, {uncached} not cacheable"
                                                        for name, (failed, uncached) in lost.items())
             + "; run the same command again, it sends only what is missing"
         )
@@ -48,13 +48,17 @@ class StepStats:
     uncached: int = 0
     """Answered with a failure that is not cached (transient, or a failed batch): sent again on the next run."""
     failed_batches: int = 0
+    """Batches with requests lost in a failed engine."""
     failed_requests: int = 0
+    """Requests in flight in an engine that failed: not cached, sent again on the next run."""
     seconds: float = 0.0
     """Wall time of the step on the driver: looking up keys, the Ray Data pipeline, committing."""
     startup_seconds: float = 0.0
     """From starting the pipeline to its first answer, less that batch's engine time: starting the replicas, loading the model."""
     engine_seconds: float = 0.0
-    """Time the replicas spent in `generate()`, summed over replicas."""
+    """Time the replicas' engines had requests in flight, summed over replicas."""
+    replica_busy: dict[str, float] = field(default_factory=dict)
+    """Each replica's busy fraction: its engine's time with requests in flight over its time since its first request."""
     load_seconds: float = 0.0
     """The slowest replica's model load."""
     replica_processes: int = 0

@@ -1,4 +1,4 @@
-"""An engine kind for the Ray tests: vLLM with faults injected on the batches holding given items.
+"""An engine kind for the Ray tests: vLLM with faults injected when given items' requests go in.
 
 Its answers are vLLM's, so it caches under the plain `vllm` kind and a run with it is comparable with
 a run without. `tests/test_ray.py` installs it by an entry point, the way any engine kind reaches the
@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Hashable, Literal
 
 from rs.engines.base import Generation, Request, SamplingSettings
-from rs.engines.vllm import VLLMEngine, VLLMEngineConfig
+from rs.engines.vllm import VLLMEngine, VLLMEngineConfig, VLLMStream
 from rs.registry import ENGINES
 
 
@@ -21,7 +21,7 @@ from rs.registry import ENGINES
 class FaultyVLLMConfig(VLLMEngineConfig):
     kind: Literal["faulty_vllm"] = "faulty_vllm"
     faults: list[dict[str, str]] = field(default_factory=list)
-    """`{"item": KEY, "do": "raise"}` fails the batch holding that item; `{"item", "do": "exit", "marker": PATH}` kills
+    """`{"item": KEY, "do": "raise"}` fails the engine when that item's request goes in (every request in it fails); `{"item", "do": "exit", "marker": PATH}` kills
     the process on it, once (the marker file says it happened). Only batches with images (sampling) are hit."""
 
 
@@ -33,19 +33,37 @@ class FaultyVLLMEngine(VLLMEngine):
 
     @classmethod
     def from_config(cls, config: FaultyVLLMConfig, model: Any, *, base_dir: Path | None = None) -> FaultyVLLMEngine:
-        engine = cls(model.id, revision=model.revision, engine_args=config.args)
+        engine = cls(model.id, revision=model.revision, engine_args=config.args, in_flight=config.in_flight)
         engine.faults = list(config.faults)
         return engine
 
-    def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
-        keys = {r.item_key for r in requests if r.image is not None}
+    def open_stream(self, settings: SamplingSettings, *, window: int | None = None) -> FaultyStream:
+        return FaultyStream(super().open_stream(settings, window=window), self.faults)
+
+
+class FaultyStream:
+    """vLLM's stream, failing when a request about a fault's item goes in: the whole engine (`raise`) or the process (`exit`)."""
+
+    def __init__(self, stream: VLLMStream, faults: list[dict[str, str]]):
+        self.stream, self.faults, self.window = stream, faults, stream.window
+        self.broken: str | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return self.stream.in_flight
+
+    def submit(self, tag: Hashable, request: Request) -> None:
         for fault in self.faults:
-            if fault["item"] not in keys:
+            if request.image is None or fault["item"] != request.item_key:
                 continue
             if fault["do"] == "raise":
-                raise RuntimeError(f"injected failure of the batch holding {fault['item']}")
-            marker = Path(fault["marker"])
-            if not marker.exists():
+                self.broken = f"injected failure of the engine holding {fault['item']}"
+            elif not (marker := Path(fault["marker"])).exists():
                 marker.touch()
                 os._exit(1)
-        return super().generate(requests, settings)
+        self.stream.submit(tag, request)
+
+    def poll(self, *, wait: bool = True) -> list[tuple[Hashable, Generation]]:
+        if self.broken:
+            raise RuntimeError(self.broken)
+        return self.stream.poll(wait=wait)
