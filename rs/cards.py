@@ -13,6 +13,7 @@ import fnmatch
 import hashlib
 import heapq
 import html
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -35,13 +36,15 @@ class CardError(RsError, ValueError):
     """A rendered card that does not describe its repo (front matter vs files, missing section)."""
 
 
-_CELL = str.maketrans({"|": "&#124;", "`": "&#96;", "*": "&#42;", "_": "&#95;", "[": "&#91;", "]": "&#93;",
+_CELL = str.maketrans({"|": "&#124;", "`": "&#96;", "*": "&#42;", "[": "&#91;", "]": "&#93;",
                        "\\": "&#92;", "~": "&#126;", "#": "&#35;", "!": "&#33;"})
+_EMPHASIS_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
+"""An underscore that could open or close emphasis: not between two letters or digits (`judge_blocked` is plain text)."""
 
 
 def cell(value: Any) -> str:
     """One table cell of untrusted text: HTML escaped, Markdown neutralised, newlines as <br>."""
-    text = html.escape(str(value), quote=False).translate(_CELL)
+    text = _EMPHASIS_UNDERSCORE.sub("&#95;", html.escape(str(value), quote=False).translate(_CELL))
     return text.replace("\r\n", "\n").replace("\n", "<br>") if text else "&#8203;"
 
 
@@ -175,12 +178,20 @@ def _policies(cleaning: CleaningSummary) -> list[dict[str, Any]]:
     return out
 
 
-def _size_category(rows: int) -> str:
-    for limit, name in [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
-                        (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B")]:
-        if rows < limit:
+SIZE_CATEGORIES = ("n<1K", "1K<n<10K", "10K<n<100K", "100K<n<1M", "1M<n<10M", "10M<n<100M", "100M<n<1B",
+                   "1B<n<10B", "10B<n<100B", "100B<n<1T", "n>1T")
+"""The Hub's `size_categories` values, each ten times the one before."""
+
+
+def size_category(rows: int) -> str:
+    """The Hub's size category of a split of `rows` rows."""
+    for power, name in enumerate(SIZE_CATEGORIES[:-1], start=3):
+        if rows < 10**power:
             return name
-    return "n>1T"
+    return SIZE_CATEGORIES[-1]
+
+
+SPLIT_TITLES = {"think": "accepted, with reasoning", "nothink": "accepted, answers only", "rejected": "rejected"}
 
 
 def card_data(report: FamilyReport, card: dict[str, Any], split: str) -> DatasetCardData:
@@ -192,16 +203,24 @@ def card_data(report: FamilyReport, card: dict[str, Any], split: str) -> Dataset
     info.dataset_size = split_stats.dataset_bytes
     return DatasetCardData(
         license=card["license"], language=card["language"], task_categories=card["task_categories"],
-        size_categories=[_size_category(split_stats.rows)], pretty_name=f"{card['pretty_name']} {split_stats.repo}",
+        size_categories=[size_category(split_stats.rows)], pretty_name=f"{card['pretty_name']} ({SPLIT_TITLES[split]})",
         source_datasets=card["source_datasets"] or None, tags=sorted({*card["tags"], "rejection-sampling", split}),
         configs=[{"config_name": "default", "data_files": [{"split": "train", "path": DATA_GLOB}]}],
         dataset_info=info._to_yaml_dict(),
     )
 
 
+def sibling_link(repo: str, namespace: str, *, local: bool) -> str:
+    """Where a card links a sibling repo: its Hub page, or for a local target the sibling folder's card beside it."""
+    return f"../{repo}/README.md" if local else f"{HUB_URL}/{namespace}/{repo}"
+
+
 def render_card(report: FamilyReport, family_card: dict[str, Any], instruction: str, split: str, namespace: str,
-                examples: list[dict[str, Any]], overturns: list[dict[str, str]] | None = None) -> str:
-    """The README.md of one split's repo: the card template over the family's report."""
+                examples: list[dict[str, Any]], overturns: list[dict[str, str]] | None = None, *, local: bool = False) -> str:
+    """The README.md of one split's repo: the card template over the family's report.
+
+    `local`: the repos are published to a local folder (`--out`), so the siblings are linked relatively.
+    """
     calibration = report.judge.calibration
     if calibration is not None and "hard" not in calibration:
         raise CardError(f"the stats of {report.family} were measured by an older rs, before the judge was calibrated on "
@@ -213,7 +232,7 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], instruction: 
         pretty_name=family_card["pretty_name"], repo=repos[split], split=split,
         split_stats=report.splits[split], totals=report.totals, verifier=verifier,
         verifier_template=f"verifiers/{custom.name}" if custom.exists() else "verifiers/default.md.jinja",
-        siblings=[{"repo": repos[s], "url": f"{HUB_URL}/{namespace}/{repos[s]}"} for s in SPLITS],
+        siblings=[{"repo": repos[s], "url": sibling_link(repos[s], namespace, local=local)} for s in SPLITS],
         description=family_card["description"], model=report.model, engine=report.engine, sampling=report.sampling,
         instruction=instruction, repos=repos, judge=report.judge, calibration=calibration, overturns=overturns or [],
         schema_fields="{" + ", ".join(f"`{k}`" for k in QA[split]) + "}",

@@ -11,7 +11,7 @@ import datasets
 import pytest
 from huggingface_hub import DatasetCard
 
-from rs.cards import cell
+from rs.cards import SPLIT_TITLES, cell, sibling_link, size_category
 from rs.families import load_families
 from rs.publish import publish
 from rs.schema import SPLITS, features
@@ -70,7 +70,7 @@ def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
         card = DatasetCard(text)
         data = card.data
         assert data.license == "mit" and data.task_categories == ["visual-question-answering"] and data.language == ["en"]
-        assert data.size_categories == ["n<1K"] and data.pretty_name.startswith("Hostile VQA")
+        assert data.size_categories == ["n<1K"] and data.pretty_name == f"Hostile VQA ({SPLIT_TITLES[split]})"
         assert data.configs == [{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*"}]}]
         s = stats["splits"][split]
         assert data.dataset_info["splits"][0]["num_examples"] == s["rows"]
@@ -92,10 +92,28 @@ def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
         assert "\n\n**Calibration, measured on this run.**" in text
         for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
             assert (repo / link).is_file()
-        for other in SPLITS:
-            assert family.repo_name(other) in text
+        for other in SPLITS:  # a local target links its siblings beside it, not to Hub repos that do not exist
+            if other != split:
+                assert f"[`{family.repo_name(other)}`](../{family.repo_name(other)}/README.md)" in text
+                assert (repo / ".." / family.repo_name(other) / "README.md").is_file()
+        assert "huggingface.co/datasets/tester" not in text and "&#95;" not in text.split("## Examples")[0]
         loaded = datasets.load_dataset(str(repo), split="train")
         assert loaded.features == features(split) and loaded.num_rows == s["rows"]
+
+
+def test_size_categories_are_the_hubs_up_to_a_trillion() -> None:
+    assert [size_category(n) for n in (0, 999, 1_000, 99_999, 10**9 - 1, 10**9, 10**10, 10**12 - 1, 10**12)] == [
+        "n<1K", "n<1K", "1K<n<10K", "10K<n<100K", "100M<n<1B", "1B<n<10B", "10B<n<100B", "100B<n<1T", "n>1T"]
+
+
+def test_a_cell_leaves_plain_underscores_and_escapes_those_that_could_emphasise() -> None:
+    assert cell("judge_blocked") == "judge_blocked" and cell("snake_case_name") == "snake_case_name"
+    assert cell("_x_") == "&#95;x&#95;" and cell("a _b_ c") == "a &#95;b&#95; c" and cell("__init__") == "&#95;&#95;init&#95;&#95;"
+
+
+def test_hub_cards_link_their_siblings_on_the_hub() -> None:
+    assert sibling_link("CLEVR_RS_think", "org", local=False) == "https://huggingface.co/datasets/org/CLEVR_RS_think"
+    assert sibling_link("CLEVR_RS_think", "org", local=True) == "../CLEVR_RS_think/README.md"
 
 
 def test_hostile_text_cannot_break_the_card(family, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rs.build import build_family
-from rs.cards import attach_image_paths, check_card, render_card, select_examples, select_overturns
+from rs.cards import HUB_URL, attach_image_paths, check_card, render_card, select_examples, select_overturns
 from rs.errors import UsageError
 from rs.families import Family
 from rs.hub import FileChange, PublishResult, publish_folder, resolve_token
@@ -53,8 +53,12 @@ def _card_inputs_from_build(ctx: BuildContext, split: str) -> tuple[FamilyReport
     return report, select_examples(paths.split(split), split), select_overturns(paths.split(split), split)
 
 
-def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool, published: Path | None = None) -> Path:
-    """Lay out one repo exactly as on the Hub under `staging`; returns the repo folder."""
+def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool, published: Path | None = None,
+               local: bool = False) -> Path:
+    """Lay out one repo exactly as on the Hub under `staging`; returns the repo folder.
+
+    `local`: for a local target, where the card links its siblings relatively.
+    """
     family = ctx.family
     repo = staging / family.repo_name(split)
     shutil.rmtree(repo, ignore_errors=True)
@@ -88,7 +92,8 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
     if overturns:
         write_json(repo / "rs" / "overturns.json", overturns)
     c = family.config
-    text = render_card(report, dataclasses.asdict(c.card), c.instruction, split, c.publish.namespace, stored, overturns)
+    text = render_card(report, dataclasses.asdict(c.card), c.instruction, split, c.publish.namespace, stored, overturns,
+                       local=local)
     (repo / "README.md").write_text(text, encoding="utf-8")
     if not cards_only:
         check_card(text, repo)
@@ -180,7 +185,7 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
         published = root / repo_name if local else None
         if cards_only and not local and not ctx.paths.stats.exists():
             published = _download_card_inputs(f"{c.publish.namespace}/{repo_name}", ctx.paths.root / "published" / repo_name, token)
-        repo = stage_repo(ctx, split, staging, cards_only=cards_only, published=published)
+        repo = stage_repo(ctx, split, staging, cards_only=cards_only, published=published, local=local)
         if local:
             results[split] = sync_local(repo, root / repo_name, only=only, dry_run=dry_run)
         else:
@@ -189,6 +194,6 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     if report is None:
         stats_file = staging / family.repo_name("rejected") / "rs" / "stats.json"
         report = FamilyReport.from_dict(json.loads(stats_file.read_text()), where=str(stats_file))
-    where = {split: (str(root / family.repo_name(split)) if local else f"https://huggingface.co/datasets/{c.publish.namespace}/{family.repo_name(split)}")
+    where = {split: (str(root / family.repo_name(split)) if local else f"{HUB_URL}/{c.publish.namespace}/{family.repo_name(split)}")
              for split in SPLITS}
     return {"report": report, "results": results, "where": where, "local": local, "seconds": time.perf_counter() - start}
