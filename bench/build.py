@@ -74,9 +74,9 @@ def write_ours(work: Path, images: int) -> dict:
     from rs.schema import SPLITS
 
     ctx = _context(work, images)
-    clean = ensure_clean(ctx)
+    ensure_clean(ctx)
     start = time.perf_counter()
-    written = [write_split(ctx, split, clean, qa_count=0) for split in SPLITS]
+    written = [write_split(ctx, split, qa_count=0) for split in SPLITS]
     return {"seconds": time.perf_counter() - start, "bytes": sum(s.bytes for s in written), "rows": sum(s.rows for s in written)}
 
 

@@ -60,24 +60,44 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         """Routed rows as Arrow tables of one row group each: no per-example encoding in Python.
 
         Rows become Arrow record batches a few hundred at a time, so Python objects never hold
-        more than that; a row group's worth of batches is then yielded as one table.
+        more than that; batches are gathered into a table until it holds the family's row-group
+        target of bytes (`shard.row_group_target()`, measured on the rows themselves, reasoning and
+        images included) or `writer_batch_size` rows, and each table becomes one row group. (A table
+        of one row is buffered by `datasets` with the next one-row tables, so rows of more than half
+        the target can share a group over it: `rs.build.check_row_groups` catches that after writing.)
         """
         schema = self.info.features.arrow_schema
+        target = self.context.family.config.shard.row_group_target()
         rows: list[dict[str, Any]] = []
-        batches: list[pa.RecordBatch] = []
-        pending = index = 0
+        group: list[pa.RecordBatch] = []
+        group_rows = group_bytes = index = 0
+
+        def flush() -> Iterator[tuple[Key, pa.Table]]:
+            nonlocal group, group_rows, group_bytes, index
+            if group:
+                yield Key(0, index), pa.Table.from_batches(group, schema=schema)
+                index, group, group_rows, group_bytes = index + 1, [], 0, 0
+
+        def add(batch: pa.RecordBatch) -> Iterator[tuple[Key, pa.Table]]:
+            nonlocal group_rows, group_bytes
+            if batch.nbytes > target and batch.num_rows > 1:  # rows this large: split until a part fits
+                half = batch.num_rows // 2
+                yield from add(batch.slice(0, half))
+                yield from add(batch.slice(half))
+                return
+            if group and (group_bytes + batch.nbytes > target or group_rows + batch.num_rows > self._writer_batch_size):
+                yield from flush()
+            group.append(batch)
+            group_rows, group_bytes = group_rows + batch.num_rows, group_bytes + batch.nbytes
+
         for row in split_rows(build_dir, self.config.split, promotes):
             rows.append(row)
             if len(rows) >= _CHUNK_ROWS:
-                batches.append(pa.RecordBatch.from_pylist(rows, schema=schema))
-                pending, rows = pending + len(rows), []
-            if pending >= self._writer_batch_size:
-                yield Key(0, index), pa.Table.from_batches(batches, schema=schema)
-                index, pending, batches = index + 1, 0, []
+                yield from add(pa.RecordBatch.from_pylist(rows, schema=schema))
+                rows = []
         if rows:
-            batches.append(pa.RecordBatch.from_pylist(rows, schema=schema))
-        if batches:
-            yield Key(0, index), pa.Table.from_batches(batches, schema=schema)
+            yield from add(pa.RecordBatch.from_pylist(rows, schema=schema))
+        yield from flush()
 
 
 _CLASSES: dict[str, type[RSBuilder]] = {}

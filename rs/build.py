@@ -14,6 +14,10 @@ import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, fields
 from importlib import metadata
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow.parquet as pq
 
 from rs import __version__
 from rs.builders import builder_class
@@ -111,28 +115,45 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
     )
 
 
-def _row_group_rows(ctx: BuildContext, clean: CleaningReport) -> int:
-    """Rows per parquet row group, so a group stays under the configured bytes (the Hub viewer limit)."""
-    files = sorted(ctx.paths.clean.glob("rows-*.parquet"))
-    total = sum(f.stat().st_size for f in files)
-    per_row = max(1, total // max(1, clean.rows))
-    return max(1, min(10_000, parse_bytes(ctx.family.config.shard.row_group_bytes) // per_row))
+MAX_ROW_GROUP_ROWS = 10_000
+"""Rows per row group at most, however small the rows (the builder's `writer_batch_size`)."""
 
 
-def write_split(ctx: BuildContext, split: str, clean: CleaningReport, qa_count: int) -> SplitSummary:
+class RowGroupTooLarge(RsError, ValueError):
+    """A written row group is over `shard.row_group_bytes`: the dataset viewer would refuse the file."""
+
+
+def check_row_groups(files: Iterable[Path], limit: int) -> int:
+    """The largest row group of `files` (uncompressed bytes, from the parquet metadata); raises if one is over `limit`."""
+    largest = 0
+    for path in files:
+        meta = pq.ParquetFile(path).metadata
+        for i in range(meta.num_row_groups):
+            size = meta.row_group(i).total_byte_size
+            if size > limit:
+                raise RowGroupTooLarge(
+                    f"{path}: row group {i} holds {size:,} bytes uncompressed ({meta.row_group(i).num_rows} rows), over "
+                    f"shard.row_group_bytes ({limit:,}); raise shard.row_group_margin or lower shard.row_group_bytes in "
+                    "families.yaml, then rebuild")
+            largest = max(largest, size)
+    return largest
+
+
+def write_split(ctx: BuildContext, split: str, qa_count: int) -> SplitSummary:
     """Prepare one split with the datasets builder; returns its files and sizes."""
     out = ctx.paths.split(split)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     cls = builder_class(ctx.family.path)
     builder = cls(config_name=ctx.family.repo_name(split), dataset_name=ctx.family.repo_name(split), context=ctx,
-                  cache_dir=str(ctx.paths.root / "datasets-cache"), writer_batch_size=_row_group_rows(ctx, clean))
+                  cache_dir=str(ctx.paths.root / "datasets-cache"), writer_batch_size=MAX_ROW_GROUP_ROWS)
     builder.download_and_prepare(output_dir=str(tmp), file_format="parquet",
                                  max_shard_size=parse_bytes(ctx.family.config.shard.max_bytes), download_mode="force_redownload")
     shards = sorted(tmp.glob("*.parquet"))
     names = [f"train-{i:05d}-of-{len(shards):05d}.parquet" for i in range(len(shards))]
     for shard, name in zip(shards, names):
         os.replace(shard, tmp / name)
+    check_row_groups((tmp / n for n in names), parse_bytes(ctx.family.config.shard.row_group_bytes))
     info = builder.info.splits["train"]
     replace_dir(tmp, out)
     return SplitSummary(repo=ctx.family.repo_name(split), rows=info.num_examples, qa=qa_count, shards=len(names),
@@ -145,7 +166,7 @@ def build_family(ctx: BuildContext) -> FamilyReport:
     sampled = ensure_sampled(ctx)
     routing = route_items(ctx.paths, sampled.promotes)
     qa = {"think": routing.accepted, "nothink": routing.accepted, "rejected": routing.rejected}
-    splits = {split: write_split(ctx, split, clean, qa[split]) for split in SPLITS}
+    splits = {split: write_split(ctx, split, qa[split]) for split in SPLITS}
     report = family_report(ctx, clean, sampled, splits, routing)
     write_json(ctx.paths.stats, report.to_dict())
     return report

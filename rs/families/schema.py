@@ -70,11 +70,19 @@ class ShardConfig:
     max_bytes: ByteSize = "500MB"
     """Largest parquet shard."""
     row_group_bytes: ByteSize = "100MB"
-    """Largest row group: the Hub viewer refuses to scan row groups above about 300 MB."""
+    """Largest row group, uncompressed (`datasets.config.MAX_ROW_GROUP_SIZE`, the dataset viewer's limit); checked after writing."""
+    row_group_margin: float = 0.2
+    """Row groups are filled to (1 - margin) x `row_group_bytes` of Arrow data: parquet's own encoding may add to it."""
 
     def __post_init__(self) -> None:
         for name in ("max_bytes", "row_group_bytes"):
             parse_bytes(getattr(self, name))
+        if not 0 <= self.row_group_margin < 1:
+            raise ValueError(f"shard.row_group_margin must be at least 0 and below 1, got {self.row_group_margin!r}")
+
+    def row_group_target(self) -> int:
+        """Bytes of Arrow data a row group is filled to."""
+        return max(1, int(parse_bytes(self.row_group_bytes) * (1 - self.row_group_margin)))
 
 
 @dataclass
