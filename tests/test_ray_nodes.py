@@ -32,7 +32,11 @@ from rs.families import load_families
 def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
     from ray.cluster_utils import Cluster
 
-    family = load_families(family_file(tmp_path, num_images=8, batch=3))["Tiny"]
+    path = family_file(tmp_path, num_images=8, batch=3)
+    # a window of one batch: each replica answers a batch or two at a time, so answers arrive through the whole step
+    path.write_text(path.read_text().replace("      batch_size: 3\n", "      batch_size: 3\n      in_flight: 3\n"))
+    family = load_families(path)["Tiny"]
+    assert family.config.engine.in_flight == 3
     single = BuildContext(family, tmp_path / "single", tmp_path / "single.sqlite", progress=False)
     reference = ensure_sampled(single)
     ctx = BuildContext(family, tmp_path / "ray", tmp_path / "ray.sqlite", progress=False)
