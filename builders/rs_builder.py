@@ -20,6 +20,7 @@ import pyarrow as pa
 from datasets.builder import Key
 
 from rs.families import load_families
+from rs.progress import progress
 from rs.route import split_rows
 from rs.schema import SPLITS, features
 from rs.stages import BuildContext, ensure_sampled
@@ -90,11 +91,13 @@ class RSBuilder(datasets.ArrowBasedBuilder):
             group.append(batch)
             group_rows, group_bytes = group_rows + batch.num_rows, group_bytes + batch.nbytes
 
-        for row in split_rows(build_dir, self.config.split, promotes):
-            rows.append(row)
-            if len(rows) >= _CHUNK_ROWS:
-                yield from add(pa.RecordBatch.from_pylist(rows, schema=schema))
-                rows = []
+        with progress(None, f"writing {self.config.name}", unit="row", enabled=self.context.progress) as bar:
+            for row in split_rows(build_dir, self.config.split, promotes):
+                rows.append(row)
+                bar.update()
+                if len(rows) >= _CHUNK_ROWS:
+                    yield from add(pa.RecordBatch.from_pylist(rows, schema=schema))
+                    rows = []
         if rows:
             yield from add(pa.RecordBatch.from_pylist(rows, schema=schema))
         yield from flush()

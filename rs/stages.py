@@ -22,14 +22,16 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from rs.engines import Engine, engines_for
 from rs.engines.cache import GenerationCache
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.families import Family
+from rs.progress import progress
 from rs.sample import SampleReport, SampleStage
 from rs.sources import open_source
+from rs.sources.base import Row
 from rs.store import read_clean_rows, write_clean_rows, write_json
 
 logger = logging.getLogger(__name__)
@@ -151,7 +153,8 @@ def _clean(ctx: BuildContext, expected: str) -> CleaningReport:
     source = open_source(ctx.family)
     with ExclusionWriter(paths.root / "exclusions.jsonl.tmp") as exclusions:
         cleaner = Cleaner(ctx.family.config, source.provenance(), exclusions=exclusions, work_dir=paths.root)
-        write_clean_rows(cleaner.rows(source, limit=ctx.limit), tmp)
+        with progress(ctx.limit, "cleaning", unit="row", enabled=ctx.progress) as bar:
+            write_clean_rows(_counted(cleaner.rows(source, limit=ctx.limit), bar), tmp)
     replace_dir(tmp, paths.clean)
     os.replace(paths.root / "exclusions.jsonl.tmp", paths.root / "exclusions.jsonl")
     report = cleaner.report
@@ -160,6 +163,12 @@ def _clean(ctx: BuildContext, expected: str) -> CleaningReport:
     logger.info("%s: cleaned %d source QA into %d rows (%d kept, %d dropped)", ctx.family.name, report.source_items,
                 report.rows, report.kept_items, report.dropped_items)
     return report
+
+
+def _counted(rows: Iterable[Row], bar: Any) -> Iterator[Row]:
+    for row in rows:
+        yield row
+        bar.update()
 
 
 def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:

@@ -6,13 +6,15 @@ Conventions shared by every command:
 
 The same flag means the same thing everywhere: `--config PATH` (another families.yaml),
 `--out DIR` (a local folder laid out as the Hub repos), `--cards-only`, `--dry-run`, `--limit N`,
-`--ray [ADDRESS]` with `--replicas N` (the sampling stage on Ray, `rs.distributed`).
+`--ray [ADDRESS]` with `--replicas N` (the sampling stage on Ray, `rs.distributed`), `-v` / `--verbose`
+(the engines' own output on the terminal instead of in the family's log file, `rs.cli.output`).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -48,6 +50,16 @@ def add_dry_run(parser: argparse.ArgumentParser) -> None:
 def add_build_paths(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where builds live (default: $RS_BUILD_DIR or ./build)")
     parser.add_argument("--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)")
+
+
+def add_verbose(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show the engines' and libraries' own output here (default: in build/FAMILY/logs/)")
+
+
+def build_root(args: argparse.Namespace) -> Path:
+    """The build directory: --build-dir, else $RS_BUILD_DIR, else ./build."""
+    return Path(args.build_dir or os.environ.get("RS_BUILD_DIR", "build"))
 
 
 def add_ray(parser: argparse.ArgumentParser) -> None:

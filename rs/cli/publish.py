@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
 from typing import Any
 
 from rs import cli
 from rs.cards import pct
-from rs.cli import RunFailed
+from rs.cli import RunFailed, output
 from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError
 from rs.families import Family, get_family
@@ -65,6 +64,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     cli.add_limit(parser)
     cli.add_build_paths(parser)
     cli.add_ray(parser)
+    cli.add_verbose(parser)
     args = parser.parse_args(argv)
     if args.ray is not None and args.cards_only:
         parser.error("--cards-only samples nothing: drop --ray")
@@ -75,14 +75,15 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     if args.ray is not None:
         sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,
                                    runtime_env={"env_vars": forwarded_env()})
-    try:
-        outcome = publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
-                          build_root=args.build_dir, cache_path=args.cache, progress=sys.stderr.isatty(), sample=sample)
-    except RsError:
-        raise
-    except RuntimeError as err:  # a Ray step's pipeline failed: what it committed stays cached
-        if sample is None:
+    with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
+        try:
+            outcome = publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
+                              build_root=args.build_dir, cache_path=args.cache, progress=True, sample=sample)
+        except RsError:
             raise
-        raise RunFailed(str(err)) from err
-    print(summary(family, outcome, dry_run=args.dry_run))
+        except RuntimeError as err:  # a Ray step's pipeline failed: what it committed stays cached
+            if sample is None:
+                raise
+            raise RunFailed(str(err)) from err
+        print(summary(family, outcome, dry_run=args.dry_run))
     return 0

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
-from pathlib import Path
 
 from rs import cli
-from rs.cli import RunFailed
+from rs.cli import RunFailed, output
 from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
 from rs.families import get_family
 from rs.stages import BuildContext, default_cache_path, ensure_sampled, sample_shard
@@ -24,33 +21,35 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
     cli.add_build_paths(parser)
     parser.add_argument("--shard", metavar="I/N", help="answer only rows whose index %% N == I (one process per GPU); fills the cache")
     cli.add_ray(parser)
+    cli.add_verbose(parser)
     args = parser.parse_args(argv)
     if args.ray is not None and args.shard:
         parser.error("--ray and --shard are two ways of spreading the work: use one")
     if (code := cli.check_ray(parser, args)) is not None:
         return code
-    family = get_family(args.family, args.config)
-    ctx = BuildContext(family, Path(args.build_dir or os.environ.get("RS_BUILD_DIR", "build")), args.cache or default_cache_path(),
-                       limit=args.limit, progress=sys.stderr.isatty())
-    if args.ray is not None:
-        try:
-            run = sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
-        except RayIncomplete as err:
-            print(json.dumps({"ray": err.run.to_dict()}))  # what was done, then the error (exit 1)
-            raise
-        except RuntimeError as err:  # a step's pipeline failed; what it committed stays cached
-            raise RunFailed(str(err)) from err
-        report = run.report
-        summary = {"ray": run.to_dict()}
-    elif args.shard:
+    if args.shard:
         try:
             shard, shards = (int(x) for x in args.shard.split("/"))
         except ValueError:
             parser.error(f"--shard expects I/N, e.g. 0/4; got {args.shard!r}")
-        report, summary = sample_shard(ctx, shard, shards), {}
-    else:
-        report, summary = ensure_sampled(ctx), {}
-    done = report.to_dict()
-    print(json.dumps({**{k: done[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",
-                                                "sampling_engine_calls", "judge_engine_calls")}, **summary}))
+    family = get_family(args.family, args.config)
+    ctx = BuildContext(family, cli.build_root(args), args.cache or default_cache_path(), limit=args.limit, progress=True)
+    with output.quiet(ctx.build_root / family.name / "logs", verbose=args.verbose):
+        if args.ray is not None:
+            try:
+                run = sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
+            except RayIncomplete as err:
+                print(json.dumps({"ray": err.run.to_dict()}))  # what was done, then the error (exit 1)
+                raise
+            except RuntimeError as err:  # a step's pipeline failed; what it committed stays cached
+                raise RunFailed(str(err)) from err
+            report = run.report
+            summary = {"ray": run.to_dict()}
+        elif args.shard:
+            report, summary = sample_shard(ctx, shard, shards), {}
+        else:
+            report, summary = ensure_sampled(ctx), {}
+        done = report.to_dict()
+        print(json.dumps({**{k: done[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",
+                                                    "sampling_engine_calls", "judge_engine_calls")}, **summary}))
     return 0

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rs.engines.base import Generation, SamplingSettings
+from rs.progress import progress
 
 from .replica import EngineReplica, concurrent_batches, first_line
 from .report import RayPlanError, StepStats
@@ -74,8 +75,6 @@ class Cluster:
         """
         rows = rows_per_batch or self.batch_size
         from ray.data import ActorPoolStrategy
-        from tqdm.auto import tqdm
-
         part_of = part_of or (lambda key: stats)
         remote_args: dict[str, Any] = {"runtime_env": self.runtime_env} if self.runtime_env else {}
         stats.replicas = start_with = self.fitting_replicas(step)
@@ -96,8 +95,7 @@ class Cluster:
         batches: set[tuple[str, int]] = set()
         activity: dict[str, tuple[float, float]] = {}
         try:
-            with tqdm(total=total, desc=f"{step} (ray, {start_with} replicas)", unit="item", disable=not self.progress,
-                      dynamic_ncols=True) as bar:
+            with progress(total, f"{step} (ray, {start_with} replicas)", enabled=self.progress) as bar:
                 for batch in answers.iter_batches(batch_size=None, batch_format="pyarrow"):
                     if not batch.num_rows:
                         continue

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Callable, Hashable, Iterable, Iterator
 
-from tqdm.auto import tqdm
-
 from rs.engines.cache import GenerationCache
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.stream import Stream, open_stream
+from rs.progress import progress
 
 logger = logging.getLogger(__name__)
 
@@ -239,7 +238,7 @@ class CachedEngine:
         order: deque[_Slot] = deque()
         iterator = iter(requests)
         more = True
-        with tqdm(total=total, desc=desc, unit="item", disable=not self.progress, dynamic_ncols=True) as bar:
+        with progress(total, desc, enabled=self.progress) as bar:
             try:
                 while more or order:
                     held = 8 * max(stream.window, self.batch_size)  # answered or queued behind the oldest unanswered one

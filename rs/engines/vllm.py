@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
 from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
 from rs.engines.models import builtin_revision, resolve_model
+from rs.errors import RsError
 from rs.registry import ENGINES
 
 if TYPE_CHECKING:
@@ -45,7 +46,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["VLLMEngine", "VLLMEngineConfig", "VLLMStream"]
+__all__ = ["EngineArgsError", "VLLMEngine", "VLLMEngineConfig", "VLLMStream"]
+
+
+class EngineArgsError(RsError, TypeError):
+    """`engine.args` holds an argument the installed vLLM does not take."""
 
 
 @dataclass(kw_only=True)
@@ -123,7 +128,16 @@ class VLLMEngine:
             args = self._args
             logger.info("Loading %s with vLLM (%s)", self.model, ", ".join(f"{k}={v!r}" for k, v in sorted(args.items())) or "default arguments")
             start = time.perf_counter()
-            self._llm = LLM(model=self._path, **args)
+            try:
+                self._llm = LLM(model=self._path, **args)
+            except TypeError as err:
+                if "unexpected keyword argument" not in str(err):
+                    raise
+                import vllm
+
+                raise EngineArgsError(f"engine.args of {self.model}: {err} (vLLM {vllm.__version__})",
+                                      hint="engine.args are the keyword arguments of vllm.LLM / vllm.EngineArgs in the installed "
+                                           "vLLM; remove or rename that key in families.yaml") from err
             logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)
         return self._llm
 

@@ -19,14 +19,13 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from tqdm.auto import tqdm
-
 from rs.engines import sampling_settings
 from rs.engines.base import Engine, Generation, Request
 from rs.engines.cached import CachedEngine
 from rs.families.schema import FamilyConfig
 from rs.calibration import Answered, Calibration, CalibrationCases, CalibrationSampler, calibrate, question_kind
 from rs.judge import Judge, JudgeCase, judgeable
+from rs.progress import progress
 from rs.prompt import sampling_request
 from rs.sources.base import QAItem, Row
 from rs.store import ITEMS, ParquetStreamWriter
@@ -138,7 +137,7 @@ class SampleStage:
         slots, more = self._slots(rows), True
         order: deque[_Slot] = deque()
         with ParquetStreamWriter(items_dir, "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as writer, \
-                tqdm(total=total, desc="sampling", unit="item", disable=not self.progress, dynamic_ncols=True) as bar:
+                progress(total, "sampling", enabled=self.progress) as bar:
             try:
                 while more or order:
                     topped = more and sampler.queued < sampler.window and len(order) < 8 * max(sampler.window, batch)

@@ -1,0 +1,142 @@
+"""What a command shows: the project's own messages, a progress bar per stage and the summary.
+
+Engines and libraries write a great deal (vLLM and transformers notices, PyTorch's C++ warnings
+written straight to file descriptor 2, Python warnings): in `quiet` all of it goes to a log file
+in the family's build folder, `build/<FAMILY>/logs/`, and the terminal keeps the messages of the
+`rs` loggers, the progress bars (`rs.progress`) and what the command prints on stdout. A command
+that fails says where its log is and shows the log's last lines. `-v` / `--verbose` keeps
+everything on the terminal, as the libraries would have it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+import traceback
+from collections import deque
+from pathlib import Path
+from typing import Iterator, TextIO
+
+from tqdm.auto import tqdm
+
+from rs import progress
+from rs.errors import RsError
+
+LOG_TAIL_LINES = 15
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _TerminalHandler(logging.Handler):
+    """The project's own log records, written so that they do not break a progress bar being drawn."""
+
+    def __init__(self, stream: TextIO):
+        super().__init__(logging.INFO)
+        self.stream = stream
+        self.addFilter(lambda record: record.name == "rs" or record.name.startswith("rs."))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = self.format(record)
+            prefix = "" if record.levelno <= logging.INFO else f"{record.levelname.lower()}: "
+            tqdm.write(prefix + message, file=self.stream)
+        except Exception:
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
+    """Send engine and library output to a new log file under `log_dir` for the duration; yields its path.
+
+    With `verbose`, nothing is redirected (yields None).
+    """
+    _release_engine_loggers()
+    if verbose:
+        yield None
+        return
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # vLLM's loggers then propagate to the root logger: the file
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log = open(path, "a", buffering=1, encoding="utf-8", errors="replace")
+    saved_fd = os.dup(2)
+    terminal = os.fdopen(os.dup(saved_fd), "w", buffering=1, encoding="utf-8", errors="replace")
+    os.dup2(log.fileno(), 2)  # C and C++ code writing to stderr, and Python's sys.stderr, now write to the log
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    file_handler = logging.StreamHandler(log)
+    file_handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.handlers = [file_handler, _TerminalHandler(terminal)]
+    root.setLevel(logging.INFO)
+    logging.captureWarnings(True)
+    progress.terminal = terminal
+    bars = _library_bars(enabled=False)
+    try:
+        yield path
+    except BaseException as err:
+        if not isinstance(err, (KeyboardInterrupt, SystemExit)):
+            log.write("".join(traceback.format_exception(err)))
+            log.flush()
+            _tell_where_the_log_is(path, terminal, tail=not isinstance(err, RsError))
+        raise
+    finally:
+        progress.terminal = None
+        _library_bars(enabled=bars)
+        logging.captureWarnings(False)
+        root.handlers, root.level = saved_handlers, saved_level
+        _engines_keep_logging_to(path)
+        sys.stderr.flush()
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+        terminal.close()
+        log.close()
+
+
+ENGINE_LOGGERS = ("vllm", "ray")
+_late_handler: logging.Handler | None = None
+
+
+def _engines_keep_logging_to(path: Path) -> None:
+    """Engines shut down after the command (at exit): what they say then goes to the same log."""
+    global _late_handler
+    _release_engine_loggers()
+    _late_handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    _late_handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    for name in ENGINE_LOGGERS:
+        logging.getLogger(name).addHandler(_late_handler)
+        logging.getLogger(name).propagate = False
+
+
+def _release_engine_loggers() -> None:
+    global _late_handler
+    if _late_handler is None:
+        return
+    for name in ENGINE_LOGGERS:
+        logging.getLogger(name).removeHandler(_late_handler)
+        logging.getLogger(name).propagate = True
+    _late_handler.close()
+    _late_handler = None
+
+
+def _tell_where_the_log_is(path: Path, terminal: TextIO, *, tail: bool) -> None:
+    terminal.write(f"log: {path}\n")
+    if tail:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            last = deque(fh, maxlen=LOG_TAIL_LINES)
+        terminal.write(f"its last {len(last)} lines:\n" + "".join(f"  | {line}" for line in last))
+    terminal.flush()
+
+
+def _library_bars(*, enabled: bool) -> bool:
+    """Turn the `datasets` and `huggingface_hub` progress bars on or off (the stages draw their own); were they on?"""
+    import datasets
+    import huggingface_hub.utils as hub_utils
+
+    were = datasets.is_progress_bar_enabled()
+    for on, off in ((datasets.enable_progress_bars, datasets.disable_progress_bars),
+                    (hub_utils.enable_progress_bars, hub_utils.disable_progress_bars)):
+        (on if enabled else off)()
+    return were

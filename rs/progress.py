@@ -1,0 +1,90 @@
+"""Progress a person can follow: a `tqdm` bar on a terminal, a periodic log line anywhere else.
+
+Every stage reports through `progress(...)`: the same calls (`update`, `set_postfix`) drive a bar
+when the output is a terminal and, when it is a file or a pipe (a batch job's log, CI), one line
+every `LOG_EVERY_S` seconds and one at the end, with count, rate and time left, instead of a bar
+redrawn into a file. The command line points `terminal` at the real terminal when it sends the
+engines' own output to a log file (`rs.cli.output`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+from tqdm.auto import tqdm
+
+logger = logging.getLogger("rs.progress")
+
+LOG_EVERY_S = 30.0
+terminal: TextIO | None = None
+"""Where bars are drawn; None: the current `sys.stderr`."""
+
+
+def stream() -> TextIO:
+    return terminal if terminal is not None else sys.stderr
+
+
+def progress(total: int | None, desc: str, *, unit: str = "item", enabled: bool = True) -> Any:
+    """A bar on a terminal, periodic log lines otherwise; nothing when `enabled` is False. Use as a context manager."""
+    out = stream()
+    if not enabled:
+        return tqdm(total=total, disable=True)
+    if out.isatty():
+        sized = _columns(out) > 0  # a terminal that reports no size (a bare pseudo-terminal) gets 80 columns
+        return tqdm(total=total, desc=desc, unit=unit, file=out, dynamic_ncols=sized, ncols=None if sized else 80)
+    return LogProgress(total, desc, unit=unit)
+
+
+def _columns(out: TextIO) -> int:
+    try:
+        return os.get_terminal_size(out.fileno()).columns
+    except (OSError, ValueError):
+        return 0
+
+
+class LogProgress:
+    """The `tqdm` calls the stages make, written as a log line every `LOG_EVERY_S` seconds and at the end."""
+
+    def __init__(self, total: int | None, desc: str, *, unit: str = "item"):
+        self.total, self.desc, self.unit = total, desc, unit
+        self.n = 0
+        self.postfix = ""
+        self.start = self.last = time.monotonic()
+
+    def __enter__(self) -> LogProgress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if time.monotonic() - self.last >= LOG_EVERY_S:
+            self._log()
+
+    def set_postfix(self, refresh: bool = True, **values: Any) -> None:
+        self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())
+
+    def close(self) -> None:
+        self._log(done=True)
+
+    def _log(self, *, done: bool = False) -> None:
+        self.last = now = time.monotonic()
+        elapsed = now - self.start
+        rate = self.n / elapsed if elapsed > 0 else 0.0
+        count = f"{self.n:,}/{self.total:,}" if self.total else f"{self.n:,}"
+        left = ""
+        if self.total and rate and not done:
+            left = f", {_clock((self.total - self.n) / rate)} left"
+        state = f"done in {_clock(elapsed)}" if done else f"{_clock(elapsed)} so far"
+        logger.info("%s: %s %ss (%.1f/s, %s%s)%s", self.desc, count, self.unit, rate, state, left,
+                    f" [{self.postfix}]" if self.postfix else "")
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

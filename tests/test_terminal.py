@@ -1,0 +1,107 @@
+"""What a person sees on a terminal: the demo family published under a real pseudo-terminal.
+
+No engine or library noise (it goes to `build/<FAMILY>/logs/`), a progress bar per stage, the
+summary; `-v` brings the engines' own output back.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+ROOT = Path(__file__).resolve().parents[1]
+NOISE = ("torch.set_num_threads", "Triton", "pad_token_id", "torchvision", "WARNING", "INFO vllm", "FutureWarning",
+         "Generating train split")
+
+
+def on_a_terminal(args: list[str], tmp: Path, timeout: float = 300) -> tuple[int, str]:
+    """Run `python -m rs.publish ARGS` with a pseudo-terminal as stdin, stdout and stderr; its exit status and output."""
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "COLUMNS": "120", "TERM": "xterm"}
+    env.pop("VLLM_CONFIGURE_LOGGING", None)
+    env.pop("VLLM_LOGGING_LEVEL", None)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a terminal window of 120 columns
+    process = subprocess.Popen([sys.executable, "-m", "rs.publish", *args], cwd=tmp, env=env, stdin=slave, stdout=slave,
+                               stderr=slave, close_fds=True)
+    os.close(slave)
+    chunks, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the terminal closed: the process has exited
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif process.poll() is not None:
+            break
+    os.close(master)
+    code = process.wait(timeout=30)
+    return code, b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_the_terminal_shows_progress_and_the_summary_and_verbose_shows_the_engine(tmp_path: Path) -> None:
+    common = ["TinyCLEVR", "--limit", "4", "--out", str(tmp_path / "out")]
+    code, seen = on_a_terminal([*common, "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "cache.sqlite")], tmp_path)
+    assert code == 0, seen[-3000:]
+    for noise in NOISE:
+        assert noise not in seen, (noise, seen)
+    for stage in ("cleaning", "sampling"):  # a tqdm bar, drawn to its end
+        assert re.search(re.escape(stage) + r": +100%\|.*\| [0-9]+/[0-9]+ \[", seen), (stage, seen)
+    for split in ("TinyCLEVR_RS_think", "TinyCLEVR_RS_nothink", "TinyCLEVR_rejected"):  # rows counted as they are written
+        assert re.search(rf"writing {split}: [0-9]+row \[[0-9:]+, +[0-9.]+row/s\]", seen), (split, seen)
+    assert "Loading rs:demo-vlm with vLLM" in seen and "accept rate" in seen and re.search(r"done in [0-9.]+s", seen)
+    (log,) = (tmp_path / "build" / "TinyCLEVR" / "logs").glob("*.log")
+    text = log.read_text()
+    assert "vllm" in text and "torch.set_num_threads" in text  # the engine's output, kept where a person can find it
+    lines = [line for line in seen.replace("\r", "\n").splitlines() if line.strip()]
+    assert len(lines) < 60, seen  # bars redrawn in place, not a wall of text
+
+    # -v: the engine's own output on the terminal (a new build and cache, so that the engine runs)
+    code, loud = on_a_terminal([*common, "-v", "--build-dir", str(tmp_path / "build2"), "--cache", str(tmp_path / "cache2.sqlite")],
+                               tmp_path)
+    assert code == 0, loud[-3000:]
+    assert "vllm" in loud and "torch.set_num_threads" in loud and "accept rate" in loud
+    assert not (tmp_path / "build2" / "TinyCLEVR" / "logs").exists()
+
+
+def _publish_with(tmp_path: Path, old: str, new: str) -> tuple[subprocess.CompletedProcess, Path]:
+    families = (ROOT / "families.yaml").read_text()
+    assert old in families
+    (tmp_path / "families.yaml").write_text(families.replace(old, new, 1))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "rs.publish", "TinyCLEVR", "--config", str(tmp_path / "families.yaml"), "--limit", "2",
+                           "--out", str(tmp_path / "out"), "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "c.sqlite")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    (log,) = (tmp_path / "build" / "TinyCLEVR" / "logs").glob("*.log")
+    return done, log
+
+
+def test_an_engine_that_fails_says_where_its_log_is_and_shows_its_end(tmp_path: Path) -> None:
+    # a KV cache too small for one sequence: vLLM refuses to start
+    done, log = _publish_with(tmp_path, "kv_cache_memory_bytes: 268435456", "kv_cache_memory_bytes: 4096")
+    assert done.returncode != 0
+    assert f"log: {log}" in done.stderr and "its last" in done.stderr and "  | " in done.stderr
+    assert "Traceback" in log.read_text()  # the failure itself is in the log too
+
+
+def test_an_engine_argument_vllm_does_not_take_is_a_plain_error(tmp_path: Path) -> None:
+    done, log = _publish_with(tmp_path, "\n        max_num_seqs: 16\n", "\n        max_num_seqs: 16\n        no_such_engine_argument: 1\n")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "error: engine.args of rs:demo-vlm: " in done.stderr and "no_such_engine_argument" in done.stderr
+    assert "hint: engine.args are the keyword arguments of vllm.LLM" in done.stderr and f"log: {log}" in done.stderr
