@@ -12,7 +12,7 @@ import logging
 import os
 import shutil
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Iterable
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from rs import __version__
 from rs.builders import builder_class
 from rs.errors import RsError
-from rs.report import CleaningSummary, FamilyReport, JudgeSummary, RunTimes, SplitSummary, Totals, VerifierSummary
+from rs.report import CleaningSummary, FamilyReport, JudgeSummary, Lengths, RunTimes, SplitSummary, Totals, VerifierSummary
 from rs.route import decide
 from rs.schema import REJECT_REASONS, SPLITS
 from rs.sizes import parse_bytes
@@ -47,6 +47,10 @@ class Routing:
 
     accepted_by: dict[str, int]
     rejected_by_reason: dict[str, int]
+    tokens: dict[str, Counter[int]] = field(default_factory=lambda: {"accepted": Counter(), "rejected": Counter()})
+    """`accepted` / `rejected` -> answers per output length in tokens."""
+    truncated: dict[str, int] = field(default_factory=lambda: {"accepted": 0, "rejected": 0})
+    """`accepted` / `rejected` -> answers that ran to `max_tokens`."""
 
     @property
     def accepted(self) -> int:
@@ -61,13 +65,20 @@ def route_items(paths: BuildPaths, promotes: bool) -> Routing:
     """Count the routing of every sampled item (`rs.route.decide`, as the builder routes them)."""
     accepted_by: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
-    for item in read_records(paths.items, "items", columns=["error", "final", "verified", "contradicts", "judge"]):
+    tokens: dict[str, Counter[int]] = {"accepted": Counter(), "rejected": Counter()}
+    truncated = {"accepted": 0, "rejected": 0}
+    columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason"]
+    for item in read_records(paths.items, "items", columns=columns):
         decision = decide(item, promotes)
         if decision.accepted:
             accepted_by[decision.by] += 1
         else:
             rejected[decision.reason] += 1
-    return Routing({k: accepted_by[k] for k in ("verifier", "judge")}, {k: rejected[k] for k in REJECT_REASONS})
+        side = "accepted" if decision.accepted else "rejected"
+        if item["completion_tokens"] is not None:
+            tokens[side][item["completion_tokens"]] += 1
+            truncated[side] += item["finish_reason"] == "length"
+    return Routing({k: accepted_by[k] for k in ("verifier", "judge")}, {k: rejected[k] for k in REJECT_REASONS}, tokens, truncated)
 
 
 def _versions() -> dict[str, str | None]:
@@ -110,6 +121,8 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
         splits=splits,
         limit=ctx.limit,
         versions=_versions(),
+        lengths={side: Lengths.from_counts(routing.tokens[side], routing.truncated[side], c.sampling.max_tokens)
+                 for side in ("accepted", "rejected")},
         run=RunTimes(clean_seconds=round(clean.seconds, 3), sample_seconds=sampled.seconds,
                      sampling_engine_calls=sampled.sampling_engine_calls, judge_engine_calls=sampled.judge_engine_calls),
     )

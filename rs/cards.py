@@ -23,6 +23,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rs.clean import StepCard, step_cards
 from rs.errors import RsError
+from rs.figures import Figure
 from rs.report import CleaningSummary, FamilyReport
 from rs.schema import QA, REJECT_REASONS, SPLITS, features
 from rs.store import read_records
@@ -216,7 +217,8 @@ def sibling_link(repo: str, namespace: str, *, local: bool) -> str:
 
 
 def render_card(report: FamilyReport, family_card: dict[str, Any], instruction: str, split: str, namespace: str,
-                examples: list[dict[str, Any]], overturns: list[dict[str, str]] | None = None, *, local: bool = False) -> str:
+                examples: list[dict[str, Any]], overturns: list[dict[str, str]] | None = None, *, local: bool = False,
+                figures: list[Figure] | None = None) -> str:
     """The README.md of one split's repo: the card template over the family's report.
 
     `local`: the repos are published to a local folder (`--out`), so the siblings are linked relatively.
@@ -238,7 +240,7 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], instruction: 
         schema_fields="{" + ", ".join(f"`{k}`" for k in QA[split]) + "}",
         reasons=REJECT_REASONS, cleaning=report.cleaning, policies=_policies(report.cleaning),
         examples=[_example_view(split, e, e["image_path"]) for e in examples],
-        source=report.source, citation=family_card["citation"],
+        source=report.source, citation=family_card["citation"], figures=figures or [],
     )
     data = card_data(report, family_card, split)
     return f"---\n{data.to_yaml()}\n---\n\n{body}"

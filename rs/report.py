@@ -89,6 +89,39 @@ class SplitSummary:
 
 
 @dataclass(frozen=True)
+class Lengths:
+    """How long the model's answers ran, in tokens (reasoning included), over one side of the routing."""
+
+    max_tokens: int
+    """The sampling limit: an answer that reached it was cut off (`truncated`)."""
+    total: int
+    """Answers counted (those the engine answered; failed requests have no length)."""
+    truncated: int
+    median: int | None
+    edges: list[int]
+    """Histogram bin edges, from 0 to `max_tokens`."""
+    counts: list[int]
+    """Answers per bin: edges[i] <= tokens < edges[i + 1] (the last bin includes `max_tokens`)."""
+
+    @classmethod
+    def from_counts(cls, tokens: dict[int, int], truncated: int, max_tokens: int, bins: int = 20) -> Lengths:
+        """From a count of answers per token length (bounded by `max_tokens`, so it stays small at any family size)."""
+        width = max(1, -(-max_tokens // bins))
+        edges = list(range(0, max_tokens, width)) + [max_tokens]
+        counts = [0] * (len(edges) - 1)
+        for n, count in tokens.items():
+            counts[min(len(counts) - 1, n // width)] += count
+        total = sum(tokens.values())
+        median, seen = None, 0
+        for n in sorted(tokens):
+            seen += tokens[n]
+            if 2 * seen >= total:
+                median = n
+                break
+        return cls(max_tokens=max_tokens, total=total, truncated=truncated, median=median, edges=edges, counts=counts)
+
+
+@dataclass(frozen=True)
 class RunTimes:
     clean_seconds: float
     sample_seconds: float
@@ -113,6 +146,8 @@ class FamilyReport:
     splits: dict[str, SplitSummary]
     limit: int | None
     versions: dict[str, str | None]
+    lengths: dict[str, Lengths]
+    """`accepted` / `rejected` -> how long those answers ran."""
     run: RunTimes | None = None
     """Timings and engine calls of this run; not published (they differ from run to run)."""
 
@@ -138,6 +173,7 @@ class FamilyReport:
                 "cleaning": CleaningSummary(**data["cleaning"]),
                 "totals": Totals(**data["totals"]),
                 "splits": {name: SplitSummary(**split) for name, split in data["splits"].items()},
+                "lengths": {side: Lengths(**lengths) for side, lengths in data["lengths"].items()},
                 "run": RunTimes(**data["run"]) if data.get("run") else None,
             })
         except (KeyError, TypeError, AttributeError) as err:

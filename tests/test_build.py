@@ -46,6 +46,12 @@ def test_tinyclevr_builds_three_loadable_splits_and_rebuilds_from_cache(tmp_path
     assert t["source_qa"] == t["dropped_by_cleaning"] + t["accepted"] + t["rejected"]
     assert t["accepted"] == sum(t["accepted_by"].values()) and t["rejected"] == sum(t["rejected_by_reason"].values())
     assert stats["cleaning"]["rows"] <= 8 and stats["run"]["sampling_engine_calls"] == t["answered"]
+    # the answers' lengths, for the card's figure: every answered item, on its side of the routing
+    lengths = stats["lengths"]
+    assert lengths["accepted"]["total"] == t["accepted"] and lengths["rejected"]["total"] == t["rejected"] - t["rejected_by_reason"].get("engine_error", 0)
+    for side in lengths.values():
+        assert sum(side["counts"]) == side["total"] and side["edges"][-1] == side["max_tokens"] == stats["sampling"]["max_tokens"]
+        assert side["truncated"] <= side["total"] and (side["median"] is None) == (side["total"] == 0)
     for split in SPLITS:
         s = stats["splits"][split]
         if s["rows"] == 0:  # `datasets` refuses to load a split with no rows: check the declared schema instead

@@ -97,6 +97,15 @@ def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
                 assert f"[`{family.repo_name(other)}`](../{family.repo_name(other)}/README.md)" in text
                 assert (repo / ".." / family.repo_name(other) / "README.md").is_file()
         assert "huggingface.co/datasets/tester" not in text and "&#95;" not in text.split("## Examples")[0]
+        # the two figures, drawn from the same report as the text, their numbers in the alt text
+        t = stats["totals"]
+        funnel_alt = re.search(r"!\[(Bar chart of the [^\]]*)\]\(figures/qa-funnel\.png\)", text).group(1)
+        assert f"{t['source_qa']:,} source QA: {t['dropped_by_cleaning']:,} dropped by cleaning" in funnel_alt
+        assert f"{t['accepted']:,} accepted ({t['accepted_by']['verifier']:,} by the verifier" in funnel_alt
+        assert (repo / "figures/qa-funnel.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        # the replay engine counts no tokens: no lengths to draw, and no figure pretending otherwise
+        assert stats["lengths"]["accepted"]["total"] == 0 and not (repo / "figures/answer-lengths.png").exists()
+        assert "answer-lengths.png" not in text
         loaded = datasets.load_dataset(str(repo), split="train")
         assert loaded.features == features(split) and loaded.num_rows == s["rows"]
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rs.build import build_family
+from rs import figures
 from rs.cards import HUB_URL, attach_image_paths, check_card, render_card, select_examples, select_overturns
 from rs.errors import UsageError
 from rs.families import Family
@@ -92,8 +93,14 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
     if overturns:
         write_json(repo / "rs" / "overturns.json", overturns)
     c = family.config
+    drawn = [figures.funnel(report)]
+    if any(lengths.total for lengths in report.lengths.values()):  # an engine that counts tokens (not `replay`)
+        drawn.append(figures.lengths(report))
+    for figure in drawn:
+        (repo / figure.path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / figure.path).write_bytes(figure.png)
     text = render_card(report, dataclasses.asdict(c.card), c.instruction, split, c.publish.namespace, stored, overturns,
-                       local=local)
+                       local=local, figures=drawn)
     (repo / "README.md").write_text(text, encoding="utf-8")
     if not cards_only:
         check_card(text, repo)

@@ -1,0 +1,94 @@
+"""The two figures of a card: where the family's QA went, and how long the model's answers ran.
+
+Drawn with matplotlib from the family report alone (`stats.json`), the same numbers the card's text
+states; each comes with alt text that carries those numbers, for a reader who cannot see it. PNGs
+are written without a timestamp, so a rebuild of the same report writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from rs.report import FamilyReport, Lengths
+
+FUNNEL = "figures/qa-funnel.png"
+LENGTHS = "figures/answer-lengths.png"
+_ACCEPTED, _REJECTED, _DROPPED, _SOURCE = "#2e7d32", "#c62828", "#9e9e9e", "#1565c0"
+
+
+@dataclass(frozen=True)
+class Figure:
+    path: str
+    """Where it lives in the repo."""
+    png: bytes
+    alt: str
+
+
+def funnel(report: FamilyReport) -> Figure:
+    """Source QA, what cleaning dropped and why, what was accepted by whom and rejected for which reason."""
+    t = report.totals
+    rows = [("source QA", t.source_qa, _SOURCE)]
+    rows += [(f"dropped: {reason}", n, _DROPPED) for reason, n in sorted(report.cleaning.dropped.items()) if n]
+    rows += [(f"accepted by the {by}", n, _ACCEPTED) for by, n in t.accepted_by.items() if n]
+    rows += [(f"rejected: {reason}", n, _REJECTED) for reason, n in t.rejected_by_reason.items() if n]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 0.32 * len(rows) + 1.1), dpi=100)
+    labels, values, colours = zip(*rows)
+    bars = ax.barh(range(len(rows)), values, color=colours)
+    ax.set_yticks(range(len(rows)), labels)
+    ax.invert_yaxis()
+    ax.bar_label(bars, labels=[f"{v:,}" for v in values], padding=3, fontsize=8)
+    ax.set_xlim(0, max(values) * 1.15 or 1)
+    ax.set_xlabel("QA pairs")
+    ax.set_title(f"{report.family}: where the {t.source_qa:,} source QA went", fontsize=10)
+    ax.spines[["top", "right"]].set_visible(False)
+    dropped = ", ".join(f"{reason} {n:,}" for reason, n in sorted(report.cleaning.dropped.items()) if n) or "none"
+    rejected = ", ".join(f"{reason} {n:,}" for reason, n in t.rejected_by_reason.items() if n) or "none"
+    alt = (f"Bar chart of the {t.source_qa:,} source QA: {t.dropped_by_cleaning:,} dropped by cleaning ({dropped}); "
+           f"{t.accepted:,} accepted ({t.accepted_by.get('verifier', 0):,} by the verifier, {t.accepted_by.get('judge', 0):,} "
+           f"by the judge); {t.rejected:,} rejected ({rejected})")
+    return Figure(FUNNEL, _png(fig), alt)
+
+
+def lengths(report: FamilyReport) -> Figure:
+    """Histograms of the answers' lengths in tokens, accepted and rejected, with the cut-off at `max_tokens` marked."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
+    parts = []
+    for side, colour in (("accepted", _ACCEPTED), ("rejected", _REJECTED)):
+        h: Lengths = report.lengths[side]
+        if not h.total:
+            continue
+        ax.stairs(h.counts, h.edges, color=colour, linewidth=1.5, label=f"{side} ({h.total:,}; {h.truncated:,} cut off)")
+        parts.append(f"{h.total:,} {side}, median {h.median:,} tokens, {h.truncated:,} cut off at the limit")
+    limit = report.lengths["accepted"].max_tokens
+    ax.axvline(limit, color="black", linestyle="--", linewidth=1)
+    ax.annotate(f"max_tokens {limit:,}", (limit, 1), xycoords=("data", "axes fraction"), xytext=(-4, -12),
+                textcoords="offset points", ha="right", fontsize=8)
+    ax.set_xlabel("answer length in tokens (reasoning included)")
+    ax.set_ylabel("answers")
+    ax.set_title(f"{report.family}: how long the model's answers ran", fontsize=10)
+    ax.spines[["top", "right"]].set_visible(False)
+    if parts:
+        ax.legend(fontsize=8, frameon=False)
+    alt = f"Histogram of answer lengths in tokens (limit {limit:,}): " + ("; ".join(parts) or "no answers")
+    return Figure(LENGTHS, _png(fig), alt)
+
+
+def _pyplot():  # type: ignore[no-untyped-def]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = "rs"
+    return plt
+
+
+def _png(fig) -> bytes:  # type: ignore[no-untyped-def]
+    out = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(out, format="png", metadata={"Software": None})
+    _pyplot().close(fig)
+    return out.getvalue()
