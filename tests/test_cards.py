@@ -173,3 +173,35 @@ def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_p
     dry = publish(family, out=tmp_path / "elsewhere", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, dry_run=True)
     assert not (tmp_path / "elsewhere").exists()
     assert {c.action for r in dry["results"].values() for c in r.changes} == {"add"}
+
+
+def test_a_repo_the_hub_would_refuse_stops_the_publish_before_any_upload(family, tmp_path: Path, monkeypatch) -> None:
+    from rs.publish import checks
+
+    monkeypatch.setattr(checks, "MAX_ENTRIES_PER_FOLDER", 3)  # the staged repos hold more: README, data, images, rs, figures
+    with pytest.raises(checks.RepoCheckError, match=r"Hostile_RS_think: [0-9]+ entries, the Hub recommends fewer than 3 per folder"):
+        run_publish(family, tmp_path)
+    assert not (tmp_path / "out").exists()  # nothing published, not even the first repo
+
+
+def test_the_pre_publish_check_names_what_the_viewer_would_refuse(tmp_path: Path) -> None:
+    import random
+    import string
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rs.publish.checks import RepoCheckError, check_repo
+
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)
+    rng = random.Random(0)
+    table = pa.table({"text": ["".join(rng.choices(string.ascii_letters, k=1000)) for _ in range(200)]})
+    pq.write_table(table, repo / "data" / "train-00000-of-00001.parquet", row_group_size=200)  # one group of about 200 KB
+    (repo / "README.md").write_text("card")
+    check_repo(repo, row_group_bytes=1_000_000)
+    with pytest.raises(RepoCheckError, match=r"train-00000-of-00001\.parquet: row group 0 holds [0-9,]+ bytes uncompressed"):
+        check_repo(repo, row_group_bytes=100_000)
+    (repo / "data" / "train-00001-of-00002.jsonl").write_text("{}")
+    with pytest.raises(RepoCheckError, match=r"data: files of \.jsonl, \.parquet; the viewer reads one format per split"):
+        check_repo(repo, row_group_bytes=1_000_000)

@@ -20,12 +20,14 @@ from typing import Any, Callable
 
 from rs.build import build_family
 from rs import figures
+from rs.publish.checks import check_repo
 from rs.cards import HUB_URL, attach_image_paths, check_card, render_card, select_examples, select_overturns
 from rs.errors import UsageError
 from rs.families import Family
 from rs.hub import FileChange, PublishResult, publish_folder, resolve_token
 from rs.report import FamilyReport
 from rs.schema import SPLITS
+from rs.sizes import parse_bytes
 from rs.stages import BuildContext, default_cache_path
 from rs.store import write_json
 
@@ -186,13 +188,18 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     report = None if cards_only else build_family(ctx)
     staging = ctx.paths.root / "repos"
     only = CARD_FILES if cards_only else None
-    results = {}
+    staged = {}
     for split in SPLITS:
         repo_name = family.repo_name(split)
         published = root / repo_name if local else None
         if cards_only and not local and not ctx.paths.stats.exists():
             published = _download_card_inputs(f"{c.publish.namespace}/{repo_name}", ctx.paths.root / "published" / repo_name, token)
-        repo = stage_repo(ctx, split, staging, cards_only=cards_only, published=published, local=local)
+        staged[split] = stage_repo(ctx, split, staging, cards_only=cards_only, published=published, local=local)
+    for repo in staged.values():  # all three, before the first upload: a refused third repo leaves the first two untouched
+        check_repo(repo, row_group_bytes=parse_bytes(c.shard.row_group_bytes))
+    results = {}
+    for split, repo in staged.items():
+        repo_name = family.repo_name(split)
         if local:
             results[split] = sync_local(repo, root / repo_name, only=only, dry_run=dry_run)
         else:

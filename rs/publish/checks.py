@@ -1,0 +1,60 @@
+"""What the Hub and its dataset viewer would refuse, checked on the staged repos before anything is uploaded.
+
+The figures are the Hub's documented repository recommendations (huggingface.co/docs/hub/
+repositories-recommendations and the datasets upload guide): fewer than 100,000 files per repo and
+10,000 entries per folder, files under 20 GB (50 GB is the hard limit), and the viewer's limits: one
+file format per split and row groups it can read (`shard.row_group_bytes`, checked from the parquet
+metadata). A publish that would hit one stops before the first upload and says what to change.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from rs.build import RowGroupTooLarge, check_row_groups
+from rs.errors import RsError
+
+logger = logging.getLogger(__name__)
+
+MAX_FILES_PER_REPO = 100_000
+MAX_ENTRIES_PER_FOLDER = 10_000
+MAX_FILE_BYTES = 50 * 10**9
+RECOMMENDED_FILE_BYTES = 20 * 10**9
+
+
+class RepoCheckError(RsError, ValueError):
+    """A staged repo the Hub or its dataset viewer would refuse."""
+
+    default_hint = "nothing was uploaded; change what the message says (families.yaml shard settings) and publish again"
+
+
+def check_repo(folder: Path, *, row_group_bytes: int) -> None:
+    """Raise `RepoCheckError` listing everything in `folder` (one staged repo) the Hub or the viewer would refuse."""
+    problems: list[str] = []
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    if len(files) >= MAX_FILES_PER_REPO:
+        problems.append(f"{folder}: {len(files):,} files, the Hub recommends fewer than {MAX_FILES_PER_REPO:,} per repo "
+                        "(raise shard.max_bytes for fewer, larger shards)")
+    for directory in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
+        entries = sum(1 for _ in directory.iterdir())
+        if entries >= MAX_ENTRIES_PER_FOLDER:
+            problems.append(f"{directory}: {entries:,} entries, the Hub recommends fewer than {MAX_ENTRIES_PER_FOLDER:,} per folder "
+                            "(raise shard.max_bytes for fewer, larger shards)")
+    for path in files:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            problems.append(f"{path}: {size:,} bytes, over the Hub's {MAX_FILE_BYTES:,}-byte limit per file (lower shard.max_bytes)")
+        elif size > RECOMMENDED_FILE_BYTES:
+            logger.warning("%s: %s bytes, over the %s bytes the Hub recommends per file", path, f"{size:,}", f"{RECOMMENDED_FILE_BYTES:,}")
+    data = [p for p in files if p.relative_to(folder).parts[0] == "data"]
+    formats = sorted({p.suffix or p.name for p in data})
+    if len(formats) > 1 or (formats and formats != [".parquet"]):
+        problems.append(f"{folder / 'data'}: files of {', '.join(formats)}; the viewer reads one format per split, and this "
+                        "repo's card declares parquet")
+    try:
+        check_row_groups(sorted(p for p in data if p.suffix == ".parquet"), row_group_bytes)
+    except RowGroupTooLarge as err:
+        problems.append(str(err))
+    if problems:
+        raise RepoCheckError("the Hub or its dataset viewer would refuse this publish:\n  " + "\n  ".join(problems))
