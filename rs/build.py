@@ -12,7 +12,7 @@ import logging
 import os
 import shutil
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Iterable
@@ -47,9 +47,9 @@ class Routing:
 
     accepted_by: dict[str, int]
     rejected_by_reason: dict[str, int]
-    tokens: dict[str, Counter[int]] = field(default_factory=lambda: {"accepted": Counter(), "rejected": Counter()})
+    tokens: dict[str, Counter[int]]
     """`accepted` / `rejected` -> answers per output length in tokens."""
-    truncated: dict[str, int] = field(default_factory=lambda: {"accepted": 0, "rejected": 0})
+    truncated: dict[str, int]
     """`accepted` / `rejected` -> answers that ran to `max_tokens`."""
 
     @property

@@ -92,7 +92,7 @@ class Cluster:
         )
         start = time.perf_counter()
         loads: dict[str, float] = {}
-        batches: set[tuple[str, int]] = set()
+        batches: set[tuple[str, int] | tuple[str, int, str]] = set()
         activity: dict[str, tuple[float, float]] = {}
         try:
             with progress(total, f"{step} (ray, {start_with} replicas)", enabled=self.progress) as bar:
@@ -117,7 +117,7 @@ class Cluster:
 
 
 def _commit(batch: pa.Table, cache: GenerationCache, part_of: Callable[[str], StepStats], loads: dict[str, float],
-            batches: set[tuple[str, int]], activity: dict[str, tuple[float, float]]) -> None:
+            batches: set[tuple[str, int] | tuple[str, int, str]], activity: dict[str, tuple[float, float]]) -> None:
     """Commit one block of answers (one transaction) and count each in its step."""
     keys = batch["key"].to_pylist()
     generations = [Generation.from_dict(json.loads(g)) for g in batch["generation"].to_pylist()]
@@ -137,8 +137,8 @@ def _commit(batch: pa.Table, cache: GenerationCache, part_of: Callable[[str], St
         if (batch_id, id(stats)) not in batches:
             batches.add((batch_id, id(stats)))
             stats.batches += 1
-        if error is not None and (batch_id, -id(stats)) not in batches:
-            batches.add((batch_id, -id(stats)))
+        if error is not None and (batch_id, id(stats), "failed") not in batches:
+            batches.add((batch_id, id(stats), "failed"))
             stats.failed_batches += 1
 
 

@@ -7,6 +7,8 @@ than the context) comes back as a `Generation` with `error` set; it never fails 
 
 from __future__ import annotations
 
+import hashlib
+
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence
 
@@ -59,6 +61,10 @@ class Request:
     image_sha256: str | None = None
     item_key: str | None = None
     """The QA item this request asks about (record id and turn); the replay engine looks outputs up by it."""
+
+    def image_hash(self) -> str:
+        """The image's SHA-256 (the stored one, else computed from the bytes); "" for a text-only request."""
+        return self.image_sha256 or (hashlib.sha256(self.image).hexdigest() if self.image else "")
 
 
 @dataclass

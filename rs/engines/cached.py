@@ -99,7 +99,6 @@ class CachedStream:
         self.engine, self.cache, self.settings, self.stats, self.identity = engine, cache, settings, stats, identity
         self._key = key_function(identity, settings)
         self.lookup_rows = max(1, lookup_rows)
-        self.commit_seconds = commit_seconds
         self._stream: Stream | None = None
         """Opened at the first miss: a fully cached run never loads the model."""
         self.committer = _Committer(cache, rows=self.lookup_rows, seconds=commit_seconds)
@@ -129,7 +128,7 @@ class CachedStream:
         return len(self._lookup) + len(self._backlog)
 
     def submit(self, tag: Hashable, request: Request) -> None:
-        self._lookup.append((tag, self._key(_image_sha256(request), request.prompt), request))
+        self._lookup.append((tag, self._key(request.image_hash(), request.prompt), request))
         self._pending += 1
         self.stats.requests += 1
         if len(self._lookup) >= self.lookup_rows:
@@ -196,10 +195,6 @@ class _Slot:
         self.request, self.generation = request, None
 
 
-def _image_sha256(request: Request) -> str:
-    return request.image_sha256 or (hashlib.sha256(request.image).hexdigest() if request.image else "")
-
-
 class CachedEngine:
     """Answers from the cache where it can; streams only the misses through the engine; commits as they finish.
 
@@ -225,7 +220,7 @@ class CachedEngine:
         """Content address: engine identity, exact prompt bytes, image hash, sampling settings."""
         if self._keys is None or self._keys[0] != settings:
             self._keys = (settings, key_function(self.identity_key, settings))
-        return self._keys[1](_image_sha256(request), request.prompt)
+        return self._keys[1](request.image_hash(), request.prompt)
 
     def stream(self, settings: SamplingSettings) -> CachedStream:
         """A push stream through this cache and engine (its figures count in `stats`)."""

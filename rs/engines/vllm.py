@@ -335,7 +335,7 @@ class VLLMStream:
     def _conversation(self, request: Request) -> list[dict[str, Any]] | Generation:
         if request.image is None:
             return [{"role": "user", "content": request.prompt}]
-        sha = request.image_sha256 or hashlib.sha256(request.image).hexdigest()
+        sha = request.image_hash()
         if self._last_image is None or self._last_image[0] != sha:
             self._last_image = (sha, _decode_image(request.image))
         image = self._last_image[1]
