@@ -19,6 +19,8 @@ from contextlib import closing
 from pathlib import Path
 
 from conftest import png
+from rs.families import load_families
+from rs.publish import publish
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
@@ -57,6 +59,19 @@ def write_families(folder: Path, *, images: int = 8, engine: str = "{kind: repla
     (folder / "replay.jsonl").write_text("\n".join(json.dumps(r) for r in replay) + "\n")
     (folder / "families.yaml").write_text(text)
     return folder / "families.yaml"
+
+
+def publish_family(families: Path, work: Path, name: str = "Alpha") -> dict:
+    """Publish a family in this process into `work`'s out/, build/ and cache.sqlite."""
+    return publish(load_families(families)[name], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
+                   progress=False)
+
+
+def reference(folder: Path) -> tuple[Path, Path]:
+    """The families file written in `folder`, and `folder/ref`, where Alpha was published without a fault."""
+    families = write_families(folder)
+    publish_family(families, folder / "ref")
+    return families, folder / "ref"
 
 
 def publish_command(families: Path, work: Path, family: str = "Alpha", *extra: str) -> list[str]:

@@ -21,25 +21,15 @@ from pathlib import Path
 import pytest
 
 import rs.engines.cache
-from faults import assert_same_published, cache_keys, write_families
+import faults
+from faults import assert_same_published, cache_keys, publish_family
 from rs.engines.cache_file import CacheBroken, CacheLocked
-from rs.families import load_families
-from rs.publish import publish
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The families file, and the folder of Alpha published without a fault (its out/, build/ and cache.sqlite)."""
-    folder = tmp_path_factory.mktemp("families")
-    families = write_families(folder)
-    ref = folder / "ref"
-    publish(load_families(families)["Alpha"], out=ref / "out", build_root=ref / "build", cache_path=ref / "cache.sqlite", progress=False)
-    return families, ref
-
-
-def run(families: Path, work: Path) -> dict:
-    return publish(load_families(families)["Alpha"], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
-                   progress=False)
+    return faults.reference(tmp_path_factory.mktemp("families"))
 
 
 def truncate(path: Path) -> None:
@@ -73,7 +63,7 @@ def test_a_broken_cache_is_named_left_as_it_is_and_a_new_one_starts_only_when_it
     broken = cache.read_bytes()
 
     with pytest.raises(CacheBroken, match=f"^the generation cache {cache} is damaged: {says}; rs will not start a new cache") as caught:
-        run(families, tmp_path)
+        publish_family(families, tmp_path)
     assert f"move it aside (mv {cache} {cache}.broken) and run the same command again" in caught.value.hint
     assert "every sampling stage not finished yet" in caught.value.hint and "finished stages are kept" in caught.value.hint
     assert cache.read_bytes() == broken  # nothing written over it, no new cache in its place
@@ -81,7 +71,7 @@ def test_a_broken_cache_is_named_left_as_it_is_and_a_new_one_starts_only_when_it
     assert (build / "clean.json").exists() and not (build / "sample.json").exists() and not (build / "items.tmp").exists()
 
     cache.rename(cache.with_name(cache.name + ".broken"))  # what the hint says
-    run(families, tmp_path)
+    publish_family(families, tmp_path)
     assert_same_published(ref / "out" / "tester", tmp_path / "out" / "tester")
 
 
@@ -110,7 +100,7 @@ def test_a_cache_another_process_keeps_locked_names_it_and_the_run_resumes_when_
         started = time.monotonic()
         with pytest.raises(CacheLocked, match=f"^the generation cache {cache} stayed locked by another process for 1 s; "
                                               f"held by process {holder.pid} \\({sys.executable} -c "):
-            run(families, tmp_path)
+            publish_family(families, tmp_path)
         assert time.monotonic() - started < 10  # waited once, not again on the way out
     finally:
         holder.kill()
@@ -119,7 +109,7 @@ def test_a_cache_another_process_keeps_locked_names_it_and_the_run_resumes_when_
     build = tmp_path / "build" / "Alpha"
     assert not (build / "sample.json").exists() and not (build / "items.tmp").exists()
 
-    run(families, tmp_path)  # the other process is gone: the same run goes through
+    publish_family(families, tmp_path)  # the other process is gone: the same run goes through
     assert_same_published(ref / "out" / "tester", tmp_path / "out" / "tester")
     calls = {name: json.loads((path / "Alpha" / "stats.json").read_text())["run"] for name, path in
              (("ref", ref / "build"), ("rerun", tmp_path / "build"))}

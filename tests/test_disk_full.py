@@ -19,7 +19,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from faults import assert_same_published, cache_keys, write_families
+import faults
+from faults import assert_same_published, cache_keys
 from rs.build import build_family
 from rs.disk import DiskFull
 from rs.engines.cache import GenerationCache
@@ -77,11 +78,7 @@ def small_disk(tmp_path: Path) -> Iterator[Callable[[Path], SmallDisk]]:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The families file, and the folder of Alpha published without a fault (its out/, build/ and cache.sqlite)."""
-    folder = tmp_path_factory.mktemp("families")
-    families = write_families(folder)
-    ref = folder / "ref"
-    publish(load_families(families)["Alpha"], out=ref / "out", build_root=ref / "build", cache_path=ref / "cache.sqlite", progress=False)
-    return families, ref
+    return faults.reference(tmp_path_factory.mktemp("families"))
 
 
 def complete_state(build: Path) -> dict[str, bytes]:

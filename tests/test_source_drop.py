@@ -21,7 +21,7 @@ import pytest
 from datasets import Features, Image, Value
 
 import rs.sources.resumable
-from faults import assert_same_published, write_families
+from faults import assert_same_published, publish_family, write_families
 from rs.families import load_families
 from rs.publish import publish
 from rs.sources.resumable import RETRIES, SourceUnavailable
@@ -80,18 +80,13 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return families, folder / "ref" / "out" / "tester"
 
 
-def run(families: Path, work: Path) -> dict:
-    return publish(load_families(families)["Alpha"], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
-                   progress=False)
-
-
 def test_a_dropped_stream_is_resumed_after_its_last_record_and_the_accounting_closes(reference, tmp_path: Path, monkeypatch,
                                                                                     caplog) -> None:
     families, published = reference
     monkeypatch.setattr(rs.sources.resumable, "BACKOFF_S", 0.01)
     monkeypatch.setattr(datasets, "load_dataset", stream(families.parent, once_at(5, 11, 11)))
     with caplog.at_level(logging.WARNING, logger="rs.sources.resumable"):
-        run(families, tmp_path)
+        publish_family(families, tmp_path)
     reset = "(ConnectionResetError: [Errno 104] Connection reset by peer); resuming there in"
     assert [r.getMessage() for r in caplog.records if "the stream dropped" in r.getMessage()] == [
         f"pools/shapes (train): the stream dropped after record 5 {reset} 0.01 s (retry 1 of 6)",
@@ -109,7 +104,7 @@ def test_a_stream_that_keeps_dropping_stops_the_clean_stage_and_the_same_command
     monkeypatch.setattr(rs.sources.resumable, "BACKOFF_S", 0.01)
     monkeypatch.setattr(datasets, "load_dataset", stream(families.parent, lambda position: position == 7))
     with pytest.raises(SourceUnavailable) as caught:
-        run(families, tmp_path)
+        publish_family(families, tmp_path)
     assert str(caught.value) == (f"the source pools/shapes (train) kept dropping the connection: {RETRIES + 1} tries in a row failed "
                                  "after record 7 (ConnectionResetError: [Errno 104] Connection reset by peer)")
     assert caught.value.hint.startswith("check the network (or the Hub's status page) and run the same command again")
@@ -117,5 +112,5 @@ def test_a_stream_that_keeps_dropping_stops_the_clean_stage_and_the_same_command
     assert sorted(p.name for p in build.iterdir()) == [".clean.lock", ".lock"]  # no clean store, report or exclusions half-written
 
     monkeypatch.setattr(datasets, "load_dataset", stream(families.parent, lambda position: False))  # the network is back
-    run(families, tmp_path)
+    publish_family(families, tmp_path)
     assert_same_published(published, tmp_path / "out" / "tester")
