@@ -13,6 +13,7 @@ import fnmatch
 import hashlib
 import heapq
 import html
+import json
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -55,6 +56,19 @@ def pre(value: Any) -> str:
     return f"<pre><code>{html.escape(str(value), quote=False)}</code></pre>"
 
 
+def code(value: Any) -> str:
+    """Text as an inline code span, fenced with more backticks than it holds in a row (so it cannot close early)."""
+    text = str(value)
+    ticks = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def literal(value: str) -> str:
+    """A configured string as its JSON literal in a code span: newlines show as `\\n`, quotes as they are."""
+    return code(json.dumps(value, ensure_ascii=False))
+
+
 def num(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
@@ -66,7 +80,7 @@ def pct(value: float | None) -> str:
 def _env() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True,
                       autoescape=False)
-    env.filters.update(cell=cell, num=num, pct=pct, pre=pre)
+    env.filters.update(cell=cell, code=code, literal=literal, num=num, pct=pct, pre=pre)
     return env
 
 
@@ -216,7 +230,7 @@ def sibling_link(repo: str, namespace: str, *, local: bool) -> str:
     return f"../{repo}/README.md" if local else f"{HUB_URL}/{namespace}/{repo}"
 
 
-def render_card(report: FamilyReport, family_card: dict[str, Any], instruction: str, split: str, namespace: str,
+def render_card(report: FamilyReport, family_card: dict[str, Any], split: str, namespace: str,
                 examples: list[dict[str, Any]], overturns: list[dict[str, str]] | None = None, *, local: bool = False,
                 figures: list[Figure] | None = None) -> str:
     """The README.md of one split's repo: the card template over the family's report.
@@ -236,7 +250,7 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], instruction: 
         verifier_template=f"verifiers/{custom.name}" if custom.exists() else "verifiers/default.md.jinja",
         siblings=[{"repo": repos[s], "url": sibling_link(repos[s], namespace, local=local)} for s in SPLITS],
         description=family_card["description"], model=report.model, engine=report.engine, sampling=report.sampling,
-        instruction=instruction, repos=repos, judge=report.judge, calibration=calibration, overturns=overturns or [],
+        prompts=report.prompts, repos=repos, judge=report.judge, calibration=calibration, overturns=overturns or [],
         schema_fields="{" + ", ".join(f"`{k}`" for k in QA[split]) + "}",
         reasons=REJECT_REASONS, cleaning=report.cleaning, policies=_policies(report.cleaning),
         examples=[_example_view(split, e, e["image_path"]) for e in examples],

@@ -29,6 +29,7 @@ from rs.engines.cache import GenerationCache
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.families import Family
 from rs.progress import progress
+from rs.prompt import Instructions
 from rs.sample import SampleReport, SampleStage
 from rs.sources import open_source
 from rs.sources.base import Row
@@ -124,7 +125,7 @@ def replace_dir(tmp: Path, final: Path) -> None:
 
 def clean_fingerprint(ctx: BuildContext) -> str:
     c = ctx.family.config
-    return fingerprint({"source": asdict(c.source), "cleaning": asdict(c.cleaning), "instruction": c.instruction,
+    return fingerprint({"source": asdict(c.source), "cleaning": asdict(c.cleaning), "instructions": asdict(Instructions.of(c)),
                         "limit": ctx.limit, "policy": POLICY_VERSION})
 
 
@@ -175,7 +176,7 @@ def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
     c = ctx.family.config
     return fingerprint({"clean": clean.fingerprint, "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
                         "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier),
-                        "instruction": c.instruction})
+                        "instructions": asdict(Instructions.of(c))})
 
 
 def ensure_sampled(ctx: BuildContext) -> SampleReport:

@@ -101,7 +101,7 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
     for figure in drawn:
         (repo / figure.path).parent.mkdir(parents=True, exist_ok=True)
         (repo / figure.path).write_bytes(figure.png)
-    text = render_card(report, dataclasses.asdict(c.card), c.instruction, split, c.publish.namespace, stored, overturns,
+    text = render_card(report, dataclasses.asdict(c.card), split, c.publish.namespace, stored, overturns,
                        local=local, figures=drawn)
     (repo / "README.md").write_text(text, encoding="utf-8")
     if not cards_only:
