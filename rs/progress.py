@@ -86,9 +86,8 @@ class LogProgress:
         state = f"done in {_clock(elapsed)}" if done else f"{_clock(elapsed)} so far"
         postfix = f" [{self.postfix}]" if self.postfix else ""
         if self.unit_scale:
-            count = f"{_scaled(self.n)}/{_scaled(self.total)}" if self.total else _scaled(self.n)
-            logger.info("%s: %s%s (%s%s/s, %s%s)%s", self.desc, count, self.unit, _scaled(rate), self.unit, state, left,
-                        postfix)
+            count = f"{_scaled(self.n)}{self.unit}" + (f"/{_scaled(self.total)}{self.unit}" if self.total else "")
+            logger.info("%s: %s (%s%s/s, %s%s)%s", self.desc, count, _scaled(rate), self.unit, state, left, postfix)
             return
         count = f"{self.n:,}/{self.total:,}" if self.total else f"{self.n:,}"
         logger.info("%s: %s %ss (%.1f/s, %s%s)%s", self.desc, count, self.unit, rate, state, left, postfix)
