@@ -85,7 +85,8 @@ def make_plan(api: HfApi, repo_id: str, local: dict[str, LocalFile], *, only: Se
         if not plan.todo:
             plan.stale.append((pull, "main already holds these files"))
         elif not pull.holds(plan.build or ""):
-            plan.stale.append((pull, f"it holds an older build; build {(plan.build or '')[:pulls.MARK_LENGTH]} replaces it"))
+            plan.stale.append((pull, f"it holds an older build (or other files); build "
+                                     f"{(plan.build or '')[:pulls.MARK_LENGTH]} replaces it"))
         elif not pull.based_on(remote.head):
             plan.stale.append((pull, "main moved since it was opened, so merging it would not give this build; "
                                      "a new pull request replaces it"))
