@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
+from rs.hub import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
 from rs.sizes import parse_bytes
 
@@ -149,6 +150,12 @@ class PublishConfig:
     """Where `python -m rs.publish` puts the repos when `--out` is not given."""
     local_dir: str = "out"
     """The folder of the `local` target (relative to the working directory): `{local_dir}/{namespace}/{repo}`."""
+    files_per_commit: int = DEFAULT_FILES_PER_COMMIT
+    """Most files (added, changed or deleted) in one commit to the Hub (1-100, the Hub's guidance). A repo that
+    changes by more gets them in commits of this size on a pull request, merged at the end: readers see the change at once."""
+
+    def __post_init__(self) -> None:
+        check_files_per_commit(self.files_per_commit)
 
 
 @dataclass
