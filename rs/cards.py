@@ -73,6 +73,11 @@ def num(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def chars(text: str) -> str:
+    """How long a field is, as a reader reads it: "1 char", "1,234 chars"."""
+    return f"{len(text):,} char{'' if len(text) == 1 else 's'}"
+
+
 def pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
@@ -80,7 +85,7 @@ def pct(value: float | None) -> str:
 def _env() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True,
                       autoescape=False)
-    env.filters.update(cell=cell, code=code, literal=literal, num=num, pct=pct, pre=pre)
+    env.filters.update(cell=cell, chars=chars, code=code, literal=literal, num=num, pct=pct, pre=pre)
     return env
 
 
@@ -166,17 +171,21 @@ def attach_image_paths(examples: list[dict[str, Any]]) -> list[tuple[str, bytes]
     return files
 
 
+SHORT_FIELD = 200
+"""A reasoning or wrong answer up to this many characters on one line is shown in the example's table:
+behind a collapsed <details> a reader would have to click to see a one-word `wrong_vlm`."""
+
+
 def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[str, Any]:
     qa = example["qa"]
     if split == "rejected":
         fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reason", qa["reason"])]
-        details = [("wrong_vlm", qa["wrong_vlm"])]
-    elif split == "think":
-        fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reference", qa["reference"]), ("accepted_by", qa["accepted_by"])]
-        details = [("reasoning", qa["reasoning"])]
+        long = [("wrong_vlm", qa["wrong_vlm"])]
     else:
         fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reference", qa["reference"]), ("accepted_by", qa["accepted_by"])]
-        details = []
+        long = [("reasoning", qa["reasoning"])] if split == "think" else []
+    fields += [(k, v) for k, v in long if len(v) <= SHORT_FIELD and "\n" not in v and "\r" not in v]
+    details = [(k, v) for k, v in long if (k, v) not in fields]
     return {"image_path": image_path, "fields": fields, "details": details}
 
 
