@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
-from rs.hub import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
+from rs.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
 from rs.sizes import parse_bytes
 

@@ -26,17 +26,6 @@ from rs.hub.pulls import Pull
 
 logger = logging.getLogger("rs.hub")
 
-DEFAULT_FILES_PER_COMMIT = 50
-MAX_FILES_PER_COMMIT = 100  # the Hub's guidance: "Commit size <100 files", "keep around 50-100 files per commit"
-
-
-def check_files_per_commit(value: int, *, name: str = "files_per_commit") -> int:
-    """`value` if it is a number of files per commit within the Hub's guidance, else ValueError saying so."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FILES_PER_COMMIT:
-        raise ValueError(f"{name} must be a whole number from 1 to {MAX_FILES_PER_COMMIT} (the Hub's guidance: keep "
-                         f"around 50-100 files per commit; default {DEFAULT_FILES_PER_COMMIT}), got {value!r}")
-    return value
-
 
 @dataclass
 class CommitPlan:

@@ -15,12 +15,13 @@ from huggingface_hub import HfApi
 
 from rs import __version__
 from rs.hub import pulls
-from rs.hub.commits import DEFAULT_FILES_PER_COMMIT, CommitPlan, check_files_per_commit, make_plan, operations
+from rs.hub.commits import CommitPlan, make_plan, operations
 from rs.hub.plan import REPO_TYPE, FileChange, LocalFile, scan_folder
 from rs.hub.pulls import Pull
 from rs.hub.result import PublishResult, format_plan, human_size
 from rs.hub.retry import MainMoved, retrying, through_rate_limit
 from rs.hub.tokens import optional_token, resolve_token
+from rs.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
 from rs.progress import progress as progress_bar
 
 logger = logging.getLogger("rs.hub")

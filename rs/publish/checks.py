@@ -18,15 +18,11 @@ from pathlib import Path
 
 from rs.build import RowGroupTooLarge, check_row_groups
 from rs.errors import RsError
-from rs.hub import DEFAULT_FILES_PER_COMMIT, MAX_FILES_PER_COMMIT, check_files_per_commit
+from rs.limits import (COMMITS_PER_HOUR, DEFAULT_FILES_PER_COMMIT, MAX_ENTRIES_PER_FOLDER, MAX_FILE_BYTES,
+                       MAX_FILES_PER_COMMIT, MAX_FILES_PER_REPO, RECOMMENDED_FILE_BYTES, check_files_per_commit)
 
 logger = logging.getLogger(__name__)
 
-MAX_FILES_PER_REPO = 100_000
-MAX_ENTRIES_PER_FOLDER = 10_000
-MAX_FILE_BYTES = 500 * 10**9
-RECOMMENDED_FILE_BYTES = 200 * 10**9
-COMMITS_PER_HOUR = 128  # the Hub's commit quota per repo, as its 429 message names it
 
 
 class RepoCheckError(RsError, ValueError):
