@@ -59,7 +59,7 @@ families:
 
 def cache_contents(path: Path) -> dict[str, str]:
     with sqlite3.connect(path) as db:
-        return dict(db.execute("SELECT key, value FROM generations"))
+        return dict(db.execute("SELECT key, value FROM answers"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,8 @@ from rs import __version__
 from rs.builders import builder_class
 from rs.disk import writing
 from rs.errors import RsError
-from rs.report import CleaningSummary, FamilyReport, JudgeSummary, Lengths, RunTimes, SplitSummary, Totals, VerifierSummary
+from rs.report import (CleaningSummary, FamilyReport, JudgeSummary, Lengths, PromptSummary, RunTimes, SplitSummary, Totals,
+                       VerifierSummary)
 from rs.route import decide
 from rs.schema import REJECT_REASONS, SPLITS
 from rs.sizes import parse_bytes
@@ -108,10 +109,16 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
         model=asdict(c.model),
         engine=c.engine.recorded(),
         sampling=asdict(c.sampling),
+        prompts=PromptSummary(instruction=c.instruction, multiple_choice_instruction=c.multiple_choice_instruction,
+                              multiple_choice_items=sampled.multiple_choice_items,
+                              reasoning={**asdict(c.model.reasoning), "states": dict(sorted(sampled.prompt_reasoning.items()))}),
         verifier=VerifierSummary(name=verifier.name, title=verifier.title, params=verifier.params, description=verifier.description,
                                  contradiction_rule=verifier.contradiction_rule),
         judge=JudgeSummary(enabled=c.judge.enabled, model=asdict(c.judge.model) if c.judge.model else asdict(c.model),
-                           max_tokens=c.judge.max_tokens, verdicts=dict(sampled.verdicts), judged=sampled.judged,
+                           max_tokens=c.judge.max_tokens, mode=c.judge.mode,
+                           think_budget=c.judge.think_budget if c.judge.mode == "think_then_label" else None,
+                           prompt_states=dict(sorted(sampled.judge_prompt_reasoning.items())),
+                           verdicts=dict(sampled.verdicts), judged=sampled.judged,
                            contradicted=sampled.contradicted, contradicted_verdicts=dict(sampled.contradicted_verdicts),
                            calibration=sampled.calibration.to_dict() if sampled.calibration else None),
         cleaning=CleaningSummary(**{k: v for k, v in clean.to_dict().items() if k in CLEANING_FIELDS}),

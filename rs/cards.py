@@ -13,6 +13,7 @@ import fnmatch
 import hashlib
 import heapq
 import html
+import json
 import re
 from pathlib import Path
 from typing import Any, Iterable
@@ -55,8 +56,26 @@ def pre(value: Any) -> str:
     return f"<pre><code>{html.escape(str(value), quote=False)}</code></pre>"
 
 
+def code(value: Any) -> str:
+    """Text as an inline code span, fenced with more backticks than it holds in a row (so it cannot close early)."""
+    text = str(value)
+    ticks = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def literal(value: str) -> str:
+    """A configured string as its JSON literal in a code span: newlines show as `\\n`, quotes as they are."""
+    return code(json.dumps(value, ensure_ascii=False))
+
+
 def num(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def chars(text: str) -> str:
+    """How long a field is, as a reader reads it: "1 char", "1,234 chars"."""
+    return f"{len(text):,} char{'' if len(text) == 1 else 's'}"
 
 
 def pct(value: float | None) -> str:
@@ -66,7 +85,7 @@ def pct(value: float | None) -> str:
 def _env() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True,
                       autoescape=False)
-    env.filters.update(cell=cell, num=num, pct=pct, pre=pre)
+    env.filters.update(cell=cell, chars=chars, code=code, literal=literal, num=num, pct=pct, pre=pre)
     return env
 
 
@@ -152,17 +171,21 @@ def attach_image_paths(examples: list[dict[str, Any]]) -> list[tuple[str, bytes]
     return files
 
 
+SHORT_FIELD = 200
+"""A reasoning or wrong answer up to this many characters on one line is shown in the example's table:
+behind a collapsed <details> a reader would have to click to see a one-word `wrong_vlm`."""
+
+
 def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[str, Any]:
     qa = example["qa"]
     if split == "rejected":
         fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reason", qa["reason"])]
-        details = [("wrong_vlm", qa["wrong_vlm"])]
-    elif split == "think":
-        fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reference", qa["reference"]), ("accepted_by", qa["accepted_by"])]
-        details = [("reasoning", qa["reasoning"])]
+        long = [("wrong_vlm", qa["wrong_vlm"])]
     else:
         fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reference", qa["reference"]), ("accepted_by", qa["accepted_by"])]
-        details = []
+        long = [("reasoning", qa["reasoning"])] if split == "think" else []
+    fields += [(k, v) for k, v in long if len(v) <= SHORT_FIELD and "\n" not in v and "\r" not in v]
+    details = [(k, v) for k, v in long if (k, v) not in fields]
     return {"image_path": image_path, "fields": fields, "details": details}
 
 
@@ -216,7 +239,7 @@ def sibling_link(repo: str, namespace: str, *, local: bool) -> str:
     return f"../{repo}/README.md" if local else f"{HUB_URL}/{namespace}/{repo}"
 
 
-def render_card(report: FamilyReport, family_card: dict[str, Any], instruction: str, split: str, namespace: str,
+def render_card(report: FamilyReport, family_card: dict[str, Any], split: str, namespace: str,
                 examples: list[dict[str, Any]], overturns: list[dict[str, str]] | None = None, *, local: bool = False,
                 figures: list[Figure] | None = None) -> str:
     """The README.md of one split's repo: the card template over the family's report.
@@ -236,7 +259,7 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], instruction: 
         verifier_template=f"verifiers/{custom.name}" if custom.exists() else "verifiers/default.md.jinja",
         siblings=[{"repo": repos[s], "url": sibling_link(repos[s], namespace, local=local)} for s in SPLITS],
         description=family_card["description"], model=report.model, engine=report.engine, sampling=report.sampling,
-        instruction=instruction, repos=repos, judge=report.judge, calibration=calibration, overturns=overturns or [],
+        prompts=report.prompts, repos=repos, judge=report.judge, calibration=calibration, overturns=overturns or [],
         schema_fields="{" + ", ".join(f"`{k}`" for k in QA[split]) + "}",
         reasons=REJECT_REASONS, cleaning=report.cleaning, policies=_policies(report.cleaning),
         examples=[_example_view(split, e, e["image_path"]) for e in examples],

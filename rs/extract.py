@@ -12,10 +12,12 @@ call from any thread.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
-__all__ = ["answer_line", "answer_tag", "any_candidate", "candidates", "last_boxed", "split_reasoning"]
+__all__ = ["answer_line", "answer_tag", "answer_tag_between", "any_candidate", "candidates", "last_boxed", "reasoning_state", "split_reasoning"]
 
 # `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
 # disagree on capitalisation.
@@ -57,47 +59,93 @@ def _hedges(rest: str) -> bool:
     return any(phrase in text for phrase in _HEDGE_PHRASES)
 
 
-def split_reasoning(text: str) -> tuple[str, str | None]:
+def split_reasoning(text: str, *, start: str = "<think>", end: str = "</think>", opened: bool = False) -> tuple[str, str | None]:
     """Split a raw model output into ``(reasoning, final_answer)``.
 
     Rules, chosen so that reasoning text can never be scored as the answer:
 
-    * No think tag at all: no reasoning, the whole (trimmed) text is the answer.
-    * One or more ``<think>…</think>`` / ``<thinking>…</thinking>`` blocks (any case): the answer is the text
-      after the **last** closing tag; the reasoning is everything before it with the tags removed.
-    * A closing tag without an opening one (the chat template pre-filled ``<think>``): same rule, the answer is
-      the text after the last closing tag.
-    * An opening tag that is never closed (generation truncated mid-reasoning), including one opened again after
-      the last closing tag: the answer is ``None`` — there is no final answer to score.
+    * No marker at all: no reasoning, the whole (trimmed) text is the answer, unless ``opened``:
+      the generation prompt itself ended inside an open reasoning block (a template that pre-fills
+      ``<think>``), so the whole output is reasoning that was never closed and the answer is ``None``.
+    * One or more reasoning blocks: the answer is the text after the **last** closing marker; the
+      reasoning is everything before it with the markers removed.
+    * A closing marker without an opening one (the chat template pre-filled the opening): same rule.
+    * An opening marker that is never closed (generation truncated mid-reasoning), including one opened
+      again after the last closing marker: the answer is ``None``, there is no final answer to score.
 
-    The answer is whitespace-trimmed and may be ``""`` when the model closed its reasoning and then said nothing.
+    The default markers also match ``<thinking>`` and any case and spacing, as models and templates
+    write them; other markers (``◁think▷`` / ``◁/think▷``) match exactly. The answer is
+    whitespace-trimmed and may be ``""`` when the model closed its reasoning and then said nothing.
 
     Example:
         >>> split_reasoning("<think>3... no, 4</think>\\nThe answer is 4.")
         ('3... no, 4', 'The answer is 4.')
         >>> split_reasoning("<think>never closed")
         ('never closed', None)
+        >>> split_reasoning("pre-filled reasoning, never closed", opened=True)
+        ('pre-filled reasoning, never closed', None)
     """
-    if "<" not in text:
-        return "", text.strip()
+    tags = _tags(start, end)
+    if tags.first_char not in text:
+        return (text.strip(), None) if opened else ("", text.strip())
     last_close = None
-    for last_close in _CLOSE_TAG.finditer(text):
+    for last_close in tags.close.finditer(text):
         pass
     if last_close is None:
-        opened = _OPEN_TAG.search(text)
-        if opened is None:
-            return "", text.strip()
-        return _strip_tags(text[opened.end() :]), None
+        opening = tags.open.search(text)
+        if opening is None:
+            return (tags.strip(text), None) if opened else ("", text.strip())
+        return tags.strip(text[opening.end() :]), None
     answer = text[last_close.end() :]
-    reasoning = _strip_tags(text[: last_close.start()])
-    if _OPEN_TAG.search(answer) is not None:
+    reasoning = tags.strip(text[: last_close.start()])
+    if tags.open.search(answer) is not None:
         # Reasoning re-opened after the last close and never closed again: truncated.
         return reasoning, None
     return reasoning, answer.strip()
 
 
-def _strip_tags(text: str) -> str:
-    return _ANY_TAG.sub("", text).strip()
+@dataclass(frozen=True)
+class _Tags:
+    open: re.Pattern[str]
+    close: re.Pattern[str]
+    any: re.Pattern[str]
+    first_char: str
+    """A character every marker holds: an output without it has none (a fast path for most answers)."""
+
+    def strip(self, text: str) -> str:
+        return self.any.sub("", text).strip()
+
+
+_THINK_TAGS = _Tags(_OPEN_TAG, _CLOSE_TAG, _ANY_TAG, "<")
+
+
+@functools.lru_cache(maxsize=16)
+def _tags(start: str, end: str) -> _Tags:
+    if (start, end) == ("<think>", "</think>"):
+        return _THINK_TAGS
+    if not start or not end:
+        raise ValueError(f"reasoning markers must not be empty, got start={start!r}, end={end!r}")
+    common = set(start) & set(end)
+    first = next((c for c in start if c in common), start[0]) if common else ""
+    return _Tags(re.compile(re.escape(start)), re.compile(re.escape(end)),
+                 re.compile(f"{re.escape(start)}|{re.escape(end)}"), first or "")
+
+
+def reasoning_state(prompt_tail: str, *, start: str = "<think>", end: str = "</think>") -> str:
+    """Where a rendered generation prompt leaves the reasoning: ``open``, ``closed`` or ``none``.
+
+    ``open``: the prompt ends with an opening marker (the template pre-filled it), so the output
+    starts inside the reasoning; ``closed``: it ends with a closed (usually empty) block, so the
+    output is the answer; ``none``: no marker at its end, the model opens one itself or not at all.
+    """
+    tags = _tags(start, end)
+    tail = prompt_tail.rstrip()
+    last = None
+    for last in tags.any.finditer(tail):
+        pass
+    if last is None or tail[last.end() :].strip():
+        return "none"
+    return "closed" if tags.close.fullmatch(last.group(0)) else "open"
 
 
 def last_boxed(text: str) -> str | None:
@@ -168,16 +216,21 @@ def answer_tag(text: str) -> str | None:
     The last tag wins (lmms-eval takes the first) because a model that restates its answer usually means the
     later one.
     """
-    if "<" not in text:
+    return answer_tag_between(text, "<answer>", "</answer>")
+
+
+def answer_tag_between(text: str, start: str, end: str) -> str | None:
+    """Content of the last complete ``start…end`` pair (case-insensitive), trimmed, or ``None`` (:func:`answer_tag`)."""
+    if start[0] not in text and start[0].swapcase() not in text:
         return None
-    low = text.lower()
-    end = low.rfind("</answer>")
-    if end < 0:
+    low, start, end = text.lower(), start.lower(), end.lower()
+    close = low.rfind(end)
+    if close < 0:
         return None
-    start = low.rfind("<answer>", 0, end)
-    if start < 0:
+    opening = low.rfind(start, 0, close)
+    if opening < 0:
         return None
-    return text[start + len("<answer>") : end].strip()
+    return text[opening + len(start) : close].strip()
 
 
 def candidates(answer: str) -> tuple[str, ...]:

@@ -6,6 +6,14 @@ question, the reference and the candidate, is told to compare and never to solve
 exactly one of CORRECT / WRONG / UNSURE (constrained decoding where the engine supports it;
 anything else counts as UNSURE). Only CORRECT promotes.
 
+How it may reason is the family's choice (`judge.mode`), made explicit because thinking models
+differ in how reasoning is switched off: `label_only` switches it off (`enable_thinking: false`,
+and on the `vllm` engine a reasoning block the template leaves open, or opens by itself, is closed
+in the prompt) so the label is the first thing decoded; `think_then_label` lets it reason within
+`think_budget` tokens and constrains the label only after the reasoning ends. Either way the label
+is read after the judge's reasoning: a label with no closed reasoning before it, where some was
+expected, is UNSURE.
+
 A judge is measured on every run before it may promote anything (`rs.calibration`), and a
 candidate with nothing to grade (no letter or digit, or one of the "master key" phrases that are
 known to fool judges into CORRECT) is never sent to it.
@@ -13,16 +21,18 @@ known to fool judges into CORRECT) is never sent to it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.cached import CachedEngine
-from rs.families.schema import JudgeConfig
+from rs.families.schema import JudgeConfig, ReasoningConfig
+from rs.reasoning import ReasoningFormat
 
 LABELS = ("CORRECT", "WRONG", "UNSURE")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -67,17 +77,36 @@ class JudgeCase:
 
 
 class Judge:
-    """Renders the judge prompt and runs it through the (cached) engine."""
+    """Renders the judge prompt, runs it through the (cached) engine in the family's judge mode, reads the verdict.
 
-    def __init__(self, runner: CachedEngine, config: JudgeConfig, *, template_dir: Path = TEMPLATES):
+    Args:
+        runner: the judge model's engine, through the cache.
+        config: the family's `judge` block (`mode`, budgets, calibration).
+        reasoning: how the judge model marks its reasoning (`model.reasoning` of the judge model).
+        chat_template_kwargs: the family's sampling arguments (a `think_then_label` judge reasons with them).
+        tokenizer: the judge model's tokenizer, for a vLLM reasoning parser.
+    """
+
+    def __init__(self, runner: CachedEngine, config: JudgeConfig, *, reasoning: ReasoningConfig | None = None,
+                 chat_template_kwargs: dict[str, Any] | None = None, tokenizer: Callable[[], Any] | None = None,
+                 template_dir: Path = TEMPLATES):
         self.runner = runner
         self.config = config
         env = Environment(loader=FileSystemLoader(template_dir), undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
         env.globals["fence"] = fence
         self.template = env.get_template("judge.jinja")
-        self.settings = SamplingSettings(
-            temperature=0.0, max_tokens=config.max_tokens, chat_template_kwargs={"enable_thinking": False}, choices=LABELS,
-        )
+        reasoning = reasoning or ReasoningConfig()
+        if config.mode == "think_then_label":
+            kwargs = dict(chat_template_kwargs or {})
+            reasoning = dataclasses.replace(reasoning, required=reasoning.parser != "none")  # the label comes after the reasoning
+            self.reasoning = ReasoningFormat(reasoning, tokenizer=tokenizer, chat_template_kwargs=kwargs)
+            self.settings = SamplingSettings(temperature=0.0, max_tokens=config.think_budget + config.max_tokens,
+                                             chat_template_kwargs=kwargs, choices=LABELS, choices_after_reasoning=True)
+        else:
+            kwargs = {**(chat_template_kwargs or {}), "enable_thinking": False}
+            self.reasoning = ReasoningFormat(reasoning, tokenizer=tokenizer, chat_template_kwargs=kwargs)
+            self.settings = SamplingSettings(temperature=0.0, max_tokens=config.max_tokens, chat_template_kwargs=kwargs,
+                                             choices=LABELS, close_reasoning=self.reasoning.markers)
 
     def prompt(self, case: JudgeCase) -> str:
         return self.template.render(question=case.question, reference=case.reference, candidate=case.candidate)
@@ -86,10 +115,14 @@ class Judge:
         """The text-only request that asks the judge about one case."""
         return Request(prompt=self.prompt(case), item_key=case.item_key)
 
-    @staticmethod
-    def label(generation: Generation) -> str:
-        """The verdict a judge generation says: a failed request is UNSURE."""
-        return parse_verdict(generation.text) if generation.error is None else "UNSURE"
+    def read(self, generation: Generation) -> Generation:
+        """A judge generation read with the judge model's reasoning format (its verdict is the answer part)."""
+        return self.reasoning.read(generation)
+
+    def label(self, generation: Generation) -> str:
+        """The verdict a judge generation says, after its reasoning: a failed request or no closed reasoning is UNSURE."""
+        answer = self.read(generation).answer
+        return parse_verdict(answer) if answer is not None else "UNSURE"
 
     def verdicts(self, cases: Iterable[JudgeCase], *, desc: str = "judge") -> Iterator[tuple[JudgeCase, str, Generation]]:
         cases = iter(cases)

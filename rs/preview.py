@@ -7,7 +7,7 @@ from typing import TextIO
 
 from rs.clean import Cleaner
 from rs.families import Family
-from rs.prompt import build_prompt
+from rs.prompt import Instructions, build_prompt
 from rs.sources import open_source
 
 
@@ -17,11 +17,12 @@ def preview(family: Family, *, limit: int = 3, out: TextIO = sys.stdout) -> None
     cleaner = Cleaner(family.config, source.provenance())
     print(f"{family.name}: {family.config.source.kind} source {source.provenance()}", file=out)
     shown = 0
+    instructions = Instructions.of(family.config)
     for row in cleaner.rows(source, limit=limit):
         shown += 1
         print(f"\nrow {shown}: image {row.image_sha256[:16]}… ({len(row.image)} bytes), records {', '.join(row.record_ids)}", file=out)
         for item in row.qa:
-            prompt = build_prompt(item.question, family.config.instruction)
+            prompt = build_prompt(item.question, instructions.for_item(item))
             notes = ", ".join(item.rewrites + item.flags)
             print(f"  [{item.key}] Q: {prompt!r}", file=out)
             print(f"  {' ' * len(item.key)}   A: {item.answer!r}" + (f"   ({notes})" if notes else ""), file=out)

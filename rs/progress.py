@@ -28,15 +28,19 @@ def stream() -> TextIO:
     return terminal if terminal is not None else sys.stderr
 
 
-def progress(total: int | None, desc: str, *, unit: str = "item", enabled: bool = True) -> Any:
-    """A bar on a terminal, periodic log lines otherwise; nothing when `enabled` is False. Use as a context manager."""
+def progress(total: int | None, desc: str, *, unit: str = "item", enabled: bool = True, unit_scale: bool = False) -> Any:
+    """A bar on a terminal, periodic log lines otherwise; nothing when `enabled` is False. Use as a context manager.
+
+    `unit_scale`: counts shown as kB, MB, GB (for `unit="B"`: bytes).
+    """
     out = stream()
     if not enabled:
         return tqdm(total=total, disable=True)
     if out.isatty():
         sized = _columns(out) > 0  # a terminal that reports no size (a bare pseudo-terminal) gets 80 columns
-        return tqdm(total=total, desc=desc, unit=unit, file=out, dynamic_ncols=sized, ncols=None if sized else 80)
-    return LogProgress(total, desc, unit=unit)
+        return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit_scale, file=out, dynamic_ncols=sized,
+                    ncols=None if sized else 80)
+    return LogProgress(total, desc, unit=unit, unit_scale=unit_scale)
 
 
 def _columns(out: TextIO) -> int:
@@ -49,8 +53,8 @@ def _columns(out: TextIO) -> int:
 class LogProgress:
     """The `tqdm` calls the stages make, written as a log line every `LOG_EVERY_S` seconds and at the end."""
 
-    def __init__(self, total: int | None, desc: str, *, unit: str = "item"):
-        self.total, self.desc, self.unit = total, desc, unit
+    def __init__(self, total: int | None, desc: str, *, unit: str = "item", unit_scale: bool = False):
+        self.total, self.desc, self.unit, self.unit_scale = total, desc, unit, unit_scale
         self.n = 0
         self.postfix = ""
         self.start = self.last = time.monotonic()
@@ -76,13 +80,26 @@ class LogProgress:
         self.last = now = time.monotonic()
         elapsed = now - self.start
         rate = self.n / elapsed if elapsed > 0 else 0.0
-        count = f"{self.n:,}/{self.total:,}" if self.total else f"{self.n:,}"
         left = ""
         if self.total and rate and not done:
             left = f", {_clock((self.total - self.n) / rate)} left"
         state = f"done in {_clock(elapsed)}" if done else f"{_clock(elapsed)} so far"
-        logger.info("%s: %s %ss (%.1f/s, %s%s)%s", self.desc, count, self.unit, rate, state, left,
-                    f" [{self.postfix}]" if self.postfix else "")
+        postfix = f" [{self.postfix}]" if self.postfix else ""
+        if self.unit_scale:
+            count = f"{_scaled(self.n)}{self.unit}" + (f"/{_scaled(self.total)}{self.unit}" if self.total else "")
+            logger.info("%s: %s (%s%s/s, %s%s)%s", self.desc, count, _scaled(rate), self.unit, state, left, postfix)
+            return
+        count = f"{self.n:,}/{self.total:,}" if self.total else f"{self.n:,}"
+        logger.info("%s: %s %ss (%.1f/s, %s%s)%s", self.desc, count, self.unit, rate, state, left, postfix)
+
+
+def _scaled(value: float) -> str:
+    """1234567 -> '1.23M', as tqdm's unit_scale writes it."""
+    for prefix in ("", "k", "M", "G", "T"):
+        if abs(value) < 1000 or prefix == "T":
+            return f"{value:.0f}{prefix}" if prefix == "" else f"{value:.2f}{prefix}"
+        value /= 1000
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _clock(seconds: float) -> str:

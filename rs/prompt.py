@@ -6,12 +6,15 @@ alike), so the training text, the inference-time input and the cache key cannot 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rs.engines.base import Request
+from rs.families.schema import MULTIPLE_CHOICE_INSTRUCTION, FamilyConfig
 from rs.sources.base import QAItem
 
 
 def build_prompt(question: str, instruction: str) -> str:
-    """The cleaned question followed by the family's instruction, byte for byte.
+    """The cleaned question followed by an instruction, byte for byte.
 
     Cleaning has already removed a copy of the instruction that the source had appended, so it
     appears exactly once.
@@ -19,6 +22,32 @@ def build_prompt(question: str, instruction: str) -> str:
     return question + instruction
 
 
-def sampling_request(item: QAItem, instruction: str, image_sha256: str, image: bytes | None = None) -> Request:
+@dataclass(frozen=True)
+class Instructions:
+    """Which instruction a family appends to which question.
+
+    A question with options (rendered by cleaning as a lettered block, or given by the source) is
+    answered with a letter and verified as one: asking it for "a single word or phrase" is not
+    well posed, so it gets `multiple_choice` instead of `default`.
+    """
+
+    default: str
+    multiple_choice: str | None = MULTIPLE_CHOICE_INSTRUCTION
+    """None: questions with options get `default` too."""
+
+    @classmethod
+    def of(cls, config: FamilyConfig) -> Instructions:
+        return cls(config.instruction, config.multiple_choice_instruction)
+
+    def for_item(self, item: QAItem) -> str:
+        return self.multiple_choice if item.options and self.multiple_choice is not None else self.default
+
+    def all(self) -> tuple[str, ...]:
+        """Every instruction a question may be asked with (what cleaning strips where a source already appended it)."""
+        return (self.default,) if self.multiple_choice in (None, self.default) else (self.default, self.multiple_choice)
+
+
+def sampling_request(item: QAItem, instructions: Instructions, image_sha256: str, image: bytes | None = None) -> Request:
     """The request that asks the model one item about its image (the bytes may be left out: the cache key needs only the hash)."""
-    return Request(prompt=build_prompt(item.question, instruction), image=image, image_sha256=image_sha256, item_key=item.key)
+    prompt = build_prompt(item.question, instructions.for_item(item))
+    return Request(prompt=prompt, image=image, image_sha256=image_sha256, item_key=item.key)

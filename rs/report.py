@@ -14,7 +14,8 @@ from typing import Any
 
 from rs.errors import RsError
 
-__all__ = ["CleaningSummary", "FamilyReport", "JudgeSummary", "ReportError", "RunTimes", "SplitSummary", "Totals", "VerifierSummary"]
+__all__ = ["CleaningSummary", "FamilyReport", "JudgeSummary", "PromptSummary", "ReportError", "RunTimes", "SplitSummary", "Totals",
+           "VerifierSummary"]
 
 
 class ReportError(RsError, ValueError):
@@ -37,6 +38,12 @@ class JudgeSummary:
     enabled: bool
     model: dict[str, Any]
     max_tokens: int
+    mode: str
+    """`label_only` or `think_then_label` (`judge.mode`)."""
+    think_budget: int | None
+    """Reasoning tokens a `think_then_label` judge may use; None for `label_only`."""
+    prompt_states: dict[str, int]
+    """Where the judge's rendered prompts left its reasoning (`closed` when it was switched off there)."""
     verdicts: dict[str, int]
     """CORRECT / WRONG / UNSURE over the rejections judged."""
     judged: int
@@ -46,6 +53,19 @@ class JudgeSummary:
     calibration: dict[str, Any] | None
     """`rs.calibration`'s measurement (positives, easy and hard negatives, certain rejections, the gate); None when
     the judge is off."""
+
+
+@dataclass(frozen=True)
+class PromptSummary:
+    """How the questions were asked: what the stored question ends with."""
+
+    instruction: str
+    multiple_choice_instruction: str | None
+    multiple_choice_items: int
+    """Questions with options, asked with `multiple_choice_instruction` instead of `instruction`."""
+    reasoning: dict[str, Any]
+    """How the outputs were read (`model.reasoning`: parser, markers, answer tags, required) and where the rendered
+    prompts left the reasoning (`states`: `open` / `closed` / `none` / `unknown` -> answers)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +159,7 @@ class FamilyReport:
     model: dict[str, Any]
     engine: dict[str, Any]
     sampling: dict[str, Any]
+    prompts: PromptSummary
     verifier: VerifierSummary
     judge: JudgeSummary
     cleaning: CleaningSummary
@@ -168,6 +189,7 @@ class FamilyReport:
         try:
             return cls(**{
                 **data,
+                "prompts": PromptSummary(**data["prompts"]),
                 "verifier": VerifierSummary(**data["verifier"]),
                 "judge": JudgeSummary(**data["judge"]),
                 "cleaning": CleaningSummary(**data["cleaning"]),

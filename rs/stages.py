@@ -34,6 +34,7 @@ from rs.disk import writing
 from rs.families import Family
 from rs.locks import build_lock
 from rs.progress import progress
+from rs.prompt import Instructions
 from rs.sample import SampleReport, SampleStage
 from rs.sources import open_source
 from rs.sources.base import Row
@@ -153,7 +154,7 @@ def _remove(path: Path) -> None:
 
 def clean_fingerprint(ctx: BuildContext) -> str:
     c = ctx.family.config
-    return fingerprint({"source": asdict(c.source), "cleaning": asdict(c.cleaning), "instruction": c.instruction,
+    return fingerprint({"source": asdict(c.source), "cleaning": asdict(c.cleaning), "instructions": asdict(Instructions.of(c)),
                         "limit": ctx.limit, "policy": POLICY_VERSION})
 
 
@@ -204,7 +205,7 @@ def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
     c = ctx.family.config
     return fingerprint({"clean": clean.fingerprint, "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
                         "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier),
-                        "instruction": c.instruction})
+                        "instructions": asdict(Instructions.of(c))})
 
 
 def ensure_sampled(ctx: BuildContext) -> SampleReport:

@@ -65,6 +65,8 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "BOS_TOKEN",
     "CHAT_TEMPLATE",
+    "TEMPLATES",
+    "TEMPLATE_MARKERS",
     "EOS_TOKEN",
     "IMAGE_TOKEN",
     "PAD_TOKEN",
@@ -94,10 +96,9 @@ SPECIAL_TOKENS: tuple[str, ...] = (
 #: Reasoning delimiters: ordinary (non-special) added tokens right after the special ones.
 THINK_TOKENS: tuple[str, str] = ("<think>", "</think>")
 
-#: ChatML with an ``<image>`` placeholder per image part and Qwen3's ``enable_thinking`` switch
-#: (default on; off emits an empty think block). All newlines live in string literals so ``{%-``
-#: trimming cannot remove them.
-CHAT_TEMPLATE = """\
+#: ChatML turns with an ``<image>`` placeholder per image part. All newlines live in string
+#: literals so ``{%-`` trimming cannot remove them.
+_TURNS = """\
 {%- for message in messages %}
     {{- '<|im_start|>' + message['role'] + '\\n' }}
     {%- if message['content'] is string %}
@@ -113,12 +114,49 @@ CHAT_TEMPLATE = """\
     {%- endif %}
     {{- '<|im_end|>\\n' }}
 {%- endfor %}
+"""
+
+#: How the generation prompt starts the assistant's turn, after the behaviour of published thinking
+#: VLMs' templates (the behaviour, not their text): ``hybrid`` (Qwen3 hybrids) pre-fills nothing
+#: and closes an empty think block when ``enable_thinking`` is false; ``prefill`` (Qwen3.5) pre-fills
+#: an open ``<think>`` unless ``enable_thinking`` is false, then closes an empty one; ``always``
+#: (Qwen3-VL-Thinking, QwQ) pre-fills an open ``<think>`` whatever ``enable_thinking`` says;
+#: ``markers`` (Kimi-VL-Thinking) pre-fills nothing and has no switch: the model opens and closes its
+#: reasoning with ``◁think▷`` / ``◁/think▷`` itself.
+_GENERATION_PROMPTS: dict[str, str] = {
+    "hybrid": """\
 {%- if add_generation_prompt %}
     {{- '<|im_start|>assistant\\n' }}
     {%- if enable_thinking is defined and enable_thinking is false %}
         {{- '<think>\\n\\n</think>\\n\\n' }}
     {%- endif %}
-{%- endif %}"""
+{%- endif %}""",
+    "prefill": """\
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\\n\\n</think>\\n\\n' }}
+    {%- else %}
+        {{- '<think>\\n' }}
+    {%- endif %}
+{%- endif %}""",
+    "always": """\
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n<think>\\n' }}
+{%- endif %}""",
+    "markers": """\
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}""",
+}
+TEMPLATES: dict[str, str] = {name: _TURNS + prompt for name, prompt in _GENERATION_PROMPTS.items()}
+"""Chat templates by behaviour (see `_GENERATION_PROMPTS`); `tiny_vlm_path(template=NAME)` builds a model with one."""
+TEMPLATE_MARKERS: dict[str, tuple[str, str]] = {
+    "hybrid": THINK_TOKENS, "prefill": THINK_TOKENS, "always": THINK_TOKENS, "markers": ("◁think▷", "◁/think▷"),
+}
+"""The reasoning markers each template's model writes."""
+#: The default: Qwen3's ``enable_thinking`` switch (default on; off emits an empty think block).
+CHAT_TEMPLATE = TEMPLATES["hybrid"]
 
 #: ``vllm.LLM`` keyword arguments (besides ``model``) that load this model on a CPU machine. The
 #: explicit KV-cache size avoids start-up's memory check failing on small hosts.
@@ -412,7 +450,7 @@ def _shape_output_head(model: Any, tokenizer: Any, *, seed: int, favour: str | N
     return {"hidden": int(hidden.sum()), "numbers": int(numbers.sum()), "vocab": len(texts)}
 
 
-def _write_model_folder(folder: Path, *, seed: int, visible_text: bool, favour: str | None = None) -> None:
+def _write_model_folder(folder: Path, *, seed: int, visible_text: bool, favour: str | None = None, template: str = "hybrid") -> None:
     """Write all files of the tiny VLM into an existing empty ``folder``."""
     import torch
     from transformers import (
@@ -441,7 +479,7 @@ def _write_model_folder(folder: Path, *, seed: int, visible_text: bool, favour: 
         image_processor=image_processor,
         tokenizer=hf_tokenizer,
         image_seq_len=_IMAGE_SEQ_LEN,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=TEMPLATES[template],
     )
     processor.save_pretrained(folder)
 
@@ -483,13 +521,13 @@ def _looks_like_tiny_vlm(folder: Path) -> bool:
     return folder.is_dir() and all((folder / name).is_file() for name in MODEL_FILES)
 
 
-def _build_in_temp(parent: Path, *, seed: int, visible_text: bool, favour: str | None = None) -> Path:
+def _build_in_temp(parent: Path, *, seed: int, visible_text: bool, favour: str | None = None, template: str = "hybrid") -> Path:
     """Build into a fresh hidden temp dir under ``parent`` (same filesystem, so rename is atomic)."""
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-vlm-tmp-", dir=parent))
     try:
         start = time.perf_counter()
-        _write_model_folder(tmp, seed=seed, visible_text=visible_text, favour=favour)
+        _write_model_folder(tmp, seed=seed, visible_text=visible_text, favour=favour, template=template)
         logger.info("Built tiny VLM (seed=%d, visible_text=%s) in %.1f s", seed, visible_text, time.perf_counter() - start)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -497,7 +535,8 @@ def _build_in_temp(parent: Path, *, seed: int, visible_text: bool, favour: str |
     return tmp
 
 
-def build_tiny_vlm(out_dir: str | Path, *, seed: int = 0, visible_text: bool = True, favour: str | None = None) -> Path:
+def build_tiny_vlm(out_dir: str | Path, *, seed: int = 0, visible_text: bool = True, favour: str | None = None,
+                   template: str = "hybrid") -> Path:
     """Build the tiny Idefics3 VLM into ``out_dir`` and return its path.
 
     The folder appears atomically: files are written to a temp dir next to ``out_dir`` that is
@@ -533,11 +572,15 @@ def build_tiny_vlm(out_dir: str | Path, *, seed: int = 0, visible_text: bool = T
         favour: A word whose tokens then outrank every other token whatever the prompt
             (``favour="CORRECT"``: the judge that calls everything correct, which calibration
             must catch). Needs ``visible_text=True``.
+        template: The chat template's behaviour, one of :data:`TEMPLATES` (how the generation
+            prompt opens or closes the reasoning, and whether ``enable_thinking`` is honoured).
     """
+    if template not in TEMPLATES:
+        raise ValueError(f"unknown template {template!r}; one of {', '.join(TEMPLATES)}")
     out_dir = Path(out_dir).expanduser().absolute()
     if out_dir.exists() and not (out_dir.is_dir() and set(os.listdir(out_dir)) <= set(MODEL_FILES)):
         raise FileExistsError(f"{out_dir} exists and is not a tiny VLM build; not replacing it")
-    tmp = _build_in_temp(out_dir.parent, seed=seed, visible_text=visible_text, favour=favour)
+    tmp = _build_in_temp(out_dir.parent, seed=seed, visible_text=visible_text, favour=favour, template=template)
     try:
         os.replace(tmp, out_dir)  # succeeds when out_dir is absent or an empty directory
     except OSError:
@@ -558,7 +601,7 @@ def _library_versions() -> dict[str, str]:
     return versions
 
 
-def _content_key(*, seed: int, visible_text: bool, favour: str | None = None) -> str:
+def _content_key(*, seed: int, visible_text: bool, favour: str | None = None, template: str = "hybrid") -> str:
     """Name of a cached build: changes whenever the files could change.
 
     Hashes this module's source (any edit to the builder) and the versions of the libraries that
@@ -571,16 +614,20 @@ def _content_key(*, seed: int, visible_text: bool, favour: str | None = None) ->
         "seed": seed,
         "visible_text": visible_text,
         "favour": favour,
+        "template": template,
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-    return f"seed{seed}-{'visible' if visible_text else 'raw'}{'-' + favour.lower() if favour else ''}-{digest}"
+    favoured = "-" + "".join(c for c in favour.lower() if c.isalnum()) if favour else ""
+    shaped = "" if template == "hybrid" else f"-{template}"
+    return f"seed{seed}-{'visible' if visible_text else 'raw'}{favoured}{shaped}-{digest}"
 
 
 def _default_cache_dir() -> Path:
     return Path(os.environ.get("RS_CACHE_DIR") or Path.home() / ".cache" / "rs")
 
 
-def tiny_vlm_path(*, seed: int = 0, visible_text: bool = True, favour: str | None = None, cache_dir: str | Path | None = None) -> Path:
+def tiny_vlm_path(*, seed: int = 0, visible_text: bool = True, favour: str | None = None, template: str = "hybrid",
+                  cache_dir: str | Path | None = None) -> Path:
     """Return the path of a cached tiny VLM build, building it on first use.
 
     The folder is ``<cache_dir or $RS_CACHE_DIR or ~/.cache/rs>/tiny-vlm/<content key>``. Safe
@@ -589,10 +636,12 @@ def tiny_vlm_path(*, seed: int = 0, visible_text: bool = True, favour: str | Non
     winner's (both are byte-identical anyway). See :func:`build_tiny_vlm` for the arguments.
     """
     root = Path(cache_dir).expanduser() if cache_dir is not None else _default_cache_dir()
-    final = (root / "tiny-vlm" / _content_key(seed=seed, visible_text=visible_text, favour=favour)).absolute()
+    if template not in TEMPLATES:
+        raise ValueError(f"unknown template {template!r}; one of {', '.join(TEMPLATES)}")
+    final = (root / "tiny-vlm" / _content_key(seed=seed, visible_text=visible_text, favour=favour, template=template)).absolute()
     if _looks_like_tiny_vlm(final):
         return final
-    tmp = _build_in_temp(final.parent, seed=seed, visible_text=visible_text, favour=favour)
+    tmp = _build_in_temp(final.parent, seed=seed, visible_text=visible_text, favour=favour, template=template)
     try:
         os.rename(tmp, final)
     except OSError:

@@ -54,7 +54,7 @@ from typing import Any
 from rs.engines import sampling_settings
 from rs.engines.vllm import VLLMEngine
 from rs.families import get_family
-from rs.prompt import build_prompt, sampling_request
+from rs.prompt import Instructions, build_prompt, sampling_request
 from rs.sources.synthetic import (
     ADD_TEMPLATES,
     ATTRIBUTE_ORDER,
@@ -812,8 +812,8 @@ def evaluate(model_dir: Path, *, n: int = 2000, out: Path | None = None, samples
     base = sampling_settings(family)
     verifier = get_verifier(family.config.verifier.name, **dict(family.config.verifier.params or {}))
     source, items = held_out_items(n)
-    instruction = family.config.instruction
-    requests = [sampling_request(item, instruction, hashlib.sha256(image).hexdigest(), image) for image, item in items]
+    instructions = Instructions.of(family.config)
+    requests = [sampling_request(item, instructions, hashlib.sha256(image).hexdigest(), image) for image, item in items]
     by_type: dict[str, list[Any]] = {}
     for _, item in items:
         by_type.setdefault(item.qtype, []).append(item)

@@ -114,4 +114,4 @@ def assert_same_published(reference: Path, other: Path, *, at_least: int = 9) ->
 def cache_keys(path: Path) -> set[str]:
     """The keys committed to a generation cache (read-only; the file is not modified)."""
     with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-        return {key for (key,) in db.execute("SELECT key FROM generations")}
+        return {key for (key,) in db.execute("SELECT key FROM answers")}

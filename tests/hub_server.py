@@ -3,25 +3,44 @@
 The real `huggingface_hub` and `datasets` clients run against it unchanged (point them at `.url`; see
 tests/test_hub.py for the constants to patch). It keeps, per repo, the full list of commits with the
 operations each one applied, so a test can assert "exactly one commit, with exactly these changes".
+The state (commits, pull-request refs, merges, the commit rate limit) is in hub_state.py.
 
 What it speaks (t = models | datasets | spaces):
 - POST   /api/repos/create, DELETE /api/repos/delete, GET /api/whoami-v2, POST /api/validate-yaml
 - GET    /api/t/{ns}/{name}[/revision/{rev}]            repo info: sha, private, siblings (+ blobs=1)
 - POST   /api/t/{ns}/{name}/preupload/{rev}             regular | lfs, with the current remote oid
-- POST   /api/t/{ns}/{name}/commit/{rev}                NDJSON: header, file, lfsFile, deletedFile, deletedFolder
+- POST   /api/t/{ns}/{name}/commit/{rev}[?create_pr=1]  NDJSON: header, file, lfsFile, deletedFile, deletedFolder;
+                                                        rev may be `refs/pr/N`; create_pr opens a pull request
+                                                        from parentCommit (else main) and answers pullRequestUrl
 - GET    /api/t/{ns}/{name}/tree/{rev}[/{path}]         recursive and expand
 - POST   /api/t/{ns}/{name}/paths-info/{rev}
+- GET    /api/t/{ns}/{name}/discussions                 type, status (open includes draft), author, p: 50 a page
+- GET    /api/t/{ns}/{name}/discussions/{num}           details: events, changes.base, mergeCommitId
+- POST   /api/t/{ns}/{name}/discussions/{num}/status    {"status": "open"|"closed", "comment"?}
+- POST   /api/t/{ns}/{name}/discussions/{num}/merge     one commit on main: the PR's changes, "<title> (#N)"
 - HEAD/GET /[t/]{ns}/{name}/resolve/{rev}/{path}        X-Repo-Commit, ETag, Content-Length, Range
-- POST   /[t/]{ns}/{name}.git/info/lfs/objects/batch, and PUT /lfs/{sha256} (the upload href it hands out)
+- POST   /[t/]{ns}/{name}.git/info/lfs/objects/batch, and PUT /lfs/{t}/{ns}/{name}/{sha256} (the href it hands
+         out); LFS objects are stored per repo, as on the Hub: an object already in the repo gets no upload action
+
+Each behaviour was checked against what `huggingface_hub` 2.4 sends and reads (`_commit_api._send_commit`,
+`HfApi.get_repo_discussions` / `get_discussion_details` / `change_discussion_status` / `merge_pull_request`,
+`utils._http` for 429) and the Hub's docs (storage-limits: < 10k entries per folder; rate-limits: 429).
 
 Failure injection (consumed in order, one fault per matching request):
 - `fail_next("commit", status=503)`: answer the next commit with a 503 and change nothing;
 - `fail_next("commit", status=503, after_apply=True)`: apply the commit, then answer 503 (a lost response);
 - `fail_next("commit", drop_connection=True)`: close the connection without answering;
-- `conflict_next_commit()`: someone else commits first, so the next commit's parentCommit is stale (412).
+- `fail_next("commit", status=429, retry_after=30)`: a rate-limit answer with `Retry-After`;
+- `conflict_next_commit()`: someone else commits first, so the next commit's parentCommit is stale (412);
+- `commit_limit=(n, window_s)` (constructor): the Hub's commit quota, on `clock` (a test can drive it);
+- `after_commit`: called with (repo, commit) once a commit is applied and before it is answered (a test
+  kills its client there).
 
-Not emulated: Xet (run clients with HF_HUB_DISABLE_XET=1), branches other than main, pull requests, LFS
-multipart uploads, pagination (every listing fits in one page).
+Counted for tests: `uploads[(repo_id, sha256)]`, each file content received (an LFS PUT, or a regular
+file inside a commit payload).
+
+Not emulated: Xet (run clients with HF_HUB_DISABLE_XET=1), branches other than main, discussions that are
+not pull requests, LFS multipart uploads, pagination of trees (every tree fits in one page).
 """
 
 from __future__ import annotations
@@ -30,118 +49,34 @@ import base64
 import contextlib
 import fnmatch
 import hashlib
-import itertools
 import json
 import logging
 import re
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
+from hub_state import (URL_PREFIXES, Blob, Commit, CommitLimiter, HttpError, PullRequest, Repo, git_blob_sha1,
+                       make_commit, merge, now_iso)
+
+__all__ = ["Blob", "Commit", "HttpError", "HubServer", "PullRequest", "Repo", "git_blob_sha1", "running_hub"]
+
 logger = logging.getLogger(__name__)
 
 LFS_THRESHOLD = 1024 * 1024  # bytes; the real Hub's limit for regular files is larger, a small one exercises LFS
 LFS_PATTERNS = ("*.parquet", "*.arrow")
 REPO_TYPES = {"models": "model", "datasets": "dataset", "spaces": "space"}
-URL_PREFIXES = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 GITATTRIBUTES = b"*.parquet filter=lfs diff=lfs merge=lfs -text\n*.arrow filter=lfs diff=lfs merge=lfs -text\n"
 STALE_PARENT_MESSAGE = "A commit has happened since. Please refresh and try again."
-
-
-def git_blob_sha1(data: bytes) -> str:
-    """The git object id of a regular file: what the Hub reports as `oid` for non-LFS files."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-
-
-# --------------------------------------------------------------------------------------------- storage
-
-
-@dataclass
-class Blob:
-    """File content plus the ids the Hub derives from it."""
-
-    data: bytes
-    lfs: bool
-    sha1: str = field(init=False)  # git blob id of the content (regular) or of the LFS pointer (lfs)
-    sha256: str = field(init=False)
-    pointer_size: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.sha256 = hashlib.sha256(self.data).hexdigest()
-        pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\nsize {len(self.data)}\n"
-        self.pointer_size = len(pointer)
-        self.sha1 = git_blob_sha1(pointer.encode() if self.lfs else self.data)
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    @property
-    def etag(self) -> str:
-        """What resolve answers as ETag: sha256 for LFS files (as X-Linked-Etag on the Hub), git id otherwise."""
-        return self.sha256 if self.lfs else self.sha1
-
-    @property
-    def preupload_oid(self) -> str:
-        """The oid preupload reports: it must equal the client's local oid for an unchanged file."""
-        return self.sha256 if self.lfs else git_blob_sha1(self.data)
-
-
-@dataclass
-class Commit:
-    oid: str
-    parent: str | None
-    title: str
-    description: str
-    files: dict[str, Blob]  # the whole tree after this commit
-    operations: list[dict[str, Any]]  # {"op": "add"|"delete", "path": ..., "lfs"/"size" for adds}
-    author: str
-    date: str
-
-    @property
-    def added(self) -> list[str]:
-        return sorted(op["path"] for op in self.operations if op["op"] == "add")
-
-    @property
-    def deleted(self) -> list[str]:
-        return sorted(op["path"] for op in self.operations if op["op"] == "delete")
-
-
-@dataclass
-class Repo:
-    repo_type: str
-    repo_id: str
-    private: bool
-    commits: list[Commit] = field(default_factory=list)
-    created_at: str = field(default_factory=_now)
-
-    @property
-    def head(self) -> Commit:
-        return self.commits[-1]
-
-    def resolve(self, revision: str) -> Commit | None:
-        """`main` (or `HEAD`) is the head; a full or >= 7-char commit id is that commit."""
-        if revision in ("main", "HEAD", "refs/heads/main"):
-            return self.head
-        if len(revision) >= 7:
-            for commit in reversed(self.commits):
-                if commit.oid.startswith(revision.lower()):
-                    return commit
-        return None
-
-    @property
-    def url_path(self) -> str:
-        return f"{URL_PREFIXES[self.repo_type]}{self.repo_id}"
+DISCUSSIONS_PAGE = 50
+USER = "emulator-user"
 
 
 @dataclass
@@ -154,33 +89,28 @@ class Fault:
     message: str = "Service Unavailable (injected by the hub emulator)"
 
 
-class HttpError(Exception):
-    """Raised by endpoint handlers: turned into a JSON error with the Hub's X-Error-* headers."""
-
-    def __init__(self, status: int, message: str, code: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.code = status, message, code
-
-
 # ---------------------------------------------------------------------------------------------- server
 
 
 class HubServer:
     """The emulator's state and its HTTP server (127.0.0.1, a free port). Use `running_hub()`."""
 
-    def __init__(self, *, lfs_threshold: int = LFS_THRESHOLD, lfs_patterns: tuple[str, ...] = LFS_PATTERNS):
+    def __init__(self, *, lfs_threshold: int = LFS_THRESHOLD, lfs_patterns: tuple[str, ...] = LFS_PATTERNS,
+                 commit_limit: tuple[int, float] | None = None, clock: Callable[[], float] = time.monotonic):
         self.lfs_threshold = lfs_threshold
         self.lfs_patterns = lfs_patterns
+        self.limiter = CommitLimiter(*commit_limit, clock=clock) if commit_limit else None
         self.lock = threading.RLock()
         self.repos: dict[tuple[str, str], Repo] = {}
-        self.lfs_objects: dict[str, bytes] = {}
+        self.lfs_objects: dict[tuple[str, str, str], bytes] = {}  # (repo type, repo id, sha256) -> content
+        self.uploads: Counter[tuple[str, str]] = Counter()  # (repo id, sha256) -> times its content was received
+        self.after_commit: Callable[[Repo, Commit], None] | None = None
         self.faults: list[Fault] = []
         self.pending_conflicts: list[tuple[dict[str, bytes], list[str]]] = []
         self.auth_headers: list[str] = []  # every Authorization value received, in order
         self.requests: list[tuple[str, str, str]] = []  # (endpoint, method, path)
         self.unhandled: list[str] = []  # "METHOD path" of requests no route matched
         self.ranges_served: list[str] = []  # Content-Range of every 206 answer
-        self._counter = itertools.count(1)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.daemon_threads = True
         self._httpd.block_on_close = False
@@ -211,8 +141,12 @@ class HubServer:
         return (repo_type, repo_id) in self.repos
 
     def commits(self, repo_id: str, repo_type: str = "dataset") -> list[Commit]:
-        """All commits, oldest first; the first is the repo creation commit (it adds .gitattributes)."""
+        """The commits of main, oldest first; the first is the repo creation commit (it adds .gitattributes)."""
         return list(self.repo(repo_id, repo_type).commits)
+
+    def pulls(self, repo_id: str, repo_type: str = "dataset") -> list[PullRequest]:
+        """The repo's pull requests, oldest first."""
+        return [pull for _, pull in sorted(self.repo(repo_id, repo_type).pulls.items())]
 
     def files(self, repo_id: str, repo_type: str = "dataset", revision: str = "main") -> dict[str, bytes]:
         commit = self.repo(repo_id, repo_type).resolve(revision)
@@ -229,8 +163,7 @@ class HubServer:
         """Create the repo if needed and commit `files` directly (remote state for a test to start from)."""
         with self.lock:
             repo = self._create_repo(repo_type, repo_id, private)
-            adds = {path: Blob(data, lfs=self._is_lfs(path, len(data))) for path, data in files.items()}
-            return self._apply(repo, adds, [], message, "", author="seed")
+            return repo.append(make_commit(repo.head, self._blobs(files), [], message, "", author="seed"))
 
     # -- failure injection
 
@@ -242,7 +175,7 @@ class HubServer:
                 self.faults.append(Fault(endpoint, status, after_apply, drop_connection, retry_after))
 
     def conflict_next_commit(self, files: dict[str, bytes] | None = None, deleted: list[str] | None = None) -> None:
-        """Before the next commit is applied, someone else commits (by default an empty commit)."""
+        """Before the next commit is applied, someone else commits to main (by default an empty commit)."""
         with self.lock:
             self.pending_conflicts.append((dict(files or {}), list(deleted or [])))
 
@@ -258,39 +191,24 @@ class HubServer:
     def _is_lfs(self, path: str, size: int) -> bool:
         return size > self.lfs_threshold or any(fnmatch.fnmatch(path, p) for p in self.lfs_patterns)
 
+    def _blobs(self, files: dict[str, bytes]) -> dict[str, Blob]:
+        return {path: Blob(data, lfs=self._is_lfs(path, len(data))) for path, data in files.items()}
+
     def _create_repo(self, repo_type: str, repo_id: str, private: bool) -> Repo:
         key = (repo_type, repo_id)
         if key not in self.repos:
             repo = self.repos[key] = Repo(repo_type, repo_id, private)
-            self._apply(repo, {".gitattributes": Blob(GITATTRIBUTES, lfs=False)}, [], "initial commit", "",
-                        author="hub")
+            repo.append(make_commit(None, {".gitattributes": Blob(GITATTRIBUTES, lfs=False)}, [], "initial commit", "",
+                                    author="hub"))
         return self.repos[key]
 
-    def _apply(self, repo: Repo, adds: dict[str, Blob], deletes: list[tuple[str, bool]], title: str,
-               description: str, *, author: str = "user") -> Commit:
-        """Make one commit from the head. Raises HttpError (and changes nothing) on a missing delete target."""
-        files = dict(repo.head.files) if repo.commits else {}
-        operations: list[dict[str, Any]] = []
-        for path, is_folder in deletes:
-            if is_folder:
-                prefix = path.rstrip("/") + "/"
-                doomed = [p for p in files if p.startswith(prefix)]
-            else:
-                doomed = [path] if path in files else []
-            if not doomed:
-                raise HttpError(404, f"A file with this name doesn't exist: {path}", "EntryNotFound")
-            for p in doomed:
-                del files[p]
-                operations.append({"op": "delete", "path": p})
-        for path, blob in adds.items():
-            files[path] = blob
-            operations.append({"op": "add", "path": path, "lfs": blob.lfs, "size": blob.size})
-        parent = repo.head.oid if repo.commits else None
-        seed = json.dumps([parent, title, operations, next(self._counter)]).encode()
-        commit = Commit(hashlib.sha1(seed).hexdigest(), parent, title, description, files, operations, author,
-                        _now())
-        repo.commits.append(commit)
-        return commit
+    def _commit_quota(self, repo: Repo) -> None:
+        if self.limiter is not None:
+            self.limiter.check((repo.repo_type, repo.repo_id))
+
+    def _committed(self, repo: Repo) -> None:
+        if self.limiter is not None:
+            self.limiter.record((repo.repo_type, repo.repo_id))
 
 
 @contextlib.contextmanager
@@ -315,12 +233,16 @@ _ROUTES: list[tuple[tuple[str, ...], re.Pattern[str], str]] = [
     (("POST",), re.compile(_API_REPO + r"/commit/([^/]+)$"), "commit"),
     (("GET",), re.compile(_API_REPO + r"/tree/([^/]+)(?:/(.*))?$"), "tree"),
     (("POST",), re.compile(_API_REPO + r"/paths-info/([^/]+)$"), "paths_info"),
+    (("GET",), re.compile(_API_REPO + r"/discussions$"), "discussions"),
+    (("GET",), re.compile(_API_REPO + r"/discussions/(\d+)$"), "discussion"),
+    (("POST",), re.compile(_API_REPO + r"/discussions/(\d+)/status$"), "discussion_status"),
+    (("POST",), re.compile(_API_REPO + r"/discussions/(\d+)/merge$"), "merge"),
     (("GET",), re.compile(_API_REPO + r"(?:/revision/([^/]+))?$"), "repo_info"),
     (("POST",), re.compile(r"^/(?:(datasets|spaces)/)?([^/]+)/([^/]+?)\.git/info/lfs/objects/batch$"), "lfs_batch"),
-    (("PUT",), re.compile(r"^/lfs/([0-9a-f]{64})$"), "lfs_upload"),
+    (("PUT",), re.compile(r"^/lfs/(models|datasets|spaces)/([^/]+)/([^/]+)/([0-9a-f]{64})$"), "lfs_upload"),
     (("GET", "HEAD"), re.compile(r"^/(?:(datasets|spaces)/)?([^/]+)/([^/]+)/resolve/([^/]+)/(.+)$"), "resolve"),
 ]
-_WRITES = {"create_repo", "delete_repo", "preupload", "commit", "lfs_batch"}
+_WRITES = {"create_repo", "delete_repo", "preupload", "commit", "lfs_batch", "discussion_status", "merge"}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -421,15 +343,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for key, value in (headers or {}).items():
             self.send_header(key, value)
-        self.end_headers()
-        if self.command != "HEAD":  # a body on HEAD corrupts the next response on a kept-alive connection
-            self.wfile.write(data)
+        try:
+            self.end_headers()
+            if self.command != "HEAD":  # a body on HEAD corrupts the next response on a kept-alive connection
+                self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client is gone (a test killed it): nobody to answer
+            self.close_connection = True
 
     def _send_error(self, err: HttpError) -> None:
-        headers = {"X-Error-Message": err.message.splitlines()[0]}
+        headers = {"X-Error-Message": err.message.splitlines()[0], **err.headers}
         if err.code:
             headers["X-Error-Code"] = err.code
-        self._write(err.status, {"error": err.message}, headers=headers)
+        self._write(err.status, {"error": err.message, **err.body}, headers=headers)
 
     def _send_fault(self, fault: Fault) -> None:
         headers = {"X-Error-Message": fault.message}
@@ -537,12 +462,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"files": answer, "commitOid": commit.oid})
 
     def _commit(self, t: str, ns: str, name: str, revision: str) -> None:
-        if self.query.get("create_pr"):
-            raise HttpError(400, "Pull requests are not emulated")
         lines = [json.loads(line) for line in self.body.splitlines() if line.strip()]
         if not lines or lines[0].get("key") != "header":
             raise HttpError(400, "The first NDJSON line must be the commit header")
         header = lines[0]["value"]
+        create_pr = self.query.get("create_pr", "").lower() in ("1", "true")
         adds: dict[str, Blob] = {}
         deletes: list[tuple[str, bool]] = []
         with self.hub.lock:
@@ -552,9 +476,11 @@ class _Handler(BaseHTTPRequestHandler):
                 if key == "file":
                     if value.get("encoding", "base64") != "base64":
                         raise HttpError(400, f"Unsupported encoding {value.get('encoding')!r}")
-                    adds[value["path"]] = Blob(base64.b64decode(value["content"]), lfs=False)
+                    data = base64.b64decode(value["content"])
+                    self.hub.uploads[(repo.repo_id, hashlib.sha256(data).hexdigest())] += 1
+                    adds[value["path"]] = Blob(data, lfs=False)
                 elif key == "lfsFile":
-                    data = self.hub.lfs_objects.get(value["oid"])
+                    data = self.hub.lfs_objects.get((repo.repo_type, repo.repo_id, value["oid"]))
                     if data is None:
                         raise HttpError(422, f"LFS object {value['oid']} for {value['path']} was never uploaded")
                     adds[value["path"]] = Blob(data, lfs=True)
@@ -562,19 +488,47 @@ class _Handler(BaseHTTPRequestHandler):
                     deletes.append((value["path"], key == "deletedFolder"))
                 else:
                     raise HttpError(400, f"Unknown commit operation {key!r}")
-            if revision not in ("main", "refs/heads/main"):
-                raise HttpError(400, "Only the main branch is emulated")
+            pull = self._target_pull(repo, revision, create_pr)
+            self.hub._commit_quota(repo)
             for files, deleted in self.hub.pending_conflicts:  # someone else got there first
-                others = {p: Blob(d, lfs=self.hub._is_lfs(p, len(d))) for p, d in files.items()}
-                self.hub._apply(repo, others, [(p, False) for p in deleted], "Concurrent commit", "",
-                                author="someone-else")
+                repo.append(make_commit(repo.head, self.hub._blobs(files), [(p, False) for p in deleted],
+                                        "Concurrent commit", "", author="someone-else"))
             self.hub.pending_conflicts.clear()
+            tip = pull.head if pull is not None else repo.head
             parent = header.get("parentCommit")
-            if parent and not repo.head.oid.startswith(parent.lower()):
+            if create_pr:  # the pull request is opened from parentCommit, else from main
+                tip = self._commit_at(repo, parent) if parent else repo.head
+            elif parent and not tip.oid.startswith(parent.lower()):
                 raise HttpError(412, STALE_PARENT_MESSAGE)
-            commit = self.hub._apply(repo, adds, deletes, header.get("summary", ""), header.get("description", ""))
-        self._send(200, {"success": True, "commitOid": commit.oid, "hookOutput": "",
-                         "commitUrl": f"{self.hub.url}/{repo.url_path}/commit/{commit.oid}"})
+            summary, description = header.get("summary", ""), header.get("description", "")
+            commit = make_commit(tip, adds, deletes, summary, description, author=USER)
+            if create_pr:
+                pull = PullRequest(repo.next_discussion_num(), summary, description, USER, base=tip)
+                repo.pulls[pull.num] = pull
+            repo.append(commit, pull)
+            if pull is not None:
+                pull.events.append(self._event("commit", {"subject": summary, "oid": commit.oid}))
+            self.hub._committed(repo)
+        if self.hub.after_commit is not None:
+            self.hub.after_commit(repo, commit)
+        answer = {"success": True, "commitOid": commit.oid, "hookOutput": "",
+                  "commitUrl": f"{self.hub.url}/{repo.url_path}/commit/{commit.oid}"}
+        if create_pr and pull is not None:
+            answer["pullRequestUrl"] = f"{self.hub.url}/{repo.url_path}/discussions/{pull.num}"
+        self._send(200, answer)
+
+    def _target_pull(self, repo: Repo, revision: str, create_pr: bool) -> PullRequest | None:
+        """The pull request a commit to `revision` lands in (None: main); refuses branches that are not emulated."""
+        if revision in ("main", "refs/heads/main"):
+            return None
+        match = re.fullmatch(r"refs/pr/(\d+)", revision)
+        if match is None or create_pr:
+            raise HttpError(400, f"Only main and pull-request refs are emulated, got {revision!r}"
+                            + (" with create_pr" if create_pr else ""))
+        pull = repo.pulls.get(int(match.group(1)))
+        if pull is None:
+            raise HttpError(404, f"Invalid rev id: {revision}", "RevisionNotFound")
+        return pull
 
     def _entries(self, repo: Repo, commit: Commit, prefix: str, *, recursive: bool, expand: bool) -> list[dict]:
         """Tree entries under `prefix` ("" = root): files and the directories their paths imply."""
@@ -595,8 +549,7 @@ class _Handler(BaseHTTPRequestHandler):
         return sorted(entries.values(), key=lambda e: (e["type"] != "directory", e["path"]))
 
     def _last_commit(self, repo: Repo, commit: Commit, path: str) -> dict:
-        index = repo.commits.index(commit)
-        for c in reversed(repo.commits[: index + 1]):
+        for c in repo.history(commit):
             if any(op["path"] == path or op["path"].startswith(path + "/") for op in c.operations):
                 return {"id": c.oid, "title": c.title, "date": c.date}
         return {"id": commit.oid, "title": commit.title, "date": commit.date}
@@ -670,18 +623,99 @@ class _Handler(BaseHTTPRequestHandler):
     def _lfs_batch(self, t: str | None, ns: str, name: str) -> None:
         payload = self._json()
         with self.hub.lock:
-            self._repo(REPO_TYPES[t or "models"], f"{ns}/{name}")
+            repo = self._repo(REPO_TYPES[t or "models"], f"{ns}/{name}")
             objects = []
             for obj in payload.get("objects", []):
                 answer: dict[str, Any] = {"oid": obj["oid"], "size": obj["size"], "authenticated": True}
-                if obj["oid"] not in self.hub.lfs_objects:  # no "actions" = already stored upstream
-                    answer["actions"] = {"upload": {"href": f"{self.hub.url}/lfs/{obj['oid']}", "header": {}}}
+                if (repo.repo_type, repo.repo_id, obj["oid"]) not in self.hub.lfs_objects:  # no "actions": stored
+                    href = f"{self.hub.url}/lfs/{t or 'models'}/{ns}/{name}/{obj['oid']}"
+                    answer["actions"] = {"upload": {"href": href, "header": {}}}
                 objects.append(answer)
         self._send(200, {"transfer": "basic", "objects": objects}, content_type="application/vnd.git-lfs+json")
 
-    def _lfs_upload(self, oid: str) -> None:
+    def _lfs_upload(self, t: str, ns: str, name: str, oid: str) -> None:
         if hashlib.sha256(self.body).hexdigest() != oid:
             raise HttpError(400, f"Uploaded content does not match sha256 {oid}")
-        with self.hub.lock:
-            self.hub.lfs_objects[oid] = self.body
+        repo_type, repo_id = REPO_TYPES[t], f"{ns}/{name}"
+        with self.hub.lock:  # a pre-signed URL on the Hub: no Authorization header comes with it
+            self.hub.lfs_objects[(repo_type, repo_id, oid)] = self.body
+            self.hub.uploads[(repo_id, oid)] += 1
         self._send(200, b"", content_type="text/plain")
+
+    # -- pull requests
+
+    def _event(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        return {"id": hashlib.sha1(f"{kind}{data}{time.monotonic_ns()}".encode()).hexdigest()[:24], "type": kind,
+                "createdAt": now_iso(), "author": {"name": USER}, "data": data}
+
+    def _pull(self, repo: Repo, num: str) -> PullRequest:
+        pull = repo.pulls.get(int(num))
+        if pull is None:
+            raise HttpError(404, f"Discussion not found: {num}", "DiscussionNotFound")
+        return pull
+
+    def _summary(self, repo: Repo, pull: PullRequest) -> dict[str, Any]:
+        return {"num": pull.num, "title": pull.title, "status": pull.status, "isPullRequest": True,
+                "createdAt": pull.created_at, "author": {"name": pull.author}, "numComments": 0,
+                "repo": {"name": repo.repo_id, "type": repo.repo_type}}
+
+    def _discussions(self, t: str, ns: str, name: str) -> None:
+        kind, status, author = self.query.get("type"), self.query.get("status"), self.query.get("author")
+        page = int(self.query.get("p", "0"))
+        with self.hub.lock:
+            repo = self._repo(REPO_TYPES[t], f"{ns}/{name}")
+            pulls = [p for _, p in sorted(repo.pulls.items(), reverse=True)]  # newest first
+            if kind == "discussion":
+                pulls = []
+            if status in ("open", "closed"):  # "open" lists drafts too, as the Hub does
+                pulls = [p for p in pulls if (p.status in ("open", "draft")) == (status == "open")]
+            if author:
+                pulls = [p for p in pulls if p.author == author]
+            start = page * DISCUSSIONS_PAGE
+            shown = [self._summary(repo, p) for p in pulls[start: start + DISCUSSIONS_PAGE]]
+        self._send(200, {"discussions": shown, "count": len(pulls), "start": start, "numClosedDiscussions": 0})
+
+    def _discussion(self, t: str, ns: str, name: str, num: str) -> None:
+        with self.hub.lock:
+            repo = self._repo(REPO_TYPES[t], f"{ns}/{name}")
+            pull = self._pull(repo, num)
+            body = {**self._summary(repo, pull), "events": list(pull.events), "filesWithConflicts": [],
+                    "changes": {"base": "refs/heads/main", **({"mergeCommitId": pull.merge_commit}
+                                                               if pull.merge_commit else {})}}
+        self._send(200, body)
+
+    def _discussion_status(self, t: str, ns: str, name: str, num: str) -> None:
+        payload = self._json()
+        new_status = payload.get("status")
+        with self.hub.lock:
+            pull = self._pull(self._repo(REPO_TYPES[t], f"{ns}/{name}"), num)
+            if new_status not in ("open", "closed"):
+                raise HttpError(400, f"Invalid status {new_status!r}")
+            if pull.status == "merged":
+                raise HttpError(400, "This pull request is already merged")
+            pull.status = new_status
+            event = self._event("status-change", {"status": new_status})
+            pull.events.append(event)
+            if payload.get("comment"):
+                pull.events.append(self._event("comment", {"edited": False, "hidden": False,
+                                                           "latest": {"raw": payload["comment"]}}))
+        self._send(200, {"newStatus": event})
+
+    def _merge(self, t: str, ns: str, name: str, num: str) -> None:
+        payload = self._json()
+        with self.hub.lock:
+            repo = self._repo(REPO_TYPES[t], f"{ns}/{name}")
+            pull = self._pull(repo, num)
+            if pull.status != "open":
+                raise HttpError(400, f"Only an open pull request can be merged; this one is {pull.status}")
+            self.hub._commit_quota(repo)  # the merge is a commit on main
+            commit = repo.append(merge(repo, pull, author=USER))
+            pull.status, pull.merge_commit = "merged", commit.oid
+            pull.events.append(self._event("status-change", {"status": "merged"}))
+            if payload.get("comment"):
+                pull.events.append(self._event("comment", {"edited": False, "hidden": False,
+                                                           "latest": {"raw": payload["comment"]}}))
+            self.hub._committed(repo)
+        if self.hub.after_commit is not None:
+            self.hub.after_commit(repo, commit)
+        self._send(200, {})

@@ -21,6 +21,7 @@ from rs.engines import engines_for  # noqa: E402
 from rs.families import get_family  # noqa: E402
 from rs.report import FamilyReport, ReportError  # noqa: E402
 from rs.schema import SPLITS, features  # noqa: E402
+from rs.families.schema import MULTIPLE_CHOICE_INSTRUCTION  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +68,9 @@ def test_tinyclevr_builds_three_loadable_splits_and_rebuilds_from_cache(tmp_path
         for row in raw:
             assert hashlib.sha256(row["image"]["bytes"]).hexdigest() == row["image_sha256"]
         for row in raw:
-            for qa in row["qa"]:
-                assert qa["question"].endswith(family.config.instruction)
+            for qa in row["qa"]:  # a question with lettered options is asked for a letter, every other one for a word
+                lettered = "\nA. " in qa["question"]
+                assert qa["question"].endswith(MULTIPLE_CHOICE_INSTRUCTION if lettered else family.config.instruction)
 
     # the stages' reports read back typed, equal to what the build used; another shape means "run the stage again"
     clean, sampled = ensure_clean(ctx), ensure_sampled(ctx)

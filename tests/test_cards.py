@@ -11,7 +11,8 @@ import datasets
 import pytest
 from huggingface_hub import DatasetCard
 
-from rs.cards import SPLIT_TITLES, cell, sibling_link, size_category
+from rs.card_html import render, render_repo
+from rs.cards import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, sibling_link, size_category
 from rs.families import load_families
 from rs.publish import publish
 from rs.schema import SPLITS, features
@@ -137,6 +138,60 @@ def test_hostile_text_cannot_break_the_card(family, tmp_path: Path) -> None:
     assert body.count("<details>") == body.count("</details>") == 3
     assert "&lt;/details&gt;" in body and "a|b`c`" in body
     assert cell("a|b\nc`d") == "a&#124;b<br>c&#96;d"
+
+
+def test_cards_read_on_the_hub_as_written(family, tmp_path: Path) -> None:
+    """Each card rendered to HTML as the Hub would: tables are tables, images are the repo's files, nothing the
+    sanitiser drops, no Markdown or entity shown as text, and the hostile dataset text shown exactly as written."""
+    run_publish(family, tmp_path)
+    for split in SPLITS:
+        repo = tmp_path / "out" / "tester" / family.repo_name(split)
+        card = (repo / "README.md").read_text()
+        rendered = render_repo(repo)
+        assert rendered.problems == [], (split, rendered.problems)
+        assert "license:" not in rendered.text  # the front matter is metadata, not text
+        assert rendered.html.count("<table>") == card.count("\n|---") == 1 + card.count("\n### Example ")  # stats, examples
+        assert "<th>statistic</th>" in rendered.html and "<th></th>" not in rendered.html  # no empty header row
+        images = re.findall(r'<img src="file://([^"]+)"', rendered.html)
+        assert len(images) == card.count("](images/") + card.count("](figures/") >= 4 and all(Path(i).is_file() for i in images)
+        for other in SPLITS:  # sibling links resolve to the sibling's card beside it
+            if other != split:
+                assert f'href="{(repo.parent / family.repo_name(other) / "README.md").resolve().as_uri()}"' in rendered.html
+    rendered = render_repo(tmp_path / "out" / "tester" / family.repo_name("rejected"))
+    for line in HOSTILE_Q.splitlines():  # a table cell shows the question's lines as they are, nothing rendered
+        assert line in rendered.text
+    assert HOSTILE_A in rendered.text and HOSTILE_A + "!!\n```\n</details>" in rendered.code  # the answer; wrong_vlm in its block
+    assert "<script>" not in rendered.html and "javascript:" not in rendered.html.replace("(javascript:alert(1))", "")
+
+
+def test_the_rendered_card_check_finds_what_a_reader_would_see_broken(tmp_path: Path) -> None:
+    """A card with one of each defect: every one is named; the same card written correctly has none."""
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "f.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    broken = ("---\nlicense: mit\n---\n\n| rows | 3 |\n| shards | 1 |\n\nreason `judge&#95;blocked`, judge&amp;#95;blocked, "
+              "**bold **, judge\\\\_blocked (double escaped)\n\n![funnel](figures/missing.png) <script>alert(1)</script>\n")
+    problems = render(broken, tmp_path).problems
+    for expected in ("a table row shown as text: '| rows | 3 |'", "a character reference shown in code: '&#95;'",
+                     "a character reference shown as text: '&#95;'", "emphasis markers shown as text: '**'",
+                     "a backslash escape shown as text: '\\\\_'", "<img> to figures/missing.png : no such file",
+                     "<script> dropped with its content"):
+        assert any(p.startswith(expected) for p in problems), (expected, problems)
+    fixed = ("---\nlicense: mit\n---\n\n| statistic | value |\n|---|---|\n| rows | 3 |\n\nreason `judge_blocked`, judge_blocked, "
+             "**bold**, judge_blocked\n\n![funnel](figures/f.png)\n")
+    assert render(fixed, tmp_path).problems == []
+    quoted = "What **is** this? </details>"  # the dataset's own text, shown literally on purpose
+    assert render(f"| q | a |\n|---|---|\n| {cell(quoted)} | 1 |\n", tmp_path, quoted=[quoted]).problems == []
+
+
+def test_a_short_one_line_field_is_in_the_examples_table_and_a_long_one_in_a_block() -> None:
+    def view(wrong_vlm: str) -> dict:
+        qa = {"question": "q", "answer": "a", "reason": "wrong_answer", "wrong_vlm": wrong_vlm}
+        return _example_view("rejected", {"qa": qa}, "images/example-1.png")
+
+    assert ("wrong_vlm", "6") in view("6")["fields"] and view("6")["details"] == []
+    for long in ("x" * (SHORT_FIELD + 1), "two\nlines"):
+        assert view(long)["details"] == [("wrong_vlm", long)] and all(k != "wrong_vlm" for k, _ in view(long)["fields"])
+    assert chars("6") == "1 char" and chars("x" * 1234) == "1,234 chars"
 
 
 def test_cards_only_touches_only_card_files_and_never_samples(family, tmp_path: Path) -> None:

@@ -13,7 +13,10 @@ from datasets import Features, Image, List, Value
 from rs.clean import AccountingError, Cleaner, CleaningReport, ExclusionWriter
 from rs.clean.multiple_choice import parse_options
 from rs.families import load_families
-from rs.prompt import build_prompt
+from rs.clean.filters import StripInstruction
+from rs.clean.multiple_choice import MultipleChoice, MultipleChoiceConfig
+from rs.families.schema import MULTIPLE_CHOICE_INSTRUCTION
+from rs.prompt import Instructions, build_prompt, sampling_request
 from rs.sources import open_source
 from rs.sources.base import QAItem, SourceRecord, sha256_hex
 
@@ -109,6 +112,28 @@ def test_cauldron_pool_is_cleaned_and_fully_accounted(pool: Path, images: dict[s
     assert len(excluded) == sum(report.dropped.values())
     off_task = next(e for e in excluded if e["reason"] == "off_task_vocabulary")
     assert off_task["question"].startswith("How many airplanes") and off_task["step"] == "task_purity"
+
+
+def test_questions_with_options_are_asked_for_a_letter(pool: Path) -> None:
+    """A question cleaning rendered with lettered options gets the multiple-choice instruction, once."""
+    family = load_families(pool / "families.yaml")["PoolCLEVR"]
+    source = open_source(family)
+    red, blue = Cleaner(family.config, source.provenance()).rows(source)
+    instructions = Instructions.of(family.config)
+    rendered = blue.qa[0]
+    assert sampling_request(rendered, instructions, blue.image_sha256).prompt == \
+        "What color is the large cylinder?\nA. red\nB. blue\nC. green" + MULTIPLE_CHOICE_INSTRUCTION
+    assert [sampling_request(q, instructions, red.image_sha256).prompt for q in red.qa][1] == "Is there a sphere?" + INSTRUCTION
+
+    # a source that had already appended the multiple-choice instruction: removed by cleaning, appended once
+    item = QAItem("Which colour is it? Options: red, blue.\nAnswer with the option's letter from the given choices directly.", "blue", "r")
+    for step in (StripInstruction(instructions.all()), MultipleChoice(MultipleChoiceConfig(enabled=True))):
+        assert step.check(item, "", None) is None
+    prompt = sampling_request(item, instructions, "").prompt
+    assert prompt == "Which colour is it?\nA. red\nB. blue" + MULTIPLE_CHOICE_INSTRUCTION and item.answer == "B"
+
+    # `multiple_choice_instruction: null`: questions with options get the family's instruction too
+    assert Instructions(INSTRUCTION, None).for_item(rendered) == INSTRUCTION
 
 
 def test_mark_instead_of_drop_keeps_the_item_flagged(pool: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rs.extract import answer_line, answer_tag, candidates, last_boxed, split_reasoning
+from rs.extract import answer_line, answer_tag, candidates, last_boxed, reasoning_state, split_reasoning
 
 
 @pytest.mark.parametrize(
@@ -136,3 +136,36 @@ def test_candidates_are_deduplicated_and_ordered() -> None:
     assert got[0] == "x\ny\n\nz"
     assert len(set(got)) == len(got)
     assert got[1:] == ("x", "x\ny")
+
+
+@pytest.mark.parametrize(("text", "opened", "expected"), [
+    ("◁think▷two cubes◁/think▷\n\n2", False, ("two cubes", "2")),
+    ("two cubes◁/think▷2", True, ("two cubes", "2")),  # the template pre-filled the opening marker
+    ("two cubes, never closed", True, ("two cubes, never closed", None)),
+    ("◁think▷never closed", False, ("never closed", None)),
+    ("a plain answer", False, ("", "a plain answer")),
+    ("<think>other markers</think> 3", False, ("", "<think>other markers</think> 3")),  # not this model's markers
+])
+def test_split_reasoning_with_other_markers(text: str, opened: bool, expected: tuple[str, str | None]) -> None:
+    assert split_reasoning(text, start="◁think▷", end="◁/think▷", opened=opened) == expected
+
+
+def test_an_opened_prompt_makes_a_plain_output_unclosed_reasoning() -> None:
+    assert split_reasoning("looks like an answer", opened=True) == ("looks like an answer", None)
+    assert split_reasoning("reasoning</think>\n\nblue", opened=True) == ("reasoning", "blue")
+
+
+@pytest.mark.parametrize(("tail", "state"), [
+    ("<|im_start|>assistant\n<think>\n", "open"),
+    ("<|im_start|>assistant\n<think>\n\n</think>\n\n", "closed"),
+    ("<|im_start|>assistant\n", "none"),
+    ("<think>\n\n</think>\n\n<|im_start|>assistant\n", "none"),  # a closed block of an earlier turn
+    ("user: what is <think>?<|im_end|>\n<|im_start|>assistant\n", "none"),
+])
+def test_reasoning_state_of_a_prompt_tail(tail: str, state: str) -> None:
+    assert reasoning_state(tail) == state
+
+
+def test_reasoning_state_with_other_markers() -> None:
+    assert reasoning_state("<|im_start|>assistant\n◁think▷", start="◁think▷", end="◁/think▷") == "open"
+    assert reasoning_state("assistant\n◁think▷\n\n◁/think▷\n\n", start="◁think▷", end="◁/think▷") == "closed"

@@ -7,6 +7,7 @@ The last test talks to the real Hub and only runs with RS_LIVE_HUB_TOKEN and RS_
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
@@ -23,10 +24,13 @@ import huggingface_hub.constants as hf_constants
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from huggingface_hub import HfApi
+import httpx2
+from huggingface_hub import CommitOperationAdd, HfApi
+from huggingface_hub.errors import HfHubHTTPError
 from PIL import Image
 
 import rs.hub
+import rs.hub.retry
 from hub_server import HubServer, running_hub
 from rs.hub import FileChange, MissingTokenError, PublishError, format_plan, plan, publish_folder
 
@@ -112,7 +116,7 @@ def blocked_hosts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     calls: list[float] = []
-    monkeypatch.setattr(rs.hub, "_sleep", calls.append)
+    monkeypatch.setattr(rs.hub.retry, "_sleep", calls.append)
     return calls
 
 
@@ -349,8 +353,8 @@ def test_dry_run_plans_and_changes_nothing(hub: HubServer, folder: Path, monkeyp
     assert len(hub.commits(REPO)) == 2 and hub.endpoint_calls("commit") == 1
     assert len(hub.auth_headers) == seen  # sent anonymously
     text = format_plan(again)
-    shard, png = rs.hub._human_size((folder / SHARDS[1]).stat().st_size), rs.hub._human_size(len(_png((255, 0, 0))))
-    assert text.splitlines()[0] == f"datasets/{REPO}: 1 to change ({shard}), 1 to delete ({png}), 2 unchanged"
+    shard, png = rs.hub.human_size((folder / SHARDS[1]).stat().st_size), rs.hub.human_size(len(_png((255, 0, 0))))
+    assert text.splitlines()[0] == f"datasets/{REPO}: 1 to change ({shard}), 1 to delete ({png}), 2 unchanged; 1 commit"
     assert f"~ change    {SHARDS[1]}" in text and "- delete    images/example-1.png" in text
     assert "add" not in text and "README.md" not in text  # unchanged files are not listed
     lines_only = format_plan(again.changes)
@@ -406,6 +410,86 @@ def test_emulator_serves_what_the_clients_read(hub: HubServer, folder: Path) -> 
         file.seek(1_000_000)
         assert file.read(10) == big[1_000_000:1_000_010]
     assert hub.ranges_served and all(r.endswith(f"/{len(big)}") for r in hub.ranges_served)
+
+
+def test_emulator_pull_requests_answer_the_clients_own_calls(hub: HubServer, tmp_path: Path) -> None:
+    """Pull-request refs, listing, details, status, merge and the Hub's limits, as `HfApi` sends and reads them."""
+    api = HfApi()
+    api.create_repo(REPO, repo_type="dataset")
+    base = api.repo_info(REPO, repo_type="dataset").sha
+    info = api.create_commit(REPO, [CommitOperationAdd("data/a.parquet", b"a" * 10)], commit_message="Add a",
+                             repo_type="dataset", create_pr=True, parent_commit=base)
+    assert (info.pr_num, info.pr_revision) == (1, "refs/pr/1")
+    assert api.repo_info(REPO, repo_type="dataset").sha == base  # main untouched
+    assert api.repo_info(REPO, repo_type="dataset", revision="refs/pr/1").sha == info.oid
+    with pytest.raises(HfHubHTTPError) as stale:  # commits to the ref are pinned like commits to main
+        api.create_commit(REPO, [CommitOperationAdd("b.txt", b"b")], commit_message="b", repo_type="dataset",
+                          revision="refs/pr/1", parent_commit=base)
+    assert stale.value.response.status_code == 412
+    api.create_commit(REPO, [CommitOperationAdd("b.txt", b"b")], commit_message="b", repo_type="dataset",
+                      revision="refs/pr/1", parent_commit=info.oid)
+    path = huggingface_hub.hf_hub_download(REPO, "b.txt", repo_type="dataset", revision="refs/pr/1",
+                                           cache_dir=tmp_path / "dl")
+    assert Path(path).read_bytes() == b"b"
+    for i in range(55):  # more than one page of the listing (50)
+        api.create_commit(REPO, [CommitOperationAdd(f"x{i}.txt", b"x")], commit_message=f"PR {i}", repo_type="dataset",
+                          create_pr=True)
+    listed = list(api.get_repo_discussions(REPO, repo_type="dataset", discussion_type="pull_request",
+                                           discussion_status="open"))
+    assert [d.num for d in listed] == list(range(56, 0, -1)) and listed[-1].title == "Add a"  # newest first
+    details = api.get_discussion_details(REPO, 1, repo_type="dataset")
+    assert details.target_branch == "refs/heads/main" and [e.type for e in details.events] == ["commit", "commit"]
+
+    api.merge_pull_request(REPO, 1, repo_type="dataset", comment="done")
+
+    merged = api.get_discussion_details(REPO, 1, repo_type="dataset")
+    assert merged.status == "merged" and merged.merge_commit_oid == api.repo_info(REPO, repo_type="dataset").sha
+    assert hub.commits(REPO)[-1].title == "Add a (#1)" and hub.commits(REPO)[-1].added == ["b.txt", "data/a.parquet"]
+    closed = api.change_discussion_status(REPO, 2, "closed", repo_type="dataset", comment="stale")
+    assert closed.new_status == "closed"
+    assert [d.num for d in api.get_repo_discussions(REPO, repo_type="dataset", discussion_status="closed")] == [2, 1]  # merged too
+    api.create_commit(REPO, [CommitOperationAdd("b.txt", b"theirs")], commit_message="c", repo_type="dataset",
+                      revision="refs/pr/3")
+    api.create_commit(REPO, [CommitOperationAdd("b.txt", b"main's")], commit_message="m", repo_type="dataset")
+    with pytest.raises(HfHubHTTPError) as conflict:  # both sides changed b.txt since #3 was opened
+        api.merge_pull_request(REPO, 3, repo_type="dataset")
+    assert conflict.value.response.status_code == 409
+
+    hub.seed(REPO, {f"many/{i:05d}.txt": b"" for i in range(10_000)})
+    with pytest.raises(HfHubHTTPError, match="10,000 per folder"):
+        api.create_commit(REPO, [CommitOperationAdd("many/one-more.txt", b"x")], commit_message="x", repo_type="dataset")
+
+
+def test_the_commit_quota_answers_429_with_retry_after(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       blocked_hosts: list[str]) -> None:
+    now = [0.0]
+    with running_hub(commit_limit=(2, 3600.0), clock=lambda: now[0]) as server:
+        _point_clients_at(monkeypatch, server.url, tmp_path / "hf_home")
+        api = HfApi()
+        api.create_repo(REPO, repo_type="dataset")
+        commit = functools.partial(api.create_commit, REPO, commit_message="c", repo_type="dataset")
+        commit([CommitOperationAdd("a.txt", b"a")])
+        now[0] = 600.0
+        commit([CommitOperationAdd("b.txt", b"b")])
+        with pytest.raises(HfHubHTTPError, match="exceeded our hourly quotas for action: commit") as refused:
+            commit([CommitOperationAdd("c.txt", b"c")])
+        assert refused.value.response.status_code == 429 and refused.value.response.headers["Retry-After"] == "3000"
+        assert rs.hub.retry.retry_after(refused.value) == 3000.0
+        now[0] = 3600.0  # the first commit left the window
+        commit([CommitOperationAdd("c.txt", b"c")])
+        assert len(server.commits(REPO)) == 4
+
+
+def test_rate_limit_headers_are_read_as_the_client_reads_them() -> None:
+    request = httpx2.Request("POST", "http://127.0.0.1/api/datasets/a/b/commit/main")
+
+    def error(headers: dict[str, str]) -> HfHubHTTPError:
+        return HfHubHTTPError("429", response=httpx2.Response(429, headers=headers, request=request))
+
+    assert rs.hub.retry.retry_after(error({"RateLimit": '"api";r=0;t=55'})) == 55.0
+    assert rs.hub.retry.retry_after(error({"RateLimit": '"api";r=3;t=55'})) is None  # not the reason for the 429
+    assert rs.hub.retry.retry_after(error({"Retry-After": "7", "RateLimit": '"api";r=0;t=55'})) == 7.0
+    assert rs.hub.retry.retry_kind(error({})) == "rate_limited"
 
 
 @pytest.mark.skipif(not (os.environ.get("RS_LIVE_HUB_TOKEN") and os.environ.get("RS_LIVE_HUB_NAMESPACE")),

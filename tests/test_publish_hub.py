@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import datasets
 import pytest
 
+from rs.cli.publish import summary
+from rs.families.loader import FamilyConfigError, load_families
 from rs.publish import publish
+from rs.publish.checks import RepoCheckError, check_repo
 from rs.schema import SPLITS
 from test_cards import family  # noqa: F401  (the Hostile family fixture)
 from test_hub import TOKEN, blocked_hosts, hub, sleeps  # noqa: F401  (emulator fixtures)
@@ -75,3 +79,61 @@ def test_cards_only_on_a_machine_without_the_build(family, tmp_path: Path, hub) 
     commits = hub.commits(repo_id)
     assert len(commits) == before + 1 and set(commits[-1].added) == {"README.md"}
     assert hub.files(repo_id)["README.md"] != card and b"Regenerated elsewhere." in hub.files(repo_id)["README.md"]
+
+
+def test_a_family_over_files_per_commit_goes_through_pull_requests_and_cards_only_stays_one_commit(
+        family, tmp_path: Path, hub) -> None:  # noqa: F811
+    family.config.publish.files_per_commit = 2  # the staged repos hold 7-9 files: several commits each
+    dry = to_hub(family, tmp_path, dry_run=True)
+    lines = summary(family, dry, dry_run=True).splitlines()
+    for split in SPLITS:
+        result = dry["results"][split]
+        assert result.merges == 1 and result.commits == math.ceil(len(result.changes) / 2) + 1
+        assert any(line.endswith(f"would make {result.commits} commits: {result.commits - 1} on a new pull request, "
+                                 "then its merge)") and family.repo_name(split) in line for line in lines)
+
+    outcome = to_hub(family, tmp_path)
+
+    for split in SPLITS:
+        repo_id = f"tester/{family.repo_name(split)}"
+        [pull] = hub.pulls(repo_id)
+        main = [c for c in hub.commits(repo_id) if c.parent is not None]
+        assert pull.status == "merged" and [c.oid for c in main] == [pull.merge_commit]  # main moved once
+        assert all(len(c.operations) <= 2 for c in pull.commits)
+        assert outcome["results"][split].commits == len(pull.commits) + 1
+        assert datasets.load_dataset(repo_id, split="train").num_rows == outcome["report"].splits[split].rows
+    assert "; 0 commit" not in summary(family, outcome, dry_run=False)
+
+    family.config.card.description = "A new description."
+    to_hub(family, tmp_path, cards_only=True)
+    for split in SPLITS:
+        repo_id = f"tester/{family.repo_name(split)}"
+        assert len(hub.pulls(repo_id)) == 1  # no pull request for a card
+        assert set(hub.commits(repo_id)[-1].added) == {"README.md"} and hub.commits(repo_id)[-1].author == "emulator-user"
+
+
+def test_files_per_commit_is_checked_in_families_yaml_and_before_the_upload(family, tmp_path: Path) -> None:  # noqa: F811
+    text = (tmp_path / "families.yaml").read_text()
+    assert "publish: {" in text
+    (tmp_path / "bad.yaml").write_text(text.replace("publish: {", "publish: {files_per_commit: 500, ", 1))
+    with pytest.raises(FamilyConfigError, match=r"bad\.yaml:[0-9]+: .*publish: files_per_commit must be a whole number "
+                                                r"from 1 to 100 .*got 500"):
+        load_families(tmp_path / "bad.yaml")
+
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)
+    (repo / "README.md").write_text("card")
+    with pytest.raises(RepoCheckError, match=r"publish\.files_per_commit must be a whole number from 1 to 100"):
+        check_repo(repo, row_group_bytes=1_000_000, files_per_commit=0)
+
+
+def test_the_check_says_up_front_when_a_repo_needs_more_commits_than_the_hourly_quota(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    repo = tmp_path / "repo"
+    (repo / "images").mkdir(parents=True)
+    for i in range(300):
+        (repo / "images" / f"example-{i:04d}.png").write_bytes(b"x")
+    check_repo(repo, row_group_bytes=1, files_per_commit=50)
+    assert "commits" not in caplog.text
+    check_repo(repo, row_group_bytes=1, files_per_commit=2)
+    assert "up to 151 commits of 2 files; the Hub allows about 128 an hour per repo" in caplog.text

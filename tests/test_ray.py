@@ -28,7 +28,7 @@ from rs.stages import BuildContext, ensure_clean, ensure_sampled  # noqa: E402
 from rs.distributed import RAY_MISSING, RayIncomplete, RayPlanError, sample_on_ray  # noqa: E402
 from rs.engines import engines_for  # noqa: E402
 from rs.families import load_families  # noqa: E402
-from rs.store import read_records  # noqa: E402
+from rs.store import qa_item, read_records  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_sample import family_file  # noqa: E402
@@ -49,7 +49,7 @@ def local_ray():
 
 def cache_contents(path: Path) -> dict[str, str]:
     with sqlite3.connect(path) as db:
-        return dict(db.execute("SELECT key, value FROM generations"))
+        return dict(db.execute("SELECT key, value FROM answers"))
 
 
 def items(ctx: BuildContext) -> list[dict]:
@@ -253,21 +253,22 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
     with GenerationCache(tmp_path / "keys.sqlite") as cache:
         stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=False)
         rows = list(read_records(ctx.paths.clean, "rows"))
-        expected = [(stage.runner.key(Request(prompt=build_prompt(q["question"], stage.config.instruction), image=row["image"]),
-                                      stage.settings), row, q) for row in rows for q in row["qa"]]
+        expected = [(stage.runner.key(Request(prompt=build_prompt(q["question"], stage.instructions.for_item(qa_item(q))),
+                                              image=row["image"]), stage.settings), row, q) for row in rows for q in row["qa"]]
     wanted = expected[1::3]  # every third item is missing
     missing = np.unique(np.array([key_prefix(key) for key, _, _ in wanted], dtype=np.uint64))
     table = pa.Table.from_pylist([{k: row[k] for k in ("image", "image_sha256", "qa")} for row in rows])
-    out = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instruction=stage.config.instruction,
+    out = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instructions=stage.instructions,
                             missing=missing)
     assert out.schema == REQUESTS
     grouped = {}  # by image: an image travels once with all its missing requests
     for key, row, q in wanted:
         grouped.setdefault(row["image_sha256"], {"image": row["image"], "image_sha256": row["image_sha256"], "requests": []})
         grouped[row["image_sha256"]]["requests"].append(
-            {"key": key, "prompt": build_prompt(q["question"], stage.config.instruction), "item_key": f"{q['record_id']}#{q['turn']}"})
+            {"key": key, "prompt": build_prompt(q["question"], stage.instructions.for_item(qa_item(q))),
+             "item_key": f"{q['record_id']}#{q['turn']}"})
     assert out.to_pylist() == list(grouped.values()) and out.num_rows == len(rows) == 6
-    none = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instruction=stage.config.instruction,
+    none = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instructions=stage.instructions,
                              missing=np.array([], dtype=np.uint64))
     assert none.num_rows == 0 and none.schema == REQUESTS
     assert not engines_for(ctx.family)[0].loaded

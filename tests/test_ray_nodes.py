@@ -55,7 +55,7 @@ def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
         # the sampling step cannot end (and the judge step plan) before the cluster has shrunk.
         with closing(sqlite3.connect(ctx.cache_path, timeout=30, isolation_level=None)) as db:
             db.execute("BEGIN IMMEDIATE")
-            killed_at.append(db.execute("SELECT COUNT(*) FROM generations").fetchone()[0])
+            killed_at.append(db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
             cluster.remove_node(worker, allow_graceful=False)
             while ray.cluster_resources().get("CPU", 0) > 2 and time.monotonic() < deadline:
                 time.sleep(0.1)

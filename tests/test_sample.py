@@ -132,6 +132,29 @@ def test_truncated_outputs_are_rejected_with_their_reason(tmp_path: Path, tiny_e
     assert {decide(r, True).reason for r in results} == {"no_final_answer"}
 
 
+def test_raising_max_tokens_sends_only_the_answers_it_cut_off(tmp_path: Path, tiny_engine) -> None:
+    runs = iter(range(10))
+
+    def sampled(max_tokens: int, cache: str) -> tuple[object, list[dict]]:
+        (run := tmp_path / f"run-{next(runs)}").mkdir()
+        family = load_families(family_file(run, num_images=6, max_tokens=max_tokens))["Tiny"]
+        ctx = BuildContext(family, run / "build", tmp_path / cache, progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
+        return ensure_sampled(ctx), items(ctx.paths.root)
+
+    short_report, short = sampled(6, "cache.sqlite")
+    cut = sum(r["finish_reason"] == "length" for r in short)
+    assert 0 < cut < len(short), "the tiny model's answers should run both shorter and longer than 6 tokens"
+    raised, longer = sampled(32, "cache.sqlite")
+    assert raised.sampling_engine_calls == cut  # the answers that stopped within 6 tokens are the same under 32
+    assert raised.judge_engine_calls <= raised.judged  # judge answers of unchanged rejections come from the cache
+    fresh, cold = sampled(32, "cold.sqlite")
+    assert fresh.sampling_engine_calls == len(cold) and longer == cold  # what a run at 32 from scratch gives
+    lowered, again = sampled(6, "cache.sqlite")
+    assert lowered.sampling_engine_calls == 0 and lowered.judge_engine_calls == 0
+    assert [(r["key"], r["final"], r["finish_reason"], r["completion_tokens"]) for r in again] == \
+        [(r["key"], r["final"], r["finish_reason"], r["completion_tokens"]) for r in short]
+
+
 def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path) -> None:
     """A judge that calls everything CORRECT (a random-weights judge can) must promote nothing."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -171,7 +194,7 @@ def cache_rows(path: Path) -> int:
         return 0
     try:
         with closing(sqlite3.connect(path, timeout=5)) as db:
-            return db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+            return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
     except sqlite3.Error:
         return 0
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from rs.card_html import render_repo
+
 pytest.importorskip("vllm")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +73,12 @@ def test_the_terminal_shows_progress_and_the_summary_and_verbose_shows_the_engin
     assert "vllm" in text and "torch.set_num_threads" in text  # the engine's output, kept where a person can find it
     lines = [line for line in seen.replace("\r", "\n").splitlines() if line.strip()]
     assert len(lines) < 60, seen  # bars redrawn in place, not a wall of text
+    # the demo's three cards, as a reader on the Hub sees them: no markup dropped or shown as text, both figures
+    for repo in sorted((tmp_path / "out" / "local").iterdir()):
+        rendered = render_repo(repo)
+        tables = (repo / "README.md").read_text().count("\n|---")  # each Markdown table's delimiter row
+        assert rendered.problems == [] and rendered.html.count("<table>") == tables >= 4, (repo.name, rendered.problems)
+        assert "figures/qa-funnel.png" in rendered.html and "figures/answer-lengths.png" in rendered.html
 
     # -v: the engine's own output on the terminal (a new build and cache, so that the engine runs)
     code, loud = on_a_terminal([*common, "-v", "--build-dir", str(tmp_path / "build2"), "--cache", str(tmp_path / "cache2.sqlite")],

@@ -20,6 +20,7 @@ from PIL import Image, UnidentifiedImageError
 
 from rs.errors import RsError
 from rs.families.schema import FamilyConfig
+from rs.prompt import Instructions
 from rs.registry import CLEANING
 from rs.sources.base import MAX_IMAGE_BYTES, QAItem, RefusedImage, Row, SourceRecord, sha256_hex
 
@@ -145,7 +146,7 @@ class Cleaner:
         self.provenance = provenance
         self.exclusions = exclusions or ExclusionWriter(None)
         self.work_dir = work_dir
-        self.filters: list[ItemFilter] = [RequiredFields(), StripInstruction(config.instruction)]
+        self.filters: list[ItemFilter] = [RequiredFields(), StripInstruction(Instructions.of(config).all())]
         for key, step in optional_steps():
             if (step_config := c.step(key)).enabled:
                 self.filters.append(step(step_config))

@@ -37,25 +37,28 @@ class RequiredFields(ItemFilter):
 
 
 class StripInstruction(ItemFilter):
-    """Remove the family's instruction where the source already appended it.
+    """Remove the family's instructions where the source already appended one.
 
     The instruction is appended once, at prompt time; a question that already ends with it would
     otherwise be asked with the instruction twice, and its words would count against task purity.
+    A family has two (`rs.prompt.Instructions`): the one for questions with options is removed too.
     """
 
     name = "strip_instruction"
     order = 20
     card = StepCard("Instruction appended once", "Where the source had already appended the family's instruction to a question, it is removed there and appended exactly once at prompt time.", shows_rewrites=True)
 
-    def __init__(self, instruction: str):
+    def __init__(self, instructions: tuple[str, ...]):
         super().__init__()
-        words = instruction.split()
-        self.pattern = re.compile(r"\s*" + r"\s+".join(map(re.escape, words)) + r"\s*$") if words else None
+        longest_first = sorted((words for words in (i.split() for i in instructions) if words), key=len, reverse=True)
+        self.patterns = [re.compile(r"\s*" + r"\s+".join(map(re.escape, words)) + r"\s*$") for words in longest_first]
 
     def check(self, item: QAItem, image_sha256: str, image_id: str | None) -> str | None:
-        if self.pattern is not None and (m := self.pattern.search(item.question)) and m.start() > 0:
-            item.question = item.question[: m.start()]
-            self.rewrote(item, "instruction_removed")
+        for pattern in self.patterns:
+            if (m := pattern.search(item.question)) and m.start() > 0:
+                item.question = item.question[: m.start()]
+                self.rewrote(item, "instruction_removed")
+                break
         return None
 
 

@@ -37,7 +37,7 @@ def add_config(parser: argparse.ArgumentParser, *, subcommand: bool = False) -> 
 
 
 def add_limit(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--limit", type=_positive_int, metavar="N", help="only the first N images of the family")
+    parser.add_argument("--limit", type=positive_int, metavar="N", help="only the first N images of the family")
 
 
 def add_out(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +72,7 @@ def add_ray(parser: argparse.ArgumentParser) -> None:
                         help="answer and judge on Ray Data, one engine replica per GPU, the cache staying on this machine; "
                              "--build-dir must be on storage every node mounts "
                              "(ADDRESS: auto on the head node, or HEAD:6379; none: a local Ray)")
-    parser.add_argument("--replicas", type=_positive_int, metavar="N",
+    parser.add_argument("--replicas", type=positive_int, metavar="N",
                         help="with --ray: engine replicas (default: the cluster's GPUs / GPUs per replica)")
 
 
@@ -88,7 +88,7 @@ def check_ray(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int 
     return None
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:

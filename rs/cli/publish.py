@@ -4,7 +4,7 @@
     python -m rs.publish CLEVRMath                 # the Hub: {namespace}/CLEVRMath_RS_think, ..._RS_nothink, ..._rejected
     python -m rs.publish CLEVRMath --out DIR       # a local folder laid out exactly as the Hub repos
     python -m rs.publish CLEVRMath --cards-only    # re-render and publish the three cards, nothing else
-    python -m rs.publish CLEVRMath --dry-run       # what would be added, changed and deleted, with sizes
+    python -m rs.publish CLEVRMath --dry-run       # what would be added, changed and deleted, with sizes, in how many commits
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rs.cli import RunFailed, output
 from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError
 from rs.families import Family, get_family
-from rs.hub import format_plan
+from rs.hub import describe_commits, format_plan
 from rs.publish import publish
 from rs.schema import SPLITS
 
@@ -44,8 +44,10 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
         s = report.splits[split]
         result = outcome["results"][split]
         counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
+        commits = "" if outcome["local"] else f"; {describe_commits(result, dry_run=dry_run)}"
         lines.append(f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {s.shards} shards -> {outcome['where'][split]} "
-                     f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged)")
+                     f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged"
+                     f"{commits})")
         if dry_run:
             lines.append(format_plan(result.changes))
     lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in SPLITS) if outcome["local"] else "")

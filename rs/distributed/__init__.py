@@ -207,7 +207,7 @@ def _sampling_step(ctx: BuildContext, stage: SampleStage, cluster: Cluster, cach
         files = sorted(str(p) for p in ctx.paths.clean.glob("rows-*.parquet"))
         requests = cluster.ray.data.read_parquet(files).select_columns(["image", "image_sha256", "qa"]).map_batches(
             sampling_requests, fn_kwargs={"identity": stage.runner.identity_key, "settings": stage.settings,
-                                          "instruction": stage.config.instruction, "missing": missing},
+                                          "instructions": stage.instructions, "missing": missing},
             batch_format="pyarrow", batch_size=None,
         )
         per_image = missing.size / images  # a batch holds whole images, about `batch_size` requests
@@ -230,11 +230,11 @@ def _judge_step(ctx: BuildContext, stage: SampleStage, cluster: Cluster, cache: 
     seen: set[bytes] = set()
     calibration_keys: set[str] = set()  # those sent for calibration only (a case can repeat a rejection's request)
     with ParquetStreamWriter(directory, "judge", REQUESTS, group_rows=max(1024, cluster.batch_size)) as writer:
-        _write_missing(_judge_requests(ctx, stage, unanswered), cache, writer, stats, seen, lookahead)
+        _write_missing(_judge_requests(ctx, stage, unanswered), cache, writer, stats, seen, lookahead, judge.settings.max_tokens)
         if unanswered[0]:
             raise RuntimeError(f"{unanswered[0]} sampled items vanished from the cache during the run")
         _write_missing(_keyed(judge, stage.calibration_cases().all()), cache, writer, calibration, seen, lookahead,
-                       written=calibration_keys)
+                       judge.settings.max_tokens, written=calibration_keys)
     to_send = stats.sent + calibration.sent
     stats.sent = calibration.sent = 0  # counted again as the answers come back
     if to_send:
@@ -254,11 +254,11 @@ def _missing_sampling_keys(ctx: BuildContext, stage: SampleStage, cache: Generat
     Counts requests, cached and duplicates in `stats`.
     """
     records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
-    keyed = ((stage.runner.key(sampling_request(qa_item(q), stage.config.instruction, r["image_sha256"]), stage.settings), index)
+    keyed = ((stage.runner.key(sampling_request(qa_item(q), stage.instructions, r["image_sha256"]), stage.settings), index)
              for index, r in enumerate(records) for q in r["qa"])
     prefixes = array("Q")  # 8 bytes per missing item
     images, last_image = 0, -1
-    for key, image in _uncached(keyed, cache, stats, lookahead):
+    for key, image in _uncached(keyed, cache, stats, lookahead, stage.settings.max_tokens):
         prefixes.append(key_prefix(key))
         images += image != last_image
         last_image = image
@@ -268,9 +268,9 @@ def _missing_sampling_keys(ctx: BuildContext, stage: SampleStage, cache: Generat
 
 
 def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache, writer: ParquetStreamWriter, stats: StepStats, seen: set[bytes],
-                   lookahead: int, *, written: set[str] | None = None) -> None:
+                   lookahead: int, max_tokens: int, *, written: set[str] | None = None) -> None:
     """Write the requests not in the cache and not written before (`seen`: 128-bit key prefixes) to `writer`."""
-    for key, request in _uncached(keyed, cache, stats, lookahead, seen=seen):
+    for key, request in _uncached(keyed, cache, stats, lookahead, max_tokens, seen=seen):
         stats.sent += 1
         if written is not None:
             written.add(key)
@@ -279,15 +279,16 @@ def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache,
                      size=len(request.prompt))
 
 
-def _uncached(keyed: Iterable[tuple[str, Any]], cache: GenerationCache, stats: StepStats, lookahead: int, *,
+def _uncached(keyed: Iterable[tuple[str, Any]], cache: GenerationCache, stats: StepStats, lookahead: int, max_tokens: int, *,
               seen: set[bytes] | None = None) -> Iterator[tuple[str, Any]]:
-    """The `(key, value)` pairs whose key is not cached, looked up `lookahead` at a time; counts requests and cached.
+    """The `(key, value)` pairs the cache cannot answer under `max_tokens`, looked up `lookahead` at a time; counts
+    requests and cached.
 
     With `seen` (128-bit key prefixes), a key yielded before is counted as a duplicate instead.
     """
     iterator = iter(keyed)
     while chunk := list(islice(iterator, lookahead)):
-        found = cache.present(key for key, _ in chunk)
+        found = cache.present((key for key, _ in chunk), max_tokens=max_tokens)
         for key, value in chunk:
             stats.requests += 1
             if key in found:
@@ -313,9 +314,9 @@ def _judge_requests(ctx: BuildContext, stage: SampleStage, unanswered: list[int]
     while block := list(islice(items, chunk)):
         keyed = []
         for sha, item in block:
-            request = sampling_request(item, stage.config.instruction, sha)
+            request = sampling_request(item, stage.instructions, sha)
             keyed.append((stage.runner.key(request, stage.settings), request, item))
-        generations = stage.runner.cache.get_many(key for key, _, _ in keyed)
+        generations = stage.runner.cache.get_many((key for key, _, _ in keyed), max_tokens=stage.settings.max_tokens)
         for key, request, item in keyed:
             gen = generations.get(key)
             if gen is None:

@@ -20,7 +20,7 @@ from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached import cache_key, identity_key
 from rs.engines.stream import Stream, open_stream
 from rs.families.schema import ModelConfig
-from rs.prompt import sampling_request
+from rs.prompt import Instructions, sampling_request
 from rs.registry import ENGINES
 from rs.store import qa_item
 
@@ -49,7 +49,7 @@ rows (summed over rows: the replicas' engine time); `busy_seconds` / `active_sec
 engine time and wall time since its first request, so far (their ratio: how busy it kept its engine)."""
 
 
-def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSettings, instruction: str, missing: np.ndarray) -> pa.Table:
+def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSettings, instructions: Instructions, missing: np.ndarray) -> pa.Table:
     """Clean-store rows -> the sampling requests of their QA items that are still missing, by image (a Ray Data map).
 
     Builds each request as `SampleStage` does and keys it with the driver's `cache_key`; `missing`
@@ -60,7 +60,7 @@ def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSetti
     for image, sha, qa in zip(batch["image"].to_pylist(), batch["image_sha256"].to_pylist(), batch["qa"].to_pylist()):
         requests = []
         for item in qa:
-            request = sampling_request(qa_item(item), instruction, sha)
+            request = sampling_request(qa_item(item), instructions, sha)
             key = cache_key(identity, settings, sha, request.prompt)
             if key not in seen and _is_missing(key, missing):
                 seen.add(key)
@@ -219,7 +219,9 @@ class EngineReplica:
         generations, errors = [], []
         for future in futures:
             try:
-                generations.append(future.result())
+                generation = future.result()
+                generation.max_tokens = self.settings.max_tokens
+                generations.append(generation)
                 errors.append(None)
             except Exception as err:  # the engine failed with this request in it: not cached, sent again next run
                 errors.append(first_line(err))
@@ -255,7 +257,7 @@ def build_replica_engine(spec: dict[str, Any]) -> Engine:
     """The engine a replica runs, from its spec (see `engine_specs`), set up to run inside an actor."""
     plugin = ENGINES.get(spec["engine"]["kind"])
     config = plugin.Config(**spec["engine"]).for_replica()
-    return plugin.from_config(config, ModelConfig(**spec["model"]))
+    return plugin.from_config(config, ModelConfig.from_dict(spec["model"]))
 
 
 def first_line(err: BaseException) -> str:

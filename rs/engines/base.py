@@ -16,6 +16,10 @@ from rs.extract import split_reasoning
 from rs.registry import KindConfig
 
 
+PROMPT_TAIL_CHARS = 64
+"""How much of a rendered prompt's end an engine records (`Generation.prompt_tail`): enough for a pre-filled block."""
+
+
 @dataclass(kw_only=True)
 class EngineConfig(KindConfig):
     """What every engine kind's `engine:` block holds; each kind's `Config` adds its own keys."""
@@ -47,9 +51,19 @@ class SamplingSettings:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     choices: tuple[str, ...] = ()
     """When set, the output is constrained to exactly one of these strings (the judge's labels)."""
+    choices_after_reasoning: bool = False
+    """The constraint applies once the reasoning has ended, not from the first token (a think-then-label judge)."""
+    close_reasoning: tuple[str, str] | None = None
+    """`(start, end)` markers: a text-only prompt is rendered with the reasoning closed at its end (a block the template
+    left open is closed, an empty one added where it opened none), so the output starts after the reasoning (a
+    label-only judge on a template that ignores `enable_thinking`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def keyed(self) -> dict[str, Any]:
+        """What a cache key covers: everything but `max_tokens`, which the cache stores beside each answer."""
+        return {k: v for k, v in asdict(self).items() if k != "max_tokens"}
 
 
 @dataclass(frozen=True)
@@ -86,12 +100,25 @@ class Generation:
     """Why this request failed alone (engine_error), if it did."""
     cacheable: bool = True
     """False for transient failures (timeouts, server errors): those are retried on the next run."""
+    max_tokens: int | None = None
+    """The budget it was made with (the cache records it: `rs.engines.cache`)."""
+    prompt_tail: str | None = None
+    """The end of the prompt as the engine rendered it (`rs.reasoning.PROMPT_TAIL_CHARS`): whether the chat template
+    left the reasoning open there decides how the output is read. None where the engine cannot see it."""
+    split_by: str | None = None
+    """`server` when the engine got the reasoning already separated (`text` is then the answer part)."""
+    prompt_reasoning: str | None = None
+    """`open` / `closed` / `none`: where the prompt left the reasoning, as `rs.reasoning` read it."""
 
     @classmethod
     def from_text(cls, text: str, *, finish_reason: str, reasoning: str | None = None, **kwargs: Any) -> "Generation":
-        """Split a raw output; an output cut off by max_tokens has no final answer, whatever it says."""
+        """A raw output, split by the default `<think>` rules; an output cut off by max_tokens has no final answer.
+
+        The sampling stage reads every output again with the family's reasoning format (`rs.reasoning`).
+        """
         if reasoning is not None:  # the server already separated it (`message.reasoning`)
             answer: str | None = text.strip()
+            kwargs.setdefault("split_by", "server")
         else:
             reasoning, answer = split_reasoning(text)
         if finish_reason == "length":

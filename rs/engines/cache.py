@@ -1,11 +1,15 @@
 """The generation cache: content-addressed, committed per batch, safe for several processes.
 
 A key (`rs.engines.cached.CachedEngine.key`) covers the engine kind, model id and revision, chat template,
-exact prompt bytes, image hash and sampling settings, so the same question is answered once and
-changing the verifier never re-runs the model. Results are committed per batch in SQLite's WAL
-mode: a process killed with SIGKILL loses at most the batch in flight, and several worker
-processes on one machine can write to the same file (SQLite serialises writers; readers never
-block). SQLite over a network filesystem is not safe: for several machines see `rs.distributed`.
+exact prompt bytes, image hash and the sampling settings except `max_tokens`, so the same question
+is answered once and changing the verifier never re-runs the model. `max_tokens` is stored beside
+each answer instead, because a budget only cuts an output short: an answer that stopped within a
+budget is the same answer under any larger one, and an output is cut at a smaller budget without
+asking the model again (`_REUSABLE`). Raising `max_tokens` therefore re-sends only the answers the
+old budget cut off. Results are committed per batch in SQLite's WAL mode: a process killed with
+SIGKILL loses at most the batch in flight, and several worker processes on one machine can write to
+the same file (SQLite serialises writers; readers never block). SQLite over a network filesystem
+is not safe: for several machines see `rs.distributed`.
 A damaged, locked or full cache stops the run with what to do (`rs.engines.cache_file`); it is never
 replaced by a new one in silence.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -23,12 +28,29 @@ from rs.engines.cache_file import STEP_S, check_file, create_file, guarded
 from rs.errors import RsError
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS generations (
+CREATE TABLE IF NOT EXISTS answers (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL,
+    max_tokens INTEGER,
+    finish TEXT NOT NULL,
+    tokens INTEGER,
     created REAL NOT NULL
 ) WITHOUT ROWID;
 """
+"""`answers` (keys without `max_tokens`) replaced `generations` (keys with it); a file of the old
+layout keeps its old table, which nothing reads."""
+
+_REUSABLE = """ AND (
+    (finish = 'stop' AND (tokens IS NOT NULL OR max_tokens <= ?))
+    OR (finish = 'length' AND max_tokens >= ?)
+    OR (finish = 'error' AND max_tokens = ?)
+)"""
+"""The stored answers that answer a request with the budget bound to the three `?`.
+
+Outputs at temperature 0 (or with a fixed seed) do not depend on the budget, which only cuts them
+short: an answer that stopped at n tokens is the same under any budget of n or more and is cut off
+under a smaller one (unknown n: only a budget at least the one it was made with); an output cut off
+at a budget is the same under any smaller one; a failure is reused under its own budget only."""
 
 
 _BUSY_TIMEOUT_S = 60.0
@@ -54,6 +76,18 @@ def _use_wal(db: sqlite3.Connection, path: Path) -> None:
             f"{path}: SQLite could not use WAL mode here (it kept {mode!r}); put the cache on a local "
             "filesystem (--cache PATH), not a network mount"
         )
+
+
+def _within(generation: Generation, max_tokens: int | None) -> Generation:
+    """The answer as a request with the budget `max_tokens` gets it: cut off when it ran longer.
+
+    The text stays the longer output's: its first `max_tokens` tokens are what this budget produces,
+    and an output cut off has no final answer either way.
+    """
+    if max_tokens is None or generation.completion_tokens is None or generation.completion_tokens <= max_tokens:
+        return generation
+    return replace(generation, reasoning=None, answer=None, finish_reason="length", completion_tokens=max_tokens,
+                   max_tokens=max_tokens)
 
 
 class GenerationCache:
@@ -83,38 +117,53 @@ class GenerationCache:
             self._db.close()
             raise
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, Generation]:
-        return {key: Generation.from_dict(json.loads(value)) for key, value in self._select("key, value", keys)}
+    def get_many(self, keys: Iterable[str], *, max_tokens: int | None = None) -> dict[str, Generation]:
+        """The stored answers of `keys`; with `max_tokens`, those that answer a request with that budget, as it would.
 
-    def present(self, keys: Iterable[str]) -> set[str]:
-        """Which of `keys` are cached, without reading their values (a resume looks up millions)."""
-        return {key for (key,) in self._select("key", keys)}
+        An output longer than the budget comes back cut off at it (`finish_reason` "length", no
+        final answer), without the model being asked again.
+        """
+        found = self._select("key, value", keys, max_tokens)
+        return {key: _within(Generation.from_dict(json.loads(value)), max_tokens) for key, value in found}
 
-    def _select(self, columns: str, keys: Iterable[str]) -> list[tuple]:
-        return self._query(columns, list(dict.fromkeys(keys)))
+    def present(self, keys: Iterable[str], *, max_tokens: int | None = None) -> set[str]:
+        """Which of `keys` `get_many` would answer, without reading their values (a resume looks up millions)."""
+        return {key for (key,) in self._select("key", keys, max_tokens)}
+
+    def _select(self, columns: str, keys: Iterable[str], max_tokens: int | None) -> list[tuple]:
+        return self._query(columns, list(dict.fromkeys(keys)), max_tokens)
 
     @guarded
-    def _query(self, columns: str, keys: list[str]) -> list[tuple]:
+    def _query(self, columns: str, keys: list[str], max_tokens: int | None) -> list[tuple]:
+        condition, budget = (_REUSABLE, [max_tokens] * 3) if max_tokens is not None else ("", [])
         rows: list[tuple] = []
         for start in range(0, len(keys), 500):  # SQLite's limit on bound parameters
             chunk = keys[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            rows += self._db.execute(f"SELECT {columns} FROM generations WHERE key IN ({marks})", chunk)
+            rows += self._db.execute(f"SELECT {columns} FROM answers WHERE key IN ({marks}){condition}", [*chunk, *budget])
         return rows
 
-    def get(self, key: str) -> Generation | None:
-        return self.get_many([key]).get(key)
+    def get(self, key: str, *, max_tokens: int | None = None) -> Generation | None:
+        return self.get_many([key], max_tokens=max_tokens).get(key)
 
     def put_many(self, items: Iterable[tuple[str, Generation]]) -> int:
-        """Commit a batch atomically; transient failures are not stored. Returns how many were stored."""
-        rows = [(k, json.dumps(g.to_dict(), ensure_ascii=False), time.time()) for k, g in items if g.cacheable]
+        """Commit a batch atomically; transient failures are not stored. Returns how many were stored.
+
+        An answer already stored is replaced only by one made with a larger budget (a truncated
+        output asked again under a higher `max_tokens`).
+        """
+        rows = [(k, json.dumps(g.to_dict(), ensure_ascii=False), g.max_tokens, g.finish_reason, g.completion_tokens, time.time())
+                for k, g in items if g.cacheable]
         return self._insert(rows) if rows else 0
 
     @guarded
-    def _insert(self, rows: list[tuple[str, str, float]]) -> int:
+    def _insert(self, rows: list[tuple]) -> int:
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.executemany("INSERT OR IGNORE INTO generations VALUES (?, ?, ?)", rows)
+            self._db.executemany(
+                "INSERT INTO answers VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+                "max_tokens = excluded.max_tokens, finish = excluded.finish, tokens = excluded.tokens, created = excluded.created "
+                "WHERE excluded.max_tokens > answers.max_tokens", rows)
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
@@ -123,10 +172,10 @@ class GenerationCache:
 
     @guarded
     def __len__(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+        return self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
 
     def items(self) -> Iterator[tuple[str, Generation]]:
-        for key, value in self._db.execute("SELECT key, value FROM generations ORDER BY key"):
+        for key, value in self._db.execute("SELECT key, value FROM answers ORDER BY key"):
             yield key, Generation.from_dict(json.loads(value))
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ def identity_key(engine: Engine) -> str:
 
 
 def cache_key(identity: str, settings: SamplingSettings, image_sha256: str, prompt: str) -> str:
-    """A request's content address; `image_sha256` is "" for a text-only request.
+    """A request's content address; `image_sha256` is "" for a text-only request; `max_tokens` is not part of it.
 
     A plain function of plain values, so that a Ray worker computes the driver's keys without an engine.
     """
@@ -44,7 +44,7 @@ def cache_key(identity: str, settings: SamplingSettings, image_sha256: str, prom
 def key_function(identity: str, settings: SamplingSettings) -> Callable[[str, str], str]:
     """`cache_key` for many requests of one engine and settings: those two parts are hashed once."""
     base = hashlib.sha256()
-    for part in (identity, json.dumps(settings.to_dict(), sort_keys=True)):
+    for part in (identity, json.dumps(settings.keyed(), sort_keys=True)):
         base.update(part.encode())
         base.update(b"\x00")
 
@@ -152,7 +152,7 @@ class CachedStream:
         if not self._lookup:
             return
         lookup, self._lookup = self._lookup, []
-        found = self.cache.get_many([key for _, key, _ in lookup])
+        found = self.cache.get_many([key for _, key, _ in lookup], max_tokens=self.settings.max_tokens)
         for tag, key, request in lookup:
             generation = found.get(key) or self.committer.buffer.get(key)
             if generation is not None:
@@ -180,6 +180,7 @@ class CachedStream:
         for key, generation in finished:
             self._ready.extend((tag, generation) for tag in self._waiting.pop(key))  # type: ignore[call-overload]
             self.stats.errors += generation.error is not None
+            generation.max_tokens = self.settings.max_tokens
             self.committer.add(key, generation)  # type: ignore[arg-type]
         if self.committer.due() or not self.in_flight:
             self.committer.flush()

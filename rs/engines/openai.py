@@ -138,6 +138,7 @@ class OpenAIEngine:
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rs-openai")
         self._random = random.Random()
         self._random_lock = threading.Lock()
+        self._warned_closing = False
 
     @classmethod
     def from_config(cls, config: OpenAIEngineConfig, model: ModelConfig, *, base_dir: Path | None = None) -> OpenAIEngine:
@@ -171,6 +172,10 @@ class OpenAIEngine:
     # - internals -
 
     def _options(self, settings: SamplingSettings) -> dict[str, Any]:
+        if settings.close_reasoning and not self._warned_closing:
+            self._warned_closing = True  # the server renders the prompt: a template that always thinks stays open
+            logger.warning("The openai engine cannot close the reasoning in the judge's prompt; the server's chat template "
+                           "decides (with --reasoning-parser the server constrains the label after the reasoning instead)")
         extra: dict[str, Any] = {}
         if settings.chat_template_kwargs:
             extra["chat_template_kwargs"] = dict(settings.chat_template_kwargs)

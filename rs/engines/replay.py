@@ -3,7 +3,8 @@
 Use it to re-verify or re-judge without a GPU, or to import generations made by another system.
 Each line is one output: `{"key": QA item key, "text": raw output, ...}`, optionally with
 `prompt` (the exact prompt, to look up requests that have no item key, such as the judge's),
-`reasoning` (when the producer separated it), `finish_reason`, `prompt_tokens`,
+`reasoning` (when the producer separated it), `prompt_tail` (the end of the rendered prompt, where a
+chat template may have opened the reasoning: `rs.reasoning`), `finish_reason`, `prompt_tokens`,
 `completion_tokens`, `model` and `model_revision`.
 """
 
@@ -96,7 +97,8 @@ class ReplayEngine:
         meta = {"model": record.get("model", self.model), "model_revision": record.get("model_revision", self.revision)}
         return Generation.from_text(
             record["text"], reasoning=record.get("reasoning"), finish_reason=record.get("finish_reason", "stop"),
-            prompt_tokens=record.get("prompt_tokens"), completion_tokens=record.get("completion_tokens"), **meta,
+            prompt_tokens=record.get("prompt_tokens"), completion_tokens=record.get("completion_tokens"),
+            prompt_tail=record.get("prompt_tail"), **meta,
         )
 
     def load(self) -> None:

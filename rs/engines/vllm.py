@@ -36,9 +36,10 @@ from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
-from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
+from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings
 from rs.engines.models import builtin_revision, resolve_model
-from rs.errors import RsError
+from rs.errors import RsError, UsageError
+from rs.extract import reasoning_state
 from rs.registry import ENGINES
 
 if TYPE_CHECKING:
@@ -54,6 +55,10 @@ __all__ = ["EngineArgsError", "EngineDied", "VLLMEngine", "VLLMEngineConfig", "V
 
 class EngineArgsError(RsError, TypeError):
     """`engine.args` holds an argument the installed vLLM does not take."""
+
+
+class ReasoningParserMissing(UsageError, ValueError):
+    """A think-then-label judge on an engine that does not know where the reasoning ends."""
 
 
 class EngineDied(RsError, RuntimeError):
@@ -107,7 +112,10 @@ class VLLMEngine:
 
     @classmethod
     def from_config(cls, config: VLLMEngineConfig, model: ModelConfig, *, base_dir: Path | None = None) -> VLLMEngine:
-        return cls(model.id, revision=model.revision, engine_args=config.args, in_flight=config.in_flight)
+        args = dict(config.args)
+        if model.reasoning.uses_vllm_parser:  # vLLM then constrains a think-then-label judge's label after the reasoning
+            args.setdefault("reasoning_parser", model.reasoning.parser)
+        return cls(model.id, revision=model.revision, engine_args=args, in_flight=config.in_flight)
 
     def __init__(self, model: str, *, revision: str | None = None, engine_args: dict[str, Any] | None = None,
                  in_flight: int | None = None):
@@ -124,6 +132,8 @@ class VLLMEngine:
         self._llm: LLM | None = None
         self._closed = False
         self._identity: dict[str, Any] | None = None
+        self._template: tuple[Any, Any] | None = None
+        """(tokenizer, chat template) as vLLM resolves them, without the weights."""
         self.in_flight = in_flight
         """Requests a stream keeps in the engine at once; None: 4 x the scheduler's `max_num_seqs`."""
         self._owners: dict[str, tuple[VLLMStream, Hashable]] = {}
@@ -211,7 +221,7 @@ class VLLMEngine:
             # "abort" (or none): the engine dropped the request; a re-run should try again
             return Generation.failed(f"vLLM finished the request with {completion.finish_reason!r}", cacheable=False, **meta)
         return Generation.from_text(
-            completion.text, finish_reason=completion.finish_reason,
+            completion.text, finish_reason=completion.finish_reason, prompt_tail=(output.prompt or "")[-PROMPT_TAIL_CHARS:] or None,
             prompt_tokens=len(output.prompt_token_ids or ()), completion_tokens=len(completion.token_ids), **meta,
         )
 
@@ -253,14 +263,29 @@ class VLLMEngine:
         return hashlib.sha256(template.encode()).hexdigest()
 
     def _resolve_chat_template(self) -> Any:
-        from vllm.engine.arg_utils import EngineArgs
-        from vllm.renderers.hf import resolve_chat_template
-        from vllm.tokenizers.registry import cached_tokenizer_from_config
+        return self._tokenizer_and_template()[1]
 
-        args = {k: v for k, v in self._args.items() if k in _MODEL_CONFIG_ARGS}
-        model_config = EngineArgs(model=self._path, **args).create_model_config()
-        tokenizer = cached_tokenizer_from_config(model_config)
-        return resolve_chat_template(tokenizer, None, None, model_config=model_config)
+    def _tokenizer_and_template(self) -> tuple[Any, Any]:
+        if self._template is None:
+            from vllm.engine.arg_utils import EngineArgs
+            from vllm.renderers.hf import resolve_chat_template
+            from vllm.tokenizers.registry import cached_tokenizer_from_config
+
+            args = {k: v for k, v in self._args.items() if k in _MODEL_CONFIG_ARGS}
+            model_config = EngineArgs(model=self._path, **args).create_model_config()
+            tokenizer = cached_tokenizer_from_config(model_config)
+            self._template = (tokenizer, resolve_chat_template(tokenizer, None, None, model_config=model_config))
+        return self._template
+
+    def tokenizer(self) -> Any:
+        """The model's tokenizer as vLLM loads it, without the weights (a reasoning parser finds its markers in it)."""
+        return self._tokenizer_and_template()[0]
+
+    def render_chat(self, text: str, chat_template_kwargs: dict[str, Any] | None = None) -> str:
+        """A text-only user turn rendered with the chat template vLLM uses, generation prompt included."""
+        tokenizer, template = self._tokenizer_and_template()
+        return tokenizer.apply_chat_template([{"role": "user", "content": text}], chat_template=template,
+                                             add_generation_prompt=True, tokenize=False, **(chat_template_kwargs or {}))
 
 
 _MODEL_CONFIG_ARGS = frozenset({
@@ -300,7 +325,14 @@ class VLLMStream:
         llm = engine.llm  # load now (or fail if closed)
         self._llm = llm
         self._params = engine._sampling_params(settings)
-        max_num_seqs = int(getattr(llm.llm_engine.vllm_config.scheduler_config, "max_num_seqs", 0) or 256)
+        config = llm.llm_engine.vllm_config
+        if settings.choices_after_reasoning and not config.structured_outputs_config.reasoning_parser:
+            raise ReasoningParserMissing(
+                f"judge.mode think_then_label: the vLLM engine of {engine.model} has no reasoning parser, so its label "
+                "would be forced from the first token, inside the reasoning",
+                hint="set model.reasoning.parser (or judge.model.reasoning.parser) to the model's vLLM reasoning parser "
+                     "(qwen3, deepseek_r1, ...), or use judge.mode label_only")
+        max_num_seqs = int(getattr(config.scheduler_config, "max_num_seqs", 0) or 256)
         self.window = max(1, window or 4 * max_num_seqs)
         self._waiting = 0
         self._done: list[tuple[Hashable, Generation]] = []
@@ -311,14 +343,19 @@ class VLLMStream:
         return self._waiting + len(self._done)
 
     def submit(self, tag: Hashable, request: Request) -> None:
-        conversation = self._conversation(request)
-        if isinstance(conversation, Generation):
-            self._done.append((tag, conversation))
-            return
         try:
-            (request_id,) = self._llm.enqueue_chat(
-                [conversation], self.params(request), use_tqdm=False, chat_template_kwargs=self.settings.chat_template_kwargs or None,
-            )
+            if self.settings.close_reasoning and request.image is None:
+                prompt = self._closed_prompt(request.prompt, *self.settings.close_reasoning)
+                (request_id,) = self._llm.enqueue([{"prompt": prompt}], self.params(request), use_tqdm=False,
+                                                  tokenization_kwargs={"add_special_tokens": False})
+            else:
+                conversation = self._conversation(request)
+                if isinstance(conversation, Generation):
+                    self._done.append((tag, conversation))
+                    return
+                (request_id,) = self._llm.enqueue_chat(
+                    [conversation], self.params(request), use_tqdm=False, chat_template_kwargs=self.settings.chat_template_kwargs or None,
+                )
         except Exception as err:  # refused alone: a prompt longer than the context, an image the processor rejects
             if _engine_is_broken(err):
                 if died := _died(self, err):
@@ -348,6 +385,16 @@ class VLLMStream:
                 raise RuntimeError(f"vLLM dropped {self._waiting} requests without finishing them")
         done, self._done = self._done, []
         return done
+
+    def _closed_prompt(self, text: str, start: str, end: str) -> str:
+        """The rendered prompt with its reasoning closed at the end, as a template with `enable_thinking: false` does it."""
+        rendered = self.engine.render_chat(text, self.settings.chat_template_kwargs)
+        state = reasoning_state(rendered[-PROMPT_TAIL_CHARS:], start=start, end=end)
+        if state == "open":  # the template pre-filled the opening marker and ignores the switch
+            return rendered.rstrip("\n") + f"\n\n{end}\n\n"
+        if state == "none":
+            return rendered + f"{start}\n\n{end}\n\n"
+        return rendered
 
     def params(self, request: Request) -> SamplingParams:
         """The request's sampling parameters: the stream's settings (a benchmark's workload may vary them per request)."""

@@ -324,8 +324,24 @@ def load_families(path: str | Path) -> dict[str, Family]:
             validator.fail(body, f"families.{name}", f"expected a mapping, got {_kind(body)}")
         config = validator.dataclass(FamilyConfig, _merge(defaults, body), f"families.{name}")
         _check_verifier(path, body, name, config)
+        _check_judge(path, body, name, config)
         families[name] = Family(name=name, config=config, path=path, line=name_node.start_mark.line + 1)
     return families
+
+
+def _check_judge(path: Path, body: MappingNode, name: str, config: FamilyConfig) -> None:
+    """A think-then-label judge on the vllm engine needs vLLM to know where its reasoning ends."""
+    judge = config.judge
+    if not judge.enabled or judge.mode != "think_then_label" or config.engine.kind != "vllm":
+        return
+    model = judge.model or config.model
+    if model.reasoning.uses_vllm_parser or getattr(config.engine, "args", {}).get("reasoning_parser"):
+        return
+    node = next((v for k, v in body.value if k.value == "judge"), body)
+    raise FamilyConfigError(
+        f"{_where(path, node)}: families.{name}.judge.mode: think_then_label on the vllm engine needs a vLLM reasoning "
+        f"parser to find where the judge's reasoning ends (model.reasoning.parser is {model.reasoning.parser!r}); "
+        "set it to the model's parser (qwen3, deepseek_r1, ...), or use judge.mode label_only")
 
 
 def _check_verifier(path: Path, body: MappingNode, name: str, config: FamilyConfig) -> None:

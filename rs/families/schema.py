@@ -13,11 +13,50 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
+from rs.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
 from rs.sizes import parse_bytes
 
+MULTIPLE_CHOICE_INSTRUCTION = "\nAnswer with the option's letter from the given choices directly."
+"""What a question with options is asked with unless its family says otherwise (LLaVA's and lmms-eval's wording)."""
+
 ByteSize = int | str
 """A byte count: an integer, or a string such as "500MB" / "1GiB"."""
+
+
+@dataclass
+class ReasoningConfig:
+    """How a model's output marks its reasoning and its final answer (`rs.reasoning`)."""
+
+    parser: str = "tags"
+    """`tags`: the `start` / `end` markers below; a vLLM reasoning parser (`vllm.reasoning`: qwen3, deepseek_r1,
+    glm45, mistral, ...), which reads the model's own format with its tokenizer; or `none`: the model does not
+    reason, its whole output is the answer."""
+    start: str = "<think>"
+    """Opens the reasoning (`tags`; the default also matches `<thinking>`, any case)."""
+    end: str = "</think>"
+    """Closes the reasoning (`tags`)."""
+    answer_start: str | None = None
+    """With `answer_end`: the final answer is what the last such pair holds (`<answer>` ... `</answer>`); an output
+    without one has no final answer."""
+    answer_end: str | None = None
+    required: bool = False
+    """An output without a closed reasoning block has no final answer, whatever the prompt. Whether the chat template
+    opened the block in the prompt is detected by the `vllm` engine; set this where it cannot be (a remote server
+    that does not separate the reasoning)."""
+
+    @property
+    def uses_vllm_parser(self) -> bool:
+        """Whether `parser` names a vLLM reasoning parser (not `tags` or `none`)."""
+        return self.parser not in ("tags", "none")
+
+    def __post_init__(self) -> None:
+        if (self.answer_start is None) != (self.answer_end is None):
+            raise ValueError("answer_start and answer_end go together: set both (e.g. <answer> and </answer>) or neither")
+        if self.parser == "tags" and not (self.start and self.end):
+            raise ValueError("parser tags needs both markers: start (e.g. <think>) and end (e.g. </think>)")
+        if self.parser == "none" and self.required:
+            raise ValueError("parser none (the model does not reason) cannot require a reasoning block")
 
 
 @dataclass
@@ -26,6 +65,13 @@ class ModelConfig:
     """Hub id or local path of the VLM."""
     revision: str | None = None
     """Hub revision (commit, tag or branch); recorded in every result and in the cache key."""
+    reasoning: ReasoningConfig = field(default_factory=ReasoningConfig)
+    """How its outputs mark reasoning and answer."""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """The inverse of `dataclasses.asdict` (a Ray replica gets its model as plain data)."""
+        return cls(**{**data, "reasoning": ReasoningConfig(**data.get("reasoning") or {})})
 
 
 @dataclass
@@ -45,6 +91,14 @@ class JudgeConfig:
     model: ModelConfig | None = None
     """Judge model; empty means the sampling model itself."""
     max_tokens: int = 8
+    """Tokens of the verdict (after the reasoning, in `think_then_label`)."""
+    mode: Literal["label_only", "think_then_label"] = "label_only"
+    """`label_only`: the reasoning is switched off (`enable_thinking: false`, and a block the template leaves open is
+    closed in the prompt) and the label is the first thing decoded; `think_then_label`: the judge may reason for up to
+    `think_budget` tokens, the label is constrained only after its reasoning ends (a vLLM reasoning parser in
+    `model.reasoning.parser`, or a server started with `--reasoning-parser`), no end within the budget is UNSURE."""
+    think_budget: int = 1024
+    """Reasoning tokens a `think_then_label` judge may use before its label."""
     calibration_samples: int = 200
     """Cases per calibration check: verifier-accepted items, easy negatives, hard negatives (near misses)."""
     min_calibration_cases: int = 50
@@ -61,6 +115,8 @@ class JudgeConfig:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"judge.{name} must be between 0 and 1, got {value!r}")
+        if self.think_budget < 1:
+            raise ValueError(f"judge.think_budget must be at least 1, got {self.think_budget!r}")
         if self.min_calibration_cases < 1:
             raise ValueError(f"judge.min_calibration_cases must be at least 1, got {self.min_calibration_cases!r}")
 
@@ -94,6 +150,12 @@ class PublishConfig:
     """Where `python -m rs.publish` puts the repos when `--out` is not given."""
     local_dir: str = "out"
     """The folder of the `local` target (relative to the working directory): `{local_dir}/{namespace}/{repo}`."""
+    files_per_commit: int = DEFAULT_FILES_PER_COMMIT
+    """Most files (added, changed or deleted) in one commit to the Hub (1-100, the Hub's guidance). A repo that
+    changes by more gets them in commits of this size on a pull request, merged at the end: readers see the change at once."""
+
+    def __post_init__(self) -> None:
+        check_files_per_commit(self.files_per_commit)
 
 
 @dataclass
@@ -145,10 +207,14 @@ class FamilyConfig:
     source: Annotated[KindConfig, SOURCES]
     """Where the train QA comes from: `kind` is a registered source kind (hub, files, synthetic, ...)."""
     instruction: str
-    """Appended verbatim to every question; the stored question is exactly what the model receives."""
+    """Appended verbatim to every question (but those with options, see `multiple_choice_instruction`); the stored
+    question is exactly what the model receives."""
     verifier: VerifierConfig
     card: CardConfig
     model: ModelConfig
+    multiple_choice_instruction: str | None = MULTIPLE_CHOICE_INSTRUCTION
+    """Appended instead of `instruction` to a question with options (rendered as a lettered block by cleaning, or
+    given by the source), which is answered with a letter; null: those get `instruction` too."""
     cleaning: Annotated[CleaningConfig, CLEANING] = field(default_factory=CleaningConfig)
     """Cleaning steps by their key (registered steps; `enabled` switches one on), and `dedup`."""
     engine: Annotated[KindConfig, ENGINES] = field(default_factory=lambda: ENGINES.get(ENGINES.default).Config())

@@ -102,7 +102,7 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
     for figure in drawn:
         (repo / figure.path).parent.mkdir(parents=True, exist_ok=True)
         (repo / figure.path).write_bytes(figure.png)
-    text = render_card(report, dataclasses.asdict(c.card), c.instruction, split, c.publish.namespace, stored, overturns,
+    text = render_card(report, dataclasses.asdict(c.card), split, c.publish.namespace, stored, overturns,
                        local=local, figures=drawn)
     (repo / "README.md").write_text(text, encoding="utf-8")
     if not cards_only:
@@ -212,7 +212,7 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
             with writing("the staged repo", staging / repo_name), scratch(staging / repo_name):
                 staged[split] = stage_repo(ctx, split, staging, cards_only=cards_only, published=published, local=local)
         for repo in staged.values():  # all three, before the first upload: a refused third repo leaves the first two untouched
-            check_repo(repo, row_group_bytes=parse_bytes(c.shard.row_group_bytes))
+            check_repo(repo, row_group_bytes=parse_bytes(c.shard.row_group_bytes), files_per_commit=c.publish.files_per_commit)
         results = {}
         for split, repo in staged.items():
             repo_name = family.repo_name(split)
@@ -221,7 +221,8 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
                     results[split] = sync_local(repo, root / repo_name, only=only, dry_run=dry_run)
             else:
                 results[split] = publish_folder(repo, f"{c.publish.namespace}/{repo_name}", token=token, private=c.publish.private,
-                                                only=only, dry_run=dry_run, commit_message=f"rs: publish {repo_name}")
+                                                only=only, dry_run=dry_run, commit_message=f"rs: publish {repo_name}",
+                                                files_per_commit=c.publish.files_per_commit, progress=progress)
     if report is None:
         stats_file = staging / family.repo_name("rejected") / "rs" / "stats.json"
         report = FamilyReport.from_dict(json.loads(stats_file.read_text()), where=str(stats_file))

@@ -1,38 +1,51 @@
 """What the Hub and its dataset viewer would refuse, checked on the staged repos before anything is uploaded.
 
-The figures are the Hub's documented repository recommendations (huggingface.co/docs/hub/
-repositories-recommendations and the datasets upload guide): fewer than 100,000 files per repo and
-10,000 entries per folder, files under 20 GB (50 GB is the hard limit), and the viewer's limits: one
-file format per split and row groups it can read (`shard.row_group_bytes`, checked from the parquet
-metadata). A publish that would hit one stops before the first upload and says what to change.
+The figures are the Hub's documented repository limits and recommendations (huggingface.co/docs/hub/
+storage-limits, read in the hub-docs repo at 242f4a1, 2026-08-22): fewer than 100,000 files per repo,
+no more than 10,000 entries per folder, files under 200 GB (500 GB is the hard limit), around 50-100
+files per commit; and the viewer's limits: one file format per split and row groups it can read
+(`shard.row_group_bytes`, checked from the parquet metadata). A publish that would hit one stops
+before the first upload and says what to change. The commits a repo needs are counted too: past the
+Hub's commit quota (its 429 names 128 an hour per repo) the publish still finishes, waiting as the
+Hub asks, and the check says so up front.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 from rs.build import RowGroupTooLarge, check_row_groups
 from rs.errors import RsError
+from rs.limits import (COMMITS_PER_HOUR, DEFAULT_FILES_PER_COMMIT, MAX_ENTRIES_PER_FOLDER, MAX_FILE_BYTES,
+                       MAX_FILES_PER_COMMIT, MAX_FILES_PER_REPO, RECOMMENDED_FILE_BYTES, check_files_per_commit)
 
 logger = logging.getLogger(__name__)
 
-MAX_FILES_PER_REPO = 100_000
-MAX_ENTRIES_PER_FOLDER = 10_000
-MAX_FILE_BYTES = 50 * 10**9
-RECOMMENDED_FILE_BYTES = 20 * 10**9
 
 
 class RepoCheckError(RsError, ValueError):
     """A staged repo the Hub or its dataset viewer would refuse."""
 
-    default_hint = "nothing was uploaded; change what the message says (families.yaml shard settings) and publish again"
+    default_hint = "nothing was uploaded; change what the message says (families.yaml shard and publish settings) and publish again"
 
 
-def check_repo(folder: Path, *, row_group_bytes: int) -> None:
+def check_repo(folder: Path, *, row_group_bytes: int, files_per_commit: int = DEFAULT_FILES_PER_COMMIT) -> None:
     """Raise `RepoCheckError` listing everything in `folder` (one staged repo) the Hub or the viewer would refuse."""
     problems: list[str] = []
     files = [p for p in folder.rglob("*") if p.is_file()]
+    try:
+        check_files_per_commit(files_per_commit, name="publish.files_per_commit")
+    except ValueError as err:
+        problems.append(str(err))
+    else:
+        commits = math.ceil(len(files) / files_per_commit) + (len(files) > files_per_commit)  # + the merge
+        if commits > COMMITS_PER_HOUR:
+            logger.warning("%s: %s files make up to %s commits of %s files; the Hub allows about %s an hour per repo, "
+                           "so the publish will wait for its quota (raise publish.files_per_commit, up to %s, for fewer)",
+                           folder, f"{len(files):,}", f"{commits:,}", files_per_commit, COMMITS_PER_HOUR,
+                           MAX_FILES_PER_COMMIT)
     if len(files) >= MAX_FILES_PER_REPO:
         problems.append(f"{folder}: {len(files):,} files, the Hub recommends fewer than {MAX_FILES_PER_REPO:,} per repo "
                         "(raise shard.max_bytes for fewer, larger shards)")

@@ -26,7 +26,8 @@ from rs.families.schema import FamilyConfig
 from rs.calibration import Answered, Calibration, CalibrationCases, CalibrationSampler, calibrate, question_kind
 from rs.judge import Judge, JudgeCase, judgeable
 from rs.progress import progress
-from rs.prompt import sampling_request
+from rs.prompt import Instructions, sampling_request
+from rs.reasoning import ReasoningFormat
 from rs.sources.base import QAItem, Row
 from rs.store import ITEMS, ParquetStreamWriter
 from rs.engines.cache import GenerationCache
@@ -62,6 +63,12 @@ class SampleReport:
     """The judge's verdicts on the contradicted rejections: a measurement on real negatives."""
     no_final_answer: int = 0
     engine_errors: int = 0
+    multiple_choice_items: int = 0
+    """Questions with options, asked with the family's multiple-choice instruction."""
+    prompt_reasoning: Counter[str] = field(default_factory=Counter)
+    """Where the rendered prompts left the reasoning (`open`, `closed`, `none`; `unknown` where the engine cannot tell)."""
+    judge_prompt_reasoning: Counter[str] = field(default_factory=Counter)
+    """The same for the judge's requests."""
     sampling_requests: int = 0
     sampling_engine_calls: int = 0
     judge_requests: int = 0
@@ -73,6 +80,8 @@ class SampleReport:
         d = {k: v for k, v in self.__dict__.items() if k != "calibration"}
         d["verdicts"] = dict(self.verdicts)
         d["contradicted_verdicts"] = dict(self.contradicted_verdicts)
+        d["prompt_reasoning"] = dict(self.prompt_reasoning)
+        d["judge_prompt_reasoning"] = dict(self.judge_prompt_reasoning)
         d["calibration"] = self.calibration.to_dict() if self.calibration else None
         return d
 
@@ -80,6 +89,7 @@ class SampleReport:
     def from_dict(cls, data: dict[str, Any]) -> SampleReport:
         calibration = data.get("calibration")
         return cls(**{**data, "verdicts": Counter(data["verdicts"]), "contradicted_verdicts": Counter(data["contradicted_verdicts"]),
+                      "prompt_reasoning": Counter(data["prompt_reasoning"]), "judge_prompt_reasoning": Counter(data["judge_prompt_reasoning"]),
                       "calibration": Calibration.from_dict(calibration) if calibration else None})
 
     @property
@@ -92,6 +102,8 @@ class SampleReport:
 class Verification:
     """What the verifier says of one answer."""
 
+    generation: Generation
+    """The answer as the family's reasoning format reads it (`rs.reasoning`)."""
     references: list[str]
     verified: bool
     contradicts: bool
@@ -107,20 +119,30 @@ class SampleStage:
         self.config = config
         self.verifier: Verifier = get_verifier(config.verifier.name, **config.verifier.params)
         self.settings = sampling_settings(config)
+        self.instructions = Instructions.of(config)
+        self.reasoning = ReasoningFormat(config.model.reasoning, tokenizer=getattr(sampler, "tokenizer", None),
+                                         chat_template_kwargs=self.settings.chat_template_kwargs)
+        self.reasoning.check()
         batch = config.engine.batch_size
         self.runner = CachedEngine(sampler, cache, batch_size=batch, progress=progress)
         self.judge = None
         if config.judge.enabled and judge_engine is not None:
-            self.judge = Judge(CachedEngine(judge_engine, cache, batch_size=batch, progress=False), config.judge)
+            self.judge = Judge(CachedEngine(judge_engine, cache, batch_size=batch, progress=False), config.judge,
+                               reasoning=(config.judge.model or config.model).reasoning,
+                               chat_template_kwargs=self.settings.chat_template_kwargs,
+                               tokenizer=getattr(judge_engine, "tokenizer", None))
+            self.judge.reasoning.check()
         letters = config.cleaning.step("multiple_choice").letters
         self.calibration = CalibrationSampler(self.verifier, config.judge.calibration_samples, letters=letters)
         self.report = SampleReport()
         self.progress = progress
 
     def _slots(self, rows: Iterable[Row]) -> Iterator[_Slot]:
+        multiple_choice = self.instructions.multiple_choice
         for index, row in enumerate(rows):
             for item in row.qa:  # one image's questions one after the other: vLLM's prefix and image caches hit
-                yield _Slot(index, item, sampling_request(item, self.config.instruction, row.image_sha256, row.image))
+                self.report.multiple_choice_items += multiple_choice is not None and bool(item.options)
+                yield _Slot(index, item, sampling_request(item, self.instructions, row.image_sha256, row.image))
 
     def run(self, rows: Iterable[Row], items_dir: str | Path, *, total: int | None = None) -> SampleReport:
         """Answer, verify and judge every item of `rows`; write one record per item, in item order.
@@ -157,7 +179,7 @@ class SampleStage:
                     if judge is not None:
                         waits_for_judge = not topped and not answered and head is not None and head.judging
                         for slot, generation in judge.collect(wait=waits_for_judge):
-                            self._judged(slot, self.judge.label(generation))  # type: ignore[union-attr, arg-type]
+                            self._judged(slot, generation)  # type: ignore[arg-type]
                     written = 0
                     while order and order[0].record is not None and not order[0].judging:
                         record = order.popleft().record
@@ -183,7 +205,9 @@ class SampleStage:
     def _answered(self, slot: _Slot, gen: Generation) -> JudgeCase | None:
         """Verify one answer into its record; the judge case, when the judge should see it."""
         v = self.verify(slot.item, slot.request.prompt, gen)
+        gen = v.generation
         self.report.items += 1
+        self.report.prompt_reasoning[gen.prompt_reasoning or "unknown"] += gen.error is None
         self.report.verified += v.verified
         self.report.contradicted += v.contradicts
         self.report.engine_errors += gen.error is not None
@@ -194,12 +218,16 @@ class SampleStage:
             "final": gen.answer, "finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
             "completion_tokens": gen.completion_tokens, "model": gen.model, "model_revision": gen.model_revision,
             "error": gen.error, "verified": v.verified, "contradicts": v.contradicts, "judge": None,
+            "prompt_reasoning": gen.prompt_reasoning,
         }
         return v.case
 
-    def _judged(self, slot: _Slot, label: str) -> None:
+    def _judged(self, slot: _Slot, generation: Generation) -> None:
         record = slot.record
-        assert record is not None
+        assert record is not None and self.judge is not None
+        read = self.judge.read(generation)
+        self.report.judge_prompt_reasoning[read.prompt_reasoning or "unknown"] += read.error is None
+        label = self.judge.label(generation)
         record["judge"] = label
         slot.judging = False
         self.report.verdicts[label] += 1
@@ -212,16 +240,17 @@ class SampleStage:
 
         `rs.distributed` verifies with this too, so both paths judge and calibrate on the same cases.
         """
+        gen = self.reasoning.read(gen)
         references = item.all_references()
         answered = gen.answer is not None and gen.error is None
         verified = answered and self.verifier.match(gen.answer, references, item=item)
         contradicts = answered and not verified and self.verifier.contradicts(gen.answer, references, item=item)
         if not answered or not gen.answer:
-            return Verification(references, verified, contradicts, None)
+            return Verification(gen, references, verified, contradicts, None)
         case = JudgeCase(prompt, item.answer, gen.answer, item.key)
         self.calibration.offer(Answered(case, tuple(references), item.options, question_kind(item), item.qtype), verified)
         judged = not verified and judgeable(gen.answer)
-        return Verification(references, verified, contradicts, case if judged else None)
+        return Verification(gen, references, verified, contradicts, case if judged else None)
 
     def calibration_cases(self) -> CalibrationCases:
         """The judge's calibration cases, from what `verify` saw."""

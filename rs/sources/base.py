@@ -101,6 +101,9 @@ class Source(Protocol):
         """Dataset, config, split and revision, recorded in every row's `clean_meta`."""
         ...
 
+    # Optional: `size() -> int | None`, the records in the source when known without reading them all
+    # (`rs.plan` projects a family's cost from it).
+
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

@@ -88,6 +88,17 @@ class HubSource:
             self._revision = self.config.revision or _resolve_revision(self.config.path)
         return self._revision
 
+    def size(self) -> int | None:
+        """Records in the split, from the dataset's own info on the Hub; None when the Hub does not say (or is out of reach)."""
+        import datasets
+
+        c = self.config
+        try:
+            info = datasets.load_dataset_builder(c.path, c.name, revision=self.revision()).info
+            return int(info.splits[c.split].num_examples) if info.splits and c.split in info.splits else None
+        except Exception:  # offline, gated, no info: the plan says it cannot tell
+            return None
+
     def __iter__(self) -> Iterator[SourceRecord]:
         import datasets
 

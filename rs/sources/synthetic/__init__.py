@@ -128,6 +128,10 @@ class SyntheticSource:
     def __len__(self) -> int:
         return self.num_images
 
+    def size(self) -> int:
+        """Records (one scene each) in the source."""
+        return self.num_images
+
     def provenance(self) -> dict[str, str | None]:
         return {
             "dataset": f"rs-synthetic/{self.name}",

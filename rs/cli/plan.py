@@ -1,0 +1,33 @@
+"""`rs plan FAMILY` / `python -m rs.plan FAMILY`: what a family's run will do, before it runs (`rs.plan`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rs import cli
+from rs.cli import output
+from rs.families import get_family
+from rs.plan import plan_family
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m rs.plan") -> int:
+    """Check a family before the GPU-hours are spent: prompts, template, instructions, verifiers; with --limit, a real sample and a projection."""
+    parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
+    parser.add_argument("family")
+    cli.add_config(parser)
+    parser.add_argument("--limit", type=cli.positive_int, metavar="N",
+                        help="also answer the questions of the first N images for real (through the generation cache) and "
+                             "project the whole family from them")
+    parser.add_argument("--sample", type=cli.positive_int, default=8, metavar="K",
+                        help="images whose prompts are rendered and counted without the model's weights (default 8)")
+    parser.add_argument("--tokens-per-second", type=float, metavar="X",
+                        help="an engine's output throughput (tokens/s, e.g. from a GPU run) for the projected engine hours")
+    cli.add_build_paths(parser)
+    cli.add_verbose(parser)
+    args = parser.parse_args(argv)
+    family = get_family(args.family, args.config)
+    with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
+        plan = plan_family(family, sample_images=args.sample, limit=args.limit, build_root=cli.build_root(args),
+                           cache_path=args.cache, tokens_per_second=args.tokens_per_second, progress=True)
+    print(plan.render())
+    return 0

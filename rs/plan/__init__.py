@@ -1,0 +1,404 @@
+"""`rs plan FAMILY`: what a family's run will do, checked before the GPU-hours are spent.
+
+Without any weights, from the family's configuration, a sample of its real questions and the
+model's own processor and chat template: how each kind of question is asked (instruction) and
+checked (verifier), how many tokens its prompts take with their images against `max_model_len`,
+where the chat template leaves the reasoning (pre-filled open, closed, or up to the model) with
+thinking on and off, and the mismatches between them. With `limit` images, their questions are
+also answered for real, through the family's engine and the shared generation cache (so the full
+run reuses the answers), and the whole family is projected from them: output tokens, truncation,
+accept rate and GPU-hours. What cannot be checked here (a source or a model out of reach) is said,
+and the rest is still checked.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rs.clean import Cleaner, CleaningReport
+from rs.engines import Engine, resolve_model
+from rs.engines.base import PROMPT_TAIL_CHARS
+from rs.families import Family
+from rs.families.schema import FamilyConfig
+from rs.prompt import Instructions, build_prompt
+from rs.reasoning import ReasoningFormat
+from rs.route import decide
+from rs.sample import SampleReport
+from rs.sources import QAItem, Row, open_source
+from rs.stages import BuildContext, default_cache_path, ensure_clean, ensure_sampled
+from rs.store import read_records
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["KindPlan", "Plan", "Projection", "TemplatePlan", "plan_family"]
+
+_SHORT_ANSWER = re.compile(r"single word|one word|short phrase|word or phrase|in short", re.IGNORECASE)
+_STATE_WORDS = {
+    "open": "pre-filled open: the output starts inside the reasoning",
+    "closed": "closed: an empty reasoning block, no reasoning",
+    "none": "left to the model: it opens a block itself, or does not reason",
+}
+
+
+@dataclass
+class KindPlan:
+    """One kind of question in the sample: how it is asked and checked, and its prompts' sizes."""
+
+    kind: str
+    items: int
+    instruction: str
+    verifier: str
+    example: str
+    """One prompt as the model receives it (and as stored)."""
+    prompt_tokens: list[int] = field(default_factory=list)
+    """Tokens of each sampled prompt, image tokens included; empty when the processor could not be loaded."""
+
+
+@dataclass
+class TemplatePlan:
+    thinking: str | None
+    """Where the generation prompt leaves the reasoning with the family's `chat_template_kwargs`."""
+    without_thinking: str | None
+    """The same with `enable_thinking: false` (what a label-only judge asks for)."""
+    markers: tuple[str, str] | None
+    tail: str
+    """The end of the generation prompt with the family's arguments."""
+
+
+@dataclass
+class Projection:
+    """The first `images` images answered for real, and the whole family projected from them."""
+
+    images: int
+    answered: int
+    completion_tokens: list[int]
+    truncated: int
+    accepted: int
+    judged: int
+    judge_max_tokens: int
+    calibration_requests: int
+    sent: int
+    """Requests the engine answered in this plan (the rest came from the cache)."""
+    seconds: float
+    family_qa: int | None
+    """Questions the whole family will answer (source records x questions per record x kept), when the source says its size."""
+    tokens_per_second: float | None
+    """Given (`--tokens-per-second`), else measured here when something was sent."""
+    measured: bool
+
+    @property
+    def mean_tokens(self) -> float:
+        return statistics.fmean(self.completion_tokens) if self.completion_tokens else 0.0
+
+    def family_tokens(self) -> float | None:
+        """Output tokens of the whole family: answers, plus at most the judge's on the same share of rejections and calibration."""
+        if self.family_qa is None or not self.answered:
+            return None
+        judge_per_item = self.judged / self.answered * self.judge_max_tokens
+        return self.family_qa * (self.mean_tokens + judge_per_item) + self.calibration_requests * self.judge_max_tokens
+
+
+@dataclass
+class Plan:
+    family: str
+    model: str
+    max_tokens: int
+    max_model_len: int | None
+    configuration: list[str] = field(default_factory=list)
+    """What the family's configuration says about how questions are asked, read and judged."""
+    notes: list[str] = field(default_factory=list)
+    """What could not be checked here, and why."""
+    warnings: list[str] = field(default_factory=list)
+    template: TemplatePlan | None = None
+    kinds: list[KindPlan] = field(default_factory=list)
+    sample: CleaningReport | None = None
+    source_records: int | None = None
+    projection: Projection | None = None
+
+    def render(self) -> str:
+        """The report a person reads."""
+        out = [f"{self.family}: plan for {self.model}, max_tokens {self.max_tokens:,}"
+               + (f", max_model_len {self.max_model_len:,}" if self.max_model_len else "")]
+        out += [f"  {line}" for line in self.configuration]
+        out += [f"  note: {note}" for note in self.notes]
+        if self.template is not None:
+            t = self.template
+            out.append("chat template:")
+            markers = f"`{t.markers[0]}` ... `{t.markers[1]}`" if t.markers else "none (the model does not reason)"
+            out.append(f"  reasoning markers: {markers}")
+            out.append(f"  generation prompt ends {t.tail[-24:]!r}: reasoning {_STATE_WORDS.get(t.thinking or '', 'unknown')}")
+            out.append(f"  with enable_thinking false (a label-only judge): {_STATE_WORDS.get(t.without_thinking or '', 'unknown')}")
+        if self.sample is not None:
+            s = self.sample
+            size = f" of {self.source_records:,} records" if self.source_records is not None else ""
+            out.append(f"sample: {s.source_records} records{size}, {s.source_items} questions, {s.kept_items} kept by cleaning "
+                       f"({s.dropped_items} dropped: {', '.join(f'{k} {v}' for k, v in sorted(s.dropped.items())) or 'none'})")
+        for kind in self.kinds:
+            out.append(f"  {kind.kind}: {_count(kind.items, 'question')}, verifier {kind.verifier}, instruction {kind.instruction!r}")
+            if kind.prompt_tokens:
+                tokens = sorted(kind.prompt_tokens)
+                fits = "" if self.max_model_len is None else (
+                    "fits" if tokens[-1] + self.max_tokens <= self.max_model_len else "DOES NOT FIT")
+                out.append(f"    prompt tokens (image included) min {tokens[0]:,}, median {statistics.median(tokens):,.0f}, "
+                           f"max {tokens[-1]:,}; + max_tokens {self.max_tokens:,} = {tokens[-1] + self.max_tokens:,} {fits}".rstrip())
+            out.append(f"    e.g. {kind.example!r}")
+        if self.projection is not None:
+            out += self._projection_lines(self.projection)
+        out += [f"warning: {w}" for w in self.warnings] or ["no warnings"]
+        return "\n".join(out)
+
+    def _projection_lines(self, p: Projection) -> list[str]:
+        out = [f"answered for real: {_count(p.answered, 'question')} of the first {_count(p.images, 'image')} in {p.seconds:.1f} s "
+               f"({_count(p.sent, 'request')} sent to the engine: answers, verdicts and calibration; the rest from the cache)"]
+        if p.completion_tokens:
+            tokens = sorted(p.completion_tokens)
+            p90 = tokens[min(len(tokens) - 1, int(0.9 * len(tokens)))]
+            out.append(f"  output tokens per answer: median {statistics.median(tokens):,.0f}, mean {p.mean_tokens:,.1f}, "
+                       f"90th percentile {p90:,}, max {tokens[-1]:,}")
+        out.append(f"  cut off at max_tokens: {p.truncated} of {p.answered} ({_pct(p.truncated, p.answered)})")
+        out.append(f"  accepted: {p.accepted} of {p.answered} ({_pct(p.accepted, p.answered)}); judged: {p.judged}")
+        total = p.family_tokens()
+        if p.family_qa is None or total is None:
+            out.append("  whole family: the source does not say its size here; no projection")
+            return out
+        out.append(f"  whole family: about {p.family_qa:,} questions, {total:,.0f} output tokens (judge at most {p.judge_max_tokens} "
+                   f"tokens a verdict)")
+        if p.tokens_per_second:
+            hours = total / p.tokens_per_second / 3600
+            where = "measured on this machine, the model's load included" if p.measured else "given"
+            out.append(f"  at {p.tokens_per_second:,.0f} output tokens/s ({where}): {hours:,.2f} hours of engine time")
+        else:
+            out.append("  give --tokens-per-second (an engine's output throughput) for the GPU-hours")
+        return out
+
+
+def plan_family(family: Family, *, sample_images: int = 8, limit: int | None = None, build_root: Path | None = None,
+                cache_path: Path | None = None, tokens_per_second: float | None = None,
+                engine_factory: Callable[[Family], tuple[Engine, Engine | None]] | None = None, progress: bool = False) -> Plan:
+    """Check a family's run before it starts; with `limit`, answer its first `limit` images and project the whole family."""
+    c = family.config
+    plan = Plan(family.name, c.model.id, c.sampling.max_tokens, _max_model_len(c))
+    _check_configuration(c, plan)
+    rows = _sample_rows(family, sample_images, plan)
+    processor, tokenizer = _load_processor(c, plan)
+    fmt = ReasoningFormat(c.model.reasoning, tokenizer=(lambda: tokenizer) if tokenizer is not None else None,
+                          chat_template_kwargs=c.sampling.chat_template_kwargs)
+    if processor is not None:
+        plan.template = _template(processor, c, fmt, plan)
+    plan.kinds = _kinds(rows, c, processor)
+    _check_kinds(c, plan)
+    if limit is not None:
+        plan.projection = _project(family, limit, build_root, cache_path, tokens_per_second, engine_factory, progress, plan)
+    return plan
+
+
+def _max_model_len(c: FamilyConfig) -> int | None:
+    value = getattr(c.engine, "args", {}).get("max_model_len")
+    return int(value) if value else None
+
+
+def _describe(c: FamilyConfig) -> list[str]:
+    r, j = c.model.reasoning, c.judge
+    if r.parser == "none":
+        reading = "the model does not reason: its whole output is the answer"
+    elif r.uses_vllm_parser:
+        reading = f"vLLM's {r.parser} reasoning parser names the markers"
+    else:
+        reading = f"between {r.start!r} and {r.end!r}"
+    if r.answer_start:
+        reading += f"; the answer is inside {r.answer_start!r} ... {r.answer_end!r}"
+    if r.required:
+        reading += "; an output without a closed reasoning block has no answer"
+    mc = "the same" if c.multiple_choice_instruction is None else repr(c.multiple_choice_instruction)
+    params = f" {c.verifier.params}" if c.verifier.params else ""
+    judge = "off" if not j.enabled else (
+        f"{j.mode}, label in {j.max_tokens} tokens" + (f" after up to {j.think_budget:,} of reasoning" if j.mode == "think_then_label" else ""))
+    return [f"instruction {c.instruction!r}; questions with options: {mc}", f"verifier {c.verifier.name}{params}",
+            f"sampling: {c.sampling.chat_template_kwargs}, temperature {c.sampling.temperature}",
+            f"reasoning: {reading}", f"judge: {judge}"]
+
+
+def _check_configuration(c: FamilyConfig, plan: Plan) -> None:
+    plan.configuration = _describe(c)
+    if plan.max_model_len is not None and c.sampling.max_tokens >= plan.max_model_len:
+        plan.warnings.append(f"sampling.max_tokens ({c.sampling.max_tokens:,}) leaves no room for a prompt in max_model_len "
+                             f"({plan.max_model_len:,})")
+    if c.verifier.name == "math" and _SHORT_ANSWER.search(c.instruction):
+        plan.warnings.append(f"instruction {c.instruction!r} asks for a word or phrase, but the math verifier reads an expression "
+                             "(a \\boxed{} or a final value); ask for the final answer instead")
+    thinking = c.sampling.chat_template_kwargs.get("enable_thinking")
+    if thinking is False and c.model.reasoning.required:
+        plan.warnings.append("model.reasoning.required with enable_thinking false: every answer would be no_final_answer")
+
+
+def _sample_rows(family: Family, images: int, plan: Plan) -> list[Row]:
+    try:
+        source = open_source(family)
+        cleaner = Cleaner(family.config, source.provenance())
+        rows = list(cleaner.rows(source, limit=images))
+    except Exception as err:  # a Hub source offline, a missing file: say so, check the rest
+        plan.notes.append(f"cannot read the source here ({type(err).__name__}: {_first_line(err)}): no prompts sampled")
+        return []
+    plan.sample = cleaner.report
+    size = getattr(source, "size", None)
+    try:
+        plan.source_records = size() if size is not None else None
+    except Exception as err:  # an unreadable file: the projection says it cannot tell
+        logger.debug("the source could not say its size: %s", err)
+    return rows
+
+
+def _load_processor(c: FamilyConfig, plan: Plan) -> tuple[Any, Any]:
+    """The model's processor and tokenizer (no weights), or (None, None) with a note saying why not."""
+    from transformers import AutoProcessor, AutoTokenizer
+
+    path = resolve_model(c.model.id)
+    revision = c.model.revision if path == c.model.id else None
+    try:
+        processor = AutoProcessor.from_pretrained(path, revision=revision)
+    except Exception as processor_error:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
+        except Exception:
+            plan.notes.append(f"cannot load the tokenizer and processor of {c.model.id} here ({type(processor_error).__name__}: "
+                              f"{_first_line(processor_error)}): no prompt tokens counted, no chat template read")
+            return None, None
+        plan.notes.append(f"{c.model.id} has no processor here; prompt tokens count the text only")
+        return tokenizer, tokenizer
+    return processor, getattr(processor, "tokenizer", processor)
+
+
+def _render(processor: Any, prompt: str, kwargs: dict[str, Any], *, image: bool = True) -> str:
+    content: Any = [{"type": "image"}, {"type": "text", "text": prompt}] if image else prompt
+    return processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False, **kwargs)
+
+
+def _template(processor: Any, c: FamilyConfig, fmt: ReasoningFormat, plan: Plan) -> TemplatePlan | None:
+    kwargs = dict(c.sampling.chat_template_kwargs)
+    try:
+        thinking = _render(processor, "?", kwargs)
+        without = _render(processor, "?", {**kwargs, "enable_thinking": False}, image=False)
+        markers = fmt.markers
+    except Exception as err:
+        plan.notes.append(f"cannot render the chat template here ({type(err).__name__}: {_first_line(err)})")
+        return None
+    t = TemplatePlan(fmt.prompt_state(thinking[-PROMPT_TAIL_CHARS:]), fmt.prompt_state(without[-PROMPT_TAIL_CHARS:]), markers,
+                     thinking[-PROMPT_TAIL_CHARS:])
+    wants_thinking = kwargs.get("enable_thinking", True) is not False
+    if markers is not None and wants_thinking and t.thinking == "closed":
+        plan.warnings.append("sampling asks for reasoning but the chat template closes the reasoning block in the prompt: "
+                             "the answers will have no reasoning (is this a non-thinking model?)")
+    template_text = getattr(processor, "chat_template", None) or getattr(getattr(processor, "tokenizer", None), "chat_template", "")
+    if markers is not None and t.thinking == "none" and isinstance(template_text, str) and markers[0] not in template_text:
+        plan.warnings.append(f"the chat template never writes {markers[0]!r}: check model.reasoning (the model's markers may "
+                             "differ, e.g. ◁think▷ or <thinking>)")
+    if c.judge.enabled and c.judge.mode == "label_only" and t.without_thinking == "open":
+        closes = "the vllm engine closes it in the judge's prompt" if c.engine.kind == "vllm" else \
+            f"the {c.engine.kind} engine cannot close it: use judge.mode think_then_label with a server reasoning parser"
+        (plan.notes if c.engine.kind == "vllm" else plan.warnings).append(
+            f"the chat template ignores enable_thinking false (the reasoning stays open); {closes}")
+    return t
+
+
+def _kind(item: QAItem) -> str:
+    if item.options:
+        return "multiple choice"
+    return item.qtype or "open question"
+
+
+def _kinds(rows: list[Row], c: FamilyConfig, processor: Any) -> list[KindPlan]:
+    instructions = Instructions.of(c)
+    kinds: dict[str, KindPlan] = {}
+    kwargs = dict(c.sampling.chat_template_kwargs)
+    for row in rows:
+        image = _image(row.image) if processor is not None else None
+        for item in row.qa:
+            instruction = instructions.for_item(item)
+            prompt = build_prompt(item.question, instruction)
+            kind = kinds.setdefault(_kind(item), KindPlan(_kind(item), 0, instruction, c.verifier.name, prompt))
+            kind.items += 1
+            if processor is not None and image is not None:
+                kind.prompt_tokens.append(_prompt_tokens(processor, prompt, image, kwargs))
+    return sorted(kinds.values(), key=lambda k: (-k.items, k.kind))
+
+
+def _image(data: bytes) -> Any:
+    from PIL import Image
+
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+        return image.convert("RGB")
+    except Exception:
+        return None
+
+
+def _prompt_tokens(processor: Any, prompt: str, image: Any, kwargs: dict[str, Any]) -> int:
+    text = _render(processor, prompt, kwargs)
+    if getattr(processor, "image_processor", None) is None:  # a tokenizer only
+        return len(processor(text, add_special_tokens=False)["input_ids"])
+    encoded = processor(text=[text], images=[[image]], add_special_tokens=False)
+    return len(encoded["input_ids"][0])
+
+
+def _check_kinds(c: FamilyConfig, plan: Plan) -> None:
+    for kind in plan.kinds:
+        if kind.kind == "multiple choice" and c.multiple_choice_instruction is None:
+            plan.warnings.append(f"{kind.items} sampled questions have lettered options but are asked with {c.instruction!r} "
+                                 "(multiple_choice_instruction is null): they are answered with a letter, ask for one")
+        if kind.kind != "multiple choice" and c.verifier.name == "mcq":
+            plan.warnings.append(f"{kind.items} sampled {kind.kind} questions have no options, but the mcq verifier accepts only "
+                                 "an option letter: they will all be rejected")
+        if max(kind.prompt_tokens, default=0) + c.sampling.max_tokens > (plan.max_model_len or float("inf")):
+            too_long = sum(t + c.sampling.max_tokens > (plan.max_model_len or 0) for t in kind.prompt_tokens)
+            plan.warnings.append(f"{too_long} sampled {kind.kind} prompts + max_tokens exceed max_model_len ({plan.max_model_len:,}): "
+                                 "raise engine.args.max_model_len or lower sampling.max_tokens")
+
+
+def _project(family: Family, limit: int, build_root: Path | None, cache_path: Path | None, tokens_per_second: float | None,
+             engine_factory: Any, progress: bool, plan: Plan) -> Projection:
+    root = Path(build_root or "build") / "plan"
+    ctx = BuildContext(family, root, cache_path or default_cache_path(), limit=limit, progress=progress, engine_factory=engine_factory)
+    clean = ensure_clean(ctx)
+    if ctx.paths.sample_report.exists():
+        ctx.paths.sample_report.unlink()  # the plan measures this run, even over a warm cache
+    report: SampleReport = ensure_sampled(ctx)
+    columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason"]
+    items = list(read_records(ctx.paths.items, "items", columns=columns))
+    answered = [i for i in items if i["error"] is None]
+    tokens = [i["completion_tokens"] for i in answered if i["completion_tokens"] is not None]
+    accepted = sum(decide(i, report.promotes).accepted for i in items)
+    per_record = clean.source_items / clean.source_records if clean.source_records else 0
+    kept = clean.kept_items / clean.source_items if clean.source_items else 0
+    family_qa = round(plan.source_records * per_record * kept) if plan.source_records is not None else None
+    measured = None
+    if tokens_per_second is None and report.sampling_engine_calls and report.seconds:
+        # the answers sent this time over the stage's time, the model's load included: a lower bound
+        measured = sum(tokens) * report.sampling_engine_calls / max(1, len(items)) / report.seconds
+    judge = family.config.judge
+    judge_max = judge.max_tokens + (judge.think_budget if judge.mode == "think_then_label" else 0)
+    calibration = report.judge_requests - report.judged
+    return Projection(images=limit, answered=len(answered), completion_tokens=tokens,
+                      truncated=sum(i["finish_reason"] == "length" for i in answered), accepted=accepted, judged=report.judged,
+                      judge_max_tokens=judge_max, calibration_requests=max(0, calibration),
+                      sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds, family_qa=family_qa,
+                      tokens_per_second=tokens_per_second or measured, measured=tokens_per_second is None and measured is not None)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "n/a"
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+

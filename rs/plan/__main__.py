@@ -1,0 +1,4 @@
+from rs.cli import run
+from rs.cli.plan import main
+
+run(main)

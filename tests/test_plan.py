@@ -1,0 +1,106 @@
+"""`rs plan`: a family checked before a run, from its configuration, its questions and the model's processor (no weights)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rs.families import get_family, load_families
+from rs.plan import plan_family
+from rs.prompt import MULTIPLE_CHOICE_INSTRUCTION
+from rs.store import read_records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FAMILY = """\
+families:
+  Odd:
+    source: {{kind: synthetic, seed: 2, num_images: 6, questions_per_image: 3, style: mixed, noise: {{flattened_mc: 0.5}}}}
+    instruction: "\\nAnswer the question using a single word or phrase."
+    multiple_choice_instruction: {mc}
+    verifier: {{name: {verifier}}}
+    model: {{id: "{model}"}}
+    engine: {{kind: vllm, args: {{max_model_len: {max_model_len}}}}}
+    sampling: {{max_tokens: 64}}
+    cleaning: {{multiple_choice: {{enabled: true}}}}
+    card: {{pretty_name: Odd, description: d, license: apache-2.0, citation: c}}
+"""
+
+
+def odd_family(tmp_path: Path, *, mc: str = "null", verifier: str = "math", model: str = "rs:tiny-vlm", max_model_len: int = 100):
+    (tmp_path / "families.yaml").write_text(FAMILY.format(mc=mc, verifier=verifier, model=model, max_model_len=max_model_len))
+    return load_families(tmp_path / "families.yaml")["Odd"]
+
+
+def test_tinyclevr_plan_asks_each_kind_of_question_well() -> None:
+    plan = plan_family(get_family("TinyCLEVR"), sample_images=8)
+    kinds = {k.kind: k for k in plan.kinds}
+    assert kinds["multiple choice"].instruction == MULTIPLE_CHOICE_INSTRUCTION
+    assert "\nA. " in kinds["multiple choice"].example and kinds["multiple choice"].example.endswith(MULTIPLE_CHOICE_INSTRUCTION)
+    assert all(k.instruction == "\nAnswer the question using a single word or phrase." for n, k in kinds.items() if n != "multiple choice")
+    assert all(k.prompt_tokens and len(k.prompt_tokens) == k.items for k in plan.kinds)
+    assert plan.template is not None and (plan.template.thinking, plan.template.without_thinking) == ("none", "closed")
+    assert plan.warnings == [] and plan.notes == []
+    text = plan.render()
+    assert "multiple choice" in text and "fits" in text and "no warnings" in text
+
+
+def test_mismatches_are_warned_and_an_unloadable_model_is_said(tmp_path: Path, monkeypatch) -> None:
+    plan = plan_family(odd_family(tmp_path), sample_images=6)
+    warnings = "\n".join(plan.warnings)
+    assert "asks for a word or phrase, but the math verifier reads an expression" in warnings
+    assert "have lettered options but are asked with" in warnings  # multiple_choice_instruction: null
+    assert "prompts + max_tokens exceed max_model_len (100)" in warnings
+    assert "DOES NOT FIT" in plan.render()
+
+    mcq = plan_family(odd_family(tmp_path, mc='"\\nLetter?"', verifier="mcq", max_model_len=2048), sample_images=6)
+    assert any("no options, but the mcq verifier accepts only an option letter" in w for w in mcq.warnings)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    unreachable = plan_family(odd_family(tmp_path, model="no-such-org/no-such-vlm"), sample_images=2)
+    assert any("cannot load the tokenizer and processor of no-such-org/no-such-vlm here" in n for n in unreachable.notes)
+    assert unreachable.template is None and all(not k.prompt_tokens for k in unreachable.kinds)
+    assert any("math verifier" in w for w in unreachable.warnings)  # what the configuration says is still checked
+
+
+def test_a_template_that_ignores_the_switch_is_reported(tmp_path: Path) -> None:
+    from rs.tiny_model import tiny_vlm_path
+
+    family = odd_family(tmp_path, mc='"\\nLetter?"', verifier="alnum", model=str(tiny_vlm_path(template="always")), max_model_len=2048)
+    plan = plan_family(family, sample_images=2)
+    assert (plan.template.thinking, plan.template.without_thinking) == ("open", "open")
+    assert any("ignores enable_thinking false" in n and "closes it in the judge's prompt" in n for n in plan.notes)
+
+
+def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None:
+    pytest.importorskip("vllm")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from rs.engines import engines_for
+
+    family = get_family("TinyCLEVR")
+    engines = engines_for(family)
+    try:
+        plan = plan_family(family, sample_images=3, limit=3, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
+                           tokens_per_second=1000.0, engine_factory=lambda f: engines)
+    finally:
+        engines[0].close()
+    p = plan.projection
+    assert p is not None and p.images == 3 and p.answered == len(p.completion_tokens) > 0
+    assert p.tokens_per_second == 1000.0 and not p.measured and p.family_qa and p.family_tokens() > 0
+    items = list(read_records(tmp_path / "build" / "plan" / "TinyCLEVR" / "items", "items"))
+    assert len(items) == p.answered
+    # the prompt tokens the plan counted without the weights are the engine's, image tokens included
+    assert sorted(t for k in plan.kinds for t in k.prompt_tokens) == sorted(i["prompt_tokens"] for i in items)
+    assert "hours of engine time" in plan.render()
+
+
+def test_the_command_prints_the_plan(tmp_path: Path) -> None:
+    for command in (["-m", "rs.plan"], ["-c", "from rs.cli.main import console; console()", "plan"]):
+        run = subprocess.run([sys.executable, *command, "TinyCLEVR", "--sample", "2", "--build-dir", str(tmp_path)],
+                             capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.startswith("TinyCLEVR: plan for rs:demo-vlm") and "chat template:" in run.stdout
