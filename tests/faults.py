@@ -2,9 +2,9 @@
 
 A family here is a JSON Lines file of questions about small PNGs, answered from a replay file (some
 right, some wrong, so that every split has rows); `Alpha` and `Beta` differ only in their images.
-`slow_replay` (tests/plugins/rs_faults.py) is the same engine taking `delay` seconds a request, so
+`slow_replay` (tests/plugins/rs_faults.py) is the same engine taking `delay` seconds a question, so
 that a run in a subprocess lasts long enough to be stopped part-way; `plugin_env` installs it the
-way a package would be installed (an entry point on the subprocess's path).
+way a package would be installed (an entry point on the subprocess's path), `engine_kinds_installed` in this process.
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ import json
 import os
 import sqlite3
 import sys
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Iterator
+
+import pytest
 
 from conftest import png
 from rs.families import load_families
@@ -91,13 +94,17 @@ def plugin_env(site: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
 
 
-def install_in_this_process() -> None:
-    """Register the `rs-faults` engine kinds here too (a publish in the test's own process)."""
-    if str(PLUGINS) not in sys.path:
-        sys.path.insert(0, str(PLUGINS))
-    module = importlib.import_module("rs_faults")
-    if "slow_replay" not in ENGINES:  # imported before by a test that has since put the registry back as it was
-        importlib.reload(module)
+@contextmanager
+def engine_kinds_installed() -> Iterator[None]:
+    """The `rs-faults` engine kinds registered in this process for the duration; the registry is put back after."""
+    ENGINES.names()  # the built-in kinds found first, so that putting the entries back keeps them
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(PLUGINS))
+        patch.setattr(ENGINES, "_entries", dict(ENGINES._entries))
+        module = importlib.import_module("rs_faults")
+        if "slow_replay" not in ENGINES:  # imported before, into a registry since put back
+            importlib.reload(module)
+        yield
 
 
 def published_files(folder: Path) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from faults import ROOT, assert_same_published, cache_keys, install_in_this_process, plugin_env, publish_command, write_families
+from faults import ROOT, assert_same_published, cache_keys, engine_kinds_installed, plugin_env, publish_command, write_families
 from rs.families import load_families
 from rs.publish import publish
 
@@ -31,10 +31,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     """The families file, the subprocesses' environment, and Alpha and Beta published without a fault (side by side)."""
     folder = tmp_path_factory.mktemp("families")
     families, env = write_families(folder, engine=ENGINE), plugin_env(folder / "site")
-    install_in_this_process()
-    for name, family in load_families(families).items():
-        work = folder / name
-        publish(family, out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite", progress=False)
+    with engine_kinds_installed():
+        for name, family in load_families(families).items():
+            work = folder / name
+            publish(family, out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite", progress=False)
     return families, env, {name: folder / name / "out" / "tester" for name in ("Alpha", "Beta")}
 
 
