@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass, fields
 from importlib import metadata
@@ -21,6 +20,7 @@ import pyarrow.parquet as pq
 
 from rs import __version__
 from rs.builders import builder_class
+from rs.disk import writing
 from rs.errors import RsError
 from rs.report import (CleaningSummary, FamilyReport, JudgeSummary, Lengths, PromptSummary, RunTimes, SplitSummary, Totals,
                        VerifierSummary)
@@ -29,7 +29,7 @@ from rs.schema import REJECT_REASONS, SPLITS
 from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
 from rs.sample import SampleReport
-from rs.stages import BuildContext, BuildPaths, ensure_clean, ensure_sampled, replace_dir
+from rs.stages import BuildContext, BuildPaths, ensure_clean, ensure_sampled, replace_dir, scratch
 from rs.store import read_records, write_json
 from rs.verifiers import get_verifier
 
@@ -163,30 +163,37 @@ def write_split(ctx: BuildContext, split: str, qa_count: int) -> SplitSummary:
     """Prepare one split with the datasets builder; returns its files and sizes."""
     out = ctx.paths.split(split)
     tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     cls = builder_class(ctx.family.path)
     builder = cls(config_name=ctx.family.repo_name(split), dataset_name=ctx.family.repo_name(split), context=ctx,
                   cache_dir=str(ctx.paths.root / "datasets-cache"), writer_batch_size=MAX_ROW_GROUP_ROWS)
-    builder.download_and_prepare(output_dir=str(tmp), file_format="parquet",
-                                 max_shard_size=parse_bytes(ctx.family.config.shard.max_bytes), download_mode="force_redownload")
-    shards = sorted(tmp.glob("*.parquet"))
-    names = [f"train-{i:05d}-of-{len(shards):05d}.parquet" for i in range(len(shards))]
-    for shard, name in zip(shards, names):
-        os.replace(shard, tmp / name)
-    check_row_groups((tmp / n for n in names), parse_bytes(ctx.family.config.shard.row_group_bytes))
-    info = builder.info.splits["train"]
-    replace_dir(tmp, out)
+    with writing(f"the {split} split", tmp), scratch(tmp):
+        builder.download_and_prepare(output_dir=str(tmp), file_format="parquet",
+                                     max_shard_size=parse_bytes(ctx.family.config.shard.max_bytes), download_mode="force_redownload")
+        shards = sorted(tmp.glob("*.parquet"))
+        names = [f"train-{i:05d}-of-{len(shards):05d}.parquet" for i in range(len(shards))]
+        for shard, name in zip(shards, names):
+            os.replace(shard, tmp / name)
+        check_row_groups((tmp / n for n in names), parse_bytes(ctx.family.config.shard.row_group_bytes))
+        info = builder.info.splits["train"]
+        replace_dir(tmp, out)
     return SplitSummary(repo=ctx.family.repo_name(split), rows=info.num_examples, qa=qa_count, shards=len(names),
                         bytes=sum((out / n).stat().st_size for n in names), dataset_bytes=info.num_bytes, files=names)
 
 
 def build_family(ctx: BuildContext) -> FamilyReport:
-    """Clean, sample, write the three splits and stats.json; returns the family's report."""
-    clean = ensure_clean(ctx)
-    sampled = ensure_sampled(ctx)
-    routing = route_items(ctx.paths, sampled.promotes)
-    qa = {"think": routing.accepted, "nothink": routing.accepted, "rejected": routing.rejected}
-    splits = {split: write_split(ctx, split, qa[split]) for split in SPLITS}
-    report = family_report(ctx, clean, sampled, splits, routing)
-    write_json(ctx.paths.stats, report.to_dict())
-    return report
+    """Clean, sample, write the three splits and stats.json; returns the family's report.
+
+    stats.json goes before the splits are rewritten and comes back after the last one, so a build
+    stopped in between is never taken for a complete one (`--cards-only` reads it).
+    """
+    with ctx.lock():
+        clean = ensure_clean(ctx)
+        sampled = ensure_sampled(ctx)
+        routing = route_items(ctx.paths, sampled.promotes)
+        qa = {"think": routing.accepted, "nothink": routing.accepted, "rejected": routing.rejected}
+        ctx.paths.stats.unlink(missing_ok=True)
+        splits = {split: write_split(ctx, split, qa[split]) for split in SPLITS}
+        report = family_report(ctx, clean, sampled, splits, routing)
+        with writing("stats.json", ctx.paths.stats):
+            write_json(ctx.paths.stats, report.to_dict())
+        return report

@@ -16,6 +16,8 @@ class RsError(Exception):
 
     exit_code: ClassVar[int] = 1
     default_hint: ClassVar[str | None] = None
+    show_log: ClassVar[bool] = False
+    """Whether the command shows the end of its log file with the error (an engine's own account of its death)."""
 
     def __init__(self, message: str, *, hint: str | None = None):
         super().__init__(message)

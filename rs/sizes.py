@@ -15,3 +15,12 @@ def parse_bytes(value: int | str) -> int:
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(f"{value!r} is not a byte size; write an integer or a number with a unit ({', '.join(u for u in _UNITS if u)})")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_bytes(size: int) -> str:
+    """A byte count as a person reads it: 512 B, 3.4 kB, 12.0 GB (powers of 1000)."""
+    units = ("B", "kB", "MB", "GB", "TB", "PB")
+    power = 0
+    while size >= 1000 ** (power + 1) and power < len(units) - 1:
+        power += 1
+    return f"{size} B" if power == 0 else f"{size / 1000 ** power:.1f} {units[power]}"

@@ -7,7 +7,9 @@
 
 Each stage is skipped when its report exists with the same fingerprint (the configuration that
 produced it), so a re-run after a crash redoes only unfinished stages, and the generation cache
-makes a re-run of the sampling stage answer only what is missing. The `datasets` builder
+makes a re-run of the sampling stage answer only what is missing. A stage writes into a `.tmp`
+folder that replaces the store only when whole, and that is removed when the stage fails (a full
+disk gets its room back); one process at a time writes a family's build (`rs.locks`). The `datasets` builder
 (`builders/`) and the Ray path (`rs.distributed`) call these; `rs.build` writes the splits on top.
 """
 
@@ -20,6 +22,7 @@ import logging
 import os
 import shutil
 import time
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
@@ -27,7 +30,9 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 from rs.engines import Engine, engines_for
 from rs.engines.cache import GenerationCache
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
+from rs.disk import writing
 from rs.families import Family
+from rs.locks import build_lock
 from rs.progress import progress
 from rs.prompt import Instructions
 from rs.sample import SampleReport, SampleStage
@@ -92,6 +97,10 @@ class BuildContext:
     def paths(self) -> BuildPaths:
         return BuildPaths(self.build_root / self.family.name)
 
+    def lock(self, *, shared: bool = False) -> AbstractContextManager[None]:
+        """Hold the family's build lock (`rs.locks.build_lock`): one writer of its stages at a time."""
+        return build_lock(self.paths.root, shared=shared)
+
 
 def fingerprint(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
@@ -123,6 +132,26 @@ def replace_dir(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
+@contextmanager
+def scratch(*tmp: Path) -> Iterator[None]:
+    """A stage's temporary outputs: cleared before it starts, removed if it fails, so that a failure leaves only the last complete state."""
+    for path in tmp:
+        _remove(path)
+    try:
+        yield
+    except BaseException:
+        for path in tmp:
+            _remove(path)
+        raise
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def clean_fingerprint(ctx: BuildContext) -> str:
     c = ctx.family.config
     return fingerprint({"source": asdict(c.source), "cleaning": asdict(c.cleaning), "instructions": asdict(Instructions.of(c)),
@@ -148,19 +177,19 @@ def ensure_clean(ctx: BuildContext) -> CleaningReport:
 
 def _clean(ctx: BuildContext, expected: str) -> CleaningReport:
     paths = ctx.paths
-    tmp = paths.root / "clean.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp, exclusions_tmp = paths.root / "clean.tmp", paths.root / "exclusions.jsonl.tmp"
     start = time.perf_counter()
     source = open_source(ctx.family)
-    with ExclusionWriter(paths.root / "exclusions.jsonl.tmp") as exclusions:
-        cleaner = Cleaner(ctx.family.config, source.provenance(), exclusions=exclusions, work_dir=paths.root)
-        with progress(ctx.limit, "cleaning", unit="row", enabled=ctx.progress) as bar:
-            write_clean_rows(_counted(cleaner.rows(source, limit=ctx.limit), bar), tmp)
-    replace_dir(tmp, paths.clean)
-    os.replace(paths.root / "exclusions.jsonl.tmp", paths.root / "exclusions.jsonl")
-    report = cleaner.report
-    report.fingerprint, report.seconds = expected, time.perf_counter() - start
-    write_json(paths.clean_report, report.to_dict())
+    with writing("the clean store", tmp), scratch(tmp, exclusions_tmp):
+        with ExclusionWriter(exclusions_tmp) as exclusions:
+            cleaner = Cleaner(ctx.family.config, source.provenance(), exclusions=exclusions, work_dir=paths.root)
+            with progress(ctx.limit, "cleaning", unit="row", enabled=ctx.progress) as bar:
+                write_clean_rows(_counted(cleaner.rows(source, limit=ctx.limit), bar), tmp)
+        replace_dir(tmp, paths.clean)
+        os.replace(exclusions_tmp, paths.root / "exclusions.jsonl")
+        report = cleaner.report
+        report.fingerprint, report.seconds = expected, time.perf_counter() - start
+        write_json(paths.clean_report, report.to_dict())
     logger.info("%s: cleaned %d source QA into %d rows (%d kept, %d dropped)", ctx.family.name, report.source_items,
                 report.rows, report.kept_items, report.dropped_items)
     return report
@@ -181,20 +210,21 @@ def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
 
 def ensure_sampled(ctx: BuildContext) -> SampleReport:
     """Answer, verify and judge every cleaned item, unless an identical sampling report exists."""
-    clean = ensure_clean(ctx)
-    paths, expected = ctx.paths, sample_fingerprint(ctx, clean)
-    if report := read_report(paths.sample_report, expected, SampleReport.from_dict):
+    with ctx.lock():
+        clean = ensure_clean(ctx)
+        paths, expected = ctx.paths, sample_fingerprint(ctx, clean)
+        if report := read_report(paths.sample_report, expected, SampleReport.from_dict):
+            return report
+        sampler, judge = (ctx.engine_factory or engines_for)(ctx.family)
+        tmp = paths.root / "items.tmp"
+        with writing("the items store", tmp), scratch(tmp):
+            with GenerationCache(ctx.cache_path) as cache:
+                stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
+                report = stage.run(read_clean_rows(paths.clean), tmp, total=clean.kept_items)
+            replace_dir(tmp, paths.items)
+            report.fingerprint = expected
+            write_json(paths.sample_report, report.to_dict())
         return report
-    sampler, judge = (ctx.engine_factory or engines_for)(ctx.family)
-    tmp = paths.root / "items.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    with GenerationCache(ctx.cache_path) as cache:
-        stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
-        report = stage.run(read_clean_rows(paths.clean), tmp, total=clean.kept_items)
-    replace_dir(tmp, paths.items)
-    report.fingerprint = expected
-    write_json(paths.sample_report, report.to_dict())
-    return report
 
 
 def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
@@ -206,11 +236,11 @@ def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
     """
     if not 0 <= shard < shards:
         raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
-    ensure_clean(ctx)
-    sampler, judge = (ctx.engine_factory or engines_for)(ctx.family)
-    out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
-    shutil.rmtree(out, ignore_errors=True)
-    rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)
-    with GenerationCache(ctx.cache_path) as cache:
-        stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
-        return stage.run(rows, out, total=None)
+    with ctx.lock(shared=True):  # shards write disjoint folders; only a whole run excludes them
+        ensure_clean(ctx)
+        sampler, judge = (ctx.engine_factory or engines_for)(ctx.family)
+        out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
+        rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)
+        with writing("the shard's items", out), scratch(out), GenerationCache(ctx.cache_path) as cache:
+            stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
+            return stage.run(rows, out, total=None)

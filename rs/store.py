@@ -159,5 +159,9 @@ def write_json(path: str | Path, data: Any) -> None:
     """Write JSON atomically: a crash leaves the old file or the new one, never half of one."""
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+    try:
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a disk that filled up mid-write gets the room back
+        raise
     os.replace(tmp, path)

@@ -3,7 +3,6 @@ engine, killed with SIGKILL and re-run to the identical result, then cards regen
 
 from __future__ import annotations
 
-import filecmp
 import os
 import signal
 import subprocess
@@ -15,6 +14,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
+from faults import assert_same_published, published_files  # noqa: E402
 from test_sample import cache_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,10 +62,6 @@ def publish_cmd(families: Path, work: Path, *extra: str) -> list[str]:
 ENV = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
 
 
-def _tree(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-
-
 def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(families: Path, tmp_path: Path, monkeypatch) -> None:
     ref, crashed = tmp_path / "ref", tmp_path / "crashed"
     done = subprocess.run(publish_cmd(families, ref), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
@@ -84,9 +80,7 @@ def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(famil
     assert rerun.returncode == 0, rerun.stderr[-3000:]
 
     a, b = ref / "out" / "me", crashed / "out" / "me"
-    assert _tree(a) == _tree(b) and len(_tree(a)) >= 9
-    mismatch = [p for p in _tree(a) if not filecmp.cmp(a / p, b / p, shallow=False)]
-    assert mismatch == []  # same rows, same stats, same cards, byte for byte
+    assert_same_published(a, b)  # same rows, same stats, same cards, byte for byte
 
     # a template change, then --cards-only: the three cards change, nothing else
     import rs.cards
@@ -100,10 +94,10 @@ def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(famil
     card = templates / "card.md.jinja"
     card.write_text(card.read_text().replace("## How the data was produced", "## How the data was produced\n\nTemplate v2.", 1))
     monkeypatch.setattr(rs.cards, "TEMPLATES", templates)
-    before = {p: (a / p).read_bytes() for p in _tree(a)}
+    before = {p: (a / p).read_bytes() for p in published_files(a)}
     family = load_families(families)["MyShapes"]
     outcome = publish(family, out=ref / "out", cards_only=True, build_root=ref / "build", cache_path=ref / "cache.sqlite", progress=False)
-    changed = sorted(p for p in _tree(a) if (a / p).read_bytes() != before[p])
+    changed = sorted(p for p in published_files(a) if (a / p).read_bytes() != before[p])
     assert changed == [f"MyShapes_{s}/README.md" for s in ("RS_nothink", "RS_think", "rejected")]
     assert all("Template v2." in (a / p).read_text() for p in changed)
     assert outcome["seconds"] < 5

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from rs.errors import RsError
 from rs.families.schema import FamilyConfig
 from rs.prompt import Instructions
 from rs.registry import CLEANING
-from rs.sources.base import QAItem, Row, SourceRecord, sha256_hex
+from rs.sources.base import MAX_IMAGE_BYTES, QAItem, RefusedImage, Row, SourceRecord, sha256_hex
 
 from .base import ExclusionWriter, ItemFilter, StepCard, StepStats
 from .filters import RequiredFields, StripInstruction
@@ -91,17 +92,36 @@ class CleaningReport:
                    steps={name: StepStats.from_dict(stats) for name, stats in data["steps"].items()})
 
 
-def image_problem(image: bytes | None) -> str | None:
-    """Why an image cannot be used, or None. Decodes to check, but the bytes themselves travel on."""
+MAX_IMAGE_PIXELS = 89_478_485
+"""An image declaring more pixels than this (Pillow's own bomb threshold, about 9,459 x 9,459) is refused
+(`image_too_large`) before its pixels are decoded: a few kilobytes of PNG can declare gigabytes of them."""
+
+
+def image_problem(image: bytes | RefusedImage | None) -> str | None:
+    """Why an image cannot be used, or None. Checks the header and the file's structure without decoding the pixels; the bytes travel on."""
+    if isinstance(image, RefusedImage):
+        return image.reason
     if not image:
         return "empty_image"
+    if len(image) > MAX_IMAGE_BYTES:
+        return "image_too_large"
     try:
-        with Image.open(io.BytesIO(image)) as im:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # judged just below, not warned about
+            im = Image.open(io.BytesIO(image))
+        with im:
+            if im.width * im.height > MAX_IMAGE_PIXELS:
+                return "image_too_large"
             im.verify()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+    except Image.DecompressionBombError:
+        return "image_too_large"
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
         return "undecodable_image"
     return None
 
+
+_LOGGED_REFUSALS = 10
+"""Refused images named in the log per reason (every one is in exclusions.jsonl)."""
 
 RECORDS_CARD = StepCard("Image check", "A row is exactly one image whose bytes decode; QA attached to records with no image, several images, or an image that does not decode are dropped.")
 DEDUP_CARD = StepCard("Deduplication", "The same question asked twice of the same image is kept once.")
@@ -140,9 +160,9 @@ class Cleaner:
         steps = [f"{f.name}@{f.version}" for f in self.filters] + (["dedup@1"] if self.dedup else [])
         return {"name": "rs.clean", "version": POLICY_VERSION, "steps": steps}
 
-    def _drop(self, item: QAItem, reason: str, step: str, image_sha256: str | None) -> None:
+    def _drop(self, item: QAItem, reason: str, step: str, image_sha256: str | None, detail: str | None = None) -> None:
         self.report.dropped[reason] += 1
-        self.exclusions.write(item, reason=reason, step=step, image_sha256=image_sha256)
+        self.exclusions.write(item, reason=reason, step=step, image_sha256=image_sha256, detail=detail)
 
     def _record(self, record: SourceRecord) -> tuple[bytes, str, list[QAItem]] | None:
         """Record-level checks: one image per row, and an image that decodes."""
@@ -156,9 +176,12 @@ class Cleaner:
         else:
             reason = image_problem(record.images[0])
         if reason is not None:
+            refused = record.images[0] if len(record.images) == 1 and isinstance(record.images[0], RefusedImage) else None
+            if refused is not None and stats.dropped[reason] < _LOGGED_REFUSALS:
+                logger.warning("record %s: image refused unread (%s): %s", record.record_id, reason, refused.detail)
             stats.dropped[reason] += len(record.qa)
             for item in record.qa:
-                self._drop(item, reason, "records", None)
+                self._drop(item, reason, "records", None, detail=refused.detail if refused else None)
             return None
         image = record.images[0]
         sha = sha256_hex(image)

@@ -100,11 +100,13 @@ class ExclusionWriter:
             self._fh.close()
             self._fh = None
 
-    def write(self, item: QAItem, *, reason: str, step: str, image_sha256: str | None) -> None:
+    def write(self, item: QAItem, *, reason: str, step: str, image_sha256: str | None, detail: str | None = None) -> None:
         if self._fh is None:
             return
         record = {
             "key": item.key, "reason": reason, "step": step, "image_sha256": image_sha256,
             "question": item.question, "answer": item.answer, "source": item.source,
         }
+        if detail is not None:  # what was refused, e.g. the path of an image left unread
+            record["detail"] = detail
         self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")

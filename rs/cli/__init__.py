@@ -8,6 +8,8 @@ The same flag means the same thing everywhere: `--config PATH` (another families
 `--out DIR` (a local folder laid out as the Hub repos), `--cards-only`, `--dry-run`, `--limit N`,
 `--ray [ADDRESS]` with `--replicas N` (the sampling stage on Ray, `rs.distributed`), `-v` / `--verbose`
 (the engines' own output on the terminal instead of in the family's log file, `rs.cli.output`).
+SIGTERM and Ctrl-C stop a command in order and it exits with 128 + the signal's number (143, 130),
+its last line the command that resumes it; a second signal stops it at once (`rs.cli.signals`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Callable
 
 from rs import distributed
+from rs.cli import signals
 from rs.errors import RsError
 
 
@@ -102,16 +107,37 @@ class RunFailed(RsError):
 def run(main: Callable[[], int | None]) -> None:
     """Run a command: an error a user can cause prints `error:` and `hint:` lines and its exit status, never a traceback."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    signals.install()
     try:
         code = main()
     except RsError as err:
-        print(f"error: {err}", file=sys.stderr)
-        if err.hint:
-            print(f"hint: {err.hint}", file=sys.stderr)
-        code = err.exit_code
-    except KeyboardInterrupt:
-        code = 130
+        if (signum := signals.received()) is not None:  # the signal reached an engine or a commit first
+            code = _stopped(signum, err)
+        else:
+            print(f"error: {err}", file=sys.stderr)
+            if err.hint:
+                print(f"hint: {err.hint}", file=sys.stderr)
+            code = err.exit_code
+    except KeyboardInterrupt as err:
+        code = _stopped(getattr(err, "signum", signal.SIGINT))
     except BrokenPipeError:  # output piped into `head`: not an error
         sys.stderr.close()
         code = 0
     sys.exit(code or 0)
+
+
+def _stopped(signum: int, trouble: RsError | None = None) -> int:
+    """Say that a signal stopped the command and how to resume it; the conventional exit status."""
+    name = signal.Signals(signum).name
+    if trouble is None:
+        print(f"stopped by {name}: the answers finished before it are committed to the generation cache, "
+              "and the stages finished before it are kept", file=sys.stderr)
+    else:
+        print(f"stopped by {name}, and on the way out: {trouble}", file=sys.stderr)
+    print(f"to resume, run the same command again: {resume_command()}", file=sys.stderr)
+    return 128 + signum
+
+
+def resume_command() -> str:
+    """This command line as it was typed (`python -m rs.publish ...`, or the `rs` script), ready to paste."""
+    return shlex.join(sys.orig_argv if sys.argv[0].endswith("__main__.py") else sys.argv)

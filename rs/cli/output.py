@@ -78,9 +78,13 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
         yield path
     except BaseException as err:
         if not isinstance(err, (KeyboardInterrupt, SystemExit)):
+            engines_say = isinstance(err, RsError) and err.show_log
+            if engines_say:  # the engine's own last lines, before this traceback joins them
+                _tell_where_the_log_is(path, terminal, tail=True)
             log.write("".join(traceback.format_exception(err)))
             log.flush()
-            _tell_where_the_log_is(path, terminal, tail=not isinstance(err, RsError))
+            if not engines_say:
+                _tell_where_the_log_is(path, terminal, tail=not isinstance(err, RsError))
         raise
     finally:
         progress.terminal = None

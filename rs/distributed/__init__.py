@@ -140,50 +140,51 @@ def sample_on_ray(
         raise RayNotInstalled()
     import ray
 
-    started = time.perf_counter()
-    run = RayRun()
-    clean = ensure_clean(ctx)
-    if report := read_report(ctx.paths.sample_report, sample_fingerprint(ctx, clean), SampleReport.from_dict):
-        run.report = report
-        return run
-    specs = engine_specs(ctx)
-    sampler, judge = engines_for(ctx.family)  # lazy: identities only, no model on the driver
+    with ctx.lock():  # the driver writes the family's build (its `ray/` folder, then the items store)
+        started = time.perf_counter()
+        run = RayRun()
+        clean = ensure_clean(ctx)
+        if report := read_report(ctx.paths.sample_report, sample_fingerprint(ctx, clean), SampleReport.from_dict):
+            run.report = report
+            return run
+        specs = engine_specs(ctx)
+        sampler, judge = engines_for(ctx.family)  # lazy: identities only, no model on the driver
 
-    own_ray = not ray.is_initialized()
-    if own_ray:  # Ray uploads local code only for a whole job, so `ship_code` needs this connection to be ours
-        connect(ray, address, {"py_modules": [str(Path(rs.__file__).parent)]} if ship_code else None)
-    elif ship_code:
-        logger.info("Ray was initialised before: the replicas import the rs installed on their nodes")
-    try:
-        resources = ray.cluster_resources()
-        if num_gpus is None:
-            num_gpus = gpus_per_replica(ctx) if resources.get("GPU", 0) else 0
-        if replicas is None:
-            replicas = max(1, int(resources.get("GPU", 0) // num_gpus)) if num_gpus else 1
-        check_fits(resources, replicas=replicas, num_gpus=num_gpus, num_cpus=num_cpus, local=address is None)
-        cluster = Cluster(ray, replicas, num_gpus, num_cpus, runtime_env,
-                           batch_size or ctx.family.config.engine.batch_size, ctx.progress)
-        run.replicas = replicas
-        data = ray.data.DataContext.get_current()
-        bars = data.enable_progress_bars
-        data.enable_progress_bars = ctx.progress
+        own_ray = not ray.is_initialized()
+        if own_ray:  # Ray uploads local code only for a whole job, so `ship_code` needs this connection to be ours
+            connect(ray, address, {"py_modules": [str(Path(rs.__file__).parent)]} if ship_code else None)
+        elif ship_code:
+            logger.info("Ray was initialised before: the replicas import the rs installed on their nodes")
         try:
-            with GenerationCache(ctx.cache_path) as cache:
-                def new_stage() -> SampleStage:  # the judge step's calibration cases accumulate in the stage: one per attempt
-                    return SampleStage(ctx.family.config, sampler, judge, cache, progress=False)
+            resources = ray.cluster_resources()
+            if num_gpus is None:
+                num_gpus = gpus_per_replica(ctx) if resources.get("GPU", 0) else 0
+            if replicas is None:
+                replicas = max(1, int(resources.get("GPU", 0) // num_gpus)) if num_gpus else 1
+            check_fits(resources, replicas=replicas, num_gpus=num_gpus, num_cpus=num_cpus, local=address is None)
+            cluster = Cluster(ray, replicas, num_gpus, num_cpus, runtime_env,
+                               batch_size or ctx.family.config.engine.batch_size, ctx.progress)
+            run.replicas = replicas
+            data = ray.data.DataContext.get_current()
+            bars = data.enable_progress_bars
+            data.enable_progress_bars = ctx.progress
+            try:
+                with GenerationCache(ctx.cache_path) as cache:
+                    def new_stage() -> SampleStage:  # the judge step's calibration cases accumulate in the stage: one per attempt
+                        return SampleStage(ctx.family.config, sampler, judge, cache, progress=False)
 
-                _run_steps(ctx, new_stage, cluster, cache, specs, run, lookahead)
+                    _run_steps(ctx, new_stage, cluster, cache, specs, run, lookahead)
+            finally:
+                data.enable_progress_bars = bars
         finally:
-            data.enable_progress_bars = bars
-    finally:
-        if own_ray:
-            ray.shutdown()
-    run.seconds = time.perf_counter() - started
-    if not run.complete:
-        raise RayIncomplete(run)
-    if finish:
-        run.report = ensure_sampled(ctx)
-    return run
+            if own_ray:
+                ray.shutdown()
+        run.seconds = time.perf_counter() - started
+        if not run.complete:
+            raise RayIncomplete(run)
+        if finish:
+            run.report = ensure_sampled(ctx)
+        return run
 
 
 def _run_steps(ctx: BuildContext, new_stage: Callable[[], SampleStage], cluster: Cluster, cache: GenerationCache,

@@ -10,6 +10,8 @@ old budget cut off. Results are committed per batch in SQLite's WAL mode: a proc
 SIGKILL loses at most the batch in flight, and several worker processes on one machine can write to
 the same file (SQLite serialises writers; readers never block). SQLite over a network filesystem
 is not safe: for several machines see `rs.distributed`.
+A damaged, locked or full cache stops the run with what to do (`rs.engines.cache_file`); it is never
+replaced by a new one in silence.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from rs.engines.base import Generation
+from rs.engines.cache_file import STEP_S, check_file, create_file, guarded
+from rs.errors import RsError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
@@ -91,11 +95,27 @@ class GenerationCache:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self.busy_timeout = _BUSY_TIMEOUT_S
+        self.failure: RsError | None = None
+        """The fault that stopped an operation: every later one raises it at once."""
+        self._open()
+
+    @guarded
+    def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-        _use_wal(self._db, self.path)
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
-        self._db.executescript(_SCHEMA)
+        if self.path.exists():
+            check_file(self.path)
+        else:
+            create_file(self.path, _SCHEMA)
+        # a short wait inside SQLite, the rest in `guarded`'s retries: a signal is handled while another process holds the lock
+        self._db = sqlite3.connect(self.path, timeout=STEP_S, isolation_level=None, check_same_thread=False)
+        try:
+            _use_wal(self._db, self.path)
+            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
 
     def get_many(self, keys: Iterable[str], *, max_tokens: int | None = None) -> dict[str, Generation]:
         """The stored answers of `keys`; with `max_tokens`, those that answer a request with that budget, as it would.
@@ -110,13 +130,18 @@ class GenerationCache:
         """Which of `keys` `get_many` would answer, without reading their values (a resume looks up millions)."""
         return {key for (key,) in self._select("key", keys, max_tokens)}
 
-    def _select(self, columns: str, keys: Iterable[str], max_tokens: int | None) -> Iterator[tuple]:
-        keys = list(dict.fromkeys(keys))
+    def _select(self, columns: str, keys: Iterable[str], max_tokens: int | None) -> list[tuple]:
+        return self._query(columns, list(dict.fromkeys(keys)), max_tokens)
+
+    @guarded
+    def _query(self, columns: str, keys: list[str], max_tokens: int | None) -> list[tuple]:
         condition, budget = (_REUSABLE, [max_tokens] * 3) if max_tokens is not None else ("", [])
+        rows: list[tuple] = []
         for start in range(0, len(keys), 500):  # SQLite's limit on bound parameters
             chunk = keys[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            yield from self._db.execute(f"SELECT {columns} FROM answers WHERE key IN ({marks}){condition}", [*chunk, *budget])
+            rows += self._db.execute(f"SELECT {columns} FROM answers WHERE key IN ({marks}){condition}", [*chunk, *budget])
+        return rows
 
     def get(self, key: str, *, max_tokens: int | None = None) -> Generation | None:
         return self.get_many([key], max_tokens=max_tokens).get(key)
@@ -129,8 +154,10 @@ class GenerationCache:
         """
         rows = [(k, json.dumps(g.to_dict(), ensure_ascii=False), g.max_tokens, g.finish_reason, g.completion_tokens, time.time())
                 for k, g in items if g.cacheable]
-        if not rows:
-            return 0
+        return self._insert(rows) if rows else 0
+
+    @guarded
+    def _insert(self, rows: list[tuple]) -> int:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._db.executemany(
@@ -143,6 +170,7 @@ class GenerationCache:
             raise
         return len(rows)
 
+    @guarded
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
 

