@@ -90,6 +90,8 @@ def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_eng
     again = ensure_sampled(ctx)
     assert again.sampling_engine_calls == 0 and again.judge_engine_calls == 0
     assert items(ctx.paths.root) == results
+    for counts in ("verdicts", "contradicted_verdicts", "prompt_reasoning"):  # the same bytes whatever order answers came in
+        assert list(again.to_dict()[counts]) == sorted(report.to_dict()[counts]) and again.to_dict()[counts] == report.to_dict()[counts]
 
     # changing the verifier never re-runs the model
     text = (tmp_path / "families.yaml").read_text().replace("verifier: {name: alnum}", "verifier: {name: exact}")

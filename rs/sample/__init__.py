@@ -78,10 +78,9 @@ class SampleReport:
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "calibration"}
-        d["verdicts"] = dict(self.verdicts)
-        d["contradicted_verdicts"] = dict(self.contradicted_verdicts)
-        d["prompt_reasoning"] = dict(self.prompt_reasoning)
-        d["judge_prompt_reasoning"] = dict(self.judge_prompt_reasoning)
+        # in a fixed order: verdicts arrive in the order the engine finishes them
+        for name in ("verdicts", "contradicted_verdicts", "prompt_reasoning", "judge_prompt_reasoning"):
+            d[name] = dict(sorted(getattr(self, name).items()))
         d["calibration"] = self.calibration.to_dict() if self.calibration else None
         return d
 
