@@ -125,10 +125,9 @@ def _tags(start: str, end: str) -> _Tags:
         return _THINK_TAGS
     if not start or not end:
         raise ValueError(f"reasoning markers must not be empty, got start={start!r}, end={end!r}")
-    common = set(start) & set(end)
-    first = next((c for c in start if c in common), start[0]) if common else ""
+    shared = next((c for c in start if c in end), "")  # none shared: no fast path ("" is in every text)
     return _Tags(re.compile(re.escape(start)), re.compile(re.escape(end)),
-                 re.compile(f"{re.escape(start)}|{re.escape(end)}"), first or "")
+                 re.compile(f"{re.escape(start)}|{re.escape(end)}"), shared)
 
 
 def reasoning_state(prompt_tail: str, *, start: str = "<think>", end: str = "</think>") -> str:

@@ -115,14 +115,14 @@ class Judge:
         """The text-only request that asks the judge about one case."""
         return Request(prompt=self.prompt(case), item_key=case.item_key)
 
-    def read(self, generation: Generation) -> Generation:
-        """A judge generation read with the judge model's reasoning format (its verdict is the answer part)."""
-        return self.reasoning.read(generation)
+    def verdict(self, generation: Generation) -> tuple[str, Generation]:
+        """The label a judge generation says after its reasoning (a failed request or no closed reasoning is UNSURE),
+        and the generation as the judge model's reasoning format reads it."""
+        read = self.reasoning.read(generation)
+        return (parse_verdict(read.answer) if read.answer is not None else "UNSURE"), read
 
     def label(self, generation: Generation) -> str:
-        """The verdict a judge generation says, after its reasoning: a failed request or no closed reasoning is UNSURE."""
-        answer = self.read(generation).answer
-        return parse_verdict(answer) if answer is not None else "UNSURE"
+        return self.verdict(generation)[0]
 
     def verdicts(self, cases: Iterable[JudgeCase], *, desc: str = "judge") -> Iterator[tuple[JudgeCase, str, Generation]]:
         cases = iter(cases)

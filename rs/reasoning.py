@@ -24,15 +24,13 @@ with its own `extract_reasoning`.
 from __future__ import annotations
 
 import dataclasses
-import logging
+import functools
 from typing import Any, Callable
 
 from rs.engines.base import Generation
 from rs.errors import UsageError
 from rs.extract import answer_tag_between, reasoning_state, split_reasoning
 from rs.families.schema import ReasoningConfig
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["ReasoningFormat", "ReasoningFormatError", "vllm_parser_names"]
 
@@ -66,7 +64,7 @@ class ReasoningFormat:
         self._kwargs = dict(chat_template_kwargs or {})
         self._parser: Any = None
 
-    @property
+    @functools.cached_property
     def markers(self) -> tuple[str, str] | None:
         """`(start, end)` of a reasoning block; None for a model that does not reason or a parser with no such pair."""
         if self.config.parser == "none":

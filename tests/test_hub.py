@@ -33,6 +33,7 @@ import rs.hub
 import rs.hub.retry
 from hub_server import HubServer, running_hub
 from rs.hub import FileChange, MissingTokenError, PublishError, format_plan, plan, publish_folder
+from rs.sizes import format_bytes
 
 # huggingface_hub's own LFS PUT passes a file object as `data=`, which httpx2 deprecates: not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
@@ -353,7 +354,7 @@ def test_dry_run_plans_and_changes_nothing(hub: HubServer, folder: Path, monkeyp
     assert len(hub.commits(REPO)) == 2 and hub.endpoint_calls("commit") == 1
     assert len(hub.auth_headers) == seen  # sent anonymously
     text = format_plan(again)
-    shard, png = rs.hub.human_size((folder / SHARDS[1]).stat().st_size), rs.hub.human_size(len(_png((255, 0, 0))))
+    shard, png = format_bytes((folder / SHARDS[1]).stat().st_size), format_bytes(len(_png((255, 0, 0))))
     assert text.splitlines()[0] == f"datasets/{REPO}: 1 to change ({shard}), 1 to delete ({png}), 2 unchanged; 1 commit"
     assert f"~ change    {SHARDS[1]}" in text and "- delete    images/example-1.png" in text
     assert "add" not in text and "README.md" not in text  # unchanged files are not listed

@@ -70,14 +70,13 @@ def shape_of(key: str) -> str:
 
 
 def shaped_regex(shape: str, template: str) -> str:
+    """The output a request of `shape` is forced to, as a model under `template` writes it."""
     start, end = TEMPLATE_MARKERS[template]
-    opens = "" if template in ("prefill", "always") else start  # those templates opened it in the prompt
-    if template == "hybrid":
-        opens = ""  # the hybrid template's model writes no markers when it does not think: the contrast case
     body = {"closed": f"{WORDS}{end}\\n\\n(yes|no|[0-9])", "unclosed": WORDS, "long": LONG}[shape]
-    if template == "hybrid" and shape == "closed":
-        body = f"{start}{WORDS}{end}\\n\\n(yes|no|[0-9])"
-    return opens + body
+    # `prefill` and `always` opened the block in the prompt; the `markers` model opens its own; under `hybrid`
+    # only the closed shape reasons at all, the others are the plain answers of a model that did not think
+    opens = template == "markers" or (template == "hybrid" and shape == "closed")
+    return (start if opens else "") + body
 
 
 class ShapedStream(VLLMStream):
@@ -181,7 +180,7 @@ def test_a_label_only_judge_decodes_its_label_after_a_closed_reasoning(tmp_path:
     finally:
         engine.close()
     for _, label, generation in verdicts:
-        read = judge.read(generation)
+        read = judge.verdict(generation)[1]
         assert generation.text in LABELS and label == generation.text, generation  # the first thing decoded
         assert read.prompt_reasoning == "closed" and generation.prompt_tail.rstrip().endswith(end)
 
@@ -208,7 +207,7 @@ def test_a_think_then_label_judge_labels_only_after_its_reasoning(tmp_path: Path
         assert generation.text not in LABELS and label == "UNSURE"  # no label forced inside the reasoning
         assert generation.prompt_tail.rstrip().endswith("<think>")  # the prefilling template opened it
     for _, label, generation in outcomes["closes"]:
-        reasoning_part, _, after = generation.text.rpartition("</think>")
+        after = generation.text.rpartition("</think>")[2]
         assert "</think>" in generation.text and after.strip() in LABELS and label == after.strip(), generation
 
 

@@ -23,10 +23,10 @@ else LFS): bytes already stored in the repo are not sent again.
 from rs.limits import DEFAULT_FILES_PER_COMMIT, MAX_FILES_PER_COMMIT, check_files_per_commit
 from rs.hub.plan import FileChange, plan
 from rs.hub.publish import DEFAULT_COMMIT_MESSAGE, publish_folder
-from rs.hub.result import PublishResult, describe_commits, format_plan, human_size
+from rs.hub.result import PublishResult, describe_commits, format_plan
 from rs.hub.retry import PublishError
 from rs.hub.tokens import MissingTokenError, resolve_token
 
 __all__ = ["DEFAULT_COMMIT_MESSAGE", "DEFAULT_FILES_PER_COMMIT", "MAX_FILES_PER_COMMIT", "FileChange",
            "MissingTokenError", "PublishError", "PublishResult", "check_files_per_commit", "describe_commits",
-           "format_plan", "human_size", "plan", "publish_folder", "resolve_token"]
+           "format_plan", "plan", "publish_folder", "resolve_token"]

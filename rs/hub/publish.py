@@ -18,10 +18,11 @@ from rs.hub import pulls
 from rs.hub.commits import CommitPlan, make_plan, operations
 from rs.hub.plan import REPO_TYPE, FileChange, LocalFile, scan_folder
 from rs.hub.pulls import Pull
-from rs.hub.result import PublishResult, format_plan, human_size
+from rs.hub.result import PublishResult, format_plan
 from rs.hub.retry import MainMoved, retrying, through_rate_limit
 from rs.hub.tokens import optional_token, resolve_token
 from rs.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
+from rs.sizes import format_bytes
 from rs.progress import progress as progress_bar
 
 logger = logging.getLogger("rs.hub")
@@ -227,7 +228,7 @@ def _dry_run(folder: Path, repo_id: str, local: dict[str, LocalFile], *, token: 
         result = PublishResult(repo_id, plan.changes, None, commits=plan.commits, merges=int(plan.via_pull_request),
                                pull_request=resumed)
         upload = sum(c.size for c in plan.work if c.action != "delete")
-        logger.info("Dry run of %s, nothing published (%s to upload):\n%s", folder, human_size(upload),
+        logger.info("Dry run of %s, nothing published (%s to upload):\n%s", folder, format_bytes(upload),
                     format_plan(result, dry_run=True))
         return result
 

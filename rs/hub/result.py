@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rs.hub.plan import Action, FileChange
+from rs.sizes import format_bytes
 
 
 @dataclass
@@ -23,15 +24,6 @@ class PublishResult:
 
     def count(self, action: Action) -> int:
         return sum(1 for change in self.changes if change.action == action)
-
-
-def human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def describe_commits(result: PublishResult, *, dry_run: bool = False) -> str:
@@ -69,7 +61,7 @@ def format_plan(result_or_changes: PublishResult | Sequence[FileChange], *, repo
         for action, label in (("add", "to add"), ("change", "to change"), ("delete", "to delete")):
             selected = [c for c in changes if c.action == action]
             if selected:
-                parts.append(f"{len(selected)} {label} ({human_size(sum(c.size for c in selected))})")
+                parts.append(f"{len(selected)} {label} ({format_bytes(sum(c.size for c in selected))})")
         unchanged = sum(1 for c in changes if c.action == "unchanged")
         parts.append(f"{unchanged} unchanged")
         line = f"datasets/{repo_id}: " + (", ".join(parts) if len(parts) > 1 else f"up to date ({parts[0]})")
@@ -77,7 +69,7 @@ def format_plan(result_or_changes: PublishResult | Sequence[FileChange], *, repo
             line += f"; {describe_commits(result, dry_run=dry_run)}"
         lines.append(line)
     for change in shown:
-        lines.append(f"    {marks[change.action]} {change.action:<9} {change.path:<{width}}  {human_size(change.size):>9}")
+        lines.append(f"    {marks[change.action]} {change.action:<9} {change.path:<{width}}  {format_bytes(change.size):>9}")
     if not shown and repo_id is None:
         lines.append("    (nothing to add, change or delete)")
     if commit_url:

@@ -224,9 +224,8 @@ class SampleStage:
     def _judged(self, slot: _Slot, generation: Generation) -> None:
         record = slot.record
         assert record is not None and self.judge is not None
-        read = self.judge.read(generation)
+        label, read = self.judge.verdict(generation)
         self.report.judge_prompt_reasoning[read.prompt_reasoning or "unknown"] += read.error is None
-        label = self.judge.label(generation)
         record["judge"] = label
         slot.judging = False
         self.report.verdicts[label] += 1
