@@ -1,7 +1,7 @@
 """What a batch barrier costs on one GPU: a decode-step model of continuous batching against one `LLM.chat` per batch.
 
     python bench/gpu_hours.py [--qa 2000000] [--median 500] [--sigma 1.0] [--cap 8192]
-                              [--batch 512] [--max-num-seqs 256,512] [--stream-ratio 0.95]
+                              [--batch 512] [--max-num-seqs 256,512] [--stream-ratio 0.983]
 
 A model, not a measurement: no GPU is used. Output lengths are drawn from a lognormal (median
 `--median` tokens, capped at `--cap`: a thinking model's answers, most short, a few running to
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-num-seqs", default="256,512", help="about 520 sequences of 1,300 tokens fill an H200's KV cache")
     parser.add_argument("--t0", type=float, default=3.5e-3, help="seconds per decode step, fixed part")
     parser.add_argument("--t1", type=float, default=4.0e-5, help="seconds per decode step, per active sequence")
-    parser.add_argument("--stream-ratio", type=float, default=0.95, help="measured (c)/(a) of bench/engine.py, long tail")
+    parser.add_argument("--stream-ratio", type=float, default=0.983, help="measured (c)/(a) of bench/engine.py, long tail")
     parser.add_argument("--sample", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
