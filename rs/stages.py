@@ -95,7 +95,9 @@ class BuildContext:
 
     @property
     def paths(self) -> BuildPaths:
-        return BuildPaths(self.build_root / self.family.name)
+        """`build/FAMILY`; a `--limit N` trial builds in `build/FAMILY/limit-N`, so it never replaces the full build."""
+        root = self.build_root / self.family.name
+        return BuildPaths(root if self.limit is None else root / f"limit-{self.limit}")
 
     def lock(self, *, shared: bool = False) -> AbstractContextManager[None]:
         """Hold the family's build lock (`rs.locks.build_lock`): one writer of its stages at a time."""

@@ -221,6 +221,27 @@ def test_cards_only_without_the_build_uses_the_published_repo(family, tmp_path: 
     assert (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text() == card
 
 
+def test_a_limited_trial_builds_beside_the_full_build_and_says_so_on_its_cards(family, tmp_path: Path) -> None:
+    run_publish(family, tmp_path)
+    full = {s: (tmp_path / "out" / "tester" / family.repo_name(s) / "README.md").read_text() for s in SPLITS}
+    trial = publish(family, out=tmp_path / "trial", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
+                    progress=False, limit=2)
+    assert trial["report"].totals.source_qa == 4 and trial["report"].limit == 2 and (tmp_path / "build" / family.name / "limit-2" / "stats.json").exists()
+    trial_card = (tmp_path / "trial" / "tester" / family.repo_name("think") / "README.md").read_text()
+    assert "**A trial build**: only the first 2 images" in trial_card and "A trial build" not in full["think"]
+    run_publish(family, tmp_path, cards_only=True)  # the full build's cards, not the trial's
+    assert {s: (tmp_path / "out" / "tester" / family.repo_name(s) / "README.md").read_text() for s in SPLITS} == full
+
+
+def test_a_limited_trial_is_never_published_to_the_hub(family, tmp_path: Path) -> None:
+    from rs.errors import UsageError
+
+    family.config.publish.target = "hub"
+    with pytest.raises(UsageError, match="--limit 2 builds a trial of Hostile .* replace tester/Hostile_RS_think") as err:
+        publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, limit=2, token="x")
+    assert "--out DIR" in err.value.hint and not (tmp_path / "build").exists()
+
+
 def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_path: Path) -> None:
     run_publish(family, tmp_path)
     again = run_publish(family, tmp_path)

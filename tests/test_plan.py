@@ -91,7 +91,7 @@ def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None
     p = plan.projection
     assert p is not None and p.images == 3 and p.answered == len(p.completion_tokens) > 0
     assert p.tokens_per_second == 1000.0 and not p.measured and p.family_qa and p.family_tokens() > 0
-    items = list(read_records(tmp_path / "build" / "plan" / "TinyCLEVR" / "items", "items"))
+    items = list(read_records(tmp_path / "build" / "plan" / "TinyCLEVR" / "limit-3" / "items", "items"))
     assert len(items) == p.answered
     # the prompt tokens the plan counted without the weights are the engine's, image tokens included
     assert sorted(t for k in plan.kinds for t in k.prompt_tokens) == sorted(i["prompt_tokens"] for i in items)

@@ -215,11 +215,14 @@ class Cleaner:
         return row
 
     def rows(self, records: Iterable[SourceRecord], *, limit: int | None = None) -> Iterator[Row]:
-        """Clean a stream of records into rows; `limit` stops reading after that many distinct images."""
+        """Clean a stream of records into rows; `limit` stops reading at the first record of image `limit + 1`.
+
+        So a limited row holds every question its image has in the records read up to there, as the full build's row does.
+        """
         policy = self.policy()
         with ImageGrouper(self.work_dir) as grouper:
             for record in records:
-                if limit is not None and grouper.images >= limit:
+                if limit is not None and grouper.images >= limit and not _shows_one_of(record, grouper):
                     break
                 if (checked := self._record(record)) is None:
                     continue
@@ -242,3 +245,9 @@ class Cleaner:
                 }
                 yield row
         self.report.check()
+
+
+def _shows_one_of(record: SourceRecord, grouper: ImageGrouper) -> bool:
+    """Whether the record's one image is one the grouper already holds."""
+    image = record.images[0] if len(record.images) == 1 else None
+    return isinstance(image, bytes) and sha256_hex(image) in grouper

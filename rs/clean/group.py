@@ -34,6 +34,9 @@ class ImageGrouper:
         self.images = 0
         self.merged_records = 0
 
+    def __contains__(self, image_sha256: str) -> bool:
+        return self._db.execute("SELECT 1 FROM images WHERE sha = ?", (image_sha256,)).fetchone() is not None
+
     def add(self, image_sha256: str, image: bytes, record_id: str, items: list[QAItem]) -> None:
         seen = self._db.execute("SELECT record_ids FROM images WHERE sha = ?", (image_sha256,)).fetchone()
         if seen is None:

@@ -195,6 +195,11 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
                        limit=limit, progress=progress, engine_factory=engine_factory)
     local = out is not None or c.publish.target == "local"
     root = Path(out if out is not None else c.publish.local_dir) / c.publish.namespace
+    if limit is not None and not local and not dry_run:
+        raise UsageError(f"--limit {limit} builds a trial of {family.name} on its first {limit} images; published to the Hub "
+                         f"it would replace {c.publish.namespace}/{family.repo_name('think')} and its two siblings with it",
+                         hint="publish the trial to a local folder (--out DIR) or see what would change (--dry-run); "
+                              "publish to the Hub without --limit")
     if not local and not dry_run:
         token = resolve_token(token)  # fail before a long build, not after
     with ctx.lock():  # one run of a family at a time: the build, the staged repos and the upload
