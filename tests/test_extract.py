@@ -118,11 +118,19 @@ def test_answer_tag(text: str, expected: str | None) -> None:
         ("12\n\nExplanation: 12 apples, 3 rotten", ("12\n\nExplanation: 12 apples, 3 rotten", "12")),
         ("STOP\nThe sign reads STOP.", ("STOP\nThe sign reads STOP.", "STOP")),
         (
-            "line one\nline two\n\nsecond paragraph",
-            ("line one\nline two\n\nsecond paragraph", "line one", "line one\nline two"),
+            "line one\nline two of it\n\nsecond paragraph of it",
+            ("line one\nline two of it\n\nsecond paragraph of it", "line one", "line one\nline two of it"),
         ),
-        ("a\nb", ("a\nb", "a")),
-        ("a\n  \t\nb", ("a\n  \t\nb", "a")),  # whitespace-only line is a paragraph break
+        ("a\nthe letter a", ("a\nthe letter a", "a")),
+        ("a\n  \t\nthe letter a", ("a\n  \t\nthe letter a", "a")),  # whitespace-only line is a paragraph break
+        # a line that is a short answer of its own after the first line or paragraph: neither is the answer alone
+        ("a\nb", ("a\nb",)),
+        ("a\n  \t\nb", ("a\n  \t\nb",)),
+        ("line one\nline two\n\nsecond paragraph", ("line one\nline two\n\nsecond paragraph",)),
+        ("a\nthe letter a\n\nb", ("a\nthe letter a\n\nb",)),
+        # what is no second answer: a heading, the answer restated
+        ("a\n\n**Why:**\nthe letter a", ("a\n\n**Why:**\nthe letter a", "a")),
+        ("a\n\nFinal answer: **a**", ("a\n\nFinal answer: **a**", "a")),
         ("\n\nfirst\n\n", ("first",)),
         ("", ("",)),
     ],
@@ -132,10 +140,10 @@ def test_candidates(answer: str, expected: tuple[str, ...]) -> None:
 
 
 def test_candidates_are_deduplicated_and_ordered() -> None:
-    got = candidates("x\ny\n\nz")
-    assert got[0] == "x\ny\n\nz"
+    got = candidates("x\ny is why\n\nz is more")
+    assert got[0] == "x\ny is why\n\nz is more"
     assert len(set(got)) == len(got)
-    assert got[1:] == ("x", "x\ny")
+    assert got[1:] == ("x", "x\ny is why")
 
 
 @pytest.mark.parametrize(("text", "opened", "expected"), [

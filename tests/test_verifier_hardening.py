@@ -210,7 +210,7 @@ def test_candidates_keep_the_explanation_rule() -> None:
 
 @pytest.mark.parametrize(("rest", "hedged"), [
     ("The order is red.", False), ("A waiter brought it.", False), ("or_else", True), ("NOT\nsure", True),
-    ("Wait, it is blue.", True), ("I  think so", True), ("café, ordinary", False),
+    ("Wait, it is blue.", True), ("I  think so", True), ("A café, ordinary in style.", False),
 ])
 def test_hedge_words_are_whole_words(rest: str, hedged: bool) -> None:
     assert (candidates(f"red\n\n{rest}") == (f"red\n\n{rest}",)) is hedged
@@ -305,3 +305,34 @@ def test_uncertain_rejections_are_left_to_the_judge(name: str, prediction: str, 
 def test_mcq_bare_letter_reads_the_same_at_any_length(padding: int) -> None:
     # short answers go through a cache; a long padded one must read exactly as the pattern says
     assert extract_choice("**B**" + "!" * padding) == "B" and extract_choice("(C)" + " ." * padding) == "C"
+
+
+# --- the first line is no answer alone when the rest corrects it or states another answer (review) ----------------
+
+
+@pytest.mark.parametrize("name", ["exact", "alnum", "anls", "vqa"])
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("yes\nno", "yes"),                                   # a second answer on the next line
+    ("3\n4", "3"),
+    ("cube\n\nsphere", "cube"),
+    ("3\n\nNo, it's 4.", "3"),                            # a correction
+    ("red\nNot red; blue.", "red"),
+    ("red\n\nI was wrong: blue.", "red"),
+    ("red\n\nOn second thought, it is blue.", "red"),
+    ("red\n\nHmm, looking again, the answer is blue.", "red"),
+    ("yes\n\nSorry, no.", "yes"),
+    ("red\n\nBut it could be blue.", "red"),
+])
+def test_a_corrected_first_line_is_not_the_answer(name: str, prediction: str, reference: str) -> None:
+    assert not accepts(name, prediction, reference)
+
+
+@pytest.mark.parametrize("name", ["exact", "alnum", "anls", "vqa"])
+@pytest.mark.parametrize("prediction", [
+    "red\n\nThe cube is red because it reflects red light.",
+    "red\n\n**Explanation:**\nThe cube reflects red light.",   # a heading is no second answer
+    "red\n\n**red**",                                          # the same answer restated
+    "red\n\nAnswer: red",
+])
+def test_an_explained_first_line_is_still_the_answer(name: str, prediction: str) -> None:
+    assert accepts(name, prediction, "red")

@@ -57,7 +57,7 @@ class AlnumVerifier(Verifier):
             'exact match. "HELLO!", "hello" and "Hello." are therefore the same answer.\n\n'
             "The prediction is additionally tried as its first line and its first paragraph, so a model that "
             "gives the right answer and then explains anyway is not penalised for the explanation; not when what "
-            "follows hedges or offers another answer (\"red\" then \"or maybe blue\").\n\n"
+            "follows hedges, corrects it or offers another answer (\"red\" then \"or maybe blue\", \"yes\" then \"no\").\n\n"
             'Accented and compatibility characters are reduced to their plain ASCII letters and digits first, so '
             '"Café" matches "cafe" and "²" matches "2"; characters with no ASCII equivalent are dropped. A '
             "reference with no letters or digits left after this never matches anything."

@@ -196,7 +196,7 @@ class AnlsVerifier(Verifier):
             )
         text += (
             "\n\nThe prediction is additionally tried as its first line and its first paragraph, unless what "
-            "follows hedges or offers another answer. An empty reference never matches."
+            "follows hedges, corrects it or offers another answer. An empty reference never matches."
         )
         return text
 
