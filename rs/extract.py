@@ -17,8 +17,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["answer_line", "answer_tag", "answer_tag_between", "any_candidate", "candidates", "hedges", "last_boxed", "reasoning_state",
-           "split_reasoning"]
+__all__ = ["answer_line", "answer_tag", "answer_tag_between", "answer_tag_spans", "any_candidate", "boxed_spans", "candidates", "hedges",
+           "last_boxed", "reasoning_state", "split_reasoning"]
 
 # `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
 # disagree on capitalisation.
@@ -215,6 +215,12 @@ def last_boxed(text: str) -> str | None:
 
 def _braced(text: str, open_pos: int) -> str | None:
     """Content of the brace group opening at ``open_pos``, or ``None`` when it never closes."""
+    close = _brace_close(text, open_pos)
+    return None if close is None else text[open_pos + 1 : close].strip()
+
+
+def _brace_close(text: str, open_pos: int) -> int | None:
+    """Position of the brace closing the group that opens at ``open_pos``, or ``None`` when it never closes."""
     depth = 0
     i = open_pos
     n = len(text)
@@ -228,9 +234,45 @@ def _braced(text: str, open_pos: int) -> str | None:
         elif c == "}":
             depth -= 1
             if depth == 0:
-                return text[open_pos + 1 : i].strip()
+                return i
         i += 1
     return None
+
+
+def boxed_spans(text: str) -> list[tuple[int, int, str]] | None:
+    """Every outermost ``\\boxed{…}`` of ``text`` as ``(start, end, content)``, in order; ``None`` when one never
+    closes (a truncated answer, as in :func:`last_boxed`). ``\\boxed 5`` and ``\\boxedfoo`` are no boxes."""
+    spans: list[tuple[int, int, str]] = []
+    pos = text.find(_BOXED)
+    while pos >= 0:
+        i = pos + len(_BOXED)
+        while i < len(text) and text[i] in " \t":
+            i += 1
+        if i < len(text) and text[i] == "{":
+            close = _brace_close(text, i)
+            if close is None:
+                return None
+            spans.append((pos, close + 1, text[i + 1 : close].strip()))
+            pos = text.find(_BOXED, close + 1)
+        else:
+            pos = text.find(_BOXED, i)
+    return spans
+
+
+def answer_tag_spans(text: str, start: str = "<answer>", end: str = "</answer>") -> list[tuple[int, int, str]]:
+    """Every complete ``<answer>…</answer>`` pair (any case) as ``(start, end, content)``, in order; an opening tag
+    repeated before its closing one starts the pair afresh, as in :func:`answer_tag_between`."""
+    low, start, end = text.lower(), start.lower(), end.lower()
+    spans: list[tuple[int, int, str]] = []
+    pos = 0
+    while (opening := low.find(start, pos)) >= 0:
+        close = low.find(end, opening + len(start))
+        if close < 0:
+            break
+        opening = low.rfind(start, opening, close)
+        spans.append((opening, close + len(end), text[opening + len(start) : close].strip()))
+        pos = close + len(end)
+    return spans
 
 
 def answer_line(text: str) -> str | None:

@@ -336,3 +336,40 @@ def test_a_corrected_first_line_is_not_the_answer(name: str, prediction: str, re
 ])
 def test_an_explained_first_line_is_still_the_answer(name: str, prediction: str) -> None:
     assert accepts(name, prediction, "red")
+
+
+# --- an option letter that the rest of the answer takes back or contradicts (mcq, review) ------------------------
+
+
+@pytest.mark.parametrize("options", [None, ["cat", "dog", "bird", "fish"]])
+@pytest.mark.parametrize("prediction", [
+    "\\boxed{A} or \\boxed{B}",                       # two marked answers: the last box is no answer alone
+    "<answer>A</answer> or <answer>B</answer>",
+    "<answer>B</answer>\n\nActually the answer is A.",  # a marked answer the rest takes back
+    "\\boxed{B}\n\nHmm, A.",
+    "A\nB",                                          # a second letter on its own line
+    "B\n\nA",
+    "B.\nA.",
+    "Final answer: B\n\nA",
+    "B\n\nActually, A.",                             # a change of mind after the letter
+    "B\n\nNo wait, it's A.",
+    "**B**\n\nHowever, A could also be correct.",
+    "Answer: B) dog. A) cat is also possible.",
+    "The answer is option B. Wait, let me reconsider... it should be A.",
+])
+def test_mcq_a_letter_taken_back_is_no_answer(prediction: str, options: list[str] | None) -> None:
+    assert extract_choice(prediction, "ABCD", options) is None
+    for reference in "AB":
+        assert not accepts("mcq", prediction, reference, item=ItemInfo(options=options or ()))
+
+
+@pytest.mark.parametrize(("prediction", "letter"), [
+    ("The correct answer is **B**. Here's why: A is wrong.", "B"),  # the other options discussed, not chosen
+    ("B\n\nThe arrow points from the grass to the deer, not to the fox.", "B"),
+    ("\\boxed{B}", "B"), ("<answer>B</answer>", "B"), ("<answer>\\boxed{B}</answer>", "B"),
+    ("The answer is \\boxed{B}.", "B"), ("\\boxed{B}, that is \\boxed{B}", "B"),
+    ("<answer>B</answer>\n\nThe deer eats the grass.", "B"),
+    ("B\n\n**B**", "B"),
+])
+def test_mcq_explained_letters_are_still_read(prediction: str, letter: str) -> None:
+    assert extract_choice(prediction, "ABCD") == letter
