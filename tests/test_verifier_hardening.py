@@ -259,7 +259,8 @@ def test_relaxed_never_accepts_the_opposite_sign(value: int) -> None:
 # --- invariants of every verifier -----------------------------------------------------------------------------------
 
 WORDS = st.sampled_from(["red", "Red.", "3", "three", "4", "yes", "No", "A", "(B)", "cube", "2010", "007", "7", "1,234",
-                         "3 or 4", "There are 3 cubes.", "\\boxed{3}", "", " ", "HELLO!"])
+                         "3 or 4", "There are 3 cubes.", "\\boxed{3}", "", " ", "HELLO!",
+                         "-3", "+3", "3.0", "30", "1.0", "10", "3.5", "35", "1,000", "1000"])
 
 
 @pytest.mark.parametrize("name", ["alnum", "anls", "count", "exact", "mcq", "relaxed", "vqa"])
@@ -373,3 +374,20 @@ def test_mcq_a_letter_taken_back_is_no_answer(prediction: str, options: list[str
 ])
 def test_mcq_explained_letters_are_still_read(prediction: str, letter: str) -> None:
     assert extract_choice(prediction, "ABCD") == letter
+
+
+# --- numbers that differ only in what alnum drops: sign, decimal point (review) --------------------------------------
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("-5", "5"), ("5", "-5"), ("3.5", "35"), ("35", "3.5"), ("1.0", "10"), ("30", "3.0"),
+    ("3.5\n\nThe bar reaches 3.5 on the axis.", "35"),  # a first-line candidate too
+])
+def test_alnum_never_accepts_a_different_number(prediction: str, reference: str) -> None:
+    assert not accepts("alnum", prediction, reference)
+    assert not accepts("alnum", prediction, [reference, "other"])
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [("1,000", "1000"), ("5.", "5"), ("+5", "5"), ("10", "10"), ("**7**", "7")])
+def test_alnum_still_accepts_the_same_number(prediction: str, reference: str) -> None:
+    assert accepts("alnum", prediction, reference)

@@ -7,6 +7,10 @@ dropped ("Café" == "cafe"), ligatures and superscripts become their base charac
 "²" == "2"), and characters with no ASCII decomposition (Arabic-Indic digits, CJK) disappear. Case is folded with
 ``str.casefold`` *before* decomposition, so "Straße" == "STRASSE". ``str.isalnum`` is deliberately not used: it
 keeps "é", "ß" and "²", which an ASCII reference can never contain.
+
+One deviation: when both sides are plain numbers (``plain_number``) they must have the same value, because deleting
+the sign and the decimal point merges different numbers ("-5" and "5", "3.5" and "35", "1.0" and "10"); a
+false accept there puts a wrong count or value into training data (CLEVR is scored with this verifier).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from rs.extract import any_candidate
-from rs.verifiers.base import Item, Verifier, as_references, numbers_or_polars_differ, register
+from rs.verifiers.base import Item, Verifier, as_references, numbers_or_polars_differ, plain_number, register
 
 __all__ = ["AlnumVerifier", "alnum_normalise"]
 
@@ -37,6 +41,18 @@ def alnum_normalise(text: str) -> str:
     return text.encode("ascii", "ignore").translate(_LOWER, _DELETE).decode("ascii")
 
 
+def _same_number(prediction: str, reference: str) -> bool:
+    """False when both sides are plain numbers of different values ("-5" and "5", "3.5" and "35", "1.0" and "10"),
+    which the protocol's normalisation would merge by dropping the sign or the decimal point."""
+    if not any(c in prediction or c in reference for c in ("-", ".", "\u2212")):
+        return True  # nothing that changes a value was dropped ("1,000" and "1000" are one value)
+    number = plain_number(prediction.replace("\u2212", "-"))
+    if number is None:
+        return True
+    other = plain_number(reference.replace("\u2212", "-"))
+    return other is None or other == number
+
+
 @register
 class AlnumVerifier(Verifier):
     """Case- and punctuation-insensitive exact match on ``[0-9a-z]`` (see the module docstring).
@@ -54,7 +70,8 @@ class AlnumVerifier(Verifier):
         return (
             "The standard evaluation protocol for scene-text recognition (IIIT5K, CUTE80, SVT, IC13/15, WordArt, "
             "Total-Text): fold case and drop every non-alphanumeric character from both sides, then require an "
-            'exact match. "HELLO!", "hello" and "Hello." are therefore the same answer.\n\n'
+            'exact match. "HELLO!", "hello" and "Hello." are therefore the same answer; but when both sides are plain '
+            'numbers they must also have the same value, so "-5" does not match "5" nor "3.5" match "35".\n\n'
             "The prediction is additionally tried as its first line and its first paragraph, so a model that "
             "gives the right answer and then explains anyway is not penalised for the explanation; not when what "
             "follows hedges, corrects it or offers another answer (\"red\" then \"or maybe blue\", \"yes\" then \"no\").\n\n"
@@ -74,14 +91,22 @@ class AlnumVerifier(Verifier):
             if not ref:
                 return False
             if "\n" not in prediction:
-                return norm(prediction) == ref
-            return any_candidate(prediction, lambda c: norm(c) == ref)
-        refs = {r for r in map(norm, as_references(reference)) if r}
+                return norm(prediction) == ref and _same_number(prediction, reference)
+            return any_candidate(prediction, lambda c: norm(c) == ref and _same_number(c, reference))
+        refs: dict[str, list[str]] = {}
+        for r in as_references(reference):
+            if n := norm(r):
+                refs.setdefault(n, []).append(r)
         if not refs:
             return False
+
+        def accepts(candidate: str) -> bool:
+            same = refs.get(norm(candidate))
+            return same is not None and any(_same_number(candidate, r) for r in same)
+
         if "\n" not in prediction:
-            return norm(prediction) in refs
-        return any_candidate(prediction, lambda c: norm(c) in refs)
+            return accepts(prediction)
+        return any_candidate(prediction, accepts)
 
     def contradicts(
         self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
