@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["answer_line", "answer_tag", "answer_tag_between", "answer_tag_spans", "any_candidate", "boxed_spans", "candidates", "hedges",
+__all__ = ["answer_line", "answer_line_span", "answer_tag", "answer_tag_between", "answer_tag_spans", "any_candidate", "boxed_spans", "candidates", "hedges",
            "last_boxed", "reasoning_state", "split_reasoning"]
 
 # `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
@@ -282,6 +282,12 @@ def answer_line(text: str) -> str | None:
     (``Final Answer: **73**``) are removed. The **last** such line wins because reasoning models restate and
     correct themselves.
     """
+    span = answer_line_span(text)
+    return None if span is None else span[2]
+
+
+def answer_line_span(text: str) -> tuple[int, int, str] | None:
+    """``(start, end, value)`` of the line :func:`answer_line` reads, or ``None``."""
     if "nswer" not in text and "NSWER" not in text and "answer" not in text.lower():
         return None
     last = None
@@ -290,7 +296,7 @@ def answer_line(text: str) -> str | None:
     if last is None:
         return None
     value = last.group(1).strip("*_ \t\r")
-    return value or None
+    return (last.start(), last.end(), value) if value else None
 
 
 def answer_tag(text: str) -> str | None:

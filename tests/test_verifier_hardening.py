@@ -391,3 +391,25 @@ def test_alnum_never_accepts_a_different_number(prediction: str, reference: str)
 @pytest.mark.parametrize(("prediction", "reference"), [("1,000", "1000"), ("5.", "5"), ("+5", "5"), ("10", "10"), ("**7**", "7")])
 def test_alnum_still_accepts_the_same_number(prediction: str, reference: str) -> None:
     assert accepts("alnum", prediction, reference)
+
+
+# --- a count negated, or a marked count the answer marks again differently or takes back (count, review) ----------
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("not 3", "3"), ("It's not 3.", "3"), ("no 3", "3"), ("3 is wrong", "3"), ("3? No.", "3"), ("3 isn't right", "3"),
+    ("\\boxed{3} or \\boxed{4}", "4"), ("<answer>3</answer> or <answer>4</answer>", "4"),
+    ("\\boxed{3}, \\boxed{4}", "3"),
+    ("Answer: 3\n\nWait, I miscounted; there are 4.", "3"), ("\\boxed{3}\n\nHmm, it's 4", "3"),
+    ("<answer>3</answer>\nActually 4.", "3"),
+])
+def test_count_negated_or_taken_back_is_no_count(prediction: str, reference: str) -> None:
+    assert not accepts("count", prediction, reference)
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("\\boxed{3}, i.e. \\boxed{3}", "3"), ("<answer>3</answer>", "3"), ("Answer: 3\n\nThree cubes are left.", "3"),
+    ("There are 3 cubes.", "3"), ("none", "0"),
+])
+def test_count_marked_counts_still_read(prediction: str, reference: str) -> None:
+    assert accepts("count", prediction, reference)
