@@ -413,3 +413,25 @@ def test_count_negated_or_taken_back_is_no_count(prediction: str, reference: str
 ])
 def test_count_marked_counts_still_read(prediction: str, reference: str) -> None:
     assert accepts("count", prediction, reference)
+
+
+# --- a bound, an approximation or a negation is not the value; a marked value taken back (math, review) -----------
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("about 3", "3"), ("approximately 3", "3"), ("at least 3", "3"), ("not 3", "3"), ("x \\geq 3", "3"),
+    ("\\boxed{> 3}", "3"), ("\\boxed{\\leq 3}", "3"), ("\\boxed{\\sim 3}", "3"), ("\\boxed{\\neq 3}", "3"),
+    ("\\boxed{\\approx 3}", "3"), ("\\boxed{\\ge 3}", "3"), ("\\boxed{3 \\vee 4}", "4"),
+    ("<answer>3</answer> or <answer>4</answer>", "4"),
+    ("Answer: 3\n\nWait, I miscounted; it is 4.", "3"), ("\\boxed{3}\n\nHmm, it's 4", "3"), ("\\boxed{3}\n\nNo, wait: 4.", "3"),
+])
+def test_math_qualified_or_taken_back_values_never_match(prediction: str, reference: str) -> None:
+    assert not accepts("math", prediction, reference)
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("\\boxed{x \\geq 3}", "x \\geq 3"), ("\\boxed{x > 3}", "x>3"), ("\\boxed{x \\ne 3}", "x \\neq 3"),  # relations as references
+    ("\\boxed{4}\n\nThe area is 4 square units.", "4"), ("<answer>4</answer>", "4"), ("<answer>4</answer> i.e. <answer>4</answer>", "4"),
+])
+def test_math_relations_and_explained_values_still_match(prediction: str, reference: str) -> None:
+    assert accepts("math", prediction, reference)
