@@ -177,3 +177,20 @@ def test_reasoning_state_of_a_prompt_tail(tail: str, state: str) -> None:
 def test_reasoning_state_with_other_markers() -> None:
     assert reasoning_state("<|im_start|>assistant\n◁think▷", start="◁think▷", end="◁/think▷") == "open"
     assert reasoning_state("assistant\n◁think▷\n\n◁/think▷\n\n", start="◁think▷", end="◁/think▷") == "closed"
+
+
+def test_answer_tags_that_disagree_are_no_final_answer() -> None:
+    """A family reading `<answer>` tags: two pairs holding different answers name no answer (review: the last won)."""
+    from rs.engines.base import Generation
+    from rs.families.schema import ReasoningConfig
+    from rs.reasoning import ReasoningFormat
+
+    fmt = ReasoningFormat(ReasoningConfig(answer_start="<answer>", answer_end="</answer>"))
+
+    def answer(text: str) -> str | None:
+        return fmt.read(Generation(text=text, reasoning=None, answer=None, finish_reason="stop")).answer
+
+    assert answer("<think>r</think><answer>3</answer> or <answer>4</answer>") is None
+    assert answer("<think>r</think><answer>3</answer>\nWait: <answer>4</answer>") is None
+    assert answer("<think>r</think><answer>4</answer>, so <answer> 4 </answer>") == "4"  # restated: one answer
+    assert answer("<think>r</think><answer>4</answer>") == "4"
