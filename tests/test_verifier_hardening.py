@@ -435,3 +435,25 @@ def test_math_qualified_or_taken_back_values_never_match(prediction: str, refere
 ])
 def test_math_relations_and_explained_values_still_match(prediction: str, reference: str) -> None:
     assert accepts("math", prediction, reference)
+
+
+# --- a negation is never a typo (anls, review) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("The report was not approved by the board of directors", "The report was approved by the board of directors"),
+    ("The report was approved by the board of directors", "The report was not approved by the board of directors"),
+    ("The contract will not be renewed next year", "The contract will be renewed next year"),
+    ("The contract won't be renewed after this year", "The contract will be renewed after this year"),
+])
+def test_anls_never_forgives_a_negation(prediction: str, reference: str) -> None:
+    # ANLS 0.92-0.93 >= 0.9: the reference metric accepts the opposite statement
+    assert not accepts("anls", prediction, reference)
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("The report was not aproved by the board of directors", "The report was not approved by the board of directors"),
+    ("ITC Limted", "ITC Limited"), ("no smoking", "No Smoking"),
+])
+def test_anls_still_forgives_typos_around_negations(prediction: str, reference: str) -> None:
+    assert accepts("anls", prediction, reference)
