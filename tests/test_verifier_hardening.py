@@ -457,3 +457,24 @@ def test_anls_never_forgives_a_negation(prediction: str, reference: str) -> None
 ])
 def test_anls_still_forgives_typos_around_negations(prediction: str, reference: str) -> None:
     assert accepts("anls", prediction, reference)
+
+
+# --- words of another script are never dropped in silence (alnum, review) --------------------------------------------
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("不是3", "3"),          # "not 3"
+    ("大约3", "3"),          # "about 3"
+    ("不是 red", "red"),
+    ("red（不对）", "red"),   # "red (wrong)"
+    ("нет, yes", "yes"),     # "no, yes"
+])
+def test_alnum_never_drops_letters_of_another_script(prediction: str, reference: str) -> None:
+    assert not accepts("alnum", prediction, reference)
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("Café", "cafe"), ("STRASSE", "Straße"), ("Straße", "strasse"), ("ﬁne", "fine"), ("x²", "x2"), ("“red”", "red"), ("red！", "red"),
+])
+def test_alnum_still_reduces_what_has_an_ascii_form(prediction: str, reference: str) -> None:
+    assert accepts("alnum", prediction, reference)

@@ -4,11 +4,13 @@ IIIT5K, CUTE80, SVT, IC13/15, WordArt and Total-Text are scored by folding case,
 is not a letter or digit and requiring equality. VLM outputs, unlike STR decoders, are not restricted to ASCII, so
 both sides are first decomposed with Unicode compatibility normalisation (NFKD) and reduced to ASCII: accents are
 dropped ("Café" == "cafe"), ligatures and superscripts become their base characters ("ﬁne" == "fine",
-"²" == "2"), and characters with no ASCII decomposition (Arabic-Indic digits, CJK) disappear. Case is folded with
+"²" == "2"), and characters with no ASCII decomposition (Arabic-Indic digits, CJK) disappear from a reference. A
+*prediction* holding such a letter or digit is rejected instead: what would disappear may be a word ("不是3" is
+"not 3", "大约3" "about 3"). Case is folded with
 ``str.casefold`` *before* decomposition, so "Straße" == "STRASSE". ``str.isalnum`` is deliberately not used: it
 keeps "é", "ß" and "²", which an ASCII reference can never contain.
 
-One deviation: when both sides are plain numbers (``plain_number``) they must have the same value, because deleting
+Another deviation: when both sides are plain numbers (``plain_number``) they must have the same value, because deleting
 the sign and the decimal point merges different numbers ("-5" and "5", "3.5" and "35", "1.0" and "10"); a
 false accept there puts a wrong count or value into training data (CLEVR is scored with this verifier).
 """
@@ -39,6 +41,19 @@ def alnum_normalise(text: str) -> str:
     if not text.isascii():
         text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", text).casefold())
     return text.encode("ascii", "ignore").translate(_LOWER, _DELETE).decode("ascii")
+
+
+@lru_cache(maxsize=1 << 12)
+def _foreign(char: str) -> bool:
+    """A letter or digit with no ASCII form ("不", "н", "٣", "Ø"): normalisation would drop it unread."""
+    if unicodedata.category(char)[0] not in "LN":
+        return False
+    return not any(c.isascii() and c.isalnum() for c in unicodedata.normalize("NFKD", char.casefold()))
+
+
+def _drops_words(prediction: str) -> bool:
+    """Whether ``prediction`` holds letters or digits that normalisation would drop unread: "不是3" is "not 3"."""
+    return not prediction.isascii() and any(not c.isascii() and _foreign(c) for c in prediction)
 
 
 def _same_number(prediction: str, reference: str) -> bool:
@@ -76,14 +91,16 @@ class AlnumVerifier(Verifier):
             "gives the right answer and then explains anyway is not penalised for the explanation; not when what "
             "follows hedges, corrects it or offers another answer (\"red\" then \"or maybe blue\", \"yes\" then \"no\").\n\n"
             'Accented and compatibility characters are reduced to their plain ASCII letters and digits first, so '
-            '"Café" matches "cafe" and "²" matches "2"; characters with no ASCII equivalent are dropped. A '
-            "reference with no letters or digits left after this never matches anything."
+            '"Café" matches "cafe" and "²" matches "2". A prediction holding a letter or digit with no ASCII '
+            'equivalent (another script\'s words or digits) is rejected rather than read without them; in a '
+            "reference such characters are dropped, and a reference with no letters or digits left never matches "
+            "anything."
         )
 
     def match(
         self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
-        if prediction is None:
+        if prediction is None or _drops_words(prediction):
             return False
         norm = alnum_normalise
         if type(reference) is str:
