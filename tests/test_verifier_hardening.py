@@ -357,6 +357,8 @@ def test_an_explained_first_line_is_still_the_answer(name: str, prediction: str)
     "**B**\n\nHowever, A could also be correct.",
     "Answer: B) dog. A) cat is also possible.",
     "The answer is option B. Wait, let me reconsider... it should be A.",
+    "B. No, A.", "B. Never mind, A.", "B. Make that A.", "B. I mean A", "B. Scratch that: A.",  # another letter alone
+    "\\boxed{B}. No, A.", "<answer>B</answer> I mean A",
 ])
 def test_mcq_a_letter_taken_back_is_no_answer(prediction: str, options: list[str] | None) -> None:
     assert extract_choice(prediction, "ABCD", options) is None
@@ -371,6 +373,8 @@ def test_mcq_a_letter_taken_back_is_no_answer(prediction: str, options: list[str
     ("The answer is \\boxed{B}.", "B"), ("\\boxed{B}, that is \\boxed{B}", "B"),
     ("<answer>B</answer>\n\nThe deer eats the grass.", "B"),
     ("B\n\n**B**", "B"),
+    ("B. In option A, the arrow points the other way.", "B"), ("B. Options A and C are wrong.", "B"),
+    ("B. I am sure.", "B"), ("Answer: B (the deer).", "B"),
 ])
 def test_mcq_explained_letters_are_still_read(prediction: str, letter: str) -> None:
     assert extract_choice(prediction, "ABCD") == letter

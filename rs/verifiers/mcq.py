@@ -15,7 +15,8 @@ Extraction, in order:
    ``B) text`` / ``B. text`` / ``(B) text`` or a first line holding only the letter (``B\n\nBecause …``). Upper-case letters only here, so the article "a" is never option A.
    If these name two different letters (``The answer is A. No wait, the answer is C``) there is no answer.
    Nor is there when what follows the first statement doubts or takes it back (``B\n\nActually, A``, ``B. Wait…``,
-   ``A could also be right``) or another line of the answer is just another letter (``B\nA``); the same holds in step 4.
+   ``A could also be right``), names another letter on its own after it (``B. No, A.``, ``B. Make that A``) or
+   another line of the answer is just another letter (``B\nA``); the same holds in step 4 and after a tag or box.
 4. Only if step 3 found nothing: ``option B`` / ``choice B`` / ``I choose B``, again only if exactly one letter.
 5. If the option texts are known (the item's ``options``), an answer equal to one option's text (ignoring case,
    surrounding whitespace and a trailing period) selects that option.
@@ -142,7 +143,7 @@ def _marked_choice(text: str, spans: list[tuple[int, int, str]], letters: str, v
     if len(chosen) != 1 or None in chosen:
         return None
     (letter,) = chosen
-    if hedges(text[spans[-1][1]:], negations=False):
+    if _taken_back(text, letter, spans[-1][1], valid):
         return None
     outside = " ".join(text[end:start] for (_, end, _), (start, _, _) in zip([(0, 0, "")] + spans, spans + [(len(text), 0, "")]))
     stated, _ = _stated(outside.strip(), valid, options)
@@ -165,10 +166,23 @@ def _stated(text: str, valid: str, options: Sequence[str] | None) -> tuple[set[s
     return stated & _answers(valid), first
 
 
+_CLAUSE_BREAK = re.compile(r"[\n.,;:!?]")
+_LAST_LETTER = re.compile(r"(?<![A-Za-z0-9])([A-Z])[\W_]*$")
+
+
 def _taken_back(text: str, letter: str, after: int, valid: str) -> bool:
-    """Whether what follows a letter's statement doubts it ("Actually, A", "Wait", "could also be"), or another line
-    of the answer is just another letter ("B\n\nA")."""
-    if hedges(text[after:], negations=False):
+    """Whether what follows a letter's statement (from ``after`` on) doubts it ("Actually, A", "Wait", "could also
+    be") or names another letter on its own ("No, A.", "Make that A."), or another line of the answer is just
+    another letter ("B\\n\\nA")."""
+    rest = text[after:]
+    if hedges(rest, negations=False):
+        return True
+    for clause in _CLAUSE_BREAK.split(rest):
+        other = clause.strip(" \t*_()[]{}")
+        if len(other) == 1 and other in valid and other != letter:
+            return True
+    last = _LAST_LETTER.search(rest)
+    if last is not None and last.group(1) in valid and last.group(1) != letter:
         return True
     if "\n" not in text:
         return False
@@ -270,7 +284,8 @@ class McqVerifier(Verifier):
             "is read as the article or the start of an option's text, not as a choice, unless the words are that "
             "option's own text; a letter paired with another option's text (\"A. dog\" when dog is option B) "
             "names no option. Nor does an answer that takes its letter back or doubts it (\"B\" then \"Actually, A\", "
-            "\"B. Wait...\", \"A could also be right\"), has a line that is just another letter, or marks two different "
+            "\"B. Wait...\", \"A could also be right\"), names another letter on its own after it (\"B. No, A.\"), "
+            "has a line that is just another letter, or marks two different "
             "letters (\"\\boxed{A} or \\boxed{B}\"); explanations that discuss the other options are fine."
         )
 
