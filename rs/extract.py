@@ -17,8 +17,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["answer_line", "answer_line_span", "answer_tag", "answer_tag_between", "answer_tag_spans", "any_candidate", "boxed_spans", "candidates", "hedges",
-           "last_boxed", "reasoning_state", "split_reasoning"]
+__all__ = [
+    "answer_line", "answer_line_span", "answer_tag", "answer_tag_between", "answer_tag_spans", "any_candidate",
+    "boxed_spans", "candidates", "hedges", "last_boxed", "outside_spans", "reasoning_state", "split_reasoning",
+]
 
 # `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
 # disagree on capitalisation.
@@ -259,6 +261,13 @@ def boxed_spans(text: str) -> list[tuple[int, int, str]] | None:
     return spans
 
 
+def outside_spans(text: str, spans: list[tuple[int, int, str]]) -> str:
+    """``text`` without the (ordered, disjoint) ``spans`` of :func:`boxed_spans` or :func:`answer_tag_spans`, each
+    replaced by a space."""
+    bounds = [0] + [i for start, end, _ in spans for i in (start, end)] + [len(text)]
+    return " ".join(text[bounds[i] : bounds[i + 1]] for i in range(0, len(bounds), 2))
+
+
 def answer_tag_spans(text: str, start: str = "<answer>", end: str = "</answer>") -> list[tuple[int, int, str]]:
     """Every complete ``<answer>…</answer>`` pair (any case) as ``(start, end, content)``, in order; an opening tag
     repeated before its closing one starts the pair afresh, as in :func:`answer_tag_between`."""
@@ -371,4 +380,7 @@ def any_candidate(answer: str, accepts: Callable[[str], bool]) -> bool:
         return False
     if line_ok and not _another_short_answer(first_line, full[newline + 1 :]):
         return True
-    return paragraph_ok and not _another_short_answer(paragraph, full[paragraph_break.end() :])  # type: ignore[arg-type, union-attr]
+    if not paragraph_ok:
+        return False
+    assert paragraph is not None and paragraph_break is not None  # paragraph_ok says so
+    return not _another_short_answer(paragraph, full[paragraph_break.end() :])

@@ -89,7 +89,8 @@ class AlnumVerifier(Verifier):
             'numbers they must also have the same value, so "-5" does not match "5" nor "3.5" match "35".\n\n'
             "The prediction is additionally tried as its first line and its first paragraph, so a model that "
             "gives the right answer and then explains anyway is not penalised for the explanation; not when what "
-            "follows hedges, corrects it or offers another answer (\"red\" then \"or maybe blue\", \"yes\" then \"no\").\n\n"
+            "follows hedges, corrects it or offers another answer (\"red\" then \"or maybe blue\", \"yes\" "
+            "then \"no\").\n\n"
             'Accented and compatibility characters are reduced to their plain ASCII letters and digits first, so '
             '"Café" matches "cafe" and "²" matches "2". A prediction holding a letter or digit with no ASCII '
             'equivalent (another script\'s words or digits) is rejected rather than read without them; in a '

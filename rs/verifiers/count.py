@@ -240,9 +240,9 @@ class CountVerifier(Verifier):
             'counts as 3. "No" is not read as zero. When the answer marks its final value explicitly '
             '(an "Answer:" line, a boxed value or an answer tag), only the marked value is read, provided every mark '
             'holds the same count and nothing after the last one doubts it ("Answer: 3" then "Wait, there are 4" '
-            'is no count). A hedged, bounded or negated count ("about 3", "at least 3", "3+", "not 3"), a fraction ("three quarters"), a percent, or a digit '
-            'changed by a superscript, fraction or symbol ("3²", "3½", "3°") is rejected; a Unicode minus sign is a '
-            "minus."
+            'is no count). A hedged, bounded or negated count ("about 3", "at least 3", "3+", "not 3"), a fraction '
+            '("three quarters"), a percent, or a digit changed by a superscript, fraction or symbol ("3²", "3½", '
+            '"3°") is rejected; a Unicode minus sign is a minus.'
         )
 
     def match(

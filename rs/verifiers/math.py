@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from rs.extract import answer_line_span, answer_tag_spans, boxed_spans, hedges, last_boxed
+from rs.extract import answer_line_span, answer_tag_spans, boxed_spans, hedges, last_boxed, outside_spans
 from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["MathVerifier"]
@@ -95,8 +95,8 @@ def _taken_back(prediction: str) -> bool:
 # though math-verify reads 3 from each. A reference that holds one itself ("x \\geq 3") is compared as math-verify does.
 _QUALIFIED = re.compile(
     r"(?i)\\(?:neq?|geq?q?|leq?q?|gt|lt|approx|sim|simeq|cong|propto|not|nless|ngtr|gtrsim|lesssim)(?![a-z])"
-    r"|[<>≤≥≈≠∼~≲≳]|\b(?:not|no|about|approximately|approx|around|roughly|nearly|almost|least|most|over|under|above|below"
-    r"|more|less|fewer|than|circa|exceeds?)\b"
+    r"|[<>≤≥≈≠∼~≲≳]|\b(?:not|no|about|approximately|approx|around|roughly|nearly|almost|least|most|over|under"
+    r"|above|below|more|less|fewer|than|circa|exceeds?)\b"
 )
 
 
@@ -127,7 +127,7 @@ def _names_several_values(prediction: str, marked: str) -> bool:
             return True
     if "<" in prediction and len(tags := answer_tag_spans(prediction)) > 1 and len({c for _, _, c in tags}) > 1:
         # "<answer>3</answer> or <answer>4</answer>": two tagged values joined by a connector
-        outside = " ".join(prediction[end:start] for (_, end, _), (start, _, _) in zip([(0, 0, "")] + tags, tags + [(len(prediction), 0, "")]))
+        outside = outside_spans(prediction, tags)
         if _SEVERAL.search(outside) or _LIST_COMMA.search(outside):
             return True
     text = _TEXT.sub(lambda m: f" {m.group(1)} ", marked)

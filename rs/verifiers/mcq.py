@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from rs.extract import answer_tag_spans, boxed_spans, hedges
+from rs.extract import answer_tag_spans, boxed_spans, hedges, outside_spans
 from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["McqVerifier", "extract_choice"]
@@ -145,8 +145,7 @@ def _marked_choice(text: str, spans: list[tuple[int, int, str]], letters: str, v
     (letter,) = chosen
     if _taken_back(text, letter, spans[-1][1], valid):
         return None
-    outside = " ".join(text[end:start] for (_, end, _), (start, _, _) in zip([(0, 0, "")] + spans, spans + [(len(text), 0, "")]))
-    stated, _ = _stated(outside.strip(), valid, options)
+    stated, _ = _stated(outside_spans(text, spans).strip(), valid, options)
     return letter if stated <= {letter} else None
 
 
