@@ -335,9 +335,10 @@ def candidates(answer: str) -> tuple[str, ...]:
     """``(full, first line, first paragraph)`` of a trimmed answer, duplicates removed, order kept.
 
     Short-answer verifiers accept when *any* candidate matches, so a model that answers and then explains
-    ("12\n\nExplanation: …") is not penalised for the explanation. When the rest hedges, corrects or negates
-    ("red\n\nAlternatively it could be blue", "3\n\nNo, it's 4"), only the full text is a candidate; a first line
-    or paragraph followed by a line that is a short answer of its own ("yes\nno", "3\n4") is no candidate either.
+    ("12\\n\\nExplanation: …") is not penalised for the explanation. When the rest hedges, corrects or negates
+    ("red\\n\\nAlternatively it could be blue", "3\\n\\nNo, it's 4"), only the full text is a candidate; a first
+    line or paragraph followed by a line that is a short answer of its own ("yes\\nno", "3\\n4") is no candidate
+    either.
     Numeric-tolerance and multiple-choice verifiers must not use this: a first line can hold several numbers or
     option letters.
     """

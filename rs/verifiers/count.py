@@ -204,7 +204,7 @@ def _reference_count(reference: str) -> int | None:
 
 def _marked_answer(prediction: str) -> str | None:
     """The explicitly marked part of the prediction, or the whole prediction when there is no marker; ``None`` when
-    the marks disagree ("\\boxed{3} or \\boxed{4}") or what follows the last one takes it back ("Answer: 3\n\nWait,
+    the marks disagree ("\\boxed{3} or \\boxed{4}") or what follows the last one takes it back ("Answer: 3\\n\\nWait,
     there are 4")."""
     spans = answer_tag_spans(prediction) if "<" in prediction else []
     if not spans and "\\boxed" in prediction:
