@@ -17,7 +17,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["answer_line", "answer_tag", "answer_tag_between", "any_candidate", "candidates", "last_boxed", "reasoning_state", "split_reasoning"]
+__all__ = [
+    "answer_line", "answer_line_span", "answer_tag", "answer_tag_between", "answer_tag_spans", "any_candidate",
+    "boxed_spans", "candidates", "hedges", "last_boxed", "outside_spans", "reasoning_state", "split_reasoning",
+]
 
 # `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
 # disagree on capitalisation.
@@ -35,12 +38,23 @@ _ANSWER_LINE = re.compile(
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
 
 _BOXED = "\\boxed"
-# Words after the first line that offer another answer or doubt the first one, matched as whole words. Bytes
+# Words after an answer that offer another answer, doubt it or take it back, matched as whole words. Bytes
 # translate and split: this runs on every multi-line answer a first line would accept, and a regex is 3x slower.
-_HEDGE_WORDS = frozenset(
-    b"or alternatively otherwise maybe perhaps possibly probably might could either unsure uncertain seems likely "
-    b"unclear actually correction wait".split()
+_DOUBT_WORDS = frozenset(
+    b"or alternatively otherwise maybe perhaps possibly possible plausible probably might could either unsure "
+    b"uncertain seems likely unclear actually correction wait "
+    # a change of mind ("3\n\nHmm, on second thought, 4", "B\n\nSorry, I meant C")
+    b"instead rather sorry oops mistake mistaken hmm thought again recount reconsider recheck rethink revise revised "
+    b"meant".split()
 )
+# Words that negate or contradict what came before ("3\n\nNo, it's 4", "red\n\nI was wrong: blue"). An explanation
+# uses them too, so a first line followed by them is no answer alone (that explanation goes to the judge); a
+# multiple-choice explanation discussing the other options ("A is wrong") is read without them.
+_NEGATION_WORDS = frozenset(
+    b"no not nope nor neither however but though although unless wrong incorrect isn aren wasn weren doesn don didn "
+    b"cannot".split()
+)
+_HEDGE_WORDS = _DOUBT_WORDS | _NEGATION_WORDS
 _HEDGE_PHRASES = (b"not sure", b"i think", b"hard to tell")
 _PHRASE_ENDS = frozenset(p.rsplit(b" ", 1)[1] for p in _HEDGE_PHRASES)
 _HEDGE_OR_PHRASE_END = _HEDGE_WORDS | _PHRASE_ENDS
@@ -48,15 +62,45 @@ _HEDGE_OR_PHRASE_END = _HEDGE_WORDS | _PHRASE_ENDS
 _WORD_BYTES = bytes(ord(chr(c).lower()) if chr(c).isascii() and chr(c).isalnum() else 32 for c in range(256))
 
 
-def _hedges(rest: str) -> bool:
-    """Whether ``rest`` (what follows an answer's first line) offers another answer or doubts the first one."""
+def hedges(rest: str, *, negations: bool = True) -> bool:
+    """Whether ``rest`` (what follows an answer) offers another answer, doubts it or takes it back; with
+    ``negations`` False, words that only negate ("not", "no", "wrong", "but") do not count."""
     words = rest.encode("utf-8", "replace").translate(_WORD_BYTES).split()
     if _HEDGE_OR_PHRASE_END.isdisjoint(words):
         return False
-    if not _HEDGE_WORDS.isdisjoint(words):
+    if not (_HEDGE_WORDS if negations else _DOUBT_WORDS).isdisjoint(words):
         return True
     text = b" ".join(words)
     return any(phrase in text for phrase in _HEDGE_PHRASES)
+
+
+_UNICODE_WORD = re.compile(r"[^\W_]+")
+_ANSWER_WORDS = ("final", "answer")
+
+
+def _line_words(line: str) -> list[str]:
+    words = _UNICODE_WORD.findall(line.casefold())
+    while words and words[0] in _ANSWER_WORDS:  # "Answer: red" restates "red"
+        words = words[1:]
+    return words
+
+
+def _another_short_answer(answer: str, rest: str) -> bool:
+    """Whether a line of ``rest`` (what follows a first-line or first-paragraph ``answer``) is a short answer of its
+    own: one or two words ("no" after "yes", "4" after "3"), not a heading ending in ":" nor ``answer`` restated."""
+    mine = None
+    for line in rest.splitlines():
+        line = line.strip().strip("*_#>-` \t")
+        if not line or line.endswith((":", "：")):
+            continue
+        words = _UNICODE_WORD.findall(line)
+        if len(words) > 2:
+            continue
+        if mine is None:
+            mine = _line_words(answer)
+        if _line_words(line) != mine:
+            return True
+    return False
 
 
 def split_reasoning(text: str, *, start: str = "<think>", end: str = "</think>", opened: bool = False) -> tuple[str, str | None]:
@@ -173,6 +217,12 @@ def last_boxed(text: str) -> str | None:
 
 def _braced(text: str, open_pos: int) -> str | None:
     """Content of the brace group opening at ``open_pos``, or ``None`` when it never closes."""
+    close = _brace_close(text, open_pos)
+    return None if close is None else text[open_pos + 1 : close].strip()
+
+
+def _brace_close(text: str, open_pos: int) -> int | None:
+    """Position of the brace closing the group that opens at ``open_pos``, or ``None`` when it never closes."""
     depth = 0
     i = open_pos
     n = len(text)
@@ -186,9 +236,52 @@ def _braced(text: str, open_pos: int) -> str | None:
         elif c == "}":
             depth -= 1
             if depth == 0:
-                return text[open_pos + 1 : i].strip()
+                return i
         i += 1
     return None
+
+
+def boxed_spans(text: str) -> list[tuple[int, int, str]] | None:
+    """Every outermost ``\\boxed{…}`` of ``text`` as ``(start, end, content)``, in order; ``None`` when one never
+    closes (a truncated answer, as in :func:`last_boxed`). ``\\boxed 5`` and ``\\boxedfoo`` are no boxes."""
+    spans: list[tuple[int, int, str]] = []
+    pos = text.find(_BOXED)
+    while pos >= 0:
+        i = pos + len(_BOXED)
+        while i < len(text) and text[i] in " \t":
+            i += 1
+        if i < len(text) and text[i] == "{":
+            close = _brace_close(text, i)
+            if close is None:
+                return None
+            spans.append((pos, close + 1, text[i + 1 : close].strip()))
+            pos = text.find(_BOXED, close + 1)
+        else:
+            pos = text.find(_BOXED, i)
+    return spans
+
+
+def outside_spans(text: str, spans: list[tuple[int, int, str]]) -> str:
+    """``text`` without the (ordered, disjoint) ``spans`` of :func:`boxed_spans` or :func:`answer_tag_spans`, each
+    replaced by a space."""
+    bounds = [0] + [i for start, end, _ in spans for i in (start, end)] + [len(text)]
+    return " ".join(text[bounds[i] : bounds[i + 1]] for i in range(0, len(bounds), 2))
+
+
+def answer_tag_spans(text: str, start: str = "<answer>", end: str = "</answer>") -> list[tuple[int, int, str]]:
+    """Every complete ``<answer>…</answer>`` pair (any case) as ``(start, end, content)``, in order; an opening tag
+    repeated before its closing one starts the pair afresh, as in :func:`answer_tag_between`."""
+    low, start, end = text.lower(), start.lower(), end.lower()
+    spans: list[tuple[int, int, str]] = []
+    pos = 0
+    while (opening := low.find(start, pos)) >= 0:
+        close = low.find(end, opening + len(start))
+        if close < 0:
+            break
+        opening = low.rfind(start, opening, close)
+        spans.append((opening, close + len(end), text[opening + len(start) : close].strip()))
+        pos = close + len(end)
+    return spans
 
 
 def answer_line(text: str) -> str | None:
@@ -198,6 +291,12 @@ def answer_line(text: str) -> str | None:
     (``Final Answer: **73**``) are removed. The **last** such line wins because reasoning models restate and
     correct themselves.
     """
+    span = answer_line_span(text)
+    return None if span is None else span[2]
+
+
+def answer_line_span(text: str) -> tuple[int, int, str] | None:
+    """``(start, end, value)`` of the line :func:`answer_line` reads, or ``None``."""
     if "nswer" not in text and "NSWER" not in text and "answer" not in text.lower():
         return None
     last = None
@@ -206,7 +305,7 @@ def answer_line(text: str) -> str | None:
     if last is None:
         return None
     value = last.group(1).strip("*_ \t\r")
-    return value or None
+    return (last.start(), last.end(), value) if value else None
 
 
 def answer_tag(text: str) -> str | None:
@@ -236,35 +335,36 @@ def candidates(answer: str) -> tuple[str, ...]:
     """``(full, first line, first paragraph)`` of a trimmed answer, duplicates removed, order kept.
 
     Short-answer verifiers accept when *any* candidate matches, so a model that answers and then explains
-    ("12\\n\\nExplanation: …") is not penalised for the explanation. When the rest hedges or offers another
-    answer ("red\\n\\nAlternatively it could be blue"), only the full text is a candidate. Numeric-tolerance and
-    multiple-choice verifiers must not use this: a first line can hold several numbers or option letters.
+    ("12\\n\\nExplanation: …") is not penalised for the explanation. When the rest hedges, corrects or negates
+    ("red\\n\\nAlternatively it could be blue", "3\\n\\nNo, it's 4"), only the full text is a candidate; a first
+    line or paragraph followed by a line that is a short answer of its own ("yes\\nno", "3\\n4") is no candidate
+    either.
+    Numeric-tolerance and multiple-choice verifiers must not use this: a first line can hold several numbers or
+    option letters.
     """
     full = answer.strip()
     newline = full.find("\n")
     if newline < 0:
         return (full,)
-    if _hedges(full[newline + 1 :]):
+    if hedges(full[newline + 1 :]):
         return (full,)  # "3\n\nor maybe 4": what follows offers another answer, the first line is no answer alone
     first_line = full[:newline].strip()
-    paragraph = _first_paragraph(full, newline)
-    if paragraph is None or paragraph == first_line:
-        return (full, first_line)
-    return (full, first_line, paragraph)
-
-
-def _first_paragraph(full: str, newline: int) -> str | None:
-    """The first paragraph of a trimmed answer whose first line break is at ``newline``; ``None`` when the whole
-    answer is one paragraph. A paragraph break starts at a line break, so the search starts at the first one."""
+    found = [full]
+    if not _another_short_answer(first_line, full[newline + 1 :]):
+        found.append(first_line)
     paragraph_break = _PARAGRAPH_BREAK.search(full, newline)
-    return None if paragraph_break is None else full[: paragraph_break.start()].strip()
+    if paragraph_break is not None:
+        paragraph = full[: paragraph_break.start()].strip()
+        if paragraph != first_line and not _another_short_answer(paragraph, full[paragraph_break.end() :]):
+            found.append(paragraph)
+    return tuple(found)
 
 
 def any_candidate(answer: str, accepts: Callable[[str], bool]) -> bool:
     """Whether ``accepts`` holds for one of :func:`candidates` of ``answer``.
 
-    Same answer as ``any(map(accepts, candidates(answer)))``, but the hedge check runs only when a first line or
-    paragraph would be accepted: most multi-line answers are rejected before it is needed.
+    Same answer as ``any(map(accepts, candidates(answer)))``, but the hedge checks run only when a first line or
+    paragraph would be accepted: most multi-line answers are rejected before they are needed.
     """
     full = answer.strip()
     if accepts(full):
@@ -273,8 +373,15 @@ def any_candidate(answer: str, accepts: Callable[[str], bool]) -> bool:
     if newline < 0:
         return False
     first_line = full[:newline].strip()
-    if not accepts(first_line):
-        paragraph = _first_paragraph(full, newline)
-        if paragraph is None or paragraph == first_line or not accepts(paragraph):
-            return False
-    return not _hedges(full[newline + 1 :])
+    line_ok = accepts(first_line)
+    paragraph_break = _PARAGRAPH_BREAK.search(full, newline)
+    paragraph = None if paragraph_break is None else full[: paragraph_break.start()].strip()
+    paragraph_ok = paragraph is not None and paragraph != first_line and accepts(paragraph)
+    if not (line_ok or paragraph_ok) or hedges(full[newline + 1 :]):
+        return False
+    if line_ok and not _another_short_answer(first_line, full[newline + 1 :]):
+        return True
+    if not paragraph_ok:
+        return False
+    assert paragraph is not None and paragraph_break is not None  # paragraph_ok says so
+    return not _another_short_answer(paragraph, full[paragraph_break.end() :])

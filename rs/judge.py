@@ -16,7 +16,8 @@ expected, is UNSURE.
 
 A judge is measured on every run before it may promote anything (`rs.calibration`), and a
 candidate with nothing to grade (no letter or digit, or one of the "master key" phrases that are
-known to fool judges into CORRECT) is never sent to it.
+known to fool judges into CORRECT) is never sent to it, nor an item whose annotators' most frequent answer
+the verifier itself rejects (`rs.sample`: a judge shown that answer would undo the verifier's vote threshold).
 """
 
 from __future__ import annotations

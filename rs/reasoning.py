@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from rs.engines.base import Generation
 from rs.errors import UsageError
-from rs.extract import answer_tag_between, reasoning_state, split_reasoning
+from rs.extract import answer_tag_spans, reasoning_state, split_reasoning
 from rs.families.schema import ReasoningConfig
 
 __all__ = ["ReasoningFormat", "ReasoningFormatError", "vllm_parser_names"]
@@ -116,7 +116,9 @@ class ReasoningFormat:
         reasoning, answer = self._split(generation, state)
         start, end = self.config.answer_start, self.config.answer_end
         if answer is not None and start is not None and end is not None:
-            answer = answer_tag_between(answer, start, end)
+            # the answer the pairs hold; pairs that disagree ("<answer>3</answer> or <answer>4</answer>") hold none
+            answers = {content for _, _, content in answer_tag_spans(answer, start, end)}
+            answer = answers.pop() if len(answers) == 1 else None
         if generation.finish_reason == "length":
             answer = None  # cut off by max_tokens: whatever it says, it did not finish
         return dataclasses.replace(generation, reasoning=reasoning or None, answer=answer, prompt_reasoning=state)

@@ -118,11 +118,19 @@ def test_answer_tag(text: str, expected: str | None) -> None:
         ("12\n\nExplanation: 12 apples, 3 rotten", ("12\n\nExplanation: 12 apples, 3 rotten", "12")),
         ("STOP\nThe sign reads STOP.", ("STOP\nThe sign reads STOP.", "STOP")),
         (
-            "line one\nline two\n\nsecond paragraph",
-            ("line one\nline two\n\nsecond paragraph", "line one", "line one\nline two"),
+            "line one\nline two of it\n\nsecond paragraph of it",
+            ("line one\nline two of it\n\nsecond paragraph of it", "line one", "line one\nline two of it"),
         ),
-        ("a\nb", ("a\nb", "a")),
-        ("a\n  \t\nb", ("a\n  \t\nb", "a")),  # whitespace-only line is a paragraph break
+        ("a\nthe letter a", ("a\nthe letter a", "a")),
+        ("a\n  \t\nthe letter a", ("a\n  \t\nthe letter a", "a")),  # whitespace-only line is a paragraph break
+        # a line that is a short answer of its own after the first line or paragraph: neither is the answer alone
+        ("a\nb", ("a\nb",)),
+        ("a\n  \t\nb", ("a\n  \t\nb",)),
+        ("line one\nline two\n\nsecond paragraph", ("line one\nline two\n\nsecond paragraph",)),
+        ("a\nthe letter a\n\nb", ("a\nthe letter a\n\nb",)),
+        # what is no second answer: a heading, the answer restated
+        ("a\n\n**Why:**\nthe letter a", ("a\n\n**Why:**\nthe letter a", "a")),
+        ("a\n\nFinal answer: **a**", ("a\n\nFinal answer: **a**", "a")),
         ("\n\nfirst\n\n", ("first",)),
         ("", ("",)),
     ],
@@ -132,10 +140,10 @@ def test_candidates(answer: str, expected: tuple[str, ...]) -> None:
 
 
 def test_candidates_are_deduplicated_and_ordered() -> None:
-    got = candidates("x\ny\n\nz")
-    assert got[0] == "x\ny\n\nz"
+    got = candidates("x\ny is why\n\nz is more")
+    assert got[0] == "x\ny is why\n\nz is more"
     assert len(set(got)) == len(got)
-    assert got[1:] == ("x", "x\ny")
+    assert got[1:] == ("x", "x\ny is why")
 
 
 @pytest.mark.parametrize(("text", "opened", "expected"), [
@@ -169,3 +177,20 @@ def test_reasoning_state_of_a_prompt_tail(tail: str, state: str) -> None:
 def test_reasoning_state_with_other_markers() -> None:
     assert reasoning_state("<|im_start|>assistant\n◁think▷", start="◁think▷", end="◁/think▷") == "open"
     assert reasoning_state("assistant\n◁think▷\n\n◁/think▷\n\n", start="◁think▷", end="◁/think▷") == "closed"
+
+
+def test_answer_tags_that_disagree_are_no_final_answer() -> None:
+    """A family reading `<answer>` tags: two pairs holding different answers name no answer (review: the last won)."""
+    from rs.engines.base import Generation
+    from rs.families.schema import ReasoningConfig
+    from rs.reasoning import ReasoningFormat
+
+    fmt = ReasoningFormat(ReasoningConfig(answer_start="<answer>", answer_end="</answer>"))
+
+    def answer(text: str) -> str | None:
+        return fmt.read(Generation(text=text, reasoning=None, answer=None, finish_reason="stop")).answer
+
+    assert answer("<think>r</think><answer>3</answer> or <answer>4</answer>") is None
+    assert answer("<think>r</think><answer>3</answer>\nWait: <answer>4</answer>") is None
+    assert answer("<think>r</think><answer>4</answer>, so <answer> 4 </answer>") == "4"  # restated: one answer
+    assert answer("<think>r</think><answer>4</answer>") == "4"

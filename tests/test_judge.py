@@ -160,3 +160,39 @@ def test_hard_negatives_are_checked_by_the_verifier() -> None:
     (candidate,) = [sampler.near_miss(base, [])]
     assert candidate is not None and not get_verifier("relaxed").match(candidate, "100")
     assert sampler.near_miss(_answered("x", "Who painted it?", "Monet", "Monet"), []) is None  # nothing of its kind to borrow
+
+
+def test_no_judge_where_the_annotators_reach_no_consensus(tmp_path) -> None:
+    """Ten annotators, two of them "sale": vqa (at least 3 agreeing) rejects "sale", and the judge, shown the plurality
+    answer "sale" as the reference, would only echo it back CORRECT. Such an item has no reference to judge against."""
+    from rs.engines.base import Generation
+    from rs.engines.cache import GenerationCache
+    from rs.engines.replay import ReplayEngine
+    from rs.families import load_families
+    from rs.sample import SampleStage
+    from rs.sources.mapping import split_answer
+
+    (tmp_path / "families.yaml").write_text(
+        "families:\n  V:\n"
+        "    source: {kind: synthetic, seed: 5, num_images: 2, questions_per_image: 1}\n"
+        "    instruction: ' Answer.'\n"
+        "    verifier: {name: vqa, params: {threshold: 1.0}}\n"
+        "    model: {id: replayed/model, reasoning: {parser: tags}}\n"
+        "    engine: {kind: replay, replay_path: replay.jsonl}\n"
+        "    publish: {namespace: me, target: local}\n"
+        "    card: {pretty_name: V, description: d, license: cc-by-4.0, citation: c}\n")
+    (tmp_path / "replay.jsonl").write_text("\n")
+    family = load_families(tmp_path / "families.yaml")["V"]
+    stage = SampleStage(family.config, ReplayEngine(tmp_path / "replay.jsonl", model="replayed/model"), None,
+                        GenerationCache(tmp_path / "cache.sqlite"), progress=False)
+
+    def case(votes: list[str], candidate: str) -> JudgeCase | None:
+        answer, references = split_answer(votes)
+        item = QAItem(question="What does the sign say?", answer=answer, record_id="r", references=references)
+        return stage.verify(item, "What does the sign say?", Generation(text=candidate, reasoning=None, answer=None,
+                                                                         finish_reason="stop")).case
+
+    weak = ["sale", "sale", "sold", "for sale sign", "open", "closed", "shop", "store", "market", "exit"]
+    assert case(weak, "sale") is None and case(weak, "sold") is None
+    strong = ["sale"] * 4 + ["sold", "for sale sign", "open", "closed", "shop", "store"]
+    assert case(strong, "for sale") is not None  # a consensus to compare with: the judge may look

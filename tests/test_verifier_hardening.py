@@ -210,7 +210,7 @@ def test_candidates_keep_the_explanation_rule() -> None:
 
 @pytest.mark.parametrize(("rest", "hedged"), [
     ("The order is red.", False), ("A waiter brought it.", False), ("or_else", True), ("NOT\nsure", True),
-    ("Wait, it is blue.", True), ("I  think so", True), ("café, ordinary", False),
+    ("Wait, it is blue.", True), ("I  think so", True), ("A café, ordinary in style.", False),
 ])
 def test_hedge_words_are_whole_words(rest: str, hedged: bool) -> None:
     assert (candidates(f"red\n\n{rest}") == (f"red\n\n{rest}",)) is hedged
@@ -259,7 +259,8 @@ def test_relaxed_never_accepts_the_opposite_sign(value: int) -> None:
 # --- invariants of every verifier -----------------------------------------------------------------------------------
 
 WORDS = st.sampled_from(["red", "Red.", "3", "three", "4", "yes", "No", "A", "(B)", "cube", "2010", "007", "7", "1,234",
-                         "3 or 4", "There are 3 cubes.", "\\boxed{3}", "", " ", "HELLO!"])
+                         "3 or 4", "There are 3 cubes.", "\\boxed{3}", "", " ", "HELLO!",
+                         "-3", "+3", "3.0", "30", "1.0", "10", "3.5", "35", "1,000", "1000"])
 
 
 @pytest.mark.parametrize("name", ["alnum", "anls", "count", "exact", "mcq", "relaxed", "vqa"])
@@ -305,3 +306,179 @@ def test_uncertain_rejections_are_left_to_the_judge(name: str, prediction: str, 
 def test_mcq_bare_letter_reads_the_same_at_any_length(padding: int) -> None:
     # short answers go through a cache; a long padded one must read exactly as the pattern says
     assert extract_choice("**B**" + "!" * padding) == "B" and extract_choice("(C)" + " ." * padding) == "C"
+
+
+# --- the first line is no answer alone when the rest corrects it or states another answer (review) ----------------
+
+
+@pytest.mark.parametrize("name", ["exact", "alnum", "anls", "vqa"])
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("yes\nno", "yes"),                                   # a second answer on the next line
+    ("3\n4", "3"),
+    ("cube\n\nsphere", "cube"),
+    ("3\n\nNo, it's 4.", "3"),                            # a correction
+    ("red\nNot red; blue.", "red"),
+    ("red\n\nI was wrong: blue.", "red"),
+    ("red\n\nOn second thought, it is blue.", "red"),
+    ("red\n\nHmm, looking again, the answer is blue.", "red"),
+    ("yes\n\nSorry, no.", "yes"),
+    ("red\n\nBut it could be blue.", "red"),
+])
+def test_a_corrected_first_line_is_not_the_answer(name: str, prediction: str, reference: str) -> None:
+    assert not accepts(name, prediction, reference)
+
+
+@pytest.mark.parametrize("name", ["exact", "alnum", "anls", "vqa"])
+@pytest.mark.parametrize("prediction", [
+    "red\n\nThe cube is red because it reflects red light.",
+    "red\n\n**Explanation:**\nThe cube reflects red light.",   # a heading is no second answer
+    "red\n\n**red**",                                          # the same answer restated
+    "red\n\nAnswer: red",
+])
+def test_an_explained_first_line_is_still_the_answer(name: str, prediction: str) -> None:
+    assert accepts(name, prediction, "red")
+
+
+# --- an option letter that the rest of the answer takes back or contradicts (mcq, review) ------------------------
+
+
+@pytest.mark.parametrize("options", [None, ["cat", "dog", "bird", "fish"]])
+@pytest.mark.parametrize("prediction", [
+    "\\boxed{A} or \\boxed{B}",                       # two marked answers: the last box is no answer alone
+    "<answer>A</answer> or <answer>B</answer>",
+    "<answer>B</answer>\n\nActually the answer is A.",  # a marked answer the rest takes back
+    "\\boxed{B}\n\nHmm, A.",
+    "A\nB",                                          # a second letter on its own line
+    "B\n\nA",
+    "B.\nA.",
+    "Final answer: B\n\nA",
+    "B\n\nActually, A.",                             # a change of mind after the letter
+    "B\n\nNo wait, it's A.",
+    "**B**\n\nHowever, A could also be correct.",
+    "Answer: B) dog. A) cat is also possible.",
+    "The answer is option B. Wait, let me reconsider... it should be A.",
+    "B. No, A.", "B. Never mind, A.", "B. Make that A.", "B. I mean A", "B. Scratch that: A.",  # another letter alone
+    "\\boxed{B}. No, A.", "<answer>B</answer> I mean A",
+])
+def test_mcq_a_letter_taken_back_is_no_answer(prediction: str, options: list[str] | None) -> None:
+    assert extract_choice(prediction, "ABCD", options) is None
+    for reference in "AB":
+        assert not accepts("mcq", prediction, reference, item=ItemInfo(options=options or ()))
+
+
+@pytest.mark.parametrize(("prediction", "letter"), [
+    ("The correct answer is **B**. Here's why: A is wrong.", "B"),  # the other options discussed, not chosen
+    ("B\n\nThe arrow points from the grass to the deer, not to the fox.", "B"),
+    ("\\boxed{B}", "B"), ("<answer>B</answer>", "B"), ("<answer>\\boxed{B}</answer>", "B"),
+    ("The answer is \\boxed{B}.", "B"), ("\\boxed{B}, that is \\boxed{B}", "B"),
+    ("<answer>B</answer>\n\nThe deer eats the grass.", "B"),
+    ("B\n\n**B**", "B"),
+    ("B. In option A, the arrow points the other way.", "B"), ("B. Options A and C are wrong.", "B"),
+    ("B. I am sure.", "B"), ("Answer: B (the deer).", "B"),
+])
+def test_mcq_explained_letters_are_still_read(prediction: str, letter: str) -> None:
+    assert extract_choice(prediction, "ABCD") == letter
+
+
+# --- numbers that differ only in what alnum drops: sign, decimal point (review) --------------------------------------
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("-5", "5"), ("5", "-5"), ("3.5", "35"), ("35", "3.5"), ("1.0", "10"), ("30", "3.0"),
+    ("3.5\n\nThe bar reaches 3.5 on the axis.", "35"),  # a first-line candidate too
+])
+def test_alnum_never_accepts_a_different_number(prediction: str, reference: str) -> None:
+    assert not accepts("alnum", prediction, reference)
+    assert not accepts("alnum", prediction, [reference, "other"])
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [("1,000", "1000"), ("5.", "5"), ("+5", "5"), ("10", "10"), ("**7**", "7")])
+def test_alnum_still_accepts_the_same_number(prediction: str, reference: str) -> None:
+    assert accepts("alnum", prediction, reference)
+
+
+# --- a count negated, or a marked count the answer marks again differently or takes back (count, review) ----------
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("not 3", "3"), ("It's not 3.", "3"), ("no 3", "3"), ("3 is wrong", "3"), ("3? No.", "3"), ("3 isn't right", "3"),
+    ("\\boxed{3} or \\boxed{4}", "4"), ("<answer>3</answer> or <answer>4</answer>", "4"),
+    ("\\boxed{3}, \\boxed{4}", "3"),
+    ("Answer: 3\n\nWait, I miscounted; there are 4.", "3"), ("\\boxed{3}\n\nHmm, it's 4", "3"),
+    ("<answer>3</answer>\nActually 4.", "3"),
+])
+def test_count_negated_or_taken_back_is_no_count(prediction: str, reference: str) -> None:
+    assert not accepts("count", prediction, reference)
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("\\boxed{3}, i.e. \\boxed{3}", "3"), ("<answer>3</answer>", "3"), ("Answer: 3\n\nThree cubes are left.", "3"),
+    ("There are 3 cubes.", "3"), ("none", "0"),
+])
+def test_count_marked_counts_still_read(prediction: str, reference: str) -> None:
+    assert accepts("count", prediction, reference)
+
+
+# --- a bound, an approximation or a negation is not the value; a marked value taken back (math, review) -----------
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("about 3", "3"), ("approximately 3", "3"), ("at least 3", "3"), ("not 3", "3"), ("x \\geq 3", "3"),
+    ("\\boxed{> 3}", "3"), ("\\boxed{\\leq 3}", "3"), ("\\boxed{\\sim 3}", "3"), ("\\boxed{\\neq 3}", "3"),
+    ("\\boxed{\\approx 3}", "3"), ("\\boxed{\\ge 3}", "3"), ("\\boxed{3 \\vee 4}", "4"),
+    ("<answer>3</answer> or <answer>4</answer>", "4"),
+    ("Answer: 3\n\nWait, I miscounted; it is 4.", "3"), ("\\boxed{3}\n\nHmm, it's 4", "3"), ("\\boxed{3}\n\nNo, wait: 4.", "3"),
+])
+def test_math_qualified_or_taken_back_values_never_match(prediction: str, reference: str) -> None:
+    assert not accepts("math", prediction, reference)
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("\\boxed{x \\geq 3}", "x \\geq 3"), ("\\boxed{x > 3}", "x>3"), ("\\boxed{x \\ne 3}", "x \\neq 3"),  # relations as references
+    ("\\boxed{4}\n\nThe area is 4 square units.", "4"), ("<answer>4</answer>", "4"), ("<answer>4</answer> i.e. <answer>4</answer>", "4"),
+])
+def test_math_relations_and_explained_values_still_match(prediction: str, reference: str) -> None:
+    assert accepts("math", prediction, reference)
+
+
+# --- a negation is never a typo (anls, review) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("The report was not approved by the board of directors", "The report was approved by the board of directors"),
+    ("The report was approved by the board of directors", "The report was not approved by the board of directors"),
+    ("The contract will not be renewed next year", "The contract will be renewed next year"),
+    ("The contract won't be renewed after this year", "The contract will be renewed after this year"),
+])
+def test_anls_never_forgives_a_negation(prediction: str, reference: str) -> None:
+    # ANLS 0.92-0.93 >= 0.9: the reference metric accepts the opposite statement
+    assert not accepts("anls", prediction, reference)
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("The report was not aproved by the board of directors", "The report was not approved by the board of directors"),
+    ("ITC Limted", "ITC Limited"), ("no smoking", "No Smoking"),
+])
+def test_anls_still_forgives_typos_around_negations(prediction: str, reference: str) -> None:
+    assert accepts("anls", prediction, reference)
+
+
+# --- words of another script are never dropped in silence (alnum, review) --------------------------------------------
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("不是3", "3"),          # "not 3"
+    ("大约3", "3"),          # "about 3"
+    ("不是 red", "red"),
+    ("red（不对）", "red"),   # "red (wrong)"
+    ("нет, yes", "yes"),     # "no, yes"
+])
+def test_alnum_never_drops_letters_of_another_script(prediction: str, reference: str) -> None:
+    assert not accepts("alnum", prediction, reference)
+
+
+@pytest.mark.parametrize(("prediction", "reference"), [
+    ("Café", "cafe"), ("STRASSE", "Straße"), ("Straße", "strasse"), ("ﬁne", "fine"), ("x²", "x2"), ("“red”", "red"), ("red！", "red"),
+])
+def test_alnum_still_reduces_what_has_an_ascii_form(prediction: str, reference: str) -> None:
+    assert accepts("alnum", prediction, reference)

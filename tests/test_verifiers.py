@@ -188,7 +188,8 @@ def test_numbers_as_references_are_accepted(name: str) -> None:
         ("co-op", "coop", True),
         ("  a b ", "ab", True),
         ("12\n\nThere are twelve.", "12", True),  # first paragraph
-        ("line one\nline two\n\nmore", "lineonelinetwo", True),  # first paragraph spanning two lines
+        ("line one\nline two\n\nmore text follows", "lineonelinetwo", True),  # first paragraph spanning two lines
+        ("line one\nline two\n\nmore", "lineonelinetwo", False),  # a short line after it is another answer
         ("hello", ["world", "HELLO"], True),
         ("hello", ["world", "!!!"], False),
         ("hello\nworld", ["world"], False),  # only full / first line / first paragraph are tried
@@ -371,7 +372,8 @@ def test_parse_number(text: str, value: float | None, percent: bool | None) -> N
         ("yes!", "yes", False),
         ("yes..", "yes", False),
         ("cube\nIt is the cube one.", "cube", True),  # first line
-        ("a cube\n\nexplanation", "a cube", True),  # first paragraph
+        ("a cube\n\nexplanation: it has six faces", "a cube", True),  # first paragraph
+        ("a cube\n\na sphere", "a cube", False),  # a second answer after it
         ("The cube is red", "red", False),
         ("", "", False),
         ("x", " . ", False),  # empty after normalisation

@@ -37,8 +37,8 @@ class ReasoningConfig:
     end: str = "</think>"
     """Closes the reasoning (`tags`)."""
     answer_start: str | None = None
-    """With `answer_end`: the final answer is what the last such pair holds (`<answer>` ... `</answer>`); an output
-    without one has no final answer."""
+    """With `answer_end`: the final answer is what such a pair holds (`<answer>` ... `</answer>`); an output without
+    one, or whose pairs hold different answers, has no final answer."""
     answer_end: str | None = None
     required: bool = False
     """An output without a closed reasoning block has no final answer, whatever the prompt. Whether the chat template

@@ -247,8 +247,16 @@ class SampleStage:
             return Verification(gen, references, verified, contradicts, None)
         case = JudgeCase(prompt, item.answer, gen.answer, item.key)
         self.calibration.offer(Answered(case, tuple(references), item.options, question_kind(item), item.qtype), verified)
-        judged = not verified and judgeable(gen.answer)
+        judged = not verified and judgeable(gen.answer) and self._consensus(item, references)
         return Verification(gen, references, verified, contradicts, case if judged else None)
+
+    def _consensus(self, item: QAItem, references: list[str]) -> bool:
+        """Whether the official answer the judge is shown is one the verifier accepts against the annotators' votes.
+
+        With several annotators (VQA) it is only the most frequent answer: when too few agree for the verifier to
+        accept it ("sale" from 2 of 10), a judge would only find the candidate equal to one opinion and echo it
+        CORRECT, undoing the verifier's threshold. Such an item is not judged."""
+        return not item.references or self.verifier.match(item.answer, references, item=item)
 
     def calibration_cases(self) -> CalibrationCases:
         """The judge's calibration cases, from what `verify` saw."""

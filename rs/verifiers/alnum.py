@@ -4,9 +4,15 @@ IIIT5K, CUTE80, SVT, IC13/15, WordArt and Total-Text are scored by folding case,
 is not a letter or digit and requiring equality. VLM outputs, unlike STR decoders, are not restricted to ASCII, so
 both sides are first decomposed with Unicode compatibility normalisation (NFKD) and reduced to ASCII: accents are
 dropped ("Café" == "cafe"), ligatures and superscripts become their base characters ("ﬁne" == "fine",
-"²" == "2"), and characters with no ASCII decomposition (Arabic-Indic digits, CJK) disappear. Case is folded with
+"²" == "2"), and characters with no ASCII decomposition (Arabic-Indic digits, CJK) disappear from a reference. A
+*prediction* holding such a letter or digit is rejected instead: what would disappear may be a word ("不是3" is
+"not 3", "大约3" "about 3"). Case is folded with
 ``str.casefold`` *before* decomposition, so "Straße" == "STRASSE". ``str.isalnum`` is deliberately not used: it
 keeps "é", "ß" and "²", which an ASCII reference can never contain.
+
+Another deviation: when both sides are plain numbers (``plain_number``) they must have the same value, because deleting
+the sign and the decimal point merges different numbers ("-5" and "5", "3.5" and "35", "1.0" and "10"); a
+false accept there puts a wrong count or value into training data (CLEVR is scored with this verifier).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from rs.extract import any_candidate
-from rs.verifiers.base import Item, Verifier, as_references, numbers_or_polars_differ, register
+from rs.verifiers.base import Item, Verifier, as_references, numbers_or_polars_differ, plain_number, register
 
 __all__ = ["AlnumVerifier", "alnum_normalise"]
 
@@ -37,6 +43,31 @@ def alnum_normalise(text: str) -> str:
     return text.encode("ascii", "ignore").translate(_LOWER, _DELETE).decode("ascii")
 
 
+@lru_cache(maxsize=1 << 12)
+def _foreign(char: str) -> bool:
+    """A letter or digit with no ASCII form ("不", "н", "٣", "Ø"): normalisation would drop it unread."""
+    if unicodedata.category(char)[0] not in "LN":
+        return False
+    return not any(c.isascii() and c.isalnum() for c in unicodedata.normalize("NFKD", char.casefold()))
+
+
+def _drops_words(prediction: str) -> bool:
+    """Whether ``prediction`` holds letters or digits that normalisation would drop unread: "不是3" is "not 3"."""
+    return not prediction.isascii() and any(not c.isascii() and _foreign(c) for c in prediction)
+
+
+def _same_number(prediction: str, reference: str) -> bool:
+    """False when both sides are plain numbers of different values ("-5" and "5", "3.5" and "35", "1.0" and "10"),
+    which the protocol's normalisation would merge by dropping the sign or the decimal point."""
+    if not any(c in prediction or c in reference for c in ("-", ".", "\u2212")):
+        return True  # nothing that changes a value was dropped ("1,000" and "1000" are one value)
+    number = plain_number(prediction.replace("\u2212", "-"))
+    if number is None:
+        return True
+    other = plain_number(reference.replace("\u2212", "-"))
+    return other is None or other == number
+
+
 @register
 class AlnumVerifier(Verifier):
     """Case- and punctuation-insensitive exact match on ``[0-9a-z]`` (see the module docstring).
@@ -54,19 +85,23 @@ class AlnumVerifier(Verifier):
         return (
             "The standard evaluation protocol for scene-text recognition (IIIT5K, CUTE80, SVT, IC13/15, WordArt, "
             "Total-Text): fold case and drop every non-alphanumeric character from both sides, then require an "
-            'exact match. "HELLO!", "hello" and "Hello." are therefore the same answer.\n\n'
+            'exact match. "HELLO!", "hello" and "Hello." are therefore the same answer; but when both sides are plain '
+            'numbers they must also have the same value, so "-5" does not match "5" nor "3.5" match "35".\n\n'
             "The prediction is additionally tried as its first line and its first paragraph, so a model that "
             "gives the right answer and then explains anyway is not penalised for the explanation; not when what "
-            "follows hedges or offers another answer (\"red\" then \"or maybe blue\").\n\n"
+            "follows hedges, corrects it or offers another answer (\"red\" then \"or maybe blue\", \"yes\" "
+            "then \"no\").\n\n"
             'Accented and compatibility characters are reduced to their plain ASCII letters and digits first, so '
-            '"Café" matches "cafe" and "²" matches "2"; characters with no ASCII equivalent are dropped. A '
-            "reference with no letters or digits left after this never matches anything."
+            '"Café" matches "cafe" and "²" matches "2". A prediction holding a letter or digit with no ASCII '
+            'equivalent (another script\'s words or digits) is rejected rather than read without them; in a '
+            "reference such characters are dropped, and a reference with no letters or digits left never matches "
+            "anything."
         )
 
     def match(
         self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
-        if prediction is None:
+        if prediction is None or _drops_words(prediction):
             return False
         norm = alnum_normalise
         if type(reference) is str:
@@ -74,14 +109,22 @@ class AlnumVerifier(Verifier):
             if not ref:
                 return False
             if "\n" not in prediction:
-                return norm(prediction) == ref
-            return any_candidate(prediction, lambda c: norm(c) == ref)
-        refs = {r for r in map(norm, as_references(reference)) if r}
+                return norm(prediction) == ref and _same_number(prediction, reference)
+            return any_candidate(prediction, lambda c: norm(c) == ref and _same_number(c, reference))
+        refs: dict[str, list[str]] = {}
+        for r in as_references(reference):
+            if n := norm(r):
+                refs.setdefault(n, []).append(r)
         if not refs:
             return False
+
+        def accepts(candidate: str) -> bool:
+            same = refs.get(norm(candidate))
+            return same is not None and any(_same_number(candidate, r) for r in same)
+
         if "\n" not in prediction:
-            return norm(prediction) in refs
-        return any_candidate(prediction, lambda c: norm(c) in refs)
+            return accepts(prediction)
+        return any_candidate(prediction, accepts)
 
     def contradicts(
         self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None

@@ -6,7 +6,7 @@ collapse whitespace on both sides, distance on the normalised strings) with the 
 lmms-eval/VLMEvalKit divide by the *raw* lengths and so over-credit whitespace padding.
 
 ANLS is a soft score; rejection sampling needs a yes/no, so a match requires ``score >= min_score``
-(default 0.9: one typo in ten characters). Two strictness rules on top:
+(default 0.9: one typo in ten characters). Three strictness rules on top:
 
 * ``numeric_exact`` (default on): when a reference is a number (digits with optional sign, currency symbol,
   thousands commas, decimal point, percent, one trailing period), the prediction must be the same number — ANLS
@@ -16,6 +16,9 @@ ANLS is a soft score; rejection sampling needs a yes/no, so a match requires ``s
   2010") is scored by ANLS, but only when the prediction's digit runs are the reference's: the reference metric
   accepts "March 12, 2011" at 0.93, a wrong date.
 * An empty reference never matches, even an empty prediction (the reference scripts score that pair 1.0).
+* A negation is never a typo: the prediction must hold as many negating words ("not", "no", "never", "n't", ...)
+  as the reference, else only an exact match counts ("The report was not approved …" scores 0.92 against
+  "The report was approved …").
 
 The prediction is additionally tried as its first line and its first paragraph.
 """
@@ -123,6 +126,13 @@ def _as_number(text: str) -> tuple[bool, str, Decimal, bool] | None:
 
 
 _DIGITS = re.compile(r"[0-9]+")
+# Words that negate what they stand in: "not approved" is one insertion away from "approved" (ANLS 0.92 on a long
+# answer), so a typo is never forgiven across a different count of them.
+_NEGATION = re.compile(r"\b(?:not|no|never|none|nor|neither|without|cannot)\b|n['’]t\b")
+
+
+def _negations(text: str) -> int:
+    return len(_NEGATION.findall(text)) if "n" in text else 0
 
 
 @register
@@ -195,8 +205,10 @@ class AnlsVerifier(Verifier):
                 "the reference's."
             )
         text += (
+            "\n\nA typo is never forgiven in a negation: an answer with a \"not\", \"no\", \"never\" or \"n't\" "
+            "more or less than the reference does not match it however similar the strings are."
             "\n\nThe prediction is additionally tried as its first line and its first paragraph, unless what "
-            "follows hedges or offers another answer. An empty reference never matches."
+            "follows hedges, corrects it or offers another answer. An empty reference never matches."
         )
         return text
 
@@ -226,6 +238,6 @@ class AnlsVerifier(Verifier):
             bound = int((1.0 - min_score) * length) + 1
             if _similarity(pred, ref, bound) >= min_score and (
                 not self._numeric or _DIGITS.findall(pred) == _DIGITS.findall(ref)
-            ):
-                return True  # a typo may be forgiven in letters, never in digits
+            ) and _negations(pred) == _negations(ref):
+                return True  # a typo may be forgiven in letters, never in digits nor in a negation
         return False

@@ -18,10 +18,12 @@ Rules:
 * ``3.0`` counts as 3 (its value is an integer); ``3.5`` never matches an integer count.
 * If the prediction contains an explicit answer marker — ``<answer>…</answer>``, ``\\boxed{…}`` or an
   ``Answer: …`` line — only that part is read (in this priority order), so worked solutions that end in a marked
-  answer are judged by the marked answer.
+  answer are judged by the marked answer. Several tags (or boxes) must all hold the same count, and nothing after the
+  last marker may doubt or take it back ("Answer: 3" then "Wait, there are 4"); otherwise there is no count.
 * The reference itself must be a single integer (digits or a number word); any other reference never matches.
 * Unreadable, never read as the bare integer (each would otherwise be a false accept): a hedged or bounded count
-  ("about 3", "at least 3", "3 or so", "3-ish", "3+", "> 3"), a fraction or ordinal word ("three quarters",
+  ("about 3", "at least 3", "3 or so", "3-ish", "3+", "> 3"), a negated one ("not 3", "3 is wrong", "3? No."),
+  a fraction or ordinal word ("three quarters",
   "two thirds"), a percent ("3%"), and a non-ASCII character that changes what a digit means: another script's
   digit, a superscript or vulgar fraction ("3²", "3½"), a mark or symbol glued to a digit ("3°"). A Unicode
   minus sign ("−3") is a minus: -3, which is not 3.
@@ -39,7 +41,7 @@ import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
-from rs.extract import answer_line, answer_tag, last_boxed
+from rs.extract import answer_line_span, answer_tag_spans, boxed_spans, hedges
 from rs.verifiers.base import Item, Verifier, as_references, register
 
 __all__ = ["CountVerifier", "numbers_in"]
@@ -73,7 +75,9 @@ _HEDGE_WORDS = frozenset(
     w.encode()
     for w in ("least", "most", "more", "fewer", "less", "over", "under", "above", "below", "than", "about", "approximately",
               "approx", "roughly", "around", "nearly", "almost", "circa", "ish", "maybe", "probably", "perhaps", "possibly",
-              "between", "plus", "minus", "or", "either")
+              "between", "plus", "minus", "or", "either",
+              # a negated count is not the count: "not 3", "3 is wrong", "3? No."
+              "not", "no", "nope", "isn", "aren", "wrong", "incorrect", "neither", "nor")
 )
 _UNREADABLE_WORDS = _SCALE_WORDS | _HEDGE_WORDS
 # Unicode minus signs, and dashes that stand for one before a digit.
@@ -198,18 +202,24 @@ def _reference_count(reference: str) -> int | None:
     return None
 
 
-def _marked_answer(prediction: str) -> str:
-    """The explicitly marked part of the prediction, or the whole prediction when there is no marker."""
-    if "<" in prediction:
-        tagged = answer_tag(prediction)
-        if tagged is not None:
-            return tagged
-    if "\\boxed" in prediction:
-        boxed = last_boxed(prediction)
-        if boxed is not None:
-            return boxed
-    line = answer_line(prediction)
-    return prediction if line is None else line
+def _marked_answer(prediction: str) -> str | None:
+    """The explicitly marked part of the prediction, or the whole prediction when there is no marker; ``None`` when
+    the marks disagree ("\\boxed{3} or \\boxed{4}") or what follows the last one takes it back ("Answer: 3\\n\\nWait,
+    there are 4")."""
+    spans = answer_tag_spans(prediction) if "<" in prediction else []
+    if not spans and "\\boxed" in prediction:
+        spans = boxed_spans(prediction) or []
+    if spans:
+        values = {_single_integer(content) for _, _, content in spans}
+        if len(values) != 1:
+            return None  # two different counts marked, or one that is no count
+        end, marked = spans[-1][1], spans[-1][2]
+    else:
+        line = answer_line_span(prediction)
+        if line is None:
+            return prediction
+        end, marked = line[1], line[2]
+    return None if hedges(prediction[end:], negations=False) else marked
 
 
 @register
@@ -228,10 +238,11 @@ class CountVerifier(Verifier):
             'sentence ("There are 3 cubes."). An answer that mentions two different numbers ("3 or 4", '
             '"2 red and 3 blue, so 5") is rejected rather than guessed at, as is a non-integer ("3.5"); "3.0" '
             'counts as 3. "No" is not read as zero. When the answer marks its final value explicitly '
-            '(an "Answer:" line, a boxed value or an answer tag), only the marked value is read. A hedged or '
-            'bounded count ("about 3", "at least 3", "3+"), a fraction ("three quarters"), a percent, or a digit '
-            'changed by a superscript, fraction or symbol ("3²", "3½", "3°") is rejected; a Unicode minus sign is a '
-            "minus."
+            '(an "Answer:" line, a boxed value or an answer tag), only the marked value is read, provided every mark '
+            'holds the same count and nothing after the last one doubts it ("Answer: 3" then "Wait, there are 4" '
+            'is no count). A hedged, bounded or negated count ("about 3", "at least 3", "3+", "not 3"), a fraction '
+            '("three quarters"), a percent, or a digit changed by a superscript, fraction or symbol ("3²", "3½", '
+            '"3°") is rejected; a Unicode minus sign is a minus.'
         )
 
     def match(
@@ -255,7 +266,8 @@ class CountVerifier(Verifier):
             value = int(bare) if bare.isdigit() else _SPELLED.get(bare.lower())
             if value is not None:
                 return value in targets
-        value = _single_integer(_marked_answer(prediction))
+        marked = _marked_answer(prediction)
+        value = None if marked is None else _single_integer(marked)
         return value is not None and value in targets
 
     def contradicts(
@@ -266,7 +278,8 @@ class CountVerifier(Verifier):
         counts = [_reference_count(r) for r in as_references(reference)]
         if not counts or None in counts:
             return False
-        value = _single_integer(_marked_answer(prediction))
+        marked = _marked_answer(prediction)
+        value = None if marked is None else _single_integer(marked)
         return value is not None and value not in counts
 
     @property

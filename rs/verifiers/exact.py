@@ -45,7 +45,7 @@ class ExactVerifier(Verifier):
             'forgiven: "t-shirt" differs from "t shirt", "3.5" from "35", "two" from "2", and articles count.\n\n'
             "The prediction is additionally tried as its first line and its first paragraph, so a model that "
             "gives the right answer and then explains anyway is not penalised for the explanation (not when what "
-            "follows hedges or offers another answer). When several "
+            "follows hedges, corrects it or offers another answer). When several "
             "references are given, matching any one of them is enough; an empty reference never matches."
         )
 

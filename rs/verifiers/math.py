@@ -12,6 +12,11 @@ are handled here:
   values, a parsed set, tuple or interval) never matches a single-valued reference: math-verify compares its
   last value or any of its values, so "3 or 4" used to match 4 (a deliberate deviation; a set, tuple or interval
   reference is compared as math-verify intends).
+* A bound, an approximation or a negation ("at least 3", "x \\geq 3", "\\approx 3", "not 3") is parsed by math-verify
+  as the bare value; it never matches a reference that is not qualified itself (a relation reference such as
+  ``x \\geq 3`` is compared as math-verify intends). Two answer tags joined by a connector name several values, as
+  boxes do, and a marked answer that what follows doubts or takes back ("\\boxed{3}" then "Hmm, it's 4") matches
+  nothing.
 * ``verify`` is asymmetric; the reference is always passed as gold, first.
 
 An empty parse on either side is a non-match — never a raw string comparison of long texts.
@@ -31,7 +36,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from rs.extract import answer_line, answer_tag, last_boxed
+from rs.extract import answer_line_span, answer_tag_spans, boxed_spans, hedges, last_boxed, outside_spans
 from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["MathVerifier"]
@@ -54,22 +59,53 @@ def _math_verify() -> Any:
 
 def _marked_answer(prediction: str) -> tuple[str, bool]:
     """``(text, was_marked)``: the last box / answer tag / answer line if any, else the whole prediction."""
+    text, marked, _ = _marked_span(prediction)
+    return text, marked
+
+
+def _marked_span(prediction: str) -> tuple[str, bool, int]:
+    """:func:`_marked_answer` and where the mark ends (the prediction's length when there is none)."""
     if "\\boxed" in prediction:
         boxed = last_boxed(prediction)
         if boxed is not None:
-            return boxed, True
+            return boxed, True, _last_box_end(prediction)
     if "<" in prediction:
-        tagged = answer_tag(prediction)
-        if tagged is not None:
-            return tagged, True
-    line = answer_line(prediction)
+        tags = answer_tag_spans(prediction)
+        if tags:
+            return tags[-1][2], True, tags[-1][1]
+    line = answer_line_span(prediction)
     if line is not None:
-        return line, True
-    return prediction.strip(), False
+        return line[2], True, line[1]
+    return prediction.strip(), False, len(prediction)
+
+
+def _last_box_end(prediction: str) -> int:
+    """End of the last ``\\boxed{…}`` (the prediction's length when a box never closes)."""
+    spans = boxed_spans(prediction)
+    return spans[-1][1] if spans else len(prediction)
+
+
+def _taken_back(prediction: str) -> bool:
+    """Whether what follows the marked answer doubts or takes it back ("\\boxed{3}" then "Hmm, it's 4")."""
+    _, marked, end = _marked_span(prediction)
+    return marked and hedges(prediction[end:], negations=False)
+
+
+# A bound, an approximation or a negation of a value ("at least 3", "\\geq 3", "\\approx 3", "not 3"): not the value,
+# though math-verify reads 3 from each. A reference that holds one itself ("x \\geq 3") is compared as math-verify does.
+_QUALIFIED = re.compile(
+    r"(?i)\\(?:neq?|geq?q?|leq?q?|gt|lt|approx|sim|simeq|cong|propto|not|nless|ngtr|gtrsim|lesssim)(?![a-z])"
+    r"|[<>≤≥≈≠∼~≲≳]|\b(?:not|no|about|approximately|approx|around|roughly|nearly|almost|least|most|over|under"
+    r"|above|below|more|less|fewer|than|circa|exceeds?)\b"
+)
+
+
+def _qualified(text: str) -> bool:
+    return _QUALIFIED.search(_TEXT.sub(lambda m: f" {m.group(1)} ", text)) is not None
 
 
 # Words and signs by which an answer names several values: "3 or 4", "between 3 and 5", "3 \\pm 1", "3; 4".
-_SEVERAL = re.compile(r"(?i)\b(?:or|and|between|either|to)\b|\\pm|\\mp|±|∓|;|\\lor|\\cup")
+_SEVERAL = re.compile(r"(?i)\b(?:or|and|between|either|to)\b|\\pm|\\mp|±|∓|;|\\lor|\\vee|∨|\\cup")
 # A comma that separates values, not one that groups thousands ("1,000").
 _LIST_COMMA = re.compile(r",(?![0-9]{3}(?![0-9]))")
 _TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{([^{}]*)\}")
@@ -88,6 +124,11 @@ def _names_several_values(prediction: str, marked: str) -> bool:
         outside = _FLAT_BOX.sub(" ", prediction)
         # "\\boxed{3} or \\boxed{4}" names two values; a correction ("\\boxed{3}... wait: \\boxed{5}") keeps the last box
         if len(boxes - {None}) > 1 and (_SEVERAL.search(outside) or _BOX_LIST.search(prediction)):
+            return True
+    if "<" in prediction and len(tags := answer_tag_spans(prediction)) > 1 and len({c for _, _, c in tags}) > 1:
+        # "<answer>3</answer> or <answer>4</answer>": two tagged values joined by a connector
+        outside = outside_spans(prediction, tags)
+        if _SEVERAL.search(outside) or _LIST_COMMA.search(outside):
             return True
     text = _TEXT.sub(lambda m: f" {m.group(1)} ", marked)
     return _SEVERAL.search(text) is not None or _LIST_COMMA.search(text) is not None
@@ -147,7 +188,10 @@ class MathVerifier(Verifier):
             '"Answer:" line). An answer that cannot be parsed as mathematics is rejected, never compared as raw '
             'text, and number words ("two") are not parsed. An answer that names several values ("3 or 4", '
             '"between 3 and 5", "3, 4", "3 \\pm 1", two boxed values joined by "or") never matches a reference '
-            "that is a single value, even when one of its values is the reference."
+            "that is a single value, even when one of its values is the reference. Nor does a bound, an "
+            'approximation or a negation ("at least 3", "\\geq 3", "\\approx 3", "not 3") unless the reference is '
+            'one too, nor a marked answer that the text after it doubts or takes back ("\\boxed{3}" then '
+            '"Hmm, it\'s 4").'
         )
 
     def _timeout_now(self) -> int | None:
@@ -192,12 +236,21 @@ class MathVerifier(Verifier):
         if prediction is None:
             return False
         timeout = self._timeout_now()
-        golds = [g for g in (self._parse_gold(r, timeout) for r in as_references(reference)) if g]
+        refs, golds = [], []
+        for r in as_references(reference):
+            if g := self._parse_gold(r, timeout):
+                refs.append(r)
+                golds.append(g)
         if not golds:
+            return False
+        if _taken_back(prediction):
             return False
         pred = self._parse_prediction(prediction, timeout)
         if not pred:
             return False
+        if _qualified(_marked_answer(prediction)[0]):
+            # "at least 3", "\\approx 3", "not 3" name no single value: only a reference qualified itself is compared
+            golds = [g for g, r in zip(golds, refs) if _qualified(r)]
         if self._several(prediction, pred):
             # A single-valued reference is never matched by an answer that names several values (one of them
             # would match: "3 or 4" for 4); a set, tuple or interval reference is compared as math-verify does.
@@ -222,6 +275,8 @@ class MathVerifier(Verifier):
             timeout = self._timeout_now()
             pred = self._parse_prediction(prediction, timeout)
             if not pred or self._several(prediction, pred) or not _plain_number(pred[0]):
+                return False
+            if _taken_back(prediction) or _qualified(_marked_answer(prediction)[0]):
                 return False
             golds = [self._parse_gold(r, timeout) for r in as_references(reference)]
             if not golds or not all(g and _plain_number(g[0]) for g in golds):

@@ -7,11 +7,16 @@ returns ``None`` whenever the answer does not name exactly one option.
 
 Extraction, in order:
 
-1. If the answer has an ``<answer>…</answer>`` tag or a ``\\boxed{…}``, only its content is read.
+1. If the answer has ``<answer>…</answer>`` tags (else ``\\boxed{…}``), their contents are read: every one must name
+   the same letter, the text around them must state no other (``\\boxed{A} or \\boxed{B}``,
+   ``<answer>B</answer> Actually the answer is A`` name no option) and nothing after the last may doubt it.
 2. A bare letter, optionally wrapped: ``B``, ``(B)``, ``B.``, ``**B**``, ``[B]``, ``\\text{B}``, ``b``.
 3. Letters stated as the answer — ``Answer: B``, ``The answer is (B)``, ``Final answer: **B**`` — plus a leading
    ``B) text`` / ``B. text`` / ``(B) text`` or a first line holding only the letter (``B\n\nBecause …``). Upper-case letters only here, so the article "a" is never option A.
    If these name two different letters (``The answer is A. No wait, the answer is C``) there is no answer.
+   Nor is there when what follows the first statement doubts or takes it back (``B\n\nActually, A``, ``B. Wait…``,
+   ``A could also be right``), names another letter on its own after it (``B. No, A.``, ``B. Make that A``) or
+   another line of the answer is just another letter (``B\nA``); the same holds in step 4 and after a tag or box.
 4. Only if step 3 found nothing: ``option B`` / ``choice B`` / ``I choose B``, again only if exactly one letter.
 5. If the option texts are known (the item's ``options``), an answer equal to one option's text (ignoring case,
    surrounding whitespace and a trailing period) selects that option.
@@ -32,7 +37,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from rs.extract import answer_tag, last_boxed
+from rs.extract import answer_tag_spans, boxed_spans, hedges, outside_spans
 from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["McqVerifier", "extract_choice"]
@@ -120,14 +125,75 @@ def extract_choice(text: str, letters: str = "ABCD", options: Sequence[str] | No
         True
     """
     valid = letters[: len(options)] if options else letters
-    marked = None
-    if "<" in text:
-        marked = answer_tag(text)
-    if marked is None and "\\boxed" in text:
-        marked = last_boxed(text)
-    if marked is not None:
-        text = marked
-    text = text.strip()
+    spans = answer_tag_spans(text) if "<" in text else []
+    if not spans and "\\boxed" in text:
+        spans = boxed_spans(text)
+        if spans is None:
+            return None  # a box never closed: truncated
+    if spans:
+        return _marked_choice(text, spans, letters, valid, options)
+    return _plain_choice(text.strip(), valid, options)
+
+
+def _marked_choice(text: str, spans: list[tuple[int, int, str]], letters: str, valid: str,
+                   options: Sequence[str] | None) -> str | None:
+    """The letter every answer tag (or box) names, when the text around them neither states another letter nor
+    takes the answer back after the last one ("\\boxed{A} or \\boxed{B}", "<answer>B</answer> Actually, A")."""
+    chosen = {extract_choice(content, letters, options) for _, _, content in spans}
+    if len(chosen) != 1 or None in chosen:
+        return None
+    (letter,) = chosen
+    if _taken_back(text, letter, spans[-1][1], valid):
+        return None
+    stated, _ = _stated(outside_spans(text, spans).strip(), valid, options)
+    return letter if stated <= {letter} else None
+
+
+def _stated(text: str, valid: str, options: Sequence[str] | None) -> tuple[set[str], int]:
+    """Letters stated as the answer ("Answer: B", "The answer is (B)", a leading "B) text" or "B" line), and where
+    the first statement ends (len(text) when there is none)."""
+    stated: set[str] = set()
+    first = len(text)
+    for m in _ANSWER_MARKER.finditer(text):
+        if (letter := _read_letter(text, m, valid, options)) is not None:
+            stated.add(letter)
+            first = min(first, m.end(1))
+    leading = _LEADING.match(text)
+    if leading is not None and (letter := _read_letter(text, leading, valid, options)) is not None:
+        stated.add(letter)
+        first = min(first, leading.end(1))
+    return stated & _answers(valid), first
+
+
+_CLAUSE_BREAK = re.compile(r"[\n.,;:!?]")
+_LAST_LETTER = re.compile(r"(?<![A-Za-z0-9])([A-Z])[\W_]*$")
+
+
+def _taken_back(text: str, letter: str, after: int, valid: str) -> bool:
+    """Whether what follows a letter's statement (from ``after`` on) doubts it ("Actually, A", "Wait", "could also
+    be") or names another letter on its own ("No, A.", "Make that A."), or another line of the answer is just
+    another letter ("B\\n\\nA")."""
+    rest = text[after:]
+    if hedges(rest, negations=False):
+        return True
+    for clause in _CLAUSE_BREAK.split(rest):
+        other = clause.strip(" \t*_()[]{}")
+        if len(other) == 1 and other in valid and other != letter:
+            return True
+    last = _LAST_LETTER.search(rest)
+    if last is not None and last.group(1) in valid and last.group(1) != letter:
+        return True
+    if "\n" not in text:
+        return False
+    for line in text.split("\n"):
+        line = line.strip()
+        if line and len(line) <= 16 and (other := _bare_letter(line)) is not None and other in valid and other != letter:
+            return True
+    return False
+
+
+def _plain_choice(text: str, valid: str, options: Sequence[str] | None) -> str | None:
+    """:func:`extract_choice` of an answer without answer tags or boxes."""
     if not text:
         return None
 
@@ -137,21 +203,21 @@ def extract_choice(text: str, letters: str = "ABCD", options: Sequence[str] | No
 
     if "(" in text and len(set(_WRAPPED.findall(text)) & set(valid)) > 1:  # "(A) or (B)", "(B), not (A)": two options named
         return None
-    stated: set[str] = set()
-    for m in _ANSWER_MARKER.finditer(text):
-        if (letter := _read_letter(text, m, valid, options)) is not None:
-            stated.add(letter)
-    leading = _LEADING.match(text)
-    if leading is not None and (letter := _read_letter(text, leading, valid, options)) is not None:
-        stated.add(letter)
-    stated &= _answers(valid)
+    stated, first = _stated(text, valid, options)
     if stated:
-        return _one(stated)
+        letter = _one(stated)
+        return None if letter is None or _taken_back(text, letter, first, valid) else letter
 
-    named = {letter for m in _OPTION_MARKER.finditer(text) if (letter := _read_letter(text, m, valid, options, word=False)) is not None}
+    named: set[str] = set()
+    first = len(text)
+    for m in _OPTION_MARKER.finditer(text):
+        if (letter := _read_letter(text, m, valid, options, word=False)) is not None:
+            named.add(letter)
+            first = min(first, m.end(1))
     named &= _answers(valid)
     if named:
-        return _one(named)
+        letter = _one(named)
+        return None if letter is None or _taken_back(text, letter, first, valid) else letter
 
     if options:
         wanted = _norm_option(text)
@@ -216,7 +282,10 @@ class McqVerifier(Verifier):
             "fallback as in some benchmark scripts. A letter followed directly by words (\"the answer is A dog\") "
             "is read as the article or the start of an option's text, not as a choice, unless the words are that "
             "option's own text; a letter paired with another option's text (\"A. dog\" when dog is option B) "
-            "names no option."
+            "names no option. Nor does an answer that takes its letter back or doubts it (\"B\" then \"Actually, A\", "
+            "\"B. Wait...\", \"A could also be right\"), names another letter on its own after it (\"B. No, A.\"), "
+            "has a line that is just another letter, or marks two different "
+            "letters (\"\\boxed{A} or \\boxed{B}\"); explanations that discuss the other options are fine."
         )
 
     def match(

@@ -178,7 +178,7 @@ class VqaVerifier(Verifier):
             "With fewer than three references, the references are alternative correct answers rather than "
             "annotator votes, and matching any one of them scores 1; annotators whose answer normalises to "
             "nothing still count as annotators. The prediction is additionally tried as its first line and its "
-            "first paragraph, unless what follows hedges or offers another answer."
+            "first paragraph, unless what follows hedges, corrects it or offers another answer."
         )
 
     def match(
