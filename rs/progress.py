@@ -62,8 +62,8 @@ class LogProgress:
     def __enter__(self) -> LogProgress:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        self._log(done=True, failed=kind is not None)
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -76,14 +76,14 @@ class LogProgress:
     def close(self) -> None:
         self._log(done=True)
 
-    def _log(self, *, done: bool = False) -> None:
+    def _log(self, *, done: bool = False, failed: bool = False) -> None:
         self.last = now = time.monotonic()
         elapsed = now - self.start
         rate = self.n / elapsed if elapsed > 0 else 0.0
         left = ""
         if self.total and rate and not done:
             left = f", {_clock((self.total - self.n) / rate)} left"
-        state = f"done in {_clock(elapsed)}" if done else f"{_clock(elapsed)} so far"
+        state = (f"stopped after {_clock(elapsed)}" if failed else f"done in {_clock(elapsed)}") if done else f"{_clock(elapsed)} so far"
         postfix = f" [{self.postfix}]" if self.postfix else ""
         if self.unit_scale:
             count = f"{_scaled(self.n)}{self.unit}" + (f"/{_scaled(self.total)}{self.unit}" if self.total else "")

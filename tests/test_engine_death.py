@@ -91,3 +91,26 @@ def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_a
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert_same_published(tmp_path / "ref" / "out", tmp_path / "run" / "out")
     assert engine_calls(tmp_path / "run") == engine_calls(tmp_path / "ref") - len(kept)  # what was cached is not asked again
+
+
+def test_an_engine_that_cannot_start_says_why_with_the_reason_its_own_process_logged(tmp_path: Path) -> None:
+    """vLLM's engine core fails in its own process and the error raised here only says "see root cause above"."""
+    families = family_file(tmp_path)
+    families.write_text(families.read_text().replace("kv_cache_memory_bytes: 268435456",
+                                                     "gpu_memory_utilization: 0.999"))  # more of the memory than is free
+    run = subprocess.run(command(families, tmp_path / "run"), cwd=ROOT, env={**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "error: the vLLM engine of rs:tiny-vlm could not start: RuntimeError: Engine core initialization failed" in run.stderr
+    cause = run.stderr.split("the first error in the log (where the engine's \"root cause above\" points):\n", 1)[1]
+    assert cause.startswith("  | ValueError: Available memory") and "gpu-memory-utilization" in cause.splitlines()[0]
+    assert "hint: engine.args in families.yaml are vllm.LLM's arguments" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_engine_arguments_vllm_refuses_are_an_error_with_its_reason() -> None:
+    from rs.engines.vllm import EngineStartFailed, VLLMEngine
+    from rs.tiny_model import VLLM_ENGINE_KWARGS
+
+    engine = VLLMEngine("rs:tiny-vlm", engine_args={**VLLM_ENGINE_KWARGS, "max_model_len": 1_000_000})
+    with pytest.raises(EngineStartFailed, match=r"could not start: User-specified max_model_len \(1000000\) is greater than"):
+        engine.load()

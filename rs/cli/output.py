@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import time
 import traceback
@@ -80,7 +81,7 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
         if not isinstance(err, (KeyboardInterrupt, SystemExit)):
             engines_say = isinstance(err, RsError) and err.show_log
             if engines_say:  # the engine's own last lines, before this traceback joins them
-                _tell_where_the_log_is(path, terminal, tail=True)
+                _tell_where_the_log_is(path, terminal, tail=True, cause=True)
             log.write("".join(traceback.format_exception(err)))
             log.flush()
             if not engines_say:
@@ -125,13 +126,28 @@ def _release_engine_loggers() -> None:
     _late_handler = None
 
 
-def _tell_where_the_log_is(path: Path, terminal: TextIO, *, tail: bool) -> None:
+def _tell_where_the_log_is(path: Path, terminal: TextIO, *, tail: bool, cause: bool = False) -> None:
     terminal.write(f"log: {path}\n")
     if tail:
         with open(path, encoding="utf-8", errors="replace") as fh:
             last = deque(fh, maxlen=LOG_TAIL_LINES)
         terminal.write(f"its last {len(last)} lines:\n" + "".join(f"  | {line}" for line in last))
+    if cause and (first := _first_exception(path)) is not None and not any(first in line for line in last):
+        terminal.write(f"the first error in the log (where the engine's \"root cause above\" points):\n  | {first}\n")
     terminal.flush()
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:\(\w+ pid=\d+\) )?((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S.*)$")
+
+
+def _first_exception(path: Path) -> str | None:
+    """The log's first `SomeError: message` line: an engine process that fails to start logs its reason there, and
+    the errors raised after it only point back at it."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if match := _EXCEPTION_LINE.match(line.rstrip("\n")):
+                return match.group(1)[:1000]
+    return None
 
 
 def _library_bars(*, enabled: bool) -> bool:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EngineArgsError", "EngineDied", "VLLMEngine", "VLLMEngineConfig", "VLLMStream"]
+__all__ = ["EngineArgsError", "EngineDied", "EngineStartFailed", "VLLMEngine", "VLLMEngineConfig", "VLLMStream"]
 
 
 class EngineArgsError(RsError, TypeError):
@@ -59,6 +59,15 @@ class EngineArgsError(RsError, TypeError):
 
 class ReasoningParserMissing(UsageError, ValueError):
     """A think-then-label judge on an engine that does not know where the reasoning ends."""
+
+
+class EngineStartFailed(RsError, RuntimeError):
+    """vLLM refused the engine arguments or could not start the engine (memory, device, model files)."""
+
+    show_log = True  # a failed engine core process gives its reason only in its own output, in the log
+    default_hint = ("engine.args in families.yaml are vllm.LLM's arguments; the shipped defaults are a GPU's "
+                    "(max_model_len 16384, gpu_memory_utilization 0.9): on a CPU or a smaller GPU set them as TinyCLEVR "
+                    "does (max_model_len, max_num_seqs, kv_cache_memory_bytes, gpu_memory_utilization: null)")
 
 
 class EngineDied(RsError, RuntimeError):
@@ -160,6 +169,8 @@ class VLLMEngine:
                 raise EngineArgsError(f"engine.args of {self.model}: {err} (vLLM {vllm.__version__})",
                                       hint="engine.args are the keyword arguments of vllm.LLM / vllm.EngineArgs in the installed "
                                            "vLLM; remove or rename that key in families.yaml") from err
+            except Exception as err:  # a value vLLM refuses, or an engine core that could not start
+                raise EngineStartFailed(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
             logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)
             _wake_when_dead(self._llm)
         return self._llm
@@ -440,6 +451,18 @@ def _engine_is_broken(err: Exception) -> bool:
 
 def _reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
+
+
+def _start_reason(err: Exception) -> str:
+    """What vLLM said when it refused to start: a configuration check's own message, or the error's first line."""
+    errors = getattr(err, "errors", None)
+    if callable(errors):  # pydantic's ValidationError of vLLM's config classes: its messages, without the input dump
+        try:
+            return "; ".join(str(e.get("msg", "")).removeprefix("Value error, ") for e in errors())
+        except Exception:
+            pass
+    first = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {first[0] if first else ''}".rstrip(": ")
 
 
 def _died(stream: VLLMStream, err: Exception) -> EngineDied | None:
