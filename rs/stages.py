@@ -74,6 +74,10 @@ class BuildPaths:
     def split(self, split: str) -> Path:
         return self.root / "splits" / split
 
+    @property
+    def splits_report(self) -> Path:
+        return self.root / "splits" / "splits.json"
+
 
 def default_cache_path() -> Path:
     """`$RS_CACHE_DIR/generations.sqlite`, else ~/.cache/rs/generations.sqlite."""

@@ -86,3 +86,22 @@ def test_tinyclevr_builds_three_loadable_splits_and_rebuilds_from_cache(tmp_path
     again = build_family(fresh).to_dict()
     assert again["run"]["sampling_engine_calls"] == 0 and again["run"]["judge_engine_calls"] == 0
     assert {k: v for k, v in again.items() if k != "run"} == {k: v for k, v in stats.items() if k != "run"}
+
+
+def test_a_rebuild_keeps_the_splits_it_would_write_again_and_rewrites_missing_ones(tmp_path: Path, family_and_engines) -> None:
+    family, engines = family_and_engines
+    ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", limit=4, progress=False, engine_factory=lambda f: engines)
+
+    def written() -> dict[str, int]:
+        return {str(p.relative_to(ctx.paths.root)): p.stat().st_mtime_ns for s in SPLITS for p in ctx.paths.split(s).iterdir()}
+
+    first = build_family(ctx)
+    files = written()
+    assert files and not list((ctx.paths.root / "splits").glob("*.lock"))  # the datasets builder's locks are gone
+    again = build_family(ctx)
+    assert written() == files and again.to_dict()["splits"] == first.to_dict()["splits"]
+    gone = next(f for f in files if f.endswith(".parquet"))
+    (ctx.paths.root / gone).unlink()  # a split no longer as it was written: all three are written again
+    third = build_family(ctx)
+    assert (ctx.paths.root / gone).exists() and all(written()[f] > files[f] for f in files)
+    assert third.to_dict()["splits"] == first.to_dict()["splits"]
