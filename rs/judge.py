@@ -95,7 +95,7 @@ class Judge:
         self.config = config
         env = Environment(loader=FileSystemLoader(template_dir), undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
         env.globals["fence"] = fence
-        self.template = env.get_template("judge.jinja")
+        self.template = env.get_template("judge_prompt.jinja")
         reasoning = reasoning or ReasoningConfig()
         if config.mode == "think_then_label":
             kwargs = dict(chat_template_kwargs or {})

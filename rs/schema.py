@@ -29,7 +29,7 @@ from datasets import Features, Image, List, Value
 SPLITS = ("think", "nothink", "rejected")
 
 REJECT_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked", "no_final_answer", "engine_error")
-"""Why a rejected item is in the rejected split; what each means on a card is in templates/splits.md.jinja."""
+"""Why a rejected item is in the rejected split; what each means on a card is in templates/card_splits.md.jinja."""
 
 _STR = Value("string")
 
