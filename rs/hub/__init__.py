@@ -21,7 +21,7 @@ else LFS): bytes already stored in the repo are not sent again.
 """
 
 from rs.limits import DEFAULT_FILES_PER_COMMIT, MAX_FILES_PER_COMMIT, check_files_per_commit
-from rs.hub.plan import FileChange, plan
+from rs.hub.diff import FileChange, plan
 from rs.hub.publish import DEFAULT_COMMIT_MESSAGE, publish_folder
 from rs.hub.result import PublishResult, describe_commits, format_plan
 from rs.hub.retry import PublishError

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 
 from rs.hub import pulls
-from rs.hub.plan import FileChange, LocalFile, RemoteState, diff, fingerprint, remote_state
+from rs.hub.diff import FileChange, LocalFile, RemoteState, diff, fingerprint, remote_state
 from rs.hub.pulls import Pull
 
 logger = logging.getLogger("rs.hub")

@@ -16,7 +16,7 @@ from huggingface_hub import HfApi
 from rs import __version__
 from rs.hub import pulls
 from rs.hub.commits import CommitPlan, make_plan, operations
-from rs.hub.plan import REPO_TYPE, FileChange, LocalFile, scan_folder
+from rs.hub.diff import REPO_TYPE, FileChange, LocalFile, scan_folder
 from rs.hub.pulls import Pull
 from rs.hub.result import PublishResult, format_plan
 from rs.hub.retry import MainMoved, retrying, through_rate_limit

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from huggingface_hub import HfApi
 
-from rs.hub.plan import REPO_TYPE
+from rs.hub.diff import REPO_TYPE
 from rs.hub.retry import through_rate_limit
 
 logger = logging.getLogger("rs.hub")

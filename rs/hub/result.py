@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rs.hub.plan import Action, FileChange
+from rs.hub.diff import Action, FileChange
 from rs.sizes import format_bytes
 
 
