@@ -1,4 +1,4 @@
-"""Stage 3: route each answered item to `RS_think`, `RS_nothink` or `rejected`, row by row.
+"""After the clean and sample stages: route each answered item to `RS_think`, `RS_nothink` or `rejected`, row by row.
 
 Routing is a pure function of an item's result and the run's calibration, applied while a split
 is written: building a second split reads the same stores and never re-runs the model.
