@@ -7,6 +7,7 @@ import argparse
 from rs import cli
 from rs.cli import output
 from rs.families import get_family
+from rs.offline import offline_unless_the_hub_resolves
 from rs.plan import plan_family
 
 
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.plan") -> i
     args = parser.parse_args(argv)
     family = get_family(args.family, args.config)
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
+        offline_unless_the_hub_resolves()
         plan = plan_family(family, sample_images=args.sample, limit=args.limit, build_root=cli.build_root(args),
                            cache_path=args.cache, tokens_per_second=args.tokens_per_second, progress=True)
     print(plan.render())

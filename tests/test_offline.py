@@ -1,0 +1,38 @@
+"""A command that can work offline switches to offline mode at once when the Hub's name does not resolve."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+
+PROBE = """
+import json, os, logging
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+import datasets.config
+from huggingface_hub import constants
+from rs.offline import offline_unless_the_hub_resolves
+switched = offline_unless_the_hub_resolves()
+print(json.dumps([switched, constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE, os.environ.get("HF_HUB_OFFLINE")]))
+"""
+
+
+def probe(endpoint: str, **env: str) -> tuple[list, str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+                                                               "all_proxy", "HTTP_PROXY", "http_proxy")}
+    run = subprocess.run([sys.executable, "-c", PROBE], env={**clean, "HF_ENDPOINT": endpoint, **env}, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return json.loads(run.stdout.strip().splitlines()[-1]), run.stderr
+
+
+def test_a_hub_whose_name_does_not_resolve_turns_every_hub_library_offline_and_says_so() -> None:
+    state, said = probe("https://hub.example.invalid")  # .invalid never resolves (RFC 2606)
+    assert state == [True, True, True, "1"]
+    assert "the Hub (hub.example.invalid) is out of reach: its name does not resolve" in said and "HF_HUB_OFFLINE=1" in said
+
+
+def test_a_hub_that_resolves_or_a_proxy_leaves_the_libraries_online() -> None:
+    assert probe("http://localhost:1")[0] == [False, False, False, None]
+    assert probe("https://hub.example.invalid", HTTPS_PROXY="http://proxy.example:3128")[0] == [False, False, False, None]
