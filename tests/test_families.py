@@ -43,7 +43,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_shipped_families_validate() -> None:
     families = load_families(default_families_path())
-    expected = {"CLEVR": "alnum", "CLEVRMath": "relaxed", "ChartQA": "relaxed", "DocVQA": "anls", "TextVQA": "vqa",
+    expected = {"CLEVR": "alnum", "CLEVRMath": "count", "ChartQA": "relaxed", "DocVQA": "anls", "TextVQA": "vqa",
                 "AI2D": "mcq", "ScienceQA": "mcq", "IIIT5K": "alnum", "TinyCLEVR": "alnum"}
     for name, verifier in expected.items():
         assert families[name].config.verifier.name == verifier
@@ -57,7 +57,7 @@ def test_seed_families_as_the_cards_describe_them() -> None:
     assert clevr.cleaning.step("purity").enabled and "cylinder" in clevr.cleaning.step("purity").vocabulary
     math = get_family("CLEVRMath").config
     assert math.instruction == "\nAnswer in short without any other content."
-    assert math.verifier.params == {"tolerance": 0.05}
+    assert math.verifier.name == "count"  # counts are exact: a 5% tolerance accepted "4.8" for 5
     assert "subtract" in math.cleaning.step("purity").vocabulary  # anchors of shared word lists are flattened
     assert math.sampling.temperature == 0.0 and math.sampling.chat_template_kwargs == {"enable_thinking": True}
 
