@@ -164,6 +164,19 @@ def test_anls_numbers_and_digits(prediction: str, reference: str, expected: bool
     assert accepts("anls", prediction, reference) is expected
 
 
+@pytest.mark.parametrize(("prediction", "reference", "expected"), [
+    ("unlimited liability company", "limited liability company", False),  # ANLS 0.92: a prefix turns the meaning
+    ("the price will decrease sharply", "the price will increase sharply", False),  # 0.94: another start, another word
+    ("Mr. John B. Smith", "Mr. John A. Smith", False),  # 0.94: an initial is no typo
+    ("XJ-4412-KLMN", "XJ-4412-KLMM", False), ("Ref KLMN", "Ref KLMM", False), ("B12 vitamin", "B13 vitamin", False),  # codes
+    ("Board of Directors meeting", "Board of Directors meeting held", False),  # a word added is no typo
+    ("Department of Helth Services", "Department of Health Services", True),  # a typo inside a word: forgiven
+    ("NATIONAL INSTITUTE OF HELTH", "NATIONAL INSTITUTE OF HEALTH", True), ("Phoenix Corporaton", "Phoenix Corporation", True),
+])
+def test_anls_forgives_a_typo_inside_a_word_and_nothing_else(prediction: str, reference: str, expected: bool) -> None:
+    assert accepts("anls", prediction, reference) is expected
+
+
 @given(st.text(alphabet="abcdefgh ", min_size=3, max_size=12), st.integers(0, 9999), st.integers(0, 9999))
 @FAST
 def test_anls_never_accepts_other_digits(words: str, a: int, b: int) -> None:

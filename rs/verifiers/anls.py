@@ -6,7 +6,7 @@ collapse whitespace on both sides, distance on the normalised strings) with the 
 lmms-eval/VLMEvalKit divide by the *raw* lengths and so over-credit whitespace padding.
 
 ANLS is a soft score; rejection sampling needs a yes/no, so a match requires ``score >= min_score``
-(default 0.9: one typo in ten characters). Three strictness rules on top:
+(default 0.9: one typo in ten characters). Four strictness rules on top:
 
 * ``numeric_exact`` (default on): when a reference is a number (digits with optional sign, currency symbol,
   thousands commas, decimal point, percent, one trailing period), the prediction must be the same number — ANLS
@@ -19,6 +19,11 @@ ANLS is a soft score; rejection sampling needs a yes/no, so a match requires ``s
 * A negation is never a typo: the prediction must hold as many negating words ("not", "no", "never", "n't", ...)
   as the reference, else only an exact match counts ("The report was not approved …" scores 0.92 against
   "The report was approved …").
+* A typo is forgiven only inside a word: the answers must have the same number of words, and a changed word
+  must have four characters or more, start with the same two as its counterpart, and not be a code of the
+  reference (an acronym, letters and digits mixed, or parts joined by hyphens): "unlimited liability" for "limited liability",
+  "decrease" for "increase", "John B. Smith" for "John A. Smith" and "XJ-4412-KLMN" for "XJ-4412-KLMM" all reach
+  0.9 and are refused.
 
 The prediction is additionally tried as its first line and its first paragraph.
 """
@@ -135,6 +140,38 @@ def _negations(text: str) -> int:
     return len(_NEGATION.findall(text)) if "n" in text else 0
 
 
+_CODE = re.compile(r"\b(?:[A-Z0-9]+(?:-[A-Z0-9]+)+|[A-Z]{2,5}|(?=[A-Za-z]*[0-9])(?=[0-9]*[A-Za-z])[A-Za-z0-9]+)\b")
+"""A code in a reference as written: capitals or digits joined by hyphens ("XJ-4412-KLMM"), an acronym of two to five
+capitals ("KLMN", "USA"), or letters and digits mixed ("B12")."""
+_MIN_TYPO_WORD = 4
+
+
+@lru_cache(maxsize=1 << 14)
+def _codes(reference: str) -> frozenset[str]:
+    return frozenset(m.group(0).lower() for m in _CODE.finditer(reference)) if reference else frozenset()
+
+
+def _typos_only(pred: str, ref: str, codes: frozenset[str]) -> bool:
+    """Whether the words that differ between two normalised answers could be typos of each other.
+
+    ANLS forgives a distance, not a kind of difference: "unlimited" for "limited", "decrease" for "increase",
+    "John B. Smith" for "John A. Smith" and a code with one wrong character all score 0.9 or more on a long
+    answer. A forgiven difference is one of spacing, or keeps the words in place (none added or removed) and each
+    changed word is long enough to hold a typo (4 characters), starts as its counterpart does (a prefix changes the
+    meaning), and is no code of the reference."""
+    if pred.replace(" ", "") == ref.replace(" ", ""):
+        return True  # only the spacing differs: "CocaCola", "Coca Cola"
+    mine, theirs = pred.split(), ref.split()
+    if len(mine) != len(theirs):
+        return False
+    for p, r in zip(mine, theirs):
+        if p == r:
+            continue
+        if min(len(p), len(r)) < _MIN_TYPO_WORD or p[:2] != r[:2] or r.strip(".,;:!?()\"'") in codes:
+            return False
+    return True
+
+
 @register
 class AnlsVerifier(Verifier):
     """Accept when ANLS reaches ``min_score`` (exact number for numeric references); see the module docstring."""
@@ -206,7 +243,10 @@ class AnlsVerifier(Verifier):
             )
         text += (
             "\n\nA typo is never forgiven in a negation: an answer with a \"not\", \"no\", \"never\" or \"n't\" "
-            "more or less than the reference does not match it however similar the strings are."
+            "more or less than the reference does not match it however similar the strings are. Nor is it forgiven "
+            "outside a word: apart from spacing, the answer must have the reference's words in place, and a changed "
+            "word must have four characters or more, start as the reference's does (\"unlimited\" is not \"limited\", "
+            "\"decrease\" not \"increase\") and not be a code (an acronym, letters and digits mixed, hyphenated parts)."
             "\n\nThe prediction is additionally tried as its first line and its first paragraph, unless what "
             "follows hedges, corrects it or offers another answer. An empty reference never matches."
         )
@@ -217,14 +257,14 @@ class AnlsVerifier(Verifier):
     ) -> bool:
         if prediction is None:
             return False
-        refs = [r for r in map(anls_normalise, as_references(reference)) if r]
+        refs = [(n, _codes(r)) for r in as_references(reference) if (n := anls_normalise(r))]
         if not refs:
             return False
         return any_candidate(prediction, lambda candidate: self._matches(anls_normalise(candidate), refs))
 
-    def _matches(self, pred: str, refs: list[str]) -> bool:
+    def _matches(self, pred: str, refs: list[tuple[str, frozenset[str]]]) -> bool:
         min_score = self._min
-        for ref in refs:
+        for ref, codes in refs:
             if pred == ref:
                 return True
             if self._numeric:
@@ -238,6 +278,6 @@ class AnlsVerifier(Verifier):
             bound = int((1.0 - min_score) * length) + 1
             if _similarity(pred, ref, bound) >= min_score and (
                 not self._numeric or _DIGITS.findall(pred) == _DIGITS.findall(ref)
-            ) and _negations(pred) == _negations(ref):
-                return True  # a typo may be forgiven in letters, never in digits nor in a negation
+            ) and _negations(pred) == _negations(ref) and _typos_only(pred, ref, codes):
+                return True  # a typo may be forgiven in a word's letters, never in digits, a negation, a prefix or a code
         return False
