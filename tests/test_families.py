@@ -110,6 +110,38 @@ def test_broken_family_is_refused_with_file_line_and_key(tmp_path: Path, edit: t
     assert result.returncode != 0 and f"{path}:{line}:" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("block", "key", "message"),
+    [
+        ("shard: {max_bytes: 8 megs}", "shard.max_bytes", "'8 megs' is not a byte size; write an integer or a number with a unit"),
+        ("shard: {row_group_bytes: 0}", "shard.row_group_bytes", "must be above 0 (a byte size such as 500MB), got 0"),
+        ("shard: {row_group_margin: 1.5}", "shard.row_group_margin", "must be at least 0 and below 1"),
+        ("sampling: {max_tokens: 0}", "sampling.max_tokens", "must be at least 1 (the tokens an answer may use"),
+        ("sampling: {temperature: -0.5}", "sampling.temperature", "must be at least 0 (0 is greedy decoding), got -0.5"),
+        ("sampling: {top_p: 0}", "sampling.top_p", "must be above 0 and at most 1"),
+        ("sampling: {top_p: 1.5}", "sampling.top_p", "must be above 0 and at most 1"),
+        ("judge: {calibration_samples: -1}", "judge.calibration_samples", "must be at least 1 (cases per check; to judge nothing, set judge.enabled: false), got -1"),
+        ("judge: {max_tokens: 0}", "judge.max_tokens", "must be at least 1"),
+        ("judge: {think_budget: 0}", "judge.think_budget", "must be at least 1"),
+        ("judge: {min_negative_agreement: 1.5}", "judge.min_negative_agreement", "must be from 0.0 to 1.0"),
+        ("engine: {batch_size: 0}", "engine.batch_size", "must be at least 1"),
+        ("engine: {in_flight: 0}", "engine.in_flight", "must be at least 1"),
+        ("engine: {kind: openai, base_url: 'http://h/v1', concurrency: 0}", "engine.concurrency", "must be at least 1"),
+        ("engine: {kind: openai, base_url: 'http://h/v1', timeout_s: 0}", "engine.timeout_s", "must be above 0"),
+        ("engine: {kind: openai, base_url: 'http://h/v1', max_retries: -1}", "engine.max_retries", "must be at least 0"),
+        ("cleaning: {purity: {max_unknown_words: -1}}", "cleaning.purity.max_unknown_words", "must be at least 0"),
+        ("cleaning: {reference_form: {max_words: 0}}", "cleaning.reference_form.max_words", "must be at least 1"),
+        ("cleaning: {multiple_choice: {letters: AAB}}", "cleaning.multiple_choice.letters", "must be distinct letters"),
+    ],
+)
+def test_a_value_that_cannot_work_is_refused_at_its_key(tmp_path: Path, block: str, key: str, message: str) -> None:
+    """Checked at validate time, at the key's own line and path, rather than in a run after the model has loaded."""
+    path = write(tmp_path, MINIMAL + f"    {block}\n")
+    with pytest.raises(FamilyConfigError) as err:
+        load_families(path)
+    assert f"{path}:15: families.MyVQA.{key}: {message}" in str(err.value)
+
+
 def test_unknown_verifier_lists_the_known_ones(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL.replace("{name: exact}", "{name: fuzzy}"))
     with pytest.raises(FamilyConfigError, match=r"alnum.*relaxed"):

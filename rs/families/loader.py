@@ -20,6 +20,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from rs.checks import ConfigValueError
 from rs.errors import UsageError
 from rs.registry import Registry
 from rs.verifiers import VerifierError, resolve_params
@@ -188,7 +189,10 @@ class _Validator:
                 self.fail(node, f"{key}.{name}" if key else name, f"required key is missing ({type_name(hints[name])})")
         try:
             return cls(**kwargs)
-        except ValueError as err:  # a value check in the schema's __post_init__
+        except ConfigValueError as err:  # a field's value check in the schema's __post_init__: point at that field
+            at = _node_at(node, err.key.split("."))
+            self.fail(at, f"{key}.{err.key}" if key else err.key, err.problem)
+        except ValueError as err:  # a check of several fields together
             self.fail(node, key, str(err))
 
 
@@ -250,6 +254,16 @@ def _merge(base: Node | None, override: Node) -> Node:
 
 def _scalar_at(node: MappingNode, key: str) -> Any:
     return next((v.value for k, v in node.value if k.value == key and isinstance(v, ScalarNode)), None)
+
+
+def _node_at(node: Node, path: list[str]) -> Node:
+    """The value node at `path` (keys) below a mapping node; as deep as the path is found (a key whose value is missing: its mapping)."""
+    for name in path:
+        found = next((v for k, v in node.value if k.value == name), None) if isinstance(node, MappingNode) else None
+        if found is None:
+            return node
+        node = found
+    return node
 
 
 def _check_name(path: Path, node: Node, name: Any, seen: dict[str, Node]) -> None:
