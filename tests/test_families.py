@@ -142,6 +142,25 @@ def test_a_value_that_cannot_work_is_refused_at_its_key(tmp_path: Path, block: s
     assert f"{path}:15: families.MyVQA.{key}: {message}" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("setting", "key", "message"),
+    [
+        ("num_images: -5", "num_images", "must be at least 0 (scenes in the pool), got -5"),
+        ("questions_per_image: 0", "questions_per_image", "must be at least 1 (questions asked of each scene), got 0"),
+        ("image_size: 8", "image_size", "must be at least 32"),
+        ("noise: {offtask: 0.03}", "noise.offtask", "unknown noise kind (did you mean 'off_task'?); valid kinds: off_task,"),
+        ("noise: {off_task: 3}", "noise.off_task", "must be a probability from 0 to 1, got 3.0"),
+    ],
+)
+def test_a_synthetic_source_the_run_would_refuse_is_refused_by_validate(tmp_path: Path, setting: str, key: str, message: str) -> None:
+    path = write(tmp_path, MINIMAL.replace("      kind: files\n      path: data/train.parquet\n", f"      kind: synthetic\n      {setting}\n"))
+    with pytest.raises(FamilyConfigError) as err:
+        load_families(path)
+    assert f"{path}:7: families.MyVQA.source.{key}: {message}" in str(err.value)
+    result = cli("validate", "--config", str(path))
+    assert result.returncode == 2 and f"{path}:7: families.MyVQA.source.{key}" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_unknown_verifier_lists_the_known_ones(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL.replace("{name: exact}", "{name: fuzzy}"))
     with pytest.raises(FamilyConfigError, match=r"alnum.*relaxed"):
