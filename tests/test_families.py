@@ -161,6 +161,31 @@ def test_a_synthetic_source_the_run_would_refuse_is_refused_by_validate(tmp_path
     assert result.returncode == 2 and f"{path}:7: families.MyVQA.source.{key}" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_missing_key_says_what_to_write(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL.replace("    verifier: {name: exact}\n", ""))
+    with pytest.raises(FamilyConfigError) as err:
+        load_families(path)
+    message = str(err.value)
+    assert f"{path}:5: families.MyVQA.verifier: required key is missing; add e.g. `verifier: {{name: alnum}}`" in message
+    assert "VerifierConfig" not in message
+    path = write(tmp_path, MINIMAL.replace("    source:\n      kind: files\n      path: data/train.parquet\n", ""))
+    with pytest.raises(FamilyConfigError, match=r"families\.MyVQA\.source: required key is missing; add e\.g\. `source: \{kind: files \| hub \| synthetic, \.\.\.\}`"):
+        load_families(path)
+    path = write(tmp_path, MINIMAL.replace("      license: mit\n", ""))
+    with pytest.raises(FamilyConfigError, match=r"families\.MyVQA\.card\.license: required key is missing; add e\.g\. `license: <str>`"):
+        load_families(path)
+
+
+def test_a_family_file_without_defaults_says_model_is_required(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL.replace("defaults:\n  model: {id: some/model}\n", ""))
+    with pytest.raises(FamilyConfigError) as err:
+        load_families(path)
+    message = str(err.value)
+    assert f"{path}:3: families.MyVQA.model: required key is missing; add e.g. `model: {{id: Qwen/Qwen3-VL-8B-Thinking}}`" in message
+    assert "in a `defaults:` block (this file has none)" in message
+    assert "the shipped families.yaml sets `model` under its `defaults:`" in message
+
+
 def test_unknown_verifier_lists_the_known_ones(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL.replace("{name: exact}", "{name: fuzzy}"))
     with pytest.raises(FamilyConfigError, match=r"alnum.*relaxed"):

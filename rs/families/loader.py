@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import types
 import typing
@@ -32,6 +33,8 @@ REPO_SUFFIX = {"think": "_RS_think", "nothink": "_RS_nothink", "rejected": "_rej
 """The Hub repo of each published split is the family's name with this suffix."""
 _HUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _HUB_REPO_NAME_MAX = 96
+SHIPPED = Path(__file__).resolve().parent / "families.yaml"
+"""The project's families.yaml: in a checkout `rs/families/families.yaml` links to the top-level file, a wheel carries a copy."""
 
 
 class FamilyConfigError(UsageError, ValueError):
@@ -62,6 +65,8 @@ class _Validator:
     def __init__(self, path: Path):
         self.path = path
         self.constructor = SafeConstructor()
+        self.has_defaults = False
+        """Whether the file has a `defaults:` block (a missing family key may be given there)."""
 
     def fail(self, node: Node, key: str, problem: str) -> typing.NoReturn:
         raise FamilyConfigError(f"{_where(self.path, node)}: {key}: {problem}")
@@ -186,7 +191,7 @@ class _Validator:
         for name, f in fields.items():
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             if required and name not in kwargs:
-                self.fail(node, f"{key}.{name}" if key else name, f"required key is missing ({type_name(hints[name])})")
+                self.fail(node, f"{key}.{name}" if key else name, self.missing(cls, f, hints[name]))
         try:
             return cls(**kwargs)
         except ConfigValueError as err:  # a field's value check in the schema's __post_init__: point at that field
@@ -194,6 +199,16 @@ class _Validator:
             self.fail(at, f"{key}.{err.key}" if key else err.key, err.problem)
         except ValueError as err:  # a check of several fields together
             self.fail(node, key, str(err))
+
+    def missing(self, cls: type, f: dataclasses.Field[Any], tp: Any) -> str:
+        """What to write for a required key that is not there: an example, and where else it may come from."""
+        problem = f"required key is missing; add e.g. `{f.name}: {f.metadata.get('example') or _example(tp)}`"
+        if cls is FamilyConfig:
+            where = "under `defaults:`" if self.has_defaults else "in a `defaults:` block (this file has none)"
+            problem += f" to the family, or once for every family {where}"
+            if f.name in _shipped_default_keys():
+                problem += f"; the shipped families.yaml sets `{f.name}` under its `defaults:`"
+        return problem
 
 
 def field_types(cls: type) -> dict[str, Any]:
@@ -266,6 +281,32 @@ def _node_at(node: Node, path: list[str]) -> Node:
     return node
 
 
+def _example(tp: Any) -> str:
+    """A placeholder value of a config type for an error message: `<str>`, or a mapping of its required keys."""
+    if (registry := plugin_registry(tp)) is not None and registry.by == "kind":
+        return f"{{kind: {' | '.join(registry.names())}, ...}}"
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if dataclasses.is_dataclass(tp):
+        hints = field_types(tp)
+        required = [f for f in dataclasses.fields(tp) if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        return "{" + ", ".join(f"{f.name}: {f.metadata.get('example') or _example(hints[f.name])}" for f in required) + "}"
+    return f"<{type_name(tp)}>"
+
+
+@functools.cache
+def _shipped_default_keys() -> frozenset[str]:
+    """The keys under `defaults:` in the project's own families.yaml (none when it cannot be read)."""
+    try:
+        root = yaml.compose(SHIPPED.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError):
+        return frozenset()
+    defaults = next((v for k, v in root.value if k.value == "defaults"), None) if isinstance(root, MappingNode) else None
+    if not isinstance(defaults, MappingNode):
+        return frozenset()
+    return frozenset(str(k.value) for k, _ in defaults.value)
+
+
 def _check_name(path: Path, node: Node, name: Any, seen: dict[str, Node]) -> None:
     where = _where(path, node)
     if not isinstance(name, str) or not _HUB_NAME.match(name) or "--" in name or ".." in name:
@@ -322,6 +363,7 @@ def load_families(path: str | Path) -> dict[str, Family]:
     defaults = sections.get("defaults")
     if defaults is not None and not isinstance(defaults, MappingNode):
         validator.fail(defaults, "defaults", f"expected a mapping, got {_kind(defaults)}")
+    validator.has_defaults = defaults is not None
     families_node = sections.get("families")
     if families_node is None:
         raise FamilyConfigError(f"{path}: families: required key is missing")

@@ -62,7 +62,7 @@ class ReasoningConfig:
 
 @dataclass
 class ModelConfig:
-    id: str
+    id: str = field(metadata={"example": "Qwen/Qwen3-VL-8B-Thinking"})
     """Hub id or local path of the VLM."""
     revision: str | None = None
     """Hub revision (commit, tag or branch); recorded in every result and in the cache key."""
@@ -188,7 +188,7 @@ class CardConfig:
 
 @dataclass
 class VerifierConfig:
-    name: str
+    name: str = field(metadata={"example": "alnum"})
     """One of the registered verifiers (`python -m rs.families verifiers` lists them)."""
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -218,7 +218,7 @@ class FamilyConfig:
 
     source: Annotated[KindConfig, SOURCES]
     """Where the train QA comes from: `kind` is a registered source kind (hub, files, synthetic, ...)."""
-    instruction: str
+    instruction: str = field(metadata={"example": '"\\nAnswer the question using a single word or phrase."'})
     """Appended verbatim to every question (but those with options, see `multiple_choice_instruction`); the stored
     question is exactly what the model receives."""
     verifier: VerifierConfig
