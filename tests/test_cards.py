@@ -242,6 +242,23 @@ def test_a_limited_trial_is_never_published_to_the_hub(family, tmp_path: Path) -
     assert "--out DIR" in err.value.hint and not (tmp_path / "build").exists()
 
 
+def test_a_local_target_that_cannot_be_a_folder_is_refused_before_the_build(family, tmp_path: Path, capsys) -> None:
+    from rs.cli.publish import main
+    from rs.errors import UsageError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(UsageError, match=f"--out {blocker}/sub: {blocker} is a file, not a folder"):
+        publish(family, out=blocker / "sub", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+    family.config.publish.local_dir = str(blocker)
+    with pytest.raises(UsageError, match=f"publish.local_dir {blocker}: {blocker} is a file"):
+        publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+    assert not (tmp_path / "build").exists()
+    with pytest.raises(SystemExit) as exit:  # the command says so as a usage error, before it reads the family
+        main(["Hostile", "--config", str(family.path), "--out", str(blocker), "--build-dir", str(tmp_path / "build")])
+    assert exit.value.code == 2 and f"error: --out {blocker}: {blocker} is a file, not a folder" in capsys.readouterr().err
+
+
 def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_path: Path) -> None:
     run_publish(family, tmp_path)
     again = run_publish(family, tmp_path)

@@ -17,10 +17,10 @@ from rs import cli
 from rs.cards import pct
 from rs.cli import RunFailed, output
 from rs.distributed import forwarded_env, sample_on_ray
-from rs.errors import RsError
+from rs.errors import RsError, UsageError
 from rs.families import Family, get_family
 from rs.hub import describe_commits, format_plan
-from rs.publish import publish
+from rs.publish import check_local_root, publish
 from rs.schema import SPLITS
 
 
@@ -72,6 +72,11 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
         parser.error("--cards-only samples nothing: drop --ray")
     if (code := cli.check_ray(parser, args)) is not None:
         return code
+    if args.out is not None:
+        try:
+            check_local_root(args.out, "--out")
+        except UsageError as err:
+            parser.error(str(err))
     family = get_family(args.family, args.config)
     sample = None
     if args.ray is not None:
