@@ -12,7 +12,7 @@ import pytest
 from huggingface_hub import DatasetCard
 
 from rs.card_html import render, render_repo
-from rs.cards import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, sibling_link, size_category
+from rs.cards import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, counted, sibling_link, size_category
 from rs.families import load_families
 from rs.publish import publish
 from rs.schema import SPLITS, features
@@ -192,6 +192,19 @@ def test_a_short_one_line_field_is_in_the_examples_table_and_a_long_one_in_a_blo
     for long in ("x" * (SHORT_FIELD + 1), "two\nlines"):
         assert view(long)["details"] == [("wrong_vlm", long)] and all(k != "wrong_vlm" for k, _ in view(long)["fields"])
     assert chars("6") == "1 char" and chars("x" * 1234) == "1,234 chars"
+
+
+def test_counts_of_one_are_singular_on_the_cards_and_in_the_summary(family, tmp_path: Path) -> None:
+    from rs.cli.publish import summary
+
+    train = tmp_path / "train.jsonl"
+    train.write_text("\n".join(train.read_text().splitlines()[:2]))  # one image, its two questions in two records
+    outcome = run_publish(family, tmp_path)
+    card = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
+    assert ("2 QA pairs in 2 source records; 2 kept in 1 row (one per image; 1 record repeated an image already seen "
+            "and was merged into its row)") in card
+    assert ", 1 shard -> " in summary(family, outcome, dry_run=False)
+    assert counted(1, "family", "families") == "1 family" and counted(1234, "QA pair") == "1,234 QA pairs"
 
 
 def test_cards_only_touches_only_card_files_and_never_samples(family, tmp_path: Path) -> None:

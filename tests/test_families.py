@@ -186,6 +186,12 @@ def test_a_family_file_without_defaults_says_model_is_required(tmp_path: Path) -
     assert "the shipped families.yaml sets `model` under its `defaults:`" in message
 
 
+def test_one_family_is_counted_as_one(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL)
+    assert cli("validate", "--config", str(path)).stdout == f"ok: {path}: 1 family valid (MyVQA)\n"
+    assert cli("list", "--config", str(path)).stdout.startswith(f"1 family in {path}\n")
+
+
 def test_unknown_verifier_lists_the_known_ones(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL.replace("{name: exact}", "{name: fuzzy}"))
     with pytest.raises(FamilyConfigError, match=r"alnum.*relaxed"):

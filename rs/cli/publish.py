@@ -14,7 +14,7 @@ import functools
 from typing import Any
 
 from rs import cli
-from rs.cards import pct
+from rs.cards import counted, pct
 from rs.cli import RunFailed, output
 from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError, UsageError
@@ -45,7 +45,7 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
         result = outcome["results"][split]
         counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
         commits = "" if outcome["local"] else f"; {describe_commits(result, dry_run=dry_run)}"
-        lines.append(f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {s.shards} shards -> {outcome['where'][split]} "
+        lines.append(f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome['where'][split]} "
                      f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged"
                      f"{commits})")
         if dry_run:
