@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -184,6 +185,18 @@ def test_a_family_file_without_defaults_says_model_is_required(tmp_path: Path) -
     assert f"{path}:3: families.MyVQA.model: required key is missing; add e.g. `model: {{id: Qwen/Qwen3-VL-8B-Thinking}}`" in message
     assert "in a `defaults:` block (this file has none)" in message
     assert "the shipped families.yaml sets `model` under its `defaults:`" in message
+
+
+@pytest.mark.parametrize(("edit", "line", "key"), [
+    (("    verifier: {name: exact}\n", "    verifier: {name: exact}\n    verifier: {name: alnum}\n"), 10, "families.MyVQA.verifier"),
+    (("      license: mit\n", "      license: mit\n      license: cc-by-4.0\n"), 14, "families.MyVQA.card.license"),
+    (("  model: {id: some/model}\n", "  model: {id: some/model, id: other/model}\n"), 2, "defaults.model.id"),
+])
+def test_a_key_given_twice_is_refused_even_with_defaults(tmp_path: Path, edit: tuple[str, str], line: int, key: str) -> None:
+    """With `defaults:` merged in, the second of two equal keys used to win silently."""
+    path = write(tmp_path, MINIMAL.replace(*edit))
+    with pytest.raises(FamilyConfigError, match=rf"{path}:{line}: {re.escape(key)}: given twice \(first at line \d+\); keep one"):
+        load_families(path)
 
 
 def test_one_family_is_counted_as_one(tmp_path: Path) -> None:

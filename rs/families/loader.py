@@ -267,6 +267,22 @@ def _merge(base: Node | None, override: Node) -> Node:
     return MappingNode(override.tag, list(merged.values()), override.start_mark, override.end_mark)
 
 
+def _check_unique_keys(validator: _Validator, node: Node, key: str) -> None:
+    """Refuse a key given twice in one mapping, at any depth: merging `defaults` in would otherwise keep the last one silently."""
+    if isinstance(node, SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_unique_keys(validator, item, f"{key}[{i}]")
+    if not isinstance(node, MappingNode):
+        return
+    seen: dict[Any, Node] = {}
+    for k_node, v_node in node.value:
+        name = k_node.value if isinstance(k_node, ScalarNode) else None
+        if name is not None and name in seen:
+            validator.fail(k_node, f"{key}.{name}", f"given twice (first at line {seen[name].start_mark.line + 1}); keep one")
+        seen[name] = k_node
+        _check_unique_keys(validator, v_node, f"{key}.{name}")
+
+
 def _scalar_at(node: MappingNode, key: str) -> Any:
     return next((v.value for k, v in node.value if k.value == key and isinstance(v, ScalarNode)), None)
 
@@ -363,6 +379,8 @@ def load_families(path: str | Path) -> dict[str, Family]:
     defaults = sections.get("defaults")
     if defaults is not None and not isinstance(defaults, MappingNode):
         validator.fail(defaults, "defaults", f"expected a mapping, got {_kind(defaults)}")
+    if defaults is not None:
+        _check_unique_keys(validator, defaults, "defaults")
     validator.has_defaults = defaults is not None
     families_node = sections.get("families")
     if families_node is None:
@@ -378,6 +396,7 @@ def load_families(path: str | Path) -> dict[str, Family]:
         seen[name] = name_node
         if not isinstance(body, MappingNode):
             validator.fail(body, f"families.{name}", f"expected a mapping, got {_kind(body)}")
+        _check_unique_keys(validator, body, f"families.{name}")
         config = validator.dataclass(FamilyConfig, _merge(defaults, body), f"families.{name}")
         _check_verifier(path, body, name, config)
         _check_judge(path, body, name, config)
