@@ -73,9 +73,14 @@ def num(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """A count with its noun in the right number, as a reader reads it: "1 shard", "1,234 shards", "1 family"."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
 def chars(text: str) -> str:
     """How long a field is, as a reader reads it: "1 char", "1,234 chars"."""
-    return f"{len(text):,} char{'' if len(text) == 1 else 's'}"
+    return counted(len(text), "char")
 
 
 def pct(value: float | None) -> str:
@@ -85,7 +90,7 @@ def pct(value: float | None) -> str:
 def _env() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True,
                       autoescape=False)
-    env.filters.update(cell=cell, chars=chars, code=code, literal=literal, num=num, pct=pct, pre=pre)
+    env.filters.update(cell=cell, chars=chars, code=code, counted=counted, literal=literal, num=num, pct=pct, pre=pre)
     return env
 
 

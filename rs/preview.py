@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from rs.cards import counted
 from rs.clean import Cleaner
 from rs.families import Family
 from rs.prompt import Instructions, build_prompt
@@ -27,8 +28,9 @@ def preview(family: Family, *, limit: int = 3, out: TextIO = sys.stdout) -> None
             print(f"  [{item.key}] Q: {prompt!r}", file=out)
             print(f"  {' ' * len(item.key)}   A: {item.answer!r}" + (f"   ({notes})" if notes else ""), file=out)
     r = cleaner.report
-    print(f"\ncleaning: {r.source_items} source QA in {r.source_records} records -> {r.kept_items} kept in {r.rows} rows, "
-          f"{sum(r.dropped.values())} dropped ({r.merged_records} records merged into an image already seen)", file=out)
+    print(f"\ncleaning: {r.source_items} source QA in {counted(r.source_records, 'record')} -> {r.kept_items} kept in "
+          f"{counted(r.rows, 'row')}, {sum(r.dropped.values())} dropped ({counted(r.merged_records, 'record')} merged into an "
+          "image already seen)", file=out)
     for reason, count in sorted(r.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  dropped {reason}: {count}", file=out)
     for step, stats in r.steps.items():

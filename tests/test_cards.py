@@ -12,7 +12,7 @@ import pytest
 from huggingface_hub import DatasetCard
 
 from rs.card_html import render, render_repo
-from rs.cards import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, sibling_link, size_category
+from rs.cards import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, counted, sibling_link, size_category
 from rs.families import load_families
 from rs.publish import publish
 from rs.schema import SPLITS, features
@@ -194,6 +194,19 @@ def test_a_short_one_line_field_is_in_the_examples_table_and_a_long_one_in_a_blo
     assert chars("6") == "1 char" and chars("x" * 1234) == "1,234 chars"
 
 
+def test_counts_of_one_are_singular_on_the_cards_and_in_the_summary(family, tmp_path: Path) -> None:
+    from rs.cli.publish import summary
+
+    train = tmp_path / "train.jsonl"
+    train.write_text("\n".join(train.read_text().splitlines()[:2]))  # one image, its two questions in two records
+    outcome = run_publish(family, tmp_path)
+    card = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
+    assert ("2 QA pairs in 2 source records; 2 kept in 1 row (one per image; 1 record repeated an image already seen "
+            "and was merged into its row)") in card
+    assert ", 1 shard -> " in summary(family, outcome, dry_run=False)
+    assert counted(1, "family", "families") == "1 family" and counted(1234, "QA pair") == "1,234 QA pairs"
+
+
 def test_cards_only_touches_only_card_files_and_never_samples(family, tmp_path: Path) -> None:
     run_publish(family, tmp_path)
     repo = tmp_path / "out" / "tester" / family.repo_name("think")
@@ -240,6 +253,23 @@ def test_a_limited_trial_is_never_published_to_the_hub(family, tmp_path: Path) -
     with pytest.raises(UsageError, match="--limit 2 builds a trial of Hostile .* replace tester/Hostile_RS_think") as err:
         publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, limit=2, token="x")
     assert "--out DIR" in err.value.hint and not (tmp_path / "build").exists()
+
+
+def test_a_local_target_that_cannot_be_a_folder_is_refused_before_the_build(family, tmp_path: Path, capsys) -> None:
+    from rs.cli.publish import main
+    from rs.errors import UsageError
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(UsageError, match=f"--out {blocker}/sub: {blocker} is a file, not a folder"):
+        publish(family, out=blocker / "sub", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+    family.config.publish.local_dir = str(blocker)
+    with pytest.raises(UsageError, match=f"publish.local_dir {blocker}: {blocker} is a file"):
+        publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+    assert not (tmp_path / "build").exists()
+    with pytest.raises(SystemExit) as exit:  # the command says so as a usage error, before it reads the family
+        main(["Hostile", "--config", str(family.path), "--out", str(blocker), "--build-dir", str(tmp_path / "build")])
+    assert exit.value.code == 2 and f"error: --out {blocker}: {blocker} is a file, not a folder" in capsys.readouterr().err
 
 
 def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -108,6 +109,100 @@ def test_broken_family_is_refused_with_file_line_and_key(tmp_path: Path, edit: t
     assert message in str(err.value)
     result = cli("validate", "--config", str(path))
     assert result.returncode != 0 and f"{path}:{line}:" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("block", "key", "message"),
+    [
+        ("shard: {max_bytes: 8 megs}", "shard.max_bytes", "'8 megs' is not a byte size; write an integer or a number with a unit"),
+        ("shard: {row_group_bytes: 0}", "shard.row_group_bytes", "must be above 0 (a byte size such as 500MB), got 0"),
+        ("shard: {row_group_margin: 1.5}", "shard.row_group_margin", "must be at least 0 and below 1"),
+        ("sampling: {max_tokens: 0}", "sampling.max_tokens", "must be at least 1 (the tokens an answer may use"),
+        ("sampling: {temperature: -0.5}", "sampling.temperature", "must be at least 0 (0 is greedy decoding), got -0.5"),
+        ("sampling: {top_p: 0}", "sampling.top_p", "must be above 0 and at most 1"),
+        ("sampling: {top_p: 1.5}", "sampling.top_p", "must be above 0 and at most 1"),
+        ("judge: {calibration_samples: -1}", "judge.calibration_samples", "must be at least 1 (cases per check; to judge nothing, set judge.enabled: false), got -1"),
+        ("judge: {max_tokens: 0}", "judge.max_tokens", "must be at least 1"),
+        ("judge: {think_budget: 0}", "judge.think_budget", "must be at least 1"),
+        ("judge: {min_negative_agreement: 1.5}", "judge.min_negative_agreement", "must be from 0.0 to 1.0"),
+        ("engine: {batch_size: 0}", "engine.batch_size", "must be at least 1"),
+        ("engine: {in_flight: 0}", "engine.in_flight", "must be at least 1"),
+        ("engine: {kind: openai, base_url: 'http://h/v1', concurrency: 0}", "engine.concurrency", "must be at least 1"),
+        ("engine: {kind: openai, base_url: 'http://h/v1', timeout_s: 0}", "engine.timeout_s", "must be above 0"),
+        ("engine: {kind: openai, base_url: 'http://h/v1', max_retries: -1}", "engine.max_retries", "must be at least 0"),
+        ("cleaning: {purity: {max_unknown_words: -1}}", "cleaning.purity.max_unknown_words", "must be at least 0"),
+        ("cleaning: {reference_form: {max_words: 0}}", "cleaning.reference_form.max_words", "must be at least 1"),
+        ("cleaning: {multiple_choice: {letters: AAB}}", "cleaning.multiple_choice.letters", "must be distinct letters"),
+    ],
+)
+def test_a_value_that_cannot_work_is_refused_at_its_key(tmp_path: Path, block: str, key: str, message: str) -> None:
+    """Checked at validate time, at the key's own line and path, rather than in a run after the model has loaded."""
+    path = write(tmp_path, MINIMAL + f"    {block}\n")
+    with pytest.raises(FamilyConfigError) as err:
+        load_families(path)
+    assert f"{path}:15: families.MyVQA.{key}: {message}" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("setting", "key", "message"),
+    [
+        ("num_images: -5", "num_images", "must be at least 0 (scenes in the pool), got -5"),
+        ("questions_per_image: 0", "questions_per_image", "must be at least 1 (questions asked of each scene), got 0"),
+        ("image_size: 8", "image_size", "must be at least 32"),
+        ("noise: {offtask: 0.03}", "noise.offtask", "unknown noise kind (did you mean 'off_task'?); valid kinds: off_task,"),
+        ("noise: {off_task: 3}", "noise.off_task", "must be a probability from 0 to 1, got 3.0"),
+    ],
+)
+def test_a_synthetic_source_the_run_would_refuse_is_refused_by_validate(tmp_path: Path, setting: str, key: str, message: str) -> None:
+    path = write(tmp_path, MINIMAL.replace("      kind: files\n      path: data/train.parquet\n", f"      kind: synthetic\n      {setting}\n"))
+    with pytest.raises(FamilyConfigError) as err:
+        load_families(path)
+    assert f"{path}:7: families.MyVQA.source.{key}: {message}" in str(err.value)
+    result = cli("validate", "--config", str(path))
+    assert result.returncode == 2 and f"{path}:7: families.MyVQA.source.{key}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_missing_key_says_what_to_write(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL.replace("    verifier: {name: exact}\n", ""))
+    with pytest.raises(FamilyConfigError) as err:
+        load_families(path)
+    message = str(err.value)
+    assert f"{path}:5: families.MyVQA.verifier: required key is missing; add e.g. `verifier: {{name: alnum}}`" in message
+    assert "VerifierConfig" not in message
+    path = write(tmp_path, MINIMAL.replace("    source:\n      kind: files\n      path: data/train.parquet\n", ""))
+    with pytest.raises(FamilyConfigError, match=r"families\.MyVQA\.source: required key is missing; add e\.g\. `source: \{kind: files \| hub \| synthetic, \.\.\.\}`"):
+        load_families(path)
+    path = write(tmp_path, MINIMAL.replace("      license: mit\n", ""))
+    with pytest.raises(FamilyConfigError, match=r"families\.MyVQA\.card\.license: required key is missing; add e\.g\. `license: <str>`"):
+        load_families(path)
+
+
+def test_a_family_file_without_defaults_says_model_is_required(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL.replace("defaults:\n  model: {id: some/model}\n", ""))
+    with pytest.raises(FamilyConfigError) as err:
+        load_families(path)
+    message = str(err.value)
+    assert f"{path}:3: families.MyVQA.model: required key is missing; add e.g. `model: {{id: Qwen/Qwen3-VL-8B-Thinking}}`" in message
+    assert "in a `defaults:` block (this file has none)" in message
+    assert "the shipped families.yaml sets `model` under its `defaults:`" in message
+
+
+@pytest.mark.parametrize(("edit", "line", "key"), [
+    (("    verifier: {name: exact}\n", "    verifier: {name: exact}\n    verifier: {name: alnum}\n"), 10, "families.MyVQA.verifier"),
+    (("      license: mit\n", "      license: mit\n      license: cc-by-4.0\n"), 14, "families.MyVQA.card.license"),
+    (("  model: {id: some/model}\n", "  model: {id: some/model, id: other/model}\n"), 2, "defaults.model.id"),
+])
+def test_a_key_given_twice_is_refused_even_with_defaults(tmp_path: Path, edit: tuple[str, str], line: int, key: str) -> None:
+    """With `defaults:` merged in, the second of two equal keys used to win silently."""
+    path = write(tmp_path, MINIMAL.replace(*edit))
+    with pytest.raises(FamilyConfigError, match=rf"{path}:{line}: {re.escape(key)}: given twice \(first at line \d+\); keep one"):
+        load_families(path)
+
+
+def test_one_family_is_counted_as_one(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL)
+    assert cli("validate", "--config", str(path)).stdout == f"ok: {path}: 1 family valid (MyVQA)\n"
+    assert cli("list", "--config", str(path)).stdout.startswith(f"1 family in {path}\n")
 
 
 def test_unknown_verifier_lists_the_known_ones(tmp_path: Path) -> None:

@@ -104,3 +104,12 @@ def test_the_command_prints_the_plan(tmp_path: Path) -> None:
                              capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
         assert run.returncode == 0, run.stderr
         assert run.stdout.startswith("TinyCLEVR: plan for rs:demo-vlm") and "chat template:" in run.stdout
+
+
+@pytest.mark.parametrize("rate", ["-5", "0", "nan", "fast"])
+def test_a_throughput_that_is_not_a_positive_number_is_a_usage_error(rate: str, capsys) -> None:
+    from rs.cli.plan import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["TinyCLEVR", "--tokens-per-second", rate])
+    assert exit.value.code == 2 and "argument --tokens-per-second: expected a positive number" in capsys.readouterr().err

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rs.store import read_clean_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,3 +53,14 @@ def test_disjoint_shards_in_parallel_then_full_run_is_cached(tmp_path: Path) -> 
     assert full.returncode == 0, full.stderr[-2000:]
     report = json.loads(full.stdout.strip().splitlines()[-1])
     assert report["items"] == total and report["sampling_engine_calls"] == 0
+
+
+@pytest.mark.parametrize(("shard", "message"), [("3/2", "--shard 3/2: I counts the shards from 0 to N - 1 (here 0/2 to 1/2)"),
+                                                ("0/0", "--shard 0/0: N is the number of shards, at least 1"),
+                                                ("x", "--shard expects I/N, e.g. 0/4")])
+def test_a_shard_outside_its_count_is_a_usage_error(shard: str, message: str, capsys) -> None:
+    from rs.cli.sample import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["TinyCLEVR", f"--shard={shard}"])
+    assert exit.value.code == 2 and message in capsys.readouterr().err

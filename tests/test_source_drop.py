@@ -24,6 +24,7 @@ import rs.sources.resumable
 from faults import assert_same_published, publish_family, write_families
 from rs.families import load_families
 from rs.publish import publish
+from rs.sources.hub import SourceUnreachable
 from rs.sources.resumable import RETRIES, SourceUnavailable
 
 HUB_SOURCE = "{kind: hub, path: pools/shapes, revision: 0123abc, columns: {id: id}}"
@@ -114,3 +115,20 @@ def test_a_stream_that_keeps_dropping_stops_the_clean_stage_and_the_same_command
     monkeypatch.setattr(datasets, "load_dataset", stream(families.parent, lambda position: False))  # the network is back
     publish_family(families, tmp_path)
     assert_same_published(published, tmp_path / "out" / "tester")
+
+
+def test_a_hub_source_out_of_reach_is_a_plain_error_before_any_record(tmp_path: Path, monkeypatch) -> None:
+    """`rs families preview` (and a build) on a Hub source with no network: what could not be reached, not a traceback."""
+    from rs.cli.families import main
+
+    families = hub_families(tmp_path)
+
+    def unreachable(path: str, name: str | None = None, **kwargs: Any) -> datasets.IterableDataset:
+        raise ConnectionError(f"Couldn't reach '{path}' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    with pytest.raises(SourceUnreachable) as caught:
+        main(["preview", "Alpha", "--config", str(families)])
+    assert str(caught.value) == ("cannot reach the source pools/shapes (train) on the Hub "
+                                 "(ConnectionError: Couldn't reach 'pools/shapes' on the Hub (LocalEntryNotFoundError))")
+    assert caught.value.hint.startswith("check the network (or the Hub's status page) and run the same command again")

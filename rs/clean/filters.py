@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rs.checks import at_least
 from rs.registry import CLEANING
 from rs.sources.base import QAItem
 
@@ -113,6 +114,7 @@ class PurityConfig:
 
     def __post_init__(self) -> None:
         self.vocabulary = [w for item in self.vocabulary for w in ([item] if isinstance(item, str) else item)]
+        at_least("max_unknown_words", self.max_unknown_words, 0, what="0: every word must be in the vocabulary")
 
 
 @CLEANING.register("purity")
@@ -151,6 +153,9 @@ class ReferenceFormConfig:
     """A reference longer than this, where the instruction asks for a word or phrase, is a sentence."""
     action: Literal["drop", "mark"] = "drop"
     """`drop` the item, or keep it and record the flag in clean_meta."""
+
+    def __post_init__(self) -> None:
+        at_least("max_words", self.max_words, 1, what="below that, every reference would be a sentence")
 
 
 @CLEANING.register("reference_form")

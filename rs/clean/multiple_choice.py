@@ -13,6 +13,7 @@ import string
 
 from dataclasses import dataclass
 
+from rs.checks import ConfigValueError
 from rs.registry import CLEANING
 from rs.sources.base import QAItem
 
@@ -95,6 +96,11 @@ def render(stem: str, options: list[str], letters: str) -> str:
 class MultipleChoiceConfig:
     enabled: bool = False
     letters: str = "ABCDEFGHIJ"
+    """The option letters, in order; a question with more options than letters is dropped."""
+
+    def __post_init__(self) -> None:
+        if not self.letters or len(set(self.letters)) != len(self.letters):
+            raise ConfigValueError("letters", f"must be distinct letters, one per option (e.g. ABCDEFGHIJ), got {self.letters!r}")
 
 
 @CLEANING.register("multiple_choice")

@@ -98,6 +98,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """A number above 0 (a rate such as tokens per second); `inf` and `nan` are not rates either."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
 class RunFailed(RsError):
     """A run that stopped part-way (a Ray step's pipeline failed); what it committed stays cached."""
 

@@ -9,6 +9,7 @@ import typing
 import yaml
 
 from rs import cli
+from rs.cards import counted
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema
 from rs.families.loader import field_types, plugin_registry, type_name
@@ -21,7 +22,7 @@ def _list(args: argparse.Namespace) -> int:
     path = args.config or default_families_path()
     families = load_families(path)
     width = max(map(len, families), default=0)
-    print(f"{len(families)} families in {path}")
+    print(f"{counted(len(families), 'family', 'families')} in {path}")
     for name, family in families.items():
         c = family.config
         label = SOURCES.get(c.source.kind).label(c.source)
@@ -32,7 +33,7 @@ def _list(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     path = args.config or default_families_path()
     families = load_families(path)
-    print(f"ok: {path}: {len(families)} families valid ({', '.join(families)})")
+    print(f"ok: {path}: {counted(len(families), 'family', 'families')} valid ({', '.join(families)})")
     return 0
 
 

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.plan") -> i
                              "project the whole family from them")
     parser.add_argument("--sample", type=cli.positive_int, default=8, metavar="K",
                         help="images whose prompts are rendered and counted without the model's weights (default 8)")
-    parser.add_argument("--tokens-per-second", type=float, metavar="X",
+    parser.add_argument("--tokens-per-second", type=cli.positive_float, metavar="X",
                         help="an engine's output throughput (tokens/s, e.g. from a GPU run) for the projected engine hours")
     cli.add_build_paths(parser)
     cli.add_verbose(parser)

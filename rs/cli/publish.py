@@ -14,13 +14,13 @@ import functools
 from typing import Any
 
 from rs import cli
-from rs.cards import pct
+from rs.cards import counted, pct
 from rs.cli import RunFailed, output
 from rs.distributed import forwarded_env, sample_on_ray
-from rs.errors import RsError
+from rs.errors import RsError, UsageError
 from rs.families import Family, get_family
 from rs.hub import describe_commits, format_plan
-from rs.publish import publish
+from rs.publish import check_local_root, publish
 from rs.schema import SPLITS
 
 
@@ -45,7 +45,7 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
         result = outcome["results"][split]
         counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
         commits = "" if outcome["local"] else f"; {describe_commits(result, dry_run=dry_run)}"
-        lines.append(f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {s.shards} shards -> {outcome['where'][split]} "
+        lines.append(f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome['where'][split]} "
                      f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged"
                      f"{commits})")
         if dry_run:
@@ -72,6 +72,11 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
         parser.error("--cards-only samples nothing: drop --ray")
     if (code := cli.check_ray(parser, args)) is not None:
         return code
+    if args.out is not None:
+        try:
+            check_local_root(args.out, "--out")
+        except UsageError as err:
+            parser.error(str(err))
     family = get_family(args.family, args.config)
     sample = None
     if args.ray is not None:

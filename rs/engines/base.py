@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, Sequence
 
+from rs.checks import at_least
 from rs.extract import split_reasoning
 from rs.registry import KindConfig
 
@@ -26,6 +27,9 @@ class EngineConfig(KindConfig):
 
     batch_size: int = 256
     """Items answered and committed to the cache together."""
+
+    def __post_init__(self) -> None:
+        at_least("batch_size", self.batch_size, 1, what="items answered and committed together")
 
     def recorded(self) -> dict[str, Any]:
         """What the stats (and the card) record of this engine: its kind, and what of its settings shapes outputs."""

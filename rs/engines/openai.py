@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
+from rs.checks import at_least, positive
 from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
 from rs.errors import RsError
 from rs.registry import ENGINES
@@ -80,6 +81,12 @@ class OpenAIEngineConfig(EngineConfig):
     """Per-request timeout in seconds."""
     max_retries: int = 5
     """Retries with exponential backoff on transient errors."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("concurrency", self.concurrency, 1, what="requests in flight at once")
+        positive("timeout_s", self.timeout_s, what="seconds a request may take")
+        at_least("max_retries", self.max_retries, 0, what="0: no retry")
 
     def recorded(self) -> dict[str, Any]:
         return {"kind": self.kind, "base_url": self.base_url}

@@ -36,6 +36,7 @@ from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
+from rs.checks import at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings
 from rs.engines.models import builtin_revision, resolve_model
 from rs.errors import RsError, UsageError
@@ -87,6 +88,10 @@ class VLLMEngineConfig(EngineConfig):
     """Engine arguments passed to `vllm.LLM` (tensor_parallel_size, max_model_len, ...)."""
     in_flight: int | None = None
     """Requests kept in the engine at once while streaming; default 4 x the scheduler's `max_num_seqs`."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least("in_flight", self.in_flight, 1, what="requests in the engine at once; leave it out for the default")
 
     def recorded(self) -> dict[str, Any]:
         return {"kind": self.kind, "args": self.args}

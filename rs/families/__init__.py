@@ -14,14 +14,10 @@ from pathlib import Path
 
 from rs.errors import UsageError
 
-from .loader import Family, FamilyConfigError, load_families
+from .loader import SHIPPED, Family, FamilyConfigError, load_families
 from .schema import FamilyConfig
 
 __all__ = ["Family", "FamilyConfig", "FamilyConfigError", "UnknownFamilyError", "default_families_path", "get_family", "load_families"]
-
-# The project's families.yaml: in a checkout `rs/families/families.yaml` links to the top-level file, a wheel
-# carries a copy.
-_SHIPPED = Path(__file__).resolve().parent / "families.yaml"
 
 
 class UnknownFamilyError(UsageError, KeyError):
@@ -32,7 +28,7 @@ def default_families_path() -> Path:
     """`$RS_FAMILIES`, else the families.yaml the package ships (the checkout's own file in a checkout)."""
     if env := os.environ.get("RS_FAMILIES"):
         return Path(env)
-    return _SHIPPED.resolve()
+    return SHIPPED.resolve()
 
 
 def get_family(name: str, config: str | Path | None = None) -> Family:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import types
 import typing
@@ -20,6 +21,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from rs.checks import ConfigValueError
 from rs.errors import UsageError
 from rs.registry import Registry
 from rs.verifiers import VerifierError, resolve_params
@@ -31,6 +33,8 @@ REPO_SUFFIX = {"think": "_RS_think", "nothink": "_RS_nothink", "rejected": "_rej
 """The Hub repo of each published split is the family's name with this suffix."""
 _HUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _HUB_REPO_NAME_MAX = 96
+SHIPPED = Path(__file__).resolve().parent / "families.yaml"
+"""The project's families.yaml: in a checkout `rs/families/families.yaml` links to the top-level file, a wheel carries a copy."""
 
 
 class FamilyConfigError(UsageError, ValueError):
@@ -61,6 +65,8 @@ class _Validator:
     def __init__(self, path: Path):
         self.path = path
         self.constructor = SafeConstructor()
+        self.has_defaults = False
+        """Whether the file has a `defaults:` block (a missing family key may be given there)."""
 
     def fail(self, node: Node, key: str, problem: str) -> typing.NoReturn:
         raise FamilyConfigError(f"{_where(self.path, node)}: {key}: {problem}")
@@ -185,11 +191,24 @@ class _Validator:
         for name, f in fields.items():
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             if required and name not in kwargs:
-                self.fail(node, f"{key}.{name}" if key else name, f"required key is missing ({type_name(hints[name])})")
+                self.fail(node, f"{key}.{name}" if key else name, self.missing(cls, f, hints[name]))
         try:
             return cls(**kwargs)
-        except ValueError as err:  # a value check in the schema's __post_init__
+        except ConfigValueError as err:  # a field's value check in the schema's __post_init__: point at that field
+            at = _node_at(node, err.key.split("."))
+            self.fail(at, f"{key}.{err.key}" if key else err.key, err.problem)
+        except ValueError as err:  # a check of several fields together
             self.fail(node, key, str(err))
+
+    def missing(self, cls: type, f: dataclasses.Field[Any], tp: Any) -> str:
+        """What to write for a required key that is not there: an example, and where else it may come from."""
+        problem = f"required key is missing; add e.g. `{f.name}: {f.metadata.get('example') or _example(tp)}`"
+        if cls is FamilyConfig:
+            where = "under `defaults:`" if self.has_defaults else "in a `defaults:` block (this file has none)"
+            problem += f" to the family, or once for every family {where}"
+            if f.name in _shipped_default_keys():
+                problem += f"; the shipped families.yaml sets `{f.name}` under its `defaults:`"
+        return problem
 
 
 def field_types(cls: type) -> dict[str, Any]:
@@ -248,8 +267,60 @@ def _merge(base: Node | None, override: Node) -> Node:
     return MappingNode(override.tag, list(merged.values()), override.start_mark, override.end_mark)
 
 
+def _check_unique_keys(validator: _Validator, node: Node, key: str) -> None:
+    """Refuse a key given twice in one mapping, at any depth: merging `defaults` in would otherwise keep the last one silently."""
+    if isinstance(node, SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_unique_keys(validator, item, f"{key}[{i}]")
+    if not isinstance(node, MappingNode):
+        return
+    seen: dict[Any, Node] = {}
+    for k_node, v_node in node.value:
+        name = k_node.value if isinstance(k_node, ScalarNode) else None
+        if name is not None and name in seen:
+            validator.fail(k_node, f"{key}.{name}", f"given twice (first at line {seen[name].start_mark.line + 1}); keep one")
+        seen[name] = k_node
+        _check_unique_keys(validator, v_node, f"{key}.{name}")
+
+
 def _scalar_at(node: MappingNode, key: str) -> Any:
     return next((v.value for k, v in node.value if k.value == key and isinstance(v, ScalarNode)), None)
+
+
+def _node_at(node: Node, path: list[str]) -> Node:
+    """The value node at `path` (keys) below a mapping node; as deep as the path is found (a key whose value is missing: its mapping)."""
+    for name in path:
+        found = next((v for k, v in node.value if k.value == name), None) if isinstance(node, MappingNode) else None
+        if found is None:
+            return node
+        node = found
+    return node
+
+
+def _example(tp: Any) -> str:
+    """A placeholder value of a config type for an error message: `<str>`, or a mapping of its required keys."""
+    if (registry := plugin_registry(tp)) is not None and registry.by == "kind":
+        return f"{{kind: {' | '.join(registry.names())}, ...}}"
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if dataclasses.is_dataclass(tp):
+        hints = field_types(tp)
+        required = [f for f in dataclasses.fields(tp) if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        return "{" + ", ".join(f"{f.name}: {f.metadata.get('example') or _example(hints[f.name])}" for f in required) + "}"
+    return f"<{type_name(tp)}>"
+
+
+@functools.cache
+def _shipped_default_keys() -> frozenset[str]:
+    """The keys under `defaults:` in the project's own families.yaml (none when it cannot be read)."""
+    try:
+        root = yaml.compose(SHIPPED.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError):
+        return frozenset()
+    defaults = next((v for k, v in root.value if k.value == "defaults"), None) if isinstance(root, MappingNode) else None
+    if not isinstance(defaults, MappingNode):
+        return frozenset()
+    return frozenset(str(k.value) for k, _ in defaults.value)
 
 
 def _check_name(path: Path, node: Node, name: Any, seen: dict[str, Node]) -> None:
@@ -308,6 +379,9 @@ def load_families(path: str | Path) -> dict[str, Family]:
     defaults = sections.get("defaults")
     if defaults is not None and not isinstance(defaults, MappingNode):
         validator.fail(defaults, "defaults", f"expected a mapping, got {_kind(defaults)}")
+    if defaults is not None:
+        _check_unique_keys(validator, defaults, "defaults")
+    validator.has_defaults = defaults is not None
     families_node = sections.get("families")
     if families_node is None:
         raise FamilyConfigError(f"{path}: families: required key is missing")
@@ -322,6 +396,7 @@ def load_families(path: str | Path) -> dict[str, Family]:
         seen[name] = name_node
         if not isinstance(body, MappingNode):
             validator.fail(body, f"families.{name}", f"expected a mapping, got {_kind(body)}")
+        _check_unique_keys(validator, body, f"families.{name}")
         config = validator.dataclass(FamilyConfig, _merge(defaults, body), f"families.{name}")
         _check_verifier(path, body, name, config)
         _check_judge(path, body, name, config)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
+from rs.checks import ConfigValueError, at_least, positive, within
 from rs.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
 from rs.sizes import parse_bytes
@@ -61,7 +62,7 @@ class ReasoningConfig:
 
 @dataclass
 class ModelConfig:
-    id: str
+    id: str = field(metadata={"example": "Qwen/Qwen3-VL-8B-Thinking"})
     """Hub id or local path of the VLM."""
     revision: str | None = None
     """Hub revision (commit, tag or branch); recorded in every result and in the cache key."""
@@ -83,6 +84,13 @@ class SamplingConfig:
     """Generation budget; an output cut off here has no final answer and is rejected as such."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=lambda: {"enable_thinking": True})
     """Passed to the chat template; reasoning is switched on here."""
+
+    def __post_init__(self) -> None:
+        # vLLM refuses these only once the model has loaded; say so at validate time instead
+        at_least("temperature", self.temperature, 0, what="0 is greedy decoding")
+        if not 0 < self.top_p <= 1:
+            raise ConfigValueError("top_p", f"must be above 0 and at most 1 (1 keeps every token), got {self.top_p!r}")
+        at_least("max_tokens", self.max_tokens, 1, what="the tokens an answer may use, its reasoning included")
 
 
 @dataclass
@@ -112,13 +120,12 @@ class JudgeConfig:
 
     def __post_init__(self) -> None:
         for name in ("min_negative_agreement", "min_positive_agreement"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"judge.{name} must be between 0 and 1, got {value!r}")
-        if self.think_budget < 1:
-            raise ValueError(f"judge.think_budget must be at least 1, got {self.think_budget!r}")
-        if self.min_calibration_cases < 1:
-            raise ValueError(f"judge.min_calibration_cases must be at least 1, got {self.min_calibration_cases!r}")
+            within(name, getattr(self, name), 0.0, 1.0, what="a share of the calibration cases")
+        at_least("max_tokens", self.max_tokens, 1, what="the tokens of the verdict")
+        at_least("think_budget", self.think_budget, 1, what="the judge's reasoning tokens")
+        at_least("calibration_samples", self.calibration_samples, 1,
+                 what="cases per check; to judge nothing, set judge.enabled: false")
+        at_least("min_calibration_cases", self.min_calibration_cases, 1)
 
 
 @dataclass
@@ -132,9 +139,14 @@ class ShardConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_bytes", "row_group_bytes"):
-            parse_bytes(getattr(self, name))
+            value = getattr(self, name)
+            try:
+                size = parse_bytes(value)
+            except ValueError as err:
+                raise ConfigValueError(name, str(err)) from None
+            positive(name, size, what="a byte size such as 500MB")
         if not 0 <= self.row_group_margin < 1:
-            raise ValueError(f"shard.row_group_margin must be at least 0 and below 1, got {self.row_group_margin!r}")
+            raise ConfigValueError("row_group_margin", f"must be at least 0 and below 1, got {self.row_group_margin!r}")
 
     def row_group_target(self) -> int:
         """Bytes of Arrow data a row group is filled to."""
@@ -176,7 +188,7 @@ class CardConfig:
 
 @dataclass
 class VerifierConfig:
-    name: str
+    name: str = field(metadata={"example": "alnum"})
     """One of the registered verifiers (`python -m rs.families verifiers` lists them)."""
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -206,7 +218,7 @@ class FamilyConfig:
 
     source: Annotated[KindConfig, SOURCES]
     """Where the train QA comes from: `kind` is a registered source kind (hub, files, synthetic, ...)."""
-    instruction: str
+    instruction: str = field(metadata={"example": '"\\nAnswer the question using a single word or phrase."'})
     """Appended verbatim to every question (but those with options, see `multiple_choice_instruction`); the stored
     question is exactly what the model receives."""
     verifier: VerifierConfig

@@ -41,6 +41,19 @@ class MissingBuildError(UsageError, RuntimeError):
     """`--cards-only` without a build or a published repo to render from."""
 
 
+def check_local_root(folder: Path, named: str) -> None:
+    """Refuse a local target that cannot hold the repos (a file in the way, a folder not writable) before the build, not after it."""
+    existing = folder
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{named} {folder}: {existing} is a file, not a folder: the published repos cannot go there",
+                         hint=f"give {named} a folder (it is created if it does not exist)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{named} {folder}: cannot write in {existing} (permission denied)",
+                         hint=f"give {named} a folder you can write in")
+
+
 def _link_or_copy(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -195,6 +208,8 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
                        limit=limit, progress=progress, engine_factory=engine_factory)
     local = out is not None or c.publish.target == "local"
     root = Path(out if out is not None else c.publish.local_dir) / c.publish.namespace
+    if local:
+        check_local_root(Path(out if out is not None else c.publish.local_dir), "--out" if out is not None else "publish.local_dir")
     if limit is not None and not local and not dry_run:
         raise UsageError(f"--limit {limit} builds a trial of {family.name} on its first {limit} images; published to the Hub "
                          f"it would replace {c.publish.namespace}/{family.repo_name('think')} and its two siblings with it",

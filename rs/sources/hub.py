@@ -6,10 +6,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
+from rs.errors import RsError
 from rs.registry import SOURCES
 from rs.sources.base import SourceRecord
 from rs.sources.mapping import TabularSourceConfig, records_from_rows
-from rs.sources.resumable import resumable
+from rs.sources.resumable import is_dropped_connection, resumable
+
+
+class SourceUnreachable(RsError):
+    """The Hub dataset could not be opened (no network, the Hub down); nothing was read."""
+
+    def __init__(self, label: str, error: BaseException):
+        super().__init__(
+            f"cannot reach the source {label} on the Hub ({type(error).__name__}: {error})",
+            hint="check the network (or the Hub's status page) and run the same command again; with HF_HUB_OFFLINE=1 "
+                 "a dataset already in the local Hugging Face cache is read from there",
+        )
 
 
 def undecoded(dataset: Any) -> Any:
@@ -103,6 +115,11 @@ class HubSource:
         import datasets
 
         c = self.config
-        dataset = datasets.load_dataset(c.path, c.name, split=c.split, revision=self.revision(), streaming=c.streaming)
+        try:
+            dataset = datasets.load_dataset(c.path, c.name, split=c.split, revision=self.revision(), streaming=c.streaming)
+        except Exception as err:
+            if not is_dropped_connection(err):
+                raise
+            raise SourceUnreachable(self.label(c), err) from err
         rows = resumable(undecoded(dataset), self.label(c))  # a dropped connection is resumed after the last record
         yield from records_from_rows(rows, shape=c.shape, columns=c.columns, fixed_question=c.fixed_question)

@@ -20,6 +20,7 @@ Everything depends only on the seed and the options: image `i` is drawn from
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import random
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Literal, Mapping
 
+from rs.checks import ConfigValueError, at_least
 from rs.registry import SOURCES, KindConfig
 from rs.sources.base import QAItem, SourceRecord
 
@@ -52,15 +54,28 @@ logger = logging.getLogger(__name__)
 # --- the source -------------------------------------------------------------------------------
 
 
+MIN_IMAGE_SIZE = 32
+"""Smallest side a scene is rendered at: below it, objects are a few pixels."""
+
+
 def _validate_noise(noise: Mapping[str, float] | None) -> dict[str, float]:
+    """Every noise kind's probability (0 where not given); `ConfigValueError` names a misspelt kind or a value outside [0, 1]."""
     noise = dict(noise or {})
-    unknown = sorted(set(noise) - set(NOISE_KINDS))
-    if unknown:
-        raise ValueError(f"unknown noise kind(s) {unknown}; valid kinds: {', '.join(NOISE_KINDS)}")
     for kind, p in noise.items():
-        if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-            raise ValueError(f"noise probability for {kind!r} must be in [0, 1], got {p!r}")
+        if kind not in NOISE_KINDS:
+            close = difflib.get_close_matches(str(kind), NOISE_KINDS, n=1)
+            mean = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigValueError(f"noise.{kind}", f"unknown noise kind{mean}; valid kinds: {', '.join(NOISE_KINDS)}")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise ConfigValueError(f"noise.{kind}", f"must be a probability from 0 to 1, got {p!r}")
     return {kind: float(noise.get(kind, 0.0)) for kind in NOISE_KINDS}
+
+
+def _validate_counts(num_images: int, questions_per_image: int, image_size: int) -> None:
+    """The source's sizes, checked where families.yaml is validated and again when the source is built in code."""
+    at_least("num_images", num_images, 0, what="scenes in the pool")
+    at_least("questions_per_image", questions_per_image, 1, what="questions asked of each scene")
+    at_least("image_size", image_size, MIN_IMAGE_SIZE, what="pixels per side")
 
 
 @dataclass(kw_only=True)
@@ -73,6 +88,10 @@ class SyntheticSourceConfig(KindConfig):
     image_size: int = 160
     noise: dict[str, float] = field(default_factory=dict)
     """Injected defects per kind (off_task, flattened_mc, corrupt_image, ...), for exercising cleaning."""
+
+    def __post_init__(self) -> None:
+        _validate_counts(self.num_images, self.questions_per_image, self.image_size)
+        _validate_noise(self.noise)
 
 
 @SOURCES.register("synthetic")
@@ -100,10 +119,7 @@ class SyntheticSource:
     ) -> None:
         if style not in STYLES:
             raise ValueError(f"style must be one of {STYLES}, got {style!r}")
-        if num_images < 0 or questions_per_image < 1:
-            raise ValueError("num_images must be >= 0 and questions_per_image >= 1")
-        if image_size < 32:
-            raise ValueError(f"image_size must be at least 32, got {image_size}")
+        _validate_counts(num_images, questions_per_image, image_size)
         self.seed = seed
         self.num_images = num_images
         self.questions_per_image = questions_per_image
