@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import logging
 import os
@@ -23,7 +22,6 @@ from typing import Iterable
 import pyarrow.parquet as pq
 
 from rs import __version__
-from rs import builders as rs_builders
 from rs.builders import builder_class
 from rs.disk import writing
 from rs.errors import RsError
@@ -34,7 +32,7 @@ from rs.schema import REJECT_REASONS, SPLITS
 from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
 from rs.sample import SampleReport
-from rs.stages import BuildContext, BuildPaths, ensure_clean, ensure_sampled, fingerprint, replace_dir, scratch
+from rs.stages import BuildContext, BuildPaths, code_fingerprint, ensure_clean, ensure_sampled, fingerprint, replace_dir, scratch
 from rs.store import read_records, write_json
 from rs.verifiers import get_verifier
 
@@ -185,16 +183,8 @@ def splits_fingerprint(ctx: BuildContext, sampled: SampleReport) -> str:
     """What the three splits' bytes depend on: the sampled items and their routing, the shard settings, the repo
     names, and the code and libraries that write them (any change of `rs` rewrites them)."""
     return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "shard": asdict(ctx.family.config.shard),
-                        "repos": [ctx.family.repo_name(s) for s in SPLITS], "code": _code_fingerprint(),
+                        "repos": [ctx.family.repo_name(s) for s in SPLITS], "code": code_fingerprint("rs", "rs.builders"),
                         "libraries": {d: _version(d) for d in ("datasets", "pyarrow", "pillow")}})
-
-
-def _code_fingerprint() -> str:
-    package, builders = Path(__file__).resolve().parent, Path(rs_builders.__file__).resolve().parent  # a link in a checkout
-    digest = hashlib.sha256()
-    for path in sorted({*package.rglob("*.py"), *builders.glob("*.py")}):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def _version(dist: str) -> str | None:

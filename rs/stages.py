@@ -16,7 +16,9 @@ disk gets its room back); one process at a time writes a family's build (`rs.loc
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -39,6 +41,7 @@ from rs.sample import SampleReport, SampleStage
 from rs.sources import open_source
 from rs.sources.base import Row
 from rs.store import read_clean_rows, write_clean_rows, write_json
+from rs.verifiers import get_verifier
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +113,30 @@ class BuildContext:
 
 def fingerprint(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def code_fingerprint(*modules: str) -> str:
+    """sha256 of the source of `modules` (a package: every .py file below it): what a stage's results depend on.
+
+    A stage whose code changed runs again (from the generation cache, no engine calls) rather than keeping
+    results the new code would decide otherwise: a hardened verifier re-verifies every cached answer.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(set(modules)):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            digest.update(f"{name}: no source\0".encode())
+            continue
+        origin = Path(spec.origin)
+        files = sorted(origin.parent.rglob("*.py")) if spec.submodule_search_locations else [origin]
+        for path in files:
+            digest.update(f"{name}/{path.name}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+DECISION_MODULES = ("rs.verifiers", "rs.extract", "rs.reasoning", "rs.prompt", "rs.sample", "rs.judge", "rs.calibration")
+"""The code that decides what a sampled answer is: its final answer, the verifier's match, the judge and its gate."""
 
 
 class _Report(Protocol):
@@ -209,9 +236,10 @@ def _counted(rows: Iterable[Row], bar: Any) -> Iterator[Row]:
 
 def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
     c = ctx.family.config
+    verifier_module = type(get_verifier(c.verifier.name, **c.verifier.params)).__module__  # a plug-in's own code too
     return fingerprint({"clean": clean.fingerprint, "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
                         "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier),
-                        "instructions": asdict(Instructions.of(c))})
+                        "instructions": asdict(Instructions.of(c)), "code": code_fingerprint(*DECISION_MODULES, verifier_module)})
 
 
 def ensure_sampled(ctx: BuildContext) -> SampleReport:

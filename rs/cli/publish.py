@@ -38,8 +38,9 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
             return f"{c['agreed']}/{c['total']} [{pct(c['low'])}, {pct(c['high'])}]" if c["total"] else "0/0"
 
         lines.append(f"  judge calibration: positives {check('positive')}, easy negatives {check('easy')}, "
-                     f"hard negatives {check('hard')}, certain rejections {check('certain')}; "
-                     + ("promotes" if cal["promotes"] else f"BLOCKED ({cal['blocked_reason']})"))
+                     f"hard negatives {check('hard')}, certain rejections {check('certain')}")
+        lines.append("  judge: " + ("passed its calibration, its CORRECT verdicts promote" if cal["promotes"]
+                                    else f"BLOCKED, it promotes nothing: {cal['blocked_reason']}"))
     for split in SPLITS:
         s = report.splits[split]
         result = outcome["results"][split]
