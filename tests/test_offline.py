@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 
 PROBE = """
@@ -36,3 +37,23 @@ def test_a_hub_whose_name_does_not_resolve_turns_every_hub_library_offline_and_s
 def test_a_hub_that_resolves_or_a_proxy_leaves_the_libraries_online() -> None:
     assert probe("http://localhost:1")[0] == [False, False, False, None]
     assert probe("https://hub.example.invalid", HTTPS_PROXY="http://proxy.example:3128")[0] == [False, False, False, None]
+
+
+def test_publishing_to_an_unreachable_hub_is_refused_before_anything_is_built(tmp_path: Path) -> None:
+    clean = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    families = tmp_path / "families.yaml"
+    families.write_text("""\
+families:
+  Remote:
+    source: {kind: synthetic, num_images: 2}
+    instruction: "?"
+    verifier: {name: alnum}
+    model: {id: "rs:tiny-vlm"}
+    publish: {namespace: someone, target: hub}
+    card: {pretty_name: R, description: d, license: mit, citation: ""}
+""")
+    run = subprocess.run([sys.executable, "-m", "rs.publish", "Remote", "--config", str(families), "--build-dir", str(tmp_path / "build")],
+                         env={**clean, "HF_ENDPOINT": "https://hub.example.invalid"}, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert "error: the Hub is out of reach from here, so Remote cannot be published to it (someone/Remote_RS_think" in run.stderr
+    assert "--out DIR" in run.stderr and not list((tmp_path / "build").rglob("*.json"))  # nothing built

@@ -13,6 +13,7 @@ from rs.cards import counted
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema
 from rs.families.loader import field_types, plugin_registry, type_name
+from rs.offline import offline_unless_the_hub_resolves
 from rs.preview import preview
 from rs.verifiers import get_verifier, known_verifiers
 from rs.registry import SOURCES
@@ -103,7 +104,9 @@ def _verifiers(args: argparse.Namespace) -> int:
 
 
 def _preview(args: argparse.Namespace) -> int:
-    preview(get_family(args.name, args.config), limit=args.limit or 3)
+    family = get_family(args.name, args.config)
+    offline_unless_the_hub_resolves()
+    preview(family, limit=args.limit or 3)
     return 0
 
 

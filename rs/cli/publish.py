@@ -20,6 +20,7 @@ from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError, UsageError
 from rs.families import Family, get_family
 from rs.hub import describe_commits, format_plan
+from rs.offline import offline_unless_the_hub_resolves
 from rs.publish import check_local_root, publish
 from rs.schema import SPLITS
 
@@ -84,6 +85,11 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
         sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,
                                    runtime_env={"env_vars": forwarded_env()})
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
+        if offline_unless_the_hub_resolves() and args.out is None and family.config.publish.target != "local":
+            raise UsageError(f"the Hub is out of reach from here, so {family.name} cannot be published to it "
+                             f"({family.config.publish.namespace}/{family.repo_name('think')} and its siblings)",
+                             hint="publish to a local folder with --out DIR (laid out as the Hub repos), or run the same "
+                                  "command when the network is back")
         try:
             outcome = publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
                               build_root=args.build_dir, cache_path=args.cache, progress=True, sample=sample)
