@@ -7,6 +7,8 @@ reports the problem at that key's line and full path (`families.X.sampling.max_t
 
 from __future__ import annotations
 
+import math
+
 
 class ConfigValueError(ValueError):
     """A value a configuration block refuses: `key` is the field (dotted below the block), `problem` what is wrong and valid."""
@@ -18,13 +20,17 @@ class ConfigValueError(ValueError):
 
 
 def at_least(key: str, value: float | None, minimum: float, *, what: str = "") -> None:
-    """Refuse a number below `minimum` (None, an unset optional, passes); `what` says what the number counts."""
+    """Refuse a number below `minimum`, or one that is no number (nan, inf); None, an unset optional, passes."""
+    if value is not None and not math.isfinite(value):
+        raise ConfigValueError(key, f"must be a finite number, got {value!r}")
     if value is not None and value < minimum:
         raise ConfigValueError(key, f"must be at least {minimum}{f' ({what})' if what else ''}, got {value!r}")
 
 
 def positive(key: str, value: float | None, *, what: str = "") -> None:
-    """Refuse zero or a negative number (None, an unset optional, passes)."""
+    """Refuse zero, a negative number, nan or inf (None, an unset optional, passes)."""
+    if value is not None and not math.isfinite(value):
+        raise ConfigValueError(key, f"must be a finite number, got {value!r}")
     if value is not None and value <= 0:
         raise ConfigValueError(key, f"must be above 0{f' ({what})' if what else ''}, got {value!r}")
 

@@ -19,10 +19,13 @@ import fcntl
 import functools
 import hashlib
 import importlib.util
+import inspect
 import json
 import logging
+import marshal
 import os
 import shutil
+import sys
 import time
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
@@ -34,6 +37,7 @@ from rs.engines.cache import GenerationCache
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.disk import writing
 from rs.families import Family
+from rs.judge import TEMPLATES as JUDGE_TEMPLATES
 from rs.locks import build_lock
 from rs.progress import progress
 from rs.prompt import Instructions
@@ -124,10 +128,9 @@ def code_fingerprint(*modules: str) -> str:
     """
     digest = hashlib.sha256()
     for name in sorted(set(modules)):
-        spec = importlib.util.find_spec(name)
+        spec = importlib.util.find_spec(name)  # rs's own modules: always importable, with their files
         if spec is None or spec.origin is None:
-            digest.update(f"{name}: no source\0".encode())
-            continue
+            raise RuntimeError(f"no source for {name}: code_fingerprint hashes rs's own modules")
         origin = Path(spec.origin)
         files = sorted(origin.parent.rglob("*.py")) if spec.submodule_search_locations else [origin]
         for path in files:
@@ -137,6 +140,22 @@ def code_fingerprint(*modules: str) -> str:
 
 DECISION_MODULES = ("rs.verifiers", "rs.extract", "rs.reasoning", "rs.prompt", "rs.sample", "rs.judge", "rs.calibration")
 """The code that decides what a sampled answer is: its final answer, the verifier's match, the judge and its gate."""
+JUDGE_PROMPT = JUDGE_TEMPLATES / "judge_prompt.jinja"
+"""What the judge is asked: a reworded prompt means other verdicts."""
+
+
+def verifier_source(verifier: object) -> str:
+    """sha256 of the code of a verifier's class: its module's file (a plug-in's too), else the class's own source
+    (one defined in a script or a notebook), else its compiled methods."""
+    cls = type(verifier)
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if path and Path(path).is_file():
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    try:
+        return hashlib.sha256(inspect.getsource(cls).encode()).hexdigest()
+    except (OSError, TypeError):
+        methods = sorted((k, marshal.dumps(v.__code__)) for k, v in vars(cls).items() if hasattr(v, "__code__"))
+        return hashlib.sha256(repr(methods).encode()).hexdigest()
 
 
 class _Report(Protocol):
@@ -236,10 +255,11 @@ def _counted(rows: Iterable[Row], bar: Any) -> Iterator[Row]:
 
 def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
     c = ctx.family.config
-    verifier_module = type(get_verifier(c.verifier.name, **c.verifier.params)).__module__  # a plug-in's own code too
+    verifier = get_verifier(c.verifier.name, **c.verifier.params)
     return fingerprint({"clean": clean.fingerprint, "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
                         "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier),
-                        "instructions": asdict(Instructions.of(c)), "code": code_fingerprint(*DECISION_MODULES, verifier_module)})
+                        "instructions": asdict(Instructions.of(c)), "code": code_fingerprint(*DECISION_MODULES),
+                        "verifier_code": verifier_source(verifier), "judge_prompt": hashlib.sha256(JUDGE_PROMPT.read_bytes()).hexdigest()})
 
 
 def ensure_sampled(ctx: BuildContext) -> SampleReport:

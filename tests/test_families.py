@@ -119,6 +119,8 @@ def test_broken_family_is_refused_with_file_line_and_key(tmp_path: Path, edit: t
         ("shard: {row_group_margin: 1.5}", "shard.row_group_margin", "must be at least 0 and below 1"),
         ("sampling: {max_tokens: 0}", "sampling.max_tokens", "must be at least 1 (the tokens an answer may use"),
         ("sampling: {temperature: -0.5}", "sampling.temperature", "must be at least 0 (0 is greedy decoding), got -0.5"),
+        ("sampling: {temperature: .nan}", "sampling.temperature", "must be a finite number, got nan"),
+        ("engine: {kind: openai, base_url: 'http://h/v1', timeout_s: .inf}", "engine.timeout_s", "must be a finite number, got inf"),
         ("sampling: {top_p: 0}", "sampling.top_p", "must be above 0 and at most 1"),
         ("sampling: {top_p: 1.5}", "sampling.top_p", "must be above 0 and at most 1"),
         ("judge: {calibration_samples: -1}", "judge.calibration_samples", "must be at least 1 (cases per check; to judge nothing, set judge.enabled: false), got -1"),

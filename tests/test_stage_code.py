@@ -48,3 +48,28 @@ def test_the_sample_stage_is_keyed_by_the_code_that_decides_including_a_plugin_v
     module.write_text(PLUGIN.format(tag=tag, rule=" and prediction.strip() == prediction"))  # the plug-in is upgraded
     code_fingerprint.cache_clear()  # a new process: the code is read again
     assert sample_fingerprint(ctx, clean) != before
+
+
+def test_a_reworded_judge_prompt_and_a_verifier_defined_in_a_notebook_key_the_stage_too(tmp_path: Path, monkeypatch) -> None:
+    import sys
+    import types
+
+    import rs.stages
+
+    prompt = tmp_path / "judge_prompt.jinja"
+    prompt.write_bytes(rs.stages.JUDGE_PROMPT.read_bytes())
+    monkeypatch.setattr(rs.stages, "JUDGE_PROMPT", prompt)
+    tag = tmp_path.name.replace("-", "_")
+    notebook = types.ModuleType(f"notebook_{tag}")  # no file, no spec: a class typed into a notebook or a script's __main__
+    monkeypatch.setitem(sys.modules, notebook.__name__, notebook)
+    exec(PLUGIN.format(tag=tag, rule=""), notebook.__dict__)
+    (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tag))
+    ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
+    clean = SimpleNamespace(fingerprint="the same cleaned rows")
+
+    before = sample_fingerprint(ctx, clean)
+    prompt.write_text(prompt.read_text() + "\nBe strict.\n")
+    reworded = sample_fingerprint(ctx, clean)
+    assert reworded != before
+    notebook.Pedantic.match = lambda self, prediction, reference, *, item=None: prediction.strip() == reference
+    assert sample_fingerprint(ctx, clean) != reworded  # the method changed in the notebook

@@ -140,14 +140,20 @@ def _tell_where_the_log_is(path: Path, terminal: TextIO, *, tail: bool, cause: b
 _EXCEPTION_LINE = re.compile(r"^(?:\(\w+ pid=\d+\) )?((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S.*)$")
 
 
+_ENGINE_START = "rs.engines.vllm: Loading "
+
+
 def _first_exception(path: Path) -> str | None:
-    """The log's first `SomeError: message` line: an engine process that fails to start logs its reason there, and
-    the errors raised after it only point back at it."""
+    """The first `SomeError: message` line since the engine last started loading (else in the whole log): an engine
+    process that fails to start logs its reason there, and the errors raised after it only point back at it."""
+    first = None
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
-            if match := _EXCEPTION_LINE.match(line.rstrip("\n")):
-                return match.group(1)[:1000]
-    return None
+            if _ENGINE_START in line:
+                first = None  # what went before belongs to something else
+            elif first is None and (match := _EXCEPTION_LINE.match(line.rstrip("\n"))):
+                first = match.group(1)[:1000]
+    return first
 
 
 def _library_bars(*, enabled: bool) -> bool:

@@ -66,9 +66,10 @@ class EngineStartFailed(RsError, RuntimeError):
     """vLLM refused the engine arguments or could not start the engine (memory, device, model files)."""
 
     show_log = True  # a failed engine core process gives its reason only in its own output, in the log
-    default_hint = ("engine.args in families.yaml are vllm.LLM's arguments; the shipped defaults are a GPU's "
-                    "(max_model_len 16384, gpu_memory_utilization 0.9): on a CPU or a smaller GPU set them as TinyCLEVR "
-                    "does (max_model_len, max_num_seqs, kv_cache_memory_bytes, gpu_memory_utilization: null)")
+    default_hint = ("engine.args in families.yaml are vllm.LLM's arguments; when the reason is memory or a length: the "
+                    "shipped defaults are a GPU's (max_model_len 16384, gpu_memory_utilization 0.9), and on a CPU or a "
+                    "smaller GPU they are set as TinyCLEVR does (max_model_len, max_num_seqs, kv_cache_memory_bytes, "
+                    "gpu_memory_utilization: null); model files out of reach: see the model id and the network")
 
 
 class EngineDied(RsError, RuntimeError):
@@ -168,7 +169,7 @@ class VLLMEngine:
                 self._llm = LLM(model=self._path, **args)
             except TypeError as err:
                 if "unexpected keyword argument" not in str(err):
-                    raise
+                    raise EngineStartFailed(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
                 import vllm
 
                 raise EngineArgsError(f"engine.args of {self.model}: {err} (vLLM {vllm.__version__})",
