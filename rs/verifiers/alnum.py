@@ -4,19 +4,21 @@ IIIT5K, CUTE80, SVT, IC13/15, WordArt and Total-Text are scored by folding case,
 is not a letter or digit and requiring equality. VLM outputs, unlike STR decoders, are not restricted to ASCII, so
 both sides are first decomposed with Unicode compatibility normalisation (NFKD) and reduced to ASCII: accents are
 dropped ("Café" == "cafe"), ligatures and superscripts become their base characters ("ﬁne" == "fine",
-"²" == "2"), and characters with no ASCII decomposition (Arabic-Indic digits, CJK) disappear from a reference. A
+"x²" == "x2"), and characters with no ASCII decomposition (Arabic-Indic digits, CJK) disappear from a reference. A
 *prediction* holding such a letter or digit is rejected instead: what would disappear may be a word ("不是3" is
 "not 3", "大约3" "about 3"). Case is folded with
 ``str.casefold`` *before* decomposition, so "Straße" == "STRASSE". ``str.isalnum`` is deliberately not used: it
 keeps "é", "ß" and "²", which an ASCII reference can never contain.
 
-Another deviation: when both sides are plain numbers (``plain_number``) they must have the same value, because deleting
-the sign and the decimal point merges different numbers ("-5" and "5", "3.5" and "35", "1.0" and "10"); a
-false accept there puts a wrong count or value into training data (CLEVR is scored with this verifier).
+Another deviation: when either side is a plain number (``plain_number``), both must be, of the same value, because
+deleting every other character merges different values ("-5" and "5", "3.5" and "35", "1.0" and "10", "1/2" and
+"12", "10²" and "102", "$5" and "5"); a false accept there puts a wrong count or value into training data (CLEVR is
+scored with this verifier).
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
@@ -57,15 +59,23 @@ def _drops_words(prediction: str) -> bool:
 
 
 def _same_number(prediction: str, reference: str) -> bool:
-    """False when both sides are plain numbers of different values ("-5" and "5", "3.5" and "35", "1.0" and "10"),
-    which the protocol's normalisation would merge by dropping the sign or the decimal point."""
-    if not any(c in prediction or c in reference for c in ("-", ".", "\u2212")):
-        return True  # nothing that changes a value was dropped ("1,000" and "1000" are one value)
-    number = plain_number(prediction.replace("\u2212", "-"))
-    if number is None:
-        return True
-    other = plain_number(reference.replace("\u2212", "-"))
-    return other is None or other == number
+    """When either side is a plain number, both are, of the same value: the protocol's normalisation would otherwise
+    merge "-5" and "5", "3.5" and "35", "1/2" and "12", "10²" and "102", "$5" and "5" (it drops every other character)."""
+    if prediction.isdigit() and reference.isdigit() and prediction.isascii() and reference.isascii():
+        return True  # equal once normalised, and nothing was dropped: the common case, a count
+    if _DIGIT_LIKE(prediction) is None and _DIGIT_LIKE(reference) is None:
+        return True  # no number on either side: words
+    number, other = plain_number(_unwrapped(prediction)), plain_number(_unwrapped(reference))
+    return number == other if number is not None and other is not None else number is None and other is None
+
+
+_DIGIT_LIKE = re.compile(r"[0-9\u00b2\u00b3\u00b9\u00bc-\u00be\u2070-\u2089\u2150-\u215f]").search
+"""An ASCII digit, or a character NFKD turns into one (superscripts, subscripts, vulgar fractions)."""
+
+
+def _unwrapped(text: str) -> str:
+    """An answer without the emphasis, brackets or quotes around it ("**5**", "(5)"), a Unicode minus read as one."""
+    return text.strip().strip("*_()[]{}\"'` \t").replace("\u2212", "-")
 
 
 @register
@@ -85,15 +95,16 @@ class AlnumVerifier(Verifier):
         return (
             "The standard evaluation protocol for scene-text recognition (IIIT5K, CUTE80, SVT, IC13/15, WordArt, "
             "Total-Text): fold case and drop every non-alphanumeric character from both sides, then require an "
-            'exact match. "HELLO!", "hello" and "Hello." are therefore the same answer; but when both sides are plain '
-            'numbers they must also have the same value, so "-5" does not match "5" nor "3.5" match "35".\n\n'
+            'exact match. "HELLO!", "hello" and "Hello." are therefore the same answer; but when either side is a '
+            'plain number, both must be, of the same value, so "-5" does not match "5", nor "3.5" "35", nor "1/2" '
+            '"12", nor "$5" "5".\n\n'
             "The prediction is additionally tried as its first line and its first paragraph, so a model that "
             "gives the right answer and then explains anyway is not penalised for the explanation; not when what "
             "follows hedges, corrects it or offers another answer (\"red\" then \"or maybe blue\", \"yes\" "
             "then \"no\").\n\n"
             'Accented and compatibility characters are reduced to their plain ASCII letters and digits first, so '
-            '"Café" matches "cafe" and "²" matches "2". A prediction holding a letter or digit with no ASCII '
-            'equivalent (another script\'s words or digits) is rejected rather than read without them; in a '
+            '"Café" matches "cafe" and "ﬁne" "fine" (not "²" "2": a number is read as a number, above). A '
+            'prediction holding a letter or digit with no ASCII equivalent (another script\'s words or digits) is rejected rather than read without them; in a '
             "reference such characters are dropped, and a reference with no letters or digits left never matches "
             "anything."
         )

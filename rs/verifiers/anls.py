@@ -20,7 +20,8 @@ ANLS is a soft score; rejection sampling needs a yes/no, so a match requires ``s
   as the reference, else only an exact match counts ("The report was not approved …" scores 0.92 against
   "The report was approved …").
 * A typo is forgiven only inside a word: the answers must have the same number of words, and a changed word
-  must have four characters or more, start with the same two as its counterpart, and not be a code of the
+  must have four characters or more, start with the same two as its counterpart, be one edit from it (two from
+  eight characters on), be no number word, and not be a code of the
   reference (an acronym, letters and digits mixed, or parts joined by hyphens): "unlimited liability" for "limited liability",
   "decrease" for "increase", "John B. Smith" for "John A. Smith" and "XJ-4412-KLMN" for "XJ-4412-KLMM" all reach
   0.9 and are refused.
@@ -144,6 +145,22 @@ _CODE = re.compile(r"\b(?:[A-Z0-9]+(?:-[A-Z0-9]+)+|[A-Z]{2,5}|(?=[A-Za-z]*[0-9])
 """A code in a reference as written: capitals or digits joined by hyphens ("XJ-4412-KLMM"), an acronym of two to five
 capitals ("KLMN", "USA"), or letters and digits mixed ("B12")."""
 _MIN_TYPO_WORD = 4
+_NUMBER_WORD = re.compile(
+    r"(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|"
+    r"eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|million|billion|first|"
+    r"second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|twentieth|thirtieth|half|halves|"
+    r"quarter|dozen)s?"
+)
+"""A number written as a word: "sixty" for "sixth" or "fifty" for "fifteen" is another number, not a typo."""
+
+
+def _typo_distance(word: str) -> int:
+    """The edits a typo may make in a word: one, two from eight characters on ("recieved" is a swap)."""
+    return 2 if len(word) >= 8 else 1
+
+
+def _number_word(word: str) -> bool:
+    return any(_NUMBER_WORD.fullmatch(part) for part in word.strip(".,;:!?()\"'").split("-"))
 
 
 @lru_cache(maxsize=1 << 14)
@@ -158,7 +175,8 @@ def _typos_only(pred: str, ref: str, codes: frozenset[str]) -> bool:
     "John B. Smith" for "John A. Smith" and a code with one wrong character all score 0.9 or more on a long
     answer. A forgiven difference is one of spacing, or keeps the words in place (none added or removed) and each
     changed word is long enough to hold a typo (4 characters), starts as its counterpart does (a prefix changes the
-    meaning), and is no code of the reference."""
+    meaning), is one edit from it (two from 8 characters on: a suffix changes the meaning too, "careless" for
+    "careful"), is no number word ("fifty" for "fifteen") and no code of the reference."""
     if pred.replace(" ", "") == ref.replace(" ", ""):
         return True  # only the spacing differs: "CocaCola", "Coca Cola"
     mine, theirs = pred.split(), ref.split()
@@ -169,6 +187,9 @@ def _typos_only(pred: str, ref: str, codes: frozenset[str]) -> bool:
             continue
         if min(len(p), len(r)) < _MIN_TYPO_WORD or p[:2] != r[:2] or r.strip(".,;:!?()\"'") in codes:
             return False
+        limit = _typo_distance(r)
+        if levenshtein(p, r, limit) > limit or _number_word(p) or _number_word(r):
+            return False  # "careless" for "careful", "above" for "about", "fifty" for "fifteen": another word
     return True
 
 
@@ -246,7 +267,9 @@ class AnlsVerifier(Verifier):
             "more or less than the reference does not match it however similar the strings are. Nor is it forgiven "
             "outside a word: apart from spacing, the answer must have the reference's words in place, and a changed "
             "word must have four characters or more, start as the reference's does (\"unlimited\" is not \"limited\", "
-            "\"decrease\" not \"increase\") and not be a code (an acronym, letters and digits mixed, hyphenated parts)."
+            "\"decrease\" not \"increase\"), differ from it by one edit (two in a word of eight characters or more: "
+            "\"careless\" is not \"careful\"), be no number word (\"fifty\" is not \"fifteen\") and not be a code (an "
+            "acronym, letters and digits mixed, hyphenated parts)."
             "\n\nThe prediction is additionally tried as its first line and its first paragraph, unless what "
             "follows hedges, corrects it or offers another answer. An empty reference never matches."
         )
