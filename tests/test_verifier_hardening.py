@@ -224,6 +224,7 @@ def test_candidates_keep_the_explanation_rule() -> None:
 @pytest.mark.parametrize(("rest", "hedged"), [
     ("The order is red.", False), ("A waiter brought it.", False), ("or_else", True), ("NOT\nsure", True),
     ("Wait, it is blue.", True), ("I  think so", True), ("A café, ordinary in style.", False),
+    ("It may be blue.", True), ("I miscounted; 4.", True), ("The mayor is red.", False),
 ])
 def test_hedge_words_are_whole_words(rest: str, hedged: bool) -> None:
     assert (candidates(f"red\n\n{rest}") == (f"red\n\n{rest}",)) is hedged
