@@ -496,3 +496,25 @@ def test_alnum_never_drops_letters_of_another_script(prediction: str, reference:
 ])
 def test_alnum_still_reduces_what_has_an_ascii_form(prediction: str, reference: str) -> None:
     assert accepts("alnum", prediction, reference)
+
+
+# --- a correction after the marked answer that negates it and states another value (count, math, mcq, review) -----
+
+
+@pytest.mark.parametrize("prediction", [
+    "Answer: 3\n\nNo. 4.", "Answer: 3\n4", "\\boxed{3}\n\nI miscounted; it's 4.", "\\boxed{3}. But recounting gives 4.",
+    "Answer: three\n\nThat's incorrect, the answer is 4", "Answer: 3\n\nHowever, there are 4.",
+    "<answer>3</answer>\n**4**", "Answer: 3\n\nThat is wrong: four.",
+])
+def test_count_a_marked_count_corrected_after_it_is_no_count(prediction: str) -> None:
+    assert not accepts("count", prediction, "3")
+    assert not get_verifier("count").contradicts(prediction, "4")
+
+
+@pytest.mark.parametrize("prediction", [
+    "Answer: 5\n\nThere are 2 red and 3 blue cubes.",  # other numbers, no negation: an explanation
+    "Answer: 5\n\nThe 5 cubes are not hidden.",        # a negation, no other number
+    "\\boxed{5}\n\nNo other object is a cube.", "Answer: 5\n5", "Answer: 5\n\n**Five**",
+])
+def test_count_explanations_after_the_mark_are_still_read(prediction: str) -> None:
+    assert accepts("count", prediction, "5")
