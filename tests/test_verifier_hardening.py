@@ -518,3 +518,18 @@ def test_count_a_marked_count_corrected_after_it_is_no_count(prediction: str) ->
 ])
 def test_count_explanations_after_the_mark_are_still_read(prediction: str) -> None:
     assert accepts("count", prediction, "5")
+
+
+@pytest.mark.parametrize("prediction", [
+    "\\boxed{3}\n\nNo. The answer is 4.", "Answer: 3\n\nHowever, the correct value is 4.", "\\boxed{3}\n4",
+    "<answer>3</answer> That is wrong, it is 4.",
+])
+def test_math_a_marked_value_corrected_after_it_never_matches(prediction: str) -> None:
+    assert not accepts("math", prediction, "3")
+
+
+@pytest.mark.parametrize("prediction", [
+    "\\boxed{5}\n\nThe triangle has sides 3, 4 and 5.", "\\boxed{5}\n\nThis is not an approximation.",
+])
+def test_math_explanations_after_the_mark_still_match(prediction: str) -> None:
+    assert accepts("math", prediction, "5")
