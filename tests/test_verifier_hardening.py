@@ -533,3 +533,24 @@ def test_math_a_marked_value_corrected_after_it_never_matches(prediction: str) -
 ])
 def test_math_explanations_after_the_mark_still_match(prediction: str) -> None:
     assert accepts("math", prediction, "5")
+
+
+@pytest.mark.parametrize("options", [None, ["cat", "dog", "bird", "fish"]])
+@pytest.mark.parametrize("prediction", [
+    "Answer: B\n\nHowever, C is correct.", "Answer: B\n\nNo, C is the right one.", "<answer>B</answer> Incorrect - C is right.",
+    "A) cat\nB) dog\nC) bird\nD) fish",                     # the options restated, none chosen
+    "B. dog\nC. bird", "The answer is B. C is also correct.", "The answer is B. C may also be correct.",
+    "\\boxed{B}, although C may be right", "Answer: B\n\nBut C matches the picture better.",
+])
+def test_mcq_a_letter_corrected_after_it_is_no_answer(prediction: str, options: list[str] | None) -> None:
+    assert extract_choice(prediction, "ABCD", options) is None
+    assert not get_verifier("mcq").contradicts(prediction, "A", item=ItemInfo(options=options))
+
+
+@pytest.mark.parametrize("prediction", [
+    "B\n\nA is not correct, because the arrow points the other way.", "Answer: B\n\nOption A is incorrect.",
+    "B. A is wrong and C is wrong too.", "\\boxed{B}\n\nA and C are not mammals.", "B) dog\n\nThe dog is the only mammal shown.",
+    "The answer is B because the deer eats grass, not fish.",
+])
+def test_mcq_explanations_that_negate_other_options_are_still_read(prediction: str) -> None:
+    assert extract_choice(prediction, "ABCD") == "B"
