@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "answer_line", "answer_line_span", "answer_tag", "answer_tag_between", "answer_tag_spans", "any_candidate",
-    "boxed_spans", "candidates", "hedges", "last_boxed", "outside_spans", "reasoning_state", "split_reasoning",
+    "boxed_spans", "candidates", "hedges", "negates", "last_boxed", "outside_spans", "reasoning_state", "split_reasoning",
 ]
 
 # `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
@@ -45,7 +45,9 @@ _DOUBT_WORDS = frozenset(
     b"uncertain seems likely unclear actually correction wait "
     # a change of mind ("3\n\nHmm, on second thought, 4", "B\n\nSorry, I meant C")
     b"instead rather sorry oops mistake mistaken hmm thought again recount reconsider recheck rethink revise revised "
-    b"meant".split()
+    b"meant "
+    # a recount or a second look ("3\n\nI miscounted; it's 4", "B\n\nC may also be right")
+    b"may miscount miscounted misread miscalculated miscalculation".split()
 )
 # Words that negate or contradict what came before ("3\n\nNo, it's 4", "red\n\nI was wrong: blue"). An explanation
 # uses them too, so a first line followed by them is no answer alone (that explanation goes to the judge); a
@@ -60,6 +62,12 @@ _PHRASE_ENDS = frozenset(p.rsplit(b" ", 1)[1] for p in _HEDGE_PHRASES)
 _HEDGE_OR_PHRASE_END = _HEDGE_WORDS | _PHRASE_ENDS
 # Bytes of ASCII letters and digits kept (lowercased), every other byte a word break.
 _WORD_BYTES = bytes(ord(chr(c).lower()) if chr(c).isascii() and chr(c).isalnum() else 32 for c in range(256))
+
+
+def negates(rest: str) -> bool:
+    """Whether ``rest`` holds a word that negates or contradicts ("no", "not", "but", "however", "wrong", ...); a
+    verifier that reads the answer's marked part takes it back when such a word comes with another value after it."""
+    return not _NEGATION_WORDS.isdisjoint(rest.encode("utf-8", "replace").translate(_WORD_BYTES).split())
 
 
 def hedges(rest: str, *, negations: bool = True) -> bool:

@@ -241,6 +241,7 @@ def test_candidates_keep_the_explanation_rule() -> None:
 @pytest.mark.parametrize(("rest", "hedged"), [
     ("The order is red.", False), ("A waiter brought it.", False), ("or_else", True), ("NOT\nsure", True),
     ("Wait, it is blue.", True), ("I  think so", True), ("A café, ordinary in style.", False),
+    ("It may be blue.", True), ("I miscounted; 4.", True), ("The mayor is red.", False),
 ])
 def test_hedge_words_are_whole_words(rest: str, hedged: bool) -> None:
     assert (candidates(f"red\n\n{rest}") == (f"red\n\n{rest}",)) is hedged
@@ -513,3 +514,61 @@ def test_alnum_never_drops_letters_of_another_script(prediction: str, reference:
 ])
 def test_alnum_still_reduces_what_has_an_ascii_form(prediction: str, reference: str) -> None:
     assert accepts("alnum", prediction, reference)
+
+
+# --- a correction after the marked answer that negates it and states another value (count, math, mcq, review) -----
+
+
+@pytest.mark.parametrize("prediction", [
+    "Answer: 3\n\nNo. 4.", "Answer: 3\n4", "\\boxed{3}\n\nI miscounted; it's 4.", "\\boxed{3}. But recounting gives 4.",
+    "Answer: three\n\nThat's incorrect, the answer is 4", "Answer: 3\n\nHowever, there are 4.",
+    "<answer>3</answer>\n**4**", "Answer: 3\n\nThat is wrong: four.",
+])
+def test_count_a_marked_count_corrected_after_it_is_no_count(prediction: str) -> None:
+    assert not accepts("count", prediction, "3")
+    assert not get_verifier("count").contradicts(prediction, "4")
+
+
+@pytest.mark.parametrize("prediction", [
+    "Answer: 5\n\nThere are 2 red and 3 blue cubes.",  # other numbers, no negation: an explanation
+    "Answer: 5\n\nThe 5 cubes are not hidden.",        # a negation, no other number
+    "\\boxed{5}\n\nNo other object is a cube.", "Answer: 5\n5", "Answer: 5\n\n**Five**",
+])
+def test_count_explanations_after_the_mark_are_still_read(prediction: str) -> None:
+    assert accepts("count", prediction, "5")
+
+
+@pytest.mark.parametrize("prediction", [
+    "\\boxed{3}\n\nNo. The answer is 4.", "Answer: 3\n\nHowever, the correct value is 4.", "\\boxed{3}\n4",
+    "<answer>3</answer> That is wrong, it is 4.",
+])
+def test_math_a_marked_value_corrected_after_it_never_matches(prediction: str) -> None:
+    assert not accepts("math", prediction, "3")
+
+
+@pytest.mark.parametrize("prediction", [
+    "\\boxed{5}\n\nThe triangle has sides 3, 4 and 5.", "\\boxed{5}\n\nThis is not an approximation.",
+])
+def test_math_explanations_after_the_mark_still_match(prediction: str) -> None:
+    assert accepts("math", prediction, "5")
+
+
+@pytest.mark.parametrize("options", [None, ["cat", "dog", "bird", "fish"]])
+@pytest.mark.parametrize("prediction", [
+    "Answer: B\n\nHowever, C is correct.", "Answer: B\n\nNo, C is the right one.", "<answer>B</answer> Incorrect - C is right.",
+    "A) cat\nB) dog\nC) bird\nD) fish",                     # the options restated, none chosen
+    "B. dog\nC. bird", "The answer is B. C is also correct.", "The answer is B. C may also be correct.",
+    "\\boxed{B}, although C may be right", "Answer: B\n\nBut C matches the picture better.",
+])
+def test_mcq_a_letter_corrected_after_it_is_no_answer(prediction: str, options: list[str] | None) -> None:
+    assert extract_choice(prediction, "ABCD", options) is None
+    assert not get_verifier("mcq").contradicts(prediction, "A", item=ItemInfo(options=options))
+
+
+@pytest.mark.parametrize("prediction", [
+    "B\n\nA is not correct, because the arrow points the other way.", "Answer: B\n\nOption A is incorrect.",
+    "B. A is wrong and C is wrong too.", "\\boxed{B}\n\nA and C are not mammals.", "B) dog\n\nThe dog is the only mammal shown.",
+    "The answer is B because the deer eats grass, not fish.",
+])
+def test_mcq_explanations_that_negate_other_options_are_still_read(prediction: str) -> None:
+    assert extract_choice(prediction, "ABCD") == "B"

@@ -19,7 +19,11 @@ Rules:
 * If the prediction contains an explicit answer marker — ``<answer>…</answer>``, ``\\boxed{…}`` or an
   ``Answer: …`` line — only that part is read (in this priority order), so worked solutions that end in a marked
   answer are judged by the marked answer. Several tags (or boxes) must all hold the same count, and nothing after the
-  last marker may doubt or take it back ("Answer: 3" then "Wait, there are 4"); otherwise there is no count.
+  last marker may doubt or take it back ("Answer: 3" then "Wait, there are 4"); otherwise there is no count. A
+  negation or contrast word after it ("no", "not", "but", "however", "wrong", "incorrect", ...) together with a
+  value the mark does not hold takes it back ("Answer: 3\\n\\nNo. 4.", "\\boxed{3}. But recounting gives 4."), as
+  does a later line that is just another number ("Answer: 3\\n4"). An explanation mentioning other numbers without
+  such a word ("Answer: 5\\n\\nThere are 2 red and 3 blue cubes") or such a word without another number is read.
 * The reference itself must be a single integer (digits or a number word); any other reference never matches.
 * Unreadable, never read as the bare integer (each would otherwise be a false accept): a hedged or bounded count
   ("about 3", "at least 3", "3 or so", "3-ish", "3+", "> 3"), a negated one ("not 3", "3 is wrong", "3? No."),
@@ -41,7 +45,7 @@ import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
-from rs.extract import answer_line_span, answer_tag_spans, boxed_spans, hedges
+from rs.extract import answer_line_span, answer_tag_spans, boxed_spans, hedges, negates
 from rs.verifiers.base import Item, Verifier, as_references, register
 
 __all__ = ["CountVerifier", "numbers_in"]
@@ -157,8 +161,26 @@ def numbers_in(text: str) -> set[float] | None:
             return None
     if "%" in text or "~" in text or (("+" in text or "<" in text or ">" in text) and _BOUND.search(text)):
         return None
-    raw_tokens = text.encode("ascii", "replace").translate(_TABLE).split()
     values: set[float] = set()
+    return values if _scan(text, values, strict=True) else None
+
+
+def _values_mentioned(text: str) -> set[float] | None:
+    """Every numeric value ``text`` mentions, whatever words surround it ("No. 4." holds 4, though "no" makes it no
+    count); ``None`` when a non-ASCII character changes a digit (what it mentions cannot be told)."""
+    if not text.isascii():
+        text = _ascii_view(text)
+        if text is None:
+            return None
+    values: set[float] = set()
+    _scan(text, values, strict=False)
+    return values
+
+
+def _scan(text: str, values: set[float], *, strict: bool) -> bool:
+    """Add the values of the (ASCII) ``text``'s tokens to ``values``; ``False`` at the first token that makes it
+    unreadable when ``strict``, else such tokens are skipped."""
+    raw_tokens = text.encode("ascii", "replace").translate(_TABLE).split()
     skip = False
     for i, raw in enumerate(raw_tokens):
         if skip:
@@ -174,9 +196,9 @@ def numbers_in(text: str) -> set[float] | None:
                 values.add(tens + unit)
                 skip = True
                 continue
-        if not _token_values(token, values):
-            return None
-    return values
+        if not _token_values(token, values) and strict:
+            return False
+    return True
 
 
 def _single_integer(text: str) -> int | None:
@@ -205,7 +227,7 @@ def _reference_count(reference: str) -> int | None:
 def _marked_answer(prediction: str) -> str | None:
     """The explicitly marked part of the prediction, or the whole prediction when there is no marker; ``None`` when
     the marks disagree ("\\boxed{3} or \\boxed{4}") or what follows the last one takes it back ("Answer: 3\\n\\nWait,
-    there are 4")."""
+    there are 4", "Answer: 3\\n\\nNo. 4.")."""
     spans = answer_tag_spans(prediction) if "<" in prediction else []
     if not spans and "\\boxed" in prediction:
         spans = boxed_spans(prediction) or []
@@ -219,7 +241,31 @@ def _marked_answer(prediction: str) -> str | None:
         if line is None:
             return prediction
         end, marked = line[1], line[2]
-    return None if hedges(prediction[end:], negations=False) else marked
+    rest = prediction[end:]
+    return None if hedges(rest, negations=False) or _corrected(rest, marked) else marked
+
+
+def _corrected(rest: str, marked: str) -> bool:
+    """Whether ``rest`` (what follows the last mark) corrects the ``marked`` count: it negates or contradicts
+    ("no", "but", "however", "wrong", ...) and mentions a value the mark does not hold ("Answer: 3\\n\\nNo. 4."), or
+    one of its lines is just another number ("Answer: 3\\n4"). Other numbers in an explanation that negates nothing
+    ("There are 2 red and 3 blue cubes") and a negation without another value ("No other object is a cube") are no
+    correction."""
+    if not rest.strip():
+        return False
+    mine = numbers_in(marked) or set()
+    if negates(rest):
+        mentioned = _values_mentioned(rest)
+        if mentioned is None or not mentioned <= mine:
+            return True
+    for line in rest.splitlines():
+        line = line.strip().strip("*_#>`. \t")
+        if not line or len(line.split()) > 2 or line.endswith((":", "：")):
+            continue
+        mentioned = _values_mentioned(line)
+        if mentioned is None or not mentioned <= mine:
+            return True
+    return False
 
 
 @register
@@ -240,7 +286,10 @@ class CountVerifier(Verifier):
             'counts as 3. "No" is not read as zero. When the answer marks its final value explicitly '
             '(an "Answer:" line, a boxed value or an answer tag), only the marked value is read, provided every mark '
             'holds the same count and nothing after the last one doubts it ("Answer: 3" then "Wait, there are 4" '
-            'is no count). A hedged, bounded or negated count ("about 3", "at least 3", "3+", "not 3"), a fraction '
+            'is no count) or corrects it: a negation or contrast word ("no", "but", "however", "wrong") together '
+            'with another number ("Answer: 3" then "No. 4.") or a later line that is just another number. An '
+            'explanation that mentions other numbers without negating anything ("Answer: 5" then "There are 2 red '
+            'and 3 blue cubes") is fine. A hedged, bounded or negated count ("about 3", "at least 3", "3+", "not 3"), a fraction '
             '("three quarters"), a percent, or a digit changed by a superscript, fraction or symbol ("3²", "3½", '
             '"3°") is rejected; a Unicode minus sign is a minus.'
         )

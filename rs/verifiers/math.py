@@ -16,7 +16,9 @@ are handled here:
   as the bare value; it never matches a reference that is not qualified itself (a relation reference such as
   ``x \\geq 3`` is compared as math-verify intends). Two answer tags joined by a connector name several values, as
   boxes do, and a marked answer that what follows doubts or takes back ("\\boxed{3}" then "Hmm, it's 4") matches
-  nothing.
+  nothing; nor does one followed by a negation or contrast word ("no", "but", "however", "wrong", ...) together
+  with a number the mark does not hold ("\\boxed{3}" then "No. The answer is 4.") or by a line that is just
+  another number. An explanation with other numbers and no such word ("The triangle has sides 3, 4 and 5") is read.
 * ``verify`` is asymmetric; the reference is always passed as gold, first.
 
 An empty parse on either side is a non-match — never a raw string comparison of long texts.
@@ -36,7 +38,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from rs.extract import answer_line_span, answer_tag_spans, boxed_spans, hedges, last_boxed, outside_spans
+from rs.extract import answer_line_span, answer_tag_spans, boxed_spans, hedges, last_boxed, negates, outside_spans
 from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["MathVerifier"]
@@ -86,9 +88,39 @@ def _last_box_end(prediction: str) -> int:
 
 
 def _taken_back(prediction: str) -> bool:
-    """Whether what follows the marked answer doubts or takes it back ("\\boxed{3}" then "Hmm, it's 4")."""
-    _, marked, end = _marked_span(prediction)
-    return marked and hedges(prediction[end:], negations=False)
+    """Whether what follows the marked answer doubts or takes it back ("\\boxed{3}" then "Hmm, it's 4"), or corrects
+    it: a negation or contrast word with a number the mark does not hold ("\\boxed{3}" then "No. The answer is 4."),
+    or a later line that is just another number ("\\boxed{3}\\n4")."""
+    text, marked, end = _marked_span(prediction)
+    if not marked:
+        return False
+    rest = prediction[end:]
+    if not rest.strip():
+        return False
+    if hedges(rest, negations=False):
+        return True
+    mine = _numbers(text)
+    if negates(rest) and not _numbers(rest) <= mine:
+        return True
+    for line in rest.splitlines():
+        line = line.strip().strip("*_#>`$. \t")
+        if line and len(line.split()) <= 2 and not line.endswith((":", "：")) and not _numbers(line) <= mine:
+            return True
+    return False
+
+
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_NUMBER_WORDS = {w: float(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
+    "eighteen nineteen twenty".split())}
+_WORD = re.compile(r"[a-z]+")
+
+
+def _numbers(text: str) -> set[float]:
+    """The numbers ``text`` mentions, in digits or as a word up to twenty (a correction after a marked answer)."""
+    found = {float(n) for n in _NUMBER.findall(text)}
+    found.update(_NUMBER_WORDS[w] for w in _WORD.findall(text.lower()) if w in _NUMBER_WORDS)
+    return found
 
 
 # A bound, an approximation or a negation of a value ("at least 3", "\\geq 3", "\\approx 3", "not 3"): not the value,
@@ -191,7 +223,10 @@ class MathVerifier(Verifier):
             "that is a single value, even when one of its values is the reference. Nor does a bound, an "
             'approximation or a negation ("at least 3", "\\geq 3", "\\approx 3", "not 3") unless the reference is '
             'one too, nor a marked answer that the text after it doubts or takes back ("\\boxed{3}" then '
-            '"Hmm, it\'s 4").'
+            '"Hmm, it\'s 4") or corrects: a negation or contrast word ("no", "but", "however", "wrong") together '
+            'with a number the marked answer does not hold ("\\boxed{3}" then "No. The answer is 4."), or a '
+            'later line that is just another number. An explanation that mentions other numbers without negating '
+            'anything is fine.'
         )
 
     def _timeout_now(self) -> int | None:

@@ -15,8 +15,12 @@ Extraction, in order:
    ``B) text`` / ``B. text`` / ``(B) text`` or a first line holding only the letter (``B\n\nBecause …``). Upper-case letters only here, so the article "a" is never option A.
    If these name two different letters (``The answer is A. No wait, the answer is C``) there is no answer.
    Nor is there when what follows the first statement doubts or takes it back (``B\n\nActually, A``, ``B. Wait…``,
-   ``A could also be right``), names another letter on its own after it (``B. No, A.``, ``B. Make that A``) or
-   another line of the answer is just another letter (``B\nA``); the same holds in step 4 and after a tag or box.
+   ``A could also be right``), names another letter on its own after it (``B. No, A.``, ``B. Make that A``),
+   another line of the answer is just another letter (``B\nA``), it later says another letter is right
+   (``C is also correct``, ``No, C is the right one``), names another letter after a clause opened by a negation
+   or contrast (``B. However, C ...``, ``\\boxed{B}, although C ...``) or opens a later line with another letter
+   as an option (``A) cat\\nB) dog``: the options restated); the same holds in step 4 and after a tag or box.
+   Explanations that negate the other options (``B. A is wrong``, ``A is not correct``) are read.
 4. Only if step 3 found nothing: ``option B`` / ``choice B`` / ``I choose B``, again only if exactly one letter.
 5. If the option texts are known (the item's ``options``), an answer equal to one option's text (ignoring case,
    surrounding whitespace and a trailing period) selects that option.
@@ -167,15 +171,38 @@ def _stated(text: str, valid: str, options: Sequence[str] | None) -> tuple[set[s
 
 _CLAUSE_BREAK = re.compile(r"[\n.,;:!?]")
 _LAST_LETTER = re.compile(r"(?<![A-Za-z0-9])([A-Z])[\W_]*$")
+_LETTER = re.compile(r"(?<![A-Za-z0-9])([A-Z])(?![A-Za-z0-9])")
+# A clause opened by a negation or contrast ("No, C ...", "However, C ...", ", although C ...", "Incorrect - C ...").
+_CONTRAST_OPENING = re.compile(
+    r"(?i)(?:^|[\n.;:!?,(\-–—])[\s*_]*(?:no|nope|not|however|but|though|although|wrong|incorrect|unless)\b")
+# Another letter said to be right in its own sentence ("C is correct", "C is the right one", "C matches better"),
+# unless a negation comes between ("A is not correct", "A is wrong, B is right" read for A).
+_AFFIRMED = re.compile(
+    r"(?<![A-Za-z0-9])([A-Z])(?![A-Za-z0-9])([^.\n;!?]{0,60}?)\b(?i:correct|right|true|answer|better|best|valid"
+    r"|accurate|matches|fits)\b")
+_NEGATION_BETWEEN = re.compile(r"(?i)\b(?:not|no|never|wrong|incorrect|isn|aren|doesn|don|cannot|neither|nor)\b|n't")
 
 
 def _taken_back(text: str, letter: str, after: int, valid: str) -> bool:
     """Whether what follows a letter's statement (from ``after`` on) doubts it ("Actually, A", "Wait", "could also
-    be") or names another letter on its own ("No, A.", "Make that A."), or another line of the answer is just
-    another letter ("B\\n\\nA")."""
+    be") or names another letter on its own ("No, A.", "Make that A."), says another letter is right ("C is also
+    correct"), names another letter after a clause opened by a negation or contrast ("However, C ..."), opens a later
+    line with another letter as an option ("A) cat\\nB) dog"), or another line of the answer is just another letter
+    ("B\\n\\nA")."""
     rest = text[after:]
     if hedges(rest, negations=False):
         return True
+    for m in _AFFIRMED.finditer(rest):
+        if m.group(1) in valid and m.group(1) != letter and _NEGATION_BETWEEN.search(m.group(2)) is None:
+            return True  # "B. C is also correct", "B\n\nNo, C is the right one."
+    opening = _CONTRAST_OPENING.search(rest)
+    if opening is not None and any(
+            m.group(1) in valid and m.group(1) != letter for m in _LETTER.finditer(rest, opening.end())):
+        return True  # "B\n\nHowever, C ...", "\\boxed{B}, although C ..."
+    for line in rest.split("\n")[1:]:
+        leading = _LEADING.match(line + "\n")
+        if leading is not None and leading.group(1) in valid and leading.group(1) != letter:
+            return True  # "A) cat\nB) dog\nC) bird": the options restated, none chosen
     for clause in _CLAUSE_BREAK.split(rest):
         other = clause.strip(" \t*_()[]{}")
         if len(other) == 1 and other in valid and other != letter:
@@ -284,7 +311,9 @@ class McqVerifier(Verifier):
             "option's own text; a letter paired with another option's text (\"A. dog\" when dog is option B) "
             "names no option. Nor does an answer that takes its letter back or doubts it (\"B\" then \"Actually, A\", "
             "\"B. Wait...\", \"A could also be right\"), names another letter on its own after it (\"B. No, A.\"), "
-            "has a line that is just another letter, or marks two different "
+            "says another letter is right (\"C is also correct\"), names another letter after a negation or contrast "
+            "opening a clause (\"B\" then \"However, C ...\"), has a line that is just another letter or opens "
+            "with another letter as an option (the options restated: \"A) cat\" then \"B) dog\"), or marks two different "
             "letters (\"\\boxed{A} or \\boxed{B}\"); explanations that discuss the other options are fine."
         )
 
