@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from rs.families import load_families
+from rs.registry import VERIFIERS
 from rs.stages import BuildContext, code_fingerprint, sample_fingerprint
 
 PLUGIN = '''
@@ -21,6 +24,14 @@ class Pedantic(Verifier):
     def match(self, prediction, reference, *, item=None):
         return prediction == reference{rule}
 '''
+
+@pytest.fixture(autouse=True)
+def registry_left_as_found():
+    """The verifiers these tests register leave the registry with them (other tests list every verifier)."""
+    yield
+    for name in [n for n in VERIFIERS._entries if n.startswith("pedantic_")]:
+        del VERIFIERS._entries[name]
+
 
 FAMILY = """\
 families:
