@@ -204,9 +204,11 @@ def _written_splits(ctx: BuildContext, expected: str) -> dict[str, SplitSummary]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     for split, summary in splits.items():
-        sizes = [(ctx.paths.split(split) / name).stat().st_size if (ctx.paths.split(split) / name).is_file() else -1
-                 for name in summary.files]
-        if -1 in sizes or sum(sizes) != summary.bytes:
+        try:
+            size = sum((ctx.paths.split(split) / name).stat().st_size for name in summary.files)
+        except OSError:  # a file gone
+            return None
+        if size != summary.bytes:
             return None
     return splits
 

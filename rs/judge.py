@@ -37,6 +37,8 @@ from rs.reasoning import ReasoningFormat
 
 LABELS = ("CORRECT", "WRONG", "UNSURE")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+PROMPT_TEMPLATE = "judge_prompt.jinja"
+"""What the judge is asked, in `TEMPLATES`."""
 
 
 def fence(text: str) -> str:
@@ -95,7 +97,7 @@ class Judge:
         self.config = config
         env = Environment(loader=FileSystemLoader(template_dir), undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
         env.globals["fence"] = fence
-        self.template = env.get_template("judge_prompt.jinja")
+        self.template = env.get_template(PROMPT_TEMPLATE)
         reasoning = reasoning or ReasoningConfig()
         if config.mode == "think_then_label":
             kwargs = dict(chat_template_kwargs or {})

@@ -37,7 +37,7 @@ from rs.engines.cache import GenerationCache
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.disk import writing
 from rs.families import Family
-from rs.judge import TEMPLATES as JUDGE_TEMPLATES
+from rs.judge import PROMPT_TEMPLATE as JUDGE_PROMPT_TEMPLATE, TEMPLATES as JUDGE_TEMPLATES
 from rs.locks import build_lock
 from rs.progress import progress
 from rs.prompt import Instructions
@@ -123,8 +123,8 @@ def fingerprint(data: Any) -> str:
 def code_fingerprint(*modules: str) -> str:
     """sha256 of the source of `modules` (a package: every .py file below it): what a stage's results depend on.
 
-    A stage whose code changed runs again (from the generation cache, no engine calls) rather than keeping
-    results the new code would decide otherwise: a hardened verifier re-verifies every cached answer.
+    A stage whose code changed runs again (its answers from the generation cache) rather than keeping results the
+    new code would decide otherwise: a hardened verifier re-verifies every cached answer.
     """
     digest = hashlib.sha256()
     for name in sorted(set(modules)):
@@ -140,7 +140,7 @@ def code_fingerprint(*modules: str) -> str:
 
 DECISION_MODULES = ("rs.verifiers", "rs.extract", "rs.reasoning", "rs.prompt", "rs.sample", "rs.judge", "rs.calibration")
 """The code that decides what a sampled answer is: its final answer, the verifier's match, the judge and its gate."""
-JUDGE_PROMPT = JUDGE_TEMPLATES / "judge_prompt.jinja"
+JUDGE_PROMPT = JUDGE_TEMPLATES / JUDGE_PROMPT_TEMPLATE
 """What the judge is asked: a reworded prompt means other verdicts."""
 
 

@@ -128,6 +128,7 @@ def _release_engine_loggers() -> None:
 
 def _tell_where_the_log_is(path: Path, terminal: TextIO, *, tail: bool, cause: bool = False) -> None:
     terminal.write(f"log: {path}\n")
+    last: deque[str] = deque()
     if tail:
         with open(path, encoding="utf-8", errors="replace") as fh:
             last = deque(fh, maxlen=LOG_TAIL_LINES)
@@ -138,9 +139,8 @@ def _tell_where_the_log_is(path: Path, terminal: TextIO, *, tail: bool, cause: b
 
 
 _EXCEPTION_LINE = re.compile(r"^(?:\(\w+ pid=\d+\) )?((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S.*)$")
-
-
 _ENGINE_START = "rs.engines.vllm: Loading "
+"""The log line `VLLMEngine` writes as it starts loading a model."""
 
 
 def _first_exception(path: Path) -> str | None:

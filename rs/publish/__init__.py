@@ -207,9 +207,10 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     ctx = BuildContext(family, Path(build_root or os.environ.get("RS_BUILD_DIR", "build")), cache_path or default_cache_path(),
                        limit=limit, progress=progress, engine_factory=engine_factory)
     local = out is not None or c.publish.target == "local"
-    root = Path(out if out is not None else c.publish.local_dir) / c.publish.namespace
+    folder = Path(out if out is not None else c.publish.local_dir)
+    root = folder / c.publish.namespace
     if local:
-        check_local_root(Path(out if out is not None else c.publish.local_dir), "--out" if out is not None else "publish.local_dir")
+        check_local_root(folder, "--out" if out is not None else "publish.local_dir")
     if limit is not None and not local and not dry_run:
         raise UsageError(f"--limit {limit} builds a trial of {family.name} on its first {limit} images; published to the Hub "
                          f"it would replace {c.publish.namespace}/{family.repo_name('think')} and its two siblings with it",

@@ -189,34 +189,29 @@ def _taken_back(text: str, letter: str, after: int, valid: str) -> bool:
     correct"), names another letter after a clause opened by a negation or contrast ("However, C ..."), opens a later
     line with another letter as an option ("A) cat\\nB) dog"), or another line of the answer is just another letter
     ("B\\n\\nA")."""
+    def another(candidate: str | None) -> bool:
+        return candidate is not None and candidate in valid and candidate != letter
+
     rest = text[after:]
     if hedges(rest, negations=False):
         return True
     for m in _AFFIRMED.finditer(rest):
-        if m.group(1) in valid and m.group(1) != letter and _NEGATION_BETWEEN.search(m.group(2)) is None:
+        if another(m.group(1)) and _NEGATION_BETWEEN.search(m.group(2)) is None:
             return True  # "B. C is also correct", "B\n\nNo, C is the right one."
     opening = _CONTRAST_OPENING.search(rest)
-    if opening is not None and any(
-            m.group(1) in valid and m.group(1) != letter for m in _LETTER.finditer(rest, opening.end())):
+    if opening is not None and any(another(m.group(1)) for m in _LETTER.finditer(rest, opening.end())):
         return True  # "B\n\nHowever, C ...", "\\boxed{B}, although C ..."
     for line in rest.split("\n")[1:]:
         leading = _LEADING.match(line + "\n")
-        if leading is not None and leading.group(1) in valid and leading.group(1) != letter:
+        if leading is not None and another(leading.group(1)):
             return True  # "A) cat\nB) dog\nC) bird": the options restated, none chosen
-    for clause in _CLAUSE_BREAK.split(rest):
-        other = clause.strip(" \t*_()[]{}")
-        if len(other) == 1 and other in valid and other != letter:
-            return True
-    last = _LAST_LETTER.search(rest)
-    if last is not None and last.group(1) in valid and last.group(1) != letter:
+    if any(len(other := clause.strip(" \t*_()[]{}")) == 1 and another(other) for clause in _CLAUSE_BREAK.split(rest)):
         return True
-    if "\n" not in text:
-        return False
-    for line in text.split("\n"):
-        line = line.strip()
-        if line and len(line) <= 16 and (other := _bare_letter(line)) is not None and other in valid and other != letter:
-            return True
-    return False
+    last = _LAST_LETTER.search(rest)
+    if last is not None and another(last.group(1)):
+        return True
+    return "\n" in text and any(
+        line and len(line) <= 16 and another(_bare_letter(line)) for line in (raw.strip() for raw in text.split("\n")))
 
 
 def _plain_choice(text: str, valid: str, options: Sequence[str] | None) -> str | None:
