@@ -25,6 +25,7 @@ from rs import __version__
 from rs.builders import builder_class
 from rs.disk import writing
 from rs.errors import RsError
+from rs.answers import READING_RULES
 from rs.report import (CleaningSummary, FamilyReport, JudgeSummary, Lengths, PromptSummary, RunTimes, SplitSummary, Totals,
                        VerifierSummary)
 from rs.route import decide
@@ -110,7 +111,10 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
                               multiple_choice_items=sampled.multiple_choice_items,
                               reasoning={**asdict(c.model.reasoning), "states": dict(sorted(sampled.prompt_reasoning.items()))}),
         verifier=VerifierSummary(name=verifier.name, title=verifier.title, params=verifier.params, description=verifier.description,
-                                 contradiction_rule=verifier.contradiction_rule),
+                                 contradiction_rule=verifier.contradiction_rule, reading=READING_RULES,
+                                 synonyms=vocabulary.synonym_groups() if (vocabulary := c.answers.vocabulary()) else [],
+                                 outcomes={"accepted": sampled.verified, "certain": sampled.contradicted,
+                                           "undecided": sampled.undecided}),
         judge=JudgeSummary(enabled=c.judge.enabled, model=asdict(c.judge.model) if c.judge.model else asdict(c.model),
                            max_tokens=c.judge.max_tokens, mode=c.judge.mode,
                            think_budget=c.judge.think_budget if c.judge.mode == "think_then_label" else None,

@@ -1,4 +1,6 @@
-"""Split raw model outputs into reasoning and final answer, and pull answers out of common markers.
+"""Split raw model outputs into reasoning and final answer, and find the common answer markers in them.
+
+How a final answer is read (its stated answer, the rest, typed values) is :mod:`rs.answers`.
 
 Verifiers must only ever see the *final answer*: scoring text that still contains the model's reasoning lets a
 number mentioned in passing ("maybe 5... no, 3") decide the outcome. Everything here is deliberately strict —
@@ -14,12 +16,11 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
-    "answer_line", "answer_line_span", "answer_tag", "answer_tag_between", "answer_tag_spans", "any_candidate",
-    "boxed_spans", "candidates", "hedges", "negates", "last_boxed", "outside_spans", "reasoning_state", "split_reasoning",
+    "answer_line", "answer_line_span", "answer_tag", "answer_tag_between", "answer_tag_spans", "boxed_spans",
+    "last_boxed", "outside_spans", "reasoning_state", "split_reasoning",
 ]
 
 # `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
@@ -38,77 +39,6 @@ _ANSWER_LINE = re.compile(
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
 
 _BOXED = "\\boxed"
-# Words after an answer that offer another answer, doubt it or take it back, matched as whole words. Bytes
-# translate and split: this runs on every multi-line answer a first line would accept, and a regex is 3x slower.
-_DOUBT_WORDS = frozenset(
-    b"or alternatively otherwise maybe perhaps possibly possible plausible probably might could either unsure "
-    b"uncertain seems likely unclear actually correction wait "
-    # a change of mind ("3\n\nHmm, on second thought, 4", "B\n\nSorry, I meant C")
-    b"instead rather sorry oops mistake mistaken hmm thought again recount reconsider recheck rethink revise revised "
-    b"meant "
-    # a recount or a second look ("3\n\nI miscounted; it's 4", "B\n\nC may also be right")
-    b"may miscount miscounted misread miscalculated miscalculation".split()
-)
-# Words that negate or contradict what came before ("3\n\nNo, it's 4", "red\n\nI was wrong: blue"). An explanation
-# uses them too, so a first line followed by them is no answer alone (that explanation goes to the judge); a
-# multiple-choice explanation discussing the other options ("A is wrong") is read without them.
-_NEGATION_WORDS = frozenset(
-    b"no not nope nor neither however but though although unless wrong incorrect isn aren wasn weren doesn don didn "
-    b"cannot".split()
-)
-_HEDGE_WORDS = _DOUBT_WORDS | _NEGATION_WORDS
-_HEDGE_PHRASES = (b"not sure", b"i think", b"hard to tell")
-_PHRASE_ENDS = frozenset(p.rsplit(b" ", 1)[1] for p in _HEDGE_PHRASES)
-_HEDGE_OR_PHRASE_END = _HEDGE_WORDS | _PHRASE_ENDS
-# Bytes of ASCII letters and digits kept (lowercased), every other byte a word break.
-_WORD_BYTES = bytes(ord(chr(c).lower()) if chr(c).isascii() and chr(c).isalnum() else 32 for c in range(256))
-
-
-def negates(rest: str) -> bool:
-    """Whether ``rest`` holds a word that negates or contradicts ("no", "not", "but", "however", "wrong", ...); a
-    verifier that reads the answer's marked part takes it back when such a word comes with another value after it."""
-    return not _NEGATION_WORDS.isdisjoint(rest.encode("utf-8", "replace").translate(_WORD_BYTES).split())
-
-
-def hedges(rest: str, *, negations: bool = True) -> bool:
-    """Whether ``rest`` (what follows an answer) offers another answer, doubts it or takes it back; with
-    ``negations`` False, words that only negate ("not", "no", "wrong", "but") do not count."""
-    words = rest.encode("utf-8", "replace").translate(_WORD_BYTES).split()
-    if _HEDGE_OR_PHRASE_END.isdisjoint(words):
-        return False
-    if not (_HEDGE_WORDS if negations else _DOUBT_WORDS).isdisjoint(words):
-        return True
-    text = b" ".join(words)
-    return any(phrase in text for phrase in _HEDGE_PHRASES)
-
-
-_UNICODE_WORD = re.compile(r"[^\W_]+")
-_ANSWER_WORDS = ("final", "answer")
-
-
-def _line_words(line: str) -> list[str]:
-    words = _UNICODE_WORD.findall(line.casefold())
-    while words and words[0] in _ANSWER_WORDS:  # "Answer: red" restates "red"
-        words = words[1:]
-    return words
-
-
-def _another_short_answer(answer: str, rest: str) -> bool:
-    """Whether a line of ``rest`` (what follows a first-line or first-paragraph ``answer``) is a short answer of its
-    own: one or two words ("no" after "yes", "4" after "3"), not a heading ending in ":" nor ``answer`` restated."""
-    mine = None
-    for line in rest.splitlines():
-        line = line.strip().strip("*_#>-` \t")
-        if not line or line.endswith((":", "：")):
-            continue
-        words = _UNICODE_WORD.findall(line)
-        if len(words) > 2:
-            continue
-        if mine is None:
-            mine = _line_words(answer)
-        if _line_words(line) != mine:
-            return True
-    return False
 
 
 def split_reasoning(text: str, *, start: str = "<think>", end: str = "</think>", opened: bool = False) -> tuple[str, str | None]:
@@ -337,59 +267,3 @@ def answer_tag_between(text: str, start: str, end: str) -> str | None:
     if opening < 0:
         return None
     return text[opening + len(start) : close].strip()
-
-
-def candidates(answer: str) -> tuple[str, ...]:
-    """``(full, first line, first paragraph)`` of a trimmed answer, duplicates removed, order kept.
-
-    Short-answer verifiers accept when *any* candidate matches, so a model that answers and then explains
-    ("12\\n\\nExplanation: …") is not penalised for the explanation. When the rest hedges, corrects or negates
-    ("red\\n\\nAlternatively it could be blue", "3\\n\\nNo, it's 4"), only the full text is a candidate; a first
-    line or paragraph followed by a line that is a short answer of its own ("yes\\nno", "3\\n4") is no candidate
-    either.
-    Numeric-tolerance and multiple-choice verifiers must not use this: a first line can hold several numbers or
-    option letters.
-    """
-    full = answer.strip()
-    newline = full.find("\n")
-    if newline < 0:
-        return (full,)
-    if hedges(full[newline + 1 :]):
-        return (full,)  # "3\n\nor maybe 4": what follows offers another answer, the first line is no answer alone
-    first_line = full[:newline].strip()
-    found = [full]
-    if not _another_short_answer(first_line, full[newline + 1 :]):
-        found.append(first_line)
-    paragraph_break = _PARAGRAPH_BREAK.search(full, newline)
-    if paragraph_break is not None:
-        paragraph = full[: paragraph_break.start()].strip()
-        if paragraph != first_line and not _another_short_answer(paragraph, full[paragraph_break.end() :]):
-            found.append(paragraph)
-    return tuple(found)
-
-
-def any_candidate(answer: str, accepts: Callable[[str], bool]) -> bool:
-    """Whether ``accepts`` holds for one of :func:`candidates` of ``answer``.
-
-    Same answer as ``any(map(accepts, candidates(answer)))``, but the hedge checks run only when a first line or
-    paragraph would be accepted: most multi-line answers are rejected before they are needed.
-    """
-    full = answer.strip()
-    if accepts(full):
-        return True
-    newline = full.find("\n")
-    if newline < 0:
-        return False
-    first_line = full[:newline].strip()
-    line_ok = accepts(first_line)
-    paragraph_break = _PARAGRAPH_BREAK.search(full, newline)
-    paragraph = None if paragraph_break is None else full[: paragraph_break.start()].strip()
-    paragraph_ok = paragraph is not None and paragraph != first_line and accepts(paragraph)
-    if not (line_ok or paragraph_ok) or hedges(full[newline + 1 :]):
-        return False
-    if line_ok and not _another_short_answer(first_line, full[newline + 1 :]):
-        return True
-    if not paragraph_ok:
-        return False
-    assert paragraph is not None and paragraph_break is not None  # paragraph_ok says so
-    return not _another_short_answer(paragraph, full[paragraph_break.end() :])

@@ -9,7 +9,7 @@ card states is a field here, measured by the run that built the family.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rs.errors import RsError
@@ -31,6 +31,12 @@ class VerifierSummary:
     """The card text of the verifier, with the actual parameter values."""
     contradiction_rule: str | None
     """Which rejections are certain (the judge may not overrule them); None when the verifier knows none."""
+    reading: str = ""
+    """How every final answer is read before the comparison (`rs.answers.READING_RULES`)."""
+    synonyms: list[list[str]] = field(default_factory=list)
+    """The family's closed set of answers: each term with its other spellings (`answers.synonyms`)."""
+    outcomes: dict[str, int] = field(default_factory=dict)
+    """Answers the verifier accepted, rejected for certain, and left undecided (the judge's)."""
 
 
 @dataclass(frozen=True)

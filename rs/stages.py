@@ -138,7 +138,7 @@ def code_fingerprint(*modules: str) -> str:
     return digest.hexdigest()
 
 
-DECISION_MODULES = ("rs.verifiers", "rs.extract", "rs.reasoning", "rs.prompt", "rs.sample", "rs.judge", "rs.calibration")
+DECISION_MODULES = ("rs.answers", "rs.verifiers", "rs.extract", "rs.reasoning", "rs.prompt", "rs.sample", "rs.judge", "rs.calibration")
 """The code that decides what a sampled answer is: its final answer, the verifier's match, the judge and its gate."""
 JUDGE_PROMPT = JUDGE_TEMPLATES / JUDGE_PROMPT_TEMPLATE
 """What the judge is asked: a reworded prompt means other verdicts."""

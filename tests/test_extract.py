@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rs.extract import answer_line, answer_tag, candidates, last_boxed, reasoning_state, split_reasoning
+from rs.extract import answer_line, answer_tag, last_boxed, reasoning_state, split_reasoning
 
 
 @pytest.mark.parametrize(
@@ -108,42 +108,6 @@ def test_answer_line(text: str, expected: str | None) -> None:
 )
 def test_answer_tag(text: str, expected: str | None) -> None:
     assert answer_tag(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("answer", "expected"),
-    [
-        ("12", ("12",)),
-        ("  12  ", ("12",)),
-        ("12\n\nExplanation: 12 apples, 3 rotten", ("12\n\nExplanation: 12 apples, 3 rotten", "12")),
-        ("STOP\nThe sign reads STOP.", ("STOP\nThe sign reads STOP.", "STOP")),
-        (
-            "line one\nline two of it\n\nsecond paragraph of it",
-            ("line one\nline two of it\n\nsecond paragraph of it", "line one", "line one\nline two of it"),
-        ),
-        ("a\nthe letter a", ("a\nthe letter a", "a")),
-        ("a\n  \t\nthe letter a", ("a\n  \t\nthe letter a", "a")),  # whitespace-only line is a paragraph break
-        # a line that is a short answer of its own after the first line or paragraph: neither is the answer alone
-        ("a\nb", ("a\nb",)),
-        ("a\n  \t\nb", ("a\n  \t\nb",)),
-        ("line one\nline two\n\nsecond paragraph", ("line one\nline two\n\nsecond paragraph",)),
-        ("a\nthe letter a\n\nb", ("a\nthe letter a\n\nb",)),
-        # what is no second answer: a heading, the answer restated
-        ("a\n\n**Why:**\nthe letter a", ("a\n\n**Why:**\nthe letter a", "a")),
-        ("a\n\nFinal answer: **a**", ("a\n\nFinal answer: **a**", "a")),
-        ("\n\nfirst\n\n", ("first",)),
-        ("", ("",)),
-    ],
-)
-def test_candidates(answer: str, expected: tuple[str, ...]) -> None:
-    assert candidates(answer) == expected
-
-
-def test_candidates_are_deduplicated_and_ordered() -> None:
-    got = candidates("x\ny is why\n\nz is more")
-    assert got[0] == "x\ny is why\n\nz is more"
-    assert len(set(got)) == len(got)
-    assert got[1:] == ("x", "x\ny is why")
 
 
 @pytest.mark.parametrize(("text", "opened", "expected"), [

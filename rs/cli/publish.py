@@ -31,6 +31,9 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
     lines = [f"{family.name}: {t.source_qa:,} source QA, {t.dropped_by_cleaning:,} dropped by cleaning, "
              f"{t.accepted:,} accepted ({t.accepted_by['verifier']:,} by the verifier, {t.accepted_by['judge']:,} by the judge), "
              f"{t.rejected:,} rejected; accept rate {pct(t.accept_rate)}"]
+    if (o := report.verifier.outcomes):
+        lines.append(f"  verifier: {o['accepted']:,} accepted, {o['certain']:,} certainly wrong, "
+                     f"{o['undecided']:,} undecided (the judge's)")
     reasons = ", ".join(f"{k} {v:,}" for k, v in t.rejected_by_reason.items() if v)
     lines.append(f"  rejected by reason: {reasons or 'none'}")
     if cal:

@@ -194,6 +194,27 @@ class VerifierConfig:
 
 
 @dataclass
+class AnswersConfig:
+    """`answers:` in families.yaml: the family's closed set of answers (CLEVR's colours, shapes, materials, sizes),
+    read as typed terms with their synonyms on both sides (`rs.answers`)."""
+
+    categories: dict[str, list[str]] = field(default_factory=dict)
+    """Category -> its terms (`color: [gray, red, ...]`): a reference that is one is read as a term, and a term of
+    another category beside the answer ("the red cube" for a colour) is no other answer."""
+    synonyms: dict[str, list[str]] = field(default_factory=dict)
+    """Term -> its other spellings (`sphere: [ball, balls, spheres]`), the same answer on either side."""
+
+    def vocabulary(self) -> Any:
+        """The closed set as `rs.answers.Vocabulary`, or None when the family has none."""
+        if not self.categories and not self.synonyms:
+            return None
+        from rs.answers import Vocabulary
+
+        terms = [t for members in self.categories.values() for t in members]
+        return Vocabulary.build(terms, self.synonyms, self.categories)
+
+
+@dataclass
 class CleaningConfig:
     """`cleaning:` in families.yaml: every registered step's block by its key (`rs.registry.CLEANING`;
     one not written gets its defaults), and `dedup`."""
@@ -227,6 +248,8 @@ class FamilyConfig:
     multiple_choice_instruction: str | None = MULTIPLE_CHOICE_INSTRUCTION
     """Appended instead of `instruction` to a question with options (rendered as a lettered block by cleaning, or
     given by the source), which is answered with a letter; null: those get `instruction` too."""
+    answers: AnswersConfig = field(default_factory=AnswersConfig)
+    """The family's closed set of answers with its synonyms, when its answers form one."""
     cleaning: Annotated[CleaningConfig, CLEANING] = field(default_factory=CleaningConfig)
     """Cleaning steps by their key (registered steps; `enabled` switches one on), and `dedup`."""
     engine: Annotated[KindConfig, ENGINES] = field(default_factory=lambda: ENGINES.get(ENGINES.default).Config())

@@ -31,6 +31,7 @@ from rs.reasoning import ReasoningFormat
 from rs.sources.base import QAItem, Row
 from rs.store import ITEMS, ParquetStreamWriter
 from rs.engines.cache import GenerationCache
+from rs.answers import Grader
 from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ class SampleReport:
     verified: int = 0
     contradicted: int = 0
     """Rejections the verifier knows are wrong: no judge verdict can promote them."""
+    undecided: int = 0
+    """Answers the verifier could not decide (neither accepted nor certainly wrong): the judge's."""
     judged: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)
     contradicted_verdicts: Counter[str] = field(default_factory=Counter)
@@ -117,6 +120,7 @@ class SampleStage:
     def __init__(self, config: FamilyConfig, sampler: Engine, judge_engine: Engine | None, cache: GenerationCache, *, progress: bool = True):
         self.config = config
         self.verifier: Verifier = get_verifier(config.verifier.name, **config.verifier.params)
+        self.grader = Grader(self.verifier, config.answers.vocabulary())
         self.settings = sampling_settings(config)
         self.instructions = Instructions.of(config)
         self.reasoning = ReasoningFormat(config.model.reasoning, tokenizer=getattr(sampler, "tokenizer", None),
@@ -209,6 +213,7 @@ class SampleStage:
         self.report.prompt_reasoning[gen.prompt_reasoning or "unknown"] += gen.error is None
         self.report.verified += v.verified
         self.report.contradicted += v.contradicts
+        self.report.undecided += gen.error is None and gen.answer is not None and not v.verified and not v.contradicts
         self.report.engine_errors += gen.error is not None
         self.report.no_final_answer += gen.error is None and gen.answer is None
         slot.record = {
@@ -241,8 +246,9 @@ class SampleStage:
         gen = self.reasoning.read(gen)
         references = item.all_references()
         answered = gen.answer is not None and gen.error is None
-        verified = answered and self.verifier.match(gen.answer, references, item=item)
-        contradicts = answered and not verified and self.verifier.contradicts(gen.answer, references, item=item)
+        grade = self.grader.grade(gen.answer, references, item=item) if answered else None
+        verified = grade is not None and grade.accepted
+        contradicts = grade is not None and grade.certain
         if not answered or not gen.answer:
             return Verification(gen, references, verified, contradicts, None)
         case = JudgeCase(prompt, item.answer, gen.answer, item.key)
@@ -256,7 +262,7 @@ class SampleStage:
         With several annotators (VQA) it is only the most frequent answer: when too few agree for the verifier to
         accept it ("sale" from 2 of 10), a judge would only find the candidate equal to one opinion and echo it
         CORRECT, undoing the verifier's threshold. Such an item is not judged."""
-        return not item.references or self.verifier.match(item.answer, references, item=item)
+        return not item.references or self.grader.grade(item.answer, references, item=item).accepted
 
     def calibration_cases(self) -> CalibrationCases:
         """The judge's calibration cases, from what `verify` saw."""

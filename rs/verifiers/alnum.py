@@ -23,8 +23,7 @@ import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
-from rs.extract import any_candidate
-from rs.verifiers.base import Item, Verifier, as_references, numbers_or_polars_differ, plain_number, register
+from rs.verifiers.base import Item, Verifier, plain_number, register
 
 __all__ = ["AlnumVerifier", "alnum_normalise"]
 
@@ -82,7 +81,7 @@ def _unwrapped(text: str) -> str:
 class AlnumVerifier(Verifier):
     """Case- and punctuation-insensitive exact match on ``[0-9a-z]`` (see the module docstring).
 
-    The prediction is also tried as its first line and its first paragraph. A reference that normalises to the
+    A reference that normalises to the
     empty string (e.g. ``"!!!"``) never matches, not even an empty prediction: STR protocols drop such labels.
     """
 
@@ -98,10 +97,6 @@ class AlnumVerifier(Verifier):
             'exact match. "HELLO!", "hello" and "Hello." are therefore the same answer; but when either side is a '
             'plain number, both must be, of the same value, so "-5" does not match "5", nor "3.5" "35", nor "1/2" '
             '"12", nor "$5" "5".\n\n'
-            "The prediction is additionally tried as its first line and its first paragraph, so a model that "
-            "gives the right answer and then explains anyway is not penalised for the explanation; not when what "
-            "follows hedges, corrects it or offers another answer (\"red\" then \"or maybe blue\", \"yes\" "
-            "then \"no\").\n\n"
             'Accented and compatibility characters are reduced to their plain ASCII letters and digits first, so '
             '"Café" matches "cafe" and "ﬁne" "fine" (not "²" "2": a number is read as a number, above). A '
             'prediction holding a letter or digit with no ASCII equivalent (another script\'s words or digits) is rejected rather than read without them; in a '
@@ -109,42 +104,8 @@ class AlnumVerifier(Verifier):
             "anything."
         )
 
-    def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        if prediction is None or _drops_words(prediction):
+    def compare(self, value: str, references: Sequence[str], *, item: Item | None = None) -> bool:
+        if _drops_words(value):
             return False
-        norm = alnum_normalise
-        if type(reference) is str:
-            ref = norm(reference)
-            if not ref:
-                return False
-            if "\n" not in prediction:
-                return norm(prediction) == ref and _same_number(prediction, reference)
-            return any_candidate(prediction, lambda c: norm(c) == ref and _same_number(c, reference))
-        refs: dict[str, list[str]] = {}
-        for r in as_references(reference):
-            if n := norm(r):
-                refs.setdefault(n, []).append(r)
-        if not refs:
-            return False
-
-        def accepts(candidate: str) -> bool:
-            same = refs.get(norm(candidate))
-            return same is not None and any(_same_number(candidate, r) for r in same)
-
-        if "\n" not in prediction:
-            return accepts(prediction)
-        return any_candidate(prediction, accepts)
-
-    def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        if prediction is None:
-            return False
-        return numbers_or_polars_differ(prediction, list(as_references(reference)))
-
-    @property
-    def contradiction_rule(self) -> str:
-        return ("A plain number different from every reference number, or yes against no (and no against yes); "
-                "compared as written, before letters and digits are filtered.")
+        norm = alnum_normalise(value)
+        return any(norm == ref and _same_number(value, r) for r in references if (ref := alnum_normalise(r)))

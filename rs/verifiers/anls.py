@@ -26,7 +26,7 @@ ANLS is a soft score; rejection sampling needs a yes/no, so a match requires ``s
   "decrease" for "increase", "John B. Smith" for "John A. Smith" and "XJ-4412-KLMN" for "XJ-4412-KLMM" all reach
   0.9 and are refused.
 
-The prediction is additionally tried as its first line and its first paragraph.
+The answer is read once by :mod:`rs.answers`; this module scores the stated answer it gives.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from rs.extract import any_candidate, candidates
+from rs.answers import Kind, Vocabulary
 from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["AnlsVerifier", "anls_normalise", "anls_score", "levenshtein"]
@@ -100,17 +100,13 @@ def _similarity(pred: str, ref: str, max_distance: int | None = None) -> float:
 
 
 def anls_score(prediction: str, references: str | Sequence[str]) -> float:
-    """ANLS of ``prediction`` against the best reference (best of full text / first line / first paragraph).
+    """ANLS of ``prediction`` against the best reference.
 
     Pure ANLS, without the ``numeric_exact`` rule; empty references are ignored.
     """
     refs = [r for r in map(anls_normalise, as_references(references)) if r]
-    best = 0.0
-    for cand in candidates(prediction):
-        pred = anls_normalise(cand)
-        for ref in refs:
-            best = max(best, _similarity(pred, ref))
-    return best
+    pred = anls_normalise(prediction)
+    return max((_similarity(pred, ref) for ref in refs), default=0.0)
 
 
 @lru_cache(maxsize=1 << 14)
@@ -132,6 +128,7 @@ def _as_number(text: str) -> tuple[bool, str, Decimal, bool] | None:
 
 
 _DIGITS = re.compile(r"[0-9]+")
+_LEADING_ZERO = re.compile(r"(?<![0-9.,])0[0-9]")
 # Words that negate what they stand in: "not approved" is one insertion away from "approved" (ANLS 0.92 on a long
 # answer), so a typo is never forgiven across a different count of them.
 _NEGATION = re.compile(r"\b(?:not|no|never|none|nor|neither|without|cannot)\b|n['’]t\b")
@@ -218,29 +215,6 @@ class AnlsVerifier(Verifier):
                 "character in ten, 1.0 requires an exact (case- and whitespace-insensitive) match."
             )
 
-    def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        if prediction is None or not self._numeric:
-            return False
-        refs = [r for r in map(anls_normalise, as_references(reference)) if r]
-        pred = anls_normalise(prediction)
-        if not refs or not pred:
-            return False
-        number = _as_number(pred)
-        if number is not None and all(_as_number(r) is not None for r in refs):
-            return all(_as_number(r) != number for r in refs)
-        # the same text with other digits ("March 12, 2011" against "March 12, 2010")
-        shape = _DIGITS.sub("#", pred)
-        return all(_DIGITS.sub("#", r) == shape and _DIGITS.findall(r) != _DIGITS.findall(pred) for r in refs)
-
-    @property
-    def contradiction_rule(self) -> str | None:
-        if not self._numeric:
-            return None
-        return ("A number different from a numeric reference, or the reference's own text with different digits "
-                '("March 12, 2011" against "March 12, 2010").')
-
     @property
     def description(self) -> str:
         text = (
@@ -270,20 +244,18 @@ class AnlsVerifier(Verifier):
             "\"decrease\" not \"increase\"), differ from it by one edit (two in a word of eight characters or more: "
             "\"careless\" is not \"careful\"), be no number word (\"fifty\" is not \"fifteen\") and not be a code (an "
             "acronym, letters and digits mixed, hyphenated parts)."
-            "\n\nThe prediction is additionally tried as its first line and its first paragraph, unless what "
-            "follows hedges, corrects it or offers another answer. An empty reference never matches."
+            "\n\nAn empty reference never matches."
         )
         return text
 
-    def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        if prediction is None:
-            return False
-        refs = [(n, _codes(r)) for r in as_references(reference) if (n := anls_normalise(r))]
-        if not refs:
-            return False
-        return any_candidate(prediction, lambda candidate: self._matches(anls_normalise(candidate), refs))
+    def kind(self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None) -> Kind:
+        if not self._numeric or any(_LEADING_ZERO.search(r) for r in references):
+            return Kind.TEXT  # "007" is an identifier, compared as written; without numeric_exact, pure ANLS
+        return super().kind(references, item=item, vocabulary=vocabulary)
+
+    def compare(self, value: str, references: Sequence[str], *, item: Item | None = None) -> bool:
+        refs = [(n, _codes(r)) for r in references if (n := anls_normalise(r))]
+        return bool(refs) and self._matches(anls_normalise(value), refs)
 
     def _matches(self, pred: str, refs: list[tuple[str, frozenset[str]]]) -> bool:
         min_score = self._min

@@ -19,6 +19,9 @@ from decimal import Decimal
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, Protocol
 
+from rs.answers.grade import Grader
+from rs.answers.numbers import Number
+from rs.answers.values import Kind, Vocabulary, classify, polar_of, reference_values
 from rs.errors import UsageError
 from rs.registry import VERIFIERS, UnknownNameError
 
@@ -47,6 +50,11 @@ class Item(Protocol):
     """What a verifier may know of the item it verifies besides the references (`rs.sources.QAItem` is one)."""
 
     @property
+    def question(self) -> str:
+        """The question as the source recorded it (its words are neutral beside a stated value)."""
+        ...
+
+    @property
     def options(self) -> Sequence[str]:
         """The multiple-choice option texts in label order; empty when the item has none."""
         ...
@@ -63,6 +71,7 @@ class ItemInfo:
 
     options: Sequence[str] = ()
     qtype: str | None = None
+    question: str = ""
 
 
 class Param(NamedTuple):
@@ -77,7 +86,8 @@ class Verifier(abc.ABC):
     """Decides whether a final answer matches a reference.
 
     Subclasses set ``name`` (registry key), ``title`` (short human name used as a dataset-card heading) and
-    ``PARAMS``, implement :meth:`match` and :attr:`description`, and may override :meth:`check_params` for
+    ``PARAMS``, implement :meth:`compare` (the metric on a clean answer) and :attr:`description`, and may override
+    :meth:`kind` (what the answer is read for), :meth:`compare_numbers` and :meth:`check_params` for
     range checks. Instances are immutable after construction and safe to share between threads (except
     ``math``, see its docstring).
     """
@@ -103,35 +113,84 @@ class Verifier(abc.ABC):
         """
 
     @abc.abstractmethod
+    def compare(self, value: str, references: Sequence[str], *, item: Item | None = None) -> bool:
+        """The verifier's own metric (alnum, relaxed accuracy, ANLS, ...) on a clean answer ``value``.
+
+        ``value`` is what :mod:`rs.answers` read as the stated answer: wrappers removed and, for a typed value, its
+        canonical form ("3" for "three.", "sphere" for "Ball", "yes" for "**Yes**"). A reference that is empty
+        after normalisation never matches. ``references`` may hold several answers: for most verifiers any may
+        match, for ``vqa`` they are the annotators' votes.
+        """
+
+    def kind(self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None) -> Kind:
+        """The kind of value the references are (a number, yes/no, an option, a term of the closed set, free text):
+        what the answer is read for. By default from the references themselves (:func:`rs.answers.classify`)."""
+        return classify(references, vocabulary)
+
+    def compare_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None,
+                      vocabulary: Vocabulary | None = None) -> bool:
+        """Whether a typed ``value`` of ``kind`` read from the answer matches the references.
+
+        Numbers are compared by value (:meth:`compare_numbers`); a yes/no or a term is given to :meth:`compare` in
+        its canonical form, with the references in theirs.
+        """
+        if kind is Kind.NUMBER:
+            numbers = reference_values(kind, references)
+            return numbers is not None and self.compare_numbers(value, numbers)
+        if kind is Kind.POLAR:
+            return self.compare(value, [polar_of(r) or r for r in references], item=item)
+        if kind is Kind.TERM and vocabulary:
+            return self.compare(value, [vocabulary.canonical(r) or r for r in references], item=item)
+        return self.compare(str(value), references, item=item)
+
+    def compare_numbers(self, value: Number, references: Sequence[Number]) -> bool:
+        """Whether a number equals one of the reference numbers (a percent sign read either way: "42%" is 42 or
+        0.42); a qualified number ("about 3") never does."""
+        return any(value.agrees(r) for r in references)
+
+    def certain_kind(self, kind: Kind, references: Sequence[str], *, item: Item | None = None,
+                     vocabulary: Vocabulary | None = None) -> bool:
+        """Whether a clean value of ``kind`` that differs from ``references`` is certainly wrong: every reference is a
+        value of that kind too (free text never is)."""
+        return kind is not Kind.TEXT and reference_values(kind, references, vocabulary) is not None
+
+    def certain_value(self, kind: Kind, value: Any) -> bool:
+        """Whether a stated ``value`` of ``kind`` is one this verifier can call wrong for sure (a count verifier: a
+        whole number, not "seven hundredths")."""
+        return True
+
+    def grader(self) -> Grader:
+        """A grader reading answers for this verifier, without a family's closed set of answers."""
+        grader = self.__dict__.get("_grader")
+        if grader is None:
+            grader = self.__dict__["_grader"] = Grader(self)
+        return grader
+
     def match(
         self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
-        """Whether ``prediction`` (final answer, reasoning removed; ``None`` = no answer) matches ``reference``.
+        """Whether ``prediction`` (final answer, reasoning removed; ``None`` = no answer) is accepted against
+        ``reference``: read once (:mod:`rs.answers`), one clean value matching, nothing else stated against it.
 
-        ``reference`` may be a list: for most verifiers any reference may match, for ``vqa`` the list is the
-        annotators' answers, duplicates included, that the soft score counts votes over. A reference that is
-        empty after normalisation never matches — an empty reference cannot verify anything. ``item`` is what
-        else is known of the item (its multiple-choice options in label order, its question type; a
-        ``QAItem`` will do); verifiers that have no use for it ignore it.
+        ``item`` is what else is known of the item (its question, its multiple-choice options in label order, its
+        question type; a ``QAItem`` will do).
         """
+        return self.grader().grade(prediction, reference, item=item).accepted
 
     def contradicts(
         self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
     ) -> bool:
-        """Whether a prediction this verifier rejected *certainly* states a different answer than every reference.
-
-        Certain means the verifier parsed both sides into values of the same kind and they differ beyond its own
-        tolerance: two numbers, two option letters, yes against no. The model-as-judge may not overrule such a
-        rejection, however confident its CORRECT. Anything the verifier could not parse, or parsed only in part,
-        is not certain (the default): those are the rejections a judge is for. Called only on rejections, so it
-        may be slower than :meth:`match`.
-        """
-        return False
+        """Whether ``prediction`` is *certainly* wrong: one clean value of the reference's kind that differs from
+        every reference after notation is normalised, with nothing in the rest that matches. The judge may not
+        overrule such a rejection. Anything not read for sure is undecided, the judge's."""
+        return self.grader().grade(prediction, reference, item=item).certain
 
     @property
     def contradiction_rule(self) -> str | None:
-        """Plain words, for the card, saying which rejections are certain (:meth:`contradicts`); ``None``: none."""
-        return None
+        """Plain words, for the card, saying which rejections are certain; ``None``: none."""
+        return ("An answer that states one value of the reference's kind (a number, yes or no, an option, a term of the "
+                "family's answers), plainly, different from every reference once notation is normalised, with "
+                "nothing said after it that matches.")
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:

@@ -12,8 +12,7 @@ import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
-from rs.extract import any_candidate
-from rs.verifiers.base import Item, Verifier, as_references, numbers_or_polars_differ, register
+from rs.verifiers.base import Item, Verifier, register
 
 __all__ = ["ExactVerifier", "exact_normalise"]
 
@@ -43,42 +42,10 @@ class ExactVerifier(Verifier):
             "The prediction must equal the reference after both are lowercased (Unicode case folding), trimmed, "
             "have runs of whitespace collapsed to a single space, and lose one trailing period. Nothing else is "
             'forgiven: "t-shirt" differs from "t shirt", "3.5" from "35", "two" from "2", and articles count.\n\n'
-            "The prediction is additionally tried as its first line and its first paragraph, so a model that "
-            "gives the right answer and then explains anyway is not penalised for the explanation (not when what "
-            "follows hedges, corrects it or offers another answer). When several "
-            "references are given, matching any one of them is enough; an empty reference never matches."
+            "When several references are given, matching any one of them is enough; an empty reference never "
+            "matches."
         )
 
-    def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        if prediction is None:
-            return False
-        norm = exact_normalise
-        if type(reference) is str:
-            ref = norm(reference)
-            if not ref:
-                return False
-            if prediction == reference:
-                return True
-            if "\n" not in prediction:
-                return norm(prediction) == ref
-            return any_candidate(prediction, lambda c: norm(c) == ref)
-        refs = {r for r in map(norm, as_references(reference)) if r}
-        if not refs:
-            return False
-        if "\n" not in prediction:
-            return norm(prediction) in refs
-        return any_candidate(prediction, lambda c: norm(c) in refs)
-
-    def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        if prediction is None:
-            return False
-        return numbers_or_polars_differ(prediction, list(as_references(reference)))
-
-    @property
-    def contradiction_rule(self) -> str:
-        return ("A plain number different from every reference number, or yes against no (and no against yes), after "
-                "lowercasing and trimming.")
+    def compare(self, value: str, references: Sequence[str], *, item: Item | None = None) -> bool:
+        norm = exact_normalise(value)
+        return any(norm == ref for ref in map(exact_normalise, references) if ref)

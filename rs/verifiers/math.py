@@ -38,8 +38,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from rs.extract import answer_line_span, answer_tag_spans, boxed_spans, hedges, last_boxed, negates, outside_spans
-from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
+from rs.answers import Number
+from rs.verifiers.base import Item, Param, Verifier, VerifierError, register
 
 __all__ = ["MathVerifier"]
 
@@ -57,70 +57,6 @@ def _math_verify() -> Any:
             f"({e}). Install it with: {INSTALL_HINT}"
         ) from None
     return math_verify
-
-
-def _marked_answer(prediction: str) -> tuple[str, bool]:
-    """``(text, was_marked)``: the last box / answer tag / answer line if any, else the whole prediction."""
-    text, marked, _ = _marked_span(prediction)
-    return text, marked
-
-
-def _marked_span(prediction: str) -> tuple[str, bool, int]:
-    """:func:`_marked_answer` and where the mark ends (the prediction's length when there is none)."""
-    if "\\boxed" in prediction:
-        boxed = last_boxed(prediction)
-        if boxed is not None:
-            return boxed, True, _last_box_end(prediction)
-    if "<" in prediction:
-        tags = answer_tag_spans(prediction)
-        if tags:
-            return tags[-1][2], True, tags[-1][1]
-    line = answer_line_span(prediction)
-    if line is not None:
-        return line[2], True, line[1]
-    return prediction.strip(), False, len(prediction)
-
-
-def _last_box_end(prediction: str) -> int:
-    """End of the last ``\\boxed{…}`` (the prediction's length when a box never closes)."""
-    spans = boxed_spans(prediction)
-    return spans[-1][1] if spans else len(prediction)
-
-
-def _taken_back(prediction: str) -> bool:
-    """Whether what follows the marked answer doubts or takes it back ("\\boxed{3}" then "Hmm, it's 4"), or corrects
-    it: a negation or contrast word with a number the mark does not hold ("\\boxed{3}" then "No. The answer is 4."),
-    or a later line that is just another number ("\\boxed{3}\\n4")."""
-    text, marked, end = _marked_span(prediction)
-    if not marked:
-        return False
-    rest = prediction[end:]
-    if not rest.strip():
-        return False
-    if hedges(rest, negations=False):
-        return True
-    mine = _numbers(text)
-    if negates(rest) and not _numbers(rest) <= mine:
-        return True
-    for line in rest.splitlines():
-        line = line.strip().strip("*_#>`$. \t")
-        if line and len(line.split()) <= 2 and not line.endswith((":", "：")) and not _numbers(line) <= mine:
-            return True
-    return False
-
-
-_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
-_NUMBER_WORDS = {w: float(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
-    "eighteen nineteen twenty".split())}
-_WORD = re.compile(r"[a-z]+")
-
-
-def _numbers(text: str) -> set[float]:
-    """The numbers ``text`` mentions, in digits or as a word up to twenty (a correction after a marked answer)."""
-    found = {float(n) for n in _NUMBER.findall(text)}
-    found.update(_NUMBER_WORDS[w] for w in _WORD.findall(text.lower()) if w in _NUMBER_WORDS)
-    return found
 
 
 # A bound, an approximation or a negation of a value ("at least 3", "\\geq 3", "\\approx 3", "not 3"): not the value,
@@ -141,29 +77,6 @@ _SEVERAL = re.compile(r"(?i)\b(?:or|and|between|either|to)\b|\\pm|\\mp|±|∓|;|
 # A comma that separates values, not one that groups thousands ("1,000").
 _LIST_COMMA = re.compile(r",(?![0-9]{3}(?![0-9]))")
 _TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{([^{}]*)\}")
-_BOXES = re.compile(r"\\boxed\s*\{")
-_FLAT_BOX = re.compile(r"\\boxed\s*\{[^{}]*\}")
-_BOX_LIST = re.compile(r"\}\s*[,;]\s*\\boxed")  # "\boxed{3}, \boxed{4}"
-
-
-def _names_several_values(prediction: str, marked: str) -> bool:
-    """Whether an answer states more than one value: a connector or a list in its (marked) answer, or
-    different boxed values joined by a connector."""
-    if prediction.count("\\boxed") > 1:
-        # the last box of each prefix that stops where the next box starts: every box's content
-        ends = [m.start() for m in _BOXES.finditer(prediction)][1:] + [len(prediction)]
-        boxes = {last_boxed(prediction[: end]) for end in ends}
-        outside = _FLAT_BOX.sub(" ", prediction)
-        # "\\boxed{3} or \\boxed{4}" names two values; a correction ("\\boxed{3}... wait: \\boxed{5}") keeps the last box
-        if len(boxes - {None}) > 1 and (_SEVERAL.search(outside) or _BOX_LIST.search(prediction)):
-            return True
-    if "<" in prediction and len(tags := answer_tag_spans(prediction)) > 1 and len({c for _, _, c in tags}) > 1:
-        # "<answer>3</answer> or <answer>4</answer>": two tagged values joined by a connector
-        outside = outside_spans(prediction, tags)
-        if _SEVERAL.search(outside) or _LIST_COMMA.search(outside):
-            return True
-    text = _TEXT.sub(lambda m: f" {m.group(1)} ", marked)
-    return _SEVERAL.search(text) is not None or _LIST_COMMA.search(text) is not None
 
 
 def _is_several(parsed: list[Any]) -> bool:
@@ -254,75 +167,46 @@ class MathVerifier(Verifier):
                 return tuple(parsed)
         return ()
 
-    def _parse_prediction(self, prediction: str, timeout: int | None) -> list[Any]:
-        text, marked = _marked_answer(prediction)
-        if not text:
-            return []
-        attempts = (f"\\boxed{{{text}}}", text) if marked else (text, f"\\boxed{{{text}}}")
-        for attempt in attempts:
+    def _parse_prediction(self, value: str, timeout: int | None) -> list[Any]:
+        for attempt in (f"\\boxed{{{value}}}", value):
             parsed = self._parse(attempt, timeout)
             if parsed:
                 return parsed
         return []
 
-    def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        if prediction is None:
-            return False
+    def compare(self, value: str, references: Sequence[str], *, item: Item | None = None) -> bool:
         timeout = self._timeout_now()
         refs, golds = [], []
-        for r in as_references(reference):
+        for r in references:
             if g := self._parse_gold(r, timeout):
                 refs.append(r)
                 golds.append(g)
-        if not golds:
+        if not golds or not value:
             return False
-        if _taken_back(prediction):
-            return False
-        pred = self._parse_prediction(prediction, timeout)
+        pred = self._parse_prediction(value, timeout)
         if not pred:
             return False
-        if _qualified(_marked_answer(prediction)[0]):
+        if _qualified(value):
             # "at least 3", "\\approx 3", "not 3" name no single value: only a reference qualified itself is compared
             golds = [g for g, r in zip(golds, refs) if _qualified(r)]
-        if self._several(prediction, pred):
-            # A single-valued reference is never matched by an answer that names several values (one of them
-            # would match: "3 or 4" for 4); a set, tuple or interval reference is compared as math-verify does.
+        if _is_several(pred) or _names_several(value):
+            # "3 or 4" never matches 4; a set, tuple or interval reference is compared as math-verify does
             golds = [g for g in golds if _is_several(list(g)) or _SEVERAL.search(str(g[-1])) or _LIST_COMMA.search(str(g[-1]))]
-        return any(
-            self._mv.verify(
-                list(gold), pred, float_rounding=self._rounding, timeout_seconds=timeout
-            )
-            for gold in golds
-        )
+        return any(self._mv.verify(list(gold), pred, float_rounding=self._rounding, timeout_seconds=timeout)
+                   for gold in golds)
 
-    def _several(self, prediction: str, parsed: list[Any]) -> bool:
-        return _is_several(parsed) or _names_several_values(prediction, _marked_answer(prediction)[0])
-
-    def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        """Both sides parse to single plain numbers that differ beyond the rounding; anything else is not certain."""
-        if prediction is None:
+    def compare_numbers(self, value: Number, references: Sequence[Number]) -> bool:
+        """Equal after rounding to ``float_rounding`` places, as math-verify compares numbers."""
+        if value.qualifier:
             return False
-        try:
-            timeout = self._timeout_now()
-            pred = self._parse_prediction(prediction, timeout)
-            if not pred or self._several(prediction, pred) or not _plain_number(pred[0]):
-                return False
-            if _taken_back(prediction) or _qualified(_marked_answer(prediction)[0]):
-                return False
-            golds = [self._parse_gold(r, timeout) for r in as_references(reference)]
-            if not golds or not all(g and _plain_number(g[0]) for g in golds):
-                return False
-            return not any(self._mv.verify(list(g), pred, float_rounding=self._rounding, timeout_seconds=timeout) for g in golds)
-        except Exception:  # a parse that fails or times out proves nothing
-            return False
+        return any(round(float(p), self._rounding) == round(float(t), self._rounding)
+                   for r in references if not r.qualifier for p in value.readings() for t in r.readings())
 
-    @property
-    def contradiction_rule(self) -> str:
-        return "A single number different from a single-number reference after rounding."
+
+def _names_several(value: str) -> bool:
+    """Whether a stated answer names several values: a connector or a list ("3 or 4", "between 3 and 5", "3, 4")."""
+    text = _TEXT.sub(lambda m: f" {m.group(1)} ", value)
+    return _SEVERAL.search(text) is not None or _LIST_COMMA.search(text) is not None
 
 
 def _plain_number(value: Any) -> bool:

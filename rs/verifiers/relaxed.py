@@ -29,7 +29,8 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
+from rs.answers import Number, render
+from rs.verifiers.base import Item, Param, Verifier, VerifierError, register
 
 __all__ = ["RelaxedVerifier", "parse_number"]
 
@@ -40,7 +41,7 @@ _YEAR = re.compile(r"(?:1[5-9]|20)[0-9][0-9]")
 _NUMBER_START = frozenset("+-.0123456789")
 
 
-class Number(NamedTuple):
+class ParsedNumber(NamedTuple):
     """A parsed number: float value (percent already divided by 100), its digits as written, percent flag."""
 
     value: float
@@ -78,10 +79,10 @@ def _exact(digits: str, percent: bool) -> Decimal:
     return value / 100 if percent else value
 
 
-def parse_number(text: str) -> Number | None:
+def parse_number(text: str) -> ParsedNumber | None:
     """Parse an already trimmed answer as a number under the strict rules above; ``None`` if it is not one."""
     parsed = _number(text)
-    return None if parsed is None else Number(*parsed)
+    return None if parsed is None else ParsedNumber(*parsed)
 
 
 def _clean(text: str) -> str:
@@ -142,14 +143,15 @@ class RelaxedVerifier(Verifier):
             text += " A reference that is a year (1500–2099) must be matched exactly, not within tolerance."
         return text
 
-    def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        if prediction is None:
+    def compare(self, value: str, references: Sequence[str], *, item: Item | None = None) -> bool:
+        return any(self._match_one(value, r) for r in references)
+
+    def compare_numbers(self, value: Number, references: Sequence[Number]) -> bool:
+        """The tolerance on every reading of both sides ("42%" is 42 or 0.42), a year matched exactly."""
+        if value.qualifier:
             return False
-        if type(reference) is str:
-            return self._match_one(prediction, reference)
-        return any(self._match_one(prediction, r) for r in as_references(reference))
+        return any(self._match_one(render(p), render(t)) for r in references if not r.qualifier
+                   for p in value.readings() for t in r.readings())
 
     def _match_one(self, prediction: str, reference: str) -> bool:
         ref, t, is_year = _reference(reference)
@@ -172,19 +174,3 @@ class RelaxedVerifier(Verifier):
                 exact_t = _exact(t[1], t[2])
                 return abs(_exact(p[1], p[2]) - exact_t) <= self._tol_exact * abs(exact_t)
         return pred.lower() == ref.lower()
-
-    def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        """Both sides numbers and the prediction outside the tolerance of every reference (called on rejections only)."""
-        if prediction is None:
-            return False
-        p = _number(_clean(prediction))
-        if p is None:
-            return False
-        refs = [_reference(r)[1] for r in as_references(reference)]
-        return bool(refs) and all(t is not None for t in refs) and not self.match(prediction, reference)
-
-    @property
-    def contradiction_rule(self) -> str:
-        return "A number outside the tolerance of every reference, when every reference is a number."

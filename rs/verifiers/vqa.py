@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from rs.extract import candidates
-from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, numbers_or_polars_differ, register
+from rs.answers import Kind, Vocabulary, render
+from rs.answers.values import reference_values
+from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
 __all__ = ["VqaVerifier", "vqa_normalise", "vqa_score"]
 
@@ -114,18 +115,14 @@ def _accuracy(matches: int, n: int, leave_one_out: bool) -> float:
 
 
 def vqa_score(prediction: str, references: str | Sequence[str], *, leave_one_out: bool = False) -> float:
-    """Soft VQA accuracy of ``prediction`` (best of its full text / first line / first paragraph)."""
+    """Soft VQA accuracy of ``prediction``."""
     refs = [vqa_normalise(r) for r in as_references(references)]
     annotators = len(refs)  # counted before empty answers are dropped: they are votes for nothing, not absences
     refs = [r for r in refs if r]
     if not refs:
         return 0.0
-    best = 0.0
-    for cand in candidates(prediction):
-        norm = vqa_normalise(cand)
-        if norm:
-            best = max(best, _accuracy(refs.count(norm), annotators, leave_one_out))
-    return best
+    norm = vqa_normalise(prediction)
+    return _accuracy(refs.count(norm), annotators, leave_one_out) if norm else 0.0
 
 
 @register
@@ -177,26 +174,16 @@ class VqaVerifier(Verifier):
             "replaced by a space, and periods dropped unless they are decimal points.\n\n"
             "With fewer than three references, the references are alternative correct answers rather than "
             "annotator votes, and matching any one of them scores 1; annotators whose answer normalises to "
-            "nothing still count as annotators. The prediction is additionally tried as its first line and its "
-            "first paragraph, unless what follows hedges, corrects it or offers another answer."
+            "nothing still count as annotators."
         )
 
-    def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        if prediction is None:
-            return False
-        return vqa_score(prediction, reference, leave_one_out=self._loo) >= self._threshold
+    def compare(self, value: str, references: Sequence[str], *, item: Item | None = None) -> bool:
+        return vqa_score(value, references, leave_one_out=self._loo) >= self._threshold
 
-    def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
-        if prediction is None:
-            return False
-        refs = [r for r in map(vqa_normalise, as_references(reference)) if r]
-        return numbers_or_polars_differ(vqa_normalise(prediction), refs)
-
-    @property
-    def contradiction_rule(self) -> str:
-        return ("A number when every annotator answered with a number and none with that one, or yes against "
-                "annotators who all said no (and no against yes).")
+    def compare_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None,
+                      vocabulary: Vocabulary | None = None) -> bool:
+        if kind is Kind.NUMBER:  # the annotators' votes, each read as its number
+            numbers = reference_values(kind, references)
+            return numbers is not None and value.qualifier is None and any(
+                self.compare(render(reading), [render(r.value) for r in numbers]) for reading in value.readings())
+        return super().compare_value(kind, value, references, item=item, vocabulary=vocabulary)

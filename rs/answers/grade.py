@@ -1,0 +1,214 @@
+"""The three-way decision on a final answer: accepted, certainly wrong, or undecided (the judge's).
+
+* **Accepted**: the stated answer is one clean value of the reference's kind, the verifier's own comparison
+  (alnum, relaxed, ANLS, VQA accuracy, ...) matches it, and the rest of the answer states no other value of that
+  kind (an explanation may hold values of another kind: counts after a yes). For free text, which has no typed
+  values, the rest must say nothing else.
+* **Certain rejection**: the stated answer is one clean value of the reference's kind that differs from every
+  reference once notation is normalised (percent signs, units, fractions and mixed numbers, LaTeX, thousands
+  separators, synonyms), and no value the rest states matches. No judge verdict overrules it.
+* **Undecided**: everything else (a hedged or qualified value, several values, marks that disagree, a rest that
+  states another value, free text with more said after it). The verifier concludes nothing; the judge reads it.
+
+A value is *clean* when only neutral words stand beside it: sentence frames ("There are", "The answer is"), the
+question's own words, units. Nothing here looks for doubt or negation words: what the text states is read as
+values, and only values decide.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from rs.answers.reading import Reading, read
+from rs.answers.values import NEUTRAL_WORDS, UNIT_WORDS, Found, Kind, Vocabulary, find
+
+if TYPE_CHECKING:
+    from rs.verifiers.base import Item, Verifier
+
+__all__ = ["Grade", "Grader", "Outcome", "READING_RULES"]
+
+READING_RULES = (
+    "Every final answer is read once, the same way for every verifier. Its *stated answer* is what an answer tag, "
+    "a box, an \"Answer:\" line or a sentence \"The answer is ...\" holds (every such mark must state the same "
+    "thing), else its first line; emphasis, quotes, math delimiters and a trailing period are removed. The answer is "
+    "then read for values of the reference's kind: a number (digits, number words, fractions and mixed numbers, "
+    "LaTeX, percent signs, thousands separators, currency signs and units all normalised), yes or no, an option "
+    "letter or an option's text, a term of the family's closed set of answers, or free text. "
+    "**Accepted**: the stated answer is one value, with only neutral words beside it (a sentence frame such as "
+    "\"There are\", the question's own words, a unit), the verifier's comparison below matches it, and nothing "
+    "else in the answer states another value of that kind (an explanation may mention values of another kind, such "
+    "as counts after a yes); free text is accepted only when nothing else is said after it. **Certainly wrong**: "
+    "the stated answer is one such value that differs from every reference, and nothing else in the answer states "
+    "a matching one. **Undecided**: everything else (a hedged or qualified value such as \"about 3\", several "
+    "values, marks that disagree, another value stated after the answer): the verifier concludes nothing, and the "
+    "judge reads it."
+)
+
+
+class Outcome(str, enum.Enum):
+    ACCEPTED = "accepted"
+    CERTAIN = "certain"
+    UNDECIDED = "undecided"
+
+
+@dataclass(frozen=True)
+class Grade:
+    outcome: Outcome
+    kind: Kind
+    stated: str
+    """The stated answer the decision read ("" when none)."""
+    value: Any = None
+    """The stated answer's value of ``kind`` when it had exactly one clean value."""
+
+    @property
+    def accepted(self) -> bool:
+        return self.outcome is Outcome.ACCEPTED
+
+    @property
+    def certain(self) -> bool:
+        return self.outcome is Outcome.CERTAIN
+
+
+class Grader:
+    """Reads a final answer once and decides it with a verifier's comparison (see the module docstring).
+
+    ``vocabulary`` is the family's closed set of answers with its synonyms, when it has one.
+    """
+
+    def __init__(self, verifier: Verifier, vocabulary: Vocabulary | None = None):
+        self.verifier = verifier
+        self.vocabulary = vocabulary if vocabulary else None
+
+    def grade(self, answer: str | None, references: str | Sequence[str], *, item: Item | None = None) -> Grade:
+        from rs.verifiers.base import as_references
+
+        refs = as_references(references)
+        kind = self.verifier.kind(refs, item=item, vocabulary=self.vocabulary)
+        if answer is None:
+            return Grade(Outcome.UNDECIDED, kind, "")
+        reading = read(answer)
+        if reading.conflict or not reading.stated:
+            return Grade(Outcome.UNDECIDED, kind, reading.stated)
+        if kind is Kind.TEXT:
+            return self._text(reading, refs, item)
+        return self._typed(kind, reading, refs, item)
+
+    def value(self, answer: str, kind: Kind, *, item: Item | None = None) -> Any:
+        """The one value of ``kind`` an answer states, clean, with nothing beside it stating another; else None."""
+        reading = read(answer)
+        if reading.conflict or not reading.stated or kind is Kind.TEXT:
+            return None
+        context = _Context.of(kind, self.vocabulary, item, self.verifier)
+        value = context.clean_value(reading.stated)
+        if value is None:
+            return None
+        rest = context.find(reading.rest, rest=True)
+        return value if rest.readable and all(context.same(other, value) for other in rest.values) else None
+
+    def _text(self, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
+        """Free text: the verifier's comparison on the stated answer; accepted only when nothing else is said."""
+        matches = self.verifier.compare(reading.stated, refs, item=item)
+        said_else = bool(reading.rest) and reading.rest.casefold().strip(" .!\n*_") != reading.stated.casefold()
+        outcome = Outcome.ACCEPTED if matches and not said_else else Outcome.UNDECIDED
+        return Grade(outcome, Kind.TEXT, reading.stated)
+
+    def _typed(self, kind: Kind, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
+        context = _Context.of(kind, self.vocabulary, item, self.verifier, refs)
+        value = context.clean_value(reading.stated)
+        if value is None:
+            # Not one clean value. Its first clause may still be one that is certainly wrong ("4, because ..."): it
+            # is never accepted on a clause (what follows in the line may hedge it), but a wrong value stays wrong.
+            clause = reading.clause()
+            value = None if clause is None else context.clean_value(clause.stated)
+            if value is None or clause is None:
+                return Grade(Outcome.UNDECIDED, kind, reading.stated)
+            certain = self._certain(context, value, clause, refs, item)
+            return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, clause.stated, value)
+        if self.verifier.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
+            rest = context.find(reading.rest, rest=True)
+            agrees = rest.readable and all(context.same(other, value) for other in rest.values)
+            return Grade(Outcome.ACCEPTED if agrees else Outcome.UNDECIDED, kind, reading.stated, value)
+        certain = self._certain(context, value, reading, refs, item)
+        return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, reading.stated, value)
+
+    def _certain(self, context: _Context, value: Any, reading: Reading, refs: Sequence[str], item: Item | None) -> bool:
+        """A clean value that does not match is certainly wrong when every reference is of its kind, the verifier can
+        call such a value wrong, and nothing the rest states matches."""
+        if self.verifier.compare_value(context.kind, value, refs, item=item, vocabulary=self.vocabulary):
+            return False
+        if not (self.verifier.certain_kind(context.kind, refs, item=item, vocabulary=self.vocabulary)
+                and self.verifier.certain_value(context.kind, value)):
+            return False
+        rest = context.find(reading.rest, rest=True)
+        return rest.readable and not any(
+            self.verifier.compare_value(context.kind, other, refs, item=item, vocabulary=self.vocabulary)
+            for other in rest.values)
+
+
+@dataclass(frozen=True)
+class _Context:
+    kind: Kind
+    vocabulary: Vocabulary | None
+    letters: str
+    options: tuple[str, ...]
+    neutral: frozenset[str]
+    category: str | None = None
+
+    @classmethod
+    def of(cls, kind: Kind, vocabulary: Vocabulary | None, item: Item | None, verifier: Verifier,
+           references: Sequence[str] = ("",)) -> _Context:
+        question = getattr(item, "question", None) or ""
+        options = tuple(getattr(item, "options", ()) or ())
+        category = None
+        if kind is Kind.TERM and vocabulary:
+            category = vocabulary.categories.get(vocabulary.canonical(references[0]) or "")
+        return cls(kind, vocabulary, getattr(verifier, "letters", ""), options, _neutral(question), category)
+
+    def find(self, text: str, *, rest: bool = False) -> Found:
+        found = find(self.kind, text, vocabulary=self.vocabulary, letters=self.letters, options=self.options, rest=rest)
+        if self.kind is Kind.TERM and self.category is not None:
+            # a term of another category ("cube" beside the colour "red") is no value of this kind
+            kept = [(v, span) for v, span in zip(found.values, found.spans) if self.vocabulary.categories.get(v) == self.category]
+            found = Found(tuple(v for v, _ in kept), tuple(span for _, span in kept), found.text, found.readable)
+        return found
+
+    def clean_value(self, stated: str) -> Any:
+        """The one value ``stated`` is, when only neutral words stand beside it; else None."""
+        if "?" in stated:
+            return None  # "3?": asked, not stated
+        if self.kind is Kind.NUMBER:
+            stated = _VARIABLE.sub("", stated)  # "x = 5" states 5
+        found = self.find(stated)
+        if not found.readable or not found.values or found.ambiguous:
+            return None
+        first = found.values[0]
+        if any(not self.same(v, first) for v in found.values[1:]):
+            return None
+        if self.kind is Kind.NUMBER and first.qualifier:
+            return None
+        allowed = self.neutral | (UNIT_WORDS if self.kind is Kind.NUMBER else frozenset())
+        if self.vocabulary:
+            allowed = allowed | self.vocabulary.words  # "3 cubes", "Yes, the sphere is metal.", "the red cube"
+        if any(word not in allowed for word in found.leftover_words()):
+            return None
+        return first
+
+    def same(self, a: Any, b: Any) -> bool:
+        if self.kind is Kind.NUMBER:
+            return a.agrees(b)
+        return a == b
+
+
+_VARIABLE = re.compile(r"^\s*[A-Za-z]\w{0,2}\s*=\s*(?=[-+$(\d.\\])")
+
+
+@lru_cache(maxsize=1 << 12)
+def _neutral(question: str) -> frozenset[str]:
+    if not question:
+        return NEUTRAL_WORDS
+    return NEUTRAL_WORDS | frozenset(Found((), (), question).leftover_words())

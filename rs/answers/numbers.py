@@ -1,0 +1,329 @@
+"""Numbers as final answers write them: digits, grouping, decimals, fractions, mixed numbers, LaTeX, percent signs,
+number words and fraction words.
+
+A number is a typed value (:class:`Number`): its exact value, whether it was written with a percent sign, and the
+qualifier written with it ("about 3" is an approximation, "at least 3" a bound, "not 3" a negation), because a
+qualified number is not the number. What cannot be read for sure (a superscript, another script's digit, a date,
+a time, a scale glued to digits such as "5M") makes the whole text unreadable (``None``): a grader that cannot tell
+what a number means concludes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+__all__ = ["Number", "plain_text", "read_numbers", "render"]
+
+
+@dataclass(frozen=True)
+class Number:
+    value: Fraction
+    percent: bool = False
+    qualifier: str | None = None
+    """``approx`` ("about 3", "3-ish"), ``bound`` ("at least 3", "3+"), ``not`` ("not 3"); None for the number itself."""
+    start: int = 0
+    end: int = 0
+    """Where it stands in the :func:`plain_text` it was read from (qualifier included)."""
+    padded: bool = False
+    """Written with leading zeros ("007"): an identifier as much as a number."""
+
+    def readings(self) -> tuple[Fraction, ...]:
+        """The values it may mean: "42%" is 42 (a percentage asked for) or 0.42 (a proportion)."""
+        return (self.value, self.value / 100) if self.percent else (self.value,)
+
+    def agrees(self, other: Number) -> bool:
+        """Whether both state the same value (percent notation aside), neither qualified."""
+        if self.qualifier or other.qualifier or self.padded != other.padded:
+            return False
+        return not set(self.readings()).isdisjoint(other.readings())
+
+
+# ---- text made plain: LaTeX and Unicode notation as ASCII, positions kept simple by working on the result ----
+
+_VULGAR = {"½": "1/2", "⅓": "1/3", "⅔": "2/3", "¼": "1/4", "¾": "3/4", "⅕": "1/5", "⅖": "2/5", "⅗": "3/5", "⅘": "4/5",
+           "⅙": "1/6", "⅚": "5/6", "⅛": "1/8", "⅜": "3/8", "⅝": "5/8", "⅞": "7/8", "⅐": "1/7", "⅑": "1/9", "⅒": "1/10"}
+_MINUS = "\u2212\ufe63\uff0d\u2012\u2013\u2014"
+_SYMBOLS = {"≈": " ~ ", "≃": " ~ ", "∼": " ~ ", "≥": " >= ", "≤": " <= ", "±": " +- ", "×": " x ", "·": " ",
+            "°": " degrees", "\u00a0": " ", "\u2009": " ", "\u202f": " ", "“": '"', "”": '"', "‘": "'", "’": "'"}
+_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]*)\s*\}\s*\{\s*([^{}]*)\s*\}")
+_LATEX_FRAC_SHORT = re.compile(r"\\[dt]?frac\s*(\d)\s*(\d)")
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?")
+_LATEX_WRAP = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
+_LATEX_WORDS = {r"\approx": " ~ ", r"\sim": " ~ ", r"\geq": " >= ", r"\ge": " >= ", r"\leq": " <= ", r"\le": " <= ",
+                r"\pm": " +- ", r"\times": " x ", r"\cdot": " x ", r"\%": "%", r"\$": "$", r"\,": "", r"\!": "",
+                r"\;": " ", r"\ ": " ", r"{,}": ",", r"\left": "", r"\right": "", r"\(": " ", r"\)": " ",
+                r"\[": " ", r"\]": " ", r"\neq": " != ", r"\ne": " != "}
+_LATEX_WORD = re.compile("|".join(re.escape(k) + (r"(?![A-Za-z])" if k[-1].isalpha() else "")
+                                  for k in sorted(_LATEX_WORDS, key=len, reverse=True)))
+
+
+class Unreadable(ValueError):
+    """The text holds a number whose meaning cannot be told for sure."""
+
+
+@lru_cache(maxsize=1 << 14)
+def plain_text(text: str) -> str | None:
+    """``text`` with LaTeX number notation and Unicode symbols made ASCII (``\\frac{1}{2}`` is ``1/2``, ``7½`` is
+    ``7 1/2``, ``−3`` is ``-3``, ``≈`` is ``~``); ``None`` when a character changes what a digit means and has no
+    plain form (``3²``, another script's digit)."""
+    if "\\" in text or "{" in text:
+        text = _LATEX_WRAP.sub(r"\1", text)
+        text = _LATEX_FRAC.sub(lambda m: f"({m.group(1).strip()})/({m.group(2).strip()})"
+                               if not (m.group(1).strip().isdigit() and m.group(2).strip().isdigit())
+                               else f"{m.group(1).strip()}/{m.group(2).strip()}", text)
+        text = _LATEX_FRAC_SHORT.sub(r"\1/\2", text)
+        text = _DEGREES.sub(" degrees", text)
+        text = _LATEX_WORD.sub(lambda m: _LATEX_WORDS[m.group(0)], text)
+    if "$" in text:
+        text = re.sub(r"\$(?=\s*[-+]?\d)", "$ ", text)  # "$5" keeps its currency sign as a word of its own
+    if text.isascii():
+        return text
+    out = []
+    for i, c in enumerate(text):
+        if c.isascii():
+            out.append(c)
+        elif c in _VULGAR:
+            out.append((" " if i and text[i - 1].isdigit() else "") + _VULGAR[c])
+        elif c in _MINUS and text[i + 1 : i + 2].isdigit():
+            out.append("-")
+        elif c in _SYMBOLS:
+            out.append(_SYMBOLS[c])
+        elif unicodedata.category(c) == "Sm" or c in _MINUS:
+            out.append(" <> ")  # "⩽ 3", "− 3": a relation or a detached sign qualifies the number after it
+        elif unicodedata.category(c)[0] == "M" and i and text[i - 1].isdigit():
+            return None  # "3̅": a mark that changes the digit
+        elif unicodedata.category(c)[0] == "N":
+            return None  # "3²", "٣", "Ⅲ": a digit of another kind
+        elif c == "%" or c == "％":
+            out.append("%")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+# ---- digits ----
+
+_DIGITS = re.compile(
+    r"(?<![\w.])(?P<sign>(?<![\d])[-+])?(?:"
+    r"(?P<whole>\d+)\s+(?P<fn>\d+)\s*/\s*(?P<fd>\d+)(?![\d/])"
+    r"|(?P<n>\d+(?:\.\d+)?)\s*/\s*(?P<d>\d+(?:\.\d+)?)(?![\d/.])"
+    r"|(?P<num>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)"
+    r")(?P<tail>[A-Za-z]+)?(?P<pct>\s*(?:%|percent\b|per\s+cent\b))?(?P<scale>\s+(?:hundred|thousand|million|billion|trillion)\b)?"
+)
+_COMPOUND = re.compile(r"\d\s*:\s*\d|\d+[/-]\d+[/-]\d|\d\.\d+\.\d|\d\s*\^")
+_ORDINAL_TAIL = frozenset({"st", "nd", "rd", "th"})
+_UNIT_TAIL = frozenset("cm mm km kg g mg ml s h hr hrs min px ft lb lbs pt pts yr yrs".split())
+_SCALE_WORDS = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9, "trillion": 10**12}
+_APPROX_BEFORE = re.compile(
+    r"(?:\b(?:about|around|approximately|approx|roughly|nearly|almost|circa|ca|close\s+to|some|estimated|~)|~)[\s.]*$")
+_BOUND_BEFORE = re.compile(
+    r"(?:\b(?:at\s+least|at\s+most|more\s+than|less\s+than|fewer\s+than|greater\s+than|over|under|above|below|up\s+to"
+    r"|no\s+more\s+than|no\s+less\s+than|no\s+fewer\s+than|between)|>=|<=|>|<|\+-|!=)\s*$")
+_NOT_BEFORE = re.compile(r"(?:\bnot|\bisn't|\baren't|\bnever|n't\s+be)\s*$")
+_AFTER = re.compile(r"^(?:\s*(?:or\s+(?:so|more|less|fewer|above|below)|-?ish\b|\+(?!\d)|\s*\+-|\s+or\s+\d|\s*(?:to|-)\s*\d)"
+                    r"|\s+(?:at\s+(?:least|most)|plus|minus|max|min)\b)")
+
+
+def _decimal(text: str) -> Fraction:
+    return Fraction(text.replace(",", ""))
+
+
+def _digit_numbers(text: str, low: str) -> list[Number]:
+    found = []
+    for m in _DIGITS.finditer(text):
+        tail = (m.group("tail") or "").lower()
+        if tail in _ORDINAL_TAIL and m.group("num") and not m.group("pct"):
+            continue  # "3rd": a position, not an amount
+        if tail and tail not in _UNIT_TAIL:
+            if tail in ("k", "m", "b", "bn", "mn", "mil", "x"):
+                raise Unreadable(m.group(0))  # "5M", "3k", "3x": a scale read wrongly would be a wrong value
+            continue  # "3D", "2nd-hand": no amount
+        if m.group("whole") is not None:
+            value = int(m.group("whole")) + Fraction(int(m.group("fn")), int(m.group("fd")) or 1)
+            if int(m.group("fd")) == 0:
+                raise Unreadable(m.group(0))
+        elif m.group("n") is not None:
+            if _decimal(m.group("d")) == 0:
+                raise Unreadable(m.group(0))
+            value = _decimal(m.group("n")) / _decimal(m.group("d"))
+        else:
+            value = _decimal(m.group("num"))
+        if m.group("sign") == "-":
+            value = -value
+        if m.group("scale"):
+            value *= _SCALE_WORDS[m.group("scale").strip().lower()]
+        padded = re.match(r"[-+]?0\d", m.group(0)) is not None
+        found.append(_qualified(Number(value, bool(m.group("pct")), None, m.start(), m.end(), padded), text, low))
+    return found
+
+
+def _qualified(number: Number, text: str, low: str) -> Number:
+    before, after = low[max(0, number.start - 24) : number.start], low[number.end : number.end + 16]
+    qualifier, start = None, number.start
+    for kind, pattern in (("approx", _APPROX_BEFORE), ("bound", _BOUND_BEFORE), ("not", _NOT_BEFORE)):
+        if (m := pattern.search(before)) is not None:
+            qualifier, start = kind, number.start - (len(before) - m.start())
+            break
+    end = number.end
+    if qualifier is None and (m := _AFTER.search(after)) is not None:
+        qualifier, end = "bound" if "ish" not in m.group(0) and "so" not in m.group(0) else "approx", number.end + m.end()
+    if qualifier is None:
+        return number
+    return Number(number.value, number.percent, qualifier, start, end, number.padded)
+
+
+# ---- words ----
+
+_UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+          "seventeen eighteen nineteen").split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_SMALL = {w: i for i, w in enumerate(_UNITS)} | {w: 20 + 10 * i for i, w in enumerate(_TENS)}
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
+_DENOMINATORS = {"half": 2, "halves": 2, "third": 3, "thirds": 3, "quarter": 4, "quarters": 4}
+_DENOMINATORS |= {w + s: n for n, w in enumerate(
+    "fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split(), 4) for s in ("", "s")}
+_DENOMINATORS |= {"hundredth": 100, "hundredths": 100, "thousandth": 1000, "thousandths": 1000,
+                  "millionth": 10**6, "millionths": 10**6}
+_PRONOUN_BEFORE = frozenset("the this that which each every any another other".split())
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
+
+
+def _word_numbers(text: str, low: str) -> list[Number]:
+    words = [(m.group(0), m.start(), m.end()) for m in _WORD.finditer(low)]
+    found: list[Number] = []
+    i = 0
+    while i < len(words):
+        word, start, end = words[i]
+        if word in ("none", "zero") or (word == "no" and _zero_no(low, end)):
+            found.append(_qualified(Number(Fraction(0), False, None, start, end), text, low))
+            i += 1
+            continue
+        value, j = _word_run(words, low, i)
+        if value is None:
+            if word in ("half", "halves") or (word == "a" and i + 1 < len(words) and words[i + 1][0] in _DENOMINATORS
+                                              and _joined(low[end : words[i + 1][1]])):
+                k = i + (word == "a")  # "half", "a third": an amount; an ordinal alone ("the third cube") is not
+                found.append(_qualified(Number(Fraction(1, _DENOMINATORS[words[k][0]]), False, None, start, words[k][2]),
+                                        text, low))
+                i = k + 1
+            else:
+                i += 1
+            continue
+        total, last_end = Fraction(value), words[j - 1][2]
+        if j < len(words) and words[j][0] in _DENOMINATORS and _joined(low[last_end : words[j][1]]):
+            total, last_end = total / _DENOMINATORS[words[j][0]], words[j][2]  # "seven hundredths"
+            j += 1
+        elif j + 2 < len(words) and [w for w, _, _ in words[j : j + 2]] == ["and", "a"] and words[j + 2][0] in _DENOMINATORS:
+            total, last_end = total + Fraction(1, _DENOMINATORS[words[j + 2][0]]), words[j + 2][2]  # "one and a half"
+            j += 3
+        if word == "one" and j == i + 1 and i and words[i - 1][0] in _PRONOUN_BEFORE:
+            i = j  # "the red one", "each one": a pronoun
+            continue
+        found.append(_qualified(Number(total, False, None, start, last_end), text, low))
+        i = j
+    return found
+
+
+def _word_run(words: list[tuple[str, int, int]], low: str, i: int) -> tuple[int | None, int]:
+    """The value of the number words starting at ``words[i]`` ("twenty-one", "one hundred and five", "a dozen") and
+    where they end; None when no number starts there."""
+    total, current, j = 0, None, i
+    if words[i][0] == "a" and i + 1 < len(words) and words[i + 1][0] in ("hundred", "thousand", "million", "billion", "dozen"):
+        current, j = 1, i + 1
+    while j < len(words):
+        w, ws, _ = words[j]
+        if j > i and not _joined(low[words[j - 1][2] : ws]):
+            break
+        if w in _SMALL:
+            v = _SMALL[w]
+            if current is None:
+                current = v
+            elif current % 100 == 0 and v < 100 and (current or total):
+                current += v
+            elif 20 <= current % 100 and current % 10 == 0 and v < 10:
+                current += v
+            else:
+                break  # "three four": two numbers
+        elif w == "dozen" and current is not None:
+            current *= 12
+        elif w in _SCALES and current is not None:
+            if w == "hundred":
+                current *= 100
+            else:
+                total, current = total + current * _SCALES[w], 0
+        elif w == "and" and current is not None and current >= 100 and j + 1 < len(words) and words[j + 1][0] in _SMALL:
+            pass
+        else:
+            break
+        j += 1
+    if current is None:
+        return None, i
+    return total + current, j
+
+
+def _joined(between: str) -> bool:
+    return between.strip(" -") == ""
+
+
+def _zero_no(low: str, end: int) -> bool:
+    """ "no cubes" is a count of zero; "No, ..." and "no." are the answer no."""
+    rest = low[end : end + 2]
+    return len(rest) == 2 and rest[0] == " " and rest[1].isalpha()
+
+
+def read_numbers(text: str) -> list[Number] | None:
+    """Every number ``text`` states, in order, with its qualifier; ``None`` when one cannot be read for sure.
+
+    Example:
+        >>> [str(n.value) for n in read_numbers("7 1/2 cups, about three quarters of 10, 42%")]
+        ['15/2', '3/4', '10', '42']
+    """
+    plain = plain_text(text)
+    if plain is None:
+        return None
+    return _numbers(plain)
+
+
+@lru_cache(maxsize=1 << 14)
+def _cached(plain: str) -> tuple[Number, ...] | None:
+    low = plain.lower()
+    if _COMPOUND.search(plain):
+        return None
+    try:
+        found = _digit_numbers(plain, low)
+        if any(c.isalpha() for c in low):
+            taken = [(n.start, n.end) for n in found]
+            found += [n for n in _word_numbers(plain, low) if not any(s <= n.start < e for s, e in taken)]
+    except Unreadable:
+        return None
+    return tuple(sorted(found, key=lambda n: n.start))
+
+
+def _numbers(plain: str) -> list[Number] | None:
+    found = _cached(plain)
+    return None if found is None else list(found)
+
+
+def render(value: Fraction) -> str:
+    """The plain decimal form of a value ("7.5", "42", "-0.25"), or "p/q" when it has no finite decimal."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    d = value.denominator
+    while d % 2 == 0:
+        d //= 2
+    while d % 5 == 0:
+        d //= 5
+    if d != 1:
+        return f"{value.numerator}/{value.denominator}"
+    digits = 0
+    scaled = value
+    while scaled.denominator != 1:
+        scaled *= 10
+        digits += 1
+    sign = "-" if scaled < 0 else ""
+    text = str(abs(scaled.numerator)).rjust(digits + 1, "0")
+    return f"{sign}{text[:-digits]}.{text[-digits:]}"

@@ -1,0 +1,257 @@
+"""Typed values: what kind of value a reference is, and every value of that kind a text states.
+
+Kinds: a number (counts included), yes/no, an option letter, a term of the family's closed set of answers (CLEVR's
+colours, shapes, materials, sizes, with their synonyms), and free text, which has no typed values. A text's values
+of a kind are read with their place in the text, so that what is left around them can be checked (a stated answer
+is *clean* when nothing but neutral words stands beside its value).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rs.answers.numbers import Number, plain_text, read_numbers
+
+__all__ = ["Kind", "Found", "Vocabulary", "classify", "find", "NEUTRAL_WORDS", "UNIT_WORDS"]
+
+
+class Kind(str, enum.Enum):
+    NUMBER = "number"
+    POLAR = "yes/no"
+    OPTION = "option"
+    TERM = "term"
+    TEXT = "text"
+
+
+@dataclass(frozen=True)
+class Found:
+    """The values of one kind a text states, in order, with their spans; ``readable`` False when a value of that
+    kind may be there but cannot be read for sure (a number written as "3²")."""
+
+    values: tuple[Any, ...]
+    spans: tuple[tuple[int, int], ...]
+    text: str
+    """The text the spans point into (numbers are read from its plain form)."""
+    readable: bool = True
+    ambiguous: bool = False
+    """A word that may be a value or not ("A dog": the article, or option A?): never clean."""
+
+    def leftover_words(self) -> list[str]:
+        """The words of ``text`` outside the values' spans, lower-cased."""
+        parts, pos = [], 0
+        for start, end in sorted(self.spans):
+            parts.append(self.text[pos:start])
+            pos = max(pos, end)
+        parts.append(self.text[pos:])
+        return _WORDS.findall(" ".join(parts).lower())
+
+
+_WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+
+# Words that stand around a stated value without changing it: sentence frames ("There are 3 objects.", "It is
+# blue.", "The answer is B."). A word not here, in the question, or a unit leaves the value unclean, and an unclean
+# value is never accepted or rejected for certain on the verifier's word: the judge reads it.
+NEUTRAL_WORDS = frozenset(
+    "the a an is are was were be it its it's they them their there there's this that these those here of in on at "
+    "to for with by total altogether all answer final correct right so thus therefore hence we i i'd i'm i've have "
+    "has see can count counted exactly just only value number result option choice letter equals equal "
+    "would will image picture scene shown visible remaining left objects object items item things thing".split()
+)
+# Units a number may carry in a stated answer ("8 objects", "7 1/2 cups", "42 percent").
+UNIT_WORDS = frozenset(
+    "percent percentage points point pts cups cup dollars dollar usd eur euros euro pounds yen cents cent years year "
+    "months month days day hours hour minutes minute seconds second cm mm m km kg g mg lb lbs ml l meters metres "
+    "meter metre kilometers kilograms grams inches inch feet foot ft miles mile degrees degree units unit people "
+    "persons times".split()
+)
+
+_POLAR_TOKEN = re.compile(r"\b(yes|no|true|false)\b(?=\s*(?:[,.!;:)\]*_\"'\n]|$))", re.IGNORECASE)
+_POLAR_MAP = {"yes": "yes", "true": "yes", "no": "no", "false": "no"}
+# What a sentence states against a "yes" ("There isn't any.", "No cube is red", "Nothing is there."): yes/no answers
+# are polarities, and a negated statement asserts one.
+_NEGATED = re.compile(r"n't\b|\b(?:not|never|none|nothing|nobody|neither|nor|no(?=\s+[a-z]))\b", re.IGNORECASE)
+
+
+def polar_of(text: str) -> str | None:
+    """"yes" or "no" when ``text`` is just that (surrounding punctuation aside), else None."""
+    return _POLAR_MAP.get(text.strip().strip(".!*_\"'()[] ").casefold())
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """A family's closed set of answers: every spelling (synonyms, plurals) of each canonical term, and its category.
+
+    Built from the cleaned references and the family's ``answers.synonyms`` / ``answers.categories``; a term a
+    category does not name has the category ``term``.
+    """
+
+    spellings: Mapping[str, str]
+    """Every spelling, case-folded, to its canonical term."""
+    categories: Mapping[str, str] = field(default_factory=dict)
+    pattern: re.Pattern[str] = field(default=re.compile(r"(?!)"), compare=False)
+
+    @classmethod
+    def build(cls, terms: Iterable[str], synonyms: Mapping[str, Sequence[str]] | None = None,
+              categories: Mapping[str, Sequence[str]] | None = None) -> Vocabulary:
+        spellings: dict[str, str] = {}
+        for canonical, others in (synonyms or {}).items():
+            for spelling in (canonical, *others):
+                spellings[spelling.casefold()] = canonical.casefold()
+        for term in terms:
+            key = term.strip().casefold()
+            if key and polar_of(key) is None and (read_numbers(key) or None) is None:
+                spellings.setdefault(key, key)
+        category = {t.casefold(): name for name, members in (categories or {}).items() for t in members}
+        cats = {canonical: category.get(canonical, "term") for canonical in set(spellings.values())}
+        alternation = "|".join(re.escape(s) for s in sorted(spellings, key=len, reverse=True))
+        pattern = re.compile(rf"(?<![\w-])(?:{alternation})(?![\w-])", re.IGNORECASE) if spellings else re.compile(r"(?!)")
+        return cls(spellings, cats, pattern)
+
+    def __bool__(self) -> bool:
+        return bool(self.spellings)
+
+    @functools.cached_property
+    def words(self) -> frozenset[str]:
+        """Every word of every spelling (what may stand beside a value of another kind: "3 cubes")."""
+        return frozenset(w for spelling in self.spellings for w in _WORDS.findall(spelling))
+
+    def canonical(self, text: str) -> str | None:
+        """The canonical term ``text`` is (a synonym or plural read as its term), or None."""
+        return self.spellings.get(text.strip().casefold())
+
+    def synonym_groups(self) -> list[list[str]]:
+        """Each canonical term with its other spellings, for the card; only terms that have some."""
+        groups: dict[str, list[str]] = {}
+        for spelling, canonical in self.spellings.items():
+            if spelling != canonical:
+                groups.setdefault(canonical, []).append(spelling)
+        return [[canonical, *sorted(others)] for canonical, others in sorted(groups.items())]
+
+
+def classify(references: Sequence[str], vocabulary: Vocabulary | None = None) -> Kind:
+    """The kind of value every reference is: yes/no, a plain number, a term of the closed set, else free text."""
+    if not references:
+        return Kind.TEXT
+    if all(polar_of(r) is not None for r in references):
+        return Kind.POLAR
+    if all(_plain_number(r) is not None for r in references):
+        return Kind.NUMBER
+    if vocabulary and all(vocabulary.canonical(r) is not None for r in references):
+        return Kind.TERM
+    return Kind.TEXT
+
+
+def _plain_number(reference: str) -> Number | None:
+    """The number a reference is when it is nothing else ("3", "$2,556.25", "13%", "\\frac{2}{5}", "three")."""
+    if _GLUED_UNIT.search(reference):
+        return None  # "1g", "3D": a label as much as a number
+    found = find(Kind.NUMBER, reference)
+    if not found.readable or len(found.values) != 1 or found.leftover_words():
+        return None
+    number = found.values[0]
+    return None if number.qualifier else number
+
+
+_GLUED_UNIT = re.compile(r"[0-9][A-Za-z]")
+
+
+def reference_values(kind: Kind, references: Sequence[str], vocabulary: Vocabulary | None = None,
+                     options: Sequence[str] = (), letters: str = "") -> list[Any] | None:
+    """Each reference as a value of ``kind``; None when one is not."""
+    out = []
+    for r in references:
+        if kind is Kind.NUMBER:
+            v = _plain_number(r)
+        elif kind is Kind.POLAR:
+            v = polar_of(r)
+        elif kind is Kind.TERM:
+            v = vocabulary.canonical(r) if vocabulary else None
+        else:
+            v = None
+        if v is None:
+            return None
+        out.append(v)
+    return out
+
+
+def find(kind: Kind, text: str, *, vocabulary: Vocabulary | None = None, letters: str = "",
+         options: Sequence[str] = (), rest: bool = False) -> Found:
+    """Every value of ``kind`` that ``text`` states. ``rest``: ``text`` is what stands beside a stated answer, read
+    inclusively (a negated statement states "no"; "A is also right" names option A)."""
+    negations = rest
+    if kind is Kind.NUMBER:
+        plain = plain_text(text)
+        numbers = None if plain is None else read_numbers(plain)
+        if numbers is None:
+            return Found((), (), text, readable=False)
+        return Found(tuple(numbers), tuple((n.start, n.end) for n in numbers), plain)
+    if kind is Kind.POLAR:
+        hits = [(_POLAR_MAP[m.group(1).lower()], m.start(), m.end()) for m in _POLAR_TOKEN.finditer(text)]
+        if negations:
+            hits += [("no", m.start(), m.end()) for m in _NEGATED.finditer(text)]
+        hits.sort(key=lambda h: h[1])
+        return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text)
+    if kind is Kind.TERM:
+        if not vocabulary:
+            return Found((), (), text)
+        hits = [(vocabulary.spellings[m.group(0).casefold()], m.start(), m.end()) for m in vocabulary.pattern.finditer(text)]
+        return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text)
+    if kind is Kind.OPTION:
+        return _options(text, letters, options, inclusive=rest)
+    return Found((), (), text)
+
+
+_LETTER = re.compile(r"(?<![\w'’-])([A-Za-z])(?![\w'’-])")
+_OPTION_WORD = re.compile(r"(?:option|choice|answer|letter)\s*[:(\[]?\s*$", re.IGNORECASE)
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.casefold()))
+
+
+# What follows an option named as the subject of a sentence ("A is also correct", "A could be right").
+_SUBJECT_VERB = re.compile(r"\s+(?:is|was|would|could|might|may|also|and|or|seems|looks|matches|fits|shows|can|"
+                           r"should|must|appears|describes|best|too)\b")
+
+
+def _options(text: str, letters: str, options: Sequence[str], *, inclusive: bool = False) -> Found:
+    """Option letters standing as options ("B", "(B)", "B.", "option B"; "A" or "I" followed by a word is the article
+    or the pronoun), and the options' own texts ("pupa" when B is "pupa") read as their letters."""
+    valid = letters[: len(options)] if options else letters
+    hits: list[tuple[str, int, int]] = []
+    skipped: list[int] = []
+    for m in _LETTER.finditer(text):
+        letter = m.group(1)
+        upper = letter.upper()
+        if upper not in valid:
+            continue
+        before, after = text[: m.start()], text[m.end() :]
+        named = _OPTION_WORD.search(before) is not None
+        if letter.islower() and not named and text.strip(" .()[]*_:") != letter:
+            continue  # "a" and "i" in prose are words, not options
+        if upper in "AI" and not named and re.match(r"\s+[a-z]", after) and not _is_option_text(after, upper, valid, options) \
+                and not (inclusive and _SUBJECT_VERB.match(after)):
+            if upper == "A" and m.start() == len(text) - len(text.lstrip()):
+                skipped.append(m.start())
+            continue  # "A dog", "I think": the article and the pronoun
+        hits.append((upper, m.start(), m.end()))
+    for index, option in enumerate(options):
+        if index >= len(valid) or not _norm(option):
+            continue
+        pattern = r"(?<!\w)" + r"\W+".join(re.escape(w) for w in _norm(option).split()) + r"(?!\w)"
+        for m in re.finditer(pattern, text, re.IGNORECASE):
+            hits.append((valid[index], m.start(), m.end()))
+    hits.sort(key=lambda h: h[1])
+    ambiguous = bool(hits) and any(not any(s <= pos < e for _, s, e in hits) for pos in skipped)
+    return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text, ambiguous=ambiguous)
+
+
+def _is_option_text(after: str, letter: str, valid: str, options: Sequence[str]) -> bool:
+    if not options or valid.find(letter) >= len(options):
+        return False
+    return _norm(after).startswith(_norm(options[valid.find(letter)]))
