@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from rs.answers.reading import Reading, read
+from rs.answers.reading import Reading, read, unwrap
 from rs.answers.values import NEUTRAL_WORDS, UNIT_WORDS, Found, Kind, Vocabulary, find
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class Grader:
     def _text(self, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
         """Free text: the verifier's comparison on the stated answer; accepted only when nothing else is said."""
         matches = self.verifier.compare(reading.stated, refs, item=item)
-        said_else = bool(reading.rest) and reading.rest.casefold().strip(" .!\n*_") != reading.stated.casefold()
+        said_else = any(c.isalnum() for c in reading.rest) and unwrap(reading.rest).casefold() != reading.stated.casefold()
         outcome = Outcome.ACCEPTED if matches and not said_else else Outcome.UNDECIDED
         return Grade(outcome, Kind.TEXT, reading.stated)
 
@@ -170,6 +170,8 @@ class _Context:
         return cls(kind, vocabulary, getattr(verifier, "letters", ""), options, _neutral(question), category)
 
     def find(self, text: str, *, rest: bool = False) -> Found:
+        # a yes/no is read inclusively on both sides: "No, there are not more cubes" says no twice
+        rest = rest or self.kind is Kind.POLAR
         found = find(self.kind, text, vocabulary=self.vocabulary, letters=self.letters, options=self.options, rest=rest)
         if self.kind is Kind.TERM and self.category is not None:
             # a term of another category ("cube" beside the colour "red") is no value of this kind

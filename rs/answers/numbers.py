@@ -110,7 +110,7 @@ def plain_text(text: str) -> str | None:
 _DIGITS = re.compile(
     r"(?<![\w.])(?P<sign>(?<![\d])[-+])?(?:"
     r"(?P<whole>\d+)\s+(?P<fn>\d+)\s*/\s*(?P<fd>\d+)(?![\d/])"
-    r"|(?P<n>\d+(?:\.\d+)?)\s*/\s*(?P<d>\d+(?:\.\d+)?)(?![\d/.])"
+    r"|(?P<n>\d+(?:\.\d+)?)\s*/\s*(?P<d>\d+(?:\.\d+)?)(?![\d/]|\.\d)"
     r"|(?P<num>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)"
     r")(?P<tail>[A-Za-z]+)?(?P<pct>\s*(?:%|percent\b|per\s+cent\b))?(?P<scale>\s+(?:hundred|thousand|million|billion|trillion)\b)?"
 )

@@ -58,7 +58,7 @@ _ANSWER_HEADING = re.compile(
 _ANSWER_SENTENCE = re.compile(
     r"\b(?:the[ \t]+)?(?:final[ \t]+|correct[ \t]+|right[ \t]+|best[ \t]+)?(?:answer|option|choice)[ \t]+"
     r"(?:is|would[ \t]+be|will[ \t]+be|=)[ \t]*:?[ \t]*([^\n]*)", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+_SENTENCE_END = re.compile(r"(?<!\b[A-Z])[.!?](?=\s|$)")  # not an initial ("John A. Smith")
 _PAIRS = (("**", "**"), ("__", "__"), ("`", "`"), ('"', '"'), ("“", "”"), ("'", "'"), ("‘", "’"), ("«", "»"),
           ("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("*", "*"), ("_", "_"), ("<answer>", "</answer>"))
 _WRAPPER_COMMAND = re.compile(r"^\\(?:text|textbf|textit|mathrm|mathbf|mbox|boxed)\s*\{(.*)\}$", re.DOTALL)

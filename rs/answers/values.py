@@ -71,6 +71,7 @@ UNIT_WORDS = frozenset(
 )
 
 _POLAR_TOKEN = re.compile(r"\b(yes|no|true|false)\b(?=\s*(?:[,.!;:)\]*_\"'\n]|$))", re.IGNORECASE)
+_POLAR_WORD = re.compile(r"\b(yes|no|true|false)\b", re.IGNORECASE)
 _POLAR_MAP = {"yes": "yes", "true": "yes", "no": "no", "false": "no"}
 # What a sentence states against a "yes" ("There isn't any.", "No cube is red", "Nothing is there."): yes/no answers
 # are polarities, and a negated statement asserts one.
@@ -192,7 +193,8 @@ def find(kind: Kind, text: str, *, vocabulary: Vocabulary | None = None, letters
         return Found(tuple(numbers), tuple((n.start, n.end) for n in numbers), plain)
     if kind is Kind.POLAR:
         hits = [(_POLAR_MAP[m.group(1).lower()], m.start(), m.end()) for m in _POLAR_TOKEN.finditer(text)]
-        if negations:
+        if negations:  # what stands beside an answer: every yes or no it says, and every negated statement
+            hits = [(_POLAR_MAP[m.group(1).lower()], m.start(), m.end()) for m in _POLAR_WORD.finditer(text)]
             hits += [("no", m.start(), m.end()) for m in _NEGATED.finditer(text)]
         hits.sort(key=lambda h: h[1])
         return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text)
@@ -216,7 +218,7 @@ def _norm(text: str) -> str:
 
 # What follows an option named as the subject of a sentence ("A is also correct", "A could be right").
 _SUBJECT_VERB = re.compile(r"\s+(?:is|was|would|could|might|may|also|and|or|seems|looks|matches|fits|shows|can|"
-                           r"should|must|appears|describes|best|too)\b")
+                           r"should|must|appears|describes|best|too|if|when|instead|otherwise|though|rather|then)\b")
 
 
 def _options(text: str, letters: str, options: Sequence[str], *, inclusive: bool = False) -> Found:
