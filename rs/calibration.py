@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar
 from rs.families.schema import JudgeConfig
 from rs.judge import LABELS, Judge, JudgeCase
 from rs.sources.base import QAItem
+from rs.answers import Grader
 from rs.verifiers import Verifier
 
 T = TypeVar("T")
@@ -102,8 +103,9 @@ def question_kind(item: QAItem) -> str:
 class CalibrationSampler:
     """Collects the calibration cases from the answers as `SampleStage.verify` sees them."""
 
-    def __init__(self, verifier: Verifier, samples: int, *, letters: str = "ABCDEFGHIJ"):
+    def __init__(self, verifier: Verifier, samples: int, *, letters: str = "ABCDEFGHIJ", grader: Grader | None = None):
         self.verifier = verifier
+        self.grader = grader or verifier.grader()
         self.samples = samples
         self.letters = letters
         self._accepted: BottomK[Answered] = BottomK(2 * samples)
@@ -122,7 +124,7 @@ class CalibrationSampler:
         return CalibrationCases([a.case for a in accepted[: self.samples]], self._easy(), self._hard(accepted))
 
     def _differs(self, candidate: str, base: Answered) -> bool:
-        return bool(candidate.strip()) and not self.verifier.match(candidate, list(base.references), item=base)
+        return bool(candidate.strip()) and not self.grader.grade(candidate, list(base.references), item=base).accepted
 
     def _easy(self) -> list[JudgeCase]:
         """A candidate paired with another item's question and reference, which the verifier says differ."""
@@ -145,6 +147,10 @@ class CalibrationSampler:
         cases = []
         for base in accepted:
             candidate = self.near_miss(base, by_kind.get(base.kind, []))
+            if candidate is not None and _rank(f"{base.case.item_key}\x00shape") % 2:
+                # the right answer, then a wrong value: the shape a verifier leaves undecided, the judge's to read
+                corrected = f"{base.case.candidate}\n\nOn closer inspection: {candidate}"
+                candidate = corrected if self._differs(corrected, base) else candidate
             if candidate is not None:
                 cases.append(JudgeCase(base.case.question, base.case.reference, candidate, f"{base.case.item_key}~near"))
             if len(cases) >= self.samples:

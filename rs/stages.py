@@ -44,7 +44,8 @@ from rs.prompt import Instructions
 from rs.sample import SampleReport, SampleStage
 from rs.sources import open_source
 from rs.sources.base import Row
-from rs.store import read_clean_rows, write_clean_rows, write_json
+from rs.answers import Vocabulary
+from rs.store import MAX_ANSWER_SET, read_clean_answers, read_clean_rows, write_clean_rows, write_json
 from rs.verifiers import get_verifier
 
 logger = logging.getLogger(__name__)
@@ -253,11 +254,23 @@ def _counted(rows: Iterable[Row], bar: Any) -> Iterator[Row]:
         bar.update()
 
 
+def answer_vocabulary(ctx: BuildContext) -> Vocabulary | None:
+    """The family's closed set of answers: its `answers:` block, and the cleaned references when `closed_set`."""
+    answers = ctx.family.config.answers
+    if not answers.closed_set:
+        return answers.vocabulary()
+    references = read_clean_answers(ctx.paths.clean)
+    if references is None:
+        logger.warning("%s: answers.closed_set is on but the cleaned references hold more than %d distinct answers: "
+                       "they are read as free text", ctx.family.name, MAX_ANSWER_SET)
+    return answers.vocabulary(references)
+
+
 def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
     c = ctx.family.config
     verifier = get_verifier(c.verifier.name, **c.verifier.params)
     return fingerprint({"clean": clean.fingerprint, "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
-                        "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier),
+                        "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier), "answers": asdict(c.answers),
                         "instructions": asdict(Instructions.of(c)), "code": code_fingerprint(*DECISION_MODULES),
                         "verifier_code": verifier_source(verifier), "judge_prompt": hashlib.sha256(JUDGE_PROMPT.read_bytes()).hexdigest()})
 
@@ -273,7 +286,8 @@ def ensure_sampled(ctx: BuildContext) -> SampleReport:
         tmp = paths.root / "items.tmp"
         with writing("the items store", tmp), scratch(tmp):
             with GenerationCache(ctx.cache_path) as cache:
-                stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
+                stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress,
+                                    vocabulary=answer_vocabulary(ctx))
                 report = stage.run(read_clean_rows(paths.clean), tmp, total=clean.kept_items)
             replace_dir(tmp, paths.items)
             report.fingerprint = expected
@@ -296,5 +310,6 @@ def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
         out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
         rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)
         with writing("the shard's items", out), scratch(out), GenerationCache(ctx.cache_path) as cache:
-            stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress)
+            stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress,
+                                vocabulary=answer_vocabulary(ctx))
             return stage.run(rows, out, total=None)

@@ -155,6 +155,22 @@ def read_clean_rows(directory: str | Path) -> Iterator[Row]:
                   record_ids=list(meta["record_ids"]), clean_meta=meta)
 
 
+MAX_ANSWER_SET = 1000
+"""More distinct answers than this are no closed set (`answers.closed_set`)."""
+
+
+def read_clean_answers(directory: str | Path, limit: int = MAX_ANSWER_SET) -> list[str] | None:
+    """The distinct answers of the cleaned rows (case-folded, sorted), reading no image; None when there are more than
+    `limit` (the family's answers form no closed set)."""
+    seen: set[str] = set()
+    for record in read_records(directory, "rows", batch_rows=1024, columns=["qa"]):
+        for qa in record["qa"]:
+            seen.add(qa["answer"].strip().casefold())
+            if len(seen) > limit:
+                return None
+    return sorted(seen)
+
+
 def write_json(path: str | Path, data: Any) -> None:
     """Write JSON atomically: a crash leaves the old file or the new one, never half of one."""
     path = Path(path)

@@ -11,7 +11,7 @@ whether its final answer is right (`truth`); cases whose truth is debatable are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 from rs.answers import Vocabulary

@@ -22,13 +22,29 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rs.answers.reading import Reading, read, unwrap
 from rs.answers.values import NEUTRAL_WORDS, UNIT_WORDS, Found, Kind, Vocabulary, find
 
-if TYPE_CHECKING:
-    from rs.verifiers.base import Item, Verifier
+Item = Any
+"""What is known of the item beside its references: its `question` and `options`, when it has them."""
+
+
+class Verifier(Protocol):
+    """What the grader asks of a verifier (`rs.verifiers.base.Verifier` is one)."""
+
+    def kind(self, references: Sequence[str], *, item: Item = None, vocabulary: Vocabulary | None = None) -> Kind: ...
+
+    def compare(self, value: str, references: Sequence[str], *, item: Item = None) -> bool: ...
+
+    def compare_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None,
+                      vocabulary: Vocabulary | None = None) -> bool: ...
+
+    def certain_kind(self, kind: Kind, references: Sequence[str], *, item: Item = None,
+                     vocabulary: Vocabulary | None = None) -> bool: ...
+
+    def certain_value(self, kind: Kind, value: Any) -> bool: ...
 
 __all__ = ["Grade", "Grader", "Outcome", "READING_RULES"]
 
@@ -83,14 +99,21 @@ class Grader:
     def __init__(self, verifier: Verifier, vocabulary: Vocabulary | None = None):
         self.verifier = verifier
         self.vocabulary = vocabulary if vocabulary else None
+        # A decision depends on the answer, the references, and the item's question and options only: short answers
+        # repeat (yes, no, counts, colours), so most are decided once.
+        self._decided = lru_cache(maxsize=1 << 16)(self._decide)
 
     def grade(self, answer: str | None, references: str | Sequence[str], *, item: Item | None = None) -> Grade:
-        from rs.verifiers.base import as_references
-
-        refs = as_references(references)
-        kind = self.verifier.kind(refs, item=item, vocabulary=self.vocabulary)
+        refs = (references,) if type(references) is str else tuple(references)
         if answer is None:
-            return Grade(Outcome.UNDECIDED, kind, "")
+            return Grade(Outcome.UNDECIDED, self.verifier.kind(refs, item=item, vocabulary=self.vocabulary), "")
+        if item is None:
+            return self._decided(answer, refs, "", ())
+        return self._decided(answer, refs, getattr(item, "question", None) or "", tuple(getattr(item, "options", ()) or ()))
+
+    def _decide(self, answer: str, refs: tuple[str, ...], question: str, options: tuple[str, ...]) -> Grade:
+        item = _Seen(question, options)
+        kind = self.verifier.kind(refs, item=item, vocabulary=self.vocabulary)
         reading = read(answer)
         if reading.conflict or not reading.stated:
             return Grade(Outcome.UNDECIDED, kind, reading.stated)
@@ -151,6 +174,15 @@ class Grader:
 
 
 @dataclass(frozen=True)
+class _Seen:
+    """What a decision reads of an item: its question's words and its options."""
+
+    question: str
+    options: tuple[str, ...]
+    qtype: None = None
+
+
+@dataclass(frozen=True)
 class _Context:
     kind: Kind
     vocabulary: Vocabulary | None
@@ -196,7 +228,7 @@ class _Context:
         allowed = self.neutral | (UNIT_WORDS if self.kind is Kind.NUMBER else frozenset())
         if self.vocabulary:
             allowed = allowed | self.vocabulary.words  # "3 cubes", "Yes, the sphere is metal.", "the red cube"
-        if any(word not in allowed for word in found.leftover_words()):
+        if any(word not in allowed for word in found.leftover):
             return None
         return first
 
@@ -213,4 +245,4 @@ _VARIABLE = re.compile(r"^\s*[A-Za-z]\w{0,2}\s*=\s*(?=[-+$(\d.\\])")
 def _neutral(question: str) -> frozenset[str]:
     if not question:
         return NEUTRAL_WORDS
-    return NEUTRAL_WORDS | frozenset(Found((), (), question).leftover_words())
+    return NEUTRAL_WORDS | frozenset(Found((), (), question).leftover)

@@ -41,8 +41,15 @@ class Found:
     ambiguous: bool = False
     """A word that may be a value or not ("A dog": the article, or option A?): never clean."""
 
+    @functools.cached_property
+    def leftover(self) -> tuple[str, ...]:
+        """:meth:`leftover_words`, computed once."""
+        return tuple(self.leftover_words())
+
     def leftover_words(self) -> list[str]:
         """The words of ``text`` outside the values' spans, lower-cased."""
+        if not self.spans:
+            return _WORDS.findall(self.text.lower())
         parts, pos = [], 0
         for start, end in sorted(self.spans):
             parts.append(self.text[pos:start])
@@ -83,7 +90,7 @@ def polar_of(text: str) -> str | None:
     return _POLAR_MAP.get(text.strip().strip(".!*_\"'()[] ").casefold())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Vocabulary:
     """A family's closed set of answers: every spelling (synonyms, plurals) of each canonical term, and its category.
 
@@ -135,6 +142,12 @@ class Vocabulary:
 
 
 def classify(references: Sequence[str], vocabulary: Vocabulary | None = None) -> Kind:
+    """The kind of value every reference is (see :func:`_classify`)."""
+    return _classify(tuple(references), vocabulary)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _classify(references: tuple[str, ...], vocabulary: Vocabulary | None = None) -> Kind:
     """The kind of value every reference is: yes/no, a plain number, a term of the closed set, else free text."""
     if not references:
         return Kind.TEXT
@@ -147,12 +160,13 @@ def classify(references: Sequence[str], vocabulary: Vocabulary | None = None) ->
     return Kind.TEXT
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _plain_number(reference: str) -> Number | None:
     """The number a reference is when it is nothing else ("3", "$2,556.25", "13%", "\\frac{2}{5}", "three")."""
     if _GLUED_UNIT.search(reference):
         return None  # "1g", "3D": a label as much as a number
     found = find(Kind.NUMBER, reference)
-    if not found.readable or len(found.values) != 1 or found.leftover_words():
+    if not found.readable or len(found.values) != 1 or found.leftover:
         return None
     number = found.values[0]
     return None if number.qualifier else number
@@ -161,9 +175,14 @@ def _plain_number(reference: str) -> Number | None:
 _GLUED_UNIT = re.compile(r"[0-9][A-Za-z]")
 
 
-def reference_values(kind: Kind, references: Sequence[str], vocabulary: Vocabulary | None = None,
-                     options: Sequence[str] = (), letters: str = "") -> list[Any] | None:
+def reference_values(kind: Kind, references: Sequence[str], vocabulary: Vocabulary | None = None) -> list[Any] | None:
     """Each reference as a value of ``kind``; None when one is not."""
+    values = _reference_values(kind, tuple(references), vocabulary)
+    return None if values is None else list(values)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _reference_values(kind: Kind, references: tuple[str, ...], vocabulary: Vocabulary | None) -> tuple[Any, ...] | None:
     out = []
     for r in references:
         if kind is Kind.NUMBER:
@@ -177,13 +196,18 @@ def reference_values(kind: Kind, references: Sequence[str], vocabulary: Vocabula
         if v is None:
             return None
         out.append(v)
-    return out
+    return tuple(out)
 
 
 def find(kind: Kind, text: str, *, vocabulary: Vocabulary | None = None, letters: str = "",
          options: Sequence[str] = (), rest: bool = False) -> Found:
     """Every value of ``kind`` that ``text`` states. ``rest``: ``text`` is what stands beside a stated answer, read
     inclusively (a negated statement states "no"; "A is also right" names option A)."""
+    return _find(kind, text, vocabulary, letters, tuple(options), rest)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _find(kind: Kind, text: str, vocabulary: Vocabulary | None, letters: str, options: tuple[str, ...], rest: bool) -> Found:
     negations = rest
     if kind is Kind.NUMBER:
         plain = plain_text(text)

@@ -82,7 +82,7 @@ from rs.engines.cache import GenerationCache
 from rs.judge import Judge, JudgeCase
 from rs.prompt import sampling_request
 from rs.sample import SampleReport, SampleStage
-from rs.stages import BuildContext, ensure_clean, ensure_sampled, read_report, sample_fingerprint
+from rs.stages import BuildContext, answer_vocabulary, ensure_clean, ensure_sampled, read_report, sample_fingerprint
 from rs.store import ParquetStreamWriter, qa_item, read_records
 
 from .cluster import Cluster, check_fits, connect, forwarded_env, ray_available, retrying_lost_nodes
@@ -171,7 +171,8 @@ def sample_on_ray(
             try:
                 with GenerationCache(ctx.cache_path) as cache:
                     def new_stage() -> SampleStage:  # the judge step's calibration cases accumulate in the stage: one per attempt
-                        return SampleStage(ctx.family.config, sampler, judge, cache, progress=False)
+                        return SampleStage(ctx.family.config, sampler, judge, cache, progress=False,
+                                           vocabulary=answer_vocabulary(ctx))
 
                     _run_steps(ctx, new_stage, cluster, cache, specs, run, lookahead)
             finally:

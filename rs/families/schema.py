@@ -203,14 +203,19 @@ class AnswersConfig:
     another category beside the answer ("the red cube" for a colour) is no other answer."""
     synonyms: dict[str, list[str]] = field(default_factory=dict)
     """Term -> its other spellings (`sphere: [ball, balls, spheres]`), the same answer on either side."""
+    closed_set: bool = False
+    """Every distinct cleaned reference that is no number and no yes/no is a term too (at most
+    `rs.store.MAX_ANSWER_SET` of them; a family with more has no closed set): for a family whose answers are few
+    words without categories written here."""
 
-    def vocabulary(self) -> Any:
-        """The closed set as `rs.answers.Vocabulary`, or None when the family has none."""
-        if not self.categories and not self.synonyms:
+    def vocabulary(self, references: list[str] | None = None) -> Any:
+        """The closed set as `rs.answers.Vocabulary` (with the cleaned `references` when `closed_set`), or None."""
+        derived = list(references or []) if self.closed_set else []
+        if not self.categories and not self.synonyms and not derived:
             return None
         from rs.answers import Vocabulary
 
-        terms = [t for members in self.categories.values() for t in members]
+        terms = [t for members in self.categories.values() for t in members] + derived
         return Vocabulary.build(terms, self.synonyms, self.categories)
 
 

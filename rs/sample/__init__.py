@@ -31,7 +31,7 @@ from rs.reasoning import ReasoningFormat
 from rs.sources.base import QAItem, Row
 from rs.store import ITEMS, ParquetStreamWriter
 from rs.engines.cache import GenerationCache
-from rs.answers import Grader
+from rs.answers import Grader, Vocabulary
 from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
@@ -117,10 +117,13 @@ class Verification:
 class SampleStage:
     """Answers, verifies and judges a family's items; writes one result record per QA item."""
 
-    def __init__(self, config: FamilyConfig, sampler: Engine, judge_engine: Engine | None, cache: GenerationCache, *, progress: bool = True):
+    def __init__(self, config: FamilyConfig, sampler: Engine, judge_engine: Engine | None, cache: GenerationCache, *,
+                 progress: bool = True, vocabulary: Vocabulary | None = None):
+        """`vocabulary`: the family's closed set of answers (`rs.stages.answer_vocabulary`); by default the one its
+        `answers:` block writes, without the terms a closed set derives from the cleaned references."""
         self.config = config
         self.verifier: Verifier = get_verifier(config.verifier.name, **config.verifier.params)
-        self.grader = Grader(self.verifier, config.answers.vocabulary())
+        self.grader = Grader(self.verifier, vocabulary if vocabulary is not None else config.answers.vocabulary())
         self.settings = sampling_settings(config)
         self.instructions = Instructions.of(config)
         self.reasoning = ReasoningFormat(config.model.reasoning, tokenizer=getattr(sampler, "tokenizer", None),
@@ -136,7 +139,7 @@ class SampleStage:
                                tokenizer=getattr(judge_engine, "tokenizer", None))
             self.judge.reasoning.check()
         letters = config.cleaning.step("multiple_choice").letters
-        self.calibration = CalibrationSampler(self.verifier, config.judge.calibration_samples, letters=letters)
+        self.calibration = CalibrationSampler(self.verifier, config.judge.calibration_samples, letters=letters, grader=self.grader)
         self.report = SampleReport()
         self.progress = progress
 

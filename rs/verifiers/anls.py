@@ -37,6 +37,8 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
+from rapidfuzz.distance import Levenshtein
+
 from rs.answers import Kind, Vocabulary
 from rs.verifiers.base import Item, Param, Verifier, VerifierError, as_references, register
 
@@ -48,39 +50,13 @@ _NUMERIC = re.compile(r"(?P<sign>[+-]?)[$€£¥]?(?P<int>[0-9]{1,3}(?:,[0-9]{3}
 
 
 def levenshtein(a: str, b: str, max_distance: int | None = None) -> int:
-    """Edit distance (insert/delete/substitute, cost 1) between ``a`` and ``b``.
+    """Edit distance (insert/delete/substitute, cost 1) between ``a`` and ``b``, by rapidfuzz.
 
-    With ``max_distance`` the computation stops early and returns ``max_distance + 1`` as soon as the distance is
-    known to exceed it — the verifier only needs to know whether a pair is close enough.
+    With ``max_distance`` the answer is ``max_distance + 1`` whenever the distance exceeds it: the verifier only needs
+    to know whether a pair is close enough, and rapidfuzz stops early. (rapidfuzz gives the hand-written dynamic
+    programme's distances on 20,000 random pairs, 130-180x faster: README, "Verifier throughput".)
     """
-    if a == b:
-        return 0
-    # Common prefix/suffix never change the distance; short answers usually differ in a few characters.
-    start = 0
-    stop = min(len(a), len(b))
-    while start < stop and a[start] == b[start]:
-        start += 1
-    end_a, end_b = len(a), len(b)
-    while end_a > start and end_b > start and a[end_a - 1] == b[end_b - 1]:
-        end_a -= 1
-        end_b -= 1
-    a, b = a[start:end_a], b[start:end_b]
-    if len(a) < len(b):
-        a, b = b, a
-    if not b:
-        return len(a) if max_distance is None or len(a) <= max_distance else max_distance + 1
-    if max_distance is not None and len(a) - len(b) > max_distance:
-        return max_distance + 1
-    previous = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        current = [i]
-        append = current.append
-        for j, cb in enumerate(b, 1):
-            append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
-        if max_distance is not None and min(current) > max_distance:
-            return max_distance + 1
-        previous = current
-    return previous[-1]
+    return Levenshtein.distance(a, b, score_cutoff=max_distance)
 
 
 @lru_cache(maxsize=1 << 16)

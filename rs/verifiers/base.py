@@ -33,7 +33,6 @@ __all__ = [
     "VerifierError",
     "as_references",
     "plain_number",
-    "polar",
     "get_verifier",
     "known_verifiers",
     "register",
@@ -175,7 +174,8 @@ class Verifier(abc.ABC):
         ``item`` is what else is known of the item (its question, its multiple-choice options in label order, its
         question type; a ``QAItem`` will do).
         """
-        return self.grader().grade(prediction, reference, item=item).accepted
+        grader = self.__dict__.get("_grader") or self.grader()
+        return grader.grade(prediction, reference if type(reference) is str else as_references(reference), item=item).accepted
 
     def contradicts(
         self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
@@ -183,7 +183,7 @@ class Verifier(abc.ABC):
         """Whether ``prediction`` is *certainly* wrong: one clean value of the reference's kind that differs from
         every reference after notation is normalised, with nothing in the rest that matches. The judge may not
         overrule such a rejection. Anything not read for sure is undecided, the judge's."""
-        return self.grader().grade(prediction, reference, item=item).certain
+        return self.grader().grade(prediction, as_references(reference), item=item).certain
 
     @property
     def contradiction_rule(self) -> str | None:
@@ -327,29 +327,3 @@ def plain_number(text: str) -> Decimal | None:
     if _PLAIN_NUMBER.fullmatch(text) is None:
         return None
     return Decimal(text.replace(",", ""))
-
-
-_POLAR = {"yes": "yes", "no": "no", "true": "yes", "false": "no"}
-
-
-def polar(text: str) -> str | None:
-    """"yes" or "no" when an answer is just that (any case, surrounding punctuation ignored), else None."""
-    return _POLAR.get(text.strip().strip(".!*_\"'()[] ").casefold())
-
-
-def numbers_or_polars_differ(prediction: str, references: Sequence[str]) -> bool:
-    """Both sides plain numbers, or both yes/no, and the prediction equals no reference: a certain mismatch.
-
-    Every reference must be of the prediction's kind; one that is not makes nothing certain.
-    """
-    if not references:
-        return False
-    number = plain_number(prediction)
-    if number is not None:
-        values = [plain_number(r) for r in references]
-        return all(v is not None for v in values) and number not in values
-    answer = polar(prediction)
-    if answer is not None:
-        answers = [polar(r) for r in references]
-        return all(a is not None for a in answers) and answer not in answers
-    return False
