@@ -78,3 +78,50 @@ def test_numbers_as_answers_write_them(text: str, values: list[str]) -> None:
 @pytest.mark.parametrize("text", ["3²", "12/05/1998", "3:45", "5M", "٣"])
 def test_a_number_that_cannot_be_read_for_sure_makes_the_text_unreadable(text: str) -> None:
     assert read_numbers(text) is None
+
+
+CLEVR_QUESTION = "Are there more cubes than cylinders?"
+
+
+@pytest.mark.parametrize(("verifier", "answer", "reference", "outcome"), [
+    # accepted, wrong, before: a right first line or mark followed by another value
+    ("alnum", "Blue\n\nThe color is cyan.", "blue", "undecided"),
+    ("anls", "1998\n\nOn closer inspection, it reads 1988.", "1998", "undecided"),
+    ("count", "Answer: 1\n\n(0 if the partially hidden cylinder is counted)", "1", "undecided"),
+    ("count", "\\boxed{3}\n\nOn closer inspection, the correct value is 4.", "3", "undecided"),
+    ("relaxed", "$2,556.25\n$2,656.25", "2556.25", "undecided"),
+    ("anls", "Chairman of the Board\nSecretary of the Board", "Chairman of the Board", "undecided"),
+    ("math", "**3/4**", "3", "certain"), ("math", "The answer is **1/4**.", "1", "certain"),
+    ("count", "seven hundredths", "7", "undecided"),
+    # rejected for certain, right, before
+    ("relaxed", "42%", "42", "accepted"), ("relaxed", "4 %", "4", "accepted"), ("relaxed", "13", "13%", "accepted"),
+    ("anls", "13", "13%", "accepted"), ("math", "**2/5**", "\\frac{2}{5}", "accepted"),
+    ("math", "7 1/2 cups", "7.5", "accepted"), ("math", "7½", "7.5", "accepted"),
+    ("math", "The answer is 3/5.", "\\frac{3}{5}", "accepted"), ("math", "(1, 2)", "(1,2)", "accepted"),
+    # rejected, right, before (the judge's work)
+    ("alnum", "Answer: no", "no", "accepted"), ("alnum", "**Answer:** No", "no", "accepted"),
+    ("alnum", "\\boxed{no}", "no", "accepted"), ("alnum", "<answer>yes</answer>", "yes", "accepted"),
+    ("alnum", "The answer is 23.", "23", "accepted"), ("alnum", "**53**", "53", "accepted"),
+    ("count", "three.", "3", "accepted"), ("count", "8 objects", "8", "accepted"),
+    ("alnum", "Yes\n\nThere are 5 cubes but only 2 cylinders.", "yes", "accepted"),
+    ("mcq", "B (pupa)", "B", "accepted"), ("mcq", "The correct option is B.", "B", "accepted"),
+    ("count", "There are no objects left.", "0", "accepted"),
+])
+def test_the_issues_examples(verifier: str, answer: str, reference: str, outcome: str) -> None:
+    from rs.answers import Grader
+    from rs.verifiers import get_verifier
+    from rs.verifiers.base import ItemInfo
+
+    item = ItemInfo(options=("larva", "pupa", "adult") if verifier == "mcq" else (), question=CLEVR_QUESTION)
+    assert Grader(get_verifier(verifier)).grade(answer, reference, item=item).outcome.value == outcome
+
+
+@pytest.mark.parametrize(("answer", "reference"), [("metallic", "metal"), ("Ball", "sphere"), ("grey", "gray"), ("big", "large")])
+def test_clevr_synonyms_on_both_sides(answer: str, reference: str) -> None:
+    from answers_corpus import CLEVR_ANSWERS
+
+    from rs.answers import Grader
+    from rs.verifiers import get_verifier
+
+    grader = Grader(get_verifier("alnum"), CLEVR_ANSWERS)
+    assert grader.grade(answer, reference).accepted and grader.grade(reference, answer).accepted
