@@ -92,7 +92,8 @@ class RSBuilder(datasets.ArrowBasedBuilder):
             group_rows, group_bytes = group_rows + batch.num_rows, group_bytes + batch.nbytes
 
         with progress(None, f"writing {self.config.name}", unit="row", enabled=self.context.progress) as bar:
-            for row in split_rows(build_dir, self.config.split, promotes):
+            needs_agreement = self.context.family.config.answers.think_needs_agreeing_reasoning
+            for row in split_rows(build_dir, self.config.split, promotes, needs_agreeing_reasoning=needs_agreement):
                 rows.append(row)
                 bar.update()
                 if len(rows) >= _CHUNK_ROWS:

@@ -37,6 +37,10 @@ class VerifierSummary:
     """The family's closed set of answers: each term with its other spellings (`answers.synonyms`)."""
     outcomes: dict[str, int] = field(default_factory=dict)
     """Answers the verifier accepted, rejected for certain, and left undecided (the judge's)."""
+    reasoning_disagrees: int = 0
+    """Accepted answers whose reasoning concludes another value of their kind."""
+    think_needs_agreeing_reasoning: bool = True
+    """Whether those are kept out of the think split (`answers.think_needs_agreeing_reasoning`)."""
 
 
 @dataclass(frozen=True)

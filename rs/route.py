@@ -56,8 +56,10 @@ def _qa(split: str, item: dict[str, Any], decision: Decision) -> dict[str, Any] 
     }
 
 
-def split_rows(build_dir: str | Path, split: str, judge_promotes: bool) -> Iterator[dict[str, Any]]:
-    """The rows of one split: the cleaned rows joined, in order, with their items' results."""
+def split_rows(build_dir: str | Path, split: str, judge_promotes: bool, *,
+               needs_agreeing_reasoning: bool = True) -> Iterator[dict[str, Any]]:
+    """The rows of one split: the cleaned rows joined, in order, with their items' results. With
+    `needs_agreeing_reasoning`, an accepted item whose reasoning concludes another value is not in the think split."""
     build_dir = Path(build_dir)
     items = read_records(build_dir / "items", "items")
     item = next(items, None)
@@ -66,7 +68,8 @@ def split_rows(build_dir: str | Path, split: str, judge_promotes: bool) -> Itera
         for _ in row.qa:
             if item is None or item["row"] != index:
                 raise RuntimeError(f"the items store of {build_dir} does not match its cleaned rows at row {index}; rebuild the family")
-            if (entry := _qa(split, item, decide(item, judge_promotes))) is not None:
+            skip = split == "think" and needs_agreeing_reasoning and item.get("reasoning_agrees") is False
+            if not skip and (entry := _qa(split, item, decide(item, judge_promotes))) is not None:
                 qa.append(entry)
             item = next(items, None)
         if qa:

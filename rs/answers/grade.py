@@ -133,6 +133,22 @@ class Grader:
         rest = context.find(reading.rest, rest=True)
         return value if rest.readable and all(context.same(other, value) for other in rest.values) else None
 
+    def reasoning_agrees(self, reasoning: str | None, grade: Grade, references: Sequence[str], *,
+                         item: Item | None = None) -> bool | None:
+        """Whether the conclusion the reasoning reaches (the last value of the accepted answer's kind it states) is the
+        accepted value; None when it cannot be told (free text, or no value of that kind in the reasoning)."""
+        if not reasoning or grade.value is None or grade.kind is Kind.TEXT:
+            return None
+        refs = (references,) if type(references) is str else tuple(references)
+        context = _Context.of(grade.kind, self.vocabulary, item, self.verifier, refs)
+        found = find(grade.kind, reasoning, vocabulary=self.vocabulary, letters=context.letters, options=context.options)
+        if context.kind is Kind.TERM and context.category is not None:
+            found = context.find(reasoning)
+        values = [v for v in found.values if not (grade.kind is Kind.NUMBER and v.qualifier)]
+        if not found.readable or not values:
+            return None
+        return context.same(values[-1], grade.value)
+
     def _text(self, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
         """Free text: the verifier's comparison on the stated answer; accepted only when nothing else is said."""
         matches = self.verifier.compare(reading.stated, refs, item=item)

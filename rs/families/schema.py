@@ -203,6 +203,10 @@ class AnswersConfig:
     another category beside the answer ("the red cube" for a colour) is no other answer."""
     synonyms: dict[str, list[str]] = field(default_factory=dict)
     """Term -> its other spellings (`sphere: [ball, balls, spheres]`), the same answer on either side."""
+    think_needs_agreeing_reasoning: bool = True
+    """An accepted answer whose reasoning concludes another value of its kind (the last one it states) stays out of
+    `FAMILY_RS_think` (it is still in `_RS_nothink`): only the final answer is verified, and a reasoning that
+    argues for another answer is no reasoning to train on."""
     closed_set: bool = False
     """Every distinct cleaned reference that is no number and no yes/no is a term too (at most
     `rs.store.MAX_ANSWER_SET` of them; a family with more has no closed set): for a family whose answers are few

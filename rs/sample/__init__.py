@@ -60,6 +60,8 @@ class SampleReport:
     """Rejections the verifier knows are wrong: no judge verdict can promote them."""
     undecided: int = 0
     """Answers the verifier could not decide (neither accepted nor certainly wrong): the judge's."""
+    reasoning_disagrees: int = 0
+    """Accepted answers whose reasoning concludes another value of the answer's kind (`reasoning_agrees` False)."""
     judged: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)
     contradicted_verdicts: Counter[str] = field(default_factory=Counter)
@@ -110,6 +112,8 @@ class Verification:
     verified: bool
     contradicts: bool
     """A rejection the verifier knows is wrong (a different number, option, yes/no)."""
+    reasoning_agrees: bool | None
+    """For an accepted answer: whether the reasoning's last value of its kind is the answer; None when not told."""
     case: JudgeCase | None
     """The judge case of a rejection with something to grade; None otherwise."""
 
@@ -216,6 +220,7 @@ class SampleStage:
         self.report.prompt_reasoning[gen.prompt_reasoning or "unknown"] += gen.error is None
         self.report.verified += v.verified
         self.report.contradicted += v.contradicts
+        self.report.reasoning_disagrees += v.reasoning_agrees is False
         self.report.undecided += gen.error is None and gen.answer is not None and not v.verified and not v.contradicts
         self.report.engine_errors += gen.error is not None
         self.report.no_final_answer += gen.error is None and gen.answer is None
@@ -225,7 +230,7 @@ class SampleStage:
             "final": gen.answer, "finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
             "completion_tokens": gen.completion_tokens, "model": gen.model, "model_revision": gen.model_revision,
             "error": gen.error, "verified": v.verified, "contradicts": v.contradicts, "judge": None,
-            "prompt_reasoning": gen.prompt_reasoning,
+            "prompt_reasoning": gen.prompt_reasoning, "reasoning_agrees": v.reasoning_agrees,
         }
         return v.case
 
@@ -252,12 +257,13 @@ class SampleStage:
         grade = self.grader.grade(gen.answer, references, item=item) if answered else None
         verified = grade is not None and grade.accepted
         contradicts = grade is not None and grade.certain
+        agrees = self.grader.reasoning_agrees(gen.reasoning, grade, references, item=item) if verified else None
         if not answered or not gen.answer:
-            return Verification(gen, references, verified, contradicts, None)
+            return Verification(gen, references, verified, contradicts, agrees, None)
         case = JudgeCase(prompt, item.answer, gen.answer, item.key)
         self.calibration.offer(Answered(case, tuple(references), item.options, question_kind(item), item.qtype), verified)
         judged = not verified and judgeable(gen.answer) and self._consensus(item, references)
-        return Verification(gen, references, verified, contradicts, case if judged else None)
+        return Verification(gen, references, verified, contradicts, agrees, case if judged else None)
 
     def _consensus(self, item: QAItem, references: list[str]) -> bool:
         """Whether the official answer the judge is shown is one the verifier accepts against the annotators' votes.
