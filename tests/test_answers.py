@@ -125,3 +125,20 @@ def test_clevr_synonyms_on_both_sides(answer: str, reference: str) -> None:
 
     grader = Grader(get_verifier("alnum"), CLEVR_ANSWERS)
     assert grader.grade(answer, reference).accepted and grader.grade(reference, answer).accepted
+
+
+@pytest.mark.parametrize(("reasoning", "agrees"), [
+    ("I count the shapes: a cube, a sphere. So there are 2 shapes.", True),
+    ("There are 2 cylinders and 1 cube, 3 shapes in all.", False),  # the answer "2" is not what it concludes
+    ("The shapes are all to the left.", None),  # no count in it: nothing to tell
+    ("", None),
+])
+def test_the_reasoning_concludes_with_its_last_value_of_the_answers_kind(reasoning: str, agrees: bool | None) -> None:
+    from rs.answers import Grader
+    from rs.verifiers import get_verifier
+    from rs.verifiers.base import ItemInfo
+
+    grader = Grader(get_verifier("count"))
+    item = ItemInfo(question="How many shapes are there?")
+    grade = grader.grade("2", "2", item=item)
+    assert grader.reasoning_agrees(reasoning, grade, "2", item=item) is agrees
