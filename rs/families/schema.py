@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
+from rs.answers import Vocabulary
 from rs.checks import ConfigValueError, at_least, positive, within
 from rs.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
@@ -212,13 +213,11 @@ class AnswersConfig:
     `rs.store.MAX_ANSWER_SET` of them; a family with more has no closed set): for a family whose answers are few
     words without categories written here."""
 
-    def vocabulary(self, references: list[str] | None = None) -> Any:
+    def vocabulary(self, references: list[str] | None = None) -> Vocabulary | None:
         """The closed set as `rs.answers.Vocabulary` (with the cleaned `references` when `closed_set`), or None."""
         derived = list(references or []) if self.closed_set else []
         if not self.categories and not self.synonyms and not derived:
             return None
-        from rs.answers import Vocabulary
-
         terms = [t for members in self.categories.values() for t in members] + derived
         return Vocabulary.build(terms, self.synonyms, self.categories)
 

@@ -111,7 +111,6 @@ class Verifier(abc.ABC):
         Used verbatim on dataset cards, so it must describe the behaviour exactly and never mention code.
         """
 
-    @abc.abstractmethod
     def compare(self, value: str, references: Sequence[str], *, item: Item | None = None) -> bool:
         """The verifier's own metric (alnum, relaxed accuracy, ANLS, ...) on a clean answer ``value``.
 
@@ -119,7 +118,13 @@ class Verifier(abc.ABC):
         canonical form ("3" for "three.", "sphere" for "Ball", "yes" for "**Yes**"). A reference that is empty
         after normalisation never matches. ``references`` may hold several answers: for most verifiers any may
         match, for ``vqa`` they are the annotators' votes.
+
+        A verifier written before answers were read for it (one that overrides :meth:`match` only) is given the
+        stated answer through its own ``match``.
         """
+        if type(self).match is not Verifier.match:
+            return type(self).match(self, value, references, item=item)
+        raise NotImplementedError(f"{type(self).__name__} must implement compare(value, references, *, item=None)")
 
     def kind(self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None) -> Kind:
         """The kind of value the references are (a number, yes/no, an option, a term of the closed set, free text):
