@@ -12,6 +12,7 @@ from rs import cli
 from rs.cards import counted
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema
+from rs.families.probe import probe_family
 from rs.families.loader import field_types, plugin_registry, type_name
 from rs.offline import offline_unless_the_hub_resolves
 from rs.preview import preview
@@ -34,7 +35,13 @@ def _list(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     path = args.config or default_families_path()
     families = load_families(path)
+    not_checked = {name: probe_family(family) for name, family in families.items()}
     print(f"ok: {path}: {counted(len(families), 'family', 'families')} valid ({', '.join(families)})")
+    print("  checked: keys and values, local source files and the columns read from them, engine arguments against the "
+          "installed engine, built-in and local models")
+    for name, notes in not_checked.items():
+        if notes:
+            print(f"  not checked here: {name}: {'; '.join(notes)}")
     return 0
 
 

