@@ -55,5 +55,5 @@ families:
     run = subprocess.run([sys.executable, "-m", "rs.publish", "Remote", "--config", str(families), "--build-dir", str(tmp_path / "build")],
                          env={**clean, "HF_ENDPOINT": "https://hub.example.invalid"}, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2, run.stderr
-    assert "error: the Hub is out of reach from here, so Remote cannot be published to it (someone/Remote_RS_think" in run.stderr
+    assert "error: the Hub is out of reach from here (its name does not resolve): Remote cannot be published to it (someone/Remote_RS_think" in run.stderr
     assert "--out DIR" in run.stderr and not list((tmp_path / "build").rglob("*.json"))  # nothing built

@@ -12,9 +12,9 @@ from rs import cli
 from rs.cards import counted
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema
-from rs.families.probe import probe_family
+from rs.probe import probe_family
 from rs.families.loader import field_types, plugin_registry, type_name
-from rs.offline import offline_unless_the_hub_resolves
+from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.preview import preview
 from rs.verifiers import get_verifier, known_verifiers
 from rs.registry import SOURCES
@@ -111,8 +111,8 @@ def _verifiers(args: argparse.Namespace) -> int:
 
 
 def _preview(args: argparse.Namespace) -> int:
-    family = get_family(args.name, args.config)
-    offline_unless_the_hub_resolves()
+    family = cli.checked_family(args.name, args.config)
+    offline_unless_the_hub_resolves(hub_needs(family))
     preview(family, limit=args.limit or 3)
     return 0
 

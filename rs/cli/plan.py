@@ -6,8 +6,7 @@ import argparse
 
 from rs import cli
 from rs.cli import output
-from rs.families import get_family
-from rs.offline import offline_unless_the_hub_resolves
+from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.plan import plan_family
 
 
@@ -26,9 +25,9 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.plan") -> i
     cli.add_build_paths(parser)
     cli.add_verbose(parser)
     args = parser.parse_args(argv)
-    family = get_family(args.family, args.config)
+    family = cli.checked_family(args.family, args.config)
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
-        offline_unless_the_hub_resolves()
+        offline_unless_the_hub_resolves(hub_needs(family))
         plan = plan_family(family, sample_images=args.sample, limit=args.limit, build_root=cli.build_root(args),
                            cache_path=args.cache, tokens_per_second=args.tokens_per_second, progress=True)
     print(plan.render())

@@ -18,9 +18,9 @@ from rs.cards import counted, pct
 from rs.cli import RunFailed, output
 from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError, UsageError
-from rs.families import Family, get_family
+from rs.families import Family
 from rs.hub import describe_commits, format_plan
-from rs.offline import offline_unless_the_hub_resolves
+from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.publish import check_local_root, publish
 from rs.schema import SPLITS
 
@@ -79,17 +79,24 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
             check_local_root(args.out, "--out")
         except UsageError as err:
             parser.error(str(err))
-    family = get_family(args.family, args.config)
+    family = cli.checked_family(args.family, args.config, probe=not args.cards_only)
     sample = None
     if args.ray is not None:
         sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,
                                    runtime_env={"env_vars": forwarded_env()})
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
-        if offline_unless_the_hub_resolves() and args.out is None and family.config.publish.target != "local":
-            raise UsageError(f"the Hub is out of reach from here, so {family.name} cannot be published to it "
-                             f"({family.config.publish.namespace}/{family.repo_name('think')} and its siblings)",
-                             hint="publish to a local folder with --out DIR (laid out as the Hub repos), or run the same "
-                                  "command when the network is back")
+        to_hub = args.out is None and family.config.publish.target != "local"
+        needs = hub_needs(family, publishing=to_hub)
+        if offline_unless_the_hub_resolves(needs, say=not to_hub) and to_hub:
+            reading = [n for n in needs if not n.startswith("the repos ")]
+            hint = ("publish to a local folder with --out DIR (laid out as the Hub repos), or run the same command when the "
+                    "network is back")
+            if reading and not args.cards_only:
+                hint = (f"building {family.name} also reads {' and '.join(reading)} from the Hub: offline, --out DIR works only "
+                        "when they are in the local Hugging Face cache (HF_HOME); otherwise run where the Hub is reachable")
+            raise UsageError(f"the Hub is out of reach from here (its name does not resolve): {family.name} cannot be "
+                             f"published to it ({family.config.publish.namespace}/{family.repo_name('think')} and its siblings)",
+                             hint=hint)
         try:
             outcome = publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
                               build_root=args.build_dir, cache_path=args.cache, progress=True, sample=sample)

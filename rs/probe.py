@@ -15,7 +15,7 @@ from pathlib import Path
 from rs.errors import UsageError
 from rs.registry import SOURCES
 
-from .loader import Family, FamilyConfigError, locate
+from rs.families.loader import Family, FamilyConfigError, locate
 
 __all__ = ["probe_family"]
 
