@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.plan") -> i
                         help="images whose prompts are rendered and counted without the model's weights (default 8)")
     parser.add_argument("--tokens-per-second", type=cli.positive_float, metavar="X",
                         help="an engine's output throughput (tokens/s, e.g. from a GPU run) for the projected engine hours")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when the plan has a warning (a source it cannot read, a judge that cannot pass its calibration, ...)")
     cli.add_build_paths(parser)
     cli.add_verbose(parser)
     args = parser.parse_args(argv)
@@ -31,4 +33,4 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.plan") -> i
         plan = plan_family(family, sample_images=args.sample, limit=args.limit, build_root=cli.build_root(args),
                            cache_path=args.cache, tokens_per_second=args.tokens_per_second, progress=True)
     print(plan.render())
-    return 0
+    return 1 if args.strict and plan.warnings else 0

@@ -22,7 +22,8 @@ from rs.families import Family
 from rs.hub import describe_commits, format_plan
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.publish import check_local_root, publish
-from rs.schema import SPLITS
+from rs.plan import Plan
+from rs.schema import QA, SPLITS
 
 
 def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
@@ -55,6 +56,39 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
     lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in SPLITS) if outcome["local"] else "")
     lines.append(f"  done in {outcome['seconds']:.1f}s" + (" (dry run: nothing was changed)" if dry_run else ""))
     return "\n".join(line for line in lines if line)
+
+
+def would_do(family: Family, outcome: dict[str, Any]) -> str:
+    """What a run would do, for a `--dry-run` on a family with no current build: the plan's projection, and what only sampling tells."""
+    plan: Plan = outcome["plan"]
+    c = family.config
+    lines = [f"{family.name}: not built here with these settings, so this dry run built nothing: no model was loaded, nothing "
+             "was sampled or judged. A run would:"]
+    s, expected = plan.sample, plan.expected_questions()
+    if s is not None and expected is not None:
+        lines.append(f"  read {plan.source_records:,} source records and clean them: about {expected:,} questions to answer "
+                     f"(a sample of {s.source_records} records held {s.source_items} questions, {s.kept_items} kept by cleaning)")
+    elif s is not None:
+        lines.append(f"  read the source and clean it (its size is not known here; a sample of {s.source_records} records held "
+                     f"{s.source_items} questions, {s.kept_items} kept by cleaning)")
+    else:
+        lines.append("  read the source and clean it (it cannot be read here: see the warnings)")
+    questions = f"about {expected:,}" if expected is not None else "one per question"
+    judge = (f"then one judge request per rejection with a final answer, and up to {3 * c.judge.calibration_samples:,} calibration "
+             f"cases (positives, easy and hard negatives: {c.judge.calibration_samples} each) plus every certain rejection"
+             if c.judge.enabled else "no judge (judge.enabled: false)")
+    lines.append(f"  send {questions} sampling requests to {c.model.id} (fewer where the generation cache has the answer), {judge}")
+    where = "" if outcome["local"] else f"{c.publish.namespace}/"
+    for split in SPLITS:
+        fields = ", ".join(QA[split])
+        lines.append(f"  write {where}{family.repo_name(split)}: one row per image (image, qa, clean_meta, image_sha256), "
+                     f"qa holding {{{fields}}} per " + ("rejected question" if split == "rejected" else "accepted question"))
+    lines.append("  cannot know before sampling: the accept rate, so how many rows and shards each split gets; which rejections "
+                 "the judge is asked about; whether the judge passes its calibration")
+    lines += [f"warning: {w}" for w in plan.warnings]
+    lines.append(f"  done in {outcome['seconds']:.1f}s (dry run: nothing was changed; "
+                 f"`rs plan {family.name} --limit N` answers N images for real and projects the cost)")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -> int:
@@ -106,5 +140,5 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
             if sample is None:
                 raise
             raise RunFailed(str(err)) from err
-        print(summary(family, outcome, dry_run=args.dry_run))
+        print(would_do(family, outcome) if outcome["report"] is None else summary(family, outcome, dry_run=args.dry_run))
     return 0

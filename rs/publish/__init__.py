@@ -29,7 +29,8 @@ from rs.hub import FileChange, PublishResult, publish_folder, resolve_token
 from rs.report import FamilyReport
 from rs.schema import SPLITS
 from rs.sizes import parse_bytes
-from rs.stages import BuildContext, default_cache_path, scratch
+from rs.plan import plan_family
+from rs.stages import BuildContext, current_sample_report, default_cache_path, scratch
 from rs.store import write_json
 
 logger = logging.getLogger("rs.publish")
@@ -218,8 +219,13 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
                               "publish to the Hub without --limit")
     if not local and not dry_run:
         token = resolve_token(token)  # fail before a long build, not after
+    if dry_run and not cards_only and current_sample_report(ctx) is None:
+        # a dry run spends nothing: no model is loaded, nothing sampled or judged; the plan says what a run would do
+        projection = plan_family(family, limit=None, progress=False)
+        return {"report": None, "results": {}, "where": {}, "local": local, "plan": projection,
+                "seconds": time.perf_counter() - start}
     with ctx.lock():  # one run of a family at a time: the build, the staged repos and the upload
-        if sample is not None and not cards_only:
+        if sample is not None and not cards_only and not dry_run:
             sample(ctx)
         report = None if cards_only else build_family(ctx)
         staging = ctx.paths.root / "repos"
