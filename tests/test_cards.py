@@ -267,9 +267,9 @@ def test_a_local_target_that_cannot_be_a_folder_is_refused_before_the_build(fami
     with pytest.raises(UsageError, match=f"publish.local_dir {blocker}: {blocker} is a file"):
         publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
     assert not (tmp_path / "build").exists()
-    with pytest.raises(SystemExit) as exit:  # the command says so as a usage error, before it reads the family
+    with pytest.raises(UsageError, match=f"--out {blocker}: {blocker} is a file, not a folder") as err:
         main(["Hostile", "--config", str(family.path), "--out", str(blocker), "--build-dir", str(tmp_path / "build")])
-    assert exit.value.code == 2 and f"error: --out {blocker}: {blocker} is a file, not a folder" in capsys.readouterr().err
+    assert err.value.exit_code == 2  # the command says so as a usage error (error: and hint:), before it reads the family
 
 
 def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_path: Path) -> None:

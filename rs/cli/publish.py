@@ -109,10 +109,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     if (code := cli.check_ray(parser, args)) is not None:
         return code
     if args.out is not None:
-        try:
-            check_local_root(args.out, "--out")
-        except UsageError as err:
-            parser.error(str(err))
+        check_local_root(args.out, "--out")
     family = cli.checked_family(args.family, args.config, probe=not args.cards_only)
     sample = None
     if args.ray is not None:

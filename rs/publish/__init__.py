@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -53,6 +54,12 @@ def check_local_root(folder: Path, named: str) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{named} {folder}: cannot write in {existing} (permission denied)",
                          hint=f"give {named} a folder you can write in")
+    try:  # a read-only file system, or a place even root cannot write in, passes os.access
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise UsageError(f"{named} {folder}: cannot write in {existing} ({err.strerror})",
+                         hint=f"give {named} a folder you can write in") from None
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
