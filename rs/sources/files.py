@@ -26,6 +26,10 @@ _SUFFIX_FORMAT = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".nd
 _METADATA = {"metadata.jsonl": "json", "metadata.csv": "csv", "metadata.parquet": "parquet"}
 
 
+LOCAL_PREFIX = "local:"
+"""How a files source names itself in the provenance (`local:shapes.parquet`)."""
+
+
 class SourceNotFound(UsageError, FileNotFoundError):
     """A files source whose path names no file."""
 
@@ -125,7 +129,8 @@ class FilesSource:
         return []
 
     def provenance(self) -> dict[str, str | None]:
-        return {"dataset": str(self.path), "config": self.format(), "split": "train", "revision": None}
+        """`local:` and the file's (or folder's) name, never its path on this machine: it is recorded in every row and on the cards."""
+        return {"dataset": f"{LOCAL_PREFIX}{Path(self.config.path).name}", "config": self.format(), "split": "train", "revision": None}
 
     def size(self) -> int | None:
         """Records in the files: parquet's metadata, or the lines of JSON Lines; None for an image folder."""
