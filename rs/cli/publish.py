@@ -51,6 +51,9 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
         lines.append(f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome['where'][split]} "
                      f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged"
                      f"{commits})")
+        if not s.rows:
+            lines.append(f"  warning: {s.repo} is empty: datasets.load_dataset cannot load a split with no rows (streaming=True reads "
+                         "it as empty); to the Hub it is published only with --allow-empty")
         if dry_run:
             lines.append(format_plan(result.changes))
     lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in SPLITS) if outcome["local"] else "")
@@ -100,6 +103,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     cli.add_cards_only(parser)
     cli.add_dry_run(parser)
     cli.add_limit(parser)
+    parser.add_argument("--allow-empty", action="store_true",
+                        help="publish to the Hub even a split with no rows (datasets.load_dataset refuses to load one)")
     cli.add_build_paths(parser)
     cli.add_ray(parser)
     cli.add_verbose(parser)
@@ -130,7 +135,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
                              hint=hint)
         try:
             outcome = publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
-                              build_root=args.build_dir, cache_path=args.cache, progress=True, sample=sample)
+                              build_root=args.build_dir, cache_path=args.cache, progress=True, sample=sample,
+                              allow_empty=args.allow_empty)
         except RsError:
             raise
         except RuntimeError as err:  # a Ray step's pipeline failed: what it committed stays cached

@@ -39,6 +39,10 @@ logger = logging.getLogger("rs.publish")
 CARD_FILES = ("README.md", "images/*")
 
 
+class EmptySplitError(UsageError):
+    """A split with no rows, which `datasets.load_dataset` cannot load, on its way to the Hub."""
+
+
 class MissingBuildError(UsageError, RuntimeError):
     """`--cards-only` without a build or a published repo to render from."""
 
@@ -204,8 +208,11 @@ def _download_card_inputs(repo_id: str, folder: Path, token: str | None) -> Path
 
 def publish(family: Family, *, out: Path | None = None, cards_only: bool = False, dry_run: bool = False, limit: int | None = None,
             build_root: Path | None = None, cache_path: Path | None = None, progress: bool = True, token: str | None = None,
-            engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None) -> dict[str, Any]:
+            engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None, allow_empty: bool = True) -> dict[str, Any]:
     """Build (unless cards only), stage and publish the three repos; returns a summary.
+
+    `allow_empty`: publish a split with no rows to the Hub (`datasets` cannot load it; the card says so); the command
+    refuses one unless `--allow-empty`.
 
     `sample` runs the sampling stage first in another way (`rs.distributed.sample_on_ray`); the
     build then finds it done.
@@ -235,6 +242,12 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
         if sample is not None and not cards_only and not dry_run:
             sample(ctx)
         report = None if cards_only else build_family(ctx)
+        if report is not None and not local and not allow_empty and (empty := [s for s in SPLITS if not report.splits[s].rows]):
+            raise EmptySplitError(
+                f"{', '.join(family.repo_name(s) for s in empty)} would have no rows: `datasets.load_dataset` refuses a split with "
+                "no rows (\"Instruction 'train' corresponds to no data!\"), so nothing was published",
+                hint=f"publish it anyway with --allow-empty (its card says it is empty and how to read it), or see why in "
+                     f"{ctx.paths.stats}")
         staging = ctx.paths.root / "repos"
         only = CARD_FILES if cards_only else None
         staged = {}
