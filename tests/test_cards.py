@@ -311,3 +311,14 @@ def test_the_pre_publish_check_names_what_the_viewer_would_refuse(tmp_path: Path
     (repo / "data" / "train-00001-of-00002.jsonl").write_text("{}")
     with pytest.raises(RepoCheckError, match=r"data: files of \.jsonl, \.parquet; the viewer reads one format per split"):
         check_repo(repo, row_group_bytes=1_000_000)
+
+
+def test_zero_counts_are_worded_naturally(family, tmp_path: Path) -> None:
+    train = tmp_path / "train.jsonl"
+    train.write_text(train.read_text().splitlines()[0])  # one record, one question, answered wrong: nothing merged or overruled
+    outcome = run_publish(family, tmp_path)
+    assert outcome["report"].judge.contradicted == 0
+    card = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
+    assert "1 QA pair in 1 source record; 1 kept in 1 row (one per image), 0 dropped." in card
+    assert "no rejection in this family was of this kind." in card
+    assert "0 records" not in card and "the 0 of them" not in card
