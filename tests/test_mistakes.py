@@ -120,3 +120,19 @@ def test_a_mistake_is_said_in_one_error_line_with_its_exit_status(folder: Path, 
     assert first.startswith("error: " + said.format(**values)), run.stderr
     assert run.returncode == status, run.stderr
     assert "Traceback" not in run.stderr + run.stdout
+
+
+def test_the_engine_arguments_read_from_vllms_files_are_those_it_takes() -> None:
+    """validate reads vLLM's argument list from its source (importing vLLM takes ~10 s): the same list an import gives."""
+    import dataclasses
+    import inspect
+
+    pytest.importorskip("vllm")
+    from vllm import LLM
+    from vllm.engine.arg_utils import EngineArgs
+
+    from rs.engines.vllm_args import known_engine_args, unknown_engine_arg
+
+    takes = {name for name, p in inspect.signature(LLM.__init__).parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    assert known_engine_args() == (takes | {f.name for f in dataclasses.fields(EngineArgs)}) - {"self", "model"}
+    assert unknown_engine_arg(["max_model_len", "max_num_seq"]) == ("max_num_seq", " (did you mean 'max_num_seqs'?)")
