@@ -67,7 +67,7 @@ class EngineStartFailed(RsError, RuntimeError):
     """vLLM refused the engine arguments or could not start the engine (memory, device, model files)."""
 
     show_log = True  # a failed engine core process gives its reason only in its own output, in the log
-    default_hint = ("engine.args in families.yaml are vllm.LLM's arguments; when the reason is memory or a length: the "
+    default_hint = ("engine.args in the families file (`rs families show FAMILY` prints them) are vllm.LLM's arguments; when the reason is memory or a length: the "
                     "shipped defaults are a GPU's (max_model_len 16384, gpu_memory_utilization 0.9), and on a CPU or a "
                     "smaller GPU they are set as TinyCLEVR does (max_model_len, max_num_seqs, kv_cache_memory_bytes, "
                     "gpu_memory_utilization: null); model files out of reach: see the model id and the network")
@@ -78,7 +78,7 @@ class EngineDied(RsError, RuntimeError):
 
     show_log = True  # the engine's own account of it is at the end of the log
     default_hint = ("the engine's own output is in the log named above; out of memory on a GPU: lower engine.args "
-                    "max_num_seqs, max_model_len or gpu_memory_utilization in families.yaml; then run the same command "
+                    "max_num_seqs, max_model_len or gpu_memory_utilization in the families file; then run the same command "
                     "again: every answer finished before is in the generation cache and is not asked again")
 
 
@@ -190,7 +190,7 @@ class VLLMEngine:
 
                 raise EngineArgsError(f"engine.args of {self.model}: {err} (vLLM {vllm.__version__})",
                                       hint="engine.args are the keyword arguments of vllm.LLM / vllm.EngineArgs in the installed "
-                                           "vLLM; remove or rename that key in families.yaml") from err
+                                           "vLLM; remove or rename that key in the families file") from err
             except Exception as err:  # a value vLLM refuses, or an engine core that could not start
                 raise EngineStartFailed(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
             logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)
