@@ -76,11 +76,11 @@ def would_do(family: Family, outcome: dict[str, Any]) -> str:
                      f"{s.source_items} questions, {s.kept_items} kept by cleaning)")
     else:
         lines.append("  read the source and clean it (it cannot be read here: see the warnings)")
-    questions = f"about {expected:,}" if expected is not None else "one per question"
+    requests = f"about {expected:,} sampling requests" if expected is not None else "one sampling request per question"
     judge = (f"then one judge request per rejection with a final answer, and up to {3 * c.judge.calibration_samples:,} calibration "
              f"cases (positives, easy and hard negatives: {c.judge.calibration_samples} each) plus every certain rejection"
              if c.judge.enabled else "no judge (judge.enabled: false)")
-    lines.append(f"  send {questions} sampling requests to {c.model.id} (fewer where the generation cache has the answer), {judge}")
+    lines.append(f"  send {requests} to {c.model.id} (fewer where the generation cache has the answer), {judge}")
     where = "" if outcome["local"] else f"{c.publish.namespace}/"
     for split in SPLITS:
         fields = ", ".join(QA[split])
@@ -88,6 +88,7 @@ def would_do(family: Family, outcome: dict[str, Any]) -> str:
                      f"qa holding {{{fields}}} per " + ("rejected question" if split == "rejected" else "accepted question"))
     lines.append("  cannot know before sampling: the accept rate, so how many rows and shards each split gets; which rejections "
                  "the judge is asked about; whether the judge passes its calibration")
+    lines += [f"  note: {n}" for n in plan.notes]
     lines += [f"warning: {w}" for w in plan.warnings]
     lines.append(f"  done in {outcome['seconds']:.1f}s (dry run: nothing was changed; "
                  f"`rs plan {family.name} --limit N` answers N images for real and projects the cost)")
