@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rs.engines import resolve_model
+from rs.engines.vllm_args import known_engine_args
 from rs.errors import UsageError
 from rs.registry import SOURCES
 
@@ -43,8 +45,6 @@ def probe_family(family: Family) -> list[str]:
         if model is not None:
             not_checked += _check_model(family, key, model.id)
     if c.engine.kind == "vllm":
-        from rs.engines.vllm_args import known_engine_args
-
         if known_engine_args() is None:
             not_checked.append("engine.args (vLLM is not installed here, or its argument list could not be read)")
     return not_checked
@@ -52,8 +52,6 @@ def probe_family(family: Family) -> list[str]:
 
 def _check_model(family: Family, key: str, model_id: str) -> list[str]:
     """A built-in id must exist, a local folder must hold a model; a Hub id is only named."""
-    from rs.engines import resolve_model
-
     if model_id.startswith("rs:"):
         try:
             resolve_model(model_id)

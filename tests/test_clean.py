@@ -103,7 +103,7 @@ def test_cauldron_pool_is_cleaned_and_fully_accounted(pool: Path, images: dict[s
     assert report.steps["strip_instruction"].rewritten == {"instruction_removed": 1}
 
     meta = blue.clean_meta
-    assert meta["source"] == {"dataset": str(pool / "pool.parquet"), "config": "parquet", "split": "train", "revision": None}
+    assert meta["source"] == {"dataset": "local:pool.parquet", "config": "parquet", "split": "train", "revision": None}  # not this machine's path
     assert meta["record_ids"] == ["1"]
     assert meta["policy"]["name"] == "rs.clean" and "multiple_choice@1" in meta["policy"]["steps"]
     assert meta["rewrites"] == ["1#0:multiple_choice:options_rendered", "1#0:multiple_choice:reference_to_letter"]
