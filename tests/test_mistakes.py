@@ -105,6 +105,10 @@ MISTAKES = [
     ("an unknown family", ["publish", "MyShape", "--out", "{folder}/out"], None, "unknown family 'MyShape'", 2),
     ("--out a file", ["publish", "MyShapes", "--out", "{folder}/a-file"], None, "--out {folder}/a-file: ", 2),
     ("--out a read-only folder", ["publish", "MyShapes", "--out", "{read_only}"], None, "--out {read_only}: cannot write in ", 2),
+    ("--cache under a file", ["sample", "MyShapes", "--cache", "{folder}/a-file/cache.sqlite"], None,
+     "--cache {folder}/a-file: {folder}/a-file is a file, not a folder: the generation cache cannot go there", 2),
+    ("--build-dir a read-only folder", ["plan", "MyShapes", "--build-dir", "{read_only}"], None,
+     "--build-dir {read_only}: cannot write in ", 2),
     ("--cards-only with nothing built", ["publish", "MyShapes", "--cards-only", "--out", "{folder}/out", "--build-dir", "{folder}/none"],
      None, "no build of MyShapes in ", 2),
 ]

@@ -28,6 +28,7 @@ from rs.cli import signals
 from rs.errors import RsError
 from rs.families import Family, get_family
 from rs.probe import probe_family
+from rs.publish import check_local_root
 
 
 def checked_family(name: str, config: Path | None, *, probe: bool = True) -> Family:
@@ -71,6 +72,13 @@ def add_build_paths(parser: argparse.ArgumentParser) -> None:
 def add_verbose(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show the engines' and libraries' own output here (default: in build/FAMILY/logs/)")
+
+
+def check_build_paths(args: argparse.Namespace) -> None:
+    """Refuse a --build-dir or --cache where nothing can be written (a file in the way, a read-only folder) before anything starts."""
+    check_local_root(build_root(args), "--build-dir" if args.build_dir else "the build folder", "the builds")
+    if args.cache is not None:
+        check_local_root(args.cache.parent, "--cache", "the generation cache")
 
 
 def build_root(args: argparse.Namespace) -> Path:

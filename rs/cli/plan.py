@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.plan") -> i
     cli.add_build_paths(parser)
     cli.add_verbose(parser)
     args = parser.parse_args(argv)
+    cli.check_build_paths(args)
     family = cli.checked_family(args.family, args.config)
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
         offline_unless_the_hub_resolves(hub_needs(family))

@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
         return code
     if args.out is not None:
         check_local_root(args.out, "--out")
+    cli.check_build_paths(args)
     family = cli.checked_family(args.family, args.config, probe=not args.cards_only)
     sample = None
     if args.ray is not None:

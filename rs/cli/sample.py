@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
             parser.error(f"--shard {args.shard}: N is the number of shards, at least 1 (e.g. 0/4)")
         if not 0 <= shard < shards:
             parser.error(f"--shard {args.shard}: I counts the shards from 0 to N - 1 (here 0/{shards} to {shards - 1}/{shards})")
+    cli.check_build_paths(args)
     family = cli.checked_family(args.family, args.config)
     ctx = BuildContext(family, cli.build_root(args), args.cache or default_cache_path(), limit=args.limit, progress=True)
     with output.quiet(ctx.build_root / family.name / "logs", verbose=args.verbose):

@@ -47,13 +47,16 @@ class MissingBuildError(UsageError, RuntimeError):
     """`--cards-only` without a build or a published repo to render from."""
 
 
-def check_local_root(folder: Path, named: str) -> None:
-    """Refuse a local target that cannot hold the repos (a file in the way, a folder not writable) before the build, not after it."""
+def check_local_root(folder: Path, named: str, what: str = "the published repos") -> None:
+    """Refuse a local target that cannot hold the repos (a file in the way, a folder not writable) before the build, not after it.
+
+    `what`: what goes there, for the message (the build folder and the cache are checked the same way).
+    """
     existing = folder
     while not os.path.lexists(existing) and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise UsageError(f"{named} {folder}: {existing} is a file, not a folder: the published repos cannot go there",
+        raise UsageError(f"{named} {folder}: {existing} is a file, not a folder: {what} cannot go there",
                          hint=f"give {named} a folder (it is created if it does not exist)")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{named} {folder}: cannot write in {existing} (permission denied)",
