@@ -144,3 +144,17 @@ def test_the_engine_arguments_read_from_vllms_files_are_those_it_takes() -> None
     takes = {name for name, p in inspect.signature(LLM.__init__).parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
     assert known_engine_args() == (takes | {f.name for f in dataclasses.fields(EngineArgs)}) - {"self", "model"}
     assert unknown_engine_arg(["max_model_len", "max_num_seq"]) == ("max_num_seq", " (did you mean 'max_num_seqs'?)")
+
+
+def test_a_mistake_under_defaults_is_said_at_its_line_there(folder: Path) -> None:
+    path = folder / "with-defaults.yaml"
+    text = ('defaults:\n  model: {id: "rs:demo-vml"}\n  engine:\n    args: {max_num_seq: 4}\nfamilies:\n'
+            + FAMILY.split("families:\n", 1)[1].replace('    model: {id: "rs:demo-vlm", reasoning: {parser: tags}}\n', "")
+            .replace("    engine:\n      args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, "
+                     "kv_cache_memory_bytes: 268435456}\n", ""))
+    for line, key in ((4, "engine.args.max_num_seq"), (2, "model.id")):
+        path.write_text(text)
+        run = subprocess.run([sys.executable, "-m", "rs.families", "validate", "--config", str(path)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 2 and run.stderr.startswith(f"error: {path}:{line}: families.MyShapes.{key}: "), run.stderr
+        text = text.replace("max_num_seq:", "max_num_seqs:")
