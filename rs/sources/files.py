@@ -109,7 +109,8 @@ class FilesSource:
 
             row = next(iter(datasets.load_dataset(_METADATA[metadata[0].name], data_files=str(metadata[0]), split="train",
                                                   streaming=True)), None)
-            return None if row is None else [self.config.columns.image if k == "file_name" else k for k in row]
+            image = self.config.columns.image  # named by `file_name` (or `<image>_file_name`) in the metadata
+            return None if row is None else [image if k in ("file_name", f"{image}_file_name") else k for k in row]
         with first.open("rb") as fh:
             line = next((line for line in fh if line.strip()), b"")
         try:
