@@ -8,7 +8,7 @@ READY := $(VENV)/.rs-ready
 FAMILY ?= TinyCLEVR
 OUT ?= out
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo readme-demo test bench clean
 
 setup: $(READY)
 
@@ -28,6 +28,10 @@ $(READY): pyproject.toml Makefile
 demo: $(READY)
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_LOGGING_LEVEL=WARNING HF_HUB_OFFLINE=1 \
 		$(PY) -m rs.publish $(FAMILY) --out $(OUT)
+
+# README.md's sample of the demo's summary, rewritten from what `make demo` prints (tests/test_readme_demo.py checks it)
+readme-demo: $(READY)
+	$(MAKE) --no-print-directory demo | tee /dev/stderr | $(PY) scripts/readme_demo.py
 
 test: $(READY)
 	$(PY) -m pytest -q

@@ -295,6 +295,17 @@ def ensure_sampled(ctx: BuildContext) -> SampleReport:
         return report
 
 
+def current_sample_report(ctx: BuildContext) -> SampleReport | None:
+    """The sampling report of this family's build when it is current (same fingerprints), else None; runs nothing.
+
+    A `--dry-run` builds only from a current report: writing the splits from it needs no model.
+    """
+    clean = read_report(ctx.paths.clean_report, clean_fingerprint(ctx), CleaningReport.from_dict)
+    if clean is None:
+        return None
+    return read_report(ctx.paths.sample_report, sample_fingerprint(ctx, clean), SampleReport.from_dict)
+
+
 def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
     """Answer and judge one of `shards` disjoint slices of the family (rows whose index % shards == shard).
 

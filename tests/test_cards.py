@@ -267,9 +267,9 @@ def test_a_local_target_that_cannot_be_a_folder_is_refused_before_the_build(fami
     with pytest.raises(UsageError, match=f"publish.local_dir {blocker}: {blocker} is a file"):
         publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
     assert not (tmp_path / "build").exists()
-    with pytest.raises(SystemExit) as exit:  # the command says so as a usage error, before it reads the family
+    with pytest.raises(UsageError, match=f"--out {blocker}: {blocker} is a file, not a folder") as err:
         main(["Hostile", "--config", str(family.path), "--out", str(blocker), "--build-dir", str(tmp_path / "build")])
-    assert exit.value.code == 2 and f"error: --out {blocker}: {blocker} is a file, not a folder" in capsys.readouterr().err
+    assert err.value.exit_code == 2  # the command says so as a usage error (error: and hint:), before it reads the family
 
 
 def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_path: Path) -> None:
@@ -311,3 +311,14 @@ def test_the_pre_publish_check_names_what_the_viewer_would_refuse(tmp_path: Path
     (repo / "data" / "train-00001-of-00002.jsonl").write_text("{}")
     with pytest.raises(RepoCheckError, match=r"data: files of \.jsonl, \.parquet; the viewer reads one format per split"):
         check_repo(repo, row_group_bytes=1_000_000)
+
+
+def test_zero_counts_are_worded_naturally(family, tmp_path: Path) -> None:
+    train = tmp_path / "train.jsonl"
+    train.write_text(train.read_text().splitlines()[0])  # one record, one question, answered wrong: nothing merged or overruled
+    outcome = run_publish(family, tmp_path)
+    assert outcome["report"].judge.contradicted == 0
+    card = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
+    assert "1 QA pair in 1 source record; 1 kept in 1 row (one per image), 0 dropped." in card
+    assert "no rejection in this family was of this kind." in card
+    assert "0 records" not in card and "the 0 of them" not in card

@@ -103,7 +103,7 @@ def test_cauldron_pool_is_cleaned_and_fully_accounted(pool: Path, images: dict[s
     assert report.steps["strip_instruction"].rewritten == {"instruction_removed": 1}
 
     meta = blue.clean_meta
-    assert meta["source"] == {"dataset": str(pool / "pool.parquet"), "config": "parquet", "split": "train", "revision": None}
+    assert meta["source"] == {"dataset": "local:pool.parquet", "config": "parquet", "split": "train", "revision": None}  # not this machine's path
     assert meta["record_ids"] == ["1"]
     assert meta["policy"]["name"] == "rs.clean" and "multiple_choice@1" in meta["policy"]["steps"]
     assert meta["rewrites"] == ["1#0:multiple_choice:options_rendered", "1#0:multiple_choice:reference_to_letter"]
@@ -191,11 +191,18 @@ def test_provenance_checks_recorded_image_id_and_hash(images: dict[str, bytes]) 
     assert cleaner.report.dropped == {"image_id_mismatch": 1, "image_hash_mismatch": 1}
 
 
-def test_conflicting_duplicates_keep_the_first(images: dict[str, bytes]) -> None:
-    records = [SourceRecord("r", [images["red"]], [QAItem("How many cubes are there?", "1", "r", 0), QAItem("How  many cubes are there?", "2", "r", 1)])]
+def test_conflicting_duplicates_drop_every_copy_and_duplicates_are_compared_normalised(images: dict[str, bytes]) -> None:
+    """A question asked again with other spacing or case is the same question; copies that disagree leave no ground truth."""
+    records = [SourceRecord("r", [images["red"]], [
+        QAItem("How many cubes are there?", "1", "r", 0), QAItem("how  many cubes are there ?", "2", "r", 1),
+        QAItem("What color is the cube?", "red", "r", 2), QAItem("what color is the cube ?", "Red", "r", 3),
+        QAItem("Is there a sphere?", "no", "r", 4),
+    ])]
     cleaner = Cleaner(load_families_text(FAMILY), {})
     (row,) = cleaner.rows(records)
-    assert [q.answer for q in row.qa] == ["1"] and cleaner.report.dropped == {"conflicting_duplicate": 1}
+    assert [q.turn for q in row.qa] == [2, 4]
+    assert cleaner.report.dropped == {"conflicting_duplicate": 2, "duplicate_qa": 1}
+    assert cleaner.report.steps["dedup"].dropped == {"conflicting_duplicate": 2, "duplicate_qa": 1}
 
 
 def test_accounting_check_fails_loudly() -> None:

@@ -104,7 +104,7 @@ def test_an_engine_that_cannot_start_says_why_with_the_reason_its_own_process_lo
     assert "error: the vLLM engine of rs:tiny-vlm could not start: RuntimeError: Engine core initialization failed" in run.stderr
     cause = run.stderr.split("the first error in the log (where the engine's \"root cause above\" points):\n", 1)[1]
     assert cause.startswith("  | ValueError: Available memory") and "gpu-memory-utilization" in cause.splitlines()[0]
-    assert "hint: engine.args in families.yaml are vllm.LLM's arguments" in run.stderr and "Traceback" not in run.stderr
+    assert "hint: engine.args in the families file (`rs families show FAMILY` prints them) are vllm.LLM's arguments" in run.stderr and "Traceback" not in run.stderr
 
 
 def test_engine_arguments_vllm_refuses_are_an_error_with_its_reason() -> None:

@@ -32,6 +32,15 @@ families:
 """
 
 
+def write_source(folder: Path) -> None:
+    """The MINIMAL family's source file, with the columns it reads (validate checks both)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (folder / "data").mkdir(exist_ok=True)
+    pq.write_table(pa.table({"image": [b""], "question": ["?"], "answer": ["1"]}), folder / "data" / "train.parquet")
+
+
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "families.yaml"
     path.write_text(textwrap.dedent(text), encoding="utf-8")
@@ -76,6 +85,7 @@ def test_defaults_merge_and_family_overrides(tmp_path: Path) -> None:
 def test_new_family_in_a_copy_validates_and_shows_without_code(tmp_path: Path) -> None:
     copy = tmp_path / "families.yaml"
     copy.write_text(default_families_path().read_text() + textwrap.indent(MINIMAL.split("families:\n", 1)[1], ""))
+    write_source(tmp_path)
     assert cli("validate", "--config", str(copy)).returncode == 0
     shown = cli("show", "MyVQA", "--config", str(copy))
     assert shown.returncode == 0, shown.stderr
@@ -203,7 +213,10 @@ def test_a_key_given_twice_is_refused_even_with_defaults(tmp_path: Path, edit: t
 
 def test_one_family_is_counted_as_one(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL)
-    assert cli("validate", "--config", str(path)).stdout == f"ok: {path}: 1 family valid (MyVQA)\n"
+    write_source(tmp_path)
+    said = cli("validate", "--config", str(path)).stdout
+    assert said.startswith(f"ok: {path}: 1 family valid (MyVQA)\n  checked: keys and values, local source files and the columns")
+    assert "  not checked here: MyVQA: the Hub model some/model\n" in said  # validate never claims more than it saw
     assert cli("list", "--config", str(path)).stdout.startswith(f"1 family in {path}\n")
 
 

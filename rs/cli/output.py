@@ -84,8 +84,8 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
                 _tell_where_the_log_is(path, terminal, tail=True, cause=True)
             log.write("".join(traceback.format_exception(err)))
             log.flush()
-            if not engines_say:
-                _tell_where_the_log_is(path, terminal, tail=not isinstance(err, RsError))
+            if not engines_say and not (isinstance(err, RsError) and err.exit_code == 2):  # a usage error is its own account
+                _tell_where_the_log_is(path, terminal, tail=not isinstance(err, (RsError, OSError)))  # an OSError says its path
         raise
     finally:
         progress.terminal = None

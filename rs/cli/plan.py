@@ -6,8 +6,7 @@ import argparse
 
 from rs import cli
 from rs.cli import output
-from rs.families import get_family
-from rs.offline import offline_unless_the_hub_resolves
+from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.plan import plan_family
 
 
@@ -23,13 +22,16 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.plan") -> i
                         help="images whose prompts are rendered and counted without the model's weights (default 8)")
     parser.add_argument("--tokens-per-second", type=cli.positive_float, metavar="X",
                         help="an engine's output throughput (tokens/s, e.g. from a GPU run) for the projected engine hours")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when the plan has a warning (a source it cannot read, a judge that cannot pass its calibration, ...)")
     cli.add_build_paths(parser)
     cli.add_verbose(parser)
     args = parser.parse_args(argv)
-    family = get_family(args.family, args.config)
+    cli.check_build_paths(args)
+    family = cli.checked_family(args.family, args.config)
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
-        offline_unless_the_hub_resolves()
+        offline_unless_the_hub_resolves(hub_needs(family))
         plan = plan_family(family, sample_images=args.sample, limit=args.limit, build_root=cli.build_root(args),
                            cache_path=args.cache, tokens_per_second=args.tokens_per_second, progress=True)
     print(plan.render())
-    return 0
+    return 1 if args.strict and plan.warnings else 0

@@ -18,11 +18,12 @@ from rs.cards import counted, pct
 from rs.cli import RunFailed, output
 from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError, UsageError
-from rs.families import Family, get_family
+from rs.families import Family
 from rs.hub import describe_commits, format_plan
-from rs.offline import offline_unless_the_hub_resolves
+from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.publish import check_local_root, publish
-from rs.schema import SPLITS
+from rs.plan import Plan
+from rs.schema import QA, SPLITS
 
 
 def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
@@ -53,11 +54,48 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
         lines.append(f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome['where'][split]} "
                      f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged"
                      f"{commits})")
+        if not s.rows:
+            lines.append(f"  warning: {s.repo} is empty: datasets.load_dataset cannot load a split with no rows (streaming=True reads "
+                         "it as empty); to the Hub it is published only with --allow-empty")
         if dry_run:
             lines.append(format_plan(result.changes))
     lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in SPLITS) if outcome["local"] else "")
     lines.append(f"  done in {outcome['seconds']:.1f}s" + (" (dry run: nothing was changed)" if dry_run else ""))
     return "\n".join(line for line in lines if line)
+
+
+def would_do(family: Family, outcome: dict[str, Any]) -> str:
+    """What a run would do, for a `--dry-run` on a family with no current build: the plan's projection, and what only sampling tells."""
+    plan: Plan = outcome["plan"]
+    c = family.config
+    lines = [f"{family.name}: not built here with these settings, so this dry run built nothing: no model was loaded, nothing "
+             "was sampled or judged. A run would:"]
+    s, expected = plan.sample, plan.expected_questions()
+    if s is not None and expected is not None:
+        lines.append(f"  read {plan.source_records:,} source records and clean them: about {expected:,} questions to answer "
+                     f"(a sample of {s.source_records} records held {s.source_items} questions, {s.kept_items} kept by cleaning)")
+    elif s is not None:
+        lines.append(f"  read the source and clean it (its size is not known here; a sample of {s.source_records} records held "
+                     f"{s.source_items} questions, {s.kept_items} kept by cleaning)")
+    else:
+        lines.append("  read the source and clean it (it cannot be read here: see the warnings)")
+    requests = f"about {expected:,} sampling requests" if expected is not None else "one sampling request per question"
+    judge = (f"then one judge request per rejection with a final answer, and up to {3 * c.judge.calibration_samples:,} calibration "
+             f"cases (positives, easy and hard negatives: {c.judge.calibration_samples} each) plus every certain rejection"
+             if c.judge.enabled else "no judge (judge.enabled: false)")
+    lines.append(f"  send {requests} to {c.model.id} (fewer where the generation cache has the answer), {judge}")
+    where = "" if outcome["local"] else f"{c.publish.namespace}/"
+    for split in SPLITS:
+        fields = ", ".join(QA[split])
+        lines.append(f"  write {where}{family.repo_name(split)}: one row per image (image, qa, clean_meta, image_sha256), "
+                     f"qa holding {{{fields}}} per " + ("rejected question" if split == "rejected" else "accepted question"))
+    lines.append("  cannot know before sampling: the accept rate, so how many rows and shards each split gets; which rejections "
+                 "the judge is asked about; whether the judge passes its calibration")
+    lines += [f"  note: {n}" for n in plan.notes]
+    lines += [f"warning: {w}" for w in plan.warnings]
+    lines.append(f"  done in {outcome['seconds']:.1f}s (dry run: nothing was changed; "
+                 f"`rs plan {family.name} --limit N` answers N images for real and projects the cost)")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -> int:
@@ -69,6 +107,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     cli.add_cards_only(parser)
     cli.add_dry_run(parser)
     cli.add_limit(parser)
+    parser.add_argument("--allow-empty", action="store_true",
+                        help="publish to the Hub even a split with no rows (datasets.load_dataset refuses to load one)")
     cli.add_build_paths(parser)
     cli.add_ray(parser)
     cli.add_verbose(parser)
@@ -78,29 +118,35 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     if (code := cli.check_ray(parser, args)) is not None:
         return code
     if args.out is not None:
-        try:
-            check_local_root(args.out, "--out")
-        except UsageError as err:
-            parser.error(str(err))
-    family = get_family(args.family, args.config)
+        check_local_root(args.out, "--out")
+    cli.check_build_paths(args)
+    family = cli.checked_family(args.family, args.config, probe=not args.cards_only)
     sample = None
     if args.ray is not None:
         sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,
                                    runtime_env={"env_vars": forwarded_env()})
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
-        if offline_unless_the_hub_resolves() and args.out is None and family.config.publish.target != "local":
-            raise UsageError(f"the Hub is out of reach from here, so {family.name} cannot be published to it "
-                             f"({family.config.publish.namespace}/{family.repo_name('think')} and its siblings)",
-                             hint="publish to a local folder with --out DIR (laid out as the Hub repos), or run the same "
-                                  "command when the network is back")
+        to_hub = args.out is None and family.config.publish.target != "local"
+        needs = hub_needs(family, publishing=to_hub)
+        if offline_unless_the_hub_resolves(needs, say=not to_hub) and to_hub:
+            reading = [n for n in needs if not n.startswith("the repos ")]
+            hint = ("publish to a local folder with --out DIR (laid out as the Hub repos), or run the same command when the "
+                    "network is back")
+            if reading and not args.cards_only:
+                hint = (f"building {family.name} also reads {' and '.join(reading)} from the Hub: offline, --out DIR works only "
+                        "when they are in the local Hugging Face cache (HF_HOME); otherwise run where the Hub is reachable")
+            raise UsageError(f"the Hub is out of reach from here (its name does not resolve): {family.name} cannot be "
+                             f"published to it ({family.config.publish.namespace}/{family.repo_name('think')} and its siblings)",
+                             hint=hint)
         try:
             outcome = publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
-                              build_root=args.build_dir, cache_path=args.cache, progress=True, sample=sample)
+                              build_root=args.build_dir, cache_path=args.cache, progress=True, sample=sample,
+                              allow_empty=args.allow_empty)
         except RsError:
             raise
         except RuntimeError as err:  # a Ray step's pipeline failed: what it committed stays cached
             if sample is None:
                 raise
             raise RunFailed(str(err)) from err
-        print(summary(family, outcome, dry_run=args.dry_run))
+        print(would_do(family, outcome) if outcome["report"] is None else summary(family, outcome, dry_run=args.dry_run))
     return 0

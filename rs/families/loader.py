@@ -425,3 +425,20 @@ def _check_verifier(path: Path, body: MappingNode, name: str, config: FamilyConf
     except VerifierError as err:
         node = next((v for k, v in body.value if k.value == "verifier"), body)
         raise FamilyConfigError(f"{_where(path, node)}: families.{name}.verifier: {err}") from None
+
+
+def locate(family: Family, key: str) -> str:
+    """`file:line` of a family's key (`source.path`): where the family writes it, else where `defaults:` does, else the family."""
+    try:
+        root = _compose(family.path)
+    except FamilyConfigError:
+        return f"{family.path}:{family.line}"
+    path = key.split(".")
+    for section in (["families", family.name], ["defaults"]):
+        node = _node_at(root, section)
+        if node is root:
+            continue
+        found = _node_at(node, path)
+        if found is not node or not path:
+            return _where(family.path, found)
+    return f"{family.path}:{family.line}"

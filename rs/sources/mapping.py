@@ -7,6 +7,7 @@ turns, as in HuggingFaceM4/the_cauldron). Column names come from the family's YA
 
 from __future__ import annotations
 
+import difflib
 import os
 import stat
 from collections import Counter
@@ -64,6 +65,37 @@ class TabularSourceConfig(KindConfig):
 
 class SourceFormatError(UsageError, ValueError):
     """A source record does not have the shape its family's YAML says it has."""
+
+    key: str = "path"
+    """The `source:` key the problem is at (`columns.question`), for the loader's file:line."""
+
+
+def required_columns(config: TabularSourceConfig) -> dict[str, str]:
+    """Every column a record of this shape is read from, by the key that names it (`columns.question` -> `query`).
+
+    The same columns `records_from_rows` reads: a source's first record, or its schema, can be checked against
+    them before a run (`rs families validate`) rather than failing on the first record.
+    """
+    c = config.columns
+    if config.shape == "conversational":
+        named = {"images": c.images, "texts": c.texts, "id": c.id, "image_id": c.image_id, "qtype": c.qtype}
+    else:
+        named = {"image": c.image, "question": None if config.fixed_question is not None else c.question, "answer": c.answer,
+                 "answers": c.answers, "options": c.options, "id": c.id, "image_id": c.image_id, "source": c.source, "qtype": c.qtype}
+    return {f"columns.{key}": column for key, column in named.items() if column is not None}
+
+
+def check_columns(config: TabularSourceConfig, present: Iterable[str], where: str) -> None:
+    """Refuse a source whose records lack a column the family reads, naming the key, the column and the columns there are."""
+    present = list(present)
+    for key, column in required_columns(config).items():
+        if column not in present:
+            close = difflib.get_close_matches(column, present, n=1)
+            did_you_mean = f"; did you mean {close[0]!r}?" if close else ""
+            err = SourceFormatError(f"{key}: no column {column!r} in {where} (its columns: {', '.join(present)}){did_you_mean}",
+                                    hint=f"set source.{key} to the column that holds it (shape {config.shape})")
+            err.key = key
+            raise err
 
 
 def image_bytes(value: Any, base_dir: Path | None = None) -> bytes | RefusedImage | None:

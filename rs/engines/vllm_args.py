@@ -1,0 +1,76 @@
+"""The engine arguments the installed vLLM takes, read from its own source without importing it.
+
+`engine.args` are passed to `vllm.LLM`, which takes its named parameters and hands the rest to
+`vllm.EngineArgs`. A misspelt key (`max_num_seq`) was only refused once the model was loading,
+a dozen seconds in, without the file and line of the key. Importing vLLM to list its arguments
+takes about 10 s on a CPU, too slow for every command; its two definitions are plain Python
+(a dataclass's fields, a function's parameters), so they are read from the installed files with
+`ast` in milliseconds, and the loader refuses an unknown key at validate time.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+import importlib.util
+import logging
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["known_engine_args", "unknown_engine_arg"]
+
+
+@functools.cache
+def known_engine_args() -> frozenset[str] | None:
+    """Every keyword `vllm.LLM` accepts in the installed vLLM (its own and `EngineArgs`' fields); None when vLLM is not installed
+    or its files do not have the expected shape (then nothing is checked before the engine starts)."""
+    spec = importlib.util.find_spec("vllm")  # finds the package without running its __init__
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations)))
+    try:
+        llm = _parameters(root / "entrypoints" / "llm.py", "LLM", "__init__")
+        engine_args = _fields(root / "engine" / "arg_utils.py", "EngineArgs")
+    except (OSError, SyntaxError, LookupError) as err:
+        logger.debug("cannot read vLLM's engine arguments from %s: %s", root, err)
+        return None
+    return frozenset((llm | engine_args) - {"self", "model"})
+
+
+def unknown_engine_arg(keys: list[str]) -> tuple[str, str] | None:
+    """The first key the installed vLLM does not take and a did-you-mean (empty when none is close), or None."""
+    known = known_engine_args()
+    if known is None:
+        return None
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+            return key, f" (did you mean {close[0]!r}?)" if close else ""
+    return None
+
+
+def _tree(path: Path, name: str) -> ast.ClassDef:
+    module = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in module.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node
+    raise LookupError(f"no class {name} in {path}")
+
+
+def _fields(path: Path, name: str) -> set[str]:
+    """The annotated fields of a dataclass."""
+    fields = {n.target.id for n in _tree(path, name).body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    if not fields:
+        raise LookupError(f"{name} in {path} has no fields")
+    return fields
+
+
+def _parameters(path: Path, cls: str, method: str) -> set[str]:
+    """The named parameters of a method (not *args / **kwargs)."""
+    for node in _tree(path, cls).body:
+        if isinstance(node, ast.FunctionDef) and node.name == method:
+            a = node.args
+            return {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+    raise LookupError(f"no {cls}.{method} in {path}")

@@ -1,0 +1,160 @@
+"""A user's mistakes, one step off the happy path: each command says `error:` (and `hint:`) with the right exit status.
+
+Every case runs the real command in a fresh process and checks the first line of stderr and the exit status:
+2 for a configuration or usage problem, never a traceback. Nothing here loads a model: every mistake is
+caught before one would be.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FAMILY = """\
+families:
+  MyShapes:
+    source: {kind: files, path: data/shapes.parquet, shape: flat}
+    instruction: "\\nAnswer the question using a single word or phrase."
+    verifier: {name: alnum}
+    model: {id: "rs:demo-vlm", reasoning: {parser: tags}}
+    engine:
+      args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, kv_cache_memory_bytes: 268435456}
+    sampling: {max_tokens: 64}
+    publish: {namespace: local, target: local}
+    card: {pretty_name: My Shapes, description: Shapes., license: cc-by-4.0, citation: "@misc{s}"}
+"""
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("mistakes")
+    (folder / "data").mkdir()
+    rows = []
+    for i, (question, answer) in enumerate([("What color is the square?", "purple"), ("How many shapes?", "2")]):
+        image = io.BytesIO()
+        Image.new("RGB", (16, 16), (40 * i, 10, 10)).save(image, "PNG")
+        rows.append({"image": {"bytes": image.getvalue(), "path": None}, "question": question, "answer": answer})
+    pq.write_table(pa.Table.from_pylist(rows), folder / "data" / "shapes.parquet")
+    (folder / "data" / "broken.parquet").write_bytes(b"PAR1 not really a parquet file")
+    (folder / "a-file").write_text("")
+    return folder
+
+
+def _config(folder: Path, name: str, edit: tuple[str, str] | None) -> Path:
+    text = FAMILY if edit is None else FAMILY.replace(*edit)
+    assert edit is None or text != FAMILY, edit
+    path = folder / f"{name}.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _read_only_target(folder: Path) -> str:
+    """A folder this process cannot write in: a read-only one, or under /sys where even root cannot create files."""
+    if os.geteuid() == 0:
+        return "/sys/rs-out"
+    target = folder / "read-only"
+    target.mkdir(exist_ok=True)
+    target.chmod(0o555)
+    return str(target / "out")
+
+
+# (case, command, the YAML edit, the start of stderr's first line after `error: `, exit status)
+MISTAKES = [
+    ("source path misspelt: validate", ["families", "validate"], ("data/shapes.parquet", "data/shapse.parquet"),
+     "{config}:3: families.MyShapes.source.path: 'data/shapse.parquet': ", 2),
+    ("source path misspelt: preview", ["families", "preview", "MyShapes"], ("data/shapes.parquet", "data/shapse.parquet"),
+     "{config}:3: families.MyShapes.source.path: ", 2),
+    ("source path misspelt: plan", ["plan", "MyShapes"], ("data/shapes.parquet", "data/shapse.parquet"),
+     "{config}:3: families.MyShapes.source.path: ", 2),
+    ("source path misspelt: sample", ["sample", "MyShapes"], ("data/shapes.parquet", "data/shapse.parquet"),
+     "{config}:3: families.MyShapes.source.path: ", 2),
+    ("source path misspelt: publish", ["publish", "MyShapes", "--out", "{folder}/out"], ("data/shapes.parquet", "data/shapse.parquet"),
+     "{config}:3: families.MyShapes.source.path: ", 2),
+    ("a column that is not there", ["publish", "MyShapes", "--out", "{folder}/out"],
+     ("shape: flat}", "shape: flat, columns: {question: query}}"),
+     "{config}:3: families.MyShapes.source.columns.question: no column 'query' in data/shapes.parquet", 2),
+    ("an unreadable source file", ["families", "preview", "MyShapes"], ("data/shapes.parquet", "data/broken.parquet"),
+     "{config}:3: families.MyShapes.source.path: 'data/broken.parquet': ", 2),
+    ("an engine argument misspelt: validate", ["families", "validate"], ("max_num_seqs: 16", "max_num_seq: 16"),
+     "{config}:8: families.MyShapes.engine.args.max_num_seq: the installed vLLM", 2),
+    ("an engine argument misspelt: publish", ["publish", "MyShapes", "--out", "{folder}/out"], ("max_num_seqs: 16", "max_num_seq: 16"),
+     "{config}:8: families.MyShapes.engine.args.max_num_seq: the installed vLLM", 2),
+    ("a replay file that is not there", ["families", "validate"],
+     ("    engine:\n      args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, kv_cache_memory_bytes: 268435456}\n",
+      "    engine: {kind: replay, replay_path: answers.jsonl}\n"),
+     "{config}:7: families.MyShapes.engine.replay_path: 'answers.jsonl': ", 2),
+    ("a built-in model misspelt", ["plan", "MyShapes"], ('"rs:demo-vlm"', '"rs:demo-vml"'),
+     "{config}:6: families.MyShapes.model.id: unknown built-in model 'rs:demo-vml'", 2),
+    ("a local model folder that holds no model", ["families", "validate"], ('"rs:demo-vlm"', '"./no-such-model"'),
+     "{config}:6: families.MyShapes.model.id: './no-such-model' is a local path", 2),
+    ("a missing block", ["families", "validate"], ("    verifier: {name: alnum}\n", ""),
+     "{config}:3: families.MyShapes.verifier: required key is missing", 2),
+    ("not YAML", ["families", "validate"], ("shape: flat}", "shape: flat"), "{config}:", 2),
+    ("a families file that is a folder", ["families", "validate", "--config", "{folder}/data"], None,
+     "{folder}/data: cannot read families file", 2),
+    ("an unknown family", ["publish", "MyShape", "--out", "{folder}/out"], None, "unknown family 'MyShape'", 2),
+    ("--out a file", ["publish", "MyShapes", "--out", "{folder}/a-file"], None, "--out {folder}/a-file: ", 2),
+    ("--out a read-only folder", ["publish", "MyShapes", "--out", "{read_only}"], None, "--out {read_only}: cannot write in ", 2),
+    ("--cache under a file", ["sample", "MyShapes", "--cache", "{folder}/a-file/cache.sqlite"], None,
+     "--cache {folder}/a-file: {folder}/a-file is a file, not a folder: the generation cache cannot go there", 2),
+    ("--build-dir a read-only folder", ["plan", "MyShapes", "--build-dir", "{read_only}"], None,
+     "--build-dir {read_only}: cannot write in ", 2),
+    ("--cards-only with nothing built", ["publish", "MyShapes", "--cards-only", "--out", "{folder}/out", "--build-dir", "{folder}/none"],
+     None, "no build of MyShapes in ", 2),
+]
+
+
+@pytest.mark.parametrize(("case", "command", "edit", "said", "status"), MISTAKES, ids=[m[0] for m in MISTAKES])
+def test_a_mistake_is_said_in_one_error_line_with_its_exit_status(folder: Path, case: str, command: list[str],
+                                                                   edit: tuple[str, str] | None, said: str, status: int) -> None:
+    config = _config(folder, case.replace(" ", "-").replace(":", ""), edit)
+    values = {"folder": str(folder), "config": str(config), "read_only": _read_only_target(folder)}
+    argv = [part.format(**values) for part in command]
+    if "--config" not in argv:
+        argv += ["--config", str(config)]
+    run = subprocess.run([sys.executable, "-c", "from rs.cli.main import console; console()", *argv], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "RS_BUILD_DIR": str(folder / "build")})
+    first = run.stderr.splitlines()[0] if run.stderr else ""
+    assert first.startswith("error: " + said.format(**values)), run.stderr
+    assert run.returncode == status, run.stderr
+    assert "Traceback" not in run.stderr + run.stdout
+
+
+def test_the_engine_arguments_read_from_vllms_files_are_those_it_takes() -> None:
+    """validate reads vLLM's argument list from its source (importing vLLM takes ~10 s): the same list an import gives."""
+    import dataclasses
+    import inspect
+
+    pytest.importorskip("vllm")
+    from vllm import LLM
+    from vllm.engine.arg_utils import EngineArgs
+
+    from rs.engines.vllm_args import known_engine_args, unknown_engine_arg
+
+    takes = {name for name, p in inspect.signature(LLM.__init__).parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    assert known_engine_args() == (takes | {f.name for f in dataclasses.fields(EngineArgs)}) - {"self", "model"}
+    assert unknown_engine_arg(["max_model_len", "max_num_seq"]) == ("max_num_seq", " (did you mean 'max_num_seqs'?)")
+
+
+def test_a_mistake_under_defaults_is_said_at_its_line_there(folder: Path) -> None:
+    path = folder / "with-defaults.yaml"
+    text = ('defaults:\n  model: {id: "rs:demo-vml"}\n  engine:\n    args: {max_num_seq: 4}\nfamilies:\n'
+            + FAMILY.split("families:\n", 1)[1].replace('    model: {id: "rs:demo-vlm", reasoning: {parser: tags}}\n', "")
+            .replace("    engine:\n      args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, "
+                     "kv_cache_memory_bytes: 268435456}\n", ""))
+    for line, key in ((4, "engine.args.max_num_seq"), (2, "model.id")):
+        path.write_text(text)
+        run = subprocess.run([sys.executable, "-m", "rs.families", "validate", "--config", str(path)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 2 and run.stderr.startswith(f"error: {path}:{line}: families.MyShapes.{key}: "), run.stderr
+        text = text.replace("max_num_seq:", "max_num_seqs:")

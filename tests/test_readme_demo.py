@@ -1,0 +1,49 @@
+"""README.md's sample of `make demo` is what `make demo` prints: the demo is run here as the Makefile runs it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("readme_demo", ROOT / "scripts" / "readme_demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_shows_what_the_demo_prints(tmp_path: Path) -> None:
+    pytest.importorskip("vllm")
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}  # as `make demo`
+    run = subprocess.run([sys.executable, "-m", "rs.publish", "TinyCLEVR", "--out", str(tmp_path / "out"), "--build-dir",
+                          str(tmp_path / "build"), "--cache", str(tmp_path / "cache.sqlite")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr
+    stats = json.loads((tmp_path / "build" / "TinyCLEVR" / "stats.json").read_text())
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    script = _script()
+    assert script.summary(run.stdout) in readme
+    assert script.updated(readme, run.stdout, stats) == readme, "README.md's demo sample is stale: run `make readme-demo`"
+
+
+def test_the_script_rewrites_only_the_sample() -> None:
+    script = _script()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    printed = ("TinyCLEVR: 1 source QA, 0 dropped by cleaning, 1 accepted (1 by the verifier, 0 by the judge), 0 rejected; accept rate 100.0%\n"
+               "  rejected by reason: none\n  judge: BLOCKED, it promotes nothing: too few cases\n"
+               "  TinyCLEVR_RS_think: 1 rows, 1 QA, 1 shard -> out/local/TinyCLEVR_RS_think (1 added)\n")
+    new = script.updated(readme, printed, {"prompts": {"multiple_choice_items": 1234}})
+    assert "e.g.:\n\n```\nTinyCLEVR: 1 source QA" in new and "judge: BLOCKED, it promotes nothing: too few cases\n```\n" in new
+    assert "TinyCLEVR_RS_think: 1 rows" not in new and "The 1,234\nquestions with lettered options" in new
+    assert new.count("\n") == readme.count("\n") - readme.split("e.g.:\n\n```\n", 1)[1].split("\n```\n", 1)[0].count("\n") + 2
+    with pytest.raises(script.ReadmeDrift, match="now passes its calibration"):
+        script.updated(readme, printed.replace("BLOCKED, it promotes nothing: too few cases", "passed its calibration"), {})
