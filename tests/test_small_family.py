@@ -95,3 +95,26 @@ def test_duplicates_and_empty_splits_are_decided_on_purpose_and_shown_on_the_car
         publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, token="hf_test",
                 allow_empty=False)
     assert "--allow-empty" in err.value.hint and err.value.exit_code == 2
+
+
+def test_reasoning_that_concludes_otherwise_stays_out_of_the_think_split(family, tmp_path: Path, capsys) -> None:
+    """Only the final answer is verified; the reasoning's own conclusion (its last count) is checked against it."""
+    from rs.cli.publish import main
+
+    answers = {2: "<think>\nThere are 3 shapes.\n</think>\n\n2",  # right answer, reasoning that counts 3
+               6: "<think>\nI count 3 shapes.\n</think>\n\n3"}  # right answer, reasoning that agrees
+    with open(tmp_path / "answers.jsonl", "w") as fh:
+        for n in range(len(RECORDS)):
+            fh.write(json.dumps({"key": f"{n}#0", "text": answers.get(n, "<think>\nI look.\n</think>\n\nbanana")}) + "\n")
+    paths = ["--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "cache.sqlite")]
+    assert main(["SmallShapes", "--config", str(family.path), "--out", str(tmp_path / "out"), *paths]) == 0
+    assert "2 accepted (2 by the verifier" in capsys.readouterr().out
+    repos = tmp_path / "out" / "local"
+    think = datasets.load_dataset(str(repos / "SmallShapes_RS_think"), split="train")
+    nothink = datasets.load_dataset(str(repos / "SmallShapes_RS_nothink"), split="train")
+    assert [qa["answer"] for row in think for qa in row["qa"]] == ["3"]
+    assert sorted(qa["answer"] for row in nothink for qa in row["qa"]) == ["2", "3"]
+    card = (repos / "SmallShapes_RS_think" / "README.md").read_text()
+    assert ("Only the final answer is verified: the reasoning is not, beyond one check. The last value of the answer's kind "
+            "that the reasoning states is its conclusion; 1 accepted answer had reasoning that concluded another value, "
+            "kept out of the think split (in the nothink split only).") in card
