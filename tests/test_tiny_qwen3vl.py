@@ -176,6 +176,15 @@ def test_the_qwen3_parser_reads_its_tokenizer_and_the_prompt_left_open(model_dir
     assert unclosed.answer is None and unclosed.reasoning == "I count three cubes. 3"  # reasoning is never the answer
 
 
+def test_no_model_familys_tokens_in_rs_code() -> None:
+    """Ids come from the tokenizer and markers from the parser or `model.reasoning`: only the model builders name Qwen's tokens."""
+    builders = {"tiny_model.py", "tiny_qwen3vl.py", "train_demo.py"}
+    tokens = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|image_pad|>", "<|endoftext|>", "151643", "151668")
+    found = [f"{path.relative_to(ROOT)}: {token}" for path in sorted((ROOT / "rs").rglob("*.py")) if path.name not in builders
+             for token in tokens if token in path.read_text()]
+    assert found == []
+
+
 # --- the offline engine ---------------------------------------------------------------------------
 
 
