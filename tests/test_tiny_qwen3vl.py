@@ -176,6 +176,20 @@ def test_the_qwen3_parser_reads_its_tokenizer_and_the_prompt_left_open(model_dir
     assert unclosed.answer is None and unclosed.reasoning == "I count three cubes. 3"  # reasoning is never the answer
 
 
+def test_the_torchvision_fixup_waits_for_torchvision(tmp_path: Path) -> None:
+    """`make setup`'s hook: a `.pth` line that costs nothing at start-up (no torch) until torchvision is imported."""
+    from rs import torchvision_cpu
+
+    pth = torchvision_cpu.install(tmp_path)
+    assert pth.read_text() == "import _rs_torchvision_cpu; _rs_torchvision_cpu.install_hook()\n"
+    code = ("import site, sys; site.addsitedir(sys.argv[1]); import _rs_torchvision_cpu as m; "
+            "print('torch' in sys.modules, sum(type(f).__name__ == '_BeforeTorchvision' for f in sys.meta_path)); "
+            "import torchvision.transforms.v2; print(sum(type(f).__name__ == '_BeforeTorchvision' for f in sys.meta_path))")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["False", "1", "0"]  # torch not imported, one hook; gone once torchvision is in
+
+
 def test_no_model_familys_tokens_in_rs_code() -> None:
     """Ids come from the tokenizer and markers from the parser or `model.reasoning`: only the model builders name Qwen's tokens."""
     builders = {"tiny_model.py", "tiny_qwen3vl.py", "train_demo.py"}
