@@ -15,12 +15,8 @@ import hashlib
 import io
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
@@ -38,7 +34,7 @@ from rs.engines.base import Generation, Request, SamplingSettings  # noqa: E402
 from rs.families import get_family, load_families  # noqa: E402
 from rs.families.schema import ReasoningConfig  # noqa: E402
 from rs.reasoning import ReasoningFormat  # noqa: E402
-from rs.tiny_qwen3vl import ADDED_TOKENS, CHAT_TEMPLATE, NOT_SPECIAL, VLLM_ENGINE_KWARGS, build_tiny_qwen3vl, tiny_qwen3vl_path  # noqa: E402
+from rs.tiny_qwen3vl import ADDED_TOKENS, CHAT_TEMPLATE, NOT_SPECIAL, build_tiny_qwen3vl, tiny_qwen3vl_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTRUCTION = "\nAnswer the question using a single word or phrase."
@@ -283,48 +279,14 @@ def test_the_label_only_judge_closes_qwens_open_reasoning(engine, tmp_path: Path
 # --- a vLLM OpenAI-compatible server with --reasoning-parser qwen3 -----------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("vllm")
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--host", "127.0.0.1",
-        "--port", str(port), "--kv-cache-memory-bytes", "268435456", "--limit-mm-per-prompt", '{"image": 1, "video": 0}',
-        "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", "8192", "--reasoning-parser", "qwen3",
-    ]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"the vLLM server exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the vLLM server was not healthy within 180 s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=20)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    from vllm_server import vllm_server
+
+    with vllm_server(model_dir, tmp_path_factory.mktemp("server") / "server.log", max_model_len=8192,
+                     extra=("--reasoning-parser", "qwen3")) as url:
+        yield url
 
 
 def test_the_server_with_the_qwen3_parser_matches_the_offline_engine(server: str, model_dir: Path, engine) -> None:
