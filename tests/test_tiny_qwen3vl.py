@@ -34,7 +34,7 @@ from rs.engines.base import Generation, Request, SamplingSettings  # noqa: E402
 from rs.families import get_family, load_families  # noqa: E402
 from rs.families.schema import ReasoningConfig  # noqa: E402
 from rs.reasoning import ReasoningFormat  # noqa: E402
-from rs.tiny_qwen3vl import ADDED_TOKENS, CHAT_TEMPLATE, NOT_SPECIAL, build_tiny_qwen3vl, tiny_qwen3vl_path  # noqa: E402
+from rs.tiny_qwen3vl import ADDED_TOKENS, CHAT_TEMPLATE, NOT_SPECIAL, VLLM_ENGINE_KWARGS, build_tiny_qwen3vl, tiny_qwen3vl_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTRUCTION = "\nAnswer the question using a single word or phrase."
@@ -388,3 +388,25 @@ def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engin
     ctx = BuildContext(family, tmp_path / "single" / "build", tmp_path / "single" / "cache.sqlite", progress=False)
     items = list(read_records(ctx.paths.items, "items"))
     assert len(items) == 8 and all(i["prompt_reasoning"] == "open" and i["final"] is None for i in items if i["error"] is None)
+
+
+# --- last: a second engine in this process ---------------------------------------------------------
+
+
+def test_a_pixel_limit_reaches_vllm_as_the_plan_counts_it(processor) -> None:
+    """`engine.args.mm_processor_kwargs` (DocVQA's page limit): vLLM's prompt has the image tokens `rs plan` counts.
+
+    Last in the file: closing a second engine in this process tears down vLLM's distributed state, which the
+    module's engine needs while it still serves.
+    """
+    from rs.engines.vllm import VLLMEngine
+    from rs.plan import _prompt_tokens
+
+    limit = {"max_pixels": 1_310_720}
+    limited = VLLMEngine("rs:tiny-qwen3vl", engine_args={**VLLM_ENGINE_KWARGS, "mm_processor_kwargs": limit})
+    try:
+        generation, = limited.generate([request(1700, 2200, "Page?")], SamplingSettings(max_tokens=2))
+    finally:
+        limited.close()
+    planned, image_tokens = _prompt_tokens(processor, "Page?" + INSTRUCTION, picture(1700, 2200), {}, limit)
+    assert image_tokens == 1240 and generation.error is None and generation.prompt_tokens == planned
