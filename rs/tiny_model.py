@@ -395,7 +395,8 @@ def _is_invisible(text: str) -> bool:
     )
 
 
-def _shape_output_head(model: Any, tokenizer: Any, *, seed: int, favour: str | None = None) -> dict[str, int]:
+def _shape_output_head(model: Any, tokenizer: Any, *, seed: int, favour: str | None = None,
+                       eos_id: int | None = None) -> dict[str, int]:
     """Edit the random weights so that output is visible text that usually ends with EOS.
 
     Untouched random weights mostly emit tokens that show as ``''``, U+FFFD or control
@@ -420,6 +421,9 @@ def _shape_output_head(model: Any, tokenizer: Any, *, seed: int, favour: str | N
       rows get an extra ``_NUMBER_SCALE`` so greedy decoding reaches a number within a few tokens
       (without it many prompts loop forever; at 1.5+ most answers are a bare number).
 
+    ``eos_id`` is this tokenizer's EOS (default: this module's layout); ``lm_head`` rows past the
+    tokenizer's last id (a vocabulary padded up, as Qwen's is) are hidden like the specials.
+
     Measured through vLLM on seeds 0-3 (16 image chats, greedy and 4 samples each at T=1.0 and
     0.7): no hidden token in any output. The share ending with EOS depends on the seed (seed 0:
     16/16 greedy, 31/32 sampled at T=1.0; seed 2: 6/16 and 19/32), see :func:`build_tiny_vlm`.
@@ -427,10 +431,11 @@ def _shape_output_head(model: Any, tokenizer: Any, *, seed: int, favour: str | N
     import torch
 
     texts = _token_texts(tokenizer)
-    hidden = torch.tensor([_is_invisible(t) or t in THINK_TOKENS for t in texts])
-    numbers = torch.tensor([not h and t.strip().isdigit() for t, h in zip(texts, hidden.tolist())])
     embed = model.get_input_embeddings().weight.data
     head = model.get_output_embeddings().weight.data
+    padding = [True] * (head.shape[0] - len(texts))
+    hidden = torch.tensor([_is_invisible(t) or t in THINK_TOKENS for t in texts] + padding)
+    numbers = torch.tensor([not h and t.strip().isdigit() for t, h in zip(texts, hidden.tolist())] + [False] * len(padding))
     generator = torch.Generator().manual_seed(seed)
     basis, _ = torch.linalg.qr(torch.randn(embed.shape[1], 2, generator=generator, dtype=torch.float32))
     bias, stop = basis[:, 0], basis[:, 1]
@@ -440,7 +445,7 @@ def _shape_output_head(model: Any, tokenizer: Any, *, seed: int, favour: str | N
         head[~hidden] *= _VISIBLE_SCALE
         head[numbers] *= _NUMBER_SCALE
         head[hidden] = -_HIDDEN_ROW * bias
-        head[SPECIAL_TOKENS.index(EOS_TOKEN)] = _EOS_ROW * stop
+        head[SPECIAL_TOKENS.index(EOS_TOKEN) if eos_id is None else eos_id] = _EOS_ROW * stop
         embed += _BIAS_EMBED * bias
         embed[numbers] += _EOS_TRIGGER * stop
         if favour:

@@ -13,14 +13,9 @@ import io
 import json
 import logging
 import os
-import signal
 import socket
 import sqlite3
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
 from contextlib import closing
 from pathlib import Path
 from typing import Iterator
@@ -52,6 +47,7 @@ from rs.families.schema import (  # noqa: E402
 from rs.sources.synthetic import SyntheticSourceConfig  # noqa: E402
 from rs.sources.synthetic import SyntheticSource  # noqa: E402
 from rs.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
+from vllm_server import vllm_server  # noqa: E402
 
 LABELS = ("CORRECT", "WRONG", "UNSURE")
 INSTRUCTION = "\nAnswer the question using a single word or phrase."
@@ -319,40 +315,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A `vllm serve`-equivalent of the tiny VLM in its own process group; yields the /v1 URL."""
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_vlm_path()),
-        "--host", "127.0.0.1", "--port", str(port), "--kv-cache-memory-bytes", "268435456",
-        "--limit-mm-per-prompt", '{"image": 1, "video": 0}', "--enforce-eager", "--dtype", "bfloat16",
-        "--max-model-len", "2048",
-    ]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"the vLLM server exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the vLLM server was not healthy within 120 s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=20)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    with vllm_server(tiny_vlm_path(), tmp_path_factory.mktemp("server") / "server.log", max_model_len=2048, ready_s=120) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

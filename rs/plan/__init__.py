@@ -59,6 +59,10 @@ class KindPlan:
     """One prompt as the model receives it (and as stored)."""
     prompt_tokens: list[int] = field(default_factory=list)
     """Tokens of each sampled prompt, image tokens included; empty when the processor could not be loaded."""
+    image_tokens: list[int] = field(default_factory=list)
+    """The image's share of each of those prompts (the processor's image placeholder tokens)."""
+    largest: tuple[int, int, int] | None = None
+    """(width, height, image tokens) of the image that takes the most tokens."""
 
 
 @dataclass
@@ -111,6 +115,10 @@ class Plan:
     model: str
     max_tokens: int
     max_model_len: int | None
+    mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)
+    """The engine's `mm_processor_kwargs` (a pixel limit): prompts are counted with them, as vLLM counts them."""
+    side: int | None = None
+    """Pixels a side of one image token, for a processor whose image tokens grow with the image."""
     configuration: list[str] = field(default_factory=list)
     """What the family's configuration says about how questions are asked, read and judged."""
     notes: list[str] = field(default_factory=list)
@@ -155,6 +163,11 @@ class Plan:
                     "fits" if tokens[-1] + self.max_tokens <= self.max_model_len else "DOES NOT FIT")
                 out.append(f"    prompt tokens (image included) min {tokens[0]:,}, median {statistics.median(tokens):,.0f}, "
                            f"max {tokens[-1]:,}; + max_tokens {self.max_tokens:,} = {tokens[-1] + self.max_tokens:,} {fits}".rstrip())
+            if kind.image_tokens and kind.largest is not None:
+                images = sorted(kind.image_tokens)
+                width, height, most = kind.largest
+                out.append(f"    image tokens min {images[0]:,}, median {statistics.median(images):,.0f}, max {most:,} "
+                           f"(a {width}x{height} image)" + (f" at {_pixel_setting(self.mm_processor_kwargs)}" if self.mm_processor_kwargs else ""))
             out.append(f"    e.g. {kind.example!r}")
         if self.projection is not None:
             out += self._projection_lines(self.projection)
@@ -191,7 +204,7 @@ def plan_family(family: Family, *, sample_images: int = 8, limit: int | None = N
                 engine_factory: Callable[[Family], tuple[Engine, Engine | None]] | None = None, progress: bool = False) -> Plan:
     """Check a family's run before it starts; with `limit`, answer its first `limit` images and project the whole family."""
     c = family.config
-    plan = Plan(family.name, c.model.id, c.sampling.max_tokens, _max_model_len(c))
+    plan = Plan(family.name, c.model.id, c.sampling.max_tokens, _max_model_len(c), _mm_processor_kwargs(c))
     _check_configuration(c, plan)
     rows = _sample_rows(family, sample_images, plan)
     _check_calibration(c, plan)
@@ -200,7 +213,8 @@ def plan_family(family: Family, *, sample_images: int = 8, limit: int | None = N
                           chat_template_kwargs=c.sampling.chat_template_kwargs)
     if processor is not None:
         plan.template = _template(processor, c, fmt, plan)
-    plan.kinds = _kinds(rows, c, processor)
+    plan.kinds = _kinds(rows, c, processor, plan.mm_processor_kwargs)
+    plan.side = _token_side(processor) if processor is not None else None
     _check_kinds(c, plan)
     if limit is not None:
         plan.projection = _project(family, limit, build_root, cache_path, tokens_per_second, engine_factory, progress, plan)
@@ -210,6 +224,15 @@ def plan_family(family: Family, *, sample_images: int = 8, limit: int | None = N
 def _max_model_len(c: FamilyConfig) -> int | None:
     value = getattr(c.engine, "args", {}).get("max_model_len")
     return int(value) if value else None
+
+
+def _mm_processor_kwargs(c: FamilyConfig) -> dict[str, Any]:
+    """What the vllm engine passes to the model's processor (`engine.args.mm_processor_kwargs`); a server's are its own."""
+    return dict(getattr(c.engine, "args", {}).get("mm_processor_kwargs") or {}) if c.engine.kind == "vllm" else {}
+
+
+def _pixel_setting(kwargs: dict[str, Any]) -> str:
+    return "mm_processor_kwargs " + ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in sorted(kwargs.items()))
 
 
 def _describe(c: FamilyConfig) -> list[str]:
@@ -349,7 +372,7 @@ def _kind(item: QAItem) -> str:
     return item.qtype or "open question"
 
 
-def _kinds(rows: list[Row], c: FamilyConfig, processor: Any) -> list[KindPlan]:
+def _kinds(rows: list[Row], c: FamilyConfig, processor: Any, mm_kwargs: dict[str, Any]) -> list[KindPlan]:
     instructions = Instructions.of(c)
     kinds: dict[str, KindPlan] = {}
     kwargs = dict(c.sampling.chat_template_kwargs)
@@ -361,7 +384,12 @@ def _kinds(rows: list[Row], c: FamilyConfig, processor: Any) -> list[KindPlan]:
             kind = kinds.setdefault(_kind(item), KindPlan(_kind(item), 0, instruction, c.verifier.name, prompt))
             kind.items += 1
             if processor is not None and image is not None:
-                kind.prompt_tokens.append(_prompt_tokens(processor, prompt, image, kwargs))
+                tokens, image_tokens = _prompt_tokens(processor, prompt, image, kwargs, mm_kwargs)
+                kind.prompt_tokens.append(tokens)
+                if image_tokens is not None:
+                    kind.image_tokens.append(image_tokens)
+                    if kind.largest is None or image_tokens > kind.largest[2]:
+                        kind.largest = (*image.size, image_tokens)
     return sorted(kinds.values(), key=lambda k: (-k.items, k.kind))
 
 
@@ -376,12 +404,24 @@ def _image(data: bytes) -> Any:
         return None
 
 
-def _prompt_tokens(processor: Any, prompt: str, image: Any, kwargs: dict[str, Any]) -> int:
+def _prompt_tokens(processor: Any, prompt: str, image: Any, kwargs: dict[str, Any],
+                   mm_kwargs: dict[str, Any]) -> tuple[int, int | None]:
+    """The prompt's tokens, and its image's (None with a tokenizer only), with the engine's processor arguments."""
     text = _render(processor, prompt, kwargs)
     if getattr(processor, "image_processor", None) is None:  # a tokenizer only
-        return len(processor(text, add_special_tokens=False)["input_ids"])
-    encoded = processor(text=[text], images=[[image]], add_special_tokens=False)
-    return len(encoded["input_ids"][0])
+        return len(processor(text, add_special_tokens=False)["input_ids"]), None
+    ids = processor(text=[text], images=[[image]], add_special_tokens=False, **mm_kwargs)["input_ids"][0]
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    image_token = getattr(processor, "image_token", None)
+    image_id = processor.tokenizer.convert_tokens_to_ids(image_token) if isinstance(image_token, str) else None
+    return len(ids), (ids.count(image_id) if image_id is not None else None)
+
+
+def _token_side(processor: Any) -> int | None:
+    """Pixels a side of one image token for a dynamic-resolution processor (patch x merge, 32 for Qwen3-VL), else None."""
+    image_processor = getattr(processor, "image_processor", None)
+    patch, merge = getattr(image_processor, "patch_size", None), getattr(image_processor, "merge_size", None)
+    return patch * merge if isinstance(patch, int) and isinstance(merge, int) else None
 
 
 def _check_kinds(c: FamilyConfig, plan: Plan) -> None:
@@ -394,8 +434,19 @@ def _check_kinds(c: FamilyConfig, plan: Plan) -> None:
                                  "an option letter: they will all be rejected")
         if max(kind.prompt_tokens, default=0) + c.sampling.max_tokens > (plan.max_model_len or float("inf")):
             too_long = sum(t + c.sampling.max_tokens > (plan.max_model_len or 0) for t in kind.prompt_tokens)
+            longest = max(kind.prompt_tokens)
+            figure = f"the longest takes {longest:,} tokens"
+            if kind.largest is not None:
+                width, height, most = kind.largest
+                figure += f"; the largest image, {width}x{height}, takes {most:,} image tokens"
+            fix = f"raise engine.args.max_model_len to at least {longest + c.sampling.max_tokens:,} or lower sampling.max_tokens"
+            side = plan.side
+            if side and kind.largest is not None and c.engine.kind == "vllm":
+                room = plan.max_model_len - c.sampling.max_tokens - (longest - kind.largest[2])
+                if room >= 64:  # a pixel limit that fits the largest image in what the text and the answer leave
+                    fix += f", or limit the images' pixels: engine.args.mm_processor_kwargs: {{max_pixels: {room * side * side}}}"
             plan.warnings.append(f"{too_long} sampled {kind.kind} prompts + max_tokens exceed max_model_len ({plan.max_model_len:,}): "
-                                 "raise engine.args.max_model_len or lower sampling.max_tokens")
+                                 f"{figure}; {fix}")
 
 
 def _project(family: Family, limit: int, build_root: Path | None, cache_path: Path | None, tokens_per_second: float | None,
