@@ -33,7 +33,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     path = args.config or default_families_path()
-    families = load_families(path)
+    families = load_families(path, engine_checks=True)
     print(f"ok: {path}: {counted(len(families), 'family', 'families')} valid ({', '.join(families)})")
     return 0
 
