@@ -34,14 +34,19 @@ CREATE TABLE IF NOT EXISTS answers (
     max_tokens INTEGER,
     finish TEXT NOT NULL,
     tokens INTEGER,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    loop TEXT,
+    budget INTEGER,
+    think INTEGER,
+    cut INTEGER,
+    repeats TEXT
 ) WITHOUT ROWID;
 """
 """`answers` (keys without `max_tokens`) replaced `generations` (keys with it); a file of the old
 layout keeps its old table, which nothing reads."""
 
 _LIMIT_COLUMNS = {"loop": "TEXT", "budget": "INTEGER", "think": "INTEGER", "cut": "INTEGER", "repeats": "TEXT"}
-"""Added to `answers` (on opening a cache written before them: NULL there reads as made with neither limit, counts
+"""In `answers` (added on opening a cache written before them: NULL there reads as made with neither limit, counts
 unknown): the loop detection and thinking budget an answer was made with, its reasoning tokens, whether the budget cut
 it, and its repeat profile (`Generation.repeats`): which answers another loop or budget setting would end (`_fits`)."""
 
@@ -158,7 +163,11 @@ class GenerationCache:
         have = {row[1] for row in self._db.execute("PRAGMA table_info(answers)")}
         for name, kind in _LIMIT_COLUMNS.items():
             if name not in have:
-                self._db.execute(f"ALTER TABLE answers ADD COLUMN {name} {kind}")
+                try:
+                    self._db.execute(f"ALTER TABLE answers ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as error:  # another process opening the same old cache added it first
+                    if "duplicate column" not in str(error):
+                        raise
 
     def get_many(self, keys: Iterable[str], *, max_tokens: int | None = None,
                  settings: SamplingSettings | None = None) -> dict[str, Generation]:
