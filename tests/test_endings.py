@@ -187,3 +187,21 @@ def test_the_budget_cuts_the_reasoning_and_the_answer_after_it_is_read(tmp_path:
     accepted = outcome["report"].totals.accepted
     if accepted:  # the tiny model's yes/no is right for some
         assert "`budgeted`" in card
+
+
+def test_plan_reports_the_endings_and_projects_the_hours_with_and_without_loop_detection(tmp_path: Path, engine: Any) -> None:
+    from rs.plan import plan_family
+
+    engine.only = None
+    plan = plan_family(family(tmp_path), sample_images=2, limit=4, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
+                       tokens_per_second=100.0, engine_factory=lambda f: (engine, engine), progress=False)
+    p = plan.projection
+    items = list(read_records(tmp_path / "build" / "plan" / "Loops" / "limit-4" / "items", "items"))
+    looped = [i for i in items if i["ending"] == "repetition"]
+    assert looped and p.endings["repetition"] == len(looped) and sum(p.endings.values()) == len(items)
+    assert p.loop_tokens_saved == sum(MAX_TOKENS - i["completion_tokens"] for i in looped)
+    with_, without = p.family_tokens(), p.family_tokens(without_loop_detection=True)
+    assert without - with_ == pytest.approx(p.family_qa * p.loop_tokens_saved / p.answered)
+    text = plan.render()
+    assert f"loop detection ended {len(looped)} of {len(items)}" in text
+    assert f"without loop detection (every loop run to max_tokens, same throughput): {without / 100 / 3600:,.2f} hours" in text
