@@ -1,6 +1,6 @@
 """How close the sampling stage keeps vLLM to its own best offline throughput, and how fast a cached re-run is.
 
-    python bench/engine.py [--n 384] [--repeats 7] [--workload long-tail,today] [--rss]
+    python bench/engine.py [--n 384] [--repeats 7] [--workload long-tail,today,loops] [--loop-share 0.05] [--rss]
                            [--model rs:tiny-vlm|rs:tiny-qwen3vl] [--engine-args JSON]
 
 The same requests on every path of one run (synthetic CLEVR-style scenes, four questions an image,
@@ -12,6 +12,13 @@ prompts built by `rs.prompt.build_prompt` with TinyCLEVR's instruction), with th
   forced with `ignore_eos` (`bench/longtail.py`), so that every path decodes exactly the same
   tokens. This is the shape of a thinking model's answers: most short, a few running to `max_tokens`.
 * workload `today`: the tiny model's own outputs under TinyCLEVR's sampling settings.
+* workload `loops`: the long tail, with a share of the requests (`--loop-share`, default 0.05) forced
+  into a loop instead ("red cube " repeated, by a structured-output regex, up to the long tail's cap
+  of 240 tokens; the others write a count, cut at their long-tail length, which never loops): path (c) with loop detection on (TinyCLEVR's `sampling.repetition_detection`, the
+  defaults') against off, alternating, on the same requests: tokens generated, items/s, endings.
+  Why 5%: with the long tail's mean of about 40 tokens, loops running to the 240-token cap then take a
+  quarter of all tokens, which is what vLLM's reported ~33% more throughput from loop detection on
+  Qwen3-VL (PR #35451) implies; the figure scales with the share (`--loop-share`).
 
 Paths:
 
@@ -192,6 +199,100 @@ def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm"
     return rate
 
 
+LOOP_REGEX = r"(red cube ){200}"
+COUNTING = " ".join(map(str, range(400)))
+"""What the other requests write: a count, which never repeats a pattern (the tiny model's own noise, forced to a
+length with `ignore_eos`, falls into loops of its own), cut at the request's long-tail length."""
+
+
+def is_loop(request, share: float) -> bool:
+    """Whether the request is one of the `share` forced into a loop: the same on every path and run."""
+    name = request.item_key or request.prompt
+    return int(hashlib.sha256(b"loop" + name.encode()).hexdigest()[:12], 16) / 16**12 < share
+
+
+def loop_engine(share: float):
+    """The long-tail engine, with the loop requests' outputs forced into a loop; the stream's loop detection kept."""
+    from longtail import CAP, LongTailEngine, LongTailStream
+    from rs.tiny_model import VLLM_ENGINE_KWARGS
+
+    class LoopStream(LongTailStream):
+        def params(self, request):
+            from vllm.sampling_params import StructuredOutputsParams
+
+            if self.settings.choices:
+                return super().params(request)
+            params = super().params(request).clone()
+            params.repetition_detection = self._params.repetition_detection  # the family's setting, as the stage passes it
+            params.ignore_eos = False
+            if is_loop(request, share):
+                params.max_tokens = CAP
+                params.structured_outputs = StructuredOutputsParams(regex=LOOP_REGEX)
+            else:
+                params.structured_outputs = StructuredOutputsParams(regex=COUNTING)
+            return params
+
+    class LoopEngine(LongTailEngine):
+        def open_stream(self, settings, *, window=None):
+            return LoopStream(self, settings, window=window or self.in_flight)
+
+    return LoopEngine("rs:tiny-vlm", engine_args=dict(VLLM_ENGINE_KWARGS))
+
+
+def loop_workload(n: int, repeats: int, family, share: float) -> None:
+    """Path (c) with loop detection on against off, on the same requests with `share` of them looping."""
+    from collections import Counter
+    from dataclasses import replace
+
+    from rs.engines import sampling_settings
+
+    base = replace(sampling_settings(family), thinking_token_budget=None)
+    if base.repetition_detection is None:
+        raise SystemExit("TinyCLEVR has sampling.repetition_detection: null; the loops workload compares it on and off")
+    settings = {"on": base, "off": replace(base, repetition_detection=None)}
+    batch_size = family.config.engine.batch_size
+    requests = list(requests_of(n, family.config.instruction))
+    engine = loop_engine(share)
+    llm = engine.llm
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    tokens: dict[str, int] = {}
+    endings: dict[str, Counter] = {}
+    with tempfile.TemporaryDirectory(prefix="rs-bench-loops-") as tmp:
+        cached_run(engine, Path(tmp) / "warmup.sqlite", requests[:batch_size], settings["on"], batch_size)
+        for repeat in range(repeats):
+            for path in ("on", "off")[:: 1 if repeat % 2 == 0 else -1]:  # alternate: drift cancels
+                llm.reset_prefix_cache()
+                llm.reset_mm_cache()
+                from rs.engines.cache import GenerationCache
+                from rs.engines.cached import CachedEngine
+
+                start = time.perf_counter()
+                with GenerationCache(Path(tmp) / f"{path}-{repeat}.sqlite") as cache:
+                    runner = CachedEngine(engine, cache, batch_size=batch_size, progress=False)
+                    generations = [g for _, g in runner.run(requests, settings[path])]
+                times[path].append(time.perf_counter() - start)
+                if runner.stats.engine_calls != len(requests) or runner.stats.errors:
+                    raise SystemExit(f"{path}: sent {runner.stats.engine_calls} of {len(requests)} with {runner.stats.errors} errors")
+                tokens[path] = sum(g.completion_tokens or 0 for g in generations)
+                endings[path] = Counter(g.ending for g in generations)
+                loops_ended = Counter(g.ending for g, r in zip(generations, requests) if is_loop(r, share))
+                endings[path + "-loops"] = loops_ended
+    engine.close()
+    loops = sum(is_loop(r, share) for r in requests)
+    rate = {k: len(requests) / statistics.median(v) for k, v in times.items()}
+    print(f"\nworkload loops: {len(requests)} requests, {loops} of them ({loops / len(requests):.1%}) forced into a loop of up to "
+          f"240 tokens, the rest the long tail; loop detection {base.repetition_detection} (min, max pattern, count); "
+          f"median of {repeats}")
+    print(f"{'path (c), cold cache':<40} {'items/s':>10} {'tokens':>9}  endings (all; of the loops)   runs (s)")
+    for path in ("on", "off"):
+        all_, of_loops = dict(sorted(endings[path].items())), dict(sorted(endings[path + "-loops"].items()))
+        print(f"{'loop detection ' + path:<40} {rate[path]:>10,.1f} {tokens[path]:>9,}  {all_}; {of_loops}   "
+              f"{' '.join(f'{t:.3f}' for t in times[path])}")
+    paired = sorted(off / on for on, off in zip(times["on"], times["off"]))
+    print(f"{'items/s on / off':<40} {rate['on'] / rate['off']:>10.3f}  paired by repeat, median {statistics.median(paired):.3f}")
+    print(f"{'tokens on / off':<40} {tokens['on'] / tokens['off']:>10.3f}  ({tokens['off'] - tokens['on']:,} tokens not generated)")
+
+
 def rss_child(n: int, mm_cache_gb: float | None) -> int:
     """Path (c) over `n` lazily generated long-tail requests in this process; its peak RSS in KiB."""
     from rs.engines import sampling_settings
@@ -211,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=384, help="requests per run")
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--workload", default="long-tail,today", help="comma-separated: long-tail, today")
+    parser.add_argument("--workload", default="long-tail,today", help="comma-separated: long-tail, today, loops")
+    parser.add_argument("--loop-share", type=float, default=0.05, help="share of the requests forced into a loop (workload loops)")
     parser.add_argument("--rss", action="store_true", help="also compare path (c)'s peak RSS on 1x and 4x the requests")
     parser.add_argument("--model", default="rs:tiny-vlm", choices=["rs:tiny-vlm", "rs:tiny-qwen3vl"])
     parser.add_argument("--engine-args", type=json.loads, default={}, help="vllm.LLM arguments over the tiny model's (JSON; null removes one)")
@@ -226,7 +328,10 @@ def main(argv: list[str] | None = None) -> int:
 
     family = get_family("TinyCLEVR")
     for name in args.workload.split(","):
-        workload(name.strip(), args.n, args.repeats, family, args.model, args.engine_args)
+        if name.strip() == "loops":
+            loop_workload(args.n, args.repeats, family, args.loop_share)
+        else:
+            workload(name.strip(), args.n, args.repeats, family, args.model, args.engine_args)
     if args.rss:
         # vLLM's multimodal processor cache keeps processed images up to `mm_processor_cache_gb` (4 GiB by
         # default): with it, RSS grows with the distinct images until that cap; without it, what is left is ours

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Iterable
@@ -24,9 +24,10 @@ import pyarrow.parquet as pq
 from rs import __version__
 from rs.builders import builder_class
 from rs.disk import writing
+from rs.engines.base import ENDINGS
 from rs.errors import RsError
 from rs.answers import READING_RULES
-from rs.report import (CleaningSummary, FamilyReport, JudgeSummary, Lengths, PromptSummary, RunTimes, SplitSummary, Totals,
+from rs.report import (CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RunTimes, SplitSummary, Totals,
                        VerifierSummary)
 from rs.route import decide
 from rs.schema import REJECT_REASONS, SPLITS
@@ -56,6 +57,10 @@ class Routing:
     """`accepted` / `rejected` -> answers per output length in tokens."""
     truncated: dict[str, int]
     """`accepted` / `rejected` -> answers that ran to `max_tokens`."""
+    loop_tokens: dict[str, Counter[int]] = field(default_factory=lambda: {"accepted": Counter(), "rejected": Counter()})
+    """`accepted` / `rejected` -> answers loop detection ended, per output length."""
+    budget_cuts: dict[str, int] = field(default_factory=lambda: {"accepted": 0, "rejected": 0})
+    """`accepted` / `rejected` -> answers whose reasoning was cut at the thinking budget."""
 
     @property
     def accepted(self) -> int:
@@ -72,7 +77,9 @@ def route_items(paths: BuildPaths, promotes: bool) -> Routing:
     rejected: Counter[str] = Counter()
     tokens: dict[str, Counter[int]] = {"accepted": Counter(), "rejected": Counter()}
     truncated = {"accepted": 0, "rejected": 0}
-    columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason"]
+    loop_tokens: dict[str, Counter[int]] = {"accepted": Counter(), "rejected": Counter()}
+    budget_cuts = {"accepted": 0, "rejected": 0}
+    columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending"]
     for item in read_records(paths.items, "items", columns=columns):
         decision = decide(item, promotes)
         if decision.accepted:
@@ -83,7 +90,11 @@ def route_items(paths: BuildPaths, promotes: bool) -> Routing:
         if item["completion_tokens"] is not None:
             tokens[side][item["completion_tokens"]] += 1
             truncated[side] += item["finish_reason"] == "length"
-    return Routing({k: accepted_by[k] for k in ("verifier", "judge")}, {k: rejected[k] for k in REJECT_REASONS}, tokens, truncated)
+            if item["ending"] == "repetition":
+                loop_tokens[side][item["completion_tokens"]] += 1
+        budget_cuts[side] += item["ending"] == "thinking_budget"
+    return Routing({k: accepted_by[k] for k in ("verifier", "judge")}, {k: rejected[k] for k in REJECT_REASONS}, tokens, truncated,
+                   loop_tokens, budget_cuts)
 
 
 def _versions() -> dict[str, str | None]:
@@ -131,8 +142,13 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
         splits=splits,
         limit=ctx.limit,
         versions=_versions(),
-        lengths={side: Lengths.from_counts(routing.tokens[side], routing.truncated[side], c.sampling.max_tokens)
+        lengths={side: Lengths.from_counts(routing.tokens[side], routing.truncated[side], c.sampling.max_tokens,
+                                           loop_tokens=routing.loop_tokens[side], budget_cuts=routing.budget_cuts[side],
+                                           thinking_token_budget=c.sampling.thinking_token_budget)
                  for side in ("accepted", "rejected")},
+        endings=Endings(counts={e: sampled.endings.get(e, 0) for e in ENDINGS},
+                        completion_tokens=sum(n * k for side in routing.tokens.values() for n, k in side.items()),
+                        loop_tokens_saved=sampled.loop_tokens_saved, budgeted_answered=sampled.budgeted_answered),
         run=RunTimes(clean_seconds=round(clean.seconds, 3), sample_seconds=sampled.seconds,
                      sampling_engine_calls=sampled.sampling_engine_calls, judge_engine_calls=sampled.judge_engine_calls),
     )

@@ -61,7 +61,17 @@ def lengths(report: FamilyReport) -> Figure:
         if not h.total:
             continue
         ax.stairs(h.counts, h.edges, color=colour, linewidth=1.5, label=f"{side} ({h.total:,}; {h.truncated:,} cut off)")
-        parts.append(f"{h.total:,} {side}, median {h.median:,} tokens, {h.truncated:,} cut off at the limit")
+        parts.append(f"{h.total:,} {side}, median {h.median:,} tokens, {h.truncated:,} cut off at the limit"
+                     + (f", {h.loops:,} ended as loops" if h.loops else "") + (f", {h.budget_cuts:,} cut at the thinking budget" if h.budget_cuts else ""))
+    loops = [sum(pair) for pair in zip(*(report.lengths[s].loop_counts or [] for s in ("accepted", "rejected")))]
+    if any(loops):  # loop detection's ends, apart from the max_tokens cut
+        ax.stairs(loops, report.lengths["rejected"].edges, color="#7b3294", linewidth=1.2, linestyle=":",
+                  label=f"ended as loops ({sum(loops):,})")
+    budget = report.lengths["accepted"].thinking_token_budget
+    if budget is not None and budget < report.lengths["accepted"].max_tokens:
+        ax.axvline(budget, color="grey", linestyle="-.", linewidth=1)
+        ax.annotate(f"thinking budget {budget:,}", (budget, 0.9), xycoords=("data", "axes fraction"), xytext=(-4, -12),
+                    textcoords="offset points", ha="right", fontsize=8)
     limit = report.lengths["accepted"].max_tokens
     ax.axvline(limit, color="black", linestyle="--", linewidth=1)
     ax.annotate(f"max_tokens {limit:,}", (limit, 1), xycoords=("data", "axes fraction"), xytext=(-4, -12),
@@ -73,6 +83,8 @@ def lengths(report: FamilyReport) -> Figure:
     if parts:
         ax.legend(fontsize=8, frameon=False)
     alt = f"Histogram of answer lengths in tokens (limit {limit:,}): " + ("; ".join(parts) or "no answers")
+    if any(loops):
+        alt += f"; {sum(loops):,} answers ended by loop detection, marked apart"
     return Figure(LENGTHS, _png(fig), alt)
 
 

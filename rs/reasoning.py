@@ -119,8 +119,8 @@ class ReasoningFormat:
             # the answer the pairs hold; pairs that disagree ("<answer>3</answer> or <answer>4</answer>") hold none
             answers = {content for _, _, content in answer_tag_spans(answer, start, end)}
             answer = answers.pop() if len(answers) == 1 else None
-        if generation.finish_reason == "length":
-            answer = None  # cut off by max_tokens: whatever it says, it did not finish
+        if generation.finish_reason in ("length", "repetition"):
+            answer = None  # cut off by max_tokens, or ended as a loop: whatever it says, it did not finish
         return dataclasses.replace(generation, reasoning=reasoning or None, answer=answer, prompt_reasoning=state)
 
     def _split(self, generation: Generation, state: str | None) -> tuple[str | None, str | None]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from rs.errors import RsError
 
-__all__ = ["CleaningSummary", "FamilyReport", "JudgeSummary", "PromptSummary", "ReportError", "RunTimes", "SplitSummary", "Totals",
+__all__ = ["CleaningSummary", "Endings", "FamilyReport", "JudgeSummary", "PromptSummary", "ReportError", "RunTimes", "SplitSummary", "Totals",
            "VerifierSummary"]
 
 
@@ -132,15 +132,27 @@ class Lengths:
     """Histogram bin edges, from 0 to `max_tokens`."""
     counts: list[int]
     """Answers per bin: edges[i] <= tokens < edges[i + 1] (the last bin includes `max_tokens`)."""
+    loops: int = 0
+    """Answers loop detection ended (`repetition`), short of `max_tokens`."""
+    loop_counts: list[int] | None = None
+    """Those answers per bin (the figure marks them apart from the `max_tokens` cut)."""
+    budget_cuts: int = 0
+    """Answers whose reasoning the engine cut at `thinking_token_budget`."""
+    thinking_token_budget: int | None = None
 
     @classmethod
-    def from_counts(cls, tokens: dict[int, int], truncated: int, max_tokens: int, bins: int = 20) -> Lengths:
+    def from_counts(cls, tokens: dict[int, int], truncated: int, max_tokens: int, bins: int = 20, *,
+                    loop_tokens: dict[int, int] | None = None, budget_cuts: int = 0,
+                    thinking_token_budget: int | None = None) -> Lengths:
         """From a count of answers per token length (bounded by `max_tokens`, so it stays small at any family size)."""
         width = max(1, -(-max_tokens // bins))
         edges = list(range(0, max_tokens, width)) + [max_tokens]
         counts = [0] * (len(edges) - 1)
         for n, count in tokens.items():
             counts[min(len(counts) - 1, n // width)] += count
+        loop_counts = [0] * (len(edges) - 1)
+        for n, count in (loop_tokens or {}).items():
+            loop_counts[min(len(loop_counts) - 1, n // width)] += count
         total = sum(tokens.values())
         median, seen = None, 0
         for n in sorted(tokens):
@@ -148,7 +160,23 @@ class Lengths:
             if 2 * seen >= total:
                 median = n
                 break
-        return cls(max_tokens=max_tokens, total=total, truncated=truncated, median=median, edges=edges, counts=counts)
+        return cls(max_tokens=max_tokens, total=total, truncated=truncated, median=median, edges=edges, counts=counts,
+                   loops=sum((loop_tokens or {}).values()), loop_counts=loop_counts, budget_cuts=budget_cuts,
+                   thinking_token_budget=thinking_token_budget)
+
+
+@dataclass(frozen=True)
+class Endings:
+    """How the answers ended, and what loop detection and the thinking budget did (`sampling`'s settings)."""
+
+    counts: dict[str, int]
+    """`stop` / `length` / `repetition` / `thinking_budget` / `error` -> answers (`rs.engines.base.ENDINGS`)."""
+    completion_tokens: int
+    """Tokens the engine generated for the answers (reasoning included)."""
+    loop_tokens_saved: int
+    """For each answer loop detection ended, what was left of its `max_tokens`: tokens not generated."""
+    budgeted_answered: int
+    """Answers cut at the thinking budget that still gave a final answer (verified like any other)."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +207,8 @@ class FamilyReport:
     versions: dict[str, str | None]
     lengths: dict[str, Lengths]
     """`accepted` / `rejected` -> how long those answers ran."""
+    endings: Endings | None = None
+    """How the answers ended; None in a report written before rs counted it."""
     run: RunTimes | None = None
     """Timings and engine calls of this run; not published (they differ from run to run)."""
 
@@ -206,6 +236,7 @@ class FamilyReport:
                 "totals": Totals(**data["totals"]),
                 "splits": {name: SplitSummary(**split) for name, split in data["splits"].items()},
                 "lengths": {side: Lengths(**lengths) for side, lengths in data["lengths"].items()},
+                "endings": Endings(**data["endings"]) if data.get("endings") else None,
                 "run": RunTimes(**data["run"]) if data.get("run") else None,
             })
         except (KeyError, TypeError, AttributeError) as err:

@@ -26,6 +26,8 @@ class Decision:
 def decide(item: dict[str, Any], judge_promotes: bool) -> Decision:
     if item["error"] is not None:
         return Decision(False, reason="engine_error")
+    if item.get("ending") == "repetition":  # loop detection ended it: a loop, not an answer that was merely long
+        return Decision(False, reason="degenerate_repetition")
     if item["final"] is None:
         return Decision(False, reason="no_final_answer")
     if item["verified"]:
@@ -53,6 +55,7 @@ def _qa(split: str, item: dict[str, Any], decision: Decision) -> dict[str, Any] 
     return {
         "question": item["prompt"], "reasoning": item["reasoning"] or "", "answer": answer,
         "response": think_response(item["reasoning"], answer), "reference": item["reference"], "accepted_by": decision.by,
+        "budgeted": item.get("ending") == "thinking_budget",
     }
 
 

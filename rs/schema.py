@@ -16,7 +16,8 @@ QA structs:
 - `think`: `{question, reasoning, answer, response, reference, accepted_by}`: `answer` is the
   model's final answer, `response` the full assistant turn to train on
   (`<think>\\n{reasoning}\\n</think>\\n\\n{answer}`), `reference` the ground truth, `accepted_by`
-  `verifier` or `judge`.
+  `verifier` or `judge`, `budgeted` whether the engine cut the reasoning at `sampling.thinking_token_budget`
+  (the answer after the cut was verified like any other).
 - `nothink`: `{question, answer, reference, accepted_by}`: the final answer alone.
 
 `question` is byte-identical to the prompt the model received, instruction included.
@@ -28,7 +29,8 @@ from datasets import Features, Image, List, Value
 
 SPLITS = ("think", "nothink", "rejected")
 
-REJECT_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked", "no_final_answer", "engine_error")
+REJECT_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked", "no_final_answer", "degenerate_repetition",
+                  "engine_error")
 """Why a rejected item is in the rejected split; what each means on a card is in templates/card_splits.md.jinja."""
 
 _STR = Value("string")
@@ -43,7 +45,8 @@ CLEAN_META = {
 
 QA = {
     "rejected": {"question": _STR, "answer": _STR, "wrong_vlm": _STR, "reason": _STR},
-    "think": {"question": _STR, "reasoning": _STR, "answer": _STR, "response": _STR, "reference": _STR, "accepted_by": _STR},
+    "think": {"question": _STR, "reasoning": _STR, "answer": _STR, "response": _STR, "reference": _STR, "accepted_by": _STR,
+              "budgeted": Value("bool")},
     "nothink": {"question": _STR, "answer": _STR, "reference": _STR, "accepted_by": _STR},
 }
 

@@ -46,7 +46,7 @@ ITEMS = pa.schema([
     ("text", pa.string()), ("reasoning", pa.string()), ("final", pa.string()), ("finish_reason", pa.string()),
     ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("model", pa.string()), ("model_revision", pa.string()),
     ("error", pa.string()), ("verified", pa.bool_()), ("contradicts", pa.bool_()), ("judge", pa.string()),
-    ("prompt_reasoning", pa.string()), ("reasoning_agrees", pa.bool_()),
+    ("prompt_reasoning", pa.string()), ("reasoning_agrees", pa.bool_()), ("ending", pa.string()), ("thinking_tokens", pa.int64()),
 ])
 
 

@@ -34,7 +34,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     path = args.config or default_families_path()
-    families = load_families(path)
+    families = load_families(path, engine_checks=True)
     not_checked = {name: probe_family(family) for name, family in families.items()}
     print(f"ok: {path}: {counted(len(families), 'family', 'families')} valid ({', '.join(families)})")
     print("  checked: keys and values, local source files and the columns read from them, engine arguments against the "

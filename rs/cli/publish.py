@@ -37,6 +37,12 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
                      f"{o['undecided']:,} undecided (the judge's)")
     reasons = ", ".join(f"{k} {v:,}" for k, v in t.rejected_by_reason.items() if v)
     lines.append(f"  rejected by reason: {reasons or 'none'}")
+    if report.endings is not None:
+        e = report.endings
+        ended = ", ".join(f"{k} {v:,}" for k, v in e.counts.items() if v)
+        lines.append(f"  answers ended: {ended or 'none'}; loop detection saved {e.loop_tokens_saved:,} tokens"
+                     f" ({pct(e.loop_tokens_saved / (e.completion_tokens + e.loop_tokens_saved) if e.completion_tokens + e.loop_tokens_saved else None)}"
+                     f" of {e.completion_tokens + e.loop_tokens_saved:,}); {e.budgeted_answered:,} answered after a thinking-budget cut")
     if cal:
         def check(name: str) -> str:
             c = cal[name]

@@ -77,7 +77,7 @@ import numpy as np
 
 import rs
 from rs.engines import engines_for
-from rs.engines.base import Request
+from rs.engines.base import Request, SamplingSettings
 from rs.engines.cache import GenerationCache
 from rs.judge import Judge, JudgeCase
 from rs.prompt import sampling_request
@@ -231,11 +231,11 @@ def _judge_step(ctx: BuildContext, stage: SampleStage, cluster: Cluster, cache: 
     seen: set[bytes] = set()
     calibration_keys: set[str] = set()  # those sent for calibration only (a case can repeat a rejection's request)
     with ParquetStreamWriter(directory, "judge", REQUESTS, group_rows=max(1024, cluster.batch_size)) as writer:
-        _write_missing(_judge_requests(ctx, stage, unanswered), cache, writer, stats, seen, lookahead, judge.settings.max_tokens)
+        _write_missing(_judge_requests(ctx, stage, unanswered), cache, writer, stats, seen, lookahead, judge.settings)
         if unanswered[0]:
             raise RuntimeError(f"{unanswered[0]} sampled items vanished from the cache during the run")
         _write_missing(_keyed(judge, stage.calibration_cases().all()), cache, writer, calibration, seen, lookahead,
-                       judge.settings.max_tokens, written=calibration_keys)
+                       judge.settings, written=calibration_keys)
     to_send = stats.sent + calibration.sent
     stats.sent = calibration.sent = 0  # counted again as the answers come back
     if to_send:
@@ -259,7 +259,7 @@ def _missing_sampling_keys(ctx: BuildContext, stage: SampleStage, cache: Generat
              for index, r in enumerate(records) for q in r["qa"])
     prefixes = array("Q")  # 8 bytes per missing item
     images, last_image = 0, -1
-    for key, image in _uncached(keyed, cache, stats, lookahead, stage.settings.max_tokens):
+    for key, image in _uncached(keyed, cache, stats, lookahead, stage.settings):
         prefixes.append(key_prefix(key))
         images += image != last_image
         last_image = image
@@ -269,9 +269,9 @@ def _missing_sampling_keys(ctx: BuildContext, stage: SampleStage, cache: Generat
 
 
 def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache, writer: ParquetStreamWriter, stats: StepStats, seen: set[bytes],
-                   lookahead: int, max_tokens: int, *, written: set[str] | None = None) -> None:
+                   lookahead: int, settings: SamplingSettings, *, written: set[str] | None = None) -> None:
     """Write the requests not in the cache and not written before (`seen`: 128-bit key prefixes) to `writer`."""
-    for key, request in _uncached(keyed, cache, stats, lookahead, max_tokens, seen=seen):
+    for key, request in _uncached(keyed, cache, stats, lookahead, settings, seen=seen):
         stats.sent += 1
         if written is not None:
             written.add(key)
@@ -280,16 +280,16 @@ def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache,
                      size=len(request.prompt))
 
 
-def _uncached(keyed: Iterable[tuple[str, Any]], cache: GenerationCache, stats: StepStats, lookahead: int, max_tokens: int, *,
+def _uncached(keyed: Iterable[tuple[str, Any]], cache: GenerationCache, stats: StepStats, lookahead: int, settings: SamplingSettings, *,
               seen: set[bytes] | None = None) -> Iterator[tuple[str, Any]]:
-    """The `(key, value)` pairs the cache cannot answer under `max_tokens`, looked up `lookahead` at a time; counts
+    """The `(key, value)` pairs the cache cannot answer under `settings` (its limits), looked up `lookahead` at a time; counts
     requests and cached.
 
     With `seen` (128-bit key prefixes), a key yielded before is counted as a duplicate instead.
     """
     iterator = iter(keyed)
     while chunk := list(islice(iterator, lookahead)):
-        found = cache.present((key for key, _ in chunk), max_tokens=max_tokens)
+        found = cache.present((key for key, _ in chunk), settings=settings)
         for key, value in chunk:
             stats.requests += 1
             if key in found:
@@ -317,7 +317,7 @@ def _judge_requests(ctx: BuildContext, stage: SampleStage, unanswered: list[int]
         for sha, item in block:
             request = sampling_request(item, stage.instructions, sha)
             keyed.append((stage.runner.key(request, stage.settings), request, item))
-        generations = stage.runner.cache.get_many((key for key, _, _ in keyed), max_tokens=stage.settings.max_tokens)
+        generations = stage.runner.cache.get_many((key for key, _, _ in keyed), settings=stage.settings)
         for key, request, item in keyed:
             gen = generations.get(key)
             if gen is None:

@@ -221,6 +221,8 @@ class EngineReplica:
             try:
                 generation = future.result()
                 generation.max_tokens = self.settings.max_tokens
+                generation.repetition_detection = self.settings.repetition_detection
+                generation.thinking_token_budget = self.settings.thinking_token_budget
                 generations.append(generation)
                 errors.append(None)
             except Exception as err:  # the engine failed with this request in it: not cached, sent again next run

@@ -45,6 +45,8 @@ def sampling_settings(config: FamilyConfig | Family) -> SamplingSettings:
     return SamplingSettings(
         temperature=s.temperature, top_p=s.top_p, seed=s.seed, max_tokens=s.max_tokens,
         chat_template_kwargs=dict(s.chat_template_kwargs),
+        repetition_detection=s.repetition_detection.as_tuple() if s.repetition_detection is not None else None,
+        thinking_token_budget=s.thinking_token_budget,
     )
 
 

@@ -61,13 +61,26 @@ class SamplingSettings:
     """`(start, end)` markers: a text-only prompt is rendered with the reasoning closed at its end (a block the template
     left open is closed, an empty one added where it opened none), so the output starts after the reasoning (a
     label-only judge on a template that ignores `enable_thinking`)."""
+    repetition_detection: tuple[int, int, int] | None = None
+    """`(min_pattern_size, max_pattern_size, min_count)`: an output that repeats one pattern this often ends (`repetition`)."""
+    thinking_token_budget: int | None = None
+    """Reasoning tokens before the engine closes the reasoning and the model must answer."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def keyed(self) -> dict[str, Any]:
-        """What a cache key covers: everything but `max_tokens`, which the cache stores beside each answer."""
-        return {k: v for k, v in asdict(self).items() if k != "max_tokens"}
+        """What a cache key covers: everything but the limits the cache stores beside each answer (`LIMITS`)."""
+        return {k: v for k, v in asdict(self).items() if k not in LIMITS}
+
+
+LIMITS = ("max_tokens", "repetition_detection", "thinking_token_budget")
+"""Settings that only end an output early: not part of a cache key, stored beside each answer, so that changing one
+re-sends only the answers it ended or would end (`rs.engines.cache`)."""
+
+ENDINGS = ("stop", "length", "repetition", "thinking_budget", "error")
+"""How an answer ended: stopped by itself, cut at `max_tokens`, ended by loop detection, its reasoning cut at the
+thinking budget (then answered or not), or failed."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +108,7 @@ class Generation:
     answer: str | None
     """The final answer; None when there is none (cut off by max_tokens, reasoning never closed, error)."""
     finish_reason: str
-    """`stop`, `length`, or `error`."""
+    """`stop`, `length`, `repetition` (vLLM's loop detection ended it), or `error`."""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     model: str = ""
@@ -113,6 +126,26 @@ class Generation:
     """`server` when the engine got the reasoning already separated (`text` is then the answer part)."""
     prompt_reasoning: str | None = None
     """`open` / `closed` / `none`: where the prompt left the reasoning, as `rs.reasoning` read it."""
+    repetition_detection: tuple[int, int, int] | None = None
+    """The loop detection it was made with (the cache records it, as `max_tokens`)."""
+    thinking_token_budget: int | None = None
+    """The thinking budget it was made with."""
+    thinking_tokens: int | None = None
+    """Reasoning tokens, counted as vLLM counts them against the budget; None where the engine cannot count them."""
+    budget_cut: bool = False
+    """The engine closed the reasoning at `thinking_token_budget`."""
+    repeats: list[int] | None = None
+    """`repeats[n - 1]`: the most times an n-token pattern repeats in a row in the output (n up to `REPEAT_PROFILE`),
+    from its tokens: which loop settings would have ended it, without asking the model again. None where unknown."""
+
+    @property
+    def ending(self) -> str:
+        """How it ended (one of `ENDINGS`): loop detection first, then a budget cut, then the engine's finish reason."""
+        if self.finish_reason == "repetition":
+            return "repetition"
+        if self.budget_cut:
+            return "thinking_budget"
+        return self.finish_reason
 
     @classmethod
     def from_text(cls, text: str, *, finish_reason: str, reasoning: str | None = None, **kwargs: Any) -> "Generation":
@@ -125,7 +158,7 @@ class Generation:
             kwargs.setdefault("split_by", "server")
         else:
             reasoning, answer = split_reasoning(text)
-        if finish_reason == "length":
+        if finish_reason in ("length", "repetition"):  # cut off, or a loop: nothing final to score
             answer = None
         return cls(text=text, reasoning=reasoning or None, answer=answer, finish_reason=finish_reason, **kwargs)
 
@@ -138,7 +171,53 @@ class Generation:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Generation":
+        if data.get("repetition_detection") is not None:  # JSON keeps a tuple as a list
+            data = {**data, "repetition_detection": tuple(data["repetition_detection"])}
         return cls(**data)
+
+
+REPEAT_PROFILE = 128
+"""Pattern sizes (tokens) `Generation.repeats` covers: a loop setting with a larger `max_pattern_size` re-sends."""
+
+
+def repeat_profile(tokens: Sequence[int], *, stopped: bool) -> list[int]:
+    """`repeats` of an output's tokens: for each n, the most times an n-token pattern repeats in a row.
+
+    vLLM's check (`check_sequence_repetition`, after every token) ends an output once its last `min_count` x n tokens
+    are one n-token pattern repeated: it fires under `(n, min_count)` exactly when a run of
+    `tokens[i] == tokens[i - n]` reaches `n x (min_count - 1)` somewhere. An output that stopped (end of sequence or
+    a stop token) was not checked at its last token, so that token is left out. All sizes at once, in numpy: well
+    under a millisecond for a typical answer.
+    """
+    import numpy as np
+
+    ids = np.asarray(tokens[:-1] if stopped and tokens else tokens, dtype=np.int64)
+    n_max = min(REPEAT_PROFILE, len(ids) - 1)
+    if n_max < 1:
+        return [1]
+    padded = np.concatenate((np.full(n_max, -1, dtype=np.int64), ids))
+    shifted = np.lib.stride_tricks.sliding_window_view(padded, len(ids))[:n_max][::-1]  # row n - 1: ids shifted by n
+    runs = np.zeros((n_max, len(ids) + 2), dtype=np.int8)
+    runs[:, 1:-1] = shifted == ids
+    edges = np.diff(runs, axis=1)
+    rows, starts = np.nonzero(edges == 1)
+    _, ends = np.nonzero(edges == -1)
+    longest = np.zeros(n_max, dtype=np.int64)
+    np.maximum.at(longest, rows, ends - starts)
+    profile = (longest // np.arange(1, n_max + 1) + 1).tolist()
+    while len(profile) > 1 and profile[-1] == 1:  # most outputs: a short list
+        profile.pop()
+    return profile
+
+
+def loop_would_end(repeats: list[int] | None, setting: tuple[int, int, int]) -> bool | None:
+    """Whether loop detection `setting` would have ended an output with this profile; None when the profile cannot tell."""
+    if repeats is None:
+        return None
+    low, high, count = setting
+    if high > REPEAT_PROFILE:
+        return None
+    return any(repeats[n - 1] >= count for n in range(max(1, low), min(high, len(repeats)) + 1))
 
 
 class Engine(Protocol):

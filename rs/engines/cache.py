@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from rs.engines.base import Generation
+from rs.engines.base import Generation, SamplingSettings, loop_would_end
 from rs.engines.cache_file import STEP_S, check_file, create_file, guarded
 from rs.errors import RsError
 
@@ -34,21 +34,31 @@ CREATE TABLE IF NOT EXISTS answers (
     max_tokens INTEGER,
     finish TEXT NOT NULL,
     tokens INTEGER,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    loop TEXT,
+    budget INTEGER,
+    think INTEGER,
+    cut INTEGER,
+    repeats TEXT
 ) WITHOUT ROWID;
 """
 """`answers` (keys without `max_tokens`) replaced `generations` (keys with it); a file of the old
 layout keeps its old table, which nothing reads."""
 
+_LIMIT_COLUMNS = {"loop": "TEXT", "budget": "INTEGER", "think": "INTEGER", "cut": "INTEGER", "repeats": "TEXT"}
+"""In `answers` (added on opening a cache written before them: NULL there reads as made with neither limit, counts
+unknown): the loop detection and thinking budget an answer was made with, its reasoning tokens, whether the budget cut
+it, and its repeat profile (`Generation.repeats`): which answers another loop or budget setting would end (`_fits`)."""
+
 _REUSABLE = """ AND (
-    (finish = 'stop' AND (tokens IS NOT NULL OR max_tokens <= ?))
+    (finish IN ('stop', 'repetition') AND (tokens IS NOT NULL OR max_tokens <= ?))
     OR (finish = 'length' AND max_tokens >= ?)
     OR (finish = 'error' AND max_tokens = ?)
 )"""
 """The stored answers that answer a request with the budget bound to the three `?`.
 
 Outputs at temperature 0 (or with a fixed seed) do not depend on the budget, which only cuts them
-short: an answer that stopped at n tokens is the same under any budget of n or more and is cut off
+short: an answer that stopped at n tokens (by itself or by loop detection) is the same under any budget of n or more and is cut off
 under a smaller one (unknown n: only a budget at least the one it was made with); an output cut off
 at a budget is the same under any smaller one; a failure is reused under its own budget only."""
 
@@ -78,6 +88,36 @@ def _use_wal(db: sqlite3.Connection, path: Path) -> None:
         )
 
 
+def _fits(loop: str | None, budget: int | None, finish: str, think: int | None, cut: int | None, repeats: str | None,
+          settings: SamplingSettings) -> bool:
+    """Whether an answer made with loop detection `loop` and thinking budget `budget` is the one `settings` would get.
+
+    Like `max_tokens`, both only end an output early: an answer neither ended is the same under another setting that
+    would not end it either. Loop detection: the answer's repeat profile says whether the new setting fires anywhere
+    in it (`loop_would_end`); an answer a loop setting ended is reused under that setting only. Thinking budget: a
+    reasoning of t tokens that closed by itself is the same under any budget above t; one the budget cut, under that
+    budget only. Where the counts are unknown (an engine that has no tokens), only the same setting reuses it.
+    """
+    wanted = _loop_text(settings.repetition_detection)
+    if (loop or "") != wanted:
+        if finish == "repetition":
+            return False
+        if settings.repetition_detection is not None:
+            ends = loop_would_end(json.loads(repeats) if repeats else None, settings.repetition_detection)
+            if ends is None or ends:
+                return False
+    if budget != settings.thinking_token_budget:
+        if cut:
+            return False
+        if settings.thinking_token_budget is not None and (think is None or think >= settings.thinking_token_budget):
+            return False
+    return True
+
+
+def _loop_text(setting: tuple[int, int, int] | None) -> str:
+    return "" if setting is None else ",".join(map(str, setting))
+
+
 def _within(generation: Generation, max_tokens: int | None) -> Generation:
     """The answer as a request with the budget `max_tokens` gets it: cut off when it ran longer.
 
@@ -86,8 +126,9 @@ def _within(generation: Generation, max_tokens: int | None) -> Generation:
     """
     if max_tokens is None or generation.completion_tokens is None or generation.completion_tokens <= max_tokens:
         return generation
+    cut = generation.budget_cut and generation.thinking_tokens is not None and generation.thinking_tokens < max_tokens
     return replace(generation, reasoning=None, answer=None, finish_reason="length", completion_tokens=max_tokens,
-                   max_tokens=max_tokens)
+                   max_tokens=max_tokens, budget_cut=cut)
 
 
 class GenerationCache:
@@ -113,25 +154,44 @@ class GenerationCache:
             _use_wal(self._db, self.path)
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
             self._db.executescript(_SCHEMA)
+            self._add_limit_columns()
         except BaseException:
             self._db.close()
             raise
 
-    def get_many(self, keys: Iterable[str], *, max_tokens: int | None = None) -> dict[str, Generation]:
+    def _add_limit_columns(self) -> None:
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(answers)")}
+        for name, kind in _LIMIT_COLUMNS.items():
+            if name not in have:
+                try:
+                    self._db.execute(f"ALTER TABLE answers ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as error:  # another process opening the same old cache added it first
+                    if "duplicate column" not in str(error):
+                        raise
+
+    def get_many(self, keys: Iterable[str], *, max_tokens: int | None = None,
+                 settings: SamplingSettings | None = None) -> dict[str, Generation]:
         """The stored answers of `keys`; with `max_tokens`, those that answer a request with that budget, as it would.
 
         An output longer than the budget comes back cut off at it (`finish_reason` "length", no
-        final answer), without the model being asked again.
+        final answer), without the model being asked again. With `settings`, its `max_tokens`, and only answers its
+        loop detection and thinking budget would leave as they are (`_fits`).
         """
-        found = self._select("key, value", keys, max_tokens)
+        max_tokens = settings.max_tokens if settings is not None else max_tokens
+        found = self._select("key, value", keys, max_tokens, settings)
         return {key: _within(Generation.from_dict(json.loads(value)), max_tokens) for key, value in found}
 
-    def present(self, keys: Iterable[str], *, max_tokens: int | None = None) -> set[str]:
+    def present(self, keys: Iterable[str], *, max_tokens: int | None = None, settings: SamplingSettings | None = None) -> set[str]:
         """Which of `keys` `get_many` would answer, without reading their values (a resume looks up millions)."""
-        return {key for (key,) in self._select("key", keys, max_tokens)}
+        max_tokens = settings.max_tokens if settings is not None else max_tokens
+        return {key for (key,) in self._select("key", keys, max_tokens, settings)}
 
-    def _select(self, columns: str, keys: Iterable[str], max_tokens: int | None) -> list[tuple]:
-        return self._query(columns, list(dict.fromkeys(keys)), max_tokens)
+    def _select(self, columns: str, keys: Iterable[str], max_tokens: int | None, settings: SamplingSettings | None = None) -> list[tuple]:
+        if settings is None:
+            return self._query(columns, list(dict.fromkeys(keys)), max_tokens)
+        rows = self._query(f"{columns}, loop, budget, finish, think, cut, repeats", list(dict.fromkeys(keys)), max_tokens)
+        width = len(columns.split(","))
+        return [row[:width] for row in rows if _fits(*row[width:], settings)]
 
     @guarded
     def _query(self, columns: str, keys: list[str], max_tokens: int | None) -> list[tuple]:
@@ -152,7 +212,9 @@ class GenerationCache:
         An answer already stored is replaced only by one made with a larger budget (a truncated
         output asked again under a higher `max_tokens`).
         """
-        rows = [(k, json.dumps(g.to_dict(), ensure_ascii=False), g.max_tokens, g.finish_reason, g.completion_tokens, time.time())
+        rows = [(k, json.dumps(g.to_dict(), ensure_ascii=False), g.max_tokens, g.finish_reason, g.completion_tokens, time.time(),
+                 _loop_text(g.repetition_detection), g.thinking_token_budget, g.thinking_tokens, int(g.budget_cut),
+                 json.dumps(g.repeats) if g.repeats is not None else None)
                 for k, g in items if g.cacheable]
         return self._insert(rows) if rows else 0
 
@@ -161,9 +223,12 @@ class GenerationCache:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._db.executemany(
-                "INSERT INTO answers VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
-                "max_tokens = excluded.max_tokens, finish = excluded.finish, tokens = excluded.tokens, created = excluded.created "
-                "WHERE excluded.max_tokens > answers.max_tokens", rows)
+                "INSERT INTO answers (key, value, max_tokens, finish, tokens, created, loop, budget, think, cut, repeats) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+                "max_tokens = excluded.max_tokens, finish = excluded.finish, tokens = excluded.tokens, created = excluded.created, "
+                "loop = excluded.loop, budget = excluded.budget, think = excluded.think, cut = excluded.cut, repeats = excluded.repeats "
+                "WHERE excluded.max_tokens > answers.max_tokens OR excluded.loop IS NOT answers.loop "
+                "OR excluded.budget IS NOT answers.budget", rows)
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")

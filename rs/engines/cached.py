@@ -152,7 +152,7 @@ class CachedStream:
         if not self._lookup:
             return
         lookup, self._lookup = self._lookup, []
-        found = self.cache.get_many([key for _, key, _ in lookup], max_tokens=self.settings.max_tokens)
+        found = self.cache.get_many([key for _, key, _ in lookup], settings=self.settings)
         for tag, key, request in lookup:
             generation = found.get(key) or self.committer.buffer.get(key)
             if generation is not None:
@@ -181,6 +181,8 @@ class CachedStream:
             self._ready.extend((tag, generation) for tag in self._waiting.pop(key))  # type: ignore[call-overload]
             self.stats.errors += generation.error is not None
             generation.max_tokens = self.settings.max_tokens
+            generation.repetition_detection = self.settings.repetition_detection
+            generation.thinking_token_budget = self.settings.thinking_token_budget
             self.committer.add(key, generation)  # type: ignore[arg-type]
         if self.committer.due() or not self.in_flight:
             self.committer.flush()

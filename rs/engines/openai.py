@@ -188,6 +188,11 @@ class OpenAIEngine:
             extra["chat_template_kwargs"] = dict(settings.chat_template_kwargs)
         if settings.choices:
             extra["structured_outputs"] = {"choice": list(settings.choices)}
+        if settings.repetition_detection is not None:  # vLLM's server takes both (its ChatCompletionRequest)
+            low, high, count = settings.repetition_detection
+            extra["repetition_detection"] = {"min_pattern_size": low, "max_pattern_size": high, "min_count": count}
+        if settings.thinking_token_budget is not None:
+            extra["thinking_token_budget"] = settings.thinking_token_budget
         options: dict[str, Any] = {
             "temperature": settings.temperature, "top_p": settings.top_p, "seed": settings.seed,
             "max_tokens": settings.max_tokens,
@@ -217,6 +222,12 @@ class OpenAIEngine:
                         f"{self.base_url} answered {status} for model {self.model!r}: {_CONFIG_STATUS[status]}; "
                         f"check engine.base_url, model.id and the key in engine.api_key_env ({_message(err)})"
                     ) from None
+                refused = _refused_limit(options, status, _message(err))
+                if refused:
+                    raise OpenAIEngineError(
+                        f"{self.base_url} does not take sampling.{refused} (it answered {status}: {_message(err)})",
+                        hint=f"set sampling.{refused}: null for this family (a vLLM server takes it: vllm serve ... "
+                             "--reasoning-parser for thinking_token_budget)") from None
                 if not _is_transient_status(status):
                     return Generation.failed(f"HTTP {status}: {_message(err)}", cacheable=400 <= status < 500, **meta)
                 error: Exception = err
@@ -263,6 +274,14 @@ class OpenAIEngine:
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.backoff_max_s))
         return delay
+
+
+def _refused_limit(options: dict[str, Any], status: int, message: str) -> str | None:
+    """The loop or budget setting a server refused by name (a 400 or 422 naming the field), if it did."""
+    if status not in (400, 422):
+        return None
+    sent = options.get("extra_body") or {}
+    return next((key for key in ("repetition_detection", "thinking_token_budget") if key in sent and key in message), None)
 
 
 def _is_transient_status(status: int) -> bool:

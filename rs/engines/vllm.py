@@ -25,10 +25,12 @@ input fails the same way next time); an engine that dies (its process killed, ou
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
 from rs.checks import ConfigValueError, at_least
-from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings
+from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
 from rs.engines.models import builtin_revision, resolve_model
 from rs.engines.vllm_args import unknown_engine_arg
 from rs.errors import RsError, UsageError
@@ -144,13 +146,57 @@ class VLLMEngine:
     @classmethod
     def from_config(cls, config: VLLMEngineConfig, model: ModelConfig, *, base_dir: Path | None = None) -> VLLMEngine:
         args = dict(config.args)
+        markers = None
         if model.reasoning.uses_vllm_parser:  # vLLM then constrains a think-then-label judge's label after the reasoning
             args.setdefault("reasoning_parser", model.reasoning.parser)
-        return cls(model.id, revision=model.revision, engine_args=args, in_flight=config.in_flight)
+        elif model.reasoning.parser == "tags":  # vLLM counts the reasoning (thinking_token_budget) between these markers
+            markers = (model.reasoning.start, model.reasoning.end)
+        return cls(model.id, revision=model.revision, engine_args=args, in_flight=config.in_flight, reasoning_markers=markers)
+
+    @staticmethod
+    def check_sampling(sampling: Any) -> tuple[str, str] | None:
+        """What the installed vLLM refuses of `sampling.repetition_detection` / `thinking_token_budget`: `(key, problem)`.
+
+        Checked against its own classes (`RepetitionDetectionParams`, `SamplingParams`) by `rs families validate`,
+        which imports vLLM for it; None when it takes them (or vLLM is not installed here to ask).
+        """
+        if sampling.repetition_detection is None and sampling.thinking_token_budget is None:
+            return None
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its import notices are not the command's output
+        try:
+            import vllm
+            from vllm import sampling_params
+        except ImportError:
+            return None
+        version = getattr(vllm, "__version__", "?")
+        if sampling.repetition_detection is not None:
+            cls = getattr(sampling_params, "RepetitionDetectionParams", None)
+            if cls is None:
+                return ("repetition_detection", f"the installed vLLM {version} has no repetition detection (it came with "
+                        "vLLM 0.17): set it to null, or install a newer vLLM")
+            ours = dataclasses.asdict(sampling.repetition_detection)
+            known = {f.name for f in dataclasses.fields(cls)}
+            if set(ours) - known:
+                return ("repetition_detection", f"the installed vLLM {version}'s RepetitionDetectionParams takes "
+                        f"{', '.join(sorted(known))}, not {', '.join(sorted(set(ours) - known))}")
+            try:
+                cls(**ours)
+            except Exception as err:
+                return ("repetition_detection", f"vLLM {version} refuses it: {err}")
+        if sampling.thinking_token_budget is not None:
+            try:
+                sampling_params.SamplingParams(max_tokens=sampling.max_tokens, thinking_token_budget=sampling.thinking_token_budget)
+            except TypeError:
+                return ("thinking_token_budget", f"the installed vLLM {version} has no thinking_token_budget: set it to null")
+            except Exception as err:
+                return ("thinking_token_budget", f"vLLM {version} refuses it: {err}")
+        return None
 
     def __init__(self, model: str, *, revision: str | None = None, engine_args: dict[str, Any] | None = None,
-                 in_flight: int | None = None):
+                 in_flight: int | None = None, reasoning_markers: tuple[str, str] | None = None):
         self.model = model
+        self.reasoning_markers = reasoning_markers
+        """`(start, end)` of a `tags` reasoning format: vLLM's reasoning configuration without a parser (the budget)."""
         path = resolve_model(model)
         if revision is None and path != model:
             revision = builtin_revision(model, path)
@@ -179,6 +225,11 @@ class VLLMEngine:
             from vllm import LLM
 
             args = self._args
+            if self.reasoning_markers and not args.get("reasoning_parser") and "reasoning_config" not in args:
+                from vllm.config.reasoning import ReasoningConfig
+
+                start, end = self.reasoning_markers
+                args = {**args, "reasoning_config": ReasoningConfig(reasoning_start_str=start, reasoning_end_str=end)}
             logger.info("Loading %s with vLLM (%s)", self.model, ", ".join(f"{k}={v!r}" for k, v in sorted(args.items())) or "default arguments")
             start = time.perf_counter()
             try:
@@ -247,16 +298,45 @@ class VLLMEngine:
 
     # - internals -
 
-    def _generation(self, output: RequestOutput) -> Generation:
+    def _generation(self, output: RequestOutput, settings: SamplingSettings | None = None) -> Generation:
         completion = output.outputs[0]
         meta = self._meta()
-        if completion.finish_reason not in ("stop", "length"):
+        finish = str(completion.finish_reason) if completion.finish_reason is not None else None
+        if finish not in ("stop", "length", "repetition"):
             # "abort" (or none): the engine dropped the request; a re-run should try again
-            return Generation.failed(f"vLLM finished the request with {completion.finish_reason!r}", cacheable=False, **meta)
+            return Generation.failed(f"vLLM finished the request with {finish!r}", cacheable=False, **meta)
+        tokens = list(completion.token_ids)
+        thinking, closed = self._thinking_tokens(list(output.prompt_token_ids or ()), tokens)
+        budget = settings.thinking_token_budget if settings is not None else None
         return Generation.from_text(
-            completion.text, finish_reason=completion.finish_reason, prompt_tail=(output.prompt or "")[-PROMPT_TAIL_CHARS:] or None,
-            prompt_tokens=len(output.prompt_token_ids or ()), completion_tokens=len(completion.token_ids), **meta,
+            completion.text, finish_reason=finish, prompt_tail=(output.prompt or "")[-PROMPT_TAIL_CHARS:] or None,
+            prompt_tokens=len(output.prompt_token_ids or ()), completion_tokens=len(tokens),
+            thinking_tokens=thinking, budget_cut=bool(budget is not None and closed and thinking is not None and thinking >= budget),
+            repeats=repeat_profile(tokens, stopped=finish == "stop"), **meta,
         )
+
+    def _thinking_tokens(self, prompt: list[int], output: list[int]) -> tuple[int | None, bool]:
+        """Reasoning tokens as vLLM counts them against `thinking_token_budget`, and whether the reasoning closed.
+
+        Counted from the last reasoning start of the prompt (a template that pre-fills it) or the output's first one,
+        to the output's first end marker (the model's own, or the one the budget forced); None where vLLM knows no
+        markers (no reasoning parser, no `tags` markers)."""
+        config = self._llm.llm_engine.vllm_config.reasoning_config if self._llm is not None else None
+        if config is None or not config.enabled:
+            return None, False
+        start = config.reasoning_start_token_ids or []
+        ends = [ids for ids in (config.reasoning_end_token_ids, config.natural_reasoning_end_token_ids) if ids]
+        opened, closed_in_prompt = _last_index(prompt, start), max((_last_index(prompt, e) for e in ends), default=-1)
+        if opened >= 0 and opened > closed_in_prompt:
+            before, begin = len(prompt) - opened - len(start), 0
+        else:
+            first = _first_index(output, start, 0)
+            if first < 0:
+                return 0, False
+            before, begin = 0, first + len(start)
+        found = [i for i in (_first_index(output, e, begin) for e in ends) if i >= 0]
+        end = min(found) if found else len(output)
+        return before + end - begin, bool(found)
 
     def _failure(self, err: Exception) -> Generation:
         cacheable = _is_input_error(err)
@@ -271,9 +351,17 @@ class VLLMEngine:
         from vllm.sampling_params import StructuredOutputsParams
 
         structured = StructuredOutputsParams(choice=list(settings.choices)) if settings.choices else None
+        limits: dict[str, Any] = {}
+        if settings.repetition_detection is not None:
+            from vllm.sampling_params import RepetitionDetectionParams
+
+            low, high, count = settings.repetition_detection
+            limits["repetition_detection"] = RepetitionDetectionParams(max_pattern_size=high, min_pattern_size=low, min_count=count)
+        if settings.thinking_token_budget is not None:
+            limits["thinking_token_budget"] = settings.thinking_token_budget
         return SamplingParams(
             temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
-            max_tokens=settings.max_tokens, structured_outputs=structured,
+            max_tokens=settings.max_tokens, structured_outputs=structured, **limits,
         )
 
     def _chat_template_sha256(self) -> str | None:
@@ -413,7 +501,7 @@ class VLLMStream:
                 if output.finished and output.request_id in owners:
                     stream, tag = owners.pop(output.request_id)
                     stream._waiting -= 1
-                    stream._done.append((tag, self.engine._generation(output)))
+                    stream._done.append((tag, self.engine._generation(output, stream.settings)))
             if self._waiting and not engine.has_unfinished_requests():
                 raise RuntimeError(f"vLLM dropped {self._waiting} requests without finishing them")
         done, self._done = self._done, []
@@ -445,6 +533,26 @@ class VLLMStream:
             return Generation.failed(image, cacheable=True, **self.engine._meta())
         part = {"type": "image_pil", "image_pil": image, "uuid": sha}
         return [{"role": "user", "content": [part, {"type": "text", "text": request.prompt}]}]
+
+
+def _first_index(tokens: list[int], pattern: list[int], begin: int) -> int:
+    n = len(pattern)
+    if not n:
+        return -1
+    for i in range(begin, len(tokens) - n + 1):
+        if tokens[i] == pattern[0] and tokens[i : i + n] == pattern:
+            return i
+    return -1
+
+
+def _last_index(tokens: list[int], pattern: list[int]) -> int:
+    n = len(pattern)
+    if not n:
+        return -1
+    for i in range(len(tokens) - n, -1, -1):
+        if tokens[i] == pattern[0] and tokens[i : i + n] == pattern:
+            return i
+    return -1
 
 
 def _decode_image(data: bytes) -> Image | str:

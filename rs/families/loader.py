@@ -23,7 +23,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rs.checks import ConfigValueError
 from rs.errors import UsageError
-from rs.registry import Registry
+from rs.registry import ENGINES, Registry
 from rs.verifiers import VerifierError, resolve_params
 
 from .schema import FamilyConfig
@@ -363,8 +363,12 @@ def _compose(path: Path) -> MappingNode:
     return root
 
 
-def load_families(path: str | Path) -> dict[str, Family]:
-    """Load and validate every family of a families file; raises `FamilyConfigError` on the first problem."""
+def load_families(path: str | Path, *, engine_checks: bool = False) -> dict[str, Family]:
+    """Load and validate every family of a families file; raises `FamilyConfigError` on the first problem.
+
+    With `engine_checks` (`rs families validate`), also what each family's engine kind checks itself against the
+    installed libraries (the `vllm` engine: its loop and budget settings against vLLM's own classes; slow: it
+    imports vLLM)."""
     path = Path(path)
     root = _compose(path)
     validator = _Validator(path)
@@ -400,6 +404,7 @@ def load_families(path: str | Path) -> dict[str, Family]:
         config = validator.dataclass(FamilyConfig, _merge(defaults, body), f"families.{name}")
         _check_verifier(path, body, name, config)
         _check_judge(path, body, name, config)
+        _check_sampling(path, body, name, config, engine_checks=engine_checks)
         families[name] = Family(name=name, config=config, path=path, line=name_node.start_mark.line + 1)
     return families
 
@@ -417,6 +422,26 @@ def _check_judge(path: Path, body: MappingNode, name: str, config: FamilyConfig)
         f"{_where(path, node)}: families.{name}.judge.mode: think_then_label on the vllm engine needs a vLLM reasoning "
         f"parser to find where the judge's reasoning ends (model.reasoning.parser is {model.reasoning.parser!r}); "
         "set it to the model's parser (qwen3, deepseek_r1, ...), or use judge.mode label_only")
+
+
+def _check_sampling(path: Path, body: MappingNode, name: str, config: FamilyConfig, *, engine_checks: bool) -> None:
+    """A thinking budget needs reasoning markers; the engine kind checks the loop and budget settings it takes."""
+    sampling = config.sampling
+    if sampling.repetition_detection is None and sampling.thinking_token_budget is None:
+        return
+    node = next((v for k, v in body.value if k.value == "sampling"), body)
+    if sampling.thinking_token_budget is not None and config.model.reasoning.parser == "none":
+        raise FamilyConfigError(
+            f"{_where(path, node)}: families.{name}.sampling.thinking_token_budget: the model does not reason "
+            "(model.reasoning.parser: none), so there is no reasoning to budget; set thinking_token_budget: null")
+    check = getattr(ENGINES.get(config.engine.kind), "check_sampling", None)
+    if not engine_checks or check is None:
+        return
+    problem = check(sampling)
+    if problem is not None:
+        key, text = problem
+        at = next((v for k, v in node.value if k.value == key), node) if isinstance(node, MappingNode) else node
+        raise FamilyConfigError(f"{_where(path, at)}: families.{name}.sampling.{key}: {text}")
 
 
 def _check_verifier(path: Path, body: MappingNode, name: str, config: FamilyConfig) -> None:

@@ -77,6 +77,31 @@ class ModelConfig:
 
 
 @dataclass
+class RepetitionDetectionConfig:
+    """`sampling.repetition_detection`: vLLM's `RepetitionDetectionParams` (checked against the installed vLLM's class).
+
+    Generation ends (`repetition`) as soon as the output's last `min_count` x N tokens are one N-token pattern
+    repeated, for some N from `min_pattern_size` to `max_pattern_size`: a loop stops within a few repetitions
+    instead of running to `max_tokens`."""
+
+    max_pattern_size: int = 128
+    """Longest repeated pattern looked for, in tokens (a repeated sentence or short paragraph)."""
+    min_pattern_size: int = 4
+    """Shortest pattern, in tokens: shorter runs (separators, ellipses, `| --- |`) are never taken for a loop."""
+    min_count: int = 4
+    """Repetitions in a row that end generation (at least 2)."""
+
+    def __post_init__(self) -> None:
+        at_least("min_count", self.min_count, 2, what="repetitions in a row; to switch detection off, set repetition_detection: null")
+        at_least("min_pattern_size", self.min_pattern_size, 1, what="tokens of the shortest pattern")
+        at_least("max_pattern_size", self.max_pattern_size, self.min_pattern_size, what="at least min_pattern_size")
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        """`(min_pattern_size, max_pattern_size, min_count)`: what the engines and the cache take."""
+        return (self.min_pattern_size, self.max_pattern_size, self.min_count)
+
+
+@dataclass
 class SamplingConfig:
     temperature: float = 0.0
     top_p: float = 1.0
@@ -85,6 +110,13 @@ class SamplingConfig:
     """Generation budget; an output cut off here has no final answer and is rejected as such."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=lambda: {"enable_thinking": True})
     """Passed to the chat template; reasoning is switched on here."""
+    repetition_detection: RepetitionDetectionConfig | None = None
+    """End an output that loops (vLLM's `SamplingParams.repetition_detection`); null: off. Its answer is rejected as
+    `degenerate_repetition`."""
+    thinking_token_budget: int | None = None
+    """Reasoning tokens an answer may use (vLLM's `SamplingParams.thinking_token_budget`): the reasoning is closed there
+    and the model answers within what is left of `max_tokens`; null: no budget. Needs the model's reasoning markers
+    (`model.reasoning`)."""
 
     def __post_init__(self) -> None:
         # vLLM refuses these only once the model has loaded; say so at validate time instead
@@ -92,6 +124,7 @@ class SamplingConfig:
         if not 0 < self.top_p <= 1:
             raise ConfigValueError("top_p", f"must be above 0 and at most 1 (1 keeps every token), got {self.top_p!r}")
         at_least("max_tokens", self.max_tokens, 1, what="the tokens an answer may use, its reasoning included")
+        at_least("thinking_token_budget", self.thinking_token_budget, 0, what="reasoning tokens; null for no budget")
 
 
 @dataclass

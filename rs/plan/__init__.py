@@ -17,6 +17,7 @@ import io
 import logging
 import re
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -96,17 +97,27 @@ class Projection:
     tokens_per_second: float | None
     """Given (`--tokens-per-second`), else measured here when something was sent."""
     measured: bool
+    endings: dict[str, int] = field(default_factory=dict)
+    """How the sample's answers ended (`stop`, `length`, `repetition`, `thinking_budget`)."""
+    loop_tokens_saved: int = 0
+    """Tokens loop detection saved in the sample: what was left of `max_tokens` for each answer it ended."""
+    loop_detection: bool = False
+    """Whether the family's sampling has loop detection on."""
 
     @property
     def mean_tokens(self) -> float:
         return statistics.fmean(self.completion_tokens) if self.completion_tokens else 0.0
 
-    def family_tokens(self) -> float | None:
-        """Output tokens of the whole family: answers, plus at most the judge's on the same share of rejections and calibration."""
+    def family_tokens(self, *, without_loop_detection: bool = False) -> float | None:
+        """Output tokens of the whole family: answers, plus at most the judge's on the same share of rejections and calibration.
+
+        `without_loop_detection`: as if every answer loop detection ended had run on to `max_tokens` (what it saved added back).
+        """
         if self.family_qa is None or not self.answered:
             return None
         judge_per_item = self.judged / self.answered * self.judge_max_tokens
-        return self.family_qa * (self.mean_tokens + judge_per_item) + self.calibration_requests * self.judge_max_tokens
+        mean = self.mean_tokens + (self.loop_tokens_saved / self.answered if without_loop_detection else 0)
+        return self.family_qa * (mean + judge_per_item) + self.calibration_requests * self.judge_max_tokens
 
 
 @dataclass
@@ -183,6 +194,13 @@ class Plan:
             out.append(f"  output tokens per answer: median {statistics.median(tokens):,.0f}, mean {p.mean_tokens:,.1f}, "
                        f"90th percentile {p90:,}, max {tokens[-1]:,}")
         out.append(f"  cut off at max_tokens: {p.truncated} of {p.answered} ({_pct(p.truncated, p.answered)})")
+        out.append("  answers ended: " + (", ".join(f"{k} {v}" for k, v in p.endings.items() if v) or "none"))
+        if p.loop_detection:
+            loops = p.endings.get("repetition", 0)
+            out.append(f"  loop detection ended {loops} of {p.answered} ({_pct(loops, p.answered)}), saving {p.loop_tokens_saved:,} "
+                       f"tokens ({_pct(p.loop_tokens_saved, sum(p.completion_tokens) + p.loop_tokens_saved)} of what they would have run)")
+        else:
+            out.append("  loop detection is off (sampling.repetition_detection: null): a loop runs to max_tokens")
         out.append(f"  accepted: {p.accepted} of {p.answered} ({_pct(p.accepted, p.answered)}); judged: {p.judged}")
         total = p.family_tokens()
         if p.family_qa is None or total is None:
@@ -194,6 +212,9 @@ class Plan:
             hours = total / p.tokens_per_second / 3600
             where = "measured on this machine, the model's load included" if p.measured else "given"
             out.append(f"  at {p.tokens_per_second:,.0f} output tokens/s ({where}): {hours:,.2f} hours of engine time")
+            if p.loop_detection:
+                without = (p.family_tokens(without_loop_detection=True) or 0) / p.tokens_per_second / 3600
+                out.append(f"  without loop detection (every loop run to max_tokens, same throughput): {without:,.2f} hours")
         else:
             out.append("  give --tokens-per-second (an engine's output throughput) for the GPU-hours")
         return out
@@ -457,7 +478,7 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
     if ctx.paths.sample_report.exists():
         ctx.paths.sample_report.unlink()  # the plan measures this run, even over a warm cache
     report: SampleReport = ensure_sampled(ctx)
-    columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason"]
+    columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending"]
     items = list(read_records(ctx.paths.items, "items", columns=columns))
     answered = [i for i in items if i["error"] is None]
     tokens = [i["completion_tokens"] for i in answered if i["completion_tokens"] is not None]
@@ -476,7 +497,9 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
                       truncated=sum(i["finish_reason"] == "length" for i in answered), accepted=accepted, judged=report.judged,
                       judge_max_tokens=judge_max, calibration_requests=max(0, calibration),
                       sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds, family_qa=family_qa,
-                      tokens_per_second=tokens_per_second or measured, measured=tokens_per_second is None and measured is not None)
+                      tokens_per_second=tokens_per_second or measured, measured=tokens_per_second is None and measured is not None,
+                      endings=dict(sorted(Counter(i["ending"] for i in answered).items())), loop_tokens_saved=report.loop_tokens_saved,
+                      loop_detection=family.config.sampling.repetition_detection is not None)
 
 
 def _count(n: int, noun: str) -> str:

@@ -67,7 +67,14 @@ class SampleReport:
     contradicted_verdicts: Counter[str] = field(default_factory=Counter)
     """The judge's verdicts on the contradicted rejections: a measurement on real negatives."""
     no_final_answer: int = 0
+    """Answers with nothing to score: cut at `max_tokens` or the reasoning never closed (loops are counted apart)."""
     engine_errors: int = 0
+    endings: Counter[str] = field(default_factory=Counter)
+    """How each answer ended (`rs.engines.base.ENDINGS`): stop, length, repetition, thinking_budget, error."""
+    loop_tokens_saved: int = 0
+    """Tokens loop detection saved: for each answer it ended, what was left of its `max_tokens`."""
+    budgeted_answered: int = 0
+    """Answers whose reasoning the thinking budget cut that still gave a final answer."""
     multiple_choice_items: int = 0
     """Questions with options, asked with the family's multiple-choice instruction."""
     prompt_reasoning: Counter[str] = field(default_factory=Counter)
@@ -84,7 +91,7 @@ class SampleReport:
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "calibration"}
         # in a fixed order: verdicts arrive in the order the engine finishes them
-        for name in ("verdicts", "contradicted_verdicts", "prompt_reasoning", "judge_prompt_reasoning"):
+        for name in ("verdicts", "contradicted_verdicts", "prompt_reasoning", "judge_prompt_reasoning", "endings"):
             d[name] = dict(sorted(getattr(self, name).items()))
         d["calibration"] = self.calibration.to_dict() if self.calibration else None
         return d
@@ -94,6 +101,7 @@ class SampleReport:
         calibration = data.get("calibration")
         return cls(**{**data, "verdicts": Counter(data["verdicts"]), "contradicted_verdicts": Counter(data["contradicted_verdicts"]),
                       "prompt_reasoning": Counter(data["prompt_reasoning"]), "judge_prompt_reasoning": Counter(data["judge_prompt_reasoning"]),
+                      "endings": Counter(data.get("endings") or {}),
                       "calibration": Calibration.from_dict(calibration) if calibration else None})
 
     @property
@@ -223,14 +231,20 @@ class SampleStage:
         self.report.reasoning_disagrees += v.reasoning_agrees is False
         self.report.undecided += gen.error is None and gen.answer is not None and not v.verified and not v.contradicts
         self.report.engine_errors += gen.error is not None
-        self.report.no_final_answer += gen.error is None and gen.answer is None
+        ending = gen.ending
+        self.report.endings[ending] += 1
+        self.report.no_final_answer += gen.error is None and gen.answer is None and ending != "repetition"
+        if ending == "repetition" and gen.max_tokens is not None and gen.completion_tokens is not None:
+            self.report.loop_tokens_saved += max(0, gen.max_tokens - gen.completion_tokens)
+        self.report.budgeted_answered += ending == "thinking_budget" and gen.answer is not None and gen.error is None
         slot.record = {
             "row": slot.row, "key": slot.item.key, "image_sha256": slot.request.image_sha256, "prompt": slot.request.prompt,
             "reference": slot.item.answer, "references": v.references, "text": gen.text, "reasoning": gen.reasoning,
             "final": gen.answer, "finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
             "completion_tokens": gen.completion_tokens, "model": gen.model, "model_revision": gen.model_revision,
             "error": gen.error, "verified": v.verified, "contradicts": v.contradicts, "judge": None,
-            "prompt_reasoning": gen.prompt_reasoning, "reasoning_agrees": v.reasoning_agrees,
+            "prompt_reasoning": gen.prompt_reasoning, "reasoning_agrees": v.reasoning_agrees, "ending": gen.ending,
+            "thinking_tokens": gen.thinking_tokens,
         }
         return v.case
 

@@ -36,7 +36,7 @@ class FaultyVLLMEngine(VLLMEngine):
 
     @classmethod
     def from_config(cls, config: FaultyVLLMConfig, model: Any, *, base_dir: Path | None = None) -> FaultyVLLMEngine:
-        engine = cls(model.id, revision=model.revision, engine_args=config.args, in_flight=config.in_flight)
+        engine = super().from_config(config, model, base_dir=base_dir)  # as the vllm kind builds it (reasoning markers included)
         engine.faults = list(config.faults)
         return engine
 
