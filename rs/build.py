@@ -29,7 +29,7 @@ from rs.errors import RsError
 from rs.answers import READING_RULES
 from rs.report import (CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RunTimes, SplitSummary, Totals,
                        VerifierSummary)
-from rs.route import decide
+from rs.route import decide, kept_out_of_think
 from rs.schema import REJECT_REASONS, SPLITS
 from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
@@ -61,6 +61,8 @@ class Routing:
     """`accepted` / `rejected` -> answers loop detection ended, per output length."""
     budget_cuts: dict[str, int] = field(default_factory=lambda: {"accepted": 0, "rejected": 0})
     """`accepted` / `rejected` -> answers whose reasoning was cut at the thinking budget."""
+    kept_out_of_think: int = 0
+    """Accepted answers in the nothink split only: their reasoning concludes another value (`rs.route`)."""
 
     @property
     def accepted(self) -> int:
@@ -71,19 +73,22 @@ class Routing:
         return sum(self.rejected_by_reason.values())
 
 
-def route_items(paths: BuildPaths, promotes: bool) -> Routing:
+def route_items(paths: BuildPaths, promotes: bool, *, needs_agreeing_reasoning: bool = True) -> Routing:
     """Count the routing of every sampled item (`rs.route.decide`, as the builder routes them)."""
+    kept_out = 0
     accepted_by: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
     tokens: dict[str, Counter[int]] = {"accepted": Counter(), "rejected": Counter()}
     truncated = {"accepted": 0, "rejected": 0}
     loop_tokens: dict[str, Counter[int]] = {"accepted": Counter(), "rejected": Counter()}
     budget_cuts = {"accepted": 0, "rejected": 0}
-    columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending"]
+    columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending",
+               "reasoning_agrees"]
     for item in read_records(paths.items, "items", columns=columns):
         decision = decide(item, promotes)
         if decision.accepted:
             accepted_by[decision.by] += 1
+            kept_out += kept_out_of_think(item, needs_agreeing_reasoning)
         else:
             rejected[decision.reason] += 1
         side = "accepted" if decision.accepted else "rejected"
@@ -94,7 +99,7 @@ def route_items(paths: BuildPaths, promotes: bool) -> Routing:
                 loop_tokens[side][item["completion_tokens"]] += 1
         budget_cuts[side] += item["ending"] == "thinking_budget"
     return Routing({k: accepted_by[k] for k in ("verifier", "judge")}, {k: rejected[k] for k in REJECT_REASONS}, tokens, truncated,
-                   loop_tokens, budget_cuts)
+                   loop_tokens, budget_cuts, kept_out)
 
 
 def _versions() -> dict[str, str | None]:
@@ -246,8 +251,9 @@ def build_family(ctx: BuildContext) -> FamilyReport:
     with ctx.lock():
         clean = ensure_clean(ctx)
         sampled = ensure_sampled(ctx)
-        routing = route_items(ctx.paths, sampled.promotes)
-        qa = {"think": routing.accepted, "nothink": routing.accepted, "rejected": routing.rejected}
+        routing = route_items(ctx.paths, sampled.promotes,
+                              needs_agreeing_reasoning=ctx.family.config.answers.think_needs_agreeing_reasoning)
+        qa = {"think": routing.accepted - routing.kept_out_of_think, "nothink": routing.accepted, "rejected": routing.rejected}
         ctx.paths.stats.unlink(missing_ok=True)
         expected = splits_fingerprint(ctx, sampled)
         splits = _written_splits(ctx, expected)

@@ -59,6 +59,12 @@ def _qa(split: str, item: dict[str, Any], decision: Decision) -> dict[str, Any] 
     }
 
 
+def kept_out_of_think(item: dict[str, Any], needs_agreeing_reasoning: bool) -> bool:
+    """An accepted item whose reasoning concludes another value (`reasoning_agrees` False), when the family asks for
+    reasoning that agrees: it is in the nothink split only."""
+    return needs_agreeing_reasoning and item.get("reasoning_agrees") is False
+
+
 def split_rows(build_dir: str | Path, split: str, judge_promotes: bool, *,
                needs_agreeing_reasoning: bool = True) -> Iterator[dict[str, Any]]:
     """The rows of one split: the cleaned rows joined, in order, with their items' results. With
@@ -71,7 +77,7 @@ def split_rows(build_dir: str | Path, split: str, judge_promotes: bool, *,
         for _ in row.qa:
             if item is None or item["row"] != index:
                 raise RuntimeError(f"the items store of {build_dir} does not match its cleaned rows at row {index}; rebuild the family")
-            skip = split == "think" and needs_agreeing_reasoning and item.get("reasoning_agrees") is False
+            skip = split == "think" and kept_out_of_think(item, needs_agreeing_reasoning)
             if not skip and (entry := _qa(split, item, decide(item, judge_promotes))) is not None:
                 qa.append(entry)
             item = next(items, None)
