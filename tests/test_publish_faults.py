@@ -1,0 +1,139 @@
+"""A local publish (`--out`) stopped at every rename it makes, and two publishes into one folder.
+
+The publish runs as `python -m rs.publish` in a subprocess with an audit hook (`sys.addaudithook`)
+that counts the renames it makes in the target folder (`os.rename`, and the `rs.publish.exchange`
+event `rs.publish.local.exchange` raises before its `renameat2`) and the removals there, and kills
+the process with SIGKILL just before the chosen one. The target holds an older publish whose three
+repos each differ (a changed card, a missing shard, a stale file), so every repo is switched.
+After each kill every repo is the old one or the new one, never a mix, and one re-run publishes
+exactly what an uninterrupted run does.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from faults import ROOT, assert_same_published, publish_command, published_files, reference
+from rs.families import load_families
+from rs.locks import PublishBusy
+from rs.publish import publish
+
+HOOK = """
+import os, signal, sys, time
+out, at, log, action = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+seen = 0
+def hook(event, args):
+    global seen
+    if event in ("os.rename", "rs.publish.exchange", "os.remove", "shutil.rmtree") and str(args[0]).startswith(out):
+        seen += 1
+        with open(log, "a") as f:
+            f.write(f"{event} {args[0]}\\n")
+        if seen == at:
+            if action == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            open(log + ".waiting", "w").close()
+            time.sleep(300)
+sys.addaudithook(hook)
+sys.argv = ["python -m rs.publish", *sys.argv[5:]]
+from rs.cli import run
+from rs.cli.publish import main
+run(main)
+"""
+
+REPOS = ("Alpha_RS_think", "Alpha_RS_nothink", "Alpha_rejected")
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """The families file, the reference publish, and an older publish of the same repos (each of the three differs)."""
+    folder = tmp_path_factory.mktemp("publish")
+    families, ref = reference(folder)
+    old = folder / "old"
+    shutil.copytree(ref / "out", old)
+    (old / "tester" / "Alpha_RS_think" / "README.md").write_text("an older card\n")
+    next((old / "tester" / "Alpha_RS_nothink" / "data").iterdir()).unlink()
+    (old / "tester" / "Alpha_rejected" / "data" / "train-00001-of-00002.parquet").write_bytes(b"a stale shard")
+    return families, ref, old
+
+
+def snapshot(repo: Path) -> dict[str, bytes]:
+    return {p.relative_to(repo).as_posix(): p.read_bytes() for p in sorted(repo.rglob("*")) if p.is_file()}
+
+
+def prepared(setup: tuple[Path, Path, Path], work: Path) -> Path:
+    """`work` with the finished build and cache of the reference (the publish only stages and switches) and the older publish in out/."""
+    _, ref, old = setup
+    shutil.copytree(ref / "build", work / "build")
+    shutil.copy(ref / "cache.sqlite", work / "cache.sqlite")
+    shutil.copytree(old, work / "out")
+    return work
+
+
+def hooked(families: Path, work: Path, at: int, action: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-c", HOOK, str(work / "out"), str(at), str(work / "events.log"), action,
+               *publish_command(families, work)[3:]]
+    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it(setup, tmp_path: Path) -> None:
+    families, ref, old = setup
+    counted = prepared(setup, tmp_path / "count")
+    run = hooked(families, counted, 0, "kill")  # never kills: lists the events
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err[-3000:]
+    events = (counted / "events.log").read_text().splitlines()
+    assert sum(e.startswith("rs.publish.exchange") for e in events) == 3  # each repo switched in one exchange
+    assert_same_published(ref / "out", counted / "out")
+    olds = {repo: snapshot(old / "tester" / repo) for repo in REPOS}
+    news = {repo: snapshot(ref / "out" / "tester" / repo) for repo in REPOS}
+
+    for at in range(1, len(events) + 1):
+        work = prepared(setup, tmp_path / f"kill-{at}")
+        run = hooked(families, work, at, "kill")
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == -signal.SIGKILL, err[-3000:]
+        for repo in REPOS:  # a reader sees the old repo or the new one
+            assert snapshot(work / "out" / "tester" / repo) in (olds[repo], news[repo]), (at, events[at - 1], repo)
+
+        rerun = subprocess.run(publish_command(families, work), cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                               capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, (at, events[at - 1], rerun.stderr[-3000:])
+        assert_same_published(ref / "out", work / "out")
+        assert not (work / "out" / "tester" / ".rs-publish" / "Alpha").exists()  # nothing of the transaction left
+        shutil.rmtree(work)
+
+
+def test_a_second_publish_into_the_same_folder_is_refused_naming_the_first(setup, tmp_path: Path) -> None:
+    families, ref, _ = setup
+    work = prepared(setup, tmp_path / "first")
+    first = hooked(families, work, 1, "wait")  # holds the target at its first rename
+    deadline = time.monotonic() + 120
+    while not (work / "events.log.waiting").exists():
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    try:
+        before = published_files(work / "out")
+        with pytest.raises(PublishBusy) as refused:  # another build folder and cache: only the target is shared
+            publish(load_families(families)["Alpha"], out=work / "out", build_root=tmp_path / "second" / "build",
+                    cache_path=tmp_path / "second" / "cache.sqlite", progress=False)
+        assert f"Alpha's repos in {work / 'out' / 'tester'} are being published by process {first.pid} (" in str(refused.value)
+        assert f"kill {first.pid}" in refused.value.hint
+        assert not (tmp_path / "second" / "build").exists()  # refused before building anything
+        assert published_files(work / "out") == before
+    finally:
+        first.kill()
+        first.communicate()
+    publish(load_families(families)["Alpha"], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
+            progress=False)
+    assert_same_published(ref / "out", work / "out")
