@@ -29,11 +29,11 @@ from rs.publish import publish
 
 HOOK = """
 import os, signal, sys, time
-out, at, log, action = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+out, at, log, action, events = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5].split(",")
 seen = 0
 def hook(event, args):
     global seen
-    if event in ("os.rename", "rs.publish.exchange", "os.remove", "shutil.rmtree") and str(args[0]).startswith(out):
+    if event in events and str(args[0]).startswith(out):
         seen += 1
         with open(log, "a") as f:
             f.write(f"{event} {args[0]}\\n")
@@ -43,7 +43,7 @@ def hook(event, args):
             open(log + ".waiting", "w").close()
             time.sleep(300)
 sys.addaudithook(hook)
-sys.argv = ["python -m rs.publish", *sys.argv[5:]]
+sys.argv = ["python -m rs.publish", *sys.argv[6:]]
 from rs.cli import run
 from rs.cli.publish import main
 run(main)
@@ -78,8 +78,14 @@ def prepared(setup: tuple[Path, Path, Path], work: Path) -> Path:
     return work
 
 
-def hooked(families: Path, work: Path, at: int, action: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-c", HOOK, str(work / "out"), str(at), str(work / "events.log"), action,
+SWITCHING = "os.rename,rs.publish.exchange,os.remove,shutil.rmtree"
+"""The renames and removals of a publish (`rs.publish.local.exchange` raises `rs.publish.exchange`)."""
+
+
+def hooked(families: Path, work: Path, at: int, action: str, *, under: Path | None = None,
+           events: str = SWITCHING) -> subprocess.Popen[str]:
+    """The publish of `work`, stopped (`action` kill, or wait) at the `at`-th of `events` on a path under `under` (out/)."""
+    command = [sys.executable, "-c", HOOK, str(under or work / "out"), str(at), str(work / "events.log"), action, events,
                *publish_command(families, work)[3:]]
     return subprocess.Popen(command, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -130,10 +136,39 @@ def test_a_second_publish_into_the_same_folder_is_refused_naming_the_first(setup
         assert f"Alpha's repos in {work / 'out' / 'tester'} are being published by process {first.pid} (" in str(refused.value)
         assert f"kill {first.pid}" in refused.value.hint
         assert not (tmp_path / "second" / "build").exists()  # refused before building anything
+        logs = sorted((work / "build" / "Alpha" / "logs").iterdir())
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        cli = [sys.executable, "-m", "rs.publish", "Alpha", "--config", str(families)]
+        third = subprocess.run([*cli, "--out", str(work / "out"), "--build-dir", str(tmp_path / "third" / "build"),
+                                "--cache", str(tmp_path / "third" / "cache.sqlite")], cwd=ROOT, env=env, capture_output=True,
+                               text=True, timeout=120)
+        assert third.returncode == 1, third.stderr[-3000:]
+        assert f"error: Alpha's repos in {work / 'out' / 'tester'} are being published by process {first.pid} (" in third.stderr
+        assert "Traceback" not in third.stderr and "log: " not in third.stderr
+        assert not (tmp_path / "third").exists()  # no build folder, no log, no cache
+        fourth = subprocess.run([*cli, "--out", str(tmp_path / "fourth"), "--build-dir", str(work / "build"),
+                                 "--cache", str(work / "cache.sqlite")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert fourth.returncode == 1 and f"is being built by process {first.pid} (" in fourth.stderr, fourth.stderr[-3000:]
+        assert sorted((work / "build" / "Alpha" / "logs").iterdir()) == logs  # neither wrote a log into the first run's folder
         assert published_files(work / "out") == before
     finally:
         first.kill()
         first.communicate()
     publish(load_families(families)["Alpha"], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
             progress=False)
+    assert_same_published(ref / "out", work / "out")
+
+
+def test_a_run_killed_while_cleaning_leaves_its_spilled_images_to_the_next_run_to_remove(setup, tmp_path: Path) -> None:
+    families, ref, _ = setup
+    work = tmp_path / "work"
+    killed = hooked(families, work, 1, "kill", under=work / "build" / "Alpha" / "rs-group-", events="sqlite3.connect")
+    _, err = killed.communicate(timeout=300)  # killed as cleaning opens its spill file (rs.clean.group)
+    assert killed.returncode == -signal.SIGKILL, err[-3000:]
+    assert [p.name[:9] for p in (work / "build" / "Alpha").glob("rs-group-*")] == ["rs-group-"]
+
+    rerun = subprocess.run(publish_command(families, work), cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True,
+                           text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert list((work / "build" / "Alpha").glob("rs-group-*")) == []
     assert_same_published(ref / "out", work / "out")
