@@ -24,6 +24,7 @@ import pytest
 
 from faults import ROOT, assert_same_published, publish_command, published_files, reference
 from rs.families import load_families
+from rs.errors import UsageError
 from rs.locks import PublishBusy
 from rs.publish import publish
 
@@ -171,4 +172,35 @@ def test_a_run_killed_while_cleaning_leaves_its_spilled_images_to_the_next_run_t
                            text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert list((work / "build" / "Alpha").glob("rs-group-*")) == []
+    assert_same_published(ref / "out", work / "out")
+
+
+def test_a_repo_folder_that_cannot_be_written_is_refused_before_any_repo_changes(setup, tmp_path: Path) -> None:
+    """A read-only folder in the third repo: refused (exit 2) naming it, the first two repos untouched; writable again, it publishes."""
+    families, ref, old = setup
+    work = prepared(setup, tmp_path / "work")
+    locked = work / "out" / "tester" / "Alpha_rejected" / "data"
+    if os.geteuid() == 0:  # root writes anywhere a mode forbids: a read-only mount forbids root too
+        done = subprocess.run(f"mount --bind {locked} {locked} && mount -o remount,bind,ro {locked}", shell=True,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"a read-only folder for root needs `mount --bind`: {done.stderr.strip()}")
+        unlock = ["umount", str(locked)]
+    else:
+        locked.chmod(0o555)
+        unlock = ["chmod", "755", str(locked)]
+    try:
+        with pytest.raises(UsageError) as refused:
+            publish(load_families(families)["Alpha"], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
+                    progress=False)
+        assert str(refused.value) == (f"--out {work / 'out'}: cannot write in {locked} (read-only), so the published repo "
+                                      "there cannot be replaced")
+        assert refused.value.exit_code == 2 and "nothing was changed" in refused.value.hint
+        for repo in REPOS:
+            assert snapshot(work / "out" / "tester" / repo) == snapshot(old / "tester" / repo)
+        assert not (work / "out" / "tester" / ".rs-publish" / "Alpha").exists()
+    finally:
+        subprocess.run(unlock, check=True)
+    publish(load_families(families)["Alpha"], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
+            progress=False)
     assert_same_published(ref / "out", work / "out")

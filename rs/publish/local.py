@@ -53,7 +53,7 @@ def check_writable(root: Path, targets: list[Path], named: str) -> None:
     folders += [Path(current) for target in targets if target.is_dir() for current, _, _ in os.walk(target)]
     for folder in folders:
         if not os.access(folder, os.W_OK | os.X_OK):
-            raise UsageError(f"{named} {root.parent}: cannot write in {folder} (permission denied), so the published "
+            raise UsageError(f"{named} {root.parent}: cannot write in {folder} (read-only), so the published "
                              "repo there cannot be replaced",
                              hint=f"make it writable (chmod -R u+w {folder}) or publish to another {named}; nothing was changed")
 
