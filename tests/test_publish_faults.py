@@ -136,7 +136,7 @@ def test_a_second_publish_into_the_same_folder_is_refused_naming_the_first(setup
                     cache_path=tmp_path / "second" / "cache.sqlite", progress=False)
         assert f"Alpha's repos in {work / 'out' / 'tester'} are being published by process {first.pid} (" in str(refused.value)
         assert f"kill {first.pid}" in refused.value.hint
-        assert not (tmp_path / "second" / "build").exists()  # refused before building anything
+        assert [p.name for p in (tmp_path / "second").rglob("*")] == ["build", "Alpha", ".lock"]  # refused before building anything
         logs = sorted((work / "build" / "Alpha" / "logs").iterdir())
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         cli = [sys.executable, "-m", "rs.publish", "Alpha", "--config", str(families)]
@@ -146,7 +146,7 @@ def test_a_second_publish_into_the_same_folder_is_refused_naming_the_first(setup
         assert third.returncode == 1, third.stderr[-3000:]
         assert f"error: Alpha's repos in {work / 'out' / 'tester'} are being published by process {first.pid} (" in third.stderr
         assert "Traceback" not in third.stderr and "log: " not in third.stderr
-        assert not (tmp_path / "third").exists()  # no build folder, no log, no cache
+        assert not list((tmp_path / "third").rglob("*.log")) and not (tmp_path / "third" / "cache.sqlite").exists()
         fourth = subprocess.run([*cli, "--out", str(tmp_path / "fourth"), "--build-dir", str(work / "build"),
                                  "--cache", str(work / "cache.sqlite")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         assert fourth.returncode == 1 and f"is being built by process {first.pid} (" in fourth.stderr, fourth.stderr[-3000:]

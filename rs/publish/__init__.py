@@ -15,9 +15,9 @@ import logging
 import os
 import shutil
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from rs.build import build_family
 from rs import figures
@@ -190,6 +190,29 @@ def sync_local(family: str, staged: dict[str, Path], root: Path, *, only: tuple[
     return results
 
 
+@contextmanager
+def _locked_target(root: Path, family: str) -> Iterator[None]:
+    """Hold the local target's publish lock, after finishing or undoing what a stopped publish left.
+
+    The lock lives in the target, so a run that fails before it publishes anything into a folder
+    it created removes the lock and that folder again: a failed first publish leaves no trace.
+    """
+    created = [folder for folder in (root / local_publish.CONTROL, root, *root.parents) if not folder.exists()]
+    try:
+        with publish_lock(root, family, local_publish.CONTROL):
+            local_publish.recover(root, family)
+            yield
+    except BaseException:
+        if created:
+            (root / local_publish.CONTROL / f"{family}.lock").unlink(missing_ok=True)
+            for folder in created:  # deepest first; one holding anything (a published repo) stays
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+        raise
+
+
 def _download_card_inputs(repo_id: str, folder: Path, token: str | None) -> Path | None:
     """What a card is rendered from (rs/stats.json, rs/examples.json, rs/overturns.json, the example images), from a published repo."""
     from huggingface_hub import snapshot_download
@@ -229,10 +252,9 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     if not local and not dry_run:
         token = resolve_token(token)  # fail before a long build, not after
     with ExitStack() as held:
-        if local and not dry_run:  # one publish into this folder at a time, and what a stopped one left dealt with first
-            held.enter_context(publish_lock(root, family.name, local_publish.CONTROL))
-            local_publish.recover(root, family.name)
         held.enter_context(ctx.lock())  # one run of a family at a time: the build, the staged repos and the upload
+        if local and not dry_run:  # one publish into this folder at a time, and what a stopped one left dealt with first
+            held.enter_context(_locked_target(root, family.name))
         if sample is not None and not cards_only:
             sample(ctx)
         report = None if cards_only else build_family(ctx)
