@@ -128,6 +128,8 @@ def test_a_full_disk_names_the_store_keeps_the_last_complete_state_and_resumes(s
         publish(family, out=out, build_root=build, cache_path=cache, progress=False)
     assert str(caught.value).startswith(f"no space left on device: could not write {what} at {tmp_path / named}")
     assert "run the same command again" in caught.value.hint
+    moved_by = {"generation cache": "--cache", "published folder": "--out"}.get(store, "--build-dir or --cache")
+    assert f"(or point {moved_by} elsewhere)" in caught.value.hint  # the flag that moves the full store
     after = complete_state(build)
     assert {path: after.get(path) for path in before} == before  # the last complete state, untouched
     assert leftovers(build, out) == []  # nothing half-written left behind
