@@ -28,14 +28,14 @@ _SQLITE_FULL = 13
 class DiskFull(RsError):
     """A store could not be written for want of space; what was complete before is kept."""
 
-    def __init__(self, what: str, path: Path):
+    def __init__(self, what: str, path: Path, flag: str | None = None):
         self.what, self.path = what, Path(path)
         free = free_bytes(self.path)
         room = f"; {format_bytes(free)} free there now" if free is not None else ""
         super().__init__(
             f"no space left on device: could not write {what} at {self.path}{room}",
-            hint="free some space on that disk (or point --build-dir or --cache elsewhere), then run the same command "
-                 "again: the stages finished before are kept and nothing half-written is read back",
+            hint=f"free some space on that disk (or point {flag or '--build-dir or --cache'} elsewhere), then run the same "
+                 "command again: the stages finished before are kept and nothing half-written is read back",
         )
 
 
@@ -56,8 +56,11 @@ def is_disk_full(error: BaseException) -> bool:
 
 
 @contextmanager
-def writing(what: str, path: Path) -> Iterator[None]:
-    """Turn a full disk inside the block into `DiskFull(what, path)`; every other error passes unchanged."""
+def writing(what: str, path: Path, *, flag: str | None = None) -> Iterator[None]:
+    """Turn a full disk inside the block into `DiskFull(what, path)`; every other error passes unchanged.
+
+    `flag`: the option that moves `path` elsewhere (`--out`), named in the hint; by default the build's.
+    """
     try:
         yield
     except DiskFull:
@@ -65,7 +68,7 @@ def writing(what: str, path: Path) -> Iterator[None]:
     except Exception as err:
         if not is_disk_full(err):
             raise
-        raise DiskFull(what, path) from err
+        raise DiskFull(what, path, flag) from err
 
 
 def free_bytes(path: Path) -> int | None:

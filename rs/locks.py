@@ -7,6 +7,10 @@ it ends (SIGKILL included), so no lock is ever left stale. Sampling shards (`rs 
 hold it shared: they write disjoint folders, and only a whole run of the family excludes them.
 Families lock separate files, so different families build side by side.
 
+`publish_lock` is the same lock on a local publish target (`--out`): two builds publishing one
+family into one folder (from two build directories, so their build locks do not meet) would mix
+their files; the second is refused naming the first.
+
 `holders` reads /proc/locks (Linux), so a refusal can name the processes holding a file locked:
 the build lock, or the generation cache's SQLite locks.
 """
@@ -20,7 +24,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from rs.errors import RsError
 
@@ -29,6 +33,10 @@ LOCK_NAME = ".lock"
 
 class BuildBusy(RsError):
     """Another process is writing this family's build."""
+
+
+class PublishBusy(RsError):
+    """Another process is publishing this family into the same local folder."""
 
 
 @dataclass
@@ -46,11 +54,26 @@ _held: dict[tuple[Path, int], _Held] = {}
 def build_lock(root: Path, *, shared: bool = False) -> Iterator[None]:
     """Hold the build lock of the family built in `root` (exclusive, or `shared` for a shard) or raise `BuildBusy`."""
     root.mkdir(parents=True, exist_ok=True)
-    path = (root / LOCK_NAME).resolve()
+    with _flock(root / LOCK_NAME, shared=shared, busy=lambda path: _busy(root, path)):
+        yield
+
+
+@contextmanager
+def publish_lock(root: Path, family: str, control: str) -> Iterator[None]:
+    """Hold the lock on `family`'s repos in the local folder `root` (`root/<control>/<family>.lock`) or raise `PublishBusy`."""
+    folder = root / control
+    folder.mkdir(parents=True, exist_ok=True)
+    with _flock(folder / f"{family}.lock", shared=False, busy=lambda path: _publish_busy(root, family, path)):
+        yield
+
+
+@contextmanager
+def _flock(lock_file: Path, *, shared: bool, busy: Callable[[Path], RsError]) -> Iterator[None]:
+    path = lock_file.resolve()
     key = (path, threading.get_ident())
     if (held := _held.get(key)) is not None:
         if held.shared and not shared:
-            raise RuntimeError(f"{path}: a shared build lock cannot become exclusive")
+            raise RuntimeError(f"{path}: a shared lock cannot become exclusive")
         held.depth += 1
         try:
             yield
@@ -62,7 +85,7 @@ def build_lock(root: Path, *, shared: bool = False) -> Iterator[None]:
         fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise _busy(root, path) from None
+        raise busy(path) from None
     if not shared:
         _say_who(fd)
     _held[key] = _Held(fd, shared)
@@ -82,15 +105,28 @@ def _say_who(fd: int) -> None:
         pass  # a full disk must not stop the run here: the stage that writes will say so
 
 
-def _busy(root: Path, path: Path) -> BuildBusy:
+def _holder(path: Path) -> tuple[str, str]:
+    """Who holds the lock file `path`, and the command that stops them."""
     pids = holders([path])
     if pids:
-        who = "; ".join(f"process {pid} ({describe(pid)})" for pid in pids)
-        stop = f"kill {' '.join(map(str, pids))}"
-    else:  # no /proc/locks: what the holder wrote, if it is exclusive
-        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
-        who = f"process {lines[0]} ({lines[1]}, since {lines[2]})" if len(lines) >= 3 else "another process"
-        stop = f"kill {lines[0]}" if lines else "stop it"
+        return "; ".join(f"process {pid} ({describe(pid)})" for pid in pids), f"kill {' '.join(map(str, pids))}"
+    # no /proc/locks: what the holder wrote, if it is exclusive
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    who = f"process {lines[0]} ({lines[1]}, since {lines[2]})" if len(lines) >= 3 else "another process"
+    return who, (f"kill {lines[0]}" if lines else "stop it")
+
+
+def _publish_busy(root: Path, family: str, path: Path) -> PublishBusy:
+    who, stop = _holder(path)
+    return PublishBusy(
+        f"{family}'s repos in {root} are being published by {who}: two publishes into one folder would mix their files",
+        hint=f"wait for it to finish, or stop it ({stop}), then run this command again (it finishes or undoes what a "
+             "stopped publish left); or publish to another --out",
+    )
+
+
+def _busy(root: Path, path: Path) -> BuildBusy:
+    who, stop = _holder(path)
     return BuildBusy(
         f"{root} is being built by {who}: two runs of one family would write the same stages",
         hint=f"wait for it to finish, or stop it ({stop}), then run this command again; other families, "

@@ -233,7 +233,8 @@ def _clean(ctx: BuildContext, expected: str) -> CleaningReport:
     tmp, exclusions_tmp = paths.root / "clean.tmp", paths.root / "exclusions.jsonl.tmp"
     start = time.perf_counter()
     source = open_source(ctx.family)
-    with writing("the clean store", tmp), scratch(tmp, exclusions_tmp):
+    spilled = list(paths.root.glob("rs-group-*"))  # a killed cleaning's spilled images (rs.clean.group): only one cleans at a time
+    with writing("the clean store", tmp), scratch(tmp, exclusions_tmp, *spilled):
         with ExclusionWriter(exclusions_tmp) as exclusions:
             cleaner = Cleaner(ctx.family.config, source.provenance(), exclusions=exclusions, work_dir=paths.root)
             with progress(ctx.limit, "cleaning", unit="row", enabled=ctx.progress) as bar:

@@ -24,6 +24,7 @@ import pytest
 from conftest import png
 from rs.families import load_families
 from rs.publish import publish
+from rs.publish.local import CONTROL
 from rs.registry import ENGINES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +109,8 @@ def engine_kinds_installed() -> Iterator[None]:
 
 
 def published_files(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    """The files of the repos under `folder` (the publish lock and transaction folder, `.rs-publish`, are no repo's)."""
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and CONTROL not in p.parts)
 
 
 def assert_same_published(reference: Path, other: Path, *, at_least: int = 9) -> None:

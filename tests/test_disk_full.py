@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import pytest
 
 import faults
-from faults import assert_same_published, cache_keys
+from faults import assert_same_published, cache_keys, published_files
 from rs.build import build_family
 from rs.disk import DiskFull
 from rs.engines.cache import GenerationCache
@@ -128,10 +128,12 @@ def test_a_full_disk_names_the_store_keeps_the_last_complete_state_and_resumes(s
         publish(family, out=out, build_root=build, cache_path=cache, progress=False)
     assert str(caught.value).startswith(f"no space left on device: could not write {what} at {tmp_path / named}")
     assert "run the same command again" in caught.value.hint
+    moved_by = {"generation cache": "--cache", "published folder": "--out"}.get(store, "--build-dir or --cache")
+    assert f"(or point {moved_by} elsewhere)" in caught.value.hint  # the flag that moves the full store
     after = complete_state(build)
     assert {path: after.get(path) for path in before} == before  # the last complete state, untouched
     assert leftovers(build, out) == []  # nothing half-written left behind
-    assert [p for p in (out / "tester").rglob("*") if p.is_file()] == []  # nothing published
+    assert published_files(out / "tester") == []  # nothing published
     committed = cache_keys(cache) if cache.exists() else set()
     everything = cache_keys(ref / "cache.sqlite")
     if store == "generation cache":

@@ -114,3 +114,37 @@ def test_engine_arguments_vllm_refuses_are_an_error_with_its_reason() -> None:
     engine = VLLMEngine("rs:tiny-vlm", engine_args={**VLLM_ENGINE_KWARGS, "max_model_len": 1_000_000})
     with pytest.raises(EngineStartFailed, match=r"could not start: User-specified max_model_len \(1000000\) is greater than"):
         engine.load()
+
+
+def test_the_engine_core_of_a_killed_run_exits_within_seconds(tmp_path: Path) -> None:
+    """`kill -9` of the run: its engine core (forked, the kernel told to kill it with its parent: rs.engines.lifeline) goes too."""
+    families = family_file(tmp_path, num_images=6, batch=4, max_tokens=24)
+    victim = subprocess.Popen(command(families, tmp_path / "run"), cwd=ROOT, env={**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    core = None
+    try:
+        deadline = time.monotonic() + 300
+        while cache_rows(tmp_path / "run" / "cache.sqlite") < 1:  # sampling: the engine core is up and busy
+            assert victim.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        core = engine_core(victim.pid)
+        assert core is not None, "no engine core process"
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        gone = time.monotonic() + 5
+        while Path(f"/proc/{core}").exists() and _state(core) != "Z" and time.monotonic() < gone:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{core}").exists() or _state(core) == "Z", "the engine core outlived the run"
+    finally:
+        if core is not None and Path(f"/proc/{core}").exists():
+            os.kill(core, signal.SIGKILL)
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"

@@ -186,7 +186,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
                                       "--out", str(out)])
     assert publish() == 0
     assert "18 source QA" in capsys.readouterr().out
-    assert {p.name for p in next(out.iterdir()).iterdir()} == {"Tiny_RS_think", "Tiny_RS_nothink", "Tiny_rejected"}
+    assert {p.name for p in next(out.iterdir()).iterdir()} == {"Tiny_RS_think", "Tiny_RS_nothink", "Tiny_rejected", ".rs-publish"}
 
 
 def test_a_plan_the_cluster_cannot_hold_is_refused(tmp_path: Path, local_ray) -> None:

@@ -12,7 +12,7 @@ from datasets import Features, Image, List, Value
 from rs.sources.files import FilesSourceConfig
 from rs.sources.hub import HubSourceConfig
 from rs.sources.mapping import Columns
-from rs.sources.base import QAItem, sha256_hex
+from rs.sources.base import QAItem, RefusedImage, sha256_hex
 from rs.sources.files import FilesSource
 from rs.sources.hub import HubSource
 from rs.sources.mapping import SourceFormatError, split_answer
@@ -89,7 +89,7 @@ def test_files_source_jsonl_with_relative_image_paths(tmp_path: Path, images: di
     (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(l) for l in lines))
     records = list(FilesSource(FilesSourceConfig(kind="files", path="train.jsonl"), base_dir=tmp_path))
     assert records[0].images == [images["red"]]
-    assert records[1].images == [None]  # counted later as an empty image, the run goes on
+    assert records[1].images == [RefusedImage("missing_image", "img/missing.png: no such file")]  # dropped with its reason, the run goes on
 
 
 def test_files_source_imagefolder_flat_one_line_per_qa(tmp_path: Path, images: dict[str, bytes]) -> None:

@@ -26,6 +26,7 @@ from rs.prompt import Instructions
 from rs.registry import CLEANING
 from rs.sources.base import MAX_IMAGE_BYTES, QAItem, RefusedImage, Row, SourceRecord, sha256_hex
 
+from .decode import decode_problem
 from .base import ExclusionWriter, ItemFilter, StepCard, StepStats
 from .filters import RequiredFields, StripInstruction
 from .group import ImageGrouper
@@ -100,7 +101,11 @@ MAX_IMAGE_PIXELS = 89_478_485
 
 
 def image_problem(image: bytes | RefusedImage | None) -> str | None:
-    """Why an image cannot be used, or None. Checks the header and the file's structure without decoding the pixels; the bytes travel on."""
+    """Why an image cannot be used, or None; the bytes travel on.
+
+    The header and the file's structure are checked first (size, declared pixels, `verify`), so that
+    no bomb is decoded; then the pixel data is decoded in full (`rs.clean.decode`).
+    """
     if isinstance(image, RefusedImage):
         return image.reason
     if not image:
@@ -119,7 +124,7 @@ def image_problem(image: bytes | RefusedImage | None) -> str | None:
         return "image_too_large"
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
         return "undecodable_image"
-    return None
+    return decode_problem(image)
 
 
 _LOGGED_REFUSALS = 10

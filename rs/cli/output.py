@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from rs import progress
 from rs.errors import RsError
+from rs.locks import BuildBusy, PublishBusy
 
 LOG_TAIL_LINES = 15
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -57,6 +58,7 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
     if verbose:
         yield None
         return
+    created = [folder for folder in (log_dir, *log_dir.parents) if not folder.exists()]  # deepest first
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")  # vLLM's loggers then propagate to the root logger: the file
@@ -75,8 +77,12 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
     logging.captureWarnings(True)
     progress.terminal = terminal
     bars = _library_bars(enabled=False)
+    refused = False
     try:
         yield path
+    except (BuildBusy, PublishBusy):
+        refused = True  # another run holds the build or the target: this one wrote nothing, not even a log in its folder
+        raise
     except BaseException as err:
         if not isinstance(err, (KeyboardInterrupt, SystemExit)):
             engines_say = isinstance(err, RsError) and err.show_log
@@ -98,6 +104,13 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
         os.close(saved_fd)
         terminal.close()
         log.close()
+        if refused:
+            path.unlink(missing_ok=True)
+            for folder in created:  # the folders made for the log, if nothing else came into them meanwhile
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
 
 
 ENGINE_LOGGERS = ("vllm", "ray")

@@ -78,7 +78,7 @@ import numpy as np
 import rs
 from rs.engines import engines_for
 from rs.engines.base import Request, SamplingSettings
-from rs.engines.cache import GenerationCache
+from rs.engines.cache import CacheAnswerDamaged, GenerationCache
 from rs.judge import Judge, JudgeCase
 from rs.prompt import sampling_request
 from rs.sample import SampleReport, SampleStage
@@ -317,7 +317,10 @@ def _judge_requests(ctx: BuildContext, stage: SampleStage, unanswered: list[int]
         for sha, item in block:
             request = sampling_request(item, stage.instructions, sha)
             keyed.append((stage.runner.key(request, stage.settings), request, item))
-        generations = stage.runner.cache.get_many((key for key, _, _ in keyed), settings=stage.settings)
+        try:
+            generations = stage.runner.cache.get_many((key for key, _, _ in keyed), settings=stage.settings)
+        except CacheAnswerDamaged as err:
+            raise err.naming({key: request.item_key for key, request, _ in keyed}) from None
         for key, request, item in keyed:
             gen = generations.get(key)
             if gen is None:

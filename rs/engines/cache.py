@@ -11,11 +11,15 @@ SIGKILL loses at most the batch in flight, and several worker processes on one m
 the same file (SQLite serialises writers; readers never block). SQLite over a network filesystem
 is not safe: for several machines see `rs.distributed`.
 A damaged, locked or full cache stops the run with what to do (`rs.engines.cache_file`); it is never
-replaced by a new one in silence.
+replaced by a new one in silence. SQLite notices a damaged file but not changed bytes inside a stored
+answer, which would be published as if the model had written them: so every answer is stored with a
+checksum (`answer_checksum`) and checked when read, and a mismatch is `CacheAnswerDamaged`, naming
+the items; `rs cache forget` removes those answers so that they are asked again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import time
@@ -39,7 +43,8 @@ CREATE TABLE IF NOT EXISTS answers (
     budget INTEGER,
     think INTEGER,
     cut INTEGER,
-    repeats TEXT
+    repeats TEXT,
+    checksum TEXT
 ) WITHOUT ROWID;
 """
 """`answers` (keys without `max_tokens`) replaced `generations` (keys with it); a file of the old
@@ -64,6 +69,31 @@ at a budget is the same under any smaller one; a failure is reused under its own
 
 
 _BUSY_TIMEOUT_S = 60.0
+
+
+def answer_checksum(key: str, value: str) -> str:
+    """The checksum stored with an answer: SHA-256 of its key and its stored JSON, so a value moved to another key fails too."""
+    return hashlib.sha256(f"{key}\0{value}".encode()).hexdigest()
+
+
+class CacheAnswerDamaged(RsError):
+    """Stored answers whose bytes no longer match the checksum written with them (or that no longer parse)."""
+
+    def __init__(self, path: Path, keys: list[str], items: dict[str, str | None] | None = None):
+        self.path, self.keys, self.items = path, keys, items or {}
+        named = ", ".join(f"{self.items[k]} (cache key {k})" if self.items.get(k) else f"cache key {k}" for k in keys[:5])
+        more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+        super().__init__(
+            f"the generation cache {path} holds {len(keys)} damaged answer{'s' if len(keys) > 1 else ''}: the stored "
+            f"bytes no longer match the checksum written with them: {named}{more}; nothing of them is used or published",
+            hint=f"forget {'them' if len(keys) > 1 else 'it'} so that {'they are' if len(keys) > 1 else 'it is'} asked "
+                 f"again, the cache keeps every other answer: `rs cache forget --cache {path} {' '.join(keys)}`, then run "
+                 "the same command again",
+        )
+
+    def naming(self, items: dict[str, str | None]) -> CacheAnswerDamaged:
+        """The same error, naming the QA item each damaged answer belongs to."""
+        return CacheAnswerDamaged(self.path, self.keys, {**self.items, **items})
 
 
 def _use_wal(db: sqlite3.Connection, path: Path) -> None:
@@ -131,6 +161,16 @@ def _within(generation: Generation, max_tokens: int | None) -> Generation:
                    max_tokens=max_tokens, budget_cut=cut)
 
 
+def _checked(key: str, value: str, checksum: str | None) -> Generation | None:
+    """The stored answer, or None when it is damaged: its checksum fails (NULL: stored before checksums) or it does not parse."""
+    if checksum is not None and checksum != answer_checksum(key, value):
+        return None
+    try:
+        return Generation.from_dict(json.loads(value))
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 class GenerationCache:
     """Maps cache keys to `Generation`s in one SQLite file."""
 
@@ -155,6 +195,7 @@ class GenerationCache:
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable against process crashes
             self._db.executescript(_SCHEMA)
             self._add_limit_columns()
+            self._add_checksums()
         except BaseException:
             self._db.close()
             raise
@@ -169,6 +210,16 @@ class GenerationCache:
                     if "duplicate column" not in str(error):
                         raise
 
+    def _add_checksums(self) -> None:
+        """A cache made before answers had checksums gets the column; its old answers are read unchecked (they may not parse: damaged)."""
+        if "checksum" in {row[1] for row in self._db.execute("PRAGMA table_info(answers)")}:
+            return
+        try:
+            self._db.execute("ALTER TABLE answers ADD COLUMN checksum TEXT")
+        except sqlite3.OperationalError as error:
+            if "duplicate column" not in str(error):  # another process added it first
+                raise
+
     def get_many(self, keys: Iterable[str], *, max_tokens: int | None = None,
                  settings: SamplingSettings | None = None) -> dict[str, Generation]:
         """The stored answers of `keys`; with `max_tokens`, those that answer a request with that budget, as it would.
@@ -178,8 +229,16 @@ class GenerationCache:
         loop detection and thinking budget would leave as they are (`_fits`).
         """
         max_tokens = settings.max_tokens if settings is not None else max_tokens
-        found = self._select("key, value", keys, max_tokens, settings)
-        return {key: _within(Generation.from_dict(json.loads(value)), max_tokens) for key, value in found}
+        found, damaged = {}, []
+        for key, value, checksum in self._select("key, value, checksum", keys, max_tokens, settings):
+            generation = _checked(key, value, checksum)
+            if generation is None:
+                damaged.append(key)
+            else:
+                found[key] = _within(generation, max_tokens)
+        if damaged:
+            raise CacheAnswerDamaged(self.path, damaged)
+        return found
 
     def present(self, keys: Iterable[str], *, max_tokens: int | None = None, settings: SamplingSettings | None = None) -> set[str]:
         """Which of `keys` `get_many` would answer, without reading their values (a resume looks up millions)."""
@@ -212,10 +271,13 @@ class GenerationCache:
         An answer already stored is replaced only by one made with a larger budget (a truncated
         output asked again under a higher `max_tokens`).
         """
-        rows = [(k, json.dumps(g.to_dict(), ensure_ascii=False), g.max_tokens, g.finish_reason, g.completion_tokens, time.time(),
-                 _loop_text(g.repetition_detection), g.thinking_token_budget, g.thinking_tokens, int(g.budget_cut),
-                 json.dumps(g.repeats) if g.repeats is not None else None)
-                for k, g in items if g.cacheable]
+        rows = []
+        for k, g in items:
+            if g.cacheable:
+                value = json.dumps(g.to_dict(), ensure_ascii=False)
+                rows.append((k, value, g.max_tokens, g.finish_reason, g.completion_tokens, time.time(),
+                             _loop_text(g.repetition_detection), g.thinking_token_budget, g.thinking_tokens, int(g.budget_cut),
+                             json.dumps(g.repeats) if g.repeats is not None else None, answer_checksum(k, value)))
         return self._insert(rows) if rows else 0
 
     @guarded
@@ -223,10 +285,11 @@ class GenerationCache:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._db.executemany(
-                "INSERT INTO answers (key, value, max_tokens, finish, tokens, created, loop, budget, think, cut, repeats) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+                "INSERT INTO answers (key, value, max_tokens, finish, tokens, created, loop, budget, think, cut, repeats, checksum) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
                 "max_tokens = excluded.max_tokens, finish = excluded.finish, tokens = excluded.tokens, created = excluded.created, "
-                "loop = excluded.loop, budget = excluded.budget, think = excluded.think, cut = excluded.cut, repeats = excluded.repeats "
+                "loop = excluded.loop, budget = excluded.budget, think = excluded.think, cut = excluded.cut, repeats = excluded.repeats, "
+                "checksum = excluded.checksum "
                 "WHERE excluded.max_tokens > answers.max_tokens OR excluded.loop IS NOT answers.loop "
                 "OR excluded.budget IS NOT answers.budget", rows)
             self._db.execute("COMMIT")
@@ -236,12 +299,33 @@ class GenerationCache:
         return len(rows)
 
     @guarded
+    def forget(self, keys: Iterable[str]) -> int:
+        """Remove the answers of `keys` (damaged ones), so that the next run asks for them again; returns how many there were."""
+        keys = list(dict.fromkeys(keys))
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            removed = sum(self._db.execute("DELETE FROM answers WHERE key = ?", (key,)).rowcount for key in keys)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return removed
+
+    @guarded
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
 
     def items(self) -> Iterator[tuple[str, Generation]]:
-        for key, value in self._db.execute("SELECT key, value FROM answers ORDER BY key"):
-            yield key, Generation.from_dict(json.loads(value))
+        for key, value, checksum in self._db.execute("SELECT key, value, checksum FROM answers ORDER BY key"):
+            if (generation := _checked(key, value, checksum)) is None:
+                raise CacheAnswerDamaged(self.path, [key])
+            yield key, generation
+
+    def damaged(self) -> Iterator[str]:
+        """The keys of every stored answer that fails its checksum or does not parse (`rs cache check`)."""
+        for key, value, checksum in self._db.execute("SELECT key, value, checksum FROM answers ORDER BY key"):
+            if _checked(key, value, checksum) is None:
+                yield key
 
     def close(self) -> None:
         self._db.close()

@@ -106,7 +106,7 @@ def fault(path: Path, error: BaseException, waited: float) -> RsError | None:
     """The cache failure `error` means, or None for an error that is not one of the cache's faults."""
     code = getattr(error, "sqlite_errorcode", 0) & 0xFF
     if is_disk_full(error) or code == _IOERR and (free_bytes(path) or 0) < 2**20:
-        return DiskFull("the generation cache", path)  # on a full disk SQLite cannot even map its shared memory (an I/O error)
+        return DiskFull("the generation cache", path, "--cache")  # on a full disk SQLite cannot even map its shared memory (an I/O error)
     if not isinstance(error, sqlite3.Error):
         return None
     if code in (_BUSY, _LOCKED):

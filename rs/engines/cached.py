@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Callable, Hashable, Iterable, Iterator
 
-from rs.engines.cache import GenerationCache
+from rs.engines.cache import CacheAnswerDamaged, GenerationCache
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.stream import Stream, open_stream
 from rs.progress import progress
@@ -152,7 +152,10 @@ class CachedStream:
         if not self._lookup:
             return
         lookup, self._lookup = self._lookup, []
-        found = self.cache.get_many([key for _, key, _ in lookup], settings=self.settings)
+        try:
+            found = self.cache.get_many([key for _, key, _ in lookup], settings=self.settings)
+        except CacheAnswerDamaged as err:
+            raise err.naming({key: request.item_key for _, key, request in lookup}) from None
         for tag, key, request in lookup:
             generation = found.get(key) or self.committer.buffer.get(key)
             if generation is not None:

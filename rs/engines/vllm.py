@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
 from rs.checks import ConfigValueError, at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
+from rs.engines.lifeline import engine_processes_die_with_this_one
 from rs.engines.models import builtin_revision, resolve_model
 from rs.engines.vllm_args import unknown_engine_arg
 from rs.errors import RsError, UsageError
@@ -233,7 +234,8 @@ class VLLMEngine:
             logger.info("Loading %s with vLLM (%s)", self.model, ", ".join(f"{k}={v!r}" for k, v in sorted(args.items())) or "default arguments")
             start = time.perf_counter()
             try:
-                self._llm = LLM(model=self._path, **args)
+                with engine_processes_die_with_this_one():  # a SIGKILLed run leaves no engine core behind
+                    self._llm = LLM(model=self._path, **args)
             except TypeError as err:
                 if "unexpected keyword argument" not in str(err):
                     raise EngineStartFailed(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err

@@ -16,11 +16,14 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from rs.build import build_family
 from rs import figures
+from rs.locks import publish_lock
+from rs.publish import local as local_publish
 from rs.publish.checks import check_repo
 from rs.cards import HUB_URL, attach_image_paths, check_card, render_card, select_examples, select_overturns
 from rs.disk import writing
@@ -156,8 +159,8 @@ def _in_scope(path: str, only: tuple[str, ...] | None) -> bool:
     return only is None or any(fnmatch.fnmatch(path, pattern) for pattern in only)
 
 
-def sync_local(repo: Path, target: Path, *, only: tuple[str, ...] | None, dry_run: bool) -> PublishResult:
-    """The local target: make `target` identical to the staged repo (within `only`), touching only what differs."""
+def plan_local(repo: Path, target: Path, *, only: tuple[str, ...] | None) -> list[FileChange]:
+    """What publishing the staged `repo` to the local `target` adds, changes, keeps and deletes (within `only`)."""
     local, remote = _files(repo), _files(target)
     changes = []
     for path, src in local.items():
@@ -170,30 +173,59 @@ def sync_local(repo: Path, target: Path, *, only: tuple[str, ...] | None, dry_ru
         else:
             changes.append(FileChange(path, "unchanged", src.stat().st_size))
     changes += [FileChange(p, "delete", f.stat().st_size) for p, f in remote.items() if p not in local and _in_scope(p, only)]
-    if not dry_run:
-        _apply(changes, local, target)
-    return PublishResult(repo_id=target.as_posix(), changes=changes, commit_url=None)
+    return changes
 
 
-def _apply(changes: list[FileChange], local: dict[str, Path], target: Path) -> None:
-    """Copy every new file beside its place first, then rename them all in: a disk that fills up changes nothing."""
-    copied: list[tuple[Path, Path]] = []
+def sync_local(family: str, staged: dict[str, Path], root: Path, *, only: tuple[str, ...] | None, dry_run: bool,
+               named: str) -> dict[str, PublishResult]:
+    """The local target: make each `root/<repo>` identical to its staged repo (within `only`), all of them in one transaction.
+
+    Each repo that changes is assembled whole beside the target and switched in (`rs.publish.local`):
+    a reader sees the old repo or the new one, a full disk or a refused folder changes nothing, and
+    a run killed at any point is finished or undone by the next.
+    """
+    plans = {split: plan_local(repo, root / repo.name, only=only) for split, repo in staged.items()}
+    results = {split: PublishResult(repo_id=(root / repo.name).as_posix(), changes=plans[split], commit_url=None)
+               for split, repo in staged.items()}
+    changing = [split for split, changes in plans.items() if any(ch.action != "unchanged" for ch in changes)]
+    if dry_run or not changing:
+        return results
+    local_publish.check_writable(root, [root / staged[split].name for split in changing], named)
+    txn = local_publish.transaction(root, family)
     try:
-        for change in changes:
-            if change.action in ("add", "change"):
-                dst = target / change.path
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                copied.append((dst.with_name(dst.name + ".tmp"), dst))
-                shutil.copyfile(local[change.path], copied[-1][0])
+        for split in changing:
+            repo = staged[split]
+            with writing("the published repo", root / repo.name, flag=named):
+                local_publish.assemble(repo, root / repo.name, plans[split], txn / "new" / repo.name)
+        with writing("the publish journal", txn, flag=named):
+            local_publish.commit(root, family, [staged[split].name for split in changing])
     except BaseException:
-        for tmp, _ in copied:
-            tmp.unlink(missing_ok=True)
+        local_publish.abandon(root, family)  # before the commit: the published repos are as they were
         raise
-    for tmp, dst in copied:
-        os.replace(tmp, dst)
-    for change in changes:
-        if change.action == "delete":
-            (target / change.path).unlink()
+    return results
+
+
+@contextmanager
+def _locked_target(root: Path, family: str) -> Iterator[None]:
+    """Hold the local target's publish lock, after finishing or undoing what a stopped publish left.
+
+    The lock lives in the target, so a run that fails before it publishes anything into a folder
+    it created removes the lock and that folder again: a failed first publish leaves no trace.
+    """
+    created = [folder for folder in (root / local_publish.CONTROL, root, *root.parents) if not folder.exists()]
+    try:
+        with publish_lock(root, family, local_publish.CONTROL):
+            local_publish.recover(root, family)
+            yield
+    except BaseException:
+        if created:
+            (root / local_publish.CONTROL / f"{family}.lock").unlink(missing_ok=True)
+            for folder in created:  # deepest first; one holding anything (a published repo) stays
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+        raise
 
 
 def _download_card_inputs(repo_id: str, folder: Path, token: str | None) -> Path | None:
@@ -227,8 +259,9 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     local = out is not None or c.publish.target == "local"
     folder = Path(out if out is not None else c.publish.local_dir)
     root = folder / c.publish.namespace
+    named = "--out" if out is not None else "publish.local_dir"
     if local:
-        check_local_root(folder, "--out" if out is not None else "publish.local_dir")
+        check_local_root(folder, named)
     if limit is not None and not local and not dry_run:
         raise UsageError(f"--limit {limit} builds a trial of {family.name} on its first {limit} images; published to the Hub "
                          f"it would replace {c.publish.namespace}/{family.repo_name('think')} and its two siblings with it",
@@ -241,7 +274,10 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
         projection = plan_family(family, limit=None, progress=False)
         return {"report": None, "results": {}, "where": {}, "local": local, "plan": projection,
                 "seconds": time.perf_counter() - start}
-    with ctx.lock():  # one run of a family at a time: the build, the staged repos and the upload
+    with ExitStack() as held:
+        held.enter_context(ctx.lock())  # one run of a family at a time: the build, the staged repos and the upload
+        if local and not dry_run:  # one publish into this folder at a time, and what a stopped one left dealt with first
+            held.enter_context(_locked_target(root, family.name))
         if sample is not None and not cards_only and not dry_run:
             sample(ctx)
         report = None if cards_only else build_family(ctx)
@@ -263,13 +299,12 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
                 staged[split] = stage_repo(ctx, split, staging, cards_only=cards_only, published=published, local=local)
         for repo in staged.values():  # all three, before the first upload: a refused third repo leaves the first two untouched
             check_repo(repo, row_group_bytes=parse_bytes(c.shard.row_group_bytes), files_per_commit=c.publish.files_per_commit)
-        results = {}
-        for split, repo in staged.items():
-            repo_name = family.repo_name(split)
-            if local:
-                with writing("the published repo", root / repo_name):
-                    results[split] = sync_local(repo, root / repo_name, only=only, dry_run=dry_run)
-            else:
+        if local:
+            results = sync_local(family.name, staged, root, only=only, dry_run=dry_run, named=named)
+        else:
+            results = {}
+            for split, repo in staged.items():
+                repo_name = family.repo_name(split)
                 results[split] = publish_folder(repo, f"{c.publish.namespace}/{repo_name}", token=token, private=c.publish.private,
                                                 only=only, dry_run=dry_run, commit_message=f"rs: publish {repo_name}",
                                                 files_per_commit=c.publish.files_per_commit, progress=progress)

@@ -135,8 +135,10 @@ def _read(path: str | Path, base_dir: Path | None) -> bytes | RefusedImage | Non
             return RefusedImage("unsafe_image_path", f"{path} leaves {base_dir} {how}")
     try:
         info = os.stat(real)
-    except OSError:
-        return None  # counted downstream as an empty image, the run goes on
+    except FileNotFoundError:
+        return RefusedImage("missing_image", f"{path}: no such file")  # the run goes on without it
+    except OSError as err:
+        return RefusedImage("unreadable_image", f"{path}: {err.strerror}")
     if not stat.S_ISREG(info.st_mode):
         return RefusedImage("unsafe_image_path", f"{path} is not a regular file")
     if info.st_size > MAX_IMAGE_BYTES:
@@ -144,8 +146,10 @@ def _read(path: str | Path, base_dir: Path | None) -> bytes | RefusedImage | Non
     try:
         with open(real, "rb") as fh:
             return fh.read(MAX_IMAGE_BYTES + 1)  # a file that grew since: still bounded (the cleaning checks the size)
-    except OSError:
-        return None
+    except FileNotFoundError:
+        return RefusedImage("missing_image", f"{path}: no such file")
+    except OSError as err:
+        return RefusedImage("unreadable_image", f"{path}: {err.strerror}")
 
 
 def _text(value: Any) -> str:

@@ -1,0 +1,101 @@
+"""Engine processes die with the run that started them, however it ends (SIGKILL included).
+
+vLLM runs its engine core in a child process (`VLLM_ENABLE_V1_MULTIPROCESSING`, the default) that
+waits on a socket for its client: when the run is killed with SIGKILL nothing tells it, and it runs
+on with no parent, holding the model's memory (on a GPU, the GPU's), for as long as nobody kills
+it. vLLM 0.32 watches for a dead parent only one level down (its executor's workers watch the engine
+core through a pipe), not between the run and the engine core.
+
+So while an engine starts, every process started from the main thread asks the kernel to send it
+SIGKILL when its parent dies (`prctl(PR_SET_PDEATHSIG)`), first thing in the child: the kernel
+does this for any death of the parent, so no process of ours has to survive to clean up, and a
+child whose parent died before the call exits at once. vLLM starts its engine core one of two ways,
+and both are covered:
+
+- `spawn` (forced by vLLM's CPU platform, as here; on a GPU when CUDA was initialised before the
+  engine, or with `VLLM_WORKER_MULTIPROC_METHOD=spawn`): a new interpreter runs the command line
+  `multiprocessing.spawn.get_command_line` gives; during the start that command line begins with
+  the `prctl` call.
+- `fork` (vLLM's default on a GPU): an `os.register_at_fork` handler makes the call in the child.
+
+The engine core's own workers (tensor parallelism) then follow it through vLLM's pipe. Only the
+main thread's children: the kernel ties the signal to the thread that started the child, and a
+worker thread ending would kill an engine this process still uses. Linux only; elsewhere this does
+nothing. Inside a Ray actor, Ray's own process management applies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing.spawn as mp_spawn
+import os
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+logger = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_starting: tuple[int, int] | None = None
+"""(this process's pid, the thread starting an engine) while one starts; None otherwise."""
+_forking_thread: int | None = None
+
+
+def _before_fork() -> None:
+    global _forking_thread
+    _forking_thread = threading.get_ident()
+
+
+def _after_fork_in_child() -> None:
+    global _starting
+    starting, _starting = _starting, None  # the child's own forks (the engine core's workers) are vLLM's to watch
+    if starting is None or _forking_thread != starting[1]:
+        return
+    parent = starting[0]
+    try:
+        if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the run died between the fork and the prctl: nobody is left to serve
+        os._exit(1)
+
+
+if sys.platform.startswith("linux"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+_TIE = "import ctypes as _c, os as _o; _c.CDLL(None).prctl({option}, {signal}, 0, 0, 0); _o.getppid() == {parent} or _o._exit(1); "
+"""Prepended to a spawned child's `-c` program: the same as `_after_fork_in_child`, before anything else runs there."""
+
+
+def _tied_command_line(original: Callable[..., list[str]]) -> Callable[..., list[str]]:
+    def get_command_line(**kwds: Any) -> list[str]:
+        command = original(**kwds)
+        if "-c" in command and threading.current_thread() is threading.main_thread():
+            at = command.index("-c") + 1
+            command[at] = _TIE.format(option=_PR_SET_PDEATHSIG, signal=int(signal.SIGKILL), parent=os.getpid()) + command[at]
+        return command
+
+    return get_command_line
+
+
+@contextmanager
+def engine_processes_die_with_this_one() -> Iterator[None]:
+    """Within the block, processes this (main) thread forks or spawns get SIGKILL when this process dies."""
+    global _starting
+    if threading.current_thread() is not threading.main_thread() or not sys.platform.startswith("linux"):
+        logger.debug("engine started outside the main thread (or not on Linux): its processes are not tied to this one")
+        yield
+        return
+    _starting = (os.getpid(), threading.get_ident())
+    original = mp_spawn.get_command_line
+    mp_spawn.get_command_line = _tied_command_line(original)
+    try:
+        yield
+    finally:
+        mp_spawn.get_command_line = original
+        _starting = None

@@ -1,0 +1,62 @@
+"""Processes started while an engine starts die with the process that started them (rs.engines.lifeline), both ways vLLM starts them.
+
+A parent process starts a child that would sleep for a minute, by `fork` and by `spawn`, inside
+`engine_processes_die_with_this_one`; the test kills the parent with SIGKILL and the child must be
+gone within seconds. Outside the block, the same child outlives its parent (the check can fail).
+tests/test_engine_death.py does the same with a real vLLM engine core.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from faults import ROOT
+
+PARENT = """
+import multiprocessing, sys, time
+from rs.engines.lifeline import engine_processes_die_with_this_one
+from contextlib import nullcontext
+method, tied = sys.argv[1], sys.argv[2] == "tied"
+if __name__ == "__main__":
+    with engine_processes_die_with_this_one() if tied else nullcontext():
+        child = multiprocessing.get_context(method).Process(target=time.sleep, args=(60,))
+        child.start()
+    print(child.pid, flush=True)
+    time.sleep(60)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_a_child_started_while_an_engine_starts_dies_with_its_parent(method: str, tied: bool, tmp_path: Path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    parent = subprocess.Popen([sys.executable, str(script), method, "tied" if tied else "free"], cwd=ROOT, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    child = int(parent.stdout.readline())
+    try:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert alive(child) != tied
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
