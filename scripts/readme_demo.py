@@ -3,8 +3,8 @@
     make readme-demo                                   # runs the demo, rewrites README.md's sample from what it printed
     make demo | .venv/bin/python scripts/readme_demo.py --check     # exit 1 (and a diff) when the README differs
 
-It takes the summary's first four lines (totals, rejections by reason, the judge's calibration and
-its verdict) from the demo's stdout and the number of questions asked for a letter from the build's
+It takes the summary's first lines (totals, the verifier's outcomes, rejections by reason, how the
+answers ended, the judge's calibration and its verdict) from the demo's stdout and the number of questions asked for a letter from the build's
 stats.json, and puts them in the README's code block after "a summary of what happened, e.g.:" and
 in the sentence after it. `tests/test_readme_demo.py` runs the demo as `make demo` does and checks
 the README with `updated()`.
@@ -30,14 +30,14 @@ class ReadmeDrift(ValueError):
 
 
 def summary(stdout: str, family: str = FAMILY) -> str:
-    """The summary's first four lines, as the README shows them (the repos' lines name this machine's folders)."""
+    """The summary's lines before the repos', as the README shows them (the repos' lines name this machine's folders)."""
     lines = stdout.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith(f"{family}: ")), None)
     if start is None:
         raise ReadmeDrift(f"no line starting '{family}: ' in the demo's output: is it the output of `make demo`?")
     block = [lines[start]]
     for line in lines[start + 1:]:
-        if not line.startswith(("  rejected by reason:", "  judge calibration:", "  judge:")):
+        if not line.startswith(("  verifier:", "  rejected by reason:", "  answers ended:", "  judge calibration:", "  judge:")):
             break
         block.append(line)
     return "\n".join(block)
