@@ -60,7 +60,15 @@ def test_commit_conflict_then_cards_only_touches_only_the_cards(family, tmp_path
     assert outcome["results"]["rejected"].commit_url
 
 
+def sampled(hostile, tmp_path: Path) -> None:
+    """The family's clean and sample stages, as `rs sample` runs them: a dry run then plans the repos (it samples nothing)."""
+    from rs.stages import BuildContext, ensure_sampled
+
+    ensure_sampled(BuildContext(hostile, tmp_path / "build", tmp_path / "cache.sqlite", progress=False))
+
+
 def test_dry_run_creates_nothing(family, tmp_path: Path, hub) -> None:  # noqa: F811
+    sampled(family, tmp_path)
     outcome = to_hub(family, tmp_path, dry_run=True)
     assert {c.action for r in outcome["results"].values() for c in r.changes} == {"add"}
     assert not any(key[1].startswith("tester/") for key in hub.repos)  # no repo was even created
@@ -84,6 +92,7 @@ def test_cards_only_on_a_machine_without_the_build(family, tmp_path: Path, hub) 
 def test_a_family_over_files_per_commit_goes_through_pull_requests_and_cards_only_stays_one_commit(
         family, tmp_path: Path, hub) -> None:  # noqa: F811
     family.config.publish.files_per_commit = 2  # the staged repos hold 7-9 files: several commits each
+    sampled(family, tmp_path)
     dry = to_hub(family, tmp_path, dry_run=True)
     lines = summary(family, dry, dry_run=True).splitlines()
     for split in SPLITS:

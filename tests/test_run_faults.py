@@ -9,6 +9,7 @@ byte, with an uninterrupted run.
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sqlite3
@@ -138,8 +139,12 @@ def test_a_second_run_of_a_family_refuses_naming_the_first_while_another_family_
     sampling(first, tmp_path / "alpha" / "cache.sqlite", rows=2)
     alpha = tmp_path / "alpha" / "build" / "Alpha"
 
-    second = subprocess.run(publish_command(families, tmp_path / "alpha", "Alpha"), cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=60)
+    os.kill(first.pid, signal.SIGSTOP)  # held where it is (its lock with it) however long the second takes to start
+    try:
+        second = subprocess.run(publish_command(families, tmp_path / "alpha", "Alpha"), cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=60)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     beta = start(publish_command(families, tmp_path / "alpha", "Beta", "--out", str(tmp_path / "beta")), env)  # same build folder and cache
     assert second.returncode == 1, second.stderr[-3000:]
     assert f"error: {alpha} is being built by process {first.pid} (" in second.stderr
