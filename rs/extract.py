@@ -18,10 +18,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-__all__ = [
-    "answer_line", "answer_line_span", "answer_tag", "answer_tag_between", "answer_tag_spans", "boxed_spans",
-    "last_boxed", "outside_spans", "reasoning_state", "split_reasoning",
-]
+__all__ = ["answer_tag_spans", "boxed_spans", "reasoning_state", "split_reasoning"]
 
 # `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
 # disagree on capitalisation.
@@ -29,14 +26,6 @@ _OPEN_TAG = re.compile(r"<\s*think(?:ing)?\s*>", re.IGNORECASE)
 _CLOSE_TAG = re.compile(r"<\s*/\s*think(?:ing)?\s*>", re.IGNORECASE)
 _ANY_TAG = re.compile(r"<\s*/?\s*think(?:ing)?\s*>", re.IGNORECASE)
 
-# `Answer: X`, `Final answer: X`, `**Final Answer:** X`, `**Answer**: X`, full-width colon. Anchored at the start of a
-# line so "the answer: maybe" inside a sentence does not count.
-_ANSWER_LINE = re.compile(
-    r"^[ \t>#*_-]*(?:final[ \t]+)?answer[ \t]*(?:\*\*|__)?[ \t]*[:：][ \t]*(?:\*\*|__)?[ \t]*(\S.*?)[ \t]*$",
-    re.IGNORECASE | re.MULTILINE,
-)
-# Blank line (possibly holding only spaces) = paragraph break.
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n")
 
 _BOXED = "\\boxed"
 
@@ -129,36 +118,6 @@ def reasoning_state(prompt_tail: str, *, start: str = "<think>", end: str = "</t
     return "closed" if tags.close.fullmatch(last.group(0)) else "open"
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{…}`` in ``text``, or ``None``.
-
-    Braces are counted (arbitrary nesting, ``\\boxed{\\sqrt{\\frac{a}{b^{2}}}}`` works) and escaped braces
-    ``\\{``/``\\}`` are skipped, so ``\\boxed{\\{1, 2\\}}`` returns ``\\{1, 2\\}``. Whitespace between ``\\boxed``
-    and ``{`` is allowed. Non-standard forms (``\\boxed 5``, ``\\fbox{5}``) are not answers. If the last
-    ``\\boxed{`` is never closed (truncated output) the result is ``None`` rather than an earlier box, which may
-    be a draft the model went on to correct.
-    """
-    end = len(text)
-    while True:
-        pos = text.rfind(_BOXED, 0, end)
-        if pos < 0:
-            return None
-        i = pos + len(_BOXED)
-        n = len(text)
-        while i < n and text[i] in " \t":
-            i += 1
-        if i < n and text[i] == "{":
-            return _braced(text, i)
-        # `\boxedfoo` or `\boxed 5`: not a box, keep looking further left.
-        end = pos
-
-
-def _braced(text: str, open_pos: int) -> str | None:
-    """Content of the brace group opening at ``open_pos``, or ``None`` when it never closes."""
-    close = _brace_close(text, open_pos)
-    return None if close is None else text[open_pos + 1 : close].strip()
-
-
 def _brace_close(text: str, open_pos: int) -> int | None:
     """Position of the brace closing the group that opens at ``open_pos``, or ``None`` when it never closes."""
     depth = 0
@@ -181,7 +140,7 @@ def _brace_close(text: str, open_pos: int) -> int | None:
 
 def boxed_spans(text: str) -> list[tuple[int, int, str]] | None:
     """Every outermost ``\\boxed{…}`` of ``text`` as ``(start, end, content)``, in order; ``None`` when one never
-    closes (a truncated answer, as in :func:`last_boxed`). ``\\boxed 5`` and ``\\boxedfoo`` are no boxes."""
+    closes (a truncated answer: no falling back to an earlier box, a draft). ``\\boxed 5`` and ``\\boxedfoo`` are no boxes."""
     spans: list[tuple[int, int, str]] = []
     pos = text.find(_BOXED)
     while pos >= 0:
@@ -197,13 +156,6 @@ def boxed_spans(text: str) -> list[tuple[int, int, str]] | None:
         else:
             pos = text.find(_BOXED, i)
     return spans
-
-
-def outside_spans(text: str, spans: list[tuple[int, int, str]]) -> str:
-    """``text`` without the (ordered, disjoint) ``spans`` of :func:`boxed_spans` or :func:`answer_tag_spans`, each
-    replaced by a space."""
-    bounds = [0] + [i for start, end, _ in spans for i in (start, end)] + [len(text)]
-    return " ".join(text[bounds[i] : bounds[i + 1]] for i in range(0, len(bounds), 2))
 
 
 def answer_tag_spans(text: str, start: str = "<answer>", end: str = "</answer>") -> list[tuple[int, int, str]]:
@@ -222,48 +174,3 @@ def answer_tag_spans(text: str, start: str = "<answer>", end: str = "</answer>")
     return spans
 
 
-def answer_line(text: str) -> str | None:
-    """Value of the last ``Answer: X`` line (also ``Final answer:``, ``**Final Answer:** X``), or ``None``.
-
-    Matching is case-insensitive and anchored at the start of a line; bold markers around the value
-    (``Final Answer: **73**``) are removed. The **last** such line wins because reasoning models restate and
-    correct themselves.
-    """
-    span = answer_line_span(text)
-    return None if span is None else span[2]
-
-
-def answer_line_span(text: str) -> tuple[int, int, str] | None:
-    """``(start, end, value)`` of the line :func:`answer_line` reads, or ``None``."""
-    if "nswer" not in text and "NSWER" not in text and "answer" not in text.lower():
-        return None
-    last = None
-    for last in _ANSWER_LINE.finditer(text):
-        pass
-    if last is None:
-        return None
-    value = last.group(1).strip("*_ \t\r")
-    return (last.start(), last.end(), value) if value else None
-
-
-def answer_tag(text: str) -> str | None:
-    """Content of the last complete ``<answer>…</answer>`` pair (any case), trimmed, or ``None``.
-
-    The last tag wins (lmms-eval takes the first) because a model that restates its answer usually means the
-    later one.
-    """
-    return answer_tag_between(text, "<answer>", "</answer>")
-
-
-def answer_tag_between(text: str, start: str, end: str) -> str | None:
-    """Content of the last complete ``start…end`` pair (case-insensitive), trimmed, or ``None`` (:func:`answer_tag`)."""
-    if start[0] not in text and start[0].swapcase() not in text:
-        return None
-    low, start, end = text.lower(), start.lower(), end.lower()
-    close = low.rfind(end)
-    if close < 0:
-        return None
-    opening = low.rfind(start, 0, close)
-    if opening < 0:
-        return None
-    return text[opening + len(start) : close].strip()

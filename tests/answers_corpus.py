@@ -70,10 +70,6 @@ CORRECTED = [("correction, keyword", "{v}\n\nWait, actually it is {w}."), ("corr
 HEDGED = ["Probably {v}.", "Maybe {v}?", "{v}?", "I think it might be {v}, but I'm not sure.", "Possibly {v}."]
 
 
-def _values(v: str, w: str) -> dict[str, str]:
-    return {"v": v, "w": w}
-
-
 def _phrasings(verifier: str, right: str, wrong: str, refs: tuple[str, ...], **kw: object) -> Iterator[Case]:
     """Every phrasing class for one reference, with a right and a wrong stated value."""
     for phrasing, template in WRAPPED:
@@ -161,7 +157,7 @@ def _relaxed() -> Iterator[Case]:
     for ref, right_forms, wrong in (("42", ["42", "42.0", "42%", "42 %", "forty-two"], "48"),
                                     ("13.5", ["13.5", "13.50", "13.5%"], "15"), ("2556.25", ["2,556.25", "$2,556.25", "2556.25"], "3656.25"),
                                     ("0.42", ["0.42", "42%"], "0.52"), ("13%", ["13", "13%", "13 %", "0.13"], "17"),
-                                    ("2010", ["2010"], "2008"), ("120", ["120", "one hundred twenty", "120 million"[:3]], "150"),
+                                    ("2010", ["2010"], "2008"), ("120", ["120", "one hundred twenty", "120.0"], "150"),
                                     ("7.5", ["7.5", "7 1/2", "7½", "15/2"], "8.5")):
         for form in right_forms:
             yield Case("relaxed", "notation", form, (ref,), True, question=q)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rs.extract import answer_line, answer_tag, last_boxed, reasoning_state, split_reasoning
+from rs.answers import read
+from rs.extract import boxed_spans, reasoning_state, split_reasoning
 
 
 @pytest.mark.parametrize(
@@ -64,8 +65,9 @@ def test_split_reasoning(text: str, reasoning: str, answer: str | None) -> None:
         ("", None),
     ],
 )
-def test_last_boxed(text: str, expected: str | None) -> None:
-    assert last_boxed(text) == expected
+def test_boxes(text: str, expected: str | None) -> None:
+    spans = boxed_spans(text)  # None when a box never closes: no falling back to an earlier one, a draft
+    assert (spans[-1][2] if spans else None) == expected
 
 
 @pytest.mark.parametrize(
@@ -79,25 +81,26 @@ def test_last_boxed(text: str, expected: str | None) -> None:
         ("ANSWER : no", "no"),
         ("Answer：42", "42"),  # full-width colon
         ("Left: 437 + 2*234 = 905\n\nFinal Answer: **73**", "73"),
-        ("Answer: 3\nwait\nAnswer: 4", "4"),  # last line wins
+        ("Answer: 3\nwait\nAnswer: 4", ""),  # lines that disagree state nothing (rs.answers)
         ("- Final answer: 7  ", "7"),
         ("Answer: 5\r\n", "5"),
-        ("The final answer is 5", None),  # not an `Answer:` line
+        ("The final answer is 5", None),  # not an `Answer:` line (a sentence mark)
         ("The answer: maybe 5", None),  # must start the line
         ("Answer:   \n", None),  # empty value
         ("no marker", None),
         ("AnSwEr: 9", "9"),
     ],
 )
-def test_answer_line(text: str, expected: str | None) -> None:
-    assert answer_line(text) == expected
+def test_answer_lines(text: str, expected: str | None) -> None:
+    reading = read(text)
+    assert (reading.stated if reading.mark == "line" else None) == expected
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
         ("<answer> B </answer>", "B"),
-        ("<answer>1</answer> then <answer>2</answer>", "2"),  # last one wins
+        ("<answer>1</answer> then <answer>2</answer>", ""),  # tags that disagree state nothing
         ("<ANSWER>x</Answer>", "x"),
         ("<answer>unclosed", None),
         ("</answer> only", None),
@@ -106,8 +109,9 @@ def test_answer_line(text: str, expected: str | None) -> None:
         ("<answer></answer>", ""),
     ],
 )
-def test_answer_tag(text: str, expected: str | None) -> None:
-    assert answer_tag(text) == expected
+def test_answer_tags(text: str, expected: str | None) -> None:
+    reading = read(text)
+    assert (reading.stated if reading.mark == "tag" else None) == expected
 
 
 @pytest.mark.parametrize(("text", "opened", "expected"), [

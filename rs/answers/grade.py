@@ -128,10 +128,7 @@ class Grader:
             return None
         context = _Context.of(kind, self.vocabulary, item, self.verifier)
         value = context.clean_value(reading.stated)
-        if value is None:
-            return None
-        rest = context.find(reading.rest, rest=True)
-        return value if rest.readable and all(context.same(other, value) for other in rest.values) else None
+        return value if value is not None and context.rest_agrees(reading.rest, value) else None
 
     def reasoning_agrees(self, reasoning: str | None, grade: Grade, references: Sequence[str], *,
                          item: Item | None = None) -> bool | None:
@@ -141,9 +138,10 @@ class Grader:
             return None
         refs = (references,) if type(references) is str else tuple(references)
         context = _Context.of(grade.kind, self.vocabulary, item, self.verifier, refs)
-        found = find(grade.kind, reasoning, vocabulary=self.vocabulary, letters=context.letters, options=context.options)
-        if context.kind is Kind.TERM and context.category is not None:
-            found = context.find(reasoning)
+        if grade.kind is Kind.TERM:
+            found = context.find(reasoning)  # the terms of the answer's category
+        else:  # read as stated, not inclusively: a negation in the reasoning is no "no"
+            found = find(grade.kind, reasoning, vocabulary=self.vocabulary, letters=context.letters, options=context.options)
         values = [v for v in found.values if not (grade.kind is Kind.NUMBER and v.qualifier)]
         if not found.readable or not values:
             return None
@@ -166,20 +164,18 @@ class Grader:
             value = None if clause is None else context.clean_value(clause.stated)
             if value is None or clause is None:
                 return Grade(Outcome.UNDECIDED, kind, reading.stated)
-            certain = self._certain(context, value, clause, refs, item)
+            certain = (not self.verifier.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary)
+                       and self._certain(context, value, clause, refs, item))
             return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, clause.stated, value)
         if self.verifier.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
-            rest = context.find(reading.rest, rest=True)
-            agrees = rest.readable and all(context.same(other, value) for other in rest.values)
-            return Grade(Outcome.ACCEPTED if agrees else Outcome.UNDECIDED, kind, reading.stated, value)
+            outcome = Outcome.ACCEPTED if context.rest_agrees(reading.rest, value) else Outcome.UNDECIDED
+            return Grade(outcome, kind, reading.stated, value)
         certain = self._certain(context, value, reading, refs, item)
         return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, reading.stated, value)
 
     def _certain(self, context: _Context, value: Any, reading: Reading, refs: Sequence[str], item: Item | None) -> bool:
         """A clean value that does not match is certainly wrong when every reference is of its kind, the verifier can
         call such a value wrong, and nothing the rest states matches."""
-        if self.verifier.compare_value(context.kind, value, refs, item=item, vocabulary=self.vocabulary):
-            return False
         if not (self.verifier.certain_kind(context.kind, refs, item=item, vocabulary=self.vocabulary)
                 and self.verifier.certain_value(context.kind, value)):
             return False
@@ -247,6 +243,11 @@ class _Context:
         if any(word not in allowed for word in found.leftover):
             return None
         return first
+
+    def rest_agrees(self, rest: str, value: Any) -> bool:
+        """Whether everything of this kind that ``rest`` states is ``value`` (nothing at all will do)."""
+        found = self.find(rest, rest=True)
+        return found.readable and all(self.same(other, value) for other in found.values)
 
     def same(self, a: Any, b: Any) -> bool:
         if self.kind is Kind.NUMBER:

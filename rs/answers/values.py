@@ -208,16 +208,14 @@ def find(kind: Kind, text: str, *, vocabulary: Vocabulary | None = None, letters
 
 @functools.lru_cache(maxsize=1 << 16)
 def _find(kind: Kind, text: str, vocabulary: Vocabulary | None, letters: str, options: tuple[str, ...], rest: bool) -> Found:
-    negations = rest
     if kind is Kind.NUMBER:
-        plain = plain_text(text)
-        numbers = None if plain is None else read_numbers(plain)
+        numbers = read_numbers(text)  # spans in plain_text(text)
         if numbers is None:
             return Found((), (), text, readable=False)
-        return Found(tuple(numbers), tuple((n.start, n.end) for n in numbers), plain)
+        return Found(tuple(numbers), tuple((n.start, n.end) for n in numbers), plain_text(text) or "")
     if kind is Kind.POLAR:
         hits = [(_POLAR_MAP[m.group(1).lower()], m.start(), m.end()) for m in _POLAR_TOKEN.finditer(text)]
-        if negations:  # what stands beside an answer: every yes or no it says, and every negated statement
+        if rest:  # what stands beside an answer: every yes or no it says, and every negated statement
             hits = [(_POLAR_MAP[m.group(1).lower()], m.start(), m.end()) for m in _POLAR_WORD.finditer(text)]
             hits += [("no", m.start(), m.end()) for m in _NEGATED.finditer(text)]
         hits.sort(key=lambda h: h[1])
