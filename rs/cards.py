@@ -16,7 +16,7 @@ import html
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from datasets import DatasetInfo, SplitDict, SplitInfo
 from huggingface_hub import DatasetCard, DatasetCardData
@@ -25,8 +25,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from rs.clean import StepCard, step_cards
 from rs.errors import RsError
 from rs.figures import Figure
-from rs.report import CleaningSummary, FamilyReport
-from rs.schema import QA, REJECT_REASONS, SPLITS, features
+from rs.report import PASS_RATE_BINS, CleaningSummary, FamilyReport
+from rs.schema import PAIRS, REJECT_REASONS, features
 from rs.store import read_records
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -107,7 +107,18 @@ def image_extension(data: bytes) -> str:
 
 
 def _category(split: str, qa: dict[str, Any]) -> str:
+    if split == "pairs":
+        return f"{qa['chosen_from']}/{qa['rejected_from']}"
     return qa["reason"] if split == "rejected" else qa["accepted_by"]
+
+
+def _entries(row: dict[str, Any], split: str) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """A split row's QA items with their image; a pairs row is one item."""
+    if split == "pairs":
+        yield {k: v for k, v in row.items() if k not in ("images", "clean_meta")}, row["images"][0]["bytes"]
+    else:
+        for qa in row["qa"]:
+            yield qa, row["image"]["bytes"]
 
 
 def select_examples(split_dir: str | Path, split: str, n: int = 3) -> list[dict[str, Any]]:
@@ -121,10 +132,10 @@ def select_examples(split_dir: str | Path, split: str, n: int = 3) -> list[dict[
     overall: list[tuple[int, int, dict[str, Any]]] = []  # max-heap (negated rank) of the n best
     counter = 0
     for row in read_records(split_dir, "train", batch_rows=32):
-        for qa in row["qa"]:
+        for qa, image in _entries(row, split):
             digest = hashlib.sha256(f"{row['image_sha256']}\x00{qa['question']}".encode()).digest()
             rank = int.from_bytes(digest[:8], "big")
-            entry = {"qa": qa, "image": row["image"]["bytes"], "image_sha256": row["image_sha256"]}
+            entry = {"qa": qa, "image": image, "image_sha256": row["image_sha256"]}
             cat = _category(split, qa)
             if cat not in best_by_category or rank < best_by_category[cat][0]:
                 best_by_category[cat] = (rank, entry)
@@ -149,7 +160,7 @@ def select_overturns(split_dir: str | Path, split: str, n: int = 3) -> list[dict
 
     Reads only the `qa` column; ranked by a hash of the question, as the examples are.
     """
-    if split == "rejected":
+    if split in ("rejected", "pairs"):
         return []
     best: list[tuple[int, int, dict[str, str]]] = []  # max-heap (negated rank) of the n best
     counter = 0
@@ -183,12 +194,20 @@ behind a collapsed <details> a reader would have to click to see a one-word `wro
 
 def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[str, Any]:
     qa = example["qa"]
-    if split == "rejected":
+    if split == "pairs":
+        fields = [(k, qa[k]) for k in ("question", "reference", "chosen_answer", "chosen_by", "chosen_from", "rejected_answer",
+                                        "rejected_from", "rejected_reason", "pass_rate", "k")]
+        long = [("chosen", qa["chosen"][0]["content"]), ("rejected", qa["rejected"][0]["content"])]
+    elif split == "rejected":
         fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reason", qa["reason"])]
         long = [("wrong_vlm", qa["wrong_vlm"])]
+        if "pass_rate" in qa:
+            fields += [("pass_rate", qa["pass_rate"]), ("k", qa["k"])]
     else:
         fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reference", qa["reference"]), ("accepted_by", qa["accepted_by"])]
         long = [("reasoning", qa["reasoning"])] if split == "think" else []
+        if "pass_rate" in qa:
+            fields += [(k, qa[k]) for k in ("greedy_answer", "sample", "temperature", "pass_rate", "k")]
     fields += [(k, v) for k, v in long if len(v) <= SHORT_FIELD and "\n" not in v and "\r" not in v]
     details = [(k, v) for k, v in long if (k, v) not in fields]
     return {"image_path": image_path, "fields": fields, "details": details}
@@ -220,13 +239,14 @@ def size_category(rows: int) -> str:
     return SIZE_CATEGORIES[-1]
 
 
-SPLIT_TITLES = {"think": "accepted, with reasoning", "nothink": "accepted, answers only", "rejected": "rejected"}
+SPLIT_TITLES = {"think": "accepted, with reasoning", "nothink": "accepted, answers only", "rejected": "rejected",
+                "pairs": "preference pairs"}
 
 
 def card_data(report: FamilyReport, card: dict[str, Any], split: str) -> DatasetCardData:
     """The YAML front matter: metadata, and `configs` / `dataset_info` matching the repo's files."""
     split_stats = report.splits[split]
-    info = DatasetInfo(features=features(split), splits=SplitDict(
+    info = DatasetInfo(features=features(split, recovery=report.recovery is not None), splits=SplitDict(
         {"train": SplitInfo(name="train", num_bytes=split_stats.dataset_bytes, num_examples=split_stats.rows)}))
     info.download_size = split_stats.bytes
     info.dataset_size = split_stats.dataset_bytes
@@ -255,17 +275,18 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], split: str, n
     if calibration is not None and "hard" not in calibration:
         raise CardError(f"the stats of {report.family} were measured by an older rs, before the judge was calibrated on "
                         "hard negatives; rebuild the family (`python -m rs.publish FAMILY` without --cards-only)")
-    repos = {s: report.splits[s].repo for s in SPLITS}
+    repos = {s: summary.repo for s, summary in report.splits.items()}
     verifier = report.verifier
     custom = TEMPLATES / "verifiers" / f"{verifier.name}.md.jinja"
     body = _env().get_template("card.md.jinja").render(
         pretty_name=family_card["pretty_name"], repo=repos[split], split=split,
         split_stats=report.splits[split], totals=report.totals, verifier=verifier,
         verifier_template=f"verifiers/{custom.name}" if custom.exists() else "verifiers/default.md.jinja",
-        siblings=[{"repo": repos[s], "url": sibling_link(repos[s], namespace, local=local)} for s in SPLITS],
+        siblings=[{"repo": repo, "url": sibling_link(repo, namespace, local=local)} for repo in repos.values()],
         description=family_card["description"], model=report.model, engine=report.engine, sampling=report.sampling,
         prompts=report.prompts, repos=repos, judge=report.judge, calibration=calibration, overturns=overturns or [],
-        schema_fields="{" + ", ".join(f"`{k}`" for k in QA[split]) + "}",
+        schema_fields="{" + ", ".join(f"`{k}`" for k in _qa_fields(split, report)) + "}",
+        recovery=report.recovery, pass_rate_bins=PASS_RATE_BINS,
         reasons=REJECT_REASONS, cleaning=report.cleaning, policies=_policies(report.cleaning),
         examples=[_example_view(split, e, e["image_path"]) for e in examples],
         source=report.source, citation=family_card["citation"], figures=figures or [], limit=report.limit,
@@ -273,6 +294,13 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], split: str, n
     )
     data = card_data(report, family_card, split)
     return f"---\n{data.to_yaml()}\n---\n\n{body}"
+
+
+def _qa_fields(split: str, report: FamilyReport) -> list[str]:
+    """The fields a split's rows (pairs) or QA structs (the three) hold, in order."""
+    if split == "pairs":
+        return list(PAIRS)
+    return list(features(split, recovery=report.recovery is not None)["qa"].feature)
 
 
 REQUIRED_SECTIONS = ("## How the data was produced", "## How a match is decided", "## Second pass: model-as-judge",

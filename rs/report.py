@@ -9,13 +9,14 @@ card states is a field here, measured by the run that built the family.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from rs.errors import RsError
 
-__all__ = ["CleaningSummary", "Endings", "FamilyReport", "JudgeSummary", "PromptSummary", "ReportError", "RunTimes", "SplitSummary", "Totals",
-           "VerifierSummary"]
+__all__ = ["CleaningSummary", "Endings", "FamilyReport", "JudgeSummary", "PromptSummary", "RecoverySummary", "ReportError", "RunTimes",
+           "SplitSummary", "Totals", "VerifierSummary"]
 
 
 class ReportError(RsError, ValueError):
@@ -179,6 +180,50 @@ class Endings:
     """Answers cut at the thinking budget that still gave a final answer (verified like any other)."""
 
 
+PASS_RATE_BINS = ("0", "(0, 0.25]", "(0.25, 0.5]", "(0.5, 0.75]", "(0.75, 1)", "1")
+"""The card's pass-rate histogram: never, up to a quarter, ..., always (an item strictly between 0 and 1 is one the
+model answers right only sometimes)."""
+
+
+def pass_rate_bin(rate: float) -> int:
+    """The index of `rate`'s bin in `PASS_RATE_BINS`."""
+    if rate <= 0:
+        return 0
+    if rate >= 1:
+        return 5
+    return min(4, math.ceil(rate * 4))
+
+
+@dataclass(frozen=True)
+class RecoverySummary:
+    """What the recovery pass did (`recovery:`): the samples, what they recovered, the pass rates, the pairs."""
+
+    settings: dict[str, Any]
+    """The `recovery:` block as the run used it (samples, temperature, top_p, seed, max_tokens, ...)."""
+    sampled: dict[str, int]
+    """Items sampled, by why: `rejected`, `cut_off`, `difficulty`."""
+    samples: int
+    """Samples drawn (answers), from the engine or the cache."""
+    outcomes: dict[str, int]
+    """The verifier on the samples: accepted, certain (rejections it knows are wrong), undecided."""
+    verdicts: dict[str, int]
+    """The judge on the undecided samples."""
+    endings: dict[str, int]
+    greedy_accepted: int
+    """Items the greedy pass accepted (verifier and judge): the seed's figure."""
+    recovered: int
+    """Items the greedy pass rejected that a sample recovered (`accepted_by: recovery`)."""
+    still_rejected: int
+    """Items sampled after a rejection that no sample recovered (still in the rejected split)."""
+    greedy_accept_rate: float | None
+    accept_rate: float | None
+    """After recovery."""
+    pass_rates: dict[str, list[int]]
+    """Items per `PASS_RATE_BINS` bin, by what they are: `greedy_accepted`, `recovered`, `rejected`."""
+    pairs: dict[str, Any] | None = None
+    """`rs.pairs.PairCounts`, when the family publishes pairs."""
+
+
 @dataclass(frozen=True)
 class RunTimes:
     clean_seconds: float
@@ -211,12 +256,16 @@ class FamilyReport:
     """How the answers ended; None in a report written before rs counted it."""
     run: RunTimes | None = None
     """Timings and engine calls of this run; not published (they differ from run to run)."""
+    recovery: RecoverySummary | None = None
+    """The recovery pass; None without one."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (`stats.json`); without `run` when there is none (a published copy)."""
+        """The JSON form (`stats.json`); without `run` when there is none (a published copy), without `recovery` for a
+        family that has none."""
         out = dataclasses.asdict(self)
-        if self.run is None:
-            del out["run"]
+        for name in ("run", "recovery"):
+            if getattr(self, name) is None:
+                del out[name]
         return out
 
     def published(self) -> FamilyReport:
@@ -238,6 +287,7 @@ class FamilyReport:
                 "lengths": {side: Lengths(**lengths) for side, lengths in data["lengths"].items()},
                 "endings": Endings(**data["endings"]) if data.get("endings") else None,
                 "run": RunTimes(**data["run"]) if data.get("run") else None,
+                "recovery": RecoverySummary(**data["recovery"]) if data.get("recovery") else None,
             })
         except (KeyError, TypeError, AttributeError) as err:
             family = data.get("family", "the family") if isinstance(data, dict) else "the family"

@@ -20,6 +20,12 @@ QA structs:
   (the answer after the cut was verified like any other).
 - `nothink`: `{question, answer, reference, accepted_by}`: the final answer alone.
 
+With a recovery pass (`recovery:`), `accepted_by` may be `recovery`, and the QA structs carry what was measured:
+the accepted splits `sample` (the recovered sample's index; null for the greedy answer), `temperature` and `seed`
+(of the answer published), `greedy_answer` (a recovered item's wrong greedy answer), and all three splits
+`pass_rate` and `k` (accepted samples over samples drawn; null where the item was not sampled). With
+`recovery.pairs`, a fourth repo holds preference pairs (`PAIRS`, `rs.pairs`).
+
 `question` is byte-identical to the prompt the model received, instruction included.
 """
 
@@ -51,9 +57,29 @@ QA = {
 }
 
 
-def features(split: str) -> Features:
-    """The declared features of one published split."""
-    return Features({"image": Image(), "qa": List(QA[split]), "clean_meta": CLEAN_META, "image_sha256": _STR})
+MEASURED = {"pass_rate": Value("float64"), "k": Value("int32")}
+RECOVERED = {"sample": Value("int32"), "temperature": Value("float64"), "seed": Value("int64"), "greedy_answer": _STR, **MEASURED}
+"""The columns a recovery pass adds: to the accepted splits' QA (`RECOVERED`), to the rejected split's (`MEASURED`)."""
+
+_MESSAGES = List({"role": _STR, "content": _STR})
+
+PAIRS = {
+    "images": List(Image()), "prompt": _MESSAGES, "chosen": _MESSAGES, "rejected": _MESSAGES,
+    "question": _STR, "reference": _STR,
+    "chosen_answer": _STR, "chosen_by": _STR, "chosen_from": _STR, "chosen_sample": Value("int32"),
+    "rejected_answer": _STR, "rejected_from": _STR, "rejected_sample": Value("int32"), "rejected_reason": _STR,
+    **MEASURED, "image_sha256": _STR, "clean_meta": CLEAN_META,
+}
+"""The pairs repo: one row per question, TRL's conversational preference layout with images (`rs.pairs`): the
+messages' content is text, and TRL puts the image before the user's text (`trl.data_utils.prepare_multimodal_messages`)."""
+
+
+def features(split: str, *, recovery: bool = False) -> Features:
+    """The declared features of one published split; `recovery`: the family has a recovery pass."""
+    if split == "pairs":
+        return Features(PAIRS)
+    qa = QA[split] if not recovery else {**QA[split], **(MEASURED if split == "rejected" else RECOVERED)}
+    return Features({"image": Image(), "qa": List(qa), "clean_meta": CLEAN_META, "image_sha256": _STR})
 
 
 def think_response(reasoning: str | None, answer: str) -> str:

@@ -41,11 +41,12 @@ from rs.judge import PROMPT_TEMPLATE as JUDGE_PROMPT_TEMPLATE, TEMPLATES as JUDG
 from rs.locks import build_lock
 from rs.progress import progress
 from rs.prompt import Instructions
+from rs.recovery import RecoveryReport, RecoveryStage
 from rs.sample import SampleReport, SampleStage
 from rs.sources import open_source
 from rs.sources.base import Row
 from rs.answers import Vocabulary
-from rs.store import MAX_ANSWER_SET, read_clean_answers, read_clean_rows, write_clean_rows, write_json
+from rs.store import MAX_ANSWER_SET, read_clean_answers, read_clean_rows, read_records, write_clean_rows, write_json
 from rs.verifiers import get_verifier
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,14 @@ class BuildPaths:
     @property
     def items(self) -> Path:
         return self.root / "items"
+
+    @property
+    def recovery(self) -> Path:
+        return self.root / "recovery"
+
+    @property
+    def recovery_report(self) -> Path:
+        return self.root / "recovery.json"
 
     @property
     def clean_report(self) -> Path:
@@ -294,6 +303,44 @@ def ensure_sampled(ctx: BuildContext) -> SampleReport:
             report.fingerprint = expected
             write_json(paths.sample_report, report.to_dict())
         return report
+
+
+def recovery_fingerprint(ctx: BuildContext, sampled: SampleReport) -> str:
+    """The recovery pass's results depend on the greedy pass (its items and calibration) and the recovery block."""
+    recovery = ctx.family.config.recovery
+    return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "recovery": asdict(recovery) if recovery else None})
+
+
+def ensure_recovered(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport | None:
+    """Sample the rejected items again (`rs.recovery`), unless an identical recovery report exists; None without a
+    `recovery:` block (an old recovery store is then removed: it no longer describes the build)."""
+    paths = ctx.paths
+    if ctx.family.config.recovery is None:
+        _remove(paths.recovery)
+        paths.recovery_report.unlink(missing_ok=True)
+        return None
+    with ctx.lock():
+        expected = recovery_fingerprint(ctx, sampled)
+        if report := read_report(paths.recovery_report, expected, RecoveryReport.from_dict):
+            return report
+        sampler, judge = (ctx.engine_factory or engines_for)(ctx.family)
+        tmp = paths.root / "recovery.tmp"
+        with writing("the recovery store", tmp), scratch(tmp):
+            with GenerationCache(ctx.cache_path) as cache:
+                greedy = SampleStage(ctx.family.config, sampler, judge, cache, progress=False, vocabulary=answer_vocabulary(ctx))
+                stage = RecoveryStage(ctx.family.config, greedy, promotes=sampled.promotes, progress=ctx.progress)
+                report = stage.run(read_clean_rows(paths.clean), read_records(paths.items, "items"), tmp)
+            replace_dir(tmp, paths.recovery)
+            report.fingerprint = expected
+            write_json(paths.recovery_report, report.to_dict())
+        return report
+
+
+def current_recovery_report(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport | None:
+    """The recovery report when it is current for `sampled`; None when the family has none or it must run."""
+    if ctx.family.config.recovery is None:
+        return None
+    return read_report(ctx.paths.recovery_report, recovery_fingerprint(ctx, sampled), RecoveryReport.from_dict)
 
 
 def current_sample_report(ctx: BuildContext) -> SampleReport | None:

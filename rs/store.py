@@ -49,6 +49,18 @@ ITEMS = pa.schema([
     ("prompt_reasoning", pa.string()), ("reasoning_agrees", pa.bool_()), ("ending", pa.string()), ("thinking_tokens", pa.int64()),
 ])
 
+RECOVERY_SAMPLE = pa.struct([
+    ("sample", pa.int32()), ("seed", pa.int64()), ("text", pa.string()), ("reasoning", pa.string()), ("final", pa.string()),
+    ("finish_reason", pa.string()), ("ending", pa.string()), ("completion_tokens", pa.int64()), ("thinking_tokens", pa.int64()),
+    ("error", pa.string()), ("verified", pa.bool_()), ("contradicts", pa.bool_()), ("judge", pa.string()),
+    ("reasoning_agrees", pa.bool_()),
+])
+
+RECOVERY = pa.schema([
+    ("row", pa.int64()), ("key", pa.string()), ("why", pa.string()), ("k", pa.int32()), ("samples", pa.list_(RECOVERY_SAMPLE)),
+])
+"""The recovery pass's store (`rs.recovery`): one record per sampled item, in item order, with its k samples."""
+
 
 def _qa_record(item: QAItem) -> dict[str, Any]:
     return {

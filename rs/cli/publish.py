@@ -1,4 +1,4 @@
-"""`rs publish FAMILY` / `python -m rs.publish FAMILY`: build if needed, render the cards, publish the three repos.
+"""`rs publish FAMILY` / `python -m rs.publish FAMILY`: build if needed, render the cards, publish the family's repos.
 
     python -m rs.publish TinyCLEVR                 # local folder (the embedded default: no GPU, network or token)
     python -m rs.publish CLEVRMath                 # the Hub: {namespace}/CLEVRMath_RS_think, ..._RS_nothink, ..._rejected
@@ -23,15 +23,22 @@ from rs.hub import describe_commits, format_plan
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.publish import check_local_root, publish
 from rs.plan import Plan
-from rs.schema import QA, SPLITS
+from rs.schema import PAIRS, features
 
 
 def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
     report = outcome["report"]
     t, cal = report.totals, report.judge.calibration
     lines = [f"{family.name}: {t.source_qa:,} source QA, {t.dropped_by_cleaning:,} dropped by cleaning, "
-             f"{t.accepted:,} accepted ({t.accepted_by['verifier']:,} by the verifier, {t.accepted_by['judge']:,} by the judge), "
-             f"{t.rejected:,} rejected; accept rate {pct(t.accept_rate)}"]
+             f"{t.accepted:,} accepted ({t.accepted_by['verifier']:,} by the verifier, {t.accepted_by['judge']:,} by the judge"
+             + (f", {t.accepted_by['recovery']:,} by recovery" if report.recovery else "")
+             + f"), {t.rejected:,} rejected; accept rate {pct(t.accept_rate)}"]
+    if (r := report.recovery) is not None:
+        sampled = ", ".join(f"{why} {n:,}" for why, n in r.sampled.items()) or "nothing"
+        lines.append(f"  recovery: accept rate {pct(r.greedy_accept_rate)} greedy, {pct(r.accept_rate)} after recovery; "
+                     f"{r.recovered:,} of {r.recovered + r.still_rejected:,} sampled rejections recovered "
+                     f"({r.samples:,} samples at temperature {r.settings['temperature']}, sampled: {sampled})"
+                     + (f"; {r.pairs['pairs']:,} preference pairs" if r.pairs else ""))
     if (o := report.verifier.outcomes):
         lines.append(f"  verifier: {o['accepted']:,} accepted, {o['certain']:,} certainly wrong, "
                      f"{o['undecided']:,} undecided (the judge's)")
@@ -52,7 +59,7 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
                      f"hard negatives {check('hard')}, certain rejections {check('certain')}")
         lines.append("  judge: " + ("passed its calibration, its CORRECT verdicts promote" if cal["promotes"]
                                     else f"BLOCKED, it promotes nothing: {cal['blocked_reason']}"))
-    for split in SPLITS:
+    for split in report.splits:
         s = report.splits[split]
         result = outcome["results"][split]
         counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
@@ -65,7 +72,7 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
                          "it as empty); to the Hub it is published only with --allow-empty")
         if dry_run:
             lines.append(format_plan(result.changes))
-    lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in SPLITS) if outcome["local"] else "")
+    lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in report.splits) if outcome["local"] else "")
     lines.append(f"  done in {outcome['seconds']:.1f}s" + (" (dry run: nothing was changed)" if dry_run else ""))
     return "\n".join(line for line in lines if line)
 
@@ -91,8 +98,16 @@ def would_do(family: Family, outcome: dict[str, Any]) -> str:
              if c.judge.enabled else "no judge (judge.enabled: false)")
     lines.append(f"  send {requests} to {c.model.id} (fewer where the generation cache has the answer), {judge}")
     where = "" if outcome["local"] else f"{c.publish.namespace}/"
-    for split in SPLITS:
-        fields = ", ".join(QA[split])
+    recovery = c.recovery is not None
+    if c.recovery is not None:
+        lines.append(f"  then sample each rejection with a final answer {c.recovery.samples} more times at temperature "
+                     f"{c.recovery.temperature} (one request each), verify and judge the samples"
+                     + (f", and each accepted question {c.recovery.difficulty.samples} times" if c.recovery.difficulty.samples else ""))
+    for split in family.splits:
+        if split == "pairs":
+            lines.append(f"  write {where}{family.repo_name(split)}: one row per preference pair ({', '.join(PAIRS)})")
+            continue
+        fields = ", ".join(features(split, recovery=recovery)["qa"].feature)
         lines.append(f"  write {where}{family.repo_name(split)}: one row per image (image, qa, clean_meta, image_sha256), "
                      f"qa holding {{{fields}}} per " + ("rejected question" if split == "rejected" else "accepted question"))
     lines.append("  cannot know before sampling: the accept rate, so how many rows and shards each split gets; which rejections "

@@ -1,4 +1,5 @@
-"""`rs sample FAMILY` / `python -m rs.sample FAMILY`: the clean and sample stages only."""
+"""`rs sample FAMILY` / `python -m rs.sample FAMILY`: the clean and sample stages (and the recovery pass, when the family has
+one) only."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from rs import cli
 from rs.cli import RunFailed, output
 from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
-from rs.stages import BuildContext, default_cache_path, ensure_sampled, sample_shard
+from rs.stages import BuildContext, default_cache_path, ensure_recovered, ensure_sampled, sample_shard
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") -> int:
-    """Run the clean and sample stages only (resumable; see rs.stages; `--ray`: rs.distributed)."""
+    """Run the clean and sample stages, and the recovery pass (resumable; see rs.stages; `--ray`: rs.distributed)."""
     parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
     parser.add_argument("family")
     cli.add_config(parser)
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
             report, summary = sample_shard(ctx, shard, shards), {}
         else:
             report, summary = ensure_sampled(ctx), {}
+        if not args.shard and (recovered := ensure_recovered(ctx, report)) is not None:
+            summary["recovery"] = {k: v for k, v in recovered.to_dict().items() if k not in ("fingerprint", "seconds")}
         done = report.to_dict()
         print(json.dumps({**{k: done[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",
                                                     "sampling_engine_calls", "judge_engine_calls")}, **summary}))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
 from rs.checks import at_least
@@ -92,6 +92,16 @@ class Request:
     image_sha256: str | None = None
     item_key: str | None = None
     """The QA item this request asks about (record id and turn); the replay engine looks outputs up by it."""
+    sample: int = 0
+    """Which sample of this prompt (`samples` > 1: the first one): sample `i` is drawn with seed `settings.seed + i`,
+    as vLLM seeds the `n` samples of one request, so a sample is the same whether asked alone or among others."""
+    samples: int = 1
+    """How many samples, `sample` to `sample + samples - 1`, drawn from one request (vLLM's `n`: the prompt and the
+    image are processed once); each comes back as its own `Generation`, its `sample` set."""
+
+    def one(self, sample: int) -> "Request":
+        """This request's sample `sample` alone."""
+        return replace(self, sample=sample, samples=1)
 
     def image_hash(self) -> str:
         """The image's SHA-256 (the stored one, else computed from the bytes); "" for a text-only request."""
@@ -134,6 +144,8 @@ class Generation:
     """Reasoning tokens, counted as vLLM counts them against the budget; None where the engine cannot count them."""
     budget_cut: bool = False
     """The engine closed the reasoning at `thinking_token_budget`."""
+    sample: int = 0
+    """Which sample of its request it is (`Request.sample`): drawn with seed `settings.seed + sample`."""
     repeats: list[int] | None = None
     """`repeats[n - 1]`: the most times an n-token pattern repeats in a row in the output (n up to `REPEAT_PROFILE`),
     from its tokens: which loop settings would have ended it, without asking the model again. None where unknown."""
@@ -235,7 +247,9 @@ class Engine(Protocol):
         ...
 
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
-        """One Generation per request, in order; failures are isolated per request."""
+        """One Generation per request, in order; failures are isolated per request. Each request asks for one
+        sample (`samples` 1, its `sample` seeding it); a stream asks for several at once only of an engine whose own
+        stream can (`open_stream`)."""
         ...
 
     def load(self) -> None:

@@ -7,7 +7,7 @@ import json
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Callable, Hashable, Iterable, Iterator
 
@@ -33,12 +33,18 @@ def identity_key(engine: Engine) -> str:
     return json.dumps({"engine": engine.kind, **engine.identity()}, sort_keys=True)
 
 
-def cache_key(identity: str, settings: SamplingSettings, image_sha256: str, prompt: str) -> str:
+def cache_key(identity: str, settings: SamplingSettings, image_sha256: str, prompt: str, sample: int = 0) -> str:
     """A request's content address; `image_sha256` is "" for a text-only request; `max_tokens` is not part of it.
+    Sample `i` is keyed as the request seeded `settings.seed + i`: each sample is its own entry.
 
     A plain function of plain values, so that a Ray worker computes the driver's keys without an engine.
     """
-    return key_function(identity, settings)(image_sha256, prompt)
+    return key_function(identity, sample_settings(settings, sample))(image_sha256, prompt)
+
+
+def sample_settings(settings: SamplingSettings, sample: int) -> SamplingSettings:
+    """The settings sample `sample` of a request is drawn with: its seed is `settings.seed + sample`."""
+    return settings if sample == 0 else replace(settings, seed=settings.seed + sample)
 
 
 def key_function(identity: str, settings: SamplingSettings) -> Callable[[str, str], str]:
@@ -82,6 +88,14 @@ class _Committer:
             self.buffer = {}
 
 
+@dataclass(frozen=True)
+class _Samples:
+    """Consecutive missing samples of one prompt, sent as one request: their keys, from sample `first` on."""
+
+    first: int
+    keys: tuple[str, ...]
+
+
 class CachedStream:
     """Requests in with a tag, answers out as they are ready: from the cache at once, from the engine as they finish.
 
@@ -97,7 +111,7 @@ class CachedStream:
     def __init__(self, engine: Engine, cache: GenerationCache, settings: SamplingSettings, *, stats: RunStats,
                  identity: str, lookup_rows: int = 256, commit_seconds: float = 5.0):
         self.engine, self.cache, self.settings, self.stats, self.identity = engine, cache, settings, stats, identity
-        self._key = key_function(identity, settings)
+        self._keys: dict[int, Callable[[str, str], str]] = {}
         self.lookup_rows = max(1, lookup_rows)
         self._stream: Stream | None = None
         """Opened at the first miss: a fully cached run never loads the model."""
@@ -127,8 +141,19 @@ class CachedStream:
         """Submitted and not yet in the engine: waiting to be looked up, or for room in the window."""
         return len(self._lookup) + len(self._backlog)
 
+    def key(self, request: Request) -> str:
+        """The request's cache key (of its sample `request.sample`)."""
+        key = self._keys.get(request.sample)
+        if key is None:
+            key = self._keys[request.sample] = key_function(self.identity, sample_settings(self.settings, request.sample))
+        return key(request.image_hash(), request.prompt)
+
     def submit(self, tag: Hashable, request: Request) -> None:
-        self._lookup.append((tag, self._key(request.image_hash(), request.prompt), request))
+        """Ask for one sample (`request.samples` must be 1): submit the samples of one prompt one after the other, and
+        the ones the cache lacks go to the engine as one request (`Request.samples`)."""
+        if request.samples != 1:
+            raise ValueError("CachedStream.submit takes one sample per request: submit request.one(i) for each")
+        self._lookup.append((tag, self.key(request), request))
         self._pending += 1
         self.stats.requests += 1
         if len(self._lookup) >= self.lookup_rows:
@@ -176,12 +201,19 @@ class CachedStream:
         stream, committer = self._stream, self.committer
         while self._backlog and stream.in_flight + len(committer.buffer) < self.window:
             key, request = self._backlog.popleft()
-            stream.submit(key, request)
-            self.stats.engine_calls += 1
+            keys = [key]
+            while self._backlog and _next_sample(request, len(keys), self._backlog[0][1]):
+                keys.append(self._backlog.popleft()[0])
+            if len(keys) == 1:
+                stream.submit(key, request)
+            else:
+                stream.submit(_Samples(request.sample, tuple(keys)), replace(request, samples=len(keys)))
+            self.stats.engine_calls += len(keys)
 
     def _take(self, finished: list[tuple[Hashable, Generation]]) -> None:
-        for key, generation in finished:
-            self._ready.extend((tag, generation) for tag in self._waiting.pop(key))  # type: ignore[call-overload]
+        for tag, generation in finished:
+            key = tag.keys[generation.sample - tag.first] if isinstance(tag, _Samples) else tag
+            self._ready.extend((waiting, generation) for waiting in self._waiting.pop(key))  # type: ignore[call-overload]
             self.stats.errors += generation.error is not None
             generation.max_tokens = self.settings.max_tokens
             generation.repetition_detection = self.settings.repetition_detection
@@ -190,6 +222,12 @@ class CachedStream:
         if self.committer.due() or not self.in_flight:
             self.committer.flush()
         self._feed()
+
+
+def _next_sample(request: Request, offset: int, other: Request) -> bool:
+    """Whether `other` is sample `request.sample + offset` of the same prompt and image."""
+    return (other.sample == request.sample + offset and other.prompt == request.prompt
+            and other.image_hash() == request.image_hash())
 
 
 class _Slot:
@@ -223,7 +261,8 @@ class CachedEngine:
         self._keys: tuple[SamplingSettings, Callable[[str, str], str]] | None = None
 
     def key(self, request: Request, settings: SamplingSettings) -> str:
-        """Content address: engine identity, exact prompt bytes, image hash, sampling settings."""
+        """Content address: engine identity, exact prompt bytes, image hash, sampling settings (the sample's seed)."""
+        settings = sample_settings(settings, request.sample)
         if self._keys is None or self._keys[0] != settings:
             self._keys = (settings, key_function(self.identity_key, settings))
         return self._keys[1](request.image_hash(), request.prompt)

@@ -157,7 +157,8 @@ class OpenAIEngine:
 
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
         options = self._options(settings)
-        futures: list[Future[Generation]] = [self._pool.submit(self._one, r, options) for r in requests]
+        futures: list[Future[Generation]] = [
+            self._pool.submit(self._one, r, {**options, "seed": options["seed"] + r.sample} if r.sample else options) for r in requests]
         try:
             return [f.result() for f in futures]
         except BaseException:
@@ -328,17 +329,27 @@ class OpenAIStream:
         self.engine = engine
         self.window = 2 * engine.concurrency  # a queued request per worker: no worker waits for the caller
         self._options = engine._options(settings)
-        self._futures: dict[Future[Generation], Hashable] = {}
+        self._futures: dict[Future[Generation], tuple[Hashable, int]] = {}
 
     @property
     def in_flight(self) -> int:
         return len(self._futures)
 
     def submit(self, tag: Hashable, request: Request) -> None:
-        self._futures[self.engine._pool.submit(self.engine._one, request, self._options)] = tag
+        """A request of several samples goes as one HTTP request per sample, sample `i` seeded `seed + i` (what a vLLM
+        server's `n` does with one request's seed), so each is the same whether asked alone or among others."""
+        for sample in range(request.sample, request.sample + request.samples):
+            options = self._options if sample == 0 else {**self._options, "seed": self._options["seed"] + sample}
+            self._futures[self.engine._pool.submit(self.engine._one, request.one(sample), options)] = (tag, sample)
 
     def poll(self, *, wait: bool = True) -> list[tuple[Hashable, Generation]]:
         if not self._futures:
             return []
         done, _ = futures_wait(self._futures, timeout=None if wait else 0, return_when=FIRST_COMPLETED)
-        return [(self._futures.pop(f), f.result()) for f in done]
+        finished = []
+        for future in done:
+            tag, sample = self._futures.pop(future)
+            generation = future.result()
+            generation.sample = sample
+            finished.append((tag, generation))
+        return finished

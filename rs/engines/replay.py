@@ -2,7 +2,7 @@
 
 Use it to re-verify or re-judge without a GPU, or to import generations made by another system.
 Each line is one output: `{"key": QA item key, "text": raw output, ...}`, optionally with
-`prompt` (the exact prompt, to look up requests that have no item key, such as the judge's),
+`sample` (which sample of the item it is, 0 when absent: the recovery pass asks for samples 0 to k - 1), `prompt` (the exact prompt, to look up requests that have no item key, such as the judge's),
 `reasoning` (when the producer separated it), `prompt_tail` (the end of the rendered prompt, where a
 chat template may have opened the reasoning: `rs.reasoning`), `finish_reason`, `prompt_tokens`,
 `completion_tokens`, `model` and `model_revision`.
@@ -54,8 +54,8 @@ class ReplayEngine:
         self.model = model
         self.revision = revision
         # an index of line offsets, not the records: a replay file can be larger than memory
-        self._by_key: dict[str, int] = {}
-        self._by_prompt: dict[str, int] = {}
+        self._by_key: dict[tuple[str, int], int] = {}
+        self._by_prompt: dict[tuple[str, int], int] = {}
         digest = hashlib.sha256()
         try:
             self._fh = self.path.open("rb")
@@ -73,10 +73,13 @@ class ReplayEngine:
                 raise ReplayError(f"{self.path}:{number}: not valid JSON: {err.msg}") from None
             if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not ("key" in record or "prompt" in record):
                 raise ReplayError(f"{self.path}:{number}: each line needs a string `text` and a `key` or a `prompt`")
+            sample = record.get("sample", 0)
+            if not isinstance(sample, int) or isinstance(sample, bool) or sample < 0:
+                raise ReplayError(f"{self.path}:{number}: `sample` must be a whole number from 0 (got {sample!r})")
             if "key" in record:
-                self._by_key[str(record["key"])] = start
+                self._by_key[str(record["key"]), sample] = start
             if "prompt" in record:
-                self._by_prompt[_prompt_id(record["prompt"])] = start
+                self._by_prompt[_prompt_id(record["prompt"]), sample] = start
         self._file_sha256 = digest.hexdigest()
 
     def identity(self) -> dict[str, Any]:
@@ -86,12 +89,13 @@ class ReplayEngine:
         return [self._one(r) for r in requests]
 
     def _one(self, request: Request) -> Generation:
-        offset = self._by_key.get(request.item_key) if request.item_key else None
+        offset = self._by_key.get((request.item_key, request.sample)) if request.item_key else None
         if offset is None:
-            offset = self._by_prompt.get(_prompt_id(request.prompt))
+            offset = self._by_prompt.get((_prompt_id(request.prompt), request.sample))
         meta = {"model": self.model, "model_revision": self.revision}
         if offset is None:
-            return Generation.failed(f"no output in {self.path.name} for item {request.item_key!r}", cacheable=False, **meta)
+            which = f" sample {request.sample}" if request.sample else ""
+            return Generation.failed(f"no output in {self.path.name} for item {request.item_key!r}{which}", cacheable=False, **meta)
         self._fh.seek(offset)
         record = json.loads(self._fh.readline())
         meta = {"model": record.get("model", self.model), "model_revision": record.get("model_revision", self.revision)}

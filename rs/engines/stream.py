@@ -30,7 +30,10 @@ class Stream(Protocol):
         """Submitted and not yet returned by `poll`."""
         ...
 
-    def submit(self, tag: Hashable, request: Request) -> None: ...
+    def submit(self, tag: Hashable, request: Request) -> None:
+        """Add a request; one that asks for several samples (`Request.samples`) comes back as that many results with
+        its tag, each `Generation.sample` naming its sample."""
+        ...
 
     def poll(self, *, wait: bool = True) -> list[tuple[Hashable, Generation]]:
         """The requests that finished; with `wait`, advance the engine until at least one has (while any is in flight).
@@ -55,7 +58,7 @@ class BatchStream:
         return len(self._pending)
 
     def submit(self, tag: Hashable, request: Request) -> None:
-        self._pending.append((tag, request))
+        self._pending.extend((tag, request.one(request.sample + i)) for i in range(request.samples))
 
     def poll(self, *, wait: bool = True) -> list[tuple[Hashable, Generation]]:
         if not wait:
@@ -66,6 +69,8 @@ class BatchStream:
         generations = self.engine.generate([r for _, r in pending], self.settings)
         if len(generations) != len(pending):
             raise RuntimeError(f"{self.engine.kind} engine returned {len(generations)} outputs for {len(pending)} requests")
+        for (_, request), generation in zip(pending, generations):
+            generation.sample = request.sample
         return [(tag, g) for (tag, _), g in zip(pending, generations)]
 
 

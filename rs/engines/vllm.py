@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from PIL.Image import Image
 
     from rs.families.schema import ModelConfig
-    from vllm import LLM, RequestOutput, SamplingParams
+    from vllm import LLM, CompletionOutput, RequestOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +214,8 @@ class VLLMEngine:
         """(tokenizer, chat template) as vLLM resolves them, without the weights."""
         self.in_flight = in_flight
         """Requests a stream keeps in the engine at once; None: 4 x the scheduler's `max_num_seqs`."""
-        self._owners: dict[str, tuple[VLLMStream, Hashable]] = {}
+        self._owners: dict[str, tuple[VLLMStream, Hashable, int]] = {}
+        """Request id -> the stream that submitted it, its tag and its first sample."""
         """Requests in the engine -> the stream and tag they belong to: streams on one engine share its steps."""
 
     @property
@@ -300,9 +301,14 @@ class VLLMEngine:
 
     # - internals -
 
-    def _generation(self, output: RequestOutput, settings: SamplingSettings | None = None) -> Generation:
-        completion = output.outputs[0]
-        meta = self._meta()
+    def _generations(self, output: RequestOutput, settings: SamplingSettings | None = None, first: int = 0) -> list[Generation]:
+        """One Generation per sample of a finished request (vLLM's `n`), in sample order."""
+        return [self._generation(output, completion, settings, first + completion.index)
+                for completion in sorted(output.outputs, key=lambda c: c.index)]
+
+    def _generation(self, output: RequestOutput, completion: CompletionOutput, settings: SamplingSettings | None,
+                    sample: int) -> Generation:
+        meta = {**self._meta(), "sample": sample}
         finish = str(completion.finish_reason) if completion.finish_reason is not None else None
         if finish not in ("stop", "length", "repetition"):
             # "abort" (or none): the engine dropped the request; a re-run should try again
@@ -350,7 +356,7 @@ class VLLMEngine:
 
     def _sampling_params(self, settings: SamplingSettings) -> SamplingParams:
         from vllm import SamplingParams
-        from vllm.sampling_params import StructuredOutputsParams
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         structured = StructuredOutputsParams(choice=list(settings.choices)) if settings.choices else None
         limits: dict[str, Any] = {}
@@ -363,7 +369,7 @@ class VLLMEngine:
             limits["thinking_token_budget"] = settings.thinking_token_budget
         return SamplingParams(
             temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
-            max_tokens=settings.max_tokens, structured_outputs=structured, **limits,
+            max_tokens=settings.max_tokens, structured_outputs=structured, output_kind=RequestOutputKind.FINAL_ONLY, **limits,
         )
 
     def _chat_template_sha256(self) -> str | None:
@@ -474,7 +480,7 @@ class VLLMStream:
             else:
                 conversation = self._conversation(request)
                 if isinstance(conversation, Generation):
-                    self._done.append((tag, conversation))
+                    self._fail(tag, request, conversation)
                     return
                 (request_id,) = self._llm.enqueue_chat(
                     [conversation], self.params(request), use_tqdm=False, chat_template_kwargs=self.settings.chat_template_kwargs or None,
@@ -484,11 +490,15 @@ class VLLMStream:
                 if died := _died(self, err):
                     raise died from err
                 raise
-            self._done.append((tag, self.engine._failure(err)))
+            self._fail(tag, request, self.engine._failure(err))
             return
         # enqueue returns the engine's internal id ("<n>-<suffix>"); outputs carry the external "<n>"
-        self.engine._owners[request_id.split("-", 1)[0]] = (self, tag)
-        self._waiting += 1
+        self.engine._owners[request_id.split("-", 1)[0]] = (self, tag, request.sample)
+        self._waiting += request.samples
+
+    def _fail(self, tag: Hashable, request: Request, failure: Generation) -> None:
+        """A request refused alone: each of its samples fails with the same reason."""
+        self._done.extend((tag, replace(failure, sample=request.sample + i)) for i in range(request.samples))
 
     def poll(self, *, wait: bool = True) -> list[tuple[Hashable, Generation]]:
         engine, owners = self._llm.llm_engine, self.engine._owners
@@ -501,9 +511,10 @@ class VLLMStream:
                 raise
             for output in outputs:
                 if output.finished and output.request_id in owners:
-                    stream, tag = owners.pop(output.request_id)
-                    stream._waiting -= 1
-                    stream._done.append((tag, self.engine._generation(output, stream.settings)))
+                    stream, tag, first = owners.pop(output.request_id)
+                    generations = self.engine._generations(output, stream.settings, first)
+                    stream._waiting -= len(generations)
+                    stream._done.extend((tag, generation) for generation in generations)
             if self._waiting and not engine.has_unfinished_requests():
                 raise RuntimeError(f"vLLM dropped {self._waiting} requests without finishing them")
         done, self._done = self._done, []
@@ -520,8 +531,13 @@ class VLLMStream:
         return rendered
 
     def params(self, request: Request) -> SamplingParams:
-        """The request's sampling parameters: the stream's settings (a benchmark's workload may vary them per request)."""
-        return self._params
+        """The request's sampling parameters: the stream's settings, with `n` and the first sample's seed for a request
+        of several samples (vLLM seeds sample `i` of `n` with `seed + i`); a benchmark's workload may vary them."""
+        if request.sample == 0 and request.samples == 1:
+            return self._params
+        params = self._params.clone()
+        params.n, params.seed = request.samples, self.settings.seed + request.sample
+        return params
 
     def _conversation(self, request: Request) -> list[dict[str, Any]] | Generation:
         if request.image is None:

@@ -29,7 +29,7 @@ from rs.verifiers import VerifierError, resolve_params
 from .schema import FamilyConfig
 
 TOP_LEVEL_KEYS = ("defaults", "families")
-REPO_SUFFIX = {"think": "_RS_think", "nothink": "_RS_nothink", "rejected": "_rejected"}
+REPO_SUFFIX = {"think": "_RS_think", "nothink": "_RS_nothink", "rejected": "_rejected", "pairs": "_RS_pairs"}
 """The Hub repo of each published split is the family's name with this suffix."""
 _HUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _HUB_REPO_NAME_MAX = 96
@@ -51,8 +51,15 @@ class Family:
     line: int
 
     def repo_name(self, split: str) -> str:
-        """Hub repo name of one of the three published splits (`RS_think`, `RS_nothink`, `rejected`)."""
+        """Hub repo name of one of the published splits (`RS_think`, `RS_nothink`, `rejected`; `RS_pairs`)."""
         return f"{self.name}{REPO_SUFFIX[split]}"
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The splits this family publishes: the three, and `pairs` when its recovery pass makes preference pairs."""
+        recovery = self.config.recovery
+        pairs = recovery is not None and recovery.pairs
+        return tuple(split for split in REPO_SUFFIX if pairs or split != "pairs")
 
 
 def _where(path: Path, node: Node) -> str:

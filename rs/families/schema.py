@@ -128,6 +128,47 @@ class SamplingConfig:
 
 
 @dataclass
+class DifficultyConfig:
+    samples: int = 0
+    """Samples drawn for every accepted item too, as the recovery pass draws them, so that every question of the family
+    gets a measured `pass_rate`; 0: only the rejected items are sampled."""
+
+    def __post_init__(self) -> None:
+        at_least("samples", self.samples, 0, what="samples per accepted item; 0 samples none")
+
+
+@dataclass
+class RecoveryConfig:
+    """A second chance for the rejected questions: `samples` more answers each, drawn above temperature 0."""
+
+    samples: int = 4
+    """Samples per rejected item (k); one request each (vLLM's `n`), sample `i` seeded `seed + i`."""
+    temperature: float = 0.6
+    """Above 0: the greedy answer was wrong, other paths through the reasoning may not be (Qwen samples its thinking
+    models at 0.6, top_p 0.95, and advises against greedy decoding for them)."""
+    top_p: float = 0.95
+    seed: int = 0
+    """Sample `i` is drawn with seed `seed + i`: a re-run, or a raised `samples`, draws the same samples."""
+    max_tokens: int | None = None
+    """Generation budget of a sample; null: `sampling.max_tokens`. Loop detection and the thinking budget are the
+    sampling pass's."""
+    cut_off: bool = False
+    """Also sample the items whose greedy answer gave none (`no_final_answer`, `degenerate_repetition`)."""
+    difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
+    pairs: bool = False
+    """Publish a fourth repo, `<FAMILY>_RS_pairs`: preference pairs of a verified answer and a wrong one to one question."""
+
+    def __post_init__(self) -> None:
+        at_least("samples", self.samples, 1, what="samples per rejected item; to recover nothing, remove the recovery block")
+        positive("temperature", self.temperature, what="the greedy pass is temperature 0: the same request again would give "
+                 "the same answer")
+        if not 0 < self.top_p <= 1:
+            raise ConfigValueError("top_p", f"must be above 0 and at most 1 (1 keeps every token), got {self.top_p!r}")
+        at_least("max_tokens", self.max_tokens, 1, what="the tokens a sample may use, its reasoning included; null for "
+                 "sampling.max_tokens")
+
+
+@dataclass
 class JudgeConfig:
     enabled: bool = True
     model: ModelConfig | None = None
@@ -297,5 +338,8 @@ class FamilyConfig:
     """How the model is served: `kind` is a registered engine kind (vllm, openai, replay, ...)."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    recovery: RecoveryConfig | None = None
+    """The recovery pass (off when absent): rejected items sampled again above temperature 0, their pass rates measured,
+    an item with a verified sample accepted (`accepted_by: recovery`). README: "Recovering the hard questions"."""
     shard: ShardConfig = field(default_factory=ShardConfig)
     publish: PublishConfig = field(default_factory=PublishConfig)

@@ -31,7 +31,6 @@ from rs.errors import UsageError
 from rs.families import Family
 from rs.hub import FileChange, PublishResult, publish_folder, resolve_token
 from rs.report import FamilyReport
-from rs.schema import SPLITS
 from rs.sizes import parse_bytes
 from rs.plan import plan_family
 from rs.stages import BuildContext, current_sample_report, default_cache_path, scratch
@@ -281,7 +280,7 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
         if sample is not None and not cards_only and not dry_run:
             sample(ctx)
         report = None if cards_only else build_family(ctx)
-        if report is not None and not local and not allow_empty and (empty := [s for s in SPLITS if not report.splits[s].rows]):
+        if report is not None and not local and not allow_empty and (empty := [s for s in family.splits if not report.splits[s].rows]):
             raise EmptySplitError(
                 f"{', '.join(family.repo_name(s) for s in empty)} would have no rows: `datasets.load_dataset` refuses a split with "
                 "no rows (\"Instruction 'train' corresponds to no data!\"), so nothing was published",
@@ -290,7 +289,7 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
         staging = ctx.paths.root / "repos"
         only = CARD_FILES if cards_only else None
         staged = {}
-        for split in SPLITS:
+        for split in family.splits:
             repo_name = family.repo_name(split)
             published = root / repo_name if local else None
             if cards_only and not local and not ctx.paths.stats.exists():
@@ -312,5 +311,5 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
         stats_file = staging / family.repo_name("rejected") / "rs" / "stats.json"
         report = FamilyReport.from_dict(json.loads(stats_file.read_text()), where=str(stats_file))
     where = {split: (str(root / family.repo_name(split)) if local else f"{HUB_URL}/{c.publish.namespace}/{family.repo_name(split)}")
-             for split in SPLITS}
+             for split in family.splits}
     return {"report": report, "results": results, "where": where, "local": local, "seconds": time.perf_counter() - start}

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -26,6 +25,7 @@ from rs.families.schema import FamilyConfig
 from rs.calibration import Answered, Calibration, CalibrationCases, CalibrationSampler, calibrate, question_kind
 from rs.judge import Judge, JudgeCase, judgeable
 from rs.progress import progress
+from rs.streaming import InOrder
 from rs.prompt import Instructions, sampling_request
 from rs.reasoning import ReasoningFormat
 from rs.sources.base import QAItem, Row
@@ -38,14 +38,13 @@ logger = logging.getLogger(__name__)
 
 
 class _Slot:
-    """One item on its way through the stage: its request, then its record, then (maybe) its verdict."""
+    """One item on its way through the stage: its request, then its record (with, maybe, the judge's verdict)."""
 
-    __slots__ = ("row", "item", "request", "record", "judging")
+    __slots__ = ("row", "item", "request", "record")
 
     def __init__(self, row: int, item: QAItem, request: Request):
         self.row, self.item, self.request = row, item, request
-        self.record: dict[str, Any] | None = None
-        self.judging = False
+        self.record: dict[str, Any] = {}
 
 
 @dataclass
@@ -165,52 +164,26 @@ class SampleStage:
     def run(self, rows: Iterable[Row], items_dir: str | Path, *, total: int | None = None) -> SampleReport:
         """Answer, verify and judge every item of `rows`; write one record per item, in item order.
 
-        Answers and verdicts share one stream of requests: a rejection's judge request joins the
-        engine as soon as its answer is verified, beside the questions still being answered, so the
-        engine never waits between answering and judging. Records leave in item order whatever order
-        the engine finishes in, so the items store does not depend on timing.
+        Answers and verdicts share one stream of requests (`rs.streaming.InOrder`): a rejection's judge
+        request joins the engine as soon as its answer is verified, beside the questions still being
+        answered, so the engine never waits between answering and judging. Records leave in item order
+        whatever order the engine finishes in, so the items store does not depend on timing.
         """
         start = time.perf_counter()
-        batch = max(1, self.config.engine.batch_size)
-        sampler = self.runner.stream(self.settings)
-        judge = self.judge.runner.stream(self.judge.settings) if self.judge else None
-        slots, more = self._slots(rows), True
-        order: deque[_Slot] = deque()
+        streams: list[Any] = [self.runner.stream(self.settings)]
+        answered: list[Any] = [self._answered]
+        if self.judge is not None:
+            streams.append(self.judge.runner.stream(self.judge.settings))
+            answered.append(self._judged)
+        core = InOrder(streams, answered, batch=self.config.engine.batch_size)
         with ParquetStreamWriter(items_dir, "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as writer, \
                 progress(total, "sampling", enabled=self.progress) as bar:
-            try:
-                while more or order:
-                    topped = more and sampler.queued < sampler.window and len(order) < 8 * max(sampler.window, batch)
-                    if topped:
-                        group = list(islice(slots, batch))
-                        more = len(group) == batch
-                        for slot in group:
-                            order.append(slot)
-                            sampler.submit(slot, slot.request)
-                    head = order[0] if order else None
-                    answered = sampler.collect(wait=not topped and head is not None and head.record is None)
-                    for slot, generation in answered:
-                        case = self._answered(slot, generation)  # type: ignore[arg-type]
-                        if case is not None and judge is not None:
-                            slot.judging = True  # type: ignore[union-attr]
-                            judge.submit(slot, self.judge.request(case))  # type: ignore[union-attr]
-                    if judge is not None:
-                        waits_for_judge = not topped and not answered and head is not None and head.judging
-                        for slot, generation in judge.collect(wait=waits_for_judge):
-                            self._judged(slot, generation)  # type: ignore[arg-type]
-                    written = 0
-                    while order and order[0].record is not None and not order[0].judging:
-                        record = order.popleft().record
-                        writer.write(record, size=len(record["text"]) + len(record["prompt"]))
-                        written += 1
-                    if written:
-                        bar.update(written)
-                        bar.set_postfix(cached=self.runner.stats.cache_hits, sent=self.runner.stats.engine_calls,
-                                        judged=self.report.judged, refresh=False)
-            finally:
-                sampler.close()
-                if judge is not None:
-                    judge.close()
+            for slot in core.run((slot, [(None, slot.request)]) for slot in self._slots(rows)):
+                record = slot.record
+                writer.write(record, size=len(record["text"]) + len(record["prompt"]))
+                bar.update()
+                bar.set_postfix(cached=self.runner.stats.cache_hits, sent=self.runner.stats.engine_calls,
+                                judged=self.report.judged, refresh=False)
         self.report.calibration = self._calibrate()
         stats = self.runner.stats
         self.report.sampling_requests, self.report.sampling_engine_calls = stats.requests, stats.engine_calls
@@ -220,8 +193,8 @@ class SampleStage:
         self.report.seconds = time.perf_counter() - start
         return self.report
 
-    def _answered(self, slot: _Slot, gen: Generation) -> JudgeCase | None:
-        """Verify one answer into its record; the judge case, when the judge should see it."""
+    def _answered(self, slot: _Slot, _: object, gen: Generation) -> list[tuple[None, Request]]:
+        """Verify one answer into its record; the judge's request, when the judge should see it."""
         v = self.verify(slot.item, slot.request.prompt, gen)
         gen = v.generation
         self.report.items += 1
@@ -246,24 +219,30 @@ class SampleStage:
             "prompt_reasoning": gen.prompt_reasoning, "reasoning_agrees": v.reasoning_agrees, "ending": gen.ending,
             "thinking_tokens": gen.thinking_tokens,
         }
-        return v.case
+        return [(None, self.judge.request(v.case))] if v.case is not None and self.judge is not None else []
 
-    def _judged(self, slot: _Slot, generation: Generation) -> None:
+    def _judged(self, slot: _Slot, _: object, generation: Generation) -> list[Any]:
         record = slot.record
         assert record is not None and self.judge is not None
+        record["judge"] = self.judged(record, generation)
+        return []
+
+    def judged(self, record: dict[str, Any], generation: Generation) -> str:
+        """The judge's label of an answer's record (its verdict `generation`), counted."""
+        assert self.judge is not None
         label, read = self.judge.verdict(generation)
         self.report.judge_prompt_reasoning[read.prompt_reasoning or "unknown"] += read.error is None
-        record["judge"] = label
-        slot.judging = False
         self.report.verdicts[label] += 1
         self.report.judged += 1
         if record["contradicts"]:
             self.report.contradicted_verdicts[label] += 1
+        return label
 
-    def verify(self, item: QAItem, prompt: str, gen: Generation) -> Verification:
-        """Verify one answer and offer it to the calibration samples.
+    def verify(self, item: QAItem, prompt: str, gen: Generation, *, calibrating: bool = True) -> Verification:
+        """Verify one answer and (with `calibrating`) offer it to the calibration samples.
 
-        `rs.distributed` verifies with this too, so both paths judge and calibrate on the same cases.
+        `rs.distributed` verifies with this too, so both paths judge and calibrate on the same cases; the recovery
+        pass's samples (`rs.recovery`) are verified with it, and not offered: the judge is calibrated on greedy answers.
         """
         gen = self.reasoning.read(gen)
         references = item.all_references()
@@ -275,7 +254,8 @@ class SampleStage:
         if not answered or not gen.answer:
             return Verification(gen, references, verified, contradicts, agrees, None)
         case = JudgeCase(prompt, item.answer, gen.answer, item.key)
-        self.calibration.offer(Answered(case, tuple(references), item.options, question_kind(item), item.qtype), verified)
+        if calibrating:
+            self.calibration.offer(Answered(case, tuple(references), item.options, question_kind(item), item.qtype), verified)
         judged = not verified and judgeable(gen.answer) and self._consensus(item, references)
         return Verification(gen, references, verified, contradicts, agrees, case if judged else None)
 

@@ -1,0 +1,117 @@
+"""The streaming core: units of work whose requests finish out of order, released in the order they came in.
+
+A unit (one QA item with its answer; one rejected item with its k samples) asks any number of
+requests of the first stream (the sampler); each answer may ask follow-up requests of the next
+stream (the judge). The engine finishes them in any order; `InOrder` keeps every stream topped up,
+and hands each unit back, in the order the units came in, as soon as none of its requests is out.
+How many units may wait behind the oldest unfinished one is bounded, so memory stays flat in the
+number of units, whatever the spread of answer lengths.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from itertools import islice
+from typing import Callable, Generic, Hashable, Iterable, Iterator, Protocol, Sequence, TypeVar
+
+from rs.engines.base import Generation, Request
+
+U = TypeVar("U")
+
+FollowUps = Iterable[tuple[Hashable, Request]]
+"""Requests a unit asks next, each with the tag its answer comes back with."""
+
+
+class RequestStream(Protocol):
+    """What the core needs of a stream (`rs.engines.cached.CachedStream`)."""
+
+    @property
+    def window(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
+
+    @property
+    def pending(self) -> int: ...
+
+    def submit(self, tag: Hashable, request: Request) -> None: ...
+
+    def collect(self, *, wait: bool) -> list[tuple[Hashable, Generation]]: ...
+
+    def close(self) -> None: ...
+
+
+class _Entry(Generic[U]):
+    __slots__ = ("unit", "out")
+
+    def __init__(self, unit: U, streams: int):
+        self.unit = unit
+        self.out = [0] * streams
+        """Requests of this unit each stream has not answered yet."""
+
+
+Answered = Callable[[U, Hashable, Generation], FollowUps]
+"""Called with each answer of a stream: records it in the unit; returns the unit's requests to the next stream."""
+
+
+class InOrder(Generic[U]):
+    """Units in, their requests through a chain of streams, units out in order.
+
+    `answered[i]` is called with each answer of `streams[i]`; what it returns goes to `streams[i + 1]`
+    (the last stream's handler returns nothing). Units are read `batch` at a time while the first
+    stream has room, and while fewer than `hold` wait to be released.
+    """
+
+    def __init__(self, streams: Sequence[RequestStream], answered: Sequence[Answered[U]], *, batch: int, hold: int | None = None):
+        if len(streams) != len(answered):
+            raise ValueError("one handler per stream")
+        self.streams, self.answered = list(streams), list(answered)
+        self.batch = max(1, batch)
+        self.hold = hold
+
+    def run(self, units: Iterable[tuple[U, FollowUps]]) -> Iterator[U]:
+        """Yield each unit once all its requests are answered, in the order `units` gave them.
+
+        `units` gives each unit with its first requests (to the first stream); a unit with none is
+        released as soon as the units before it are."""
+        first = self.streams[0]
+        hold = self.hold or 8 * max(first.window, self.batch)
+        order: deque[_Entry[U]] = deque()
+        source, more = iter(units), True
+        try:
+            while more or order:
+                topped = more and first.queued < first.window and len(order) < hold
+                if topped:
+                    group = list(islice(source, self.batch))
+                    more = len(group) == self.batch
+                    for unit, requests in group:
+                        entry = _Entry(unit, len(self.streams))
+                        order.append(entry)
+                        self._submit(0, entry, requests)
+                got = self._collect(order[0] if order and not topped else None)
+                while order and not any(order[0].out):
+                    yield order.popleft().unit
+                if not topped and not got and order and not any(s.pending for s in self.streams):
+                    raise RuntimeError(f"the engine left {len(order)} units unanswered")
+        finally:
+            for stream in self.streams:
+                stream.close()
+
+    def _submit(self, index: int, entry: _Entry[U], requests: FollowUps) -> None:
+        stream = self.streams[index]
+        for tag, request in requests:
+            entry.out[index] += 1
+            stream.submit((entry, tag), request)
+
+    def _collect(self, head: _Entry[U] | None) -> int:
+        """Take what every stream has ready; wait on the first stream the oldest unit waits for, when nothing else came."""
+        got = 0
+        for index, stream in enumerate(self.streams):
+            wait = head is not None and not got and head.out[index] > 0
+            for (entry, tag), generation in stream.collect(wait=wait):  # type: ignore[misc]
+                entry.out[index] -= 1
+                got += 1
+                follow = self.answered[index](entry.unit, tag, generation)
+                if follow:
+                    self._submit(index + 1, entry, follow)
+        return got
