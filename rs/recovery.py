@@ -28,7 +28,7 @@ from rs.route import decide
 from rs.sample import SampleStage
 from rs.sources.base import QAItem, Row
 from rs.store import RECOVERY, ParquetStreamWriter
-from rs.streaming import InOrder
+from rs.engines.ordered import InOrder
 
 RETRIED_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked")
 """Rejections with a final answer: the recovery pass samples them again."""

@@ -8,10 +8,10 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, replace
-from itertools import islice
-from typing import Callable, Hashable, Iterable, Iterator
+from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from rs.engines.cache import CacheAnswerDamaged, GenerationCache
+from rs.engines.ordered import InOrder
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.stream import Stream, open_stream
 from rs.progress import progress
@@ -273,38 +273,14 @@ class CachedEngine:
                             lookup_rows=self.batch_size, commit_seconds=self.commit_seconds)
 
     def run(self, requests: Iterable[Request], settings: SamplingSettings, *, desc: str = "sampling", total: int | None = None) -> Iterator[tuple[Request, Generation]]:
-        """Yield `(request, generation)` in request order."""
-        stream = self.stream(settings)
-        order: deque[_Slot] = deque()
-        iterator = iter(requests)
-        more = True
+        """Yield `(request, generation)` in request order (through `rs.engines.ordered.InOrder`)."""
+        def answered(slot: _Slot, _: object, generation: Generation) -> list[Any]:
+            slot.generation = generation
+            return []
+
+        core = InOrder([self.stream(settings)], [answered], batch=self.batch_size)
         with progress(total, desc, enabled=self.progress) as bar:
-            try:
-                while more or order:
-                    held = 8 * max(stream.window, self.batch_size)  # answered or queued behind the oldest unanswered one
-                    if more and stream.queued < stream.window and len(order) < held:
-                        group = list(islice(iterator, self.batch_size))
-                        more = len(group) == self.batch_size  # a short group: the requests are exhausted
-                        for request in group:
-                            slot = _Slot(request)
-                            order.append(slot)
-                            stream.submit(slot, request)
-                        finished = stream.collect(wait=False)
-                    else:
-                        finished = stream.collect(wait=True)
-                    for slot, generation in finished:
-                        slot.generation = generation  # type: ignore[union-attr]
-                    done = 0
-                    while order and order[0].generation is not None:
-                        slot = order.popleft()
-                        done += 1
-                        if not order and not more:
-                            stream.close()  # before the last result: a caller may stop reading at the last one it asked for
-                        yield slot.request, slot.generation
-                    if done:
-                        bar.update(done)
-                        bar.set_postfix(cached=self.stats.cache_hits, sent=self.stats.engine_calls, refresh=False)
-                    if not finished and not more and order and not stream.pending:
-                        raise RuntimeError(f"{self.engine.kind} engine left {len(order)} requests unanswered")
-            finally:
-                stream.close()
+            for slot in core.run((_Slot(request), [(None, request)]) for request in requests):
+                bar.update()
+                bar.set_postfix(cached=self.stats.cache_hits, sent=self.stats.engine_calls, refresh=False)
+                yield slot.request, slot.generation

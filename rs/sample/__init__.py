@@ -25,7 +25,7 @@ from rs.families.schema import FamilyConfig
 from rs.calibration import Answered, Calibration, CalibrationCases, CalibrationSampler, calibrate, question_kind
 from rs.judge import Judge, JudgeCase, judgeable
 from rs.progress import progress
-from rs.streaming import InOrder
+from rs.engines.ordered import InOrder
 from rs.prompt import Instructions, sampling_request
 from rs.reasoning import ReasoningFormat
 from rs.sources.base import QAItem, Row
@@ -164,7 +164,7 @@ class SampleStage:
     def run(self, rows: Iterable[Row], items_dir: str | Path, *, total: int | None = None) -> SampleReport:
         """Answer, verify and judge every item of `rows`; write one record per item, in item order.
 
-        Answers and verdicts share one stream of requests (`rs.streaming.InOrder`): a rejection's judge
+        Answers and verdicts share one stream of requests (`rs.engines.ordered.InOrder`): a rejection's judge
         request joins the engine as soon as its answer is verified, beside the questions still being
         answered, so the engine never waits between answering and judging. Records leave in item order
         whatever order the engine finishes in, so the items store does not depend on timing.

@@ -90,12 +90,19 @@ class InOrder(Generic[U]):
                         self._submit(0, entry, requests)
                 got = self._collect(order[0] if order and not topped else None)
                 while order and not any(order[0].out):
-                    yield order.popleft().unit
+                    unit = order.popleft().unit
+                    if not order and not more:
+                        self._close()  # before the last unit: a caller may stop reading at the last one it asked for
+                    yield unit
                 if not topped and not got and order and not any(s.pending for s in self.streams):
                     raise RuntimeError(f"the engine left {len(order)} units unanswered")
         finally:
-            for stream in self.streams:
-                stream.close()
+            self._close()
+
+    def _close(self) -> None:
+        """Commit what is answered (closing twice is harmless)."""
+        for stream in self.streams:
+            stream.close()
 
     def _submit(self, index: int, entry: _Entry[U], requests: FollowUps) -> None:
         stream = self.streams[index]

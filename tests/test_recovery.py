@@ -1,0 +1,258 @@
+"""The recovery pass (`recovery:`) with the demo model through the real vLLM engine: samples, pass rates, pairs.
+
+TinyCLEVR ships with `recovery: {samples: 4, temperature: 0.7, pairs: true}`; these tests build the first
+images of it (`--limit`) and check what the stores, the splits, the cards and the cache say.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+import datasets  # noqa: E402
+
+from rs.build import build_family  # noqa: E402
+from rs.engines import engines_for  # noqa: E402
+from rs.engines.vllm import VLLMStream  # noqa: E402
+from rs.families import get_family, load_families  # noqa: E402
+from rs.route import decide  # noqa: E402
+from rs.stages import BuildContext, ensure_recovered, ensure_sampled  # noqa: E402
+from rs.store import read_records  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMIT = 8
+
+
+@pytest.fixture(scope="module")
+def demo_engine():
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    sampler, _ = engines_for(get_family("TinyCLEVR"))
+    yield sampler
+    sampler.close()
+
+
+def tiny_clevr(tmp_path: Path, recovery: str | None = None) -> Path:
+    """The shipped families.yaml, with TinyCLEVR's recovery block replaced by `recovery` (None: as shipped)."""
+    text = (ROOT / "families.yaml").read_text()
+    shipped = "    recovery: {samples: 4, temperature: 0.7, pairs: true}\n"
+    assert shipped in text
+    path = tmp_path / "families.yaml"
+    path.write_text(text if recovery is None else text.replace(shipped, f"    recovery: {recovery}\n" if recovery else ""))
+    return path
+
+
+def context(families: Path, root: Path, engine, *, cache: str = "cache.sqlite") -> BuildContext:
+    family = load_families(families)["TinyCLEVR"]
+    return BuildContext(family, root / "build", root / cache, limit=LIMIT, progress=False, engine_factory=lambda f: (engine, engine))
+
+
+def recording(monkeypatch) -> list[tuple[int, int, float]]:
+    """What the vLLM streams are asked: (first sample, samples, temperature) per request."""
+    asked: list[tuple[int, int, float]] = []
+    submit = VLLMStream.submit
+
+    def logged(stream, tag, request):
+        asked.append((request.sample, request.samples, stream.settings.temperature))
+        submit(stream, tag, request)
+
+    monkeypatch.setattr(VLLMStream, "submit", logged)
+    return asked
+
+
+def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(tmp_path: Path, demo_engine, monkeypatch) -> None:
+    asked = recording(monkeypatch)
+    ctx = context(tiny_clevr(tmp_path), tmp_path, demo_engine)
+    report = build_family(ctx)
+    items = list(read_records(ctx.paths.items, "items"))
+    draws = list(read_records(ctx.paths.recovery, "recovery"))
+    promotes = ensure_sampled(ctx).promotes
+
+    # every rejection with a final answer was sampled 4 times, and nothing else
+    retried = [i for i in items if not decide(i, promotes).accepted and i["final"] is not None and i["error"] is None
+               and i["ending"] != "repetition"]
+    assert [(d["row"], d["key"]) for d in draws] == [(i["row"], i["key"]) for i in retried]
+    assert all(d["k"] == 4 and [s["sample"] for s in d["samples"]] == [0, 1, 2, 3] and [s["seed"] for s in d["samples"]] == [0, 1, 2, 3]
+               for d in draws)
+    # one request per item with n = 4 at temperature 0.7 (the prompt and image processed once)
+    recovery_requests = [a for a in asked if a[2] == 0.7]
+    assert recovery_requests == [(0, 4, 0.7)] * len(draws)
+    # samples are read, verified and judged as greedy answers are: only the undecided go to the judge
+    samples = [s for d in draws for s in d["samples"]]
+    assert all(s["judge"] is None for s in samples if s["verified"] or s["contradicts"] or s["final"] is None)
+    assert any(s["judge"] is not None for s in samples if not s["verified"] and not s["contradicts"] and s["final"])
+
+    # the accepted splits carry the recovered samples with their provenance; the rejected split the rest
+    recovered = {d["key"]: d for d in draws if any(decide(s, promotes).accepted for s in d["samples"])}
+    assert recovered, "the demo model recovered none of its rejections at temperature 0.7"
+    think = datasets.load_dataset("parquet", data_files=str(ctx.paths.split("think") / "*.parquet"), split="train")
+    nothink = datasets.load_dataset("parquet", data_files=str(ctx.paths.split("nothink") / "*.parquet"), split="train")
+    rejected = datasets.load_dataset("parquet", data_files=str(ctx.paths.split("rejected") / "*.parquet"), split="train")
+    by_prompt = {i["prompt"]: i for i in items}
+    key_of = {i["prompt"]: i["key"] for i in items}
+    via_recovery = [qa for row in nothink for qa in row["qa"] if qa["accepted_by"] == "recovery"]
+    assert sorted(key_of[qa["question"]] for qa in via_recovery) == sorted(recovered)
+    for qa in via_recovery:
+        d = recovered[key_of[qa["question"]]]
+        chosen = d["samples"][qa["sample"]]
+        assert decide(chosen, promotes).accepted and qa["answer"] == chosen["final"] and qa["seed"] == chosen["seed"]
+        assert qa["temperature"] == 0.7 and qa["greedy_answer"] == by_prompt[qa["question"]]["final"]
+        assert qa["k"] == 4 and qa["pass_rate"] == sum(decide(s, promotes).accepted for s in d["samples"]) / 4
+    greedy = [qa for row in think for qa in row["qa"] if qa["accepted_by"] != "recovery"]
+    assert greedy and all(qa["sample"] is None and qa["temperature"] == 0.0 and qa["pass_rate"] is None for qa in greedy)
+    still = [qa for row in rejected for qa in row["qa"]]
+    assert all(qa["pass_rate"] == 0.0 and qa["k"] == 4 for qa in still if qa["reason"] not in ("no_final_answer", "engine_error",
+                                                                                               "degenerate_repetition"))
+
+    # the report and the cards: greedy and recovered accept rates apart, the histogram of what was sampled
+    r = report.recovery
+    answered = report.totals.accepted + report.totals.rejected
+    assert r.recovered == len(recovered) == report.totals.accepted_by["recovery"]
+    assert r.greedy_accepted == report.totals.accepted - r.recovered
+    assert r.greedy_accept_rate == r.greedy_accepted / answered and r.accept_rate == report.totals.accepted / answered
+    assert sum(map(sum, r.pass_rates.values())) == len(draws) and r.pass_rates["rejected"][0] == r.still_rejected
+    assert r.samples == 4 * len(draws)
+    stats = json.loads(ctx.paths.stats.read_text())
+    assert stats["recovery"]["pass_rates"] == r.pass_rates
+
+
+def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path, demo_engine) -> None:
+    from rs.publish import publish
+
+    families = tiny_clevr(tmp_path)
+    family = load_families(families)["TinyCLEVR"]
+    out = tmp_path / "out"
+    outcome = publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", limit=LIMIT, progress=False,
+                      out=out, engine_factory=lambda f: (demo_engine, demo_engine))
+    repos = {split: Path(where) for split, where in outcome["where"].items()}
+    assert set(repos) == {"think", "nothink", "rejected", "pairs"}
+    pairs = datasets.load_dataset(str(repos["pairs"]), split="train")
+    assert pairs.num_rows > 0
+    assert set(pairs.column_names) >= {"images", "prompt", "chosen", "rejected"}
+
+    # the card's numbers, recomputed from the repo's own files
+    card = (repos["pairs"] / "README.md").read_text()
+    images = len(set(pairs["image_sha256"]))
+    assert f"| rows | {pairs.num_rows:,} |" in card
+    assert f"{pairs.num_rows} pair{'s' if pairs.num_rows != 1 else ''} over {images} image{'s' if images != 1 else ''}" in card
+    chosen, wrong, reason = Counter(pairs["chosen_from"]), Counter(pairs["rejected_from"]), Counter(pairs["rejected_reason"])
+    assert (f"the chosen response is the greedy answer in {chosen['greedy']} and a recovery sample in {chosen['sample']}; "
+            f"the rejected one is the greedy answer in {wrong['greedy']} and a sample in {wrong['sample']}, known wrong by the "
+            f"verifier in {reason['certain']} and by the calibrated judge in {reason['judge']}") in card
+    for row in pairs:
+        assert row["prompt"] == [{"role": "user", "content": row["question"]}]
+        assert row["chosen"][0]["content"].endswith(f"</think>\n\n{row['chosen_answer']}")
+        assert row["rejected"][0]["content"].endswith(f"</think>\n\n{row['rejected_answer']}")
+        assert row["chosen_answer"] != row["rejected_answer"] and len(row["images"]) == 1
+
+    # the other cards state the greedy and the recovered accept rates apart
+    stats = json.loads((repos["think"] / "rs" / "stats.json").read_text())
+    think_card = (repos["think"] / "README.md").read_text()
+    rec = stats["recovery"]
+    assert f"| accept rate, greedy pass (temperature 0) | {100 * rec['greedy_accept_rate']:.1f}% |" in think_card
+    assert f"| accept rate after recovery | **{100 * rec['accept_rate']:.1f}%** |" in think_card
+    table = re.search(r"\| pass rate \| accepted by the greedy pass \| recovered \| still rejected \|\n\|---.*\n((?:\|.*\n)+)", think_card)
+    assert table, think_card
+    rows = [[int(c.strip().replace(",", "")) for c in line.split("|")[2:5]] for line in table.group(1).strip().splitlines()]
+    assert [r[1] for r in rows] == rec["pass_rates"]["recovered"] and [r[2] for r in rows] == rec["pass_rates"]["rejected"]
+
+    # a preference-tuning library takes the rows as they are: TRL's vision preference collator
+    trl = pytest.importorskip("trl")
+    from transformers import AutoProcessor
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from rs.demo_model import demo_model_path
+
+    processor = AutoProcessor.from_pretrained(demo_model_path())
+    batch = DataCollatorForVisionPreference(processor)([dict(pairs[i]) for i in range(min(2, pairs.num_rows))])
+    assert trl.__version__ and batch["input_ids"].shape[0] == 2 * min(2, pairs.num_rows)
+    assert "pixel_values" in batch and batch["completion_mask"].sum() > 0
+
+
+def test_raising_k_sends_exactly_the_missing_samples(tmp_path: Path, demo_engine, monkeypatch) -> None:
+    first = context(tiny_clevr(tmp_path, "{samples: 2, temperature: 0.7}"), tmp_path, demo_engine)
+    sampled = ensure_sampled(first)
+    two = ensure_recovered(first, sampled)
+    items = sum(two.items.values())
+    assert items and two.sampling_engine_calls == 2 * items
+    before = {d["key"]: d["samples"] for d in read_records(first.paths.recovery, "recovery")}
+
+    asked = recording(monkeypatch)
+    (tmp_path / "more").mkdir()
+    raised = context(tiny_clevr(tmp_path / "more", "{samples: 5, temperature: 0.7}"), tmp_path, demo_engine)
+    five = ensure_recovered(raised, ensure_sampled(raised))
+    assert sum(five.items.values()) == items
+    assert five.sampling_engine_calls == 3 * items and five.sampling_requests == 5 * items  # samples 2, 3, 4 of each item
+    assert [a for a in asked if a[2] == 0.7] == [(2, 3, 0.7)] * items  # one request each, n = 3 from sample 2's seed on
+    draws = list(read_records(raised.paths.recovery, "recovery"))
+    assert all([s["sample"] for s in d["samples"]] == list(range(5)) and d["samples"][:2] == before[d["key"]] for d in draws)
+
+    # and the same samples again: a re-run sends nothing
+    raised.paths.recovery_report.unlink()
+    again = ensure_recovered(raised, ensure_sampled(raised))
+    assert again.sampling_engine_calls == 0 and list(read_records(raised.paths.recovery, "recovery")) == draws
+
+
+def cache_rows(path: Path) -> int:
+    if not path.exists():
+        return 0
+    try:
+        with closing(sqlite3.connect(path, timeout=5)) as db:
+            return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def recovery_files(build: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((build / "recovery").glob("*.parquet"))}
+
+
+def test_sigkill_mid_recovery_then_rerun_is_byte_identical(tmp_path: Path) -> None:
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+    families = tiny_clevr(tmp_path)
+
+    def command(build: str, cache: str) -> list[str]:
+        return [sys.executable, "-m", "rs.sample", "TinyCLEVR", "--config", str(families), "--limit", str(LIMIT),
+                "--build-dir", str(tmp_path / build), "--cache", str(tmp_path / cache)]
+
+    # an uninterrupted run first: it says how many answers the greedy pass commits before the recovery starts
+    reference = subprocess.run(command("ref", "ref.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    greedy = json.loads(reference.stdout.strip().splitlines()[-1])
+    greedy_rows = greedy["sampling_engine_calls"] + greedy["judge_engine_calls"]
+
+    victim = subprocess.Popen(command("build", "cache.sqlite"), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    deadline = time.monotonic() + 240
+    while cache_rows(tmp_path / "cache.sqlite") < greedy_rows + 8 and victim.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert victim.poll() is None, "the recovery finished before it could be killed: " + victim.stdout.read().decode()[-2000:]
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    build, ref = tmp_path / "build" / "TinyCLEVR" / f"limit-{LIMIT}", tmp_path / "ref" / "TinyCLEVR" / f"limit-{LIMIT}"
+    assert (build / "sample.json").exists() and not (build / "recovery.json").exists()  # killed mid-recovery
+    killed_at = cache_rows(tmp_path / "cache.sqlite")
+
+    rerun = subprocess.run(command("build", "cache.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    resumed = json.loads(rerun.stdout.strip().splitlines()[-1])["recovery"]
+
+    assert recovery_files(build) == recovery_files(ref) and recovery_files(build)  # the same bytes
+    assert list(read_records(build / "recovery", "recovery")) == list(read_records(ref / "recovery", "recovery"))
+    # the re-run sent exactly what the killed run had not committed: every request is answered once over both runs
+    total = cache_rows(tmp_path / "ref.sqlite")
+    assert cache_rows(tmp_path / "cache.sqlite") == total
+    assert resumed["sampling_engine_calls"] + resumed["judge_engine_calls"] == total - killed_at
