@@ -83,7 +83,7 @@ def write_ours(work: Path, images: int) -> dict:
 def write_reference(work: Path, images: int) -> dict:
     import datasets
 
-    from rs.route import split_rows
+    from rs.route import Routes, split_rows
     from rs.schema import SPLITS, features
 
     ctx = _context(work, images)
@@ -93,7 +93,7 @@ def write_reference(work: Path, images: int) -> dict:
     total_bytes = rows = 0
     for split in SPLITS:
         ds = datasets.Dataset.from_generator(split_rows, features=features(split),
-                                             gen_kwargs={"build_dir": str(ctx.paths.root), "split": split, "judge_promotes": True},
+                                             gen_kwargs={"build_dir": str(ctx.paths.root), "split": split, "routes": Routes(promotes=True)},
                                              cache_dir=str(work / "hf-cache" / split))
         path = out / f"{split}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)

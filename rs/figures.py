@@ -30,7 +30,7 @@ def funnel(report: FamilyReport) -> Figure:
     t = report.totals
     rows = [("source QA", t.source_qa, _SOURCE)]
     rows += [(f"dropped: {reason}", n, _DROPPED) for reason, n in sorted(report.cleaning.dropped.items()) if n]
-    rows += [(f"accepted by the {by}", n, _ACCEPTED) for by, n in t.accepted_by.items() if n]
+    rows += [("recovered by a sample" if by == "recovery" else f"accepted by the {by}", n, _ACCEPTED) for by, n in t.accepted_by.items() if n]
     rows += [(f"rejected: {reason}", n, _REJECTED) for reason, n in t.rejected_by_reason.items() if n]
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 0.32 * len(rows) + 1.1), dpi=100)
@@ -47,7 +47,8 @@ def funnel(report: FamilyReport) -> Figure:
     rejected = ", ".join(f"{reason} {n:,}" for reason, n in t.rejected_by_reason.items() if n) or "none"
     alt = (f"Bar chart of the {t.source_qa:,} source QA: {t.dropped_by_cleaning:,} dropped by cleaning ({dropped}); "
            f"{t.accepted:,} accepted ({t.accepted_by.get('verifier', 0):,} by the verifier, {t.accepted_by.get('judge', 0):,} "
-           f"by the judge); {t.rejected:,} rejected ({rejected})")
+           f"by the judge" + (f", {t.accepted_by['recovery']:,} recovered by a sample" if "recovery" in t.accepted_by else "")
+           + f"); {t.rejected:,} rejected ({rejected})")
     return Figure(FUNNEL, _png(fig), alt)
 
 
@@ -56,12 +57,13 @@ def lengths(report: FamilyReport) -> Figure:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
     parts = []
+    greedy = "greedy " if report.recovery is not None else ""  # with a recovery pass: the greedy answers, on their side
     for side, colour in (("accepted", _ACCEPTED), ("rejected", _REJECTED)):
         h: Lengths = report.lengths[side]
         if not h.total:
             continue
-        ax.stairs(h.counts, h.edges, color=colour, linewidth=1.5, label=f"{side} ({h.total:,}; {h.truncated:,} cut off)")
-        parts.append(f"{h.total:,} {side}, median {h.median:,} tokens, {h.truncated:,} cut off at the limit"
+        ax.stairs(h.counts, h.edges, color=colour, linewidth=1.5, label=f"{greedy}{side} ({h.total:,}; {h.truncated:,} cut off)")
+        parts.append(f"{h.total:,} {greedy}{side}, median {h.median:,} tokens, {h.truncated:,} cut off at the limit"
                      + (f", {h.loops:,} ended as loops" if h.loops else "") + (f", {h.budget_cuts:,} cut at the thinking budget" if h.budget_cuts else ""))
     loops = [sum(pair) for pair in zip(*(report.lengths[s].loop_counts or [] for s in ("accepted", "rejected")))]
     if any(loops):  # loop detection's ends, apart from the max_tokens cut
@@ -78,7 +80,7 @@ def lengths(report: FamilyReport) -> Figure:
                 textcoords="offset points", ha="right", fontsize=8)
     ax.set_xlabel("answer length in tokens (reasoning included)")
     ax.set_ylabel("answers")
-    ax.set_title(f"{report.family}: how long the model's answers ran", fontsize=10)
+    ax.set_title(f"{report.family}: how long the model's {'greedy ' if greedy else ''}answers ran", fontsize=10)
     ax.spines[["top", "right"]].set_visible(False)
     if parts:
         ax.legend(fontsize=8, frameon=False)

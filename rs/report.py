@@ -251,7 +251,8 @@ class FamilyReport:
     limit: int | None
     versions: dict[str, str | None]
     lengths: dict[str, Lengths]
-    """`accepted` / `rejected` -> how long those answers ran."""
+    """`accepted` / `rejected` -> how long those answers ran (with a recovery pass: the greedy answers, on the side the
+    greedy pass put them; a recovered item's greedy answer is on the rejected side)."""
     endings: Endings | None = None
     """How the answers ended; None in a report written before rs counted it."""
     run: RunTimes | None = None

@@ -308,7 +308,8 @@ def ensure_sampled(ctx: BuildContext) -> SampleReport:
 def recovery_fingerprint(ctx: BuildContext, sampled: SampleReport) -> str:
     """The recovery pass's results depend on the greedy pass (its items and calibration) and the recovery block."""
     recovery = ctx.family.config.recovery
-    return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "recovery": asdict(recovery) if recovery else None})
+    return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "recovery": asdict(recovery) if recovery else None,
+                        "code": code_fingerprint("rs.recovery", "rs.route")})
 
 
 def ensure_recovered(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport | None:

@@ -4,7 +4,7 @@
     make demo | .venv/bin/python scripts/readme_demo.py --check     # exit 1 (and a diff) when the README differs
 
 It takes the summary's first lines (totals, the verifier's outcomes, rejections by reason, how the
-answers ended, the judge's calibration and its verdict) from the demo's stdout and the number of questions asked for a letter from the build's
+answers ended, the judge's calibration and its verdict, the recovery pass) from the demo's stdout and the number of questions asked for a letter from the build's
 stats.json, and puts them in the README's code block after "a summary of what happened, e.g.:" and
 in the sentence after it. `tests/test_readme_demo.py` runs the demo as `make demo` does and checks
 the README with `updated()`.
@@ -37,7 +37,7 @@ def summary(stdout: str, family: str = FAMILY) -> str:
         raise ReadmeDrift(f"no line starting '{family}: ' in the demo's output: is it the output of `make demo`?")
     block = [lines[start]]
     for line in lines[start + 1:]:
-        if not line.startswith(("  verifier:", "  rejected by reason:", "  answers ended:", "  judge calibration:", "  judge:")):
+        if not line.startswith(("  recovery:", "  verifier:", "  rejected by reason:", "  answers ended:", "  judge calibration:", "  judge:")):
             break
         block.append(line)
     return "\n".join(block)
