@@ -35,7 +35,7 @@ from rs.schema import REJECT_REASONS
 from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
 from rs.sample import SampleReport
-from rs.recovery import RecoveryReport
+from rs.recovery import SAMPLED_FOR, RecoveryReport
 from rs.stages import (BuildContext, BuildPaths, code_fingerprint, ensure_clean, ensure_recovered, ensure_sampled, fingerprint,
                        replace_dir, scratch)
 from rs.store import write_json
@@ -129,7 +129,7 @@ def recovery_summary(ctx: BuildContext, recovered: RecoveryReport, routing: Rout
     greedy = routing.accepted - recovered_items
     settings = {**asdict(recovery), "max_tokens": recovery.max_tokens or ctx.family.config.sampling.max_tokens}
     return RecoverySummary(
-        settings=settings, sampled=dict(recovered.items), samples=recovered.samples,
+        settings=settings, sampled={why: recovered.items[why] for why in SAMPLED_FOR if recovered.items[why]}, samples=recovered.samples,
         outcomes={"accepted": recovered.verified, "certain": recovered.contradicted, "undecided": recovered.undecided},
         verdicts=dict(sorted(recovered.verdicts.items())), endings={e: recovered.endings.get(e, 0) for e in ENDINGS},
         greedy_accepted=greedy, recovered=recovered_items,

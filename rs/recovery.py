@@ -34,6 +34,8 @@ RETRIED_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blo
 """Rejections with a final answer: the recovery pass samples them again."""
 CUT_OFF_REASONS = ("no_final_answer", "degenerate_repetition")
 """Rejections without one: sampled again only with `recovery.cut_off`."""
+SAMPLED_FOR = ("rejected", "cut_off", "difficulty")
+"""Why an item is sampled (`samples_for`), in the order the cards list them."""
 
 
 def recovery_settings(config: FamilyConfig, sampling: SamplingSettings) -> SamplingSettings:

@@ -2,7 +2,9 @@
 
 Use it to re-verify or re-judge without a GPU, or to import generations made by another system.
 Each line is one output: `{"key": QA item key, "text": raw output, ...}`, optionally with
-`sample` (which sample of the item it is, 0 when absent: the recovery pass asks for samples 0 to k - 1), `prompt` (the exact prompt, to look up requests that have no item key, such as the judge's),
+`sample` (which sample of the item it is, 0 when absent: the recovery pass asks for samples 0 to k - 1) and
+`temperature` (what it was drawn at; a record without one answers at any temperature: a recovery pass above 0
+finds its samples apart from the greedy answers by it), `prompt` (the exact prompt, to look up requests that have no item key, such as the judge's),
 `reasoning` (when the producer separated it), `prompt_tail` (the end of the rendered prompt, where a
 chat template may have opened the reasoning: `rs.reasoning`), `finish_reason`, `prompt_tokens`,
 `completion_tokens`, `model` and `model_revision`.
@@ -54,8 +56,8 @@ class ReplayEngine:
         self.model = model
         self.revision = revision
         # an index of line offsets, not the records: a replay file can be larger than memory
-        self._by_key: dict[tuple[str, int], int] = {}
-        self._by_prompt: dict[tuple[str, int], int] = {}
+        self._by_key: dict[tuple[str, int, float | None], int] = {}
+        self._by_prompt: dict[tuple[str, int, float | None], int] = {}
         digest = hashlib.sha256()
         try:
             self._fh = self.path.open("rb")
@@ -76,22 +78,30 @@ class ReplayEngine:
             sample = record.get("sample", 0)
             if not isinstance(sample, int) or isinstance(sample, bool) or sample < 0:
                 raise ReplayError(f"{self.path}:{number}: `sample` must be a whole number from 0 (got {sample!r})")
+            temperature = record.get("temperature")
+            if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
+                raise ReplayError(f"{self.path}:{number}: `temperature` must be a number (got {temperature!r})")
+            at = None if temperature is None else float(temperature)
             if "key" in record:
-                self._by_key[str(record["key"]), sample] = start
+                self._by_key[str(record["key"]), sample, at] = start
             if "prompt" in record:
-                self._by_prompt[_prompt_id(record["prompt"]), sample] = start
+                self._by_prompt[_prompt_id(record["prompt"]), sample, at] = start
         self._file_sha256 = digest.hexdigest()
 
     def identity(self) -> dict[str, Any]:
         return {"model": self.model, "revision": self.revision, "replay_sha256": self._file_sha256}
 
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
-        return [self._one(r) for r in requests]
+        return [self._one(r, settings.temperature) for r in requests]
 
-    def _one(self, request: Request) -> Generation:
-        offset = self._by_key.get((request.item_key, request.sample)) if request.item_key else None
+    def _lookup(self, index: dict[tuple[str, int, float | None], int], key: str, sample: int, temperature: float) -> int | None:
+        found = index.get((key, sample, float(temperature)))
+        return found if found is not None else index.get((key, sample, None))
+
+    def _one(self, request: Request, temperature: float = 0.0) -> Generation:
+        offset = self._lookup(self._by_key, request.item_key, request.sample, temperature) if request.item_key else None
         if offset is None:
-            offset = self._by_prompt.get((_prompt_id(request.prompt), request.sample))
+            offset = self._lookup(self._by_prompt, _prompt_id(request.prompt), request.sample, temperature)
         meta = {"model": self.model, "model_revision": self.revision}
         if offset is None:
             which = f" sample {request.sample}" if request.sample else ""
