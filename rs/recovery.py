@@ -27,7 +27,8 @@ from rs.prompt import sampling_request
 from rs.route import decide
 from rs.sample import SampleStage
 from rs.sources.base import QAItem, Row
-from rs.store import RECOVERY, ParquetStreamWriter
+from rs.records import RECOVERY, SampleRecord
+from rs.store import ParquetStreamWriter
 from rs.engines.ordered import InOrder
 
 RETRIED_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked")
@@ -94,11 +95,11 @@ class RecoveryReport:
 class _Draws:
     """One item's samples on their way: the request, then a record per sample."""
 
-    __slots__ = ("row", "key", "item", "prompt", "why", "records")
+    __slots__ = ("row", "key", "item", "prompt", "why", "k", "records")
 
     def __init__(self, row: int, item: QAItem, prompt: str, why: str, k: int):
-        self.row, self.key, self.item, self.prompt, self.why = row, item.key, item, prompt, why
-        self.records: list[dict[str, Any]] = [{} for _ in range(k)]
+        self.row, self.key, self.item, self.prompt, self.why, self.k = row, item.key, item, prompt, why, k
+        self.records: dict[int, SampleRecord] = {}
 
 
 class RecoveryStage:
@@ -143,9 +144,9 @@ class RecoveryStage:
         with ParquetStreamWriter(out_dir, "recovery", RECOVERY, group_rows=2_000, group_bytes=32 << 20) as writer, \
                 progress(total, "recovering", unit="item", enabled=self.progress) as bar:
             for draws in core.run(self._units(rows, items)):
-                writer.write({"row": draws.row, "key": draws.key, "why": draws.why, "k": len(draws.records),
-                              "samples": draws.records},
-                             size=sum(len(r["text"]) for r in draws.records))
+                samples = [vars(draws.records[i]) for i in range(draws.k)]
+                writer.write({"row": draws.row, "key": draws.key, "why": draws.why, "k": draws.k, "samples": samples},
+                             size=sum(len(r["text"]) for r in samples))
                 bar.update()
         self.report.sampling_requests = runner.stats.requests - calls[0]
         self.report.sampling_engine_calls = runner.stats.engine_calls - calls[1]
@@ -166,12 +167,11 @@ class RecoveryStage:
         report.engine_errors += gen.error is not None
         report.no_final_answer += gen.error is None and gen.answer is None and gen.ending != "repetition"
         report.endings[gen.ending] += 1
-        draws.records[sample] = {
-            "sample": sample, "seed": self.settings.seed + sample, "text": gen.text, "reasoning": gen.reasoning,
-            "final": gen.answer, "finish_reason": gen.finish_reason, "ending": gen.ending,
-            "completion_tokens": gen.completion_tokens, "thinking_tokens": gen.thinking_tokens, "error": gen.error,
-            "verified": v.verified, "contradicts": v.contradicts, "judge": None, "reasoning_agrees": v.reasoning_agrees,
-        }
+        draws.records[sample] = SampleRecord(
+            sample=sample, seed=self.settings.seed + sample, text=gen.text, reasoning=gen.reasoning, final=gen.answer,
+            finish_reason=gen.finish_reason, ending=gen.ending, completion_tokens=gen.completion_tokens,
+            thinking_tokens=gen.thinking_tokens, error=gen.error, verified=v.verified, contradicts=v.contradicts, judge=None,
+            reasoning_agrees=v.reasoning_agrees)
         judge = self.greedy.judge  # only the undecided: a sample the verifier knows is wrong stays wrong whatever the verdict
         return [(sample, judge.request(v.case))] if v.case is not None and not v.contradicts and judge is not None else []
 
@@ -179,7 +179,7 @@ class RecoveryStage:
         judge = self.greedy.judge
         assert judge is not None
         label, _ = judge.verdict(generation)
-        draws.records[sample]["judge"] = label
+        draws.records[sample].judge = label
         self.report.judged += 1
         self.report.verdicts[label] += 1
         return []

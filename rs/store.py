@@ -1,4 +1,5 @@
-"""Parquet stores of a build: the cleaned rows (images included) and the per-item sampling results.
+"""Parquet stores of a build: the cleaned rows (images included), the per-item sampling results and the recovery samples
+(their schemas: `rs.records`).
 
 Both are written as a stream of small row groups and read back as a stream, in the same order,
 so that no stage holds a family in memory and each later stage (sampling, routing, a Ray
@@ -39,28 +40,6 @@ CLEAN_QA = pa.struct([
 CLEAN_ROWS = pa.schema([
     ("image", pa.binary()), ("image_sha256", pa.string()), ("qa", pa.list_(CLEAN_QA)), ("clean_meta", CLEAN_META),
 ])
-
-ITEMS = pa.schema([
-    ("row", pa.int64()), ("key", pa.string()), ("image_sha256", pa.string()),
-    ("prompt", pa.string()), ("reference", pa.string()), ("references", pa.list_(pa.string())),
-    ("text", pa.string()), ("reasoning", pa.string()), ("final", pa.string()), ("finish_reason", pa.string()),
-    ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("model", pa.string()), ("model_revision", pa.string()),
-    ("error", pa.string()), ("verified", pa.bool_()), ("contradicts", pa.bool_()), ("judge", pa.string()),
-    ("prompt_reasoning", pa.string()), ("reasoning_agrees", pa.bool_()), ("ending", pa.string()), ("thinking_tokens", pa.int64()),
-])
-
-RECOVERY_SAMPLE = pa.struct([
-    ("sample", pa.int32()), ("seed", pa.int64()), ("text", pa.string()), ("reasoning", pa.string()), ("final", pa.string()),
-    ("finish_reason", pa.string()), ("ending", pa.string()), ("completion_tokens", pa.int64()), ("thinking_tokens", pa.int64()),
-    ("error", pa.string()), ("verified", pa.bool_()), ("contradicts", pa.bool_()), ("judge", pa.string()),
-    ("reasoning_agrees", pa.bool_()),
-])
-
-RECOVERY = pa.schema([
-    ("row", pa.int64()), ("key", pa.string()), ("why", pa.string()), ("k", pa.int32()), ("samples", pa.list_(RECOVERY_SAMPLE)),
-])
-"""The recovery pass's store (`rs.recovery`): one record per sampled item, in item order, with its k samples."""
-
 
 def _qa_record(item: QAItem) -> dict[str, Any]:
     return {

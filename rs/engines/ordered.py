@@ -74,30 +74,35 @@ class InOrder(Generic[U]):
 
         `units` gives each unit with its first requests (to the first stream); a unit with none is
         released as soon as the units before it are."""
-        first = self.streams[0]
-        hold = self.hold or 8 * max(first.window, self.batch)
         order: deque[_Entry[U]] = deque()
-        source, more = iter(units), True
+        source: Iterator[tuple[U, FollowUps]] | None = iter(units)
         try:
-            while more or order:
-                topped = more and first.queued < first.window and len(order) < hold
-                if topped:
-                    group = list(islice(source, self.batch))
-                    more = len(group) == self.batch
-                    for unit, requests in group:
-                        entry = _Entry(unit, len(self.streams))
-                        order.append(entry)
-                        self._submit(0, entry, requests)
+            while source is not None or order:
+                topped, source = self._top_up(source, order)
                 got = self._collect(order[0] if order and not topped else None)
                 while order and not any(order[0].out):
                     unit = order.popleft().unit
-                    if not order and not more:
+                    if not order and source is None:
                         self._close()  # before the last unit: a caller may stop reading at the last one it asked for
                     yield unit
                 if not topped and not got and order and not any(s.pending for s in self.streams):
                     raise RuntimeError(f"the engine left {len(order)} units unanswered")
         finally:
             self._close()
+
+    def _top_up(self, source: Iterator[tuple[U, FollowUps]] | None,
+                order: deque[_Entry[U]]) -> tuple[bool, Iterator[tuple[U, FollowUps]] | None]:
+        """Read `batch` more units when the first stream has room and fewer than `hold` wait; whether it did, and the
+        source (None once it is exhausted)."""
+        first = self.streams[0]
+        if source is None or first.queued >= first.window or len(order) >= (self.hold or 8 * max(first.window, self.batch)):
+            return False, source
+        group = list(islice(source, self.batch))
+        for unit, requests in group:
+            entry = _Entry(unit, len(self.streams))
+            order.append(entry)
+            self._submit(0, entry, requests)
+        return True, source if len(group) == self.batch else None
 
     def _close(self) -> None:
         """Commit what is answered (closing twice is harmless)."""

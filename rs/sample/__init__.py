@@ -29,7 +29,8 @@ from rs.engines.ordered import InOrder
 from rs.prompt import Instructions, sampling_request
 from rs.reasoning import ReasoningFormat
 from rs.sources.base import QAItem, Row
-from rs.store import ITEMS, ParquetStreamWriter
+from rs.records import ITEMS, ItemRecord
+from rs.store import ParquetStreamWriter
 from rs.engines.cache import GenerationCache
 from rs.answers import Grader, Vocabulary
 from rs.verifiers import Verifier, get_verifier
@@ -44,7 +45,7 @@ class _Slot:
 
     def __init__(self, row: int, item: QAItem, request: Request):
         self.row, self.item, self.request = row, item, request
-        self.record: dict[str, Any] = {}
+        self.record: ItemRecord
 
 
 @dataclass
@@ -180,7 +181,7 @@ class SampleStage:
                 progress(total, "sampling", enabled=self.progress) as bar:
             for slot in core.run((slot, [(None, slot.request)]) for slot in self._slots(rows)):
                 record = slot.record
-                writer.write(record, size=len(record["text"]) + len(record["prompt"]))
+                writer.write(vars(record), size=len(record.text) + len(record.prompt))
                 bar.update()
                 bar.set_postfix(cached=self.runner.stats.cache_hits, sent=self.runner.stats.engine_calls,
                                 judged=self.report.judged, refresh=False)
@@ -210,31 +211,28 @@ class SampleStage:
         if ending == "repetition" and gen.max_tokens is not None and gen.completion_tokens is not None:
             self.report.loop_tokens_saved += max(0, gen.max_tokens - gen.completion_tokens)
         self.report.budgeted_answered += ending == "thinking_budget" and gen.answer is not None and gen.error is None
-        slot.record = {
-            "row": slot.row, "key": slot.item.key, "image_sha256": slot.request.image_sha256, "prompt": slot.request.prompt,
-            "reference": slot.item.answer, "references": v.references, "text": gen.text, "reasoning": gen.reasoning,
-            "final": gen.answer, "finish_reason": gen.finish_reason, "prompt_tokens": gen.prompt_tokens,
-            "completion_tokens": gen.completion_tokens, "model": gen.model, "model_revision": gen.model_revision,
-            "error": gen.error, "verified": v.verified, "contradicts": v.contradicts, "judge": None,
-            "prompt_reasoning": gen.prompt_reasoning, "reasoning_agrees": v.reasoning_agrees, "ending": gen.ending,
-            "thinking_tokens": gen.thinking_tokens,
-        }
+        slot.record = ItemRecord(
+            row=slot.row, key=slot.item.key, image_sha256=slot.request.image_sha256, prompt=slot.request.prompt,
+            reference=slot.item.answer, references=v.references, text=gen.text, reasoning=gen.reasoning, final=gen.answer,
+            finish_reason=gen.finish_reason, prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens, model=gen.model,
+            model_revision=gen.model_revision, error=gen.error, verified=v.verified, contradicts=v.contradicts, judge=None,
+            prompt_reasoning=gen.prompt_reasoning, reasoning_agrees=v.reasoning_agrees, ending=gen.ending,
+            thinking_tokens=gen.thinking_tokens,
+        )
         return [(None, self.judge.request(v.case))] if v.case is not None and self.judge is not None else []
 
     def _judged(self, slot: _Slot, _: object, generation: Generation) -> list[Any]:
-        record = slot.record
-        assert record is not None and self.judge is not None
-        record["judge"] = self.judged(record, generation)
+        slot.record.judge = self.judged(slot.record, generation)
         return []
 
-    def judged(self, record: dict[str, Any], generation: Generation) -> str:
+    def judged(self, record: ItemRecord, generation: Generation) -> str:
         """The judge's label of an answer's record (its verdict `generation`), counted."""
         assert self.judge is not None
         label, read = self.judge.verdict(generation)
         self.report.judge_prompt_reasoning[read.prompt_reasoning or "unknown"] += read.error is None
         self.report.verdicts[label] += 1
         self.report.judged += 1
-        if record["contradicts"]:
+        if record.contradicts:
             self.report.contradicted_verdicts[label] += 1
         return label
 
