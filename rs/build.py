@@ -34,9 +34,10 @@ from rs.schema import REJECT_REASONS, SPLITS
 from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
 from rs.sample import SampleReport
-from rs.stages import BuildContext, BuildPaths, code_fingerprint, ensure_clean, ensure_sampled, fingerprint, replace_dir, scratch
+from rs.stages import BuildContext, BuildPaths, ensure_clean, ensure_sampled, fingerprint, replace_dir, scratch
 from rs.store import read_records, write_json
 from rs.verifiers import get_verifier
+from rs.versions import ROUTE, splits_code_digest
 
 logger = logging.getLogger(__name__)
 
@@ -207,10 +208,11 @@ def write_split(ctx: BuildContext, split: str, qa_count: int) -> SplitSummary:
 
 
 def splits_fingerprint(ctx: BuildContext, sampled: SampleReport) -> str:
-    """What the three splits' bytes depend on: the sampled items and their routing, the shard settings, the repo
-    names, and the code and libraries that write them (any change of `rs` rewrites them)."""
+    """What the three splits' bytes depend on: the sampled items and their routing (its version), the shard settings,
+    the repo names, and the code and libraries that write them (`rs.versions.SPLITS_CODE`: an edit elsewhere in `rs`,
+    or a comment, rewrites nothing)."""
     return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "shard": asdict(ctx.family.config.shard),
-                        "repos": [ctx.family.repo_name(s) for s in SPLITS], "code": code_fingerprint("rs", "rs.builders"),
+                        "repos": [ctx.family.repo_name(s) for s in SPLITS], "route": ROUTE.version, "code": splits_code_digest(),
                         "libraries": {d: _version(d) for d in ("datasets", "pyarrow", "pillow")}})
 
 

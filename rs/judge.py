@@ -39,6 +39,8 @@ LABELS = ("CORRECT", "WRONG", "UNSURE")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 PROMPT_TEMPLATE = "judge_prompt.jinja"
 """What the judge is asked, in `TEMPLATES`."""
+VERSION = "1"
+"""The judge and its prompt: bump when either changes what the judge is asked or how its verdict is read (`rs.versions`)."""
 
 
 def fence(text: str) -> str:

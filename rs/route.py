@@ -13,6 +13,9 @@ from typing import Any, Iterator
 from rs.schema import think_response
 from rs.store import read_clean_rows, read_records
 
+VERSION = "1"
+"""Which split an answered item goes to: bump when a change routes some item otherwise (`rs.versions`)."""
+
 
 @dataclass(frozen=True)
 class Decision:

@@ -16,16 +16,11 @@ disk gets its room back); one process at a time writes a family's build (`rs.loc
 from __future__ import annotations
 
 import fcntl
-import functools
 import hashlib
-import importlib.util
-import inspect
 import json
 import logging
-import marshal
 import os
 import shutil
-import sys
 import time
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
@@ -37,7 +32,6 @@ from rs.engines.cache import GenerationCache
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.disk import writing
 from rs.families import Family
-from rs.judge import PROMPT_TEMPLATE as JUDGE_PROMPT_TEMPLATE, TEMPLATES as JUDGE_TEMPLATES
 from rs.locks import build_lock
 from rs.progress import progress
 from rs.prompt import Instructions
@@ -47,12 +41,14 @@ from rs.sources.base import Row
 from rs.answers import Vocabulary
 from rs.store import MAX_ANSWER_SET, read_clean_answers, read_clean_rows, write_clean_rows, write_json
 from rs.verifiers import get_verifier
+from rs.versions import sample_versions
 
 logger = logging.getLogger(__name__)
 
 SAMPLE_POLICY_VERSION = "2"
-"""Bumped when verification, judging or calibration change what a sampling report means (2: certain
-rejections, hard negatives, the evidence gate), so an older report is re-run (from the cache) rather than reused."""
+"""The sample stage's version (`rs.sample`, what its report means; 2: certain rejections, hard negatives, the
+evidence gate): bumped, an older report is re-run (from the cache) rather than reused. The stage's fingerprint
+holds it with the versions of everything else that decides an answer's fate (`rs.versions`)."""
 
 
 @dataclass
@@ -118,45 +114,6 @@ class BuildContext:
 
 def fingerprint(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
-
-
-@functools.lru_cache(maxsize=None)
-def code_fingerprint(*modules: str) -> str:
-    """sha256 of the source of `modules` (a package: every .py file below it): what a stage's results depend on.
-
-    A stage whose code changed runs again (its answers from the generation cache) rather than keeping results the
-    new code would decide otherwise: a hardened verifier re-verifies every cached answer.
-    """
-    digest = hashlib.sha256()
-    for name in sorted(set(modules)):
-        spec = importlib.util.find_spec(name)  # rs's own modules: always importable, with their files
-        if spec is None or spec.origin is None:
-            raise RuntimeError(f"no source for {name}: code_fingerprint hashes rs's own modules")
-        origin = Path(spec.origin)
-        files = sorted(origin.parent.rglob("*.py")) if spec.submodule_search_locations else [origin]
-        for path in files:
-            digest.update(f"{name}/{path.name}\0".encode() + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-DECISION_MODULES = ("rs.answers", "rs.verifiers", "rs.extract", "rs.reasoning", "rs.prompt", "rs.sample", "rs.judge", "rs.calibration")
-"""The code that decides what a sampled answer is: its final answer, the verifier's match, the judge and its gate."""
-JUDGE_PROMPT = JUDGE_TEMPLATES / JUDGE_PROMPT_TEMPLATE
-"""What the judge is asked: a reworded prompt means other verdicts."""
-
-
-def verifier_source(verifier: object) -> str:
-    """sha256 of the code of a verifier's class: its module's file (a plug-in's too), else the class's own source
-    (one defined in a script or a notebook), else its compiled methods."""
-    cls = type(verifier)
-    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
-    if path and Path(path).is_file():
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    try:
-        return hashlib.sha256(inspect.getsource(cls).encode()).hexdigest()
-    except (OSError, TypeError):
-        methods = sorted((k, marshal.dumps(v.__code__)) for k, v in vars(cls).items() if hasattr(v, "__code__"))
-        return hashlib.sha256(repr(methods).encode()).hexdigest()
 
 
 class _Report(Protocol):
@@ -272,8 +229,7 @@ def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
     verifier = get_verifier(c.verifier.name, **c.verifier.params)
     return fingerprint({"clean": clean.fingerprint, "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
                         "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier), "answers": asdict(c.answers),
-                        "instructions": asdict(Instructions.of(c)), "code": code_fingerprint(*DECISION_MODULES),
-                        "verifier_code": verifier_source(verifier), "judge_prompt": hashlib.sha256(JUDGE_PROMPT.read_bytes()).hexdigest()})
+                        "instructions": asdict(Instructions.of(c)), "versions": sample_versions(verifier)})
 
 
 def ensure_sampled(ctx: BuildContext) -> SampleReport:
