@@ -15,7 +15,6 @@ disk gets its room back); one process at a time writes a family's build (`rs.loc
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -32,7 +31,7 @@ from rs.engines.cache import GenerationCache
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.disk import writing
 from rs.families import Family
-from rs.locks import build_lock
+from rs.locks import build_lock, clean_lock
 from rs.progress import progress
 from rs.prompt import Instructions
 from rs.sample import SampleReport, SampleStage
@@ -177,9 +176,7 @@ def ensure_clean(ctx: BuildContext) -> CleaningReport:
     paths, expected = ctx.paths, clean_fingerprint(ctx)
     if report := read_report(paths.clean_report, expected, CleaningReport.from_dict):
         return report
-    paths.root.mkdir(parents=True, exist_ok=True)
-    with open(paths.root / ".clean.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with clean_lock(paths.root):
         if report := read_report(paths.clean_report, expected, CleaningReport.from_dict):
             return report
         return _clean(ctx, expected)
