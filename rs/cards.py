@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from datasets import DatasetInfo, SplitDict, SplitInfo
+from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
@@ -230,13 +231,14 @@ def card_data(report: FamilyReport, card: dict[str, Any], split: str) -> Dataset
         {"train": SplitInfo(name="train", num_bytes=split_stats.dataset_bytes, num_examples=split_stats.rows)}))
     info.download_size = split_stats.bytes
     info.dataset_size = split_stats.dataset_bytes
-    return DatasetCardData(
+    data = DatasetCardData(
         license=card["license"], language=card["language"], task_categories=card["task_categories"],
         size_categories=[size_category(split_stats.rows)], pretty_name=f"{card['pretty_name']} ({SPLIT_TITLES[split]})",
         source_datasets=card["source_datasets"] or None, tags=sorted({*card["tags"], "rejection-sampling", split}),
         configs=[{"config_name": "default", "data_files": [{"split": "train", "path": DATA_GLOB}]}],
-        dataset_info=info._to_yaml_dict(),
     )
+    DatasetInfosDict({"default": info}).to_dataset_card_data(data)  # `dataset_info` as `push_to_hub` writes it
+    return data
 
 
 def sibling_link(repo: str, namespace: str, *, local: bool) -> str:
