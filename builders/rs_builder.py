@@ -22,7 +22,7 @@ from datasets.builder import Key
 from rs.families import load_families
 from rs.progress import progress
 from rs.route import split_rows
-from rs.schema import SPLITS, features
+from rs.splits_schema import SPLITS, features
 from rs.stages import BuildContext, ensure_sampled
 
 

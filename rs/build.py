@@ -27,10 +27,10 @@ from rs.disk import writing
 from rs.engines.base import ENDINGS
 from rs.errors import RsError
 from rs.answers import READING_RULES
-from rs.report import (CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RunTimes, SplitSummary, Totals,
+from rs.family_report import (CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RunTimes, SplitSummary, Totals,
                        VerifierSummary)
 from rs.route import decide, kept_out_of_think
-from rs.schema import REJECT_REASONS, SPLITS
+from rs.splits_schema import REJECT_REASONS, SPLITS
 from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
 from rs.sample import SampleReport

@@ -26,8 +26,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from rs.clean import StepCard, step_cards
 from rs.errors import RsError
 from rs.figures import Figure
-from rs.report import CleaningSummary, FamilyReport
-from rs.schema import QA, REJECT_REASONS, SPLITS, features
+from rs.family_report import CleaningSummary, FamilyReport
+from rs.splits_schema import QA, REJECT_REASONS, SPLITS, features
 from rs.store import read_records
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from rs.schema import think_response
+from rs.splits_schema import think_response
 from rs.store import read_clean_rows, read_records
 
 VERSION = "1"
@@ -23,7 +23,7 @@ class Decision:
     by: str | None = None
     """`verifier` or `judge` when accepted."""
     reason: str | None = None
-    """One of `rs.schema.REJECT_REASONS` when rejected."""
+    """One of `rs.splits_schema.REJECT_REASONS` when rejected."""
 
 
 def decide(item: dict[str, Any], judge_promotes: bool) -> Decision:

@@ -82,7 +82,7 @@ STAGE = Piece("sample", "rs.stages:SAMPLE_POLICY_VERSION", ("sample/",))
 """The stage itself: `rs.stages` puts its version in the fingerprint."""
 ROUTE = Piece("route", "rs.route:VERSION", ("route.py",))
 """Routing decides which split an answered item goes to: the splits' fingerprint holds its version."""
-SPLITS_CODE = ("build.py", "builders/", "schema.py", "store.py")
+SPLITS_CODE = ("build.py", "builders/", "splits_schema.py", "store.py")
 """The code that writes the splits' rows from the stores (besides routing): the datasets builder, the splits'
 features, the stores' readers, the shards' naming. Their bytes depend on nothing else of `rs`."""
 
