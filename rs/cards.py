@@ -23,6 +23,7 @@ from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from rs.shipped import TEMPLATES
 from rs.clean import StepCard, step_cards
 from rs.errors import RsError
 from rs.figures import Figure
@@ -30,7 +31,6 @@ from rs.family_report import CleaningSummary, FamilyReport
 from rs.splits_schema import QA, REJECT_REASONS, SPLITS, features
 from rs.store import read_records
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 HUB_URL = "https://huggingface.co/datasets"
 DATA_GLOB = "data/train-*"
 

@@ -30,13 +30,13 @@ from typing import Any, Callable, Iterable, Iterator
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from rs.shipped import TEMPLATES
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.cached import CachedEngine
 from rs.families.schema import JudgeConfig, ReasoningConfig
 from rs.reasoning import ReasoningFormat
 
 LABELS = ("CORRECT", "WRONG", "UNSURE")
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 PROMPT_TEMPLATE = "judge_prompt.jinja"
 """What the judge is asked, in `TEMPLATES`."""
 VERSION = "1"

@@ -44,12 +44,6 @@ from rs.versions import sample_versions
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_POLICY_VERSION = "2"
-"""The sample stage's version (`rs.sample`, what its report means; 2: certain rejections, hard negatives, the
-evidence gate): bumped, an older report is re-run (from the cache) rather than reused. The stage's fingerprint
-holds it with the versions of everything else that decides an answer's fate (`rs.versions`)."""
-
-
 @dataclass
 class BuildPaths:
     root: Path
@@ -224,7 +218,7 @@ def answer_vocabulary(ctx: BuildContext) -> Vocabulary | None:
 def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
     c = ctx.family.config
     verifier = get_verifier(c.verifier.name, **c.verifier.params)
-    return fingerprint({"clean": clean.fingerprint, "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
+    return fingerprint({"clean": clean.fingerprint, "model": asdict(c.model), "engine": asdict(c.engine),
                         "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier), "answers": asdict(c.answers),
                         "instructions": asdict(Instructions.of(c)), "versions": sample_versions(verifier)})
 

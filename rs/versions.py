@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib
 import inspect
 import logging
 import marshal
@@ -28,40 +27,54 @@ import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
+import rs.answers
+import rs.calibration
+import rs.extract
+import rs.judge
+import rs.prompt
+import rs.reasoning
+import rs.route
+import rs.sample
+import rs.verifiers.base
 from rs.registry import VERIFIERS
+from rs.shipped import CHECKOUT, PACKAGE, shipped
 
 logger = logging.getLogger(__name__)
 
-PACKAGE = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
 class Piece:
-    """One versioned piece: where its version is declared (``module:attribute``) and the code it covers."""
+    """One versioned piece: what declares its version (a module's `VERSION`, a verifier class's `version`) and the
+    code it covers."""
 
     name: str
-    declared_at: str
-    """``rs.answers:VERSION``, or ``rs.verifiers.exact:ExactVerifier.version``: what to bump when the code changes."""
+    owner: Any
+    """The module or class whose attribute is the version."""
+    attribute: str
     code: tuple[str, ...]
-    """The files it covers, relative to the `rs` package (a folder, ending in `/`: its every .py file)."""
+    """The files it covers, relative to the `rs` package or the folders shipped with it (`rs.shipped`; a folder, ending
+    in `/`: its every .py file)."""
+
+    @property
+    def declared_at(self) -> str:
+        """`rs.answers:VERSION`, `rs.verifiers.exact:ExactVerifier.version`: what to bump when the code changes."""
+        if isinstance(self.owner, type):
+            return f"{self.owner.__module__}:{self.owner.__qualname__}.{self.attribute}"
+        return f"{self.owner.__name__}:{self.attribute}"
 
     @property
     def version(self) -> str:
-        module, _, attribute = self.declared_at.partition(":")
-        value: object = importlib.import_module(module)
-        for part in attribute.split("."):
-            value = getattr(value, part)
+        value = getattr(self.owner, self.attribute)
         if not isinstance(value, str) or not value:
             raise TypeError(f"{self.declared_at} must be a non-empty string, got {value!r}")
         return value
 
     def files(self) -> list[Path]:
         """The files of :attr:`code`, in a fixed order."""
-        found: list[Path] = []
-        for name in self.code:
-            found += sorted((PACKAGE / name).rglob("*.py")) if name.endswith("/") else [PACKAGE / name]
-        return found
+        return files_of(self.code)
 
     def digest(self) -> str:
         """The hash of its code, comments, docstrings and formatting left out (see :func:`code_digest`)."""
@@ -69,18 +82,17 @@ class Piece:
 
 
 SAMPLE_PIECES = (
-    Piece("answers", "rs.answers:VERSION", ("answers/",)),
-    Piece("extract", "rs.extract:VERSION", ("extract.py",)),
-    Piece("reasoning", "rs.reasoning:VERSION", ("reasoning.py",)),
-    Piece("prompt", "rs.prompt:VERSION", ("prompt.py",)),
-    Piece("verifiers", "rs.verifiers.base:VERSION", ("verifiers/__init__.py", "verifiers/base.py")),
-    Piece("judge", "rs.judge:VERSION", ("judge.py", "templates/judge_prompt.jinja")),
-    Piece("calibration", "rs.calibration:VERSION", ("calibration.py",)),
+    Piece("answers", rs.answers, "VERSION", ("answers/",)),
+    Piece("extract", rs.extract, "VERSION", ("extract.py",)),
+    Piece("reasoning", rs.reasoning, "VERSION", ("reasoning.py",)),
+    Piece("prompt", rs.prompt, "VERSION", ("prompt.py",)),
+    Piece("verifiers", rs.verifiers.base, "VERSION", ("verifiers/__init__.py", "verifiers/base.py")),
+    Piece("judge", rs.judge, "VERSION", ("judge.py", "templates/judge_prompt.jinja")),
+    Piece("calibration", rs.calibration, "VERSION", ("calibration.py",)),
+    Piece("sample", rs.sample, "VERSION", ("sample/",)),
 )
-"""What the sample stage's fingerprint holds the versions of, besides its own and the family's verifier's."""
-STAGE = Piece("sample", "rs.stages:SAMPLE_POLICY_VERSION", ("sample/",))
-"""The stage itself: `rs.stages` puts its version in the fingerprint."""
-ROUTE = Piece("route", "rs.route:VERSION", ("route.py",))
+"""What the sample stage's fingerprint holds the versions of, besides the family's verifier's."""
+ROUTE = Piece("route", rs.route, "VERSION", ("route.py",))
 """Routing decides which split an answered item goes to: the splits' fingerprint holds its version."""
 SPLITS_CODE = ("build.py", "builders/", "splits_schema.py", "store.py")
 """The code that writes the splits' rows from the stores (besides routing): the datasets builder, the splits'
@@ -92,14 +104,13 @@ def builtin_verifier_pieces() -> list[Piece]:
     pieces = []
     for name, cls in VERIFIERS.items():
         if cls.__module__.startswith("rs.verifiers."):
-            pieces.append(Piece(f"verifier/{name}", f"{cls.__module__}:{cls.__qualname__}.version",
-                                (f"verifiers/{cls.__module__.rsplit('.', 1)[1]}.py",)))
+            pieces.append(Piece(f"verifier/{name}", cls, "version", (f"verifiers/{cls.__module__.rsplit('.', 1)[1]}.py",)))
     return pieces
 
 
 def all_pieces() -> list[Piece]:
     """Every versioned piece the lock file holds."""
-    return [*SAMPLE_PIECES, STAGE, ROUTE, *builtin_verifier_pieces()]
+    return [*SAMPLE_PIECES, ROUTE, *builtin_verifier_pieces()]
 
 
 def sample_versions(verifier: object) -> dict[str, str]:
@@ -143,7 +154,15 @@ def _class_code_digest(cls: type) -> str:
 @lru_cache(maxsize=1)
 def splits_code_digest() -> str:
     """The digest of :data:`SPLITS_CODE`, comments and docstrings left out."""
-    return code_digest(Piece("splits", "", SPLITS_CODE).files())
+    return code_digest(files_of(SPLITS_CODE))
+
+
+def files_of(code: tuple[str, ...]) -> list[Path]:
+    """The files named by `code` (paths relative to the package or its shipped folders; a folder: its .py files)."""
+    found: list[Path] = []
+    for name in code:
+        found += sorted(shipped(name).rglob("*.py")) if name.endswith("/") else [shipped(name)]
+    return found
 
 
 def code_digest(files: list[Path]) -> str:
@@ -183,14 +202,20 @@ def current() -> dict[str, dict[str, str]]:
 
 def unbumped(locked: dict[str, dict[str, str]], now: dict[str, dict[str, str]]) -> list[str]:
     """The pieces whose code changed since the lock under the same version: each says what to bump."""
-    return [f"{name}: its code ({', '.join(p for p in _code_of(name))}) changed since tests/versions.lock.json, but its version "
+    return [f"{name}: its code ({', '.join(_code_of(name))}) changed since tests/versions.lock.json, but its version "
             f"did not: bump {entry['declared_at']} (now {entry['version']!r})"
             for name, entry in now.items()
             if name in locked and locked[name]["version"] == entry["version"] and locked[name]["code"] != entry["code"]]
 
 
-def _code_of(name: str) -> tuple[str, ...]:
-    return next(("rs/" + c for c in p.code) for p in all_pieces() if p.name == name)
+def _code_of(name: str) -> list[str]:
+    """The files or folders of piece `name`, as a checkout names them."""
+    piece = next(p for p in all_pieces() if p.name == name)
+    return [_shown(shipped(c)) + ("/" if c.endswith("/") else "") for c in piece.code]
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(CHECKOUT)) if path.is_relative_to(CHECKOUT) else str(path)
 
 
 def main(argv: list[str] | None = None) -> int:
