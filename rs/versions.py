@@ -40,6 +40,7 @@ import rs.sample
 import rs.verifiers.base
 from rs.registry import VERIFIERS
 from rs.shipped import CHECKOUT, PACKAGE, shipped
+from rs.verifiers.base import Verifier
 
 logger = logging.getLogger(__name__)
 
@@ -119,17 +120,23 @@ def sample_versions(verifier: object) -> dict[str, str]:
 
 
 def verifier_version(verifier: object) -> str:
-    """A verifier's declared version (``version`` set on its own class), else the digest of its code.
+    """The version of a verifier's class and of each verifier class it derives from (rs's shared rules aside: the
+    `verifiers` piece): each one's own ``version``, else the digest of its code.
 
     A version inherited from another class does not count: a plug-in subclassing ``exact`` with a rule of its
-    own has its own code, which ``exact``'s version does not vouch for.
+    own has its own code, which ``exact``'s version does not vouch for; ``exact``'s bump re-verifies it too.
     """
-    cls = type(verifier)
-    declared = vars(cls).get("version")
-    if isinstance(declared, str) and declared:
-        return f"{cls.__module__}.{cls.__qualname__} {declared}"
-    _warn_unversioned(cls)
-    return f"{cls.__module__}.{cls.__qualname__} code {_class_code_digest(cls)}"
+    parts = []
+    for cls in type(verifier).__mro__:
+        if cls is Verifier or not (isinstance(cls, type) and issubclass(cls, Verifier)):
+            continue
+        declared = vars(cls).get("version")
+        if isinstance(declared, str) and declared:
+            parts.append(f"{cls.__module__}.{cls.__qualname__} {declared}")
+        else:
+            _warn_unversioned(cls)
+            parts.append(f"{cls.__module__}.{cls.__qualname__} code {_class_code_digest(cls)}")
+    return "; ".join(parts)
 
 
 @lru_cache(maxsize=None)

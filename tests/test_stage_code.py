@@ -137,3 +137,26 @@ def test_through_the_stage_a_comment_edit_reverifies_nothing_and_a_version_bump_
     assert run(exact) == (0, 0)
     monkeypatch.setattr(ExactVerifier, "version", "2")  # a built-in verifier bumped
     assert run(exact) == (1, 0)
+
+
+def test_a_plugin_deriving_from_a_built_in_verifier_is_keyed_by_both_versions(tmp_path: Path, monkeypatch) -> None:
+    tag = tmp_path.name.replace("-", "_")
+    module = types.ModuleType(f"derived_{tag}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(f"""
+from rs.verifiers import register
+from rs.verifiers.exact import ExactVerifier
+
+
+@register
+class Stricter(ExactVerifier):
+    name = "pedantic_{tag}"
+    version = "1"
+""", module.__dict__)
+    (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tag))
+    ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
+    clean = SimpleNamespace(fingerprint="the same cleaned rows")
+
+    before = sample_fingerprint(ctx, clean)
+    monkeypatch.setattr(ExactVerifier, "version", "2")  # the rules it inherits changed
+    assert sample_fingerprint(ctx, clean) != before
