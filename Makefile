@@ -16,12 +16,12 @@ setup: $(READY)
 # and torchcodec, CUDA builds that break the CPU engine, so they are removed in the same step.
 # vLLM's Qwen-VL code (rs:tiny-qwen3vl) needs torchvision: its CUDA wheel goes back without its
 # dependencies, and rs.torchvision_cpu (which explains why) lets it import beside the CPU torch.
-$(READY): pyproject.toml Makefile rs/torchvision_cpu.py
+$(READY): pyproject.toml demo/pyproject.toml Makefile rs/torchvision_cpu.py
 	@rm -f $(READY)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[cpu,math,test,ray]'
+	$(PY) -m pip install --quiet -e '.[cpu,math,test,ray]' -e ./demo
 	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	$(PY) -m pip install --quiet --no-deps torchvision==0.28.0
 	$(PY) -m rs.torchvision_cpu install

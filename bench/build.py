@@ -71,7 +71,7 @@ def prepare(work: Path, images: int) -> dict:
 def write_ours(work: Path, images: int) -> dict:
     from rs.build import write_split
     from rs.stages import ensure_clean
-    from rs.schema import SPLITS
+    from rs.splits_schema import SPLITS
 
     ctx = _context(work, images)
     ensure_clean(ctx)
@@ -84,7 +84,7 @@ def write_reference(work: Path, images: int) -> dict:
     import datasets
 
     from rs.route import Routes, split_rows
-    from rs.schema import SPLITS, features
+    from rs.splits_schema import SPLITS, features
 
     ctx = _context(work, images)
     out = work / "reference"

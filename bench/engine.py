@@ -98,7 +98,7 @@ def params_for(request, settings, long_tail: bool):
 def make_engine(long_tail: bool, model: str = "rs:tiny-vlm", **args):
     """The project's vLLM engine; for the long tail, the kind whose stream forces each request's length."""
     from longtail import LongTailEngine
-    from rs import tiny_model, tiny_qwen3vl
+    from rs_demo import tiny_model, tiny_qwen3vl
     from rs.engines.vllm import VLLMEngine
 
     kwargs = tiny_qwen3vl.VLLM_ENGINE_KWARGS if model == "rs:tiny-qwen3vl" else tiny_model.VLLM_ENGINE_KWARGS
@@ -214,7 +214,7 @@ def is_loop(request, share: float) -> bool:
 def loop_engine(share: float):
     """The long-tail engine, with the loop requests' outputs forced into a loop; the stream's loop detection kept."""
     from longtail import CAP, LongTailEngine, LongTailStream
-    from rs.tiny_model import VLLM_ENGINE_KWARGS
+    from rs_demo.tiny_model import VLLM_ENGINE_KWARGS
 
     class LoopStream(LongTailStream):
         def params(self, request):

@@ -45,7 +45,7 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), "V
 
 
 def engine_args(model: str, overrides: dict, on_gpu: bool) -> dict:
-    from rs import tiny_qwen3vl
+    from rs_demo import tiny_qwen3vl
 
     base = dict(tiny_qwen3vl.VLLM_ENGINE_KWARGS) if model.startswith("rs:") else {"max_model_len": 8192, "limit_mm_per_prompt": {"image": 1, "video": 0}}
     args = {**base, **(GPU_ARGS if on_gpu else {}), **overrides}
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([sys.executable, str(ROOT / "bench" / "engine.py"), "--workload", "long-tail", "--model", "rs:tiny-qwen3vl",
                         "--n", n, "--repeats", repeats, "--engine-args", json.dumps(bench_args)], cwd=ROOT, env=ENV, check=True)
     if not args.skip_publish:
-        from rs import tiny_qwen3vl
+        from rs_demo import tiny_qwen3vl
 
         # over TinyCLEVR's CPU arguments and the defaults' GPU ones: a null removes one
         here = GPU_ARGS if on_gpu else {"tensor_parallel_size": None, "gpu_memory_utilization": None}

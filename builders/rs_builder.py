@@ -23,7 +23,7 @@ from rs.families import load_families
 from rs.progress import progress
 from rs.pairs import pair_rows
 from rs.route import Routes, routes_of, split_rows
-from rs.schema import features
+from rs.splits_schema import features
 from rs.stages import BuildContext, ensure_recovered, ensure_sampled
 
 

@@ -27,19 +27,20 @@ from rs.disk import writing
 from rs.engines.base import ENDINGS
 from rs.errors import RsError
 from rs.answers import READING_RULES
-from rs.report import (PASS_RATE_BINS, CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RecoverySummary,
+from rs.family_report import (PASS_RATE_BINS, CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RecoverySummary,
                        RunTimes, SplitSummary, Totals, VerifierSummary, pass_rate_bin)
 from rs.pairs import PairCounts
 from rs.route import Routes, kept_out_of_think, outcomes, routes_of
-from rs.schema import REJECT_REASONS
+from rs.splits_schema import REJECT_REASONS
 from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
 from rs.sample import SampleReport
 from rs.recovery import SAMPLED_FOR, RecoveryReport
-from rs.stages import (BuildContext, BuildPaths, code_fingerprint, ensure_clean, ensure_recovered, ensure_sampled, fingerprint,
+from rs.stages import (BuildContext, BuildPaths, ensure_clean, ensure_recovered, ensure_sampled, fingerprint,
                        replace_dir, scratch)
 from rs.store import write_json
 from rs.verifiers import get_verifier
+from rs.versions import ROUTE, splits_code_digest
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class Routing:
     kept_out_of_think: int = 0
     """Accepted answers in the nothink split only: their reasoning concludes another value (`rs.route`)."""
     pass_rates: dict[str, list[int]] | None = None
-    """With a recovery pass: items per pass-rate bin (`rs.report.PASS_RATE_BINS`), by what they are."""
+    """With a recovery pass: items per pass-rate bin (`rs.family_report.PASS_RATE_BINS`), by what they are."""
     pairs: PairCounts | None = None
 
     @property
@@ -241,12 +242,13 @@ def write_split(ctx: BuildContext, split: str, qa_count: int) -> SplitSummary:
 
 
 def splits_fingerprint(ctx: BuildContext, sampled: SampleReport, recovered: RecoveryReport | None = None) -> str:
-    """What the splits' bytes depend on: the sampled (and recovered) items and their routing, the shard settings, the
-    repo names, and the code and libraries that write them (any change of `rs` rewrites them)."""
+    """What the splits' bytes depend on: the sampled (and recovered) items and their routing (its version), the shard
+    settings, the repo names, and the code and libraries that write them (`rs.versions.SPLITS_CODE`: an edit elsewhere
+    in `rs`, or a comment, rewrites nothing)."""
     extra = {"recovery": recovered.fingerprint} if recovered is not None else {}
     return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "shard": asdict(ctx.family.config.shard),
-                        "repos": [ctx.family.repo_name(s) for s in ctx.family.splits], "code": code_fingerprint("rs", "rs.builders"),
-                        **extra,
+                        "repos": [ctx.family.repo_name(s) for s in ctx.family.splits], "route": ROUTE.version,
+                        "code": splits_code_digest(), **extra,
                         "libraries": {d: _version(d) for d in ("datasets", "pyarrow", "pillow")}})
 
 

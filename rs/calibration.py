@@ -35,6 +35,9 @@ from rs.sources.base import QAItem
 from rs.answers import Grader
 from rs.verifiers import Verifier
 
+VERSION = "1"
+"""How the judge is measured: bump when a change measures or gates it otherwise (`rs.versions`)."""
+
 T = TypeVar("T")
 
 

@@ -19,17 +19,18 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from datasets import DatasetInfo, SplitDict, SplitInfo
+from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from rs.shipped import TEMPLATES
 from rs.clean import StepCard, step_cards
 from rs.errors import RsError
 from rs.figures import Figure
-from rs.report import PASS_RATE_BINS, CleaningSummary, FamilyReport
-from rs.schema import PAIRS, REJECT_REASONS, features
+from rs.family_report import PASS_RATE_BINS, CleaningSummary, FamilyReport
+from rs.splits_schema import PAIRS, REJECT_REASONS, features
 from rs.store import read_records
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 HUB_URL = "https://huggingface.co/datasets"
 DATA_GLOB = "data/train-*"
 
@@ -250,13 +251,14 @@ def card_data(report: FamilyReport, card: dict[str, Any], split: str) -> Dataset
         {"train": SplitInfo(name="train", num_bytes=split_stats.dataset_bytes, num_examples=split_stats.rows)}))
     info.download_size = split_stats.bytes
     info.dataset_size = split_stats.dataset_bytes
-    return DatasetCardData(
+    data = DatasetCardData(
         license=card["license"], language=card["language"], task_categories=card["task_categories"],
         size_categories=[size_category(split_stats.rows)], pretty_name=f"{card['pretty_name']} ({SPLIT_TITLES[split]})",
         source_datasets=card["source_datasets"] or None, tags=sorted({*card["tags"], "rejection-sampling", split}),
         configs=[{"config_name": "default", "data_files": [{"split": "train", "path": DATA_GLOB}]}],
-        dataset_info=info._to_yaml_dict(),
     )
+    DatasetInfosDict({"default": info}).to_dataset_card_data(data)  # `dataset_info` as `push_to_hub` writes it
+    return data
 
 
 def sibling_link(repo: str, namespace: str, *, local: bool) -> str:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from rs.errors import RsError
+from rs.errors import RsError, causes
 from rs.sizes import format_bytes
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
@@ -41,17 +41,13 @@ class DiskFull(RsError):
 
 def is_disk_full(error: BaseException) -> bool:
     """Whether `error`, or an error it was raised from, says the disk (or the user's quota) is full."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in causes(error):
         if isinstance(current, OSError) and current.errno in _FULL_ERRNOS:
             return True
         if isinstance(current, sqlite3.Error) and (getattr(current, "sqlite_errorcode", 0) & 0xFF) == _SQLITE_FULL:
             return True
         if isinstance(current, (OSError, sqlite3.Error)) and any(text in str(current).lower() for text in _FULL_TEXTS):
             return True  # pyarrow and `datasets` (its own check of free space) say it only in their text
-        current = current.__cause__ or current.__context__
     return False
 
 

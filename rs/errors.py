@@ -8,7 +8,7 @@ usage or configuration problem (fix the command or the YAML), 1 a run that could
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
 
 class RsError(Exception):
@@ -32,3 +32,14 @@ class UsageError(RsError):
     """A command, a flag or a configuration that cannot work as given."""
 
     exit_code = 2
+
+
+def causes(error: BaseException) -> Iterator[BaseException]:
+    """`error`, then the error it was raised from or during, and so on (each once): libraries wrap the failure that
+    decides what to do (a full disk, a dropped connection, a 429) in errors of their own."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__

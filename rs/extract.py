@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 __all__ = ["answer_tag_spans", "boxed_spans", "reasoning_state", "split_reasoning"]
 
+VERSION = "1"
+"""The reasoning and answer marks found: bump when a change finds them otherwise in some output (`rs.versions`)."""
+
 # `<think>`, `<thinking>`, `</think>`, `</ thinking >`; case-insensitive because models and chat templates
 # disagree on capitalisation.
 _OPEN_TAG = re.compile(r"<\s*think(?:ing)?\s*>", re.IGNORECASE)

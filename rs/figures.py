@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
-from rs.report import FamilyReport, Lengths
+from rs.family_report import FamilyReport, Lengths
 
 FUNNEL = "figures/qa-funnel.png"
 LENGTHS = "figures/answer-lengths.png"

@@ -30,15 +30,17 @@ from typing import Any, Callable, Iterable, Iterator
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from rs.shipped import TEMPLATES
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.cached import CachedEngine
 from rs.families.schema import JudgeConfig, ReasoningConfig
 from rs.reasoning import ReasoningFormat
 
 LABELS = ("CORRECT", "WRONG", "UNSURE")
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 PROMPT_TEMPLATE = "judge_prompt.jinja"
 """What the judge is asked, in `TEMPLATES`."""
+VERSION = "1"
+"""The judge and its prompt: bump when either changes what the judge is asked or how its verdict is read (`rs.versions`)."""
 
 
 def fence(text: str) -> str:

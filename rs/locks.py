@@ -11,6 +11,9 @@ Families lock separate files, so different families build side by side.
 family into one folder (from two build directories, so their build locks do not meet) would mix
 their files; the second is refused naming the first.
 
+`clean_lock` is waited for rather than refused: shards that each find the clean store missing
+clean it once, one after the other finding it done.
+
 `holders` reads /proc/locks (Linux), so a refusal can name the processes holding a file locked:
 the build lock, or the generation cache's SQLite locks.
 """
@@ -29,6 +32,7 @@ from typing import Callable, Iterable, Iterator
 from rs.errors import RsError
 
 LOCK_NAME = ".lock"
+CLEAN_LOCK_NAME = ".clean.lock"
 
 
 class BuildBusy(RsError):
@@ -68,7 +72,21 @@ def publish_lock(root: Path, family: str, control: str) -> Iterator[None]:
 
 
 @contextmanager
-def _flock(lock_file: Path, *, shared: bool, busy: Callable[[Path], RsError]) -> Iterator[None]:
+def clean_lock(root: Path) -> Iterator[None]:
+    """Wait for, then hold, the lock on cleaning the family built in `root` (`root/.clean.lock`).
+
+    Sampling shards hold the build lock shared and may all find the clean store missing: one cleans
+    while the others wait here, then find its report and reuse the store.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    with _flock(root / CLEAN_LOCK_NAME, shared=False, busy=None):
+        yield
+
+
+@contextmanager
+def _flock(lock_file: Path, *, shared: bool, busy: Callable[[Path], RsError] | None) -> Iterator[None]:
+    """Hold an flock on `lock_file`, re-entered by the thread that holds it; refused with `busy(path)`, or waited for
+    when `busy` is None."""
     path = lock_file.resolve()
     key = (path, threading.get_ident())
     if (held := _held.get(key)) is not None:
@@ -82,10 +100,12 @@ def _flock(lock_file: Path, *, shared: bool, busy: Callable[[Path], RsError]) ->
         return
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-    except BlockingIOError:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (fcntl.LOCK_NB if busy else 0))
+    except BaseException as err:  # refused (non-blocking), or the wait interrupted
         os.close(fd)
-        raise busy(path) from None
+        if busy is not None and isinstance(err, BlockingIOError):
+            raise busy(path) from None
+        raise
     if not shared:
         _say_who(fd)
     _held[key] = _Held(fd, shared)

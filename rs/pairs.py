@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rs.route import Outcome, Routes, certainly_wrong, joined
-from rs.schema import think_response
+from rs.splits_schema import think_response
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,9 @@ from rs.engines.base import Request
 from rs.families.schema import MULTIPLE_CHOICE_INSTRUCTION, FamilyConfig
 from rs.sources.base import QAItem
 
+VERSION = "1"
+"""What the model is asked: bump when a change asks some item otherwise (`rs.versions`)."""
+
 
 def build_prompt(question: str, instruction: str) -> str:
     """The cleaned question followed by an instruction, byte for byte.

@@ -34,6 +34,9 @@ from rs.families.schema import ReasoningConfig
 
 __all__ = ["ReasoningFormat", "ReasoningFormatError", "vllm_parser_names"]
 
+VERSION = "1"
+"""How reasoning is told from the answer: bump when a change splits some output otherwise (`rs.versions`)."""
+
 
 class ReasoningFormatError(UsageError, ValueError):
     """A `model.reasoning` this machine cannot use (an unknown vLLM parser, no tokenizer to build it with)."""

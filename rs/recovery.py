@@ -31,6 +31,10 @@ from rs.records import RECOVERY, SampleRecord
 from rs.store import ParquetStreamWriter
 from rs.engines.ordered import InOrder
 
+VERSION = "1"
+"""What the recovery pass records of an item's samples: bump when a change records or judges some sample otherwise
+(`rs.versions`)."""
+
 RETRIED_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked")
 """Rejections with a final answer: the recovery pass samples them again."""
 CUT_OFF_REASONS = ("no_final_answer", "degenerate_repetition")

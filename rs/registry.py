@@ -1,10 +1,10 @@
-"""One small registry for every plug-in kind: source kinds, engine kinds, cleaning steps, verifiers.
+"""One small registry for every plug-in kind: source kinds, engine kinds, cleaning steps, verifiers, built-in models.
 
 A plug-in is a module that registers itself on import (``@SOURCES.register("hub")``). A registry
 imports the modules of its package the first time it is asked for a name, so adding a kind is its
 module and nothing else; a plug-in that lives outside the package is registered by importing it, or
 by an entry point in its distribution's metadata (group ``rs.sources``, ``rs.engines``,
-``rs.cleaning`` or ``rs.verifiers``, value: the module to import).
+``rs.cleaning``, ``rs.verifiers`` or ``rs.models``, value: the module to import).
 
 Source and engine kinds are classes with a ``Config`` dataclass, the block ``families.yaml`` gives
 them; its ``kind`` field is the registered name. Cleaning steps are keyed instead: the name is the
@@ -19,11 +19,11 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from rs.errors import UsageError
 
-__all__ = ["CLEANING", "ENGINES", "SOURCES", "VERIFIERS", "KindConfig", "Registry", "UnknownNameError"]
+__all__ = ["CLEANING", "ENGINES", "MODELS", "SOURCES", "VERIFIERS", "KindConfig", "Registry", "UnknownNameError"]
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ class Registry(Generic[T]):
         ['files', 'hub', 'synthetic']
     """
 
-    def __init__(self, what: str, *, package: str, group: str, default: str | None = None, by: str = "kind") -> None:
+    def __init__(self, what: str, *, package: str | None, group: str, default: str | None = None, by: str = "kind") -> None:
         self.what = what
         self.by = by
         """How a families.yaml block names its plug-in: by its `kind` field, or by its `key` in a mapping."""
@@ -97,10 +97,11 @@ class Registry(Generic[T]):
         if self._discovered:
             return
         self._discovered = True  # first: a module being imported may look itself up
-        package = importlib.import_module(self.package)
-        for module in pkgutil.iter_modules(package.__path__):
-            if not module.name.startswith("_"):
-                importlib.import_module(f"{self.package}.{module.name}")
+        if self.package is not None:
+            package = importlib.import_module(self.package)
+            for module in pkgutil.iter_modules(package.__path__):
+                if not module.name.startswith("_"):
+                    importlib.import_module(f"{self.package}.{module.name}")
         for entry_point in metadata.entry_points(group=self.group):
             module = entry_point.value.split(":", 1)[0]
             try:
@@ -124,3 +125,7 @@ CLEANING: Registry[type] = Registry("cleaning step", package="rs.clean", group="
 """Optional cleaning steps by their key under ``cleaning:``: ``ItemFilter`` classes with a ``Config`` and an ``order``."""
 VERIFIERS: Registry[type] = Registry("verifier", package="rs.verifiers", group="rs.verifiers")
 """Verifiers: :class:`rs.verifiers.base.Verifier` subclasses by ``name``."""
+MODELS: Registry[Any] = Registry("built-in model", package=None, group="rs.models")
+"""Models named ``rs:NAME`` in families.yaml, by NAME: :class:`rs.engines.models.BuiltinModel` objects. rs ships none:
+the demo and test models (``rs:demo-vlm``, ``rs:tiny-vlm``, ``rs:tiny-qwen3vl``) come with the ``rs-demo``
+distribution (``demo/``), which registers them through its ``rs.models`` entry point."""

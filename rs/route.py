@@ -11,11 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from rs.schema import think_response
+from rs.splits_schema import think_response
 from rs.store import read_clean_rows, read_records
 
 if TYPE_CHECKING:
     from rs.families.schema import FamilyConfig
+
+VERSION = "2"
+"""Which split an answered item goes to: bump when a change routes some item otherwise (`rs.versions`; 2: the recovery
+pass's samples)."""
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,7 @@ class Decision:
     by: str | None = None
     """`verifier`, `judge` or `recovery` when accepted."""
     reason: str | None = None
-    """One of `rs.schema.REJECT_REASONS` when rejected."""
+    """One of `rs.splits_schema.REJECT_REASONS` when rejected."""
 
 
 def decide(item: dict[str, Any], judge_promotes: bool) -> Decision:

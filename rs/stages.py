@@ -15,17 +15,11 @@ disk gets its room back); one process at a time writes a family's build (`rs.loc
 
 from __future__ import annotations
 
-import fcntl
-import functools
 import hashlib
-import importlib.util
-import inspect
 import json
 import logging
-import marshal
 import os
 import shutil
-import sys
 import time
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
@@ -37,8 +31,7 @@ from rs.engines.cache import GenerationCache
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.disk import writing
 from rs.families import Family
-from rs.judge import PROMPT_TEMPLATE as JUDGE_PROMPT_TEMPLATE, TEMPLATES as JUDGE_TEMPLATES
-from rs.locks import build_lock
+from rs.locks import build_lock, clean_lock
 from rs.progress import progress
 from rs.prompt import Instructions
 from rs.recovery import RecoveryReport, RecoveryStage
@@ -48,13 +41,9 @@ from rs.sources.base import Row
 from rs.answers import Vocabulary
 from rs.store import MAX_ANSWER_SET, read_clean_answers, read_clean_rows, read_records, write_clean_rows, write_json
 from rs.verifiers import get_verifier
+from rs.versions import RECOVERY, ROUTE, sample_versions
 
 logger = logging.getLogger(__name__)
-
-SAMPLE_POLICY_VERSION = "2"
-"""Bumped when verification, judging or calibration change what a sampling report means (2: certain
-rejections, hard negatives, the evidence gate), so an older report is re-run (from the cache) rather than reused."""
-
 
 @dataclass
 class BuildPaths:
@@ -129,45 +118,6 @@ def fingerprint(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
-def code_fingerprint(*modules: str) -> str:
-    """sha256 of the source of `modules` (a package: every .py file below it): what a stage's results depend on.
-
-    A stage whose code changed runs again (its answers from the generation cache) rather than keeping results the
-    new code would decide otherwise: a hardened verifier re-verifies every cached answer.
-    """
-    digest = hashlib.sha256()
-    for name in sorted(set(modules)):
-        spec = importlib.util.find_spec(name)  # rs's own modules: always importable, with their files
-        if spec is None or spec.origin is None:
-            raise RuntimeError(f"no source for {name}: code_fingerprint hashes rs's own modules")
-        origin = Path(spec.origin)
-        files = sorted(origin.parent.rglob("*.py")) if spec.submodule_search_locations else [origin]
-        for path in files:
-            digest.update(f"{name}/{path.name}\0".encode() + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-DECISION_MODULES = ("rs.answers", "rs.verifiers", "rs.extract", "rs.reasoning", "rs.prompt", "rs.sample", "rs.judge", "rs.calibration")
-"""The code that decides what a sampled answer is: its final answer, the verifier's match, the judge and its gate."""
-JUDGE_PROMPT = JUDGE_TEMPLATES / JUDGE_PROMPT_TEMPLATE
-"""What the judge is asked: a reworded prompt means other verdicts."""
-
-
-def verifier_source(verifier: object) -> str:
-    """sha256 of the code of a verifier's class: its module's file (a plug-in's too), else the class's own source
-    (one defined in a script or a notebook), else its compiled methods."""
-    cls = type(verifier)
-    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
-    if path and Path(path).is_file():
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    try:
-        return hashlib.sha256(inspect.getsource(cls).encode()).hexdigest()
-    except (OSError, TypeError):
-        methods = sorted((k, marshal.dumps(v.__code__)) for k, v in vars(cls).items() if hasattr(v, "__code__"))
-        return hashlib.sha256(repr(methods).encode()).hexdigest()
-
-
 class _Report(Protocol):
     fingerprint: str | None
 
@@ -229,9 +179,7 @@ def ensure_clean(ctx: BuildContext) -> CleaningReport:
     paths, expected = ctx.paths, clean_fingerprint(ctx)
     if report := read_report(paths.clean_report, expected, CleaningReport.from_dict):
         return report
-    paths.root.mkdir(parents=True, exist_ok=True)
-    with open(paths.root / ".clean.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with clean_lock(paths.root):
         if report := read_report(paths.clean_report, expected, CleaningReport.from_dict):
             return report
         return _clean(ctx, expected)
@@ -279,10 +227,9 @@ def answer_vocabulary(ctx: BuildContext) -> Vocabulary | None:
 def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
     c = ctx.family.config
     verifier = get_verifier(c.verifier.name, **c.verifier.params)
-    return fingerprint({"clean": clean.fingerprint, "policy": SAMPLE_POLICY_VERSION, "model": asdict(c.model), "engine": asdict(c.engine),
+    return fingerprint({"clean": clean.fingerprint, "model": asdict(c.model), "engine": asdict(c.engine),
                         "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier), "answers": asdict(c.answers),
-                        "instructions": asdict(Instructions.of(c)), "code": code_fingerprint(*DECISION_MODULES),
-                        "verifier_code": verifier_source(verifier), "judge_prompt": hashlib.sha256(JUDGE_PROMPT.read_bytes()).hexdigest()})
+                        "instructions": asdict(Instructions.of(c)), "versions": sample_versions(verifier)})
 
 
 def ensure_sampled(ctx: BuildContext) -> SampleReport:
@@ -309,7 +256,7 @@ def recovery_fingerprint(ctx: BuildContext, sampled: SampleReport) -> str:
     """The recovery pass's results depend on the greedy pass (its items and calibration) and the recovery block."""
     recovery = ctx.family.config.recovery
     return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "recovery": asdict(recovery) if recovery else None,
-                        "code": code_fingerprint("rs.recovery", "rs.route")})
+                        "versions": {piece.name: piece.version for piece in (RECOVERY, ROUTE)}})
 
 
 def ensure_recovered(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport | None:

@@ -19,8 +19,8 @@ from rs.sample import SampleReport  # noqa: E402
 from rs.stages import BuildContext, ensure_clean, ensure_sampled, read_report  # noqa: E402
 from rs.engines import engines_for  # noqa: E402
 from rs.families import get_family  # noqa: E402
-from rs.report import FamilyReport, ReportError  # noqa: E402
-from rs.schema import SPLITS, features  # noqa: E402
+from rs.family_report import FamilyReport, ReportError  # noqa: E402
+from rs.splits_schema import SPLITS, features  # noqa: E402
 from rs.families.schema import MULTIPLE_CHOICE_INSTRUCTION  # noqa: E402
 
 

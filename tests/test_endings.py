@@ -23,7 +23,7 @@ from rs.families import load_families  # noqa: E402
 from rs.publish import publish  # noqa: E402
 from rs.stages import BuildContext, ensure_sampled  # noqa: E402
 from rs.store import read_records  # noqa: E402
-from rs.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
+from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
 
 MAX_TOKENS = 64
 BUDGET = 6

@@ -109,7 +109,7 @@ def test_an_engine_that_cannot_start_says_why_with_the_reason_its_own_process_lo
 
 def test_engine_arguments_vllm_refuses_are_an_error_with_its_reason() -> None:
     from rs.engines.vllm import EngineStartFailed, VLLMEngine
-    from rs.tiny_model import VLLM_ENGINE_KWARGS
+    from rs_demo.tiny_model import VLLM_ENGINE_KWARGS
 
     engine = VLLMEngine("rs:tiny-vlm", engine_args={**VLLM_ENGINE_KWARGS, "max_model_len": 1_000_000})
     with pytest.raises(EngineStartFailed, match=r"could not start: User-specified max_model_len \(1000000\) is greater than"):

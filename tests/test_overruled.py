@@ -52,7 +52,7 @@ def test_always_correct_judge_cannot_promote_a_different_number(tmp_path: Path) 
             lines.append(json.dumps({"key": q.key, "text": f"<think>counting</think>{answer}"}))
     (tmp_path / "replay.jsonl").write_text("\n".join(lines))
     from rs.engines.vllm import VLLMEngine
-    from rs.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path
+    from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path
 
     judge = VLLMEngine(str(tiny_vlm_path(favour="CORRECT")), engine_args=dict(VLLM_ENGINE_KWARGS))
     try:

@@ -68,7 +68,7 @@ def test_mismatches_are_warned_and_an_unloadable_model_is_said(tmp_path: Path, m
 
 
 def test_a_template_that_ignores_the_switch_is_reported(tmp_path: Path) -> None:
-    from rs.tiny_model import tiny_vlm_path
+    from rs_demo.tiny_model import tiny_vlm_path
 
     family = odd_family(tmp_path, mc='"\\nLetter?"', verifier="alnum", model=str(tiny_vlm_path(template="always")), max_model_len=2048)
     plan = plan_family(family, sample_images=2)

@@ -12,7 +12,7 @@ from rs.cli.publish import summary
 from rs.families.loader import FamilyConfigError, load_families
 from rs.publish import publish
 from rs.publish.checks import RepoCheckError, check_repo
-from rs.schema import SPLITS
+from rs.splits_schema import SPLITS
 from test_cards import family  # noqa: F401  (the Hostile family fixture)
 from test_hub import TOKEN, blocked_hosts, hub, sleeps  # noqa: F401  (emulator fixtures)
 

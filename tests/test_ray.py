@@ -93,7 +93,7 @@ def _faulty(ctx: BuildContext, faults: list[dict[str, str]], monkeypatch, tmp_pa
 
 def test_identity_is_computed_without_loading_the_model() -> None:
     from rs.engines.vllm import VLLMEngine
-    from rs.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path
+    from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path
 
     engine = VLLMEngine("rs:tiny-vlm", engine_args=dict(VLLM_ENGINE_KWARGS))
     template = (tiny_vlm_path() / "chat_template.jinja").read_bytes()

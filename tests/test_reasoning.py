@@ -1,6 +1,6 @@
 """Reasoning formats and judge modes on the real engine, with chat templates that behave like published ones.
 
-The tiny model's templates (`rs.tiny_model.TEMPLATES`) reproduce what thinking VLMs' templates do:
+The tiny model's templates (`rs_demo.tiny_model.TEMPLATES`) reproduce what thinking VLMs' templates do:
 `prefill` pre-fills an open `<think>` unless `enable_thinking` is false, `always` pre-fills it whatever
 the switch says, `markers` leaves the model to write `◁think▷` ... `◁/think▷` itself, `hybrid` (the
 default) pre-fills nothing and closes an empty block when thinking is off. The tiny model's answers
@@ -32,7 +32,7 @@ from rs.publish import publish  # noqa: E402
 from rs.route import decide  # noqa: E402
 from rs.stages import BuildContext, ensure_sampled  # noqa: E402
 from rs.store import read_records  # noqa: E402
-from rs.tiny_model import TEMPLATE_MARKERS, VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
+from rs_demo.tiny_model import TEMPLATE_MARKERS, VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
 
 MAX_TOKENS = 40
 WORDS = r"[a-z]{2,6}( [a-z]{2,6}){3}"

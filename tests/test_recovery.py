@@ -174,7 +174,7 @@ def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path
     from transformers import AutoProcessor
     from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
 
-    from rs.demo_model import demo_model_path
+    from rs_demo.demo_model import demo_model_path
 
     processor = AutoProcessor.from_pretrained(demo_model_path())
     batch = DataCollatorForVisionPreference(processor)([dict(pairs[i]) for i in range(min(2, pairs.num_rows))])

@@ -54,7 +54,7 @@ def family_file(tmp_path: Path, *, num_images: int = 6, batch: int = 8, max_toke
 def tiny_engine():
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from rs.engines.vllm import VLLMEngine
-    from rs.tiny_model import VLLM_ENGINE_KWARGS
+    from rs_demo.tiny_model import VLLM_ENGINE_KWARGS
 
     engine = VLLMEngine("rs:tiny-vlm", engine_args=dict(VLLM_ENGINE_KWARGS))
     yield engine
@@ -173,7 +173,7 @@ def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path)
             lines.append(json.dumps({"key": q.key, "text": text}))
     replay_file.write_text("\n".join(lines))
     from rs.engines.vllm import VLLMEngine
-    from rs.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path
+    from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path
 
     judge = VLLMEngine(str(tiny_vlm_path(favour="CORRECT")), engine_args=dict(VLLM_ENGINE_KWARGS))
     try:

@@ -64,3 +64,26 @@ def test_a_shard_outside_its_count_is_a_usage_error(shard: str, message: str, ca
     with pytest.raises(SystemExit) as exit:
         main(["TinyCLEVR", f"--shard={shard}"])
     assert exit.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_clean_lock_is_waited_for_and_re_entered_by_its_holder(tmp_path: Path) -> None:
+    import threading
+
+    from rs.locks import clean_lock
+
+    order: list[str] = []
+
+    def second() -> None:
+        with clean_lock(tmp_path):
+            order.append("second")
+
+    with clean_lock(tmp_path):
+        with clean_lock(tmp_path):  # the same thread again: no deadlock
+            order.append("first")
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        waiting.join(timeout=0.5)
+        assert waiting.is_alive()  # another shard waits while one cleans
+        order.append("first done")
+    waiting.join(timeout=30)
+    assert order == ["first", "first done", "second"]

@@ -18,7 +18,7 @@ from PIL import Image
 
 from rs.families import load_families
 from rs.publish import EmptySplitError, publish
-from rs.schema import features
+from rs.splits_schema import features
 
 FAMILY = """\
 families:

@@ -1,15 +1,23 @@
-"""A stage's results follow its code: a changed verifier (built in or a plug-in) re-runs the sample stage from the cache."""
+"""The sample stage is keyed by the versions of what decides an answer's fate (`rs.versions`), a plug-in verifier's
+declared version or, where it declares none, its code: an edited comment re-verifies nothing, a bumped version or a
+changed plug-in re-verifies every answer, from the generation cache."""
 
 from __future__ import annotations
 
+import importlib
+import logging
+import sys
+import types
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from faults import write_families
 from rs.families import load_families
 from rs.registry import VERIFIERS
-from rs.stages import BuildContext, code_fingerprint, sample_fingerprint
+from rs.stages import BuildContext, ensure_sampled, sample_fingerprint
+from rs.verifiers.exact import ExactVerifier
 
 PLUGIN = '''
 from rs.verifiers import Verifier, register
@@ -17,13 +25,16 @@ from rs.verifiers import Verifier, register
 
 @register
 class Pedantic(Verifier):
+    """{doc}"""
+
     name = "pedantic_{tag}"
     title = "exact, and then some"
-    description = "equal strings"
+    description = "equal strings"{version}
 
     def match(self, prediction, reference, *, item=None):
         return prediction == reference{rule}
 '''
+
 
 @pytest.fixture(autouse=True)
 def registry_left_as_found():
@@ -44,43 +55,108 @@ families:
 """
 
 
-def test_the_sample_stage_is_keyed_by_the_code_that_decides_including_a_plugin_verifier(tmp_path: Path, monkeypatch) -> None:
+def plugin(tmp_path: Path, monkeypatch, *, version: str = "", doc: str = "Equal strings.", rule: str = "") -> Path:
+    """A plug-in verifier in its own module, imported as an installed plug-in's entry point would be."""
     tag = tmp_path.name.replace("-", "_")
     module = tmp_path / f"rs_pedantic_{tag}.py"
-    module.write_text(PLUGIN.format(tag=tag, rule=""))
+    module.write_text(PLUGIN.format(tag=tag, doc=doc, version=version, rule=rule))
     monkeypatch.syspath_prepend(str(tmp_path))
-    __import__(module.stem)  # registers the verifier, as an installed plug-in's entry point would
-    (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tag))
+    importlib.import_module(module.stem)
+    return module
+
+
+def test_a_plugin_that_declares_no_version_is_keyed_by_its_code_without_comments(tmp_path: Path, monkeypatch, caplog) -> None:
+    module = plugin(tmp_path, monkeypatch)
+    (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tmp_path.name.replace("-", "_")))
     ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
     clean = SimpleNamespace(fingerprint="the same cleaned rows")
 
-    before = sample_fingerprint(ctx, clean)
+    with caplog.at_level(logging.WARNING, logger="rs.versions"):
+        before = sample_fingerprint(ctx, clean)
+    assert "declares no `version`" in caplog.text  # said once, with what to do
+    module.write_text(module.read_text().replace('"""Equal strings."""', '"""Strings, equal."""  # reworded'))
     assert sample_fingerprint(ctx, clean) == before
-    module.write_text(PLUGIN.format(tag=tag, rule=" and prediction.strip() == prediction"))  # the plug-in is upgraded
-    code_fingerprint.cache_clear()  # a new process: the code is read again
-    assert sample_fingerprint(ctx, clean) != before
+    module.write_text(module.read_text().replace("== reference", "== reference and prediction.strip() == prediction"))
+    assert sample_fingerprint(ctx, clean) != before  # the plug-in is upgraded: its answers are verified again
 
 
-def test_a_reworded_judge_prompt_and_a_verifier_defined_in_a_notebook_key_the_stage_too(tmp_path: Path, monkeypatch) -> None:
-    import sys
-    import types
-
-    import rs.stages
-
-    prompt = tmp_path / "judge_prompt.jinja"
-    prompt.write_bytes(rs.stages.JUDGE_PROMPT.read_bytes())
-    monkeypatch.setattr(rs.stages, "JUDGE_PROMPT", prompt)
+def test_a_plugin_that_declares_a_version_is_keyed_by_it_and_a_verifier_typed_in_a_notebook_by_its_code(
+        tmp_path: Path, monkeypatch) -> None:
     tag = tmp_path.name.replace("-", "_")
     notebook = types.ModuleType(f"notebook_{tag}")  # no file, no spec: a class typed into a notebook or a script's __main__
     monkeypatch.setitem(sys.modules, notebook.__name__, notebook)
-    exec(PLUGIN.format(tag=tag, rule=""), notebook.__dict__)
+    exec(PLUGIN.format(tag=tag, doc="", version="", rule=""), notebook.__dict__)
     (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tag))
     ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
     clean = SimpleNamespace(fingerprint="the same cleaned rows")
 
     before = sample_fingerprint(ctx, clean)
-    prompt.write_text(prompt.read_text() + "\nBe strict.\n")
-    reworded = sample_fingerprint(ctx, clean)
-    assert reworded != before
     notebook.Pedantic.match = lambda self, prediction, reference, *, item=None: prediction.strip() == reference
-    assert sample_fingerprint(ctx, clean) != reworded  # the method changed in the notebook
+    changed = sample_fingerprint(ctx, clean)
+    assert changed != before  # the method changed in the notebook
+    notebook.Pedantic.version = "1"
+    declared = sample_fingerprint(ctx, clean)
+    assert declared != changed
+    notebook.Pedantic.match = lambda self, prediction, reference, *, item=None: prediction == reference
+    assert sample_fingerprint(ctx, clean) == declared  # its author vouches for the version
+    notebook.Pedantic.version = "2"
+    assert sample_fingerprint(ctx, clean) != declared
+
+
+def test_through_the_stage_a_comment_edit_reverifies_nothing_and_a_version_bump_reverifies_from_the_cache(
+        tmp_path: Path, monkeypatch) -> None:
+    families = write_families(tmp_path, images=3, names=("Alpha",))
+    module = plugin(tmp_path, monkeypatch, version='\n    version = "1"')
+    tag = tmp_path.name.replace("-", "_")
+    families.write_text(families.read_text().replace("verifier: {name: exact}", f"verifier: {{name: pedantic_{tag}}}"))
+    exact = write_families(tmp_path / "exact", images=3, names=("Alpha",))
+
+    def run(path: Path) -> tuple[int, int]:
+        """(engines made, answers asked of the sampling engine): (0, 0) when the report is reused."""
+        made = []
+
+        def engines(family):
+            from rs.engines import engines_for
+            made.append(family.name)
+            return engines_for(family)
+        ctx = BuildContext(load_families(path)["Alpha"], path.parent / "build", cache_path=tmp_path / "cache.sqlite",
+                           progress=False, engine_factory=engines)
+        report = ensure_sampled(ctx)
+        return len(made), report.sampling_engine_calls if made else 0
+
+    monkeypatch.chdir(tmp_path)
+    assert run(families)[1] == 6  # the first run asks every question
+    assert run(families) == (0, 0)  # nothing changed: the report is reused
+    module.write_text(module.read_text().replace('"""Equal strings."""', '"""Strings, equal."""\n    # a comment'))
+    assert run(families) == (0, 0)
+    monkeypatch.setattr(sys.modules[module.stem].Pedantic, "version", "2")
+    assert run(families) == (1, 0)  # re-verified, every answer from the cache
+
+    monkeypatch.chdir(tmp_path / "exact")
+    run(exact)
+    assert run(exact) == (0, 0)
+    monkeypatch.setattr(ExactVerifier, "version", "2")  # a built-in verifier bumped
+    assert run(exact) == (1, 0)
+
+
+def test_a_plugin_deriving_from_a_built_in_verifier_is_keyed_by_both_versions(tmp_path: Path, monkeypatch) -> None:
+    tag = tmp_path.name.replace("-", "_")
+    module = types.ModuleType(f"derived_{tag}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(f"""
+from rs.verifiers import register
+from rs.verifiers.exact import ExactVerifier
+
+
+@register
+class Stricter(ExactVerifier):
+    name = "pedantic_{tag}"
+    version = "1"
+""", module.__dict__)
+    (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tag))
+    ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
+    clean = SimpleNamespace(fingerprint="the same cleaned rows")
+
+    before = sample_fingerprint(ctx, clean)
+    monkeypatch.setattr(ExactVerifier, "version", "2")  # the rules it inherits changed
+    assert sample_fingerprint(ctx, clean) != before

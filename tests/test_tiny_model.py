@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rs import tiny_model  # noqa: E402
-from rs.tiny_model import (  # noqa: E402
+from rs_demo import tiny_model  # noqa: E402
+from rs_demo.tiny_model import (  # noqa: E402
     BOS_TOKEN,
     EOS_TOKEN,
     IMAGE_TOKEN,

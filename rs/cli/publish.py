@@ -23,7 +23,7 @@ from rs.hub import describe_commits, format_plan
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.publish import check_local_root, publish
 from rs.plan import Plan
-from rs.schema import PAIRS, features
+from rs.splits_schema import PAIRS, features
 
 
 def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:

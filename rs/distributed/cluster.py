@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rs.engines.base import Generation, SamplingSettings
+from rs.errors import causes
 from rs.progress import progress
 
 from .replica import EngineReplica, concurrent_batches, first_line
@@ -176,12 +178,8 @@ def connect(ray: Any, address: str | None, runtime_env: dict[str, Any] | None) -
         ) from err
 
 
-def _chain_text(error: BaseException | None) -> str:
-    parts = []
-    while error is not None and len(parts) < 10:
-        parts.append(f"{type(error).__name__}: {error}")
-        error = error.__cause__ or error.__context__
-    return "\n".join(parts)
+def _chain_text(error: BaseException) -> str:
+    return "\n".join(f"{type(cause).__name__}: {cause}" for cause in itertools.islice(causes(error), 10))
 
 
 def check_fits(resources: dict[str, float], *, replicas: int, num_gpus: float, num_cpus: float, local: bool) -> None:

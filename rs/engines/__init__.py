@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 
 from rs.engines.base import Engine, EngineConfig, Generation, Request, SamplingSettings
-from rs.engines.models import DEMO_VLM, TINY_VLM, builtin_revision, resolve_model
+from rs.engines.models import BuiltinModel, builtin_revision, resolve_model
 from rs.families import Family
 from rs.families.schema import FamilyConfig, ModelConfig
 from rs.registry import ENGINES
@@ -24,8 +24,7 @@ from rs.registry import ENGINES
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DEMO_VLM",
-    "TINY_VLM",
+    "BuiltinModel",
     "builtin_revision",
     "Engine",
     "EngineConfig",

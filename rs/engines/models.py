@@ -1,47 +1,55 @@
-"""The project's built-in models (`rs:tiny-vlm`, `rs:tiny-qwen3vl`, `rs:demo-vlm`): what a model id loads and its revision."""
+"""Built-in model ids (`rs:NAME`): what such an id loads and the revision recorded for it.
+
+rs itself ships no model. A distribution registers its models in :data:`rs.registry.MODELS` (entry point
+group `rs.models`): the `rs-demo` part of this repository (`demo/`) registers `rs:demo-vlm` (the trained demo
+model `make demo` samples with), `rs:tiny-vlm` and `rs:tiny-qwen3vl` (tiny random models the tests serve for real).
+"""
 
 from __future__ import annotations
 
-import hashlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from rs.demo_model import DEMO_VLM, PACKAGE_DIR, demo_model_path
-from rs.tiny_model import tiny_vlm_path
-from rs.tiny_qwen3vl import tiny_qwen3vl_path
+from rs.registry import MODELS, UnknownNameError
 
-__all__ = ["DEMO_VLM", "TINY_QWEN3VL", "TINY_VLM", "builtin_revision", "resolve_model"]
+__all__ = ["PREFIX", "BuiltinModel", "builtin_revision", "resolve_model"]
 
-TINY_VLM = "rs:tiny-vlm"
-"""Model id of the project's own tiny random VLM (`rs.tiny_model`), built locally on first use."""
-TINY_QWEN3VL = "rs:tiny-qwen3vl"
-"""Model id of the tiny random Qwen3-VL (`rs.tiny_qwen3vl`): the default model's architecture, built locally on first use."""
+PREFIX = "rs:"
+
+
+def _folder_name(path: Path) -> str:
+    return path.name
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """A model an `rs:NAME` id names: where its files are, and what identifies them."""
+
+    path: Callable[[], Path]
+    """The model's folder: built, or checked against its recorded hashes, on first use."""
+    revision: Callable[[Path], str] = _folder_name
+    """What identifies the weights in that folder: recorded as the model's revision, part of every cache key (by
+    default the folder's name, a content key for a model built into the cache)."""
+
+
+def _builtin(model_id: str) -> BuiltinModel:
+    try:
+        return MODELS.get(model_id[len(PREFIX):])
+    except UnknownNameError:
+        known = ", ".join(PREFIX + name for name in MODELS.names()) or "none installed"
+        raise ValueError(f"unknown built-in model {model_id!r} (built-in: {known}); give a Hub id or a local path, or install "
+                         "the distribution that provides it (this repository's demo and test models: pip install -e ./demo)") from None
 
 
 def resolve_model(model_id: str) -> str:
-    """The path or Hub id to load for a configured model id.
-
-    `rs:tiny-vlm` is the tiny random test VLM (Idefics3) and `rs:tiny-qwen3vl` the tiny random Qwen3-VL,
-    each built into the local cache on first use (no network); `rs:demo-vlm` is the trained demo model shipped with the package (its files are
-    checked against their recorded hashes); every other id (a Hub id or a local folder) is passed
-    through unchanged.
-    """
-    if model_id == TINY_VLM:
-        return str(tiny_vlm_path())
-    if model_id == TINY_QWEN3VL:
-        return str(tiny_qwen3vl_path())
-    if model_id == DEMO_VLM:
-        return str(demo_model_path())
-    if model_id.startswith("rs:"):
-        raise ValueError(f"unknown built-in model {model_id!r}; the built-in ones are {TINY_VLM!r}, {TINY_QWEN3VL!r} and {DEMO_VLM!r} (or give a Hub id or a local path)")
-    return model_id
+    """The path or Hub id to load for a configured model id: an `rs:NAME` id's folder (built or checked on first
+    use, no network); every other id (a Hub id or a local folder) unchanged."""
+    if not model_id.startswith(PREFIX):
+        return model_id
+    return str(_builtin(model_id).path())
 
 
 def builtin_revision(model_id: str, path: str) -> str:
-    """What identifies a built-in model's weights, recorded as its revision and part of every cache key.
-
-    A tiny model's folder name is its content key; the demo model's folder name never changes,
-    so its revision is the hash of its recorded file hashes (a retrained model gets new keys).
-    """
-    if model_id == DEMO_VLM:
-        return hashlib.sha256((PACKAGE_DIR / "SHA256SUMS").read_bytes()).hexdigest()[:16]
-    return Path(path).name
+    """What identifies a built-in model's weights at `path`, recorded as its revision and part of every cache key."""
+    return _builtin(model_id).revision(Path(path))

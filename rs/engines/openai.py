@@ -1,8 +1,9 @@
 """The `openai` engine: any OpenAI-compatible chat server (`vllm serve`, SGLang, a hosted API).
 
-Requests run concurrently (a bounded thread pool) and are retried here, not by the client: with
-exponential backoff and jitter on transient errors only (connection errors, timeouts, 408, 409,
-429, 5xx). What a retry cannot fix is reported per request, so that the cache keeps the right ones:
+Requests run concurrently (a bounded thread pool) and are retried by the `openai` client itself
+(`max_retries`): exponential backoff with jitter, `Retry-After` honoured, on transient errors only
+(connection errors, timeouts, 408, 409, 429, 5xx). What a retry cannot fix is reported per request,
+so that the cache keeps the right ones:
 
 * bad input (400, 413, 422, ...: a prompt longer than the context, an image the server cannot
   decode) fails the same way every time: a cacheable failure;
@@ -20,9 +21,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import random
-import threading
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
@@ -110,9 +108,6 @@ class OpenAIEngine:
     kind = "openai"
     Config = OpenAIEngineConfig
     runs_in_replica = False
-    backoff_base_s: float = 1.0
-    """First retry waits about this long; each further retry doubles it (with jitter)."""
-    backoff_max_s: float = 60.0
 
     def __init__(
         self,
@@ -141,10 +136,8 @@ class OpenAIEngine:
         self.base_url = base_url
         self.max_retries = max_retries
         self.concurrency = concurrency
-        self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
+        self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rs-openai")
-        self._random = random.Random()
-        self._random_lock = threading.Lock()
         self._warned_closing = False
 
     @classmethod
@@ -213,36 +206,32 @@ class OpenAIEngine:
             ]
         messages = [{"role": "user", "content": content}]
         meta = {"model": self.model, "model_revision": self.revision}
-        for attempt in range(self.max_retries + 1):
-            try:
-                response = self._client.chat.completions.create(model=self.model, messages=messages, **options)
-            except openai.APIStatusError as err:
-                status = err.status_code
-                if status in _CONFIG_STATUS:
-                    raise OpenAIEngineError(
-                        f"{self.base_url} answered {status} for model {self.model!r}: {_CONFIG_STATUS[status]}; "
-                        f"check engine.base_url, model.id and the key in engine.api_key_env ({_message(err)})"
-                    ) from None
-                refused = _refused_limit(options, status, _message(err))
-                if refused:
-                    raise OpenAIEngineError(
-                        f"{self.base_url} does not take sampling.{refused} (it answered {status}: {_message(err)})",
-                        hint=f"set sampling.{refused}: null for this family (a vLLM server takes it: vllm serve ... "
-                             "--reasoning-parser for thinking_token_budget)") from None
-                if not _is_transient_status(status):
-                    return Generation.failed(f"HTTP {status}: {_message(err)}", cacheable=400 <= status < 500, **meta)
-                error: Exception = err
-            except (openai.APIConnectionError, openai.APIResponseValidationError) as err:  # includes timeouts
-                error = err
-            else:
-                return self._generation(response, meta)
-            if attempt < self.max_retries:
-                delay = self._backoff(attempt, error)
-                logger.warning("%s (attempt %d of %d); retrying in %.1f s", _describe(error), attempt + 1, self.max_retries + 1, delay)
-                time.sleep(delay)
-        attempts = f"{self.max_retries + 1} attempt{'s' if self.max_retries else ''}"
-        logger.warning("%s after %s; leaving the request for the next run", _describe(error), attempts)
-        return Generation.failed(f"{_describe(error)} after {attempts}", cacheable=False, **meta)
+        try:  # the client retries transient errors itself; what reaches here is the last one
+            response = self._client.chat.completions.create(model=self.model, messages=messages, **options)
+        except openai.APIStatusError as err:
+            status = err.status_code
+            if status in _CONFIG_STATUS:
+                raise OpenAIEngineError(
+                    f"{self.base_url} answered {status} for model {self.model!r}: {_CONFIG_STATUS[status]}; "
+                    f"check engine.base_url, model.id and the key in engine.api_key_env ({_message(err)})"
+                ) from None
+            refused = _refused_limit(options, status, _message(err))
+            if refused:
+                raise OpenAIEngineError(
+                    f"{self.base_url} does not take sampling.{refused} (it answered {status}: {_message(err)})",
+                    hint=f"set sampling.{refused}: null for this family (a vLLM server takes it: vllm serve ... "
+                         "--reasoning-parser for thinking_token_budget)") from None
+            if not _is_transient_status(status):
+                return Generation.failed(f"HTTP {status}: {_message(err)}", cacheable=400 <= status < 500, **meta)
+            error: Exception = err
+        except (openai.APIConnectionError, openai.APIResponseValidationError) as err:  # includes timeouts
+            error = err
+        else:
+            return self._generation(response, meta)
+        attempts = _attempts(error)
+        attempts_said = f"{attempts} attempt{'s' if attempts > 1 else ''}"
+        logger.warning("%s after %s; leaving the request for the next run", _describe(error), attempts_said)
+        return Generation.failed(f"{_describe(error)} after {attempts_said}", cacheable=False, **meta)
 
     def _generation(self, response: Any, meta: dict[str, Any]) -> Generation:
         if not response.choices:
@@ -266,16 +255,6 @@ class OpenAIEngine:
             generation.answer = None  # the parser found no end of reasoning: there is no final answer
         return generation
 
-    def _backoff(self, attempt: int, error: Exception) -> float:
-        """Exponential backoff with jitter (so many clients do not retry in step); honours Retry-After."""
-        delay = min(self.backoff_max_s, self.backoff_base_s * 2**attempt)
-        with self._random_lock:
-            delay *= self._random.uniform(0.5, 1.0)
-        retry_after = _retry_after_s(error)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.backoff_max_s))
-        return delay
-
 
 def _refused_limit(options: dict[str, Any], status: int, message: str) -> str | None:
     """The loop or budget setting a server refused by name (a 400 or 422 naming the field), if it did."""
@@ -289,13 +268,13 @@ def _is_transient_status(status: int) -> bool:
     return status in _TRANSIENT_STATUS or status >= 500
 
 
-def _retry_after_s(error: Exception) -> float | None:
-    response = getattr(error, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
+def _attempts(error: Exception) -> int:
+    """How many times the client sent the request: it counts its retries in the `x-stainless-retry-count` header."""
+    request = getattr(error, "request", None)
     try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:  # an HTTP date: rare, and the backoff is a fine substitute
-        return None
+        return int(request.headers.get("x-stainless-retry-count", 0)) + 1 if request is not None else 1
+    except ValueError:
+        return 1
 
 
 def _message(err: openai.APIStatusError) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Literal, TypeVar
 
 from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError
@@ -29,7 +29,7 @@ try:  # huggingface_hub 2.x speaks httpx2, 1.x httpx: only their transport error
 except ImportError:  # pragma: no cover
     import httpx as _http  # type: ignore[no-redef]
 
-from rs.errors import RsError
+from rs.errors import RsError, causes
 from rs.hub.tokens import redact
 
 logger = logging.getLogger("rs.hub")
@@ -62,19 +62,9 @@ def sleep(seconds: float) -> None:
     _sleep(seconds)
 
 
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    """`exc` and its causes: the client wraps LFS upload failures in a RuntimeError."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def retry_kind(exc: BaseException) -> Kind | None:
     """How a failure is retried: re-plan (conflict, transient), wait and resend (rate_limited), or not at all (None)."""
-    for cause in _causes(exc):
+    for cause in causes(exc):
         if isinstance(cause, OfflineModeIsEnabled):
             return None
         if isinstance(cause, MainMoved):
@@ -95,7 +85,7 @@ def retry_kind(exc: BaseException) -> Kind | None:
 
 def retry_after(exc: BaseException) -> float | None:
     """Seconds the server asked to wait: `Retry-After`, else the reset of an exhausted `RateLimit` (as the client reads it)."""
-    for cause in _causes(exc):
+    for cause in causes(exc):
         if isinstance(cause, HfHubHTTPError) and cause.response is not None:
             headers = cause.response.headers
             value = headers.get("Retry-After", "").strip()
@@ -115,7 +105,7 @@ def first_line(exc: BaseException, token: str | None) -> str:
 
 def _fatal(exc: Exception, repo_id: str, token: str | None) -> PublishError | None:
     """A PublishError that says what to do for errors a retry cannot fix; None for unexpected errors."""
-    for cause in _causes(exc):
+    for cause in causes(exc):
         if isinstance(cause, OfflineModeIsEnabled):
             return PublishError(f"Cannot publish {repo_id}: HF_HUB_OFFLINE is set. Unset it and run again.")
         if isinstance(cause, ValueError) and "Invalid metadata in README.md" in str(cause):

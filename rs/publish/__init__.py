@@ -30,7 +30,7 @@ from rs.disk import writing
 from rs.errors import UsageError
 from rs.families import Family
 from rs.hub import FileChange, PublishResult, publish_folder, resolve_token
-from rs.report import FamilyReport
+from rs.family_report import FamilyReport
 from rs.sizes import parse_bytes
 from rs.plan import plan_family
 from rs.stages import BuildContext, current_sample_report, default_cache_path, scratch

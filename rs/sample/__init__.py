@@ -37,6 +37,10 @@ from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
 
+VERSION = "2"
+"""The stage's version: bump when a change of this stage records some answer otherwise, so an older report is re-run
+(from the cache) rather than reused (`rs.versions`; 2: certain rejections, hard negatives, the evidence gate)."""
+
 
 class _Slot:
     """One item on its way through the stage: its request, then its record (with, maybe, the judge's verdict)."""

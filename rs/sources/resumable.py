@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any, Iterator
 
-from rs.errors import RsError
+from rs.errors import RsError, causes
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +72,7 @@ def resumable(dataset: Any, label: str) -> Iterator[dict[str, Any]]:
 
 def is_dropped_connection(error: BaseException) -> bool:
     """Whether `error` (or one it was raised from) is a network failure worth retrying rather than a fault of the data."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in causes(error):
         if isinstance(current, (ConnectionError, TimeoutError)):
             return True
         kind = type(current)
@@ -84,5 +81,4 @@ def is_dropped_connection(error: BaseException) -> bool:
         status = getattr(getattr(current, "response", None), "status_code", None)
         if kind.__module__.startswith("huggingface_hub") and isinstance(status, int) and (status == 429 or status >= 500):
             return True  # the Hub busy or failing for a while
-        current = current.__cause__ or current.__context__
     return False

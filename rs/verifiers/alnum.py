@@ -86,6 +86,7 @@ class AlnumVerifier(Verifier):
     """
 
     name = "alnum"
+    version = "1"
     title = "scene-text recognition protocol"
     PARAMS = {}
 

@@ -40,6 +40,10 @@ __all__ = [
     "verifier_params",
 ]
 
+VERSION = "1"
+"""The verifiers' shared rules (this module): bump when a change decides some match otherwise (`rs.versions`); a
+verifier's own rules are versioned by its class's `version`."""
+
 
 class VerifierError(UsageError, ValueError):
     """Raised for an unknown verifier, a bad parameter, or a verifier whose optional dependency is missing."""
@@ -84,15 +88,18 @@ class Param(NamedTuple):
 class Verifier(abc.ABC):
     """Decides whether a final answer matches a reference.
 
-    Subclasses set ``name`` (registry key), ``title`` (short human name used as a dataset-card heading) and
-    ``PARAMS``, implement :meth:`compare` (the metric on a clean answer) and :attr:`description`, and may override
-    :meth:`kind` (what the answer is read for), :meth:`compare_numbers` and :meth:`check_params` for
-    range checks. Instances are immutable after construction and safe to share between threads (except
-    ``math``, see its docstring).
+    Subclasses set ``name`` (registry key), ``title`` (short human name used as a dataset-card heading),
+    ``version`` (bumped when it decides otherwise) and ``PARAMS``, implement :meth:`compare` (the metric on a clean
+    answer) and :attr:`description`, and may override :meth:`kind` (what the answer is read for),
+    :meth:`compare_numbers` and :meth:`check_params` for range checks. Instances are immutable after construction
+    and safe to share between threads (except ``math``, see its docstring).
     """
 
     name: ClassVar[str]
     title: ClassVar[str]
+    version: ClassVar[str]
+    """Bumped when the verifier decides some match otherwise: the sample stage re-verifies (`rs.versions`). A class
+    that declares none is keyed by its code."""
     PARAMS: ClassVar[dict[str, Param]] = {}
 
     def __init__(self, **params: Any) -> None:

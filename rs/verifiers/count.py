@@ -36,6 +36,7 @@ class CountVerifier(Verifier):
     """Exactly one whole number in the stated answer, equal to the integer reference; see the module docstring."""
 
     name = "count"
+    version = "1"
     title = "single-integer count match"
     PARAMS = {}
 

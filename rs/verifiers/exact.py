@@ -33,6 +33,7 @@ class ExactVerifier(Verifier):
     """Equality after :func:`exact_normalise`, also trying the prediction's first line and first paragraph."""
 
     name = "exact"
+    version = "1"
     title = "normalised exact match"
     PARAMS = {}
 

@@ -95,6 +95,7 @@ class MathVerifier(Verifier):
     """Mathematical equivalence via ``math-verify`` ``parse`` + ``verify(gold, prediction)``."""
 
     name = "math"
+    version = "1"
     title = "mathematical equivalence (math-verify)"
     PARAMS = {
         "float_rounding": Param(int, 6, "decimal places numbers are rounded to before comparing"),

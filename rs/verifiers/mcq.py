@@ -76,6 +76,7 @@ class McqVerifier(Verifier):
     """The prediction must commit to exactly one option letter, equal to the reference letter."""
 
     name = "mcq"
+    version = "1"
     title = "multiple-choice letter match"
     PARAMS = {
         "letters": Param(str, "ABCDEFGH", "option labels in order, upper-case A-Z without repeats"),

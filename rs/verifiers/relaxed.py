@@ -104,6 +104,7 @@ class RelaxedVerifier(Verifier):
     """ChartQA relaxed accuracy, hardened as described in the module docstring."""
 
     name = "relaxed"
+    version = "1"
     title = "ChartQA relaxed accuracy"
     PARAMS = {
         "tolerance": Param(float, 0.05, "maximum relative error |p - t| / |t| for numeric answers, inclusive"),

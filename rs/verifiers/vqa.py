@@ -130,6 +130,7 @@ class VqaVerifier(Verifier):
     """Accept when the soft VQA accuracy reaches ``threshold``; see the module docstring."""
 
     name = "vqa"
+    version = "1"
     title = "VQA soft accuracy"
     PARAMS = {
         "threshold": Param(float, 1.0, "minimum soft accuracy in (0, 1] to accept; 1.0 = at least 3 annotators"),

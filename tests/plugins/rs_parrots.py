@@ -124,6 +124,7 @@ class ShortQuestions(ItemFilter):
 class FirstWordVerifier(Verifier):
     name = "first_word"
     title = "first-word match"
+    version = "1"
 
     @property
     def description(self) -> str:

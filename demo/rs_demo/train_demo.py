@@ -1,6 +1,6 @@
 """Train the demo VLM: a tiny Idefics3 model, from scratch, on TinyCLEVR's own synthetic scenes.
 
-``python -m rs.demo_model train`` builds a byte-level BPE tokenizer (``rs.tiny_model``'s special
+``python -m rs_demo.demo_model train`` builds a byte-level BPE tokenizer (``rs_demo.tiny_model``'s special
 tokens, ids and chat template, with the synthetic source's questions and this module's reasoning
 added to the tokenizer corpus), initialises an Idefics3 model from a seed and trains it with a plain
 PyTorch loop for a fixed wall-clock budget on freshly drawn :class:`~rs.sources.synthetic.SyntheticSource`
@@ -74,7 +74,7 @@ from rs.sources.synthetic import (
     object_box,
     questions_for,
 )
-from rs.tiny_model import (
+from rs_demo.tiny_model import (
     BOS_TOKEN,
     CHAT_TEMPLATE,
     EOS_TOKEN,
@@ -342,7 +342,7 @@ def _questions(source: SyntheticSource, index: int) -> list[tuple[str, str, str]
 
 
 def build_tokenizer(vocab_size: int) -> Any:
-    """rs.tiny_model's byte-level BPE (same special and think token ids), trained on the demo's text too."""
+    """rs_demo.tiny_model's byte-level BPE (same special and think token ids), trained on the demo's text too."""
 
     def texts() -> Iterator[str]:
         yield from tiny_corpus()
@@ -731,7 +731,7 @@ def train(
     tail = losses[-min(len(losses), 100):]
     recipe = {
         "model_id": "rs:demo-vlm",
-        "command": f"python -m rs.demo_model train --minutes {minutes:g} --seed {seed}"
+        "command": f"python -m rs_demo.demo_model train --minutes {minutes:g} --seed {seed}"
                    + (f" --max-steps {max_steps}" if max_steps is not None else "")
                    + (f" --scenes {scenes}" if scenes else ""),
         "seed": seed,

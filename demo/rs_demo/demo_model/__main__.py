@@ -1,4 +1,4 @@
-"""``python -m rs.demo_model {train,evaluate,hashes}``: train, measure and pin the demo VLM."""
+"""``python -m rs_demo.demo_model {train,evaluate,hashes}``: train, measure and pin the demo VLM."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import logging
 import sys
 from pathlib import Path
 
-from rs.demo_model import PACKAGE_DIR, WEIGHTS_DIR, demo_model_path, write_sums
+from rs_demo.demo_model import PACKAGE_DIR, WEIGHTS_DIR, demo_model_path, write_sums
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rs.demo_model", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rs_demo.demo_model", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train from scratch and write the model folder (and recipe.json)")
     train.add_argument("--minutes", type=float, default=30.0, help="wall-clock training budget (default 30)")
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{digest}  {name}")
         return 0
 
-    from rs import train_demo as trainer
+    from rs_demo import train_demo as trainer
 
     if args.command == "train":
         out = args.out.expanduser().absolute()
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: recipe["training"][k] for k in ("steps", "examples", "train_wall_clock_s",
                                                             "final_loss_last_100_steps")}))
         if shipped:
-            print("now run: python -m rs.demo_model evaluate && python -m rs.demo_model hashes")
+            print("now run: python -m rs_demo.demo_model evaluate && python -m rs_demo.demo_model hashes")
         return 0
 
     model = args.model.expanduser().absolute() if args.model else demo_model_path()

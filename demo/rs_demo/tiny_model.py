@@ -658,8 +658,8 @@ def tiny_vlm_path(*, seed: int = 0, visible_text: bool = True, favour: str | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rs.tiny_model build DIR [--seed N]`` or ``python -m rs.tiny_model path``."""
-    parser = argparse.ArgumentParser(prog="python -m rs.tiny_model", description=__doc__.splitlines()[0])
+    """``python -m rs_demo.tiny_model build DIR [--seed N]`` or ``python -m rs_demo.tiny_model path``."""
+    parser = argparse.ArgumentParser(prog="python -m rs_demo.tiny_model", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build the tiny VLM into DIR")
     build.add_argument("dir", type=Path)

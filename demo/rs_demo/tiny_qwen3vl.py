@@ -19,9 +19,9 @@ What is the real model's and what is not:
   ``<|im_end|>``, pad ``<|endoftext|>``, a vocabulary padded to a multiple of 128, and the
   published template's behaviour (:data:`CHAT_TEMPLATE`, the project's own text).
 - Not the real model's: the sizes (hidden 128, 2 layers; vision depth 2, hidden 64), the
-  vocabulary (a byte-level BPE trained on :func:`rs.tiny_model.corpus` with Qwen's pre-tokenizer
+  vocabulary (a byte-level BPE trained on :func:`rs_demo.tiny_model.corpus` with Qwen's pre-tokenizer
   and NFC normalisation) and therefore every token id, and the weights (random, with the output
-  head shaped as :func:`rs.tiny_model.build_tiny_vlm`'s ``visible_text``: visible text, EOS after a
+  head shaped as :func:`rs_demo.tiny_model.build_tiny_vlm`'s ``visible_text``: visible text, EOS after a
   digit; it never writes ``</think>``, so under the ``qwen3`` format every answer is reasoning that
   never closed).
 
@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rs import tiny_model
-from rs.tiny_model import _INIT_LOCK, _default_cache_dir, _library_versions, _shape_output_head, corpus
+from rs_demo import tiny_model
+from rs_demo.tiny_model import _INIT_LOCK, _default_cache_dir, _library_versions, _shape_output_head, corpus
 
 logger = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ def tiny_qwen3vl_path(*, seed: int = 0, cache_dir: str | Path | None = None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rs.tiny_qwen3vl [DIR]``: build into DIR, or print the cached build's path (building it if needed)."""
+    """``python -m rs_demo.tiny_qwen3vl [DIR]``: build into DIR, or print the cached build's path (building it if needed)."""
     args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     print(build_tiny_qwen3vl(args[0]) if args else tiny_qwen3vl_path())

@@ -1,0 +1,70 @@
+"""The versions that key the sample stage are held to the code: a change of what decides an answer's fate without
+its version bumped fails here, naming the version to bump (`rs.versions`, `tests/versions.lock.json`)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+import rs.versions
+from rs.registry import VERIFIERS
+from rs.verifiers.exact import ExactVerifier
+from rs.versions import LOCK, all_pieces, current, main, normalised, unbumped
+
+REFRESH = "then run `.venv/bin/python -m rs.versions --write` to record the new versions in tests/versions.lock.json"
+
+
+def test_every_piece_that_decides_an_answer_has_the_version_its_code_was_locked_under() -> None:
+    locked, now = json.loads(LOCK.read_text()), current()
+    problems = unbumped(locked, now)
+    assert not problems, "\n".join(problems) + f"\n{REFRESH}"
+    stale = sorted(name for name in locked.keys() | now.keys() if locked.get(name) != now.get(name))
+    assert not stale, f"the lock file is not current for {', '.join(stale)} (a version bumped or a piece added): {REFRESH}"
+
+
+def test_every_built_in_verifier_declares_its_own_version() -> None:
+    for name, cls in VERIFIERS.items():
+        if cls.__module__.startswith("rs.verifiers."):
+            assert isinstance(vars(cls).get("version"), str), f"{cls.__qualname__} ({name}) sets no class attribute `version`"
+    assert {p.name for p in all_pieces()} >= {f"verifier/{name}" for name, cls in VERIFIERS.items()
+                                               if cls.__module__.startswith("rs.verifiers.")}
+
+
+def test_comments_docstrings_and_formatting_do_not_count_a_rule_does() -> None:
+    source = inspect.getsource(inspect.getmodule(ExactVerifier))
+    reworded = (source.replace('    """Equality after', '    # a comment\n    """Once more: equality after')
+                .replace("norm = exact_normalise(value)", "norm = exact_normalise(  value )  # formatting"))
+    assert reworded != source and normalised(reworded) == normalised(source)
+    hardened = source.replace("return any(norm == ref", "return len(norm) < 40 and any(norm == ref")
+    assert normalised(hardened) != normalised(source)
+
+
+def test_a_changed_verifier_under_the_same_version_is_named_with_what_to_bump(tmp_path: Path, monkeypatch) -> None:
+    now = current()
+    locked = {name: dict(entry) for name, entry in now.items()}
+    locked["verifier/exact"]["code"] = "the code before the change"
+    problems = unbumped(locked, now)
+    assert len(problems) == 1
+    assert "rs/verifiers/exact.py" in problems[0] and "bump rs.verifiers.exact:ExactVerifier.version (now '1')" in problems[0]
+
+    lock = tmp_path / "versions.lock.json"
+    lock.write_text(json.dumps(locked))
+    monkeypatch.setattr(rs.versions, "LOCK", lock)
+    assert main(["--write"]) == 2  # the lock is not refreshed over an unbumped change
+    assert json.loads(lock.read_text()) == locked
+    assert main(["--write", "--unchanged", "verifier/exact"]) == 0  # a refactor, said so
+    assert json.loads(lock.read_text()) == now
+
+    monkeypatch.setattr(ExactVerifier, "version", "2")  # bumped: the lock is refreshed, no complaint
+    assert not unbumped(now, current())
+    assert current()["verifier/exact"]["version"] == "2"
+
+
+@pytest.mark.parametrize("piece", ["answers", "judge", "sample"])
+def test_each_piece_covers_existing_code(piece: str) -> None:
+    (found,) = [p for p in all_pieces() if p.name == piece]
+    assert found.files() and all(path.is_file() for path in found.files())
+    assert found.version
