@@ -88,7 +88,7 @@ def test_installed_wheel_publishes_tinyclevr_and_renders_its_cards_elsewhere(whe
     published = _run([str(env / "bin" / "rs"), "publish", "TinyCLEVR", "--out", str(out), "--limit", "4"], cwd=elsewhere)
     assert "cards:" in published.stdout
     cards = sorted(out.rglob("README.md"))
-    assert len(cards) == 3
+    assert len(cards) == 4  # the three splits and the recovery's preference pairs
     before = {card: card.read_bytes() for card in cards}
     for card in cards:
         card.unlink()
