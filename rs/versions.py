@@ -11,14 +11,17 @@ records each piece's version and a hash of its code with comments, docstrings an
 changed under the same version. ``python -m rs.versions --write`` refreshes the lock after a bump.
 
 A plug-in verifier declares its own ``version`` (a class attribute). One that declares none is keyed by
-the digest of its code instead (:func:`verifier_version`): any change of its module beyond comments
-re-verifies, which is safe, only slower than it need be.
+the digest of its code instead (:func:`verifier_version`, with a warning): any change of its module
+beyond comments and docstrings re-verifies, which is safe, only slower than it need be. A verifier
+derived from another is keyed by the versions of both.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import hashlib
+import json
 import inspect
 import logging
 import marshal
@@ -40,11 +43,10 @@ import rs.route
 import rs.sample
 import rs.verifiers.base
 from rs.registry import VERIFIERS
-from rs.shipped import CHECKOUT, PACKAGE, shipped
+from rs.shipped import CHECKOUT, shipped
 from rs.verifiers.base import Verifier
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,7 @@ def _bare_string(statement: ast.AST) -> bool:
     return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str)
 
 
-LOCK = PACKAGE.parent / "tests" / "versions.lock.json"
+LOCK = CHECKOUT / "tests" / "versions.lock.json"
 """Each piece's version and code digest as last recorded, in a source checkout (`tests/test_versions.py` reads it)."""
 
 
@@ -230,9 +232,6 @@ def _shown(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m rs.versions`: list the pieces; `--write` records them in the lock file after a version bump."""
-    import argparse
-    import json
-
     parser = argparse.ArgumentParser(prog="python -m rs.versions", description=main.__doc__)
     parser.add_argument("--write", action="store_true", help=f"record the pieces in {LOCK}")
     parser.add_argument("--unchanged", action="append", default=[], metavar="PIECE",
