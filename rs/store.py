@@ -131,10 +131,16 @@ class ParquetStreamWriter:
 
 
 def read_records(directory: str | Path, prefix: str, *, batch_rows: int = 256, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
-    """Stream the records of a store back, file by file, in the order they were written."""
+    """Stream the records of a store back, file by file, in the order they were written.
+
+    One reader per row group: a single `iter_batches` over a whole file keeps memory of every row group it has read
+    (pyarrow 26: reading a 40,000-image clean store grew the process by 90 MB, per row group it stays flat; bench/build.py).
+    """
     for path in sorted(Path(directory).glob(f"{prefix}-*.parquet")):
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns):
-            yield from batch.to_pylist()
+        with pq.ParquetFile(path) as parquet:
+            for group in range(parquet.num_row_groups):
+                for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns, row_groups=[group]):
+                    yield from batch.to_pylist()
 
 
 def write_clean_rows(rows: Iterable[Row], directory: str | Path, *, group_bytes: int = 64 << 20) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Sequence
@@ -53,14 +55,21 @@ class ReplayEngine:
         self.path = Path(path)
         self.model = model
         self.revision = revision
-        # an index of line offsets, not the records: a replay file can be larger than memory
-        self._by_key: dict[str, int] = {}
-        self._by_prompt: dict[str, int] = {}
-        digest = hashlib.sha256()
         try:
             self._fh = self.path.open("rb")
         except OSError as err:
             raise ReplayError(f"{self.path}: cannot read the replay file: {err.strerror}") from err
+        # an index of line offsets on disk, not the records: a replay file can be larger than memory
+        self._index = _OffsetIndex()
+        try:
+            self._file_sha256 = self._read_index()
+        except BaseException:
+            self.close()
+            raise
+
+    def _read_index(self) -> str:
+        """Check every line and index its offset by item key and by prompt; returns the file's sha256."""
+        digest = hashlib.sha256()
         offset = 0
         for number, line in enumerate(self._fh, 1):
             digest.update(line)
@@ -74,10 +83,11 @@ class ReplayEngine:
             if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not ("key" in record or "prompt" in record):
                 raise ReplayError(f"{self.path}:{number}: each line needs a string `text` and a `key` or a `prompt`")
             if "key" in record:
-                self._by_key[str(record["key"])] = start
+                self._index.add(_KEY, str(record["key"]), start)
             if "prompt" in record:
-                self._by_prompt[_prompt_id(record["prompt"])] = start
-        self._file_sha256 = digest.hexdigest()
+                self._index.add(_PROMPT, _prompt_id(record["prompt"]), start)
+        self._index.done()
+        return digest.hexdigest()
 
     def identity(self) -> dict[str, Any]:
         return {"model": self.model, "revision": self.revision, "replay_sha256": self._file_sha256}
@@ -86,9 +96,9 @@ class ReplayEngine:
         return [self._one(r) for r in requests]
 
     def _one(self, request: Request) -> Generation:
-        offset = self._by_key.get(request.item_key) if request.item_key else None
+        offset = self._index.get(_KEY, request.item_key) if request.item_key else None
         if offset is None:
-            offset = self._by_prompt.get(_prompt_id(request.prompt))
+            offset = self._index.get(_PROMPT, _prompt_id(request.prompt))
         meta = {"model": self.model, "model_revision": self.revision}
         if offset is None:
             return Generation.failed(f"no output in {self.path.name} for item {request.item_key!r}", cacheable=False, **meta)
@@ -106,7 +116,52 @@ class ReplayEngine:
 
     def close(self) -> None:
         self._fh.close()
+        self._index.close()
 
 
 def _prompt_id(prompt: str) -> str:
     return hashlib.sha256(prompt.encode()).hexdigest()
+
+
+_KEY, _PROMPT = 0, 1
+
+
+class _OffsetIndex:
+    """Line offsets by item key and by prompt, in a temporary SQLite file: a dictionary of every key held 50 MB at
+    400,000 answers and grew with the family (bench/build.py); this keeps a few MB of page cache whatever the size.
+
+    A key given twice keeps its last line, as the dictionary did.
+    """
+
+    _BATCH = 10_000
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="rs-replay-")
+        self._db = sqlite3.connect(Path(self._dir.name) / "index.sqlite", isolation_level=None, check_same_thread=False)
+        self._db.executescript("""
+            PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-8000;
+            CREATE TABLE offsets (kind INTEGER NOT NULL, id TEXT NOT NULL, offset INTEGER NOT NULL, PRIMARY KEY (kind, id)) WITHOUT ROWID;
+            BEGIN;
+        """)
+        self._pending: list[tuple[int, str, int]] = []
+
+    def add(self, kind: int, id: str, offset: int) -> None:
+        self._pending.append((kind, id, offset))
+        if len(self._pending) >= self._BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._db.executemany("INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)", self._pending)
+        self._pending = []
+
+    def done(self) -> None:
+        self._flush()
+        self._db.execute("COMMIT")
+
+    def get(self, kind: int, id: str) -> int | None:
+        row = self._db.execute("SELECT offset FROM offsets WHERE kind = ? AND id = ?", (kind, id)).fetchone()
+        return None if row is None else row[0]
+
+    def close(self) -> None:
+        self._db.close()
+        self._dir.cleanup()
