@@ -1,7 +1,8 @@
 """Build a synthetic family with the replay engine (the model out of the measurement) and compare
 the split-writing step with the obvious `datasets` path; check memory stays flat as the family grows.
 
-    python bench/build.py [--images 20000 --small 5000]
+    python bench/build.py [--images 100000 --small 10000]
+    python bench/build.py --images 250000 --small 0 --no-reference   # one size only (about 1M QA): time per QA, peak RSS
 
 For each size, one process prepares the family (clean + sample stages, replayed answers), then
 separate processes write the three splits: (ours) the project's `datasets` builder, straight to
@@ -64,8 +65,8 @@ def prepare(work: Path, images: int) -> dict:
                 answer = qa["answer"] if (n + qa["turn"]) % 3 else "purple"
                 fh.write(json.dumps({"key": qa["key"], "text": f"<think>I look at the scene.</think>{answer}"}) + "\n")
     start = time.perf_counter()
-    ensure_sampled(ctx)
-    return {"clean_s": clean_s, "sample_s": time.perf_counter() - start}
+    sampled = ensure_sampled(ctx)
+    return {"clean_s": clean_s, "sample_s": time.perf_counter() - start, "qa": sampled.items}
 
 
 def write_ours(work: Path, images: int) -> dict:
@@ -118,8 +119,9 @@ def run(mode: str, work: Path, images: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", type=int, default=20_000)
-    parser.add_argument("--small", type=int, default=5_000)
+    parser.add_argument("--images", type=int, default=100_000)
+    parser.add_argument("--small", type=int, default=10_000, help="the smaller size to compare with; 0: --images alone")
+    parser.add_argument("--no-reference", action="store_true", help="skip the reference path (Dataset.from_generator)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -127,27 +129,33 @@ def main() -> None:
         child(args.child, args.work, args.images)
         return
     results = {}
+    paths = ("ours",) if args.no_reference else ("ours", "reference")
     with tempfile.TemporaryDirectory(prefix="rs-bench-build-") as tmp:
-        for n in (args.small, args.images):
+        for n in (args.small, args.images) if args.small else (args.images,):
             work = Path(tmp) / str(n)
             work.mkdir()
-            results[n] = {"prepare": run("prepare", work, n), "ours": run("ours", work, n), "reference": run("reference", work, n)}
+            results[n] = {"prepare": run("prepare", work, n), **{path: run(path, work, n) for path in paths}}
     print(f"{'images':>7} {'path':>10} {'rows':>7} {'seconds':>8} {'images/s':>9} {'MB/s':>7} {'peak RSS MB':>12}")
     for n, r in results.items():
-        for path in ("ours", "reference"):
+        for path in paths:
             x = r[path]
             print(f"{n:>7} {path:>10} {x['rows']:>7} {x['seconds']:>8.2f} {n / x['seconds']:>9.0f} "
                   f"{x['bytes'] / 1e6 / x['seconds']:>7.1f} {x['peak_rss_mb']:>12.1f}")
         p = r["prepare"]
-        print(f"{n:>7} {'(stages)':>10}  clean {p['clean_s']:.1f}s, sample (replay) {p['sample_s']:.1f}s, peak RSS {p['peak_rss_mb']:.1f} MB")
+        print(f"{n:>7} {'(stages)':>10}  {p['qa']:,} QA: clean {p['clean_s']:.1f}s, sample (replay) {p['sample_s']:.1f}s, "
+              f"{1000 * (p['clean_s'] + p['sample_s']) / p['qa']:.2f} ms per QA; peak RSS {p['peak_rss_mb']:.1f} MB")
+    if not args.small:
+        return
     big, small = results[args.images], results[args.small]
-    speed = (args.images / big["ours"]["seconds"]) / (args.images / big["reference"]["seconds"])
-    print(f"write speed, ours / reference at {args.images:,} images: {speed:.2f}x ({'meets' if speed >= 1 else 'MISSES'} the >= 1x target)")
+    if not args.no_reference:
+        speed = (args.images / big["ours"]["seconds"]) / (args.images / big["reference"]["seconds"])
+        print(f"write speed, ours / reference at {args.images:,} images: {speed:.2f}x ({'meets' if speed >= 1 else 'MISSES'} the >= 1x target)")
     for stage in ("prepare", "ours"):
         ratio = big[stage]["peak_rss_mb"] / small[stage]["peak_rss_mb"]
         print(f"peak memory of {stage}, {args.images:,} vs {args.small:,} images: {ratio:.2f}x ({'meets' if ratio <= 1.2 else 'MISSES'} the 1.2x target)")
-    ratio = big["reference"]["peak_rss_mb"] / small["reference"]["peak_rss_mb"]
-    print(f"(reference path, same comparison: {ratio:.2f}x)")
+    if not args.no_reference:
+        ratio = big["reference"]["peak_rss_mb"] / small["reference"]["peak_rss_mb"]
+        print(f"(reference path, same comparison: {ratio:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Sequence
@@ -55,14 +57,21 @@ class ReplayEngine:
         self.path = Path(path)
         self.model = model
         self.revision = revision
-        # an index of line offsets, not the records: a replay file can be larger than memory
-        self._by_key: dict[tuple[str, int, float | None], int] = {}
-        self._by_prompt: dict[tuple[str, int, float | None], int] = {}
-        digest = hashlib.sha256()
         try:
             self._fh = self.path.open("rb")
         except OSError as err:
             raise ReplayError(f"{self.path}: cannot read the replay file: {err.strerror}") from err
+        # an index of line offsets on disk, not the records: a replay file can be larger than memory
+        self._index = _OffsetIndex()
+        try:
+            self._file_sha256 = self._read_index()
+        except BaseException:
+            self.close()
+            raise
+
+    def _read_index(self) -> str:
+        """Check every line and index its offset by item key and by prompt; returns the file's sha256."""
+        digest = hashlib.sha256()
         offset = 0
         for number, line in enumerate(self._fh, 1):
             digest.update(line)
@@ -83,10 +92,11 @@ class ReplayEngine:
                 raise ReplayError(f"{self.path}:{number}: `temperature` must be a number (got {temperature!r})")
             at = None if temperature is None else float(temperature)
             if "key" in record:
-                self._by_key[str(record["key"]), sample, at] = start
+                self._index.add(_KEY, _entry(str(record["key"]), sample, at), start)
             if "prompt" in record:
-                self._by_prompt[_prompt_id(record["prompt"]), sample, at] = start
-        self._file_sha256 = digest.hexdigest()
+                self._index.add(_PROMPT, _entry(_prompt_id(record["prompt"]), sample, at), start)
+        self._index.done()
+        return digest.hexdigest()
 
     def identity(self) -> dict[str, Any]:
         return {"model": self.model, "revision": self.revision, "replay_sha256": self._file_sha256}
@@ -94,14 +104,15 @@ class ReplayEngine:
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
         return [self._one(r, settings.temperature) for r in requests]
 
-    def _lookup(self, index: dict[tuple[str, int, float | None], int], key: str, sample: int, temperature: float) -> int | None:
-        found = index.get((key, sample, float(temperature)))
-        return found if found is not None else index.get((key, sample, None))
+    def _lookup(self, kind: int, id: str, sample: int, temperature: float) -> int | None:
+        """The record drawn at `temperature`, else one that states none."""
+        found = self._index.get(kind, _entry(id, sample, float(temperature)))
+        return found if found is not None else self._index.get(kind, _entry(id, sample, None))
 
     def _one(self, request: Request, temperature: float = 0.0) -> Generation:
-        offset = self._lookup(self._by_key, request.item_key, request.sample, temperature) if request.item_key else None
+        offset = self._lookup(_KEY, request.item_key, request.sample, temperature) if request.item_key else None
         if offset is None:
-            offset = self._lookup(self._by_prompt, _prompt_id(request.prompt), request.sample, temperature)
+            offset = self._lookup(_PROMPT, _prompt_id(request.prompt), request.sample, temperature)
         meta = {"model": self.model, "model_revision": self.revision}
         if offset is None:
             which = f" sample {request.sample}" if request.sample else ""
@@ -120,7 +131,57 @@ class ReplayEngine:
 
     def close(self) -> None:
         self._fh.close()
+        self._index.close()
+
+
+def _entry(id: str, sample: int, temperature: float | None) -> str:
+    """An index entry: a key or prompt id, with the sample and the temperature a record states (none: "")."""
+    return f"{id}\x00{sample}\x00{'' if temperature is None else repr(temperature)}"
 
 
 def _prompt_id(prompt: str) -> str:
     return hashlib.sha256(prompt.encode()).hexdigest()
+
+
+_KEY, _PROMPT = 0, 1
+
+
+class _OffsetIndex:
+    """Line offsets by item key and by prompt, in a temporary SQLite file: a dictionary of every key held 50 MB at
+    400,000 answers and grew with the family (bench/build.py); this keeps a few MB of page cache whatever the size.
+
+    A key given twice keeps its last line, as the dictionary did.
+    """
+
+    _BATCH = 10_000
+
+    def __init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="rs-replay-")
+        self._db = sqlite3.connect(Path(self._dir.name) / "index.sqlite", isolation_level=None, check_same_thread=False)
+        self._db.executescript("""
+            PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-8000;
+            CREATE TABLE offsets (kind INTEGER NOT NULL, id TEXT NOT NULL, offset INTEGER NOT NULL, PRIMARY KEY (kind, id)) WITHOUT ROWID;
+            BEGIN;
+        """)
+        self._pending: list[tuple[int, str, int]] = []
+
+    def add(self, kind: int, id: str, offset: int) -> None:
+        self._pending.append((kind, id, offset))
+        if len(self._pending) >= self._BATCH:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._db.executemany("INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)", self._pending)
+        self._pending = []
+
+    def done(self) -> None:
+        self._flush()
+        self._db.execute("COMMIT")
+
+    def get(self, kind: int, id: str) -> int | None:
+        row = self._db.execute("SELECT offset FROM offsets WHERE kind = ? AND id = ?", (kind, id)).fetchone()
+        return None if row is None else row[0]
+
+    def close(self) -> None:
+        self._db.close()
+        self._dir.cleanup()
