@@ -134,10 +134,13 @@ def cached_run(engine, cache_path: Path, requests, settings, batch_size: int):
 
 
 def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm", engine_args: dict | None = None) -> dict[str, float]:
+    from dataclasses import replace
+
     from rs.engines import sampling_settings
 
     long_tail = name == "long-tail"
-    settings = sampling_settings(family)
+    # the tiny VLM is loaded without TinyCLEVR's reasoning parser, which vLLM needs for a thinking budget (as in `loops`)
+    settings = replace(sampling_settings(family), thinking_token_budget=None)
     batch_size = family.config.engine.batch_size
     requests = list(requests_of(n, family.config.instruction))
     engine = make_engine(long_tail, model, **(engine_args or {}))

@@ -245,7 +245,7 @@ def test_the_core_hands_each_channel_its_own_outputs(engine: VLLMEngine) -> None
 
     core = engine.core
     require(core.max_num_seqs == VLLM_ENGINE_KWARGS["max_num_seqs"], "scheduler_config.max_num_seqs", "VLLMCore.max_num_seqs")
-    assert core.reasoning_parser is None and core.reasoning_tokens() is None  # the tiny VLM is loaded without reasoning markers
+    assert core.reasoning_parser is None and core.reasoning_tokens is None  # the tiny VLM is loaded without reasoning markers
     a, b = Channel(), Channel()
     core.add_prompt(a, "a", "red cube", SamplingParams(max_tokens=2))
     core.add_chat(b, "b", [{"role": "user", "content": "blue sphere"}], SamplingParams(max_tokens=2, n=3, seed=0, temperature=0.7),

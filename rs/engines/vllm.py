@@ -309,7 +309,7 @@ class VLLMEngine:
         Counted from the last reasoning start of the prompt (a template that pre-fills it) or the output's first one,
         to the output's first end marker (the model's own, or the one the budget forced); None where vLLM knows no
         markers (no reasoning parser, no `tags` markers)."""
-        markers = self._core.reasoning_tokens() if self._core is not None else None
+        markers = self._core.reasoning_tokens if self._core is not None else None
         if markers is None:
             return None, False
         start, ends = markers.start, markers.ends

@@ -32,6 +32,7 @@ vLLM itself is imported only when a function here needs it (its import takes sec
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import signal
@@ -151,8 +152,9 @@ class VLLMCore:
         """The reasoning parser structured outputs start after (a label constrained past the reasoning), if any."""
         return self.llm.llm_engine.vllm_config.structured_outputs_config.reasoning_parser or None
 
+    @functools.cached_property
     def reasoning_tokens(self) -> ReasoningTokens | None:
-        """The markers vLLM counts the reasoning between, as token ids; None when it knows none."""
+        """The markers vLLM counts the reasoning between, as token ids; None when it knows none (read once: every output asks)."""
         config = self.llm.llm_engine.vllm_config.reasoning_config
         if config is None or not config.enabled:
             return None
