@@ -16,6 +16,7 @@ from rs.families import get_family, load_families
 from rs.plan import plan_family
 from rs.prompt import MULTIPLE_CHOICE_INSTRUCTION
 from rs.recovery import samples_for
+from rs.route import decide
 from rs.sample import SampleReport
 from rs.store import read_records
 
@@ -116,6 +117,8 @@ def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None
     # projected as the greedy pass is: per question of the sample, to the family's size, at the same throughput
     extra = p.family_qa * (sum(r.completion_tokens) + r.judged * p.judge_max_tokens) / len(items)
     assert r.family_tokens(p.family_qa, p.judge_max_tokens) == extra
+    blocked = sum(decide(i, promotes).reason == "judge_blocked" for i in items)
+    assert r.blocked == blocked and (f"{blocked} of them the judge found CORRECT" in plan.render()) == bool(blocked)
     text = plan.render()
     assert f"recovery pass (4 samples at temperature 0.7), run on the same images: {sum(picked.values())} of {len(items)}" in text
     greedy_hours, hours = p.family_tokens() / 1000 / 3600, extra / 1000 / 3600

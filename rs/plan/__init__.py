@@ -97,6 +97,8 @@ class RecoveryProjection:
     sent: int
     """Requests the engine answered (samples and verdicts; the rest came from the cache)."""
     seconds: float
+    blocked: int = 0
+    """Sampled questions the judge found CORRECT but could not promote (its calibration did not pass on the sample)."""
 
     @property
     def share(self) -> float:
@@ -270,6 +272,9 @@ def _recovery_lines(p: Projection, r: RecoveryProjection, greedy_tokens: float) 
                    f"max {tokens[-1]:,}")
     elif not sampled:
         out.append("  no question of these images was sampled: the projection is 0; a larger --limit measures the rate")
+    if r.blocked:
+        out.append(f"  {r.blocked} of them the judge found CORRECT but its calibration did not pass on this sample: a run whose "
+                   "calibration passes promotes them instead, and samples fewer")
     assert p.family_qa is not None  # the greedy projection printed above
     extra = r.family_tokens(p.family_qa, p.judge_max_tokens)
     out.append(f"  whole family: about {round(p.family_qa * r.share):,} questions sampled, {extra:,.0f} output tokens "
@@ -554,7 +559,7 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
     judge = family.config.judge
     judge_max = judge.max_tokens + (judge.think_budget if judge.mode == "think_then_label" else 0)
     calibration = report.judge_requests - report.judged
-    recovery = _project_recovery(ctx, report, len(items)) if family.config.recovery is not None else None
+    recovery = _project_recovery(ctx, report, items) if family.config.recovery is not None else None
     return Projection(images=limit, answered=len(answered), completion_tokens=tokens,
                       truncated=sum(i["finish_reason"] == "length" for i in answered), accepted=accepted, judged=report.judged,
                       judge_max_tokens=judge_max, calibration_requests=max(0, calibration),
@@ -564,7 +569,7 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
                       loop_detection=family.config.sampling.repetition_detection is not None, recovery=recovery)
 
 
-def _project_recovery(ctx: BuildContext, sampled: SampleReport, items: int) -> RecoveryProjection:
+def _project_recovery(ctx: BuildContext, sampled: SampleReport, items: list[dict[str, Any]]) -> RecoveryProjection:
     """Run the recovery pass on the plan's images, as the full run will (through the same cache), and measure it."""
     recovery = ctx.family.config.recovery
     assert recovery is not None
@@ -573,9 +578,10 @@ def _project_recovery(ctx: BuildContext, sampled: SampleReport, items: int) -> R
     assert report is not None
     tokens = [s["completion_tokens"] for r in read_records(ctx.paths.recovery, "recovery", columns=["samples"])
               for s in r["samples"] if s["completion_tokens"] is not None]
-    return RecoveryProjection(k=recovery.samples, temperature=recovery.temperature, items=items, sampled=dict(report.items),
+    blocked = sum(decide(i, sampled.promotes).reason == "judge_blocked" for i in items)
+    return RecoveryProjection(k=recovery.samples, temperature=recovery.temperature, items=len(items), sampled=dict(report.items),
                               samples=report.samples, completion_tokens=tokens, judged=report.judged,
-                              sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds)
+                              sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds, blocked=blocked)
 
 
 def _count(n: int, noun: str) -> str:
