@@ -8,8 +8,8 @@ thinking on and off, and the mismatches between them. With `limit` images, their
 also answered for real, through the family's engine and the shared generation cache (so the full
 run reuses the answers), and the whole family is projected from them: output tokens, truncation,
 accept rate and GPU-hours; with a `recovery:` block, the recovery pass runs on them too, and its
-GPU-hours are projected from the share of questions it sampled and its samples' measured tokens. What cannot be checked here (a source or a model out of reach) is said,
-and the rest is still checked.
+GPU-hours are projected from the share of questions it sampled and its samples' measured tokens.
+What cannot be checked here (a source or a model out of reach) is said, and the rest is still checked.
 """
 
 from __future__ import annotations
