@@ -124,6 +124,8 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
 
     # the reference: the whole stage in this process
     single = context(tmp_path, "single")
+    engines = engines_for(single.family)  # one model for the greedy and the recovery pass
+    single = BuildContext(single.family, single.build_root, single.cache_path, progress=False, engine_factory=lambda f: engines)
     reference = ensure_sampled(single)
     assert reference.sampling_engine_calls == reference.items == 18 and reference.judged > 0
     recovery = ensure_recovered(single, reference)
