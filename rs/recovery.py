@@ -62,6 +62,22 @@ def samples_for(greedy: dict[str, Any], promotes: bool, recovery: RecoveryConfig
     return None, 0
 
 
+def to_sample(rows: Iterable[Row], items: Iterator[dict[str, Any]], promotes: bool,
+              recovery: RecoveryConfig) -> Iterator[tuple[int, Row, QAItem, str, int]]:
+    """The items the pass samples, in item order: (row index, row, item, why, k).
+
+    `items`: the greedy pass's records (those `decide` reads), beside their cleaned `rows`. The Ray driver
+    (`rs.distributed`) picks the same items with this, from rows read without their image bytes."""
+    for index, row in enumerate(rows):
+        for qa in row.qa:
+            greedy = next(items, None)
+            if greedy is None or greedy["row"] != index or greedy["key"] != qa.key:
+                raise RuntimeError(f"the items store does not match the cleaned rows at row {index}; rebuild the family")
+            why, k = samples_for(greedy, promotes, recovery)
+            if why is not None:
+                yield index, row, qa, why, k
+
+
 @dataclass
 class RecoveryReport:
     """What the recovery pass did (`recovery.json`)."""
@@ -121,17 +137,10 @@ class RecoveryStage:
 
     def _units(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> Iterator[tuple[_Draws, list[tuple[int, Request]]]]:
         instructions = self.greedy.instructions
-        for index, row in enumerate(rows):
-            for qa in row.qa:
-                greedy = next(items, None)
-                if greedy is None or greedy["row"] != index or greedy["key"] != qa.key:
-                    raise RuntimeError(f"the items store does not match the cleaned rows at row {index}; rebuild the family")
-                why, k = samples_for(greedy, self.promotes, self.recovery)
-                if not k:
-                    continue
-                request = sampling_request(qa, instructions, row.image_sha256, row.image)
-                self.report.items[why] += 1
-                yield _Draws(index, qa, request.prompt, why, k), [(i, request.one(i)) for i in range(k)]
+        for index, row, qa, why, k in to_sample(rows, items, self.promotes, self.recovery):
+            request = sampling_request(qa, instructions, row.image_sha256, row.image)
+            self.report.items[why] += 1
+            yield _Draws(index, qa, request.prompt, why, k), [(i, request.one(i)) for i in range(k)]
 
     def run(self, rows: Iterable[Row], items: Iterator[dict[str, Any]], out_dir: str | Path, *, total: int | None = None) -> RecoveryReport:
         """Sample every item the greedy pass rejected (`items`: its records, in item order, beside their cleaned `rows`)."""

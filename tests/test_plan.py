@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,9 @@ import pytest
 from rs.families import get_family, load_families
 from rs.plan import plan_family
 from rs.prompt import MULTIPLE_CHOICE_INSTRUCTION
+from rs.recovery import samples_for
+from rs.route import decide
+from rs.sample import SampleReport
 from rs.store import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,11 +97,32 @@ def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None
     p = plan.projection
     assert p is not None and p.images == 3 and p.answered == len(p.completion_tokens) > 0
     assert p.tokens_per_second == 1000.0 and not p.measured and p.family_qa and p.family_tokens() > 0
-    items = list(read_records(tmp_path / "build" / "plan" / "TinyCLEVR" / "limit-3" / "items", "items"))
+    build = tmp_path / "build" / "plan" / "TinyCLEVR" / "limit-3"
+    items = list(read_records(build / "items", "items"))
     assert len(items) == p.answered
     # the prompt tokens the plan counted without the weights are the engine's, image tokens included
     assert sorted(t for k in plan.kinds for t in k.prompt_tokens) == sorted(i["prompt_tokens"] for i in items)
     assert "hours of engine time" in plan.render()
+
+    # TinyCLEVR has a recovery pass: it ran on the same images, sampling what samples_for picks, k times each
+    r, config = p.recovery, family.config.recovery
+    promotes = SampleReport.from_dict(json.loads((build / "sample.json").read_text())).promotes
+    picked = Counter(why for why, _ in (samples_for(i, promotes, config) for i in items) if why is not None)
+    assert r is not None and (r.k, r.temperature, r.items) == (4, 0.7, len(items)) and r.sampled == dict(picked)
+    samples = [s for row in read_records(build / "recovery", "recovery") for s in row["samples"]]
+    assert r.samples == len(samples) == 4 * sum(picked.values()) > 0
+    measured = json.loads((build / "recovery.json").read_text())  # a fresh cache: every sample was sent
+    assert r.sent == r.samples + measured["judge_engine_calls"] and r.judged == measured["judged"] > 0
+    assert r.completion_tokens == [s["completion_tokens"] for s in samples]
+    # projected as the greedy pass is: per question of the sample, to the family's size, at the same throughput
+    extra = p.family_qa * (sum(r.completion_tokens) + r.judged * p.judge_max_tokens) / len(items)
+    assert r.family_tokens(p.family_qa, p.judge_max_tokens) == extra
+    blocked = sum(decide(i, promotes).reason == "judge_blocked" for i in items)
+    assert r.blocked == blocked and (f"{blocked} of them the judge found CORRECT" in plan.render()) == bool(blocked)
+    text = plan.render()
+    assert f"recovery pass (4 samples at temperature 0.7), run on the same images: {sum(picked.values())} of {len(items)}" in text
+    greedy_hours, hours = p.family_tokens() / 1000 / 3600, extra / 1000 / 3600
+    assert f"{hours:,.2f} hours of engine time; greedy and recovery together {greedy_hours + hours:,.2f} hours" in text
 
 
 def test_the_command_prints_the_plan(tmp_path: Path) -> None:
@@ -146,3 +173,25 @@ def test_a_vllm_family_without_a_kv_cache_size_is_warned_on_the_cpu_build(tmp_pa
     plan = plan_family(odd_family(tmp_path, verifier="alnum", max_model_len=2048), sample_images=1)
     assert any(w.startswith("vLLM here is its CPU build") and "kv_cache_memory_bytes" in w for w in plan.warnings)
     assert not any("CPU build" in w for w in plan_family(get_family("TinyCLEVR"), sample_images=1).warnings)
+
+
+def test_a_dry_run_says_what_the_recovery_pass_may_cost_and_how_to_measure_it(tmp_path: Path) -> None:
+    from rs.cli.publish import would_do
+    from rs.publish import publish
+
+    text = FAMILY.format(mc="null", verifier="alnum", model="rs:tiny-vlm", max_model_len=2048)
+    (tmp_path / "families.yaml").write_text(text + "    recovery: {samples: 3, temperature: 0.6, max_tokens: 40}\n"
+                                            "    publish: {namespace: local, target: local}\n")
+    family = load_families(tmp_path / "families.yaml")["Odd"]
+
+    def no_engine(f):
+        raise AssertionError("a dry run creates no engine")
+
+    dry = publish(family, dry_run=True, progress=False, engine_factory=no_engine, out=tmp_path / "out", build_root=tmp_path / "build",
+                  cache_path=tmp_path / "cache.sqlite")
+    said = would_do(family, dry)
+    assert ("then sample each rejection with a final answer 3 more times at temperature 0.6 (one request each), verify and judge "
+            "the samples: at most 120 output tokens a rejection (`rs plan Odd --limit N` measures the rejections and projects the "
+            "pass's hours)") in said
+    without = dataclasses.replace(family, config=dataclasses.replace(family.config, recovery=None))
+    assert "more times" not in would_do(without, dry)  # no recovery block, no such line

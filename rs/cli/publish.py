@@ -102,7 +102,9 @@ def would_do(family: Family, outcome: dict[str, Any]) -> str:
     if c.recovery is not None:
         lines.append(f"  then sample each rejection with a final answer {c.recovery.samples} more times at temperature "
                      f"{c.recovery.temperature} (one request each), verify and judge the samples"
-                     + (f", and each accepted question {c.recovery.difficulty.samples} times" if c.recovery.difficulty.samples else ""))
+                     + (f", and each accepted question {c.recovery.difficulty.samples} times" if c.recovery.difficulty.samples else "")
+                     + f": at most {c.recovery.samples * (c.recovery.max_tokens or c.sampling.max_tokens):,} output tokens a rejection "
+                     f"(`rs plan {family.name} --limit N` measures the rejections and projects the pass's hours)")
     for split in family.splits:
         if split == "pairs":
             lines.append(f"  write {where}{family.repo_name(split)}: one row per preference pair ({', '.join(PAIRS)})")

@@ -50,13 +50,13 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
                 raise
             except RuntimeError as err:  # a step's pipeline failed; what it committed stays cached
                 raise RunFailed(str(err)) from err
-            report = run.report
-            summary = {"ray": run.to_dict()}
-        elif args.shard:
-            report, summary = sample_shard(ctx, shard, shards), {}
+            report, recovered, summary = run.report, run.recovery, {"ray": run.to_dict()}
+        elif args.shard:  # the recovery pass needs the whole family's greedy answers: a run without --shard does it
+            report, recovered, summary = sample_shard(ctx, shard, shards), None, {}
         else:
-            report, summary = ensure_sampled(ctx), {}
-        if not args.shard and (recovered := ensure_recovered(ctx, report)) is not None:
+            report = ensure_sampled(ctx)
+            recovered, summary = ensure_recovered(ctx, report), {}
+        if recovered is not None:
             summary["recovery"] = {k: v for k, v in recovered.to_dict().items() if k not in ("fingerprint", "seconds")}
         done = report.to_dict()
         print(json.dumps({**{k: done[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",

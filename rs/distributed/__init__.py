@@ -1,4 +1,4 @@
-"""The sampling stage (and the judge) on a Ray cluster with Ray Data: one engine replica per GPU, one cache.
+"""The sampling stage (with the judge, and the recovery pass) on a Ray cluster with Ray Data: one engine replica per GPU, one cache.
 
     python -m rs.sample FAMILY --ray [auto | HEAD:6379] [--replicas N]
 
@@ -37,7 +37,18 @@ The steps:
    generations exactly as `SampleStage` verifies them, plus the calibration cases of
    `rs.judge.calibrate`; written to `BUILD/FAMILY/ray/judge-*.parquet` and answered in one pipeline;
 3. the normal `rs.stages.ensure_sampled` on the driver, which finds everything cached (zero engine
-   calls) and writes the items store and `sample.json` exactly as a single-process run does.
+   calls) and writes the items store and `sample.json` exactly as a single-process run does;
+
+and, for a family with a `recovery:` block (`rs.recovery`), on the same replicas:
+
+4. recovery: the samples of the items the greedy pass rejected (`rs.recovery.to_sample` over the items
+   store), one request a sample, sample `i` seeded `recovery.seed + i` and keyed as the single-process
+   pass keys it, so the cache holds the same entries (only the missing samples travel: a raised `k`
+   sends the new ones);
+5. recovery_judge: the samples the verifier neither accepts nor knows wrong, verified on the driver
+   from the cache as `RecoveryStage` verifies them (no calibration: the judge's is the greedy pass's);
+6. `rs.stages.ensure_recovered` on the driver: zero engine calls, the recovery store and
+   `recovery.json` of a single-process run. A family already sampled runs only steps 4 to 6.
 
 Each replica answers several batches at once through one engine (`replica.EngineFeeder`): Ray
 Data's `max_concurrent_calls_per_actor` hands it enough batches to keep the engine's window full,
@@ -69,6 +80,8 @@ from __future__ import annotations
 import logging
 import time
 from array import array
+from contextlib import contextmanager
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -79,10 +92,13 @@ import rs
 from rs.engines import engines_for
 from rs.engines.base import Request, SamplingSettings
 from rs.engines.cache import CacheAnswerDamaged, GenerationCache
-from rs.judge import Judge, JudgeCase
+from rs.judge import JudgeCase
 from rs.prompt import sampling_request
-from rs.sample import SampleReport, SampleStage
-from rs.stages import BuildContext, answer_vocabulary, ensure_clean, ensure_sampled, read_report, sample_fingerprint
+from rs.recovery import recovery_settings, to_sample
+from rs.sample import SampleReport, SampleStage, Verification
+from rs.sources.base import QAItem, Row
+from rs.stages import (BuildContext, answer_vocabulary, current_recovery_report, ensure_clean, ensure_recovered, ensure_sampled,
+                       read_report, sample_fingerprint)
 from rs.store import ParquetStreamWriter, qa_item, read_records
 
 from .cluster import Cluster, check_fits, connect, forwarded_env, ray_available, retrying_lost_nodes
@@ -93,6 +109,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RAY_MISSING", "EngineReplica", "RayIncomplete", "RayNotInstalled", "RayPlanError", "RayRun", "StepStats", "build_replica_engine",
            "engine_specs", "forwarded_env", "gpus_per_replica", "ray_available", "sample_on_ray", "sampling_requests"]
+
+FATE = ("row", "key", "error", "ending", "final", "verified", "judge", "contradicts")
+"""The items store's columns that decide whether the recovery pass samples an item (`rs.route.decide`)."""
 
 
 def sample_on_ray(
@@ -108,7 +127,11 @@ def sample_on_ray(
     lookahead: int = 4096,
     finish: bool = True,
 ) -> RayRun:
-    """Fill the generation cache for `ctx`'s family on Ray, then (`finish`) run `ensure_sampled` on the driver.
+    """Fill the generation cache for `ctx`'s family on Ray, running the driver's passes between the steps.
+
+    The greedy pass's steps (sampling, judge), then `ensure_sampled` on the driver; with a `recovery:`
+    block, the recovery pass's steps (its samples, their judge), then `ensure_recovered`. Each driver pass
+    finds every answer cached and calls no engine. A family already sampled gets only its recovery steps.
 
     Args:
         address: Ray address (`auto`, `HEAD:6379`; not `ray://`: Ray Data does not run through Ray
@@ -125,7 +148,8 @@ def sample_on_ray(
             version is installed on the nodes (vLLM and its dependencies must be there).
         batch_size: requests per batch; default: the family's `engine.batch_size` (as single-process).
         lookahead: requests whose cache keys the driver looks up together.
-        finish: run `ensure_sampled` at the end, when every step is complete.
+        finish: run the driver's passes (`ensure_sampled`, `ensure_recovered`). Without them, only the greedy
+            pass's steps run when the family is not sampled yet: the recovery's steps need the items store.
 
     Raises:
         RayNotInstalled: without Ray.
@@ -138,146 +162,214 @@ def sample_on_ray(
     """
     if not ray_available():
         raise RayNotInstalled()
-    import ray
-
-    with ctx.lock():  # the driver writes the family's build (its `ray/` folder, then the items store)
-        started = time.perf_counter()
+    recovery = ctx.family.config.recovery
+    with ctx.lock():  # the driver writes the family's build (its `ray/` folder, the items and recovery stores)
         run = RayRun()
-        clean = ensure_clean(ctx)
-        if report := read_report(ctx.paths.sample_report, sample_fingerprint(ctx, clean), SampleReport.from_dict):
-            run.report = report
+        run.report = read_report(ctx.paths.sample_report, sample_fingerprint(ctx, ensure_clean(ctx)), SampleReport.from_dict)
+        run.recovery = current_recovery_report(ctx, run.report) if run.report is not None else None
+        if run.report is not None and (recovery is None or run.recovery is not None):
             return run
         specs = engine_specs(ctx)
-        sampler, judge = engines_for(ctx.family)  # lazy: identities only, no model on the driver
-
-        own_ray = not ray.is_initialized()
-        if own_ray:  # Ray uploads local code only for a whole job, so `ship_code` needs this connection to be ours
-            connect(ray, address, {"py_modules": [str(Path(rs.__file__).parent)]} if ship_code else None)
-        elif ship_code:
-            logger.info("Ray was initialised before: the replicas import the rs installed on their nodes")
-        try:
-            resources = ray.cluster_resources()
-            if num_gpus is None:
-                num_gpus = gpus_per_replica(ctx) if resources.get("GPU", 0) else 0
-            if replicas is None:
-                replicas = max(1, int(resources.get("GPU", 0) // num_gpus)) if num_gpus else 1
-            check_fits(resources, replicas=replicas, num_gpus=num_gpus, num_cpus=num_cpus, local=address is None)
-            cluster = Cluster(ray, replicas, num_gpus, num_cpus, runtime_env,
-                               batch_size or ctx.family.config.engine.batch_size, ctx.progress)
-            run.replicas = replicas
-            data = ray.data.DataContext.get_current()
-            bars = data.enable_progress_bars
-            data.enable_progress_bars = ctx.progress
-            try:
-                with GenerationCache(ctx.cache_path) as cache:
-                    def new_stage() -> SampleStage:  # the judge step's calibration cases accumulate in the stage: one per attempt
-                        return SampleStage(ctx.family.config, sampler, judge, cache, progress=False,
-                                           vocabulary=answer_vocabulary(ctx))
-
-                    _run_steps(ctx, new_stage, cluster, cache, specs, run, lookahead)
-            finally:
-                data.enable_progress_bars = bars
-        finally:
-            if own_ray:
-                ray.shutdown()
-        run.seconds = time.perf_counter() - started
+        started, passes = time.perf_counter(), 0.0
+        with _connected(ctx, address, ship_code) as ray:
+            cluster = _cluster(ray, ctx, address, replicas, num_gpus, num_cpus, runtime_env, batch_size)
+            run.replicas = cluster.replicas
+            if run.report is None:
+                _greedy_steps(_Steps(ctx, cluster, specs, run, lookahead))
+                if run.complete and finish:
+                    start = time.perf_counter()
+                    run.report = ensure_sampled(ctx)
+                    passes = time.perf_counter() - start
+            if run.report is not None and recovery is not None and current_recovery_report(ctx, run.report) is None:
+                _recovery_steps(_Steps(ctx, cluster, specs, run, lookahead), run.report.promotes)
+        run.seconds = time.perf_counter() - started - passes
         if not run.complete:
             raise RayIncomplete(run)
-        if finish:
-            run.report = ensure_sampled(ctx)
+        if finish and run.report is not None:
+            run.recovery = ensure_recovered(ctx, run.report)
         return run
 
 
-def _run_steps(ctx: BuildContext, new_stage: Callable[[], SampleStage], cluster: Cluster, cache: GenerationCache,
-               specs: dict[str, dict[str, Any]], run: RayRun, lookahead: int) -> None:
-    run.steps["sampling"], = retrying_lost_nodes("sampling", cluster, lambda: (
-        _sampling_step(ctx, new_stage(), cluster, cache, specs["sampler"], lookahead),))
-    if new_stage().judge is None or not run.complete:
-        return  # the judge needs every answer; a re-run does it
-    run.steps["judge"], run.steps["calibration"] = retrying_lost_nodes("judge", cluster, lambda: _judge_step(
-        ctx, new_stage(), cluster, cache, specs["judge"], lookahead))
+@contextmanager
+def _connected(ctx: BuildContext, address: str | None, ship_code: bool) -> Iterator[Any]:
+    """Ray, connected (unless this process already is) and with Ray Data's progress bars as `ctx` wants them, both undone after."""
+    import ray
+
+    own_ray = not ray.is_initialized()
+    if own_ray:  # Ray uploads local code only for a whole job, so `ship_code` needs this connection to be ours
+        connect(ray, address, {"py_modules": [str(Path(rs.__file__).parent)]} if ship_code else None)
+    elif ship_code:
+        logger.info("Ray was initialised before: the replicas import the rs installed on their nodes")
+    data = ray.data.DataContext.get_current()
+    bars, data.enable_progress_bars = data.enable_progress_bars, ctx.progress
+    try:
+        yield ray
+    finally:
+        data.enable_progress_bars = bars
+        if own_ray:
+            ray.shutdown()
 
 
-def _sampling_step(ctx: BuildContext, stage: SampleStage, cluster: Cluster, cache: GenerationCache, spec: dict[str, Any],
-                   lookahead: int) -> StepStats:
-    """Answer the family's missing sampling requests: read the clean store, keep what is missing, answer."""
+def _cluster(ray: Any, ctx: BuildContext, address: str | None, replicas: int | None, num_gpus: float | None, num_cpus: float,
+             runtime_env: dict[str, Any] | None, batch_size: int | None) -> Cluster:
+    """The replicas' placement, defaults filled from the cluster's resources; refused when they do not fit a local Ray."""
+    resources = ray.cluster_resources()
+    if num_gpus is None:
+        num_gpus = gpus_per_replica(ctx) if resources.get("GPU", 0) else 0
+    if replicas is None:
+        replicas = max(1, int(resources.get("GPU", 0) // num_gpus)) if num_gpus else 1
+    check_fits(resources, replicas=replicas, num_gpus=num_gpus, num_cpus=num_cpus, local=address is None)
+    return Cluster(ray, replicas, num_gpus, num_cpus, runtime_env, batch_size or ctx.family.config.engine.batch_size, ctx.progress)
+
+
+@dataclass
+class _Steps:
+    """What the steps of one pass share: the family, the cluster, the engines' specs, where the figures go."""
+
+    ctx: BuildContext
+    cluster: Cluster
+    specs: dict[str, dict[str, Any]]
+    run: RayRun
+    lookahead: int
+
+    def stage(self, cache: GenerationCache) -> SampleStage:
+        """A fresh sampling stage (the judge step's calibration cases accumulate in it: one per attempt). Its engines are
+        lazy: they give their identities, and never load a model on the driver."""
+        sampler, judge = engines_for(self.ctx.family)
+        return SampleStage(self.ctx.family.config, sampler, judge, cache, progress=False, vocabulary=answer_vocabulary(self.ctx))
+
+    def step(self, names: tuple[str, ...], run_step: Callable[[], tuple[StepStats, ...]]) -> None:
+        """Run one step (again for what is missing when nodes leave), its figures under `names` in the run."""
+        for name, stats in zip(names, retrying_lost_nodes(names[0], self.cluster, run_step)):
+            self.run.steps[name] = stats
+
+
+def _greedy_steps(steps: _Steps) -> None:
+    """The greedy pass: every cleaned item's answer, then the judge's requests and the calibration cases."""
+    ctx = steps.ctx
+    with GenerationCache(ctx.cache_path) as cache:
+        def sampling() -> tuple[StepStats]:
+            stage = steps.stage(cache)
+            records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
+            keyed = ((stage.runner.key(sampling_request(qa_item(q), stage.instructions, r["image_sha256"]), stage.settings), index)
+                     for index, r in enumerate(records) for q in r["qa"])
+            return _sampling_step(steps, cache, "sampling", stage, stage.settings, keyed),
+
+        def judge() -> tuple[StepStats, StepStats]:
+            stage, stats, calibration = steps.stage(cache), StepStats(), StepStats()
+
+            def calibration_requests() -> Iterator[tuple[str, Request]]:  # the cases are known once every answer is verified
+                yield from _keyed(stage, stage.calibration_cases().all())
+
+            _judge_step(steps, cache, "judge", stage, [(stats, _judge_requests(ctx, stage)), (calibration, calibration_requests())])
+            return stats, calibration
+
+        steps.step(("sampling",), sampling)
+        if steps.stage(cache).judge is not None and steps.run.complete:  # the judge needs every answer; a re-run does it
+            steps.step(("judge", "calibration"), judge)
+
+
+def _recovery_steps(steps: _Steps, promotes: bool) -> None:
+    """The recovery pass: the samples of the items it samples (`rs.recovery.to_sample`), then the judge's requests of the
+    samples the verifier can neither accept nor reject, as `RecoveryStage` asks them."""
+    ctx, recovery = steps.ctx, steps.ctx.family.config.recovery
+    assert recovery is not None
+    with GenerationCache(ctx.cache_path) as cache:
+        def sampling() -> tuple[StepStats]:
+            stage = steps.stage(cache)
+            settings = recovery_settings(ctx.family.config, stage.settings)
+            keyed = ((stage.runner.key(request.one(i), settings), index)
+                     for index, request, _, k in _recovery_draws(ctx, stage, promotes) for i in range(k))
+            return _sampling_step(steps, cache, "recovery", stage, settings, keyed,
+                                  samples=max(recovery.samples, recovery.difficulty.samples)),
+
+        def judge() -> tuple[StepStats]:
+            stats = StepStats()
+            stage = steps.stage(cache)
+            _judge_step(steps, cache, "recovery_judge", stage, [(stats, _recovery_judge_requests(ctx, stage, promotes))])
+            return stats,
+
+        steps.step(("recovery",), sampling)
+        if steps.stage(cache).judge is not None and steps.run.complete:
+            steps.step(("recovery_judge",), judge)
+
+
+def _sampling_step(steps: _Steps, cache: GenerationCache, name: str, stage: SampleStage, settings: SamplingSettings,
+                   keyed: Iterable[tuple[str, int]], *, samples: int = 1) -> StepStats:
+    """Answer the missing sampling requests: the driver finds them (`keyed`: each request's key and its row of the clean
+    store), the read tasks build them from the clean store (`sampling_requests`, `samples` a prompt), the replicas
+    answer them under `settings`."""
     stats = StepStats()
     start = time.perf_counter()
-    missing, images = _missing_sampling_keys(ctx, stage, cache, stats, lookahead)
+    missing, images = _missing_keys(keyed, cache, stats, steps.lookahead, settings)
     if missing.size:
-        files = sorted(str(p) for p in ctx.paths.clean.glob("rows-*.parquet"))
+        cluster = steps.cluster
+        files = sorted(str(p) for p in steps.ctx.paths.clean.glob("rows-*.parquet"))
         requests = cluster.ray.data.read_parquet(files).select_columns(["image", "image_sha256", "qa"]).map_batches(
-            sampling_requests, fn_kwargs={"identity": stage.runner.identity_key, "settings": stage.settings,
-                                          "instructions": stage.instructions, "missing": missing},
+            sampling_requests, fn_kwargs={"identity": stage.runner.identity_key, "settings": settings,
+                                          "instructions": stage.instructions, "missing": missing, "samples": samples},
             batch_format="pyarrow", batch_size=None,
         )
         per_image = missing.size / images  # a batch holds whole images, about `batch_size` requests
-        cluster.answer("sampling", requests, spec, stage.runner.identity_key, stage.settings, cache, stats, int(missing.size),
+        cluster.answer(name, requests, steps.specs["sampler"], stage.runner.identity_key, settings, cache, stats, int(missing.size),
                        rows_per_batch=max(1, round(cluster.batch_size / per_image)))
     stats.seconds = time.perf_counter() - start
     return stats
 
 
-def _judge_step(ctx: BuildContext, stage: SampleStage, cluster: Cluster, cache: GenerationCache, spec: dict[str, Any],
-                lookahead: int) -> tuple[StepStats, StepStats]:
-    """Verify every answer on the driver, write the missing judge and calibration requests, answer them in one pipeline."""
-    judge = stage.judge
-    stats, calibration = StepStats(), StepStats()
+def _judge_step(steps: _Steps, cache: GenerationCache, name: str, stage: SampleStage,
+                parts: list[tuple[StepStats, Iterator[tuple[str, Request]]]]) -> None:
+    """Write the judge requests of `parts` the cache lacks, answer them in one pipeline, each counted in its part's stats.
+
+    A part's requests are read after the part before it is written (the calibration cases are known once every
+    answer is verified); a request two parts ask is sent once, counted in the first. The first part's stats get
+    the step's time."""
+    judge, (first, _) = stage.judge, parts[0]
+    assert judge is not None
     start = time.perf_counter()
-    directory = ctx.paths.root / "ray"
+    directory = steps.ctx.paths.root / "ray"
     for old in directory.glob("judge-*.parquet"):
         old.unlink()
-    unanswered: list[int] = [0]
     seen: set[bytes] = set()
-    calibration_keys: set[str] = set()  # those sent for calibration only (a case can repeat a rejection's request)
-    with ParquetStreamWriter(directory, "judge", REQUESTS, group_rows=max(1024, cluster.batch_size)) as writer:
-        _write_missing(_judge_requests(ctx, stage, unanswered), cache, writer, stats, seen, lookahead, judge.settings)
-        if unanswered[0]:
-            raise RuntimeError(f"{unanswered[0]} sampled items vanished from the cache during the run")
-        _write_missing(_keyed(judge, stage.calibration_cases().all()), cache, writer, calibration, seen, lookahead,
-                       judge.settings, written=calibration_keys)
-    to_send = stats.sent + calibration.sent
-    stats.sent = calibration.sent = 0  # counted again as the answers come back
+    later: dict[str, StepStats] = {}  # the keys the parts after the first sent (few: the calibration cases)
+    with ParquetStreamWriter(directory, "judge", REQUESTS, group_rows=max(1024, steps.cluster.batch_size)) as writer:
+        for stats, keyed in parts:
+            for key, request in _uncached(keyed, cache, stats, steps.lookahead, judge.settings, seen=seen):
+                stats.sent += 1
+                if stats is not first:
+                    later[key] = stats
+                writer.write({"image": None, "image_sha256": None,
+                              "requests": [{"key": key, "prompt": request.prompt, "item_key": request.item_key, "sample": 0}]},
+                             size=len(request.prompt))
+    to_send = sum(stats.sent for stats, _ in parts)
+    for stats, _ in parts:
+        stats.sent = 0  # counted again as the answers come back
     if to_send:
-        requests = cluster.ray.data.read_parquet([str(p) for p in writer.files])
-        cluster.answer("judge", requests, spec, judge.runner.identity_key, judge.settings, cache, stats, to_send,
-                       part_of=lambda key: calibration if key in calibration_keys else stats)
+        requests = steps.cluster.ray.data.read_parquet([str(p) for p in writer.files])
+        steps.cluster.answer(name, requests, steps.specs["judge"],
+                             judge.runner.identity_key, judge.settings, cache, first, to_send,
+                             part_of=lambda key: later.get(key, first))
     for path in writer.files:
         path.unlink()
-    stats.seconds = time.perf_counter() - start
-    return stats, calibration
+    first.seconds = time.perf_counter() - start
 
 
-def _missing_sampling_keys(ctx: BuildContext, stage: SampleStage, cache: GenerationCache, stats: StepStats,
-                           lookahead: int) -> tuple[np.ndarray, int]:
-    """The sorted 64-bit prefixes of the sampling keys not in the cache, and how many images have one.
+def _missing_keys(keyed: Iterable[tuple[str, int]], cache: GenerationCache, stats: StepStats, lookahead: int,
+                  settings: SamplingSettings) -> tuple[np.ndarray, int]:
+    """The sorted 64-bit prefixes of the keys not in the cache (`keyed`: each with its row, in row order), and how many
+    rows (images) have one.
 
     Counts requests, cached and duplicates in `stats`.
     """
-    records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
-    keyed = ((stage.runner.key(sampling_request(qa_item(q), stage.instructions, r["image_sha256"]), stage.settings), index)
-             for index, r in enumerate(records) for q in r["qa"])
-    prefixes = array("Q")  # 8 bytes per missing item
+    prefixes = array("Q")  # 8 bytes per missing request
     images, last_image = 0, -1
-    for key, image in _uncached(keyed, cache, stats, lookahead, stage.settings):
+    for key, image in _uncached(keyed, cache, stats, lookahead, settings):
         prefixes.append(key_prefix(key))
         images += image != last_image
         last_image = image
     missing = np.unique(np.frombuffer(prefixes, dtype=np.uint64))
     stats.duplicates = len(prefixes) - len(missing)  # the same question about the same image twice
     return missing, images
-
-
-def _write_missing(keyed: Iterable[tuple[str, Request]], cache: GenerationCache, writer: ParquetStreamWriter, stats: StepStats, seen: set[bytes],
-                   lookahead: int, settings: SamplingSettings, *, written: set[str] | None = None) -> None:
-    """Write the requests not in the cache and not written before (`seen`: 128-bit key prefixes) to `writer`."""
-    for key, request in _uncached(keyed, cache, stats, lookahead, settings, seen=seen):
-        stats.sent += 1
-        if written is not None:
-            written.add(key)
-        writer.write({"image": None, "image_sha256": None,
-                      "requests": [{"key": key, "prompt": request.prompt, "item_key": request.item_key}]},
-                     size=len(request.prompt))
 
 
 def _uncached(keyed: Iterable[tuple[str, Any]], cache: GenerationCache, stats: StepStats, lookahead: int, settings: SamplingSettings, *,
@@ -304,37 +396,59 @@ def _uncached(keyed: Iterable[tuple[str, Any]], cache: GenerationCache, stats: S
             yield key, value
 
 
-def _judge_requests(ctx: BuildContext, stage: SampleStage, unanswered: list[int], chunk: int = 1024) -> Iterator[tuple[str, Request]]:
-    """Verify every cached answer with `SampleStage.verify`; yield the judge requests of its rejections.
+def _verified(stage: SampleStage, asked: Iterable[tuple[str, Request, QAItem]], settings: SamplingSettings, *, calibrating: bool,
+              chunk: int = 1024) -> Iterator[Verification]:
+    """The cached answers of `asked` (key, request, item) under `settings`, each verified with `SampleStage.verify`."""
+    iterator = iter(asked)
+    while block := list(islice(iterator, chunk)):
+        try:
+            generations = stage.runner.cache.get_many((key for key, _, _ in block), settings=settings)
+        except CacheAnswerDamaged as err:
+            raise err.naming({key: request.item_key for key, request, _ in block}) from None
+        for key, request, item in block:
+            if (gen := generations.get(key)) is None:
+                raise RuntimeError(f"the answer to {item.key} (sample {request.sample}) vanished from the cache during the run")
+            yield stage.verify(item, request.prompt, gen, calibrating=calibrating)
+
+
+def _judge_requests(ctx: BuildContext, stage: SampleStage) -> Iterator[tuple[str, Request]]:
+    """Verify every cached greedy answer; yield the judge requests of its rejections.
 
     Also fills the stage's calibration samples, as `SampleStage` does while it runs. Reads the
     clean store without the image bytes: the cache keys need only their hashes.
     """
     records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
     items = ((record["image_sha256"], qa_item(q)) for record in records for q in record["qa"])
-    while block := list(islice(items, chunk)):
-        keyed = []
-        for sha, item in block:
-            request = sampling_request(item, stage.instructions, sha)
-            keyed.append((stage.runner.key(request, stage.settings), request, item))
-        try:
-            generations = stage.runner.cache.get_many((key for key, _, _ in keyed), settings=stage.settings)
-        except CacheAnswerDamaged as err:
-            raise err.naming({key: request.item_key for key, request, _ in keyed}) from None
-        for key, request, item in keyed:
-            gen = generations.get(key)
-            if gen is None:
-                unanswered[0] += 1
-                continue
-            case = stage.verify(item, request.prompt, gen).case
-            if case is not None:
-                yield from _keyed(stage.judge, [case])
+    requests = ((sampling_request(item, stage.instructions, sha), item) for sha, item in items)
+    asked = ((stage.runner.key(request, stage.settings), request, item) for request, item in requests)
+    yield from _keyed(stage, (v.case for v in _verified(stage, asked, stage.settings, calibrating=True) if v.case is not None))
 
 
-def _keyed(judge: Judge, cases: Iterable[JudgeCase]) -> Iterator[tuple[str, Request]]:
+def _recovery_draws(ctx: BuildContext, stage: SampleStage, promotes: bool) -> Iterator[tuple[int, Request, QAItem, int]]:
+    """The items the recovery pass samples (`rs.recovery.to_sample`): their row, request (no image bytes), item and k."""
+    recovery = ctx.family.config.recovery
+    assert recovery is not None
+    records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
+    rows = (Row(image=b"", image_sha256=r["image_sha256"], qa=[qa_item(q) for q in r["qa"]]) for r in records)
+    greedy = read_records(ctx.paths.items, "items", columns=list(FATE))
+    for index, row, item, _, k in to_sample(rows, greedy, promotes, recovery):
+        yield index, sampling_request(item, stage.instructions, row.image_sha256), item, k
+
+
+def _recovery_judge_requests(ctx: BuildContext, stage: SampleStage, promotes: bool) -> Iterator[tuple[str, Request]]:
+    """Verify every cached recovery sample; yield the judge requests of those the verifier neither accepts nor knows wrong
+    (`RecoveryStage._answered`: whatever the judge said of a certainly wrong one, it stays wrong)."""
+    settings = recovery_settings(ctx.family.config, stage.settings)
+    asked = ((stage.runner.key(one, settings), one, item)
+             for _, request, item, k in _recovery_draws(ctx, stage, promotes) for one in map(request.one, range(k)))
+    verified = _verified(stage, asked, settings, calibrating=False)
+    yield from _keyed(stage, (v.case for v in verified if v.case is not None and not v.contradicts))
+
+
+def _keyed(stage: SampleStage, cases: Iterable[JudgeCase]) -> Iterator[tuple[str, Request]]:
     """The judge requests of `Judge.verdicts`, with their cache keys."""
+    judge = stage.judge
+    assert judge is not None
     for case in cases:
         request = judge.request(case)
         yield judge.runner.key(request, judge.settings), request
-
-

@@ -32,11 +32,12 @@ logger = logging.getLogger(__name__)
 
 
 MAX_CONSECUTIVE_FAILURES = 3
-REQUEST = pa.struct([("key", pa.string()), ("prompt", pa.string()), ("item_key", pa.string())])
+REQUEST = pa.struct([("key", pa.string()), ("prompt", pa.string()), ("item_key", pa.string()), ("sample", pa.int32())])
 REQUESTS = pa.schema([("image", pa.binary()), ("image_sha256", pa.string()), ("requests", pa.list_(REQUEST))])
 """What a replica answers: one image (None for the judge) and the requests about it, with their cache keys.
 
-Grouped by image so that an image asked about ten times travels once, not ten times."""
+Grouped by image so that an image asked about ten times travels once, not ten times. `sample`: which sample of
+its prompt a request is (`Request.sample`, seeded `settings.seed + sample`; 0 but in the recovery pass)."""
 
 ANSWERS = pa.schema([
     ("key", pa.string()), ("generation", pa.string()), ("batch_error", pa.string()), ("batch", pa.string()), ("replica", pa.string()),
@@ -49,11 +50,14 @@ rows (summed over rows: the replicas' engine time); `busy_seconds` / `active_sec
 engine time and wall time since its first request, so far (their ratio: how busy it kept its engine)."""
 
 
-def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSettings, instructions: Instructions, missing: np.ndarray) -> pa.Table:
+def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSettings, instructions: Instructions, missing: np.ndarray,
+                      samples: int = 1) -> pa.Table:
     """Clean-store rows -> the sampling requests of their QA items that are still missing, by image (a Ray Data map).
 
     Builds each request as `SampleStage` does and keys it with the driver's `cache_key`; `missing`
-    is the sorted array of the missing keys' 64-bit prefixes.
+    is the sorted array of the missing keys' 64-bit prefixes. `samples`: the recovery pass asks each item's
+    samples 0 to `samples - 1` (one request each, keyed as `rs.recovery` keys them); only the items it
+    samples have missing keys, so the rows need not say which items those are.
     """
     out: dict[str, list[Any]] = {name: [] for name in REQUESTS.names}
     seen: set[str] = set()
@@ -61,10 +65,11 @@ def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSetti
         requests = []
         for item in qa:
             request = sampling_request(qa_item(item), instructions, sha)
-            key = cache_key(identity, settings, sha, request.prompt)
-            if key not in seen and _is_missing(key, missing):
-                seen.add(key)
-                requests.append({"key": key, "prompt": request.prompt, "item_key": request.item_key})
+            for sample in range(samples):
+                key = cache_key(identity, settings, sha, request.prompt, sample)
+                if key not in seen and _is_missing(key, missing):
+                    seen.add(key)
+                    requests.append({"key": key, "prompt": request.prompt, "item_key": request.item_key, "sample": sample})
         if requests:
             for name, value in zip(REQUESTS.names, (image, sha, requests)):
                 out[name].append(value)
@@ -214,7 +219,8 @@ class EngineReplica:
         for row in batch.to_pylist():
             for r in row["requests"]:
                 keys.append(r["key"])
-                requests.append(Request(prompt=r["prompt"], image=row["image"], image_sha256=row["image_sha256"], item_key=r["item_key"]))
+                requests.append(Request(prompt=r["prompt"], image=row["image"], image_sha256=row["image_sha256"], item_key=r["item_key"],
+                                        sample=r["sample"] or 0))
         futures = self.feeder.answer(requests)
         generations, errors = [], []
         for future in futures:

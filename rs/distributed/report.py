@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rs.errors import RsError, UsageError
+from rs.recovery import RecoveryReport
 from rs.sample import SampleReport
 
 RAY_MISSING = "Ray is not installed: pip install 'rs[ray]'"
@@ -74,14 +75,16 @@ class StepStats:
 
 @dataclass
 class RayRun:
-    """The Ray steps of one run, and the final single-process pass's report when it ran."""
+    """The Ray steps of one run, and the driver's passes' reports when they ran."""
 
     replicas: int = 0
     steps: dict[str, StepStats] = field(default_factory=dict)
     seconds: float = 0.0
-    """The Ray part of the run (the final pass not included)."""
+    """The Ray part of the run (the driver's `ensure_sampled` and `ensure_recovered` not included)."""
     report: SampleReport | None = None
-    """The sampling report of the final pass (or of an earlier run when the family was already sampled)."""
+    """The sampling report of the driver's `ensure_sampled` (or of an earlier run when the family was already sampled)."""
+    recovery: RecoveryReport | None = None
+    """The recovery report of the driver's `ensure_recovered` (or an earlier run's); None without a `recovery:` block."""
 
     @property
     def complete(self) -> bool:

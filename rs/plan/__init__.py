@@ -7,8 +7,9 @@ where the chat template leaves the reasoning (pre-filled open, closed, or up to 
 thinking on and off, and the mismatches between them. With `limit` images, their questions are
 also answered for real, through the family's engine and the shared generation cache (so the full
 run reuses the answers), and the whole family is projected from them: output tokens, truncation,
-accept rate and GPU-hours. What cannot be checked here (a source or a model out of reach) is said,
-and the rest is still checked.
+accept rate and GPU-hours; with a `recovery:` block, the recovery pass runs on them too, and its
+GPU-hours are projected from the share of questions it sampled and its samples' measured tokens.
+What cannot be checked here (a source or a model out of reach) is said, and the rest is still checked.
 """
 
 from __future__ import annotations
@@ -30,15 +31,16 @@ from rs.families import Family
 from rs.families.schema import FamilyConfig
 from rs.prompt import Instructions, build_prompt
 from rs.reasoning import ReasoningFormat
+from rs.recovery import RecoveryReport
 from rs.route import decide
 from rs.sample import SampleReport
 from rs.sources import QAItem, Row, open_source
-from rs.stages import BuildContext, default_cache_path, ensure_clean, ensure_sampled
+from rs.stages import BuildContext, default_cache_path, ensure_clean, ensure_recovered, ensure_sampled
 from rs.store import read_records
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KindPlan", "Plan", "Projection", "TemplatePlan", "plan_family"]
+__all__ = ["KindPlan", "Plan", "Projection", "RecoveryProjection", "TemplatePlan", "plan_family"]
 
 _SHORT_ANSWER = re.compile(r"single word|one word|short phrase|word or phrase|in short", re.IGNORECASE)
 _STATE_WORDS = {
@@ -78,6 +80,39 @@ class TemplatePlan:
 
 
 @dataclass
+class RecoveryProjection:
+    """The recovery pass run for real on the plan's images, after their greedy pass: what it sampled, and its tokens."""
+
+    k: int
+    temperature: float
+    items: int
+    """Questions of the plan's images (the greedy pass's items)."""
+    sampled: dict[str, int]
+    """Questions it sampled, by why (`rejected`, `cut_off`, `difficulty`: `rs.recovery.samples_for`)."""
+    samples: int
+    completion_tokens: list[int]
+    """Output tokens of each sample (an engine error has none)."""
+    judged: int
+    """Samples the judge was asked about."""
+    sent: int
+    """Requests the engine answered (samples and verdicts; the rest came from the cache)."""
+    seconds: float
+    blocked: int = 0
+    """Sampled questions the judge found CORRECT but could not promote (its calibration did not pass on the sample)."""
+
+    @property
+    def share(self) -> float:
+        """The share of questions the pass samples."""
+        return sum(self.sampled.values()) / self.items if self.items else 0.0
+
+    def family_tokens(self, family_qa: int, judge_max_tokens: int) -> float:
+        """Output tokens of the pass over the whole family: its samples' and at most the judge's, per question of the plan's."""
+        if not self.items:
+            return 0.0
+        return family_qa * (sum(self.completion_tokens) + self.judged * judge_max_tokens) / self.items
+
+
+@dataclass
 class Projection:
     """The first `images` images answered for real, and the whole family projected from them."""
 
@@ -103,6 +138,8 @@ class Projection:
     """Tokens loop detection saved in the sample: what was left of `max_tokens` for each answer it ended."""
     loop_detection: bool = False
     """Whether the family's sampling has loop detection on."""
+    recovery: RecoveryProjection | None = None
+    """The recovery pass on the same images, when the family has a `recovery:` block."""
 
     @property
     def mean_tokens(self) -> float:
@@ -217,7 +254,36 @@ class Plan:
                 out.append(f"  without loop detection (every loop run to max_tokens, same throughput): {without:,.2f} hours")
         else:
             out.append("  give --tokens-per-second (an engine's output throughput) for the GPU-hours")
+        if p.recovery is not None:
+            out += _recovery_lines(p, p.recovery, total)
         return out
+
+
+def _recovery_lines(p: Projection, r: RecoveryProjection, greedy_tokens: float) -> list[str]:
+    """The recovery pass's figures on the plan's images, and its projection beside the greedy pass's."""
+    sampled = sum(r.sampled.values())
+    why = ", ".join(f"{k} {v}" for k, v in sorted(r.sampled.items()))
+    out = [f"recovery pass ({r.k} samples at temperature {r.temperature}), run on the same images: {sampled} of {r.items} "
+           f"questions sampled ({_pct(sampled, r.items)}{': ' + why if why else ''}), {_count(r.samples, 'sample')}, "
+           f"{r.judged} judged, {r.sent} requests sent, {r.seconds:.1f} s"]
+    if r.completion_tokens:
+        tokens = sorted(r.completion_tokens)
+        out.append(f"  output tokens per sample: median {statistics.median(tokens):,.0f}, mean {statistics.fmean(tokens):,.1f}, "
+                   f"max {tokens[-1]:,}")
+    elif not sampled:
+        out.append("  no question of these images was sampled: the projection is 0; a larger --limit measures the rate")
+    if r.blocked:
+        out.append(f"  {r.blocked} of them the judge found CORRECT but its calibration did not pass on this sample: a run whose "
+                   "calibration passes promotes them instead, and samples fewer")
+    assert p.family_qa is not None  # the greedy projection printed above
+    extra = r.family_tokens(p.family_qa, p.judge_max_tokens)
+    out.append(f"  whole family: about {round(p.family_qa * r.share):,} questions sampled, {extra:,.0f} output tokens "
+               f"({_pct(round(extra), round(greedy_tokens))} of the greedy pass's)")
+    if p.tokens_per_second:
+        hours, greedy = extra / p.tokens_per_second / 3600, greedy_tokens / p.tokens_per_second / 3600
+        out.append(f"  at the same {p.tokens_per_second:,.0f} output tokens/s: {hours:,.2f} hours of engine time; "
+                   f"greedy and recovery together {greedy + hours:,.2f} hours")
+    return out
 
 
 def plan_family(family: Family, *, sample_images: int = 8, limit: int | None = None, build_root: Path | None = None,
@@ -493,13 +559,29 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
     judge = family.config.judge
     judge_max = judge.max_tokens + (judge.think_budget if judge.mode == "think_then_label" else 0)
     calibration = report.judge_requests - report.judged
+    recovery = _project_recovery(ctx, report, items) if family.config.recovery is not None else None
     return Projection(images=limit, answered=len(answered), completion_tokens=tokens,
                       truncated=sum(i["finish_reason"] == "length" for i in answered), accepted=accepted, judged=report.judged,
                       judge_max_tokens=judge_max, calibration_requests=max(0, calibration),
                       sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds, family_qa=family_qa,
                       tokens_per_second=tokens_per_second or measured, measured=tokens_per_second is None and measured is not None,
                       endings=dict(sorted(Counter(i["ending"] for i in answered).items())), loop_tokens_saved=report.loop_tokens_saved,
-                      loop_detection=family.config.sampling.repetition_detection is not None)
+                      loop_detection=family.config.sampling.repetition_detection is not None, recovery=recovery)
+
+
+def _project_recovery(ctx: BuildContext, sampled: SampleReport, items: list[dict[str, Any]]) -> RecoveryProjection:
+    """Run the recovery pass on the plan's images, as the full run will (through the same cache), and measure it."""
+    recovery = ctx.family.config.recovery
+    assert recovery is not None
+    ctx.paths.recovery_report.unlink(missing_ok=True)  # measure this run, even over a warm cache
+    report: RecoveryReport | None = ensure_recovered(ctx, sampled)
+    assert report is not None
+    tokens = [s["completion_tokens"] for r in read_records(ctx.paths.recovery, "recovery", columns=["samples"])
+              for s in r["samples"] if s["completion_tokens"] is not None]
+    blocked = sum(decide(i, sampled.promotes).reason == "judge_blocked" for i in items)
+    return RecoveryProjection(k=recovery.samples, temperature=recovery.temperature, items=len(items), sampled=dict(report.items),
+                              samples=report.samples, completion_tokens=tokens, judged=report.judged,
+                              sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds, blocked=blocked)
 
 
 def _count(n: int, noun: str) -> str:
