@@ -37,7 +37,7 @@ from rs.engines.vllm_core import (  # noqa: E402
     is_input_error,
     tokenizer_and_chat_template,
 )
-from rs.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
+from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
 
 
 def require(ok: Any, internal: str, change: str) -> None:
