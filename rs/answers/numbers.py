@@ -220,28 +220,41 @@ def _word_numbers(text: str, low: str) -> list[Number]:
             continue
         value, j = _word_run(words, low, i)
         if value is None:
-            if word in ("half", "halves") or (word == "a" and i + 1 < len(words) and words[i + 1][0] in _DENOMINATORS
-                                              and _joined(low[end : words[i + 1][1]])):
-                k = i + (word == "a")  # "half", "a third": an amount; an ordinal alone ("the third cube") is not
+            if (k := _lone_fraction(words, low, i)) is not None:
                 found.append(_qualified(Number(Fraction(1, _DENOMINATORS[words[k][0]]), False, None, start, words[k][2]),
                                         text, low))
                 i = k + 1
             else:
                 i += 1
             continue
-        total, last_end = Fraction(value), words[j - 1][2]
-        if j < len(words) and words[j][0] in _DENOMINATORS and _joined(low[last_end : words[j][1]]):
-            total, last_end = total / _DENOMINATORS[words[j][0]], words[j][2]  # "seven hundredths"
-            j += 1
-        elif j + 2 < len(words) and [w for w, _, _ in words[j : j + 2]] == ["and", "a"] and words[j + 2][0] in _DENOMINATORS:
-            total, last_end = total + Fraction(1, _DENOMINATORS[words[j + 2][0]]), words[j + 2][2]  # "one and a half"
-            j += 3
+        total, last_end, j = _fraction_after(words, low, j, Fraction(value), words[j - 1][2])
         if word == "one" and j == i + 1 and i and words[i - 1][0] in _PRONOUN_BEFORE:
             i = j  # "the red one", "each one": a pronoun
             continue
         found.append(_qualified(Number(total, False, None, start, last_end), text, low))
         i = j
     return found
+
+
+def _lone_fraction(words: list[tuple[str, int, int]], low: str, i: int) -> int | None:
+    """Where a fraction without a count starting at ``words[i]`` ends ("half", "a third": the index of its denominator
+    word); None when none starts there (an ordinal alone, "the third cube", is not an amount)."""
+    word, _, end = words[i]
+    if word in ("half", "halves") or (word == "a" and i + 1 < len(words) and words[i + 1][0] in _DENOMINATORS
+                                      and _joined(low[end : words[i + 1][1]])):
+        return i + (word == "a")
+    return None
+
+
+def _fraction_after(words: list[tuple[str, int, int]], low: str, j: int, total: Fraction,
+                    last_end: int) -> tuple[Fraction, int, int]:
+    """A number run's value with the fraction words after it ("seven hundredths", "one and a half"), where they end
+    and the index of the next word; the run unchanged when no fraction follows."""
+    if j < len(words) and words[j][0] in _DENOMINATORS and _joined(low[last_end : words[j][1]]):
+        return total / _DENOMINATORS[words[j][0]], words[j][2], j + 1  # "seven hundredths"
+    if j + 2 < len(words) and [w for w, _, _ in words[j : j + 2]] == ["and", "a"] and words[j + 2][0] in _DENOMINATORS:
+        return total + Fraction(1, _DENOMINATORS[words[j + 2][0]]), words[j + 2][2], j + 3  # "one and a half"
+    return total, last_end, j
 
 
 def _word_run(words: list[tuple[str, int, int]], low: str, i: int) -> tuple[int | None, int]:
