@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import pyarrow.parquet as pq
 
@@ -30,7 +30,7 @@ from rs.answers import READING_RULES
 from rs.family_report import (PASS_RATE_BINS, CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RecoverySummary,
                        RunTimes, SplitSummary, Totals, VerifierSummary, pass_rate_bin)
 from rs.pairs import PairCounts
-from rs.route import Routes, kept_out_of_think, outcomes, routes_of
+from rs.route import Outcome, Routes, kept_out_of_think, outcomes, routes_of
 from rs.splits_schema import REJECT_REASONS
 from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
@@ -80,6 +80,19 @@ class Routing:
         return sum(self.rejected_by_reason.values())
 
 
+def _count_length(item: dict[str, Any], tokens: Counter[int], loop_tokens: Counter[int]) -> None:
+    """Count a greedy answer's length in tokens (and apart, when loop detection ended it); an engine that counts none adds nothing."""
+    if item["completion_tokens"] is not None:
+        tokens[item["completion_tokens"]] += 1
+        if item["ending"] == "repetition":
+            loop_tokens[item["completion_tokens"]] += 1
+
+
+def _pass_rate_group(result: Outcome) -> str:
+    """Which pass-rate histogram an item counts in: accepted greedily, recovered by a sample, or still rejected."""
+    return "greedy_accepted" if result.greedy.accepted else "recovered" if result.recovered else "rejected"
+
+
 def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False) -> Routing:
     """Count the routing of every sampled item (`rs.route.outcomes`, as the builder routes them)."""
     kept_out = 0
@@ -101,15 +114,11 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False) -> Ro
         else:
             rejected[decision.reason] += 1
         side = "accepted" if result.greedy.accepted else "rejected"  # the greedy answers' lengths
-        if item["completion_tokens"] is not None:
-            tokens[side][item["completion_tokens"]] += 1
-            truncated[side] += item["finish_reason"] == "length"
-            if item["ending"] == "repetition":
-                loop_tokens[side][item["completion_tokens"]] += 1
+        _count_length(item, tokens[side], loop_tokens[side])
+        truncated[side] += item["completion_tokens"] is not None and item["finish_reason"] == "length"
         budget_cuts[side] += item["ending"] == "thinking_budget"
         if result.pass_rate is not None:
-            group = "greedy_accepted" if result.greedy.accepted else "recovered" if result.recovered else "rejected"
-            pass_rates[group][pass_rate_bin(result.pass_rate)] += 1
+            pass_rates[_pass_rate_group(result)][pass_rate_bin(result.pass_rate)] += 1
         if pair_counts is not None:
             pair_counts.add(item, result, routes)
     by = ("verifier", "judge", "recovery") if routes.recovery else ("verifier", "judge")

@@ -25,13 +25,31 @@ class Figure:
     alt: str
 
 
-def funnel(report: FamilyReport) -> Figure:
-    """Source QA, what cleaning dropped and why, what was accepted by whom and rejected for which reason."""
+def _funnel_rows(report: FamilyReport) -> list[tuple[str, int, str]]:
+    """The funnel's bars, top to bottom: (label, QA, colour); a reason or actor with no QA gets no bar."""
     t = report.totals
     rows = [("source QA", t.source_qa, _SOURCE)]
     rows += [(f"dropped: {reason}", n, _DROPPED) for reason, n in sorted(report.cleaning.dropped.items()) if n]
     rows += [("recovered by a sample" if by == "recovery" else f"accepted by the {by}", n, _ACCEPTED) for by, n in t.accepted_by.items() if n]
     rows += [(f"rejected: {reason}", n, _REJECTED) for reason, n in t.rejected_by_reason.items() if n]
+    return rows
+
+
+def _funnel_alt(report: FamilyReport) -> str:
+    """The funnel's numbers in words, for a reader who cannot see it."""
+    t = report.totals
+    dropped = ", ".join(f"{reason} {n:,}" for reason, n in sorted(report.cleaning.dropped.items()) if n) or "none"
+    rejected = ", ".join(f"{reason} {n:,}" for reason, n in t.rejected_by_reason.items() if n) or "none"
+    return (f"Bar chart of the {t.source_qa:,} source QA: {t.dropped_by_cleaning:,} dropped by cleaning ({dropped}); "
+            f"{t.accepted:,} accepted ({t.accepted_by.get('verifier', 0):,} by the verifier, {t.accepted_by.get('judge', 0):,} "
+            f"by the judge" + (f", {t.accepted_by['recovery']:,} recovered by a sample" if "recovery" in t.accepted_by else "")
+            + f"); {t.rejected:,} rejected ({rejected})")
+
+
+def funnel(report: FamilyReport) -> Figure:
+    """Source QA, what cleaning dropped and why, what was accepted by whom and rejected for which reason."""
+    t = report.totals
+    rows = _funnel_rows(report)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 0.32 * len(rows) + 1.1), dpi=100)
     labels, values, colours = zip(*rows)
@@ -43,13 +61,27 @@ def funnel(report: FamilyReport) -> Figure:
     ax.set_xlabel("QA pairs")
     ax.set_title(f"{report.family}: where the {t.source_qa:,} source QA went", fontsize=10)
     ax.spines[["top", "right"]].set_visible(False)
-    dropped = ", ".join(f"{reason} {n:,}" for reason, n in sorted(report.cleaning.dropped.items()) if n) or "none"
-    rejected = ", ".join(f"{reason} {n:,}" for reason, n in t.rejected_by_reason.items() if n) or "none"
-    alt = (f"Bar chart of the {t.source_qa:,} source QA: {t.dropped_by_cleaning:,} dropped by cleaning ({dropped}); "
-           f"{t.accepted:,} accepted ({t.accepted_by.get('verifier', 0):,} by the verifier, {t.accepted_by.get('judge', 0):,} "
-           f"by the judge" + (f", {t.accepted_by['recovery']:,} recovered by a sample" if "recovery" in t.accepted_by else "")
-           + f"); {t.rejected:,} rejected ({rejected})")
-    return Figure(FUNNEL, _png(fig), alt)
+    return Figure(FUNNEL, _png(fig), _funnel_alt(report))
+
+
+def _length_part(h: Lengths, side: str, greedy: str) -> str:
+    """One side's histogram in words: how many, the median, and how many ran out, looped or hit the thinking budget."""
+    return (f"{h.total:,} {greedy}{side}, median {h.median:,} tokens, {h.truncated:,} cut off at the limit"
+            + (f", {h.loops:,} ended as loops" if h.loops else "") + (f", {h.budget_cuts:,} cut at the thinking budget" if h.budget_cuts else ""))
+
+
+def _mark_limits(ax, report: FamilyReport) -> int:  # type: ignore[no-untyped-def]
+    """Mark the thinking budget (when it cuts below `max_tokens`) and `max_tokens` on the axes; returns `max_tokens`."""
+    budget = report.lengths["accepted"].thinking_token_budget
+    if budget is not None and budget < report.lengths["accepted"].max_tokens:
+        ax.axvline(budget, color="grey", linestyle="-.", linewidth=1)
+        ax.annotate(f"thinking budget {budget:,}", (budget, 0.9), xycoords=("data", "axes fraction"), xytext=(-4, -12),
+                    textcoords="offset points", ha="right", fontsize=8)
+    limit = report.lengths["accepted"].max_tokens
+    ax.axvline(limit, color="black", linestyle="--", linewidth=1)
+    ax.annotate(f"max_tokens {limit:,}", (limit, 1), xycoords=("data", "axes fraction"), xytext=(-4, -12),
+                textcoords="offset points", ha="right", fontsize=8)
+    return limit
 
 
 def lengths(report: FamilyReport) -> Figure:
@@ -63,21 +95,12 @@ def lengths(report: FamilyReport) -> Figure:
         if not h.total:
             continue
         ax.stairs(h.counts, h.edges, color=colour, linewidth=1.5, label=f"{greedy}{side} ({h.total:,}; {h.truncated:,} cut off)")
-        parts.append(f"{h.total:,} {greedy}{side}, median {h.median:,} tokens, {h.truncated:,} cut off at the limit"
-                     + (f", {h.loops:,} ended as loops" if h.loops else "") + (f", {h.budget_cuts:,} cut at the thinking budget" if h.budget_cuts else ""))
+        parts.append(_length_part(h, side, greedy))
     loops = [sum(pair) for pair in zip(*(report.lengths[s].loop_counts or [] for s in ("accepted", "rejected")))]
     if any(loops):  # loop detection's ends, apart from the max_tokens cut
         ax.stairs(loops, report.lengths["rejected"].edges, color="#7b3294", linewidth=1.2, linestyle=":",
                   label=f"ended as loops ({sum(loops):,})")
-    budget = report.lengths["accepted"].thinking_token_budget
-    if budget is not None and budget < report.lengths["accepted"].max_tokens:
-        ax.axvline(budget, color="grey", linestyle="-.", linewidth=1)
-        ax.annotate(f"thinking budget {budget:,}", (budget, 0.9), xycoords=("data", "axes fraction"), xytext=(-4, -12),
-                    textcoords="offset points", ha="right", fontsize=8)
-    limit = report.lengths["accepted"].max_tokens
-    ax.axvline(limit, color="black", linestyle="--", linewidth=1)
-    ax.annotate(f"max_tokens {limit:,}", (limit, 1), xycoords=("data", "axes fraction"), xytext=(-4, -12),
-                textcoords="offset points", ha="right", fontsize=8)
+    limit = _mark_limits(ax, report)
     ax.set_xlabel("answer length in tokens (reasoning included)")
     ax.set_ylabel("answers")
     ax.set_title(f"{report.family}: how long the model's {'greedy ' if greedy else ''}answers ran", fontsize=10)

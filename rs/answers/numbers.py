@@ -71,17 +71,28 @@ def plain_text(text: str) -> str | None:
     ``7 1/2``, ``−3`` is ``-3``, ``≈`` is ``~``); ``None`` when a character changes what a digit means and has no
     plain form (``3²``, another script's digit)."""
     if "\\" in text or "{" in text:
-        text = _LATEX_WRAP.sub(r"\1", text)
-        text = _LATEX_FRAC.sub(lambda m: f"({m.group(1).strip()})/({m.group(2).strip()})"
-                               if not (m.group(1).strip().isdigit() and m.group(2).strip().isdigit())
-                               else f"{m.group(1).strip()}/{m.group(2).strip()}", text)
-        text = _LATEX_FRAC_SHORT.sub(r"\1/\2", text)
-        text = _DEGREES.sub(" degrees", text)
-        text = _LATEX_WORD.sub(lambda m: _LATEX_WORDS[m.group(0)], text)
+        text = _plain_latex(text)
     if "$" in text:
         text = re.sub(r"\$(?=\s*[-+]?\d)", "$ ", text)  # "$5" keeps its currency sign as a word of its own
     if text.isascii():
         return text
+    return _plain_unicode(text)
+
+
+def _plain_latex(text: str) -> str:
+    """LaTeX number notation in plain text: wrappers dropped, fractions as ``a/b``, degrees and symbol commands as words."""
+    text = _LATEX_WRAP.sub(r"\1", text)
+    text = _LATEX_FRAC.sub(lambda m: f"({m.group(1).strip()})/({m.group(2).strip()})"
+                           if not (m.group(1).strip().isdigit() and m.group(2).strip().isdigit())
+                           else f"{m.group(1).strip()}/{m.group(2).strip()}", text)
+    text = _LATEX_FRAC_SHORT.sub(r"\1/\2", text)
+    text = _DEGREES.sub(" degrees", text)
+    return _LATEX_WORD.sub(lambda m: _LATEX_WORDS[m.group(0)], text)
+
+
+def _plain_unicode(text: str) -> str | None:
+    """Each character of ``text`` outside ASCII in its plain form: a table of cases, one per kind of character;
+    ``None`` for one that changes what a digit means."""
     out = []
     for i, c in enumerate(text):
         if c.isascii():
@@ -142,16 +153,7 @@ def _digit_numbers(text: str, low: str) -> list[Number]:
             if tail in ("k", "m", "b", "bn", "mn", "mil", "x"):
                 raise Unreadable(m.group(0))  # "5M", "3k", "3x": a scale read wrongly would be a wrong value
             continue  # "3D", "2nd-hand": no amount
-        if m.group("whole") is not None:
-            value = int(m.group("whole")) + Fraction(int(m.group("fn")), int(m.group("fd")) or 1)
-            if int(m.group("fd")) == 0:
-                raise Unreadable(m.group(0))
-        elif m.group("n") is not None:
-            if _decimal(m.group("d")) == 0:
-                raise Unreadable(m.group(0))
-            value = _decimal(m.group("n")) / _decimal(m.group("d"))
-        else:
-            value = _decimal(m.group("num"))
+        value = _digit_value(m)
         if m.group("sign") == "-":
             value = -value
         if m.group("scale"):
@@ -159,6 +161,20 @@ def _digit_numbers(text: str, low: str) -> list[Number]:
         padded = re.match(r"[-+]?0\d", m.group(0)) is not None
         found.append(_qualified(Number(value, bool(m.group("pct")), None, m.start(), m.end(), padded), text, low))
     return found
+
+
+def _digit_value(m: re.Match[str]) -> Fraction:
+    """The unsigned value of a `_DIGITS` match: a mixed number ("7 1/2"), a fraction ("3/4") or a decimal ("1,024.5")."""
+    if m.group("whole") is not None:
+        value = int(m.group("whole")) + Fraction(int(m.group("fn")), int(m.group("fd")) or 1)
+        if int(m.group("fd")) == 0:
+            raise Unreadable(m.group(0))
+        return value
+    if m.group("n") is not None:
+        if _decimal(m.group("d")) == 0:
+            raise Unreadable(m.group(0))
+        return _decimal(m.group("n")) / _decimal(m.group("d"))
+    return _decimal(m.group("num"))
 
 
 def _qualified(number: Number, text: str, low: str) -> Number:
@@ -204,28 +220,41 @@ def _word_numbers(text: str, low: str) -> list[Number]:
             continue
         value, j = _word_run(words, low, i)
         if value is None:
-            if word in ("half", "halves") or (word == "a" and i + 1 < len(words) and words[i + 1][0] in _DENOMINATORS
-                                              and _joined(low[end : words[i + 1][1]])):
-                k = i + (word == "a")  # "half", "a third": an amount; an ordinal alone ("the third cube") is not
+            if (k := _lone_fraction(words, low, i)) is not None:
                 found.append(_qualified(Number(Fraction(1, _DENOMINATORS[words[k][0]]), False, None, start, words[k][2]),
                                         text, low))
                 i = k + 1
             else:
                 i += 1
             continue
-        total, last_end = Fraction(value), words[j - 1][2]
-        if j < len(words) and words[j][0] in _DENOMINATORS and _joined(low[last_end : words[j][1]]):
-            total, last_end = total / _DENOMINATORS[words[j][0]], words[j][2]  # "seven hundredths"
-            j += 1
-        elif j + 2 < len(words) and [w for w, _, _ in words[j : j + 2]] == ["and", "a"] and words[j + 2][0] in _DENOMINATORS:
-            total, last_end = total + Fraction(1, _DENOMINATORS[words[j + 2][0]]), words[j + 2][2]  # "one and a half"
-            j += 3
+        total, last_end, j = _fraction_after(words, low, j, Fraction(value), words[j - 1][2])
         if word == "one" and j == i + 1 and i and words[i - 1][0] in _PRONOUN_BEFORE:
             i = j  # "the red one", "each one": a pronoun
             continue
         found.append(_qualified(Number(total, False, None, start, last_end), text, low))
         i = j
     return found
+
+
+def _lone_fraction(words: list[tuple[str, int, int]], low: str, i: int) -> int | None:
+    """Where a fraction without a count starting at ``words[i]`` ends ("half", "a third": the index of its denominator
+    word); None when none starts there (an ordinal alone, "the third cube", is not an amount)."""
+    word, _, end = words[i]
+    if word in ("half", "halves") or (word == "a" and i + 1 < len(words) and words[i + 1][0] in _DENOMINATORS
+                                      and _joined(low[end : words[i + 1][1]])):
+        return i + (word == "a")
+    return None
+
+
+def _fraction_after(words: list[tuple[str, int, int]], low: str, j: int, total: Fraction,
+                    last_end: int) -> tuple[Fraction, int, int]:
+    """A number run's value with the fraction words after it ("seven hundredths", "one and a half"), where they end
+    and the index of the next word; the run unchanged when no fraction follows."""
+    if j < len(words) and words[j][0] in _DENOMINATORS and _joined(low[last_end : words[j][1]]):
+        return total / _DENOMINATORS[words[j][0]], words[j][2], j + 1  # "seven hundredths"
+    if j + 2 < len(words) and [w for w, _, _ in words[j : j + 2]] == ["and", "a"] and words[j + 2][0] in _DENOMINATORS:
+        return total + Fraction(1, _DENOMINATORS[words[j + 2][0]]), words[j + 2][2], j + 3  # "one and a half"
+    return total, last_end, j
 
 
 def _word_run(words: list[tuple[str, int, int]], low: str, i: int) -> tuple[int | None, int]:

@@ -111,24 +111,32 @@ def _read(text: str) -> Reading:
         if spans:
             return _marked(text, spans, "box")
     low = text.lower()
-    if "answer" in low:
-        lines = [(m.start(), m.end(), m.group(1)) for m in _ANSWER_LINE.finditer(text)]
-        lines += [(m.start(), m.end(), m.group(1)) for m in _ANSWER_HEADING.finditer(text)]
-        if lines:
-            return _marked(text, sorted(lines), "line")
-    if "answer" in low or "option" in low or "choice" in low:
-        sentences = []
-        for m in _ANSWER_SENTENCE.finditer(text):
-            value = m.group(1)
-            end = _SENTENCE_END.search(value)
-            value_end = m.start(1) + (end.start() if end else len(value))
-            sentences.append((m.start(), value_end + (1 if end else 0), text[m.start(1) : value_end]))
-        if sentences:
-            return _marked(text, sentences, "sentence")
+    if "answer" in low and (lines := _answer_lines(text)):
+        return _marked(text, sorted(lines), "line")
+    if ("answer" in low or "option" in low or "choice" in low) and (sentences := _answer_sentences(text)):
+        return _marked(text, sentences, "sentence")
     newline = text.find("\n")
     if newline < 0:
         return Reading(unwrap(text), "")
     return Reading(unwrap(text[:newline]), text[newline + 1 :].strip())
+
+
+def _answer_lines(text: str) -> list[tuple[int, int, str]]:
+    """Lines that state the answer ("Answer: B"; an "Answer" heading with the value on the line under it)."""
+    lines = [(m.start(), m.end(), m.group(1)) for m in _ANSWER_LINE.finditer(text)]
+    lines += [(m.start(), m.end(), m.group(1)) for m in _ANSWER_HEADING.finditer(text)]
+    return lines
+
+
+def _answer_sentences(text: str) -> list[tuple[int, int, str]]:
+    """Sentences that state the answer ("The answer is 3."): each span to the sentence's end, its value without it."""
+    sentences = []
+    for m in _ANSWER_SENTENCE.finditer(text):
+        value = m.group(1)
+        end = _SENTENCE_END.search(value)
+        value_end = m.start(1) + (end.start() if end else len(value))
+        sentences.append((m.start(), value_end + (1 if end else 0), text[m.start(1) : value_end]))
+    return sentences
 
 
 def _marked(text: str, spans: list[tuple[int, int, str]], mark: str) -> Reading:

@@ -209,25 +209,40 @@ def find(kind: Kind, text: str, *, vocabulary: Vocabulary | None = None, letters
 @functools.lru_cache(maxsize=1 << 16)
 def _find(kind: Kind, text: str, vocabulary: Vocabulary | None, letters: str, options: tuple[str, ...], rest: bool) -> Found:
     if kind is Kind.NUMBER:
-        numbers = read_numbers(text)  # spans in plain_text(text)
-        if numbers is None:
-            return Found((), (), text, readable=False)
-        return Found(tuple(numbers), tuple((n.start, n.end) for n in numbers), plain_text(text) or "")
+        return _numbers_found(text)
     if kind is Kind.POLAR:
-        hits = [(_POLAR_MAP[m.group(1).lower()], m.start(), m.end()) for m in _POLAR_TOKEN.finditer(text)]
-        if rest:  # what stands beside an answer: every yes or no it says, and every negated statement
-            hits = [(_POLAR_MAP[m.group(1).lower()], m.start(), m.end()) for m in _POLAR_WORD.finditer(text)]
-            hits += [("no", m.start(), m.end()) for m in _NEGATED.finditer(text)]
-        hits.sort(key=lambda h: h[1])
-        return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text)
+        return _polar_found(text, rest)
     if kind is Kind.TERM:
-        if not vocabulary:
-            return Found((), (), text)
-        hits = [(vocabulary.spellings[m.group(0).casefold()], m.start(), m.end()) for m in vocabulary.pattern.finditer(text)]
-        return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text)
+        return _terms_found(text, vocabulary)
     if kind is Kind.OPTION:
         return _options(text, letters, options, inclusive=rest)
     return Found((), (), text)
+
+
+def _numbers_found(text: str) -> Found:
+    """The numbers ``text`` states, their spans in ``plain_text(text)``; unreadable when one cannot be read for sure."""
+    numbers = read_numbers(text)  # spans in plain_text(text)
+    if numbers is None:
+        return Found((), (), text, readable=False)
+    return Found(tuple(numbers), tuple((n.start, n.end) for n in numbers), plain_text(text) or "")
+
+
+def _polar_found(text: str, rest: bool) -> Found:
+    """The yes and no answers ``text`` states; beside an answer (``rest``) every yes or no it says and every negated statement."""
+    hits = [(_POLAR_MAP[m.group(1).lower()], m.start(), m.end()) for m in _POLAR_TOKEN.finditer(text)]
+    if rest:  # what stands beside an answer: every yes or no it says, and every negated statement
+        hits = [(_POLAR_MAP[m.group(1).lower()], m.start(), m.end()) for m in _POLAR_WORD.finditer(text)]
+        hits += [("no", m.start(), m.end()) for m in _NEGATED.finditer(text)]
+    hits.sort(key=lambda h: h[1])
+    return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text)
+
+
+def _terms_found(text: str, vocabulary: Vocabulary | None) -> Found:
+    """The vocabulary's terms ``text`` names, each as its canonical spelling; nothing without a vocabulary."""
+    if not vocabulary:
+        return Found((), (), text)
+    hits = [(vocabulary.spellings[m.group(0).casefold()], m.start(), m.end()) for m in vocabulary.pattern.finditer(text)]
+    return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text)
 
 
 _LETTER = re.compile(r"(?<![\w'’-])([A-Za-z])(?![\w'’-])")
@@ -247,6 +262,16 @@ def _options(text: str, letters: str, options: Sequence[str], *, inclusive: bool
     """Option letters standing as options ("B", "(B)", "B.", "option B"; "A" or "I" followed by a word is the article
     or the pronoun), and the options' own texts ("pupa" when B is "pupa") read as their letters."""
     valid = letters[: len(options)] if options else letters
+    hits, skipped = _letter_hits(text, valid, options, inclusive)
+    hits += _option_text_hits(text, valid, options)
+    hits.sort(key=lambda h: h[1])
+    ambiguous = bool(hits) and any(not any(s <= pos < e for _, s, e in hits) for pos in skipped)
+    return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text, ambiguous=ambiguous)
+
+
+def _letter_hits(text: str, valid: str, options: Sequence[str], inclusive: bool) -> tuple[list[tuple[str, int, int]], list[int]]:
+    """The valid letters standing as options, and where a leading "A" was read as the article (ambiguous unless an
+    option's text covers it)."""
     hits: list[tuple[str, int, int]] = []
     skipped: list[int] = []
     for m in _LETTER.finditer(text):
@@ -264,15 +289,19 @@ def _options(text: str, letters: str, options: Sequence[str], *, inclusive: bool
                 skipped.append(m.start())
             continue  # "A dog", "I think": the article and the pronoun
         hits.append((upper, m.start(), m.end()))
+    return hits, skipped
+
+
+def _option_text_hits(text: str, valid: str, options: Sequence[str]) -> list[tuple[str, int, int]]:
+    """Each option's own text where ``text`` says it, read as the option's letter."""
+    hits = []
     for index, option in enumerate(options):
         if index >= len(valid) or not _norm(option):
             continue
         pattern = r"(?<!\w)" + r"\W+".join(re.escape(w) for w in _norm(option).split()) + r"(?!\w)"
         for m in re.finditer(pattern, text, re.IGNORECASE):
             hits.append((valid[index], m.start(), m.end()))
-    hits.sort(key=lambda h: h[1])
-    ambiguous = bool(hits) and any(not any(s <= pos < e for _, s, e in hits) for pos in skipped)
-    return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text, ambiguous=ambiguous)
+    return hits
 
 
 def _is_option_text(after: str, letter: str, valid: str, options: Sequence[str]) -> bool:

@@ -39,12 +39,19 @@ def _split_prose(listing: str) -> list[str]:
 def parse_options(question: str) -> tuple[str, list[str]] | None:
     """Find options in a question; returns (stem, options) or None when it is not multiple choice.
 
-    Text after a block of lettered lines is the pool's own answer instruction ("Answer with the
-    option's letter..."); it is not part of the stem, the family's instruction replaces it.
+    Three layouts, tried in this order: lettered lines, inline letter markers, a prose list after a label.
+    """
+    return _lettered_lines(question) or _inline_marks(question) or _prose_list(question)
+
+
+def _lettered_lines(question: str) -> tuple[str, list[str]] | None:
+    """1. The last run of lettered lines A., B., ...
+
+    Text after the block is the pool's own answer instruction ("Answer with the option's letter..."); it
+    is not part of the stem, the family's instruction replaces it.
     """
     lines = question.rstrip().split("\n")
     matches = [_LINE.match(line) for line in lines]
-    # the last run of lettered lines A., B., ...; a pool's own instruction may follow it
     for start in reversed(range(len(lines))):
         if not (matches[start] and matches[start].group(1).upper() == "A"):
             continue
@@ -57,7 +64,11 @@ def parse_options(question: str) -> tuple[str, list[str]] | None:
             head = "\n".join(lines[:start]).rstrip()
             stem = re.sub(rf"(?i)\s*\b{_LABEL}\s*[:\-]?\s*$", "", head)
             return stem, [m.group(2) for m in run]
-    # 2. inline letter markers: "(a) cube (b) sphere" or "A. cube B. sphere"
+    return None
+
+
+def _inline_marks(question: str) -> tuple[str, list[str]] | None:
+    """2. Inline letter markers: "(a) cube (b) sphere" or "A. cube B. sphere"."""
     marks = list(_INLINE_MARK.finditer(question))
     for start in range(len(marks)):
         run = [marks[start]]
@@ -70,7 +81,11 @@ def parse_options(question: str) -> tuple[str, list[str]] | None:
             if all(options):
                 stem = re.sub(rf"(?i)[\s(]*\b{_LABEL}\s*[:\-]?\s*$", "", question[: run[0].start()].rstrip())
                 return stem.rstrip(), options
-    # 3. a prose list after a label: "Options: red, blue or green."
+    return None
+
+
+def _prose_list(question: str) -> tuple[str, list[str]] | None:
+    """3. A prose list after a label: "Options: red, blue or green."."""
     if m := _PROSE.match(question):
         options = _split_prose(m.group("list"))
         if len(options) >= 2:

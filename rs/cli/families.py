@@ -61,30 +61,47 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _describe(cls: type, prefix: str) -> typing.Iterator[str]:
+    """One line per key of the schema dataclass `cls` under `prefix`, descending into nested sections and plug-ins' settings."""
     docs = _field_docs(cls)
     for f in dataclasses.fields(cls):
         tp = field_types(cls)[f.name]
         key = f"{prefix}.{f.name}"
+        doc = docs.get(f.name)
         registry = plugin_registry(tp)
         if registry is not None and registry.by == "key":
-            yield f"{key}  ({typing.get_args(tp)[0].__name__})" + (f"  {docs[f.name]}" if f.name in docs else "")
-            for name, step in registry.items():
-                yield f"{key}.{name}  ({step.Config.__name__})"
-                yield from _describe(step.Config, f"{key}.{name}")
-            yield from (line for line in _describe(typing.get_args(tp)[0], key) if not line.startswith(f"{key}.steps"))
-            continue
-        if registry is not None:
-            options = [plugin.Config for _, plugin in registry.items()]
-        else:
-            options = [o for o in typing.get_args(tp) if dataclasses.is_dataclass(o)] or ([tp] if dataclasses.is_dataclass(tp) else [])
-        if options:
+            yield from _describe_keyed(key, tp, registry, doc)
+        elif options := _sections(tp, registry):
             for option in options:
-                yield f"{key}  ({option.__name__})" + (f"  {docs[f.name]}" if f.name in docs else "")
+                yield f"{key}  ({option.__name__})" + (f"  {doc}" if doc is not None else "")
                 yield from _describe(option, key)
-            continue
-        default = "required" if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING else (
-            f"default {f.default!r}" if f.default is not dataclasses.MISSING else f"default {f.default_factory()!r}")
-        yield f"{key}: {type_name(tp)}, {default}" + (f"  # {docs[f.name]}" if f.name in docs else "")
+        else:
+            yield f"{key}: {type_name(tp)}, {_default(f)}" + (f"  # {doc}" if doc is not None else "")
+
+
+def _describe_keyed(key: str, tp: typing.Any, registry: typing.Any, doc: str | None) -> typing.Iterator[str]:
+    """A section whose plug-ins are named by key (the cleaning steps): each plug-in's settings, then the section's own keys."""
+    section = typing.get_args(tp)[0]
+    yield f"{key}  ({section.__name__})" + (f"  {doc}" if doc is not None else "")
+    for name, step in registry.items():
+        yield f"{key}.{name}  ({step.Config.__name__})"
+        yield from _describe(step.Config, f"{key}.{name}")
+    yield from (line for line in _describe(section, key) if not line.startswith(f"{key}.steps"))
+
+
+def _sections(tp: typing.Any, registry: typing.Any) -> list[type]:
+    """The dataclasses a key may hold: each plug-in's settings, the dataclasses of a union, or the one dataclass; [] for a value."""
+    if registry is not None:
+        return [plugin.Config for _, plugin in registry.items()]
+    return [o for o in typing.get_args(tp) if dataclasses.is_dataclass(o)] or ([tp] if dataclasses.is_dataclass(tp) else [])
+
+
+def _default(f: dataclasses.Field) -> str:
+    """How a key's default reads in the list: `required`, or its value."""
+    if f.default is not dataclasses.MISSING:
+        return f"default {f.default!r}"
+    if f.default_factory is not dataclasses.MISSING:
+        return f"default {f.default_factory()!r}"
+    return "required"
 
 
 def _field_docs(cls: type) -> dict[str, str]:

@@ -19,6 +19,7 @@ from rs.cli import RunFailed, output
 from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError, UsageError
 from rs.families import Family
+from rs.family_report import Endings, FamilyReport, RecoverySummary
 from rs.hub import describe_commits, format_plan
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.publish import check_local_root, publish
@@ -26,52 +27,81 @@ from rs.plan import Plan
 from rs.splits_schema import PAIRS, features
 
 
+def _totals_line(family: Family, report: FamilyReport) -> str:
+    """The funnel in one line: source QA, cleaning, accepted by whom, rejected, the accept rate."""
+    t = report.totals
+    return (f"{family.name}: {t.source_qa:,} source QA, {t.dropped_by_cleaning:,} dropped by cleaning, "
+            f"{t.accepted:,} accepted ({t.accepted_by['verifier']:,} by the verifier, {t.accepted_by['judge']:,} by the judge"
+            + (f", {t.accepted_by['recovery']:,} by recovery" if report.recovery else "")
+            + f"), {t.rejected:,} rejected; accept rate {pct(t.accept_rate)}")
+
+
+def _recovery_line(r: RecoverySummary) -> str:
+    """What the recovery pass sampled and recovered."""
+    sampled = ", ".join(f"{why} {n:,}" for why, n in r.sampled.items()) or "nothing"
+    return (f"  recovery: accept rate {pct(r.greedy_accept_rate)} greedy, {pct(r.accept_rate)} after recovery; "
+            f"{r.recovered:,} of {r.recovered + r.still_rejected:,} sampled rejections recovered "
+            f"({r.samples:,} samples at temperature {r.settings['temperature']}, sampled: {sampled})"
+            + (f"; {r.pairs['pairs']:,} preference pairs" if r.pairs else ""))
+
+
+def _endings_line(e: Endings) -> str:
+    """How the answers ended, and the tokens loop detection saved."""
+    ended = ", ".join(f"{k} {v:,}" for k, v in e.counts.items() if v)
+    spent = e.completion_tokens + e.loop_tokens_saved
+    return (f"  answers ended: {ended or 'none'}; loop detection saved {e.loop_tokens_saved:,} tokens"
+            f" ({pct(e.loop_tokens_saved / spent if spent else None)}"
+            f" of {spent:,}); {e.budgeted_answered:,} answered after a thinking-budget cut")
+
+
+def _calibration_lines(cal: dict[str, Any]) -> list[str]:
+    """The judge's agreement on each calibration set, and whether its verdicts promote."""
+    def check(name: str) -> str:
+        c = cal[name]
+        return f"{c['agreed']}/{c['total']} [{pct(c['low'])}, {pct(c['high'])}]" if c["total"] else "0/0"
+
+    checks = (f"  judge calibration: positives {check('positive')}, easy negatives {check('easy')}, "
+              f"hard negatives {check('hard')}, certain rejections {check('certain')}")
+    verdict = "  judge: " + ("passed its calibration, its CORRECT verdicts promote" if cal["promotes"]
+                             else f"BLOCKED, it promotes nothing: {cal['blocked_reason']}")
+    return [checks, verdict]
+
+
+def _split_lines(outcome: dict[str, Any], split: str, *, dry_run: bool) -> list[str]:
+    """One split's rows and what its publish changed (with the plan, on a dry run); a warning when it is empty."""
+    s = outcome["report"].splits[split]
+    result = outcome["results"][split]
+    counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
+    commits = "" if outcome["local"] else f"; {describe_commits(result, dry_run=dry_run)}"
+    lines = [(f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome['where'][split]} "
+              f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged"
+              f"{commits})")]
+    if not s.rows:
+        lines.append(f"  warning: {s.repo} is empty: datasets.load_dataset cannot load a split with no rows (streaming=True reads "
+                     "it as empty); to the Hub it is published only with --allow-empty")
+    if dry_run:
+        lines.append(format_plan(result.changes))
+    return lines
+
+
 def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
+    """What the publish did, for a person: the funnel, recovery, verifier, judge, and each split's repo."""
     report = outcome["report"]
     t, cal = report.totals, report.judge.calibration
-    lines = [f"{family.name}: {t.source_qa:,} source QA, {t.dropped_by_cleaning:,} dropped by cleaning, "
-             f"{t.accepted:,} accepted ({t.accepted_by['verifier']:,} by the verifier, {t.accepted_by['judge']:,} by the judge"
-             + (f", {t.accepted_by['recovery']:,} by recovery" if report.recovery else "")
-             + f"), {t.rejected:,} rejected; accept rate {pct(t.accept_rate)}"]
-    if (r := report.recovery) is not None:
-        sampled = ", ".join(f"{why} {n:,}" for why, n in r.sampled.items()) or "nothing"
-        lines.append(f"  recovery: accept rate {pct(r.greedy_accept_rate)} greedy, {pct(r.accept_rate)} after recovery; "
-                     f"{r.recovered:,} of {r.recovered + r.still_rejected:,} sampled rejections recovered "
-                     f"({r.samples:,} samples at temperature {r.settings['temperature']}, sampled: {sampled})"
-                     + (f"; {r.pairs['pairs']:,} preference pairs" if r.pairs else ""))
+    lines = [_totals_line(family, report)]
+    if report.recovery is not None:
+        lines.append(_recovery_line(report.recovery))
     if (o := report.verifier.outcomes):
         lines.append(f"  verifier: {o['accepted']:,} accepted, {o['certain']:,} certainly wrong, "
                      f"{o['undecided']:,} undecided (the judge's)")
     reasons = ", ".join(f"{k} {v:,}" for k, v in t.rejected_by_reason.items() if v)
     lines.append(f"  rejected by reason: {reasons or 'none'}")
     if report.endings is not None:
-        e = report.endings
-        ended = ", ".join(f"{k} {v:,}" for k, v in e.counts.items() if v)
-        lines.append(f"  answers ended: {ended or 'none'}; loop detection saved {e.loop_tokens_saved:,} tokens"
-                     f" ({pct(e.loop_tokens_saved / (e.completion_tokens + e.loop_tokens_saved) if e.completion_tokens + e.loop_tokens_saved else None)}"
-                     f" of {e.completion_tokens + e.loop_tokens_saved:,}); {e.budgeted_answered:,} answered after a thinking-budget cut")
+        lines.append(_endings_line(report.endings))
     if cal:
-        def check(name: str) -> str:
-            c = cal[name]
-            return f"{c['agreed']}/{c['total']} [{pct(c['low'])}, {pct(c['high'])}]" if c["total"] else "0/0"
-
-        lines.append(f"  judge calibration: positives {check('positive')}, easy negatives {check('easy')}, "
-                     f"hard negatives {check('hard')}, certain rejections {check('certain')}")
-        lines.append("  judge: " + ("passed its calibration, its CORRECT verdicts promote" if cal["promotes"]
-                                    else f"BLOCKED, it promotes nothing: {cal['blocked_reason']}"))
+        lines += _calibration_lines(cal)
     for split in report.splits:
-        s = report.splits[split]
-        result = outcome["results"][split]
-        counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
-        commits = "" if outcome["local"] else f"; {describe_commits(result, dry_run=dry_run)}"
-        lines.append(f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome['where'][split]} "
-                     f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged"
-                     f"{commits})")
-        if not s.rows:
-            lines.append(f"  warning: {s.repo} is empty: datasets.load_dataset cannot load a split with no rows (streaming=True reads "
-                         "it as empty); to the Hub it is published only with --allow-empty")
-        if dry_run:
-            lines.append(format_plan(result.changes))
+        lines += _split_lines(outcome, split, dry_run=dry_run)
     lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in report.splits) if outcome["local"] else "")
     lines.append(f"  done in {outcome['seconds']:.1f}s" + (" (dry run: nothing was changed)" if dry_run else ""))
     return "\n".join(line for line in lines if line)
@@ -121,8 +151,7 @@ def would_do(family: Family, outcome: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -> int:
-    """Build the family if needed, render the cards, publish the three repos."""
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("family")
     cli.add_config(parser)
@@ -135,6 +164,43 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     cli.add_build_paths(parser)
     cli.add_ray(parser)
     cli.add_verbose(parser)
+    return parser
+
+
+def _refuse_unreachable_hub(family: Family, args: argparse.Namespace) -> None:
+    """Offline, a publish to the Hub stops before the build, saying what works instead; a local one only warns."""
+    to_hub = args.out is None and family.config.publish.target != "local"
+    needs = hub_needs(family, publishing=to_hub)
+    if not (offline_unless_the_hub_resolves(needs, say=not to_hub) and to_hub):
+        return
+    reading = [n for n in needs if not n.startswith("the repos ")]
+    hint = ("publish to a local folder with --out DIR (laid out as the Hub repos), or run the same command when the "
+            "network is back")
+    if reading and not args.cards_only:
+        hint = (f"building {family.name} also reads {' and '.join(reading)} from the Hub: offline, --out DIR works only "
+                "when they are in the local Hugging Face cache (HF_HOME); otherwise run where the Hub is reachable")
+    raise UsageError(f"the Hub is out of reach from here (its name does not resolve): {family.name} cannot be "
+                     f"published to it ({family.config.publish.namespace}/{family.repo_name('think')} and its siblings)",
+                     hint=hint)
+
+
+def _publish(family: Family, args: argparse.Namespace, sample: Any) -> dict[str, Any]:
+    """`publish` with the command's arguments; a failed Ray pipeline exits as a failed run (what it committed stays cached)."""
+    try:
+        return publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
+                       build_root=args.build_dir, cache_path=args.cache, progress=True, sample=sample,
+                       allow_empty=args.allow_empty)
+    except RsError:
+        raise
+    except RuntimeError as err:  # a Ray step's pipeline failed: what it committed stays cached
+        if sample is None:
+            raise
+        raise RunFailed(str(err)) from err
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -> int:
+    """Build the family if needed, render the cards, publish the three repos."""
+    parser = _parser(prog)
     args = parser.parse_args(argv)
     if args.ray is not None and args.cards_only:
         parser.error("--cards-only samples nothing: drop --ray")
@@ -149,27 +215,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
         sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,
                                    runtime_env={"env_vars": forwarded_env()})
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
-        to_hub = args.out is None and family.config.publish.target != "local"
-        needs = hub_needs(family, publishing=to_hub)
-        if offline_unless_the_hub_resolves(needs, say=not to_hub) and to_hub:
-            reading = [n for n in needs if not n.startswith("the repos ")]
-            hint = ("publish to a local folder with --out DIR (laid out as the Hub repos), or run the same command when the "
-                    "network is back")
-            if reading and not args.cards_only:
-                hint = (f"building {family.name} also reads {' and '.join(reading)} from the Hub: offline, --out DIR works only "
-                        "when they are in the local Hugging Face cache (HF_HOME); otherwise run where the Hub is reachable")
-            raise UsageError(f"the Hub is out of reach from here (its name does not resolve): {family.name} cannot be "
-                             f"published to it ({family.config.publish.namespace}/{family.repo_name('think')} and its siblings)",
-                             hint=hint)
-        try:
-            outcome = publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
-                              build_root=args.build_dir, cache_path=args.cache, progress=True, sample=sample,
-                              allow_empty=args.allow_empty)
-        except RsError:
-            raise
-        except RuntimeError as err:  # a Ray step's pipeline failed: what it committed stays cached
-            if sample is None:
-                raise
-            raise RunFailed(str(err)) from err
+        _refuse_unreachable_hub(family, args)
+        outcome = _publish(family, args, sample)
         print(would_do(family, outcome) if outcome["report"] is None else summary(family, outcome, dry_run=args.dry_run))
     return 0

@@ -5,12 +5,56 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from rs import cli
 from rs.cli import RunFailed, output
 from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
+from rs.recovery import RecoveryReport
+from rs.sample import SampleReport
 from rs.stages import BuildContext, default_cache_path, ensure_recovered, ensure_sampled, sample_shard
+
+
+def _shard(parser: argparse.ArgumentParser, value: str) -> tuple[int, int]:
+    """`--shard I/N` as (I, N), or a usage error that says what I and N are."""
+    try:
+        shard, shards = (int(x) for x in value.split("/"))
+    except ValueError:
+        parser.error(f"--shard expects I/N, e.g. 0/4; got {value!r}")
+    if shards < 1:
+        parser.error(f"--shard {value}: N is the number of shards, at least 1 (e.g. 0/4)")
+    if not 0 <= shard < shards:
+        parser.error(f"--shard {value}: I counts the shards from 0 to N - 1 (here 0/{shards} to {shards - 1}/{shards})")
+    return shard, shards
+
+
+def _on_ray(ctx: BuildContext, args: argparse.Namespace) -> tuple[SampleReport, RecoveryReport | None, dict[str, Any]]:
+    """Sample (and recover) on a Ray cluster; what was done is printed before an incomplete run's error (exit 1)."""
+    try:
+        run = sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
+    except RayIncomplete as err:
+        print(json.dumps({"ray": err.run.to_dict()}))  # what was done, then the error (exit 1)
+        raise
+    except RuntimeError as err:  # a step's pipeline failed; what it committed stays cached
+        raise RunFailed(str(err)) from err
+    return run.report, run.recovery, {"ray": run.to_dict()}
+
+
+def _sample(ctx: BuildContext, args: argparse.Namespace, shard: tuple[int, int] | None) -> dict[str, Any]:
+    """Run the stages the arguments ask for; returns the summary the command prints."""
+    if args.ray is not None:
+        report, recovered, summary = _on_ray(ctx, args)
+    elif shard is not None:  # the recovery pass needs the whole family's greedy answers: a run without --shard does it
+        report, recovered, summary = sample_shard(ctx, *shard), None, {}
+    else:
+        report = ensure_sampled(ctx)
+        recovered, summary = ensure_recovered(ctx, report), {}
+    if recovered is not None:
+        summary["recovery"] = {k: v for k, v in recovered.to_dict().items() if k not in ("fingerprint", "seconds")}
+    done = report.to_dict()
+    return {**{k: done[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",
+                                    "sampling_engine_calls", "judge_engine_calls")}, **summary}
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") -> int:
@@ -28,37 +72,11 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
         parser.error("--ray and --shard are two ways of spreading the work: use one")
     if (code := cli.check_ray(parser, args)) is not None:
         return code
-    if args.shard:
-        try:
-            shard, shards = (int(x) for x in args.shard.split("/"))
-        except ValueError:
-            parser.error(f"--shard expects I/N, e.g. 0/4; got {args.shard!r}")
-        if shards < 1:
-            parser.error(f"--shard {args.shard}: N is the number of shards, at least 1 (e.g. 0/4)")
-        if not 0 <= shard < shards:
-            parser.error(f"--shard {args.shard}: I counts the shards from 0 to N - 1 (here 0/{shards} to {shards - 1}/{shards})")
+    shard = _shard(parser, args.shard) if args.shard else None
     cli.check_build_paths(args)
     family = cli.checked_family(args.family, args.config)
     ctx = BuildContext(family, cli.build_root(args), args.cache or default_cache_path(), limit=args.limit, progress=True)
     with output.quiet(ctx.build_root / family.name / "logs", verbose=args.verbose):
         offline_unless_the_hub_resolves(hub_needs(family))  # sources and models in the local caches still work
-        if args.ray is not None:
-            try:
-                run = sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
-            except RayIncomplete as err:
-                print(json.dumps({"ray": err.run.to_dict()}))  # what was done, then the error (exit 1)
-                raise
-            except RuntimeError as err:  # a step's pipeline failed; what it committed stays cached
-                raise RunFailed(str(err)) from err
-            report, recovered, summary = run.report, run.recovery, {"ray": run.to_dict()}
-        elif args.shard:  # the recovery pass needs the whole family's greedy answers: a run without --shard does it
-            report, recovered, summary = sample_shard(ctx, shard, shards), None, {}
-        else:
-            report = ensure_sampled(ctx)
-            recovered, summary = ensure_recovered(ctx, report), {}
-        if recovered is not None:
-            summary["recovery"] = {k: v for k, v in recovered.to_dict().items() if k not in ("fingerprint", "seconds")}
-        done = report.to_dict()
-        print(json.dumps({**{k: done[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",
-                                                    "sampling_engine_calls", "judge_engine_calls")}, **summary}))
+        print(json.dumps(_sample(ctx, args, shard)))
     return 0

@@ -93,30 +93,42 @@ class _Validator:
         if origin in (Union, types.UnionType):
             return self.union(tp, node, key)
         if origin is Literal:
-            value = self.plain(node)
-            if value not in typing.get_args(tp):
-                valid = ", ".join(repr(a) for a in typing.get_args(tp))
-                self.fail(node, key, f"{value!r} is not valid; expected one of {valid}")
-            return value
+            return self.literal(tp, node, key)
         if dataclasses.is_dataclass(tp):
             return self.dataclass(tp, node, key)
         if origin is list:
-            if not isinstance(node, SequenceNode):
-                self.fail(node, key, f"expected a list, got {_kind(node)}")
-            (item_tp,) = typing.get_args(tp)
-            return [self.value(item_tp, n, f"{key}[{i}]") for i, n in enumerate(node.value)]
+            return self.sequence(tp, node, key)
         if origin is dict:
-            if not isinstance(node, MappingNode):
-                self.fail(node, key, f"expected a mapping, got {_kind(node)}")
-            _, value_tp = typing.get_args(tp)
-            out = {}
-            for k_node, v_node in node.value:
-                k = self.plain(k_node)
-                if not isinstance(k, str):
-                    self.fail(k_node, key, f"keys must be strings, got {k!r}")
-                out[k] = self.value(value_tp, v_node, f"{key}.{k}")
-            return out
+            return self.mapping(tp, node, key)
         return self.scalar(tp, node, key)
+
+    def literal(self, tp: Any, node: Node, key: str) -> Any:
+        """One of a `Literal`'s values, or an error listing them."""
+        value = self.plain(node)
+        if value not in typing.get_args(tp):
+            valid = ", ".join(repr(a) for a in typing.get_args(tp))
+            self.fail(node, key, f"{value!r} is not valid; expected one of {valid}")
+        return value
+
+    def sequence(self, tp: Any, node: Node, key: str) -> list[Any]:
+        """A `list[T]`: each item checked as T, its key indexed (`key[i]`) in errors."""
+        if not isinstance(node, SequenceNode):
+            self.fail(node, key, f"expected a list, got {_kind(node)}")
+        (item_tp,) = typing.get_args(tp)
+        return [self.value(item_tp, n, f"{key}[{i}]") for i, n in enumerate(node.value)]
+
+    def mapping(self, tp: Any, node: Node, key: str) -> dict[str, Any]:
+        """A `dict[str, T]`: string keys, each value checked as T."""
+        if not isinstance(node, MappingNode):
+            self.fail(node, key, f"expected a mapping, got {_kind(node)}")
+        _, value_tp = typing.get_args(tp)
+        out = {}
+        for k_node, v_node in node.value:
+            k = self.plain(k_node)
+            if not isinstance(k, str):
+                self.fail(k_node, key, f"keys must be strings, got {k!r}")
+            out[k] = self.value(value_tp, v_node, f"{key}.{k}")
+        return out
 
     def scalar(self, tp: type, node: Node, key: str) -> Any:
         if not isinstance(node, ScalarNode):

@@ -39,6 +39,21 @@ def describe_commits(result: PublishResult, *, dry_run: bool = False) -> str:
             if on_pull else f"{verb}1 commit: the merge of {where}")
 
 
+def _summary_line(repo_id: str, changes: Sequence[FileChange], result: PublishResult | None, *, dry_run: bool) -> str:
+    """The plan's header: how many files each action touches and their bytes (and the commits, given a PublishResult)."""
+    parts = []
+    for action, label in (("add", "to add"), ("change", "to change"), ("delete", "to delete")):
+        selected = [c for c in changes if c.action == action]
+        if selected:
+            parts.append(f"{len(selected)} {label} ({format_bytes(sum(c.size for c in selected))})")
+    unchanged = sum(1 for c in changes if c.action == "unchanged")
+    parts.append(f"{unchanged} unchanged")
+    line = f"datasets/{repo_id}: " + (", ".join(parts) if len(parts) > 1 else f"up to date ({parts[0]})")
+    if result is not None:
+        line += f"; {describe_commits(result, dry_run=dry_run)}"
+    return line
+
+
 def format_plan(result_or_changes: PublishResult | Sequence[FileChange], *, repo_id: str | None = None,
                 show_unchanged: bool = False, dry_run: bool = False) -> str:
     """A human-readable plan: one line per added, changed or deleted file, with sizes.
@@ -55,19 +70,7 @@ def format_plan(result_or_changes: PublishResult | Sequence[FileChange], *, repo
     marks = {"add": "+", "change": "~", "delete": "-", "unchanged": "="}
     shown = [c for c in changes if show_unchanged or c.action != "unchanged"]
     width = max((len(c.path) for c in shown), default=0)
-    lines = []
-    if repo_id is not None:
-        parts = []
-        for action, label in (("add", "to add"), ("change", "to change"), ("delete", "to delete")):
-            selected = [c for c in changes if c.action == action]
-            if selected:
-                parts.append(f"{len(selected)} {label} ({format_bytes(sum(c.size for c in selected))})")
-        unchanged = sum(1 for c in changes if c.action == "unchanged")
-        parts.append(f"{unchanged} unchanged")
-        line = f"datasets/{repo_id}: " + (", ".join(parts) if len(parts) > 1 else f"up to date ({parts[0]})")
-        if result is not None:
-            line += f"; {describe_commits(result, dry_run=dry_run)}"
-        lines.append(line)
+    lines = [] if repo_id is None else [_summary_line(repo_id, changes, result, dry_run=dry_run)]
     for change in shown:
         lines.append(f"    {marks[change.action]} {change.action:<9} {change.path:<{width}}  {format_bytes(change.size):>9}")
     if not shown and repo_id is None:

@@ -87,16 +87,24 @@ def _card_inputs_from_build(ctx: BuildContext, split: str) -> tuple[FamilyReport
     return report, select_examples(paths.split(split), split), select_overturns(paths.split(split), split)
 
 
-def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool, published: Path | None = None,
-               local: bool = False) -> Path:
-    """Lay out one repo exactly as on the Hub under `staging`; returns the repo folder.
+def _inputs_from_published(published: Path, repo: Path) -> tuple[FamilyReport, list[dict[str, Any]], list[dict[str, str]]]:
+    """The card inputs of a published repo, its example images linked into `repo`: `--cards-only` without a build here."""
+    stats_file = published / "rs" / "stats.json"
+    report = FamilyReport.from_dict(json.loads(stats_file.read_text()), where=str(stats_file))
+    stored = json.loads((published / "rs" / "examples.json").read_text())
+    overturns_file = published / "rs" / "overturns.json"
+    overturns = json.loads(overturns_file.read_text()) if overturns_file.exists() else []
+    for example in stored:
+        _link_or_copy(published / example["image_path"], repo / example["image_path"])
+    return report, stored, overturns
 
-    `local`: for a local target, where the card links its siblings relatively.
+
+def _stage_inputs(ctx: BuildContext, split: str, repo: Path, *, cards_only: bool,
+                  published: Path | None) -> tuple[FamilyReport, list[dict[str, Any]], list[dict[str, str]]]:
+    """Lay the examples' images (and the data, unless cards only) into `repo`; returns what its card is rendered from.
+
+    The build's own outputs come first; a cards-only run without them reads a published repo.
     """
-    family = ctx.family
-    repo = staging / family.repo_name(split)
-    shutil.rmtree(repo, ignore_errors=True)
-    (repo / "rs").mkdir(parents=True)
     inputs = _card_inputs_from_build(ctx, split)
     if inputs is not None:
         report, examples, overturns = inputs
@@ -107,31 +115,45 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
         if not cards_only:
             for name in report.splits[split].files:
                 _link_or_copy(ctx.paths.split(split) / name, repo / "data" / name)
-    elif cards_only and published is not None and (published / "rs" / "stats.json").exists():
-        stats_file = published / "rs" / "stats.json"
-        report = FamilyReport.from_dict(json.loads(stats_file.read_text()), where=str(stats_file))
-        stored = json.loads((published / "rs" / "examples.json").read_text())
-        overturns_file = published / "rs" / "overturns.json"
-        overturns = json.loads(overturns_file.read_text()) if overturns_file.exists() else []
-        for example in stored:
-            _link_or_copy(published / example["image_path"], repo / example["image_path"])
-    else:
-        raise MissingBuildError(
-            f"no build of {family.name} in {ctx.paths.root} and no published repo to take its stats from; "
-            f"run `python -m rs.publish {family.name}` without --cards-only first"
-        )
+        return report, stored, overturns
+    if cards_only and published is not None and (published / "rs" / "stats.json").exists():
+        return _inputs_from_published(published, repo)
+    family = ctx.family
+    raise MissingBuildError(
+        f"no build of {family.name} in {ctx.paths.root} and no published repo to take its stats from; "
+        f"run `python -m rs.publish {family.name}` without --cards-only first"
+    )
+
+
+def _draw_figures(report: FamilyReport, repo: Path) -> list[figures.Figure]:
+    """Draw the card's figures into `repo`: the funnel always, token lengths only from an engine that counts tokens (not `replay`)."""
+    drawn = [figures.funnel(report)]
+    if any(lengths.total for lengths in report.lengths.values()):
+        drawn.append(figures.lengths(report))
+    for figure in drawn:
+        (repo / figure.path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / figure.path).write_bytes(figure.png)
+    return drawn
+
+
+def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool, published: Path | None = None,
+               local: bool = False) -> Path:
+    """Lay out one repo exactly as on the Hub under `staging`; returns the repo folder.
+
+    `local`: for a local target, where the card links its siblings relatively.
+    """
+    family = ctx.family
+    repo = staging / family.repo_name(split)
+    shutil.rmtree(repo, ignore_errors=True)
+    (repo / "rs").mkdir(parents=True)
+    report, stored, overturns = _stage_inputs(ctx, split, repo, cards_only=cards_only, published=published)
     report = report.published()  # timings and engine calls differ from run to run
     write_json(repo / "rs" / "stats.json", report.to_dict())
     write_json(repo / "rs" / "examples.json", stored)
     if overturns:
         write_json(repo / "rs" / "overturns.json", overturns)
     c = family.config
-    drawn = [figures.funnel(report)]
-    if any(lengths.total for lengths in report.lengths.values()):  # an engine that counts tokens (not `replay`)
-        drawn.append(figures.lengths(report))
-    for figure in drawn:
-        (repo / figure.path).parent.mkdir(parents=True, exist_ok=True)
-        (repo / figure.path).write_bytes(figure.png)
+    drawn = _draw_figures(report, repo)
     text = render_card(report, dataclasses.asdict(c.card), split, c.publish.namespace, stored, overturns,
                        local=local, figures=drawn)
     (repo / "README.md").write_text(text, encoding="utf-8")
@@ -240,6 +262,105 @@ def _download_card_inputs(repo_id: str, folder: Path, token: str | None) -> Path
     return folder
 
 
+def _check_trial_target(family: Family, limit: int | None, *, local: bool, dry_run: bool) -> None:
+    """Refuse a `--limit` trial on its way to the Hub, where it would replace the whole family's repos."""
+    if limit is not None and not local and not dry_run:
+        namespace = family.config.publish.namespace
+        raise UsageError(f"--limit {limit} builds a trial of {family.name} on its first {limit} images; published to the Hub "
+                         f"it would replace {namespace}/{family.repo_name('think')} and its two siblings with it",
+                         hint="publish the trial to a local folder (--out DIR) or see what would change (--dry-run); "
+                              "publish to the Hub without --limit")
+
+
+def _check_not_empty(ctx: BuildContext, report: FamilyReport | None, *, local: bool, allow_empty: bool) -> None:
+    """Refuse a split with no rows on its way to the Hub unless allowed: `datasets` cannot load it."""
+    family = ctx.family
+    if report is not None and not local and not allow_empty and (empty := [s for s in family.splits if not report.splits[s].rows]):
+        raise EmptySplitError(
+            f"{', '.join(family.repo_name(s) for s in empty)} would have no rows: `datasets.load_dataset` refuses a split with "
+            "no rows (\"Instruction 'train' corresponds to no data!\"), so nothing was published",
+            hint=f"publish it anyway with --allow-empty (its card says it is empty and how to read it), or see why in "
+                 f"{ctx.paths.stats}")
+
+
+def _stage_all(ctx: BuildContext, staging: Path, root: Path, *, local: bool, cards_only: bool, token: str | None) -> dict[str, Path]:
+    """Stage every split's repo under `staging`; a cards-only run without a build reads the published repos' card inputs."""
+    family, c = ctx.family, ctx.family.config
+    staged = {}
+    for split in family.splits:
+        repo_name = family.repo_name(split)
+        published = root / repo_name if local else None
+        if cards_only and not local and not ctx.paths.stats.exists():
+            published = _download_card_inputs(f"{c.publish.namespace}/{repo_name}", ctx.paths.root / "published" / repo_name, token)
+        with writing("the staged repo", staging / repo_name), scratch(staging / repo_name):
+            staged[split] = stage_repo(ctx, split, staging, cards_only=cards_only, published=published, local=local)
+    return staged
+
+
+def _publish_to_hub(family: Family, staged: dict[str, Path], *, token: str | None, only: tuple[str, ...] | None, dry_run: bool,
+                    progress: bool) -> dict[str, PublishResult]:
+    """Upload each staged repo to its Hub repo (or, on a dry run, say what would change)."""
+    c = family.config
+    results = {}
+    for split, repo in staged.items():
+        repo_name = family.repo_name(split)
+        results[split] = publish_folder(repo, f"{c.publish.namespace}/{repo_name}", token=token, private=c.publish.private,
+                                        only=only, dry_run=dry_run, commit_message=f"rs: publish {repo_name}",
+                                        files_per_commit=c.publish.files_per_commit, progress=progress)
+    return results
+
+
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """Where the repos go: a local folder (`--out` or `publish.local_dir`, repos under `root`) or the Hub."""
+
+    local: bool
+    folder: Path
+    root: Path
+    named: str  # the flag or setting that names the folder, for messages
+
+    @classmethod
+    def of(cls, family: Family, out: Path | None) -> _Target:
+        c = family.config
+        folder = Path(out if out is not None else c.publish.local_dir)
+        return cls(local=out is not None or c.publish.target == "local", folder=folder, root=folder / c.publish.namespace,
+                   named="--out" if out is not None else "publish.local_dir")
+
+    def where(self, family: Family, split: str) -> str:
+        """Where a split's repo is published: its folder, or its Hub page."""
+        if self.local:
+            return str(self.root / family.repo_name(split))
+        return f"{HUB_URL}/{family.config.publish.namespace}/{family.repo_name(split)}"
+
+
+def _preflight(family: Family, target: _Target, *, limit: int | None, dry_run: bool, token: str | None) -> str | None:
+    """Refuse what would fail after a long build (an unwritable folder, a trial to the Hub, no token); returns the token to use."""
+    if target.local:
+        check_local_root(target.folder, target.named)
+    _check_trial_target(family, limit, local=target.local, dry_run=dry_run)
+    if not target.local and not dry_run:
+        return resolve_token(token)
+    return token
+
+
+def _stage_and_publish(ctx: BuildContext, target: _Target, *, cards_only: bool, dry_run: bool, allow_empty: bool,
+                       token: str | None, progress: bool) -> tuple[FamilyReport | None, dict[str, PublishResult]]:
+    """Build (unless cards only), stage, check and publish every repo; the caller holds the locks.
+
+    Returns the build's report (None when cards only) and each split's changes.
+    """
+    family, c = ctx.family, ctx.family.config
+    report = None if cards_only else build_family(ctx)
+    _check_not_empty(ctx, report, local=target.local, allow_empty=allow_empty)
+    only = CARD_FILES if cards_only else None
+    staged = _stage_all(ctx, ctx.paths.root / "repos", target.root, local=target.local, cards_only=cards_only, token=token)
+    for repo in staged.values():  # all three, before the first upload: a refused third repo leaves the first two untouched
+        check_repo(repo, row_group_bytes=parse_bytes(c.shard.row_group_bytes), files_per_commit=c.publish.files_per_commit)
+    if target.local:
+        return report, sync_local(family.name, staged, target.root, only=only, dry_run=dry_run, named=target.named)
+    return report, _publish_to_hub(family, staged, token=token, only=only, dry_run=dry_run, progress=progress)
+
+
 def publish(family: Family, *, out: Path | None = None, cards_only: bool = False, dry_run: bool = False, limit: int | None = None,
             build_root: Path | None = None, cache_path: Path | None = None, progress: bool = True, token: str | None = None,
             engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None, allow_empty: bool = True) -> dict[str, Any]:
@@ -252,64 +373,25 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     build then finds it done.
     """
     start = time.perf_counter()
-    c = family.config
     ctx = BuildContext(family, Path(build_root or os.environ.get("RS_BUILD_DIR", "build")), cache_path or default_cache_path(),
                        limit=limit, progress=progress, engine_factory=engine_factory)
-    local = out is not None or c.publish.target == "local"
-    folder = Path(out if out is not None else c.publish.local_dir)
-    root = folder / c.publish.namespace
-    named = "--out" if out is not None else "publish.local_dir"
-    if local:
-        check_local_root(folder, named)
-    if limit is not None and not local and not dry_run:
-        raise UsageError(f"--limit {limit} builds a trial of {family.name} on its first {limit} images; published to the Hub "
-                         f"it would replace {c.publish.namespace}/{family.repo_name('think')} and its two siblings with it",
-                         hint="publish the trial to a local folder (--out DIR) or see what would change (--dry-run); "
-                              "publish to the Hub without --limit")
-    if not local and not dry_run:
-        token = resolve_token(token)  # fail before a long build, not after
+    target = _Target.of(family, out)
+    token = _preflight(family, target, limit=limit, dry_run=dry_run, token=token)
     if dry_run and not cards_only and current_sample_report(ctx) is None:
         # a dry run spends nothing: no model is loaded, nothing sampled or judged; the plan says what a run would do
         projection = plan_family(family, limit=None, progress=False)
-        return {"report": None, "results": {}, "where": {}, "local": local, "plan": projection,
+        return {"report": None, "results": {}, "where": {}, "local": target.local, "plan": projection,
                 "seconds": time.perf_counter() - start}
     with ExitStack() as held:
         held.enter_context(ctx.lock())  # one run of a family at a time: the build, the staged repos and the upload
-        if local and not dry_run:  # one publish into this folder at a time, and what a stopped one left dealt with first
-            held.enter_context(_locked_target(root, family.name))
+        if target.local and not dry_run:  # one publish into this folder at a time, and what a stopped one left dealt with first
+            held.enter_context(_locked_target(target.root, family.name))
         if sample is not None and not cards_only and not dry_run:
             sample(ctx)
-        report = None if cards_only else build_family(ctx)
-        if report is not None and not local and not allow_empty and (empty := [s for s in family.splits if not report.splits[s].rows]):
-            raise EmptySplitError(
-                f"{', '.join(family.repo_name(s) for s in empty)} would have no rows: `datasets.load_dataset` refuses a split with "
-                "no rows (\"Instruction 'train' corresponds to no data!\"), so nothing was published",
-                hint=f"publish it anyway with --allow-empty (its card says it is empty and how to read it), or see why in "
-                     f"{ctx.paths.stats}")
-        staging = ctx.paths.root / "repos"
-        only = CARD_FILES if cards_only else None
-        staged = {}
-        for split in family.splits:
-            repo_name = family.repo_name(split)
-            published = root / repo_name if local else None
-            if cards_only and not local and not ctx.paths.stats.exists():
-                published = _download_card_inputs(f"{c.publish.namespace}/{repo_name}", ctx.paths.root / "published" / repo_name, token)
-            with writing("the staged repo", staging / repo_name), scratch(staging / repo_name):
-                staged[split] = stage_repo(ctx, split, staging, cards_only=cards_only, published=published, local=local)
-        for repo in staged.values():  # all three, before the first upload: a refused third repo leaves the first two untouched
-            check_repo(repo, row_group_bytes=parse_bytes(c.shard.row_group_bytes), files_per_commit=c.publish.files_per_commit)
-        if local:
-            results = sync_local(family.name, staged, root, only=only, dry_run=dry_run, named=named)
-        else:
-            results = {}
-            for split, repo in staged.items():
-                repo_name = family.repo_name(split)
-                results[split] = publish_folder(repo, f"{c.publish.namespace}/{repo_name}", token=token, private=c.publish.private,
-                                                only=only, dry_run=dry_run, commit_message=f"rs: publish {repo_name}",
-                                                files_per_commit=c.publish.files_per_commit, progress=progress)
+        report, results = _stage_and_publish(ctx, target, cards_only=cards_only, dry_run=dry_run, allow_empty=allow_empty,
+                                             token=token, progress=progress)
     if report is None:
-        stats_file = staging / family.repo_name("rejected") / "rs" / "stats.json"
+        stats_file = ctx.paths.root / "repos" / family.repo_name("rejected") / "rs" / "stats.json"
         report = FamilyReport.from_dict(json.loads(stats_file.read_text()), where=str(stats_file))
-    where = {split: (str(root / family.repo_name(split)) if local else f"{HUB_URL}/{c.publish.namespace}/{family.repo_name(split)}")
-             for split in family.splits}
-    return {"report": report, "results": results, "where": where, "local": local, "seconds": time.perf_counter() - start}
+    where = {split: target.where(family, split) for split in family.splits}
+    return {"report": report, "results": results, "where": where, "local": target.local, "seconds": time.perf_counter() - start}

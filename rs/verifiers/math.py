@@ -187,14 +187,8 @@ class MathVerifier(Verifier):
         pred = self._parse_prediction(value, timeout)
         if not pred:
             return False
-        if _qualified(value):
-            # "at least 3", "\\approx 3", "not 3" name no single value: only a reference qualified itself is compared
-            golds = [g for g, r in zip(golds, refs) if _qualified(r)]
-        if _is_several(pred) or _names_several(value):
-            # "3 or 4" never matches 4; a set, tuple or interval reference is compared as math-verify does
-            golds = [g for g in golds if _is_several(list(g)) or _SEVERAL.search(str(g[-1])) or _LIST_COMMA.search(str(g[-1]))]
         return any(self._mv.verify(list(gold), pred, float_rounding=self._rounding, timeout_seconds=timeout)
-                   for gold in golds)
+                   for gold in _comparable(value, pred, golds, refs))
 
     def compare_numbers(self, value: Number, references: Sequence[Number]) -> bool:
         """Equal after rounding to ``float_rounding`` places, as math-verify compares numbers."""
@@ -202,6 +196,18 @@ class MathVerifier(Verifier):
             return False
         return any(round(float(p), self._rounding) == round(float(t), self._rounding)
                    for r in references if not r.qualifier for p in value.readings() for t in r.readings())
+
+
+def _comparable(value: str, pred: list[Any], golds: list[Any], refs: list[str]) -> list[Any]:
+    """The parsed references a stated answer is compared with: a qualified or several-valued answer only with
+    references of its own kind."""
+    if _qualified(value):
+        # "at least 3", "\\approx 3", "not 3" name no single value: only a reference qualified itself is compared
+        golds = [g for g, r in zip(golds, refs) if _qualified(r)]
+    if _is_several(pred) or _names_several(value):
+        # "3 or 4" never matches 4; a set, tuple or interval reference is compared as math-verify does
+        golds = [g for g in golds if _is_several(list(g)) or _SEVERAL.search(str(g[-1])) or _LIST_COMMA.search(str(g[-1]))]
+    return golds
 
 
 def _names_several(value: str) -> bool:

@@ -6,8 +6,9 @@ import logging
 import random
 from typing import Callable, TypeVar
 
-from .questions import COUNT_TEMPLATES, EXIST_TEMPLATES, QA, QUERY_TEMPLATES, count, filter_of, noun_phrase, sample_filter, unique_description, with_article
-from .scenes import ATTRIBUTES, ATTRIBUTE_ORDER, Scene
+from .questions import (COUNT_TEMPLATES, EXIST_TEMPLATES, QA, QUERY_TEMPLATES, Filter, count, filter_of, noun_phrase, sample_filter,
+                        unique_description, with_article)
+from .scenes import ATTRIBUTES, ATTRIBUTE_ORDER, Scene, SceneObject
 
 logger = logging.getLogger(__name__)
 
@@ -124,39 +125,54 @@ def flattened_mc(scene: Scene, rng: random.Random) -> tuple[str, str, bool] | No
 
     None when no object of the scene can be described uniquely (then nothing is injected).
     """
-    for _ in range(10):
-        attr = rng.choice(ATTRIBUTE_ORDER)
-        obj = rng.choice(scene.objects)
-        if (desc := unique_description(scene, obj, rng, exclude=attr)) is not None:
-            break
-    else:
+    if (drawn := _describable(scene, rng)) is None:
         return None
+    attr, obj, desc = drawn
     question = rng.choice(QUERY_TEMPLATES[attr]).format(s=noun_phrase(desc, rng, plural=False))
     value = getattr(obj, attr)
     distractors = [v for v in ATTRIBUTES[attr] if v != value]
     options = [value, *rng.sample(distractors, _MC_OPTION_COUNT[attr] - 1)]
     rng.shuffle(options)
     fmt = rng.randrange(len(MC_FORMATS))
-    text = MC_FORMATS[fmt].format(
+    text = _flatten(fmt, question, options)
+    # Format 2 answers by letter or by text; format 4 asks for the letter; the others by text.
+    by_letter = fmt == 3 or (fmt == 1 and rng.random() < 0.5)
+    broken = rng.random() < 0.1
+    if by_letter:
+        i = len(options) if broken else options.index(value)
+        answer = chr(65 + i) if fmt == 3 else f"({chr(97 + i)})"
+    elif broken:
+        answer = _outside_option(attr, options, rng)
+    else:
+        answer = value
+    return text, answer, broken
+
+
+def _describable(scene: Scene, rng: random.Random) -> tuple[str, SceneObject, Filter] | None:
+    """An attribute and an object the scene describes uniquely without it, in up to 10 draws; None when none is found."""
+    for _ in range(10):
+        attr = rng.choice(ATTRIBUTE_ORDER)
+        obj = rng.choice(scene.objects)
+        if (desc := unique_description(scene, obj, rng, exclude=attr)) is not None:
+            return attr, obj, desc
+    return None
+
+
+def _flatten(fmt: int, question: str, options: list[str]) -> str:
+    """The question with its options in prose, in `MC_FORMATS[fmt]`'s layout."""
+    return MC_FORMATS[fmt].format(
         q=question,
         comma=", ".join(options),
         paren=" ".join(f"({chr(97 + i)}) {o}" for i, o in enumerate(options)),
         or_list=(", ".join(options[:-1]) + " or " + options[-1]),
         lines="\n".join(f"{chr(65 + i)}. {o}" for i, o in enumerate(options)),
     )
-    index = options.index(value)
-    # Format 2 answers by letter or by text; format 4 asks for the letter; the others by text.
-    by_letter = fmt == 3 or (fmt == 1 and rng.random() < 0.5)
-    broken = rng.random() < 0.1
-    if by_letter:
-        i = len(options) if broken else index
-        answer = chr(65 + i) if fmt == 3 else f"({chr(97 + i)})"
-    elif broken:
-        outside = [v for v in ATTRIBUTES[attr] if v not in options]
-        answer = rng.choice(outside or [v for a in ATTRIBUTE_ORDER if a != attr for v in ATTRIBUTES[a]])
-    else:
-        answer = value
-    return text, answer, broken
+
+
+def _outside_option(attr: str, options: list[str], rng: random.Random) -> str:
+    """A broken reference by text: a value of the attribute that no option offers (else any other attribute's value)."""
+    outside = [v for v in ATTRIBUTES[attr] if v not in options]
+    return rng.choice(outside or [v for a in ATTRIBUTE_ORDER if a != attr for v in ATTRIBUTES[a]])
 
 
 def redraw(draw: Callable[[], T], taken: set[tuple[str, str]], tries: int = 8) -> T:
