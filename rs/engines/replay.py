@@ -78,19 +78,7 @@ class ReplayEngine:
             start, offset = offset, offset + len(line)
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ReplayError(f"{self.path}:{number}: not valid JSON: {err.msg}") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not ("key" in record or "prompt" in record):
-                raise ReplayError(f"{self.path}:{number}: each line needs a string `text` and a `key` or a `prompt`")
-            sample = record.get("sample", 0)
-            if not isinstance(sample, int) or isinstance(sample, bool) or sample < 0:
-                raise ReplayError(f"{self.path}:{number}: `sample` must be a whole number from 0 (got {sample!r})")
-            temperature = record.get("temperature")
-            if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
-                raise ReplayError(f"{self.path}:{number}: `temperature` must be a number (got {temperature!r})")
-            at = None if temperature is None else float(temperature)
+            record, sample, at = _checked_line(line, f"{self.path}:{number}")
             if "key" in record:
                 self._index.add(_KEY, _entry(str(record["key"]), sample, at), start)
             if "prompt" in record:
@@ -132,6 +120,24 @@ class ReplayEngine:
     def close(self) -> None:
         self._fh.close()
         self._index.close()
+
+
+def _checked_line(line: bytes, where: str) -> tuple[dict[str, Any], int, float | None]:
+    """A replay line's record, with the sample it answers and the temperature it states (None: any); `where` is its
+    file and line, for the error."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ReplayError(f"{where}: not valid JSON: {err.msg}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not ("key" in record or "prompt" in record):
+        raise ReplayError(f"{where}: each line needs a string `text` and a `key` or a `prompt`")
+    sample = record.get("sample", 0)
+    if not isinstance(sample, int) or isinstance(sample, bool) or sample < 0:
+        raise ReplayError(f"{where}: `sample` must be a whole number from 0 (got {sample!r})")
+    temperature = record.get("temperature")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
+        raise ReplayError(f"{where}: `temperature` must be a number (got {temperature!r})")
+    return record, sample, None if temperature is None else float(temperature)
 
 
 def _entry(id: str, sample: int, temperature: float | None) -> str:

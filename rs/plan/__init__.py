@@ -28,7 +28,7 @@ from rs.engines import Engine, resolve_model
 from rs.engines.base import PROMPT_TAIL_CHARS
 from rs.errors import UsageError
 from rs.families import Family
-from rs.families.schema import FamilyConfig
+from rs.families.schema import FamilyConfig, JudgeConfig
 from rs.prompt import Instructions, build_prompt
 from rs.reasoning import ReasoningFormat
 from rs.recovery import RecoveryReport
@@ -191,36 +191,48 @@ class Plan:
                + (f", max_model_len {self.max_model_len:,}" if self.max_model_len else "")]
         out += [f"  {line}" for line in self.configuration]
         out += [f"  note: {note}" for note in self.notes]
-        if self.template is not None:
-            t = self.template
-            out.append("chat template:")
-            markers = f"`{t.markers[0]}` ... `{t.markers[1]}`" if t.markers else "none (the model does not reason)"
-            out.append(f"  reasoning markers: {markers}")
-            out.append(f"  generation prompt ends {t.tail[-24:]!r}: reasoning {_STATE_WORDS.get(t.thinking or '', 'unknown')}")
-            out.append(f"  with enable_thinking false (a label-only judge): {_STATE_WORDS.get(t.without_thinking or '', 'unknown')}")
-        if self.sample is not None:
-            s = self.sample
-            size = f" of {self.source_records:,} records" if self.source_records is not None else ""
-            out.append(f"sample: {s.source_records} records{size}, {s.source_items} questions, {s.kept_items} kept by cleaning "
-                       f"({s.dropped_items} dropped: {', '.join(f'{k} {v}' for k, v in sorted(s.dropped.items())) or 'none'})")
+        out += self._template_lines()
+        out += self._sample_lines()
         for kind in self.kinds:
-            out.append(f"  {kind.kind}: {_count(kind.items, 'question')}, verifier {kind.verifier}, instruction {kind.instruction!r}")
-            if kind.prompt_tokens:
-                tokens = sorted(kind.prompt_tokens)
-                fits = "" if self.max_model_len is None else (
-                    "fits" if tokens[-1] + self.max_tokens <= self.max_model_len else "DOES NOT FIT")
-                out.append(f"    prompt tokens (image included) min {tokens[0]:,}, median {statistics.median(tokens):,.0f}, "
-                           f"max {tokens[-1]:,}; + max_tokens {self.max_tokens:,} = {tokens[-1] + self.max_tokens:,} {fits}".rstrip())
-            if kind.image_tokens and kind.largest is not None:
-                images = sorted(kind.image_tokens)
-                width, height, most = kind.largest
-                out.append(f"    image tokens min {images[0]:,}, median {statistics.median(images):,.0f}, max {most:,} "
-                           f"(a {width}x{height} image)" + (f" at {_pixel_setting(self.mm_processor_kwargs)}" if self.mm_processor_kwargs else ""))
-            out.append(f"    e.g. {kind.example!r}")
+            out += self._kind_lines(kind)
         if self.projection is not None:
             out += self._projection_lines(self.projection)
         out += [f"warning: {w}" for w in self.warnings] or ["no warnings"]
         return "\n".join(out)
+
+    def _template_lines(self) -> list[str]:
+        if self.template is None:
+            return []
+        t = self.template
+        markers = f"`{t.markers[0]}` ... `{t.markers[1]}`" if t.markers else "none (the model does not reason)"
+        return ["chat template:", f"  reasoning markers: {markers}",
+                f"  generation prompt ends {t.tail[-24:]!r}: reasoning {_STATE_WORDS.get(t.thinking or '', 'unknown')}",
+                f"  with enable_thinking false (a label-only judge): {_STATE_WORDS.get(t.without_thinking or '', 'unknown')}"]
+
+    def _sample_lines(self) -> list[str]:
+        if self.sample is None:
+            return []
+        s = self.sample
+        size = f" of {self.source_records:,} records" if self.source_records is not None else ""
+        return [f"sample: {s.source_records} records{size}, {s.source_items} questions, {s.kept_items} kept by cleaning "
+                f"({s.dropped_items} dropped: {', '.join(f'{k} {v}' for k, v in sorted(s.dropped.items())) or 'none'})"]
+
+    def _kind_lines(self, kind: KindPlan) -> list[str]:
+        """One kind of question: its count, verifier and instruction, its prompt and image tokens, an example."""
+        out = [f"  {kind.kind}: {_count(kind.items, 'question')}, verifier {kind.verifier}, instruction {kind.instruction!r}"]
+        if kind.prompt_tokens:
+            tokens = sorted(kind.prompt_tokens)
+            fits = "" if self.max_model_len is None else (
+                "fits" if tokens[-1] + self.max_tokens <= self.max_model_len else "DOES NOT FIT")
+            out.append(f"    prompt tokens (image included) min {tokens[0]:,}, median {statistics.median(tokens):,.0f}, "
+                       f"max {tokens[-1]:,}; + max_tokens {self.max_tokens:,} = {tokens[-1] + self.max_tokens:,} {fits}".rstrip())
+        if kind.image_tokens and kind.largest is not None:
+            images = sorted(kind.image_tokens)
+            width, height, most = kind.largest
+            out.append(f"    image tokens min {images[0]:,}, median {statistics.median(images):,.0f}, max {most:,} "
+                       f"(a {width}x{height} image)" + (f" at {_pixel_setting(self.mm_processor_kwargs)}" if self.mm_processor_kwargs else ""))
+        out.append(f"    e.g. {kind.example!r}")
+        return out
 
     def _projection_lines(self, p: Projection) -> list[str]:
         out = [f"answered for real: {_count(p.answered, 'question')} of the first {_count(p.images, 'image')} in {p.seconds:.1f} s "
@@ -541,23 +553,16 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
     root = Path(build_root or "build") / "plan"
     ctx = BuildContext(family, root, cache_path or default_cache_path(), limit=limit, progress=progress, engine_factory=engine_factory)
     clean = ensure_clean(ctx)
-    if ctx.paths.sample_report.exists():
-        ctx.paths.sample_report.unlink()  # the plan measures this run, even over a warm cache
+    ctx.paths.sample_report.unlink(missing_ok=True)  # the plan measures this run, even over a warm cache
     report: SampleReport = ensure_sampled(ctx)
     columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending"]
     items = list(read_records(ctx.paths.items, "items", columns=columns))
     answered = [i for i in items if i["error"] is None]
     tokens = [i["completion_tokens"] for i in answered if i["completion_tokens"] is not None]
     accepted = sum(decide(i, report.promotes).accepted for i in items)
-    per_record = clean.source_items / clean.source_records if clean.source_records else 0
-    kept = clean.kept_items / clean.source_items if clean.source_items else 0
-    family_qa = round(plan.source_records * per_record * kept) if plan.source_records is not None else None
-    measured = None
-    if tokens_per_second is None and report.sampling_engine_calls and report.seconds:
-        # the answers sent this time over the stage's time, the model's load included: a lower bound
-        measured = sum(tokens) * report.sampling_engine_calls / max(1, len(items)) / report.seconds
-    judge = family.config.judge
-    judge_max = judge.max_tokens + (judge.think_budget if judge.mode == "think_then_label" else 0)
+    family_qa = _family_questions(clean, plan.source_records)
+    measured = _measured_throughput(report, tokens, len(items)) if tokens_per_second is None else None
+    judge_max = _judge_max_tokens(family.config.judge)
     calibration = report.judge_requests - report.judged
     recovery = _project_recovery(ctx, report, items) if family.config.recovery is not None else None
     return Projection(images=limit, answered=len(answered), completion_tokens=tokens,
@@ -567,6 +572,28 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
                       tokens_per_second=tokens_per_second or measured, measured=tokens_per_second is None and measured is not None,
                       endings=dict(sorted(Counter(i["ending"] for i in answered).items())), loop_tokens_saved=report.loop_tokens_saved,
                       loop_detection=family.config.sampling.repetition_detection is not None, recovery=recovery)
+
+
+def _judge_max_tokens(judge: JudgeConfig) -> int:
+    """The most tokens one verdict may take: its label, and a think-then-label judge's reasoning budget."""
+    return judge.max_tokens + (judge.think_budget if judge.mode == "think_then_label" else 0)
+
+
+def _family_questions(clean: CleaningReport, source_records: int | None) -> int | None:
+    """The questions the whole family will answer: the source's records times the sample's questions kept per record."""
+    if source_records is None:
+        return None
+    per_record = clean.source_items / clean.source_records if clean.source_records else 0
+    kept = clean.kept_items / clean.source_items if clean.source_items else 0
+    return round(source_records * per_record * kept)
+
+
+def _measured_throughput(report: SampleReport, tokens: list[int], items: int) -> float | None:
+    """The answers sent this time over the stage's time, the model's load included: a lower bound of the engine's output
+    tokens per second; None when nothing was sent."""
+    if not (report.sampling_engine_calls and report.seconds):
+        return None
+    return sum(tokens) * report.sampling_engine_calls / max(1, items) / report.seconds
 
 
 def _project_recovery(ctx: BuildContext, sampled: SampleReport, items: list[dict[str, Any]]) -> RecoveryProjection:
