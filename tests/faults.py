@@ -124,3 +124,14 @@ def cache_keys(path: Path) -> set[str]:
     """The keys committed to a generation cache (read-only; the file is not modified)."""
     with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         return {key for (key,) in db.execute("SELECT key FROM answers")}
+
+
+def cache_rows(path: Path) -> int:
+    """Rows in a generation cache another process may be writing (0 before it exists or while it is being created)."""
+    if not path.exists():
+        return 0
+    try:
+        with closing(sqlite3.connect(path, timeout=5)) as db:
+            return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+    except sqlite3.Error:
+        return 0

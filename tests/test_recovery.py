@@ -11,12 +11,10 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections import Counter
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -31,6 +29,7 @@ from rs.engines.vllm import VLLMStream  # noqa: E402
 from rs.families import get_family, load_families  # noqa: E402
 from rs.route import decide  # noqa: E402
 from rs.stages import BuildContext, ensure_recovered, ensure_sampled  # noqa: E402
+from faults import cache_rows  # noqa: E402
 from rs.store import read_records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,16 +203,6 @@ def test_raising_k_sends_exactly_the_missing_samples(tmp_path: Path, demo_engine
     raised.paths.recovery_report.unlink()
     again = ensure_recovered(raised, ensure_sampled(raised))
     assert again.sampling_engine_calls == 0 and list(read_records(raised.paths.recovery, "recovery")) == draws
-
-
-def cache_rows(path: Path) -> int:
-    if not path.exists():
-        return 0
-    try:
-        with closing(sqlite3.connect(path, timeout=5)) as db:
-            return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0
 
 
 def recovery_files(build: Path) -> dict[str, str]:

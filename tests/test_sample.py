@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
-from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from rs.families import load_families  # noqa: E402
 from rs.judge import LABELS, judgeable  # noqa: E402
 from rs.route import decide  # noqa: E402
 from rs.store import read_clean_rows, read_records  # noqa: E402
+from faults import cache_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -188,17 +187,6 @@ def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path)
     assert cal.promotes is False and cal.blocked_reason.startswith("on hard negatives the judge called")
     reasons = {decide(r, cal.promotes).reason for r in items(ctx.paths.root) if not r["verified"]}
     assert reasons == {"judge_blocked"}
-
-
-def cache_rows(path: Path) -> int:
-    """Rows in a generation cache another process may be writing (0 before it exists or while it is being created)."""
-    if not path.exists():
-        return 0
-    try:
-        with closing(sqlite3.connect(path, timeout=5)) as db:
-            return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
-    except sqlite3.Error:
-        return 0
 
 
 def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path) -> None:
