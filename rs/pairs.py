@@ -90,7 +90,7 @@ class PairCounts:
     _last_row: int = field(default=-1, repr=False)
 
     def add(self, item: dict[str, Any], result: Outcome, routes: Routes) -> bool:
-        if not result.decision.accepted or (result.samples is None and not result.recovered):
+        if not result.decision.accepted or result.samples is None:  # a recovered item was sampled too
             return False
         pair = pair_of(item, result, routes)
         if pair is None:

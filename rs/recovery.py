@@ -115,10 +115,10 @@ class RecoveryReport:
 class _Draws:
     """One item's samples on their way: the request, then a record per sample."""
 
-    __slots__ = ("row", "key", "item", "prompt", "why", "k", "records")
+    __slots__ = ("row", "item", "prompt", "why", "k", "records")
 
     def __init__(self, row: int, item: QAItem, prompt: str, why: str, k: int):
-        self.row, self.key, self.item, self.prompt, self.why, self.k = row, item.key, item, prompt, why, k
+        self.row, self.item, self.prompt, self.why, self.k = row, item, prompt, why, k
         self.records: dict[int, SampleRecord] = {}
 
 
@@ -158,7 +158,7 @@ class RecoveryStage:
                 progress(total, "recovering", unit="item", enabled=self.progress) as bar:
             for draws in core.run(self._units(rows, items)):
                 samples = [vars(draws.records[i]) for i in range(draws.k)]
-                writer.write({"row": draws.row, "key": draws.key, "why": draws.why, "k": draws.k, "samples": samples},
+                writer.write({"row": draws.row, "key": draws.item.key, "why": draws.why, "k": draws.k, "samples": samples},
                              size=sum(len(r["text"]) for r in samples))
                 bar.update()
         self.report.sampling_requests = runner.stats.requests - calls[0]
