@@ -29,9 +29,10 @@ def grade_all(cases: list[Case]) -> list[tuple[Case, Outcome]]:
     graders: dict[tuple, Grader] = {}
     out = []
     for case in cases:
-        key = (case.verifier, case.params, case.closed_set)
+        key = (case.verifier, case.params, case.closed_set, case.literal)
         if key not in graders:
-            graders[key] = Grader(get_verifier(case.verifier, **dict(case.params)), CLEVR_ANSWERS if case.closed_set else None)
+            graders[key] = Grader(get_verifier(case.verifier, **dict(case.params)), CLEVR_ANSWERS if case.closed_set else None,
+                                  literal=case.literal)
         item = ItemInfo(options=case.options, question=case.question)
         out.append((case, graders[key].grade(case.answer, case.references, item=item).outcome))
     return out

@@ -30,6 +30,8 @@ class Case:
     params: tuple[tuple[str, object], ...] = ()
     closed_set: bool = False
     """Graded with the family's closed set of answers (CLEVR's)."""
+    literal: bool = False
+    """Graded as a transcription family's (`answers: {literal: true}`)."""
 
 
 CLEVR_ANSWERS = Vocabulary.build(
@@ -156,7 +158,7 @@ def _relaxed() -> Iterator[Case]:
     q = "What is the value of the blue bar in 2015?"
     for ref, right_forms, wrong in (("42", ["42", "42.0", "42%", "42 %", "forty-two"], "48"),
                                     ("13.5", ["13.5", "13.50", "13.5%"], "15"), ("2556.25", ["2,556.25", "$2,556.25", "2556.25"], "3656.25"),
-                                    ("0.42", ["0.42", "42%"], "0.52"), ("13%", ["13", "13%", "13 %", "0.13"], "17"),
+                                    ("0.42", ["0.42"], "0.52"), ("13%", ["13", "13%", "13 %"], "17"),
                                     ("2010", ["2010"], "2008"), ("120", ["120", "one hundred twenty", "120.0"], "150"),
                                     ("7.5", ["7.5", "7 1/2", "7½", "15/2"], "8.5")):
         for form in right_forms:
@@ -166,6 +168,9 @@ def _relaxed() -> Iterator[Case]:
         yield Case("relaxed", "near miss", wrong, (ref,), False, question=q)
     yield Case("relaxed", "near miss", "2008", ("2010",), False, question="In which year was the value highest?")
     yield Case("relaxed", "units", "5 million", ("5",), False, question=q)
+    for form, ref in (("42%", "0.42"), ("0.13", "13%")):  # a percent conversion the metric makes: the judge's
+        yield Case("relaxed", "leniency", form, (ref,), True, question=q)
+        yield Case("relaxed", "leniency", f"The answer is {form}.", (ref,), True, question=q)
     yield from _phrasings("relaxed", "Yes", "No", ("Yes",), question="Is the blue bar higher than the red one?")
     yield from _phrasings("relaxed", "Brazil", "Chile", ("Brazil",), question="Which country has the highest value?")
 
@@ -174,8 +179,10 @@ def _anls() -> Iterator[Case]:
     q = "What is the title of the person who signed the letter?"
     for ref, right, wrong in (("Chairman of the Board", "Chairman of the Board", "Secretary of the Board"),
                               ("ITC Limited", "ITC Limited", "ITC Holdings"), ("John A. Smith", "John A. Smith", "John B. Smith"),
-                              ("Department of Health", "Department of Helth", "Department of Wealth")):
+                              ("Department of Health", "Department of Health", "Department of Wealth")):
         yield from _phrasings("anls", right, wrong, (ref,), question=q)
+    for template in ("{v}", "**{v}**", "Answer: {v}", "The answer is {v}."):  # a typo ANLS forgives: the judge's
+        yield Case("anls", "leniency", template.format(v="Department of Helth"), ("Department of Health",), True, question=q)
     for ref, right, wrong in (("1998", "1998", "1988"), ("$2,556.25", "$2,556.25", "$2,656.25"), ("42", "42", "24")):
         yield from _phrasings("anls", right, wrong, (ref,), question="What is the total shown on the form?")
         yield Case("anls", "sentence", f"The total is {right}.", (ref,), True, question="What is the total shown on the form?")
@@ -220,9 +227,56 @@ def _math() -> Iterator[Case]:
     yield Case("math", "notation", "(1, 2)", ("(1,2)",), True, question="Which point is on the line?")
 
 
+def _issue39() -> Iterator[Case]:
+    """The mechanisms of issue 39: a metric's leniency, a negation, a position, a retraction, a correction the reader
+    could not see, another task's reading, a rejection no grader would make, an identical answer (labelled by the
+    last committed value; a retraction without a value has none, and is labelled wrong: it must not be accepted)."""
+    doc = "Who signed the lease?"
+    yield Case("anls", "leniency", "Jenson", ("Jensen",), False, question=doc)
+    yield Case("anls", "leniency", "Signed by the Lessor", ("Signed by the Lessee",), False, question=doc)
+    bars = "How many bars are there?"
+    yield Case("relaxed", "leniency", "31", ("30",), False, question=bars)
+    yield Case("relaxed", "leniency", "0.3%", ("30%",), False, question="What is the share?")
+    yield Case("relaxed", "leniency", "3000%", ("30",), False, question="What is the share?")
+    yield Case("relaxed", "leniency", "2009", ("2010",), False, question="In which year was it highest?")
+    options = ("cat", "shark", "dog")
+    not_q = "Which is NOT a mammal?\nA. cat\nB. shark\nC. dog"
+    yield Case("mcq", "negation", "not B", ("B",), False, question=not_q, options=options)
+    yield Case("mcq", "negation", "Not A", ("B",), False, question=not_q, options=options)
+    yield Case("mcq", "position", "The second one", ("B",), True, question=not_q, options=options)
+    yield Case("mcq", "position", "the last option", ("C",), True, question=not_q, options=options)
+    yield Case("mcq", "position", "The first option.", ("B",), False, question=not_q, options=options)
+    yield Case("alnum", "retraction", "Yes.\n\nNo wait, I had that backwards.", ("yes",), False, question="Is it red?")
+    yield Case("alnum", "retraction", "No.\n\nNo wait, I had that backwards.", ("yes",), False, question="Is it red?")
+    yield Case("count", "retraction", "3\n\n...on second look I was wrong.", ("3",), False, question="How many?")
+    yield Case("count", "retraction", "4\n\n...on second look I was wrong.", ("3",), False, question="How many?")
+    yield Case("alnum", "retraction", "Red.\n\nWell, red-ish.", ("red",), False, question="What color?", closed_set=True)
+    yield Case("count", "correction, dash", "5? No, 6 — 6.", ("6",), True, question="How many?")
+    yield Case("count", "correction, same line", "5, wait, 6", ("6",), True, question="How many?")
+    yield Case("count", "correction, other script", "5\n应为6", ("6",), True, question="How many?")
+    yield Case("count", "correction, other script", "5\n\n更正：6", ("6",), True, question="How many?")
+    yield Case("count", "correction, other script", "6\n应为5", ("6",), False, question="How many?")
+    yield Case("alnum", "literal", "3", ("three",), False, question="What is the word in the image?", literal=True)
+    yield Case("alnum", "literal", "three", ("three",), True, question="What is the word in the image?", literal=True)
+    shapes = ("cube", "cylinder", "sphere")
+    mc = "What shape is it?\nA. cube\nB. cylinder\nC. sphere"
+    yield Case("alnum", "option text", "cylinder", ("B",), True, question=mc, options=shapes)
+    yield Case("alnum", "option text", "cube", ("B",), False, question=mc, options=shapes)
+    yield Case("vqa", "option text", "Cylinder", ("B",), True, question=mc, options=shapes)
+    chart = "What was the revenue in 2019 (in billions)?"
+    for answer, ref in (("12.5 billion", "12.5"), ("1/3", "0.33"), ("\\frac{2}{3}", "0.67"), ("0.333...", "0.33"),
+                        ("$1\\,000$", "1000"), ("forty percent", "0.4"), ("40 percent", "40%")):
+        yield Case("relaxed", "not certain", answer, (ref,), True, question=chart)
+    for answer, ref in (("2_500", "2"), ("1,0000", "1000"), ("1O0", "10")):
+        yield Case("count", "malformed", answer, (ref,), False, question="How many?")
+    for answer in ("東京", "ÆON"):
+        yield Case("alnum", "identical", answer, (answer,), True, question="What is the word in the image?")
+    yield Case("count", "other digits", "٣", ("3",), True, question="How many?")
+
+
 def corpus() -> list[Case]:
     """Every case, in a fixed order."""
-    return [*_clevr(), *_count(), *_relaxed(), *_anls(), *_vqa(), *_mcq(), *_math()]
+    return [*_clevr(), *_count(), *_relaxed(), *_anls(), *_vqa(), *_mcq(), *_math(), *_issue39()]
 
 
 # Classes in which no right answer may be rejected, certain or not: the reading's job is to read them.

@@ -10,7 +10,9 @@ import threading
 
 import pytest
 
+from rs.answers import Outcome, read
 from rs.extract import split_reasoning
+from rs.verifiers.base import as_references
 from rs.verifiers import (
     ItemInfo,
     Verifier,
@@ -37,8 +39,19 @@ except ImportError:  # pragma: no cover - depends on the environment
 needs_math_verify = pytest.mark.skipif(not HAS_MATH_VERIFY, reason="math-verify not installed")
 
 
-def check(name: str, prediction, reference, expected: bool, **params) -> None:
+JUDGE = "judge"
+"""The metric matches, but only through a leniency that is not the task's own (ANLS below 1, a tolerance on an integer
+that may be a count, a percent conversion): the pipeline sends the answer to the judge (issue 39)."""
+
+
+def check(name: str, prediction, reference, expected: bool | str, **params) -> None:
     v = get_verifier(name, **params)
+    if expected == JUDGE:
+        refs = as_references(reference)
+        grade = v.grader().grade(prediction, refs)
+        assert grade.outcome is Outcome.UNDECIDED, (name, prediction, reference, params, grade)
+        assert v.compare(read(prediction).stated, refs), (name, prediction, reference, params)
+        return
     assert v.match(prediction, reference) is expected, (name, prediction, reference, params)
 
 
@@ -180,7 +193,7 @@ def test_numbers_as_references_are_accepted(name: str) -> None:
         ("ﬁne", "fine", True),  # ligature
         ("²", "2", False),  # a superscript is not its digit: "10²" would read 102
         ("Straße", "STRASSE", True),  # casefold before NFKD: ß -> ss (research spec says ✗ with lower())
-        ("١٢٣", "123", False),  # Arabic-Indic digits have no ASCII decomposition
+        ("١٢٣", "123", True),  # another script's digits are read as digits (issue 39)
         ("O", "0", False),  # no confusable folding
         ("l", "1", False),
         ("", "!!!", False),  # empty normalised reference never matches
@@ -199,7 +212,7 @@ def test_numbers_as_references_are_accepted(name: str) -> None:
         ("hello", ["world", "HELLO"], True),
         ("hello", ["world", "!!!"], False),
         ("hello\nworld", ["world"], False),  # only full / first line / first paragraph are tried
-        ("東京", "東京", False),  # no ASCII left: reference normalises to empty
+        ("東京", "東京", True),  # identical to the reference: the same answer, though no ASCII is left (issue 39)
     ],
 )
 def test_alnum(prediction: str, reference, expected: bool) -> None:
@@ -214,30 +227,30 @@ def test_alnum(prediction: str, reference, expected: bool) -> None:
     ("prediction", "reference", "expected"),
     [
         # pix2struct metrics_test.py
-        ("100%", "96%", True),
+        ("100%", "96%", JUDGE),
         ("100%", "94%", False),
-        ("100%", "0.96", True),
+        ("100%", "0.96", JUDGE),
         ("100%", "0.94", False),
         ("Abc", "abc", True),
         ("Don't", "Won't", False),
         # inclusive 5% boundary
-        ("19", "20", True),
-        ("21", "20", True),
+        ("19", "20", JUDGE),
+        ("21", "20", JUDGE),
         ("18.9", "20", False),
         ("21.1", "20", False),
-        ("12.5", "12", True),
+        ("12.5", "12", JUDGE),
         ("12.7", "12", False),
-        ("11.4", "12", True),
+        ("11.4", "12", JUDGE),
         ("11.39", "12", False),
         ("0.105", "0.1", True),  # exactly 5%, decided in decimal (binary float says 5.0000000000000044%)
         ("0.095", "0.1", True),
         ("0.1051", "0.1", False),
-        ("105", "100", True),
+        ("105", "100", JUDGE),
         ("13", "12.5", True),
         # percent: divides by 100 on the side that has it (reference-compatible)
         ("12%", "12", True),  # a percent sign is notation: 12% on a percentage question
         ("12", "12%", True),
-        ("0.12", "12%", True),
+        ("0.12", "12%", JUDGE),
         ("12 %", "12%", True),
         ("12%", "12 %", True),
         # zero reference: exact numeric comparison
@@ -249,7 +262,7 @@ def test_alnum(prediction: str, reference, expected: bool) -> None:
         ("0.01", "0", False),
         ("1e-9", "0", False),
         # signs
-        ("-4.9", "-5", True),
+        ("-4.9", "-5", JUDGE),
         ("-5", "-5.2", True),
         ("5", "-5", False),
         ("+5", "5", True),
@@ -271,7 +284,7 @@ def test_alnum(prediction: str, reference, expected: bool) -> None:
         # Python float quirks are not numbers
         ("1_000", "1000", False),
         ("0x10", "16", False),
-        ("١٢", "12", False),  # only ASCII digits are numbers
+        ("١٢", "12", True),  # another script's digits are read (issue 39)
         ("nan", "nan", True),  # equal as strings only
         ("NaN", "nan", True),
         ("nan", "NaN.", True),
@@ -302,7 +315,7 @@ def test_alnum(prediction: str, reference, expected: bool) -> None:
         ("5", "", False),
         ("", "5", False),
         # several references: any
-        ("19", ["abc", "20"], True),
+        ("19", ["abc", "20"], JUDGE),
         ("30", ["abc", "20"], False),
     ],
 )
@@ -317,11 +330,11 @@ def test_relaxed(prediction: str, reference, expected: bool) -> None:
         ("2010", "2010", {"year_guard": True}, True),
         ("2010.0", "2010", {"year_guard": True}, True),
         ("1995", "2000", {"year_guard": True}, False),
-        ("2100", "2101", {"year_guard": True}, True),  # not a year in 1500-2099
-        ("19", "20", {"year_guard": True}, True),
+        ("2100", "2101", {"year_guard": True}, JUDGE),  # not a year in 1500-2099
+        ("19", "20", {"year_guard": True}, JUDGE),
         ("19", "20", {"tolerance": 0.0}, False),
         ("20.0", "20", {"tolerance": 0.0}, True),
-        ("11", "10", {"tolerance": 0.1}, True),
+        ("11", "10", {"tolerance": 0.1}, JUDGE),
         ("11.01", "10", {"tolerance": 0.1}, False),
     ],
 )
@@ -444,7 +457,7 @@ def test_exact(prediction: str, reference, expected: bool) -> None:
         ("3D", "3", False),
         ("", "3", False),
         ("many", "3", False),
-        ("٣", "3", False),  # only ASCII digits
+        ("٣", "3", True),  # another script's digit is that digit (issue 39)
         ("²", "2", False),
         ("someone", "1", False),  # word boundaries
         ("Answer: 5", "5", True),
@@ -627,19 +640,19 @@ def test_anls_score(prediction: str, references: list[str], score: float) -> Non
         ("Coca cola", "Coca Cola", {}, True),
         ("ITC Limited.", "itc limited", {}, True),  # 0.917
         ("CocaCola", "Coca Cola", {}, False),  # 0.889 < 0.9
-        ("CocaCola", "Coca Cola", {"min_score": 0.85}, True),
+        ("CocaCola", "Coca Cola", {"min_score": 0.85}, JUDGE),
         ("12/15/89", "12/15/88", {}, False),
-        ("abcdefghij", "abcdefghik", {}, True),  # exactly 0.9: inclusive
+        ("abcdefghij", "abcdefghik", {}, JUDGE),  # exactly 0.9: inclusive
         ("ITC Limited.", "itc limited", {"min_score": 1.0}, True),  # a trailing period is a wrapper
         ("ITC LIMITED", "itc limited", {"min_score": 1.0}, True),
         # numeric references need the same number
         ("2011", "2010", {}, False),
-        ("2011", "2010", {"min_score": 0.7, "numeric_exact": False}, True),
+        ("2011", "2010", {"min_score": 0.7, "numeric_exact": False}, JUDGE),
         ("$1,234", "1234", {}, True),
         ("1234", "$1,234", {}, True),
         ("1234.0", "1234", {}, True),
         ("1234567891", "1234567890", {}, False),  # ANLS would give 0.9
-        ("1234567891", "1234567890", {"numeric_exact": False}, True),
+        ("1234567891", "1234567890", {"numeric_exact": False}, JUDGE),
         ("45%", "45%", {}, True),
         ("45", "45%", {}, True),  # a percent sign is notation
         ("-5", "5", {}, False),
@@ -851,7 +864,7 @@ def test_math_missing_dependency_message(monkeypatch: pytest.MonkeyPatch) -> Non
         ("<think>so the answer is 5.</think> 3", "count", "5", False),
         ("<think>never closed, answer 3", "count", "3", False),  # truncated: no final answer
         ("I count 4.</think>\nHELLO!", "alnum", "hello", True),
-        ("<THINK>x</THINK> 19", "relaxed", "20", True),
+        ("<THINK>x</THINK> 19.5", "relaxed", "20.5", True),
     ],
 )
 def test_pipeline_split_then_verify(raw: str, name: str, reference: str, expected: bool) -> None:

@@ -14,5 +14,5 @@ from rs.answers.values import Kind, Vocabulary, classify, polar_of
 __all__ = ["READING_RULES", "Grade", "Grader", "Kind", "Number", "Outcome", "Reading", "Vocabulary", "classify", "polar_of", "read",
            "read_numbers", "render", "unwrap"]
 
-VERSION = "1"
+VERSION = "2"
 """How a final answer is read: bump when a change reads some answer otherwise (`rs.versions`)."""

@@ -46,6 +46,13 @@ class Verifier(Protocol):
 
     def certain_value(self, kind: Kind, value: Any) -> bool: ...
 
+    def same_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None,
+                   vocabulary: Vocabulary | None = None) -> bool: ...
+
+    def own_leniency(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None) -> bool: ...
+
+    def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None) -> bool: ...
+
 __all__ = ["Grade", "Grader", "Outcome", "READING_RULES"]
 
 READING_RULES = (
@@ -93,12 +100,15 @@ class Grade:
 class Grader:
     """Reads a final answer once and decides it with a verifier's comparison (see the module docstring).
 
-    ``vocabulary`` is the family's closed set of answers with its synonyms, when it has one.
+    ``vocabulary`` is the family's closed set of answers with its synonyms, when it has one. ``literal``: the
+    family's answers are transcriptions (`answers: {literal: true}`, the OCR families), read as written, with no
+    typed conversion ("3" is not the word "three").
     """
 
-    def __init__(self, verifier: Verifier, vocabulary: Vocabulary | None = None):
+    def __init__(self, verifier: Verifier, vocabulary: Vocabulary | None = None, *, literal: bool = False):
         self.verifier = verifier
         self.vocabulary = vocabulary if vocabulary else None
+        self.literal = literal
         # A decision depends on the answer, the references, and the item's question and options only: short answers
         # repeat (yes, no, counts, colours), so most are decided once.
         self._decided = lru_cache(maxsize=1 << 16)(self._decide)
@@ -113,7 +123,7 @@ class Grader:
 
     def _decide(self, answer: str, refs: tuple[str, ...], question: str, options: tuple[str, ...]) -> Grade:
         item = _Seen(question, options)
-        kind = self.verifier.kind(refs, item=item, vocabulary=self.vocabulary)
+        kind = Kind.TEXT if self.literal else self.verifier.kind(refs, item=item, vocabulary=self.vocabulary)
         reading = read(answer)
         if reading.conflict or not reading.stated:
             return Grade(Outcome.UNDECIDED, kind, reading.stated)
@@ -147,11 +157,21 @@ class Grader:
             return None
         return context.same(values[-1], grade.value)
 
+    def _accepts(self, kind: Kind, value: Any, refs: Sequence[str], item: Item | None) -> bool:
+        """THE rule for accepting a value: the verifier's metric matches it, and it is a reference once notation only
+        is normalised, or the match needs a leniency that is the task's own (relaxed accuracy on a value read off an
+        axis). A match that needs any other leniency (ANLS below 1, a tolerance on a count or a year, a percent or
+        scale conversion) is the judge's."""
+        v = self.verifier
+        return v.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary) and (
+            v.same_value(kind, value, refs, item=item, vocabulary=self.vocabulary)
+            or v.own_leniency(kind, value, refs, item=item))
+
     def _text(self, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
-        """Free text: the verifier's comparison on the stated answer; accepted only when nothing else is said."""
-        matches = self.verifier.compare(reading.stated, refs, item=item)
+        """Free text: accepted by :meth:`_accepts` when nothing else is said; never certainly wrong."""
+        matches = self._accepts(Kind.TEXT, reading.stated, refs, item)
         said_else = any(c.isalnum() for c in reading.rest) and unwrap(reading.rest).casefold() != reading.stated.casefold()
-        outcome = Outcome.ACCEPTED if matches and not said_else else Outcome.UNDECIDED
+        outcome = Outcome.ACCEPTED if matches and not said_else and not turns(reading) else Outcome.UNDECIDED
         return Grade(outcome, Kind.TEXT, reading.stated)
 
     def _typed(self, kind: Kind, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
@@ -164,25 +184,47 @@ class Grader:
             value = None if clause is None else context.clean_value(clause.stated)
             if value is None or clause is None:
                 return Grade(Outcome.UNDECIDED, kind, reading.stated)
-            certain = (not self.verifier.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary)
-                       and self._certain(context, value, clause, refs, item))
+            certain = self._certain(context, value, clause, refs, item)
             return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, clause.stated, value)
         if self.verifier.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
-            outcome = Outcome.ACCEPTED if context.rest_agrees(reading.rest, value) else Outcome.UNDECIDED
-            return Grade(outcome, kind, reading.stated, value)
+            accepted = self._accepts(kind, value, refs, item) and context.rest_agrees(reading.rest, value) \
+                and not turns(reading)
+            return Grade(Outcome.ACCEPTED if accepted else Outcome.UNDECIDED, kind, reading.stated, value)
         certain = self._certain(context, value, reading, refs, item)
         return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, reading.stated, value)
 
     def _certain(self, context: _Context, value: Any, reading: Reading, refs: Sequence[str], item: Item | None) -> bool:
-        """A clean value that does not match is certainly wrong when every reference is of its kind, the verifier can
-        call such a value wrong, and nothing the rest states matches."""
-        if not (self.verifier.certain_kind(context.kind, refs, item=item, vocabulary=self.vocabulary)
-                and self.verifier.certain_value(context.kind, value)):
+        """THE rule for a certain rejection: one clean value of the reference's kind (every reference is of that
+        kind, and the verifier can call such a value wrong) that the metric does not match and that differs from
+        every reference beyond any notation, scale or tolerance difference, with nothing after it that retracts,
+        corrects or hedges (in any script) and no value the rest states matching."""
+        v = self.verifier
+        if not (v.certain_kind(context.kind, refs, item=item, vocabulary=self.vocabulary) and v.certain_value(context.kind, value)):
+            return False
+        if v.compare_value(context.kind, value, refs, item=item, vocabulary=self.vocabulary) \
+                or v.near_value(context.kind, value, refs, item=item) or turns(reading):
             return False
         rest = context.find(reading.rest, rest=True)
         return rest.readable and not any(
-            self.verifier.compare_value(context.kind, other, refs, item=item, vocabulary=self.vocabulary)
-            for other in rest.values)
+            v.compare_value(context.kind, other, refs, item=item, vocabulary=self.vocabulary)
+            or v.near_value(context.kind, other, refs, item=item) for other in rest.values)
+
+
+# What retracts, corrects or hedges an answer, in any script: a turn anywhere beside the stated answer leaves it
+# undecided ("Yes.\n\nNo wait, I had that backwards.", "3 ... on second look I was wrong", "red-ish", "应为4").
+_TURN = re.compile(
+    r"\b(?:wait|actually|hmm+|oops|sorry|scratch\s+that|correction|correcting|i\s+mean|rather|instead|on\s+second\s+"
+    r"(?:thought|look|glance|thoughts)|(?:i|i'm|i\s+am)\s+(?:was\s+)?(?:wrong|mistaken)|i\s+was\s+wrong|backwards|mistake|"
+    r"mistaken|misread|miscounted|not\s+(?:sure|certain|quite|right|correct)|unsure|uncertain|maybe|perhaps|probably|"
+    r"possibly|might|i\s+think|i\s+guess|i\s+believe|seems?|likely|approximately|roughly|sort\s+of|kind\s+of|or\s+so|"
+    r"re-?check|re-?count|recounting|double-check|that's\s+wrong|is\s+wrong|incorrect|\w+-ish|ish|hard\s+to\s+(?:tell|say))\b"
+    r"|应为|应该是|更正|不对|错了|等等|其实|改为|修正|也许|可能|大概|訂正|実は|정정",
+    re.IGNORECASE)
+
+
+def turns(reading: Reading) -> bool:
+    """Whether anything beside the stated answer, or in it, retracts, corrects or hedges it (see `_TURN`)."""
+    return _TURN.search(reading.stated) is not None or (bool(reading.rest) and _TURN.search(reading.rest) is not None)
 
 
 @dataclass(frozen=True)
@@ -262,4 +304,9 @@ _VARIABLE = re.compile(r"^\s*[A-Za-z]\w{0,2}\s*=\s*(?=[-+$(\d.\\])")
 def _neutral(question: str) -> frozenset[str]:
     if not question:
         return NEUTRAL_WORDS
-    return NEUTRAL_WORDS | frozenset(Found((), (), question).leftover)
+    # a negation is never neutral, not even the question's own ("Which is NOT ...": "not B" is no B)
+    return NEUTRAL_WORDS | (frozenset(Found((), (), question).leftover) - _NEGATIONS)
+
+
+_NEGATIONS = frozenset("not no never none nothing neither nor isn't aren't wasn't weren't don't doesn't cannot can't "
+                       "except without".split())

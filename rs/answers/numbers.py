@@ -30,14 +30,24 @@ class Number:
     """Where it stands in the :func:`plain_text` it was read from (qualifier included)."""
     padded: bool = False
     """Written with leading zeros ("007"): an identifier as much as a number."""
+    scaled: bool = False
+    """Written with a scale word ("12.5 billion", "two million"): the same figure at another scale is near."""
 
     def readings(self) -> tuple[Fraction, ...]:
         """The values it may mean: "42%" is 42 (a percentage asked for) or 0.42 (a proportion)."""
         return (self.value, self.value / 100) if self.percent else (self.value,)
 
     def agrees(self, other: Number) -> bool:
-        """Whether both state the same value (percent notation aside), neither qualified."""
+        """Whether both state the same value, neither qualified: a percent sign is notation ("30%" is 30), a
+        conversion ("30%" for 0.3) is not (see :meth:`converts`)."""
         if self.qualifier or other.qualifier or self.padded != other.padded:
+            return False
+        return self.value == other.value
+
+    def converts(self, other: Number) -> bool:
+        """Whether one is the other read through a percent sign ("30%" for 0.3, "3000%" for 30): a conversion a
+        metric may make, never notation only."""
+        if self.percent == other.percent:
             return False
         return not set(self.readings()).isdisjoint(other.readings())
 
@@ -47,6 +57,7 @@ class Number:
 _VULGAR = {"½": "1/2", "⅓": "1/3", "⅔": "2/3", "¼": "1/4", "¾": "3/4", "⅕": "1/5", "⅖": "2/5", "⅗": "3/5", "⅘": "4/5",
            "⅙": "1/6", "⅚": "5/6", "⅛": "1/8", "⅜": "3/8", "⅝": "5/8", "⅞": "7/8", "⅐": "1/7", "⅑": "1/9", "⅒": "1/10"}
 _MINUS = "\u2212\ufe63\uff0d\u2012\u2013\u2014"
+_DASHES = "\u2012\u2013\u2014\u2015"
 _SYMBOLS = {"≈": " ~ ", "≃": " ~ ", "∼": " ~ ", "≥": " >= ", "≤": " <= ", "±": " +- ", "×": " x ", "·": " ",
             "°": " degrees", "\u00a0": " ", "\u2009": " ", "\u202f": " ", "“": '"', "”": '"', "‘": "'", "’": "'"}
 _LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]*)\s*\}\s*\{\s*([^{}]*)\s*\}")
@@ -99,8 +110,12 @@ def _plain_unicode(text: str) -> str | None:
             out.append(c)
         elif c in _VULGAR:
             out.append((" " if i and text[i - 1].isdigit() else "") + _VULGAR[c])
-        elif c in _MINUS and text[i + 1 : i + 2].isdigit():
+        elif c in _MINUS and text[i + 1 : i + 2].isdigit() and not (c in _DASHES and text[i - 1 : i].isdigit()):
             out.append("-")
+        elif c in _DASHES:
+            out.append(" , ")  # "5? No, 6 — 6.": a dash between words is punctuation, no sign
+        elif unicodedata.category(c) == "Nd":
+            out.append(str(unicodedata.decimal(c)))  # "٣", "３": another script's digit is that digit
         elif c in _SYMBOLS:
             out.append(_SYMBOLS[c])
         elif unicodedata.category(c) == "Sm" or c in _MINUS:
@@ -119,13 +134,16 @@ def _plain_unicode(text: str) -> str | None:
 # ---- digits ----
 
 _DIGITS = re.compile(
-    r"(?<![\w.])(?P<sign>(?<![\d])[-+])?(?:"
+    r"(?<![A-Za-z0-9_.])(?P<sign>(?<![\d])[-+])?(?:"
     r"(?P<whole>\d+)\s+(?P<fn>\d+)\s*/\s*(?P<fd>\d+)(?![\d/])"
     r"|(?P<n>\d+(?:\.\d+)?)\s*/\s*(?P<d>\d+(?:\.\d+)?)(?![\d/]|\.\d)"
     r"|(?P<num>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)"
     r")(?P<tail>[A-Za-z]+)?(?P<pct>\s*(?:%|percent\b|per\s+cent\b))?(?P<scale>\s+(?:hundred|thousand|million|billion|trillion)\b)?"
 )
-_COMPOUND = re.compile(r"\d\s*:\s*\d|\d+[/-]\d+[/-]\d|\d\.\d+\.\d|\d\s*\^")
+_COMPOUND = re.compile(r"\d\s*:\s*\d|\d+[/-]\d+[/-]\d|\d\.\d+\.\d|\d\s*\^|\d\.?(?:\.\.\.|…)|\\overline|\\dot\b"
+                       r"|\d_\d|_\d|\d(?![eE][-+]?\d)[A-Za-z]+\d|\d,\d{4}|\d(?:'s|s)\b")
+"""What makes a number unreadable: a time, a date, a version, a power, a repeating decimal ("0.333...",
+"0.\\overline{3}"), a digit string that is no well-formed number ("2_500", "1,0000", "1O0"), a decade ("the 1980s")."""
 _ORDINAL_TAIL = frozenset({"st", "nd", "rd", "th"})
 _UNIT_TAIL = frozenset("cm mm km kg g mg ml s h hr hrs min px ft lb lbs pt pts yr yrs".split())
 _SCALE_WORDS = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9, "trillion": 10**12}
@@ -159,7 +177,8 @@ def _digit_numbers(text: str, low: str) -> list[Number]:
         if m.group("scale"):
             value *= _SCALE_WORDS[m.group("scale").strip().lower()]
         padded = re.match(r"[-+]?0\d", m.group(0)) is not None
-        found.append(_qualified(Number(value, bool(m.group("pct")), None, m.start(), m.end(), padded), text, low))
+        found.append(_qualified(Number(value, bool(m.group("pct")), None, m.start(), m.end(), padded, bool(m.group("scale"))),
+                                text, low))
     return found
 
 
@@ -189,7 +208,7 @@ def _qualified(number: Number, text: str, low: str) -> Number:
         qualifier, end = "bound" if "ish" not in m.group(0) and "so" not in m.group(0) else "approx", number.end + m.end()
     if qualifier is None:
         return number
-    return Number(number.value, number.percent, qualifier, start, end, number.padded)
+    return Number(number.value, number.percent, qualifier, start, end, number.padded, number.scaled)
 
 
 # ---- words ----
@@ -231,9 +250,15 @@ def _word_numbers(text: str, low: str) -> list[Number]:
         if word == "one" and j == i + 1 and i and words[i - 1][0] in _PRONOUN_BEFORE:
             i = j  # "the red one", "each one": a pronoun
             continue
-        found.append(_qualified(Number(total, False, None, start, last_end), text, low))
+        pct = _WORD_PERCENT.match(low, last_end)  # "forty percent" is 40%
+        scaled = any(w in _SCALES and w != "hundred" for w, _, _ in words[i:j])
+        found.append(_qualified(Number(total, pct is not None, None, start, pct.end() if pct else last_end, False, scaled),
+                                text, low))
         i = j
     return found
+
+
+_WORD_PERCENT = re.compile(r"\s*(?:%|percent\b|per\s+cent\b)")
 
 
 def _lone_fraction(words: list[tuple[str, int, int]], low: str, i: int) -> int | None:

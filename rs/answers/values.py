@@ -264,6 +264,7 @@ def _options(text: str, letters: str, options: Sequence[str], *, inclusive: bool
     valid = letters[: len(options)] if options else letters
     hits, skipped = _letter_hits(text, valid, options, inclusive)
     hits += _option_text_hits(text, valid, options)
+    hits += _position_hits(text, valid, options)
     hits.sort(key=lambda h: h[1])
     ambiguous = bool(hits) and any(not any(s <= pos < e for _, s, e in hits) for pos in skipped)
     return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text, ambiguous=ambiguous)
@@ -300,6 +301,29 @@ def _option_text_hits(text: str, valid: str, options: Sequence[str]) -> list[tup
             continue
         pattern = r"(?<!\w)" + r"\W+".join(re.escape(w) for w in _norm(option).split()) + r"(?!\w)"
         for m in re.finditer(pattern, text, re.IGNORECASE):
+            hits.append((valid[index], m.start(), m.end()))
+    return hits
+
+
+_ORDINALS = {w: i for i, w in enumerate("first second third fourth fifth sixth seventh eighth".split())}
+_ORDINALS |= {w: i for i, w in enumerate("1st 2nd 3rd 4th 5th 6th 7th 8th".split())}
+_POSITION = re.compile(r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|1st|2nd|3rd|[4-8]th|last|final)\s+"
+                       r"(?:one|option|choice|answer|alternative|item)\b", re.IGNORECASE)
+
+
+def _position_hits(text: str, valid: str, options: Sequence[str]) -> list[tuple[str, int, int]]:
+    """An option named by its position ("the second one", "the last option"), read as its letter."""
+    if "one" not in text.lower() and "o" not in text.lower():
+        return []
+    count = len(options) if options else len(valid)
+    hits = []
+    for m in _POSITION.finditer(text):
+        word = m.group(1).lower()
+        if word in ("last", "final"):
+            index = count - 1 if options else -1
+        else:
+            index = _ORDINALS[word]
+        if 0 <= index < min(count, len(valid)):
             hits.append((valid[index], m.start(), m.end()))
     return hits
 

@@ -282,6 +282,9 @@ class AnswersConfig:
     """An accepted answer whose reasoning concludes another value of its kind (the last one it states) stays out of
     `FAMILY_RS_think` (it is still in `_RS_nothink`): only the final answer is verified, and a reasoning that
     argues for another answer is no reasoning to train on."""
+    literal: bool = False
+    """The answers are transcriptions (the OCR families): read as written, with no typed conversion ("3" is not the
+    word "three", "B" no option), so only the same text is accepted without the judge."""
     closed_set: bool = False
     """Every distinct cleaned reference that is no number and no yes/no is a term too (at most
     `rs.store.MAX_ANSWER_SET` of them; a family with more has no closed set): for a family whose answers are few

@@ -37,9 +37,10 @@ from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
 
-VERSION = "2"
+VERSION = "3"
 """The stage's version: bump when a change of this stage records some answer otherwise, so an older report is re-run
-(from the cache) rather than reused (`rs.versions`; 2: certain rejections, hard negatives, the evidence gate)."""
+(from the cache) rather than reused (`rs.versions`; 2: certain rejections, hard negatives, the evidence gate; 3: a
+literal family's answers read as written)."""
 
 
 class _Slot:
@@ -139,7 +140,8 @@ class SampleStage:
         `answers:` block writes, without the terms a closed set derives from the cleaned references."""
         self.config = config
         self.verifier: Verifier = get_verifier(config.verifier.name, **config.verifier.params)
-        self.grader = Grader(self.verifier, vocabulary if vocabulary is not None else config.answers.vocabulary())
+        self.grader = Grader(self.verifier, vocabulary if vocabulary is not None else config.answers.vocabulary(),
+                             literal=config.answers.literal)
         self.settings = sampling_settings(config)
         self.instructions = Instructions.of(config)
         self.reasoning = ReasoningFormat(config.model.reasoning, tokenizer=getattr(sampler, "tokenizer", None),

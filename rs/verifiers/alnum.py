@@ -23,7 +23,7 @@ import unicodedata
 from collections.abc import Sequence
 from functools import lru_cache
 
-from rs.verifiers.base import Item, Verifier, plain_number, register
+from rs.verifiers.base import Item, Verifier, plain_number, register, text_key
 
 __all__ = ["AlnumVerifier", "alnum_normalise"]
 
@@ -86,8 +86,9 @@ class AlnumVerifier(Verifier):
     """
 
     name = "alnum"
-    version = "1"
+    version = "2"
     title = "scene-text recognition protocol"
+    notation_only = True
     PARAMS = {}
 
     @property
@@ -100,13 +101,18 @@ class AlnumVerifier(Verifier):
             '"12", nor "$5" "5".\n\n'
             'Accented and compatibility characters are reduced to their plain ASCII letters and digits first, so '
             '"Café" matches "cafe" and "ﬁne" "fine" (not "²" "2": a number is read as a number, above). A '
-            'prediction holding a letter or digit with no ASCII equivalent (another script\'s words or digits) is rejected rather than read without them; in a '
+            'prediction holding a letter or digit with no ASCII equivalent (another script\'s words or digits) matches '
+            'only a reference identical to it (case and punctuation aside, "東京" for "東京"), never one read without '
+            'them; in a '
             "reference such characters are dropped, and a reference with no letters or digits left never matches "
             "anything."
         )
 
     def compare(self, value: str, references: Sequence[str], *, item: Item | None = None) -> bool:
         if _drops_words(value):
-            return False
+            # another script's letters or digits are never dropped unread; an answer identical to its reference
+            # ("東京", "ÆON") is that reference
+            key = text_key(value)
+            return bool(key) and any(text_key(r) == key for r in references)
         norm = alnum_normalise(value)
         return any(norm == ref and _same_number(value, r) for r in references if (ref := alnum_normalise(r)))

@@ -171,7 +171,7 @@ class AnlsVerifier(Verifier):
     """Accept when ANLS reaches ``min_score`` (exact number for numeric references); see the module docstring."""
 
     name = "anls"
-    version = "1"
+    version = "2"
     title = "average normalised Levenshtein similarity"
     PARAMS = {
         "min_score": Param(float, 0.9, "minimum ANLS in (0, 1] to accept"),

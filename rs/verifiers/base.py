@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import abc
 import re
+import string
+import unicodedata
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
+from fractions import Fraction
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 from rs.answers.grade import Grader
@@ -40,7 +44,7 @@ __all__ = [
     "verifier_params",
 ]
 
-VERSION = "1"
+VERSION = "2"
 """The verifiers' shared rules (this module): bump when a change decides some match otherwise (`rs.versions`); a
 verifier's own rules are versioned by its class's `version`."""
 
@@ -133,9 +137,20 @@ class Verifier(abc.ABC):
             return type(self).match(self, value, references, item=item)
         raise NotImplementedError(f"{type(self).__name__} must implement compare(value, references, *, item=None)")
 
+    notation_only: ClassVar[bool] = False
+    """Whether :meth:`compare` forgives notation only (case, punctuation, spacing, accents, a count's leading zero):
+    then a match is the same value (:meth:`same_value`). ``alnum``, ``exact``, ``count`` and ``mcq`` are such
+    metrics; ANLS (a distance), relaxed accuracy (a tolerance), VQA accuracy and math-verify (equivalences) are not."""
+    letters: ClassVar[str] = string.ascii_uppercase
+    """The option labels, in order, when an item has options (``mcq`` sets its own)."""
+
     def kind(self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None) -> Kind:
         """The kind of value the references are (a number, yes/no, an option, a term of the closed set, free text):
-        what the answer is read for. By default from the references themselves (:func:`rs.answers.classify`)."""
+        what the answer is read for. An item with options whose every reference names one (its letter or its text)
+        is read for options whatever the verifier; else from the references themselves (:func:`rs.answers.classify`)."""
+        options = tuple(getattr(item, "options", ()) or ())
+        if options and references and all(option_index(r, options, self.letters) is not None for r in references):
+            return Kind.OPTION
         return classify(references, vocabulary)
 
     def compare_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None,
@@ -152,7 +167,41 @@ class Verifier(abc.ABC):
             return self.compare(value, [polar_of(r) or r for r in references], item=item)
         if kind is Kind.TERM and vocabulary:
             return self.compare(value, [vocabulary.canonical(r) or r for r in references], item=item)
+        if kind is Kind.OPTION:
+            options = tuple(getattr(item, "options", ()) or ())
+            target = {option_index(r, options, self.letters) for r in references} - {None}
+            return str(value) in {self.letters[i] for i in target if i < len(self.letters)}
         return self.compare(str(value), references, item=item)
+
+    def same_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None,
+                   vocabulary: Vocabulary | None = None) -> bool:
+        """Whether ``value`` is a reference once notation only is normalised: a number of the same value (a percent
+        sign, grouping, LaTeX, words are notation; a conversion is not), free text equal once case, punctuation
+        and spacing are folded (:func:`text_key`), a yes/no, option or term that is the reference's."""
+        if self.notation_only:
+            return self.compare_value(kind, value, references, item=item, vocabulary=vocabulary)
+        if kind is Kind.NUMBER:
+            numbers = reference_values(kind, references)
+            return numbers is not None and any(value.agrees(r) for r in numbers)
+        if kind is Kind.TEXT:
+            key = text_key(str(value))
+            return bool(key) and any(text_key(r) == key for r in references)
+        return self.compare_value(kind, value, references, item=item, vocabulary=vocabulary)
+
+    def own_leniency(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
+        """Whether a match beyond notation is the task's own leniency, accepted without a judge (none by default;
+        ``relaxed`` on a value read off an axis)."""
+        return False
+
+    def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
+        """Whether a notation, scale or tolerance difference could make ``value`` a reference: a percent conversion,
+        a scale word ("12.5 billion" for 12.5 "in billions"), a rounding at either side's precision ("1/3" for
+        0.33). Such a value is never certainly wrong."""
+        if kind is not Kind.NUMBER:
+            return False
+        numbers = reference_values(kind, references)
+        scales = _SCALE_QUESTION.search(getattr(item, "question", None) or "") is not None
+        return numbers is None or any(near_number(value, r, scales=scales) for r in numbers)
 
     def compare_numbers(self, value: Number, references: Sequence[Number]) -> bool:
         """Whether a number equals one of the reference numbers (a percent sign read either way: "42%" is 42 or
@@ -322,6 +371,66 @@ def _one_reference(reference: Any) -> str:
         f"A reference must be a string, a number or a list of those; got {type(reference).__name__} "
         f"{reference!r}. Check the dataset's answer column."
     )
+
+
+def option_index(reference: str, options: Sequence[str], letters: str = string.ascii_uppercase) -> int | None:
+    """The option a reference names: its bare letter ("B", "(B)") or its text; None when it names none."""
+    ref = reference.strip().strip("().").strip()
+    if len(ref) == 1 and ref.upper() in letters[: len(options)]:
+        return letters.index(ref.upper())
+    key = text_key(reference)
+    hits = [i for i, o in enumerate(options) if key and text_key(o) == key]
+    return hits[0] if len(hits) == 1 else None
+
+
+_PUNCT = re.compile(r"(?<!\d)[^\w\s](?!\d)|_")
+
+
+@lru_cache(maxsize=1 << 14)
+def text_key(text: str) -> str:
+    """Free text with its notation folded: compatibility forms, case, accents on Latin letters ("Café" is "cafe"),
+    punctuation not between digits, spacing."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    if not text.isascii():
+        bare = "".join(c for c in unicodedata.normalize("NFKD", text) if unicodedata.category(c) != "Mn")
+        text = bare if bare.isascii() else text
+    return " ".join(_PUNCT.sub(" ", text).split())
+
+
+_SCALES = (Fraction(100), Fraction(1000), Fraction(10**6), Fraction(10**9), Fraction(10**12))
+
+
+_SCALE_QUESTION = re.compile(r"\b(?:hundreds|thousands|millions|billions|trillions|percent|percentage|%)", re.IGNORECASE)
+
+
+def near_number(value: Number, reference: Number, *, scales: bool = False) -> bool:
+    """Whether ``value`` may be ``reference`` written at another scale (when either is written with a scale word or
+    the question names one, ``scales``), through a percent sign, or rounded."""
+    if value.qualifier or reference.qualifier:
+        return True
+    a, b = value.value, reference.value
+    if value.converts(reference):
+        return True
+    if (scales or value.scaled or reference.scaled) and any(a == b * s or a * s == b for s in _SCALES):
+        return True
+    return abs(a - b) <= max(_half_unit(a), _half_unit(b)) and a != b and not (a.denominator == b.denominator == 1)
+
+
+def _half_unit(x: Fraction) -> Fraction:
+    """Half a unit of the last decimal place ``x`` is written to (0.005 for 0.33); 0 for a value with no finite
+    decimal (1/3), which any rounding of it may be."""
+    d = x.denominator
+    while d % 2 == 0:
+        d //= 2
+    while d % 5 == 0:
+        d //= 5
+    if d != 1:
+        return Fraction(0)
+    places, scaled = 0, x
+    while scaled.denominator != 1:
+        scaled *= 10
+        places += 1
+    return Fraction(1, 2 * 10**places)
 
 
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?")

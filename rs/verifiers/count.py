@@ -38,6 +38,7 @@ class CountVerifier(Verifier):
     name = "count"
     version = "1"
     title = "single-integer count match"
+    notation_only = True
     PARAMS = {}
 
     @property

@@ -35,6 +35,7 @@ class ExactVerifier(Verifier):
     name = "exact"
     version = "1"
     title = "normalised exact match"
+    notation_only = True
     PARAMS = {}
 
     @property

@@ -38,7 +38,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from rs.answers import Number
+from rs.answers import Kind, Number
+from rs.answers.values import reference_values
 from rs.verifiers.base import Item, Param, Verifier, VerifierError, register
 
 __all__ = ["MathVerifier"]
@@ -95,7 +96,7 @@ class MathVerifier(Verifier):
     """Mathematical equivalence via ``math-verify`` ``parse`` + ``verify(gold, prediction)``."""
 
     name = "math"
-    version = "1"
+    version = "2"
     title = "mathematical equivalence (math-verify)"
     PARAMS = {
         "float_rounding": Param(int, 6, "decimal places numbers are rounded to before comparing"),
@@ -189,6 +190,16 @@ class MathVerifier(Verifier):
             return False
         return any(self._mv.verify(list(gold), pred, float_rounding=self._rounding, timeout_seconds=timeout)
                    for gold in _comparable(value, pred, golds, refs))
+
+    def own_leniency(self, kind: Any, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
+        """math-verify's equivalence (an equal expression, a number equal at its rounding) is the task's own; a
+        percent conversion is not."""
+        if not isinstance(value, Number):
+            return True
+        numbers = reference_values(Kind.NUMBER, references) or []
+        return not value.qualifier and any(
+            value.percent == r.percent and round(float(value.value), self._rounding) == round(float(r.value), self._rounding)
+            for r in numbers)
 
     def compare_numbers(self, value: Number, references: Sequence[Number]) -> bool:
         """Equal after rounding to ``float_rounding`` places, as math-verify compares numbers."""

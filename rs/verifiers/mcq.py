@@ -78,6 +78,7 @@ class McqVerifier(Verifier):
     name = "mcq"
     version = "1"
     title = "multiple-choice letter match"
+    notation_only = True
     PARAMS = {
         "letters": Param(str, "ABCDEFGH", "option labels in order, upper-case A-Z without repeats"),
     }

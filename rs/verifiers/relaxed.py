@@ -29,7 +29,8 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from rs.answers import Number, render
+from rs.answers import Kind, Number, render
+from rs.answers.values import reference_values
 from rs.verifiers.base import Item, Param, Verifier, VerifierError, register
 
 __all__ = ["RelaxedVerifier", "parse_number"]
@@ -99,12 +100,26 @@ def _reference(reference: str) -> tuple[str, _Num | None, bool]:
     return ref, _number(ref), _YEAR.fullmatch(ref) is not None
 
 
+_COUNT_QUESTION = re.compile(r"\b(?:how\s+many|number\s+of|count|how\s+often|times|which\s+year|what\s+year|when|"
+                             r"code|id|rank|position)\b", re.IGNORECASE)
+
+
+def _axis_value(question: str, references: Sequence[str], numbers: Sequence[Number]) -> bool:
+    """Whether the references are values read off an axis, where a tolerance is the task's own: not a count, a year or
+    an identifier (a question that asks for one; a year-like or zero-padded reference; an integer with no question)."""
+    if any(_YEAR.fullmatch(_clean(r)) or r.strip().startswith("0") and r.strip()[1:2].isdigit() for r in references):
+        return False
+    if not question:
+        return all(n.value.denominator != 1 for n in numbers)
+    return _COUNT_QUESTION.search(question) is None
+
+
 @register
 class RelaxedVerifier(Verifier):
     """ChartQA relaxed accuracy, hardened as described in the module docstring."""
 
     name = "relaxed"
-    version = "1"
+    version = "2"
     title = "ChartQA relaxed accuracy"
     PARAMS = {
         "tolerance": Param(float, 0.05, "maximum relative error |p - t| / |t| for numeric answers, inclusive"),
@@ -153,6 +168,25 @@ class RelaxedVerifier(Verifier):
             return False
         return any(self._match_one(render(p), render(t)) for r in references if not r.qualifier
                    for p in value.readings() for t in r.readings())
+
+    def own_leniency(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
+        """The tolerance is ChartQA's own on a value read off an axis: a number within it of a reference, written as
+        the reference is (no percent conversion), when the question asks for no count and the reference is no year
+        and no identifier ("007"). Without the question, an integer reference may be a count: the judge's."""
+        if kind is not Kind.NUMBER or value.qualifier:
+            return False
+        numbers = reference_values(kind, references)
+        if not numbers or not _axis_value(getattr(item, "question", None) or "", references, numbers):
+            return False
+        return any(not r.qualifier and value.percent == r.percent and self._match_one(render(value.value), render(r.value))
+                   for r in numbers)
+
+    def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
+        """Within the tolerance, or through a conversion the metric makes, is never certainly wrong."""
+        if super().near_value(kind, value, references, item=item):
+            return True
+        numbers = reference_values(kind, references) if kind is Kind.NUMBER else None
+        return bool(numbers) and self.compare_numbers(value, numbers)
 
     def _match_one(self, prediction: str, reference: str) -> bool:
         ref, t, is_year = _reference(reference)

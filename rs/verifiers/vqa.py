@@ -130,7 +130,7 @@ class VqaVerifier(Verifier):
     """Accept when the soft VQA accuracy reaches ``threshold``; see the module docstring."""
 
     name = "vqa"
-    version = "1"
+    version = "2"
     title = "VQA soft accuracy"
     PARAMS = {
         "threshold": Param(float, 1.0, "minimum soft accuracy in (0, 1] to accept; 1.0 = at least 3 annotators"),
@@ -188,3 +188,12 @@ class VqaVerifier(Verifier):
             return numbers is not None and value.qualifier is None and any(
                 self.compare(render(reading), [render(r.value) for r in numbers]) for reading in value.readings())
         return super().compare_value(kind, value, references, item=item, vocabulary=vocabulary)
+
+    def same_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None,
+                   vocabulary: Vocabulary | None = None) -> bool:
+        """Free text is an annotator's answer once the VQA normalisation (punctuation, articles, number words, all
+        notation) is applied to both."""
+        if kind is Kind.TEXT:
+            norm = vqa_normalise(str(value))
+            return bool(norm) and any(vqa_normalise(r) == norm for r in references)
+        return super().same_value(kind, value, references, item=item, vocabulary=vocabulary)
