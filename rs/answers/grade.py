@@ -171,7 +171,7 @@ class Grader:
         """Free text: accepted by :meth:`_accepts` when nothing else is said; never certainly wrong."""
         matches = self._accepts(Kind.TEXT, reading.stated, refs, item)
         said_else = any(c.isalnum() for c in reading.rest) and unwrap(reading.rest).casefold() != reading.stated.casefold()
-        outcome = Outcome.ACCEPTED if matches and not said_else and not turns(reading) else Outcome.UNDECIDED
+        outcome = Outcome.ACCEPTED if matches and not said_else and not turns(reading, Kind.TEXT) else Outcome.UNDECIDED
         return Grade(outcome, Kind.TEXT, reading.stated)
 
     def _typed(self, kind: Kind, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
@@ -188,7 +188,7 @@ class Grader:
             return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, clause.stated, value)
         if self.verifier.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
             accepted = self._accepts(kind, value, refs, item) and context.rest_agrees(reading.rest, value) \
-                and not turns(reading)
+                and not turns(reading, kind)
             return Grade(Outcome.ACCEPTED if accepted else Outcome.UNDECIDED, kind, reading.stated, value)
         certain = self._certain(context, value, reading, refs, item)
         return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, reading.stated, value)
@@ -202,7 +202,7 @@ class Grader:
         if not (v.certain_kind(context.kind, refs, item=item, vocabulary=self.vocabulary) and v.certain_value(context.kind, value)):
             return False
         if v.compare_value(context.kind, value, refs, item=item, vocabulary=self.vocabulary) \
-                or v.near_value(context.kind, value, refs, item=item) or turns(reading):
+                or v.near_value(context.kind, value, refs, item=item) or turns(reading, context.kind):
             return False
         rest = context.find(reading.rest, rest=True)
         return rest.readable and not any(
@@ -215,16 +215,23 @@ class Grader:
 _TURN = re.compile(
     r"\b(?:wait|actually|hmm+|oops|sorry|scratch\s+that|correction|correcting|i\s+mean|rather|instead|on\s+second\s+"
     r"(?:thought|look|glance|thoughts)|(?:i|i'm|i\s+am)\s+(?:was\s+)?(?:wrong|mistaken)|i\s+was\s+wrong|backwards|mistake|"
-    r"mistaken|misread|miscounted|not\s+(?:sure|certain|quite|right|correct)|unsure|uncertain|maybe|perhaps|probably|"
+    r"mistaken|misread|miscounted|not\s+(?:\w+\s+)?(?:sure|certain|quite|right|correct)|unsure|uncertain|maybe|perhaps|probably|"
     r"possibly|might|i\s+think|i\s+guess|i\s+believe|seems?|likely|approximately|roughly|sort\s+of|kind\s+of|or\s+so|"
     r"re-?check|re-?count|recounting|double-check|that's\s+wrong|is\s+wrong|incorrect|\w+-ish|ish|hard\s+to\s+(?:tell|say))\b"
     r"|应为|应该是|更正|不对|错了|等等|其实|改为|修正|也许|可能|大概|訂正|実は|정정",
     re.IGNORECASE)
 
 
-def turns(reading: Reading) -> bool:
+# "5? No, 6": a "no" that opens a clause corrects what stands before it, unless yes or no is what is asked.
+_NO_CLAUSE = re.compile(r"(?:^|[\s—–,.;:?!-])no\s*[,!.;:—–-]\s*\S", re.IGNORECASE)
+
+
+def turns(reading: Reading, kind: Kind | None = None) -> bool:
     """Whether anything beside the stated answer, or in it, retracts, corrects or hedges it (see `_TURN`)."""
-    return _TURN.search(reading.stated) is not None or (bool(reading.rest) and _TURN.search(reading.rest) is not None)
+    for text in (reading.stated, reading.rest):
+        if text and (_TURN.search(text) is not None or (kind is not Kind.POLAR and _NO_CLAUSE.search(text) is not None)):
+            return True
+    return False
 
 
 @dataclass(frozen=True)

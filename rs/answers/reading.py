@@ -3,7 +3,7 @@
 A final answer (the reasoning already removed, see :mod:`rs.reasoning`) is read once:
 
 * an explicit mark, in this order: ``<answer>…</answer>`` tags, ``\\boxed{…}``, an ``Answer:`` line (also
-  ``Final answer:``, ``**Answer:** X``, a heading ``**Final Answer**`` with the value on the next line), a sentence
+  ``答案：``, ``Final answer:``, ``**Answer:** X``, a heading ``**Final Answer**`` with the value on the next line), a sentence
   ``The answer is X`` (also ``The correct option is X``); every mark of that kind must state the same thing, else
   the marks disagree and nothing is stated;
 * else the first line (the whole answer when it has one line).
@@ -50,7 +50,8 @@ class Reading:
 # A clause break: ", " "; " ": " " - " " — " or a sentence end, not inside a number ("1,234", "3.5").
 _CLAUSE = re.compile(r"(?<!\d)[,;:](?=\s)|(?<=[^\d\s])[,;:]|\s[-—–]\s|[.!?](?=\s)|\s\(|(?<=\w)\)(?=\s)")
 _ANSWER_LINE = re.compile(
-    r"^[ \t>#*_-]*(?:final[ \t]+|correct[ \t]+)?answer[ \t]*(?:\*\*|__)?[ \t]*[:：][ \t]*(?:\*\*|__)?[ \t]*(\S.*?)[ \t]*$",
+    r"^[ \t>#*_-]*(?:(?:final[ \t]+|correct[ \t]+)?answer|最终答案|答案|答)[ \t]*(?:\*\*|__)?[ \t]*[:：][ \t]*(?:\*\*|__)?[ \t]*"
+    r"(\S.*?)[ \t]*$",
     re.IGNORECASE | re.MULTILINE,
 )
 _ANSWER_HEADING = re.compile(
@@ -63,7 +64,7 @@ _PAIRS = (("**", "**"), ("__", "__"), ("`", "`"), ('"', '"'), ("“", "”"), ("
           ("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("*", "*"), ("_", "_"), ("<answer>", "</answer>"))
 _WRAPPER_COMMAND = re.compile(r"^\\(?:text|textbf|textit|mathrm|mathbf|mbox|boxed)\s*\{(.*)\}$", re.DOTALL)
 _LEADING = re.compile(r"^(?:[-*#]+[ \t]+|#+)")
-_PREFIX = re.compile(r"^(?:final[ \t]+|correct[ \t]+)?answer[ \t]*[:：-][ \t]*", re.IGNORECASE)
+_PREFIX = re.compile(r"^(?:(?:final[ \t]+|correct[ \t]+)?answer|最终答案|答案)[ \t]*[:：-][ \t]*", re.IGNORECASE)
 
 
 @lru_cache(maxsize=1 << 14)
@@ -111,7 +112,7 @@ def _read(text: str) -> Reading:
         if spans:
             return _marked(text, spans, "box")
     low = text.lower()
-    if "answer" in low and (lines := _answer_lines(text)):
+    if ("answer" in low or "答" in low) and (lines := _answer_lines(text)):
         return _marked(text, sorted(lines), "line")
     if ("answer" in low or "option" in low or "choice" in low) and (sentences := _answer_sentences(text)):
         return _marked(text, sentences, "sentence")

@@ -55,10 +55,11 @@ class Found:
             parts.append(self.text[pos:start])
             pos = max(pos, end)
         parts.append(self.text[pos:])
-        return _WORDS.findall(" ".join(parts).lower())
+        return _WORDS.findall(_LATEX_COMMAND.sub(" ", " ".join(parts)).lower())
 
 
 _WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")  # "\text{No}": the command is notation, no word beside the value
 
 # Words that stand around a stated value without changing it: sentence frames ("There are 3 objects.", "It is
 # blue.", "The answer is B."). A word not here, in the question, or a unit leaves the value unclean, and an unclean
@@ -77,7 +78,7 @@ UNIT_WORDS = frozenset(
     "persons times".split()
 )
 
-_POLAR_TOKEN = re.compile(r"\b(yes|no|true|false)\b(?=\s*(?:[,.!;:)\]*_\"'\n]|$))", re.IGNORECASE)
+_POLAR_TOKEN = re.compile(r"\b(yes|no|true|false)\b(?=\s*(?:[,.!;:)\]*_\"'\n}$`”’]|$))", re.IGNORECASE)
 _POLAR_WORD = re.compile(r"\b(yes|no|true|false)\b", re.IGNORECASE)
 _POLAR_MAP = {"yes": "yes", "true": "yes", "no": "no", "false": "no"}
 # What a sentence states against a "yes" ("There isn't any.", "No cube is red", "Nothing is there."): yes/no answers
@@ -266,6 +267,8 @@ def _options(text: str, letters: str, options: Sequence[str], *, inclusive: bool
     hits += _option_text_hits(text, valid, options)
     hits += _position_hits(text, valid, options)
     hits.sort(key=lambda h: h[1])
+    # "not B" names no B: a negated option is another value (its span stays the letter's, so the "not" is left over)
+    hits = [(f"not {h[0]}" if _NEGATED_BEFORE.search(text, 0, h[1]) else h[0], h[1], h[2]) for h in hits]
     ambiguous = bool(hits) and any(not any(s <= pos < e for _, s, e in hits) for pos in skipped)
     return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text, ambiguous=ambiguous)
 
@@ -305,6 +308,7 @@ def _option_text_hits(text: str, valid: str, options: Sequence[str]) -> list[tup
     return hits
 
 
+_NEGATED_BEFORE = re.compile(r"\b(?:not|isn't|never|except)\s+(?:the\s+)?(?:option\s+|choice\s+|answer\s+)?\(?$", re.IGNORECASE)
 _ORDINALS = {w: i for i, w in enumerate("first second third fourth fifth sixth seventh eighth".split())}
 _ORDINALS |= {w: i for i, w in enumerate("1st 2nd 3rd 4th 5th 6th 7th 8th".split())}
 _POSITION = re.compile(r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|1st|2nd|3rd|[4-8]th|last|final)\s+"
