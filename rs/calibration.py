@@ -9,8 +9,10 @@ the same cases whatever the order:
 - **hard negatives**: near misses built like the rejections a judge really meets. For an accepted
   item, the same question and reference with a candidate that is wrong for it: another option
   letter for multiple choice, a nearby different number for a numeric reference, otherwise an
-  answer the model gave to another question of the same kind in this family. The verifier checks
-  that each one differs from the item's references.
+  answer the model gave to another question of the same kind in this family; and a near miss of
+  each leniency a metric has (one count away, a value a thousand times or a percent conversion
+  away, a text one letter away), which the verifiers now leave undecided for the judge. The
+  verifier checks that each one is not accepted for the item's references.
 - **certain rejections**: real rejections that the verifier knows are wrong
   (`Verifier.contradicts`); the judge sees them anyway, and its verdicts are a measurement on the
   very cases it meets (none of them can promote).
@@ -35,7 +37,7 @@ from rs.sources.base import QAItem
 from rs.answers import Grader
 from rs.verifiers import Verifier
 
-VERSION = "1"
+VERSION = "2"
 """How the judge is measured: bump when a change measures or gates it otherwise (`rs.versions`)."""
 
 T = TypeVar("T")
@@ -163,13 +165,23 @@ class CalibrationSampler:
     def near_miss(self, base: Answered, same_kind: list[str]) -> str | None:
         """A candidate that is wrong for this item's question and reference, in the shape of its accepted answer."""
         salt = base.case.item_key or base.case.question
-        attempts: list[str] = []
+        # Each leniency a metric has gets its near misses (one count away, a scaled or percent-converted value, one
+        # edit away), so the judge is measured on what the verifiers now leave to it; which comes first is drawn per item.
+        kinds: list[list[str]] = []
         if base.options:
-            attempts += _other_options(base, self.letters, salt)
+            kinds.append(_other_options(base, self.letters, salt))
         if (number := _NUMBER_REFERENCE.fullmatch(base.case.reference.strip().rstrip("."))) is not None:
-            attempts += _nearby_numbers(base, number, salt)
-        attempts += sorted((a for a in same_kind if a != base.case.candidate), key=lambda a: _rank(f"{salt}\x00{a}"))
-        return next((a for a in attempts if self._differs(a, base)), None)
+            kinds.append(_nearby_numbers(base, number, salt))
+            kinds.append(_scaled_numbers(base, number))
+        elif not base.options:
+            kinds.append(_one_edit(base, salt))
+        kinds = _rotated(kinds, f"{salt}\x00leniency")
+        borrowed = sorted((a for a in same_kind if a != base.case.candidate), key=lambda a: _rank(f"{salt}\x00{a}"))
+        if _rank(f"{salt}\x00borrow") % 2:  # another answer of the kind first, half of the time
+            kinds.insert(0, borrowed)
+        else:
+            kinds.append(borrowed)
+        return next((a for kind in kinds for a in kind if self._differs(a, base)), None)
 
 
 def _rotated(values: list[str], salt: str) -> list[str]:
@@ -219,6 +231,42 @@ def _nearby_numbers(base: Answered, number: re.Match[str], salt: str) -> list[st
         text = found.sub(value_text, base.case.candidate)
         out.append(text if text != base.case.candidate else value_text)
     return out
+
+
+def _scaled_numbers(base: Answered, number: re.Match[str]) -> list[str]:
+    """The reference's number at another scale: a thousand times it, and read through a percent sign the other way
+    ("30%" as "0.3%", "30" as "3000%"), the conversions a metric may make."""
+    written = number.group(0)
+    value = float(written.replace(",", "").rstrip("%"))
+    if value == 0:
+        return []
+    scaled = [f"{value * 1000:g}" + number.group(2)]
+    scaled.append(f"{value / 100:g}%" if number.group(2) else f"{value * 100:g}%")
+    plain = written.replace(",", "")
+    found = _standalone(written) if _standalone(written).search(base.case.candidate) else _standalone(plain)
+    out = []
+    for value_text in (s for s in scaled if s != written):
+        text = found.sub(value_text, base.case.candidate)
+        out.append(text if text != base.case.candidate else value_text)
+    return out
+
+
+_EDIT_WORD = re.compile(r"[A-Za-z]{4,}")
+
+
+def _one_edit(base: Answered, salt: str) -> list[str]:
+    """The reference one letter away, in a word of four letters or more ("Jenson" for "Jensen", "Lessor" for
+    "Lessee"): what ANLS forgives and a careful grader does not."""
+    reference = base.case.reference.strip()
+    words = list(_EDIT_WORD.finditer(reference))
+    if not words:
+        return []
+    word = words[_rank(salt) % len(words)]
+    at = word.start() + 1 + _rank(f"{salt}\x00at") % (len(word.group(0)) - 1)
+    old = reference[at]
+    new = "o" if old.lower() not in "o" else "e"
+    new = new.upper() if old.isupper() else new
+    return [reference[:at] + new + reference[at + 1 :]]
 
 
 @dataclass
