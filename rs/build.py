@@ -26,7 +26,7 @@ from rs.builders import builder_class
 from rs.disk import writing
 from rs.engines.base import ENDINGS
 from rs.errors import RsError
-from rs.answers import READING_RULES
+from rs.answers import LITERAL_RULE, READING_RULES
 from rs.family_report import (PASS_RATE_BINS, CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RecoverySummary,
                        RunTimes, SplitSummary, Totals, VerifierSummary, pass_rate_bin)
 from rs.pairs import PairCounts
@@ -170,7 +170,8 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
                               multiple_choice_items=sampled.multiple_choice_items,
                               reasoning={**asdict(c.model.reasoning), "states": dict(sorted(sampled.prompt_reasoning.items()))}),
         verifier=VerifierSummary(name=verifier.name, title=verifier.title, params=verifier.params, description=verifier.description,
-                                 contradiction_rule=verifier.contradiction_rule, reading=READING_RULES,
+                                 contradiction_rule=verifier.contradiction_rule,
+                                 reading=READING_RULES + (" " + LITERAL_RULE if c.answers.literal else ""),
                                  synonyms=vocabulary.synonym_groups() if (vocabulary := c.answers.vocabulary()) else [],
                                  outcomes={"accepted": sampled.verified, "certain": sampled.contradicted,
                                            "undecided": sampled.undecided},

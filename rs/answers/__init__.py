@@ -6,12 +6,12 @@
 * :mod:`rs.answers.grade`: accepted, certainly wrong, or undecided (the judge's).
 """
 
-from rs.answers.grade import READING_RULES, Grade, Grader, Outcome
+from rs.answers.grade import LITERAL_RULE, READING_RULES, Grade, Grader, Outcome
 from rs.answers.numbers import Number, read_numbers, render
 from rs.answers.reading import Reading, read, unwrap
 from rs.answers.values import Kind, Vocabulary, classify, polar_of
 
-__all__ = ["READING_RULES", "Grade", "Grader", "Kind", "Number", "Outcome", "Reading", "Vocabulary", "classify", "polar_of", "read",
+__all__ = ["LITERAL_RULE", "READING_RULES", "Grade", "Grader", "Kind", "Number", "Outcome", "Reading", "Vocabulary", "classify", "polar_of", "read",
            "read_numbers", "render", "unwrap"]
 
 VERSION = "2"

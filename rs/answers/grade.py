@@ -1,18 +1,20 @@
 """The three-way decision on a final answer: accepted, certainly wrong, or undecided (the judge's).
 
-* **Accepted**: the stated answer is one clean value of the reference's kind, the verifier's own comparison
-  (alnum, relaxed, ANLS, VQA accuracy, ...) matches it, and the rest of the answer states no other value of that
-  kind (an explanation may hold values of another kind: counts after a yes). For free text, which has no typed
-  values, the rest must say nothing else.
-* **Certain rejection**: the stated answer is one clean value of the reference's kind that differs from every
-  reference once notation is normalised (percent signs, units, fractions and mixed numbers, LaTeX, thousands
-  separators, synonyms), and no value the rest states matches. No judge verdict overrules it.
-* **Undecided**: everything else (a hedged or qualified value, several values, marks that disagree, a rest that
-  states another value, free text with more said after it). The verifier concludes nothing; the judge reads it.
+Two rules, one for each decision the verifier may take without the judge:
+
+* **Accepted** (:meth:`Grader._accepts`): the stated answer is one clean value of the reference's kind, the
+  verifier's metric matches it, and it equals a reference once notation only is normalised
+  (`Verifier.same_value`), or the match needs a leniency that is the task's own (`Verifier.own_leniency`: relaxed
+  accuracy on a value read off an axis). The rest of the answer states no other value of that kind and nothing
+  retracts, corrects or hedges (:func:`turns`). For free text, the rest must say nothing else.
+* **Certain rejection** (:meth:`Grader._certain`): the stated answer is one clean value of the reference's kind that
+  the metric does not match and that differs from every reference beyond any notation, scale, percent conversion,
+  rounding or tolerance (`Verifier.near_value`), with nothing after it that turns, and no value in the rest that
+  matches or nearly matches. No judge verdict overrules it.
+* **Undecided**: everything else. The verifier concludes nothing; the judge reads it.
 
 A value is *clean* when only neutral words stand beside it: sentence frames ("There are", "The answer is"), the
-question's own words, units. Nothing here looks for doubt or negation words: what the text states is read as
-values, and only values decide.
+question's own words except a negation, units.
 """
 
 from __future__ import annotations
@@ -53,23 +55,38 @@ class Verifier(Protocol):
 
     def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None) -> bool: ...
 
-__all__ = ["Grade", "Grader", "Outcome", "READING_RULES"]
+__all__ = ["Grade", "Grader", "LITERAL_RULE", "Outcome", "READING_RULES"]
 
 READING_RULES = (
     "Every final answer is read once, the same way for every verifier. Its *stated answer* is what an answer tag, "
-    "a box, an \"Answer:\" line or a sentence \"The answer is ...\" holds (every such mark must state the same "
-    "thing), else its first line; emphasis, quotes, math delimiters and a trailing period are removed. The answer is "
-    "then read for values of the reference's kind: a number (digits, number words, fractions and mixed numbers, "
-    "LaTeX, percent signs, thousands separators, currency signs and units all normalised), yes or no, an option "
-    "letter or an option's text, a term of the family's closed set of answers, or free text. "
+    "a box, an \"Answer:\" line (also \"答案：\") or a sentence \"The answer is ...\" holds (every such mark must state the "
+    "same thing), else its first line; emphasis, quotes, code ticks, math delimiters and a trailing period are removed. "
+    "The answer is then read for values of the reference's kind: a number (digits of any script, number words, "
+    "fractions and mixed numbers, LaTeX, percent signs, thousands separators, currency signs and units all "
+    "normalised), yes or no, an option (its letter, its text, or its position such as \"the second one\", whenever "
+    "the item has options, whatever the verifier), a term of the family's closed set of answers, or free text. A "
+    "negation attached to a value (\"not B\") is part of it, even where the question says \"not\". "
     "**Accepted**: the stated answer is one value, with only neutral words beside it (a sentence frame such as "
-    "\"There are\", the question's own words, a unit), the verifier's comparison below matches it, and nothing "
-    "else in the answer states another value of that kind (an explanation may mention values of another kind, such "
-    "as counts after a yes); free text is accepted only when nothing else is said after it. **Certainly wrong**: "
-    "the stated answer is one such value that differs from every reference, and nothing else in the answer states "
-    "a matching one. **Undecided**: everything else (a hedged or qualified value such as \"about 3\", several "
-    "values, marks that disagree, another value stated after the answer): the verifier concludes nothing, and the "
-    "judge reads it."
+    "\"There are\", the question's own words, a unit), the verifier's comparison below matches it, *and* it is a "
+    "reference once notation only is normalised (case, punctuation, spacing, accents, markdown, LaTeX, thousands "
+    "separators, a percent sign, number words, synonyms of the closed set); a match that needs the metric's leniency "
+    "(an edit distance, a tolerance, a percent or scale conversion) is accepted only where that leniency is the "
+    "task's own (relaxed accuracy on a value read off a chart's axis, never a count, a year or an identifier), and "
+    "is otherwise the judge's. Nothing else in the answer may state another value of that kind, and nothing in it "
+    "may retract, correct or hedge it, in any script (\"wait\", \"on second look I was wrong\", \"red-ish\", "
+    "\"应为\"); free text is accepted only when nothing else is said. **Certainly wrong**: the stated answer is one "
+    "such clean value that differs from every reference beyond any notation, scale word, percent conversion, "
+    "rounding or tolerance, nothing after it retracts, corrects or hedges it, and nothing else in the answer states "
+    "a value that matches or nearly matches. **Undecided**: everything else (a hedged or qualified value such as "
+    "\"about 3\", several values, marks that disagree, another value stated after the answer, a retraction, a near "
+    "miss, a number that cannot be read for sure such as \"2_500\", \"1,0000\", \"0.333...\" or \"the 1980s\"): the "
+    "verifier concludes nothing, and the judge reads it."
+)
+
+LITERAL_RULE = (
+    "This family's answers are transcriptions (`answers: {literal: true}`): an answer is read as written, with no "
+    "typed conversion, so \"3\" is not the word \"three\" and only the same text (case, punctuation and accents "
+    "aside) is accepted without the judge."
 )
 
 
@@ -157,13 +174,15 @@ class Grader:
             return None
         return context.same(values[-1], grade.value)
 
-    def _accepts(self, kind: Kind, value: Any, refs: Sequence[str], item: Item | None) -> bool:
+    def _accepts(self, kind: Kind, value: Any, refs: Sequence[str], item: Item | None, matches: bool | None = None) -> bool:
         """THE rule for accepting a value: the verifier's metric matches it, and it is a reference once notation only
         is normalised, or the match needs a leniency that is the task's own (relaxed accuracy on a value read off an
         axis). A match that needs any other leniency (ANLS below 1, a tolerance on a count or a year, a percent or
         scale conversion) is the judge's."""
         v = self.verifier
-        return v.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary) and (
+        if matches is None:
+            matches = v.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary)
+        return matches and (
             v.same_value(kind, value, refs, item=item, vocabulary=self.vocabulary)
             or v.own_leniency(kind, value, refs, item=item))
 
@@ -187,13 +206,14 @@ class Grader:
             certain = self._certain(context, value, clause, refs, item)
             return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, clause.stated, value)
         if self.verifier.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
-            accepted = self._accepts(kind, value, refs, item) and context.rest_agrees(reading.rest, value) \
-                and not turns(reading, kind)
+            accepted = not turns(reading, kind) and context.rest_agrees(reading.rest, value) \
+                and self._accepts(kind, value, refs, item, matches=True)
             return Grade(Outcome.ACCEPTED if accepted else Outcome.UNDECIDED, kind, reading.stated, value)
-        certain = self._certain(context, value, reading, refs, item)
+        certain = self._certain(context, value, reading, refs, item, matches=False)
         return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, reading.stated, value)
 
-    def _certain(self, context: _Context, value: Any, reading: Reading, refs: Sequence[str], item: Item | None) -> bool:
+    def _certain(self, context: _Context, value: Any, reading: Reading, refs: Sequence[str], item: Item | None,
+                 matches: bool | None = None) -> bool:
         """THE rule for a certain rejection: one clean value of the reference's kind (every reference is of that
         kind, and the verifier can call such a value wrong) that the metric does not match and that differs from
         every reference beyond any notation, scale or tolerance difference, with nothing after it that retracts,
@@ -201,8 +221,9 @@ class Grader:
         v = self.verifier
         if not (v.certain_kind(context.kind, refs, item=item, vocabulary=self.vocabulary) and v.certain_value(context.kind, value)):
             return False
-        if v.compare_value(context.kind, value, refs, item=item, vocabulary=self.vocabulary) \
-                or v.near_value(context.kind, value, refs, item=item) or turns(reading, context.kind):
+        if matches is None:
+            matches = v.compare_value(context.kind, value, refs, item=item, vocabulary=self.vocabulary)
+        if matches or turns(reading, context.kind) or v.near_value(context.kind, value, refs, item=item):
             return False
         rest = context.find(reading.rest, rest=True)
         return rest.readable and not any(
@@ -268,7 +289,8 @@ class _Context:
         found = find(self.kind, text, vocabulary=self.vocabulary, letters=self.letters, options=self.options, rest=rest)
         if self.kind is Kind.TERM and self.category is not None:
             # a term of another category ("cube" beside the colour "red") is no value of this kind
-            kept = [(v, span) for v, span in zip(found.values, found.spans) if self.vocabulary.categories.get(v) == self.category]
+            kept = [(v, span) for v, span in zip(found.values, found.spans)
+                    if self.vocabulary.categories.get(v.removeprefix("not ")) == self.category]
             found = Found(tuple(v for v, _ in kept), tuple(span for _, span in kept), found.text, found.readable)
         return found
 

@@ -362,6 +362,7 @@ def _numbers(plain: str) -> list[Number] | None:
     return None if found is None else list(found)
 
 
+@lru_cache(maxsize=1 << 14)
 def render(value: Fraction) -> str:
     """The plain decimal form of a value ("7.5", "42", "-0.25"), or "p/q" when it has no finite decimal."""
     if value.denominator == 1:

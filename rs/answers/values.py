@@ -55,7 +55,8 @@ class Found:
             parts.append(self.text[pos:start])
             pos = max(pos, end)
         parts.append(self.text[pos:])
-        return _WORDS.findall(_LATEX_COMMAND.sub(" ", " ".join(parts)).lower())
+        left = " ".join(parts)
+        return _WORDS.findall((_LATEX_COMMAND.sub(" ", left) if "\\" in left else left).lower())
 
 
 _WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
@@ -243,6 +244,8 @@ def _terms_found(text: str, vocabulary: Vocabulary | None) -> Found:
     if not vocabulary:
         return Found((), (), text)
     hits = [(vocabulary.spellings[m.group(0).casefold()], m.start(), m.end()) for m in vocabulary.pattern.finditer(text)]
+    # "not red" names no red: a negated term is another value (its span stays the term's, so the "not" is left over)
+    hits = [(f"not {h[0]}" if _NEGATED_BEFORE.search(text, 0, h[1]) else h[0], h[1], h[2]) for h in hits]
     return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text)
 
 

@@ -222,6 +222,9 @@ class AnlsVerifier(Verifier):
             "\"careless\" is not \"careful\"), be no number word (\"fifty\" is not \"fifteen\") and not be a code (an "
             "acronym, letters and digits mixed, hyphenated parts)."
             "\n\nAn empty reference never matches."
+            "\n\nThe pipeline accepts without the judge only an answer that is the reference once case, punctuation "
+            "and runs of whitespace are folded: a typo the metric forgives (\"Jenson\" for \"Jensen\") is left to the judge, and "
+            "free text is never rejected for certain."
         )
         return text
 

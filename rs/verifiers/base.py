@@ -250,8 +250,9 @@ class Verifier(abc.ABC):
     def contradiction_rule(self) -> str | None:
         """Plain words, for the card, saying which rejections are certain; ``None``: none."""
         return ("An answer that states one value of the reference's kind (a number, yes or no, an option, a term of the "
-                "family's answers), plainly, different from every reference once notation is normalised, with "
-                "nothing said after it that matches.")
+                "family's answers), plainly, different from every reference beyond any notation, scale word, percent "
+                "conversion, rounding or tolerance, with nothing after it that retracts, corrects or hedges it (in any "
+                "script) and nothing said after it that matches or nearly matches.")
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:

@@ -141,7 +141,8 @@ class MathVerifier(Verifier):
             '"Hmm, it\'s 4") or corrects: a negation or contrast word ("no", "but", "however", "wrong") together '
             'with a number the marked answer does not hold ("\\boxed{3}" then "No. The answer is 4."), or a '
             'later line that is just another number. An explanation that mentions other numbers without negating '
-            'anything is fine.'
+            'anything is fine. Math-Verify\'s equivalence is the task\'s own and is accepted without the judge; a '
+            'percent conversion ("40%" for 0.4) is not: the judge reads it.'
         )
 
     def _timeout_now(self) -> int | None:

@@ -112,8 +112,10 @@ class McqVerifier(Verifier):
         span = self._letters if len(self._letters) <= 2 else f"{self._letters[0]}–{self._letters[-1]}"
         return (
             f"Multiple choice with options labelled {span}. The answer must name exactly one option, and its letter "
-            'must equal the reference letter: a letter ("B", "(B)", "B.", "**B**", "option B", "B (pupa)"), or, when '
-            "the option texts are known, an option's own text. Nothing is ever guessed: an answer naming two "
+            'must equal the reference letter: a letter ("B", "(B)", "B.", "**B**", "option B", "B (pupa)"), its '
+            'position ("the second one", "the last option"), or, when the option texts are known, an option\'s own '
+            'text. A negated option ("not B") names no option, even when the question asks which is not. Nothing is '
+            "ever guessed: an answer naming two "
             'different options ("A and B") or none, or a letter that is not an option, is not accepted, and no '
             "random or nearest-option fallback is used as in some benchmark scripts."
         )

@@ -152,8 +152,14 @@ class RelaxedVerifier(Verifier):
             f"The {pct} boundary itself counts as correct. A number is plain digits with an optional sign, "
             'decimal point and exponent; "1,234,567"-style thousands separators are accepted; units, currency '
             'signs and words ("5 million", "$5", "two") are not. A trailing "%" divides that side by 100, as in '
-            'the reference implementation, so "12%" does not match "12" but does match "0.12". A reference of '
-            "zero must be matched exactly by a numeric zero."
+            'the reference implementation, so "12%" matches "0.12". A reference of '
+            "zero must be matched exactly by a numeric zero.\n\n"
+            "What the pipeline accepts without the judge is narrower. The same number (a percent sign, grouping, "
+            'currency signs and number words being notation: "12%" is 12) is accepted; a number within the tolerance '
+            "only when it is a value read off an axis: not when the question asks for a count (\"how many\", \"number "
+            "of\") or a year, not when the reference is a year or written with leading zeros, and not when the "
+            "reference is a whole number and the question is unknown. Those, and a percent conversion (\"12%\" for "
+            "0.12, \"3000%\" for 30), are left to the judge, and are never rejected for certain."
         )
         if self._year_guard:
             text += " A reference that is a year (1500–2099) must be matched exactly, not within tolerance."
