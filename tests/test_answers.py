@@ -144,3 +144,59 @@ def test_the_reasoning_concludes_with_its_last_value_of_the_answers_kind(reasoni
     item = ItemInfo(question="How many shapes are there?")
     grade = grader.grade("2", "2", item=item)
     assert grader.reasoning_agrees(reasoning, grade, "2", item=item) is agrees
+
+
+def test_a_literal_family_reads_its_answers_as_written(tmp_path) -> None:
+    """`answers: {literal: true}` (the OCR families): "3" is not the word "three"; the key is validated like any other."""
+    from rs.answers import Grader
+    from rs.families import load_families
+    from rs.families.loader import FamilyConfigError
+    from rs.verifiers import get_verifier
+
+    assert load_families(Path(__file__).resolve().parents[1] / "families.yaml")["IIIT5K"].config.answers.literal
+    family = ("families:\n  V:\n    source: {kind: synthetic, seed: 5, num_images: 2, questions_per_image: 1}\n"
+              "    instruction: ' Answer.'\n    verifier: {name: alnum}\n    answers: {literal: %s}\n"
+              "    model: {id: m/m, reasoning: {parser: tags}}\n    publish: {namespace: me, target: local}\n"
+              "    card: {pretty_name: V, description: d, license: cc-by-4.0, citation: c}\n")
+    (tmp_path / "families.yaml").write_text(family % "maybe")
+    with pytest.raises(FamilyConfigError, match=r"families.yaml:6: families.V.answers.literal: expected bool"):
+        load_families(tmp_path / "families.yaml")
+    literal, typed = Grader(get_verifier("alnum"), literal=True), Grader(get_verifier("alnum"))
+    assert literal.grade("3", "three").outcome is Outcome.UNDECIDED and typed.grade("3", "three").accepted
+    assert literal.grade("THREE.", "three").accepted and not literal.grade("Motel", "Hotel").certain  # free text: never certain
+
+
+@pytest.mark.parametrize(("verifier", "answer", "reference", "question", "options", "outcome"), [
+    ("anls", "Jenson", "Jensen", "Who signed?", (), "undecided"),  # ANLS 0.83 < 0.9, but one edit: never accepted
+    ("anls", "Signed by the Lessor", "Signed by the Lessee", "Who signed?", (), "undecided"),
+    ("relaxed", "31", "30", "How many bars are there?", (), "undecided"),  # 5% of a count
+    ("relaxed", "31.2", "30.5", "What is the value of the bar?", (), "accepted"),  # 5% of a value read off an axis
+    ("relaxed", "0.3%", "30%", "", (), "undecided"), ("relaxed", "3000%", "30", "", (), "undecided"),
+    ("mcq", "not B", "B", "Which is NOT a mammal?", ("cat", "shark", "dog"), "undecided"),
+    ("mcq", "The second one", "B", "Which?", ("cat", "shark", "dog"), "accepted"),
+    ("mcq", "the last option", "C", "Which?", ("cat", "shark", "dog"), "accepted"),
+    ("mcq", "the first option", "B", "Which?", ("cat", "shark", "dog"), "certain"),
+    ("alnum", "Yes.\n\nNo wait, I had that backwards.", "yes", "", (), "undecided"),
+    ("alnum", "Yes.\n\nNo wait, I had that backwards.", "no", "", (), "undecided"),
+    ("count", "4\n\n...on second look I was wrong.", "3", "", (), "undecided"),
+    ("count", "5? No, 6 — 6.", "6", "", (), "undecided"), ("count", "5 wait, 6", "6", "", (), "undecided"),
+    ("count", "5\n应为6", "6", "", (), "undecided"), ("count", "5\n\n更正：6", "6", "", (), "undecided"),
+    ("alnum", "cylinder", "B", "What shape?", ("cube", "cylinder", "sphere"), "accepted"),
+    ("vqa", "cylinder", "B", "What shape?", ("cube", "cylinder", "sphere"), "accepted"),
+    ("relaxed", "12.5 billion", "12.5", "What was the revenue (in billions)?", (), "undecided"),
+    ("relaxed", "1/3", "0.33", "", (), "undecided"), ("relaxed", "\\frac{2}{3}", "0.67", "", (), "undecided"),
+    ("relaxed", "0.333...", "0.33", "", (), "undecided"), ("relaxed", "$1\\,000$", "1000", "", (), "accepted"),
+    ("relaxed", "forty percent", "0.4", "", (), "undecided"), ("relaxed", "the 1980s", "1990", "", (), "undecided"),
+    ("count", "2_500", "2", "", (), "undecided"), ("count", "1,0000", "1000", "", (), "undecided"),
+    ("count", "1O0", "10", "", (), "undecided"),
+    ("alnum", "東京", "東京", "", (), "accepted"), ("alnum", "ÆON", "ÆON", "", (), "accepted"),
+    ("count", "٣", "3", "", (), "accepted"), ("alnum", "Red.\n\nWell, red-ish.", "red", "", (), "undecided"),
+])
+def test_issue_39_mechanisms(verifier: str, answer: str, reference: str, question: str, options: tuple[str, ...],
+                             outcome: str) -> None:
+    from rs.answers import Grader
+    from rs.verifiers import get_verifier
+    from rs.verifiers.base import ItemInfo
+
+    grade = Grader(get_verifier(verifier)).grade(answer, reference, item=ItemInfo(options=options, question=question))
+    assert grade.outcome.value == outcome
