@@ -94,7 +94,7 @@ def test_a_family_drops_broken_and_missing_images_in_cleaning_and_publishes_the_
     with caplog.at_level(logging.WARNING, logger="rs.clean"):
         publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
     warned = [r.getMessage() for r in caplog.records if "undecodable_image" in r.getMessage()]
-    assert {line.split(": ", 1)[1] for line in warned} == {f"{folder}/{n} does not decode as an image" for n in BROKEN}
+    assert {line.split("(undecodable_image): ", 1)[1] for line in warned} == {f"{folder}/{n} does not decode as an image" for n in BROKEN}
 
     build = tmp_path / "build" / "Broken"
     excluded = {line["key"]: (line["reason"], line.get("detail")) for line in
