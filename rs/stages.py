@@ -152,7 +152,10 @@ class BuildContext:
         if self.engine_factory is not None:
             return
         for engine in {id(e): e for e in engines or () if e is not None}.values():
-            engine.close()
+            try:
+                engine.close()
+            except Exception:  # a failing close must not hide why the run stopped (an engine that died, say)
+                logger.warning("%s: closing the engine failed", self.family.name, exc_info=True)
 
     @property
     def paths(self) -> BuildPaths:
