@@ -24,7 +24,7 @@ from rs.progress import progress
 from rs.pairs import pair_rows
 from rs.route import Routes, routes_of, split_rows
 from rs.splits_schema import features
-from rs.stages import BuildContext, ensure_recovered, ensure_sampled
+from rs.stages import BuildContext, ensure_passes
 
 
 _CHUNK_ROWS = 256
@@ -55,8 +55,7 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         )
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
-        sampled = ensure_sampled(self.context)
-        ensure_recovered(self.context, sampled)
+        sampled, _ = ensure_passes(self.context)
         routes = routes_of(self.context.family.config, sampled.promotes)
         return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "routes": routes})]
 

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from rs import __version__
 from rs.builders import builder_class
+from rs.checksums import seal
 from rs.disk import writing
 from rs.engines.base import ENDINGS
 from rs.errors import RsError
@@ -36,7 +37,7 @@ from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
 from rs.sample import SampleReport
 from rs.recovery import SAMPLED_FOR, RecoveryReport
-from rs.stages import (BuildContext, BuildPaths, ensure_clean, ensure_recovered, ensure_sampled, fingerprint,
+from rs.stages import (BuildContext, BuildPaths, ensure_clean, ensure_passes, fingerprint,
                        replace_dir, scratch)
 from rs.store import write_json
 from rs.verifiers import get_verifier
@@ -244,6 +245,7 @@ def write_split(ctx: BuildContext, split: str, qa_count: int) -> SplitSummary:
             os.replace(shard, tmp / name)
         check_row_groups((tmp / n for n in names), parse_bytes(ctx.family.config.shard.row_group_bytes))
         info = builder.info.splits["train"]
+        seal(tmp)
         replace_dir(tmp, out)
     for lock in out.parent.glob(f"{glob.escape(tmp.name)}*.lock"):  # the builder's file locks, released by now
         lock.unlink(missing_ok=True)
@@ -283,7 +285,7 @@ def _written_splits(ctx: BuildContext, expected: str) -> dict[str, SplitSummary]
             size = sum((ctx.paths.split(split) / name).stat().st_size for name in summary.files)
         except OSError:  # a file gone
             return None
-        if size != summary.bytes:
+        if size != summary.bytes or not ctx.intact(ctx.paths.split(split), f"the {split} split", "the items store"):
             return None
     return splits
 
@@ -298,8 +300,7 @@ def build_family(ctx: BuildContext) -> FamilyReport:
     """
     with ctx.lock():
         clean = ensure_clean(ctx)
-        sampled = ensure_sampled(ctx)
-        recovered = ensure_recovered(ctx, sampled)
+        sampled, recovered = ensure_passes(ctx)
         names = ctx.family.splits
         routing = route_items(ctx.paths, routes_of(ctx.family.config, sampled.promotes), pairs="pairs" in names)
         qa = {"think": routing.accepted - routing.kept_out_of_think, "nothink": routing.accepted, "rejected": routing.rejected,

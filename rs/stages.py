@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from rs.engines import Engine, engines_for
 from rs.engines.cache import GenerationCache
+from rs.checksums import MANIFEST, damage, seal
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.disk import writing
 from rs.families import Family
@@ -101,7 +102,60 @@ class BuildContext:
     limit: int | None = None
     progress: bool = True
     engine_factory: Callable[[Family], tuple[Engine, Engine | None]] | None = None
-    """Returns (sampler, judge) engines; defaults to `rs.engines.engines_for`. Called only when sampling must run."""
+    """Returns (sampler, judge) engines; defaults to `rs.engines.engines_for`. Called only when sampling must run, and
+    once a run: every pass shares what it returns (`engines`)."""
+    _engines: tuple[Engine, Engine | None] | None = field(default=None, init=False, repr=False, compare=False)
+    engines_made: int = field(default=0, init=False, compare=False)
+    _checked: dict[Path, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Stores found intact in this run: their manifest's mtime (a store rewritten since is checked again)."""
+
+    def intact(self, folder: Path, what: str, upstream: str, *, say: bool = True) -> bool:
+        """Whether the store in `folder` matches its checksums (`rs.checksums`); when not, `say` it in one line: the
+        stage that writes it runs again, from `upstream`. A store is hashed once a run."""
+        try:
+            stamp = (folder / MANIFEST).stat().st_mtime_ns
+        except OSError:
+            stamp = None
+        if stamp is not None and self._checked.get(folder) == stamp:
+            return True
+        problem = damage(folder)
+        if problem is None:
+            if stamp is not None:
+                self._checked[folder] = stamp
+            return True
+        if say:
+            logger.warning("%s: %s %s cannot be used as it is: %s; rebuilt from %s", self.family.name, what, folder, problem, upstream)
+        return False
+
+    """How many distinct engine objects this run made (a model load each, the first time they generate)."""
+
+    def engines(self, purpose: str) -> tuple[Engine, Engine | None]:
+        """The run's (sampler, judge), made on first use and shared by every later pass (`purpose` names the pass).
+
+        One engine per model per run: a second `vllm.LLM` of the same model while the first lives would hold the
+        weights and the KV cache twice (on a GPU at `gpu_memory_utilization: 0.9` it cannot start). `close_engines`
+        frees them when the run's last pass is done.
+        """
+        if self._engines is None:
+            sampler, judge = (self.engine_factory or engines_for)(self.family)
+            self._engines = sampler, judge
+            self.engines_made = len({id(e) for e in (sampler, judge) if e is not None})
+            logger.debug("%s: the %s pass makes the run's engines (%d)", self.family.name, purpose, self.engines_made)
+        else:
+            logger.debug("%s: the %s pass shares the run's engines", self.family.name, purpose)
+        return self._engines
+
+    def close_engines(self) -> None:
+        """Free the run's engines (weights, KV cache, engine processes); a later pass makes them again. Engines from an
+        `engine_factory` are its caller's, who closes them (a test's engine serves several runs)."""
+        engines, self._engines = self._engines, None
+        if self.engine_factory is not None:
+            return
+        for engine in {id(e): e for e in engines or () if e is not None}.values():
+            try:
+                engine.close()
+            except Exception:  # a failing close must not hide why the run stopped (an engine that died, say)
+                logger.warning("%s: closing the engine failed", self.family.name, exc_info=True)
 
     @property
     def paths(self) -> BuildPaths:
@@ -177,10 +231,11 @@ def ensure_clean(ctx: BuildContext) -> CleaningReport:
     the others wait and then reuse its store.
     """
     paths, expected = ctx.paths, clean_fingerprint(ctx)
-    if report := read_report(paths.clean_report, expected, CleaningReport.from_dict):
+    if (report := read_report(paths.clean_report, expected, CleaningReport.from_dict)) and ctx.intact(paths.clean, "", "", say=False):
         return report
     with clean_lock(paths.root):
-        if report := read_report(paths.clean_report, expected, CleaningReport.from_dict):
+        report = read_report(paths.clean_report, expected, CleaningReport.from_dict)
+        if report and ctx.intact(paths.clean, "the clean store", "the source"):
             return report
         return _clean(ctx, expected)
 
@@ -196,6 +251,7 @@ def _clean(ctx: BuildContext, expected: str) -> CleaningReport:
             cleaner = Cleaner(ctx.family.config, source.provenance(), exclusions=exclusions, work_dir=paths.root)
             with progress(ctx.limit, "cleaning", unit="row", enabled=ctx.progress) as bar:
                 write_clean_rows(_counted(cleaner.rows(source, limit=ctx.limit), bar), tmp)
+        seal(tmp)
         replace_dir(tmp, paths.clean)
         os.replace(exclusions_tmp, paths.root / "exclusions.jsonl")
         report = cleaner.report
@@ -237,15 +293,17 @@ def ensure_sampled(ctx: BuildContext) -> SampleReport:
     with ctx.lock():
         clean = ensure_clean(ctx)
         paths, expected = ctx.paths, sample_fingerprint(ctx, clean)
-        if report := read_report(paths.sample_report, expected, SampleReport.from_dict):
+        report = read_report(paths.sample_report, expected, SampleReport.from_dict)
+        if report and ctx.intact(paths.items, "the items store", "the generation cache"):
             return report
-        sampler, judge = (ctx.engine_factory or engines_for)(ctx.family)
+        sampler, judge = ctx.engines("greedy")
         tmp = paths.root / "items.tmp"
         with writing("the items store", tmp), scratch(tmp):
             with GenerationCache(ctx.cache_path) as cache:
                 stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress,
                                     vocabulary=answer_vocabulary(ctx))
                 report = stage.run(read_clean_rows(paths.clean), tmp, total=clean.kept_items)
+            seal(tmp)
             replace_dir(tmp, paths.items)
             report.fingerprint = expected
             write_json(paths.sample_report, report.to_dict())
@@ -269,26 +327,39 @@ def ensure_recovered(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport
         return None
     with ctx.lock():
         expected = recovery_fingerprint(ctx, sampled)
-        if report := read_report(paths.recovery_report, expected, RecoveryReport.from_dict):
+        report = read_report(paths.recovery_report, expected, RecoveryReport.from_dict)
+        if report and ctx.intact(paths.recovery, "the recovery store", "the generation cache"):
             return report
-        sampler, judge = (ctx.engine_factory or engines_for)(ctx.family)
+        sampler, judge = ctx.engines("recovery")
         tmp = paths.root / "recovery.tmp"
         with writing("the recovery store", tmp), scratch(tmp):
             with GenerationCache(ctx.cache_path) as cache:
                 greedy = SampleStage(ctx.family.config, sampler, judge, cache, progress=False, vocabulary=answer_vocabulary(ctx))
                 stage = RecoveryStage(ctx.family.config, greedy, promotes=sampled.promotes, progress=ctx.progress)
                 report = stage.run(read_clean_rows(paths.clean), read_records(paths.items, "items"), tmp)
+            seal(tmp)
             replace_dir(tmp, paths.recovery)
             report.fingerprint = expected
             write_json(paths.recovery_report, report.to_dict())
         return report
 
 
+def ensure_passes(ctx: BuildContext) -> tuple[SampleReport, RecoveryReport | None]:
+    """The greedy pass (answers and judge), then the recovery pass, on the one engine per model the run loads; the
+    engines are closed after the last pass, whatever happens (the splits need no model)."""
+    try:
+        sampled = ensure_sampled(ctx)
+        return sampled, ensure_recovered(ctx, sampled)
+    finally:
+        ctx.close_engines()
+
+
 def current_recovery_report(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport | None:
     """The recovery report when it is current for `sampled`; None when the family has none or it must run."""
     if ctx.family.config.recovery is None:
         return None
-    return read_report(ctx.paths.recovery_report, recovery_fingerprint(ctx, sampled), RecoveryReport.from_dict)
+    report = read_report(ctx.paths.recovery_report, recovery_fingerprint(ctx, sampled), RecoveryReport.from_dict)
+    return report if report and ctx.intact(ctx.paths.recovery, "", "", say=False) else None
 
 
 def current_sample_report(ctx: BuildContext) -> SampleReport | None:
@@ -297,9 +368,10 @@ def current_sample_report(ctx: BuildContext) -> SampleReport | None:
     A `--dry-run` builds only from a current report: writing the splits from it needs no model.
     """
     clean = read_report(ctx.paths.clean_report, clean_fingerprint(ctx), CleaningReport.from_dict)
-    if clean is None:
+    if clean is None or not ctx.intact(ctx.paths.clean, "", "", say=False):
         return None
-    return read_report(ctx.paths.sample_report, sample_fingerprint(ctx, clean), SampleReport.from_dict)
+    report = read_report(ctx.paths.sample_report, sample_fingerprint(ctx, clean), SampleReport.from_dict)
+    return report if report and ctx.intact(ctx.paths.items, "", "", say=False) else None
 
 
 def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
@@ -311,9 +383,16 @@ def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
     """
     if not 0 <= shard < shards:
         raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
+    try:
+        return _sample_shard(ctx, shard, shards)
+    finally:
+        ctx.close_engines()
+
+
+def _sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
     with ctx.lock(shared=True):  # shards write disjoint folders; only a whole run excludes them
         ensure_clean(ctx)
-        sampler, judge = (ctx.engine_factory or engines_for)(ctx.family)
+        sampler, judge = ctx.engines("shard")
         out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
         rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)
         with writing("the shard's items", out), scratch(out), GenerationCache(ctx.cache_path) as cache:

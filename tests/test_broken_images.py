@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import random
 import struct
 import zlib
@@ -73,7 +74,7 @@ def test_an_image_whose_pixels_do_not_decode_is_undecodable(name: str) -> None:
     assert image_problem(noisy("JPEG", 3)) is None and image_problem(noisy("PNG", 4)) is None
 
 
-def test_a_family_drops_broken_and_missing_images_in_cleaning_and_publishes_the_rest(tmp_path: Path) -> None:
+def test_a_family_drops_broken_and_missing_images_in_cleaning_and_publishes_the_rest(tmp_path: Path, caplog) -> None:
     folder = tmp_path / "pool"
     folder.mkdir()
     files = {"good.jpg": noisy("JPEG", 5), "good.png": noisy("PNG", 6), **{name: make() for name, make in BROKEN.items()}}
@@ -90,12 +91,15 @@ def test_a_family_drops_broken_and_missing_images_in_cleaning_and_publishes_the_
     (tmp_path / "families.yaml").write_text(FAMILY)
     family = load_families(tmp_path / "families.yaml")["Broken"]
 
-    publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+    with caplog.at_level(logging.WARNING, logger="rs.clean"):
+        publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+    warned = [r.getMessage() for r in caplog.records if "undecodable_image" in r.getMessage()]
+    assert {line.split("(undecodable_image): ", 1)[1] for line in warned} == {f"{folder}/{n} does not decode as an image" for n in BROKEN}
 
     build = tmp_path / "build" / "Broken"
     excluded = {line["key"]: (line["reason"], line.get("detail")) for line in
                 map(json.loads, (build / "exclusions.jsonl").read_text().splitlines())}
-    expected = {names.index(n): ("undecodable_image", None) for n in BROKEN} | {
+    expected = {names.index(n): ("undecodable_image", f"{folder}/{n} does not decode as an image") for n in BROKEN} | {
         names.index("gone.png"): ("missing_image", f"{folder}/gone.png: no such file")}
     assert excluded == {f"{i}-{turn}#0": why for i, why in expected.items() for turn in (0, 1)}
     clean = json.loads((build / "clean.json").read_text())

@@ -47,6 +47,10 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pq.write_table(pa.Table.from_pylist(rows), folder / "data" / "shapes.parquet")
     (folder / "data" / "broken.parquet").write_bytes(b"PAR1 not really a parquet file")
     (folder / "a-file").write_text("")
+    (folder / "users" / "local").mkdir(parents=True)
+    (folder / "users" / "local" / "MyShapes_rejected").write_text("the user's own file")
+    (folder / "theirs" / "local" / "MyShapes_RS_think").mkdir(parents=True)
+    (folder / "theirs" / "local" / "MyShapes_RS_think" / "notes.txt").write_text("the user's own notes")
     return folder
 
 
@@ -109,6 +113,18 @@ MISTAKES = [
      "--cache {folder}/a-file: {folder}/a-file is a file, not a folder: the generation cache cannot go there", 2),
     ("--build-dir a read-only folder", ["plan", "MyShapes", "--build-dir", "{read_only}"], None,
      "--build-dir {read_only}: cannot write in ", 2),
+    ("a file where a repo goes", ["publish", "MyShapes", "--out", "{folder}/users"], None,
+     "--out: {folder}/users/local/MyShapes_rejected is a file, not a repo this project published", 2),
+    ("a folder of the user's where a repo goes", ["publish", "MyShapes", "--out", "{folder}/theirs"], None,
+     "--out: {folder}/theirs/local/MyShapes_RS_think is a folder this project did not publish", 2),
+    ("--out inside the build folder", ["publish", "MyShapes", "--out", "{folder}/b/repos", "--build-dir", "{folder}/b"], None,
+     "--out {folder}/b/repos is inside the build folder {folder}/b", 2),
+    ("the build folder inside --out", ["publish", "MyShapes", "--out", "{folder}/o", "--build-dir", "{folder}/o/build"], None,
+     "the build folder {folder}/o/build is inside --out {folder}/o", 2),
+    ("a cache inside --out", ["publish", "MyShapes", "--out", "{folder}/o", "--cache", "{folder}/o/cache.sqlite"], None,
+     "the generation cache {folder}/o/cache.sqlite is inside --out {folder}/o", 2),
+    ("a cache inside the build folder", ["sample", "MyShapes", "--build-dir", "{folder}/b", "--cache", "{folder}/b/c.sqlite"], None,
+     "the generation cache {folder}/b/c.sqlite is inside the build folder {folder}/b", 2),
     ("--cards-only with nothing built", ["publish", "MyShapes", "--cards-only", "--out", "{folder}/out", "--build-dir", "{folder}/none"],
      None, "no build of MyShapes in ", 2),
 ]

@@ -103,6 +103,8 @@ def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None
     # the prompt tokens the plan counted without the weights are the engine's, image tokens included
     assert sorted(t for k in plan.kinds for t in k.prompt_tokens) == sorted(i["prompt_tokens"] for i in items)
     assert "hours of engine time" in plan.render()
+    assert p.model_loads == 1  # the greedy pass, the judge and the recovery on one engine, as a run loads it
+    assert "model loads: 1 for the run (one engine per model, shared by the greedy pass, the judge and the recovery)" in plan.render()
 
     # TinyCLEVR has a recovery pass: it ran on the same images, sampling what samples_for picks, k times each
     r, config = p.recovery, family.config.recovery

@@ -47,3 +47,10 @@ def test_the_script_rewrites_only_the_sample() -> None:
     assert new.count("\n") == readme.count("\n") - readme.split("e.g.:\n\n```\n", 1)[1].split("\n```\n", 1)[0].count("\n") + 2
     with pytest.raises(script.ReadmeDrift, match="now passes its calibration"):
         script.updated(readme, printed.replace("BLOCKED, it promotes nothing: too few cases", "passed its calibration"), {})
+
+
+def test_the_readme_holds_no_merge_markers() -> None:
+    """A merge left unresolved shows both sides to the reader; none may be left."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    markers = [n for n, line in enumerate(lines, 1) if line.startswith(("<<<<<<< ", ">>>>>>> ")) or line == "======="]
+    assert markers == []

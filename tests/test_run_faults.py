@@ -10,6 +10,7 @@ byte, with an uninterrupted run.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import sqlite3
@@ -94,6 +95,12 @@ def test_a_signal_stops_the_run_in_order_and_the_command_it_prints_resumes_it(si
     assert "Traceback" not in err
     after = committed(cache)
     assert before <= after and intact(cache)  # nothing committed is lost; the commit in progress finished or rolled back
+    # the stopped progress line counts what the cache keeps, not the records written in order (0: they go with items.tmp)
+    shown = re.search(r"^sampling: (\d+)/\d+ items \(.*stopped after [^)]*\) \[committed=(\d+), answers=(\d+), verdicts=(\d+)\]$",
+                      err, re.M)
+    assert shown is not None, err[-3000:]
+    count, kept, answers, verdicts = map(int, shown.groups())
+    assert kept == len(after) == answers + verdicts and count == answers > 0
     assert (build / "clean.json").exists() and not (build / "sample.json").exists()
     assert not (build / "items.tmp").exists() and not (build / "items").exists()  # no half-written items store
 

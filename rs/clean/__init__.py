@@ -127,6 +127,19 @@ def image_problem(image: bytes | RefusedImage | None) -> str | None:
     return decode_problem(image)
 
 
+_READ_PROBLEMS = {"image_too_large": f"is too large to be an image (over {MAX_IMAGE_PIXELS:,} pixels declared, or over "
+                                     f"{MAX_IMAGE_BYTES:,} bytes)", "undecodable_image": "does not decode as an image"}
+"""What an image read in full was dropped for, said with its path in the exclusions and the log."""
+
+
+def _read_problem(record: SourceRecord, reason: str) -> str | None:
+    """The detail of an image dropped after it was read (`_READ_PROBLEMS`): its path (or its record), and why."""
+    if reason not in _READ_PROBLEMS:
+        return None
+    path = record.image_paths[0] if record.image_paths else None
+    return f"{path if path else f'the image of record {record.record_id}'} {_READ_PROBLEMS[reason]}"
+
+
 _LOGGED_REFUSALS = 10
 """Refused images named in the log per reason (every one is in exclusions.jsonl)."""
 
@@ -197,11 +210,13 @@ class Cleaner:
             reason = image_problem(record.images[0])
         if reason is not None:
             refused = record.images[0] if len(record.images) == 1 and isinstance(record.images[0], RefusedImage) else None
-            if refused is not None and stats.dropped[reason] < _LOGGED_REFUSALS:
-                logger.warning("record %s: image refused unread (%s): %s", record.record_id, reason, refused.detail)
+            detail = refused.detail if refused is not None else _read_problem(record, reason)
+            if detail is not None and stats.dropped[reason] < _LOGGED_REFUSALS:
+                how = "refused unread" if refused is not None else "dropped"
+                logger.warning("record %s: image %s (%s): %s", record.record_id, how, reason, detail)
             stats.dropped[reason] += len(record.qa)
             for item in record.qa:
-                self._drop(item, reason, "records", None, detail=refused.detail if refused else None)
+                self._drop(item, reason, "records", None, detail=detail)
             return None
         image = record.images[0]
         sha = sha256_hex(image)

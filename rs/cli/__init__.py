@@ -29,6 +29,7 @@ from rs.errors import RsError
 from rs.families import Family, get_family
 from rs.probe import probe_family
 from rs.publish import check_local_root
+from rs.publish.targets import check_overlap
 
 
 def checked_family(name: str, config: Path | None, *, probe: bool = True) -> Family:
@@ -79,6 +80,7 @@ def check_build_paths(args: argparse.Namespace) -> None:
     check_local_root(build_root(args), "--build-dir" if args.build_dir else "the build folder", "the builds")
     if args.cache is not None:
         check_local_root(args.cache.parent, "--cache", "the generation cache")
+        check_overlap(None, "--out", build_root(args), args.cache)  # the build is rebuilt from the cache: never part of it
 
 
 def build_root(args: argparse.Namespace) -> Path:

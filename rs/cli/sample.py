@@ -13,7 +13,7 @@ from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.recovery import RecoveryReport
 from rs.sample import SampleReport
-from rs.stages import BuildContext, default_cache_path, ensure_recovered, ensure_sampled, sample_shard
+from rs.stages import BuildContext, default_cache_path, ensure_passes, sample_shard
 
 
 def _shard(parser: argparse.ArgumentParser, value: str) -> tuple[int, int]:
@@ -48,8 +48,7 @@ def _sample(ctx: BuildContext, args: argparse.Namespace, shard: tuple[int, int] 
     elif shard is not None:  # the recovery pass needs the whole family's greedy answers: a run without --shard does it
         report, recovered, summary = sample_shard(ctx, *shard), None, {}
     else:
-        report = ensure_sampled(ctx)
-        recovered, summary = ensure_recovered(ctx, report), {}
+        (report, recovered), summary = ensure_passes(ctx), {}
     if recovered is not None:
         summary["recovery"] = {k: v for k, v in recovered.to_dict().items() if k not in ("fingerprint", "seconds")}
     done = report.to_dict()

@@ -15,12 +15,16 @@ replaced by a new one in silence. SQLite notices a damaged file but not changed 
 answer, which would be published as if the model had written them: so every answer is stored with a
 checksum (`answer_checksum`) and checked when read, and a mismatch is `CacheAnswerDamaged`, naming
 the items; `rs cache forget` removes those answers so that they are asked again.
+A committed answer is never lost in silence: the cache checkpoints its log every `CHECKPOINT_ANSWERS` answers and
+when closed (a lost `-wal` file takes at most those), and counts what it commits beside the file
+(`rs.engines.cache_count`); opening a cache that holds fewer says how many were lost, and they are asked again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 import time
 from dataclasses import replace
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from rs.engines.base import Generation, SamplingSettings, loop_would_end
+from rs.engines.cache_count import CommittedCount
 from rs.engines.cache_file import STEP_S, check_file, create_file, guarded
 from rs.errors import RsError
 
@@ -69,6 +74,12 @@ at a budget is the same under any smaller one; a failure is reused under its own
 
 
 _BUSY_TIMEOUT_S = 60.0
+
+CHECKPOINT_ANSWERS = 64
+"""Answers committed between two checkpoints of the write-ahead log into the database file: at most these (and the
+batch that crossed the mark) are lost with the log."""
+
+logger = logging.getLogger(__name__)
 
 
 def answer_checksum(key: str, value: str) -> str:
@@ -179,7 +190,12 @@ class GenerationCache:
         self.busy_timeout = _BUSY_TIMEOUT_S
         self.failure: RsError | None = None
         """The fault that stopped an operation: every later one raises it at once."""
+        self.counted = CommittedCount(self.path)
+        self.lost = 0
+        """Committed answers this cache no longer held when opened (its write-ahead log lost); they are asked again."""
+        self._uncheckpointed = 0
         self._open()
+        self.lost = self._reconcile()
 
     @guarded
     def _open(self) -> None:
@@ -187,6 +203,7 @@ class GenerationCache:
         if self.path.exists():
             check_file(self.path)
         else:
+            self.counted.path.unlink(missing_ok=True)  # the count of a cache since deleted
             create_file(self.path, _SCHEMA)
         # a short wait inside SQLite, the rest in `guarded`'s retries: a signal is handled while another process holds the lock
         self._db = sqlite3.connect(self.path, timeout=STEP_S, isolation_level=None, check_same_thread=False)
@@ -219,6 +236,28 @@ class GenerationCache:
         except sqlite3.OperationalError as error:
             if "duplicate column" not in str(error):  # another process added it first
                 raise
+
+    @guarded
+    def _reconcile(self) -> int:
+        """Compare what the file holds with the count of what was committed to it; say a loss; the count follows the file."""
+        with self.counted.held() as count:
+            committed = count.read()
+            held = self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+            if committed != held:
+                count.write(held)
+        lost = committed - held if committed is not None and committed > held else 0
+        if lost:
+            logger.warning("the generation cache %s holds %d answers, %d fewer than the %d committed to it: its write-ahead log "
+                           "(%s-wal) was lost (deleted, or the cache copied without it); those answers are asked again",
+                           self.path, held, lost, committed, self.path.name)
+        return lost
+
+    def _checkpoint(self, answers: int) -> None:
+        """Move the log into the database file every `CHECKPOINT_ANSWERS` answers (PASSIVE: no waiting on readers)."""
+        self._uncheckpointed += answers
+        if self._uncheckpointed >= CHECKPOINT_ANSWERS:
+            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            self._uncheckpointed = 0
 
     def get_many(self, keys: Iterable[str], *, max_tokens: int | None = None,
                  settings: SamplingSettings | None = None) -> dict[str, Generation]:
@@ -284,6 +323,8 @@ class GenerationCache:
     def _insert(self, rows: list[tuple]) -> int:
         self._db.execute("BEGIN IMMEDIATE")
         try:
+            keys = list(dict.fromkeys(row[0] for row in rows))
+            stored = len(self._query("key", keys, None))
             self._db.executemany(
                 "INSERT INTO answers (key, value, max_tokens, finish, tokens, created, loop, budget, think, cut, repeats, checksum) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
@@ -292,11 +333,20 @@ class GenerationCache:
                 "checksum = excluded.checksum "
                 "WHERE excluded.max_tokens > answers.max_tokens OR excluded.loop IS NOT answers.loop "
                 "OR excluded.budget IS NOT answers.budget", rows)
-            self._db.execute("COMMIT")
+            self._commit(len(keys) - stored)
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
             raise
+        self._checkpoint(len(rows))
         return len(rows)
+
+    def _commit(self, added: int) -> None:
+        """Commit, and count the answers it adds, under the count's lock (`rs.engines.cache_count`)."""
+        with self.counted.held() as count:
+            self._db.execute("COMMIT")
+            before = count.read()
+            count.write(before + added if before is not None else self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
 
     @guarded
     def forget(self, keys: Iterable[str]) -> int:
@@ -305,9 +355,10 @@ class GenerationCache:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             removed = sum(self._db.execute("DELETE FROM answers WHERE key = ?", (key,)).rowcount for key in keys)
-            self._db.execute("COMMIT")
+            self._commit(-removed)
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
             raise
         return removed
 
@@ -328,7 +379,14 @@ class GenerationCache:
                 yield key
 
     def close(self) -> None:
-        self._db.close()
+        """Checkpoint what this connection committed (the last connection to close also removes the log), and close."""
+        try:
+            if self._uncheckpointed and self.failure is None:
+                self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            pass  # a busy or failing file: the answers stay in the log, counted
+        finally:
+            self._db.close()
 
     def __enter__(self) -> "GenerationCache":
         return self

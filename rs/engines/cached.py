@@ -26,6 +26,8 @@ class RunStats:
     engine_calls: int = 0
     """Requests sent to the engine (a request asked twice while the first is in flight is sent once)."""
     errors: int = 0
+    committed: int = 0
+    """Answers this run committed to the cache (what a stopped run keeps)."""
 
 
 def identity_key(engine: Engine) -> str:
@@ -68,8 +70,8 @@ def key_function(identity: str, settings: SamplingSettings) -> Callable[[str, st
 class _Committer:
     """Fresh results go to the cache in small groups, bounded by count and by time."""
 
-    def __init__(self, cache: GenerationCache, rows: int, seconds: float):
-        self.cache, self.rows, self.seconds = cache, max(1, rows), seconds
+    def __init__(self, cache: GenerationCache, rows: int, seconds: float, stats: RunStats | None = None):
+        self.cache, self.rows, self.seconds, self.stats = cache, max(1, rows), seconds, stats
         self.buffer: dict[str, Generation] = {}
         """Answered, not yet committed: a request asked again meanwhile is answered from here."""
         self.since = 0.0
@@ -85,6 +87,8 @@ class _Committer:
     def flush(self) -> None:
         if self.buffer:
             self.cache.put_many(self.buffer.items())
+            if self.stats is not None:
+                self.stats.committed += len(self.buffer)
             self.buffer = {}
 
 
@@ -115,7 +119,7 @@ class CachedStream:
         self.lookup_rows = max(1, lookup_rows)
         self._stream: Stream | None = None
         """Opened at the first miss: a fully cached run never loads the model."""
-        self.committer = _Committer(cache, rows=self.lookup_rows, seconds=commit_seconds)
+        self.committer = _Committer(cache, rows=self.lookup_rows, seconds=commit_seconds, stats=stats)
         self._lookup: list[tuple[Hashable, str, Request]] = []
         self._backlog: deque[tuple[str, Request]] = deque()
         self._waiting: dict[str, list[Hashable]] = {}

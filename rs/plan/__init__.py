@@ -140,6 +140,8 @@ class Projection:
     """Whether the family's sampling has loop detection on."""
     recovery: RecoveryProjection | None = None
     """The recovery pass on the same images, when the family has a `recovery:` block."""
+    model_loads: int = 0
+    """Engines the plan's run made: one per model, shared by the greedy pass, the judge and the recovery (as a run does)."""
 
     @property
     def mean_tokens(self) -> float:
@@ -251,6 +253,8 @@ class Plan:
         else:
             out.append("  loop detection is off (sampling.repetition_detection: null): a loop runs to max_tokens")
         out.append(f"  accepted: {p.accepted} of {p.answered} ({_pct(p.accepted, p.answered)}); judged: {p.judged}")
+        out.append(f"  model loads: {p.model_loads} for the run (one engine per model, shared by the greedy pass, the judge"
+                   f"{' and the recovery' if p.recovery is not None else ''})")
         total = p.family_tokens()
         if p.family_qa is None or total is None:
             out.append("  whole family: the source does not say its size here; no projection")
@@ -552,6 +556,13 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
              engine_factory: Any, progress: bool, plan: Plan) -> Projection:
     root = Path(build_root or "build") / "plan"
     ctx = BuildContext(family, root, cache_path or default_cache_path(), limit=limit, progress=progress, engine_factory=engine_factory)
+    try:
+        return _projected(ctx, family, tokens_per_second, plan)
+    finally:
+        ctx.close_engines()
+
+
+def _projected(ctx: BuildContext, family: Family, tokens_per_second: float | None, plan: Plan) -> Projection:
     clean = ensure_clean(ctx)
     ctx.paths.sample_report.unlink(missing_ok=True)  # the plan measures this run, even over a warm cache
     report: SampleReport = ensure_sampled(ctx)
@@ -571,7 +582,8 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
                       sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds, family_qa=family_qa,
                       tokens_per_second=tokens_per_second or measured, measured=tokens_per_second is None and measured is not None,
                       endings=dict(sorted(Counter(i["ending"] for i in answered).items())), loop_tokens_saved=report.loop_tokens_saved,
-                      loop_detection=family.config.sampling.repetition_detection is not None, recovery=recovery)
+                      loop_detection=family.config.sampling.repetition_detection is not None, recovery=recovery,
+                      model_loads=ctx.engines_made)
 
 
 def _judge_max_tokens(judge: JudgeConfig) -> int:

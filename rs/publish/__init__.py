@@ -25,6 +25,7 @@ from rs import figures
 from rs.locks import publish_lock
 from rs.publish import local as local_publish
 from rs.publish.checks import check_repo
+from rs.publish.targets import check_overlap, check_repo_paths
 from rs.cards import HUB_URL, attach_image_paths, check_card, render_card, select_examples, select_overturns
 from rs.disk import writing
 from rs.errors import UsageError
@@ -337,6 +338,7 @@ def _preflight(family: Family, target: _Target, *, limit: int | None, dry_run: b
     """Refuse what would fail after a long build (an unwritable folder, a trial to the Hub, no token); returns the token to use."""
     if target.local:
         check_local_root(target.folder, target.named)
+        check_repo_paths(family, target.root, target.named)
     _check_trial_target(family, limit, local=target.local, dry_run=dry_run)
     if not target.local and not dry_run:
         return resolve_token(token)
@@ -376,6 +378,7 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     ctx = BuildContext(family, Path(build_root or os.environ.get("RS_BUILD_DIR", "build")), cache_path or default_cache_path(),
                        limit=limit, progress=progress, engine_factory=engine_factory)
     target = _Target.of(family, out)
+    check_overlap(target.folder if target.local else None, target.named, ctx.build_root, ctx.cache_path)
     token = _preflight(family, target, limit=limit, dry_run=dry_run, token=token)
     if dry_run and not cards_only and current_sample_report(ctx) is None:
         # a dry run spends nothing: no model is loaded, nothing sampled or judged; the plan says what a run would do

@@ -185,12 +185,16 @@ class SampleStage:
         core = InOrder(streams, answered, batch=self.config.engine.batch_size)
         with ParquetStreamWriter(items_dir, "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as writer, \
                 progress(total, "sampling", enabled=self.progress) as bar:
-            for slot in core.run((slot, [(None, slot.request)]) for slot in self._slots(rows)):
-                record = slot.record
-                writer.write(vars(record), size=len(record.text) + len(record.prompt))
-                bar.update()
-                bar.set_postfix(cached=self.runner.stats.cache_hits, sent=self.runner.stats.engine_calls,
-                                judged=self.report.judged, refresh=False)
+            try:
+                for slot in core.run((slot, [(None, slot.request)]) for slot in self._slots(rows)):
+                    record = slot.record
+                    writer.write(vars(record), size=len(record.text) + len(record.prompt))
+                    bar.update()
+                    bar.set_postfix(cached=self.runner.stats.cache_hits, sent=self.runner.stats.engine_calls,
+                                    judged=self.report.judged, refresh=False)
+            except BaseException:
+                self._stopped(bar)
+                raise
         self.report.calibration = self._calibrate()
         stats = self.runner.stats
         self.report.sampling_requests, self.report.sampling_engine_calls = stats.requests, stats.engine_calls
@@ -199,6 +203,14 @@ class SampleStage:
             self.report.judge_engine_calls = self.judge.runner.stats.engine_calls
         self.report.seconds = time.perf_counter() - start
         return self.report
+
+    def _stopped(self, bar: Any) -> None:
+        """A stopped run's last progress line counts what the cache keeps (its answers, from the cache or committed now),
+        not the records written in item order, which go with the unfinished store (a stop showed `0/174` with 51 kept)."""
+        stats, judged = self.runner.stats, self.judge.runner.stats.committed if self.judge is not None else 0
+        answers = stats.cache_hits + stats.committed
+        bar.n = min(answers, bar.total) if bar.total else answers
+        bar.set_postfix(committed=stats.committed + judged, answers=stats.committed, verdicts=judged, refresh=False)
 
     def _answered(self, slot: _Slot, _: object, gen: Generation) -> list[tuple[None, Request]]:
         """Verify one answer into its record; the judge's request, when the judge should see it."""

@@ -78,6 +78,9 @@ class SourceRecord:
     images: list[bytes | RefusedImage | None]
     qa: list[QAItem]
     image_ids: list[str | None] = field(default_factory=list)
+    image_paths: list[str | None] = field(default_factory=list)
+    """Where each image was read from (a file path, or the name `datasets` kept with its bytes), when known: the
+    exclusions name it when the image is dropped."""
 
 
 @dataclass(slots=True)

@@ -118,6 +118,13 @@ def image_bytes(value: Any, base_dir: Path | None = None) -> bytes | RefusedImag
     )
 
 
+def image_path(value: Any) -> str | None:
+    """Where an image value comes from, for messages: its path, or the file name `datasets` keeps beside its bytes."""
+    if isinstance(value, dict):
+        return str(value["path"]) if value.get("path") else None
+    return str(value) if isinstance(value, (str, Path)) else None
+
+
 def _read(path: str | Path, base_dir: Path | None) -> bytes | RefusedImage | None:
     """A local image file's bytes; with `base_dir` (a files source), only a regular file whose real path is inside it.
 
@@ -208,7 +215,8 @@ def records_from_rows(
                 )
                 for i, turn in enumerate(turns)
             ]
-            yield SourceRecord(record_id=record_id, images=[image_bytes(im, base_dir) for im in images], qa=qa)
+            yield SourceRecord(record_id=record_id, images=[image_bytes(im, base_dir) for im in images], qa=qa,
+                               image_paths=[image_path(im) for im in images])
             continue
         question = fixed_question if fixed_question is not None else _text(_get(record, columns.question, "columns.question"))
         answer, references = split_answer(_get(record, columns.answer, "columns.answer"))
@@ -226,4 +234,5 @@ def records_from_rows(
             options=tuple(map(_text, options)),
             qtype=qtype,
         )
-        yield SourceRecord(record_id=record_id, images=[image_bytes(_get(record, columns.image, "columns.image"), base_dir)], qa=[item])
+        image = _get(record, columns.image, "columns.image")
+        yield SourceRecord(record_id=record_id, images=[image_bytes(image, base_dir)], qa=[item], image_paths=[image_path(image)])
