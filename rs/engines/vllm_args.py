@@ -74,3 +74,23 @@ def _parameters(path: Path, cls: str, method: str) -> set[str]:
             a = node.args
             return {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
     raise LookupError(f"no {cls}.{method} in {path}")
+
+
+BATCH_INVARIANT_MODULES = ("model_executor/determinism/batch_invariant.py", "model_executor/layers/batch_invariant.py")
+"""Where vLLM keeps its batch-invariant kernels (`VLLM_BATCH_INVARIANT=1`): the newer place, then the older one."""
+
+
+def batch_invariance_refusal() -> str | None:
+    """Why the installed vLLM cannot take `engine.batch_invariant: true`, read from its files (None: it can, or vLLM is
+    not installed here to ask, which the engine's start then checks)."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations)))
+    try:
+        envs = (root / "envs.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    if "VLLM_BATCH_INVARIANT" not in envs or not any((root / m).is_file() for m in BATCH_INVARIANT_MODULES):
+        return "the installed vLLM has no batch-invariant mode (no VLLM_BATCH_INVARIANT in vllm/envs.py): install a newer vLLM"
+    return None
