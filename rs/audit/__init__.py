@@ -13,10 +13,16 @@ naming each number that disagrees and where it is stated, 0 when every one agree
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rs.build import route_items
+from rs.pairs import pair_rows
+from rs.route import Routes, split_rows
+from rs.stages import BuildPaths
+from rs.store import read_records
 from rs.audit.checks import CHECKERS, Audit, Finding, checker, run_checks
 from rs.audit.facts import Facts, family_facts
 from rs.audit.repo import AuditUsageError, Family, RepoFiles, load_family
@@ -65,8 +71,6 @@ def _build_dir(build: Path, repo: RepoFiles) -> Path:
 
 
 def _routes(report: Any) -> Any:
-    from rs.route import Routes
-
     cal = report.judge.calibration
     return Routes(bool(cal and cal.get("promotes")), report.verifier.think_needs_agreeing_reasoning, recovery=report.recovery is not None,
                   greedy_temperature=report.sampling["temperature"], greedy_seed=report.sampling["seed"],
@@ -76,10 +80,6 @@ def _routes(report: Any) -> Any:
 def _against_build(a: Audit, root: Path, replay: int) -> None:
     """The family's counts routed afresh from the build's stores, and the greedy pass's certain rejections the judge
     called CORRECT counted in its items store."""
-    from rs.build import route_items
-    from rs.stages import BuildPaths
-    from rs.store import read_records
-
     report, facts = a.report, a.facts
     routes = _routes(report)
     routing = route_items(BuildPaths(root), routes, pairs="pairs" in report.splits)
@@ -108,11 +108,6 @@ def _against_build(a: Audit, root: Path, replay: int) -> None:
 def _replay(a: Audit, root: Path, routes: Any, n: int) -> None:
     """The repo's first `n` rows re-derived from the build's stores (routing and the row layout re-run) and compared
     value by value: what the repo publishes is what its stores route, nothing edited after."""
-    import itertools
-
-    from rs.pairs import pair_rows
-    from rs.route import split_rows
-
     split = a.repo.split
     rows = pair_rows(root, routes) if split == "pairs" else split_rows(root, split, routes)
     derived = list(itertools.islice(rows, n))

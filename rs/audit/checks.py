@@ -20,6 +20,7 @@ from rs.audit.facts import Facts
 from rs.audit.repo import Family, RepoFiles
 from rs.calibration import wilson
 from rs.family_report import PASS_RATE_BINS, FamilyReport
+from rs.figures import FUNNEL, LENGTHS, funnel_alt, lengths_alt
 from rs.splits_schema import REJECT_REASONS
 
 
@@ -330,8 +331,6 @@ def recovery(a: Audit) -> None:
 @checker("*")
 def figures(a: Audit) -> None:
     """Each figure's alt text: what the figure module writes from the stats, and the figure file is in the repo."""
-    from rs.figures import FUNNEL, LENGTHS, funnel_alt, lengths_alt
-
     s = a.stated("figure_alt", expected=False)
     stated = {path: alt.replace("\\]", "]").replace("\\[", "[") for alt, path in (s.value if s else [])}
     for path, alt in ((FUNNEL, funnel_alt(a.report)), (LENGTHS, lengths_alt(a.report))):

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 from rs.checks import ConfigValueError, at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
 from rs.engines.models import builtin_revision, resolve_model
-from rs.engines.vllm_args import batch_invariance_refusal, unknown_engine_arg
+from rs.engines.vllm_args import batch_invariance_refusal, unknown_engine_arg, vllm_fields
 from rs.engines.vllm_core import Channel, VLLMCore, decode_image, is_engine_error, is_input_error, tokenizer_and_chat_template
 from rs.errors import RsError, UsageError
 from rs.extract import reasoning_state
@@ -366,11 +366,9 @@ class VLLMEngine:
         return {"model": self.model, "model_revision": self.revision}
 
     def _sampling_params(self, settings: SamplingSettings) -> SamplingParams:
-        """vLLM's SamplingParams built from `rs.provenance.vllm_fields`, the very dict a repo's provenance records."""
+        """vLLM's SamplingParams built from `rs.engines.vllm_args.vllm_fields`, the very dict a repo's provenance records."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
-
-        from rs.provenance import vllm_fields
 
         fields = vllm_fields(settings)
         fields["output_kind"] = getattr(RequestOutputKind, fields["output_kind"])
