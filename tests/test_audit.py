@@ -185,3 +185,26 @@ def test_a_target_that_is_not_a_repo_is_a_usage_error(tmp_path: Path, capsys) ->
     with pytest.raises(SystemExit) as exit_:
         run(lambda: rs_main(["audit", str(tmp_path / "nowhere")]))
     assert exit_.value.code == 2 and "no such folder" in capsys.readouterr().err
+
+
+def test_every_repo_records_what_rebuilds_it(builds) -> None:
+    """The provenance block: code, libraries, model, engine, each pass's SamplingParams, seeds, hardware, the command."""
+    _, repos = builds["all-passing"]
+    stats = json.loads((repos["think"] / "rs" / "stats.json").read_text())
+    p = stats["provenance"]
+    assert p["rs"]["version"] and len(p["rs"]["versions_digest"]) == 64
+    assert p["libraries"]["datasets"] and "vllm" in p["libraries"] and "math-verify" in p["libraries"]
+    assert p["model"] == {"id": "some-org/some-vlm", "revision": None, "weights_sha256": None,
+                          "note": "no revision pinned (model.revision): a rebuild loads whatever the Hub holds then"}
+    assert p["engine"] == {"kind": "replay"}
+    assert p["passes"]["greedy"]["sampling_params"]["temperature"] == 0.0
+    assert p["passes"]["judge"]["sampling_params"]["structured_outputs"] == {"choice": ["CORRECT", "WRONG", "UNSURE"]}
+    assert {k: p["passes"]["recovery"]["sampling_params"][k] for k in ("temperature", "n", "seed")} == {"temperature": 0.7, "n": 2, "seed": 0}
+    assert p["passes"]["recovery"]["difficulty_n"] == 2
+    assert p["seeds"] == {"source": None, "greedy": 0, "recovery": 0}
+    assert p["hardware"]["machine"] and ("gpus" in p["hardware"]) and p["command"] == "python -m rs.publish Shapes"
+    card = (repos["think"] / "README.md").read_text()
+    assert "## Reproducing this dataset" in card and "`rs audit Shapes_RS_think`" in card
+    assert '- recovery: `{"max_tokens": ' in card and "python -m rs.publish Shapes\n" in card
+    trial = json.loads((builds["trial-empty-rejected"][1]["think"] / "rs" / "stats.json").read_text())
+    assert trial["provenance"]["command"] == "python -m rs.publish Shapes --limit 1"

@@ -64,7 +64,9 @@ def audit(target: str | Path, *, build: Path | None = None, replay: int = 0, sib
 
 def _build_dir(build: Path, repo: RepoFiles) -> Path:
     """`build` as given (a family's build folder) or a build root holding the family's folder."""
-    for candidate in (build, build / repo.report.family):
+    family, limit = repo.report.family, repo.report.limit
+    trial = [build / f"limit-{limit}", build / family / f"limit-{limit}"] if limit is not None else []
+    for candidate in (*trial, build, build / family):
         if (candidate / "items").is_dir():
             return candidate
     raise AuditUsageError(f"--build {build}: no build of {repo.report.family} there (no items/ store, nor {repo.report.family}/items/)")
