@@ -33,14 +33,14 @@ def test_the_readme_shows_what_the_demo_prints(tmp_path: Path) -> None:
     stats = json.loads((tmp_path / "build" / "TinyCLEVR" / "stats.json").read_text())
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     script = _script()
-    # the judge's figures are near ties of the demo model and may differ on another CPU: their lines' shape only
-    assert script.portable(script.summary(run.stdout)) in script.portable(readme)
-    assert script.portable(script.updated(readme, run.stdout, stats)) == script.portable(readme), \
-        "README.md's demo sample is stale: run `make readme-demo`"
     for repo in sorted((tmp_path / "out" / "local").iterdir()):  # the demo's cards tell the truth, on any CPU
         if not repo.name.startswith("."):
             result = audit(repo, build=tmp_path / "build")
             assert result.ok, result.render()
+    # the judge's figures are near ties of the demo model and may differ on another CPU: their lines' shape only
+    assert script.portable(script.summary(run.stdout)) in script.portable(readme)
+    assert script.portable(script.updated(readme, run.stdout, stats)) == script.portable(readme), \
+        "README.md's demo sample is stale: run `make readme-demo`"
 
 
 def test_the_script_rewrites_only_the_sample() -> None:

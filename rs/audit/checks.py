@@ -35,7 +35,13 @@ class Finding:
     """What the files (or the source named in `what`) hold."""
 
     def __str__(self) -> str:
+        if self.stated is MISSING:
+            return f"{self.where}: {self.what} is not on the card, in the words rs writes it ({self.truth})"
         return f"{self.where}: {self.what} is {self.stated!r}, the files hold {self.truth!r}"
+
+
+MISSING = "not found"
+"""What a finding states for a statement the card should make and does not."""
 
 
 @dataclass
@@ -71,8 +77,8 @@ class Audit:
         found = self.card.get(name)
         if found is None and expected:
             self.checked += 1
-            self.findings.append(Finding(f"the card's statement {name!r}", f"{self.repo.name}/README.md", "not found",
-                                         "a statement the stats call for"))
+            self.findings.append(Finding(f"the statement {name!r}", f"{self.repo.name}/README.md", MISSING,
+                                         "the stats call for it; a changed template must change rs.audit.card_text too"))
         return found
 
 
