@@ -60,6 +60,21 @@ class Audit:
     def report(self) -> FamilyReport:
         return self.repo.report
 
+    @property
+    def accepted_by(self) -> dict[str, int]:
+        """Accepted QA by who accepted them: the nothink rows, else (that repo not readable) the stats."""
+        return self.facts.accepted_by if self.facts.accepted_by is not None else self.report.totals.accepted_by
+
+    @property
+    def rejected_by_reason(self) -> dict[str, int]:
+        """Rejected QA by reason (none at 0): the rejected rows, else the stats."""
+        held = self.facts.rejected_by_reason
+        return held if held is not None else {k: v for k, v in self.report.totals.rejected_by_reason.items() if v}
+
+    @property
+    def answered(self) -> int:
+        return sum(self.accepted_by.values()) + sum(self.rejected_by_reason.values())
+
     def where(self, name: str) -> str:
         stated = self.card.get(name)
         return f"{self.repo.name}/README.md:{stated.line}" if stated else f"{self.repo.name}/README.md"
@@ -161,42 +176,52 @@ def _matches(path: str, pattern: str) -> bool:
 
 @checker("*")
 def totals(a: Audit) -> None:
-    """Accepted and rejected by whom and why, the accept rates: the card, the stats and the siblings' rows."""
-    t, f, r = a.report.totals, a.facts, a.report.recovery
+    """The stats' totals and the statistic table's accepted / rejected against the siblings' rows."""
+    t, f = a.report.totals, a.facts
     stats = f"{a.repo.name}/rs/stats.json"
     a.same("totals.accepted_by", stats, t.accepted_by, _nonzero_like(f.accepted_by, t.accepted_by))
     a.same("totals.rejected_by_reason", stats, {k: v for k, v in t.rejected_by_reason.items() if v}, f.rejected_by_reason)
-    accepted, rejected = (f.accepted if f.accepted is not None else t.accepted), (f.rejected if f.rejected is not None else t.rejected)
+    accepted, rejected = sum(a.accepted_by.values()), sum(a.rejected_by_reason.values())
     a.same("totals.answered", stats, t.answered, accepted + rejected)
+    a.same("source QA = dropped + accepted + rejected", stats, t.source_qa, t.dropped_by_cleaning + accepted + rejected)
     if (s := a.stated("accepted_rejected")) is not None:
         a.same("accepted / rejected (whole family)", a.where("accepted_rejected"), (number(s.value[0]), number(s.value[1])),
                (accepted, rejected))
-    rate = accepted / (accepted + rejected) if accepted + rejected else None
-    if r is None:
+
+
+@checker("*")
+def accept_rates(a: Audit) -> None:
+    """The accept rate, or with a recovery pass the greedy pass's and the rate after recovery, from the rows' counts."""
+    accepted, answered = sum(a.accepted_by.values()), a.answered
+    rate = accepted / answered if answered else None
+    if a.report.recovery is None:
         if (s := a.stated("accept_rate")) is not None:
             a.same("accept rate", a.where("accept_rate"), s.value[0], pct(rate))
-    else:
-        greedy = accepted - (f.recovered if f.recovered is not None else t.accepted_by.get("recovery", 0))
-        greedy_rate = greedy / (accepted + rejected) if accepted + rejected else None
-        if (s := a.stated("greedy_accept_rate")) is not None:
-            a.same("accept rate, greedy pass", a.where("greedy_accept_rate"), s.value[0], pct(greedy_rate))
-        if (s := a.stated("accept_rate_after_recovery")) is not None:
-            a.same("accept rate after recovery", a.where("accept_rate_after_recovery"), s.value[0], pct(rate))
-    if (s := a.stated("totals")) is not None:
-        source, dropped, answered, by_verifier, by_judge, recovered, rejected_n, reasons = s.value
-        where = a.where("totals")
-        a.same("source QA", where, number(source), t.source_qa)
-        a.same("dropped by cleaning", where, number(dropped), t.dropped_by_cleaning)
-        a.same("QA answered", where, number(answered), accepted + rejected)
-        by = f.accepted_by if f.accepted_by is not None else t.accepted_by
-        a.same("accepted by the verifier", where, number(by_verifier), by.get("verifier", 0))
-        a.same("promoted by the judge", where, number(by_judge), by.get("judge", 0))
-        if r is not None:
-            a.same("recovered by a second pass", where, number(recovered) if recovered else None, by.get("recovery", 0))
-        a.same("rejected", where, number(rejected_n), rejected)
-        reasons_truth = f.rejected_by_reason if f.rejected_by_reason is not None else {k: v for k, v in t.rejected_by_reason.items() if v}
-        a.same("rejected by reason", where, counts(reasons), reasons_truth)
-    a.same("source QA = dropped + accepted + rejected", stats, t.source_qa, t.dropped_by_cleaning + accepted + rejected)
+        return
+    greedy = accepted - a.accepted_by.get("recovery", 0)
+    if (s := a.stated("greedy_accept_rate")) is not None:
+        a.same("accept rate, greedy pass", a.where("greedy_accept_rate"), s.value[0], pct(greedy / answered if answered else None))
+    if (s := a.stated("accept_rate_after_recovery")) is not None:
+        a.same("accept rate after recovery", a.where("accept_rate_after_recovery"), s.value[0], pct(rate))
+
+
+@checker("*")
+def totals_sentence(a: Audit) -> None:
+    """"Of the N QA pairs in the source, ...": cleaning from the stats, the rest from the rows."""
+    if (s := a.stated("totals")) is None:
+        return
+    t, by = a.report.totals, a.accepted_by
+    source, dropped, answered, by_verifier, by_judge, recovered, rejected, reasons = s.value
+    where = a.where("totals")
+    a.same("source QA", where, number(source), t.source_qa)
+    a.same("dropped by cleaning", where, number(dropped), t.dropped_by_cleaning)
+    a.same("QA answered", where, number(answered), a.answered)
+    a.same("accepted by the verifier", where, number(by_verifier), by.get("verifier", 0))
+    a.same("promoted by the judge", where, number(by_judge), by.get("judge", 0))
+    if a.report.recovery is not None:
+        a.same("recovered by a second pass", where, number(recovered) if recovered else None, by.get("recovery", 0))
+    a.same("rejected", where, number(rejected), sum(a.rejected_by_reason.values()))
+    a.same("rejected by reason", where, counts(reasons), a.rejected_by_reason)
 
 
 def _nonzero_like(held: dict[str, int] | None, declared: dict[str, int]) -> dict[str, int] | None:
@@ -232,8 +257,8 @@ def verifier(a: Audit) -> None:
 
 @checker("*")
 def judge(a: Audit) -> None:
-    """The judge's verdicts, the certain rejections it called CORRECT (the first statement), its calibration and gate."""
-    j, t, f = a.report.judge, a.report.totals, a.facts
+    """The judge's verdicts and the certain rejections it called CORRECT (the first statement)."""
+    j = a.report.judge
     if not j.enabled:
         return
     if (s := a.stated("judged")) is not None:
@@ -245,25 +270,28 @@ def judge(a: Audit) -> None:
         a.same("items judged = the sum of the verdicts", where, judged, correct + wrong + unsure)
     if a.report.verifier.contradiction_rule:
         _contradicted(a)
-    cal = j.calibration
-    if cal is not None:
-        for name in ("positive", "hard", "easy", "certain"):
-            key = f"calibration_{name}"
-            check = cal[name]
-            if (s := a.stated(key, expected=bool(check["total"]) or name != "certain")) is None:
-                continue
-            total, agreed = number(s.value[0]), number(s.value[1])
-            a.same(f"calibration {name}: agreed / total", a.where(key), (agreed, total), (check["agreed"], check["total"]))
-            w = wilson(agreed, total)
-            a.same(f"calibration {name}: its 95% Wilson interval", f"{a.repo.name}/rs/stats.json judge.calibration.{name}",
-                   (round(check["low"], 9), round(check["high"], 9)), (round(w.low, 9), round(w.high, 9)))
-        held = f.rejected_by_reason.get("judge_blocked", 0) if f.rejected_by_reason is not None else t.rejected_by_reason.get("judge_blocked", 0)
-        if cal.get("promotes"):
-            if (s := a.stated("judge_promoted")) is not None:
-                by = f.accepted_by if f.accepted_by is not None else t.accepted_by
-                a.same("items the judge promoted", a.where("judge_promoted"), number(s.value[0]), by.get("judge", 0))
-        elif (s := a.stated("judge_blocked")) is not None:
-            a.same("`judge_blocked` rejections", a.where("judge_blocked"), number(s.value[0]), held)
+
+
+@checker("*")
+def calibration(a: Audit) -> None:
+    """Each calibration check's counts and its Wilson interval recomputed; what the gate let through or held back."""
+    cal = a.report.judge.calibration
+    if not a.report.judge.enabled or cal is None:
+        return
+    for name in ("positive", "hard", "easy", "certain"):
+        key, check = f"calibration_{name}", cal[name]
+        if (s := a.stated(key, expected=bool(check["total"]) or name != "certain")) is None:
+            continue
+        total, agreed = number(s.value[0]), number(s.value[1])
+        a.same(f"calibration {name}: agreed / total", a.where(key), (agreed, total), (check["agreed"], check["total"]))
+        w = wilson(agreed, total)
+        a.same(f"calibration {name}: its 95% Wilson interval", f"{a.repo.name}/rs/stats.json judge.calibration.{name}",
+               (round(check["low"], 9), round(check["high"], 9)), (round(w.low, 9), round(w.high, 9)))
+    if cal.get("promotes"):
+        if (s := a.stated("judge_promoted")) is not None:
+            a.same("items the judge promoted", a.where("judge_promoted"), number(s.value[0]), a.accepted_by.get("judge", 0))
+    elif (s := a.stated("judge_blocked")) is not None:
+        a.same("`judge_blocked` rejections", a.where("judge_blocked"), number(s.value[0]), a.rejected_by_reason.get("judge_blocked", 0))
 
 
 def _contradicted(a: Audit) -> None:
@@ -287,12 +315,12 @@ def _contradicted(a: Audit) -> None:
 
 
 @checker("*")
-def recovery(a: Audit) -> None:
-    """The recovery table, its samples and the pass-rate histogram, against the rows' `accepted_by`, `pass_rate` and `k`."""
-    r, f = a.report.recovery, a.facts
-    if r is None:
+def recovery_table(a: Audit) -> None:
+    """The recovery table against the rows' `accepted_by` and the rejected rows that were sampled."""
+    f = a.facts
+    if a.report.recovery is None:
         return
-    answered = (f.accepted + f.rejected) if f.accepted is not None and f.rejected is not None else a.report.totals.answered
+    answered = a.answered
     if (s := a.stated("recovery_greedy")) is not None:
         a.same("accepted by the greedy pass", a.where("recovery_greedy"), number(s.value[0]), f.greedy_accepted)
         a.same("accepted by the greedy pass (share)", a.where("recovery_greedy"), s.value[1],
@@ -304,34 +332,51 @@ def recovery(a: Audit) -> None:
     if (s := a.stated("recovery_still_rejected")) is not None:
         a.same("sampled and not recovered", a.where("recovery_still_rejected"), number(s.value[0]),
                sum(f.pass_rates["rejected"]) if f.pass_rates is not None else None)
-    if (s := a.stated("recovery_samples")) is not None:
-        samples, accepted, certain, undecided = (number(x) for x in s.value)
-        a.same("recovery samples drawn", a.where("recovery_samples"), samples, f.samples)
-        a.same("recovery samples drawn (stats)", a.where("recovery_samples"), samples, r.samples)
-        a.same("the verifier on the samples", a.where("recovery_samples"),
-               {"accepted": accepted, "certain": certain, "undecided": undecided}, r.outcomes)
-    if (s := a.stated("pass_rate_rows")) is not None:
-        stated = {group: [0] * len(PASS_RATE_BINS) for group in ("greedy_accepted", "recovered", "rejected")}
-        for label, greedy, recovered, rejected in s.value:
-            i = PASS_RATE_BINS.index(label)
-            stated["greedy_accepted"][i], stated["recovered"][i], stated["rejected"][i] = number(greedy), number(recovered), number(rejected)
-        a.same("the pass-rate histogram", a.where("pass_rate_rows"), stated, f.pass_rates)
-        a.same("the pass-rate histogram (stats)", a.where("pass_rate_rows"), stated, r.pass_rates)
-    if r.pairs is not None and (s := a.stated("pairs")) is not None:
-        pairs, images, c_greedy, c_sample, r_greedy, r_sample, certain, judged = s.value
-        stated_pairs: dict[str, Any] = {"pairs": number(pairs), "images": number(images)}
-        if c_greedy is not None:
-            stated_pairs |= {"chosen_from": {"greedy": number(c_greedy), "sample": number(c_sample)},
-                             "rejected_from": {"greedy": number(r_greedy), "sample": number(r_sample)},
-                             "rejected_reason": {"certain": number(certain), "judge": number(judged)}}
-        truth = None
-        if f.pairs is not None:
-            truth = {"pairs": f.pairs["pairs"], "images": f.pairs["images"]}
-            if c_greedy is not None:
-                truth |= {"chosen_from": {k: f.pairs["chosen_from"].get(k, 0) for k in ("greedy", "sample")},
-                          "rejected_from": {k: f.pairs["rejected_from"].get(k, 0) for k in ("greedy", "sample")},
-                          "rejected_reason": {k: f.pairs["rejected_reason"].get(k, 0) for k in ("certain", "judge")}}
-        a.same("the preference pairs", a.where("pairs"), stated_pairs, truth)
+
+
+@checker("*")
+def recovery_samples(a: Audit) -> None:
+    """The samples drawn (the sum of the rows' `k`) and the verifier's outcomes on them."""
+    r = a.report.recovery
+    if r is None or (s := a.stated("recovery_samples")) is None:
+        return
+    samples, accepted, certain, undecided = (number(x) for x in s.value)
+    a.same("recovery samples drawn", a.where("recovery_samples"), samples, a.facts.samples)
+    a.same("recovery samples drawn (stats)", a.where("recovery_samples"), samples, r.samples)
+    a.same("the verifier on the samples", a.where("recovery_samples"), {"accepted": accepted, "certain": certain, "undecided": undecided},
+           r.outcomes)
+
+
+@checker("*")
+def pass_rates(a: Audit) -> None:
+    """The pass-rate histogram against the rows' `pass_rate`, by what each question is."""
+    r = a.report.recovery
+    if r is None or (s := a.stated("pass_rate_rows")) is None:
+        return
+    stated = {group: [0] * len(PASS_RATE_BINS) for group in ("greedy_accepted", "recovered", "rejected")}
+    for label, greedy, recovered, rejected in s.value:
+        i = PASS_RATE_BINS.index(label)
+        stated["greedy_accepted"][i], stated["recovered"][i], stated["rejected"][i] = number(greedy), number(recovered), number(rejected)
+    a.same("the pass-rate histogram", a.where("pass_rate_rows"), stated, a.facts.pass_rates)
+    a.same("the pass-rate histogram (stats)", a.where("pass_rate_rows"), stated, r.pass_rates)
+
+
+@checker("*")
+def pairs_sentence(a: Audit) -> None:
+    """The pairs' sentence against the pairs repo's rows."""
+    r, held = a.report.recovery, a.facts.pairs
+    if r is None or r.pairs is None or (s := a.stated("pairs")) is None:
+        return
+    pairs, images, *made = s.value
+    stated: dict[str, Any] = {"pairs": number(pairs), "images": number(images)}
+    truth = {"pairs": held["pairs"], "images": held["images"]} if held is not None else None
+    if made[0] is not None:
+        for key, names, values in (("chosen_from", ("greedy", "sample"), made[0:2]), ("rejected_from", ("greedy", "sample"), made[2:4]),
+                                   ("rejected_reason", ("certain", "judge"), made[4:6])):
+            stated[key] = {name: number(value) for name, value in zip(names, values)}
+            if truth is not None:
+                truth[key] = {name: held[key].get(name, 0) for name in names}
+    a.same("the preference pairs", a.where("pairs"), stated, truth)
 
 
 @checker("*")

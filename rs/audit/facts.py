@@ -68,19 +68,23 @@ def family_facts(family: Family) -> Facts:
         facts.qa[split] = len(repo.qa)
         facts.rows[split] = len(repo.rows)
     nothink, rejected, think, pairs = (family.of(s) for s in ("nothink", "rejected", "think", "pairs"))
-    recovery = family.repo.report.recovery is not None
     if nothink is not None:
         facts.accepted_by = dict(Counter(qa["accepted_by"] for qa in nothink.qa))
     if rejected is not None:
         facts.rejected_by_reason = dict(Counter(qa["reason"] for qa in rejected.qa))
     if nothink is not None and think is not None:
         facts.kept_out_of_think = len(nothink.qa) - len(think.qa)
-    if recovery and nothink is not None and rejected is not None:
-        measured = [(qa, "recovered" if qa["accepted_by"] == "recovery" else "greedy_accepted") for qa in nothink.qa]
-        measured += [(qa, "rejected") for qa in rejected.qa]
-        facts.pass_rates = {group: _bins([qa["pass_rate"] for qa, g in measured if g == group and qa["pass_rate"] is not None])
-                            for group in ("greedy_accepted", "recovered", "rejected")}
-        facts.samples = sum(qa["k"] or 0 for qa, _ in measured)
+    if family.repo.report.recovery is not None and nothink is not None and rejected is not None:
+        _measured(facts, nothink.qa, rejected.qa)
     if pairs is not None:
         facts.pairs = _pairs(pairs.rows)
     return facts
+
+
+def _measured(facts: Facts, accepted: list[dict[str, Any]], rejected: list[dict[str, Any]]) -> None:
+    """The pass-rate histogram and the samples drawn, from the accepted and rejected QA's `pass_rate` and `k`."""
+    measured = [(qa, "recovered" if qa["accepted_by"] == "recovery" else "greedy_accepted") for qa in accepted]
+    measured += [(qa, "rejected") for qa in rejected]
+    facts.pass_rates = {group: _bins([qa["pass_rate"] for qa, g in measured if g == group and qa["pass_rate"] is not None])
+                        for group in ("greedy_accepted", "recovered", "rejected")}
+    facts.samples = sum(qa["k"] or 0 for qa, _ in measured)
