@@ -28,6 +28,7 @@ from rs.engines.base import SamplingSettings
 from rs.engines.models import PREFIX, builtin_revision, resolve_model
 from rs.engines.vllm_args import vllm_fields
 from rs.judge import Judge
+from rs.reasoning import ReasoningFormatError
 from rs.recovery import recovery_settings
 from rs.versions import current
 
@@ -108,15 +109,29 @@ def passes(config: Any) -> dict[str, Any]:
     greedy = sampling_settings(config)
     out: dict[str, Any] = {"greedy": _pass(greedy)}
     if config.judge.enabled:
-        judge = Judge(None, config.judge, reasoning=(config.judge.model or config.model).reasoning,  # type: ignore[arg-type]
-                      chat_template_kwargs=greedy.chat_template_kwargs)
-        out["judge"] = _pass(judge.settings)
+        out["judge"] = _judge_pass(config, greedy)
     if config.recovery is not None:
         recovery = recovery_settings(config, greedy)
         out["recovery"] = _pass(replace(recovery), n=config.recovery.samples)
         if config.recovery.difficulty.samples:
             out["recovery"]["difficulty_n"] = config.recovery.difficulty.samples
     return out
+
+
+def _judge_pass(config: Any, greedy: SamplingSettings) -> dict[str, Any]:
+    """The judge's pass, from the judge's own settings (`rs.judge.Judge`). A model whose reasoning vLLM's parser reads
+    needs its tokenizer for the markers a label-only prompt is closed with, which a build no longer holds: its
+    SamplingParams are the same without them, and the record names the parser instead."""
+    reasoning = (config.judge.model or config.model).reasoning
+    try:
+        return _pass(Judge(None, config.judge, reasoning=reasoning, chat_template_kwargs=greedy.chat_template_kwargs).settings)  # type: ignore[arg-type]
+    except ReasoningFormatError:
+        settings = Judge(None, config.judge, reasoning=replace(reasoning, parser="none"),  # type: ignore[arg-type]
+                         chat_template_kwargs=greedy.chat_template_kwargs).settings
+        recorded = _pass(settings)
+        if config.judge.mode != "think_then_label":
+            recorded["close_reasoning"] = f"the markers of vLLM's {reasoning.parser!r} reasoning parser"
+        return recorded
 
 
 def _cpu_model() -> str:

@@ -208,3 +208,20 @@ def test_every_repo_records_what_rebuilds_it(builds) -> None:
     assert '- recovery: `{"max_tokens": ' in card and "python -m rs.publish Shapes\n" in card
     trial = json.loads((builds["trial-empty-rejected"][1]["think"] / "rs" / "stats.json").read_text())
     assert trial["provenance"]["command"] == "python -m rs.publish Shapes --limit 1"
+
+
+def test_the_judge_pass_is_recorded_for_a_model_whose_reasoning_vllms_parser_reads() -> None:
+    """A build holds no tokenizer, which a vLLM reasoning parser needs for its markers: the record names the parser."""
+    import dataclasses
+
+    from rs.engines import sampling_settings
+    from rs.families import get_family
+    from rs.provenance import passes
+
+    config = get_family("TinyCLEVR").config
+    qwen = dataclasses.replace(config, model=dataclasses.replace(config.model, reasoning=dataclasses.replace(config.model.reasoning,
+                                                                                                          parser="qwen3")))
+    recorded = passes(qwen)["judge"]
+    assert recorded["close_reasoning"] == "the markers of vLLM's 'qwen3' reasoning parser"
+    assert recorded["sampling_params"] == passes(config)["judge"]["sampling_params"]
+    assert sampling_settings(qwen).temperature == recorded["sampling_params"]["temperature"] == 0.0
