@@ -131,6 +131,7 @@ def load_family(target: str, *, siblings: bool = True) -> Family:
     repo = RepoFiles(path.resolve().name if local else target.split("/")[1], root)
     family = Family(repo, {repo.split: repo})
     if not siblings:
+        family.missing = [summary.repo for split, summary in repo.report.splits.items() if split != repo.split]
         return family
     for split, summary in repo.report.splits.items():
         if split in family.siblings:
