@@ -31,6 +31,7 @@ from rs.answers import LITERAL_RULE, READING_RULES
 from rs.family_report import (PASS_RATE_BINS, CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RecoverySummary,
                        RunTimes, SplitSummary, Totals, VerifierSummary, pass_rate_bin)
 from rs.pairs import PairCounts
+from rs.provenance import provenance
 from rs.route import Outcome, Routes, kept_out_of_think, outcomes, routes_of
 from rs.splits_schema import REJECT_REASONS
 from rs.sizes import parse_bytes
@@ -68,6 +69,9 @@ class Routing:
     """`accepted` / `rejected` -> answers whose reasoning was cut at the thinking budget."""
     kept_out_of_think: int = 0
     """Accepted answers in the nothink split only: their reasoning concludes another value (`rs.route`)."""
+    reasoning_disagrees: int = 0
+    """Accepted answers as published (greedy or recovered) whose reasoning concludes another value, kept out of the think
+    split or not: what the card counts (the sample stage's count sees the greedy answers only)."""
     pass_rates: dict[str, list[int]] | None = None
     """With a recovery pass: items per pass-rate bin (`rs.family_report.PASS_RATE_BINS`), by what they are."""
     pairs: PairCounts | None = None
@@ -96,7 +100,7 @@ def _pass_rate_group(result: Outcome) -> str:
 
 def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False) -> Routing:
     """Count the routing of every sampled item (`rs.route.outcomes`, as the builder routes them)."""
-    kept_out = 0
+    kept_out = disagrees = 0
     accepted_by: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
     tokens: dict[str, Counter[int]] = {"accepted": Counter(), "rejected": Counter()}
@@ -112,6 +116,7 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False) -> Ro
         if decision.accepted:
             accepted_by[decision.by] += 1
             kept_out += kept_out_of_think(result.answer, routes.needs_agreeing_reasoning)
+            disagrees += result.answer.get("reasoning_agrees") is False
         else:
             rejected[decision.reason] += 1
         side = "accepted" if result.greedy.accepted else "rejected"  # the greedy answers' lengths
@@ -124,7 +129,7 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False) -> Ro
             pair_counts.add(item, result, routes)
     by = ("verifier", "judge", "recovery") if routes.recovery else ("verifier", "judge")
     return Routing({k: accepted_by[k] for k in by}, {k: rejected[k] for k in REJECT_REASONS}, tokens, truncated,
-                   loop_tokens, budget_cuts, kept_out, pass_rates if routes.recovery else None, pair_counts)
+                   loop_tokens, budget_cuts, kept_out, disagrees, pass_rates if routes.recovery else None, pair_counts)
 
 
 def _versions() -> dict[str, str | None]:
@@ -176,7 +181,7 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
                                  synonyms=vocabulary.synonym_groups() if (vocabulary := c.answers.vocabulary()) else [],
                                  outcomes={"accepted": sampled.verified, "certain": sampled.contradicted,
                                            "undecided": sampled.undecided},
-                                 reasoning_disagrees=sampled.reasoning_disagrees,
+                                 reasoning_disagrees=routing.reasoning_disagrees,
                                  think_needs_agreeing_reasoning=c.answers.think_needs_agreeing_reasoning),
         judge=JudgeSummary(enabled=c.judge.enabled, model=asdict(c.judge.model) if c.judge.model else asdict(c.model),
                            max_tokens=c.judge.max_tokens, mode=c.judge.mode,
@@ -202,6 +207,7 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
         run=RunTimes(clean_seconds=round(clean.seconds, 3), sample_seconds=sampled.seconds,
                      sampling_engine_calls=sampled.sampling_engine_calls, judge_engine_calls=sampled.judge_engine_calls),
         recovery=recovery_summary(ctx, recovered, routing) if recovered is not None else None,
+        provenance=provenance(c, ctx.family.name, asdict(c.model), c.engine.recorded(), limit=ctx.limit),
     )
 
 

@@ -292,7 +292,7 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], split: str, n
         reasons=REJECT_REASONS, cleaning=report.cleaning, policies=_policies(report.cleaning),
         examples=[_example_view(split, e, e["image_path"]) for e in examples],
         source=report.source, citation=family_card["citation"], figures=figures or [], limit=report.limit,
-        endings=report.endings,
+        endings=report.endings, provenance=report.provenance, audit_target=repos[split] if local else f"{namespace}/{repos[split]}",
     )
     data = card_data(report, family_card, split)
     return f"---\n{data.to_yaml()}\n---\n\n{body}"

@@ -259,12 +259,14 @@ class FamilyReport:
     """Timings and engine calls of this run; not published (they differ from run to run)."""
     recovery: RecoverySummary | None = None
     """The recovery pass; None without one."""
+    provenance: dict[str, Any] | None = None
+    """What rebuilding the family needs (`rs.provenance`); None in a report written before rs recorded it."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (`stats.json`); without `run` when there is none (a published copy), without `recovery` for a
         family that has none."""
         out = dataclasses.asdict(self)
-        for name in ("run", "recovery"):
+        for name in ("run", "recovery", "provenance"):
             if getattr(self, name) is None:
                 del out[name]
         return out

@@ -35,7 +35,7 @@ def _funnel_rows(report: FamilyReport) -> list[tuple[str, int, str]]:
     return rows
 
 
-def _funnel_alt(report: FamilyReport) -> str:
+def funnel_alt(report: FamilyReport) -> str:
     """The funnel's numbers in words, for a reader who cannot see it."""
     t = report.totals
     dropped = ", ".join(f"{reason} {n:,}" for reason, n in sorted(report.cleaning.dropped.items()) if n) or "none"
@@ -61,7 +61,7 @@ def funnel(report: FamilyReport) -> Figure:
     ax.set_xlabel("QA pairs")
     ax.set_title(f"{report.family}: where the {t.source_qa:,} source QA went", fontsize=10)
     ax.spines[["top", "right"]].set_visible(False)
-    return Figure(FUNNEL, _png(fig), _funnel_alt(report))
+    return Figure(FUNNEL, _png(fig), funnel_alt(report))
 
 
 def _length_part(h: Lengths, side: str, greedy: str) -> str:
@@ -88,15 +88,15 @@ def lengths(report: FamilyReport) -> Figure:
     """Histograms of the answers' lengths in tokens, accepted and rejected, with the cut-off at `max_tokens` marked."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
-    parts = []
     greedy = "greedy " if report.recovery is not None else ""  # with a recovery pass: the greedy answers, on their side
+    drawn = False
     for side, colour in (("accepted", _ACCEPTED), ("rejected", _REJECTED)):
         h: Lengths = report.lengths[side]
         if not h.total:
             continue
         ax.stairs(h.counts, h.edges, color=colour, linewidth=1.5, label=f"{greedy}{side} ({h.total:,}; {h.truncated:,} cut off)")
-        parts.append(_length_part(h, side, greedy))
-    loops = [sum(pair) for pair in zip(*(report.lengths[s].loop_counts or [] for s in ("accepted", "rejected")))]
+        drawn = True
+    loops = _loops(report)
     if any(loops):  # loop detection's ends, apart from the max_tokens cut
         ax.stairs(loops, report.lengths["rejected"].edges, color="#7b3294", linewidth=1.2, linestyle=":",
                   label=f"ended as loops ({sum(loops):,})")
@@ -105,12 +105,23 @@ def lengths(report: FamilyReport) -> Figure:
     ax.set_ylabel("answers")
     ax.set_title(f"{report.family}: how long the model's {'greedy ' if greedy else ''}answers ran", fontsize=10)
     ax.spines[["top", "right"]].set_visible(False)
-    if parts:
+    if drawn:
         ax.legend(fontsize=8, frameon=False)
-    alt = f"Histogram of answer lengths in tokens (limit {limit:,}): " + ("; ".join(parts) or "no answers")
-    if any(loops):
+    return Figure(LENGTHS, _png(fig), lengths_alt(report))
+
+
+def _loops(report: FamilyReport) -> list[int]:
+    return [sum(pair) for pair in zip(*(report.lengths[s].loop_counts or [] for s in ("accepted", "rejected")))]
+
+
+def lengths_alt(report: FamilyReport) -> str:
+    """The length histogram's numbers in words (also what `rs audit` expects a card to say of it)."""
+    greedy = "greedy " if report.recovery is not None else ""
+    parts = [_length_part(report.lengths[side], side, greedy) for side in ("accepted", "rejected") if report.lengths[side].total]
+    alt = f"Histogram of answer lengths in tokens (limit {report.lengths['accepted'].max_tokens:,}): " + ("; ".join(parts) or "no answers")
+    if any(loops := _loops(report)):
         alt += f"; {sum(loops):,} answers ended by loop detection, marked apart"
-    return Figure(LENGTHS, _png(fig), alt)
+    return alt
 
 
 def _pyplot():  # type: ignore[no-untyped-def]

@@ -493,6 +493,28 @@ def test_rate_limit_headers_are_read_as_the_client_reads_them() -> None:
     assert rs.hub.retry.retry_kind(error({})) == "rate_limited"
 
 
+def test_rs_audit_reads_a_family_from_the_hub(hub: HubServer, tmp_path: Path) -> None:
+    """`rs audit NAMESPACE/REPO` downloads the repo and its siblings with snapshot_download and checks them as a folder."""
+    from rs.audit import audit
+    from rs.publish import publish as publish_family
+    from test_audit import VARIANTS, _family
+
+    family = _family(tmp_path / "family", VARIANTS["recovery-blocked"][0])
+    outcome = publish_family(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
+                             progress=False)
+    api = HfApi()
+    for where in outcome["where"].values():
+        api.create_repo(f"rs-test/{Path(where).name}", repo_type="dataset")
+        api.upload_folder(repo_id=f"rs-test/{Path(where).name}", repo_type="dataset", folder_path=where)
+    result = audit("rs-test/Shapes_RS_think")
+    assert result.ok and result.checked > 40 and not result.notes, result.render()
+    card = tmp_path / "out" / "local" / "Shapes_RS_think" / "README.md"
+    card.write_text(card.read_text().replace("| accepted / rejected (whole family) | 4 / 1 |", "| accepted / rejected (whole family) | 5 / 0 |"))
+    api.upload_file(path_or_fileobj=str(card), path_in_repo="README.md", repo_id="rs-test/Shapes_RS_think", repo_type="dataset")
+    broken = audit("rs-test/Shapes_RS_think")
+    assert [f.what for f in broken.findings] == ["accepted / rejected (whole family)"], broken.render()
+
+
 @pytest.mark.skipif(not (os.environ.get("RS_LIVE_HUB_TOKEN") and os.environ.get("RS_LIVE_HUB_NAMESPACE")),
                     reason="set RS_LIVE_HUB_TOKEN and RS_LIVE_HUB_NAMESPACE to publish to the real Hub")
 def test_live_hub_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
+from rs.audit import audit  # noqa: E402
 from rs.stages import ensure_clean  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.publish import publish  # noqa: E402
@@ -79,3 +80,6 @@ def test_always_correct_judge_cannot_promote_a_different_number(tmp_path: Path) 
         assert len(overturns) == 3 and all(" or " in o["answer"] for o in overturns)
     rejected_card = (tmp_path / "out" / "me" / "Counts_rejected" / "README.md").read_text()
     assert "Answers the judge promoted" not in rejected_card and "`judge_overruled`" in rejected_card
+    for repo in sorted((tmp_path / "out" / "me").glob("Counts_*")):  # a passing judge's promotions and overrules, audited
+        result = audit(repo, build=tmp_path / "build")
+        assert result.ok, result.render()

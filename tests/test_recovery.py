@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from rs.audit import audit
+
 pytest.importorskip("vllm")
 
 import datasets  # noqa: E402
@@ -167,6 +169,11 @@ def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path
     assert table, think_card
     rows = [[int(c.strip().replace(",", "")) for c in line.split("|")[2:5]] for line in table.group(1).strip().splitlines()]
     assert [r[1] for r in rows] == rec["pass_rates"]["recovered"] and [r[2] for r in rows] == rec["pass_rates"]["rejected"]
+
+    # and `rs audit` finds every card true, against the files and the build's stores (a real engine's verdicts)
+    for repo in repos.values():
+        result = audit(repo, build=tmp_path / "build", replay=5)
+        assert result.ok, result.render()
 
     # a preference-tuning library takes the rows as they are: TRL's vision preference collator
     trl = pytest.importorskip("trl")

@@ -6,13 +6,14 @@ import sys
 from typing import Callable
 
 from rs import __version__
-from rs.cli import cache, families, plan, publish, run, sample
+from rs.cli import audit, cache, families, plan, publish, run, sample
 
 COMMANDS: dict[str, tuple[Callable[..., int], str]] = {
     "publish": (publish.main, "build a family if needed, render its cards, publish its three repos"),
     "sample": (sample.main, "run a family's clean and sample stages only"),
     "plan": (plan.main, "check a family before a run: prompts, template, instructions; --limit N: a real sample and a projection"),
     "families": (families.main, "list, validate, show and preview the families of a families file"),
+    "audit": (audit.main, "check a published repo's card, stats and front matter against its own files (and a build's stores)"),
     "cache": (cache.main, "check the generation cache for damaged answers, and forget them so that they are asked again"),
 }
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 from rs.checks import ConfigValueError, at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
 from rs.engines.models import builtin_revision, resolve_model
-from rs.engines.vllm_args import unknown_engine_arg
+from rs.engines.vllm_args import batch_invariance_refusal, unknown_engine_arg, vllm_fields
 from rs.engines.vllm_core import Channel, VLLMCore, decode_image, is_engine_error, is_input_error, tokenizer_and_chat_template
 from rs.errors import RsError, UsageError
 from rs.extract import reasoning_state
@@ -92,9 +92,16 @@ class VLLMEngineConfig(EngineConfig):
     """Engine arguments passed to `vllm.LLM` (tensor_parallel_size, max_model_len, ...)."""
     in_flight: int | None = None
     """Requests kept in the engine at once while streaming; default 4 x the scheduler's `max_num_seqs`."""
+    batch_invariant: bool = False
+    """vLLM's batch-invariant mode (`VLLM_BATCH_INVARIANT=1`): an answer does not depend on what else was in its batch,
+    at a cost in throughput (`rs plan` states it); GPUs only (NVIDIA, AMD), refused elsewhere."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not isinstance(self.batch_invariant, bool):
+            raise ConfigValueError("batch_invariant", f"must be true or false, got {self.batch_invariant!r}")
+        if self.batch_invariant and (why := batch_invariance_refusal()) is not None:
+            raise ConfigValueError("batch_invariant", why)
         at_least("in_flight", self.in_flight, 1, what="requests in the engine at once; leave it out for the default")
         if (unknown := unknown_engine_arg(list(self.args))) is not None:  # refused here, not a dozen seconds into the model's load
             key, close = unknown
@@ -102,7 +109,7 @@ class VLLMEngineConfig(EngineConfig):
                                    "engine.args are the keyword arguments of vllm.LLM and vllm.EngineArgs")
 
     def recorded(self) -> dict[str, Any]:
-        return {"kind": self.kind, "args": self.args}
+        return {"kind": self.kind, "args": self.args, **({"batch_invariant": True} if self.batch_invariant else {})}
 
     def devices_per_replica(self) -> int:
         return int(self.args.get("tensor_parallel_size") or 1) * int(self.args.get("pipeline_parallel_size") or 1)
@@ -112,6 +119,24 @@ class VLLMEngineConfig(EngineConfig):
             return self
         # the actor holds its GPUs; vLLM's own Ray workers would ask the cluster for more and wait forever
         return replace(self, args={"distributed_executor_backend": "mp", **self.args})
+
+
+class BatchInvarianceUnsupported(UsageError, RuntimeError):
+    """`engine.batch_invariant: true` where vLLM cannot run it (a CPU build, an accelerator it has no kernels for)."""
+
+
+def _enable_batch_invariance(model: str) -> None:
+    """Turn on vLLM's batch-invariant mode for the engine about to start, or refuse where its platform has none."""
+    if (why := batch_invariance_refusal()) is not None:
+        raise BatchInvarianceUnsupported(f"engine.batch_invariant of {model}: {why}")
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cuda_alike():
+        raise BatchInvarianceUnsupported(
+            f"engine.batch_invariant of {model}: vLLM's batch-invariant mode runs on NVIDIA and AMD GPUs only, and this "
+            f"vLLM runs on {current_platform.device_type or 'an unknown device'}",
+            hint="set engine.batch_invariant: false in the families file for a run on this machine")
+    os.environ["VLLM_BATCH_INVARIANT"] = "1"
 
 
 def _vllm_version() -> str:
@@ -151,7 +176,8 @@ class VLLMEngine:
             args.setdefault("reasoning_parser", model.reasoning.parser)
         elif model.reasoning.parser == "tags":  # vLLM counts the reasoning (thinking_token_budget) between these markers
             markers = (model.reasoning.start, model.reasoning.end)
-        return cls(model.id, revision=model.revision, engine_args=args, in_flight=config.in_flight, reasoning_markers=markers)
+        return cls(model.id, revision=model.revision, engine_args=args, in_flight=config.in_flight, reasoning_markers=markers,
+                   batch_invariant=config.batch_invariant)
 
     @staticmethod
     def check_sampling(sampling: Any) -> tuple[str, str] | None:
@@ -193,8 +219,10 @@ class VLLMEngine:
         return None
 
     def __init__(self, model: str, *, revision: str | None = None, engine_args: dict[str, Any] | None = None,
-                 in_flight: int | None = None, reasoning_markers: tuple[str, str] | None = None):
+                 in_flight: int | None = None, reasoning_markers: tuple[str, str] | None = None, batch_invariant: bool = False):
         self.model = model
+        self.batch_invariant = batch_invariant
+        """vLLM's batch-invariant mode: set in the environment before the engine starts (`_enable_batch_invariance`)."""
         self.reasoning_markers = reasoning_markers
         """`(start, end)` of a `tags` reasoning format: vLLM's reasoning configuration without a parser (the budget)."""
         path = resolve_model(model)
@@ -223,6 +251,8 @@ class VLLMEngine:
             args = self._args
             logger.info("Loading %s with vLLM (%s)", self.model, ", ".join(f"{k}={v!r}" for k, v in sorted(args.items())) or "default arguments")
             start = time.perf_counter()
+            if self.batch_invariant:
+                _enable_batch_invariance(self.model)
             try:
                 self._core = VLLMCore.start(self._path, args, reasoning_markers=self.reasoning_markers)
             except TypeError as err:
@@ -256,6 +286,8 @@ class VLLMEngine:
         """Model, revision and chat template hash; computed once, without loading the model."""
         if self._identity is None:
             self._identity = {"model": self.model, "revision": self.revision, "chat_template_sha256": self._chat_template_sha256()}
+            if self.batch_invariant:  # other kernels, other outputs: not the cached answers of a run without it
+                self._identity["batch_invariant"] = True
         return dict(self._identity)
 
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
@@ -334,22 +366,19 @@ class VLLMEngine:
         return {"model": self.model, "model_revision": self.revision}
 
     def _sampling_params(self, settings: SamplingSettings) -> SamplingParams:
+        """vLLM's SamplingParams built from `rs.engines.vllm_args.vllm_fields`, the very dict a repo's provenance records."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
-        structured = StructuredOutputsParams(choice=list(settings.choices)) if settings.choices else None
-        limits: dict[str, Any] = {}
-        if settings.repetition_detection is not None:
+        fields = vllm_fields(settings)
+        fields["output_kind"] = getattr(RequestOutputKind, fields["output_kind"])
+        if "structured_outputs" in fields:
+            fields["structured_outputs"] = StructuredOutputsParams(**fields["structured_outputs"])
+        if "repetition_detection" in fields:
             from vllm.sampling_params import RepetitionDetectionParams
 
-            low, high, count = settings.repetition_detection
-            limits["repetition_detection"] = RepetitionDetectionParams(max_pattern_size=high, min_pattern_size=low, min_count=count)
-        if settings.thinking_token_budget is not None:
-            limits["thinking_token_budget"] = settings.thinking_token_budget
-        return SamplingParams(
-            temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
-            max_tokens=settings.max_tokens, structured_outputs=structured, output_kind=RequestOutputKind.FINAL_ONLY, **limits,
-        )
+            fields["repetition_detection"] = RepetitionDetectionParams(**fields["repetition_detection"])
+        return SamplingParams(**fields)
 
     def _chat_template_sha256(self) -> str | None:
         """Hash of the chat template `LLM.chat` renders with, resolved the way vLLM resolves it.

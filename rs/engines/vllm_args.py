@@ -16,10 +16,13 @@ import functools
 import importlib.util
 import logging
 from pathlib import Path
+from typing import Any
+
+from rs.engines.base import SamplingSettings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["known_engine_args", "unknown_engine_arg"]
+__all__ = ["batch_invariance_refusal", "known_engine_args", "unknown_engine_arg", "vllm_fields"]
 
 
 @functools.cache
@@ -74,3 +77,40 @@ def _parameters(path: Path, cls: str, method: str) -> set[str]:
             a = node.args
             return {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
     raise LookupError(f"no {cls}.{method} in {path}")
+
+
+BATCH_INVARIANT_MODULES = ("model_executor/determinism/batch_invariant.py", "model_executor/layers/batch_invariant.py")
+"""Where vLLM keeps its batch-invariant kernels (`VLLM_BATCH_INVARIANT=1`): the newer place, then the older one."""
+
+
+def batch_invariance_refusal() -> str | None:
+    """Why the installed vLLM cannot take `engine.batch_invariant: true`, read from its files (None: it can, or vLLM is
+    not installed here to ask, which the engine's start then checks)."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations)))
+    try:
+        envs = (root / "envs.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    if "VLLM_BATCH_INVARIANT" not in envs or not any((root / m).is_file() for m in BATCH_INVARIANT_MODULES):
+        return "the installed vLLM has no batch-invariant mode (no VLLM_BATCH_INVARIANT in vllm/envs.py): install a newer vLLM"
+    return None
+
+
+def vllm_fields(settings: SamplingSettings, *, n: int = 1) -> dict[str, Any]:
+    """The `vllm.SamplingParams` fields rs sets for `settings`, as plain values (`rs.engines.vllm` builds its
+    SamplingParams from this very dict, and a repo's provenance records it), and the chat template arguments `LLM.chat` gets beside them."""
+    fields: dict[str, Any] = {"temperature": settings.temperature, "top_p": settings.top_p, "seed": settings.seed,
+                              "max_tokens": settings.max_tokens, "output_kind": "FINAL_ONLY"}
+    if n > 1:
+        fields["n"] = n
+    if settings.choices:
+        fields["structured_outputs"] = {"choice": list(settings.choices)}
+    if settings.repetition_detection is not None:
+        low, high, count = settings.repetition_detection
+        fields["repetition_detection"] = {"max_pattern_size": high, "min_pattern_size": low, "min_count": count}
+    if settings.thinking_token_budget is not None:
+        fields["thinking_token_budget"] = settings.thinking_token_budget
+    return fields

@@ -356,7 +356,17 @@ def _describe(c: FamilyConfig) -> list[str]:
         f"{j.mode}, label in {j.max_tokens} tokens" + (f" after up to {j.think_budget:,} of reasoning" if j.mode == "think_then_label" else ""))
     return [f"instruction {c.instruction!r}; questions with options: {mc}", f"verifier {c.verifier.name}{params}",
             f"sampling: {c.sampling.chat_template_kwargs}, temperature {c.sampling.temperature}",
-            f"reasoning: {reading}", f"judge: {judge}"]
+            f"reasoning: {reading}", f"judge: {judge}", *_batch_invariance_lines(c)]
+
+
+BATCH_INVARIANCE_COST = ("vLLM's batch-invariant mode (engine.batch_invariant) costs throughput: reported by vLLM's own "
+                         "issues, not measured by rs, as 22-31% after tuning on a small model (vllm#27433) and about 0.6% "
+                         "for 128-token outputs (vllm#28161); GPUs only")
+"""What `rs plan` says of `engine.batch_invariant: true` (figures from ../shared/research/data-practices-2026.md)."""
+
+
+def _batch_invariance_lines(c: FamilyConfig) -> list[str]:
+    return [f"batch-invariant: on; {BATCH_INVARIANCE_COST}"] if getattr(c.engine, "batch_invariant", False) else []
 
 
 def _check_configuration(c: FamilyConfig, plan: Plan) -> None:

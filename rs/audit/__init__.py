@@ -1,0 +1,121 @@
+"""`rs audit REPO`: a published repo's card, stats and front matter checked against its own files.
+
+    rs audit out/local/TinyCLEVR_RS_think          # a local folder (--out); its siblings beside it are read too
+    rs audit me/TinyCLEVR_RS_think                 # a Hub repo id (huggingface_hub.snapshot_download)
+    rs audit out/local/TinyCLEVR_RS_think --build build/TinyCLEVR    # also against the build's stores
+    rs audit ... --build build/TinyCLEVR --replay 20                 # and its first 20 rows re-derived from them
+
+Every number the card states is read back out of its text and compared with what the repo's files
+hold: the rows of this repo and of its siblings (accepted by whom, rejected why, pass rates, pairs),
+and `rs/stats.json` for what no row holds (the judge's calibration, how the answers ended). It exits 1
+naming each number that disagrees and where it is stated, 0 when every one agrees.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rs.build import route_items
+from rs.pairs import pair_rows
+from rs.route import Routes, split_rows
+from rs.stages import BuildPaths
+from rs.store import read_records
+from rs.audit.checks import CHECKERS, Audit, Finding, checker, run_checks
+from rs.audit.facts import Facts, family_facts
+from rs.audit.repo import AuditUsageError, Family, RepoFiles, load_family
+
+__all__ = ["AuditResult", "AuditUsageError", "CHECKERS", "Finding", "audit", "checker"]
+
+
+@dataclass
+class AuditResult:
+    repo: str
+    checked: int
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def render(self) -> str:
+        lines = [f"{self.repo}: {self.checked:,} numbers checked, " + ("all agree" if self.ok else f"{len(self.findings):,} disagree")]
+        lines += [f"  {finding}" for finding in self.findings]
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def audit(target: str | Path, *, build: Path | None = None, replay: int = 0, siblings: bool = True) -> AuditResult:
+    """Audit the repo at `target` (a folder or a Hub id); with `build`, also against that build's stores."""
+    family = load_family(str(target), siblings=siblings)
+    facts = family_facts(family)
+    result = run_checks(family.repo, family, facts)
+    notes = [f"{name}: not readable here; the numbers only it holds were checked against rs/stats.json alone"
+             for name in family.missing]
+    if build is not None:
+        _against_build(result, _build_dir(build, family.repo), replay)
+    elif replay:
+        raise AuditUsageError("--replay N re-derives rows from a build's stores: give --build DIR too")
+    return AuditResult(family.repo.name, result.checked, result.findings, notes + result.notes)
+
+
+def _build_dir(build: Path, repo: RepoFiles) -> Path:
+    """`build` as given (a family's build folder) or a build root holding the family's folder."""
+    family, limit = repo.report.family, repo.report.limit
+    trial = [build / f"limit-{limit}", build / family / f"limit-{limit}"] if limit is not None else []
+    for candidate in (*trial, build, build / family):
+        if (candidate / "items").is_dir():
+            return candidate
+    raise AuditUsageError(f"--build {build}: no build of {repo.report.family} there (no items/ store, nor {repo.report.family}/items/)")
+
+
+def _routes(report: Any) -> Any:
+    cal = report.judge.calibration
+    return Routes(bool(cal and cal.get("promotes")), report.verifier.think_needs_agreeing_reasoning, recovery=report.recovery is not None,
+                  greedy_temperature=report.sampling["temperature"], greedy_seed=report.sampling["seed"],
+                  recovery_temperature=report.recovery.settings["temperature"] if report.recovery is not None else None)
+
+
+def _against_build(a: Audit, root: Path, replay: int) -> None:
+    """The family's counts routed afresh from the build's stores, and the greedy pass's certain rejections the judge
+    called CORRECT counted in its items store."""
+    report, facts = a.report, a.facts
+    routes = _routes(report)
+    routing = route_items(BuildPaths(root), routes, pairs="pairs" in report.splits)
+    where = f"{root} (the build's stores)"
+    a.same("accepted by whom (stores)", where, facts.accepted_by if facts.accepted_by is not None else report.totals.accepted_by,
+           {k: v for k, v in routing.accepted_by.items() if v or facts.accepted_by is None})
+    a.same("rejected by reason (stores)", where, facts.rejected_by_reason if facts.rejected_by_reason is not None else
+           report.totals.rejected_by_reason, {k: v for k, v in routing.rejected_by_reason.items() if v or facts.rejected_by_reason is None})
+    a.same("accepted answers whose reasoning concludes another value (stores)", where, report.verifier.reasoning_disagrees,
+           routing.reasoning_disagrees)
+    if routing.pass_rates is not None:
+        a.same("the pass-rate histogram (stores)", where, facts.pass_rates if facts.pass_rates is not None else report.recovery.pass_rates,
+               routing.pass_rates)
+    if routing.pairs is not None and report.recovery is not None:
+        a.same("the preference pairs (stores)", where, report.recovery.pairs, routing.pairs.to_dict())
+    contradicted = correct = 0
+    for item in read_records(root / "items", "items", columns=["contradicts", "judge"]):
+        contradicted += bool(item["contradicts"])
+        correct += bool(item["contradicts"]) and item["judge"] == "CORRECT"
+    a.same("the greedy pass's certain rejections (stores)", where, report.judge.contradicted, contradicted)
+    a.same("certain rejections the judge called CORRECT (stores)", where, report.judge.contradicted_verdicts.get("CORRECT", 0), correct)
+    if replay:
+        _replay(a, root, routes, replay)
+
+
+def _replay(a: Audit, root: Path, routes: Any, n: int) -> None:
+    """The repo's first `n` rows re-derived from the build's stores (routing and the row layout re-run) and compared
+    value by value: what the repo publishes is what its stores route, nothing edited after."""
+    split = a.repo.split
+    rows = pair_rows(root, routes) if split == "pairs" else split_rows(root, split, routes)
+    derived = list(itertools.islice(rows, n))
+    published = a.repo.rows[:n]
+    for i, (mine, theirs) in enumerate(zip(derived, published)):
+        mine = {k: v for k, v in mine.items() if k not in ("image", "images")}
+        a.same(f"row {i} re-derived from the stores", f"{a.repo.name}/data row {i}", theirs, mine)
+    a.same("rows re-derived", f"{a.repo.name}/data", min(n, len(published)), len(derived))
+    a.notes.append(f"--replay {n}: {len(derived)} rows re-derived from the stores of {root}")

@@ -1,0 +1,149 @@
+"""A published repo as `rs audit` reads it: its card (front matter and text), its `rs/stats.json`, its parquet rows.
+
+Read from a local folder (`--out`) or a Hub repo id (downloaded with `huggingface_hub.snapshot_download`); the
+sibling repos of the family are read the same way when they are reachable, since a card states whole-family
+numbers that only the siblings' rows hold.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+from rs.errors import UsageError
+from rs.family_report import FamilyReport
+
+
+class AuditUsageError(UsageError, ValueError):
+    """A target `rs audit` cannot read: no such folder or repo, or not a repo rs published."""
+
+
+@dataclass
+class RepoFiles:
+    """One published repo's files."""
+
+    name: str
+    """The repo's name (`TinyCLEVR_RS_think`), as `stats.json`'s splits name it."""
+    root: Path
+
+    @cached_property
+    def readme(self) -> str:
+        path = self.root / "README.md"
+        if not path.is_file():
+            raise AuditUsageError(f"{self.root}: no README.md: not a dataset repo rs published")
+        return path.read_text(encoding="utf-8")
+
+    @cached_property
+    def front_matter(self) -> dict[str, Any]:
+        text = self.readme
+        if not text.startswith("---\n") or "\n---\n" not in text[4:]:
+            raise AuditUsageError(f"{self.root / 'README.md'}: no YAML front matter")
+        return yaml.safe_load(text[4:text.index("\n---\n", 4)]) or {}
+
+    @cached_property
+    def body(self) -> str:
+        text = self.readme
+        return text[text.index("\n---\n", 4) + 5:]
+
+    @cached_property
+    def stats_raw(self) -> dict[str, Any]:
+        path = self.root / "rs" / "stats.json"
+        if not path.is_file():
+            raise AuditUsageError(f"{self.root}: no rs/stats.json: not a repo rs published (or one published before rs kept its stats)")
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    @cached_property
+    def report(self) -> FamilyReport:
+        return FamilyReport.from_dict(self.stats_raw, where=str(self.root / "rs" / "stats.json"))
+
+    @cached_property
+    def split(self) -> str:
+        """Which of the family's repos this is: `think`, `nothink`, `rejected`, `pairs` (or a kind a later rs adds)."""
+        for split, summary in self.report.splits.items():
+            if summary.repo == self.name:
+                return split
+        names = ", ".join(s.repo for s in self.report.splits.values())
+        raise AuditUsageError(f"{self.root}: its rs/stats.json names the repos {names}, not {self.name}")
+
+    @cached_property
+    def shards(self) -> list[Path]:
+        return sorted((self.root / "data").glob("*.parquet"))
+
+    @cached_property
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row of every shard, in order (images left out: the audit counts, it does not look)."""
+        out: list[dict[str, Any]] = []
+        for shard in self.shards:
+            table = pq.read_table(shard)
+            keep = [c for c in table.column_names if c not in ("image", "images")]
+            out.extend(table.select(keep).to_pylist())
+        return out
+
+    @cached_property
+    def qa(self) -> list[dict[str, Any]]:
+        """The QA entries of a per-image split, or the rows of the pairs repo (one QA per row)."""
+        if self.split == "pairs":
+            return self.rows
+        return [qa for row in self.rows for qa in row["qa"]]
+
+    @cached_property
+    def arrow_schema(self) -> Any:
+        return pq.read_schema(self.shards[0]) if self.shards else None
+
+
+@dataclass
+class Family:
+    """The repo audited and whichever siblings could be read."""
+
+    repo: RepoFiles
+    siblings: dict[str, RepoFiles] = field(default_factory=dict)
+    """split -> its repo, this one included."""
+    missing: list[str] = field(default_factory=list)
+    """Siblings that could not be read: their numbers are checked against stats.json alone."""
+
+    def of(self, split: str) -> RepoFiles | None:
+        return self.siblings.get(split)
+
+
+def _download(repo_id: str, *, revision: str | None = None) -> Path:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, repo_type="dataset", revision=revision))
+    except Exception as err:  # not found, gated, offline: said as the target's problem
+        raise AuditUsageError(f"{repo_id}: cannot download the dataset repo from the Hub: {type(err).__name__}: {err}") from None
+
+
+def load_family(target: str, *, siblings: bool = True) -> Family:
+    """The repo at `target` (a folder, or a Hub id `namespace/name`) and, with `siblings`, its family's other repos: beside
+    it in the same parent folder, or in the same namespace on the Hub."""
+    path = Path(target)
+    local = path.is_dir()
+    if not local and (target.count("/") != 1 or path.exists()):
+        raise AuditUsageError(f"{target}: no such folder, and not a Hub repo id (namespace/name)")
+    root = path if local else _download(target)
+    repo = RepoFiles(path.resolve().name if local else target.split("/")[1], root)
+    family = Family(repo, {repo.split: repo})
+    if not siblings:
+        family.missing = [summary.repo for split, summary in repo.report.splits.items() if split != repo.split]
+        return family
+    for split, summary in repo.report.splits.items():
+        if split in family.siblings:
+            continue
+        try:
+            if local:
+                other = path.resolve().parent / summary.repo
+                if not (other / "README.md").is_file():
+                    raise AuditUsageError(f"{other}: not there")
+                family.siblings[split] = RepoFiles(summary.repo, other)
+            else:
+                family.siblings[split] = RepoFiles(summary.repo, _download(f"{target.split('/')[0]}/{summary.repo}"))
+        except AuditUsageError:
+            family.missing.append(summary.repo)
+    return family
