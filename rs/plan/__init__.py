@@ -396,7 +396,7 @@ def _cpu_vllm() -> bool:
 def _sample_rows(family: Family, images: int, plan: Plan) -> list[Row]:
     try:
         source = open_source(family)
-        cleaner = Cleaner(family.config, source.provenance())
+        cleaner = Cleaner(family.config, source.provenance(), base_dir=family.path.parent)
         rows = list(cleaner.rows(source, limit=images))
     except UsageError:  # the family's own source settings are wrong: nothing of the plan would hold
         raise

@@ -1,0 +1,61 @@
+"""The four ways a training item is found in an evaluation set, each with its version and threshold.
+
+A method's `version` goes into the clean stage's fingerprint (`rs.stages.clean_fingerprint`) and into each
+cached evaluation index's key: a changed method re-checks every item. Thresholds were chosen by measurement on
+TinyCLEVR's synthetic evaluation split (`bench/decontaminate.py`, README "Decontamination"): the near-duplicate
+distance catches the transformed copies (re-encoded, resized, cropped 2-5%, brightened) while the closest hard
+negatives (other scenes of the same renderer) lie at 8 bits and more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Method:
+    """One registered method: its name (the `method` of a match), version, what it compares and its threshold."""
+
+    name: str
+    version: str
+    kind: str
+    """The action key it answers to (`decontamination.action`): image, item or question."""
+    compares: str
+    threshold: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+PHASH_DISTANCE = 6
+"""Most differing bits of two 64-bit pHashes (the closest of the whole-image and centre-crop pairs) of one image."""
+NGRAM = 3
+"""Word n-grams a question is cut into for the fuzzy match (questions of CLEVR's kind are 5-20 words)."""
+QUESTION_OVERLAP = 0.9
+"""Least overlap coefficient of two questions' n-grams for `same_question` (a copy with a sentence added: 1.0;
+one word changed in a 14-word templated question: 0.75)."""
+ITEM_OVERLAP = 0.5
+"""Least n-gram overlap of a question with one asked of the matched evaluation image for `same_item`."""
+LSH_THRESHOLD = 0.3
+"""Jaccard threshold of the MinHash LSH that proposes candidates (checked exactly against QUESTION_OVERLAP after)."""
+NUM_PERM = 64
+
+SAME_IMAGE = Method("same_image", "1", "image", "SHA-256 of the decoded RGB pixels and size", "equal")
+NEAR_IMAGE = Method("near_image", "1", "image", "pHash (64 bits) of the auto-contrasted image and its 4% centre crop",
+                    f"Hamming distance <= {PHASH_DISTANCE}")
+SAME_ITEM = Method("same_item", "1", "item", f"a near-duplicate image and a question sharing word {NGRAM}-grams with one "
+                   "asked of it", f"image as near_image; n-gram overlap >= {ITEM_OVERLAP}")
+SAME_QUESTION = Method("same_question", "1", "question", f"normalised words; word {NGRAM}-grams by MinHash LSH",
+                       f"equal words, or n-gram overlap >= {QUESTION_OVERLAP}")
+
+METHODS = {m.name: m for m in (SAME_IMAGE, NEAR_IMAGE, SAME_ITEM, SAME_QUESTION)}
+"""Every method by name, in the order a card lists them."""
+
+INDEX_VERSION = "1"
+"""The layout of a cached evaluation index (`rs.decontam.index`)."""
+
+
+def versions() -> dict[str, str]:
+    """Each method's version, and the index layout's: what a fingerprint holds."""
+    return {**{m.name: m.version for m in METHODS.values()}, "index": INDEX_VERSION}
