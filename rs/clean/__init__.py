@@ -233,16 +233,16 @@ class Cleaner:
             else:
                 kept.append(item)
         if self.decontam is not None and kept:
-            kept = self._decontaminate(hashed[0] if hashed else None, sha, kept)
+            kept = self._decontaminate(hashed[0] if hashed else None, sha, image, kept)
         return image, sha, kept
 
-    def _decontaminate(self, hashes: ImageHashes | None, sha: str, items: list[QAItem]) -> list[QAItem]:
+    def _decontaminate(self, hashes: ImageHashes | None, sha: str, image: bytes, items: list[QAItem]) -> list[QAItem]:
         """Drop or flag what the evaluation sets hold: a matched image drops its whole row (action `drop`)."""
         assert self.decontam is not None
         d, stats = self.decontam, self.report.steps["decontamination"]
         images = d.image_matches(hashes) if hashes is not None else []
         if images:
-            d.count_images(images, sha)
+            d.count_images(images, sha, image)
         row_drop = [m for m in images if d.action(m.method) == "drop"]
         kept = []
         for item in items:

@@ -14,16 +14,19 @@ every QA item, and counts what it found per set and method for the card.
 
 from __future__ import annotations
 
+import base64
+import io
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from .hashing import ImageHashes, exact_key, overlap, shingles
-from .index import EvaluationIndex, load_or_build, minhash
-from .methods import ITEM_OVERLAP, METHODS, NEAR_IMAGE, NGRAM, QUESTION_OVERLAP, SAME_IMAGE, SAME_ITEM, SAME_QUESTION, versions
+from .index import THUMBNAIL, EvaluationIndex, load_or_build, minhash, thumbnail_png
+from .methods import ITEM_OVERLAP, METHODS, NEAR_IMAGE, NEAR_QUESTION, NGRAM, QUESTION_OVERLAP, SAME_IMAGE, SAME_ITEM, SAME_QUESTION, versions
 
 __all__ = ["Decontaminator", "Match", "METHODS", "versions"]
 
@@ -93,18 +96,19 @@ class Decontaminator:
             same = index.pixels.get(hashes.pixels)
             if same is not None:
                 found.append(Match(name, SAME_IMAGE.name, 0, index.record_ids[same], same))
-                continue
             if not len(index.codes):
                 continue
             _, images, distances = index.hamming().search(np.array(hashes.phash, dtype=np.uint64))
             best: dict[int, int] = {}
             for image, distance in zip(images.tolist(), distances.tolist()):
-                best[image] = min(distance, best.get(image, 64))
+                if image != same:  # another copy of the scene in the set: found too
+                    best[image] = min(distance, best.get(image, 64))
             found += [Match(name, NEAR_IMAGE.name, d, index.record_ids[i], i) for i, d in sorted(best.items(), key=lambda e: e[1])]
         return found
 
     def question_matches(self, question: str, images: list[Match]) -> list[Match]:
-        """`same_item` (an overlapping question asked of a matched evaluation image) and `same_question` matches."""
+        """`same_item` (an overlapping question asked of a matched evaluation image), else per set `same_question`
+        (equal normalised words) or `near_question` (n-grams mostly shared)."""
         grams = shingles(question, NGRAM)
         found = []
         for match in images:
@@ -115,25 +119,27 @@ class Decontaminator:
         for name, index in self.indexes.items():
             if any(m.set == name for m in found):
                 continue
-            q = index.exact.get(key)
-            distance = 0.0
+            q, method, distance = index.exact.get(key), SAME_QUESTION.name, 0.0
             if q is None and grams:
                 best = max(((overlap(grams, index.grams(c)), c) for c in index.lsh.query(minhash(grams))), default=(0.0, None))
                 if best[0] >= QUESTION_OVERLAP:
-                    q, distance = best[1], round(1 - best[0], 3)
+                    q, method, distance = best[1], NEAR_QUESTION.name, round(1 - best[0], 3)
             if q is not None:
                 image = int(np.searchsorted(index.question_start, q, side="right") - 1)
-                found.append(Match(name, SAME_QUESTION.name, distance, index.record_ids[image], image))
+                found.append(Match(name, method, distance, index.record_ids[image], image))
         return found
 
-    def count_images(self, matches: list[Match], sha: str) -> None:
+    def count_images(self, matches: list[Match], sha: str, image: bytes) -> None:
+        """Count a training image matched per set (by its closest method); the first one becomes the card's example."""
         for name in {m.set for m in matches}:
             first = next(m for m in matches if m.set == name)
             stats = self.stats[name]
             stats.images[first.method] += 1
             if stats.example is None:
+                pair = pair_png(image, self.indexes[name].thumbnail(first.eval_image))
                 stats.example = {"image_sha256": sha, "eval_record": first.eval_record, "eval_image": first.eval_image,
-                                 "method": first.method, "distance": first.distance}
+                                 "method": first.method, "distance": first.distance,
+                                 "pair_png": base64.b64encode(pair).decode() if pair else None}
 
     def count_item(self, matches: list[Match], dropped: bool) -> None:
         for name in {m.set for m in matches}:
@@ -152,3 +158,20 @@ class Decontaminator:
             "methods": {m.name: {"version": m.version, "compares": m.compares, "threshold": m.threshold,
                                  "action": self.action(m.name)} for m in METHODS.values()},
         }
+
+
+def pair_png(training: bytes, evaluation: bytes | None) -> bytes | None:
+    """The training image's thumbnail beside the evaluation image's, for the card (None without the latter)."""
+    if evaluation is None:
+        return None
+    try:
+        with Image.open(io.BytesIO(training)) as a, Image.open(io.BytesIO(thumbnail_png(Image.open(io.BytesIO(evaluation))))) as b:
+            left = Image.open(io.BytesIO(thumbnail_png(a)))
+            canvas = Image.new("RGB", (2 * THUMBNAIL + 8, THUMBNAIL), "white")
+            canvas.paste(left, (0, 0))
+            canvas.paste(b.convert("RGB"), (THUMBNAIL + 8, 0))
+    except OSError:
+        return None
+    out = io.BytesIO()
+    canvas.save(out, format="PNG")
+    return out.getvalue()

@@ -155,6 +155,9 @@ class _Validator:
                 errors.append(err)
         if len(errors) == 1:
             raise errors[0]
+        shaped = [e for o, e in zip(options, errors) if dataclasses.is_dataclass(o)]
+        if isinstance(node, MappingNode) and len(shaped) == 1:  # a mapping for the one mapping option: its own error
+            raise shaped[0]
         names = " or ".join(type_name(o) for o in options)
         self.fail(node, key, f"expected {names}, got {self.plain(node)!r}")
 
