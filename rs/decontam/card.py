@@ -20,7 +20,7 @@ def card_sets(report: dict[str, Any] | None) -> list[dict[str, Any]]:
     out = []
     for name, stats in report["sets"].items():
         rows = [{"method": m, "compares": methods[m]["compares"], "threshold": methods[m]["threshold"],
-                 "images": stats["images"].get(m, 0), "items": stats["items"].get(m, 0), "action": methods[m]["action"]}
+                 "images": stats["images"].get(m, 0), "qa": stats["items"].get(m, 0), "action": methods[m]["action"]}
                 for m in METHODS if m in methods]
         example = stats.get("example")
         out.append({"name": name, "rows": rows, "eval_images": stats["eval_images"], "eval_questions": stats["eval_questions"],
@@ -41,3 +41,16 @@ def summary(report: dict[str, Any] | None) -> str | None:
     parts = [f"{name}: {sum(s['images'].values())} images and {sum(s['items'].values())} QA matched, "
              f"{s['dropped_items']} dropped, {s['flagged_items']} flagged" for name, s in report["sets"].items()]
     return "  decontamination: " + "; ".join(parts)
+
+
+def plan_lines(report: dict[str, Any] | None, where: str) -> list[str]:
+    """What `rs plan` says of the overlap it found in `where`, per evaluation set and method."""
+    if not report:
+        return []
+    out = [f"evaluation overlap in {where}:"]
+    for name, s in report["sets"].items():
+        by = ", ".join(f"{m} {n}" for m, n in sorted(s["images"].items())) or "none"
+        qa = ", ".join(f"{m} {n}" for m, n in sorted(s["items"].items())) or "none"
+        out.append(f"  {name} ({s['eval_images']} images, {s['eval_questions']} questions): images matched: {by}; "
+                   f"QA matched: {qa}; {s['dropped_items']} QA would be dropped, {s['flagged_items']} flagged")
+    return out

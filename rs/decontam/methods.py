@@ -57,10 +57,14 @@ NEAR_QUESTION = Method("near_question", "1", "question", f"word {NGRAM}-grams, c
 METHODS = {m.name: m for m in (SAME_IMAGE, NEAR_IMAGE, SAME_ITEM, SAME_QUESTION, NEAR_QUESTION)}
 """Every method by name, in the order a card lists them."""
 
+VERSION = "1"
+"""The decontamination code as a whole (`rs/decontam/`): tracked by tests/versions.lock.json like every deciding piece
+(`rs.versions`); bump it, or a method's own version, when what is matched changes."""
+
 INDEX_VERSION = "1"
 """The layout of a cached evaluation index (`rs.decontam.index`)."""
 
 
 def versions() -> dict[str, str]:
     """Each method's version, and the index layout's: what a fingerprint holds."""
-    return {**{m.name: m.version for m in METHODS.values()}, "index": INDEX_VERSION}
+    return {**{m.name: m.version for m in METHODS.values()}, "index": INDEX_VERSION, "code": VERSION}

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rs.decontam.card import plan_lines as overlap_lines
 from rs.clean import Cleaner, CleaningReport
 from rs.engines import Engine, resolve_model
 from rs.engines.base import PROMPT_TAIL_CHARS
@@ -177,6 +178,8 @@ class Plan:
     sample: CleaningReport | None = None
     source_records: int | None = None
     projection: Projection | None = None
+    overlap: CleaningReport | None = None
+    """The cleaning of the `--limit` images (their decontamination is reported); None without --limit."""
 
     def expected_questions(self) -> int | None:
         """Questions the whole family will answer, from the source's size and the sample's questions kept per record."""
@@ -193,6 +196,10 @@ class Plan:
         out += [f"  note: {note}" for note in self.notes]
         out += self._template_lines()
         out += self._sample_lines()
+        checked = self.overlap or self.sample
+        if checked is not None:
+            where = f"the first {self.overlap.source_records} records (--limit)" if self.overlap else "the sample"
+            out += overlap_lines(checked.decontamination, where)
         for kind in self.kinds:
             out += self._kind_lines(kind)
         if self.projection is not None:
@@ -553,6 +560,7 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
     root = Path(build_root or "build") / "plan"
     ctx = BuildContext(family, root, cache_path or default_cache_path(), limit=limit, progress=progress, engine_factory=engine_factory)
     clean = ensure_clean(ctx)
+    plan.overlap = clean
     ctx.paths.sample_report.unlink(missing_ok=True)  # the plan measures this run, even over a warm cache
     report: SampleReport = ensure_sampled(ctx)
     columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending"]
