@@ -38,7 +38,7 @@ __all__ = ["AccountingError", "Cleaner", "CleaningReport", "ExclusionWriter", "P
 
 logger = logging.getLogger(__name__)
 
-POLICY_VERSION = "3"
+POLICY_VERSION = "4"  # 4: clean_meta.contamination (rs.decontam)
 
 
 class AccountingError(RsError, RuntimeError):

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from rs.errors import RsError
 from rs.registry import SOURCES
 
 from .hamming import HammingIndex
@@ -153,6 +154,10 @@ def build_index(name: str, records: Any, fingerprint: str, folder: Path) -> Eval
     return index
 
 
+class EvaluationSetUnreadable(RsError):
+    """An evaluation set a family is checked against could not be read: nothing of the family is cleaned without it."""
+
+
 def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | None = None) -> EvaluationIndex:
     """The set's index from the cache, or built from its source and cached (written whole, then renamed)."""
     fingerprint = set_fingerprint(set_config.source)
@@ -172,7 +177,14 @@ def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | No
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        index = build_index(name, iter(source), fingerprint, tmp)
+        try:
+            index = build_index(name, iter(source), fingerprint, tmp)
+        except (RsError, OSError, ValueError, ConnectionError) as err:
+            label = SOURCES.get(set_config.source.kind).label(set_config.source)
+            raise EvaluationSetUnreadable(
+                f"cannot read the evaluation set {name} ({label}) to index it: {getattr(err, 'message', err)}",
+                hint="a family checked against it (decontamination.against) needs it once: run where the Hub is reachable, "
+                     "or put the dataset in the local Hugging Face cache; its index is cached after") from err
         index._hamming = None
         with (tmp / "index.pkl").open("wb") as fh:
             pickle.dump(index, fh, protocol=pickle.HIGHEST_PROTOCOL)
