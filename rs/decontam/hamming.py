@@ -66,8 +66,9 @@ class HammingIndex:
         if not pairs:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, empty
-        unique = np.unique(np.concatenate(pairs))
+        candidates = np.concatenate(pairs)
+        query, row = candidates // len(self.codes), candidates % len(self.codes)
+        near = np.bitwise_count(queries[query] ^ self.codes[row]) <= self.max_distance
+        unique = np.unique(candidates[near])  # a pair found in several blocks once (few pairs are near: unique them only)
         query, row = unique // len(self.codes), unique % len(self.codes)
-        distance = np.bitwise_count(queries[query] ^ self.codes[row]).astype(np.int64)
-        keep = distance <= self.max_distance
-        return query[keep], self.ids[row[keep]], distance[keep]
+        return query, self.ids[row], np.bitwise_count(queries[query] ^ self.codes[row]).astype(np.int64)
