@@ -186,6 +186,8 @@ def scale(n_train: int, n_eval: int, batch: int) -> None:
           f"{matched_images:,} training images matched; planted near-duplicates found {found:,}/{planted:,}; "
           f"peak RSS {_rss_mb():.0f} MB ({before:.0f} MB before the index)")
 
+    questions(n_eval, n_eval)
+
     from PIL import Image
 
     from rs.decontam.hashing import image_hashes
@@ -201,6 +203,51 @@ def scale(n_train: int, n_eval: int, batch: int) -> None:
     seconds = (time.perf_counter() - start) / len(images)
     print(f"hashing a decoded 160x160 scene (pixel digest + {len(CROPS)} pHashes): {seconds * 1e3:.2f} ms; "
           f"{n_train:,} images: {seconds * n_train / 60:.1f} min on one core")
+
+
+def questions(n_train: int, n_eval: int) -> None:
+    """The question side at scale: an LSH index of `n_eval` CLEVR-style questions, `n_train` training questions asked."""
+    import random
+
+    from datasketch import MinHashLSH
+
+    from rs.decontam.hashing import exact_key, overlap, shingles
+    from rs.decontam.index import minhash
+    from rs.decontam.methods import LSH_THRESHOLD, NGRAM, NUM_PERM, QUESTION_OVERLAP
+    from rs.sources.synthetic import generate_scene, questions_for
+
+    def draw(seed: int, n: int) -> list[str]:
+        out: list[str] = []
+        i = 0
+        while len(out) < n:
+            scene = generate_scene(random.Random(f"{seed}:{i}"))
+            out += [q for q, _, _ in questions_for(scene, random.Random(f"{seed}:{i}:qa"), 4, "mixed")]
+            i += 1
+        return out[:n]
+
+    evaluation, training = draw(11, n_eval), draw(12, n_train)
+    before = _rss_mb()
+    start = time.perf_counter()
+    lsh = MinHashLSH(threshold=LSH_THRESHOLD, num_perm=NUM_PERM)
+    grams = [shingles(q, NGRAM) for q in evaluation]
+    exact = {exact_key(q): i for i, q in enumerate(evaluation)}
+    for i, g in enumerate(grams):
+        lsh.insert(i, minhash(g), check_duplication=False)
+    built = time.perf_counter() - start
+    start = time.perf_counter()
+    same = near = candidates = 0
+    for q in training:
+        if exact_key(q) in exact:
+            same += 1
+            continue
+        g = shingles(q, NGRAM)
+        found = lsh.query(minhash(g))
+        candidates += len(found)
+        near += any(overlap(g, grams[c]) >= QUESTION_OVERLAP for c in found)
+    asked = time.perf_counter() - start
+    print(f"# questions: {n_eval:,} evaluation questions indexed in {built:.1f}s; {n_train:,} training questions asked in "
+          f"{asked:.1f}s ({n_train / asked:,.0f}/s; {candidates / max(1, n_train - same):.1f} LSH candidates each); "
+          f"{same:,} equal, {near:,} near (CLEVR's templates repeat); peak RSS {_rss_mb():.0f} MB ({before:.0f} MB before)")
 
 
 def main() -> None:

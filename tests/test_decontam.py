@@ -14,6 +14,7 @@ from PIL import Image
 
 from rs.clean import Cleaner, ExclusionWriter
 from rs.decontam import Decontaminator
+from rs.decontam.card import card_sets, pair_files, plan_lines, summary
 from rs.decontam.hamming import HammingIndex
 from rs.decontam.hashing import image_hashes
 from rs.decontam.index import load_or_build
@@ -141,6 +142,18 @@ def test_cleaning_drops_the_rows_of_matched_images_and_flags_matched_questions(t
     assert report["dropped_items"] == len(excluded)
     assert report["flagged_items"] == sum(len({c["question"] for c in row.clean_meta["contamination"]}) for row in rows)
     assert report["example"]["pair_png"]
+    # what the card, the publish summary and rs plan say of it
+    (card,) = card_sets(cleaner.report.decontamination)
+    rows = {row["method"]: row for row in card["rows"]}
+    assert rows["near_image"]["threshold"] == "Hamming distance <= 4" and rows["same_question"]["action"] == "flag"
+    assert sum(row["images"] for row in rows.values()) == len(recurring) and rows["same_image"]["action"] == "drop"
+    ((path, png),) = pair_files(cleaner.report.decontamination)
+    assert path == card["pair_path"] == "images/decontamination-Tiny-val.png"
+    assert Image.open(io.BytesIO(png)).size == (2 * 96 + 8, 96)
+    assert summary(cleaner.report.decontamination) == (f"  decontamination: Tiny-val: {len(recurring)} images and "
+                                                       f"{sum(report['items'].values())} QA matched, {len(excluded)} dropped, "
+                                                       f"{report['flagged_items']} flagged")
+    assert plan_lines(cleaner.report.decontamination, "the sample")[0] == "evaluation overlap in the sample:"
     # the index was cached under its versions: a second run loads it, building nothing
     assert len(list((own_cache / "decontamination").glob("Tiny-val-*/index.pkl"))) == 1
 
