@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -13,15 +12,13 @@ import yaml
 from PIL import Image
 
 from rs.clean import Cleaner, ExclusionWriter
-from rs.decontam import Decontaminator
 from rs.decontam.card import card_sets, pair_files, plan_lines, summary
 from rs.decontam.hamming import HammingIndex
 from rs.decontam.hashing import image_hashes
 from rs.decontam.index import load_or_build
 from rs.families import FamilyConfigError, default_families_path, load_families
-from rs.families.schema import DecontaminationActions, DecontaminationConfig, EvaluationSetConfig
+from rs.families.schema import DecontaminationActions, EvaluationSetConfig
 from rs.registry import SOURCES
-from rs.sources.synthetic import SyntheticSource
 from rs.sources.synthetic.evaluation import SyntheticEvaluationConfig, SyntheticEvaluationSource
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,7 +191,7 @@ LAYOUTS = {
 }
 
 
-def _fixture(folder: Path, source, columns: dict) -> None:
+def _fixture(folder: Path, source, columns: dict, *, without_image: bool = False) -> None:
     import datasets
 
     image_column = source.columns.image
@@ -202,7 +199,7 @@ def _fixture(folder: Path, source, columns: dict) -> None:
     for i in range(2):
         out = io.BytesIO()
         Image.new("RGB", (40, 30), (40 * i, 90, 200)).save(out, format="PNG")
-        images.append({"bytes": out.getvalue(), "path": None})
+        images.append({"bytes": out.getvalue(), "path": None} if i == 0 or not without_image else None)
     data = datasets.Dataset.from_dict({**columns, image_column: images}).cast_column(image_column, datasets.Image())
     (folder / "data").mkdir(parents=True)
     data.to_parquet(str(folder / "data" / f"{source.split}-00000-of-00001.parquet"))
@@ -228,7 +225,9 @@ def test_the_real_evaluation_sets_load_from_their_layout(name: str, tmp_path: Pa
     else:
         source = sets[name].source
     folder = tmp_path / "repo"
-    _fixture(folder, source, LAYOUTS[name])
+    text_only = name == "ScienceQA-test"  # ScienceQA's test split has questions without an image: still indexed
+    _fixture(folder, source, LAYOUTS[name], without_image=text_only)
     local = EvaluationSetConfig(source=dataclasses.replace(source, path=str(folder)))
     index = load_or_build(name, local, base_dir=tmp_path, root=tmp_path / "idx")
-    assert index.images == 2 and len(index.questions) == 2 and len(index.pixels) == 2
+    assert index.images == 2 and len(index.questions) == 2 and len(index.pixels) == 2 - text_only
+    assert index.undecodable == text_only and index.exact and min(index.exact.values()) == 0

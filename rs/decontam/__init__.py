@@ -153,7 +153,8 @@ class Decontaminator:
     def report(self) -> dict[str, Any]:
         """Per set: counts, the index's size, the example; with the methods' thresholds and the actions (the card's table)."""
         return {
-            "sets": {name: {**self.stats[name].to_dict(), "eval_images": index.images, "eval_questions": len(index.questions),
+            "sets": {name: {**self.stats[name].to_dict(), "eval_images": int(np.unique(index.code_images).size),
+                            "eval_questions": len(index.questions),
                             "fingerprint": index.fingerprint[:16]} for name, index in self.indexes.items()},
             "methods": {m.name: {"version": m.version, "compares": m.compares, "threshold": m.threshold,
                                  "action": self.action(m.name)} for m in METHODS.values()},

@@ -74,11 +74,13 @@ class EvaluationIndex:
     """Normalised question key -> its first question number."""
     lsh: Any = None
     undecodable: int = 0
+    """Images missing or that did not decode: their record's questions are indexed, the image is not."""
     thumbnails: Path | None = None
     _hamming: HammingIndex | None = None
 
     @property
     def images(self) -> int:
+        """Records indexed (an image each, or its questions alone where it has none that decodes)."""
         return len(self.record_ids)
 
     def hamming(self) -> HammingIndex:
@@ -109,6 +111,20 @@ def thumbnail_png(im: Image.Image) -> bytes:
     return out.getvalue()
 
 
+def _hash(image: Any) -> tuple[Any, bytes | None]:
+    """An evaluation image's hashes and thumbnail, or (None, None) when it is missing or does not decode."""
+    if not isinstance(image, bytes) or not image:
+        return None, None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(image)) as im:
+                im.load()
+                return image_hashes(im), thumbnail_png(im)
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+        return None, None
+
+
 def build_index(name: str, records: Any, fingerprint: str, folder: Path) -> EvaluationIndex:
     """Stream `records` (SourceRecords) into an index whose thumbnails go to `folder`."""
     from datasketch import MinHashLSH
@@ -120,33 +136,26 @@ def build_index(name: str, records: Any, fingerprint: str, folder: Path) -> Eval
     db = sqlite3.connect(index.thumbnails)
     db.execute("CREATE TABLE thumbs (image INTEGER PRIMARY KEY, png BLOB NOT NULL)")
     for record in records:
+        # a record is one entry: its questions are indexed even when it has no usable image (a text-only question)
+        number = len(index.record_ids)
+        index.record_ids.append(record.record_id)
         for image in record.images:
-            if not isinstance(image, bytes) or not image:
+            hashes, thumb = _hash(image)
+            if hashes is None:
                 index.undecodable += 1
                 continue
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    with Image.open(io.BytesIO(image)) as im:
-                        im.load()
-                        hashes, thumb = image_hashes(im), thumbnail_png(im)
-            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
-                index.undecodable += 1
-                continue
-            number = len(index.record_ids)
-            index.record_ids.append(record.record_id)
             index.pixels.setdefault(hashes.pixels, number)
             codes.extend(hashes.phash)
             owners.extend([number] * len(hashes.phash))
-            db.execute("INSERT INTO thumbs VALUES (?, ?)", (number, thumb))
-            index.question_start.append(len(index.questions))
-            for item in record.qa:
-                q = len(index.questions)
-                grams = shingles(item.question, NGRAM)
-                index.questions.append("\n".join(sorted(grams)))
-                index.exact.setdefault(exact_key(item.question), q)
-                if grams:
-                    index.lsh.insert(q, minhash(grams), check_duplication=False)
+            db.execute("INSERT OR IGNORE INTO thumbs VALUES (?, ?)", (number, thumb))
+        index.question_start.append(len(index.questions))
+        for item in record.qa:
+            q = len(index.questions)
+            grams = shingles(item.question, NGRAM)
+            index.questions.append("\n".join(sorted(grams)))
+            index.exact.setdefault(exact_key(item.question), q)
+            if grams:
+                index.lsh.insert(q, minhash(grams), check_duplication=False)
     db.commit()
     db.close()
     index.codes = np.array(codes, dtype=np.uint64)

@@ -57,12 +57,12 @@ NEAR_QUESTION = Method("near_question", "1", "question", f"word {NGRAM}-grams, c
 METHODS = {m.name: m for m in (SAME_IMAGE, NEAR_IMAGE, SAME_ITEM, SAME_QUESTION, NEAR_QUESTION)}
 """Every method by name, in the order a card lists them."""
 
-VERSION = "1"
+VERSION = "2"
 """The decontamination code as a whole (`rs/decontam/`): tracked by tests/versions.lock.json like every deciding piece
 (`rs.versions`); bump it, or a method's own version, when what is matched changes."""
 
-INDEX_VERSION = "1"
-"""The layout of a cached evaluation index (`rs.decontam.index`)."""
+INDEX_VERSION = "2"
+"""The layout of a cached evaluation index (`rs.decontam.index`); 2: a record without a usable image keeps its questions."""
 
 
 def versions() -> dict[str, str]:
