@@ -23,6 +23,7 @@ from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from rs.decontam.card import card_sets
 from rs.shipped import TEMPLATES
 from rs.clean import StepCard, step_cards
 from rs.errors import RsError
@@ -292,7 +293,8 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], split: str, n
         reasons=REJECT_REASONS, cleaning=report.cleaning, policies=_policies(report.cleaning),
         examples=[_example_view(split, e, e["image_path"]) for e in examples],
         source=report.source, citation=family_card["citation"], figures=figures or [], limit=report.limit,
-        endings=report.endings, provenance=report.provenance, audit_target=repos[split] if local else f"{namespace}/{repos[split]}",
+        endings=report.endings, decontamination=card_sets(report.cleaning.decontamination),
+        provenance=report.provenance, audit_target=repos[split] if local else f"{namespace}/{repos[split]}",
     )
     data = card_data(report, family_card, split)
     return f"---\n{data.to_yaml()}\n---\n\n{body}"

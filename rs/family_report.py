@@ -91,6 +91,8 @@ class CleaningSummary:
     """Drop reason -> items."""
     steps: dict[str, dict[str, Any]]
     """Step name -> its counts (`seen`, `dropped`, `rewritten`, `marked`), in pipeline order."""
+    decontamination: dict[str, Any] | None = None
+    """What the evaluation sets matched (`rs.decontam.Decontaminator.report`); None when the family is checked against none."""
 
 
 @dataclass(frozen=True)

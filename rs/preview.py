@@ -15,7 +15,7 @@ from rs.sources import open_source
 def preview(family: Family, *, limit: int = 3, out: TextIO = sys.stdout) -> None:
     """Stream and clean the first `limit` images; show their QA as the model will be asked them."""
     source = open_source(family)
-    cleaner = Cleaner(family.config, source.provenance())
+    cleaner = Cleaner(family.config, source.provenance(), base_dir=family.path.parent)
     print(f"{family.name}: {family.config.source.kind} source {source.provenance()}", file=out)
     shown = 0
     instructions = Instructions.of(family.config)

@@ -30,6 +30,7 @@ from rs.engines import Engine, engines_for
 from rs.engines.cache import GenerationCache
 from rs.checksums import MANIFEST, damage, seal
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
+from rs.decontam import versions as decontam_versions
 from rs.disk import writing
 from rs.families import Family
 from rs.locks import build_lock, clean_lock
@@ -221,7 +222,17 @@ def _remove(path: Path) -> None:
 def clean_fingerprint(ctx: BuildContext) -> str:
     c = ctx.family.config
     return fingerprint({"source": asdict(c.source), "cleaning": asdict(c.cleaning), "instructions": asdict(Instructions.of(c)),
-                        "limit": ctx.limit, "policy": POLICY_VERSION})
+                        "limit": ctx.limit, "policy": POLICY_VERSION, **decontamination_fingerprint(c)})
+
+
+def decontamination_fingerprint(c: Any) -> dict[str, Any]:
+    """The family's decontamination block, its evaluation sets' sources and the methods' versions (nothing when off:
+    a family without the block keeps the fingerprint it had)."""
+    d = c.decontamination
+    if d is None:
+        return {}
+    sets = {name: asdict(s.source) for name, s in getattr(d, "sets", {}).items()}
+    return {"decontamination": {"config": asdict(d), "sets": sets, "versions": decontam_versions()}}
 
 
 def ensure_clean(ctx: BuildContext) -> CleaningReport:
@@ -248,7 +259,8 @@ def _clean(ctx: BuildContext, expected: str) -> CleaningReport:
     spilled = list(paths.root.glob("rs-group-*"))  # a killed cleaning's spilled images (rs.clean.group): only one cleans at a time
     with writing("the clean store", tmp), scratch(tmp, exclusions_tmp, *spilled):
         with ExclusionWriter(exclusions_tmp) as exclusions:
-            cleaner = Cleaner(ctx.family.config, source.provenance(), exclusions=exclusions, work_dir=paths.root)
+            cleaner = Cleaner(ctx.family.config, source.provenance(), exclusions=exclusions, work_dir=paths.root,
+                              base_dir=ctx.family.path.parent)
             with progress(ctx.limit, "cleaning", unit="row", enabled=ctx.progress) as bar:
                 write_clean_rows(_counted(cleaner.rows(source, limit=ctx.limit), bar), tmp)
         seal(tmp)

@@ -28,6 +28,8 @@ CLEAN_META = pa.struct([
     ("policy", pa.struct([("name", pa.string()), ("version", pa.string()), ("steps", pa.list_(pa.string()))])),
     ("rewrites", pa.list_(pa.string())),
     ("flags", pa.list_(pa.string())),
+    ("contamination", pa.list_(pa.struct([("question", pa.string()), ("set", pa.string()), ("method", pa.string()),
+                                          ("distance", pa.float64())]))),
 ])
 
 CLEAN_QA = pa.struct([

@@ -34,6 +34,7 @@ from typing import Any
 
 import rs.answers
 import rs.calibration
+import rs.decontam.methods
 import rs.extract
 import rs.judge
 import rs.prompt
@@ -98,6 +99,8 @@ SAMPLE_PIECES = (
 """What the sample stage's fingerprint holds the versions of, besides the family's verifier's."""
 ROUTE = Piece("route", rs.route, "VERSION", ("route.py",))
 RECOVERY = Piece("recovery", rs.recovery, "VERSION", ("recovery.py", "records.py", "engines/ordered.py"))
+DECONTAMINATION = Piece("decontamination", rs.decontam.methods, "VERSION", ("decontam/", "sources/synthetic/evaluation.py"))
+"""What cleaning matches against the evaluation sets (in the clean stage's fingerprint, `rs.stages`)."""
 """The recovery pass: which items it samples (with routing's version) and what it records of each sample."""
 """Routing decides which split an answered item goes to: the splits' fingerprint holds its version."""
 SPLITS_CODE = ("build.py", "builders/", "splits_schema.py", "store.py", "records.py", "pairs.py")
@@ -116,7 +119,7 @@ def builtin_verifier_pieces() -> list[Piece]:
 
 def all_pieces() -> list[Piece]:
     """Every versioned piece the lock file holds."""
-    return [*SAMPLE_PIECES, ROUTE, RECOVERY, *builtin_verifier_pieces()]
+    return [*SAMPLE_PIECES, ROUTE, RECOVERY, DECONTAMINATION, *builtin_verifier_pieces()]
 
 
 def sample_versions(verifier: object) -> dict[str, str]:

@@ -182,7 +182,7 @@ def test_a_missing_key_says_what_to_write(tmp_path: Path) -> None:
     assert f"{path}:5: families.MyVQA.verifier: required key is missing; add e.g. `verifier: {{name: alnum}}`" in message
     assert "VerifierConfig" not in message
     path = write(tmp_path, MINIMAL.replace("    source:\n      kind: files\n      path: data/train.parquet\n", ""))
-    with pytest.raises(FamilyConfigError, match=r"families\.MyVQA\.source: required key is missing; add e\.g\. `source: \{kind: files \| hub \| synthetic, \.\.\.\}`"):
+    with pytest.raises(FamilyConfigError, match=r"families\.MyVQA\.source: required key is missing; add e\.g\. `source: \{kind: files \| hub \| synthetic \| synthetic_eval, \.\.\.\}`"):
         load_families(path)
     path = write(tmp_path, MINIMAL.replace("      license: mit\n", ""))
     with pytest.raises(FamilyConfigError, match=r"families\.MyVQA\.card\.license: required key is missing; add e\.g\. `license: <str>`"):

@@ -53,6 +53,7 @@ def test_tinyclevr_plan_asks_each_kind_of_question_well() -> None:
     assert plan.warnings == [] and plan.notes == []
     text = plan.render()
     assert "multiple choice" in text and "fits" in text and "no warnings" in text
+    assert "evaluation overlap in the sample:\n  TinyCLEVR-val (24 images, 96 questions)" in text
 
 
 def test_mismatches_are_warned_and_an_unloadable_model_is_said(tmp_path: Path, monkeypatch) -> None:
@@ -105,6 +106,11 @@ def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None
     assert "hours of engine time" in plan.render()
     assert p.model_loads == 1  # the greedy pass, the judge and the recovery on one engine, as a run loads it
     assert "model loads: 1 for the run (one engine per model, shared by the greedy pass, the judge and the recovery)" in plan.render()
+    # the overlap with TinyCLEVR's evaluation split is that of the --limit images, as their clean stage measured it
+    overlap = json.loads((build / "clean.json").read_text())["decontamination"]["sets"]["TinyCLEVR-val"]
+    assert plan.overlap is not None and plan.overlap.decontamination["sets"]["TinyCLEVR-val"] == overlap
+    assert (f"evaluation overlap in the first {plan.overlap.source_records} records (--limit):\n  TinyCLEVR-val (24 images, "
+            f"96 questions): images matched: ") in plan.render()
 
     # TinyCLEVR has a recovery pass: it ran on the same images, sampling what samples_for picks, k times each
     r, config = p.recovery, family.config.recovery

@@ -26,6 +26,9 @@ from rs.prompt import Instructions
 from rs.registry import CLEANING
 from rs.sources.base import MAX_IMAGE_BYTES, QAItem, RefusedImage, Row, SourceRecord, sha256_hex
 
+from rs.decontam import METHODS, REASON as EVAL_OVERLAP, Decontaminator, parse_flag
+from rs.decontam.hashing import ImageHashes, image_hashes
+
 from .decode import decode_problem
 from .base import ExclusionWriter, ItemFilter, StepCard, StepStats
 from .filters import RequiredFields, StripInstruction
@@ -35,7 +38,7 @@ __all__ = ["AccountingError", "Cleaner", "CleaningReport", "ExclusionWriter", "P
 
 logger = logging.getLogger(__name__)
 
-POLICY_VERSION = "3"
+POLICY_VERSION = "4"  # 4: clean_meta.contamination (rs.decontam)
 
 
 class AccountingError(RsError, RuntimeError):
@@ -59,6 +62,8 @@ class CleaningReport:
     fingerprint: str | None = None
     """The configuration the clean stage ran under (`rs.stages`); None until the stage records it."""
     seconds: float = 0.0
+    decontamination: dict[str, Any] | None = None
+    """What the evaluation sets matched (`rs.decontam.Decontaminator.report`); None when the family is checked against none."""
 
     @property
     def dropped_items(self) -> int:
@@ -85,6 +90,7 @@ class CleaningReport:
             "dropped": dict(sorted(self.dropped.items())),
             "steps": {name: stats.to_dict() for name, stats in self.steps.items()},
             "seconds": round(self.seconds, 3),
+            "decontamination": self.decontamination,
         }
 
     @classmethod
@@ -100,7 +106,7 @@ MAX_IMAGE_PIXELS = 89_478_485
 (`image_too_large`) before its pixels are decoded: a few kilobytes of PNG can declare gigabytes of them."""
 
 
-def image_problem(image: bytes | RefusedImage | None) -> str | None:
+def image_problem(image: bytes | RefusedImage | None, inspect: Any = None) -> str | None:
     """Why an image cannot be used, or None; the bytes travel on.
 
     The header and the file's structure are checked first (size, declared pixels, `verify`), so that
@@ -124,7 +130,7 @@ def image_problem(image: bytes | RefusedImage | None) -> str | None:
         return "image_too_large"
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
         return "undecodable_image"
-    return decode_problem(image)
+    return decode_problem(image, inspect)
 
 
 _READ_PROBLEMS = {"image_too_large": f"is too large to be an image (over {MAX_IMAGE_PIXELS:,} pixels declared, or over "
@@ -144,6 +150,9 @@ _LOGGED_REFUSALS = 10
 """Refused images named in the log per reason (every one is in exclusions.jsonl)."""
 
 RECORDS_CARD = StepCard("Image check", "A row is exactly one image whose bytes decode; QA attached to records with no image, several images, or an image that does not decode are dropped.")
+DECONTAMINATION_CARD = StepCard("Decontamination", "Every image and question is looked up in the evaluation sets the family "
+                                 "is checked against (table below): a match is dropped (`eval_overlap`) or kept and flagged in "
+                                 "`clean_meta.contamination`, as the family's `decontamination.action` says.")
 DEDUP_CARD = StepCard("Deduplication", "The same question asked again of the same image, compared after normalising case, whitespace "
                                        "and the spacing around punctuation, is kept once; when its copies give different answers the "
                                        "ground truth is in doubt, and every copy is dropped (conflicting duplicate).")
@@ -168,13 +177,14 @@ def optional_steps() -> list[tuple[str, type[ItemFilter]]]:
 def step_cards() -> dict[str, StepCard]:
     """What the card says of each step, by the step's name in the stats, in pipeline order."""
     return {"records": RECORDS_CARD, RequiredFields.name: RequiredFields.card, StripInstruction.name: StripInstruction.card,
-            **{step.name: step.card for _, step in optional_steps()}, "dedup": DEDUP_CARD}
+            **{step.name: step.card for _, step in optional_steps()}, "decontamination": DECONTAMINATION_CARD, "dedup": DEDUP_CARD}
 
 
 class Cleaner:
     """The family's cleaning policies, in order, over a stream of source records."""
 
-    def __init__(self, config: FamilyConfig, provenance: dict[str, Any], *, exclusions: ExclusionWriter | None = None, work_dir: str | Path | None = None):
+    def __init__(self, config: FamilyConfig, provenance: dict[str, Any], *, exclusions: ExclusionWriter | None = None, work_dir: str | Path | None = None,
+                 base_dir: str | Path | None = None):
         c = config.cleaning
         self.provenance = provenance
         self.exclusions = exclusions or ExclusionWriter(None)
@@ -186,11 +196,17 @@ class Cleaner:
         self.dedup = c.dedup
         self.report = CleaningReport(provenance=dict(provenance))
         self.report.steps = {"records": StepStats(), **{f.name: f.stats for f in self.filters}}
+        self.decontam: Decontaminator | None = None
+        if config.decontamination is not None:  # the evaluation sets' indexes: loaded from the cache or built now
+            self.decontam = Decontaminator(config.decontamination, base_dir=Path(base_dir or "."))
+            self.report.steps["decontamination"] = StepStats()
         if self.dedup:
             self.report.steps["dedup"] = StepStats()
 
     def policy(self) -> dict[str, Any]:
         steps = [f"{f.name}@{f.version}" for f in self.filters] + (["dedup@2"] if self.dedup else [])
+        if self.decontam is not None:
+            steps += [m.key for m in METHODS.values()]
         return {"name": "rs.clean", "version": POLICY_VERSION, "steps": steps}
 
     def _drop(self, item: QAItem, reason: str, step: str, image_sha256: str | None, detail: str | None = None) -> None:
@@ -201,13 +217,15 @@ class Cleaner:
         """Record-level checks: one image per row, and an image that decodes."""
         stats = self.report.steps["records"]
         stats.seen += 1
+        hashed: list[ImageHashes] = []  # taken from the decoded pixels while image_problem holds them
         self.report.source_records += 1
         self.report.source_items += len(record.qa)
         reason = None
         if len(record.images) != 1:
             reason = "no_image" if not record.images else "multiple_images"
         else:
-            reason = image_problem(record.images[0])
+            inspect = (lambda im: hashed.append(image_hashes(im))) if self.decontam is not None else None
+            reason = image_problem(record.images[0], inspect)
         if reason is not None:
             refused = record.images[0] if len(record.images) == 1 and isinstance(record.images[0], RefusedImage) else None
             detail = refused.detail if refused is not None else _read_problem(record, reason)
@@ -229,7 +247,35 @@ class Cleaner:
                     break
             else:
                 kept.append(item)
+        if self.decontam is not None and kept:
+            kept = self._decontaminate(hashed[0] if hashed else None, sha, image, kept)
         return image, sha, kept
+
+    def _decontaminate(self, hashes: ImageHashes | None, sha: str, image: bytes, items: list[QAItem]) -> list[QAItem]:
+        """Drop or flag what the evaluation sets hold: a matched image drops its whole row (action `drop`)."""
+        assert self.decontam is not None
+        d, stats = self.decontam, self.report.steps["decontamination"]
+        images = d.image_matches(hashes) if hashes is not None else []
+        if images:
+            d.count_images(images, sha, image)
+        row_drop = [m for m in images if d.action(m.method) == "drop"]
+        kept = []
+        for item in items:
+            stats.seen += 1
+            matches = images + d.question_matches(item.question, images)
+            drop = row_drop or [m for m in matches if d.action(m.method) == "drop"]
+            if drop:
+                d.count_item(drop, dropped=True)
+                stats.dropped[EVAL_OVERLAP] += 1
+                self._drop(item, EVAL_OVERLAP, "decontamination", sha, detail=drop[0].flag())
+                continue
+            if matches:
+                d.count_item(matches, dropped=False)
+                for m in matches:
+                    item.flags.append(m.flag())
+                    stats.marked[m.method] += 1
+            kept.append(item)
+        return kept
 
     def _dedup(self, row: Row) -> Row:
         """One copy of a question asked again of the same image; none when the copies disagree on the answer.
@@ -288,8 +334,12 @@ class Cleaner:
                     "policy": policy,
                     "rewrites": [f"{item.key}:{r}" for item in row.qa for r in item.rewrites],
                     "flags": [f"{item.key}:{f}" for item in row.qa for f in item.flags],
+                    "contamination": [{"question": item.question, **entry} for item in row.qa for f in item.flags
+                                      if (entry := parse_flag(f)) is not None],
                 }
                 yield row
+        if self.decontam is not None:
+            self.report.decontamination = self.decontam.report()
         self.report.check()
 
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import io
 import warnings
+from typing import Callable
 
 from PIL import Image, ImageFile, UnidentifiedImageError
 
 
-def decode_problem(image: bytes) -> str | None:
-    """`undecodable_image` when the pixel data of `image` does not decode in full (truncated, corrupt), else None."""
+def decode_problem(image: bytes, inspect: Callable[[Image.Image], None] | None = None) -> str | None:
+    """`undecodable_image` when the pixel data of `image` does not decode in full (truncated, corrupt), else None.
+
+    `inspect` is handed the decoded image (decontamination's hashes, `rs.decontam`): no image is decoded twice."""
     truncated_allowed = ImageFile.LOAD_TRUNCATED_IMAGES
     ImageFile.LOAD_TRUNCATED_IMAGES = False  # a library that set it would let a truncated file decode as grey
     try:
@@ -25,6 +28,8 @@ def decode_problem(image: bytes) -> str | None:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the caller has checked the pixel count
             with Image.open(io.BytesIO(image)) as im:
                 im.load()
+                if inspect is not None:
+                    inspect(im)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError):
         return "undecodable_image"
     finally:

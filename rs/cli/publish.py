@@ -14,6 +14,7 @@ import functools
 from typing import Any
 
 from rs import cli
+from rs.decontam.card import summary as decontamination_summary
 from rs.cards import counted, pct
 from rs.cli import RunFailed, output
 from rs.distributed import forwarded_env, sample_on_ray
@@ -94,6 +95,7 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
     if (o := report.verifier.outcomes):
         lines.append(f"  verifier: {o['accepted']:,} accepted, {o['certain']:,} certainly wrong, "
                      f"{o['undecided']:,} undecided (the judge's)")
+    lines.append(decontamination_summary(report.cleaning.decontamination) or "")
     reasons = ", ".join(f"{k} {v:,}" for k, v in t.rejected_by_reason.items() if v)
     lines.append(f"  rejected by reason: {reasons or 'none'}")
     if report.endings is not None:

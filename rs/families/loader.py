@@ -26,9 +26,9 @@ from rs.errors import UsageError
 from rs.registry import ENGINES, Registry
 from rs.verifiers import VerifierError, resolve_params
 
-from .schema import FamilyConfig
+from .schema import EvaluationSetConfig, FamilyConfig
 
-TOP_LEVEL_KEYS = ("defaults", "families")
+TOP_LEVEL_KEYS = ("defaults", "evaluation", "families")
 REPO_SUFFIX = {"think": "_RS_think", "nothink": "_RS_nothink", "rejected": "_rejected", "pairs": "_RS_pairs"}
 """The Hub repo of each published split is the family's name with this suffix."""
 _HUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
@@ -155,6 +155,9 @@ class _Validator:
                 errors.append(err)
         if len(errors) == 1:
             raise errors[0]
+        shaped = [e for o, e in zip(options, errors) if dataclasses.is_dataclass(o)]
+        if isinstance(node, MappingNode) and len(shaped) == 1:  # a mapping for the one mapping option: its own error
+            raise shaped[0]
         names = " or ".join(type_name(o) for o in options)
         self.fail(node, key, f"expected {names}, got {self.plain(node)!r}")
 
@@ -411,6 +414,7 @@ def load_families(path: str | Path, *, engine_checks: bool = False) -> dict[str,
     if not isinstance(families_node, MappingNode):
         validator.fail(families_node, "families", f"expected a mapping of family name to settings, got {_kind(families_node)}")
 
+    evaluation = _evaluation_sets(validator, sections.get("evaluation"))
     seen: dict[str, Node] = {}
     families: dict[str, Family] = {}
     for name_node, body in families_node.value:
@@ -424,8 +428,44 @@ def load_families(path: str | Path, *, engine_checks: bool = False) -> dict[str,
         _check_verifier(path, body, name, config)
         _check_judge(path, body, name, config)
         _check_sampling(path, body, name, config, engine_checks=engine_checks)
+        _check_decontamination(validator, _merge(defaults, body), name, config, evaluation)
         families[name] = Family(name=name, config=config, path=path, line=name_node.start_mark.line + 1)
     return families
+
+
+def _evaluation_sets(validator: _Validator, node: Node | None) -> dict[str, EvaluationSetConfig]:
+    """The top-level `evaluation:` block: each benchmark evaluation split by name, its source checked like a family's."""
+    if node is None:
+        return {}
+    if not isinstance(node, MappingNode):
+        validator.fail(node, "evaluation", f"expected a mapping of evaluation set name to its source, got {_kind(node)}")
+    _check_unique_keys(validator, node, "evaluation")
+    sets = {}
+    for k_node, v_node in node.value:
+        name = validator.plain(k_node)
+        if not isinstance(name, str) or not name:
+            validator.fail(k_node, "evaluation", f"a set's name must be a string, got {name!r}")
+        sets[name] = validator.dataclass(EvaluationSetConfig, v_node, f"evaluation.{name}")
+    return sets
+
+
+def _check_decontamination(validator: _Validator, body: Node, name: str, config: FamilyConfig,
+                           evaluation: dict[str, EvaluationSetConfig]) -> None:
+    """Every set a family is checked against is defined under `evaluation:`; the family gets their configurations."""
+    decontamination = config.decontamination
+    if decontamination is None:
+        return
+    against = _node_at(_node_at(body, ["decontamination"]), ["against"])
+    if not decontamination.against:
+        validator.fail(against, f"families.{name}.decontamination.against", "empty; name at least one evaluation set "
+                       f"({', '.join(evaluation) or 'define them under the top-level evaluation: key'}), or remove the block")
+    for i, set_name in enumerate(decontamination.against):
+        if set_name not in evaluation:
+            at = against.value[i] if isinstance(against, SequenceNode) and i < len(against.value) else against
+            valid = ", ".join(evaluation) or "none: this file has no top-level evaluation: block"
+            validator.fail(at, f"families.{name}.decontamination.against[{i}]",
+                           f"unknown evaluation set {set_name!r}{_did_you_mean(set_name, evaluation)}; defined sets: {valid}")
+    decontamination.sets = {set_name: evaluation[set_name] for set_name in decontamination.against}
 
 
 def _check_judge(path: Path, body: MappingNode, name: str, config: FamilyConfig) -> None:

@@ -319,6 +319,44 @@ class CleaningConfig:
 
 
 @dataclass
+class DecontaminationActions:
+    """What happens to a training item found in an evaluation set, by what matched (`rs.decontam`)."""
+
+    image: Literal["drop", "flag"] = "drop"
+    """The same image (decoded pixels) or a near duplicate (perceptual hash): `drop` removes the whole row."""
+    item: Literal["drop", "flag"] = "drop"
+    """A near-duplicate image asked an overlapping question: the QA item."""
+    question: Literal["drop", "flag"] = "flag"
+    """The question alone (another image): templated benchmarks share questions across images, so it is flagged."""
+
+
+@dataclass
+class DecontaminationConfig:
+    """`decontamination:` in a family: the evaluation sets (top-level `evaluation:`) its training data is checked against."""
+
+    against: list[str] = field(metadata={"example": "[CLEVR-val]"})
+    """Names of evaluation sets under the top-level `evaluation:` key."""
+    action: DecontaminationActions | Literal["drop", "flag"] = field(default_factory=DecontaminationActions)
+    """`drop` or `flag` for every kind of match, or per kind: `{image: drop, item: drop, question: flag}`."""
+
+    def actions(self) -> DecontaminationActions:
+        """The action per kind of match (a single word applies to all three)."""
+        if isinstance(self.action, str):
+            return DecontaminationActions(self.action, self.action, self.action)
+        return self.action
+
+
+@dataclass
+class EvaluationSetConfig:
+    """One benchmark evaluation split under the top-level `evaluation:` key: read like a family's training source."""
+
+    source: Annotated[KindConfig, SOURCES]
+    """Where its images and questions come from: `kind` is a registered source kind (hub, files, synthetic_eval, ...)."""
+    benchmark: str | None = None
+    """The benchmark's name as a card shows it (ChartQA, DocVQA ...)."""
+
+
+@dataclass
 class FamilyConfig:
     """A family as written in YAML, with `defaults` already merged in."""
 
@@ -346,3 +384,6 @@ class FamilyConfig:
     an item with a verified sample accepted (`accepted_by: recovery`). README: "Recovering the hard questions"."""
     shard: ShardConfig = field(default_factory=ShardConfig)
     publish: PublishConfig = field(default_factory=PublishConfig)
+    decontamination: DecontaminationConfig | None = None
+    """Evaluation sets the training images and questions are checked against, and what a match does (off when absent).
+    README: "Decontamination"."""

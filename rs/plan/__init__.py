@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from rs.decontam.card import plan_lines as overlap_lines
 from rs.clean import Cleaner, CleaningReport
 from rs.engines import Engine, resolve_model
 from rs.engines.base import PROMPT_TAIL_CHARS
@@ -179,6 +180,8 @@ class Plan:
     sample: CleaningReport | None = None
     source_records: int | None = None
     projection: Projection | None = None
+    overlap: CleaningReport | None = None
+    """The cleaning of the `--limit` images (their decontamination is reported); None without --limit."""
 
     def expected_questions(self) -> int | None:
         """Questions the whole family will answer, from the source's size and the sample's questions kept per record."""
@@ -195,6 +198,10 @@ class Plan:
         out += [f"  note: {note}" for note in self.notes]
         out += self._template_lines()
         out += self._sample_lines()
+        checked = self.overlap or self.sample
+        if checked is not None:
+            where = f"the first {self.overlap.source_records} records (--limit)" if self.overlap else "the sample"
+            out += overlap_lines(checked.decontamination, where)
         for kind in self.kinds:
             out += self._kind_lines(kind)
         if self.projection is not None:
@@ -410,7 +417,7 @@ def _cpu_vllm() -> bool:
 def _sample_rows(family: Family, images: int, plan: Plan) -> list[Row]:
     try:
         source = open_source(family)
-        cleaner = Cleaner(family.config, source.provenance())
+        cleaner = Cleaner(family.config, source.provenance(), base_dir=family.path.parent)
         rows = list(cleaner.rows(source, limit=images))
     except UsageError:  # the family's own source settings are wrong: nothing of the plan would hold
         raise
@@ -574,6 +581,7 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
 
 def _projected(ctx: BuildContext, family: Family, tokens_per_second: float | None, plan: Plan) -> Projection:
     clean = ensure_clean(ctx)
+    plan.overlap = clean
     ctx.paths.sample_report.unlink(missing_ok=True)  # the plan measures this run, even over a warm cache
     report: SampleReport = ensure_sampled(ctx)
     columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending"]

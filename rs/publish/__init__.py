@@ -26,6 +26,7 @@ from rs.locks import publish_lock
 from rs.publish import local as local_publish
 from rs.publish.checks import check_repo
 from rs.publish.targets import check_overlap, check_repo_paths
+from rs.decontam.card import pair_files
 from rs.cards import HUB_URL, attach_image_paths, check_card, render_card, select_examples, select_overturns
 from rs.disk import writing
 from rs.errors import UsageError
@@ -155,6 +156,9 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
         write_json(repo / "rs" / "overturns.json", overturns)
     c = family.config
     drawn = _draw_figures(report, repo)
+    for path, data in pair_files(report.cleaning.decontamination):  # the decontamination section's example pairs
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_bytes(data)
     text = render_card(report, dataclasses.asdict(c.card), split, c.publish.namespace, stored, overturns,
                        local=local, figures=drawn)
     (repo / "README.md").write_text(text, encoding="utf-8")

@@ -310,3 +310,6 @@ def write_image_folder(source: SyntheticSource, out_dir: str | Path) -> Path:
                 n_qa += 1
     logger.info("wrote %d images and %d QA lines to %s", n_images, n_qa, out)
     return out
+
+
+from . import evaluation  # noqa: E402,F401  registers kind `synthetic_eval` (it builds on SyntheticSource above)
