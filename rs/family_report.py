@@ -259,12 +259,16 @@ class FamilyReport:
     """Timings and engine calls of this run; not published (they differ from run to run)."""
     recovery: RecoverySummary | None = None
     """The recovery pass; None without one."""
+    question_types: dict[str, Any] | None = None
+    """With `question_types`: `types` (each type's counts and rates, `rs.question_types.TypeCounts`) and `most_failed`."""
+    filter: dict[str, Any] | None = None
+    """What `rs refilter` changed of the family's routing; None: the run's own routing."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (`stats.json`); without `run` when there is none (a published copy), without `recovery` for a
         family that has none."""
         out = dataclasses.asdict(self)
-        for name in ("run", "recovery"):
+        for name in ("run", "recovery", "question_types", "filter"):
             if getattr(self, name) is None:
                 del out[name]
         return out

@@ -35,6 +35,7 @@ from rs.locks import build_lock, clean_lock
 from rs.progress import progress
 from rs.prompt import Instructions
 from rs.recovery import RecoveryReport, RecoveryStage
+from rs.route import RouteFilter, Routes, routes_of
 from rs.sample import SampleReport, SampleStage
 from rs.sources import open_source
 from rs.sources.base import Row
@@ -102,6 +103,13 @@ class BuildContext:
     progress: bool = True
     engine_factory: Callable[[Family], tuple[Engine, Engine | None]] | None = None
     """Returns (sampler, judge) engines; defaults to `rs.engines.engines_for`. Called only when sampling must run."""
+    route_filter: RouteFilter | None = None
+    """Routing settings changed after the run (`rs refilter`); None: the family's own."""
+
+    def routes(self, promotes: bool) -> Routes:
+        """How this build routes its items, given the calibration's verdict: the family's rules, under `route_filter`."""
+        routes = routes_of(self.family.config, promotes)
+        return self.route_filter.apply(routes) if self.route_filter is not None else routes
 
     @property
     def paths(self) -> BuildPaths:

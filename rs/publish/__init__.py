@@ -25,7 +25,8 @@ from rs import figures
 from rs.locks import publish_lock
 from rs.publish import local as local_publish
 from rs.publish.checks import check_repo
-from rs.cards import HUB_URL, attach_image_paths, check_card, render_card, select_examples, select_overturns
+from rs.route import RouteFilter
+from rs.cards import HUB_URL, attach_image_paths, card_numbers, check_card, render_card, select_examples, select_overturns
 from rs.disk import writing
 from rs.errors import UsageError
 from rs.families import Family
@@ -154,12 +155,26 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
         write_json(repo / "rs" / "overturns.json", overturns)
     c = family.config
     drawn = _draw_figures(report, repo)
+    numbers = _repo_numbers(ctx, split, repo, published)
+    if numbers is not None:
+        write_json(repo / "rs" / "numbers.json", numbers)
     text = render_card(report, dataclasses.asdict(c.card), split, c.publish.namespace, stored, overturns,
-                       local=local, figures=drawn)
+                       local=local, figures=drawn, numbers=numbers)
     (repo / "README.md").write_text(text, encoding="utf-8")
     if not cards_only:
         check_card(text, repo)
     return repo
+
+
+def _repo_numbers(ctx: BuildContext, split: str, repo: Path, published: Path | None) -> dict[str, Any] | None:
+    """The numbers a samples or RL card states of the repo's files: computed from them (the build's split folder holds
+    the same files), or for a cards-only run without a build, the published repo's `rs/numbers.json`."""
+    if ctx.paths.split(split).exists():
+        return card_numbers(split, ctx.paths.split(split))
+    stored = published / "rs" / "numbers.json" if published is not None else None
+    if stored is not None and stored.exists():
+        return json.loads(stored.read_text())
+    return card_numbers(split, repo / "data")
 
 
 def _sha256(path: Path) -> str:
@@ -363,7 +378,8 @@ def _stage_and_publish(ctx: BuildContext, target: _Target, *, cards_only: bool, 
 
 def publish(family: Family, *, out: Path | None = None, cards_only: bool = False, dry_run: bool = False, limit: int | None = None,
             build_root: Path | None = None, cache_path: Path | None = None, progress: bool = True, token: str | None = None,
-            engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None, allow_empty: bool = True) -> dict[str, Any]:
+            engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None, allow_empty: bool = True,
+            route_filter: RouteFilter | None = None) -> dict[str, Any]:
     """Build (unless cards only), stage and publish the three repos; returns a summary.
 
     `allow_empty`: publish a split with no rows to the Hub (`datasets` cannot load it; the card says so); the command
@@ -371,10 +387,12 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
 
     `sample` runs the sampling stage first in another way (`rs.distributed.sample_on_ray`); the
     build then finds it done.
+
+    `route_filter`: routing settings changed after the run (`rs refilter`); the cards say what changed.
     """
     start = time.perf_counter()
     ctx = BuildContext(family, Path(build_root or os.environ.get("RS_BUILD_DIR", "build")), cache_path or default_cache_path(),
-                       limit=limit, progress=progress, engine_factory=engine_factory)
+                       limit=limit, progress=progress, engine_factory=engine_factory, route_filter=route_filter)
     target = _Target.of(family, out)
     token = _preflight(family, target, limit=limit, dry_run=dry_run, token=token)
     if dry_run and not cards_only and current_sample_report(ctx) is None:
