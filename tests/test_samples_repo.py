@@ -221,3 +221,19 @@ def test_route_filter_says_what_it_changed() -> None:
     changed = RouteFilter(judge="never", rl_bounds=(0.1, 0.9))
     assert changed.apply(routes).promotes is False and changed.apply(routes).rl_bounds == (0.1, 0.9)
     assert changed.changes(routes)[0].startswith("the judge promotes nothing (the run's calibration let it promote)")
+
+
+def test_clevr_type_rules_give_the_synthetic_scenes_their_own_types() -> None:
+    """The rules CLEVR and TinyCLEVR share (families.yaml), over the question's form alone, against the type each
+    synthetic question's generator recorded: every question typed as its generator made it."""
+    from dataclasses import replace
+
+    from rs.families import get_family
+    from rs.question_types import typer
+    from rs.sources.synthetic import SyntheticSource
+
+    rules_only = typer(replace(get_family("TinyCLEVR").config.question_types, source=False))
+    items = [qa for record in SyntheticSource(seed=0, num_images=100, questions_per_image=4, style="mixed") for qa in record.qa]
+    assert len({qa.qtype for qa in items}) == 7
+    assert [qa.qtype for qa in items] == [rules_only(qa.question, None) for qa in items]
+    assert get_family("CLEVR").config.question_types == get_family("TinyCLEVR").config.question_types
