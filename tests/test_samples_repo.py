@@ -237,3 +237,16 @@ def test_clevr_type_rules_give_the_synthetic_scenes_their_own_types() -> None:
     assert len({qa.qtype for qa in items}) == 7
     assert [qa.qtype for qa in items] == [rules_only(qa.question, None) for qa in items]
     assert get_family("CLEVR").config.question_types == get_family("TinyCLEVR").config.question_types
+
+
+def test_plan_projects_the_rl_repo_and_its_cost(tmp_path: Path) -> None:
+    from rs.plan import plan_family
+
+    family = _family(tmp_path)
+    plan = plan_family(family, sample_images=1, limit=len(CASES), build_root=tmp_path / "build",
+                       cache_path=tmp_path / "cache.sqlite", tokens_per_second=100.0, progress=False)
+    r = plan.projection.recovery
+    assert (r.rl, r.rl_bounds, r.items) == (2, (0.0, 1.0), len(CASES))  # the shapes and the triangles: pass rate 0.5
+    text = plan.render()
+    assert f"RL repo (0.0 < pass rate < 1.0): 2 of {len(CASES)} questions of these images (33.3%)" in text
+    assert "its cost, the samples of the accepted questions (difficulty):" in text
