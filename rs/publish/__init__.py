@@ -26,6 +26,7 @@ from rs.locks import publish_lock
 from rs.publish import local as local_publish
 from rs.publish.checks import check_repo
 from rs.route import RouteFilter
+from rs.samples_repo import REPO_NUMBERS
 from rs.cards import HUB_URL, attach_image_paths, card_numbers, check_card, render_card, select_examples, select_overturns
 from rs.disk import writing
 from rs.errors import UsageError
@@ -174,7 +175,11 @@ def _repo_numbers(ctx: BuildContext, split: str, repo: Path, published: Path | N
     stored = published / "rs" / "numbers.json" if published is not None else None
     if stored is not None and stored.exists():
         return json.loads(stored.read_text())
-    return card_numbers(split, repo / "data")
+    if split not in REPO_NUMBERS:
+        return None
+    raise MissingBuildError(f"no build of {ctx.family.name} in {ctx.paths.root} and no published numbers of "
+                            f"{ctx.family.repo_name(split)} to render its card from; run `python -m rs.publish "
+                            f"{ctx.family.name}` without --cards-only first")
 
 
 def _sha256(path: Path) -> str:
