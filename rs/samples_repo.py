@@ -54,8 +54,8 @@ def _generation(answer: dict[str, Any], kind: str, routes: Routes, *, why: str |
 def _interval(result: Outcome) -> tuple[float | None, float | None]:
     if result.k is None:
         return None, None
-    check = wilson(result.passed, result.k)
-    return check.low, check.high
+    check, rate = wilson(result.passed, result.k), result.passed / result.k
+    return min(check.low, rate), max(check.high, rate)  # the bounds' rounding (1 - 1e-16 at 4 of 4) never excludes the rate
 
 
 def _typed(row: Any, type_of: Typer | None) -> dict[str, str | None]:

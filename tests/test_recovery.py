@@ -268,7 +268,8 @@ def test_demo_samples_variant_publishes_every_answer_and_an_rl_repo_trl_reads(tm
     assert set(repos) == {"think", "nothink", "rejected", "pairs", "samples", "rl"}
     report = outcome["report"]
 
-    samples = datasets.load_dataset(str(repos["samples"]), split="train")
+    fresh = str(tmp_path / "hf-datasets")  # not ~/.cache: `datasets` may find an earlier run's table there under the same hash
+    samples = datasets.load_dataset(str(repos["samples"]), split="train", cache_dir=fresh)
     assert samples.num_rows == report.totals.accepted + report.totals.rejected  # one row per question answered
     answered = [row for row in samples if row["generations"][0]["final"] is not None]
     assert answered and all(row["k"] == 4 and len(row["generations"]) == 5 for row in answered)  # greedy + 4 samples
@@ -276,7 +277,7 @@ def test_demo_samples_variant_publishes_every_answer_and_an_rl_repo_trl_reads(tm
     assert json.loads((repos["samples"] / "rs" / "numbers.json").read_text()) == samples_numbers(repos["samples"] / "data")
     assert f"{samples.num_rows} questions over {len(set(samples['image_sha256']))} images" in (repos["samples"] / "README.md").read_text()
 
-    rl = datasets.load_dataset(str(repos["rl"]), split="train")
+    rl = datasets.load_dataset(str(repos["rl"]), split="train", cache_dir=fresh)
     sometimes = [row for row in samples if row["pass_rate"] is not None and 0 < row["pass_rate"] < 1]
     assert rl.num_rows == len(sometimes) == report.splits["rl"].qa
     assert json.loads((repos["rl"] / "rs" / "numbers.json").read_text()) == rl_numbers(repos["rl"] / "data")

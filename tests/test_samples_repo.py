@@ -90,6 +90,11 @@ def built(tmp_path_factory):
     return tmp_path, family, outcome
 
 
+def _fresh(built) -> str:
+    """A datasets cache of this module's own: in ~/.cache, `datasets` may serve an earlier run's table under the same hash."""
+    return str(built[0] / "hf-datasets")
+
+
 def _question(row: dict) -> str:
     return row["question"].split("\n")[0]
 
@@ -98,7 +103,7 @@ def test_samples_repo_holds_every_generation_and_its_card_is_measured_from_its_f
     _, family, outcome = built
     repo = Path(outcome["where"]["samples"])
     assert repo.name == "Shapes_RS_samples"
-    rows = list(datasets.load_dataset(str(repo), split="train"))
+    rows = list(datasets.load_dataset(str(repo), split="train", cache_dir=_fresh(built)))
     by_q = {_question(r): r for r in rows}
     assert len(rows) == len(CASES)  # one row per question, its image once
     assert all(len(r["generations"]) == 3 for r in rows)  # greedy + 2 samples
@@ -141,7 +146,7 @@ def test_rl_repo_loads_into_trls_grpo_layout_with_every_question_strictly_betwee
     trl_data = pytest.importorskip("trl.data_utils")
     _, family, outcome = built
     repo = Path(outcome["where"]["rl"])
-    ds = datasets.load_dataset(str(repo), split="train")
+    ds = datasets.load_dataset(str(repo), split="train", cache_dir=_fresh(built))
     rows = list(ds)
     assert sorted(_question(r) for r in rows) == ["How many shapes?", "How many triangles?"]  # 0 < p < 1
     assert all(0 < r["pass_rate"] < 1 and r["pass_rate_low"] <= r["pass_rate"] <= r["pass_rate_high"] for r in rows)
@@ -181,10 +186,10 @@ def test_refilter_rebuilds_the_splits_from_the_stores_with_no_engine(built, monk
                     "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "no-cache.sqlite")])
     assert code == 0
     # no engine: the stages were found done (an engine would raise NoStoredAnswers); the reasoning rule changed the think split
-    think = [qa["question"].split("\n")[0] for row in datasets.load_dataset(str(repos / "Shapes_RS_think"), split="train")
-             for qa in row["qa"]]
-    before = [qa["question"].split("\n")[0] for row in datasets.load_dataset(first["where"]["think"], split="train")
-              for qa in row["qa"]]
+    think = [qa["question"].split("\n")[0] for row in datasets.load_dataset(str(repos / "Shapes_RS_think"), split="train",
+                                                                           cache_dir=_fresh(built) + "-refiltered") for qa in row["qa"]]
+    before = [qa["question"].split("\n")[0] for row in datasets.load_dataset(first["where"]["think"], split="train",
+                                                                            cache_dir=_fresh(built)) for qa in row["qa"]]
     assert "What colour is the sky?" in think and "What colour is the sky?" not in before
     stats = json.loads((repos / "Shapes_RS_think" / "rs" / "stats.json").read_text())
     assert stats["filter"]["rl_bounds"] == [0.4, 0.6]
