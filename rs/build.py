@@ -113,6 +113,13 @@ def _typed_outcomes(paths: BuildPaths, routes: Routes, columns: list[str], type_
         yield item, result, kind
 
 
+def _tally_type(types: dict[str, TypeCounts], kind: str | None, result: Outcome, routes: Routes) -> bool:
+    """Count an item under its question type (when typed); whether it is one for the RL repo."""
+    if kind is not None:
+        types.setdefault(kind, TypeCounts()).add(result)
+    return routes.rl_bounds is not None and in_rl_bounds(result, routes.rl_bounds)
+
+
 def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_of: Typer | None = None) -> Routing:
     """Count the routing of every sampled item (`rs.route.outcomes`, as the builder routes them)."""
     kept_out = 0
@@ -129,9 +136,7 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
     types: dict[str, TypeCounts] = {}
     rl = 0
     for item, result, kind in _typed_outcomes(paths, routes, columns, type_of):
-        if kind is not None:
-            types.setdefault(kind, TypeCounts()).add(result)
-        rl += routes.rl_bounds is not None and in_rl_bounds(result, routes.rl_bounds)
+        rl += _tally_type(types, kind, result, routes)
         decision = result.decision
         if decision.accepted:
             accepted_by[decision.by] += 1

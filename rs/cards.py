@@ -202,15 +202,8 @@ behind a collapsed <details> a reader would have to click to see a one-word `wro
 
 def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[str, Any]:
     qa = example["qa"]
-    if split == "samples":
-        fields = [(k, qa[k]) for k in ("question", "reference", "question_type", "accepted", "accepted_by", "reason",
-                                        "published", "pass_rate", "k")]
-        fields += [(f"generation {i}", _generation_line(g)) for i, g in enumerate(qa["generations"])]
-        long = [(f"generation {i}: text", g["text"]) for i, g in enumerate(qa["generations"])]
-    elif split == "rl":
-        fields = [(k, qa[k]) for k in ("question", "solution", "question_type", "pass_rate", "passed", "k", "pass_rate_low",
-                                        "pass_rate_high")]
-        long = []
+    if split in ("samples", "rl"):
+        fields, long = _question_row_fields(split, qa)
     elif split == "pairs":
         fields = [(k, qa[k]) for k in ("question", "reference", "chosen_answer", "chosen_by", "chosen_from", "rejected_answer",
                                         "rejected_from", "rejected_reason", "pass_rate", "k")]
@@ -228,6 +221,17 @@ def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[
     fields += [(k, v) for k, v in long if len(v) <= SHORT_FIELD and "\n" not in v and "\r" not in v]
     details = [(k, v) for k, v in long if (k, v) not in fields]
     return {"image_path": image_path, "fields": fields, "details": details}
+
+
+def _question_row_fields(split: str, qa: dict[str, Any]) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    """An example row of the samples or RL repo: its table's fields, and its long fields (each generation's text)."""
+    if split == "rl":
+        return [(k, qa[k]) for k in ("question", "solution", "question_type", "pass_rate", "passed", "k", "pass_rate_low",
+                                     "pass_rate_high")], []
+    fields = [(k, qa[k]) for k in ("question", "reference", "question_type", "accepted", "accepted_by", "reason",
+                                   "published", "pass_rate", "k")]
+    fields += [(f"generation {i}", _generation_line(g)) for i, g in enumerate(qa["generations"])]
+    return fields, [(f"generation {i}: text", g["text"]) for i, g in enumerate(qa["generations"])]
 
 
 def _generation_line(g: dict[str, Any]) -> str:
