@@ -203,8 +203,8 @@ def test_refilter_refuses_a_family_with_no_stored_answers(tmp_path: Path, capsys
     with pytest.raises(Exception) as raised:
         rs_main(["refilter", "Shapes", "--config", str(tmp_path / "families.yaml"), "--out", str(tmp_path / "out"),
                  "--judge", "never", "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "cache.sqlite")])
-    assert "calls no model" in str(raised.value)
-    assert not (tmp_path / "out" / "Shapes_RS_think").exists()
+    assert "calls no model" in str(raised.value) and raised.value.exit_code == 2
+    assert not (tmp_path / "out").exists() and not (tmp_path / "build").exists()  # refused before anything ran, cleaning too
 
 
 def test_rl_without_difficulty_samples_is_refused_at_its_line(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from rs.errors import UsageError
 from rs.families import Family
 from rs.publish import publish
 from rs.route import JUDGE_POLICIES, RouteFilter
+from rs.stages import BuildContext, current_recovery_report, current_sample_report, default_cache_path
 
 
 class NoStoredAnswers(UsageError):
@@ -88,6 +89,10 @@ def main(argv: list[str] | None = None, *, prog: str = "rs refilter") -> int:
     cli.check_build_paths(args)
     family = cli.checked_family(args.family, args.config, probe=False)
     chosen = route_filter(parser, args, family)
+    ctx = BuildContext(family, cli.build_root(args), args.cache or default_cache_path(), limit=args.limit, progress=False)
+    sampled = current_sample_report(ctx)
+    if sampled is None or (family.config.recovery is not None and current_recovery_report(ctx, sampled) is None):
+        _no_engine(family)  # before anything runs: not even the cleaning of a source that may be large
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
         outcome = publish(family, out=args.out, dry_run=args.dry_run, limit=args.limit, build_root=args.build_dir,
                           cache_path=args.cache, progress=True, engine_factory=_no_engine, route_filter=chosen)
