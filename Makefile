@@ -8,7 +8,7 @@ READY := $(VENV)/.rs-ready
 FAMILY ?= TinyCLEVR
 OUT ?= out
 
-.PHONY: setup demo readme-demo test bench clean
+.PHONY: setup demo demo-samples readme-demo test bench clean
 
 setup: $(READY)
 
@@ -33,6 +33,13 @@ $(READY): pyproject.toml demo/pyproject.toml Makefile rs/torchvision_cpu.py
 demo: $(READY)
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_LOGGING_LEVEL=WARNING HF_HUB_OFFLINE=1 \
 		$(PY) -m rs.publish $(FAMILY) --out $(OUT)
+
+# The demo with TinyCLEVR's samples repo (every answer) and RL repo (0 < pass rate < 1) switched on: every accepted
+# question is sampled 4 times more, so it runs longer than `make demo`; its own build folder and $(OUT)-samples/.
+demo-samples: $(READY)
+	$(PY) scripts/demo_samples.py build/demo-samples/families.yaml
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_LOGGING_LEVEL=WARNING HF_HUB_OFFLINE=1 \
+		$(PY) -m rs.publish TinyCLEVR --config build/demo-samples/families.yaml --build-dir build/demo-samples --out $(OUT)-samples
 
 # README.md's sample of the demo's summary, rewritten from what `make demo` prints (tests/test_readme_demo.py checks it)
 readme-demo: $(READY)

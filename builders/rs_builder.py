@@ -22,7 +22,9 @@ from datasets.builder import Key
 from rs.families import load_families
 from rs.progress import progress
 from rs.pairs import pair_rows
-from rs.route import Routes, routes_of, split_rows
+from rs.question_types import typer
+from rs.samples_repo import rl_rows, sample_rows
+from rs.route import Routes, split_rows
 from rs.splits_schema import features
 from rs.stages import BuildContext, ensure_passes
 
@@ -56,7 +58,7 @@ class RSBuilder(datasets.ArrowBasedBuilder):
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
         sampled, _ = ensure_passes(self.context)
-        routes = routes_of(self.context.family.config, sampled.promotes)
+        routes = self.context.routes(sampled.promotes)
         return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "routes": routes})]
 
     def _generate_tables(self, build_dir: str, routes: Routes) -> Iterator[tuple[Key, pa.Table]]:
@@ -95,7 +97,7 @@ class RSBuilder(datasets.ArrowBasedBuilder):
 
         with progress(None, f"writing {self.config.name}", unit="row", enabled=self.context.progress) as bar:
             split = self.config.split
-            for row in pair_rows(build_dir, routes) if split == "pairs" else split_rows(build_dir, split, routes):
+            for row in self._rows(build_dir, split, routes):
                 rows.append(row)
                 bar.update()
                 if len(rows) >= _CHUNK_ROWS:
@@ -104,6 +106,18 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         if rows:
             yield from add(pa.RecordBatch.from_pylist(rows, schema=schema))
         yield from flush()
+
+
+    def _rows(self, build_dir: str, split: str, routes: Routes) -> Iterator[dict[str, Any]]:
+        types = self.context.family.config.question_types
+        type_of = typer(types) if types is not None else None
+        if split == "pairs":
+            return pair_rows(build_dir, routes)
+        if split == "samples":
+            return sample_rows(build_dir, routes, type_of)
+        if split == "rl":
+            return rl_rows(build_dir, routes, type_of)
+        return split_rows(build_dir, split, routes)
 
 
 _CLASSES: dict[str, type[RSBuilder]] = {}

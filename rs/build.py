@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pyarrow.parquet as pq
 
@@ -32,7 +32,9 @@ from rs.family_report import (PASS_RATE_BINS, CleaningSummary, Endings, FamilyRe
                        RunTimes, SplitSummary, Totals, VerifierSummary, pass_rate_bin)
 from rs.pairs import PairCounts
 from rs.provenance import provenance
+from rs.question_types import TypeCounts, Typer, item_types, most_failed, typer
 from rs.route import Outcome, Routes, kept_out_of_think, outcomes, routes_of
+from rs.samples_repo import in_rl_bounds
 from rs.splits_schema import REJECT_REASONS
 from rs.sizes import parse_bytes
 from rs.clean import CleaningReport
@@ -75,6 +77,10 @@ class Routing:
     pass_rates: dict[str, list[int]] | None = None
     """With a recovery pass: items per pass-rate bin (`rs.family_report.PASS_RATE_BINS`), by what they are."""
     pairs: PairCounts | None = None
+    types: dict[str, TypeCounts] | None = None
+    """With `question_types`: what the model made of each type."""
+    rl: int = 0
+    """Questions whose pass rate is within the RL repo's bounds (`routes.rl_bounds`)."""
 
     @property
     def accepted(self) -> int:
@@ -98,7 +104,28 @@ def _pass_rate_group(result: Outcome) -> str:
     return "greedy_accepted" if result.greedy.accepted else "recovered" if result.recovered else "rejected"
 
 
-def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False) -> Routing:
+def _typed_outcomes(paths: BuildPaths, routes: Routes, columns: list[str], type_of: Typer | None
+                    ) -> Iterator[tuple[dict[str, Any], Outcome, str | None]]:
+    """`rs.route.outcomes`, each with its question's type (None without `question_types`)."""
+    types = item_types(paths.root, type_of) if type_of is not None else None
+    for item, result in outcomes(paths.root, routes, columns=columns):
+        kind = None
+        if types is not None:
+            row, key, kind = next(types)
+            if (row, key) != (item["row"], item["key"]):
+                raise BuildError(f"the items store of {paths.root} does not match its cleaned rows at row {item['row']}; "
+                                 "rebuild the family")
+        yield item, result, kind
+
+
+def _tally_type(types: dict[str, TypeCounts], kind: str | None, result: Outcome, routes: Routes) -> bool:
+    """Count an item under its question type (when typed); whether it is one for the RL repo."""
+    if kind is not None:
+        types.setdefault(kind, TypeCounts()).add(result)
+    return routes.rl_bounds is not None and in_rl_bounds(result, routes.rl_bounds)
+
+
+def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_of: Typer | None = None) -> Routing:
     """Count the routing of every sampled item (`rs.route.outcomes`, as the builder routes them)."""
     kept_out = disagrees = 0
     accepted_by: Counter[str] = Counter()
@@ -111,7 +138,10 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False) -> Ro
     pair_counts = PairCounts() if pairs else None
     columns = ["row", "key", "error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending",
                "reasoning_agrees", "reasoning"] + (["prompt", "reference"] if pairs else [])
-    for item, result in outcomes(paths.root, routes, columns=columns):
+    types: dict[str, TypeCounts] = {}
+    rl = 0
+    for item, result, kind in _typed_outcomes(paths, routes, columns, type_of):
+        rl += _tally_type(types, kind, result, routes)
         decision = result.decision
         if decision.accepted:
             accepted_by[decision.by] += 1
@@ -129,7 +159,8 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False) -> Ro
             pair_counts.add(item, result, routes)
     by = ("verifier", "judge", "recovery") if routes.recovery else ("verifier", "judge")
     return Routing({k: accepted_by[k] for k in by}, {k: rejected[k] for k in REJECT_REASONS}, tokens, truncated,
-                   loop_tokens, budget_cuts, kept_out, disagrees, pass_rates if routes.recovery else None, pair_counts)
+                   loop_tokens, budget_cuts, kept_out, disagrees, pass_rates if routes.recovery else None, pair_counts,
+                   dict(sorted(types.items())) if type_of is not None else None, rl)
 
 
 def _versions() -> dict[str, str | None]:
@@ -208,7 +239,27 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
                      sampling_engine_calls=sampled.sampling_engine_calls, judge_engine_calls=sampled.judge_engine_calls),
         recovery=recovery_summary(ctx, recovered, routing) if recovered is not None else None,
         provenance=provenance(c, ctx.family.name, asdict(c.model), c.engine.recorded(), limit=ctx.limit),
+        question_types=_types_summary(routing),
+        filter=_filter_summary(ctx, sampled.promotes),
     )
+
+
+def _types_summary(routing: Routing) -> dict[str, Any] | None:
+    """The cards' account of the question types: each type's counts and rates, and the types the model fails most."""
+    if routing.types is None:
+        return None
+    types = {name: counts.to_dict() for name, counts in routing.types.items()}
+    return {"types": types, "most_failed": most_failed(types)}
+
+
+def _filter_summary(ctx: BuildContext, promotes: bool) -> dict[str, Any] | None:
+    """What `rs refilter` changed of the family's routing (the cards say it), or None for the family's own routing."""
+    f = ctx.route_filter
+    if f is None:
+        return None
+    return {"judge": f.judge, "think_needs_agreeing_reasoning": f.think_needs_agreeing_reasoning,
+            "rl_bounds": list(f.rl_bounds) if f.rl_bounds else None,
+            "changes": f.changes(routes_of(ctx.family.config, promotes))}
 
 
 MAX_ROW_GROUP_ROWS = 10_000
@@ -263,7 +314,14 @@ def splits_fingerprint(ctx: BuildContext, sampled: SampleReport, recovered: Reco
     """What the splits' bytes depend on: the sampled (and recovered) items and their routing (its version), the shard
     settings, the repo names, and the code and libraries that write them (`rs.versions.SPLITS_CODE`: an edit elsewhere
     in `rs`, or a comment, rewrites nothing)."""
-    extra = {"recovery": recovered.fingerprint} if recovered is not None else {}
+    extra: dict[str, Any] = {"recovery": recovered.fingerprint} if recovered is not None else {}
+    c = ctx.family.config
+    if c.question_types is not None:
+        extra["question_types"] = asdict(c.question_types)
+    if ctx.route_filter is not None:
+        extra["filter"] = asdict(ctx.route_filter)
+    if c.recovery is not None and c.recovery.difficulty.rl is not None:
+        extra["rl"] = asdict(c.recovery.difficulty.rl)
     return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "shard": asdict(ctx.family.config.shard),
                         "repos": [ctx.family.repo_name(s) for s in ctx.family.splits], "route": ROUTE.version,
                         "code": splits_code_digest(), **extra,
@@ -308,9 +366,12 @@ def build_family(ctx: BuildContext) -> FamilyReport:
         clean = ensure_clean(ctx)
         sampled, recovered = ensure_passes(ctx)
         names = ctx.family.splits
-        routing = route_items(ctx.paths, routes_of(ctx.family.config, sampled.promotes), pairs="pairs" in names)
+        types = ctx.family.config.question_types
+        routing = route_items(ctx.paths, ctx.routes(sampled.promotes), pairs="pairs" in names,
+                              type_of=typer(types) if types is not None else None)
         qa = {"think": routing.accepted - routing.kept_out_of_think, "nothink": routing.accepted, "rejected": routing.rejected,
-              "pairs": routing.pairs.pairs if routing.pairs else 0}
+              "pairs": routing.pairs.pairs if routing.pairs else 0, "samples": routing.accepted + routing.rejected,
+              "rl": routing.rl}
         ctx.paths.stats.unlink(missing_ok=True)
         expected = splits_fingerprint(ctx, sampled, recovered)
         splits = _written_splits(ctx, expected)

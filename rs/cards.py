@@ -28,8 +28,9 @@ from rs.shipped import TEMPLATES
 from rs.clean import StepCard, step_cards
 from rs.errors import RsError
 from rs.figures import Figure
-from rs.family_report import PASS_RATE_BINS, CleaningSummary, FamilyReport
-from rs.splits_schema import PAIRS, REJECT_REASONS, features
+from rs.family_report import PASS_RATE_BINS, CleaningSummary, FamilyReport, pass_rate_bin
+from rs.samples_repo import REPO_NUMBERS
+from rs.splits_schema import REJECT_REASONS, ROW_SCHEMAS, features
 from rs.store import read_records
 
 HUB_URL = "https://huggingface.co/datasets"
@@ -111,13 +112,19 @@ def image_extension(data: bytes) -> str:
 def _category(split: str, qa: dict[str, Any]) -> str:
     if split == "pairs":
         return f"{qa['chosen_from']}/{qa['rejected_from']}"
+    if split == "samples":
+        return qa["accepted_by"] or qa["reason"]
+    if split == "rl":
+        return qa["question_type"] or PASS_RATE_BINS[pass_rate_bin(qa["pass_rate"])]
     return qa["reason"] if split == "rejected" else qa["accepted_by"]
 
 
 def _entries(row: dict[str, Any], split: str) -> Iterator[tuple[dict[str, Any], bytes]]:
     """A split row's QA items with their image; a pairs row is one item."""
-    if split == "pairs":
+    if split in ("pairs", "rl"):
         yield {k: v for k, v in row.items() if k not in ("images", "clean_meta")}, row["images"][0]["bytes"]
+    elif split == "samples":
+        yield {k: v for k, v in row.items() if k not in ("image", "clean_meta")}, row["image"]["bytes"]
     else:
         for qa in row["qa"]:
             yield qa, row["image"]["bytes"]
@@ -162,7 +169,7 @@ def select_overturns(split_dir: str | Path, split: str, n: int = 3) -> list[dict
 
     Reads only the `qa` column; ranked by a hash of the question, as the examples are.
     """
-    if split in ("rejected", "pairs"):
+    if split in ("rejected", "pairs", "samples", "rl"):
         return []
     best: list[tuple[int, int, dict[str, str]]] = []  # max-heap (negated rank) of the n best
     counter = 0
@@ -196,7 +203,9 @@ behind a collapsed <details> a reader would have to click to see a one-word `wro
 
 def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[str, Any]:
     qa = example["qa"]
-    if split == "pairs":
+    if split in ("samples", "rl"):
+        fields, long = _question_row_fields(split, qa)
+    elif split == "pairs":
         fields = [(k, qa[k]) for k in ("question", "reference", "chosen_answer", "chosen_by", "chosen_from", "rejected_answer",
                                         "rejected_from", "rejected_reason", "pass_rate", "k")]
         long = [("chosen", qa["chosen"][0]["content"]), ("rejected", qa["rejected"][0]["content"])]
@@ -213,6 +222,33 @@ def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[
     fields += [(k, v) for k, v in long if len(v) <= SHORT_FIELD and "\n" not in v and "\r" not in v]
     details = [(k, v) for k, v in long if (k, v) not in fields]
     return {"image_path": image_path, "fields": fields, "details": details}
+
+
+def _question_row_fields(split: str, qa: dict[str, Any]) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    """An example row of the samples or RL repo: its table's fields, and its long fields (each generation's text)."""
+    if split == "rl":
+        return [(k, qa[k]) for k in ("question", "solution", "question_type", "pass_rate", "passed", "k", "pass_rate_low",
+                                     "pass_rate_high")], []
+    fields = [(k, qa[k]) for k in ("question", "reference", "question_type", "accepted", "accepted_by", "reason",
+                                   "published", "pass_rate", "k")]
+    fields += [(f"generation {i}", _generation_line(g)) for i, g in enumerate(qa["generations"])]
+    return fields, [(f"generation {i}: text", g["text"]) for i, g in enumerate(qa["generations"])]
+
+
+def _generation_line(g: dict[str, Any]) -> str:
+    """One generation of a samples row, on one line of the example's table."""
+    drawn = "greedy" if g["kind"] == "greedy" else f"sample {g['sample']} ({g['sampled_for']})"
+    judged = f", judge {g['judge']}" if g["judge"] else ""
+    fate = f"accepted by {g['accepted_by']}" if g["accepted"] else f"rejected: {g['reason']}"
+    return (f"{drawn}, T={g['temperature']}, seed {g['seed']}: final {g['final']!r}, ending {g['ending']}, "
+            f"reader {g['reader']}{judged}; {fate}")
+
+
+def card_numbers(split: str, data_dir: str | Path) -> dict[str, Any] | None:
+    """The numbers a repo's card states of its own files, computed from them (`rs.samples_repo.REPO_NUMBERS`); None for a
+    repo kind whose card numbers are the family's (stats.json)."""
+    compute = REPO_NUMBERS.get(split)
+    return compute(data_dir) if compute is not None else None
 
 
 def _policies(cleaning: CleaningSummary) -> list[dict[str, Any]]:
@@ -242,7 +278,7 @@ def size_category(rows: int) -> str:
 
 
 SPLIT_TITLES = {"think": "accepted, with reasoning", "nothink": "accepted, answers only", "rejected": "rejected",
-                "pairs": "preference pairs"}
+                "pairs": "preference pairs", "samples": "every sample", "rl": "questions for RL"}
 
 
 def card_data(report: FamilyReport, card: dict[str, Any], split: str) -> DatasetCardData:
@@ -269,11 +305,14 @@ def sibling_link(repo: str, namespace: str, *, local: bool) -> str:
 
 def render_card(report: FamilyReport, family_card: dict[str, Any], split: str, namespace: str,
                 examples: list[dict[str, Any]], overturns: list[dict[str, str]] | None = None, *, local: bool = False,
-                figures: list[Figure] | None = None) -> str:
+                figures: list[Figure] | None = None, numbers: dict[str, Any] | None = None) -> str:
     """The README.md of one split's repo: the card template over the family's report.
 
     `local`: the repos are published to a local folder (`--out`), so the siblings are linked relatively.
+    `numbers`: for the samples and RL repos, `card_numbers` of the repo's files (required there).
     """
+    if split in REPO_NUMBERS and numbers is None:
+        raise CardError(f"the {split} card states numbers of its own files: pass `card_numbers({split!r}, data_dir)`")
     calibration = report.judge.calibration
     if calibration is not None and "hard" not in calibration:
         raise CardError(f"the stats of {report.family} were measured by an older rs, before the judge was calibrated on "
@@ -295,6 +334,7 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], split: str, n
         source=report.source, citation=family_card["citation"], figures=figures or [], limit=report.limit,
         endings=report.endings, decontamination=card_sets(report.cleaning.decontamination),
         provenance=report.provenance, audit_target=repos[split] if local else f"{namespace}/{repos[split]}",
+        numbers=numbers, types=report.question_types, route_filter=report.filter,
     )
     data = card_data(report, family_card, split)
     return f"---\n{data.to_yaml()}\n---\n\n{body}"
@@ -302,8 +342,8 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], split: str, n
 
 def _qa_fields(split: str, report: FamilyReport) -> list[str]:
     """The fields a split's rows (pairs) or QA structs (the three) hold, in order."""
-    if split == "pairs":
-        return list(PAIRS)
+    if split in ROW_SCHEMAS:
+        return list(ROW_SCHEMAS[split])
     return list(features(split, recovery=report.recovery is not None)["qa"].feature)
 
 

@@ -263,12 +263,16 @@ class FamilyReport:
     """The recovery pass; None without one."""
     provenance: dict[str, Any] | None = None
     """What rebuilding the family needs (`rs.provenance`); None in a report written before rs recorded it."""
+    question_types: dict[str, Any] | None = None
+    """With `question_types`: `types` (each type's counts and rates, `rs.question_types.TypeCounts`) and `most_failed`."""
+    filter: dict[str, Any] | None = None
+    """What `rs refilter` changed of the family's routing; None: the run's own routing."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (`stats.json`); without `run` when there is none (a published copy), without `recovery` for a
         family that has none."""
         out = dataclasses.asdict(self)
-        for name in ("run", "recovery", "provenance"):
+        for name in ("run", "recovery", "provenance", "question_types", "filter"):
             if getattr(self, name) is None:
                 del out[name]
         return out

@@ -7,7 +7,7 @@ the model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -73,14 +73,56 @@ class Routes:
     greedy_temperature: float = 0.0
     greedy_seed: int = 0
     recovery_temperature: float | None = None
+    rl_bounds: tuple[float, float] | None = None
+    """The pass rates the RL repo keeps, strictly between (`recovery.difficulty.rl`); None: no RL repo."""
 
 
 def routes_of(config: FamilyConfig, promotes: bool) -> Routes:
     """A family's routing rules, given its calibration's verdict."""
     recovery = config.recovery
+    rl = recovery.difficulty.rl if recovery else None
     return Routes(promotes, config.answers.think_needs_agreeing_reasoning, recovery=recovery is not None,
                   greedy_temperature=config.sampling.temperature, greedy_seed=config.sampling.seed,
-                  recovery_temperature=recovery.temperature if recovery else None)
+                  recovery_temperature=recovery.temperature if recovery else None,
+                  rl_bounds=(rl.min_pass_rate, rl.max_pass_rate) if rl else None)
+
+
+JUDGE_POLICIES = ("calibrated", "never")
+"""`rs refilter --judge`: the judge promotes as its calibration allows (the run's rule), or never."""
+
+
+@dataclass(frozen=True)
+class RouteFilter:
+    """Routing settings changed after the run (`rs refilter`): applied to the stored answers, with no engine."""
+
+    judge: str = "calibrated"
+    """One of `JUDGE_POLICIES`."""
+    think_needs_agreeing_reasoning: bool | None = None
+    """None: the family's setting."""
+    rl_bounds: tuple[float, float] | None = None
+    """None: the family's `recovery.difficulty.rl` bounds."""
+
+    def apply(self, routes: Routes) -> Routes:
+        """The family's routes under this filter."""
+        return replace(
+            routes, promotes=routes.promotes and self.judge != "never",
+            needs_agreeing_reasoning=routes.needs_agreeing_reasoning if self.think_needs_agreeing_reasoning is None
+            else self.think_needs_agreeing_reasoning,
+            rl_bounds=self.rl_bounds if self.rl_bounds is not None and routes.rl_bounds is not None else routes.rl_bounds)
+
+    def changes(self, routes: Routes) -> list[str]:
+        """What this filter changes of the family's `routes`, in words (the cards say it)."""
+        after, out = self.apply(routes), []
+        if self.judge == "never":
+            out.append("the judge promotes nothing" + (" (the run's calibration let it promote)" if routes.promotes else
+                                                     " (as in the run: its calibration did not let it promote)"))
+        if after.needs_agreeing_reasoning != routes.needs_agreeing_reasoning:
+            out.append("an accepted answer whose reasoning concludes another value is "
+                       + ("kept out of the think split" if after.needs_agreeing_reasoning else "kept in the think split"))
+        if after.rl_bounds != routes.rl_bounds:
+            out.append(f"the RL repo keeps pass rates strictly between {after.rl_bounds[0]} and {after.rl_bounds[1]} "
+                       f"(the family: {routes.rl_bounds[0]} and {routes.rl_bounds[1]})")
+        return out or ["nothing (the family's own routing)"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +137,8 @@ class Outcome:
     """Its recovery samples, when it was sampled."""
     passed: int = 0
     """Samples accepted."""
+    why: str | None = None
+    """Why it was sampled (`rs.recovery.SAMPLED_FOR`), when it was."""
 
     @property
     def pass_rate(self) -> float | None:
@@ -115,12 +159,12 @@ def outcome(item: dict[str, Any], draws: dict[str, Any] | None, promotes: bool) 
     greedy = decide(item, promotes)
     if draws is None:
         return Outcome(greedy, greedy, item)
-    samples = draws["samples"]
+    samples, why = draws["samples"], draws.get("why")
     accepted = [s for s in samples if decide(s, promotes).accepted]
     if greedy.accepted or not accepted:
-        return Outcome(greedy, greedy, item, samples, len(accepted))
+        return Outcome(greedy, greedy, item, samples, len(accepted), why)
     chosen = next((s for s in accepted if s["reasoning_agrees"] is not False), accepted[0])
-    return Outcome(Decision(True, by="recovery"), greedy, chosen, samples, len(accepted))
+    return Outcome(Decision(True, by="recovery"), greedy, chosen, samples, len(accepted), why)
 
 
 def kept_out_of_think(answer: dict[str, Any], needs_agreeing_reasoning: bool) -> bool:

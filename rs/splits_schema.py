@@ -77,10 +77,41 @@ PAIRS = {
 messages' content is text, and TRL puts the image before the user's text (`trl.data_utils.prepare_multimodal_messages`)."""
 
 
+_INTERVAL = {"pass_rate": Value("float64"), "passed": Value("int32"), "k": Value("int32"),
+             "pass_rate_low": Value("float64"), "pass_rate_high": Value("float64")}
+
+GENERATION = {
+    "kind": _STR, "sample": Value("int32"), "sampled_for": _STR, "seed": Value("int64"), "temperature": Value("float64"),
+    "text": _STR, "reasoning": _STR, "final": _STR, "finish_reason": _STR, "ending": _STR,
+    "completion_tokens": Value("int64"), "thinking_tokens": Value("int64"), "error": _STR,
+    "reader": _STR, "judge": _STR, "reasoning_agrees": Value("bool"),
+    "accepted": Value("bool"), "accepted_by": _STR, "reason": _STR,
+}
+"""One answer a question got, in the samples repo (`rs.samples_repo`)."""
+
+SAMPLES = {
+    "image": Image(), "key": _STR, "question": _STR, "reference": _STR, "references": List(_STR), "question_type": _STR,
+    "model": _STR, "prompt_tokens": Value("int64"),
+    "accepted": Value("bool"), "accepted_by": _STR, "reason": _STR, "greedy_accepted": Value("bool"),
+    "published": Value("int32"), **_INTERVAL, "generations": List(GENERATION), "image_sha256": _STR, "clean_meta": CLEAN_META,
+}
+"""The samples repo (`publish.samples`): one row per question with every generation it got."""
+
+RL = {
+    "images": List(Image()), "prompt": _MESSAGES, "solution": _STR, "references": List(_STR), "question": _STR,
+    "question_type": _STR, **_INTERVAL, "greedy_accepted": Value("bool"), "image_sha256": _STR, "clean_meta": CLEAN_META,
+}
+"""The RL repo (`recovery.difficulty.rl`): TRL's GRPO layout (conversational `prompt`, `images`; the other columns go to
+the reward functions, `solution` the reference), one row per question whose pass rate is within the bounds."""
+
+ROW_SCHEMAS = {"pairs": PAIRS, "samples": SAMPLES, "rl": RL}
+"""The repos whose rows are one question each (not an image with its QA list)."""
+
+
 def features(split: str, *, recovery: bool = False) -> Features:
     """The declared features of one published split; `recovery`: the family has a recovery pass."""
-    if split == "pairs":
-        return Features(PAIRS)
+    if split in ROW_SCHEMAS:
+        return Features(ROW_SCHEMAS[split])
     qa = QA[split] if not recovery else {**QA[split], **(MEASURED if split == "rejected" else RECOVERED)}
     return Features({"image": Image(), "qa": List(qa), "clean_meta": CLEAN_META, "image_sha256": _STR})
 

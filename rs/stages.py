@@ -37,6 +37,7 @@ from rs.locks import build_lock, clean_lock
 from rs.progress import progress
 from rs.prompt import Instructions
 from rs.recovery import RecoveryReport, RecoveryStage
+from rs.route import RouteFilter, Routes, routes_of
 from rs.sample import SampleReport, SampleStage
 from rs.sources import open_source
 from rs.sources.base import Row
@@ -107,6 +108,9 @@ class BuildContext:
     once a run: every pass shares what it returns (`engines`)."""
     _engines: tuple[Engine, Engine | None] | None = field(default=None, init=False, repr=False, compare=False)
     engines_made: int = field(default=0, init=False, compare=False)
+    """How many distinct engine objects this run made (a model load each, the first time they generate)."""
+    route_filter: RouteFilter | None = None
+    """Routing settings changed after the run (`rs refilter`); None: the family's own."""
     _checked: dict[Path, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Stores found intact in this run: their manifest's mtime (a store rewritten since is checked again)."""
 
@@ -127,8 +131,6 @@ class BuildContext:
         if say:
             logger.warning("%s: %s %s cannot be used as it is: %s; rebuilt from %s", self.family.name, what, folder, problem, upstream)
         return False
-
-    """How many distinct engine objects this run made (a model load each, the first time they generate)."""
 
     def engines(self, purpose: str) -> tuple[Engine, Engine | None]:
         """The run's (sampler, judge), made on first use and shared by every later pass (`purpose` names the pass).
@@ -157,6 +159,11 @@ class BuildContext:
                 engine.close()
             except Exception:  # a failing close must not hide why the run stopped (an engine that died, say)
                 logger.warning("%s: closing the engine failed", self.family.name, exc_info=True)
+
+    def routes(self, promotes: bool) -> Routes:
+        """How this build routes its items, given the calibration's verdict: the family's rules, under `route_filter`."""
+        routes = routes_of(self.family.config, promotes)
+        return self.route_filter.apply(routes) if self.route_filter is not None else routes
 
     @property
     def paths(self) -> BuildPaths:

@@ -103,7 +103,8 @@ DECONTAMINATION = Piece("decontamination", rs.decontam.methods, "VERSION", ("dec
 """What cleaning matches against the evaluation sets (in the clean stage's fingerprint, `rs.stages`)."""
 """The recovery pass: which items it samples (with routing's version) and what it records of each sample."""
 """Routing decides which split an answered item goes to: the splits' fingerprint holds its version."""
-SPLITS_CODE = ("build.py", "builders/", "splits_schema.py", "store.py", "records.py", "pairs.py")
+SPLITS_CODE = ("build.py", "builders/", "splits_schema.py", "store.py", "records.py", "pairs.py", "samples_repo.py",
+               "question_types.py")
 """The code that writes the splits' rows from the stores (besides routing): the datasets builder, the splits'
 features, the stores' readers, the shards' naming. Their bytes depend on nothing else of `rs`."""
 

@@ -42,7 +42,7 @@ def test_the_package_imports_its_own_modules_at_the_top() -> None:
 def test_rs_console_script_dispatches_to_the_commands() -> None:
     from rs.cli.main import COMMANDS, main
 
-    assert set(COMMANDS) == {"publish", "sample", "plan", "families", "cache", "audit"}
+    assert set(COMMANDS) == {"publish", "sample", "plan", "families", "cache", "audit", "refilter"}
     assert main(["families", "validate"]) == 0
     assert main(["nope"]) == 2
 

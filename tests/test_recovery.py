@@ -252,3 +252,58 @@ def test_sigkill_mid_recovery_then_rerun_is_byte_identical(tmp_path: Path) -> No
     total = cache_rows(tmp_path / "ref.sqlite")
     assert cache_rows(tmp_path / "cache.sqlite") == total
     assert resumed["sampling_engine_calls"] + resumed["judge_engine_calls"] == total - killed_at
+
+
+def test_demo_samples_variant_publishes_every_answer_and_an_rl_repo_trl_reads(tmp_path: Path, demo_engine) -> None:
+    """`make demo-samples` (scripts/demo_samples.py) on the first images: the samples repo and the RL repo load with
+    `datasets`, every question has a pass rate, the RL rows go through what TRL's GRPO trainer does to a vision row,
+    and the cards' numbers are those of the repos' files."""
+    import importlib.util
+
+    from rs.publish import publish
+    from rs.samples_repo import rl_numbers, samples_numbers
+
+    spec = importlib.util.spec_from_file_location("demo_samples", ROOT / "scripts" / "demo_samples.py")
+    demo_samples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo_samples)
+    families = tmp_path / "families.yaml"
+    families.write_text(demo_samples.variant((ROOT / "families.yaml").read_text()))
+    family = load_families(families)["TinyCLEVR"]
+    outcome = publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", limit=LIMIT, progress=False,
+                      out=tmp_path / "out", engine_factory=lambda f: (demo_engine, demo_engine))
+    repos = {split: Path(where) for split, where in outcome["where"].items()}
+    assert set(repos) == {"think", "nothink", "rejected", "pairs", "samples", "rl"}
+    report = outcome["report"]
+
+    fresh = str(tmp_path / "hf-datasets")  # not ~/.cache: `datasets` may find an earlier run's table there under the same hash
+    samples = datasets.load_dataset(str(repos["samples"]), split="train", cache_dir=fresh)
+    assert samples.num_rows == report.totals.accepted + report.totals.rejected  # one row per question answered
+    answered = [row for row in samples if row["generations"][0]["final"] is not None]
+    assert answered and all(row["k"] == 4 and len(row["generations"]) == 5 for row in answered)  # greedy + 4 samples
+    assert all(row["pass_rate_low"] <= row["pass_rate"] <= row["pass_rate_high"] for row in answered)
+    assert json.loads((repos["samples"] / "rs" / "numbers.json").read_text()) == samples_numbers(repos["samples"] / "data")
+    assert f"{samples.num_rows} questions over {len(set(samples['image_sha256']))} images" in (repos["samples"] / "README.md").read_text()
+
+    rl = datasets.load_dataset(str(repos["rl"]), split="train", cache_dir=fresh)
+    sometimes = [row for row in samples if row["pass_rate"] is not None and 0 < row["pass_rate"] < 1]
+    assert rl.num_rows == len(sometimes) == report.splits["rl"].qa
+    assert json.loads((repos["rl"] / "rs" / "numbers.json").read_text()) == rl_numbers(repos["rl"] / "data")
+    # typed accept rates on the cards (the synthetic scenes' own types)
+    types = report.question_types["types"]
+    assert sum(t["answered"] for t in types.values()) == samples.num_rows
+    assert "## By question type" in (repos["think"] / "README.md").read_text()
+    if not rl.num_rows:
+        pytest.skip("the demo model answered no question of these images right only sometimes")
+    # what GRPOTrainer does with a vision row: the conversational prompt, the image put before the text, the processor
+    from transformers import AutoProcessor
+    from trl.data_utils import is_conversational, prepare_multimodal_messages
+
+    from rs_demo.demo_model import demo_model_path
+
+    processor = AutoProcessor.from_pretrained(demo_model_path())
+    rows = [rl[i] for i in range(min(2, rl.num_rows))]
+    assert all(is_conversational(row) for row in rows)
+    prompts = [prepare_multimodal_messages(row["prompt"], images=row["images"]) for row in rows]
+    texts = [processor.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    batch = processor(images=[row["images"] for row in rows], text=texts, padding=True, return_tensors="pt")
+    assert batch["input_ids"].shape[0] == len(rows) and "pixel_values" in batch

@@ -6,10 +6,11 @@ import sys
 from typing import Callable
 
 from rs import __version__
-from rs.cli import audit, cache, families, plan, publish, run, sample
+from rs.cli import audit, cache, families, plan, publish, refilter, run, sample
 
 COMMANDS: dict[str, tuple[Callable[..., int], str]] = {
     "publish": (publish.main, "build a family if needed, render its cards, publish its three repos"),
+    "refilter": (refilter.main, "rebuild a family's splits from its stored answers under changed routing, with no model call"),
     "sample": (sample.main, "run a family's clean and sample stages only"),
     "plan": (plan.main, "check a family before a run: prompts, template, instructions; --limit N: a real sample and a projection"),
     "families": (families.main, "list, validate, show and preview the families of a families file"),

@@ -25,7 +25,7 @@ from rs.hub import describe_commits, format_plan
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.publish import check_local_root, publish
 from rs.plan import Plan
-from rs.splits_schema import PAIRS, features
+from rs.splits_schema import ROW_SCHEMAS, features
 
 
 def _totals_line(family: Family, report: FamilyReport) -> str:
@@ -138,8 +138,10 @@ def would_do(family: Family, outcome: dict[str, Any]) -> str:
                      + f": at most {c.recovery.samples * (c.recovery.max_tokens or c.sampling.max_tokens):,} output tokens a rejection "
                      f"(`rs plan {family.name} --limit N` measures the rejections and projects the pass's hours)")
     for split in family.splits:
-        if split == "pairs":
-            lines.append(f"  write {where}{family.repo_name(split)}: one row per preference pair ({', '.join(PAIRS)})")
+        if split in ROW_SCHEMAS:
+            what = {"pairs": "preference pair", "samples": "question with every answer it got",
+                    "rl": "question within the RL pass-rate bounds"}[split]
+            lines.append(f"  write {where}{family.repo_name(split)}: one row per {what} ({', '.join(ROW_SCHEMAS[split])})")
             continue
         fields = ", ".join(features(split, recovery=recovery)["qa"].feature)
         lines.append(f"  write {where}{family.repo_name(split)}: one row per image (image, qa, clean_meta, image_sha256), "

@@ -29,7 +29,8 @@ from rs.verifiers import VerifierError, resolve_params
 from .schema import EvaluationSetConfig, FamilyConfig
 
 TOP_LEVEL_KEYS = ("defaults", "evaluation", "families")
-REPO_SUFFIX = {"think": "_RS_think", "nothink": "_RS_nothink", "rejected": "_rejected", "pairs": "_RS_pairs"}
+REPO_SUFFIX = {"think": "_RS_think", "nothink": "_RS_nothink", "rejected": "_rejected", "pairs": "_RS_pairs",
+               "samples": "_RS_samples", "rl": "_RS_rl"}
 """The Hub repo of each published split is the family's name with this suffix."""
 _HUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _HUB_REPO_NAME_MAX = 96
@@ -56,10 +57,12 @@ class Family:
 
     @property
     def splits(self) -> tuple[str, ...]:
-        """The splits this family publishes: the three, and `pairs` when its recovery pass makes preference pairs."""
+        """The splits this family publishes: the three, `pairs` when its recovery pass makes preference pairs, `samples`
+        with `publish.samples`, `rl` with `recovery.difficulty.rl`."""
         recovery = self.config.recovery
-        pairs = recovery is not None and recovery.pairs
-        return tuple(split for split in REPO_SUFFIX if pairs or split != "pairs")
+        opted = {"pairs": recovery is not None and recovery.pairs, "samples": self.config.publish.samples,
+                 "rl": recovery is not None and recovery.difficulty.rl is not None}
+        return tuple(split for split in REPO_SUFFIX if opted.get(split, True))
 
 
 def _where(path: Path, node: Node) -> str:

@@ -10,6 +10,7 @@ kind (`rs.registry`), and the block is checked against that kind's own `Config`,
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -128,13 +129,35 @@ class SamplingConfig:
 
 
 @dataclass
+class RLConfig:
+    """`recovery.difficulty.rl`: publish `<FAMILY>_RS_rl`, the questions the model answers right only sometimes, in the
+    layout TRL's GRPO trainer reads (`rs.samples_repo`)."""
+
+    min_pass_rate: float = 0.0
+    """A question is kept when its pass rate is strictly above this (0: drop the ones never answered right)."""
+    max_pass_rate: float = 1.0
+    """... and strictly below this (1: drop the ones always answered right; Open-R1 keeps 0.1 < p < 0.9)."""
+
+    def __post_init__(self) -> None:
+        within("min_pass_rate", self.min_pass_rate, 0.0, 1.0, what="a pass rate")
+        within("max_pass_rate", self.max_pass_rate, 0.0, 1.0, what="a pass rate")
+        if self.max_pass_rate <= self.min_pass_rate:
+            raise ConfigValueError("max_pass_rate", f"must be above min_pass_rate ({self.min_pass_rate}), got {self.max_pass_rate!r}")
+
+
+@dataclass
 class DifficultyConfig:
     samples: int = 0
     """Samples drawn for every accepted item too, as the recovery pass draws them, so that every question of the family
     gets a measured `pass_rate`; 0: only the rejected items are sampled."""
+    rl: RLConfig | None = None
+    """Publish `<FAMILY>_RS_rl` (off when absent): the questions whose pass rate is within the bounds, for RL."""
 
     def __post_init__(self) -> None:
         at_least("samples", self.samples, 0, what="samples per accepted item; 0 samples none")
+        if self.rl is not None and not self.samples:
+            raise ConfigValueError("rl", "needs difficulty.samples above 0: without them an accepted question has no pass rate "
+                                   "(write `difficulty: {samples: 4, rl: {}}`)")
 
 
 @dataclass
@@ -237,6 +260,9 @@ class PublishConfig:
     """Where `python -m rs.publish` puts the repos when `--out` is not given."""
     local_dir: str = "out"
     """The folder of the `local` target (relative to the working directory): `{local_dir}/{namespace}/{repo}`."""
+    samples: bool = False
+    """Publish `<FAMILY>_RS_samples` too: one row per question with every answer it got (the greedy one, each recovery
+    or difficulty sample), each with what the reader, the judge and the routing made of it, to re-filter offline."""
     files_per_commit: int = DEFAULT_FILES_PER_COMMIT
     """Most files (added, changed or deleted) in one commit to the Hub (1-100, the Hub's guidance). A repo that
     changes by more gets them in commits of this size on a pull request, merged at the end: readers see the change at once."""
@@ -357,6 +383,35 @@ class EvaluationSetConfig:
 
 
 @dataclass
+class QuestionTypeRule:
+    type: str = field(metadata={"example": "count"})
+    """The type's name, as the cards show it."""
+    pattern: str = field(metadata={"example": "^how many"})
+    """A regular expression searched (case-insensitive) in the question as the source gave it."""
+
+    def __post_init__(self) -> None:
+        if not self.type.strip():
+            raise ConfigValueError("type", "must name the type (count, exist, ...)")
+        try:
+            re.compile(self.pattern)
+        except re.error as err:
+            raise ConfigValueError("pattern", f"is no regular expression ({err}): {self.pattern!r}") from None
+
+
+@dataclass
+class QuestionTypesConfig:
+    """`question_types:` how the family's questions are typed, for the cards' accept rates per type (`rs.question_types`):
+    the type the source records (`source.columns.qtype`, the synthetic scenes' own), else the first rule whose pattern
+    the question matches, else `default`."""
+
+    rules: list[QuestionTypeRule] = field(default_factory=list)
+    source: bool = True
+    """Take the type the source records for a question when it has one (before the rules)."""
+    default: str = "other"
+    """The type of a question no rule matches."""
+
+
+@dataclass
 class FamilyConfig:
     """A family as written in YAML, with `defaults` already merged in."""
 
@@ -383,6 +438,8 @@ class FamilyConfig:
     """The recovery pass (off when absent): rejected items sampled again above temperature 0, their pass rates measured,
     an item with a verified sample accepted (`accepted_by: recovery`). README: "Recovering the hard questions"."""
     shard: ShardConfig = field(default_factory=ShardConfig)
+    question_types: QuestionTypesConfig | None = None
+    """How the questions are typed (off when absent): the cards then show accept rates per type."""
     publish: PublishConfig = field(default_factory=PublishConfig)
     decontamination: DecontaminationConfig | None = None
     """Evaluation sets the training images and questions are checked against, and what a match does (off when absent).

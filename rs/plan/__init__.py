@@ -33,7 +33,8 @@ from rs.families.schema import FamilyConfig, JudgeConfig
 from rs.prompt import Instructions, build_prompt
 from rs.reasoning import ReasoningFormat
 from rs.recovery import RecoveryReport
-from rs.route import decide
+from rs.route import decide, outcomes
+from rs.samples_repo import in_rl_bounds
 from rs.sample import SampleReport
 from rs.sources import QAItem, Row, open_source
 from rs.stages import BuildContext, default_cache_path, ensure_clean, ensure_recovered, ensure_sampled
@@ -100,6 +101,11 @@ class RecoveryProjection:
     seconds: float
     blocked: int = 0
     """Sampled questions the judge found CORRECT but could not promote (its calibration did not pass on the sample)."""
+    difficulty_tokens: int = 0
+    """Output tokens of the samples drawn for the accepted questions (`difficulty`): what the RL repo costs."""
+    rl: int | None = None
+    """Questions of the plan's images within the RL repo's pass-rate bounds; None: the family publishes no RL repo."""
+    rl_bounds: tuple[float, float] | None = None
 
     @property
     def share(self) -> float:
@@ -306,6 +312,21 @@ def _recovery_lines(p: Projection, r: RecoveryProjection, greedy_tokens: float) 
         hours, greedy = extra / p.tokens_per_second / 3600, greedy_tokens / p.tokens_per_second / 3600
         out.append(f"  at the same {p.tokens_per_second:,.0f} output tokens/s: {hours:,.2f} hours of engine time; "
                    f"greedy and recovery together {greedy + hours:,.2f} hours")
+    if r.rl is not None:
+        out += _rl_lines(p, r)
+    return out
+
+
+def _rl_lines(p: Projection, r: RecoveryProjection) -> list[str]:
+    """The RL repo: its rows on the plan's images, projected; its cost, the difficulty samples' tokens."""
+    assert r.rl is not None and r.rl_bounds is not None and p.family_qa is not None
+    low, high = r.rl_bounds
+    tokens = p.family_qa * r.difficulty_tokens / r.items if r.items else 0.0
+    out = [f"RL repo ({low} < pass rate < {high}): {r.rl} of {r.items} questions of these images ({_pct(r.rl, r.items)}); "
+           f"whole family: about {round(p.family_qa * r.rl / r.items) if r.items else 0:,} rows",
+           f"  its cost, the samples of the accepted questions (difficulty): {tokens:,.0f} output tokens over the whole family"]
+    if p.tokens_per_second:
+        out[-1] += f", {tokens / p.tokens_per_second / 3600:,.2f} hours at {p.tokens_per_second:,.0f} output tokens/s"
     return out
 
 
@@ -633,12 +654,19 @@ def _project_recovery(ctx: BuildContext, sampled: SampleReport, items: list[dict
     ctx.paths.recovery_report.unlink(missing_ok=True)  # measure this run, even over a warm cache
     report: RecoveryReport | None = ensure_recovered(ctx, sampled)
     assert report is not None
-    tokens = [s["completion_tokens"] for r in read_records(ctx.paths.recovery, "recovery", columns=["samples"])
-              for s in r["samples"] if s["completion_tokens"] is not None]
+    tokens, difficulty = [], 0
+    for r in read_records(ctx.paths.recovery, "recovery", columns=["why", "samples"]):
+        drawn = [s["completion_tokens"] for s in r["samples"] if s["completion_tokens"] is not None]
+        tokens += drawn
+        difficulty += sum(drawn) if r["why"] == "difficulty" else 0
     blocked = sum(decide(i, sampled.promotes).reason == "judge_blocked" for i in items)
+    routes = ctx.routes(sampled.promotes)
+    rl = (sum(in_rl_bounds(result, routes.rl_bounds) for _, result in outcomes(ctx.paths.root, routes))
+          if routes.rl_bounds is not None else None)
     return RecoveryProjection(k=recovery.samples, temperature=recovery.temperature, items=len(items), sampled=dict(report.items),
                               samples=report.samples, completion_tokens=tokens, judged=report.judged,
-                              sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds, blocked=blocked)
+                              sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds, blocked=blocked,
+                              difficulty_tokens=difficulty, rl=rl, rl_bounds=routes.rl_bounds)
 
 
 def _count(n: int, noun: str) -> str:

@@ -27,7 +27,9 @@ from rs.publish import local as local_publish
 from rs.publish.checks import check_repo
 from rs.publish.targets import check_overlap, check_repo_paths
 from rs.decontam.card import pair_files
-from rs.cards import HUB_URL, attach_image_paths, check_card, render_card, select_examples, select_overturns
+from rs.route import RouteFilter
+from rs.samples_repo import REPO_NUMBERS
+from rs.cards import HUB_URL, attach_image_paths, card_numbers, check_card, render_card, select_examples, select_overturns
 from rs.disk import writing
 from rs.errors import UsageError
 from rs.families import Family
@@ -159,12 +161,30 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
     for path, data in pair_files(report.cleaning.decontamination):  # the decontamination section's example pairs
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_bytes(data)
+    numbers = _repo_numbers(ctx, split, repo, published)
+    if numbers is not None:
+        write_json(repo / "rs" / "numbers.json", numbers)
     text = render_card(report, dataclasses.asdict(c.card), split, c.publish.namespace, stored, overturns,
-                       local=local, figures=drawn)
+                       local=local, figures=drawn, numbers=numbers)
     (repo / "README.md").write_text(text, encoding="utf-8")
     if not cards_only:
         check_card(text, repo)
     return repo
+
+
+def _repo_numbers(ctx: BuildContext, split: str, repo: Path, published: Path | None) -> dict[str, Any] | None:
+    """The numbers a samples or RL card states of the repo's files: computed from them (the build's split folder holds
+    the same files), or for a cards-only run without a build, the published repo's `rs/numbers.json`."""
+    if ctx.paths.split(split).exists():
+        return card_numbers(split, ctx.paths.split(split))
+    stored = published / "rs" / "numbers.json" if published is not None else None
+    if stored is not None and stored.exists():
+        return json.loads(stored.read_text())
+    if split not in REPO_NUMBERS:
+        return None
+    raise MissingBuildError(f"no build of {ctx.family.name} in {ctx.paths.root} and no published numbers of "
+                            f"{ctx.family.repo_name(split)} to render its card from; run `python -m rs.publish "
+                            f"{ctx.family.name}` without --cards-only first")
 
 
 def _sha256(path: Path) -> str:
@@ -369,7 +389,8 @@ def _stage_and_publish(ctx: BuildContext, target: _Target, *, cards_only: bool, 
 
 def publish(family: Family, *, out: Path | None = None, cards_only: bool = False, dry_run: bool = False, limit: int | None = None,
             build_root: Path | None = None, cache_path: Path | None = None, progress: bool = True, token: str | None = None,
-            engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None, allow_empty: bool = True) -> dict[str, Any]:
+            engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None, allow_empty: bool = True,
+            route_filter: RouteFilter | None = None) -> dict[str, Any]:
     """Build (unless cards only), stage and publish the three repos; returns a summary.
 
     `allow_empty`: publish a split with no rows to the Hub (`datasets` cannot load it; the card says so); the command
@@ -377,10 +398,12 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
 
     `sample` runs the sampling stage first in another way (`rs.distributed.sample_on_ray`); the
     build then finds it done.
+
+    `route_filter`: routing settings changed after the run (`rs refilter`); the cards say what changed.
     """
     start = time.perf_counter()
     ctx = BuildContext(family, Path(build_root or os.environ.get("RS_BUILD_DIR", "build")), cache_path or default_cache_path(),
-                       limit=limit, progress=progress, engine_factory=engine_factory)
+                       limit=limit, progress=progress, engine_factory=engine_factory, route_filter=route_filter)
     target = _Target.of(family, out)
     check_overlap(target.folder if target.local else None, target.named, ctx.build_root, ctx.cache_path)
     token = _preflight(family, target, limit=limit, dry_run=dry_run, token=token)
