@@ -182,6 +182,8 @@ class Grader:
         v = self.verifier
         if matches is None:
             matches = v.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary)
+        if getattr(v, "notation_only", False):
+            return matches  # a metric that forgives notation only: its match is the same value
         return matches and (
             v.same_value(kind, value, refs, item=item, vocabulary=self.vocabulary)
             or v.own_leniency(kind, value, refs, item=item))

@@ -4,7 +4,7 @@ Usage:
 
     >>> from rs.verifiers import get_verifier
     >>> v = get_verifier("relaxed", tolerance=0.05)
-    >>> v.match("19", "20"), v.name, v.params
+    >>> v.match("19.5", "20.5"), v.name, v.params
     (True, 'relaxed', {'tolerance': 0.05, 'year_guard': True})
 
 ``prediction`` is the final answer with reasoning already removed (:func:`rs.extract.split_reasoning`); ``None``

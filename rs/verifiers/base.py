@@ -344,7 +344,7 @@ def get_verifier(name: str, **params: Any) -> Verifier:
 
     Example:
         >>> v = get_verifier("relaxed", tolerance=0.05)
-        >>> v.match("19", "20")
+        >>> v.match("19.5", "20.5")  # within 5%, a value read off an axis (a whole number may be a count: the judge's)
         True
     """
     return _verifier_class(name)(**params)
