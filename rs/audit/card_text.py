@@ -72,6 +72,17 @@ PATTERNS: dict[str, re.Pattern[str]] = {
                         + _N + r", known wrong by the verifier in " + _N + r" and by the calibrated judge in " + _N + r")?", re.M),
     "accepted_by_note": re.compile(r"^  - `accepted_by`: (.*)$", re.M),
     "reason_counts": re.compile(r"^- `([a-z_]+)` — .*?(?: \(" + _N + r" in this family\))?$", re.M),
+    # the samples and RL repos' own numbers (templates/card_samples.md.jinja)
+    "samples_head": re.compile(r"^" + _N + r" questions? over " + _N + r" images?, with " + _N + r" generations?: ((?:[\d,]+ [a-z_]+(?:, )?)+)"
+                               r"(?: \(the samples drawn for: ([^)]*)\))?\. " + _N + r" questions accepted \(" + _N
+                               + r" by their greedy answer\), " + _N + r" rejected; " + _N + r" have a measured pass rate\.", re.M),
+    "samples_reader": re.compile(r"^\| reader's outcome \| generations \|\n\|---\|---\|\n((?:\| `[a-z_]+` \| [\d,]+ \|\n?)*)", re.M),
+    "samples_decisions": re.compile(r"The judge's verdicts on the generations it was asked about: (none \(no generation was judged\)|[^.]*)\. "
+                                    r"Accepted questions by whom: ([^;]*); rejected by reason: ([^.\n]*)\."),
+    "rl_head": re.compile(r"^" + _N + r" questions? over " + _N + r" images?, each with a pass rate strictly between ([\d.]+) and ([\d.]+); "
+                          r"mean pass rate " + _P + r"; samples per question: (.*?)\. " + _N
+                          + r" of them were answered right by the greedy pass\.", re.M),
+    "rl_bins": re.compile(r"^\| pass rate \| questions \|\n\|---\|---\|\n((?:\| [^|\n]+ \| [\d,]+ \|\n?)*)", re.M),
     "figure_alt": re.compile(r"^!\[((?:[^\]\\]|\\.)*)\]\((figures/[^)]+)\)$", re.M),
 }
 
@@ -93,6 +104,11 @@ def read(text: str) -> dict[str, Stated]:
         if match is not None:
             found[name] = Stated(match.groups(), _line(text, match.start()))
     return found
+
+
+def table(text: str) -> dict[str, int]:
+    """A two-column table's rows (`` | `name` | 12 | `` or ``| (0, 0.25] | 3 |``) as a dict."""
+    return {name.strip("`"): number(n) for name, n in re.findall(r"^\| ([^|\n]+?) \| ([\d,]+) \|$", text, re.M)}
 
 
 def counts(text: str | None) -> dict[str, int]:

@@ -5,22 +5,25 @@ stats' key), what is stated there and what the files hold. The card's numbers ar
 (`rs.audit.card_text`), the files' from the rows (`rs.audit.facts`); `stats.json` is the third witness,
 and the only one for what no published row holds (the judge's calibration, how the answers ended).
 
-Checks are per repo kind (`CHECKERS`: think, nothink, rejected, pairs): a new kind of repo adds its own
+Checks are per repo kind (`CHECKERS`: think, nothink, rejected, pairs, samples, rl): a new kind of repo adds its own
 checker with `checker("kind")`; what every card states (the whole family's numbers) is `common`.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rs.audit.card_text import Stated, counts, number, read
+from rs.audit.card_text import Stated, counts, number, read, table
 from rs.audit.facts import Facts
 from rs.audit.repo import Family, RepoFiles
 from rs.calibration import wilson
 from rs.family_report import PASS_RATE_BINS, FamilyReport
 from rs.figures import FUNNEL, LENGTHS, funnel_alt, lengths_alt
+from rs.samples_repo import REPO_NUMBERS
 from rs.splits_schema import REJECT_REASONS
 
 
@@ -406,8 +409,6 @@ def accepted_by_note(a: Audit) -> None:
     """The schema note lists every `accepted_by` the rows hold (the second statement)."""
     if (s := a.stated("accepted_by_note")) is None:
         return
-    import re
-
     listed = set(re.findall(r"`([a-z_]+)`", s.value[0]))
     held = {qa["accepted_by"] for qa in a.repo.qa}
     a.same("`accepted_by` values the rows hold that the schema note leaves out", a.where("accepted_by_note"), sorted(held - listed), [])
@@ -444,3 +445,81 @@ def pairs_rows(a: Audit) -> None:
     if a.report.recovery is not None and a.report.recovery.pairs is not None and a.facts.pairs is not None:
         a.same("recovery.pairs (stats)", f"{a.repo.name}/rs/stats.json", {k: a.report.recovery.pairs.get(k) for k in ("pairs", "images")},
                {k: a.facts.pairs[k] for k in ("pairs", "images")})
+
+
+# --- the samples and RL repos (`rs.samples_repo`): their own numbers, and the family's seen from them ---------------
+
+
+def _named_counts(text: str | None) -> dict[str, int]:
+    """`6 greedy, 12 sample` -> {greedy: 6, sample: 12}."""
+    return {name: number(n) for n, name in re.findall(r"(\d[\d,]*) ([a-z_]+)", text or "")}
+
+
+def _held_numbers(a: Audit) -> dict[str, Any]:
+    """The repo kind's numbers recomputed from its parquet files (`rs.samples_repo.REPO_NUMBERS`), held against what
+    the card was rendered from (`rs/numbers.json`)."""
+    held = REPO_NUMBERS[a.repo.split](a.repo.root / "data")
+    rendered = a.repo.root / "rs" / "numbers.json"
+    if rendered.exists():
+        stated = json.loads(rendered.read_text())
+        for key in sorted(set(held) | set(stated)):
+            a.same(f"numbers.{key}", f"{a.repo.name}/rs/numbers.json", stated.get(key), held.get(key))
+    return held
+
+
+@checker("samples")
+def samples_numbers_stated(a: Audit) -> None:
+    """The samples card's sentence, table and lists against the repo's rows, and against its siblings' splits: every
+    question's decision here is the one the think/nothink and rejected repos published."""
+    n = _held_numbers(a)
+    if (s := a.stated("samples_head")) is not None:
+        where = a.where("samples_head")
+        rows, images, generations, kinds, sampled_for, accepted, greedy, rejected, measured = s.value
+        a.same("questions", where, number(rows), n["rows"])
+        a.same("images", where, number(images), n["images"])
+        a.same("generations", where, number(generations), n["generations"])
+        a.same("generations by kind", where, _named_counts(kinds), n["kinds"])
+        a.same("samples by why they were drawn", where, counts(sampled_for), n["sampled_for"])
+        a.same("questions accepted", where, number(accepted), n["accepted"])
+        a.same("questions accepted by their greedy answer", where, number(greedy), n["greedy_accepted"])
+        a.same("questions rejected", where, number(rejected), n["rows"] - n["accepted"])
+        a.same("questions with a measured pass rate", where, number(measured), n["measured"])
+    if (s := a.stated("samples_reader")) is not None:
+        a.same("generations by the reader's outcome", a.where("samples_reader"), table(s.value[0]), n["reader"])
+    if (s := a.stated("samples_decisions")) is not None:
+        where = a.where("samples_decisions")
+        a.same("judge verdicts on generations", where, counts(s.value[0]), n["judge"])
+        a.same("accepted questions by whom", where, counts(s.value[1]), n["accepted_by"])
+        a.same("rejected questions by reason", where, counts(s.value[2]), n["rejected_by_reason"])
+    data = f"{a.repo.name}/data"
+    if a.facts.accepted_by is not None:
+        a.same("accepted questions by whom = the nothink split's", data, n["accepted_by"],
+               {k: v for k, v in sorted(a.facts.accepted_by.items()) if v})
+    if a.facts.rejected_by_reason is not None:
+        a.same("rejected questions by reason = the rejected split's", data, n["rejected_by_reason"],
+               {k: v for k, v in sorted(a.facts.rejected_by_reason.items()) if v})
+
+
+@checker("rl")
+def rl_numbers_stated(a: Audit) -> None:
+    """The RL card's sentence and pass-rate table against the repo's rows; its rows against the samples repo's
+    questions whose pass rate lies strictly between the bounds the card states."""
+    n = _held_numbers(a)
+    bounds: tuple[float, float] | None = None
+    if (s := a.stated("rl_head")) is not None:
+        where = a.where("rl_head")
+        rows, images, low, high, mean, ks, greedy = s.value
+        bounds = float(low), float(high)
+        a.same("questions", where, number(rows), n["rows"])
+        a.same("images", where, number(images), n["images"])
+        a.same("mean pass rate", where, mean, pct(n["pass_rate_mean"]) if n["rows"] else mean)
+        a.same("questions by samples drawn", where, {k: number(c) for k, c in re.findall(r"k = (\d+): (\d[\d,]*)", ks)},
+               {str(k): v for k, v in n["k"].items()})
+        a.same("questions the greedy pass answered right", where, number(greedy), n["greedy_accepted"])
+    if (s := a.stated("rl_bins")) is not None:
+        a.same("questions per pass-rate bin", a.where("rl_bins"), table(s.value[0]),
+               {b: c for b, c in n["pass_rates"].items()})
+    samples = a.family.of("samples")
+    if samples is not None and bounds is not None:
+        inside = sum(r["pass_rate"] is not None and bounds[0] < r["pass_rate"] < bounds[1] for r in samples.rows)
+        a.same("RL questions = the samples repo's questions strictly between the bounds", f"{a.repo.name}/data", n["rows"], inside)

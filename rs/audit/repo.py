@@ -87,8 +87,8 @@ class RepoFiles:
 
     @cached_property
     def qa(self) -> list[dict[str, Any]]:
-        """The QA entries of a per-image split, or the rows of the pairs repo (one QA per row)."""
-        if self.split == "pairs":
+        """The QA entries of a per-image split, or the rows of a repo of one question per row (pairs, samples, RL)."""
+        if self.split in ("pairs", "samples", "rl"):
             return self.rows
         return [qa for row in self.rows for qa in row["qa"]]
 
