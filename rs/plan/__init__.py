@@ -615,7 +615,7 @@ def _projected(ctx: BuildContext, family: Family, tokens_per_second: float | Non
     judge_max = _judge_max_tokens(family.config.judge)
     calibration = report.judge_requests - report.judged
     recovery = _project_recovery(ctx, report, items) if family.config.recovery is not None else None
-    return Projection(images=ctx.limit, answered=len(answered), completion_tokens=tokens,
+    return Projection(images=ctx.limit or 0, answered=len(answered), completion_tokens=tokens,
                       truncated=sum(i["finish_reason"] == "length" for i in answered), accepted=accepted, judged=report.judged,
                       judge_max_tokens=judge_max, calibration_requests=max(0, calibration),
                       sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds, family_qa=family_qa,
