@@ -255,3 +255,28 @@ def test_plan_projects_the_rl_repo_and_its_cost(tmp_path: Path) -> None:
     text = plan.render()
     assert f"RL repo (0.0 < pass rate < 1.0): 2 of {len(CASES)} questions of these images (33.3%)" in text
     assert "its cost, the samples of the accepted questions (difficulty):" in text
+
+
+def test_audit_checks_the_samples_and_rl_cards_against_their_files(built, tmp_path: Path) -> None:
+    """`rs audit` on every repo of the family passes; a number changed on the samples card, or a row dropped from the RL
+    repo, is named."""
+    import shutil
+
+    from rs.audit import audit
+
+    tmp, _, _ = built
+    local = tmp / "out" / "local"
+    for name in ("Shapes_RS_samples", "Shapes_RS_rl", "Shapes_RS_think", "Shapes_RS_nothink", "Shapes_rejected"):
+        result = audit(local / name, build=tmp / "build" / "Shapes")
+        assert result.ok, result.render()
+    copy = tmp_path / "local"
+    shutil.copytree(local, copy)
+    card = copy / "Shapes_RS_samples" / "README.md"
+    card.write_text(card.read_text().replace("6 questions over 6 images, with 18 generations", "6 questions over 6 images, with 19 generations"))
+    findings = [str(f) for f in audit(copy / "Shapes_RS_samples").findings]
+    assert len(findings) == 1 and "generations is 19, the files hold 18" in findings[0], findings
+    rl = next((copy / "Shapes_RS_rl" / "data").glob("*.parquet"))
+    table = pq.read_table(rl)
+    pq.write_table(table.slice(0, table.num_rows - 1), rl)
+    stated = {f.what for f in audit(copy / "Shapes_RS_rl").findings}
+    assert {"questions", "numbers.rows", "RL questions = the samples repo's questions strictly between the bounds"} <= stated, stated
