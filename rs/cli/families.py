@@ -128,7 +128,7 @@ def _verifiers(args: argparse.Namespace) -> int:
 
 
 def _preview(args: argparse.Namespace) -> int:
-    family = cli.checked_family(args.name, args.config)
+    family = cli.checked_family(args.name, args.config, loads_model=False)
     offline_unless_the_hub_resolves(hub_needs(family))
     preview(family, limit=args.limit or 3)
     return 0

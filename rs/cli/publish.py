@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     if args.out is not None:
         check_local_root(args.out, "--out")
     cli.check_build_paths(args)
-    family = cli.checked_family(args.family, args.config, probe=not args.cards_only)
+    family = cli.checked_family(args.family, args.config, probe=not args.cards_only, loads_model=not args.dry_run)
     sample = None
     if args.ray is not None:
         sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 from rs.checks import ConfigValueError, at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
 from rs.engines.models import builtin_revision, resolve_model
-from rs.engines.vllm_args import unknown_engine_arg
+from rs.engines.vllm_args import unknown_engine_arg, wrong_engine_arg_value
 from rs.engines.vllm_core import Channel, VLLMCore, decode_image, is_engine_error, is_input_error, tokenizer_and_chat_template
 from rs.errors import RsError, UsageError
 from rs.extract import reasoning_state
@@ -100,6 +100,9 @@ class VLLMEngineConfig(EngineConfig):
             key, close = unknown
             raise ConfigValueError(f"args.{key}", f"the installed {_vllm_version()} takes no engine argument {key!r}{close}; "
                                    "engine.args are the keyword arguments of vllm.LLM and vllm.EngineArgs")
+        for key, value in self.args.items():  # a value of the wrong type: refused here, not by pydantic once the model loads
+            if (wrong := wrong_engine_arg_value(key, value)) is not None:
+                raise ConfigValueError(f"args.{key}", wrong)
 
     def recorded(self) -> dict[str, Any]:
         return {"kind": self.kind, "args": self.args}
