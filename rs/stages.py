@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 from rs.engines import Engine, engines_for
 from rs.engines.cache import GenerationCache
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
+from rs.clean.nothing_kept import check_something_kept
 from rs.disk import writing
 from rs.families import Family
 from rs.locks import build_lock, clean_lock
@@ -236,6 +237,7 @@ def ensure_sampled(ctx: BuildContext) -> SampleReport:
     """Answer, verify and judge every cleaned item, unless an identical sampling report exists."""
     with ctx.lock():
         clean = ensure_clean(ctx)
+        check_something_kept(ctx.family.name, clean.kept_items, clean.dropped)  # before an engine starts for nothing
         paths, expected = ctx.paths, sample_fingerprint(ctx, clean)
         if report := read_report(paths.sample_report, expected, SampleReport.from_dict):
             return report
@@ -312,7 +314,8 @@ def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
     if not 0 <= shard < shards:
         raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
     with ctx.lock(shared=True):  # shards write disjoint folders; only a whole run excludes them
-        ensure_clean(ctx)
+        clean = ensure_clean(ctx)
+        check_something_kept(ctx.family.name, clean.kept_items, clean.dropped)
         sampler, judge = (ctx.engine_factory or engines_for)(ctx.family)
         out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
         rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)

@@ -173,3 +173,17 @@ def test_a_mistake_under_defaults_is_said_at_its_line_there(folder: Path) -> Non
                              text=True, timeout=120)
         assert run.returncode == 2 and run.stderr.startswith(f"error: {path}:{line}: families.MyShapes.{key}: "), run.stderr
         text = text.replace("max_num_seq:", "max_num_seqs:")
+
+
+def test_a_run_that_cleaning_left_nothing_to_sample_fails_before_sampling(folder: Path) -> None:
+    """The image column pointing at the question text: every QA is dropped as missing_image, and the run stops there with
+    exit 2 and the likely cause (it published empty repos with exit 0), before any engine starts."""
+    config = _config(folder, "image-column-is-the-question", ("shape: flat}", "shape: flat, columns: {image: question}}"))
+    run = subprocess.run([sys.executable, "-c", "from rs.cli.main import console; console()", "publish", "MyShapes", "--out",
+                          str(folder / "nothing-out"), "--config", str(config)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "RS_BUILD_DIR": str(folder / "build")})
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: MyShapes: cleaning dropped every QA (2 of 2), most often as missing_image (2): nothing to sample"], run.stderr
+    assert "hint: likely: the image column holds no image: source.columns.image names another column" in run.stderr
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "Loading" not in run.stderr
+    assert not (folder / "nothing-out").exists()
