@@ -75,6 +75,12 @@ class EngineStartFailed(RsError, RuntimeError):
                     "gpu_memory_utilization: null); model files out of reach: see the model id and the network")
 
 
+class EngineArgsRefused(EngineStartFailed):
+    """vLLM's configuration classes refused a value of `engine.args` (pydantic's validation): a configuration error, exit 2."""
+
+    exit_code = 2
+
+
 class EngineDied(RsError, RuntimeError):
     """The engine stopped for good in the middle of a stage; what it answered before is cached."""
 
@@ -237,7 +243,8 @@ class VLLMEngine:
                                       hint="engine.args are the keyword arguments of vllm.LLM / vllm.EngineArgs in the installed "
                                            "vLLM; remove or rename that key in the families file") from err
             except Exception as err:  # a value vLLM refuses, or an engine core that could not start
-                raise EngineStartFailed(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
+                refused = EngineArgsRefused if callable(getattr(err, "errors", None)) else EngineStartFailed  # pydantic's
+                raise refused(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
             logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)
         return self._core
 
