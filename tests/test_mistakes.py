@@ -124,6 +124,11 @@ MISTAKES = [
      "'cc-by-4.0'", 2),
     ("a thinking budget at max_tokens", ["families", "validate"], ("max_tokens: 64}", "max_tokens: 64, thinking_token_budget: 64}"),
      "{config}:9: families.MyShapes.sampling.thinking_token_budget: 64 is not below max_tokens (64)", 2),
+    ("a command misspelt", ["publsh", "MyShapes"], None, "unknown command 'publsh' (did you mean 'publish'?)", 2),
+    ("a subcommand misspelt", ["families", "valdate"], None, "argument command: invalid choice: 'valdate' (choose from 'list', 'validate', 'keys', 'verifiers', 'show', "
+     "'preview') (did you mean 'validate'?)", 2),
+    ("a flag misspelt", ["publish", "MyShapes", "--lmit", "3"], None,
+     "unrecognized arguments: --lmit 3 (did you mean '--limit'?)", 2),
     ("--cards-only with nothing built", ["publish", "MyShapes", "--cards-only", "--out", "{folder}/out", "--build-dir", "{folder}/none"],
      None, "no build of MyShapes in ", 2),
 ]

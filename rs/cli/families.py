@@ -8,6 +8,7 @@ import typing
 
 import yaml
 
+from rs.cli.parser import Parser
 from rs import cli
 from rs.cards import counted
 from rs.families import default_families_path, get_family, load_families
@@ -136,7 +137,7 @@ def _preview(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.families") -> int:
     """List, validate, show and preview the families of a families file."""
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    parser = Parser(prog=prog, description=__doc__)
     cli.add_config(parser)
     sub = parser.add_subparsers(dest="command")
     for name, fn, help_ in [

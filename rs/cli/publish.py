@@ -3,7 +3,7 @@
     python -m rs.publish TinyCLEVR                 # local folder (the embedded default: no GPU, network or token)
     python -m rs.publish CLEVRMath                 # the Hub: {namespace}/CLEVRMath_RS_think, ..._RS_nothink, ..._rejected
     python -m rs.publish CLEVRMath --out DIR       # a local folder laid out exactly as the Hub repos
-    python -m rs.publish CLEVRMath --cards-only    # re-render and publish the three cards, nothing else
+    python -m rs.publish CLEVRMath --cards-only    # re-render and publish the cards (three repos, four with recovery pairs), nothing else
     python -m rs.publish CLEVRMath --dry-run       # what would be added, changed and deleted, with sizes, in how many commits
 """
 
@@ -13,6 +13,7 @@ import argparse
 import functools
 from typing import Any
 
+from rs.cli.parser import Parser
 from rs import cli
 from rs.cards import counted, pct
 from rs.cli import RunFailed, output
@@ -152,7 +153,7 @@ def would_do(family: Family, outcome: dict[str, Any]) -> str:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("family")
     cli.add_config(parser)
     cli.add_out(parser)
@@ -199,7 +200,7 @@ def _publish(family: Family, args: argparse.Namespace, sample: Any) -> dict[str,
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -> int:
-    """Build the family if needed, render the cards, publish the three repos."""
+    """Build the family if needed, render the cards, publish the three repos (four with `recovery.pairs`)."""
     parser = _parser(prog)
     args = parser.parse_args(argv)
     if args.ray is not None and args.cards_only:

@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from rs.cli.parser import Parser
 from rs import cli
 from rs.cli import RunFailed, output
 from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
@@ -59,7 +60,7 @@ def _sample(ctx: BuildContext, args: argparse.Namespace, shard: tuple[int, int] 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") -> int:
     """Run the clean and sample stages, and the recovery pass (resumable; see rs.stages; `--ray`: rs.distributed)."""
-    parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
+    parser = Parser(prog=prog, description=main.__doc__)
     parser.add_argument("family")
     cli.add_config(parser)
     cli.add_limit(parser)
