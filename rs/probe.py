@@ -57,7 +57,8 @@ def probe_family(family: Family, *, loads_model: bool = False) -> list[str]:
         if not path.is_file():
             raise FamilyConfigError(f"{locate(family, 'engine.replay_path')}: families.{family.name}.engine.replay_path: "
                                     f"{c.engine.replay_path!r}: {path.absolute()} is not a file",
-                                    hint="a relative replay_path is relative to the families file's folder")
+                                    hint=None if Path(c.engine.replay_path).expanduser().is_absolute() else
+                                    "a relative replay_path is relative to the families file's folder")
     return not_checked
 
 

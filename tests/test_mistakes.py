@@ -192,3 +192,15 @@ def test_a_run_that_cleaning_left_nothing_to_sample_fails_before_sampling(folder
     assert "hint: likely: the image column holds no image: source.columns.image names another column" in run.stderr
     assert run.returncode == 2 and "Traceback" not in run.stderr and "Loading" not in run.stderr
     assert not (folder / "nothing-out").exists()
+
+
+def test_the_relative_path_hint_is_given_for_a_relative_path_only(folder: Path) -> None:
+    said = {}
+    for case, path in (("relative", "data/shapse.parquet"), ("absolute", str(folder / "data" / "shapse.parquet"))):
+        config = _config(folder, f"{case}-path-misspelt", ("data/shapes.parquet", path))
+        run = subprocess.run([sys.executable, "-m", "rs.families", "validate", "--config", str(config)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 2 and run.stderr.startswith("error: "), run.stderr
+        said[case] = run.stderr
+    assert "relative to the families file's folder" in said["relative"]
+    assert "relative" not in said["absolute"].split("hint:", 1)[1]
