@@ -8,8 +8,8 @@ import typing
 
 import yaml
 
-from rs.cli.parser import Parser
 from rs import cli
+from rs.cli.parser import Parser
 from rs.cards import counted
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+from pathlib import Path
 from typing import Any
 
-from rs.cli.parser import Parser
 from rs import cli
 from rs.cards import counted, pct
 from rs.cli import RunFailed, output
+from rs.cli.parser import Parser
 from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError, UsageError
 from rs.families import Family
@@ -26,6 +27,7 @@ from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.publish import check_local_root, publish
 from rs.plan import Plan
 from rs.splits_schema import PAIRS, features
+from rs.stages import default_cache_path
 
 
 def _totals_line(family: Family, report: FamilyReport) -> str:
@@ -85,7 +87,7 @@ def _split_lines(outcome: dict[str, Any], split: str, *, dry_run: bool) -> list[
     return lines
 
 
-def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
+def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool, cache: Path | None = None) -> str:
     """What the publish did, for a person: the funnel, recovery, verifier, judge, and each split's repo."""
     report = outcome["report"]
     t, cal = report.totals, report.judge.calibration
@@ -104,6 +106,8 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
     for split in report.splits:
         lines += _split_lines(outcome, split, dry_run=dry_run)
     lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in report.splits) if outcome["local"] else "")
+    if cache is not None:  # the default cache is shared by every checkout: a "fresh" clone may reuse answers
+        lines.append(f"  generation cache: {cache} (answers already there were not asked again)")
     lines.append(f"  done in {outcome['seconds']:.1f}s" + (" (dry run: nothing was changed)" if dry_run else ""))
     return "\n".join(line for line in lines if line)
 
@@ -218,5 +222,6 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
         _refuse_unreachable_hub(family, args)
         outcome = _publish(family, args, sample)
-        print(would_do(family, outcome) if outcome["report"] is None else summary(family, outcome, dry_run=args.dry_run))
+        print(would_do(family, outcome) if outcome["report"] is None else summary(family, outcome, dry_run=args.dry_run,
+                                                                                     cache=args.cache or default_cache_path()))
     return 0

@@ -7,9 +7,9 @@ import argparse
 import json
 from typing import Any
 
-from rs.cli.parser import Parser
 from rs import cli
 from rs.cli import RunFailed, output
+from rs.cli.parser import Parser
 from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.recovery import RecoveryReport
@@ -79,5 +79,5 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
     ctx = BuildContext(family, cli.build_root(args), args.cache or default_cache_path(), limit=args.limit, progress=True)
     with output.quiet(ctx.build_root / family.name / "logs", verbose=args.verbose):
         offline_unless_the_hub_resolves(hub_needs(family))  # sources and models in the local caches still work
-        print(json.dumps(_sample(ctx, args, shard)))
+        print(json.dumps({**_sample(ctx, args, shard), "cache": str(ctx.cache_path)}))  # which cache: the default is shared
     return 0
