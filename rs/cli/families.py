@@ -9,6 +9,7 @@ import typing
 import yaml
 
 from rs import cli
+from rs.cli import output
 from rs.cli.parser import Parser
 from rs.cards import counted
 from rs.families import default_families_path, get_family, load_families
@@ -35,7 +36,8 @@ def _list(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     path = args.config or default_families_path()
-    families = load_families(path, engine_checks=True)
+    with output.own_lines_only():  # vLLM's import notices (engine_checks) are not validate's output
+        families = load_families(path, engine_checks=True)
     not_checked = {name: probe_family(family) for name, family in families.items()}
     print(f"ok: {path}: {counted(len(families), 'family', 'families')} valid ({', '.join(families)})")
     print("  checked: keys and values, local source files and the columns read from them, engine arguments against the "
