@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from rs.publish import check_local_root, publish
 from rs.plan import Plan
 from rs.splits_schema import PAIRS, features
 from rs.stages import default_cache_path
+
+logger = logging.getLogger(__name__)
 
 
 def _totals_line(family: Family, report: FamilyReport) -> str:
@@ -177,6 +180,10 @@ def _refuse_unreachable_hub(family: Family, args: argparse.Namespace) -> None:
     to_hub = args.out is None and family.config.publish.target != "local"
     needs = hub_needs(family, publishing=to_hub)
     if not (offline_unless_the_hub_resolves(needs, say=not to_hub) and to_hub):
+        return
+    if args.dry_run:  # nothing is sent: describe the run; only the comparison with the repos on the Hub is left out
+        logger.warning("the Hub is out of reach from here (its name does not resolve): this dry run describes the run, not the "
+                       "commits a publish to %s would make", family.config.publish.namespace)
         return
     reading = [n for n in needs if not n.startswith("the repos ")]
     hint = ("publish to a local folder with --out DIR (laid out as the Hub repos), or run the same command when the "
