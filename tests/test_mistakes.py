@@ -204,3 +204,19 @@ def test_the_relative_path_hint_is_given_for_a_relative_path_only(folder: Path) 
         said[case] = run.stderr
     assert "relative to the families file's folder" in said["relative"]
     assert "relative" not in said["absolute"].split("hint:", 1)[1]
+
+
+def test_validate_source_reads_the_first_records_and_checks_each_columns_type(folder: Path) -> None:
+    """`validate` said `ok` for an image column that names the question column (the column exists); `--source N` reads."""
+    wrong = _config(folder, "validate-source-image-is-question", ("shape: flat}", "shape: flat, columns: {image: question}}"))
+    right = _config(folder, "validate-source-right", None)
+    said = {}
+    for name, config in (("wrong", wrong), ("right", right)):
+        said[name] = subprocess.run([sys.executable, "-m", "rs.families", "validate", "--config", str(config), "--source", "5"], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=120)
+    assert said["wrong"].returncode == 2 and said["wrong"].stdout == "", said["wrong"].stdout
+    assert said["wrong"].stderr.startswith(f"error: {wrong}:3: families.MyShapes.source.columns.image: none of the first 2 records "
+                                           "holds an image that opens in column 'question': missing_image, e.g. What color is the "
+                                           "square?: no such file"), said["wrong"].stderr
+    assert said["right"].returncode == 0, said["right"].stderr
+    assert "  MyShapes: the first 2 source records: an image that opens in 2, a question in 2, an answer in 2" in said["right"].stdout

@@ -41,4 +41,5 @@ def check_something_kept(family: str, kept: int, dropped: Counter[str] | dict[st
     reason, count = Counter(dropped).most_common(1)[0]
     cause = LIKELY_CAUSES.get(reason, "see the family's exclusions.jsonl, every dropped QA with its reason")
     raise NothingKept(f"{family}: cleaning dropped every QA ({total} of {total}), most often as {reason} ({count}): nothing "
-                      "to sample", hint=f"likely: {cause}; `rs families preview {family}` shows the first records as read")
+                      "to sample", hint=f"likely: {cause}; `rs families preview {family}` shows the first records as read, "
+                                        "`rs families validate --source 20` checks each column's type")

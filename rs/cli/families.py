@@ -15,6 +15,7 @@ from rs.cards import counted
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema
 from rs.probe import probe_family
+from rs.source_check import check_first_records
 from rs.families.loader import field_types, plugin_registry, type_name
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.preview import preview
@@ -39,12 +40,15 @@ def _validate(args: argparse.Namespace) -> int:
     with output.own_lines_only():  # vLLM's import notices (engine_checks) are not validate's output
         families = load_families(path, engine_checks=True)
     not_checked = {name: probe_family(family) for name, family in families.items()}
+    sources = [check_first_records(family, args.source) for family in families.values()] if getattr(args, "source", None) else []
     print(f"ok: {path}: {counted(len(families), 'family', 'families')} valid ({', '.join(families)})")
     print("  checked: keys and values, local source files and the columns read from them, engine arguments against the "
           "installed engine, built-in and local models")
     for name, notes in not_checked.items():
         if notes:
             print(f"  not checked here: {name}: {'; '.join(notes)}")
+    for line in sources:
+        print(f"  {line}")
     return 0
 
 
@@ -151,6 +155,9 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.families") 
         p = sub.add_parser(name, help=help_)
         cli.add_config(p, subcommand=True)
         p.set_defaults(fn=fn)
+        if name == "validate":
+            p.add_argument("--source", type=cli.positive_int, metavar="N", help="also read each family's first N source records "
+                           "and check each column's type (an image column holds images or paths that open)")
     p = sub.add_parser("show", help="print a family's resolved configuration")
     p.add_argument("name")
     cli.add_config(p, subcommand=True)
