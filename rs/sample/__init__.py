@@ -37,9 +37,10 @@ from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
 
-VERSION = "2"
+VERSION = "3"
 """The stage's version: bump when a change of this stage records some answer otherwise, so an older report is re-run
-(from the cache) rather than reused (`rs.versions`; 2: certain rejections, hard negatives, the evidence gate)."""
+(from the cache) rather than reused (`rs.versions`; 2: certain rejections, hard negatives, the evidence gate; 3: the
+accepted answers whose reasoning could not be compared are counted, `reasoning_unchecked`)."""
 
 
 class _Slot:
@@ -66,6 +67,9 @@ class SampleReport:
     """Answers the verifier could not decide (neither accepted nor certainly wrong): the judge's."""
     reasoning_disagrees: int = 0
     """Accepted answers whose reasoning concludes another value of the answer's kind (`reasoning_agrees` False)."""
+    reasoning_unchecked: int = 0
+    """Accepted answers whose reasoning could not be compared with them (`reasoning_agrees` None: a free-text answer, no
+    reasoning, or no value of the answer's kind stated in it): the card must not count them as checked."""
     judged: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)
     contradicted_verdicts: Counter[str] = field(default_factory=Counter)
@@ -207,6 +211,7 @@ class SampleStage:
         self.report.verified += v.verified
         self.report.contradicted += v.contradicts
         self.report.reasoning_disagrees += v.reasoning_agrees is False
+        self.report.reasoning_unchecked += v.verified and v.reasoning_agrees is None
         self.report.undecided += gen.error is None and gen.answer is not None and not v.verified and not v.contradicts
         self.report.engine_errors += gen.error is not None
         ending = gen.ending
