@@ -58,7 +58,9 @@ __all__ = ["EngineArgsError", "EngineDied", "EngineStartFailed", "VLLMEngine", "
 
 
 class EngineArgsError(RsError, TypeError):
-    """`engine.args` holds an argument the installed vLLM does not take."""
+    """`engine.args` holds an argument the installed vLLM does not take: a configuration error, exit 2."""
+
+    exit_code = 2
 
 
 class ReasoningParserMissing(UsageError, ValueError):
