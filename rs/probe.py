@@ -81,7 +81,8 @@ def _check_model(family: Family, key: str, model_id: str, revision: str | None =
     whose = " (the judge's)" if key == "judge.model" else ""
     if (missing := _not_cached_offline(model_id, revision)) is not None:
         if not loads:
-            return [f"the Hub model {model_id}{whose}: {missing.removeprefix(f'the Hub model {model_id!r}').strip()}"]
+            return [f"the Hub model {model_id}{whose} (offline, and not in the local Hugging Face cache: a run here could not "
+                    "load it)"]
         raise FamilyConfigError(f"{locate(family, f'{key}.id')}: families.{family.name}.{key}.id: {missing}",
                                 hint="check the id's spelling (`hf cache ls` lists the models cached here), or download it "
                                      "while online (`hf download ID`), or unset HF_HUB_OFFLINE")
