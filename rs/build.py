@@ -212,7 +212,7 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
                                  synonyms=vocabulary.synonym_groups() if (vocabulary := c.answers.vocabulary()) else [],
                                  outcomes={"accepted": sampled.verified, "certain": sampled.contradicted,
                                            "undecided": sampled.undecided},
-                                 reasoning_disagrees=routing.reasoning_disagrees,
+                                 reasoning_disagrees=routing.reasoning_disagrees, reasoning_unchecked=sampled.reasoning_unchecked,
                                  think_needs_agreeing_reasoning=c.answers.think_needs_agreeing_reasoning),
         judge=JudgeSummary(enabled=c.judge.enabled, model=asdict(c.judge.model) if c.judge.model else asdict(c.model),
                            max_tokens=c.judge.max_tokens, mode=c.judge.mode,

@@ -40,6 +40,8 @@ class VerifierSummary:
     """Answers the verifier accepted, rejected for certain, and left undecided (the judge's)."""
     reasoning_disagrees: int = 0
     """Accepted answers whose reasoning concludes another value of their kind."""
+    reasoning_unchecked: int = 0
+    """Answers the verifier accepted whose reasoning could not be compared (free text, or no value of their kind in it)."""
     think_needs_agreeing_reasoning: bool = True
     """Whether those are kept out of the think split (`answers.think_needs_agreeing_reasoning`)."""
 

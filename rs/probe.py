@@ -22,8 +22,11 @@ from rs.families.loader import Family, FamilyConfigError, locate
 __all__ = ["probe_family"]
 
 
-def probe_family(family: Family) -> list[str]:
+def probe_family(family: Family, *, loads_model: bool = False) -> list[str]:
     """Check a family's local files, source columns and model ids; returns what could not be checked here.
+
+    `loads_model`: the command goes on to load the model in this process (a vLLM engine), so a Hub model that an offline
+    run cannot load is an error; otherwise it is said in what was not checked.
 
     Raises `FamilyConfigError` (file:line, the key, what to do) on the first problem.
     """
@@ -43,7 +46,7 @@ def probe_family(family: Family) -> list[str]:
                                     hint=err.hint) from None
     for key, model in (("model", c.model), ("judge.model", c.judge.model)):
         if model is not None:
-            not_checked += _check_model(family, key, model.id)
+            not_checked += _check_model(family, key, model.id, model.revision, loads=loads_model and c.engine.kind == "vllm")
     if c.engine.kind == "vllm" and known_engine_args() is None:
         not_checked.append("engine.args (vLLM is not installed here, or its argument list could not be read)")
     elif c.engine.kind == "openai":
@@ -54,12 +57,14 @@ def probe_family(family: Family) -> list[str]:
         if not path.is_file():
             raise FamilyConfigError(f"{locate(family, 'engine.replay_path')}: families.{family.name}.engine.replay_path: "
                                     f"{c.engine.replay_path!r}: {path.absolute()} is not a file",
-                                    hint="a relative replay_path is relative to the families file's folder")
+                                    hint=None if Path(c.engine.replay_path).expanduser().is_absolute() else
+                                    "a relative replay_path is relative to the families file's folder")
     return not_checked
 
 
-def _check_model(family: Family, key: str, model_id: str) -> list[str]:
-    """A built-in id must exist, a local folder must hold a model; a Hub id is only named."""
+def _check_model(family: Family, key: str, model_id: str, revision: str | None = None, *, loads: bool = False) -> list[str]:
+    """A built-in id must exist, a local folder must hold a model; a Hub id must be in the local cache when offline, else
+    it is only named."""
     if model_id.startswith("rs:"):
         try:
             resolve_model(model_id)
@@ -73,4 +78,28 @@ def _check_model(family: Family, key: str, model_id: str) -> list[str]:
                                     f"but {path} holds no model (no config.json)",
                                     hint="give the folder of a saved model (config.json, weights, tokenizer) or a Hub id")
         return []
-    return [f"the Hub model {model_id}" + (" (the judge's)" if key == "judge.model" else "")]
+    whose = " (the judge's)" if key == "judge.model" else ""
+    if (missing := _not_cached_offline(model_id, revision)) is not None:
+        if not loads:
+            return [f"the Hub model {model_id}{whose} (offline, and not in the local Hugging Face cache: a run here could not "
+                    "load it)"]
+        raise FamilyConfigError(f"{locate(family, f'{key}.id')}: families.{family.name}.{key}.id: {missing}",
+                                hint="check the id's spelling (`hf cache ls` lists the models cached here), or download it "
+                                     "while online (`hf download ID`), or unset HF_HUB_OFFLINE")
+    return [f"the Hub model {model_id}{whose}"]
+
+
+def _not_cached_offline(model_id: str, revision: str | None) -> str | None:
+    """Why an offline run cannot load the Hub model `model_id` (not in the local cache), or None (online, or cached)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if not constants.HF_HUB_OFFLINE:
+        return None
+    try:
+        found = try_to_load_from_cache(model_id, "config.json", revision=revision)
+    except ValueError as err:  # not a valid repo id at all
+        return f"{model_id!r} is not a Hub model id ({err})"
+    if isinstance(found, str):
+        return None
+    return (f"the Hub model {model_id!r}" + (f" at revision {revision!r}" if revision else "")
+            + f" is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}), and the Hub is offline (HF_HUB_OFFLINE)")

@@ -58,6 +58,8 @@ class LogProgress:
         self.n = 0
         self.postfix = ""
         self.start = self.last = time.monotonic()
+        self.first: tuple[float, int] | None = None
+        """(when, count) at the first update: the rate and time left count from there, not the model's load before it."""
 
     def __enter__(self) -> LogProgress:
         return self
@@ -67,6 +69,8 @@ class LogProgress:
 
     def update(self, n: int = 1) -> None:
         self.n += n
+        if self.first is None:
+            self.first = (time.monotonic(), self.n)
         if time.monotonic() - self.last >= LOG_EVERY_S:
             self._log()
 
@@ -81,8 +85,10 @@ class LogProgress:
         elapsed = now - self.start
         rate = self.n / elapsed if elapsed > 0 else 0.0
         left = ""
-        if self.total and rate and not done:
-            left = f", {_clock((self.total - self.n) / rate)} left"
+        if self.first is not None and now > self.first[0] and self.n > self.first[1]:  # since the first answer: not the load
+            rate = (self.n - self.first[1]) / (now - self.first[0])
+            if self.total and not done:
+                left = f", {_clock((self.total - self.n) / rate)} left"
         state = (f"stopped after {_clock(elapsed)}" if failed else f"done in {_clock(elapsed)}") if done else f"{_clock(elapsed)} so far"
         postfix = f" [{self.postfix}]" if self.postfix else ""
         if self.unit_scale:

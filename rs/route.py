@@ -17,9 +17,9 @@ from rs.store import read_clean_rows, read_records
 if TYPE_CHECKING:
     from rs.families.schema import FamilyConfig
 
-VERSION = "2"
+VERSION = "3"
 """Which split an answered item goes to: bump when a change routes some item otherwise (`rs.versions`; 2: the recovery
-pass's samples)."""
+pass's samples; 3: a certain rejection keeps `wrong_answer` whatever the judge said, but CORRECT: `judge_overruled`)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ def decide(item: dict[str, Any], judge_promotes: bool) -> Decision:
     if item["verified"]:
         return Decision(True, by="verifier")
     verdict = item["judge"]
+    if item["contradicts"] and verdict != "CORRECT":  # the verifier is certain: an UNSURE or WRONG judge decided nothing
+        return Decision(False, reason="wrong_answer")
     if verdict == "CORRECT":
         if item["contradicts"]:
             return Decision(False, reason="judge_overruled")

@@ -31,6 +31,7 @@ from rs.engines.cache import GenerationCache
 from rs.checksums import MANIFEST, damage, seal
 from rs.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.decontam import versions as decontam_versions
+from rs.clean.nothing_kept import check_something_kept
 from rs.disk import writing
 from rs.families import Family
 from rs.locks import build_lock, clean_lock
@@ -311,6 +312,7 @@ def ensure_sampled(ctx: BuildContext) -> SampleReport:
     """Answer, verify and judge every cleaned item, unless an identical sampling report exists."""
     with ctx.lock():
         clean = ensure_clean(ctx)
+        check_something_kept(ctx.family.name, clean.kept_items, clean.dropped)  # before an engine starts for nothing
         paths, expected = ctx.paths, sample_fingerprint(ctx, clean)
         report = read_report(paths.sample_report, expected, SampleReport.from_dict)
         if report and ctx.intact(paths.items, "the items store", "the generation cache"):
@@ -410,7 +412,8 @@ def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
 
 def _sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
     with ctx.lock(shared=True):  # shards write disjoint folders; only a whole run excludes them
-        ensure_clean(ctx)
+        clean = ensure_clean(ctx)
+        check_something_kept(ctx.family.name, clean.kept_items, clean.dropped)
         sampler, judge = ctx.engines("shard")
         out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
         rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)

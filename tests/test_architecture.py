@@ -54,7 +54,7 @@ def test_the_wheel_lists_every_package_and_maps_the_shipped_folders_without_link
 
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "rs").rglob("__init__.py")}
-    assert set(setuptools["packages"]) == folders | {"rs.builders", "rs.templates"}
+    assert set(setuptools["packages"]) == folders | {"rs.builders", "rs.templates", "rs.templates.verifiers"}  # a data folder too
     assert setuptools["package-dir"] == {"rs.builders": "builders", "rs.templates": "templates"}
     links = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "rs").rglob("*") if p.is_symlink())
     assert links == ["rs/families/families.yaml"]  # the one link left: the top-level families.yaml, copied into a wheel

@@ -113,8 +113,9 @@ def test_engine_arguments_vllm_refuses_are_an_error_with_its_reason() -> None:
     from rs_demo.tiny_model import VLLM_ENGINE_KWARGS
 
     engine = VLLMEngine("rs:tiny-vlm", engine_args={**VLLM_ENGINE_KWARGS, "max_model_len": 1_000_000})
-    with pytest.raises(EngineStartFailed, match=r"could not start: User-specified max_model_len \(1000000\) is greater than"):
+    with pytest.raises(EngineStartFailed, match=r"could not start: User-specified max_model_len \(1000000\) is greater than") as refused:
         engine.load()
+    assert refused.value.exit_code == 2  # a value of the families file vLLM's configuration refuses: a configuration error
 
 
 def test_the_engine_core_of_a_killed_run_exits_within_seconds(tmp_path: Path) -> None:

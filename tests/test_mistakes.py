@@ -125,6 +125,26 @@ MISTAKES = [
      "the generation cache {folder}/o/cache.sqlite is inside --out {folder}/o", 2),
     ("a cache inside the build folder", ["sample", "MyShapes", "--build-dir", "{folder}/b", "--cache", "{folder}/b/c.sqlite"], None,
      "the generation cache {folder}/b/c.sqlite is inside the build folder {folder}/b", 2),
+    ("an engine argument of the wrong type: validate", ["families", "validate"], ("max_model_len: 2048", "max_model_len: big"),
+     "{config}:8: families.MyShapes.engine.args.max_model_len: vLLM's EngineArgs.max_model_len is int: 'big' (str) is not an int", 2),
+    ("an engine argument of the wrong type: sample", ["sample", "MyShapes"], ("max_model_len: 2048", "max_model_len: big"),
+     "{config}:8: families.MyShapes.engine.args.max_model_len: vLLM's EngineArgs.max_model_len is int", 2),
+    ("a reasoning parser vLLM does not have: validate", ["families", "validate"], ("parser: tags", "parser: qwen4"),
+     "{config}:6: families.MyShapes.model.reasoning.parser: the installed vLLM has no reasoning parser 'qwen4' (did you mean 'qwen3'?)", 2),
+    ("a reasoning parser vLLM does not have: publish", ["publish", "MyShapes", "--out", "{folder}/out"], ("parser: tags", "parser: qwen4"),
+     "{config}:6: families.MyShapes.model.reasoning.parser: the installed vLLM has no reasoning parser 'qwen4'", 2),
+    ("a Hub model id misspelt, offline: sample", ["sample", "MyShapes"], ('"rs:demo-vlm"', '"Qwen/Qwen3-VL-2B-Instrct"'),
+     "{config}:6: families.MyShapes.model.id: the Hub model 'Qwen/Qwen3-VL-2B-Instrct' is not in the local Hugging Face cache", 2),
+    ("a license the Hub does not know", ["families", "validate"], ("license: cc-by-4.0", "license: cc-by-4"),
+     "{config}:11: families.MyShapes.card.license: 'cc-by-4' is not a license identifier of the Hugging Face Hub (did you mean "
+     "'cc-by-4.0'", 2),
+    ("a thinking budget at max_tokens", ["families", "validate"], ("max_tokens: 64}", "max_tokens: 64, thinking_token_budget: 64}"),
+     "{config}:9: families.MyShapes.sampling.thinking_token_budget: 64 is not below max_tokens (64)", 2),
+    ("a command misspelt", ["publsh", "MyShapes"], None, "unknown command 'publsh' (did you mean 'publish'?)", 2),
+    ("a subcommand misspelt", ["families", "valdate"], None, "argument command: invalid choice: 'valdate' (choose from 'list', 'validate', 'keys', 'verifiers', 'show', "
+     "'preview') (did you mean 'validate'?)", 2),
+    ("a flag misspelt", ["publish", "MyShapes", "--lmit", "3"], None,
+     "unrecognized arguments: --lmit 3 (did you mean '--limit'?)", 2),
     ("--cards-only with nothing built", ["publish", "MyShapes", "--cards-only", "--out", "{folder}/out", "--build-dir", "{folder}/none"],
      None, "no build of MyShapes in ", 2),
 ]
@@ -174,3 +194,45 @@ def test_a_mistake_under_defaults_is_said_at_its_line_there(folder: Path) -> Non
                              text=True, timeout=120)
         assert run.returncode == 2 and run.stderr.startswith(f"error: {path}:{line}: families.MyShapes.{key}: "), run.stderr
         text = text.replace("max_num_seq:", "max_num_seqs:")
+
+
+def test_a_run_that_cleaning_left_nothing_to_sample_fails_before_sampling(folder: Path) -> None:
+    """The image column pointing at the question text: every QA is dropped as missing_image, and the run stops there with
+    exit 2 and the likely cause (it published empty repos with exit 0), before any engine starts."""
+    config = _config(folder, "image-column-is-the-question", ("shape: flat}", "shape: flat, columns: {image: question}}"))
+    run = subprocess.run([sys.executable, "-c", "from rs.cli.main import console; console()", "publish", "MyShapes", "--out",
+                          str(folder / "nothing-out"), "--config", str(config)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "RS_BUILD_DIR": str(folder / "build")})
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: MyShapes: cleaning dropped every QA (2 of 2), most often as missing_image (2): nothing to sample"], run.stderr
+    assert "hint: likely: the image column holds no image: source.columns.image names another column" in run.stderr
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "Loading" not in run.stderr
+    assert not (folder / "nothing-out").exists()
+
+
+def test_the_relative_path_hint_is_given_for_a_relative_path_only(folder: Path) -> None:
+    said = {}
+    for case, path in (("relative", "data/shapse.parquet"), ("absolute", str(folder / "data" / "shapse.parquet"))):
+        config = _config(folder, f"{case}-path-misspelt", ("data/shapes.parquet", path))
+        run = subprocess.run([sys.executable, "-m", "rs.families", "validate", "--config", str(config)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 2 and run.stderr.startswith("error: "), run.stderr
+        said[case] = run.stderr
+    assert "relative to the families file's folder" in said["relative"]
+    assert "relative" not in said["absolute"].split("hint:", 1)[1]
+
+
+def test_validate_source_reads_the_first_records_and_checks_each_columns_type(folder: Path) -> None:
+    """`validate` said `ok` for an image column that names the question column (the column exists); `--source N` reads."""
+    wrong = _config(folder, "validate-source-image-is-question", ("shape: flat}", "shape: flat, columns: {image: question}}"))
+    right = _config(folder, "validate-source-right", None)
+    said = {}
+    for name, config in (("wrong", wrong), ("right", right)):
+        said[name] = subprocess.run([sys.executable, "-m", "rs.families", "validate", "--config", str(config), "--source", "5"], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=120)
+    assert said["wrong"].returncode == 2 and said["wrong"].stdout == "", said["wrong"].stdout
+    assert said["wrong"].stderr.startswith(f"error: {wrong}:3: families.MyShapes.source.columns.image: none of the first 2 records "
+                                           "holds an image that opens in column 'question': missing_image, e.g. What color is the "
+                                           "square?: no such file"), said["wrong"].stderr
+    assert said["right"].returncode == 0, said["right"].stderr
+    assert "  MyShapes: the first 2 source records: an image that opens in 2, a question in 2, an answer in 2" in said["right"].stdout

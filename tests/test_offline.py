@@ -20,6 +20,18 @@ print(json.dumps([switched, constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFF
 """
 
 
+REMOTE = """\
+families:
+  Remote:
+    source: {kind: synthetic, num_images: 2}
+    instruction: "?"
+    verifier: {name: alnum}
+    model: {id: "rs:tiny-vlm"}
+    publish: {namespace: someone, target: hub}
+    card: {pretty_name: R, description: d, license: mit, citation: ""}
+"""
+
+
 def probe(endpoint: str, **env: str) -> tuple[list, str]:
     clean = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY",
                                                                "all_proxy", "HTTP_PROXY", "http_proxy")}
@@ -42,22 +54,28 @@ def test_a_hub_that_resolves_or_a_proxy_leaves_the_libraries_online() -> None:
 def test_publishing_to_an_unreachable_hub_is_refused_before_anything_is_built(tmp_path: Path) -> None:
     clean = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
     families = tmp_path / "families.yaml"
-    families.write_text("""\
-families:
-  Remote:
-    source: {kind: synthetic, num_images: 2}
-    instruction: "?"
-    verifier: {name: alnum}
-    model: {id: "rs:tiny-vlm"}
-    publish: {namespace: someone, target: hub}
-    card: {pretty_name: R, description: d, license: mit, citation: ""}
-""")
+    families.write_text(REMOTE)
     run = subprocess.run([sys.executable, "-m", "rs.publish", "Remote", "--config", str(families), "--build-dir", str(tmp_path / "build")],
                          env={**clean, "HF_ENDPOINT": "https://hub.example.invalid"}, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2, run.stderr
     assert "error: the Hub is out of reach from here (its name does not resolve): Remote cannot be published to it (someone/Remote_RS_think" in run.stderr
     assert "--out DIR" in run.stderr and not list((tmp_path / "build").rglob("*.json"))  # nothing built
 
+
+
+def test_a_dry_run_to_an_unreachable_hub_describes_the_run(tmp_path: Path) -> None:
+    """It refused, like a real publish, although a dry run sends nothing."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    families = tmp_path / "families.yaml"
+    families.write_text(REMOTE)
+    run = subprocess.run([sys.executable, "-m", "rs.publish", "Remote", "--config", str(families), "--build-dir", str(tmp_path / "build"),
+                          "--dry-run"], env={**clean, "HF_ENDPOINT": "https://hub.example.invalid"}, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("Remote: not built here with these settings, so this dry run built nothing")
+    assert "write someone/Remote_RS_think" in run.stdout
+    assert ("warning: the Hub is out of reach from here (its name does not resolve): this dry run describes the run, not the "
+            "commits a publish to someone would make") in run.stderr
 
 def test_offline_is_said_once_and_only_for_a_family_that_needs_the_hub(tmp_path: Path) -> None:
     clean = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}

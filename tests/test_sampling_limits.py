@@ -68,6 +68,7 @@ def test_validate_checks_them_against_the_installed_vllm(tmp_path: Path) -> None
     done = subprocess.run([sys.executable, "-m", "rs.families", "validate", "--config", str(write(tmp_path, "{thinking_token_budget: 64}"))],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0 and done.stdout.startswith("ok:") and "INFO" not in done.stdout
+    assert "Triton" not in done.stderr and "INFO" not in done.stderr, done.stderr  # vLLM's import notices are not validate's
 
 
 def test_the_repeat_profile_says_exactly_when_vllms_check_would_end_an_output() -> None:

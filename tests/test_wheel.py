@@ -35,8 +35,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ".git", ".venv", "build", "out", "*.egg-info", "__pycache__", ".*cache*"))
     dist = tmp_path_factory.mktemp("dist")
     for folder in (source, source / "demo"):  # rs, and rs-demo: the demo and test models
-        _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dist),
-              str(folder)], cwd=dist)
+        built = _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dist),
+                      str(folder)], cwd=dist)
+        assert "absent from the `packages` configuration" not in built.stdout + built.stderr  # setuptools' warning: every data
+        # folder (templates/verifiers, the demo model's weights) is listed as a package
     (built,) = dist.glob("rs-0*.whl")
     return built
 

@@ -32,12 +32,13 @@ from rs.publish import check_local_root
 from rs.publish.targets import check_overlap
 
 
-def checked_family(name: str, config: Path | None, *, probe: bool = True) -> Family:
+def checked_family(name: str, config: Path | None, *, probe: bool = True, loads_model: bool = True) -> Family:
     """The family by name, with what `rs families validate` checks of it here (local files, columns, models) checked first:
-    a misspelt path is said at its file and line before anything starts, not as a stage's failure."""
+    a misspelt path is said at its file and line before anything starts, not as a stage's failure. `loads_model`: the
+    command may load the model here (an offline Hub model must then be in the local cache)."""
     family = get_family(name, config)
     if probe:
-        probe_family(family)
+        probe_family(family, loads_model=loads_model)
     return family
 
 

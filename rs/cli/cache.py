@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rs.cli.parser import Parser
 from rs.engines.cache import GenerationCache
 from rs.errors import UsageError
 from rs.stages import default_cache_path
 
 
 def main(argv: list[str] | None = None, *, prog: str = "rs cache") -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = parser.add_subparsers(dest="action", required=True)
     check = actions.add_parser("check", help="list the keys of the answers whose checksum fails")
     forget = actions.add_parser("forget", help="remove answers by key: the next run asks for them again")

@@ -9,10 +9,13 @@ import typing
 import yaml
 
 from rs import cli
+from rs.cli import output
+from rs.cli.parser import Parser
 from rs.cards import counted
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema
 from rs.probe import probe_family
+from rs.source_check import check_first_records
 from rs.families.loader import field_types, plugin_registry, type_name
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.preview import preview
@@ -34,14 +37,18 @@ def _list(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     path = args.config or default_families_path()
-    families = load_families(path, engine_checks=True)
+    with output.own_lines_only():  # vLLM's import notices (engine_checks) are not validate's output
+        families = load_families(path, engine_checks=True)
     not_checked = {name: probe_family(family) for name, family in families.items()}
+    sources = [check_first_records(family, args.source) for family in families.values()] if getattr(args, "source", None) else []
     print(f"ok: {path}: {counted(len(families), 'family', 'families')} valid ({', '.join(families)})")
     print("  checked: keys and values, local source files and the columns read from them, engine arguments against the "
           "installed engine, built-in and local models")
     for name, notes in not_checked.items():
         if notes:
             print(f"  not checked here: {name}: {'; '.join(notes)}")
+    for line in sources:
+        print(f"  {line}")
     return 0
 
 
@@ -128,7 +135,7 @@ def _verifiers(args: argparse.Namespace) -> int:
 
 
 def _preview(args: argparse.Namespace) -> int:
-    family = cli.checked_family(args.name, args.config)
+    family = cli.checked_family(args.name, args.config, loads_model=False)
     offline_unless_the_hub_resolves(hub_needs(family))
     preview(family, limit=args.limit or 3)
     return 0
@@ -136,7 +143,7 @@ def _preview(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.families") -> int:
     """List, validate, show and preview the families of a families file."""
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    parser = Parser(prog=prog, description=__doc__)
     cli.add_config(parser)
     sub = parser.add_subparsers(dest="command")
     for name, fn, help_ in [
@@ -148,6 +155,9 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.families") 
         p = sub.add_parser(name, help=help_)
         cli.add_config(p, subcommand=True)
         p.set_defaults(fn=fn)
+        if name == "validate":
+            p.add_argument("--source", type=cli.positive_int, metavar="N", help="also read each family's first N source records "
+                           "and check each column's type (an image column holds images or paths that open)")
     p = sub.add_parser("show", help="print a family's resolved configuration")
     p.add_argument("name")
     cli.add_config(p, subcommand=True)

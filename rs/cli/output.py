@@ -179,3 +179,29 @@ def _library_bars(*, enabled: bool) -> bool:
                     (hub_utils.enable_progress_bars, hub_utils.disable_progress_bars)):
         (on if enabled else off)()
     return were
+
+
+class _NotThirdParty(logging.Filter):
+    """Lets through rs's own records, and any library's errors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name == "rs" or record.name.startswith("rs.") or record.levelno >= logging.ERROR
+
+
+@contextlib.contextmanager
+def own_lines_only() -> Iterator[None]:
+    """For a command that writes no log (`rs families validate`): libraries' notices below an error are not its output.
+
+    Importing vLLM to ask it about the sampling settings logs its Triton and platform notices (INFO and WARNING); on the
+    terminal they read as problems of the families file.
+    """
+    keep = _NotThirdParty()
+    handlers = logging.getLogger().handlers[:]
+    for handler in handlers:
+        handler.addFilter(keep)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(keep)
+

@@ -6,13 +6,14 @@ import argparse
 
 from rs import cli
 from rs.cli import output
+from rs.cli.parser import Parser
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.plan import plan_family
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.plan") -> int:
     """Check a family before the GPU-hours are spent: prompts, template, instructions, verifiers; with --limit, a real sample and a projection."""
-    parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
+    parser = Parser(prog=prog, description=main.__doc__)
     parser.add_argument("family")
     cli.add_config(parser)
     parser.add_argument("--limit", type=cli.positive_int, metavar="N",

@@ -3,7 +3,7 @@
     python -m rs.publish TinyCLEVR                 # local folder (the embedded default: no GPU, network or token)
     python -m rs.publish CLEVRMath                 # the Hub: {namespace}/CLEVRMath_RS_think, ..._RS_nothink, ..._rejected
     python -m rs.publish CLEVRMath --out DIR       # a local folder laid out exactly as the Hub repos
-    python -m rs.publish CLEVRMath --cards-only    # re-render and publish the three cards, nothing else
+    python -m rs.publish CLEVRMath --cards-only    # re-render and publish the cards (three repos, four with recovery pairs), nothing else
     python -m rs.publish CLEVRMath --dry-run       # what would be added, changed and deleted, with sizes, in how many commits
 """
 
@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
+from pathlib import Path
 from typing import Any
 
 from rs import cli
 from rs.decontam.card import summary as decontamination_summary
 from rs.cards import counted, pct
 from rs.cli import RunFailed, output
+from rs.cli.parser import Parser
 from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError, UsageError
 from rs.families import Family
@@ -26,6 +29,9 @@ from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.publish import check_local_root, publish
 from rs.plan import Plan
 from rs.splits_schema import ROW_SCHEMAS, features
+from rs.stages import default_cache_path
+
+logger = logging.getLogger(__name__)
 
 
 def _totals_line(family: Family, report: FamilyReport) -> str:
@@ -85,7 +91,7 @@ def _split_lines(outcome: dict[str, Any], split: str, *, dry_run: bool) -> list[
     return lines
 
 
-def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
+def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool, cache: Path | None = None) -> str:
     """What the publish did, for a person: the funnel, recovery, verifier, judge, and each split's repo."""
     report = outcome["report"]
     t, cal = report.totals, report.judge.calibration
@@ -105,6 +111,8 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool) -> str:
     for split in report.splits:
         lines += _split_lines(outcome, split, dry_run=dry_run)
     lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in report.splits) if outcome["local"] else "")
+    if cache is not None:  # the default cache is shared by every checkout: a "fresh" clone may reuse answers
+        lines.append(f"  generation cache: {cache} (answers already there were not asked again)")
     lines.append(f"  done in {outcome['seconds']:.1f}s" + (" (dry run: nothing was changed)" if dry_run else ""))
     return "\n".join(line for line in lines if line)
 
@@ -156,7 +164,7 @@ def would_do(family: Family, outcome: dict[str, Any]) -> str:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("family")
     cli.add_config(parser)
     cli.add_out(parser)
@@ -176,6 +184,10 @@ def _refuse_unreachable_hub(family: Family, args: argparse.Namespace) -> None:
     to_hub = args.out is None and family.config.publish.target != "local"
     needs = hub_needs(family, publishing=to_hub)
     if not (offline_unless_the_hub_resolves(needs, say=not to_hub) and to_hub):
+        return
+    if args.dry_run:  # nothing is sent: describe the run; only the comparison with the repos on the Hub is left out
+        logger.warning("the Hub is out of reach from here (its name does not resolve): this dry run describes the run, not the "
+                       "commits a publish to %s would make", family.config.publish.namespace)
         return
     reading = [n for n in needs if not n.startswith("the repos ")]
     hint = ("publish to a local folder with --out DIR (laid out as the Hub repos), or run the same command when the "
@@ -203,7 +215,7 @@ def _publish(family: Family, args: argparse.Namespace, sample: Any) -> dict[str,
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -> int:
-    """Build the family if needed, render the cards, publish the three repos."""
+    """Build the family if needed, render the cards, publish the three repos (four with `recovery.pairs`)."""
     parser = _parser(prog)
     args = parser.parse_args(argv)
     if args.ray is not None and args.cards_only:
@@ -213,7 +225,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     if args.out is not None:
         check_local_root(args.out, "--out")
     cli.check_build_paths(args)
-    family = cli.checked_family(args.family, args.config, probe=not args.cards_only)
+    family = cli.checked_family(args.family, args.config, probe=not args.cards_only, loads_model=not args.dry_run)
     sample = None
     if args.ray is not None:
         sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,
@@ -221,5 +233,6 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
         _refuse_unreachable_hub(family, args)
         outcome = _publish(family, args, sample)
-        print(would_do(family, outcome) if outcome["report"] is None else summary(family, outcome, dry_run=args.dry_run))
+        print(would_do(family, outcome) if outcome["report"] is None else summary(family, outcome, dry_run=args.dry_run,
+                                                                                     cache=args.cache or default_cache_path()))
     return 0

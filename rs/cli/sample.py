@@ -9,6 +9,7 @@ from typing import Any
 
 from rs import cli
 from rs.cli import RunFailed, output
+from rs.cli.parser import Parser
 from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.recovery import RecoveryReport
@@ -58,7 +59,7 @@ def _sample(ctx: BuildContext, args: argparse.Namespace, shard: tuple[int, int] 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") -> int:
     """Run the clean and sample stages, and the recovery pass (resumable; see rs.stages; `--ray`: rs.distributed)."""
-    parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
+    parser = Parser(prog=prog, description=main.__doc__)
     parser.add_argument("family")
     cli.add_config(parser)
     cli.add_limit(parser)
@@ -77,5 +78,5 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
     ctx = BuildContext(family, cli.build_root(args), args.cache or default_cache_path(), limit=args.limit, progress=True)
     with output.quiet(ctx.build_root / family.name / "logs", verbose=args.verbose):
         offline_unless_the_hub_resolves(hub_needs(family))  # sources and models in the local caches still work
-        print(json.dumps(_sample(ctx, args, shard)))
+        print(json.dumps({**_sample(ctx, args, shard), "cache": str(ctx.cache_path)}))  # which cache: the default is shared
     return 0

@@ -99,3 +99,51 @@ def engine_processes_die_with_this_one() -> Iterator[None]:
     finally:
         mp_spawn.get_command_line = original
         _starting = None
+
+
+class _Interrupt(BaseException):
+    """A KeyboardInterrupt carried past the code that would swallow it (see `interrupts_reach_the_caller`)."""
+
+    def __init__(self, interrupt: KeyboardInterrupt):
+        super().__init__(str(interrupt))
+        self.interrupt = interrupt
+
+
+@contextmanager
+def interrupts_reach_the_caller() -> Iterator[None]:
+    """Within the block, a signal handler's KeyboardInterrupt (Ctrl-C, and rs's SIGTERM) reaches the caller.
+
+    vLLM's engine start with its core in another process waits for the core's handshake inside
+    `vllm.utils.network_utils.zmq_socket_ctx`, which catches KeyboardInterrupt and only logs it: the
+    start then goes on, waiting up to `VLLM_ENGINE_READY_TIMEOUT_S` (600 s) for a handshake that
+    never comes, and the run ignores the user's Ctrl-C. Here the handlers of SIGINT and SIGTERM are
+    wrapped so that what they raise travels as a BaseException no `except KeyboardInterrupt` (nor
+    `except Exception`) catches; vLLM's own `finally` blocks still run (they stop the engine core
+    processes), and the block re-raises the original KeyboardInterrupt. Main thread only (the only
+    thread Python runs signal handlers in); elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    originals = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    for signum, original in originals.items():
+        if callable(original):
+            signal.signal(signum, _carried(original))
+    try:
+        yield
+    except _Interrupt as carried:
+        raise carried.interrupt from None
+    finally:
+        for signum, original in originals.items():
+            if callable(original):
+                signal.signal(signum, original)
+
+
+def _carried(handler: Callable[[int, Any], Any]) -> Callable[[int, Any], Any]:
+    def carry(signum: int, frame: Any) -> Any:
+        try:
+            return handler(signum, frame)
+        except KeyboardInterrupt as interrupt:
+            raise _Interrupt(interrupt) from None
+
+    return carry

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 from rs.checks import ConfigValueError, at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
 from rs.engines.models import builtin_revision, resolve_model
-from rs.engines.vllm_args import batch_invariance_refusal, unknown_engine_arg, vllm_fields
+from rs.engines.vllm_args import batch_invariance_refusal, unknown_engine_arg, vllm_fields, wrong_engine_arg_value
 from rs.engines.vllm_core import Channel, VLLMCore, decode_image, is_engine_error, is_input_error, tokenizer_and_chat_template
 from rs.errors import RsError, UsageError
 from rs.extract import reasoning_state
@@ -58,7 +58,9 @@ __all__ = ["EngineArgsError", "EngineDied", "EngineStartFailed", "VLLMEngine", "
 
 
 class EngineArgsError(RsError, TypeError):
-    """`engine.args` holds an argument the installed vLLM does not take."""
+    """`engine.args` holds an argument the installed vLLM does not take: a configuration error, exit 2."""
+
+    exit_code = 2
 
 
 class ReasoningParserMissing(UsageError, ValueError):
@@ -73,6 +75,12 @@ class EngineStartFailed(RsError, RuntimeError):
                     "shipped defaults are a GPU's (max_model_len 16384, gpu_memory_utilization 0.9), and on a CPU or a "
                     "smaller GPU they are set as TinyCLEVR does (max_model_len, max_num_seqs, kv_cache_memory_bytes, "
                     "gpu_memory_utilization: null); model files out of reach: see the model id and the network")
+
+
+class EngineArgsRefused(EngineStartFailed):
+    """vLLM's configuration classes refused a value of `engine.args` (pydantic's validation): a configuration error, exit 2."""
+
+    exit_code = 2
 
 
 class EngineDied(RsError, RuntimeError):
@@ -107,6 +115,9 @@ class VLLMEngineConfig(EngineConfig):
             key, close = unknown
             raise ConfigValueError(f"args.{key}", f"the installed {_vllm_version()} takes no engine argument {key!r}{close}; "
                                    "engine.args are the keyword arguments of vllm.LLM and vllm.EngineArgs")
+        for key, value in self.args.items():  # a value of the wrong type: refused here, not by pydantic once the model loads
+            if (wrong := wrong_engine_arg_value(key, value)) is not None:
+                raise ConfigValueError(f"args.{key}", wrong)
 
     def recorded(self) -> dict[str, Any]:
         return {"kind": self.kind, "args": self.args, **({"batch_invariant": True} if self.batch_invariant else {})}
@@ -264,7 +275,8 @@ class VLLMEngine:
                                       hint="engine.args are the keyword arguments of vllm.LLM / vllm.EngineArgs in the installed "
                                            "vLLM; remove or rename that key in the families file") from err
             except Exception as err:  # a value vLLM refuses, or an engine core that could not start
-                raise EngineStartFailed(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
+                refused = EngineArgsRefused if callable(getattr(err, "errors", None)) else EngineStartFailed  # pydantic's
+                raise refused(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
             logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)
         return self._core
 

@@ -22,7 +22,8 @@ from rs.engines.base import SamplingSettings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["batch_invariance_refusal", "known_engine_args", "unknown_engine_arg", "vllm_fields"]
+__all__ = ["batch_invariance_refusal", "engine_arg_type", "known_engine_args", "unknown_engine_arg", "vllm_fields",
+           "wrong_engine_arg_value"]
 
 
 @functools.cache
@@ -52,6 +53,63 @@ def unknown_engine_arg(keys: list[str]) -> tuple[str, str] | None:
             close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
             return key, f" (did you mean {close[0]!r}?)" if close else ""
     return None
+
+
+_SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+@functools.cache
+def _engine_arg_annotations() -> dict[str, str]:
+    """`EngineArgs`' field annotations as written in the installed vLLM (`int | None`, `ModelDType`, ...); empty when unreadable."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(next(iter(spec.submodule_search_locations))) / "engine" / "arg_utils.py"
+    try:
+        body = _tree(path, "EngineArgs").body
+    except (OSError, SyntaxError, LookupError):
+        return {}
+    return {n.target.id: ast.unparse(n.annotation) for n in body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+def engine_arg_type(key: str) -> tuple[type, ...] | None:
+    """The scalar types (int, float, bool, str) vLLM's `EngineArgs` annotates `key` with; None when it is anything else
+    (a literal, a config class, a container) or unknown: such a value is left to vLLM."""
+    members = [m.strip() for m in _engine_arg_annotations().get(key, "").split("|")]
+    types = tuple(_SCALARS[m] for m in members if m in _SCALARS)
+    return types if types and all(m in _SCALARS or m == "None" for m in members) else None
+
+
+def wrong_engine_arg_value(key: str, value: object) -> str | None:
+    """Why `value` cannot be vLLM's `key` (its field's scalar type, as pydantic's lax mode reads it), or None.
+
+    null is always let through (vLLM's default, e.g. `gpu_memory_utilization: null` on a CPU)."""
+    types = engine_arg_type(key)
+    if types is None or value is None or _fits(value, types):
+        return None
+    wanted = " or ".join(t.__name__ for t in types)
+    return f"vLLM's EngineArgs.{key} is {_engine_arg_annotations()[key]}: {value!r} ({type(value).__name__}) is not {'an' if wanted[0] in 'aeiou' else 'a'} {wanted}"
+
+
+_BOOL_WORDS = frozenset({"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"})
+"""The strings pydantic's lax mode reads as a bool."""
+
+
+def _fits(value: object, types: tuple[type, ...]) -> bool:
+    """Whether pydantic's lax (Python) mode, which vLLM's config classes validate with, takes `value` as one of `types`."""
+    if str in types and isinstance(value, str):
+        return True
+    if bool in types and (isinstance(value, bool) or value in (0, 1) or (isinstance(value, str) and value.lower() in _BOOL_WORDS)):
+        return True
+    if isinstance(value, (bool, int, float)):
+        return float in types or (int in types and float(value).is_integer())
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return False
+        return float in types or (int in types and number.is_integer())
+    return False
 
 
 def _tree(path: Path, name: str) -> ast.ClassDef:

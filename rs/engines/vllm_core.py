@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable
 
-from rs.engines.lifeline import engine_processes_die_with_this_one
+from rs.engines.lifeline import engine_processes_die_with_this_one, interrupts_reach_the_caller
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -135,7 +135,8 @@ class VLLMCore:
 
             start, end = reasoning_markers
             args = {**args, "reasoning_config": ReasoningConfig(reasoning_start_str=start, reasoning_end_str=end)}
-        with engine_processes_die_with_this_one():  # a SIGKILLed run leaves no engine core behind
+        # a SIGKILLed run leaves no engine core behind; a Ctrl-C or SIGTERM stops the start at once
+        with interrupts_reach_the_caller(), engine_processes_die_with_this_one():
             llm = LLM(model=model, **args)
         _wake_when_dead(llm)
         return cls(llm)

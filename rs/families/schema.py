@@ -10,15 +10,18 @@ kind (`rs.registry`), and the block is checked against that kind's own `Config`,
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
 from rs.answers import Vocabulary
 from rs.checks import ConfigValueError, at_least, positive, within
+from rs.hub.licenses import license_problem
 from rs.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
 from rs.sizes import parse_bytes
+from rs.vllm_parsers import known_reasoning_parsers
 
 MULTIPLE_CHOICE_INSTRUCTION = "\nAnswer with the option's letter from the given choices directly."
 """What a question with options is asked with unless its family says otherwise (LLaVA's and lmms-eval's wording)."""
@@ -60,6 +63,11 @@ class ReasoningConfig:
             raise ValueError("parser tags needs both markers: start (e.g. <think>) and end (e.g. </think>)")
         if self.parser == "none" and self.required:
             raise ValueError("parser none (the model does not reason) cannot require a reasoning block")
+        if self.uses_vllm_parser and (known := known_reasoning_parsers()) is not None and self.parser not in known:
+            close = difflib.get_close_matches(self.parser, sorted(known), n=1, cutoff=0.6)
+            raise ConfigValueError("parser", f"the installed vLLM has no reasoning parser {self.parser!r}"
+                                   + (f" (did you mean {close[0]!r}?)" if close else "")
+                                   + f"; tags (the start/end markers), none, or one of: {', '.join(sorted(known))}")
 
 
 @dataclass
@@ -126,6 +134,10 @@ class SamplingConfig:
             raise ConfigValueError("top_p", f"must be above 0 and at most 1 (1 keeps every token), got {self.top_p!r}")
         at_least("max_tokens", self.max_tokens, 1, what="the tokens an answer may use, its reasoning included")
         at_least("thinking_token_budget", self.thinking_token_budget, 0, what="reasoning tokens; null for no budget")
+        if self.thinking_token_budget is not None and self.thinking_token_budget >= self.max_tokens:
+            raise ConfigValueError("thinking_token_budget", f"{self.thinking_token_budget} is not below max_tokens "
+                                   f"({self.max_tokens}), which counts the reasoning and the answer after it: the budget "
+                                   "would never cut the reasoning and leave no room for the answer; lower it, or raise max_tokens")
 
 
 @dataclass
@@ -285,6 +297,10 @@ class CardConfig:
     tags: list[str] = field(default_factory=list)
     source_datasets: list[str] = field(default_factory=list)
     homepage: str | None = None
+
+    def __post_init__(self) -> None:
+        if (problem := license_problem(self.license)) is not None:  # the Hub would show it as unknown
+            raise ConfigValueError("license", problem)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rs.decontam.card import plan_lines as overlap_lines
+from rs.answers import Kind, classify
 from rs.clean import Cleaner, CleaningReport
 from rs.engines import Engine, resolve_model
 from rs.engines.base import PROMPT_TAIL_CHARS
@@ -347,6 +348,7 @@ def plan_family(family: Family, *, sample_images: int = 8, limit: int | None = N
     plan.kinds = _kinds(rows, c, processor, plan.mm_processor_kwargs)
     plan.side = _token_side(processor) if processor is not None else None
     _check_kinds(c, plan)
+    _suggest_closed_set(c, rows, plan)
     if limit is not None:
         plan.projection = _project(family, limit, build_root, cache_path, tokens_per_second, engine_factory, progress, plan)
     return plan
@@ -563,6 +565,24 @@ def _token_side(processor: Any) -> int | None:
     image_processor = getattr(processor, "image_processor", None)
     patch, merge = getattr(image_processor, "patch_size", None), getattr(image_processor, "merge_size", None)
     return patch * merge if isinstance(patch, int) and isinstance(merge, int) else None
+
+
+FEW_REFERENCES = 50
+"""Distinct free-text references in the sample at or below which `answers.closed_set` is suggested."""
+
+
+def _suggest_closed_set(c: FamilyConfig, rows: list[Row], plan: Plan) -> None:
+    """Free-text answers' reasoning is never compared with them (a card counts them as unchecked); where the references
+    are few, a closed set of answers makes them terms the reasoning can be read for."""
+    if c.answers.closed_set or not rows:
+        return
+    vocabulary = c.answers.vocabulary()
+    free = [q.answer for row in rows for q in row.qa if not q.options and classify(q.all_references(), vocabulary) is Kind.TEXT]
+    distinct = {answer.strip().casefold() for answer in free}
+    if free and len(distinct) <= FEW_REFERENCES:
+        plan.notes.append(f"{_count(len(free), 'sampled answer')} are free text over only {_count(len(distinct), 'distinct reference')}: "
+                          "their reasoning cannot be compared with them (the card counts them as unchecked); "
+                          "`answers: {closed_set: true}` reads them as terms of a closed set, so the reasoning's conclusion is checked")
 
 
 def _check_kinds(c: FamilyConfig, plan: Plan) -> None:

@@ -37,10 +37,11 @@ from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
 
-VERSION = "3"
+VERSION = "4"
 """The stage's version: bump when a change of this stage records some answer otherwise, so an older report is re-run
 (from the cache) rather than reused (`rs.versions`; 2: certain rejections, hard negatives, the evidence gate; 3: a
-literal family's answers read as written)."""
+literal family's answers read as written; 4: the accepted answers whose reasoning could not be compared are counted,
+`reasoning_unchecked`)."""
 
 
 class _Slot:
@@ -67,6 +68,9 @@ class SampleReport:
     """Answers the verifier could not decide (neither accepted nor certainly wrong): the judge's."""
     reasoning_disagrees: int = 0
     """Accepted answers whose reasoning concludes another value of the answer's kind (`reasoning_agrees` False)."""
+    reasoning_unchecked: int = 0
+    """Accepted answers whose reasoning could not be compared with them (`reasoning_agrees` None: a free-text answer, no
+    reasoning, or no value of the answer's kind stated in it): the card must not count them as checked."""
     judged: int = 0
     verdicts: Counter[str] = field(default_factory=Counter)
     contradicted_verdicts: Counter[str] = field(default_factory=Counter)
@@ -221,6 +225,7 @@ class SampleStage:
         self.report.verified += v.verified
         self.report.contradicted += v.contradicts
         self.report.reasoning_disagrees += v.reasoning_agrees is False
+        self.report.reasoning_unchecked += v.verified and v.reasoning_agrees is None
         self.report.undecided += gen.error is None and gen.answer is not None and not v.verified and not v.contradicts
         self.report.engine_errors += gen.error is not None
         ending = gen.ending

@@ -86,7 +86,8 @@ class FilesSource:
         did_you_mean = f"; did you mean {str(Path(self.config.path).parent / close[0])!r}?" if close else ""
         where = "matches no file" if "*" in self.path.name else "does not exist"
         raise SourceNotFound(f"source.path {self.config.path!r}: {self.path.absolute()} {where}{did_you_mean}",
-                             hint="a relative source.path is relative to the families file's folder; fix the path there")
+                             hint="fix the path in the families file" if Path(self.config.path).expanduser().is_absolute() else
+                             "a relative source.path is relative to the families file's folder; fix the path there")
 
     def columns(self) -> list[str] | None:
         """The columns of the first file (parquet's schema, a JSON Lines file's first record, an image folder's first
