@@ -37,7 +37,7 @@ def summary(stdout: str, family: str = FAMILY) -> str:
         raise ReadmeDrift(f"no line starting '{family}: ' in the demo's output: is it the output of `make demo`?")
     block = [lines[start]]
     for line in lines[start + 1:]:
-        if not line.startswith(("  recovery:", "  verifier:", "  rejected by reason:", "  answers ended:", "  judge calibration:", "  judge:")):
+        if not line.startswith(("  recovery:", "  verifier:", "  decontamination:", "  rejected by reason:", "  answers ended:", "  judge calibration:", "  judge:")):
             break
         block.append(line)
     return "\n".join(block)
