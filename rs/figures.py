@@ -100,7 +100,7 @@ def lengths(report: FamilyReport) -> Figure:
     if any(loops):  # loop detection's ends, apart from the max_tokens cut
         ax.stairs(loops, report.lengths["rejected"].edges, color="#7b3294", linewidth=1.2, linestyle=":",
                   label=f"ended as loops ({sum(loops):,})")
-    limit = _mark_limits(ax, report)
+    _mark_limits(ax, report)
     ax.set_xlabel("answer length in tokens (reasoning included)")
     ax.set_ylabel("answers")
     ax.set_title(f"{report.family}: how long the model's {'greedy ' if greedy else ''}answers ran", fontsize=10)

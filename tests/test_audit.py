@@ -161,7 +161,7 @@ def test_a_count_of_reasoning_that_concludes_another_value_counting_greedy_answe
     also keeps out of the think split; the audit holds it against the nothink QA the think split lacks."""
     _, repos = builds["all-passing"]
     repo = _broken(repos, tmp_path, "nothink", r"1 accepted answer had reasoning that concluded another value",
-                   "no accepted answer had reasoning that concluded another value")
+                   "none of the 2 answers compared had reasoning that concluded another value")
     result = audit(repo)
     found = {f.what: (f.stated, f.truth) for f in result.findings}
     assert found.get("accepted answers whose reasoning concludes another value (nothink QA - think QA)") == (0, 1), result.render()

@@ -6,17 +6,12 @@ its difficulty, recovered by a sample, never recovered, cut off greedily and rec
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 
 import datasets
-import pyarrow as pa
-import pyarrow.parquet as pq
-from PIL import Image
 
-from rs.families import load_families
 from rs.publish import publish
+from replay_family import write_family
 
 FAMILY = """\
 families:
@@ -42,30 +37,8 @@ CASES = [
 ]
 
 
-def _image(n: int) -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", (16, 16), (40 * n, 200 - 30 * n, 90)).save(out, "PNG")
-    return out.getvalue()
-
-
-def _text(answer: str) -> str:
-    return f"<think>\nI count carefully and conclude {answer}.\n</think>\n\n{answer}"
-
-
 def _family(tmp_path: Path):
-    (tmp_path / "data").mkdir()
-    rows = [{"image": {"bytes": _image(n), "path": None}, "question": q, "answer": a} for n, (q, a, _, _) in enumerate(CASES)]
-    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data" / "shapes.parquet")
-    with open(tmp_path / "answers.jsonl", "w") as fh:
-        for n, (_, _, greedy, samples) in enumerate(CASES):
-            if greedy is None:
-                fh.write(json.dumps({"key": f"{n}#0", "text": "<think>\nI count one, two", "finish_reason": "length"}) + "\n")
-            else:
-                fh.write(json.dumps({"key": f"{n}#0", "text": _text(greedy)}) + "\n")
-            for i, answer in enumerate(samples):
-                fh.write(json.dumps({"key": f"{n}#0", "sample": i, "temperature": 0.7, "text": _text(answer)}) + "\n")
-    (tmp_path / "families.yaml").write_text(FAMILY)
-    return load_families(tmp_path / "families.yaml")["Shapes"]
+    return write_family(tmp_path, FAMILY, CASES)
 
 
 def test_every_way_through_the_recovery_pass(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ from rs.route import Routes, split_rows
 from rs.stages import BuildPaths
 from rs.store import read_records
 from rs.audit.checks import CHECKERS, Audit, Finding, checker, run_checks
-from rs.audit.facts import Facts, family_facts
-from rs.audit.repo import AuditUsageError, Family, RepoFiles, load_family
+from rs.audit.facts import family_facts
+from rs.audit.repo import AuditUsageError, RepoFiles, load_family
 
 __all__ = ["AuditResult", "AuditUsageError", "CHECKERS", "Finding", "audit", "checker"]
 

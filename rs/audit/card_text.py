@@ -45,8 +45,11 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "endings": re.compile(r"How the answers ended: ((?:`[^`]+` " + _N + r"(?:, )?)+|none)\."),
     "verifier_outcomes": re.compile(r"In this family the verifier accepted " + _N + r" answers?, found " + _N
                                     + r" certainly wrong and left " + _N + r" undecided\."),
-    "reasoning_disagrees": re.compile(r"(?:" + _N + r" accepted answers? had reasoning that concluded another value|(no) accepted "
-                                      r"answer had reasoning that concluded another value)"),
+    "reasoning_disagrees": re.compile(r"(?:" + _N + r" accepted answers? had reasoning that concluded another value|(none) of the "
+                                      + _N + r" answers? compared had reasoning that concluded another value|(no) answer's reasoning "
+                                      r"could be compared, so this check did not run)"),
+    "reasoning_unchecked": re.compile(r"of the " + _N + r" answers? the verifier accepted, " + _N + r" could not be compared with "
+                                      r"their reasoning and (?:is|are) unchecked"),
     "judged": re.compile(r"This run judged " + _N + r" items: `CORRECT` " + _N + r", `WRONG` " + _N + r", `UNSURE` " + _N + r"\."),
     "contradicted": re.compile(r"Such a rejection stays rejected whatever the judge says: (?:(no) rejection in this family was of this "
                                r"kind|" + _N + r" rejections? of the greedy pass in this family (?:was|were) of this kind, and (?:the "

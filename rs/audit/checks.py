@@ -250,10 +250,22 @@ def verifier(a: Audit) -> None:
         where = a.where("verifier_outcomes")
         a.same("the verifier's acceptances", where, accepted, f.accepted_by.get("verifier", 0) if f.accepted_by is not None else None)
         a.same("the verifier's outcomes", where, {"accepted": accepted, "certain": certain, "undecided": undecided}, v.outcomes)
+    unchecked = a.stated("reasoning_unchecked", expected=bool(v.reasoning_unchecked))
+    if unchecked is not None:
+        where = a.where("reasoning_unchecked")
+        a.same("the verifier's acceptances (reasoning check)", where, number(unchecked.value[0]), v.outcomes.get("accepted", 0))
+        a.same("accepted answers whose reasoning could not be compared", where, number(unchecked.value[1]), v.reasoning_unchecked)
     if (s := a.stated("reasoning_disagrees")) is not None:
-        stated = 0 if s.value[1] else number(s.value[0])
+        disagreeing, none_of, compared, never = s.value
+        stated = number(disagreeing) if disagreeing else 0
         where = a.where("reasoning_disagrees")
         a.same("accepted answers whose reasoning concludes another value", where, stated, v.reasoning_disagrees)
+        if none_of:
+            a.same("accepted answers compared with their reasoning", where, number(compared),
+                   v.outcomes.get("accepted", 0) - v.reasoning_unchecked)
+        if never:
+            a.same("accepted answers compared with their reasoning (the check did not run)", where, 0,
+                   v.outcomes.get("accepted", 0) - v.reasoning_unchecked)
         if v.think_needs_agreeing_reasoning:  # then they are exactly the nothink QA the think split lacks
             a.same("accepted answers whose reasoning concludes another value (nothink QA - think QA)", where, stated, f.kept_out_of_think)
 

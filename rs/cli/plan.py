@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 
 from rs import cli
 from rs.cli import output
