@@ -38,8 +38,8 @@ def progress(total: int | None, desc: str, *, unit: str = "item", enabled: bool 
         return tqdm(total=total, disable=True)
     if out.isatty():
         sized = _columns(out) > 0  # a terminal that reports no size (a bare pseudo-terminal) gets 80 columns
-        return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit_scale, file=out, dynamic_ncols=sized,
-                    ncols=None if sized else 80)
+        return Bar(total=total, desc=desc, unit=unit, unit_scale=unit_scale, file=out, dynamic_ncols=sized,
+                   ncols=None if sized else 80)
     return LogProgress(total, desc, unit=unit, unit_scale=unit_scale)
 
 
@@ -48,6 +48,26 @@ def _columns(out: TextIO) -> int:
         return os.get_terminal_size(out.fileno()).columns
     except (OSError, ValueError):
         return 0
+
+
+class Bar(tqdm):
+    """`tqdm`'s bar, its rate and time left counted from the first update: a stage's bar opens before the model loads,
+    and the load is no answer's time (tqdm's own rate would say `0:49:59 left` for a one-second job)."""
+
+    _first: tuple[float, float] | None = None
+
+    def update(self, n: float | None = 1) -> bool | None:
+        shown = super().update(n)
+        if self._first is None and n:
+            self._first = (self._time(), self.n)
+        return shown
+
+    @property
+    def format_dict(self) -> dict[str, Any]:
+        values = super().format_dict
+        now, first = self._time(), self._first
+        values["rate"] = (self.n - first[1]) / (now - first[0]) if first and now > first[0] and self.n > first[1] else 0
+        return values
 
 
 class LogProgress:
