@@ -40,7 +40,7 @@ families:
     instruction: " One word."
     verifier: {name: first_word}
     model: {id: parrot/v1}
-    engine: {kind: parrot, says: "Red, I think.", batch_size: 2}
+    engine: {kind: parrot, says: "Red, the one in front.", batch_size: 2}
     judge: {enabled: false}
     cleaning: {short_questions: {enabled: true, max_words: 4}}
     shard: {max_bytes: 1MB, row_group_bytes: 256KB}
@@ -70,7 +70,7 @@ def test_entry_points_register_plugins_beside_the_built_in_ones(installed: dict[
     code = ("from rs.registry import CLEANING, ENGINES, SOURCES, VERIFIERS; from rs.verifiers import get_verifier; "
             "print(SOURCES.names(), ENGINES.names(), CLEANING.names(), VERIFIERS.names(), get_verifier('first_word').match('Red, I think.', 'red'))")
     assert _run(installed, "-c", code).stdout.split("] ") == [
-        "['files', 'hub', 'inline', 'synthetic'", "['openai', 'parrot', 'replay', 'vllm'",
+        "['files', 'hub', 'inline', 'synthetic', 'synthetic_eval'", "['openai', 'parrot', 'replay', 'vllm'",
         "['multiple_choice', 'provenance', 'purity', 'reference_form', 'short_questions'",
         "['alnum', 'anls', 'count', 'exact', 'first_word', 'math', 'mcq', 'relaxed', 'vqa'", "True\n"]
 
@@ -85,7 +85,7 @@ def test_a_name_is_registered_once() -> None:
 
 def test_a_family_of_plugins_validates_with_file_and_line(installed: dict[str, str], tmp_path: Path) -> None:
     path = tmp_path / "families.yaml"
-    path.write_text(FAMILIES.replace('says: "Red, I think.", ', ""))
+    path.write_text(FAMILIES.replace('says: "Red, the one in front.", ', ""))
     failed = _run(installed, "-m", "rs.families", "--config", str(path), "validate", ok=False)
     assert "families.yaml:11: families.Parrots.engine.says: required key is missing" in failed.stderr
     path.write_text(FAMILIES.replace("questions:", "question:"))
@@ -111,7 +111,10 @@ def test_a_family_of_plugins_publishes(installed: dict[str, str], tmp_path: Path
          "--cache", str(tmp_path / "cache.sqlite"))
     stats = json.loads((out / "rs-datasets" / "Parrots_rejected" / "rs" / "stats.json").read_text())
     assert stats["engine"] == {"kind": "parrot"} and stats["verifier"]["name"] == "first_word"
-    assert stats["totals"]["accepted"] == 1 and stats["totals"]["rejected"] == 2  # "Red, I think." is red only
+    # the plugin's metric matches the first word, but a match is accepted without the judge only as the same answer
+    # (`rs.answers.grade`): "Red, the one in front." says more than "red", so every answer goes to the judge (off here)
+    assert stats["totals"]["accepted"] == 0 and stats["totals"]["rejected"] == 3
+    assert stats["verifier"]["outcomes"] == {"accepted": 0, "certain": 0, "undecided": 3}
     assert stats["cleaning"]["dropped"] == {"long_question": 1}
     card = (out / "rs-datasets" / "Parrots_RS_think" / "README.md").read_text()
     assert "first-word match" in card and "served by the `parrot` engine" in card
