@@ -112,6 +112,8 @@ class BuildContext:
     """How many distinct engine objects this run made (a model load each, the first time they generate)."""
     route_filter: RouteFilter | None = None
     """Routing settings changed after the run (`rs refilter`); None: the family's own."""
+    _passes: int = field(default=0, init=False, repr=False, compare=False)
+    """How many `passes()` scopes are open: the engines live until the outermost one ends."""
     _checked: dict[Path, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     """Stores found intact in this run: their manifest's mtime (a store rewritten since is checked again)."""
 
@@ -148,6 +150,20 @@ class BuildContext:
         else:
             logger.debug("%s: the %s pass shares the run's engines", self.family.name, purpose)
         return self._engines
+
+    @contextmanager
+    def passes(self) -> Iterator[None]:
+        """A scope of passes sharing the run's engines, closed when the outermost scope ends: a stage called alone
+        frees its engine when it is done, and `ensure_passes` keeps one engine for all its passes. Never left to the
+        garbage collector: an in-process vLLM engine freed late tears down the process's model-parallel state under
+        the next engine."""
+        self._passes += 1
+        try:
+            yield
+        finally:
+            self._passes -= 1
+            if not self._passes:
+                self.close_engines()
 
     def close_engines(self) -> None:
         """Free the run's engines (weights, KV cache, engine processes); a later pass makes them again. Engines from an
@@ -310,7 +326,7 @@ def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
 
 def ensure_sampled(ctx: BuildContext) -> SampleReport:
     """Answer, verify and judge every cleaned item, unless an identical sampling report exists."""
-    with ctx.lock():
+    with ctx.lock(), ctx.passes():
         clean = ensure_clean(ctx)
         check_something_kept(ctx.family.name, clean.kept_items, clean.dropped)  # before an engine starts for nothing
         paths, expected = ctx.paths, sample_fingerprint(ctx, clean)
@@ -346,7 +362,7 @@ def ensure_recovered(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport
         _remove(paths.recovery)
         paths.recovery_report.unlink(missing_ok=True)
         return None
-    with ctx.lock():
+    with ctx.lock(), ctx.passes():
         expected = recovery_fingerprint(ctx, sampled)
         report = read_report(paths.recovery_report, expected, RecoveryReport.from_dict)
         if report and ctx.intact(paths.recovery, "the recovery store", "the generation cache"):
@@ -368,11 +384,9 @@ def ensure_recovered(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport
 def ensure_passes(ctx: BuildContext) -> tuple[SampleReport, RecoveryReport | None]:
     """The greedy pass (answers and judge), then the recovery pass, on the one engine per model the run loads; the
     engines are closed after the last pass, whatever happens (the splits need no model)."""
-    try:
+    with ctx.passes():
         sampled = ensure_sampled(ctx)
         return sampled, ensure_recovered(ctx, sampled)
-    finally:
-        ctx.close_engines()
 
 
 def current_recovery_report(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport | None:
@@ -404,10 +418,8 @@ def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
     """
     if not 0 <= shard < shards:
         raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
-    try:
+    with ctx.passes():
         return _sample_shard(ctx, shard, shards)
-    finally:
-        ctx.close_engines()
 
 
 def _sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:

@@ -30,7 +30,7 @@ NEW_FAMILY = """
       batch_size: 4
       args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, kv_cache_memory_bytes: 268435456,
              limit_mm_per_prompt: {image: 1, video: 0}, tensor_parallel_size: null, gpu_memory_utilization: null}
-    sampling: {max_tokens: 24}
+    sampling: {max_tokens: 24, thinking_token_budget: null}  # the defaults' budget is for 8,192 tokens
     judge: {calibration_samples: 6}
     cleaning:
       purity: {enabled: true, vocabulary: [subtract, add, all, how, many, objects, things, are, left, exist, big, small, large, tiny,

@@ -116,5 +116,5 @@ def test_reasoning_that_concludes_otherwise_stays_out_of_the_think_split(family,
     assert sorted(qa["answer"] for row in nothink for qa in row["qa"]) == ["2", "3"]
     card = (repos / "SmallShapes_RS_think" / "README.md").read_text()
     assert ("Only the final answer is verified: the reasoning is not, beyond one check. The last value of the answer's kind "
-            "that the reasoning states is its conclusion; 1 accepted answer had reasoning that concluded another value, "
-            "kept out of the think split (in the nothink split only).") in card
+            "that the reasoning states is its conclusion;") in card
+    assert "; 1 accepted answer had reasoning that concluded another value, kept out of the think split (in the nothink split only)." in card

@@ -614,10 +614,8 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
              engine_factory: Any, progress: bool, plan: Plan) -> Projection:
     root = Path(build_root or "build") / "plan"
     ctx = BuildContext(family, root, cache_path or default_cache_path(), limit=limit, progress=progress, engine_factory=engine_factory)
-    try:
+    with ctx.passes():
         return _projected(ctx, family, tokens_per_second, plan)
-    finally:
-        ctx.close_engines()
 
 
 def _projected(ctx: BuildContext, family: Family, tokens_per_second: float | None, plan: Plan) -> Projection:
