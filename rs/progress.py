@@ -66,7 +66,10 @@ class Bar(tqdm):
     def format_dict(self) -> dict[str, Any]:
         values = super().format_dict
         now, first = self._time(), self._first
-        values["rate"] = (self.n - first[1]) / (now - first[0]) if first and now > first[0] and self.n > first[1] else 0
+        if first and now > first[0] and self.n > first[1]:
+            values["rate"] = (self.n - first[1]) / (now - first[0])
+        elif self.total:  # no second item yet: no rate, rather than one that counts the load (and hours left)
+            values["rate"] = 0
         return values
 
 

@@ -39,3 +39,13 @@ def test_the_terminal_bar_counts_its_rate_and_time_left_from_the_first_item_too(
     text = str(bar)
     assert "1.00it/s" in text and "10:02<01:37" in text, text
     bar.close()
+
+
+def test_a_bar_without_a_total_keeps_tqdms_rate_until_its_second_item() -> None:
+    """Rows counted as they are written (no total, no time left to get wrong): one row still shows a rate."""
+    import io
+
+    bar = progress.Bar(desc="writing", unit="row", file=io.StringIO(), mininterval=0)
+    bar.update()
+    assert "?" not in str(bar), str(bar)
+    bar.close()
