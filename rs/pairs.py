@@ -56,24 +56,30 @@ def pair_rows(build_dir: str | Path, routes: Routes) -> Iterator[dict[str, Any]]
     """One row per pair, in item order."""
     for row, results in joined(build_dir, routes):
         for item, result in results:
-            pair = pair_of(item, result, routes)
-            if pair is None:
-                continue
-            chosen, rejected = pair.chosen, pair.rejected
-            yield {
-                "images": [{"bytes": row.image, "path": None}],
-                "prompt": _message("user", item["prompt"]),
-                "chosen": _message("assistant", think_response(chosen["reasoning"], chosen["final"])),
-                "rejected": _message("assistant", think_response(rejected["reasoning"], rejected["final"])),
-                "question": item["prompt"], "reference": item["reference"],
-                "chosen_answer": chosen["final"], "chosen_by": result.decision.by, "chosen_from": pair.chosen_from,
-                "chosen_sample": chosen.get("sample") if pair.chosen_from == "sample" else None,
-                "rejected_answer": rejected["final"], "rejected_from": pair.rejected_from,
-                "rejected_sample": rejected.get("sample") if pair.rejected_from == "sample" else None,
-                "rejected_reason": pair.rejected_reason,
-                "pass_rate": result.pass_rate, "k": result.k,
-                "image_sha256": row.image_sha256, "clean_meta": row.clean_meta,
-            }
+            if (pair := pair_row(row, item, result, routes)) is not None:
+                yield pair
+
+
+def pair_row(row: Any, item: dict[str, Any], result: Outcome, routes: Routes) -> dict[str, Any] | None:
+    """The pairs repo's row of one item of the cleaned `row` (its image, hash and cleaning metadata), or None: it makes no pair."""
+    pair = pair_of(item, result, routes)
+    if pair is None:
+        return None
+    chosen, rejected = pair.chosen, pair.rejected
+    return {
+        "images": [{"bytes": row.image, "path": None}],
+        "prompt": _message("user", item["prompt"]),
+        "chosen": _message("assistant", think_response(chosen["reasoning"], chosen["final"])),
+        "rejected": _message("assistant", think_response(rejected["reasoning"], rejected["final"])),
+        "question": item["prompt"], "reference": item["reference"],
+        "chosen_answer": chosen["final"], "chosen_by": result.decision.by, "chosen_from": pair.chosen_from,
+        "chosen_sample": chosen.get("sample") if pair.chosen_from == "sample" else None,
+        "rejected_answer": rejected["final"], "rejected_from": pair.rejected_from,
+        "rejected_sample": rejected.get("sample") if pair.rejected_from == "sample" else None,
+        "rejected_reason": pair.rejected_reason,
+        "pass_rate": result.pass_rate, "k": result.k,
+        "image_sha256": row.image_sha256, "clean_meta": row.clean_meta,
+    }
 
 
 @dataclass

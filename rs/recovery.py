@@ -25,7 +25,8 @@ from rs.families.schema import FamilyConfig, RecoveryConfig
 from rs.progress import progress
 from rs.prompt import sampling_request
 from rs.route import decide
-from rs.sample import SampleStage
+from rs.judge import JudgeCase
+from rs.sample import SampleStage, Verification
 from rs.sources.base import QAItem, Row
 from rs.records import RECOVERY, SampleRecord
 from rs.store import ParquetStreamWriter
@@ -76,6 +77,22 @@ def to_sample(rows: Iterable[Row], items: Iterator[dict[str, Any]], promotes: bo
             why, k = samples_for(greedy, promotes, recovery)
             if why is not None:
                 yield index, row, qa, why, k
+
+
+def sample_record(sample: int, seed: int, v: Verification) -> SampleRecord:
+    """The recovery store's record of one verified sample, its judge's label still to come."""
+    gen = v.generation
+    return SampleRecord(
+        sample=sample, seed=seed, text=gen.text, reasoning=gen.reasoning, final=gen.answer,
+        finish_reason=gen.finish_reason, ending=gen.ending, completion_tokens=gen.completion_tokens,
+        thinking_tokens=gen.thinking_tokens, error=gen.error, verified=v.verified, contradicts=v.contradicts, judge=None,
+        reasoning_agrees=v.reasoning_agrees)
+
+
+def sample_case(v: Verification) -> JudgeCase | None:
+    """What the judge is asked of a sample: only an undecided one; a sample the verifier knows is wrong stays wrong
+    whatever the verdict."""
+    return v.case if not v.contradicts else None
 
 
 @dataclass
@@ -180,13 +197,9 @@ class RecoveryStage:
         report.engine_errors += gen.error is not None
         report.no_final_answer += gen.error is None and gen.answer is None and gen.ending != "repetition"
         report.endings[gen.ending] += 1
-        draws.records[sample] = SampleRecord(
-            sample=sample, seed=self.settings.seed + sample, text=gen.text, reasoning=gen.reasoning, final=gen.answer,
-            finish_reason=gen.finish_reason, ending=gen.ending, completion_tokens=gen.completion_tokens,
-            thinking_tokens=gen.thinking_tokens, error=gen.error, verified=v.verified, contradicts=v.contradicts, judge=None,
-            reasoning_agrees=v.reasoning_agrees)
-        judge = self.greedy.judge  # only the undecided: a sample the verifier knows is wrong stays wrong whatever the verdict
-        return [(sample, judge.request(v.case))] if v.case is not None and not v.contradicts and judge is not None else []
+        draws.records[sample] = sample_record(sample, self.settings.seed + sample, v)
+        judge, case = self.greedy.judge, sample_case(v)
+        return [(sample, judge.request(case))] if case is not None and judge is not None else []
 
     def _judged(self, draws: _Draws, sample: int, generation: Generation) -> list[Any]:
         judge = self.greedy.judge

@@ -175,7 +175,8 @@ def kept_out_of_think(answer: dict[str, Any], needs_agreeing_reasoning: bool) ->
     return needs_agreeing_reasoning and answer.get("reasoning_agrees") is False
 
 
-def _qa(split: str, item: dict[str, Any], result: Outcome, routes: Routes) -> dict[str, Any] | None:
+def qa_entry(split: str, item: dict[str, Any], result: Outcome, routes: Routes) -> dict[str, Any] | None:
+    """The QA entry `split` (think, nothink or rejected) publishes of an item, or None when the split has none of it."""
     decision, answer = result.decision, result.answer
     if split == "rejected":
         if decision.accepted:
@@ -226,7 +227,7 @@ def split_rows(build_dir: str | Path, split: str, routes: Routes) -> Iterator[di
     """The rows of one of the three splits: the cleaned rows joined, in order, with their items' outcomes (one row per
     image; the pairs are `rs.pairs.pair_rows`)."""
     for row, results in joined(build_dir, routes):
-        qa = [entry for item, result in results if (entry := _qa(split, item, result, routes)) is not None]
+        qa = [entry for item, result in results if (entry := qa_entry(split, item, result, routes)) is not None]
         if qa:
             yield {"image": {"bytes": row.image, "path": None}, "qa": qa, "clean_meta": row.clean_meta, "image_sha256": row.image_sha256}
 

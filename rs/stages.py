@@ -306,13 +306,18 @@ def _counted(rows: Iterable[Row], bar: Any) -> Iterator[Row]:
 
 def answer_vocabulary(ctx: BuildContext) -> Vocabulary | None:
     """The family's closed set of answers: its `answers:` block, and the cleaned references when `closed_set`."""
-    answers = ctx.family.config.answers
+    return vocabulary_of(ctx.family, ctx.paths)
+
+
+def vocabulary_of(family: Family, paths: BuildPaths) -> Vocabulary | None:
+    """`answer_vocabulary` of the build at `paths` (`rs audit --replay` reads a build it did not make)."""
+    answers = family.config.answers
     if not answers.closed_set:
         return answers.vocabulary()
-    references = read_clean_answers(ctx.paths.clean)
+    references = read_clean_answers(paths.clean)
     if references is None:
         logger.warning("%s: answers.closed_set is on but the cleaned references hold more than %d distinct answers: "
-                       "they are read as free text", ctx.family.name, MAX_ANSWER_SET)
+                       "they are read as free text", family.name, MAX_ANSWER_SET)
     return answers.vocabulary(references)
 
 

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from rs.audit import audit
+from rs.audit import Replay, audit
 from rs.cli.main import main as rs_main
 from rs.families import load_families
 from rs.publish import publish
@@ -98,6 +98,11 @@ def builds(tmp_path_factory) -> dict[str, tuple[Path, dict[str, Path]]]:
     return out
 
 
+def _replay(folder: Path, n: int, **kwargs) -> Replay:
+    """`--replay n` of the build in `folder`: its families file and its generation cache."""
+    return Replay(n, config=folder / "families.yaml", cache=folder / "cache.sqlite", **kwargs)
+
+
 def _build_dir(folder: Path) -> Path:
     return next(p.parent for p in (folder / "build").rglob("stats.json"))
 
@@ -106,7 +111,7 @@ def _build_dir(folder: Path) -> Path:
 def test_every_repo_of_every_build_passes_the_audit(builds, variant: str) -> None:
     folder, repos = builds[variant]
     for split, repo in repos.items():
-        result = audit(repo, build=_build_dir(folder), replay=10)
+        result = audit(repo, build=_build_dir(folder), replay=_replay(folder, 10))
         assert result.ok, result.render()
         assert result.checked > 40, result.render()  # the card's statements were found and compared, not skipped
 
@@ -225,3 +230,169 @@ def test_the_judge_pass_is_recorded_for_a_model_whose_reasoning_vllms_parser_rea
     assert recorded["close_reasoning"] == "the markers of vLLM's 'qwen3' reasoning parser"
     assert recorded["sampling_params"] == passes(config)["judge"]["sampling_params"]
     assert sampling_settings(qwen).temperature == recorded["sampling_params"]["temperature"] == 0.0
+
+
+# --- --replay: published questions re-derived from the run's generation cache, and asked again of the engine ----------
+
+
+def _copies(repos: dict[str, Path], tmp_path: Path) -> dict[str, Path]:
+    """The family's repos copied side by side (so that one can be edited)."""
+    for repo in repos.values():
+        shutil.copytree(repo, tmp_path / "local" / repo.name)
+    return {split: tmp_path / "local" / repo.name for split, repo in repos.items()}
+
+
+def _cache_key(folder: Path, repo: Path, question: str, sample: int | None = None) -> str:
+    """The generation cache's key of the greedy answer to `question` of `repo`, or of its recovery sample `sample`
+    (rebuilt as the run built it)."""
+    from rs.engines import engines_for, sampling_settings
+    from rs.engines.cached import cache_key, identity_key
+    from rs.recovery import recovery_settings
+
+    family = load_families(folder / "families.yaml")["Shapes"]
+    row = next(r for r in pq.read_table(next((repo / "data").glob("*.parquet"))).to_pylist()
+               if any(qa["question"].startswith(question) for qa in r["qa"]))
+    prompt = next(qa["question"] for qa in row["qa"] if qa["question"].startswith(question))
+    sampler, _ = engines_for(family)
+    settings = sampling_settings(family)
+    if sample is not None:
+        settings = recovery_settings(family.config, settings)
+    return cache_key(identity_key(sampler), settings, row["image_sha256"], prompt, sample or 0)
+
+
+def _rewrite(cache: Path, key: str, answer: str) -> None:
+    """The cached answer of `key` made to say `answer`, its checksum written anew (as if the model had said it)."""
+    import sqlite3
+
+    from rs.engines.cache import answer_checksum
+
+    with sqlite3.connect(cache) as db:
+        (value,) = db.execute("SELECT value FROM answers WHERE key = ?", (key,)).fetchone()
+        stored = json.loads(value)
+        stored.update(text=_text(answer), reasoning=f"I count carefully and conclude {answer}.", answer=answer)
+        value = json.dumps(stored, ensure_ascii=False)
+        db.execute("UPDATE answers SET value = ?, checksum = ? WHERE key = ?", (value, answer_checksum(key, value), key))
+
+
+def test_replay_re_derives_every_kind_of_question_and_asks_the_engine_again(builds) -> None:
+    """Through the replay engine the answers are the cache's: every question agrees, counted per group."""
+    folder, repos = builds["recovery-blocked"]
+    result = audit(repos["think"], build=_build_dir(folder), replay=_replay(folder, 10, engine=True))
+    assert result.ok, result.render()
+    notes = "\n".join(result.notes)
+    assert "--replay 10: 5 questions (think 2, recovered 2, rejected 1) re-derived from the generation cache" in notes, notes
+    assert "5 of 5 published byte for byte as their cached answers make them" in notes, notes
+    assert "the same 5 questions sent to the replay engine of some-org/some-vlm fresh (no cache read or written)" in notes, notes
+    assert "recovered   2: final answers 2/2 identical, texts 2/2 byte-identical, routing 2/2 identical" in notes, notes
+    assert "all   5: final answers 5/5 identical, texts 5/5 byte-identical, routing 5/5 identical" in notes, notes
+    few = audit(repos["think"], build=_build_dir(folder), replay=_replay(folder, 3))
+    assert few.ok and "--replay 3: 3 questions (think 1, recovered 1, rejected 1)" in few.notes[0], few.render()
+
+
+def test_replay_names_a_published_answer_its_cached_answer_does_not_make(builds, tmp_path: Path) -> None:
+    folder, repos = builds["recovery-blocked"]
+    copies = _copies(repos, tmp_path)
+    shard = next((copies["nothink"] / "data").glob("*.parquet"))
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    assert rows[0]["qa"][0]["question"].startswith("How many shapes?") and rows[0]["qa"][0]["answer"] == "2"
+    rows[0]["qa"][0]["answer"] = "3"
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), shard)
+    result = audit(copies["think"], build=_build_dir(folder), replay=_replay(folder, 10))
+    replayed = [f for f in result.findings if f.source == "the cache re-derives"]
+    assert [(f.what.split(" of ")[0], f.where, f.stated, f.truth) for f in replayed] == [
+        ("answer", "Shapes_RS_nothink/data row 0, qa 0", "3", "2")], result.render()
+    assert "Shapes_RS_nothink/data row 0, qa 0: answer of 'How many shapes?" in result.render()
+
+
+def test_replay_names_a_changed_cache_entry_and_a_missing_one(builds, tmp_path: Path) -> None:
+    import sqlite3
+
+    from rs.engines.cache import GenerationCache
+
+    folder, repos = builds["recovery-blocked"]
+    cache = tmp_path / "cache.sqlite"
+    with GenerationCache(folder / "cache.sqlite"):  # checkpointed on close: the copy holds every answer
+        pass
+    shutil.copy(folder / "cache.sqlite", cache)
+    asked = Replay(10, config=folder / "families.yaml", cache=cache)
+    # "Is there a circle?" was recovered by its sample 1 (yes); made to say no, nothing recovers it: it is re-derived rejected
+    _rewrite(cache, _cache_key(folder, repos["think"], "Is there a circle?", sample=1), "no")
+    changed = audit(repos["think"], build=_build_dir(folder), replay=asked)
+    said = [str(f) for f in changed.findings]
+    assert len(said) == 3 and all("'Is there a circle?\\nAnswer the question" in line for line in said), changed.render()
+    assert said[0].startswith("Shapes_RS_think/data row 1, qa 0: ") and said[0].endswith(
+        "in the think repo is 'an entry (accepted_by recovery)', the cache re-derives 'absent'")
+    assert said[1].startswith("Shapes_RS_nothink/data row 2, qa 0: ") and said[1].endswith(
+        "in the nothink repo is 'an entry (accepted_by recovery)', the cache re-derives 'absent'")
+    assert said[2].startswith("Shapes_rejected/data: ") and said[2].endswith(
+        "in the rejected repo is 'absent', the cache re-derives 'an entry (reason judge_unsure)'")
+
+    # the greedy answer to "How many squares?" (1, accepted) made to say 7: the judge would be asked what the run never
+    # asked it, so the rest is missing, and the greedy answer is named beside it
+    shutil.copy(folder / "cache.sqlite", cache)
+    _rewrite(cache, _cache_key(folder, repos["think"], "How many squares?"), "7")
+    changed = audit(repos["think"], build=_build_dir(folder), replay=asked)
+    said = [str(f) for f in changed.findings]
+    assert len(said) == 2 and "Shapes_RS_nothink/data row 3, qa 0: the greedy answer (answer) of 'How many squares?" in said[0]
+    assert said[0].endswith("is '1', the cache re-derives '7'") and said[1].endswith(
+        "the judge's verdict is not in the generation cache: nothing re-derived, nothing compared"), changed.render()
+
+    # an answer the cache does not hold is said, and fails: nothing was compared
+    shutil.copy(folder / "cache.sqlite", cache)
+    with GenerationCache(cache) as opened:
+        assert opened.forget([_cache_key(folder, repos["think"], "How many shapes?")]) == 1
+    missing = audit(repos["think"], build=_build_dir(folder), replay=asked)
+    lines = [str(f) for f in missing.findings]
+    assert lines == [f"{cache}: 'How many shapes?\\nAnswer the question using a single word or phrase.' (image "
+                     f"{lines[0].split('(image ')[1][:12]}): the greedy answer is not in the generation cache: nothing "
+                     "re-derived, nothing compared"], missing.render()
+    assert "4 of 5 published byte for byte" in missing.notes[0] and "1 not whole in the cache" in missing.notes[0]
+
+    # nor is one whose bytes changed without their checksum: named as damaged, never read
+    shutil.copy(folder / "cache.sqlite", cache)
+    with sqlite3.connect(cache) as db:
+        db.execute("UPDATE answers SET value = replace(value, 'conclude 1', 'conclude 7') WHERE key = ?",
+                   (_cache_key(folder, repos["think"], "How many squares?"),))
+    damaged = audit(repos["think"], build=_build_dir(folder), replay=asked)
+    assert [str(f).split("): ", 1)[1] for f in damaged.findings] == [
+        "the greedy answer is damaged in the generation cache (its bytes fail their checksum): nothing re-derived, nothing compared"
+    ], damaged.render()
+
+
+def test_replay_needs_the_runs_cache_and_its_families_file(builds, tmp_path: Path, capsys) -> None:
+    from rs.cli import run
+
+    folder, repos = builds["plain"]
+    build = str(_build_dir(folder))
+    for argv, said in (
+        (["--cache", str(tmp_path / "nowhere.sqlite"), "--config", str(folder / "families.yaml")],
+         f"error: --replay: no generation cache at {tmp_path / 'nowhere.sqlite'}"),
+        (["--cache", str(folder / "cache.sqlite"), "--config", str(builds["recovery-blocked"][0] / "families.yaml")],
+         f"error: --replay: the build {build} is not Shapes as {builds['recovery-blocked'][0] / 'families.yaml'} defines it: its "
+         "sampling stage (sample.json) was made under another model, engine, sampling, judge, verifier or rs version"),
+        (["--replay", "0", "--engine"], "error: --engine goes with --replay N (and --build DIR)"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            run(lambda: rs_main(["audit", str(repos["think"]), "--build", build, "--replay", "3", *argv]))
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(said), err
+    assert rs_main(["audit", str(repos["think"]), "--build", build, "--replay", "3", "--cache", str(folder / "cache.sqlite"),
+                    "--config", str(folder / "families.yaml")]) == 0
+    assert "3 of 3 published byte for byte" in capsys.readouterr().out
+
+
+def test_under_batch_invariance_a_text_the_engine_gives_otherwise_is_a_finding() -> None:
+    """Off GPU vLLM refuses the mode (tests/test_batch_invariant.py), so no engine here answers in it: the rule itself."""
+    from rs.audit.checks import Audit
+    from rs.audit.replay import Derived, Pick, _agreement
+
+    pick = Pick("think", "ab" * 32, "How many shapes?")
+    cached = [Derived(pick, texts=["<think>2</think>2"], answer="2", routing=(True, True, False, "verifier", None))]
+    fresh = [Derived(pick, texts=["<think>two</think>2"], answer="2", routing=(True, True, False, "verifier", None))]
+    for invariant in (False, True):
+        a = Audit(None, None, None, {})  # type: ignore[arg-type]
+        _agreement(a, 1, cached, fresh, {}, invariant=invariant, engine="the vllm engine of m")
+        assert "think   1: final answers 1/1 identical, texts 0/1 byte-identical, routing 1/1 identical" in a.notes[0]
+        assert [f.what for f in a.findings] == (["the answers' texts of 'How many shapes?' (image abababababab) in batch-invariant mode"]
+                                                if invariant else [])

@@ -145,6 +145,8 @@ MISTAKES = [
      "'preview') (did you mean 'validate'?)", 2),
     ("a flag misspelt", ["publish", "MyShapes", "--lmit", "3"], None,
      "unrecognized arguments: --lmit 3 (did you mean '--limit'?)", 2),
+    ("rs audit --replay without a build", ["audit", "{folder}/theirs/local/MyShapes_RS_think", "--replay", "3"], None,
+     "--replay N re-derives questions from the build's cleaned items and the run's generation cache: give --build DIR too", 2),
     ("--cards-only with nothing built", ["publish", "MyShapes", "--cards-only", "--out", "{folder}/out", "--build-dir", "{folder}/none"],
      None, "no build of MyShapes in ", 2),
 ]

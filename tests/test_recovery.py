@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rs.audit import audit
+from rs.audit import Replay, audit
 
 pytest.importorskip("vllm")
 
@@ -172,8 +172,17 @@ def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path
 
     # and `rs audit` finds every card true, against the files and the build's stores (a real engine's verdicts)
     for repo in repos.values():
-        result = audit(repo, build=tmp_path / "build", replay=5)
+        result = audit(repo, build=tmp_path / "build")
         assert result.ok, result.render()
+    # 12 questions re-derived from the cache, byte for byte, then asked again of the engine: in float32 on a CPU the demo
+    # model decodes the same tokens whatever else is in its batch, so all 12 agree
+    replayed = audit(repos["think"], build=tmp_path / "build", replay=Replay(12, config=families, cache=tmp_path / "cache.sqlite",
+                                                                               engine=True, engine_factory=lambda f: (demo_engine, demo_engine)))
+    assert replayed.ok, replayed.render()
+    notes = "\n".join(replayed.notes)
+    assert "12 of 12 published byte for byte as their cached answers make them" in notes, notes
+    assert "all  12: final answers 12/12 identical, texts 12/12 byte-identical, routing 12/12 identical" in notes, notes
+    assert "recovered" in notes.split("the generation cache")[0] and "rejected" in notes.split("the generation cache")[0], notes
 
     # a preference-tuning library takes the rows as they are: TRL's vision preference collator
     trl = pytest.importorskip("trl")

@@ -3,31 +3,32 @@
     rs audit out/local/TinyCLEVR_RS_think          # a local folder (--out); its siblings beside it are read too
     rs audit me/TinyCLEVR_RS_think                 # a Hub repo id (huggingface_hub.snapshot_download)
     rs audit out/local/TinyCLEVR_RS_think --build build/TinyCLEVR    # also against the build's stores
-    rs audit ... --build build/TinyCLEVR --replay 20                 # and its first 20 rows re-derived from them
+    rs audit ... --build build/TinyCLEVR --replay 20                 # and 20 questions re-derived from the generation cache
+    rs audit ... --build build/TinyCLEVR --replay 20 --engine        # and asked again of the family's engine: the agreement
 
 Every number the card states is read back out of its text and compared with what the repo's files
 hold: the rows of this repo and of its siblings (accepted by whom, rejected why, pass rates, pairs),
 and `rs/stats.json` for what no row holds (the judge's calibration, how the answers ended). It exits 1
-naming each number that disagrees and where it is stated, 0 when every one agrees.
+naming each number that disagrees and where it is stated, 0 when every one agrees. `--replay N` re-derives N
+published questions from the answers the run cached (`rs.audit.replay`): byte for byte, or a finding.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rs.build import route_items
-from rs.pairs import pair_rows
-from rs.route import Routes, split_rows
+from rs.route import Routes
 from rs.stages import BuildPaths
 from rs.store import read_records
 from rs.audit.checks import CHECKERS, Audit, Finding, checker, run_checks
 from rs.audit.facts import family_facts
 from rs.audit.repo import AuditUsageError, RepoFiles, load_family
+from rs.audit.replay import Replay, replay as replay_questions
 
-__all__ = ["AuditResult", "AuditUsageError", "CHECKERS", "Finding", "audit", "checker"]
+__all__ = ["AuditResult", "AuditUsageError", "CHECKERS", "Finding", "Replay", "audit", "checker"]
 
 
 @dataclass
@@ -48,17 +49,23 @@ class AuditResult:
         return "\n".join(lines)
 
 
-def audit(target: str | Path, *, build: Path | None = None, replay: int = 0, siblings: bool = True) -> AuditResult:
-    """Audit the repo at `target` (a folder or a Hub id); with `build`, also against that build's stores."""
+def audit(target: str | Path, *, build: Path | None = None, replay: int | Replay = 0, siblings: bool = True) -> AuditResult:
+    """Audit the repo at `target` (a folder or a Hub id); with `build`, also against that build's stores; with `replay`
+    (N, or a `Replay` saying which families file, cache and engine), N questions re-derived from the run's cache."""
+    asked = replay if isinstance(replay, Replay) else Replay(replay)
+    if asked.n and build is None:
+        raise AuditUsageError("--replay N re-derives questions from the build's cleaned items and the run's generation cache: "
+                              "give --build DIR too", hint="rs audit REPO --build build/FAMILY --replay N [--cache PATH]")
     family = load_family(str(target), siblings=siblings)
     facts = family_facts(family)
     result = run_checks(family.repo, family, facts)
     notes = [f"{name}: not readable here; the numbers only it holds were checked against rs/stats.json alone"
              for name in family.missing]
     if build is not None:
-        _against_build(result, _build_dir(build, family.repo), replay)
-    elif replay:
-        raise AuditUsageError("--replay N re-derives rows from a build's stores: give --build DIR too")
+        root = _build_dir(build, family.repo)
+        _against_build(result, root)
+        if asked.n:
+            replay_questions(result, root, _routes(result.report), asked)
     return AuditResult(family.repo.name, result.checked, result.findings, notes + result.notes)
 
 
@@ -79,7 +86,7 @@ def _routes(report: Any) -> Any:
                   recovery_temperature=report.recovery.settings["temperature"] if report.recovery is not None else None)
 
 
-def _against_build(a: Audit, root: Path, replay: int) -> None:
+def _against_build(a: Audit, root: Path) -> None:
     """The family's counts routed afresh from the build's stores, and the greedy pass's certain rejections the judge
     called CORRECT counted in its items store."""
     report, facts = a.report, a.facts
@@ -103,19 +110,3 @@ def _against_build(a: Audit, root: Path, replay: int) -> None:
         correct += bool(item["contradicts"]) and item["judge"] == "CORRECT"
     a.same("the greedy pass's certain rejections (stores)", where, report.judge.contradicted, contradicted)
     a.same("certain rejections the judge called CORRECT (stores)", where, report.judge.contradicted_verdicts.get("CORRECT", 0), correct)
-    if replay:
-        _replay(a, root, routes, replay)
-
-
-def _replay(a: Audit, root: Path, routes: Any, n: int) -> None:
-    """The repo's first `n` rows re-derived from the build's stores (routing and the row layout re-run) and compared
-    value by value: what the repo publishes is what its stores route, nothing edited after."""
-    split = a.repo.split
-    rows = pair_rows(root, routes) if split == "pairs" else split_rows(root, split, routes)
-    derived = list(itertools.islice(rows, n))
-    published = a.repo.rows[:n]
-    for i, (mine, theirs) in enumerate(zip(derived, published)):
-        mine = {k: v for k, v in mine.items() if k not in ("image", "images")}
-        a.same(f"row {i} re-derived from the stores", f"{a.repo.name}/data row {i}", theirs, mine)
-    a.same("rows re-derived", f"{a.repo.name}/data", min(n, len(published)), len(derived))
-    a.notes.append(f"--replay {n}: {len(derived)} rows re-derived from the stores of {root}")

@@ -36,11 +36,17 @@ class Finding:
     stated: Any
     truth: Any
     """What the files (or the source named in `what`) hold."""
+    source: str = "the files hold"
+    """Who says `truth` (`the cache re-derives`: `rs audit --replay`)."""
+    message: str | None = None
+    """What is wrong, where no value is compared (`--replay`: an answer the cache lacks)."""
 
     def __str__(self) -> str:
+        if self.message is not None:
+            return f"{self.where}: {self.what}: {self.message}"
         if self.stated is MISSING:
             return f"{self.where}: {self.what} is not on the card, in the words rs writes it ({self.truth})"
-        return f"{self.where}: {self.what} is {self.stated!r}, the files hold {self.truth!r}"
+        return f"{self.where}: {self.what} is {self.stated!r}, {self.source} {self.truth!r}"
 
 
 MISSING = "not found"
@@ -82,13 +88,18 @@ class Audit:
         stated = self.card.get(name)
         return f"{self.repo.name}/README.md:{stated.line}" if stated else f"{self.repo.name}/README.md"
 
-    def same(self, what: str, where: str, stated: Any, truth: Any) -> None:
+    def same(self, what: str, where: str, stated: Any, truth: Any, *, source: str = "the files hold") -> None:
         """One comparison; a `truth` of None (its repo could not be read) compares nothing."""
         if truth is None:
             return
         self.checked += 1
         if stated != truth:
-            self.findings.append(Finding(what, where, stated, truth))
+            self.findings.append(Finding(what, where, stated, truth, source))
+
+    def fail(self, what: str, where: str, message: str) -> None:
+        """A check that could not be made, counted as failed: `message` says why (`--replay`: an answer the cache lacks)."""
+        self.checked += 1
+        self.findings.append(Finding(what, where, None, None, message=message))
 
     def stated(self, name: str, *, expected: bool = True) -> Stated | None:
         """What the card says under `name`; a statement the card should make and does not is a finding."""

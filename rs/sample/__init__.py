@@ -135,6 +135,20 @@ class Verification:
     """The judge case of a rejection with something to grade; None otherwise."""
 
 
+def item_record(row: int, item: QAItem, request: Request, v: Verification) -> ItemRecord:
+    """The items store's record of one verified answer, its judge's label still to come (`rs audit --replay` re-derives
+    published rows with it, as the stage wrote them)."""
+    gen = v.generation
+    return ItemRecord(
+        row=row, key=item.key, image_sha256=request.image_sha256, prompt=request.prompt,
+        reference=item.answer, references=v.references, text=gen.text, reasoning=gen.reasoning, final=gen.answer,
+        finish_reason=gen.finish_reason, prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens, model=gen.model,
+        model_revision=gen.model_revision, error=gen.error, verified=v.verified, contradicts=v.contradicts, judge=None,
+        prompt_reasoning=gen.prompt_reasoning, reasoning_agrees=v.reasoning_agrees, ending=gen.ending,
+        thinking_tokens=gen.thinking_tokens,
+    )
+
+
 class SampleStage:
     """Answers, verifies and judges a family's items; writes one result record per QA item."""
 
@@ -234,14 +248,7 @@ class SampleStage:
         if ending == "repetition" and gen.max_tokens is not None and gen.completion_tokens is not None:
             self.report.loop_tokens_saved += max(0, gen.max_tokens - gen.completion_tokens)
         self.report.budgeted_answered += ending == "thinking_budget" and gen.answer is not None and gen.error is None
-        slot.record = ItemRecord(
-            row=slot.row, key=slot.item.key, image_sha256=slot.request.image_sha256, prompt=slot.request.prompt,
-            reference=slot.item.answer, references=v.references, text=gen.text, reasoning=gen.reasoning, final=gen.answer,
-            finish_reason=gen.finish_reason, prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens, model=gen.model,
-            model_revision=gen.model_revision, error=gen.error, verified=v.verified, contradicts=v.contradicts, judge=None,
-            prompt_reasoning=gen.prompt_reasoning, reasoning_agrees=v.reasoning_agrees, ending=gen.ending,
-            thinking_tokens=gen.thinking_tokens,
-        )
+        slot.record = item_record(slot.row, slot.item, slot.request, v)
         return [(None, self.judge.request(v.case))] if v.case is not None and self.judge is not None else []
 
     def _judged(self, slot: _Slot, _: object, generation: Generation) -> list[Any]:
