@@ -148,11 +148,27 @@ def write_clean_rows(rows: Iterable[Row], directory: str | Path, *, group_bytes:
         return writer.rows
 
 
-def read_clean_rows(directory: str | Path) -> Iterator[Row]:
-    for record in read_records(directory, "rows", batch_rows=64):
+def read_clean_rows(directory: str | Path, *, images: bool = True) -> Iterator[Row]:
+    """The cleaned rows in order; without `images`, their image bytes are not read (`Row.image` is empty)."""
+    columns = None if images else ["image_sha256", "qa", "clean_meta"]
+    for record in read_records(directory, "rows", batch_rows=64 if images else 1024, columns=columns):
         meta = record["clean_meta"]
-        yield Row(image=record["image"], image_sha256=record["image_sha256"], qa=[qa_item(q) for q in record["qa"]],
+        yield Row(image=record["image"] if images else b"", image_sha256=record["image_sha256"], qa=[qa_item(q) for q in record["qa"]],
                   record_ids=list(meta["record_ids"]), clean_meta=meta)
+
+
+def read_clean_images(directory: str | Path, hashes: set[str]) -> dict[str, bytes]:
+    """The image bytes of the cleaned rows whose hash is in `hashes`, reading the images of only the row groups that
+    hold one (`rs audit --replay` asks the engine about a few questions of a store that may be large)."""
+    found: dict[str, bytes] = {}
+    for path in sorted(Path(directory).glob("rows-*.parquet")):
+        with pq.ParquetFile(path) as parquet:
+            for group in range(parquet.num_row_groups):
+                held = parquet.read_row_group(group, columns=["image_sha256"]).column(0).to_pylist()
+                if hashes.intersection(held):
+                    images = parquet.read_row_group(group, columns=["image"]).column(0).to_pylist()
+                    found.update((sha, image) for sha, image in zip(held, images) if sha in hashes)
+    return found
 
 
 MAX_ANSWER_SET = 1000

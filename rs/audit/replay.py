@@ -41,7 +41,7 @@ from rs.route import Routes, outcome, qa_entry
 from rs.sample import SampleReport, SampleStage, item_record
 from rs.stages import (BuildContext, BuildPaths, clean_fingerprint, default_cache_path, read_report, recovery_fingerprint,
                        sample_fingerprint, vocabulary_of)
-from rs.store import read_clean_rows
+from rs.store import read_clean_images, read_clean_rows
 
 GROUPS = ("think", "nothink", "recovered", "rejected")
 """What a replayed question is, in the order the choice takes them: accepted (in the think split), accepted into the
@@ -183,15 +183,16 @@ class _Located:
 
 
 def _locate(picks: list[Pick], stage: SampleStage, paths: BuildPaths) -> tuple[list[_Located], list[Pick]]:
-    """Each pick's cleaned item and the request the run sent for it (one pass over the clean store)."""
+    """Each pick's cleaned item and the request the run sent for it (its image's hash: the cache key needs no more),
+    from one pass over the clean store that reads no image."""
     wanted = {(p.image_sha256, p.question): p for p in picks}
     shas = {p.image_sha256 for p in picks}
     found: dict[Pick, _Located] = {}
-    for index, row in enumerate(read_clean_rows(paths.clean)):
+    for index, row in enumerate(read_clean_rows(paths.clean, images=False)):
         if row.image_sha256 not in shas:
             continue
         for item in row.qa:
-            request = sampling_request(item, stage.instructions, row.image_sha256, row.image)
+            request = sampling_request(item, stage.instructions, row.image_sha256)
             pick = wanted.get((row.image_sha256, request.prompt))
             if pick is not None and pick not in found:
                 found[pick] = _Located(Derived(pick, row=index), row, item, request)
@@ -414,7 +415,9 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
                            + (f"; {missing} not whole in the cache" if missing else "")
                            + (f"; {len(lost)} not in the build's cleaned items" if lost else ""))
             if asked.engine:
-                again = [_Located(Derived(loc.derived.pick, row=loc.derived.row), loc.row, loc.item, loc.request) for loc in located]
+                images = read_clean_images(paths.clean, {loc.row.image_sha256 for loc in located})
+                again = [_Located(Derived(loc.derived.pick, row=loc.derived.row), loc.row, loc.item,
+                                  dataclasses.replace(loc.request, image=images[loc.row.image_sha256])) for loc in located]
                 answers = _from_engine(sampler)
                 verdicts = answers if judge in (None, sampler) else _from_engine(judge)  # type: ignore[arg-type]
                 fresh = derive(again, stage, routes, answers, verdicts, pairs=pairs)
