@@ -396,3 +396,15 @@ def test_under_batch_invariance_a_text_the_engine_gives_otherwise_is_a_finding()
         assert "think   1: final answers 1/1 identical, texts 0/1 byte-identical, routing 1/1 identical" in a.notes[0]
         assert [f.what for f in a.findings] == (["the answers' texts of 'How many shapes?' (image abababababab) in batch-invariant mode"]
                                                 if invariant else [])
+
+
+def test_replay_looks_a_separate_judge_models_verdicts_up_under_its_own_identity(tmp_path: Path) -> None:
+    """A judge model apart from the sampler: its verdicts are cached under its engine's identity, and found there."""
+    family = _family(tmp_path, PASSING.replace("judge: {", 'judge: {model: {id: "other-org/judge"}, ')
+                     + "\n    recovery: {samples: 2, temperature: 0.7}")
+    outcome = publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+    stats = json.loads((Path(outcome["where"]["think"]) / "rs" / "stats.json").read_text())
+    assert stats["provenance"]["judge_model"]["id"] == "other-org/judge" and stats["judge"]["judged"] > 0
+    result = audit(Path(outcome["where"]["think"]), build=_build_dir(tmp_path), replay=_replay(tmp_path, 10, engine=True))
+    assert result.ok and "5 of 5 published byte for byte" in result.notes[0], result.render()
+    assert "all   5: final answers 5/5 identical, texts 5/5 byte-identical, routing 5/5 identical" in result.notes[1]
