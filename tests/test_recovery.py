@@ -27,6 +27,7 @@ import datasets  # noqa: E402
 
 from rs.build import build_family  # noqa: E402
 from rs.engines import engines_for  # noqa: E402
+from rs.engines.cache import GenerationCache  # noqa: E402
 from rs.engines.vllm import VLLMStream  # noqa: E402
 from rs.families import get_family, load_families  # noqa: E402
 from rs.route import decide  # noqa: E402
@@ -130,7 +131,7 @@ def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(tmp_pat
     assert stats["recovery"]["pass_rates"] == r.pass_rates
 
 
-def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path, demo_engine) -> None:
+def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path, demo_engine, monkeypatch) -> None:
     from rs.publish import publish
 
     families = tiny_clevr(tmp_path)
@@ -176,9 +177,16 @@ def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path
         assert result.ok, result.render()
     # 12 questions re-derived from the cache, byte for byte, then asked again of the engine: in float32 on a CPU the demo
     # model decodes the same tokens whatever else is in its batch, so all 12 agree
+    with GenerationCache(tmp_path / "cache.sqlite") as cache:
+        held = len(cache)
+    asked = recording(monkeypatch)
     replayed = audit(repos["think"], build=tmp_path / "build", replay=Replay(12, config=families, cache=tmp_path / "cache.sqlite",
                                                                                engine=True, engine_factory=lambda f: (demo_engine, demo_engine)))
     assert replayed.ok, replayed.render()
+    # sent to the engine (the 12 greedy answers, the judge's requests, the recovery samples n = 4 at once), nothing cached
+    assert len([a for a in asked if a == (0, 1, 0.0)]) >= 12 and (0, 4, 0.7) in asked, asked
+    with GenerationCache(tmp_path / "cache.sqlite") as cache:
+        assert len(cache) == held
     notes = "\n".join(replayed.notes)
     assert "12 of 12 published byte for byte as their cached answers make them" in notes, notes
     assert "all  12: final answers 12/12 identical, texts 12/12 byte-identical, routing 12/12 identical" in notes, notes
