@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rs.audit import Replay, audit
+from rs.audit import audit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,10 +37,6 @@ def test_the_readme_shows_what_the_demo_prints(tmp_path: Path) -> None:
         if not repo.name.startswith("."):
             result = audit(repo, build=tmp_path / "build")
             assert result.ok, result.render()
-    # and 20 of its questions are what their cached answers make, byte for byte (README: "rs audit")
-    replayed = audit(tmp_path / "out" / "local" / "TinyCLEVR_RS_think", build=tmp_path / "build",
-                     replay=Replay(20, cache=tmp_path / "cache.sqlite"))
-    assert replayed.ok and "20 of 20 published byte for byte" in replayed.notes[0], replayed.render()
     # the judge's figures are near ties of the demo model and may differ on another CPU: their lines' shape only
     assert script.portable(script.summary(run.stdout)) in script.portable(readme)
     assert script.portable(script.updated(readme, run.stdout, stats)) == script.portable(readme), \
