@@ -44,15 +44,24 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def _is_engine_core(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().startswith("VLLM::EngineCor")
+    except OSError:
+        return False
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def engine_cores(pids: list[int]) -> set[int]:
-    cores = set()
-    for pid in pids:
-        try:
-            if Path(f"/proc/{pid}/comm").read_text().startswith("VLLM::EngineCor"):
-                cores.add(pid)
-        except OSError:
-            continue
-    return cores
+    """The engine core processes among `pids`; a child an engine core forks (a compiler or `lscpu` call, named after its
+    parent until it execs) is the same engine's, not another."""
+    return {pid for pid in pids if _is_engine_core(pid) and not _is_engine_core(_parent(pid))}
 
 
 @pytest.mark.parametrize("multiprocessing", ["0", "1"])
