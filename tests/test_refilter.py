@@ -132,16 +132,16 @@ def test_a_stricter_reader_rereads_the_stored_answers_with_no_engine(runs) -> No
     assert (reread["answers"], reread["outcomes_changed"], reread["questions"]) == (7, 3, 5)  # 5 greedy, the circle's 2 samples
     assert reread["decisions"] == {"changed": 3, "accepted_to_rejected": 1, "rejected_to_accepted": 0, "other": 2}
     assert reread["verdicts"] == {"stores": 2, "cache": 3}  # the circle's greedy and sample 0 (banana); the trial's three
-    assert (reread["judge_not_asked"], reread["judge_not_asked_questions"]) == (1, 1)
+    assert (reread["judge_not_asked"], reread["judge_not_asked_questions"], reread["questions_unjudged"]) == (1, 1, 1)
     assert (reread["samples_cached"], reread["samples_missing"], reread["questions_short"]) == (2, 2, 1)
     assert reread["cache"] is None and stats["totals"]["rejected_by_reason"]["judge_not_asked"] == 1
 
     card = (local / "Shapes_rejected" / "README.md").read_text()
     assert "**Re-read under a changed reader**: the run's 7 stored answers were graded again" in card
     assert "`answers.literal` `false` → `true`" in card and "This family's answers are transcriptions" in card
-    assert "**1 undecided answer had no verdict**" in card and "- `judge_not_asked` — re-read offline" in card
+    assert "**1 undecided answer (of 1 question) had no verdict**" in card and "1 question rests on such an answer and is rejected" in card and "- `judge_not_asked` — re-read offline" in card
     assert "judge_not_asked" not in (Path(runs.first["where"]["rejected"]) / "README.md").read_text()  # listed only where it occurs
-    assert "1 undecided answers have no judge verdict (1 questions rejected as `judge_not_asked`" in printed
+    assert "1 undecided answer (of 1 question) without a judge verdict (1 question rejected as `judge_not_asked`, not as wrong); 2 samples" in printed
     assert f"rs publish Shapes --config {runs.tmp / 'strict.yaml'} --build-dir {runs.build} --cache {runs.cache}" in printed
 
     samples = {r["question"].split("\n")[0]: r for r in datasets.load_dataset(

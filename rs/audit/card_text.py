@@ -91,8 +91,9 @@ PATTERNS: dict[str, re.Pattern[str]] = {
                          + _N + r" of them were read otherwise, and " + _N + r" of " + _N + r" questions? were routed otherwise \("
                          + _N + r" accepted → rejected, " + _N + r" rejected → accepted, " + _N + r" by another or for another "
                          r"reason\)\. .*?\(" + _N + r" from the run's stores, " + _N + r" from the generation cache\)"),
-    "reread_not_asked": re.compile(r"\*\*" + _N + r" undecided answers? had no verdict\*\*: the judge was never asked about "
-                                   r"(?:it|them), and " + _N + r" questions? (?:is|are) rejected with reason `judge_not_asked`"),
+    "reread_not_asked": re.compile(r"\*\*" + _N + r" undecided answers? \(of " + _N + r" questions?\) had no verdict\*\*: the judge "
+                                   r"was never asked about (?:it|them), .*?; (?:" + _N + r" questions? rests? on such an answer|(no) "
+                                   r"question rests on such an answer alone)"),
     "figure_alt": re.compile(r"^!\[((?:[^\]\\]|\\.)*)\]\((figures/[^)]+)\)$", re.M),
 }
 

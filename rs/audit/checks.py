@@ -458,9 +458,10 @@ def reread(a: Audit) -> None:
     a.same("the re-read's questions (the family's answered QA)", stats, rr["questions"], a.answered)
     a.same("the re-read's routed otherwise (its parts)", stats, d["changed"], d["accepted_to_rejected"] + d["rejected_to_accepted"] + d["other"])
     not_asked = a.stated("reread_not_asked", expected=bool(rr["judge_not_asked"]))
-    questions = number(not_asked.value[1]) if not_asked is not None else 0
-    a.same("the re-read's undecided answers with no verdict", a.where("reread_not_asked"),
-           number(not_asked.value[0]) if not_asked is not None else 0, rr["judge_not_asked"])
+    answers, of, rest, none = not_asked.value if not_asked is not None else ("0", "0", None, "no")
+    questions = number(rest) if rest else 0
+    a.same("the re-read's undecided answers with no verdict", a.where("reread_not_asked"), number(answers), rr["judge_not_asked"])
+    a.same("the re-read's questions with an answer with no verdict", a.where("reread_not_asked"), number(of), rr["questions_unjudged"])
     a.same("questions rejected `judge_not_asked` (the re-read's statement)", a.where("reread_not_asked"), questions,
            a.rejected_by_reason.get("judge_not_asked", 0))
     a.same("questions rejected `judge_not_asked` (stats)", stats, rr["judge_not_asked_questions"], a.rejected_by_reason.get("judge_not_asked", 0))

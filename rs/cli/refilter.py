@@ -23,6 +23,7 @@ from typing import Any
 
 from rs import cli
 from rs.cli import output
+from rs.cards import counted
 from rs.cli.publish import summary
 from rs.errors import UsageError
 from rs.families import Family
@@ -110,9 +111,9 @@ def _said(prepared: Prepared, family: Family) -> list[str]:
         return []
     changed = "; ".join(str(c) for c in r.changed) or "nothing"
     d = r.to_dict()["decisions"]
-    lines = [f"{family.name}: re-read {r.answers:,} stored answers of {r.questions:,} questions under the current reader "
-             f"(changed since the run: {changed}), no model call: {r.outcomes_changed:,} answers read otherwise, "
-             f"{d['changed']:,} decisions changed ({d['accepted_to_rejected']:,} accepted -> rejected, "
+    lines = [f"{family.name}: re-read {counted(r.answers, 'stored answer')} of {counted(r.questions, 'question')} under the "
+             f"current reader (changed since the run: {changed}), no model call: {r.outcomes_changed:,} read otherwise, "
+             f"{counted(d['changed'], 'decision')} changed ({d['accepted_to_rejected']:,} accepted -> rejected, "
              f"{d['rejected_to_accepted']:,} rejected -> accepted, {d['other']:,} otherwise); judge verdicts reused: "
              f"{r.verdicts['stores']:,} stored, {r.verdicts['cache']:,} cached"]
     if r.cache:
@@ -120,12 +121,14 @@ def _said(prepared: Prepared, family: Family) -> list[str]:
     if r.not_asked or r.samples_missing:
         waiting = []
         if r.not_asked:
-            waiting.append(f"{r.not_asked:,} undecided answers have no judge verdict ({r.not_asked_questions:,} questions "
-                           "rejected as `judge_not_asked`, not as wrong)")
+            waiting.append(f"{counted(r.not_asked, 'undecided answer')} (of {counted(r.questions_unjudged, 'question')}) without a judge verdict "
+                           f"({counted(r.not_asked_questions, 'question')} rejected as `judge_not_asked`, not as wrong)")
         if r.samples_missing:
-            waiting.append(f"{r.samples_missing:,} samples a run under this reader would draw are not stored "
-                           f"({r.questions_short:,} questions)")
-        lines.append(f"  {'; '.join(waiting)}; to ask the judge and draw them: {r.command}")
+            waiting.append(f"{counted(r.samples_missing, 'sample')} a run under this reader would draw, not stored "
+                           f"(for {counted(r.questions_short, 'question')})")
+        rebuilt = " (it builds the family from its source: the generation cache answers what it holds)" if (
+            (prepared.refiltered or {}).get("source")) else ""
+        lines.append(f"  {'; '.join(waiting)}; to ask the judge and draw them: {r.command}{rebuilt}")
     return lines
 
 

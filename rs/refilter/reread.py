@@ -257,7 +257,9 @@ class Reread:
     not_asked: int = 0
     """Undecided answers the judge was never asked about (`NOT_ASKED`)."""
     not_asked_questions: int = 0
-    """Questions routed `judge_not_asked`."""
+    """Questions routed `judge_not_asked`: their greedy answer is one, and no sample was accepted."""
+    questions_unjudged: int = 0
+    """Questions with at least one such answer (greedy or sample): asking the judge may change their decision or pass rate."""
     certain_not_judged: int = 0
     """Greedy answers now certainly wrong that the run's judge never saw (a run shows it every rejection, to measure it)."""
     samples_cached: int = 0
@@ -281,7 +283,8 @@ class Reread:
             "decisions": {"changed": sum(self.decisions.values()),
                           **{k: self.decisions[k] for k in ("accepted_to_rejected", "rejected_to_accepted", "other")}},
             "verdicts": {k: self.verdicts[k] for k in ("stores", "cache")}, "judge_not_asked": self.not_asked,
-            "judge_not_asked_questions": self.not_asked_questions, "certain_not_judged": self.certain_not_judged,
+            "judge_not_asked_questions": self.not_asked_questions, "questions_unjudged": self.questions_unjudged,
+            "certain_not_judged": self.certain_not_judged,
             "samples_cached": self.samples_cached, "samples_missing": self.samples_missing, "questions_short": self.questions_short,
             "samples_unused": self.samples_unused, "cache": self.cache,
         }
@@ -384,6 +387,7 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
                     if (change := _transition(before, after)) is not None:
                         summary.decisions[change] += 1
                     summary.not_asked_questions += after.reason == "judge_not_asked"
+                    summary.questions_unjudged += any(_unjudged(a) for a in [item, *(new_draws["samples"] if new_draws else [])])
             seal(tmp / "items")
             report.inputs = sample_inputs(ctx, basis.clean)
             report.fingerprint = fingerprint(report.inputs)
@@ -404,6 +408,11 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
     logger.info("%s: re-read %d answers of %d questions under the current reader in %.1f s", ctx.family.name, summary.answers,
                 summary.questions, summary.seconds)
     return summary
+
+
+def _unjudged(answer: dict[str, Any]) -> bool:
+    """An undecided answer the judge was not asked about (a certain one is decided without it)."""
+    return answer["judge"] == NOT_ASKED and not answer["contradicts"]
 
 
 def _stored_verdicts(root: Path, recovery: bool) -> dict[bytes, str]:
