@@ -116,8 +116,8 @@ class BuildContext:
     """The folder of the stores and splits when it is not the family's build folder: the stores `rs refilter` re-read
     under a changed reader, or rebuilt from a published samples repo (`rs.refilter`)."""
     refiltered: dict[str, Any] | None = None
-    """What `rs refilter` did besides routing (`rs.refilter.Refiltered.to_dict`: where the answers came from, what
-    re-reading them changed): the cards say it."""
+    """What `rs refilter` did besides routing (`rs.refilter.Prepared.refiltered`: `source`, the samples repo the stores
+    came from; `reread`, what re-reading them changed): the cards say it."""
     _passes: int = field(default=0, init=False, repr=False, compare=False)
     """How many `passes()` scopes are open: the engines live until the outermost one ends."""
     _checked: dict[Path, int] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -190,7 +190,8 @@ class BuildContext:
 
     @property
     def paths(self) -> BuildPaths:
-        """`build/FAMILY`; a `--limit N` trial builds in `build/FAMILY/limit-N`, so it never replaces the full build."""
+        """`build/FAMILY`; a `--limit N` trial builds in `build/FAMILY/limit-N`, so it never replaces the full build; `stores`
+        when set."""
         if self.stores is not None:
             return BuildPaths(self.stores)
         return BuildPaths(self.family_root)
