@@ -33,7 +33,7 @@ from rs.family_report import (PASS_RATE_BINS, CleaningSummary, Endings, FamilyRe
 from rs.pairs import PairCounts
 from rs.provenance import provenance
 from rs.question_types import TypeCounts, Typer, item_types, most_failed, typer
-from rs.route import Outcome, Routes, kept_out_of_think, outcomes, routes_of
+from rs.route import Outcome, RouteFilter, Routes, kept_out_of_think, outcomes, routes_of
 from rs.samples_repo import in_rl_bounds
 from rs.splits_schema import REJECT_REASONS
 from rs.sizes import parse_bytes
@@ -213,7 +213,7 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
                                  outcomes={"accepted": sampled.verified, "certain": sampled.contradicted,
                                            "undecided": sampled.undecided},
                                  reasoning_disagrees=routing.reasoning_disagrees, reasoning_unchecked=sampled.reasoning_unchecked,
-                                 think_needs_agreeing_reasoning=c.answers.think_needs_agreeing_reasoning),
+                                 think_needs_agreeing_reasoning=ctx.routes(sampled.promotes).needs_agreeing_reasoning),
         judge=JudgeSummary(enabled=c.judge.enabled, model=asdict(c.judge.model) if c.judge.model else asdict(c.model),
                            max_tokens=c.judge.max_tokens, mode=c.judge.mode,
                            think_budget=c.judge.think_budget if c.judge.mode == "think_then_label" else None,
@@ -253,13 +253,14 @@ def _types_summary(routing: Routing) -> dict[str, Any] | None:
 
 
 def _filter_summary(ctx: BuildContext, promotes: bool) -> dict[str, Any] | None:
-    """What `rs refilter` changed of the family's routing (the cards say it), or None for the family's own routing."""
-    f = ctx.route_filter
-    if f is None:
+    """What `rs refilter` changed of the family's routing, and where its answers came from and what re-reading them
+    changed (`ctx.refiltered`): the cards say it. None for the family's own routing."""
+    if ctx.route_filter is None and ctx.refiltered is None:
         return None
+    f = ctx.route_filter or RouteFilter()
     return {"judge": f.judge, "think_needs_agreeing_reasoning": f.think_needs_agreeing_reasoning,
             "rl_bounds": list(f.rl_bounds) if f.rl_bounds else None,
-            "changes": f.changes(routes_of(ctx.family.config, promotes))}
+            "changes": f.changes(routes_of(ctx.family.config, promotes)), "source": None, "reread": None, **(ctx.refiltered or {})}
 
 
 MAX_ROW_GROUP_ROWS = 10_000

@@ -36,8 +36,9 @@ VERSION = "1"
 """What the recovery pass records of an item's samples: bump when a change records or judges some sample otherwise
 (`rs.versions`)."""
 
-RETRIED_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked")
-"""Rejections with a final answer: the recovery pass samples them again."""
+RETRIED_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked", "judge_not_asked")
+"""Rejections with a final answer: the recovery pass samples them again (`judge_not_asked` only in `rs refilter`'s
+re-read, where the judge was not asked: whatever it would say but CORRECT, the item is sampled)."""
 CUT_OFF_REASONS = ("no_final_answer", "degenerate_repetition")
 """Rejections without one: sampled again only with `recovery.cut_off`."""
 SAMPLED_FOR = ("rejected", "cut_off", "difficulty")
@@ -117,6 +118,8 @@ class RecoveryReport:
     judge_requests: int = 0
     judge_engine_calls: int = 0
     seconds: float = 0.0
+    inputs: dict[str, Any] | None = None
+    """What the pass's fingerprint was computed from (`rs.stages.recovery_inputs`), for `rs refilter`."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)

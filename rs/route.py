@@ -22,6 +22,12 @@ VERSION = "3"
 pass's samples; 3: a certain rejection keeps `wrong_answer` whatever the judge said, but CORRECT: `judge_overruled`)."""
 
 
+NOT_ASKED = "NOT_ASKED"
+"""The judge label of an undecided answer the judge was never asked about: `rs refilter` re-read it under a changed reader,
+with no engine, and no verdict on exactly that question, reference and candidate was stored or cached. It is routed
+`judge_not_asked`: neither accepted nor taken for a certain rejection, until `rs publish` asks the judge."""
+
+
 @dataclass(frozen=True)
 class Decision:
     accepted: bool
@@ -44,6 +50,8 @@ def decide(item: dict[str, Any], judge_promotes: bool) -> Decision:
     verdict = item["judge"]
     if item["contradicts"] and verdict != "CORRECT":  # the verifier is certain: an UNSURE or WRONG judge decided nothing
         return Decision(False, reason="wrong_answer")
+    if verdict == NOT_ASKED:
+        return Decision(False, reason="judge_not_asked")
     if verdict == "CORRECT":
         if item["contradicts"]:
             return Decision(False, reason="judge_overruled")

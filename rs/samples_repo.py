@@ -14,6 +14,7 @@ cards state from a repo's parquet files alone, so that a reader (or `rs audit`) 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,11 +22,39 @@ from typing import Any, Iterator
 from rs.calibration import wilson
 from rs.family_report import PASS_RATE_BINS, pass_rate_bin
 from rs.question_types import Typer
-from rs.route import Outcome, Routes, decide, joined
-from rs.store import read_records
+from rs.route import NOT_ASKED, Outcome, Routes, decide, joined
+from rs.store import qa_record, read_records
+
+LAYOUT = "2"
+"""What a samples repo holds: bump when a change adds or changes what it holds (1: the generations and decisions;
+2: each row's `row`, `item`, `model_revision` and `prompt_reasoning`, and `rs/run.json`, the stages' reports: enough to
+rebuild the build's stores from the repo alone, `rs refilter --from-samples`)."""
+
+RUN_FILE = "rs/run.json"
+"""In a samples repo: the layout and the reports of the stages that made it (`rs.refilter.samples`)."""
 
 READER_OUTCOMES = ("accepted", "certain", "undecided")
 """What the reader made of an answer: verified, known wrong, neither (then the judge was asked, where there is one)."""
+
+
+RUN_ONLY = ("seconds", "sampling_engine_calls", "judge_engine_calls")
+"""What a stage report holds of one run alone (a re-run from the cache calls no engine): left out of `rs/run.json`, so
+that the samples repo of the same answers is the same files."""
+
+
+def run_record(build_dir: str | Path) -> dict[str, Any]:
+    """A samples repo's `rs/run.json`: its layout and the build's stage reports (`clean.json`, `sample.json`,
+    `recovery.json`: the cleaning's and the judge's numbers, the calibration, the fingerprints and what they were
+    computed from), less `RUN_ONLY`: with the repo's rows, what rebuilding the stores takes."""
+    record: dict[str, Any] = {"layout": LAYOUT}
+    for name in ("clean", "sample", "recovery"):
+        path = Path(build_dir) / f"{name}.json"
+        report = json.loads(path.read_text()) if path.exists() else None
+        for key in RUN_ONLY:
+            if report is not None and key in report:
+                report[key] = 0
+        record[name] = report
+    return record
 
 
 def reader_outcome(answer: dict[str, Any]) -> str | None:
@@ -45,7 +74,7 @@ def _generation(answer: dict[str, Any], kind: str, routes: Routes, *, why: str |
         "text": answer["text"], "reasoning": answer["reasoning"], "final": answer["final"],
         "finish_reason": answer["finish_reason"], "ending": answer["ending"],
         "completion_tokens": answer["completion_tokens"], "thinking_tokens": answer["thinking_tokens"],
-        "error": answer["error"], "reader": reader_outcome(answer), "judge": answer["judge"],
+        "error": answer["error"], "reader": reader_outcome(answer), "judge": None if answer["judge"] == NOT_ASKED else answer["judge"],
         "reasoning_agrees": answer["reasoning_agrees"],
         "accepted": decision.accepted, "accepted_by": decision.by, "reason": decision.reason,
     }
@@ -65,8 +94,9 @@ def _typed(row: Any, type_of: Typer | None) -> dict[str, str | None]:
 
 def sample_rows(build_dir: str | Path, routes: Routes, type_of: Typer | None = None) -> Iterator[dict[str, Any]]:
     """One row per question, in item order: every generation it got, and the routing decision on the question."""
-    for row, results in joined(build_dir, routes):
+    for index, (row, results) in enumerate(joined(build_dir, routes)):
         types = _typed(row, type_of)
+        cleaned = {qa.key: qa for qa in row.qa}
         for item, result in results:
             generations = [_generation(item, "greedy", routes)]
             generations += [_generation(s, "sample", routes, why=result.why) for s in result.samples or ()]
@@ -75,9 +105,11 @@ def sample_rows(build_dir: str | Path, routes: Routes, type_of: Typer | None = N
                 published = 0 if not result.recovered else 1 + result.answer["sample"]
             low, high = _interval(result)
             yield {
-                "image": {"bytes": row.image, "path": None}, "key": item["key"],
+                "image": {"bytes": row.image, "path": None}, "row": index, "key": item["key"],
                 "question": item["prompt"], "reference": item["reference"], "references": item["references"],
-                "question_type": types.get(item["key"]), "model": item["model"], "prompt_tokens": item["prompt_tokens"],
+                "question_type": types.get(item["key"]), "item": qa_record(cleaned[item["key"]]),
+                "model": item["model"], "model_revision": item["model_revision"], "prompt_tokens": item["prompt_tokens"],
+                "prompt_reasoning": item["prompt_reasoning"],
                 "accepted": result.decision.accepted, "accepted_by": result.decision.by, "reason": result.decision.reason,
                 "greedy_accepted": result.greedy.accepted, "published": published,
                 "pass_rate": result.pass_rate, "passed": result.passed if result.k else None, "k": result.k,

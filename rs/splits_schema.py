@@ -38,7 +38,7 @@ from datasets import Features, Image, List, Value
 SPLITS = ("think", "nothink", "rejected")
 
 REJECT_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked", "no_final_answer", "degenerate_repetition",
-                  "engine_error")
+                  "engine_error", "judge_not_asked")
 """Why a rejected item is in the rejected split; what each means on a card is in templates/card_splits.md.jinja."""
 
 _STR = Value("string")
@@ -89,9 +89,16 @@ GENERATION = {
 }
 """One answer a question got, in the samples repo (`rs.samples_repo`)."""
 
+CLEAN_ITEM = {
+    "key": _STR, "record_id": _STR, "turn": Value("int32"), "question": _STR, "answer": _STR, "references": List(_STR),
+    "options": List(_STR), "qtype": _STR, "source": _STR, "image_ref": _STR, "rewrites": List(_STR), "flags": List(_STR),
+}
+"""A question as cleaning kept it (`rs.store.CLEAN_QA`): what the reader grades an answer against."""
+
 SAMPLES = {
-    "image": Image(), "key": _STR, "question": _STR, "reference": _STR, "references": List(_STR), "question_type": _STR,
-    "model": _STR, "prompt_tokens": Value("int64"),
+    "image": Image(), "row": Value("int64"), "key": _STR, "question": _STR, "reference": _STR, "references": List(_STR),
+    "question_type": _STR, "item": CLEAN_ITEM, "model": _STR, "model_revision": _STR, "prompt_tokens": Value("int64"),
+    "prompt_reasoning": _STR,
     "accepted": Value("bool"), "accepted_by": _STR, "reason": _STR, "greedy_accepted": Value("bool"),
     "published": Value("int32"), **_INTERVAL, "generations": List(GENERATION), "image_sha256": _STR, "clean_meta": CLEAN_META,
 }

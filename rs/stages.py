@@ -112,6 +112,12 @@ class BuildContext:
     """How many distinct engine objects this run made (a model load each, the first time they generate)."""
     route_filter: RouteFilter | None = None
     """Routing settings changed after the run (`rs refilter`); None: the family's own."""
+    stores: Path | None = None
+    """The folder of the stores and splits when it is not the family's build folder: the stores `rs refilter` re-read
+    under a changed reader, or rebuilt from a published samples repo (`rs.refilter`)."""
+    refiltered: dict[str, Any] | None = None
+    """What `rs refilter` did besides routing (`rs.refilter.Prepared.refiltered`: `source`, the samples repo the stores
+    came from; `reread`, what re-reading them changed): the cards say it."""
     _passes: int = field(default=0, init=False, repr=False, compare=False)
     """How many `passes()` scopes are open: the engines live until the outermost one ends."""
     _checked: dict[Path, int] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -184,9 +190,17 @@ class BuildContext:
 
     @property
     def paths(self) -> BuildPaths:
-        """`build/FAMILY`; a `--limit N` trial builds in `build/FAMILY/limit-N`, so it never replaces the full build."""
+        """`build/FAMILY`; a `--limit N` trial builds in `build/FAMILY/limit-N`, so it never replaces the full build; `stores`
+        when set."""
+        if self.stores is not None:
+            return BuildPaths(self.stores)
+        return BuildPaths(self.family_root)
+
+    @property
+    def family_root(self) -> Path:
+        """The family's own build folder, `build/FAMILY` (`build/FAMILY/limit-N` for a trial)."""
         root = self.build_root / self.family.name
-        return BuildPaths(root if self.limit is None else root / f"limit-{self.limit}")
+        return root if self.limit is None else root / f"limit-{self.limit}"
 
     def lock(self, *, shared: bool = False) -> AbstractContextManager[None]:
         """Hold the family's build lock (`rs.locks.build_lock`): one writer of its stages at a time."""
@@ -321,12 +335,23 @@ def vocabulary_of(family: Family, paths: BuildPaths) -> Vocabulary | None:
     return answers.vocabulary(references)
 
 
-def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
+def plain(data: Any) -> Any:
+    """`data` as JSON reads it back (tuples as lists, keys as strings): what a report stores, and compares equal to it."""
+    return json.loads(json.dumps(data, sort_keys=True, default=str))
+
+
+def sample_inputs(ctx: BuildContext, clean: CleaningReport) -> dict[str, Any]:
+    """What the sample stage's results depend on: the cleaned items, the model and how it is asked, the judge, the
+    reader (the verifier and the family's `answers:` block) and the versions of the code that decides (`rs.versions`)."""
     c = ctx.family.config
     verifier = get_verifier(c.verifier.name, **c.verifier.params)
-    return fingerprint({"clean": clean.fingerprint, "model": asdict(c.model), "engine": asdict(c.engine),
-                        "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier), "answers": asdict(c.answers),
-                        "instructions": asdict(Instructions.of(c)), "versions": sample_versions(verifier)})
+    return plain({"clean": clean.fingerprint, "model": asdict(c.model), "engine": asdict(c.engine),
+                  "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier), "answers": asdict(c.answers),
+                  "instructions": asdict(Instructions.of(c)), "versions": sample_versions(verifier)})
+
+
+def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
+    return fingerprint(sample_inputs(ctx, clean))
 
 
 def ensure_sampled(ctx: BuildContext) -> SampleReport:
@@ -334,7 +359,8 @@ def ensure_sampled(ctx: BuildContext) -> SampleReport:
     with ctx.lock(), ctx.passes():
         clean = ensure_clean(ctx)
         check_something_kept(ctx.family.name, clean.kept_items, clean.dropped)  # before an engine starts for nothing
-        paths, expected = ctx.paths, sample_fingerprint(ctx, clean)
+        paths, inputs = ctx.paths, sample_inputs(ctx, clean)
+        expected = fingerprint(inputs)
         report = read_report(paths.sample_report, expected, SampleReport.from_dict)
         if report and ctx.intact(paths.items, "the items store", "the generation cache"):
             return report
@@ -347,16 +373,20 @@ def ensure_sampled(ctx: BuildContext) -> SampleReport:
                 report = stage.run(read_clean_rows(paths.clean), tmp, total=clean.kept_items)
             seal(tmp)
             replace_dir(tmp, paths.items)
-            report.fingerprint = expected
+            report.fingerprint, report.inputs = expected, inputs
             write_json(paths.sample_report, report.to_dict())
         return report
 
 
-def recovery_fingerprint(ctx: BuildContext, sampled: SampleReport) -> str:
+def recovery_inputs(ctx: BuildContext, sampled: SampleReport) -> dict[str, Any]:
     """The recovery pass's results depend on the greedy pass (its items and calibration) and the recovery block."""
     recovery = ctx.family.config.recovery
-    return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "recovery": asdict(recovery) if recovery else None,
-                        "versions": {piece.name: piece.version for piece in (RECOVERY, ROUTE)}})
+    return plain({"sample": sampled.fingerprint, "promotes": sampled.promotes, "recovery": asdict(recovery) if recovery else None,
+                  "versions": {piece.name: piece.version for piece in (RECOVERY, ROUTE)}})
+
+
+def recovery_fingerprint(ctx: BuildContext, sampled: SampleReport) -> str:
+    return fingerprint(recovery_inputs(ctx, sampled))
 
 
 def ensure_recovered(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport | None:
@@ -368,7 +398,8 @@ def ensure_recovered(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport
         paths.recovery_report.unlink(missing_ok=True)
         return None
     with ctx.lock(), ctx.passes():
-        expected = recovery_fingerprint(ctx, sampled)
+        inputs = recovery_inputs(ctx, sampled)
+        expected = fingerprint(inputs)
         report = read_report(paths.recovery_report, expected, RecoveryReport.from_dict)
         if report and ctx.intact(paths.recovery, "the recovery store", "the generation cache"):
             return report
@@ -381,7 +412,7 @@ def ensure_recovered(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport
                 report = stage.run(read_clean_rows(paths.clean), read_records(paths.items, "items"), tmp)
             seal(tmp)
             replace_dir(tmp, paths.recovery)
-            report.fingerprint = expected
+            report.fingerprint, report.inputs = expected, inputs
             write_json(paths.recovery_report, report.to_dict())
         return report
 

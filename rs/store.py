@@ -43,7 +43,8 @@ CLEAN_ROWS = pa.schema([
     ("image", pa.binary()), ("image_sha256", pa.string()), ("qa", pa.list_(CLEAN_QA)), ("clean_meta", CLEAN_META),
 ])
 
-def _qa_record(item: QAItem) -> dict[str, Any]:
+def qa_record(item: QAItem) -> dict[str, Any]:
+    """A cleaned question as the clean store (and a samples repo's `item`) holds it; `qa_item` reads it back."""
     return {
         "key": item.key, "record_id": item.record_id, "turn": item.turn, "question": item.question, "answer": item.answer,
         "references": list(item.references), "options": list(item.options), "qtype": item.qtype, "source": item.source,
@@ -142,7 +143,7 @@ def write_clean_rows(rows: Iterable[Row], directory: str | Path, *, group_bytes:
     with ParquetStreamWriter(directory, "rows", CLEAN_ROWS, group_bytes=group_bytes, group_rows=2_000) as writer:
         for row in rows:
             writer.write(
-                {"image": row.image, "image_sha256": row.image_sha256, "qa": [_qa_record(q) for q in row.qa], "clean_meta": row.clean_meta},
+                {"image": row.image, "image_sha256": row.image_sha256, "qa": [qa_record(q) for q in row.qa], "clean_meta": row.clean_meta},
                 size=len(row.image),
             )
         return writer.rows

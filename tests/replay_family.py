@@ -43,3 +43,30 @@ def write_family(tmp_path: Path, family_yaml: str, cases: list[Case], name: str 
                 fh.write(json.dumps({"key": f"{n}#0", "sample": i, "temperature": 0.7, "text": answer_text(answer)}) + "\n")
     (tmp_path / "families.yaml").write_text(family_yaml)
     return load_families(tmp_path / "families.yaml")[name]
+
+
+def rebuilt_sentence(repo: str, *, local: bool) -> str:
+    """The sentence a card of repos rebuilt from the samples repo `repo` gains (templates/card.md.jinja)."""
+    return (f"> **Rebuilt from the samples repo** `{repo}` ({'a local folder; ' if local else ''}layout 2), without the family's "
+            "build: its rows hold every answer and the cleaned questions, its `rs/run.json` the stages' reports.")
+
+
+def differ_by_the_source_alone(built: Path, rebuilt: Path, repo: str, *, local: bool) -> list[Path]:
+    """The repos `rs refilter` wrote from a build (`built`) and from its samples repo `repo` (`rebuilt`): the same files,
+    byte for byte, but each card's sentence naming the samples repo and `rs/stats.json`'s `filter.source`. Returns the
+    files that differ."""
+    files = sorted(p.relative_to(built) for p in built.rglob("*") if p.is_file() and ".rs-publish" not in p.parts)
+    assert files == sorted(p.relative_to(rebuilt) for p in rebuilt.rglob("*") if p.is_file() and ".rs-publish" not in p.parts)
+    differing = [f for f in files if (built / f).read_bytes() != (rebuilt / f).read_bytes()]
+    assert {f.name for f in differing} == {"README.md", "stats.json"}, differing
+    for f in differing:
+        if f.name == "stats.json":
+            mine, theirs = json.loads((built / f).read_text()), json.loads((rebuilt / f).read_text())
+            assert theirs["filter"].pop("source") == {"repo": repo, "local": local, "layout": "2"}
+            assert mine["filter"].pop("source") is None and mine == theirs
+        else:
+            lines = (rebuilt / f).read_text().splitlines()
+            at = lines.index(rebuilt_sentence(repo, local=local))
+            assert lines[at - 1] == ">"
+            assert lines[: at - 1] + lines[at + 1:] == (built / f).read_text().splitlines(), f
+    return differing

@@ -7,6 +7,9 @@ one has a pass rate. One build is published once; the refilter test re-routes th
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +20,8 @@ import pytest
 from rs.cli.main import main as rs_main
 from rs.families import load_families
 from rs.publish import publish
-from replay_family import write_family
+from replay_family import differ_by_the_source_alone, write_family
+from test_hub import blocked_hosts, hub, sleeps  # noqa: F401  (the test Hub's fixtures)
 from rs.route import RouteFilter
 from rs.samples_repo import rl_numbers, samples_numbers
 
@@ -99,6 +103,12 @@ def test_samples_repo_holds_every_generation_and_its_card_is_measured_from_its_f
     assert circle["generations"][0]["reader"] == "undecided"
     assert by_q["How many circles?"]["generations"][0]["reader"] is None  # cut off: no final answer
     assert rows[0]["image"].size == (16, 16)
+    # layout 2: what rebuilding the stores from this repo alone takes (`rs refilter --from-samples`)
+    assert [r["row"] for r in rows] == list(range(len(CASES))) and circle["item"]["question"] == "Is there a circle?"
+    assert (circle["item"]["answer"], circle["item"]["key"], circle["model_revision"]) == ("yes", circle["key"], None)
+    run = json.loads((repo / "rs" / "run.json").read_text())
+    assert run["layout"] == "2" and run["sample"]["items"] == len(CASES) and run["sample"]["seconds"] == 0
+    assert run["sample"]["inputs"]["answers"]["literal"] is False and run["recovery"]["samples"] == 12
 
     # every number the card states, recomputed here from the loaded rows, is the one stored beside the card and shown on it
     stored = json.loads((repo / "rs" / "numbers.json").read_text())
@@ -153,14 +163,24 @@ def test_question_types_on_the_cards(built) -> None:
     assert "| count | 4 | 4 | 100.0% | 2 | 100.0% | 4 |" in think
 
 
-def test_refilter_rebuilds_the_splits_from_the_stores_with_no_engine(built, monkeypatch) -> None:
-    tmp_path, family, first = built
+REFILTER = ["--no-think-needs-agreeing-reasoning", "--rl-min", "0.4", "--rl-max", "0.6"]
+"""The routing `rs refilter` changes in these tests."""
+
+
+@pytest.fixture(scope="module")
+def refiltered(built) -> Path:
+    """The build re-routed once by `rs refilter` (`REFILTER`); the repos' folder."""
+    tmp_path, _, _ = built
     out = tmp_path / "refiltered"
-    repos = out / "local"
-    code = rs_main(["refilter", "Shapes", "--config", str(tmp_path / "families.yaml"), "--out", str(out),
-                    "--no-think-needs-agreeing-reasoning", "--rl-min", "0.4", "--rl-max", "0.6",
+    code = rs_main(["refilter", "Shapes", "--config", str(tmp_path / "families.yaml"), "--out", str(out), *REFILTER,
                     "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "no-cache.sqlite")])
     assert code == 0
+    return out / "local"
+
+
+def test_refilter_rebuilds_the_splits_from_the_stores_with_no_engine(built, refiltered) -> None:
+    tmp_path, family, first = built
+    repos = refiltered
     # no engine: the stages were found done (an engine would raise NoStoredAnswers); the reasoning rule changed the think split
     think = [qa["question"].split("\n")[0] for row in datasets.load_dataset(str(repos / "Shapes_RS_think"), split="train",
                                                                            cache_dir=_fresh(built) + "-refiltered") for qa in row["qa"]]
@@ -172,6 +192,57 @@ def test_refilter_rebuilds_the_splits_from_the_stores_with_no_engine(built, monk
     card = (repos / "Shapes_RS_think" / "README.md").read_text()
     assert "**Re-filtered offline** (`rs refilter`)" in card and "kept in the think split" in card
     assert "strictly between 0.4 and 0.6" in (repos / "Shapes_RS_rl" / "README.md").read_text()
+
+
+def test_refilter_from_the_samples_repo_alone_gives_the_build_s_repos(built, refiltered, tmp_path: Path) -> None:
+    """`python -m rs.refilter --from-samples` on the published samples repo, from a folder holding the families file
+    alone (no source, no replay file: nothing can be cleaned or answered), into another build folder: the repos of the
+    build-based refilter, byte for byte, but the sentence naming the samples repo; `rs audit` passes on them."""
+    from rs.audit import audit
+
+    build_tmp, _, first = built
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copyfile(build_tmp / "families.yaml", bare / "families.yaml")
+    run = subprocess.run([sys.executable, "-m", "rs.refilter", "Shapes", "--config", "families.yaml", "--out", str(tmp_path / "out"),
+                          *REFILTER, "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "none.sqlite"),
+                          "--from-samples", first["where"]["samples"]], cwd=bare, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "re-filtered offline from the samples repo Shapes_RS_samples, no model call" in run.stdout
+    rebuilt = tmp_path / "out" / "local"
+    differ_by_the_source_alone(refiltered, rebuilt, "Shapes_RS_samples", local=True)
+    assert (tmp_path / "build" / "Shapes" / "from-samples" / "items").is_dir() and not (tmp_path / "none.sqlite").exists()
+    for repo in sorted(rebuilt.iterdir()):
+        if not repo.name.startswith("."):
+            assert (result := audit(repo)).ok, result.render()
+
+
+def test_refilter_from_a_hub_samples_repo(built, refiltered, hub, tmp_path: Path) -> None:  # noqa: F811
+    """The samples repo read from the Hub by its id (`huggingface_hub.snapshot_download`, against the test Hub)."""
+    from huggingface_hub import HfApi
+
+    _, _, first = built
+    api = HfApi()
+    api.create_repo("rs-test/Shapes_RS_samples", repo_type="dataset")
+    api.upload_folder(repo_id="rs-test/Shapes_RS_samples", repo_type="dataset", folder_path=first["where"]["samples"])
+    code = rs_main(["refilter", "Shapes", "--config", str(built[0] / "families.yaml"), "--out", str(tmp_path / "out"), *REFILTER,
+                    "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "none.sqlite"),
+                    "--from-samples", "rs-test/Shapes_RS_samples"])
+    assert code == 0
+    differ_by_the_source_alone(refiltered, tmp_path / "out" / "local", "rs-test/Shapes_RS_samples", local=False)
+
+
+def test_refilter_refuses_a_samples_repo_without_its_run_record(built, tmp_path: Path) -> None:
+    """A samples repo of layout 1 (no `rs/run.json`): refused, saying what it lacks, before anything is written."""
+    build_tmp, _, first = built
+    old = tmp_path / "Shapes_RS_samples"
+    shutil.copytree(first["where"]["samples"], old)
+    (old / "rs" / "run.json").unlink()
+    with pytest.raises(Exception) as raised:
+        rs_main(["refilter", "Shapes", "--config", str(build_tmp / "families.yaml"), "--out", str(tmp_path / "out"),
+                 "--build-dir", str(tmp_path / "build"), "--from-samples", str(old)])
+    assert raised.value.exit_code == 2 and "no rs/run.json" in str(raised.value) and "layout 1" in str(raised.value)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "build" / "Shapes" / "from-samples").exists()
 
 
 def test_refilter_refuses_a_family_with_no_stored_answers(tmp_path: Path, capsys) -> None:

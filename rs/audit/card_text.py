@@ -86,6 +86,14 @@ PATTERNS: dict[str, re.Pattern[str]] = {
                           r"mean pass rate " + _P + r"; samples per question: (.*?)\. " + _N
                           + r" of them were answered right by the greedy pass\.", re.M),
     "rl_bins": re.compile(r"^\| pass rate \| questions \|\n\|---\|---\|\n((?:\| [^|\n]+ \| [\d,]+ \|\n?)*)", re.M),
+    # `rs refilter` under a changed reader (templates/card.md.jinja)
+    "reread": re.compile(r"\*\*Re-read under a changed reader\*\*: the run's " + _N + r" stored answers? were graded again, .*? "
+                         + _N + r" of them were read otherwise, and " + _N + r" of " + _N + r" questions? were routed otherwise \("
+                         + _N + r" accepted → rejected, " + _N + r" rejected → accepted, " + _N + r" by another or for another "
+                         r"reason\)\. .*?\(" + _N + r" from the run's stores, " + _N + r" from the generation cache\)"),
+    "reread_not_asked": re.compile(r"\*\*" + _N + r" undecided answers? \(of " + _N + r" questions?\) had no verdict\*\*: the judge "
+                                   r"was never asked about (?:it|them), .*?; (?:" + _N + r" questions? rests? on such an answer|(no) "
+                                   r"question rests on such an answer alone)"),
     "figure_alt": re.compile(r"^!\[((?:[^\]\\]|\\.)*)\]\((figures/[^)]+)\)$", re.M),
 }
 

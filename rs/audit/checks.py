@@ -453,6 +453,31 @@ def nothink_rows(a: Audit) -> None:
     a.same("nothink QA = accepted", f"{a.repo.name}/data", len(a.repo.qa), a.report.totals.accepted)
 
 
+@checker("*")
+def reread(a: Audit) -> None:
+    """A re-read's statement (`rs refilter` under a changed reader): its numbers are the stats' `filter.reread`, it speaks
+    of every question answered, and the questions it says are rejected `judge_not_asked` are the rejected rows'."""
+    rr = (a.report.filter or {}).get("reread")
+    if not rr or (s := a.stated("reread")) is None:
+        return
+    stats = f"{a.repo.name}/rs/stats.json filter.reread"
+    d = rr["decisions"]
+    stated = [number(n) for n in s.value]
+    held = [rr["answers"], rr["outcomes_changed"], d["changed"], rr["questions"], d["accepted_to_rejected"],
+            d["rejected_to_accepted"], d["other"], rr["verdicts"]["stores"], rr["verdicts"]["cache"]]
+    a.same("the re-read's numbers", a.where("reread"), stated, held)
+    a.same("the re-read's questions (the family's answered QA)", stats, rr["questions"], a.answered)
+    a.same("the re-read's routed otherwise (its parts)", stats, d["changed"], d["accepted_to_rejected"] + d["rejected_to_accepted"] + d["other"])
+    not_asked = a.stated("reread_not_asked", expected=bool(rr["judge_not_asked"]))
+    answers, of, rest, none = not_asked.value if not_asked is not None else ("0", "0", None, "no")
+    questions = number(rest) if rest else 0
+    a.same("the re-read's undecided answers with no verdict", a.where("reread_not_asked"), number(answers), rr["judge_not_asked"])
+    a.same("the re-read's questions with an answer with no verdict", a.where("reread_not_asked"), number(of), rr["questions_unjudged"])
+    a.same("questions rejected `judge_not_asked` (the re-read's statement)", a.where("reread_not_asked"), questions,
+           a.rejected_by_reason.get("judge_not_asked", 0))
+    a.same("questions rejected `judge_not_asked` (stats)", stats, rr["judge_not_asked_questions"], a.rejected_by_reason.get("judge_not_asked", 0))
+
+
 @checker("rejected")
 def rejected_reasons(a: Audit) -> None:
     """The rejected card's list of reasons with their counts in this family."""

@@ -1,13 +1,19 @@
-"""`rs refilter FAMILY`: rebuild the splits from the stored answers under changed routing.
+"""`rs refilter FAMILY` / `python -m rs.refilter FAMILY`: rebuild the splits from stored answers under changed settings.
 
     rs refilter TinyCLEVR --judge never --out DIR          # the judge promotes nothing: its promotions go back to rejected
     rs refilter TinyCLEVR --no-think-needs-agreeing-reasoning
     rs refilter TinyCLEVR --rl-min 0.1 --rl-max 0.9        # the RL repo keeps 0.1 < pass rate < 0.9 (Open-R1's bounds)
+    rs refilter TinyCLEVR                                  # after a reader change (a verifier's version, `answers:`): re-read
+    rs refilter TinyCLEVR --from-samples me/TinyCLEVR_RS_samples   # from the published samples repo, without the build
 
 Every answer the run gave is in its build's stores (the greedy pass's, the recovery and difficulty samples, with what
 the reader and the judge made of each); routing is a pure function of them. So a change of routing rebuilds the splits,
-the pairs, the samples and RL repos and their cards with no model call: a build whose stores are missing or stale
-for the family's settings is refused, never re-run. The cards say which filter made them.
+the pairs, the samples and RL repos and their cards with no model call. Three sources, in this order (`rs.refilter`):
+the build's stores when they are current for the family's settings; the same stores re-read under the current reader
+when only the reader changed since the run (an undecided answer with no stored or cached verdict is rejected as
+`judge_not_asked`, counted, and left to `rs publish`); or, with `--from-samples REPO`, the stores written back from a
+published samples repo. Anything else that changed (the model, the prompt, the sampling) is refused, never re-run. The
+cards say which filter, which reader and which source made them.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ from typing import Any
 
 from rs import cli
 from rs.cli import output
+from rs.cards import counted
 from rs.cli.publish import summary
 from rs.errors import UsageError
 from rs.families import Family
 from rs.publish import publish
+from rs.refilter import Prepared, Reread, prepare
 from rs.route import JUDGE_POLICIES, RouteFilter
-from rs.stages import BuildContext, current_recovery_report, current_sample_report, default_cache_path
+from rs.stages import BuildContext, default_cache_path
 
 
 class NoStoredAnswers(UsageError):
@@ -62,6 +70,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                              "(default: the family's answers.think_needs_agreeing_reasoning)")
     parser.add_argument("--rl-min", type=_rate, metavar="P", help="the RL repo keeps pass rates strictly above P")
     parser.add_argument("--rl-max", type=_rate, metavar="P", help="... and strictly below P")
+    parser.add_argument("--from-samples", metavar="REPO",
+                        help="rebuild from the family's published samples repo (a folder laid out as on the Hub, or its Hub "
+                             "id namespace/name) instead of its build; the stores are written back into BUILD/FAMILY/from-samples")
+    parser.add_argument("--token", help="Hub token to read a private samples repo (default: the stored login)")
     cli.add_build_paths(parser)
     cli.add_verbose(parser)
     return parser
@@ -82,23 +94,67 @@ def route_filter(parser: argparse.ArgumentParser, args: argparse.Namespace, fami
     return RouteFilter(judge=args.judge, think_needs_agreeing_reasoning=args.think_needs_agreeing_reasoning, rl_bounds=bounds)
 
 
-def main(argv: list[str] | None = None, *, prog: str = "rs refilter") -> int:
-    """Rebuild a family's splits from its stored answers under changed routing settings, with no model call."""
+def publish_command(args: argparse.Namespace, family: Family) -> str:
+    """The `rs publish` that asks the judge what a re-read left undecided, and draws the samples it lacks."""
+    parts = ["rs", "publish", family.name]
+    for flag, value in (("--config", args.config), ("--build-dir", args.build_dir), ("--cache", args.cache),
+                        ("--limit", args.limit), ("--out", args.out)):
+        if value is not None:
+            parts += [flag, str(value)]
+    return " ".join(parts)
+
+
+def _said(prepared: Prepared, family: Family) -> list[str]:
+    """What the re-read did, in lines for the terminal."""
+    r: Reread | None = prepared.reread
+    if r is None:
+        return []
+    changed = "; ".join(str(c) for c in r.changed) or "nothing"
+    d = r.to_dict()["decisions"]
+    lines = [f"{family.name}: re-read {counted(r.answers, 'stored answer')} of {counted(r.questions, 'question')} under the "
+             f"current reader (changed since the run: {changed}), no model call: {r.outcomes_changed:,} read otherwise, "
+             f"{counted(d['changed'], 'decision')} changed ({d['accepted_to_rejected']:,} accepted -> rejected, "
+             f"{d['rejected_to_accepted']:,} rejected -> accepted, {d['other']:,} otherwise); judge verdicts reused: "
+             f"{r.verdicts['stores']:,} stored, {r.verdicts['cache']:,} cached"]
+    if r.cache:
+        lines.append(f"  the generation cache was not consulted: {r.cache}")
+    if r.not_asked or r.samples_missing:
+        waiting = []
+        if r.not_asked:
+            waiting.append(f"{counted(r.not_asked, 'undecided answer')} (of {counted(r.questions_unjudged, 'question')}) without a judge verdict "
+                           f"({counted(r.not_asked_questions, 'question')} rejected as `judge_not_asked`, not as wrong)")
+        if r.samples_missing:
+            waiting.append(f"{counted(r.samples_missing, 'sample')} a run under this reader would draw, not stored "
+                           f"(for {counted(r.questions_short, 'question')})")
+        rebuilt = " (it builds the family from its source: the generation cache answers what it holds)" if (
+            (prepared.refiltered or {}).get("source")) else ""
+        lines.append(f"  {'; '.join(waiting)}; to ask the judge and draw them: {r.command}{rebuilt}")
+    return lines
+
+
+def main(argv: list[str] | None = None, *, prog: str = "python -m rs.refilter") -> int:
+    """Rebuild a family's splits from its stored answers under changed settings, with no model call."""
     parser = _parser(prog)
     args = parser.parse_args(argv)
     cli.check_build_paths(args)
     family = cli.checked_family(args.family, args.config, probe=False)
     chosen = route_filter(parser, args, family)
-    ctx = BuildContext(family, cli.build_root(args), args.cache or default_cache_path(), limit=args.limit, progress=False)
-    sampled = current_sample_report(ctx)
-    if sampled is None or (family.config.recovery is not None and current_recovery_report(ctx, sampled) is None):
-        _no_engine(family)  # before anything runs: not even the cleaning of a source that may be large
+    cache = args.cache or default_cache_path()
+    ctx = BuildContext(family, cli.build_root(args), cache, limit=args.limit, progress=False, route_filter=chosen)
+    # before anything runs (not even the cleaning of a source that may be large): refused when the model is needed
+    prepared = prepare(ctx, from_samples=args.from_samples, cache_path=cache, command=publish_command(args, family),
+                       token=args.token)
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
         outcome = publish(family, out=args.out, dry_run=args.dry_run, limit=args.limit, build_root=args.build_dir,
-                          cache_path=args.cache, progress=True, engine_factory=_no_engine, route_filter=chosen)
+                          cache_path=args.cache, progress=True, engine_factory=_no_engine, route_filter=chosen,
+                          stores=prepared.stores, refiltered=prepared.refiltered, token=args.token)
         if outcome["report"] is None:  # a dry run on a family with no current build
             _no_engine(family)
         report = outcome["report"]
-        print(f"{family.name}: re-filtered offline, no model call; changed: " + "; ".join(report.filter["changes"]))
+        source = (prepared.refiltered or {}).get("source")
+        origin = f"from the samples repo {source['repo']}" if source else "from the build's stores"
+        print(f"{family.name}: re-filtered offline {origin}, no model call; changed: " + "; ".join(report.filter["changes"]))
+        for line in _said(prepared, family):
+            print(line)
         print(summary(family, outcome, dry_run=args.dry_run))
     return 0

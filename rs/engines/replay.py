@@ -4,7 +4,8 @@ Use it to re-verify or re-judge without a GPU, or to import generations made by 
 Each line is one output: `{"key": QA item key, "text": raw output, ...}`, optionally with
 `sample` (which sample of the item it is, 0 when absent: the recovery pass asks for samples 0 to k - 1) and
 `temperature` (what it was drawn at; a record without one answers at any temperature: a recovery pass above 0
-finds its samples apart from the greedy answers by it), `prompt` (the exact prompt, to look up requests that have no item key, such as the judge's),
+finds its samples apart from the greedy answers by it), `prompt` (the exact prompt: a record of it answers that prompt
+before its item's record does, so that a judge's verdicts replay, whose requests carry the key of the item they judge),
 `reasoning` (when the producer separated it), `prompt_tail` (the end of the rendered prompt, where a
 chat template may have opened the reasoning: `rs.reasoning`), `finish_reason`, `prompt_tokens`,
 `completion_tokens`, `model` and `model_revision`.
@@ -98,9 +99,11 @@ class ReplayEngine:
         return found if found is not None else self._index.get(kind, _entry(id, sample, None))
 
     def _one(self, request: Request, temperature: float = 0.0) -> Generation:
-        offset = self._lookup(_KEY, request.item_key, request.sample, temperature) if request.item_key else None
-        if offset is None:
-            offset = self._lookup(_PROMPT, _prompt_id(request.prompt), request.sample, temperature)
+        # a record of the exact prompt first: a judge's request carries its item's key, and the item's own record answers
+        # the question, not the judge
+        offset = self._lookup(_PROMPT, _prompt_id(request.prompt), request.sample, temperature)
+        if offset is None and request.item_key:
+            offset = self._lookup(_KEY, request.item_key, request.sample, temperature)
         meta = {"model": self.model, "model_revision": self.revision}
         if offset is None:
             which = f" sample {request.sample}" if request.sample else ""

@@ -28,7 +28,7 @@ from rs.publish.checks import check_repo
 from rs.publish.targets import check_overlap, check_repo_paths
 from rs.decontam.card import pair_files
 from rs.route import RouteFilter
-from rs.samples_repo import REPO_NUMBERS
+from rs.samples_repo import REPO_NUMBERS, RUN_FILE, run_record
 from rs.cards import HUB_URL, attach_image_paths, card_numbers, check_card, render_card, select_examples, select_overturns
 from rs.disk import writing
 from rs.errors import UsageError
@@ -164,6 +164,11 @@ def stage_repo(ctx: BuildContext, split: str, staging: Path, *, cards_only: bool
     numbers = _repo_numbers(ctx, split, repo, published)
     if numbers is not None:
         write_json(repo / "rs" / "numbers.json", numbers)
+    if split == "samples":  # what rebuilding the stores from this repo takes besides its rows (`rs refilter --from-samples`)
+        if ctx.paths.sample_report.exists():
+            write_json(repo / RUN_FILE, run_record(ctx.paths.root))
+        elif published is not None and (published / RUN_FILE).exists():
+            _link_or_copy(published / RUN_FILE, repo / RUN_FILE)
     text = render_card(report, dataclasses.asdict(c.card), split, c.publish.namespace, stored, overturns,
                        local=local, figures=drawn, numbers=numbers)
     (repo / "README.md").write_text(text, encoding="utf-8")
@@ -390,7 +395,8 @@ def _stage_and_publish(ctx: BuildContext, target: _Target, *, cards_only: bool, 
 def publish(family: Family, *, out: Path | None = None, cards_only: bool = False, dry_run: bool = False, limit: int | None = None,
             build_root: Path | None = None, cache_path: Path | None = None, progress: bool = True, token: str | None = None,
             engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None, allow_empty: bool = True,
-            route_filter: RouteFilter | None = None) -> dict[str, Any]:
+            route_filter: RouteFilter | None = None, stores: Path | None = None,
+            refiltered: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build (unless cards only), stage and publish the three repos; returns a summary.
 
     `allow_empty`: publish a split with no rows to the Hub (`datasets` cannot load it; the card says so); the command
@@ -399,11 +405,14 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     `sample` runs the sampling stage first in another way (`rs.distributed.sample_on_ray`); the
     build then finds it done.
 
-    `route_filter`: routing settings changed after the run (`rs refilter`); the cards say what changed.
+    `route_filter`: routing settings changed after the run (`rs refilter`); the cards say what changed. `stores`: the
+    folder of the stores to publish from, when not the family's build (`rs.refilter.prepare`), and `refiltered` what the
+    cards say of them.
     """
     start = time.perf_counter()
     ctx = BuildContext(family, Path(build_root or os.environ.get("RS_BUILD_DIR", "build")), cache_path or default_cache_path(),
-                       limit=limit, progress=progress, engine_factory=engine_factory, route_filter=route_filter)
+                       limit=limit, progress=progress, engine_factory=engine_factory, route_filter=route_filter,
+                       stores=stores, refiltered=refiltered)
     target = _Target.of(family, out)
     check_overlap(target.folder if target.local else None, target.named, ctx.build_root, ctx.cache_path)
     token = _preflight(family, target, limit=limit, dry_run=dry_run, token=token)

@@ -96,6 +96,13 @@ class SampleReport:
     judge_engine_calls: int = 0
     seconds: float = 0.0
     calibration: Calibration | None = None
+    identities: dict[str, str | None] | None = None
+    """The engines' cache identities (`rs.engines.cached.identity_key`: `sampler`, `judge`): `rs refilter` finds this
+    run's answers and verdicts in the generation cache with them, with no engine. None in a report of an older rs."""
+    inputs: dict[str, Any] | None = None
+    """What the stage's fingerprint was computed from (`rs.stages.sample_inputs`): `rs refilter` compares it with the
+    family's settings now to tell a reader changed since the run (answers re-read) from answers that are not this
+    family's any more (refused)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "calibration"}
@@ -149,6 +156,42 @@ def item_record(row: int, item: QAItem, request: Request, v: Verification) -> It
     )
 
 
+class Reader:
+    """What decides an answer's reader outcome (accepted, certain, undecided) and whether the judge is asked about it:
+    the family's verifier and its answers' reading (`rs.answers`), with no engine. The sampling stage grades every
+    answer with it; `rs refilter` grades the stored answers again with it when the reader changed since the run."""
+
+    def __init__(self, config: FamilyConfig, vocabulary: Vocabulary | None = None):
+        """`vocabulary`: the family's closed set of answers (`rs.stages.answer_vocabulary`); by default the one its
+        `answers:` block writes, without the terms a closed set derives from the cleaned references."""
+        self.verifier: Verifier = get_verifier(config.verifier.name, **config.verifier.params)
+        self.grader = Grader(self.verifier, vocabulary if vocabulary is not None else config.answers.vocabulary(),
+                             literal=config.answers.literal)
+
+    def grade(self, item: QAItem, prompt: str, gen: Generation) -> Verification:
+        """Grade one answer already read (`gen.answer` its final answer, `gen.reasoning` its reasoning): the verifier's
+        outcome, whether the reasoning agrees, and the judge case when the judge should see it."""
+        references = item.all_references()
+        answered = gen.answer is not None and gen.error is None
+        grade = self.grader.grade(gen.answer, references, item=item) if answered else None
+        verified = grade is not None and grade.accepted
+        contradicts = grade is not None and grade.certain
+        agrees = self.grader.reasoning_agrees(gen.reasoning, grade, references, item=item) if verified else None
+        if not answered or not gen.answer:
+            return Verification(gen, references, verified, contradicts, agrees, None)
+        judged = not verified and judgeable(gen.answer) and self._consensus(item, references)
+        return Verification(gen, references, verified, contradicts, agrees,
+                            JudgeCase(prompt, item.answer, gen.answer, item.key) if judged else None)
+
+    def _consensus(self, item: QAItem, references: list[str]) -> bool:
+        """Whether the official answer the judge is shown is one the verifier accepts against the annotators' votes.
+
+        With several annotators (VQA) it is only the most frequent answer: when too few agree for the verifier to
+        accept it ("sale" from 2 of 10), a judge would only find the candidate equal to one opinion and echo it
+        CORRECT, undoing the verifier's threshold. Such an item is not judged."""
+        return not item.references or self.grader.grade(item.answer, references, item=item).accepted
+
+
 class SampleStage:
     """Answers, verifies and judges a family's items; writes one result record per QA item."""
 
@@ -157,9 +200,9 @@ class SampleStage:
         """`vocabulary`: the family's closed set of answers (`rs.stages.answer_vocabulary`); by default the one its
         `answers:` block writes, without the terms a closed set derives from the cleaned references."""
         self.config = config
-        self.verifier: Verifier = get_verifier(config.verifier.name, **config.verifier.params)
-        self.grader = Grader(self.verifier, vocabulary if vocabulary is not None else config.answers.vocabulary(),
-                             literal=config.answers.literal)
+        self.reader = Reader(config, vocabulary)
+        self.verifier: Verifier = self.reader.verifier
+        self.grader = self.reader.grader
         self.settings = sampling_settings(config)
         self.instructions = Instructions.of(config)
         self.reasoning = ReasoningFormat(config.model.reasoning, tokenizer=getattr(sampler, "tokenizer", None),
@@ -214,6 +257,8 @@ class SampleStage:
                 self._stopped(bar)
                 raise
         self.report.calibration = self._calibrate()
+        self.report.identities = {"sampler": self.runner.identity_key,
+                                  "judge": self.judge.runner.identity_key if self.judge is not None else None}
         stats = self.runner.stats
         self.report.sampling_requests, self.report.sampling_engine_calls = stats.requests, stats.engine_calls
         if self.judge:
@@ -272,28 +317,12 @@ class SampleStage:
         `rs.distributed` verifies with this too, so both paths judge and calibrate on the same cases; the recovery
         pass's samples (`rs.recovery`) are verified with it, and not offered: the judge is calibrated on greedy answers.
         """
-        gen = self.reasoning.read(gen)
-        references = item.all_references()
-        answered = gen.answer is not None and gen.error is None
-        grade = self.grader.grade(gen.answer, references, item=item) if answered else None
-        verified = grade is not None and grade.accepted
-        contradicts = grade is not None and grade.certain
-        agrees = self.grader.reasoning_agrees(gen.reasoning, grade, references, item=item) if verified else None
-        if not answered or not gen.answer:
-            return Verification(gen, references, verified, contradicts, agrees, None)
-        case = JudgeCase(prompt, item.answer, gen.answer, item.key)
-        if calibrating:
-            self.calibration.offer(Answered(case, tuple(references), item.options, question_kind(item), item.qtype), verified)
-        judged = not verified and judgeable(gen.answer) and self._consensus(item, references)
-        return Verification(gen, references, verified, contradicts, agrees, case if judged else None)
-
-    def _consensus(self, item: QAItem, references: list[str]) -> bool:
-        """Whether the official answer the judge is shown is one the verifier accepts against the annotators' votes.
-
-        With several annotators (VQA) it is only the most frequent answer: when too few agree for the verifier to
-        accept it ("sale" from 2 of 10), a judge would only find the candidate equal to one opinion and echo it
-        CORRECT, undoing the verifier's threshold. Such an item is not judged."""
-        return not item.references or self.grader.grade(item.answer, references, item=item).accepted
+        v = self.reader.grade(item, prompt, self.reasoning.read(gen))
+        answer = v.generation.answer
+        if calibrating and answer and v.generation.error is None:
+            case = JudgeCase(prompt, item.answer, answer, item.key)
+            self.calibration.offer(Answered(case, tuple(v.references), item.options, question_kind(item), item.qtype), v.verified)
+        return v
 
     def calibration_cases(self) -> CalibrationCases:
         """The judge's calibration cases, from what `verify` saw."""

@@ -1,0 +1,4 @@
+from rs.cli import run
+from rs.cli.refilter import main
+
+run(main)
