@@ -35,15 +35,15 @@ def main(argv: list[str] | None = None, *, prog: str = "rs audit") -> int:
     if not args.replay and (args.engine or args.cache is not None):
         parser.error(f"{'--engine' if args.engine else '--cache'} goes with --replay N (and --build DIR)")
     asked = Replay(args.replay, config=args.config, cache=args.cache, engine=args.engine)
-    engine = args.engine and args.build is not None
-    with output.quiet(_logs(args.build, args.repo), verbose=args.verbose) if engine else contextlib.nullcontext():
+    replaying = args.replay and args.build is not None  # the model's processor, and with --engine the model, are loaded
+    with output.quiet(_logs(args.build, args.repo), verbose=args.verbose) if replaying else contextlib.nullcontext():
         result = audit(args.repo, build=args.build, replay=asked, siblings=not args.no_siblings)
     print(result.render())
     return 0 if result.ok else 1
 
 
 def _logs(build: Path, repo: str) -> Path:
-    """Where the engine's own output goes: the family's log folder in the build (`build/FAMILY/logs`), as other commands."""
+    """Where the engine's and its libraries' own output goes: the family's log folder in the build (`build/FAMILY/logs`), as other commands."""
     try:
         family = json.loads((Path(repo) / "rs" / "stats.json").read_text(encoding="utf-8"))["family"]
     except (OSError, ValueError, KeyError, TypeError):  # a Hub id, or not a repo: the audit says so
