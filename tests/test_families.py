@@ -253,3 +253,15 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
 def test_keys_lists_every_key() -> None:
     out = cli("keys").stdout
     assert "families.NAME.cleaning.purity.vocabulary" in out and "families.NAME.source.columns.texts" in out
+
+
+def test_yaml_merge_keys_share_a_block_and_a_bad_merge_names_its_line(tmp_path: Path) -> None:
+    shared = MINIMAL.replace("    source:\n", "    source: &files\n") + "  Other:\n    <<: *family\n    source: {<<: *files, path: data/other.parquet}\n"
+    shared = shared.replace("  MyVQA:\n", "  MyVQA: &family\n")
+    families = load_families(write(tmp_path, shared))
+    mine, other = families["MyVQA"].config, families["Other"].config
+    assert other.source.path == "data/other.parquet" and other.source.kind == mine.source.kind == "files"
+    assert other.verifier == mine.verifier and other.card == mine.card
+    bad = write(tmp_path, MINIMAL + "  Other:\n    <<: plain words\n")
+    with pytest.raises(FamilyConfigError, match=rf"{bad}:\d+: .*`<<:` merges a mapping"):
+        load_families(bad)

@@ -385,7 +385,29 @@ def _compose(path: Path) -> MappingNode:
         raise FamilyConfigError(f"{path}{line}: not valid YAML: {getattr(err, 'problem', err)}") from err
     if not isinstance(root, MappingNode):
         raise FamilyConfigError(f"{path}: expected a mapping with keys {', '.join(TOP_LEVEL_KEYS)}")
+    _merge_keys(path, root, set())
     return root
+
+
+def _merge_keys(path: Path, node: Node, seen: set[int]) -> None:
+    """YAML merge keys (`<<: *anchor`) expanded in place, as a YAML loader would, keeping each value's own line."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, MappingNode):
+        own = [(k, v) for k, v in node.value if k.tag != "tag:yaml.org,2002:merge"]
+        try:
+            SafeConstructor().flatten_mapping(node)
+        except yaml.MarkedYAMLError as err:
+            mark = err.problem_mark or node.start_mark
+            raise FamilyConfigError(f"{path}:{mark.line + 1}: {err.problem}; `<<:` merges a mapping or a list of mappings") from err
+        merged = {k.value: (k, v) for k, v in node.value[:len(node.value) - len(own)]}  # the last merged wins, as in YAML
+        node.value = [kv for key, kv in merged.items() if key not in {k.value for k, _ in own}] + own
+        for _, value in node.value:
+            _merge_keys(path, value, seen)
+    elif isinstance(node, SequenceNode):
+        for value in node.value:
+            _merge_keys(path, value, seen)
 
 
 def load_families(path: str | Path, *, engine_checks: bool = False) -> dict[str, Family]:
