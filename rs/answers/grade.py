@@ -22,11 +22,12 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, Protocol
 
 from rs.answers.reading import Reading, read, unwrap
+from rs.answers.numbers import simple_number
 from rs.answers.values import NEUTRAL_WORDS, UNIT_WORDS, Found, Kind, Vocabulary, find
 
 Item = Any
@@ -96,7 +97,7 @@ class Outcome(str, enum.Enum):
     UNDECIDED = "undecided"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Grade:
     outcome: Outcome
     kind: Kind
@@ -105,6 +106,13 @@ class Grade:
     value: Any = None
     """The stated answer's value of ``kind`` when it had exactly one clean value."""
 
+    def __init__(self, outcome: Outcome, kind: Kind, stated: str, value: Any = None) -> None:
+        # each field set once, through its slot (a frozen dataclass's own __init__ goes through object.__setattr__)
+        _SET_GRADE[0](self, outcome)
+        _SET_GRADE[1](self, kind)
+        _SET_GRADE[2](self, stated)
+        _SET_GRADE[3](self, value)
+
     @property
     def accepted(self) -> bool:
         return self.outcome is Outcome.ACCEPTED
@@ -112,6 +120,9 @@ class Grade:
     @property
     def certain(self) -> bool:
         return self.outcome is Outcome.CERTAIN
+
+
+_SET_GRADE = tuple(Grade.__dict__[f.name].__set__ for f in fields(Grade))
 
 
 class Grader:
@@ -139,8 +150,36 @@ class Grader:
         return self._decided(answer, refs, getattr(item, "question", None) or "", tuple(getattr(item, "options", ()) or ()))
 
     def _decide(self, answer: str, refs: tuple[str, ...], question: str, options: tuple[str, ...]) -> Grade:
-        item = _Seen(question, options)
+        item = _Seen(question, options) if question or options else _NOTHING_SEEN
         kind = Kind.TEXT if self.literal else self.verifier.kind(refs, item=item, vocabulary=self.vocabulary)
+        if kind is Kind.NUMBER and (grade := self._decide_plain_number(answer, refs, item)) is not None:
+            return grade
+        return self._read_and_decide(answer, kind, refs, item)
+
+    def _decide_plain_number(self, answer: str, refs: tuple[str, ...], item: _Seen) -> Grade | None:
+        """The decision on an answer that is one plain number and nothing else ("42", "3.5.", "1,234", "12%"), the most
+        common answer of a number task, without the general reading; None for any other answer (read it in full).
+
+        It is the general reading's decision (:meth:`_read_and_decide`), step by step: such an answer is its own stated
+        answer once a trailing period is dropped, with no rest, no mark and nothing that turns; its one clean value is
+        `simple_number`'s; so it is accepted by :meth:`_accepts` alone, and certainly wrong by :meth:`_certain`'s checks
+        of the value alone."""
+        stated = answer.strip()
+        if stated[-1:] == ".":
+            stated = stated[:-1]
+        value = simple_number(stated)
+        if value is None:
+            return None
+        v, kind = self.verifier, Kind.NUMBER
+        if v.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
+            accepted = self._accepts(kind, value, refs, item, matches=True)
+            return Grade(Outcome.ACCEPTED if accepted else Outcome.UNDECIDED, kind, stated, value)
+        certain = v.certain_kind(kind, refs, item=item, vocabulary=self.vocabulary) and v.certain_value(kind, value) \
+            and not v.near_value(kind, value, refs, item=item)
+        return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, stated, value)
+
+    def _read_and_decide(self, answer: str, kind: Kind, refs: tuple[str, ...], item: _Seen) -> Grade:
+        """The general decision: the answer read in full (:func:`read`), then decided for its kind."""
         reading = read(answer)
         if reading.conflict or not reading.stated:
             return Grade(Outcome.UNDECIDED, kind, reading.stated)
@@ -264,6 +303,9 @@ class _Seen:
     question: str
     options: tuple[str, ...]
     qtype: None = None
+
+
+_NOTHING_SEEN = _Seen("", ())
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar, NamedTuple, Protocol
 
-from rs.answers.grade import Grader
-from rs.answers.numbers import Number
+from rs.answers.grade import Grader, Outcome
+from rs.answers.numbers import Number, decimal_places
 from rs.answers.values import Kind, Vocabulary, classify, polar_of, reference_values
 from rs.errors import UsageError
 from rs.registry import VERIFIERS, UnknownNameError
@@ -148,8 +148,9 @@ class Verifier(abc.ABC):
         """The kind of value the references are (a number, yes/no, an option, a term of the closed set, free text):
         what the answer is read for. An item with options whose every reference names one (its letter or its text)
         is read for options whatever the verifier; else from the references themselves (:func:`rs.answers.classify`)."""
-        options = tuple(getattr(item, "options", ()) or ())
-        if options and references and all(option_index(r, options, self.letters) is not None for r in references):
+        options = getattr(item, "options", None)
+        if options and (options := tuple(options)) and references \
+                and all(option_index(r, options, self.letters) is not None for r in references):
             return Kind.OPTION
         return classify(references, vocabulary)
 
@@ -182,7 +183,11 @@ class Verifier(abc.ABC):
             return self.compare_value(kind, value, references, item=item, vocabulary=vocabulary)
         if kind is Kind.NUMBER:
             numbers = reference_values(kind, references)
-            return numbers is not None and any(value.agrees(r) for r in numbers)
+            if numbers is not None:
+                for r in numbers:
+                    if value.agrees(r):
+                        return True
+            return False
         if kind is Kind.TEXT:
             key = text_key(str(value))
             return bool(key) and any(text_key(r) == key for r in references)
@@ -200,8 +205,14 @@ class Verifier(abc.ABC):
         if kind is not Kind.NUMBER:
             return False
         numbers = reference_values(kind, references)
-        scales = _SCALE_QUESTION.search(getattr(item, "question", None) or "") is not None
-        return numbers is None or any(near_number(value, r, scales=scales) for r in numbers)
+        if numbers is None:
+            return True
+        question = getattr(item, "question", None)
+        scales = bool(question) and _SCALE_QUESTION.search(question) is not None
+        for r in numbers:
+            if near_number(value, r, scales=scales):
+                return True
+        return False
 
     def compare_numbers(self, value: Number, references: Sequence[Number]) -> bool:
         """Whether a number equals one of the reference numbers (a percent sign read either way: "42%" is 42 or
@@ -236,7 +247,8 @@ class Verifier(abc.ABC):
         question type; a ``QAItem`` will do).
         """
         grader = self.__dict__.get("_grader") or self.grader()
-        return grader.grade(prediction, reference if type(reference) is str else as_references(reference), item=item).accepted
+        grade = grader.grade(prediction, reference if type(reference) is str else as_references(reference), item=item)
+        return grade.outcome is Outcome.ACCEPTED
 
     def contradicts(
         self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
@@ -410,28 +422,19 @@ def near_number(value: Number, reference: Number, *, scales: bool = False) -> bo
     if value.qualifier or reference.qualifier:
         return True
     a, b = value.value, reference.value
-    if value.converts(reference):
+    if value.percent != reference.percent and value.converts(reference):
         return True
     if (scales or value.scaled or reference.scaled) and any(a == b * s or a * s == b for s in _SCALES):
         return True
-    return abs(a - b) <= max(_half_unit(a), _half_unit(b)) and a != b and not (a.denominator == b.denominator == 1)
-
-
-def _half_unit(x: Fraction) -> Fraction:
-    """Half a unit of the last decimal place ``x`` is written to (0.005 for 0.33); 0 for a value with no finite
-    decimal (1/3), which any rounding of it may be."""
-    d = x.denominator
-    while d % 2 == 0:
-        d //= 2
-    while d % 5 == 0:
-        d //= 5
-    if d != 1:
-        return Fraction(0)
-    places, scaled = 0, x
-    while scaled.denominator != 1:
-        scaled *= 10
-        places += 1
-    return Fraction(1, 2 * 10**places)
+    (an, ad), (bn, bd) = a.as_integer_ratio(), b.as_integer_ratio()
+    if (an == bn and ad == bd) or ad == bd == 1:
+        return False  # the same value, or two whole numbers
+    # within half a unit of the last decimal place either is written to (0.005 for 0.33; none for 1/3, which has no
+    # finite decimal): |a - b| <= 1 / (2 * 10**places), in integers
+    places = [p for p in (decimal_places(ad), decimal_places(bd)) if p is not None]
+    if not places:
+        return False
+    return 2 * 10 ** min(places) * abs(an * bd - bn * ad) <= ad * bd
 
 
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?")
