@@ -97,6 +97,12 @@ class Outcome(str, enum.Enum):
     UNDECIDED = "undecided"
 
 
+# Enum members as module names where every check passes: Python 3.11 looks an enum class's attributes up through
+# EnumType.__getattr__'s hook, several times dearer than a global name.
+_ACCEPTED, _CERTAIN, _UNDECIDED = Outcome.ACCEPTED, Outcome.CERTAIN, Outcome.UNDECIDED
+_NUMBER, _TEXT = Kind.NUMBER, Kind.TEXT
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class Grade:
     outcome: Outcome
@@ -115,11 +121,11 @@ class Grade:
 
     @property
     def accepted(self) -> bool:
-        return self.outcome is Outcome.ACCEPTED
+        return self.outcome is _ACCEPTED
 
     @property
     def certain(self) -> bool:
-        return self.outcome is Outcome.CERTAIN
+        return self.outcome is _CERTAIN
 
 
 _SET_GRADE = tuple(Grade.__dict__[f.name].__set__ for f in fields(Grade))
@@ -138,8 +144,9 @@ class Grader:
         self.vocabulary = vocabulary if vocabulary else None
         self.literal = literal
         # A decision depends on the answer, the references, and the item's question and options only: short answers
-        # repeat (yes, no, counts, colours), so most are decided once.
-        self._decided = lru_cache(maxsize=1 << 16)(self._decide)
+        # repeat (yes, no, counts, colours; an item's samples), so most are decided once. What repeats is recent: a
+        # longer memory (65,536 decisions) made the garbage collector walk more than re-deciding the older ones costs.
+        self._decided = lru_cache(maxsize=1 << 14)(self._decide)
 
     def grade(self, answer: str | None, references: str | Sequence[str], *, item: Item | None = None) -> Grade:
         refs = (references,) if type(references) is str else tuple(references)
@@ -151,8 +158,8 @@ class Grader:
 
     def _decide(self, answer: str, refs: tuple[str, ...], question: str, options: tuple[str, ...]) -> Grade:
         item = _Seen(question, options) if question or options else _NOTHING_SEEN
-        kind = Kind.TEXT if self.literal else self.verifier.kind(refs, item=item, vocabulary=self.vocabulary)
-        if kind is Kind.NUMBER and (grade := self._decide_plain_number(answer, refs, item)) is not None:
+        kind = _TEXT if self.literal else self.verifier.kind(refs, item=item, vocabulary=self.vocabulary)
+        if kind is _NUMBER and (grade := self._decide_plain_number(answer, refs, item)) is not None:
             return grade
         return self._read_and_decide(answer, kind, refs, item)
 
@@ -170,13 +177,13 @@ class Grader:
         value = simple_number(stated)
         if value is None:
             return None
-        v, kind = self.verifier, Kind.NUMBER
+        v, kind = self.verifier, _NUMBER
         if v.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
             accepted = self._accepts(kind, value, refs, item, matches=True)
-            return Grade(Outcome.ACCEPTED if accepted else Outcome.UNDECIDED, kind, stated, value)
+            return Grade(_ACCEPTED if accepted else _UNDECIDED, kind, stated, value)
         certain = v.certain_kind(kind, refs, item=item, vocabulary=self.vocabulary) and v.certain_value(kind, value) \
             and not v.near_value(kind, value, refs, item=item)
-        return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, stated, value)
+        return Grade(_CERTAIN if certain else _UNDECIDED, kind, stated, value)
 
     def _read_and_decide(self, answer: str, kind: Kind, refs: tuple[str, ...], item: _Seen) -> Grade:
         """The general decision: the answer read in full (:func:`read`), then decided for its kind."""

@@ -389,11 +389,15 @@ def simple_number(text: str) -> Number | None:
 
     Such a text is its own plain form, holds nothing `_COMPOUND` refuses, is one whole `_DIGITS` match (no sign, tail
     or scale) and has nothing around it to qualify it: the general reading gives exactly this one number."""
-    if (m := _SIMPLE.fullmatch(text)) is None:
+    whole, point, decimals = text.partition(".")
+    if whole.isdigit() and (decimals.isdigit() or not point) and text.isascii():
+        percent = ""  # "42", "3.25", "007": the most common, told without the pattern
+    elif (m := _SIMPLE.fullmatch(text)) is None:
         return None
-    whole, decimals, percent = m.groups("")
-    if "," in whole:
-        whole = whole.replace(",", "")
+    else:
+        whole, decimals, percent = m.groups("")
+        if "," in whole:
+            whole = whole.replace(",", "")
     value = Fraction(int(whole + decimals), 10 ** len(decimals)) if decimals else Fraction(int(whole))
     padded = text[0] == "0" and text[1:2].isdigit()  # "007" (ASCII digits only here)
     return Number(value, bool(percent), None, 0, len(text), padded, False)

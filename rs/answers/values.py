@@ -28,6 +28,10 @@ class Kind(str, enum.Enum):
     TEXT = "text"
 
 
+# Members as module names where every check passes (Python 3.11 looks an enum class's attributes up through a hook).
+_NUMBER = Kind.NUMBER
+
+
 @dataclass(frozen=True)
 class Found:
     """The values of one kind a text states, in order, with their spans; ``readable`` False when a value of that
@@ -158,7 +162,7 @@ def _classify(references: tuple[str, ...], vocabulary: Vocabulary | None = None)
         if _plain_number(r) is None:
             break
     else:
-        return Kind.NUMBER
+        return _NUMBER
     for r in references:
         if polar_of(r) is None:
             break
@@ -171,7 +175,7 @@ def _classify(references: tuple[str, ...], vocabulary: Vocabulary | None = None)
 
 # Few entries: a reference is read again within its own decision and for the other samples of its item, soon after;
 # a cache that kept every reference's number alive made the garbage collector walk two more objects per check.
-@functools.lru_cache(maxsize=1 << 10)
+@functools.lru_cache(maxsize=1 << 6)
 def _plain_number(reference: str) -> Number | None:
     """The number a reference is when it is nothing else ("3", "$2,556.25", "13%", "\\frac{2}{5}", "three")."""
     if (number := simple_number(reference)) is not None:
@@ -195,7 +199,7 @@ _GLUED_UNIT = re.compile(r"[0-9][A-Za-z]")
 
 def reference_values(kind: Kind, references: Sequence[str], vocabulary: Vocabulary | None = None) -> tuple[Any, ...] | None:
     """Each reference as a value of ``kind``; None when one is not. Each reference is read once (`_plain_number`)."""
-    if kind is Kind.NUMBER:
+    if kind is _NUMBER:
         if len(references) == 1:
             number = _plain_number(references[0])
             return None if number is None else (number,)

@@ -44,6 +44,9 @@ __all__ = [
     "verifier_params",
 ]
 
+# Enum members as module names where every check passes (Python 3.11 looks an enum class's attributes up through a hook).
+_NUMBER, _TEXT, _ACCEPTED = Kind.NUMBER, Kind.TEXT, Outcome.ACCEPTED
+
 VERSION = "2"
 """The verifiers' shared rules (this module): bump when a change decides some match otherwise (`rs.versions`); a
 verifier's own rules are versioned by its class's `version`."""
@@ -161,7 +164,7 @@ class Verifier(abc.ABC):
         Numbers are compared by value (:meth:`compare_numbers`); a yes/no or a term is given to :meth:`compare` in
         its canonical form, with the references in theirs.
         """
-        if kind is Kind.NUMBER:
+        if kind is _NUMBER:
             numbers = reference_values(kind, references)
             return numbers is not None and self.compare_numbers(value, numbers)
         if kind is Kind.POLAR:
@@ -181,7 +184,7 @@ class Verifier(abc.ABC):
         and spacing are folded (:func:`text_key`), a yes/no, option or term that is the reference's."""
         if self.notation_only:
             return self.compare_value(kind, value, references, item=item, vocabulary=vocabulary)
-        if kind is Kind.NUMBER:
+        if kind is _NUMBER:
             numbers = reference_values(kind, references)
             if numbers is not None:
                 for r in numbers:
@@ -202,7 +205,7 @@ class Verifier(abc.ABC):
         """Whether a notation, scale or tolerance difference could make ``value`` a reference: a percent conversion,
         a scale word ("12.5 billion" for 12.5 "in billions"), a rounding at either side's precision ("1/3" for
         0.33). Such a value is never certainly wrong."""
-        if kind is not Kind.NUMBER:
+        if kind is not _NUMBER:
             return False
         numbers = reference_values(kind, references)
         if numbers is None:
@@ -223,7 +226,7 @@ class Verifier(abc.ABC):
                      vocabulary: Vocabulary | None = None) -> bool:
         """Whether a clean value of ``kind`` that differs from ``references`` is certainly wrong: every reference is a
         value of that kind too (free text never is)."""
-        return kind is not Kind.TEXT and reference_values(kind, references, vocabulary) is not None
+        return kind is not _TEXT and reference_values(kind, references, vocabulary) is not None
 
     def certain_value(self, kind: Kind, value: Any) -> bool:
         """Whether a stated ``value`` of ``kind`` is one this verifier can call wrong for sure (a count verifier: a
@@ -248,7 +251,7 @@ class Verifier(abc.ABC):
         """
         grader = self.__dict__.get("_grader") or self.grader()
         grade = grader.grade(prediction, reference if type(reference) is str else as_references(reference), item=item)
-        return grade.outcome is Outcome.ACCEPTED
+        return grade.outcome is _ACCEPTED
 
     def contradicts(
         self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None

@@ -42,6 +42,7 @@ _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 _GROUPED = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
 _YEAR = re.compile(r"(?:1[5-9]|20)[0-9][0-9]")
 _NUMBER_START = frozenset("+-.0123456789")
+_NUMBER_KIND = Kind.NUMBER  # a module name: Python 3.11 looks an enum class's attributes up through a hook
 
 
 class ParsedNumber(NamedTuple):
@@ -127,7 +128,7 @@ def _axis_value(question: str, references: tuple[str, ...]) -> bool:
         if _YEAR.fullmatch(_clean(r)) or r.strip().startswith("0") and r.strip()[1:2].isdigit():
             return False
     if not question:
-        for n in reference_values(Kind.NUMBER, references) or ():
+        for n in reference_values(_NUMBER_KIND, references) or ():
             if n.value.denominator == 1:
                 return False
         return True
@@ -192,7 +193,7 @@ class RelaxedVerifier(Verifier):
         """The tolerance on every reading of both sides ("42%" is 42 or 0.42), a year matched exactly."""
         if value.qualifier:
             return False
-        readings = value.readings()
+        readings = value.readings() if value.percent else (value.value,)
         for r in references:
             if not r.qualifier:
                 for t in r.readings() if r.percent else (r.value,):
@@ -205,7 +206,7 @@ class RelaxedVerifier(Verifier):
         """The tolerance is ChartQA's own on a value read off an axis: a number within it of a reference, written as
         the reference is (no percent conversion), when the question asks for no count and the reference is no year
         and no identifier ("007"). Without the question, an integer reference may be a count: the judge's."""
-        if kind is not Kind.NUMBER or value.qualifier:
+        if kind is not _NUMBER_KIND or value.qualifier:
             return False
         numbers = reference_values(kind, references)
         if not numbers or not _axis_value(getattr(item, "question", None) or "", tuple(references)):
@@ -219,7 +220,7 @@ class RelaxedVerifier(Verifier):
         """Within the tolerance, or through a conversion the metric makes, is never certainly wrong."""
         if super().near_value(kind, value, references, item=item):
             return True
-        numbers = reference_values(kind, references) if kind is Kind.NUMBER else None
+        numbers = reference_values(kind, references) if kind is _NUMBER_KIND else None
         return bool(numbers) and self.compare_numbers(value, numbers)
 
     def _match_one(self, prediction: str, reference: str) -> bool:
@@ -252,9 +253,14 @@ class RelaxedVerifier(Verifier):
         tn, td = reference.as_integer_ratio()
         if pn == tn and pd == td:
             return True
-        p, t = _float(pn, pd), _float(tn, td)
-        if p is None or t is None:
-            return False
+        if (pd != 1 and decimal_places(pd) is None) or (td != 1 and decimal_places(td) is None):
+            return False  # no finite decimal: compared as text, and it differs
+        try:
+            p, t = pn / pd, tn / td
+        except OverflowError:
+            p, t = _float(pn, pd), _float(tn, td)
+            if p is None or t is None:
+                return False
         if t == 0.0 or (self._year_guard and td == 1 and 1500 <= tn <= 2099):
             return False  # matched exactly, and they differ
         rel = abs(p - t) / abs(t)
