@@ -1,13 +1,14 @@
 """Every decision the verifiers take on the answers the benches use, one line each, to check that a change decides alike.
 
-    python bench/decisions.py OUT.gz                 # corpus, 100,000 generated answers per verifier, verifier bench pairs
+    python bench/decisions.py OUT.gz                 # corpus, 100,000 generated answers per verifier, number shapes, bench pairs
     python bench/decisions.py OUT.gz --properties 2000 --pairs 10000   # smaller
 
 Each line holds the case (verifier, answer, references, question, options) and what was decided: the reading
 (stated answer, rest, mark, conflict) and the grade (outcome, kind, stated answer, value). The answers are those of
 `bench/answers.py` (the corpus of tests/answers_corpus.py and, with the same seed, the generated answers of
-tests/answers_properties.py) and of `bench/verifiers.py` (its pairs, without repeats). A change meant to speed the
-reading up must leave the file byte for byte the same: `cmp` the files of both revisions.
+tests/answers_properties.py), number-shaped answers (plain, grouped, padded, signed, malformed) against number
+references for every verifier, and `bench/verifiers.py`'s pairs (without repeats). A change meant to speed the reading
+up must leave the file byte for byte the same: `cmp` the files of both revisions.
 """
 
 from __future__ import annotations

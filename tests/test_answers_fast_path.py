@@ -1,8 +1,8 @@
 """The plain-number fast path decides exactly as the general reading does (drawn by hypothesis with a fixed seed).
 
 An answer or a reference that is one plain number ("42", "3.5.", "1,234", "12%") is read without the general
-reading (`simple_number`, `Grader._decide_plain_number`), and relaxed accuracy compares numbers by value without writing them
-out (`RelaxedVerifier._close`); each shortcut must give what the general path gives, for every verifier.
+reading (`simple_number`, `Grader._decide_plain_number`), and relaxed accuracy compares numbers by value without
+writing them out (`RelaxedVerifier._close`); each shortcut must give what the general path gives, for every verifier.
 `bench/decisions.py` checks the same on the benches' answers.
 """
 
