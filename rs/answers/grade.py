@@ -22,11 +22,12 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, Protocol
 
 from rs.answers.reading import Reading, read, unwrap
+from rs.answers.numbers import simple_number
 from rs.answers.values import NEUTRAL_WORDS, UNIT_WORDS, Found, Kind, Vocabulary, find
 
 Item = Any
@@ -96,7 +97,13 @@ class Outcome(str, enum.Enum):
     UNDECIDED = "undecided"
 
 
-@dataclass(frozen=True)
+# Enum members as module names where every check passes: Python 3.11 looks an enum class's attributes up through
+# EnumType.__getattr__'s hook, several times dearer than a global name.
+_ACCEPTED, _CERTAIN, _UNDECIDED = Outcome.ACCEPTED, Outcome.CERTAIN, Outcome.UNDECIDED
+_NUMBER, _TEXT = Kind.NUMBER, Kind.TEXT
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class Grade:
     outcome: Outcome
     kind: Kind
@@ -105,13 +112,23 @@ class Grade:
     value: Any = None
     """The stated answer's value of ``kind`` when it had exactly one clean value."""
 
+    def __init__(self, outcome: Outcome, kind: Kind, stated: str, value: Any = None) -> None:
+        # each field set once, through its slot (a frozen dataclass's own __init__ goes through object.__setattr__)
+        _SET_GRADE[0](self, outcome)
+        _SET_GRADE[1](self, kind)
+        _SET_GRADE[2](self, stated)
+        _SET_GRADE[3](self, value)
+
     @property
     def accepted(self) -> bool:
-        return self.outcome is Outcome.ACCEPTED
+        return self.outcome is _ACCEPTED
 
     @property
     def certain(self) -> bool:
-        return self.outcome is Outcome.CERTAIN
+        return self.outcome is _CERTAIN
+
+
+_SET_GRADE = tuple(Grade.__dict__[f.name].__set__ for f in fields(Grade))
 
 
 class Grader:
@@ -127,8 +144,9 @@ class Grader:
         self.vocabulary = vocabulary if vocabulary else None
         self.literal = literal
         # A decision depends on the answer, the references, and the item's question and options only: short answers
-        # repeat (yes, no, counts, colours), so most are decided once.
-        self._decided = lru_cache(maxsize=1 << 16)(self._decide)
+        # repeat (yes, no, counts, colours; an item's samples), so most are decided once. What repeats is recent: a
+        # longer memory (65,536 decisions) made the garbage collector walk more than re-deciding the older ones costs.
+        self._decided = lru_cache(maxsize=1 << 14)(self._decide)
 
     def grade(self, answer: str | None, references: str | Sequence[str], *, item: Item | None = None) -> Grade:
         refs = (references,) if type(references) is str else tuple(references)
@@ -139,8 +157,36 @@ class Grader:
         return self._decided(answer, refs, getattr(item, "question", None) or "", tuple(getattr(item, "options", ()) or ()))
 
     def _decide(self, answer: str, refs: tuple[str, ...], question: str, options: tuple[str, ...]) -> Grade:
-        item = _Seen(question, options)
-        kind = Kind.TEXT if self.literal else self.verifier.kind(refs, item=item, vocabulary=self.vocabulary)
+        item = _Seen(question, options) if question or options else _NOTHING_SEEN
+        kind = _TEXT if self.literal else self.verifier.kind(refs, item=item, vocabulary=self.vocabulary)
+        if kind is _NUMBER and (grade := self._decide_plain_number(answer, refs, item)) is not None:
+            return grade
+        return self._read_and_decide(answer, kind, refs, item)
+
+    def _decide_plain_number(self, answer: str, refs: tuple[str, ...], item: _Seen) -> Grade | None:
+        """The decision on an answer that is one plain number and nothing else ("42", "3.5.", "1,234", "12%"), the most
+        common answer of a number task, without the general reading; None for any other answer (read it in full).
+
+        It is the general reading's decision (:meth:`_read_and_decide`), step by step: such an answer is its own stated
+        answer once a trailing period is dropped, with no rest, no mark and nothing that turns; its one clean value is
+        `simple_number`'s; so it is accepted by :meth:`_accepts` alone, and certainly wrong by :meth:`_certain`'s checks
+        of the value alone."""
+        stated = answer.strip()
+        if stated[-1:] == ".":
+            stated = stated[:-1]
+        value = simple_number(stated)
+        if value is None:
+            return None
+        v, kind = self.verifier, _NUMBER
+        if v.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
+            accepted = self._accepts(kind, value, refs, item, matches=True)
+            return Grade(_ACCEPTED if accepted else _UNDECIDED, kind, stated, value)
+        certain = v.certain_kind(kind, refs, item=item, vocabulary=self.vocabulary) and v.certain_value(kind, value) \
+            and not v.near_value(kind, value, refs, item=item)
+        return Grade(_CERTAIN if certain else _UNDECIDED, kind, stated, value)
+
+    def _read_and_decide(self, answer: str, kind: Kind, refs: tuple[str, ...], item: _Seen) -> Grade:
+        """The general decision: the answer read in full (:func:`read`), then decided for its kind."""
         reading = read(answer)
         if reading.conflict or not reading.stated:
             return Grade(Outcome.UNDECIDED, kind, reading.stated)
@@ -264,6 +310,9 @@ class _Seen:
     question: str
     options: tuple[str, ...]
     qtype: None = None
+
+
+_NOTHING_SEEN = _Seen("", ())
 
 
 @dataclass(frozen=True)

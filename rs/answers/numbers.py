@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from fractions import Fraction
 from functools import lru_cache
 
-__all__ = ["Number", "plain_text", "read_numbers", "render"]
+__all__ = ["Number", "plain_text", "read_numbers", "render", "simple_number"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Number:
     value: Fraction
     percent: bool = False
@@ -33,6 +33,18 @@ class Number:
     scaled: bool = False
     """Written with a scale word ("12.5 billion", "two million"): the same figure at another scale is near."""
 
+    def __init__(self, value: Fraction, percent: bool = False, qualifier: str | None = None, start: int = 0, end: int = 0,
+                 padded: bool = False, scaled: bool = False) -> None:
+        # Each field set once, through its slot: the __init__ a frozen dataclass generates goes through
+        # object.__setattr__ for every field, which cost more than reading a plain number.
+        _SET_NUMBER[0](self, value)
+        _SET_NUMBER[1](self, percent)
+        _SET_NUMBER[2](self, qualifier)
+        _SET_NUMBER[3](self, start)
+        _SET_NUMBER[4](self, end)
+        _SET_NUMBER[5](self, padded)
+        _SET_NUMBER[6](self, scaled)
+
     def readings(self) -> tuple[Fraction, ...]:
         """The values it may mean: "42%" is 42 (a percentage asked for) or 0.42 (a proportion)."""
         return (self.value, self.value / 100) if self.percent else (self.value,)
@@ -42,14 +54,17 @@ class Number:
         conversion ("30%" for 0.3) is not (see :meth:`converts`)."""
         if self.qualifier or other.qualifier or self.padded != other.padded:
             return False
-        return self.value == other.value
+        return self.value.as_integer_ratio() == other.value.as_integer_ratio()  # equality, without Fraction's type checks
 
     def converts(self, other: Number) -> bool:
         """Whether one is the other read through a percent sign ("30%" for 0.3, "3000%" for 30): a conversion a
         metric may make, never notation only."""
         if self.percent == other.percent:
             return False
-        return not set(self.readings()).isdisjoint(other.readings())
+        return any(a == b for a in self.readings() for b in other.readings())
+
+
+_SET_NUMBER = tuple(Number.__dict__[f.name].__set__ for f in fields(Number))
 
 
 # ---- text made plain: LaTeX and Unicode notation as ASCII, positions kept simple by working on the result ----
@@ -344,6 +359,13 @@ def read_numbers(text: str) -> list[Number] | None:
 
 @lru_cache(maxsize=1 << 14)
 def _cached(plain: str) -> tuple[Number, ...] | None:
+    if (number := simple_number(plain)) is not None:
+        return (number,)
+    return _read_plain(plain)
+
+
+def _read_plain(plain: str) -> tuple[Number, ...] | None:
+    """The general reading of a plain text's numbers (see :func:`read_numbers`)."""
     low = plain.lower()
     if _COMPOUND.search(plain):
         return None
@@ -357,28 +379,57 @@ def _cached(plain: str) -> tuple[Number, ...] | None:
     return tuple(sorted(found, key=lambda n: n.start))
 
 
+# The most common answer and reference: ASCII digits, strict thousands grouping, a decimal part, a percent sign glued.
+_SIMPLE = re.compile(r"([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.([0-9]+))?(%?)")
+
+
+def simple_number(text: str) -> Number | None:
+    """The number ``text`` is when it is one plain number and nothing else ("42", "3.25", "1,234.5", "007", "12%"), as
+    :func:`read_numbers` reads it, without its general reading; None for anything else (then read it in full).
+
+    Such a text is its own plain form, holds nothing `_COMPOUND` refuses, is one whole `_DIGITS` match (no sign, tail
+    or scale) and has nothing around it to qualify it: the general reading gives exactly this one number."""
+    whole, point, decimals = text.partition(".")
+    if whole.isdigit() and (decimals.isdigit() or not point) and text.isascii():
+        percent = ""  # "42", "3.25", "007": the most common, told without the pattern
+    elif (m := _SIMPLE.fullmatch(text)) is None:
+        return None
+    else:
+        whole, decimals, percent = m.groups("")
+        if "," in whole:
+            whole = whole.replace(",", "")
+    value = Fraction(int(whole + decimals), 10 ** len(decimals)) if decimals else Fraction(int(whole))
+    padded = text[0] == "0" and text[1:2].isdigit()  # "007" (ASCII digits only here)
+    return Number(value, bool(percent), None, 0, len(text), padded, False)
+
+
 def _numbers(plain: str) -> list[Number] | None:
     found = _cached(plain)
     return None if found is None else list(found)
 
 
-@lru_cache(maxsize=1 << 14)
 def render(value: Fraction) -> str:
     """The plain decimal form of a value ("7.5", "42", "-0.25"), or "p/q" when it has no finite decimal."""
-    if value.denominator == 1:
-        return str(value.numerator)
-    d = value.denominator
-    while d % 2 == 0:
-        d //= 2
-    while d % 5 == 0:
-        d //= 5
-    if d != 1:
-        return f"{value.numerator}/{value.denominator}"
-    digits = 0
-    scaled = value
-    while scaled.denominator != 1:
-        scaled *= 10
-        digits += 1
+    numerator, denominator = value.numerator, value.denominator
+    if denominator == 1:
+        return str(numerator)
+    digits = decimal_places(denominator)
+    if digits is None:
+        return f"{numerator}/{denominator}"
+    scaled = numerator * 10**digits // denominator  # exact: the denominator divides 10**digits
     sign = "-" if scaled < 0 else ""
-    text = str(abs(scaled.numerator)).rjust(digits + 1, "0")
+    text = str(abs(scaled)).rjust(digits + 1, "0")
     return f"{sign}{text[:-digits]}.{text[-digits:]}"
+
+
+@lru_cache(maxsize=1 << 10)  # few denominators: those of decimals written to a few places
+def decimal_places(denominator: int) -> int | None:
+    """How many decimal places a fraction in lowest terms with this denominator has (the least k with denominator
+    dividing 10**k: the larger of its powers of 2 and 5); None when it has no finite decimal."""
+    twos = (denominator & -denominator).bit_length() - 1
+    rest = denominator >> twos
+    fives = 0
+    while rest % 5 == 0:
+        rest //= 5
+        fives += 1
+    return None if rest != 1 else max(twos, fives)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rs.answers.numbers import Number, plain_text, read_numbers
+from rs.answers.numbers import Number, plain_text, read_numbers, simple_number
 
 __all__ = ["Kind", "Found", "Vocabulary", "classify", "find", "NEUTRAL_WORDS", "UNIT_WORDS"]
 
@@ -26,6 +26,10 @@ class Kind(str, enum.Enum):
     OPTION = "option"
     TERM = "term"
     TEXT = "text"
+
+
+# Members as module names where every check passes (Python 3.11 looks an enum class's attributes up through a hook).
+_NUMBER = Kind.NUMBER
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ class Vocabulary:
 
 def classify(references: Sequence[str], vocabulary: Vocabulary | None = None) -> Kind:
     """The kind of value every reference is (see :func:`_classify`)."""
-    return _classify(tuple(references), vocabulary)
+    return _classify(references if type(references) is tuple else tuple(references), vocabulary)
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -153,18 +157,34 @@ def _classify(references: tuple[str, ...], vocabulary: Vocabulary | None = None)
     """The kind of value every reference is: yes/no, a plain number, a term of the closed set, else free text."""
     if not references:
         return Kind.TEXT
-    if all(polar_of(r) is not None for r in references):
+    # numbers first: no text is both a number and a yes or no, and most references are numbers
+    for r in references:
+        if _plain_number(r) is None:
+            break
+    else:
+        return _NUMBER
+    for r in references:
+        if polar_of(r) is None:
+            break
+    else:
         return Kind.POLAR
-    if all(_plain_number(r) is not None for r in references):
-        return Kind.NUMBER
     if vocabulary and all(vocabulary.canonical(r) is not None for r in references):
         return Kind.TERM
     return Kind.TEXT
 
 
-@functools.lru_cache(maxsize=1 << 14)
+# Few entries: a reference is read again within its own decision and for the other samples of its item, soon after;
+# a cache that kept every reference's number alive made the garbage collector walk two more objects per check.
+@functools.lru_cache(maxsize=1 << 6)
 def _plain_number(reference: str) -> Number | None:
     """The number a reference is when it is nothing else ("3", "$2,556.25", "13%", "\\frac{2}{5}", "three")."""
+    if (number := simple_number(reference)) is not None:
+        return number  # one plain number: no glued unit, nothing left over, no qualifier
+    return _read_plain_number(reference)
+
+
+def _read_plain_number(reference: str) -> Number | None:
+    """:func:`_plain_number` by the general reading."""
     if _GLUED_UNIT.search(reference):
         return None  # "1g", "3D": a label as much as a number
     found = find(Kind.NUMBER, reference)
@@ -177,10 +197,18 @@ def _plain_number(reference: str) -> Number | None:
 _GLUED_UNIT = re.compile(r"[0-9][A-Za-z]")
 
 
-def reference_values(kind: Kind, references: Sequence[str], vocabulary: Vocabulary | None = None) -> list[Any] | None:
-    """Each reference as a value of ``kind``; None when one is not."""
-    values = _reference_values(kind, tuple(references), vocabulary)
-    return None if values is None else list(values)
+def reference_values(kind: Kind, references: Sequence[str], vocabulary: Vocabulary | None = None) -> tuple[Any, ...] | None:
+    """Each reference as a value of ``kind``; None when one is not. Each reference is read once (`_plain_number`)."""
+    if kind is _NUMBER:
+        if len(references) == 1:
+            number = _plain_number(references[0])
+            return None if number is None else (number,)
+        numbers = tuple(map(_plain_number, references))
+        for number in numbers:
+            if number is None:
+                return None
+        return numbers
+    return _reference_values(kind, tuple(references), vocabulary)
 
 
 @functools.lru_cache(maxsize=1 << 14)

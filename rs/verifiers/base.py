@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar, NamedTuple, Protocol
 
-from rs.answers.grade import Grader
-from rs.answers.numbers import Number
+from rs.answers.grade import Grader, Outcome
+from rs.answers.numbers import Number, decimal_places
 from rs.answers.values import Kind, Vocabulary, classify, polar_of, reference_values
 from rs.errors import UsageError
 from rs.registry import VERIFIERS, UnknownNameError
@@ -43,6 +43,9 @@ __all__ = [
     "resolve_params",
     "verifier_params",
 ]
+
+# Enum members as module names where every check passes (Python 3.11 looks an enum class's attributes up through a hook).
+_NUMBER, _TEXT, _ACCEPTED = Kind.NUMBER, Kind.TEXT, Outcome.ACCEPTED
 
 VERSION = "2"
 """The verifiers' shared rules (this module): bump when a change decides some match otherwise (`rs.versions`); a
@@ -148,8 +151,9 @@ class Verifier(abc.ABC):
         """The kind of value the references are (a number, yes/no, an option, a term of the closed set, free text):
         what the answer is read for. An item with options whose every reference names one (its letter or its text)
         is read for options whatever the verifier; else from the references themselves (:func:`rs.answers.classify`)."""
-        options = tuple(getattr(item, "options", ()) or ())
-        if options and references and all(option_index(r, options, self.letters) is not None for r in references):
+        options = getattr(item, "options", None)
+        if options and (options := tuple(options)) and references \
+                and all(option_index(r, options, self.letters) is not None for r in references):
             return Kind.OPTION
         return classify(references, vocabulary)
 
@@ -160,7 +164,7 @@ class Verifier(abc.ABC):
         Numbers are compared by value (:meth:`compare_numbers`); a yes/no or a term is given to :meth:`compare` in
         its canonical form, with the references in theirs.
         """
-        if kind is Kind.NUMBER:
+        if kind is _NUMBER:
             numbers = reference_values(kind, references)
             return numbers is not None and self.compare_numbers(value, numbers)
         if kind is Kind.POLAR:
@@ -180,9 +184,13 @@ class Verifier(abc.ABC):
         and spacing are folded (:func:`text_key`), a yes/no, option or term that is the reference's."""
         if self.notation_only:
             return self.compare_value(kind, value, references, item=item, vocabulary=vocabulary)
-        if kind is Kind.NUMBER:
+        if kind is _NUMBER:
             numbers = reference_values(kind, references)
-            return numbers is not None and any(value.agrees(r) for r in numbers)
+            if numbers is not None:
+                for r in numbers:
+                    if value.agrees(r):
+                        return True
+            return False
         if kind is Kind.TEXT:
             key = text_key(str(value))
             return bool(key) and any(text_key(r) == key for r in references)
@@ -197,11 +205,17 @@ class Verifier(abc.ABC):
         """Whether a notation, scale or tolerance difference could make ``value`` a reference: a percent conversion,
         a scale word ("12.5 billion" for 12.5 "in billions"), a rounding at either side's precision ("1/3" for
         0.33). Such a value is never certainly wrong."""
-        if kind is not Kind.NUMBER:
+        if kind is not _NUMBER:
             return False
         numbers = reference_values(kind, references)
-        scales = _SCALE_QUESTION.search(getattr(item, "question", None) or "") is not None
-        return numbers is None or any(near_number(value, r, scales=scales) for r in numbers)
+        if numbers is None:
+            return True
+        question = getattr(item, "question", None)
+        scales = bool(question) and _SCALE_QUESTION.search(question) is not None
+        for r in numbers:
+            if near_number(value, r, scales=scales):
+                return True
+        return False
 
     def compare_numbers(self, value: Number, references: Sequence[Number]) -> bool:
         """Whether a number equals one of the reference numbers (a percent sign read either way: "42%" is 42 or
@@ -212,7 +226,7 @@ class Verifier(abc.ABC):
                      vocabulary: Vocabulary | None = None) -> bool:
         """Whether a clean value of ``kind`` that differs from ``references`` is certainly wrong: every reference is a
         value of that kind too (free text never is)."""
-        return kind is not Kind.TEXT and reference_values(kind, references, vocabulary) is not None
+        return kind is not _TEXT and reference_values(kind, references, vocabulary) is not None
 
     def certain_value(self, kind: Kind, value: Any) -> bool:
         """Whether a stated ``value`` of ``kind`` is one this verifier can call wrong for sure (a count verifier: a
@@ -236,7 +250,8 @@ class Verifier(abc.ABC):
         question type; a ``QAItem`` will do).
         """
         grader = self.__dict__.get("_grader") or self.grader()
-        return grader.grade(prediction, reference if type(reference) is str else as_references(reference), item=item).accepted
+        grade = grader.grade(prediction, reference if type(reference) is str else as_references(reference), item=item)
+        return grade.outcome is _ACCEPTED
 
     def contradicts(
         self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
@@ -410,28 +425,19 @@ def near_number(value: Number, reference: Number, *, scales: bool = False) -> bo
     if value.qualifier or reference.qualifier:
         return True
     a, b = value.value, reference.value
-    if value.converts(reference):
+    if value.percent != reference.percent and value.converts(reference):
         return True
     if (scales or value.scaled or reference.scaled) and any(a == b * s or a * s == b for s in _SCALES):
         return True
-    return abs(a - b) <= max(_half_unit(a), _half_unit(b)) and a != b and not (a.denominator == b.denominator == 1)
-
-
-def _half_unit(x: Fraction) -> Fraction:
-    """Half a unit of the last decimal place ``x`` is written to (0.005 for 0.33); 0 for a value with no finite
-    decimal (1/3), which any rounding of it may be."""
-    d = x.denominator
-    while d % 2 == 0:
-        d //= 2
-    while d % 5 == 0:
-        d //= 5
-    if d != 1:
-        return Fraction(0)
-    places, scaled = 0, x
-    while scaled.denominator != 1:
-        scaled *= 10
-        places += 1
-    return Fraction(1, 2 * 10**places)
+    (an, ad), (bn, bd) = a.as_integer_ratio(), b.as_integer_ratio()
+    if (an == bn and ad == bd) or ad == bd == 1:
+        return False  # the same value, or two whole numbers
+    # within half a unit of the last decimal place either is written to (0.005 for 0.33; none for 1/3, which has no
+    # finite decimal): |a - b| <= 1 / (2 * 10**places), in integers
+    places = [p for p in (decimal_places(ad), decimal_places(bd)) if p is not None]
+    if not places:
+        return False
+    return 2 * 10 ** min(places) * abs(an * bd - bn * ad) <= ad * bd
 
 
 _PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?")

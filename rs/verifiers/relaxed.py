@@ -26,10 +26,12 @@ import math
 import re
 from collections.abc import Sequence
 from decimal import Decimal
+from fractions import Fraction
 from functools import lru_cache
 from typing import Any, NamedTuple
 
 from rs.answers import Kind, Number, render
+from rs.answers.numbers import decimal_places
 from rs.answers.values import reference_values
 from rs.verifiers.base import Item, Param, Verifier, VerifierError, register
 
@@ -40,6 +42,7 @@ _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 _GROUPED = re.compile(r"[+-]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?")
 _YEAR = re.compile(r"(?:1[5-9]|20)[0-9][0-9]")
 _NUMBER_START = frozenset("+-.0123456789")
+_NUMBER_KIND = Kind.NUMBER  # a module name: Python 3.11 looks an enum class's attributes up through a hook
 
 
 class ParsedNumber(NamedTuple):
@@ -93,6 +96,18 @@ def _clean(text: str) -> str:
     return text
 
 
+def _float(numerator: int, denominator: int) -> float | None:
+    """What `_number` reads from ``render(Fraction(numerator, denominator))``: its float (both are correctly rounded),
+    or None when that is no number (no finite decimal, such as 1/3) or is not finite, except a whole number's digits,
+    read as infinite."""
+    if denominator != 1 and decimal_places(denominator) is None:
+        return None
+    try:
+        return numerator / denominator
+    except OverflowError:
+        return math.inf if denominator == 1 and numerator >= 0 else None
+
+
 @lru_cache(maxsize=1 << 16)
 def _reference(reference: str) -> tuple[str, _Num | None, bool]:
     """Cleaned reference, its number and whether it is a year; cached because references repeat."""
@@ -104,13 +119,19 @@ _COUNT_QUESTION = re.compile(r"\b(?:how\s+many|number\s+of|count|how\s+often|tim
                              r"code|id|rank|position)\b", re.IGNORECASE)
 
 
-def _axis_value(question: str, references: Sequence[str], numbers: Sequence[Number]) -> bool:
-    """Whether the references are values read off an axis, where a tolerance is the task's own: not a count, a year or
-    an identifier (a question that asks for one; a year-like or zero-padded reference; an integer with no question)."""
-    if any(_YEAR.fullmatch(_clean(r)) or r.strip().startswith("0") and r.strip()[1:2].isdigit() for r in references):
-        return False
+@lru_cache(maxsize=1 << 14)
+def _axis_value(question: str, references: tuple[str, ...]) -> bool:
+    """Whether the references (numbers) are values read off an axis, where a tolerance is the task's own: not a count,
+    a year or an identifier (a question that asks for one; a year-like or zero-padded reference; an integer with no
+    question). Decided once per item."""
+    for r in references:
+        if _YEAR.fullmatch(_clean(r)) or r.strip().startswith("0") and r.strip()[1:2].isdigit():
+            return False
     if not question:
-        return all(n.value.denominator != 1 for n in numbers)
+        for n in reference_values(_NUMBER_KIND, references) or ():
+            if n.value.denominator == 1:
+                return False
+        return True
     return _COUNT_QUESTION.search(question) is None
 
 
@@ -172,26 +193,34 @@ class RelaxedVerifier(Verifier):
         """The tolerance on every reading of both sides ("42%" is 42 or 0.42), a year matched exactly."""
         if value.qualifier:
             return False
-        return any(self._match_one(render(p), render(t)) for r in references if not r.qualifier
-                   for p in value.readings() for t in r.readings())
+        readings = value.readings() if value.percent else (value.value,)
+        for r in references:
+            if not r.qualifier:
+                for t in r.readings() if r.percent else (r.value,):
+                    for p in readings:
+                        if self._close(p, t):
+                            return True
+        return False
 
     def own_leniency(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
         """The tolerance is ChartQA's own on a value read off an axis: a number within it of a reference, written as
         the reference is (no percent conversion), when the question asks for no count and the reference is no year
         and no identifier ("007"). Without the question, an integer reference may be a count: the judge's."""
-        if kind is not Kind.NUMBER or value.qualifier:
+        if kind is not _NUMBER_KIND or value.qualifier:
             return False
         numbers = reference_values(kind, references)
-        if not numbers or not _axis_value(getattr(item, "question", None) or "", references, numbers):
+        if not numbers or not _axis_value(getattr(item, "question", None) or "", tuple(references)):
             return False
-        return any(not r.qualifier and value.percent == r.percent and self._match_one(render(value.value), render(r.value))
-                   for r in numbers)
+        for r in numbers:
+            if not r.qualifier and value.percent == r.percent and self._close(value.value, r.value):
+                return True
+        return False
 
     def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
         """Within the tolerance, or through a conversion the metric makes, is never certainly wrong."""
         if super().near_value(kind, value, references, item=item):
             return True
-        numbers = reference_values(kind, references) if kind is Kind.NUMBER else None
+        numbers = reference_values(kind, references) if kind is _NUMBER_KIND else None
         return bool(numbers) and self.compare_numbers(value, numbers)
 
     def _match_one(self, prediction: str, reference: str) -> bool:
@@ -215,3 +244,29 @@ class RelaxedVerifier(Verifier):
                 exact_t = _exact(t[1], t[2])
                 return abs(_exact(p[1], p[2]) - exact_t) <= self._tol_exact * abs(exact_t)
         return pred.lower() == ref.lower()
+
+    def _close(self, prediction: Fraction, reference: Fraction) -> bool:
+        """:meth:`_match_one` on two numbers' plain decimal forms (`render`), decided on their values without writing
+        them: the same value matches; else both must be numbers (a finite decimal within float range: "1/3" is compared
+        as text, and matches no other text) within the tolerance, a zero or a year (1500–2099) reference exactly."""
+        pn, pd = prediction.as_integer_ratio()
+        tn, td = reference.as_integer_ratio()
+        if pn == tn and pd == td:
+            return True
+        if (pd != 1 and decimal_places(pd) is None) or (td != 1 and decimal_places(td) is None):
+            return False  # no finite decimal: compared as text, and it differs
+        try:
+            p, t = pn / pd, tn / td
+        except OverflowError:
+            p, t = _float(pn, pd), _float(tn, td)
+            if p is None or t is None:
+                return False
+        if t == 0.0 or (self._year_guard and td == 1 and 1500 <= tn <= 2099):
+            return False  # matched exactly, and they differ
+        rel = abs(p - t) / abs(t)
+        tol = self._tol
+        if abs(rel - tol) > 1e-9 * tol + 1e-15:
+            return rel <= tol
+        # Too close to call in binary floating point: decide the inclusive boundary exactly.
+        exact_t = Decimal(render(reference))
+        return abs(Decimal(render(prediction)) - exact_t) <= self._tol_exact * abs(exact_t)
