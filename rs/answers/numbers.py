@@ -383,6 +383,7 @@ def _read_plain(plain: str) -> tuple[Number, ...] | None:
 _SIMPLE = re.compile(r"([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.([0-9]+))?(%?)")
 
 
+@lru_cache(maxsize=1 << 6)  # briefly: an answer that is its reference's own text ("42" for "42") is read once
 def simple_number(text: str) -> Number | None:
     """The number ``text`` is when it is one plain number and nothing else ("42", "3.25", "1,234.5", "007", "12%"), as
     :func:`read_numbers` reads it, without its general reading; None for anything else (then read it in full).
