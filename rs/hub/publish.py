@@ -7,9 +7,10 @@ earlier run committed is found there and not committed again; the retry loops ar
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from huggingface_hub import HfApi
 
@@ -28,6 +29,7 @@ from rs.progress import progress as progress_bar
 logger = logging.getLogger("rs.hub")
 
 DEFAULT_COMMIT_MESSAGE = "Publish dataset"
+T = TypeVar("T")
 
 
 def _summary(changes: Sequence[FileChange]) -> str:
@@ -205,10 +207,35 @@ def publish_folder(folder: str | Path, repo_id: str, *, token: str | None = None
                            delete_extra=delete_extra, commit_message=commit_message, files_per_commit=files_per_commit,
                            show_progress=progress)
     try:
-        return retrying(publisher.attempt, repo_id=repo_id, token=token, max_attempts=max_attempts,
-                        progress=lambda: publisher.made)
+        return _interruptible(lambda: retrying(publisher.attempt, repo_id=repo_id, token=token, max_attempts=max_attempts,
+                                               progress=lambda: publisher.made))
     finally:
         publisher.close()
+
+
+def _interruptible(call: Callable[[], T]) -> T:
+    """`call()` in a thread of its own, waited for in a way Ctrl-C or SIGTERM interrupts at once.
+
+    `huggingface_hub` uploads several files from a thread pool and, interrupted, waits for every upload in flight
+    (`ThreadPoolExecutor.shutdown(wait=True)`): a first Ctrl-C during a publish to a slow Hub waited as long as the
+    slowest upload. Waited for from here, the stop is immediate; what the abandoned uploads send is never committed
+    (the commit comes after them, in the abandoned thread), and the next run uploads only what the Hub lacks.
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as err:  # handed to the waiting thread as it is
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, name="rs-publish")  # not a daemon, nor are the upload threads it starts:
+    # a stopped command sees them there and leaves without waiting for them (`rs.cli.signals.leave`)
+    worker.start()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _dry_run(folder: Path, repo_id: str, local: dict[str, LocalFile], *, token: str | None,
@@ -232,4 +259,4 @@ def _dry_run(folder: Path, repo_id: str, local: dict[str, LocalFile], *, token: 
                     format_plan(result, dry_run=True))
         return result
 
-    return retrying(attempt, repo_id=repo_id, token=dry_token, max_attempts=max_attempts)
+    return _interruptible(lambda: retrying(attempt, repo_id=repo_id, token=dry_token, max_attempts=max_attempts))
