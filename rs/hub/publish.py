@@ -12,12 +12,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, constants
 
 from rs import __version__
 from rs.hub import pulls
 from rs.hub.commits import CommitPlan, make_plan, operations
-from rs.hub.diff import REPO_TYPE, FileChange, LocalFile, scan_folder
+from rs.hub.diff import REPO_TYPE, FileChange, LocalFile, scan_folder, selected
 from rs.hub.pulls import Pull
 from rs.hub.result import PublishResult, format_plan
 from rs.hub.retry import MainMoved, retrying, through_rate_limit
@@ -197,6 +197,8 @@ def publish_folder(folder: str | Path, repo_id: str, *, token: str | None = None
     folder = Path(folder)
     local = scan_folder(folder)
 
+    if dry_run and constants.HF_HUB_OFFLINE:
+        return _offline_dry_run(folder, repo_id, local, only=only)
     if dry_run:
         return _dry_run(folder, repo_id, local, token=token, only=only, delete_extra=delete_extra, endpoint=endpoint,
                         max_attempts=max_attempts, files_per_commit=files_per_commit)
@@ -236,6 +238,19 @@ def _interruptible(call: Callable[[], T]) -> T:
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+def _offline_dry_run(folder: Path, repo_id: str, local: dict[str, LocalFile], *, only: Sequence[str] | None) -> PublishResult:
+    """A dry run without the Hub (HF_HUB_OFFLINE): every local file in scope, to upload unless the Hub already holds it.
+
+    What the Hub holds now (so what is unchanged or deleted), an open pull request and the commits are not known here;
+    the caller says so. Nothing is sent: offline, `huggingface_hub` refuses every request anyway.
+    """
+    changes = [FileChange(path, "upload", file.size) for path, file in sorted(local.items()) if selected(path, only)]
+    result = PublishResult(repo_id, changes, None, offline=True)
+    logger.info("Dry run of %s offline, nothing published (%s to upload at most, not compared with the Hub):\n%s", folder,
+                format_bytes(sum(c.size for c in changes)), format_plan(result, dry_run=True))
+    return result
 
 
 def _dry_run(folder: Path, repo_id: str, local: dict[str, LocalFile], *, token: str | None,

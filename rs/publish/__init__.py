@@ -278,11 +278,11 @@ def _locked_target(root: Path, family: str) -> Iterator[None]:
 def _download_card_inputs(repo_id: str, folder: Path, token: str | None) -> Path | None:
     """What a card is rendered from (rs/stats.json, rs/examples.json, rs/overturns.json, the example images), from a published repo."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, RepositoryNotFoundError
 
     try:
         snapshot_download(repo_id, repo_type="dataset", allow_patterns=["rs/*", "images/*"], local_dir=folder, token=token)
-    except (RepositoryNotFoundError, HfHubHTTPError) as err:
+    except (RepositoryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled) as err:  # offline: not cached
         logger.warning("could not read the card inputs of %s: %s", repo_id, err)
         return None
     return folder
