@@ -40,7 +40,7 @@ RESUME = "to resume, run the same command again: "
 FAMILY = """\
 families:
   Demo:
-    source: {kind: synthetic, seed: 7, num_images: 6, questions_per_image: 4, style: mixed}
+    source: {kind: synthetic, seed: 7, num_images: 4, questions_per_image: 4, style: mixed}
     instruction: "\\nAnswer the question using a single word or phrase."
     verifier: {name: alnum}
     model: {id: "rs:demo-vlm", reasoning: {parser: tags}}
@@ -123,6 +123,8 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
     families = tmp_path / "families.yaml"
     families.write_text(FAMILY)
     work, cache = tmp_path / "run", tmp_path / "run" / "cache.sqlite"
+    reference = subprocess.Popen(command(families, tmp_path / "ref"), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,  # meanwhile
+                                 stderr=subprocess.PIPE, text=True)
     cases = [  # phase, process mode, signal, to the process group, ready, where the log says it stopped
         ("engine start, own process", "1", signal.SIGINT, False, core_started, None),
         ("engine start, in-process", "0", signal.SIGTERM, False, loading, None),
@@ -132,25 +134,30 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
         ("recovering", "0", signal.SIGTERM, False, loaded_and("recovering"), r'rs/recovery\.py", line \d+, in run'),
         ("recovering", "1", signal.SIGINT, True, loaded_and("recovering"), r'rs/recovery\.py", line \d+, in run'),
     ]
-    took = []
-    for phase, mode, signum, group, ready, where in cases:
-        code, seconds, err, left, pid = interrupt(command(families, work), {**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": mode}, signum,
-                                                  ready, group)
-        context = (phase, mode, err[-3000:])
-        took.append((phase, mode, signal.Signals(signum).name, round(seconds, 1)))
-        assert code == 128 + signum, context
-        assert seconds < 30, context
-        assert left == [], context
-        assert f"stopped by {signal.Signals(signum).name}" in err and err.strip().splitlines()[-1].startswith(RESUME), context
-        if where is not None:
-            assert f"stopped by {signal.Signals(signum).name} during {phase}" in err, context
-            log = next((work / "build" / "Demo" / "logs").glob(f"*-{pid}.log")).read_text()
-            assert re.search(where, log), (phase, mode, log[-3000:])
-    print("seconds to stop:", took)
-    resume = shlex.split(err.strip().splitlines()[-1].removeprefix(RESUME))
-    assert resume[1:] == command(families, work)[1:]
-    rerun = subprocess.run([sys.executable, *resume[1:]], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    reference = subprocess.run(command(families, tmp_path / "ref"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
-    assert reference.returncode == 0, reference.stderr[-3000:]
+    try:
+        took = []
+        for phase, mode, signum, group, ready, where in cases:
+            code, seconds, err, left, pid = interrupt(command(families, work), {**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": mode}, signum,
+                                                      ready, group)
+            context = (phase, mode, err[-3000:])
+            took.append((phase, mode, signal.Signals(signum).name, round(seconds, 1)))
+            assert code == 128 + signum, context
+            assert seconds < 30, context
+            assert left == [], context
+            assert f"stopped by {signal.Signals(signum).name}" in err and err.strip().splitlines()[-1].startswith(RESUME), context
+            if where is not None:
+                assert f"stopped by {signal.Signals(signum).name} during {phase}" in err, context
+                log = next((work / "build" / "Demo" / "logs").glob(f"*-{pid}.log")).read_text()
+                assert re.search(where, log), (phase, mode, log[-3000:])
+        print("seconds to stop:", took)
+        resume = shlex.split(err.strip().splitlines()[-1].removeprefix(RESUME))
+        assert resume[1:] == command(families, work)[1:]
+        rerun = subprocess.run([sys.executable, *resume[1:]], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        _, said = reference.communicate(timeout=600)
+    finally:
+        if reference.poll() is None:
+            reference.kill()
+            reference.wait()
+    assert reference.returncode == 0, said[-3000:]
     assert_same_published(tmp_path / "ref" / "out", work / "out")

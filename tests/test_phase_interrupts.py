@@ -1,16 +1,17 @@
-"""Ctrl-C or SIGTERM in every phase of a run: reading the source, cleaning, the judge, recovery, writing, publishing.
+"""Ctrl-C or SIGTERM in every phase of a run that is not the model's: reading the source, cleaning, writing, publishing.
 
-One family, one work folder and one cache, stopped again and again by real signals to a real `rs.publish` process,
-each run taking up where the one before stopped, until the last one publishes to a Hub double (the Hub's HTTP API,
-tests/hub_server.py) exactly the bytes an uninterrupted publish gave another Hub double. Each phase is made to last,
-with the project's plug-ins (tests/plugins/rs_faults.py: a source whose records come slowly, a cleaning step that
-takes its time, the replay engine answering the judge slowly) or what a run really waits on (another process holding
-the `datasets` builder's lock on a split, a Hub slow to answer a commit), and is hit when the run says it started (a
-stage's progress line: `judge calibration: started`) or when the plug-in or the Hub double sees it. Each stop is
-checked: the exit code, within seconds, no process of the run left, the line saying where it stopped and what it
-keeps, the command that resumes it, and in the run's log the place it was stopped (the phase really hit).
-Engine start and sampling are tests/test_run_faults.py's and tests/test_interrupts.py's (the latter with vLLM, which
-also stops the judge and recovery phases of a real engine in both of its process modes).
+One family, one work folder and one cache, stopped again and again by real signals to a real `rs.publish` process
+(SIGTERM to the process, as a scheduler sends it; SIGINT to its process group, as a terminal's Ctrl-C does), each
+run taking up where the one before stopped, until the last one publishes to a Hub double (the Hub's HTTP API,
+tests/hub_server.py) exactly the bytes an uninterrupted publish gave another Hub double. Each phase is made to last
+by the project's plug-ins (tests/plugins/rs_faults.py: a source whose first record comes slowly, a cleaning step that
+takes its time over its first question, each creating a marker file when it starts) or by what a run really waits on
+(another process holding the `datasets` builder's lock on a split; a Hub slow to take the uploads, as the Hub's own
+.gitattributes stores the images with LFS, so several go at once from huggingface_hub's thread pool: a first signal
+there waited for every upload in flight). Each stop is checked: the exit code, within seconds, no process of the run
+left, the line saying where it stopped and what it keeps, the command that resumes it, nothing half-written, and in
+the run's log the place it was stopped (the phase really hit). Engine start, sampling, the judge and recovery are
+tests/test_interrupts.py's (the real vLLM engine, both process modes) and tests/test_run_faults.py's (replay).
 """
 
 from __future__ import annotations
@@ -84,7 +85,13 @@ def stop(command: list[str], env: dict[str, str], signum: int, ready: Callable[[
         else:
             os.kill(run.pid, signum)
         sent = time.monotonic()
-        run.wait(timeout=60)
+        try:
+            run.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.kill(run.pid, signal.SIGABRT)  # its threads' stacks, to stderr (PYTHONFAULTHANDLER)
+            run.wait(timeout=30)
+            reader.join(timeout=10)
+            raise AssertionError("still running 60 s after the signal:\n" + "".join(lines)[-20000:]) from None
         took = time.monotonic() - sent
         reader.join(timeout=10)
         left = group_left(run.pid)
@@ -131,7 +138,7 @@ class HeldUploads:
 def hub_env(env: dict[str, str], hub: HubServer, home: Path) -> dict[str, str]:
     env = {k: v for k, v in env.items() if not k.startswith(("HF_", "HUGGING"))}
     return {**env, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "HF_HOME": str(home), "HF_HUB_DISABLE_XET": "1",
-            "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1", "NO_PROXY": "127.0.0.1,localhost"}
+            "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1", "NO_PROXY": "127.0.0.1,localhost", "PYTHONFAULTHANDLER": "1"}
 
 
 def test_a_signal_in_every_phase_stops_the_run_within_seconds_and_the_command_it_prints_resumes_it(

@@ -234,7 +234,8 @@ def _interruptible(call: Callable[[], T]) -> T:
     worker = threading.Thread(target=run, name="rs-publish")  # not a daemon, nor are the upload threads it starts:
     # a stopped command sees them there and leaves without waiting for them (`rs.cli.signals.leave`)
     worker.start()
-    worker.join()
+    while worker.is_alive():  # in short waits: a signal the kernel hands to another thread is seen by this one only when
+        worker.join(0.1)     # it runs Python again, and an endless join of a lock never returns to run it
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
