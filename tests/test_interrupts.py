@@ -33,7 +33,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from faults import ROOT, assert_same_published, cache_rows  # noqa: E402
+from faults import ROOT, assert_same_published, cache_rows, group_left  # noqa: E402
 from test_engine_death import ENV, engine_core  # noqa: E402
 
 RESUME = "to resume, run the same command again: "
@@ -60,19 +60,6 @@ def command(families: Path, work: Path) -> list[str]:
             "--build-dir", str(work / "build"), "--cache", str(work / "cache.sqlite")]
 
 
-def engine_processes(group: int) -> list[int]:
-    """Live processes of the run's process group (the run started a session of its own): its engine's, once it has exited."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, ValueError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == group:
-            found.append(int(entry.name))
-    return found
-
-
 def interrupt(cmd: list[str], env: dict[str, str], signum: int, ready: Callable[[subprocess.Popen[str], list[str]], bool],
               group: bool = False) -> tuple[int, float, str, list[int], int]:
     """Start `cmd`, send `signum` once `ready(run, stderr lines so far)`, to its process group with `group`; its exit code,
@@ -95,7 +82,7 @@ def interrupt(cmd: list[str], env: dict[str, str], signum: int, ready: Callable[
         _, rest = run.communicate(timeout=120)
         took = time.monotonic() - sent
         gone = time.monotonic() + 10  # vLLM's processes and Python's resource tracker go within moments of their parent
-        while (left := engine_processes(run.pid)) and time.monotonic() < gone:
+        while (left := group_left(run.pid)) and time.monotonic() < gone:
             time.sleep(0.2)
     finally:
         if run.poll() is None:

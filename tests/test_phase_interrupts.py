@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from faults import FAMILY, ROOT, engine_kinds_installed, plugin_env, publish_command, write_families
+from faults import FAMILY, ROOT, engine_kinds_installed, group_left, plugin_env, publish_command, write_families
 from hub_server import HubServer, running_hub
 from rs.families import load_families
 from rs.publish import publish
@@ -45,19 +45,6 @@ STEER = (FAMILY.replace("files, path", "slow_files, delay: 0.02, first_delay: 1.
 """
 LFS = ("*.parquet", "*.png")  # as the Hub's own .gitattributes: the shards and the example images
 REPOS = [f"tester/Steer_{split}" for split in ("RS_think", "RS_nothink", "rejected")]
-
-
-def group_left(group: int) -> list[int]:
-    """Live processes of the process group the run leads (the run started a session of its own)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, ValueError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == group:
-            found.append(int(entry.name))
-    return found
 
 
 class Stopped:

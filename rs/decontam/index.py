@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from rs.causes import LIKELY_CAUSES
 from rs.errors import RsError, UsageError
 from rs.registry import SOURCES
 from rs.sources.base import RefusedImage
@@ -194,8 +195,6 @@ def check_images(name: str, label: str, index: EvaluationIndex) -> None:
     """Refuse an evaluation set of which no image opened, naming the most frequent reason and its likely cause."""
     if len(index.codes):
         return
-    from rs.clean.nothing_kept import LIKELY_CAUSES  # rs.clean imports this package
-
     if not index.images:
         raise EvaluationSetEmpty(f"the evaluation set {name} ({label}) gave no record: decontamination would check the images "
                                  "against nothing", hint=f"check evaluation.{name}.source (its path, split or name)")
