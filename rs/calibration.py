@@ -33,6 +33,7 @@ from typing import Any, Generic, TypeVar
 
 from rs.families.schema import JudgeConfig
 from rs.judge import LABELS, Judge, JudgeCase
+from rs.progress import progress
 from rs.sources.base import QAItem
 from rs.answers import Grader
 from rs.verifiers import Verifier
@@ -352,12 +353,16 @@ def gate(positive: Check, hard: Check, certain: Check, config: JudgeConfig) -> s
     return None
 
 
-def calibrate(judge: Judge, cases: CalibrationCases, certain_verdicts: dict[str, int]) -> Calibration:
-    """Run the judge on the calibration cases; decide, with the verdicts it gave to certain rejections, if it may promote."""
+def calibrate(judge: Judge, cases: CalibrationCases, certain_verdicts: dict[str, int], *, show_progress: bool = False) -> Calibration:
+    """Run the judge on the calibration cases; decide, with the verdicts it gave to certain rejections, if it may promote.
+
+    `show_progress`: a bar of the cases judged (the judge's own phase, after the answers: on a large family, minutes)."""
     counts = {name: dict.fromkeys(LABELS, 0) for name in CHECKS}
-    for name, group in (("positive", cases.positives), ("easy", cases.easy), ("hard", cases.hard)):
-        for _, label, _ in judge.verdicts(group, desc=f"judge calibration {name}"):
-            counts[name][label] += 1
+    with progress(len(cases.all()), "judge calibration", unit="case", enabled=show_progress) as bar:
+        for name, group in (("positive", cases.positives), ("easy", cases.easy), ("hard", cases.hard)):
+            for _, label, _ in judge.verdicts(group, desc=f"judge calibration {name}"):
+                counts[name][label] += 1
+                bar.update()
     counts["certain"].update({label: certain_verdicts.get(label, 0) for label in LABELS})
 
     def not_correct(name: str) -> Check:

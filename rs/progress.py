@@ -22,6 +22,22 @@ logger = logging.getLogger("rs.progress")
 LOG_EVERY_S = 30.0
 terminal: TextIO | None = None
 """Where bars are drawn; None: the current `sys.stderr`."""
+_open: list[str] = []
+"""What the bars open now count, outermost first: what the run is doing (a stopped run says it)."""
+
+
+def current() -> str | None:
+    """The innermost bar open now (`sampling`, `writing Alpha_RS_think`), or None."""
+    return _open[-1] if _open else None
+
+
+def _opened(desc: str) -> None:
+    _open.append(desc)
+
+
+def _closed(desc: str) -> None:
+    if desc in _open:
+        del _open[len(_open) - 1 - _open[::-1].index(desc)]
 
 
 def stream() -> TextIO:
@@ -55,6 +71,18 @@ class Bar(tqdm):
     and the load is no answer's time (tqdm's own rate would say `0:49:59 left` for a one-second job)."""
 
     _first: tuple[float, float] | None = None
+    _counted: str | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._counted = self.desc
+        _opened(self.desc)
+
+    def close(self) -> None:
+        if self._counted is not None:
+            _closed(self._counted)
+            self._counted = None
+        super().close()
 
     def update(self, n: float | None = 1) -> bool | None:
         shown = super().update(n)
@@ -74,7 +102,7 @@ class Bar(tqdm):
 
 
 class LogProgress:
-    """The `tqdm` calls the stages make, written as a log line every `LOG_EVERY_S` seconds and at the end."""
+    """The `tqdm` calls the stages make, written as a log line when it starts, every `LOG_EVERY_S` seconds and at the end."""
 
     def __init__(self, total: int | None, desc: str, *, unit: str = "item", unit_scale: bool = False):
         self.total, self.desc, self.unit, self.unit_scale = total, desc, unit, unit_scale
@@ -83,12 +111,15 @@ class LogProgress:
         self.start = self.last = time.monotonic()
         self.first: tuple[float, int] | None = None
         """(when, count) at the first update: the rate and time left count from there, not the model's load before it."""
+        self.closed = False
+        _opened(desc)
+        logger.info("%s: started", desc)
 
     def __enter__(self) -> LogProgress:
         return self
 
     def __exit__(self, kind: Any, *exc: Any) -> None:
-        self._log(done=True, failed=kind is not None)
+        self._finish(failed=kind is not None)
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -101,7 +132,13 @@ class LogProgress:
         self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())
 
     def close(self) -> None:
-        self._log(done=True)
+        self._finish(failed=False)
+
+    def _finish(self, *, failed: bool) -> None:
+        if not self.closed:
+            self.closed = True
+            _closed(self.desc)
+            self._log(done=True, failed=failed)
 
     def _log(self, *, done: bool = False, failed: bool = False) -> None:
         self.last = now = time.monotonic()

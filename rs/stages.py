@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
+from rs import ledger
 from rs.engines import Engine, engines_for
 from rs.engines.cache import GenerationCache
 from rs.checksums import MANIFEST, damage, seal
@@ -280,13 +281,14 @@ def ensure_clean(ctx: BuildContext) -> CleaningReport:
     the others wait and then reuse its store.
     """
     paths, expected = ctx.paths, clean_fingerprint(ctx)
-    if (report := read_report(paths.clean_report, expected, CleaningReport.from_dict)) and ctx.intact(paths.clean, "", "", say=False):
-        return report
-    with clean_lock(paths.root):
-        report = read_report(paths.clean_report, expected, CleaningReport.from_dict)
-        if report and ctx.intact(paths.clean, "the clean store", "the source"):
-            return report
-        return _clean(ctx, expected)
+    report = read_report(paths.clean_report, expected, CleaningReport.from_dict)
+    if not (report and ctx.intact(paths.clean, "", "", say=False)):
+        with clean_lock(paths.root):
+            report = read_report(paths.clean_report, expected, CleaningReport.from_dict)
+            if not (report and ctx.intact(paths.clean, "the clean store", "the source")):
+                report = _clean(ctx, expected)
+    ledger.keep(f"{ctx.family.name}'s clean store ({report.rows:,} rows, {paths.clean})")
+    return report
 
 
 def _clean(ctx: BuildContext, expected: str) -> CleaningReport:
@@ -362,20 +364,27 @@ def ensure_sampled(ctx: BuildContext) -> SampleReport:
         paths, inputs = ctx.paths, sample_inputs(ctx, clean)
         expected = fingerprint(inputs)
         report = read_report(paths.sample_report, expected, SampleReport.from_dict)
-        if report and ctx.intact(paths.items, "the items store", "the generation cache"):
-            return report
-        sampler, judge = ctx.engines("greedy")
-        tmp = paths.root / "items.tmp"
-        with writing("the items store", tmp), scratch(tmp):
-            with GenerationCache(ctx.cache_path) as cache:
-                stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress,
-                                    vocabulary=answer_vocabulary(ctx))
-                report = stage.run(read_clean_rows(paths.clean), tmp, total=clean.kept_items)
-            seal(tmp)
-            replace_dir(tmp, paths.items)
-            report.fingerprint, report.inputs = expected, inputs
-            write_json(paths.sample_report, report.to_dict())
+        if not (report and ctx.intact(paths.items, "the items store", "the generation cache")):
+            report = _sample(ctx, clean, inputs)
+        ledger.keep(f"{ctx.family.name}'s answers, verified and judged ({report.items:,} in {paths.items})")
         return report
+
+
+def _sample(ctx: BuildContext, clean: CleaningReport, inputs: dict[str, Any]) -> SampleReport:
+    """Run the sampling stage into a new items store (the caller holds the build lock and the engines' scope)."""
+    paths = ctx.paths
+    sampler, judge = ctx.engines("greedy")
+    tmp = paths.root / "items.tmp"
+    with writing("the items store", tmp), scratch(tmp):
+        with GenerationCache(ctx.cache_path) as cache:
+            stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress,
+                                vocabulary=answer_vocabulary(ctx))
+            report = stage.run(read_clean_rows(paths.clean), tmp, total=clean.kept_items)
+        seal(tmp)
+        replace_dir(tmp, paths.items)
+        report.fingerprint, report.inputs = fingerprint(inputs), inputs
+        write_json(paths.sample_report, report.to_dict())
+    return report
 
 
 def recovery_inputs(ctx: BuildContext, sampled: SampleReport) -> dict[str, Any]:
@@ -401,20 +410,27 @@ def ensure_recovered(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport
         inputs = recovery_inputs(ctx, sampled)
         expected = fingerprint(inputs)
         report = read_report(paths.recovery_report, expected, RecoveryReport.from_dict)
-        if report and ctx.intact(paths.recovery, "the recovery store", "the generation cache"):
-            return report
-        sampler, judge = ctx.engines("recovery")
-        tmp = paths.root / "recovery.tmp"
-        with writing("the recovery store", tmp), scratch(tmp):
-            with GenerationCache(ctx.cache_path) as cache:
-                greedy = SampleStage(ctx.family.config, sampler, judge, cache, progress=False, vocabulary=answer_vocabulary(ctx))
-                stage = RecoveryStage(ctx.family.config, greedy, promotes=sampled.promotes, progress=ctx.progress)
-                report = stage.run(read_clean_rows(paths.clean), read_records(paths.items, "items"), tmp)
-            seal(tmp)
-            replace_dir(tmp, paths.recovery)
-            report.fingerprint, report.inputs = expected, inputs
-            write_json(paths.recovery_report, report.to_dict())
+        if not (report and ctx.intact(paths.recovery, "the recovery store", "the generation cache")):
+            report = _recover(ctx, sampled, inputs)
+        ledger.keep(f"{ctx.family.name}'s recovery pass ({report.samples:,} samples in {paths.recovery})")
         return report
+
+
+def _recover(ctx: BuildContext, sampled: SampleReport, inputs: dict[str, Any]) -> RecoveryReport:
+    """Run the recovery pass into a new recovery store (the caller holds the build lock and the engines' scope)."""
+    paths = ctx.paths
+    sampler, judge = ctx.engines("recovery")
+    tmp = paths.root / "recovery.tmp"
+    with writing("the recovery store", tmp), scratch(tmp):
+        with GenerationCache(ctx.cache_path) as cache:
+            greedy = SampleStage(ctx.family.config, sampler, judge, cache, progress=False, vocabulary=answer_vocabulary(ctx))
+            stage = RecoveryStage(ctx.family.config, greedy, promotes=sampled.promotes, progress=ctx.progress)
+            report = stage.run(read_clean_rows(paths.clean), read_records(paths.items, "items"), tmp)
+        seal(tmp)
+        replace_dir(tmp, paths.recovery)
+        report.fingerprint, report.inputs = fingerprint(inputs), inputs
+        write_json(paths.recovery_report, report.to_dict())
+    return report
 
 
 def ensure_passes(ctx: BuildContext) -> tuple[SampleReport, RecoveryReport | None]:

@@ -25,7 +25,7 @@ from conftest import png
 from rs.families import load_families
 from rs.publish import publish
 from rs.publish.local import CONTROL
-from rs.registry import ENGINES
+from rs.registry import CLEANING, ENGINES, SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
@@ -44,8 +44,11 @@ FAMILY = """
 
 
 def write_families(folder: Path, *, images: int = 8, engine: str = "{kind: replay, replay_path: replay.jsonl, batch_size: 4}",
-                   names: tuple[str, ...] = ("Alpha", "Beta")) -> Path:
-    """families.yaml with one family per name, each `images` images with two questions; returns its path."""
+                   names: tuple[str, ...] = ("Alpha", "Beta"), samples: int = 0, family: str = FAMILY) -> Path:
+    """families.yaml with one family per name, each `images` images with two questions; returns its path.
+
+    `samples`: the replay file also answers samples 1 to `samples` of each question (a recovery pass asks for them),
+    right where the greedy answer was wrong every other time. `family`: the block written for each name."""
     replay = []
     text = "families:"
     for offset, name in enumerate(names):
@@ -59,8 +62,11 @@ def write_families(folder: Path, *, images: int = 8, engine: str = "{kind: repla
                 lines.append({"id": key, "image": image, "question": question, "answer": answer})
                 said = answer if (i + turn) % 3 else "blue"  # a third of the answers are wrong: rejected rows too
                 replay.append({"key": f"{key}#0", "text": f"<think>looking at shape {i}</think>{said}"})
+                for sample in range(1, samples + 1):
+                    again = answer if (i + turn + sample) % 2 else "green"
+                    replay.append({"key": f"{key}#0", "sample": sample, "text": f"<think>again, shape {i}</think>{again}"})
         (folder / name / "train.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-        text += FAMILY.replace("NAME", name).replace("ENGINE", engine)
+        text += family.replace("NAME", name).replace("ENGINE", engine)
     (folder / "replay.jsonl").write_text("\n".join(json.dumps(r) for r in replay) + "\n")
     (folder / "families.yaml").write_text(text)
     return folder / "families.yaml"
@@ -90,18 +96,23 @@ def plugin_env(site: Path) -> dict[str, str]:
     info = site / "rs_faults-0.1.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rs-faults\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[rs.engines]\nslow_replay = rs_faults\n")
+    (info / "entry_points.txt").write_text("[rs.engines]\nslow_replay = rs_faults\n[rs.sources]\nslow_files = rs_faults\n"
+                                           "[rs.cleaning]\nslow_check = rs_faults\n")
     path = os.pathsep.join([str(site), str(PLUGINS), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
 
 
 @contextmanager
 def engine_kinds_installed() -> Iterator[None]:
-    """The `rs-faults` engine kinds registered in this process for the duration; the registry is put back after."""
-    ENGINES.names()  # the built-in kinds found first, so that putting the entries back keeps them
+    """The `rs-faults` plug-ins (engine kinds, a source kind, a cleaning step) registered in this process for the duration;
+    the registries are put back after."""
+    registries = (ENGINES, SOURCES, CLEANING)
+    for registry in registries:
+        registry.names()  # the built-in kinds found first, so that putting the entries back keeps them
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(PLUGINS))
-        patch.setattr(ENGINES, "_entries", dict(ENGINES._entries))
+        for registry in registries:
+            patch.setattr(registry, "_entries", dict(registry._entries))
         module = importlib.import_module("rs_faults")
         if "slow_replay" not in ENGINES:  # imported before, into a registry since put back
             importlib.reload(module)
@@ -135,3 +146,16 @@ def cache_rows(path: Path) -> int:
             return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+def group_left(group: int) -> list[int]:
+    """Live processes of the process group a run leads (started with a session of its own): its engine's, after it exited."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            found.append(int(entry.name))
+    return found

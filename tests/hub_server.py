@@ -34,7 +34,9 @@ Failure injection (consumed in order, one fault per matching request):
 - `conflict_next_commit()`: someone else commits first, so the next commit's parentCommit is stale (412);
 - `commit_limit=(n, window_s)` (constructor): the Hub's commit quota, on `clock` (a test can drive it);
 - `after_commit`: called with (repo, commit) once a commit is applied and before it is answered (a test
-  kills its client there).
+  kills its client there);
+- `before_request`: called with the endpoint's name (`lfs_upload`, `commit`, ...) before a request is handled (a test
+  holds a slow Hub there).
 
 Counted for tests: `uploads[(repo_id, sha256)]`, each file content received (an LFS PUT, or a regular
 file inside a commit payload).
@@ -105,6 +107,7 @@ class HubServer:
         self.lfs_objects: dict[tuple[str, str, str], bytes] = {}  # (repo type, repo id, sha256) -> content
         self.uploads: Counter[tuple[str, str]] = Counter()  # (repo id, sha256) -> times its content was received
         self.after_commit: Callable[[Repo, Commit], None] | None = None
+        self.before_request: Callable[[str], None] | None = None
         self.faults: list[Fault] = []
         self.pending_conflicts: list[tuple[dict[str, bytes], list[str]]] = []
         self.auth_headers: list[str] = []  # every Authorization value received, in order
@@ -308,6 +311,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.hub.requests.append((name, method, split.path))
             if auth is not None:
                 self.hub.auth_headers.append(auth)
+        if self.hub.before_request is not None:
+            self.hub.before_request(name)
         fault = self.hub._take_fault(name)
         if fault is not None and fault.drop_connection:
             self.close_connection = True  # no answer at all: the client sees the connection drop

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -170,6 +171,29 @@ def test_an_index_is_built_once_and_streamed(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr("rs.decontam.index.build_index", lambda *a, **k: pytest.fail("built again"))
     again = load_or_build("x", config, base_dir=tmp_path, root=tmp_path / "idx")
     assert again.record_ids == first.record_ids and again.thumbnail(0)
+
+
+def test_an_evaluation_set_that_gives_no_image_is_refused_with_why_and_nothing_is_cached(tmp_path: Path) -> None:
+    """Decontamination against a set of no image (its image column names the question's, or its file is empty) checked
+    every training image against nothing, and the card said they were checked."""
+    from rs.decontam.index import EvaluationSetEmpty
+    from rs.sources.files import FilesSourceConfig
+    from rs.sources.mapping import Columns
+
+    lines = [{"image": f"img/{i}.png", "question": f"What is shape {i}?", "answer": "red"} for i in range(3)]
+    (tmp_path / "img").mkdir()
+    for i in range(2):  # the third image is missing, the first two are not images
+        (tmp_path / "img" / f"{i}.png").write_bytes(b"not a png")
+    (tmp_path / "val.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    (tmp_path / "empty.jsonl").write_text("")
+    for path, said, hint in (("val.jsonl", "gave no image that opens (3 of 3 records), most often undecodable_image (2)",
+                              "likely, in evaluation.v: the image column holds bytes that are not an image"),
+                             ("empty.jsonl", "gave no record", "check evaluation.v.source (its path, split or name)")):
+        config = EvaluationSetConfig(source=FilesSourceConfig(kind="files", path=path, columns=Columns()))
+        with pytest.raises(EvaluationSetEmpty, match=rf"^the evaluation set v \({path}\) {re.escape(said)}") as err:
+            load_or_build("v", config, base_dir=tmp_path, root=tmp_path / "idx")
+        assert err.value.exit_code == 2 and err.value.hint.startswith(hint)
+    assert not list((tmp_path / "idx").glob("*/index.pkl"))  # refused before it is cached: fixed, it is read again
 
 
 # The real evaluation sets' layouts: a few rows with the columns each dataset's card lists, laid out as a Hub

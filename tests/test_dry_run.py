@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,42 @@ def test_a_dry_run_of_a_family_not_built_creates_no_engine_and_says_what_a_run_w
     again = publish(family, dry_run=True, progress=False, engine_factory=counted, **paths)  # built: the usual file-by-file plan
     assert len(created) == 1 and again["report"] is not None
     assert all(c.action == "unchanged" for r in again["results"].values() for c in r.changes)
+
+
+def test_an_offline_dry_run_of_a_built_family_describes_what_it_would_upload_and_what_it_could_not_check(tmp_path: Path) -> None:
+    """Offline (HF_HUB_OFFLINE=1), a dry run to the Hub of a family built here refused (`Cannot publish ...: HF_HUB_OFFLINE
+    is set`) instead of describing the run. It now says what it would upload (the staged repos' files, as a dry run against
+    an empty repo lists them) and what it could not check; the Hub double behind HF_ENDPOINT sees no request."""
+    from faults import engine_kinds_installed, publish_command, write_families
+    from hub_server import running_hub
+    from test_hub import TOKEN
+
+    families = write_families(tmp_path, images=4, names=("Alpha",))
+    families.write_text(families.read_text().replace("target: local", "target: hub"))
+    with engine_kinds_installed():
+        publish(load_families(families)["Alpha"], out=tmp_path / "built", build_root=tmp_path / "build",
+                cache_path=tmp_path / "cache.sqlite", progress=False)
+    command = [a for a in publish_command(families, tmp_path) if a not in ("--out", str(tmp_path / "out"))] + ["--dry-run"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_TOKEN=TOKEN, HF_HUB_DISABLE_XET="1", NO_PROXY="127.0.0.1,localhost")
+    with running_hub() as hub:
+        said = {}
+        for mode in ("1", "0"):  # offline, then online against an empty Hub
+            run = subprocess.run(command, env={**env, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": mode}, capture_output=True, text=True,
+                                 timeout=300, cwd=Path(__file__).resolve().parents[1])
+            assert run.returncode == 0, run.stderr[-3000:]
+            said[mode] = run.stdout
+            if mode == "1":
+                assert hub.requests == []  # offline: nothing asked of the Hub
+        assert not hub.repos  # a dry run creates nothing
+    offline, online = said["1"], said["0"]
+    assert offline.startswith("Alpha: 8 source QA, 0 dropped by cleaning,")
+    for split in ("RS_think", "RS_nothink", "rejected"):
+        assert re.search(rf"  Alpha_{split}: \d+ rows, .* -> https://huggingface.co/datasets/tester/Alpha_{split} \(offline: "
+                         rf"\d+ files, [0-9.]+ [kM]?B, to upload at most; not compared with the Hub\)", offline), offline
+    uploads = sorted(line.split()[2:] for line in offline.splitlines() if line.startswith("    ? upload"))
+    adds = sorted(line.split()[2:] for line in online.splitlines() if line.startswith("    + add"))
+    assert uploads == adds and len(adds) >= 24  # the files an online dry run would add to an empty repo, with their sizes
+    assert ("  not checked (offline): what the Hub holds now (a file already there is not uploaded again, a file there and not "
+            "here is deleted), a pull request an earlier run left, the commits it takes, and whether the token may write to "
+            "tester") in offline

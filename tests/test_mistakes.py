@@ -72,6 +72,10 @@ def _read_only_target(folder: Path) -> str:
     return str(target / "out")
 
 
+EVALUATION_IMAGE_IS_QUESTION = ("families:\n  MyShapes:\n", "evaluation:\n  Shapes-val:\n    source: {kind: files, path: data/shapes.parquet, "
+                                "shape: flat, columns: {image: question}}\nfamilies:\n  MyShapes:\n    decontamination: {against: [Shapes-val]}\n")
+"""An evaluation split (`evaluation:`) a family is checked against, read with the question column as its image column."""
+
 # (case, command, the YAML edit, the start of stderr's first line after `error: `, exit status)
 MISTAKES = [
     ("source path misspelt: validate", ["families", "validate"], ("data/shapes.parquet", "data/shapse.parquet"),
@@ -149,6 +153,9 @@ MISTAKES = [
      "--replay N re-derives questions from the build's cleaned items and the run's generation cache: give --build DIR too", 2),
     ("--cards-only with nothing built", ["publish", "MyShapes", "--cards-only", "--out", "{folder}/out", "--build-dir", "{folder}/none"],
      None, "no build of MyShapes in ", 2),
+    ("an evaluation set whose image column is the question", ["publish", "MyShapes", "--out", "{folder}/out"], EVALUATION_IMAGE_IS_QUESTION,
+     "the evaluation set Shapes-val (data/shapes.parquet) gave no image that opens (2 of 2 records), most often missing_image (2): "
+     "decontamination would check the images against nothing", 2),
 ]
 
 

@@ -89,11 +89,12 @@ def test_a_signal_stops_the_run_in_order_and_the_command_it_prints_resumes_it(si
     assert took < 5, took  # promptly: the answers in flight are not waited for
     name = signal.Signals(signum).name
     lines = err.strip().splitlines()
-    assert lines[-2] == (f"stopped by {name}: the answers finished before it are committed to the generation cache, "
-                         "and the stages finished before it are kept")
-    assert lines[-1] == f"to resume, run the same command again: {shlex.join(command)}"
-    assert "Traceback" not in err
     after = committed(cache)
+    assert lines[-4:] == [f"stopped by {name} during sampling; kept (the same command goes on from there):",
+                          f"  Alpha's clean store (8 rows, {build / 'clean'})",
+                          f"  {len(after)} new answers (the judge's verdicts included) in the generation cache {cache}",
+                          f"to resume, run the same command again: {shlex.join(command)}"], err[-3000:]
+    assert "Traceback" not in err
     assert before <= after and intact(cache)  # nothing committed is lost; the commit in progress finished or rolled back
     # the stopped progress line counts what the cache keeps, not the records written in order (0: they go with items.tmp)
     shown = re.search(r"^sampling: (\d+)/\d+ items \(.*stopped after [^)]*\) \[committed=(\d+), answers=(\d+), verdicts=(\d+)\]$",

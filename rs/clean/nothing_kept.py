@@ -9,21 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from rs.causes import LIKELY_CAUSES
 from rs.errors import UsageError
 
-__all__ = ["NothingKept", "check_something_kept"]
-
-LIKELY_CAUSES = {
-    "missing_image": "the image column holds no image: source.columns.image names another column (the question's?), or "
-                     "its paths are relative to another folder than the one the source reads them from",
-    "no_image": "the image column is empty in every record: source.columns.image names the wrong column",
-    "multiple_images": "every record holds several images: a family of one image per question needs another source shape",
-    "undecodable_image": "the image column holds bytes that are not an image: source.columns.image names the wrong column",
-    "empty_image": "the image column is empty: source.columns.image names the wrong column",
-    "empty_question": "the question column is empty: source.columns.question names the wrong column",
-    "empty_answer": "the answer column is empty: source.columns.answer names the wrong column",
-    "foreign_source": "the source is not the dataset this family's cleaning was written for",
-}
+__all__ = ["LIKELY_CAUSES", "NothingKept", "check_something_kept"]
 
 
 class NothingKept(UsageError):

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from rs import distributed
+from rs import distributed, ledger
 from rs.cli import signals
 from rs.errors import RsError
 from rs.families import Family, get_family
@@ -152,6 +152,7 @@ def run(main: Callable[[], int | None]) -> None:
     handler.setFormatter(_Said())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     signals.install()
+    ledger.reset()
     try:
         code = main()
     except RsError as err:
@@ -173,17 +174,25 @@ def run(main: Callable[[], int | None]) -> None:
         print("hint: check that path and its permissions (--config, --build-dir, --cache and --out choose where rs reads and "
               "writes)", file=sys.stderr)
         code = 1
+    if signals.received() is not None:
+        signals.leave(code)
     sys.exit(code or 0)
 
 
 def _stopped(signum: int, trouble: RsError | None = None) -> int:
-    """Say that a signal stopped the command and how to resume it; the conventional exit status."""
+    """Say that a signal stopped the command, where, what it keeps and how to resume it; the conventional exit status."""
     name = signal.Signals(signum).name
-    if trouble is None:
-        print(f"stopped by {name}: the answers finished before it are committed to the generation cache, "
-              "and the stages finished before it are kept", file=sys.stderr)
+    where = f" during {doing}" if (doing := signals.during()) else ""
+    head = f"stopped by {name}{where}; "
+    if trouble is not None:
+        print(f"stopped by {name}{where}, and on the way out: {trouble}", file=sys.stderr)
+        head = ""
+    kept = ledger.kept()
+    if kept:
+        print(f"{head}kept (the same command goes on from there):", file=sys.stderr)
+        print("".join(f"  {what}\n" for what in kept), end="", file=sys.stderr)
     else:
-        print(f"stopped by {name}, and on the way out: {trouble}", file=sys.stderr)
+        print(f"{head}nothing was finished yet (the same command starts again from the beginning)", file=sys.stderr)
     print(f"to resume, run the same command again: {resume_command()}", file=sys.stderr)
     return 128 + signum
 

@@ -84,7 +84,10 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
         refused = True  # another run holds the build or the target: this one wrote nothing, not even a log in its folder
         raise
     except BaseException as err:
-        if not isinstance(err, (KeyboardInterrupt, SystemExit)):
+        if isinstance(err, KeyboardInterrupt):  # where the run was when it was stopped, for whoever wonders what it was doing
+            log.write(f"{err or 'interrupted'}, in:\n" + "".join(traceback.format_exception(err)))
+            log.flush()
+        elif not isinstance(err, SystemExit):
             engines_say = isinstance(err, RsError) and err.show_log
             if engines_say:  # the engine's own last lines, before this traceback joins them
                 _tell_where_the_log_is(path, terminal, tail=True, cause=True)

@@ -25,6 +25,7 @@ from rs.errors import RsError, UsageError
 from rs.families import Family
 from rs.family_report import Endings, FamilyReport, RecoverySummary
 from rs.hub import describe_commits, format_plan
+from rs.sizes import format_bytes
 from rs.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.publish import check_local_root, publish
 from rs.plan import Plan
@@ -80,9 +81,13 @@ def _split_lines(outcome: dict[str, Any], split: str, *, dry_run: bool) -> list[
     result = outcome["results"][split]
     counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
     commits = "" if outcome["local"] else f"; {describe_commits(result, dry_run=dry_run)}"
-    lines = [(f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome['where'][split]} "
-              f"({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} unchanged"
-              f"{commits})")]
+    head = f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome['where'][split]}"
+    if result.offline:
+        lines = [f"{head} (offline: {len(result.changes)} files, {format_bytes(sum(c.size for c in result.changes))}, to upload "
+                 "at most; not compared with the Hub)"]
+    else:
+        lines = [(f"{head} ({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} "
+                  f"unchanged{commits})")]
     if not s.rows:
         lines.append(f"  warning: {s.repo} is empty: datasets.load_dataset cannot load a split with no rows (streaming=True reads "
                      "it as empty); to the Hub it is published only with --allow-empty")
@@ -110,6 +115,10 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool, cache: Pa
         lines += _calibration_lines(cal)
     for split in report.splits:
         lines += _split_lines(outcome, split, dry_run=dry_run)
+    if any(result.offline for result in outcome["results"].values()):
+        lines.append("  not checked (offline): what the Hub holds now (a file already there is not uploaded again, a file there "
+                     "and not here is deleted), a pull request an earlier run left, the commits it takes, and whether the token "
+                     f"may write to {family.config.publish.namespace}")
     lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in report.splits) if outcome["local"] else "")
     if cache is not None:  # the default cache is shared by every checkout: a "fresh" clone may reuse answers
         lines.append(f"  generation cache: {cache} (answers already there were not asked again)")

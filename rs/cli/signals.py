@@ -11,15 +11,18 @@ SIGKILL would (at most the answers in flight, and never a committed one).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
+import threading
 from types import FrameType
 
 from rs import progress
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 _received: int | None = None
+_during: str | None = None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -37,8 +40,8 @@ class Interrupted(KeyboardInterrupt):
 
 def install() -> None:
     """Handle SIGTERM and SIGINT in this process (call from the main thread, before the command runs)."""
-    global _received
-    _received = None
+    global _received, _during
+    _received = _during = None
     for signum in HANDLED:
         signal.signal(signum, _handle)
 
@@ -48,15 +51,35 @@ def received() -> int | None:
     return _received
 
 
+def during() -> str | None:
+    """What the run was doing when the first signal came (its innermost progress bar: `sampling`), if known."""
+    return _during
+
+
 def _handle(signum: int, frame: FrameType | None) -> None:
-    global _received
+    global _received, _during
     name = signal.Signals(signum).name
     if _received is not None:
         _say(f"second {name}: stopping at once; answers not yet committed to the cache are lost (never a committed "
              "one): run the same command again to resume")
         os._exit(128 + signum)
-    _received = signum
+    _received, _during = signum, progress.current()
     raise Interrupted(signum)
+
+
+def leave(code: int) -> None:
+    """End a stopped run now when threads it abandoned would hold the process: the interpreter's exit waits for every
+    thread-pool worker, and a worker uploading to a slow Hub (`rs.hub.publish`) answers when the Hub does. What they
+    were doing is never committed; the same command redoes it. Returns when no such thread is left."""
+    if not any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _say(line: str) -> None:

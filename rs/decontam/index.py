@@ -18,6 +18,7 @@ import pickle
 import shutil
 import sqlite3
 import warnings
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from rs.errors import RsError
+from rs.causes import LIKELY_CAUSES
+from rs.errors import RsError, UsageError
 from rs.registry import SOURCES
+from rs.sources.base import RefusedImage
 
 from .hamming import HammingIndex
 from .hashing import exact_key, image_hashes, shingles
@@ -75,6 +78,8 @@ class EvaluationIndex:
     lsh: Any = None
     undecodable: int = 0
     """Images missing or that did not decode: their record's questions are indexed, the image is not."""
+    unusable: Counter[str] = field(default_factory=Counter)
+    """Records without an image that opens, by why (cleaning's reasons: `missing_image`, `undecodable_image`, ...)."""
     thumbnails: Path | None = None
     _hamming: HammingIndex | None = None
 
@@ -139,15 +144,20 @@ def build_index(name: str, records: Any, fingerprint: str, folder: Path) -> Eval
         # a record is one entry: its questions are indexed even when it has no usable image (a text-only question)
         number = len(index.record_ids)
         index.record_ids.append(record.record_id)
+        why = [] if record.images else ["no_image"]
         for image in record.images:
             hashes, thumb = _hash(image)
             if hashes is None:
                 index.undecodable += 1
+                why.append(_unusable(image))
                 continue
+            why = []
             index.pixels.setdefault(hashes.pixels, number)
             codes.extend(hashes.phash)
             owners.extend([number] * len(hashes.phash))
             db.execute("INSERT OR IGNORE INTO thumbs VALUES (?, ?)", (number, thumb))
+        if why:  # none of its images opens
+            index.unusable[why[0]] += 1
         index.question_start.append(len(index.questions))
         for item in record.qa:
             q = len(index.questions)
@@ -163,8 +173,37 @@ def build_index(name: str, records: Any, fingerprint: str, folder: Path) -> Eval
     return index
 
 
+def _unusable(image: Any) -> str:
+    """Why an evaluation record's image value gave no image, in cleaning's words."""
+    if isinstance(image, RefusedImage):
+        return image.reason
+    if image is None:
+        return "no_image"
+    return "empty_image" if not image else "undecodable_image"
+
+
 class EvaluationSetUnreadable(RsError):
     """An evaluation set a family is checked against could not be read: nothing of the family is cleaned without it."""
+
+
+class EvaluationSetEmpty(UsageError):
+    """An evaluation set that gave no image to check against: its source or columns are wrong (exit 2), and decontamination
+    would check the family's images against nothing while the card said they were checked."""
+
+
+def check_images(name: str, label: str, index: EvaluationIndex) -> None:
+    """Refuse an evaluation set of which no image opened, naming the most frequent reason and its likely cause."""
+    if len(index.codes):
+        return
+    if not index.images:
+        raise EvaluationSetEmpty(f"the evaluation set {name} ({label}) gave no record: decontamination would check the images "
+                                 "against nothing", hint=f"check evaluation.{name}.source (its path, split or name)")
+    reason, count = index.unusable.most_common(1)[0]
+    cause = LIKELY_CAUSES.get(reason, f"evaluation.{name}.source does not read the images its records hold")
+    raise EvaluationSetEmpty(
+        f"the evaluation set {name} ({label}) gave no image that opens ({index.images} of {index.images} records), most often "
+        f"{reason} ({count}): decontamination would check the images against nothing",
+        hint=f"likely, in evaluation.{name}: {cause}")
 
 
 def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | None = None) -> EvaluationIndex:
@@ -172,13 +211,16 @@ def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | No
     fingerprint = set_fingerprint(set_config.source)
     folder = (root or cache_root()) / f"{name}-{fingerprint[:16]}"
     path = folder / "index.pkl"
+    label = SOURCES.get(set_config.source.kind).label(set_config.source)
     if path.exists():
         try:
             with path.open("rb") as fh:
                 index = pickle.load(fh)
-            if index.fingerprint == fingerprint:
+            if index.fingerprint == fingerprint and (len(index.codes) or getattr(index, "unusable", None)):
                 index.thumbnails = folder / "thumbs.sqlite"
+                check_images(name, label, index)
                 return index
+            # else an index of no image, cached before the reasons were counted: read again, to say why
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as err:
             logger.warning("evaluation index %s unreadable (%s): building it again", path, err)
     source = SOURCES.get(set_config.source.kind).from_config(set_config.source, base_dir=base_dir)
@@ -189,11 +231,11 @@ def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | No
         try:
             index = build_index(name, iter(source), fingerprint, tmp)
         except (RsError, OSError, ValueError, ConnectionError) as err:
-            label = SOURCES.get(set_config.source.kind).label(set_config.source)
             raise EvaluationSetUnreadable(
                 f"cannot read the evaluation set {name} ({label}) to index it: {getattr(err, 'message', err)}",
                 hint="a family checked against it (decontamination.against) needs it once: run where the Hub is reachable, "
                      "or put the dataset in the local Hugging Face cache; its index is cached after") from err
+        check_images(name, label, index)  # before it is cached: a set fixed in the YAML has another fingerprint anyway
         index._hamming = None
         with (tmp / "index.pkl").open("wb") as fh:
             pickle.dump(index, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -203,5 +245,6 @@ def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | No
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     index.thumbnails = folder / "thumbs.sqlite"
-    logger.info("evaluation set %s: indexed %d images, %d questions", name, index.images, len(index.questions))
+    logger.info("evaluation set %s: indexed %d records: %d images, %d questions", name, index.images,
+                int(np.unique(index.code_images).size), len(index.questions))
     return index

@@ -34,6 +34,7 @@ from typing import Iterable, Iterator
 from rs.engines.base import Generation, SamplingSettings, loop_would_end
 from rs.engines.cache_count import CommittedCount
 from rs.engines.cache_file import STEP_S, check_file, create_file, guarded
+from rs import ledger
 from rs.errors import RsError
 
 _SCHEMA = """
@@ -338,6 +339,7 @@ class GenerationCache:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+        ledger.committed(self.path, len(keys) - stored)
         self._checkpoint(len(rows))
         return len(rows)
 

@@ -24,7 +24,8 @@ REPO_TYPE = "dataset"
 PROTECTED_REMOTE_FILES = frozenset({".gitattributes"})  # the Hub's LFS rules: never ours to delete
 _HASH_CHUNK = 8 * 1024 * 1024
 
-Action = Literal["add", "change", "delete", "unchanged"]
+Action = Literal["add", "change", "delete", "unchanged", "upload"]
+"""`upload`: a dry run offline, the Hub not read: a file uploaded unless the Hub already holds it."""
 
 
 @dataclass

@@ -7,16 +7,17 @@ earlier run committed is found there and not committed again; the retry loops ar
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, constants
 
 from rs import __version__
 from rs.hub import pulls
 from rs.hub.commits import CommitPlan, make_plan, operations
-from rs.hub.diff import REPO_TYPE, FileChange, LocalFile, scan_folder
+from rs.hub.diff import REPO_TYPE, FileChange, LocalFile, scan_folder, selected
 from rs.hub.pulls import Pull
 from rs.hub.result import PublishResult, format_plan
 from rs.hub.retry import MainMoved, retrying, through_rate_limit
@@ -28,6 +29,7 @@ from rs.progress import progress as progress_bar
 logger = logging.getLogger("rs.hub")
 
 DEFAULT_COMMIT_MESSAGE = "Publish dataset"
+T = TypeVar("T")
 
 
 def _summary(changes: Sequence[FileChange]) -> str:
@@ -195,6 +197,8 @@ def publish_folder(folder: str | Path, repo_id: str, *, token: str | None = None
     folder = Path(folder)
     local = scan_folder(folder)
 
+    if dry_run and constants.HF_HUB_OFFLINE:
+        return _offline_dry_run(folder, repo_id, local, only=only)
     if dry_run:
         return _dry_run(folder, repo_id, local, token=token, only=only, delete_extra=delete_extra, endpoint=endpoint,
                         max_attempts=max_attempts, files_per_commit=files_per_commit)
@@ -205,10 +209,49 @@ def publish_folder(folder: str | Path, repo_id: str, *, token: str | None = None
                            delete_extra=delete_extra, commit_message=commit_message, files_per_commit=files_per_commit,
                            show_progress=progress)
     try:
-        return retrying(publisher.attempt, repo_id=repo_id, token=token, max_attempts=max_attempts,
-                        progress=lambda: publisher.made)
+        return _interruptible(lambda: retrying(publisher.attempt, repo_id=repo_id, token=token, max_attempts=max_attempts,
+                                               progress=lambda: publisher.made))
     finally:
         publisher.close()
+
+
+def _interruptible(call: Callable[[], T]) -> T:
+    """`call()` in a thread of its own, waited for in a way Ctrl-C or SIGTERM interrupts at once.
+
+    `huggingface_hub` uploads several files from a thread pool and, interrupted, waits for every upload in flight
+    (`ThreadPoolExecutor.shutdown(wait=True)`): a first Ctrl-C during a publish to a slow Hub waited as long as the
+    slowest upload. Waited for from here, the stop is immediate; what the abandoned uploads send is never committed
+    (the commit comes after them, in the abandoned thread), and the next run uploads only what the Hub lacks.
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as err:  # handed to the waiting thread as it is
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, name="rs-publish")  # not a daemon, nor are the upload threads it starts:
+    # a stopped command sees them there and leaves without waiting for them (`rs.cli.signals.leave`)
+    worker.start()
+    while worker.is_alive():  # in short waits: a signal the kernel hands to another thread is seen by this one only when
+        worker.join(0.1)     # it runs Python again, and an endless join of a lock never returns to run it
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _offline_dry_run(folder: Path, repo_id: str, local: dict[str, LocalFile], *, only: Sequence[str] | None) -> PublishResult:
+    """A dry run without the Hub (HF_HUB_OFFLINE): every local file in scope, to upload unless the Hub already holds it.
+
+    What the Hub holds now (so what is unchanged or deleted), an open pull request and the commits are not known here;
+    the caller says so. Nothing is sent: offline, `huggingface_hub` refuses every request anyway.
+    """
+    changes = [FileChange(path, "upload", file.size) for path, file in sorted(local.items()) if selected(path, only)]
+    result = PublishResult(repo_id, changes, None, offline=True)
+    logger.info("Dry run of %s offline, nothing published (%s to upload at most, not compared with the Hub):\n%s", folder,
+                format_bytes(sum(c.size for c in changes)), format_plan(result, dry_run=True))
+    return result
 
 
 def _dry_run(folder: Path, repo_id: str, local: dict[str, LocalFile], *, token: str | None,
@@ -232,4 +275,4 @@ def _dry_run(folder: Path, repo_id: str, local: dict[str, LocalFile], *, token: 
                     format_plan(result, dry_run=True))
         return result
 
-    return retrying(attempt, repo_id=repo_id, token=dry_token, max_attempts=max_attempts)
+    return _interruptible(lambda: retrying(attempt, repo_id=repo_id, token=dry_token, max_attempts=max_attempts))

@@ -17,6 +17,7 @@ class PublishResult:
     commits: int = 0  # commits made (a dry run: that it would make), the merge included
     merges: int = 0  # 1 when the commits went through a pull request merged at the end
     pull_request: str | None = None  # the pull request used (a dry run: the one it would resume)
+    offline: bool = False  # a dry run offline: the Hub was not read, `changes` are the local files (action `upload`)
 
     @property
     def committed(self) -> bool:
@@ -29,6 +30,8 @@ class PublishResult:
 def describe_commits(result: PublishResult, *, dry_run: bool = False) -> str:
     """'no commit', '1 commit' or '21 commits: 20 on a pull request, then its merge' (would make, in a dry run)."""
     verb = "would make " if dry_run else ""
+    if result.offline:
+        return "the commits it takes are not known offline"
     if result.commits == 0:
         return "would make no commit" if dry_run else "no commit"
     if not result.merges:
@@ -42,13 +45,15 @@ def describe_commits(result: PublishResult, *, dry_run: bool = False) -> str:
 def _summary_line(repo_id: str, changes: Sequence[FileChange], result: PublishResult | None, *, dry_run: bool) -> str:
     """The plan's header: how many files each action touches and their bytes (and the commits, given a PublishResult)."""
     parts = []
-    for action, label in (("add", "to add"), ("change", "to change"), ("delete", "to delete")):
+    for action, label in (("add", "to add"), ("change", "to change"), ("delete", "to delete"), ("upload", "to upload at most")):
         selected = [c for c in changes if c.action == action]
         if selected:
             parts.append(f"{len(selected)} {label} ({format_bytes(sum(c.size for c in selected))})")
-    unchanged = sum(1 for c in changes if c.action == "unchanged")
-    parts.append(f"{unchanged} unchanged")
-    line = f"datasets/{repo_id}: " + (", ".join(parts) if len(parts) > 1 else f"up to date ({parts[0]})")
+    if any(c.action == "upload" for c in changes):  # offline: nothing is known unchanged
+        line = f"datasets/{repo_id}: {parts[0]}, not compared with the Hub (offline)"
+    else:
+        parts.append(f"{sum(1 for c in changes if c.action == 'unchanged')} unchanged")
+        line = f"datasets/{repo_id}: " + (", ".join(parts) if len(parts) > 1 else f"up to date ({parts[0]})")
     if result is not None:
         line += f"; {describe_commits(result, dry_run=dry_run)}"
     return line
@@ -67,7 +72,7 @@ def format_plan(result_or_changes: PublishResult | Sequence[FileChange], *, repo
         changes, repo_id, commit_url = result.changes, result.repo_id, result.commit_url
     else:
         changes, commit_url = list(result_or_changes), None
-    marks = {"add": "+", "change": "~", "delete": "-", "unchanged": "="}
+    marks = {"add": "+", "change": "~", "delete": "-", "unchanged": "=", "upload": "?"}
     shown = [c for c in changes if show_unchanged or c.action != "unchanged"]
     width = max((len(c.path) for c in shown), default=0)
     lines = [] if repo_id is None else [_summary_line(repo_id, changes, result, dry_run=dry_run)]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rs.build import build_family
-from rs import figures
+from rs import figures, ledger
 from rs.locks import publish_lock
 from rs.publish import local as local_publish
 from rs.publish.checks import check_repo
@@ -253,6 +253,7 @@ def sync_local(family: str, staged: dict[str, Path], root: Path, *, only: tuple[
     except BaseException:
         local_publish.abandon(root, family)  # before the commit: the published repos are as they were
         raise
+    ledger.keep(f"{family}'s repos published in {root}")
     return results
 
 
@@ -282,11 +283,11 @@ def _locked_target(root: Path, family: str) -> Iterator[None]:
 def _download_card_inputs(repo_id: str, folder: Path, token: str | None) -> Path | None:
     """What a card is rendered from (rs/stats.json, rs/examples.json, rs/overturns.json, the example images), from a published repo."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, RepositoryNotFoundError
 
     try:
         snapshot_download(repo_id, repo_type="dataset", allow_patterns=["rs/*", "images/*"], local_dir=folder, token=token)
-    except (RepositoryNotFoundError, HfHubHTTPError) as err:
+    except (RepositoryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled) as err:  # offline: not cached
         logger.warning("could not read the card inputs of %s: %s", repo_id, err)
         return None
     return folder
@@ -337,6 +338,8 @@ def _publish_to_hub(family: Family, staged: dict[str, Path], *, token: str | Non
         results[split] = publish_folder(repo, f"{c.publish.namespace}/{repo_name}", token=token, private=c.publish.private,
                                         only=only, dry_run=dry_run, commit_message=f"rs: publish {repo_name}",
                                         files_per_commit=c.publish.files_per_commit, progress=progress)
+        if not dry_run:
+            ledger.keep(f"{c.publish.namespace}/{repo_name} published on the Hub")
     return results
 
 
@@ -382,6 +385,9 @@ def _stage_and_publish(ctx: BuildContext, target: _Target, *, cards_only: bool, 
     """
     family, c = ctx.family, ctx.family.config
     report = None if cards_only else build_family(ctx)
+    if report is not None:
+        ledger.keep(f"{family.name}'s splits, ready to publish ("
+                    + ", ".join(f"{s.repo} {s.rows:,} rows" for s in report.splits.values()) + f", in {ctx.paths.root / 'splits'})")
     _check_not_empty(ctx, report, local=target.local, allow_empty=allow_empty)
     only = CARD_FILES if cards_only else None
     staged = _stage_all(ctx, ctx.paths.root / "repos", target.root, local=target.local, cards_only=cards_only, token=token)

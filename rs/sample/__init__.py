@@ -331,4 +331,4 @@ class SampleStage:
     def _calibrate(self) -> Calibration | None:
         if self.judge is None:
             return None
-        return calibrate(self.judge, self.calibration_cases(), dict(self.report.contradicted_verdicts))
+        return calibrate(self.judge, self.calibration_cases(), dict(self.report.contradicted_verdicts), show_progress=self.progress)

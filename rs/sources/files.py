@@ -150,6 +150,8 @@ class FilesSource:
 
         fmt = self.format()
         self.check()  # the path, the first file's schema and the columns, before a stream fails on them
+        if fmt == "json" and not any(_holds_a_line(path) for path in self.files()):
+            return  # `datasets` cannot read a JSON Lines file of no record (a StopIteration inside its reader): none
         if fmt == "imagefolder":
             rows, base_dir = self._image_folder_rows(), self.path
         else:
@@ -179,3 +181,9 @@ class FilesSource:
                 name = row.pop("file_name", None) or row.pop(f"{column}_file_name", None)
                 row[column] = None if name is None else str(metadata.parent / str(name))
                 yield row
+
+
+def _holds_a_line(path: Path) -> bool:
+    """Whether a JSON Lines file has a line that is not blank (read up to the first one)."""
+    with path.open("rb") as fh:
+        return any(line.strip() for line in fh)

@@ -1,9 +1,11 @@
-"""Engine kinds for the fault tests, installed by an entry point the way any engine kind is.
+"""Engine kinds, a source kind and a cleaning step for the fault tests, installed by entry points the way any plug-in is.
 
 `faulty_vllm` (tests/test_ray.py): vLLM with faults injected when given items' requests go in. Its
 answers are vLLM's, so it caches under the plain `vllm` kind and a run with it is comparable with a
 run without; it reaches the Ray replicas as any engine kind does on a cluster.
 `slow_replay` (tests/faults.py): the replay engine, slow enough for a run to be stopped part-way.
+`slow_files` and the `slow_check` step (tests/test_phase_interrupts.py): a files source whose records come slowly, and a
+cleaning step that takes its time over each question, so that a run can be stopped while it reads or cleans.
 """
 
 from __future__ import annotations
@@ -12,12 +14,15 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Hashable, Literal, Sequence
+from typing import Any, Hashable, Iterator, Literal, Sequence
 
+from rs.clean.base import ItemFilter, StepCard
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.replay import ReplayEngine, ReplayEngineConfig
 from rs.engines.vllm import VLLMEngine, VLLMEngineConfig, VLLMStream
-from rs.registry import ENGINES
+from rs.registry import CLEANING, ENGINES, SOURCES
+from rs.sources.base import QAItem, SourceRecord
+from rs.sources.files import FilesSource, FilesSourceConfig
 
 
 @dataclass(kw_only=True)
@@ -96,3 +101,61 @@ class SlowReplayEngine(ReplayEngine):
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
         time.sleep(self.delay * sum(r.image is not None for r in requests))  # the answers; the judge's verdicts come at once
         return super().generate(requests, settings)
+
+
+@dataclass(kw_only=True)
+class SlowFilesConfig(FilesSourceConfig):
+    kind: Literal["slow_files"]  # type: ignore[assignment]
+    delay: float = 0.2
+    """Seconds before each record comes, as from a slow connection."""
+    first_delay: float = 0.0
+    """Seconds before the first record comes (a stream is slowest to start)."""
+    marker: str | None = None
+    """A file created when the first record is waited for: the run is reading the source."""
+
+
+@SOURCES.register("slow_files")
+class SlowFilesSource(FilesSource):
+    """The files source, each record `delay` seconds after the one before, the first after `first_delay`."""
+
+    Config = SlowFilesConfig
+
+    def __iter__(self) -> Iterator[SourceRecord]:
+        c = self.config
+        for number, record in enumerate(super().__iter__()):
+            if number == 0 and c.marker is not None:
+                Path(c.marker).touch()
+            time.sleep(c.first_delay if number == 0 else c.delay)
+            yield record
+
+
+@dataclass
+class SlowCheckConfig:
+    enabled: bool = False
+    delay: float = 0.2
+    """Seconds the step takes over each question."""
+    first_delay: float = 0.0
+    """Seconds it takes over the first one."""
+    marker: str | None = None
+    """A file created when the step starts on its first question: the run is cleaning."""
+
+
+@CLEANING.register("slow_check")
+class SlowCheck(ItemFilter):
+    """A cleaning step that keeps every question, taking `delay` seconds over each."""
+
+    name = "slow_check"
+    Config = SlowCheckConfig
+    order = 90
+    card = StepCard("Slow check", "Every question is looked at slowly, and kept.")
+
+    def __init__(self, config: SlowCheckConfig) -> None:
+        super().__init__()
+        self.config = config
+
+    def check(self, item: QAItem, image_sha256: str, image_id: str | None) -> str | None:
+        first = self.stats.seen == 1  # counted before the check
+        if first and self.config.marker is not None:
+            Path(self.config.marker).touch()
+        time.sleep(self.config.first_delay if first else self.config.delay)
+        return None
