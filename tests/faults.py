@@ -17,6 +17,7 @@ import sqlite3
 import sys
 from contextlib import closing, contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Iterator
 
 import pytest
@@ -106,17 +107,23 @@ def plugin_env(site: Path) -> dict[str, str]:
 def engine_kinds_installed() -> Iterator[None]:
     """The `rs-faults` plug-ins (engine kinds, a source kind, a cleaning step) registered in this process for the duration;
     the registries are put back after."""
+    with pytest.MonkeyPatch.context() as patch:
+        fault_plugins(patch)
+        yield
+
+
+def fault_plugins(patch: pytest.MonkeyPatch) -> ModuleType:
+    """Register the `rs-faults` plug-ins until `patch` is undone: every registry they add to is copied first, and the
+    module imported afresh into the copies (an earlier import registered into copies since put back)."""
     registries = (ENGINES, SOURCES, CLEANING)
     for registry in registries:
         registry.names()  # the built-in kinds found first, so that putting the entries back keeps them
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(PLUGINS))
-        for registry in registries:
-            patch.setattr(registry, "_entries", dict(registry._entries))
-        module = importlib.import_module("rs_faults")
-        if "slow_replay" not in ENGINES:  # imported before, into a registry since put back
-            importlib.reload(module)
-        yield
+    patch.syspath_prepend(str(PLUGINS))
+    for registry in registries:
+        patch.setattr(registry, "_entries", {name: entry for name, entry in registry._entries.items()
+                                             if getattr(entry, "__module__", None) != "rs_faults"})
+    module = importlib.import_module("rs_faults")
+    return module if "slow_replay" in ENGINES else importlib.reload(module)
 
 
 def published_files(folder: Path) -> list[str]:

@@ -91,14 +91,10 @@ def _plugin_path(tmp_path: Path) -> str:
 def _faulty(ctx: BuildContext, faults: list[dict[str, str]], monkeypatch, tmp_path: Path) -> BuildContext:
     """`ctx` with its engine swapped for the faulty one, registered in this process for this test only."""
     import dataclasses
-    import importlib
 
-    from rs.registry import ENGINES
+    from faults import fault_plugins
 
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    monkeypatch.setattr(ENGINES, "_entries", dict(ENGINES._entries))
-    module = importlib.import_module("rs_faults")
-    module = importlib.reload(module) if "faulty_vllm" not in ENGINES._entries else module
+    module = fault_plugins(monkeypatch)
     engine = ctx.family.config.engine
     config = dataclasses.replace(ctx.family.config, engine=module.FaultyVLLMConfig(args=engine.args, batch_size=engine.batch_size,
                                                                                   faults=faults, in_flight=IN_FLIGHT))
