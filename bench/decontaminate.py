@@ -6,7 +6,7 @@
 `quality`: a noise-free synthetic training pool and a `synthetic_eval` split of it (rs.sources.synthetic.evaluation:
 some scenes recur re-saved, re-encoded, resized, cropped 2-5% or brightened, some questions recur verbatim or
 reworded; the other scenes are new ones of the same renderer, the hard negatives). Every training image and question
-is asked through `rs.decontam.Decontaminator`, as cleaning asks it, and each answer is scored against the truth:
+is asked through `rs.pipeline.clean.decontam.Decontaminator`, as cleaning asks it, and each answer is scored against the truth:
 
 - images: a (training image, evaluation image) pair is a true overlap when the evaluation image is that training
   scene transformed; recall per transform;
@@ -43,8 +43,8 @@ def _rss_mb() -> float:
 def quality(n_train: int, n_eval: int) -> None:
     from PIL import Image
 
-    from rs.decontam import Decontaminator
-    from rs.decontam.hashing import exact_key, image_hashes
+    from rs.pipeline.clean.decontam import Decontaminator
+    from rs.pipeline.clean.decontam.hashing import exact_key, image_hashes
     from rs.families.schema import DecontaminationActions, DecontaminationConfig, EvaluationSetConfig
     from rs.sources.synthetic.evaluation import SyntheticEvaluationConfig, SyntheticEvaluationSource
 
@@ -149,9 +149,9 @@ def quality(n_train: int, n_eval: int) -> None:
 def scale(n_train: int, n_eval: int, batch: int) -> None:
     import numpy as np
 
-    from rs.decontam.hamming import HammingIndex
-    from rs.decontam.hashing import CROPS
-    from rs.decontam.methods import PHASH_DISTANCE
+    from rs.pipeline.clean.decontam.hamming import HammingIndex
+    from rs.pipeline.clean.decontam.hashing import CROPS
+    from rs.pipeline.clean.decontam.methods import PHASH_DISTANCE
 
     per = len(CROPS)  # hashes per image, on both sides, as the index keeps them and cleaning asks
     rng = np.random.default_rng(0)
@@ -190,7 +190,7 @@ def scale(n_train: int, n_eval: int, batch: int) -> None:
 
     from PIL import Image
 
-    from rs.decontam.hashing import image_hashes
+    from rs.pipeline.clean.decontam.hashing import image_hashes
     from rs.sources.synthetic import SyntheticSource
 
     source = SyntheticSource(seed=0, num_images=200)
@@ -211,9 +211,9 @@ def questions(n_train: int, n_eval: int) -> None:
 
     from datasketch import MinHashLSH
 
-    from rs.decontam.hashing import exact_key, overlap, shingles
-    from rs.decontam.index import minhash
-    from rs.decontam.methods import LSH_THRESHOLD, NGRAM, NUM_PERM, QUESTION_OVERLAP
+    from rs.pipeline.clean.decontam.hashing import exact_key, overlap, shingles
+    from rs.pipeline.clean.decontam.index import minhash
+    from rs.pipeline.clean.decontam.methods import LSH_THRESHOLD, NGRAM, NUM_PERM, QUESTION_OVERLAP
     from rs.sources.synthetic import generate_scene, questions_for
 
     def draw(seed: int, n: int) -> list[str]:

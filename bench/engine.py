@@ -136,7 +136,7 @@ def cached_run(engine, cache_path: Path, requests, settings, batch_size: int):
 def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm", engine_args: dict | None = None) -> dict[str, float]:
     from dataclasses import replace
 
-    from rs.engines import sampling_settings
+    from rs.engines.factory import sampling_settings
 
     long_tail = name == "long-tail"
     # the tiny VLM is loaded without TinyCLEVR's reasoning parser, which vLLM needs for a thinking budget (as in `loops`)
@@ -248,7 +248,7 @@ def loop_workload(n: int, repeats: int, family, share: float) -> None:
     from collections import Counter
     from dataclasses import replace
 
-    from rs.engines import sampling_settings
+    from rs.engines.factory import sampling_settings
 
     base = replace(sampling_settings(family), thinking_token_budget=None)
     if base.repetition_detection is None:
@@ -299,7 +299,7 @@ def loop_workload(n: int, repeats: int, family, share: float) -> None:
 
 def rss_child(n: int, mm_cache_gb: float | None) -> int:
     """Path (c) over `n` lazily generated long-tail requests in this process; its peak RSS in KiB."""
-    from rs.engines import sampling_settings
+    from rs.engines.factory import sampling_settings
     from rs.families import get_family
 
     family = get_family("TinyCLEVR")

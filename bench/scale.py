@@ -91,9 +91,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from longtail import install_for_replicas  # registers the engine kind longtail_vllm
 
-    from rs.stages import BuildContext, ensure_clean, ensure_sampled
+    from rs.pipeline.stage import ensure_clean, ensure_sampled
+    from rs.context import BuildContext
     from rs.distributed import forwarded_env, sample_on_ray
-    from rs.engines import engines_for
+    from rs.engines.factory import engines_for
     from rs.families import load_families
 
     tmp = Path(tempfile.mkdtemp(prefix="rs-bench-scale-"))

@@ -23,7 +23,7 @@ NOISE = {"off_task": 0.02, "sentence_answer": 0.02, "foreign_source": 0.01, "fla
 
 def measure(images: int, qa_per_image: int) -> dict:
     sys.path.insert(0, str(ROOT))
-    from rs.clean import Cleaner
+    from rs.pipeline.clean import Cleaner
     from rs.families import get_family
     from rs.sources.synthetic import SyntheticSource
 

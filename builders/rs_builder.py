@@ -4,7 +4,7 @@
 `{FAMILY}_RS_think`, `{FAMILY}_RS_nothink` and `{FAMILY}_rejected` (and `{FAMILY}_RS_pairs` when its
 recovery pass makes pairs) for every family of that file, so a family added in YAML is buildable with
 no code. Preparing any config makes sure the family's clean, sample and recovery stages are done
-(`rs.stages`: the first config runs them, the others reuse them and never re-run the model), then
+(`rs.pipeline.stage`: the first config runs them, the others reuse them and never re-run the model), then
 routes the items into that split while `datasets` writes the parquet shards.
 """
 
@@ -20,13 +20,14 @@ import pyarrow as pa
 from datasets.builder import Key
 
 from rs.families import load_families
-from rs.progress import progress
-from rs.pairs import pair_rows
-from rs.question_types import typer
-from rs.samples_repo import rl_rows, sample_rows
-from rs.route import Routes, split_rows
+from rs.util.progress import progress
+from rs.pipeline.write.pairs import pair_rows
+from rs.pipeline.write.question_types import typer
+from rs.pipeline.write.samples import rl_rows, sample_rows
+from rs.pipeline.route import Routes, routes_for, split_rows
 from rs.splits_schema import features
-from rs.stages import BuildContext, ensure_passes
+from rs.pipeline.stage import ensure_passes
+from rs.context import BuildContext
 
 
 _CHUNK_ROWS = 256
@@ -39,7 +40,7 @@ class RSConfig(datasets.BuilderConfig):
 
 
 class RSBuilder(datasets.ArrowBasedBuilder):
-    """Builds one published split of one family; `context` is the `rs.stages.BuildContext` of the run."""
+    """Builds one published split of one family; `context` is the `rs.pipeline.stage.BuildContext` of the run."""
 
     BUILDER_CONFIG_CLASS = RSConfig
     BUILDER_CONFIGS: list[RSConfig] = []
@@ -58,7 +59,7 @@ class RSBuilder(datasets.ArrowBasedBuilder):
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
         sampled, _ = ensure_passes(self.context)
-        routes = self.context.routes(sampled.promotes)
+        routes = routes_for(self.context, sampled.promotes)
         return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "routes": routes})]
 
     def _generate_tables(self, build_dir: str, routes: Routes) -> Iterator[tuple[Key, pa.Table]]:
@@ -69,7 +70,7 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         target of bytes (`shard.row_group_target()`, measured on the rows themselves, reasoning and
         images included) or `writer_batch_size` rows, and each table becomes one row group. (A table
         of one row is buffered by `datasets` with the next one-row tables, so rows of more than half
-        the target can share a group over it: `rs.build.check_row_groups` catches that after writing.)
+        the target can share a group over it: `rs.pipeline.build.check_row_groups` catches that after writing.)
         """
         schema = self.info.features.arrow_schema
         target = self.context.family.config.shard.row_group_target()

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from rs.engines.base import Request
 from rs.families.schema import MULTIPLE_CHOICE_INSTRUCTION, FamilyConfig
-from rs.sources.base import QAItem
+from rs.records import QAItem
 
 VERSION = "1"
-"""What the model is asked: bump when a change asks some item otherwise (`rs.versions`)."""
+"""What the model is asked: bump when a change asks some item otherwise (`rs.pipeline.versions`)."""
 
 
 def build_prompt(question: str, instruction: str) -> str:

@@ -9,10 +9,63 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+
+@dataclass(slots=True)
+class QAItem:
+    """One question about one image, as the source recorded it.
+
+    `question` and `answer` are the source's text, untouched by the source; cleaning may rewrite
+    them (multiple-choice normalisation) and says so in `rewrites`.
+    """
+
+    question: str
+    answer: str
+    record_id: str
+    turn: int = 0
+    source: str | None = None
+    """Dataset the pool says this item came from (the Cauldron's per-turn `source`), if recorded."""
+    image_ref: str | None = None
+    """Image id or hash the item was recorded against, if the source keeps one."""
+    references: tuple[str, ...] = ()
+    """Every annotator's answer, repeats included (repeats are votes), when the source has several."""
+    options: tuple[str, ...] = ()
+    """Multiple-choice options when the source stores them apart from the question."""
+    qtype: str | None = None
+    """Question type when the source knows it (synthetic scenes do)."""
+    rewrites: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    """Cleaning marks that keep the item but are worth recording (e.g. `sentence_reference`)."""
+
+    @property
+    def key(self) -> str:
+        """Stable id of the item within its family: record id and turn."""
+        return f"{self.record_id}#{self.turn}"
+
+    def all_references(self) -> list[str]:
+        """What the verifier compares with: the annotators' answers as recorded (votes kept), with the
+        official answer first when it is not one of them; just the answer when there are no annotators."""
+        if not self.references:
+            return [self.answer]
+        if self.answer in self.references:
+            return list(self.references)
+        return [self.answer, *self.references]
+
+
+@dataclass(slots=True)
+class Row:
+    """One image with all its QA: the unit that is sampled, stored and published."""
+
+    image: bytes
+    image_sha256: str
+    qa: list[QAItem]
+    record_ids: list[str] = field(default_factory=list)
+    clean_meta: dict = field(default_factory=dict)
+    """Provenance (source dataset, config, split, revision, record ids) and the cleaning policy that admitted the row."""
+
 
 _ARROW = {str: pa.string(), int: pa.int64(), bool: pa.bool_(), float: pa.float64()}
 
@@ -36,7 +89,7 @@ def arrow_fields(cls: type, narrower: dict[str, pa.DataType] | None = None) -> l
 
 @dataclass
 class ItemRecord:
-    """One QA item's greedy answer, as verified and judged (`rs.sample`)."""
+    """One QA item's greedy answer, as verified and judged (`rs.pipeline.sample`)."""
 
     row: int
     """The cleaned row (image) it belongs to."""
@@ -68,7 +121,7 @@ class ItemRecord:
 
 @dataclass
 class SampleRecord:
-    """One recovery sample of an item, as verified and judged (`rs.recovery`)."""
+    """One recovery sample of an item, as verified and judged (`rs.pipeline.recover`)."""
 
     sample: int
     seed: int
@@ -94,4 +147,4 @@ RECOVERY_SAMPLE = pa.struct(arrow_fields(SampleRecord, {"sample": pa.int32()}))
 RECOVERY = pa.schema([
     ("row", pa.int64()), ("key", pa.string()), ("why", pa.string()), ("k", pa.int32()), ("samples", pa.list_(RECOVERY_SAMPLE)),
 ])
-"""The recovery store (`rs.recovery`): one record per sampled item, in item order, with its k `SampleRecord`s."""
+"""The recovery store (`rs.pipeline.recover`): one record per sampled item, in item order, with its k `SampleRecord`s."""

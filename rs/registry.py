@@ -121,7 +121,7 @@ SOURCES: Registry[type] = Registry("source kind", package="rs.sources", group="r
 """Source kinds: classes with a ``Config`` (a :class:`KindConfig`) and ``from_config(config, base_dir=)``."""
 ENGINES: Registry[type] = Registry("engine kind", package="rs.engines", group="rs.engines", default="vllm")
 """Engine kinds: classes with a ``Config`` (a :class:`KindConfig`) and ``from_config(config, model, base_dir=)``."""
-CLEANING: Registry[type] = Registry("cleaning step", package="rs.clean", group="rs.cleaning", by="key")
+CLEANING: Registry[type] = Registry("cleaning step", package="rs.pipeline.clean", group="rs.cleaning", by="key")
 """Optional cleaning steps by their key under ``cleaning:``: ``ItemFilter`` classes with a ``Config`` and an ``order``."""
 VERIFIERS: Registry[type] = Registry("verifier", package="rs.verifiers", group="rs.verifiers")
 """Verifiers: :class:`rs.verifiers.base.Verifier` subclasses by ``name``."""

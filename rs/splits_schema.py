@@ -7,7 +7,7 @@ Every split's rows are one image each with its QA for that split:
 - `clean_meta`: provenance (source dataset, config, split, revision, record ids) and the cleaning
   policy that admitted the row (policy name, version, steps; what was rewritten or flagged), and `contamination`:
   each of its questions found in an evaluation set and kept (`decontamination.action: flag`), with the set, the
-  method and the distance (`rs.decontam.Match`)
+  method and the distance (`rs.pipeline.clean.decontam.Match`)
 - `image_sha256`: SHA-256 of the image bytes
 
 QA structs:
@@ -26,7 +26,7 @@ With a recovery pass (`recovery:`), `accepted_by` may be `recovery`, and the QA 
 the accepted splits `sample` (the recovered sample's index; null for the greedy answer), `temperature` and `seed`
 (of the answer published), `greedy_answer` (a recovered item's wrong greedy answer), and all three splits
 `pass_rate` and `k` (accepted samples over samples drawn; null where the item was not sampled). With
-`recovery.pairs`, a fourth repo holds preference pairs (`PAIRS`, `rs.pairs`).
+`recovery.pairs`, a fourth repo holds preference pairs (`PAIRS`, `rs.pipeline.write.pairs`).
 
 `question` is byte-identical to the prompt the model received, instruction included.
 """
@@ -73,7 +73,7 @@ PAIRS = {
     "rejected_answer": _STR, "rejected_from": _STR, "rejected_sample": Value("int32"), "rejected_reason": _STR,
     **MEASURED, "image_sha256": _STR, "clean_meta": CLEAN_META,
 }
-"""The pairs repo: one row per question, TRL's conversational preference layout with images (`rs.pairs`): the
+"""The pairs repo: one row per question, TRL's conversational preference layout with images (`rs.pipeline.write.pairs`): the
 messages' content is text, and TRL puts the image before the user's text (`trl.data_utils.prepare_multimodal_messages`)."""
 
 
@@ -87,7 +87,7 @@ GENERATION = {
     "reader": _STR, "judge": _STR, "reasoning_agrees": Value("bool"),
     "accepted": Value("bool"), "accepted_by": _STR, "reason": _STR,
 }
-"""One answer a question got, in the samples repo (`rs.samples_repo`)."""
+"""One answer a question got, in the samples repo (`rs.pipeline.write.samples`)."""
 
 CLEAN_ITEM = {
     "key": _STR, "record_id": _STR, "turn": Value("int32"), "question": _STR, "answer": _STR, "references": List(_STR),

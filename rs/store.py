@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rs.sources.base import QAItem, Row
+from rs.records import QAItem, Row
 
 # Arrow's default allocator (mimalloc) keeps the pages of freed row groups: streaming a store grew
 # the process by ~20 MB per row group read (bench/build.py). The system allocator returns them.

@@ -24,8 +24,8 @@ import pytest
 
 from conftest import png
 from rs.families import load_families
-from rs.publish import publish
-from rs.publish.local import CONTROL
+from rs.pipeline.publish.family import publish
+from rs.pipeline.publish.local import CONTROL
 from rs.registry import CLEANING, ENGINES, SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]

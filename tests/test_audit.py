@@ -24,7 +24,7 @@ from PIL import Image
 from rs.audit import Replay, audit
 from rs.cli.main import main as rs_main
 from rs.families import load_families
-from rs.publish import publish
+from rs.pipeline.publish.family import publish
 
 FAMILY = """\
 families:
@@ -219,9 +219,9 @@ def test_the_judge_pass_is_recorded_for_a_model_whose_reasoning_vllms_parser_rea
     """A build holds no tokenizer, which a vLLM reasoning parser needs for its markers: the record names the parser."""
     import dataclasses
 
-    from rs.engines import sampling_settings
+    from rs.engines.factory import sampling_settings
     from rs.families import get_family
-    from rs.provenance import passes
+    from rs.pipeline.write.provenance import passes
 
     config = get_family("TinyCLEVR").config
     qwen = dataclasses.replace(config, model=dataclasses.replace(config.model, reasoning=dataclasses.replace(config.model.reasoning,
@@ -245,9 +245,9 @@ def _copies(repos: dict[str, Path], tmp_path: Path) -> dict[str, Path]:
 def _cache_key(folder: Path, repo: Path, question: str, sample: int | None = None) -> str:
     """The generation cache's key of the greedy answer to `question` of `repo`, or of its recovery sample `sample`
     (rebuilt as the run built it)."""
-    from rs.engines import engines_for, sampling_settings
+    from rs.engines.factory import engines_for, sampling_settings
     from rs.engines.cached import cache_key, identity_key
-    from rs.recovery import recovery_settings
+    from rs.pipeline.recover import recovery_settings
 
     family = load_families(folder / "families.yaml")["Shapes"]
     row = next(r for r in pq.read_table(next((repo / "data").glob("*.parquet"))).to_pylist()

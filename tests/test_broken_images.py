@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from rs.clean import image_problem
+from rs.pipeline.clean import image_problem
 from rs.families import load_families
-from rs.publish import publish
+from rs.pipeline.publish.family import publish
 
 FAMILY = """families:
   Broken:
@@ -91,7 +91,7 @@ def test_a_family_drops_broken_and_missing_images_in_cleaning_and_publishes_the_
     (tmp_path / "families.yaml").write_text(FAMILY)
     family = load_families(tmp_path / "families.yaml")["Broken"]
 
-    with caplog.at_level(logging.WARNING, logger="rs.clean"):
+    with caplog.at_level(logging.WARNING, logger="rs.pipeline.clean"):
         publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
     warned = [r.getMessage() for r in caplog.records if "undecodable_image" in r.getMessage()]
     assert {line.split("(undecodable_image): ", 1)[1] for line in warned} == {f"{folder}/{n} does not decode as an image" for n in BROKEN}

@@ -13,13 +13,14 @@ pytest.importorskip("vllm")
 
 import datasets  # noqa: E402
 
-from rs.build import build_family  # noqa: E402
-from rs.clean import CleaningReport  # noqa: E402
-from rs.sample import SampleReport  # noqa: E402
-from rs.stages import BuildContext, ensure_clean, ensure_sampled, read_report  # noqa: E402
-from rs.engines import engines_for  # noqa: E402
+from rs.pipeline.build import build_family  # noqa: E402
+from rs.pipeline.clean import CleaningReport  # noqa: E402
+from rs.pipeline.sample import SampleReport  # noqa: E402
+from rs.pipeline.stage import ensure_clean, ensure_sampled, read_report
+from rs.context import BuildContext
+from rs.engines.factory import engines_for
 from rs.families import get_family  # noqa: E402
-from rs.family_report import FamilyReport, ReportError  # noqa: E402
+from rs.pipeline.write.report import FamilyReport, ReportError  # noqa: E402
 from rs.splits_schema import SPLITS, features  # noqa: E402
 from rs.families.schema import MULTIPLE_CHOICE_INSTRUCTION  # noqa: E402
 

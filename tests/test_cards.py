@@ -11,10 +11,10 @@ import datasets
 import pytest
 from huggingface_hub import DatasetCard
 
-from rs.card_html import render, render_repo
-from rs.cards import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, counted, sibling_link, size_category
+from rs.pipeline.publish.cards.html import render, render_repo
+from rs.pipeline.publish.cards.render import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, counted, sibling_link, size_category
 from rs.families import load_families
-from rs.publish import publish
+from rs.pipeline.publish.family import publish
 from rs.splits_schema import SPLITS, features
 
 HOSTILE_Q = "What | is `this`?\n<script>alert(1)</script> </details> **bold** [x](javascript:alert(1))"
@@ -282,7 +282,7 @@ def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_p
 
 
 def test_a_repo_the_hub_would_refuse_stops_the_publish_before_any_upload(family, tmp_path: Path, monkeypatch) -> None:
-    from rs.publish import checks
+    from rs.pipeline.publish import preflight as checks
 
     monkeypatch.setattr(checks, "MAX_ENTRIES_PER_FOLDER", 3)  # the staged repos hold more: README, data, images, rs, figures
     with pytest.raises(checks.RepoCheckError, match=r"Hostile_RS_think: [0-9]+ entries, the Hub recommends fewer than 3 per folder"):
@@ -297,7 +297,7 @@ def test_the_pre_publish_check_names_what_the_viewer_would_refuse(tmp_path: Path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rs.publish.checks import RepoCheckError, check_repo
+    from rs.pipeline.publish.preflight import RepoCheckError, check_repo
 
     repo = tmp_path / "repo"
     (repo / "data").mkdir(parents=True)

@@ -10,15 +10,16 @@ import datasets
 import pytest
 from datasets import Features, Image, List, Value
 
-from rs.clean import AccountingError, Cleaner, CleaningReport, ExclusionWriter
-from rs.clean.multiple_choice import parse_options
+from rs.pipeline.clean import AccountingError, Cleaner, CleaningReport, ExclusionWriter
+from rs.pipeline.clean.multiple_choice import parse_options
 from rs.families import load_families
-from rs.clean.filters import StripInstruction
-from rs.clean.multiple_choice import MultipleChoice, MultipleChoiceConfig
+from rs.pipeline.clean.filters import StripInstruction
+from rs.pipeline.clean.multiple_choice import MultipleChoice, MultipleChoiceConfig
 from rs.families.schema import MULTIPLE_CHOICE_INSTRUCTION
 from rs.prompt import Instructions, build_prompt, sampling_request
 from rs.sources import open_source
-from rs.sources.base import QAItem, SourceRecord, sha256_hex
+from rs.sources.base import SourceRecord, sha256_hex
+from rs.records import QAItem
 
 TURN = {"user": Value("string"), "assistant": Value("string"), "source": Value("string")}
 INSTRUCTION = "\nAnswer the question using a single word or phrase."

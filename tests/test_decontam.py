@@ -12,11 +12,11 @@ import pytest
 import yaml
 from PIL import Image
 
-from rs.clean import Cleaner, ExclusionWriter
-from rs.decontam.card import card_sets, pair_files, plan_lines, summary
-from rs.decontam.hamming import HammingIndex
-from rs.decontam.hashing import image_hashes
-from rs.decontam.index import load_or_build
+from rs.pipeline.clean import Cleaner, ExclusionWriter
+from rs.pipeline.publish.cards.decontam import card_sets, pair_files, plan_lines, summary
+from rs.pipeline.clean.decontam.hamming import HammingIndex
+from rs.pipeline.clean.decontam.hashing import image_hashes
+from rs.pipeline.clean.decontam.index import load_or_build
 from rs.families import FamilyConfigError, default_families_path, load_families
 from rs.families.schema import DecontaminationActions, EvaluationSetConfig
 from rs.registry import SOURCES
@@ -168,7 +168,7 @@ def test_flag_keeps_every_item_and_says_what_matched(tmp_path: Path) -> None:
 def test_an_index_is_built_once_and_streamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = EvaluationSetConfig(source=SyntheticEvaluationConfig(kind="synthetic_eval", num_images=4, train_images=4))
     first = load_or_build("x", config, base_dir=tmp_path, root=tmp_path / "idx")
-    monkeypatch.setattr("rs.decontam.index.build_index", lambda *a, **k: pytest.fail("built again"))
+    monkeypatch.setattr("rs.pipeline.clean.decontam.index.build_index", lambda *a, **k: pytest.fail("built again"))
     again = load_or_build("x", config, base_dir=tmp_path, root=tmp_path / "idx")
     assert again.record_ids == first.record_ids and again.thumbnail(0)
 
@@ -176,7 +176,7 @@ def test_an_index_is_built_once_and_streamed(tmp_path: Path, monkeypatch: pytest
 def test_an_evaluation_set_that_gives_no_image_is_refused_with_why_and_nothing_is_cached(tmp_path: Path) -> None:
     """Decontamination against a set of no image (its image column names the question's, or its file is empty) checked
     every training image against nothing, and the card said they were checked."""
-    from rs.decontam.index import EvaluationSetEmpty
+    from rs.pipeline.clean.decontam.index import EvaluationSetEmpty
     from rs.sources.files import FilesSourceConfig
     from rs.sources.mapping import Columns
 

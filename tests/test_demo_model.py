@@ -183,7 +183,7 @@ def _chats(n: int) -> tuple[list[list[dict]], list]:
 def test_vllm_answers_with_and_without_thinking(llm, thinking: bool) -> None:
     from vllm import SamplingParams
 
-    from rs.extract import split_reasoning
+    from rs.answers.extract import split_reasoning
 
     chats, items = _chats(8)
     outputs = llm.chat(chats, SamplingParams(temperature=0.0, max_tokens=64, seed=0),

@@ -21,12 +21,13 @@ import pytest
 
 import faults
 from faults import assert_same_published, cache_keys, published_files
-from rs.build import build_family
-from rs.disk import DiskFull
+from rs.pipeline.build import build_family
+from rs.util.disk import DiskFull
 from rs.engines.cache import GenerationCache
 from rs.families import load_families
-from rs.publish import publish
-from rs.stages import BuildContext, ensure_clean, ensure_sampled
+from rs.pipeline.publish.family import publish
+from rs.pipeline.stage import ensure_clean, ensure_sampled
+from rs.context import BuildContext
 
 
 

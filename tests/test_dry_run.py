@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rs.families import load_families
-from rs.publish import publish
+from rs.pipeline.publish.family import publish
 
 FAMILY = """\
 families:
@@ -32,7 +32,7 @@ def test_a_dry_run_of_a_family_not_built_creates_no_engine_and_says_what_a_run_w
     pytest.importorskip("vllm")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from rs.cli.publish import would_do
-    from rs.engines import engines_for
+    from rs.engines.factory import engines_for
 
     (tmp_path / "families.yaml").write_text(FAMILY)
     family = load_families(tmp_path / "families.yaml")["Dry"]

@@ -83,9 +83,9 @@ def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(famil
     assert_same_published(a, b)  # same rows, same stats, same cards, byte for byte
 
     # a template change, then --cards-only: the three cards change, nothing else
-    import rs.cards
+    import rs.pipeline.publish.cards.render
     from rs.families import load_families
-    from rs.publish import publish
+    from rs.pipeline.publish.family import publish
 
     templates = tmp_path / "templates"
     import shutil
@@ -93,7 +93,7 @@ def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(famil
     shutil.copytree(ROOT / "templates", templates)
     card = templates / "card.md.jinja"
     card.write_text(card.read_text().replace("## How the data was produced", "## How the data was produced\n\nTemplate v2.", 1))
-    monkeypatch.setattr(rs.cards, "TEMPLATES", templates)
+    monkeypatch.setattr(rs.pipeline.publish.cards.render, "TEMPLATES", templates)
     before = {p: (a / p).read_bytes() for p in published_files(a)}
     family = load_families(families)["MyShapes"]
     outcome = publish(family, out=ref / "out", cards_only=True, build_root=ref / "build", cache_path=ref / "cache.sqlite", progress=False)

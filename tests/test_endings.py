@@ -20,8 +20,9 @@ pytest.importorskip("vllm")
 
 from rs.engines.vllm import VLLMEngine, VLLMStream  # noqa: E402
 from rs.families import load_families  # noqa: E402
-from rs.publish import publish  # noqa: E402
-from rs.stages import BuildContext, ensure_sampled  # noqa: E402
+from rs.pipeline.publish.family import publish  # noqa: E402
+from rs.pipeline.stage import ensure_sampled
+from rs.context import BuildContext
 from rs.store import read_records  # noqa: E402
 from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
 

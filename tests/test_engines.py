@@ -31,7 +31,8 @@ pytest.importorskip("vllm")
 from PIL import Image  # noqa: E402
 
 from rs.engines.cache import GenerationCache  # noqa: E402
-from rs.engines import create_engine, engines_for, resolve_model, sampling_settings  # noqa: E402
+from rs.engines.factory import create_engine, engines_for, sampling_settings
+from rs.engines.models import resolve_model
 from rs.engines.base import Generation, Request, SamplingSettings  # noqa: E402
 from rs.engines.cached import CachedEngine  # noqa: E402
 from rs.engines.openai import OpenAIEngine, OpenAIEngineError, image_data_url  # noqa: E402

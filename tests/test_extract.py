@@ -1,11 +1,11 @@
-"""Table-driven tests for rs.extract (cases from the verifier research notes, §0)."""
+"""Table-driven tests for rs.answers.extract (cases from the verifier research notes, §0)."""
 
 from __future__ import annotations
 
 import pytest
 
 from rs.answers import read
-from rs.extract import boxed_spans, reasoning_state, split_reasoning
+from rs.answers.extract import boxed_spans, reasoning_state, split_reasoning
 
 
 @pytest.mark.parametrize(
@@ -151,7 +151,7 @@ def test_answer_tags_that_disagree_are_no_final_answer() -> None:
     """A family reading `<answer>` tags: two pairs holding different answers name no answer (review: the last won)."""
     from rs.engines.base import Generation
     from rs.families.schema import ReasoningConfig
-    from rs.reasoning import ReasoningFormat
+    from rs.engines.reasoning import ReasoningFormat
 
     fmt = ReasoningFormat(ReasoningConfig(answer_start="<answer>", answer_end="</answer>"))
 

@@ -22,7 +22,7 @@ import pytest
 from conftest import png
 from faults import assert_same_published
 from rs.families import load_families
-from rs.publish import publish
+from rs.pipeline.publish.family import publish
 
 FAMILY = """families:
   Wary:
@@ -97,7 +97,7 @@ def test_hostile_paths_and_files_are_refused_unread_with_their_reason(pool: dict
     _opened.clear()
     _watching = True
     try:
-        with caplog.at_level(logging.WARNING, logger="rs.clean"):
+        with caplog.at_level(logging.WARNING, logger="rs.pipeline.clean"):
             publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
     finally:
         _watching = False

@@ -33,7 +33,7 @@ import rs.hub
 import rs.hub.retry
 from hub_server import HubServer, running_hub
 from rs.hub import FileChange, MissingTokenError, PublishError, format_plan, plan, publish_folder
-from rs.sizes import format_bytes
+from rs.util.sizes import format_bytes
 
 # huggingface_hub's own LFS PUT passes a file object as `data=`, which httpx2 deprecates: not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
@@ -496,7 +496,7 @@ def test_rate_limit_headers_are_read_as_the_client_reads_them() -> None:
 def test_rs_audit_reads_a_family_from_the_hub(hub: HubServer, tmp_path: Path) -> None:
     """`rs audit NAMESPACE/REPO` downloads the repo and its siblings with snapshot_download and checks them as a folder."""
     from rs.audit import audit
-    from rs.publish import publish as publish_family
+    from rs.pipeline.publish.family import publish as publish_family
     from test_audit import VARIANTS, _family
 
     family = _family(tmp_path / "family", VARIANTS["recovery-blocked"][0])

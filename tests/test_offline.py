@@ -14,7 +14,7 @@ import json, os, logging
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 import datasets.config
 from huggingface_hub import constants
-from rs.offline import offline_unless_the_hub_resolves
+from rs.hub.offline import offline_unless_the_hub_resolves
 switched = offline_unless_the_hub_resolves()
 print(json.dumps([switched, constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE, os.environ.get("HF_HUB_OFFLINE")]))
 """

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from faults import ROOT, write_families
-from rs import stages
+import rs.context
 from rs.families import load_families
-from rs.publish import publish
+from rs.pipeline.publish.family import publish
 
 LIMIT = 4
 
@@ -93,12 +93,12 @@ def test_a_run_loads_the_model_once_in_both_process_modes(tmp_path: Path, multip
 
 
 class Counted:
-    """What `rs.stages` asks of `rs.engines.engines_for` during a run: the engines it makes and which it closes."""
+    """What a run asks of `rs.engines.factory.engines_for` during a run: the engines it makes and which it closes."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.made: list[object] = []
         self.closed: list[object] = []
-        real = stages.engines_for
+        real = rs.context.engines_for
 
         def counted(family):
             sampler, judge = real(family)
@@ -113,7 +113,7 @@ class Counted:
                 self.made.append(engine)
             return sampler, judge
 
-        monkeypatch.setattr(stages, "engines_for", counted)
+        monkeypatch.setattr(rs.context, "engines_for", counted)
 
 
 def test_the_greedy_pass_judge_and_recovery_share_one_engine_closed_after_the_run(tmp_path: Path, monkeypatch) -> None:

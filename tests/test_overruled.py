@@ -12,12 +12,12 @@ import pytest
 pytest.importorskip("vllm")
 
 from rs.audit import audit  # noqa: E402
-from rs.stages import ensure_clean  # noqa: E402
+from rs.pipeline.stage import ensure_clean  # noqa: E402
 from rs.families import load_families  # noqa: E402
-from rs.publish import publish  # noqa: E402
+from rs.pipeline.publish.family import publish  # noqa: E402
 from rs.store import read_clean_rows, read_records  # noqa: E402
 from rs.engines.replay import ReplayEngine  # noqa: E402
-from rs.stages import BuildContext  # noqa: E402
+from rs.context import BuildContext
 
 FAMILY = """\
 families:

@@ -1,6 +1,6 @@
 """Ctrl-C or SIGTERM in every phase of a run that is not the model's: reading the source, cleaning, writing, publishing.
 
-One family, one work folder and one cache, stopped again and again by real signals to a real `rs.publish` process
+One family, one work folder and one cache, stopped again and again by real signals to a real `rs.pipeline.publish` process
 (SIGTERM to the process, as a scheduler sends it; SIGINT to its process group, as a terminal's Ctrl-C does), each
 run taking up where the one before stopped, until the last one publishes to a Hub double (the Hub's HTTP API,
 tests/hub_server.py) exactly the bytes an uninterrupted publish gave another Hub double. Each phase is made to last
@@ -33,7 +33,7 @@ import pytest
 from faults import FAMILY, ROOT, engine_kinds_installed, group_left, plugin_env, publish_command, write_families
 from hub_server import HubServer, running_hub
 from rs.families import load_families
-from rs.publish import publish
+from rs.pipeline.publish.family import publish
 from test_hub import TOKEN, _point_clients_at
 
 RESUME = "to resume, run the same command again: "

@@ -15,9 +15,9 @@ import pytest
 from rs.families import get_family, load_families
 from rs.plan import plan_family
 from rs.prompt import MULTIPLE_CHOICE_INSTRUCTION
-from rs.recovery import samples_for
-from rs.route import decide
-from rs.sample import SampleReport
+from rs.pipeline.recover import samples_for
+from rs.pipeline.route import decide
+from rs.pipeline.sample import SampleReport
 from rs.store import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +86,7 @@ def test_a_template_that_ignores_the_switch_is_reported(tmp_path: Path) -> None:
 def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from rs.engines import engines_for
+    from rs.engines.factory import engines_for
 
     family = get_family("TinyCLEVR")
     engines = engines_for(family)
@@ -185,7 +185,7 @@ def test_a_vllm_family_without_a_kv_cache_size_is_warned_on_the_cpu_build(tmp_pa
 
 def test_a_dry_run_says_what_the_recovery_pass_may_cost_and_how_to_measure_it(tmp_path: Path) -> None:
     from rs.cli.publish import would_do
-    from rs.publish import publish
+    from rs.pipeline.publish.family import publish
 
     text = FAMILY.format(mc="null", verifier="alnum", model="rs:tiny-vlm", max_model_len=2048)
     (tmp_path / "families.yaml").write_text(text + "    recovery: {samples: 3, temperature: 0.6, max_tokens: 40}\n"

@@ -7,13 +7,13 @@ import logging
 
 import pytest
 
-from rs import progress
+from rs.util import progress
 
 
 def test_the_time_left_counts_from_the_first_item_not_the_load_before_it(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
     now = [0.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
-    caplog.set_level(logging.INFO, logger="rs.progress")
+    caplog.set_level(logging.INFO, logger="rs.util.progress")
     bar = progress.LogProgress(100, "sampling")
     monkeypatch.setattr(progress, "LOG_EVERY_S", 2.0)
     for second in (600.0, 601.0, 602.0):  # the model loads for 600 s, then an item a second; lines at 600 s and 602 s

@@ -1,8 +1,8 @@
 """A local publish (`--out`) stopped at every rename it makes, and two publishes into one folder.
 
 The publish runs as `python -m rs.publish` in a subprocess with an audit hook (`sys.addaudithook`)
-that counts the renames it makes in the target folder (`os.rename`, and the `rs.publish.exchange`
-event `rs.publish.local.exchange` raises before its `renameat2`) and the removals there, and kills
+that counts the renames it makes in the target folder (`os.rename`, and the `rs.pipeline.publish.exchange`
+event `rs.pipeline.publish.local.exchange` raises before its `renameat2`) and the removals there, and kills
 the process with SIGKILL just before the chosen one. The target holds an older publish whose three
 repos each differ (a changed card, a missing shard, a stale file), so every repo is switched.
 After each kill every repo is the old one or the new one, never a mix, and one re-run publishes
@@ -25,8 +25,8 @@ import pytest
 from faults import ROOT, assert_same_published, publish_command, published_files, reference
 from rs.families import load_families
 from rs.errors import UsageError
-from rs.locks import PublishBusy
-from rs.publish import publish
+from rs.util.locks import PublishBusy
+from rs.pipeline.publish.family import publish
 
 HOOK = """
 import os, signal, sys, time
@@ -46,7 +46,7 @@ def hook(event, args):
 sys.addaudithook(hook)
 if os.environ.get("NO_EXCHANGE"):  # a filesystem without renameat2(RENAME_EXCHANGE) (NFS, some FUSE): the kernel says EINVAL
     import errno
-    import rs.publish.local as local
+    import rs.pipeline.publish.local as local
     def refused(a, b):
         raise OSError(errno.EINVAL, "Invalid argument")
     local.exchange = refused
@@ -103,8 +103,8 @@ def prepared(setup: tuple[Path, Path, Path], work: Path) -> Path:
     return work
 
 
-SWITCHING = "os.rename,rs.publish.exchange,os.remove,shutil.rmtree"
-"""The renames and removals of a publish (`rs.publish.local.exchange` raises `rs.publish.exchange`)."""
+SWITCHING = "os.rename,rs.pipeline.publish.exchange,os.remove,shutil.rmtree"
+"""The renames and removals of a publish (`rs.pipeline.publish.local.exchange` raises `rs.pipeline.publish.exchange`)."""
 
 
 def hooked(families: Path, work: Path, at: int, action: str, *, under: Path | None = None,
@@ -131,7 +131,7 @@ def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it
     _, err = run.communicate(timeout=300)
     assert run.returncode == 0, err[-3000:]
     events = (counted / "events.log").read_text().splitlines()
-    assert sum(e.startswith("rs.publish.exchange") for e in events) == (3 if exchange else 0)  # each repo in one exchange
+    assert sum(e.startswith("rs.pipeline.publish.exchange") for e in events) == (3 if exchange else 0)  # each repo in one exchange
     assert sum(e.startswith("os.rename") for e in events) == 1 + (0 if exchange else 6)  # the journal (+ old aside, new in)
     assert_same_published(ref / "out", counted / "out")
     olds = {repo: snapshot(old / namespace / repo) for repo in repos}
@@ -198,7 +198,7 @@ def test_a_run_killed_while_cleaning_leaves_its_spilled_images_to_the_next_run_t
     families, ref, _ = setup
     work = tmp_path / "work"
     killed = hooked(families, work, 1, "kill", under=work / "build" / "Alpha" / "rs-group-", events="sqlite3.connect")
-    _, err = killed.communicate(timeout=300)  # killed as cleaning opens its spill file (rs.clean.group)
+    _, err = killed.communicate(timeout=300)  # killed as cleaning opens its spill file (rs.pipeline.clean.group)
     assert killed.returncode == -signal.SIGKILL, err[-3000:]
     assert [p.name[:9] for p in (work / "build" / "Alpha").glob("rs-group-*")] == ["rs-group-"]
 

@@ -1,4 +1,4 @@
-"""`rs.publish` of a whole family to the Hub, through the real client against the local Hub emulator."""
+"""`rs.pipeline.publish` of a whole family to the Hub, through the real client against the local Hub emulator."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from rs.cli.publish import summary
 from rs.families.loader import FamilyConfigError, load_families
-from rs.publish import publish
-from rs.publish.checks import RepoCheckError, check_repo
+from rs.pipeline.publish.family import publish
+from rs.pipeline.publish.preflight import RepoCheckError, check_repo
 from rs.splits_schema import SPLITS
 from test_cards import family  # noqa: F401  (the Hostile family fixture)
 from test_hub import TOKEN, blocked_hosts, hub, sleeps  # noqa: F401  (emulator fixtures)
@@ -62,7 +62,8 @@ def test_commit_conflict_then_cards_only_touches_only_the_cards(family, tmp_path
 
 def sampled(hostile, tmp_path: Path) -> None:
     """The family's clean and sample stages, as `rs sample` runs them: a dry run then plans the repos (it samples nothing)."""
-    from rs.stages import BuildContext, ensure_sampled
+    from rs.pipeline.stage import ensure_sampled
+    from rs.context import BuildContext
 
     ensure_sampled(BuildContext(hostile, tmp_path / "build", tmp_path / "cache.sqlite", progress=False))
 

@@ -24,13 +24,14 @@ import pytest  # noqa: E402
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
-from rs.stages import BuildContext, ensure_clean, ensure_recovered, ensure_sampled  # noqa: E402
+from rs.pipeline.stage import ensure_clean, ensure_recovered, ensure_sampled
+from rs.context import BuildContext
 from rs.distributed import RAY_MISSING, RayIncomplete, RayPlanError, sample_on_ray  # noqa: E402
-from rs.engines import engines_for  # noqa: E402
+from rs.engines.factory import engines_for
 from rs.families import load_families  # noqa: E402
-from rs.pairs import pair_rows  # noqa: E402
-from rs.route import routes_of  # noqa: E402
-from rs.sample import SampleReport  # noqa: E402
+from rs.pipeline.write.pairs import pair_rows  # noqa: E402
+from rs.pipeline.route import routes_of  # noqa: E402
+from rs.pipeline.sample import SampleReport  # noqa: E402
 from rs.store import qa_item, read_records  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -205,7 +206,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     assert run.steps["recovery"].cached == recovery.samples
     assert run.recovery.sampling_engine_calls == 0 and run.recovery.judge_engine_calls == 0 and recovered(ctx) == recovered(single)
 
-    # `rs.publish --ray` samples on Ray (here: all done), then builds and publishes
+    # `rs.pipeline.publish --ray` samples on Ray (here: all done), then builds and publishes
     from rs.cli.publish import main as publish
 
     out = tmp_path / "published"
@@ -244,7 +245,7 @@ def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, 
     from rs.engines.cache import GenerationCache
     from rs.distributed import StepStats, engine_specs
     from rs.distributed.cluster import Cluster
-    from rs.engines import sampling_settings
+    from rs.engines.factory import sampling_settings
     from rs.engines.cached import identity_key
 
     ctx = context(tmp_path, "unshared")
@@ -273,8 +274,8 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
     from rs.distributed.replica import key_prefix
     from rs.engines.base import Request
     from rs.prompt import build_prompt, sampling_request
-    from rs.recovery import recovery_settings
-    from rs.sample import SampleStage
+    from rs.pipeline.recover import recovery_settings
+    from rs.pipeline.sample import SampleStage
 
     ctx = context(tmp_path, "keys")
     ensure_clean(ctx)

@@ -22,7 +22,8 @@ import pytest
 from test_ray import ENV, cache_contents, items, ray  # test_ray skips this module without ray or vllm
 from test_sample import cache_rows, family_file
 
-from rs.stages import BuildContext, ensure_sampled
+from rs.pipeline.stage import ensure_sampled
+from rs.context import BuildContext
 from rs.distributed import StepStats, sample_on_ray
 from rs.distributed.cluster import MAX_STEP_ATTEMPTS, retrying_lost_nodes
 from rs.families import load_families

@@ -27,10 +27,11 @@ from rs.engines.vllm import ReasoningParserMissing, VLLMEngine, VLLMStream  # no
 from rs.families import load_families  # noqa: E402
 from rs.families.loader import FamilyConfigError  # noqa: E402
 from rs.families.schema import JudgeConfig, ReasoningConfig  # noqa: E402
-from rs.judge import LABELS, Judge, JudgeCase  # noqa: E402
-from rs.publish import publish  # noqa: E402
-from rs.route import decide  # noqa: E402
-from rs.stages import BuildContext, ensure_sampled  # noqa: E402
+from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase  # noqa: E402
+from rs.pipeline.publish.family import publish  # noqa: E402
+from rs.pipeline.route import decide  # noqa: E402
+from rs.pipeline.stage import ensure_sampled
+from rs.context import BuildContext
 from rs.store import read_records  # noqa: E402
 from rs_demo.tiny_model import TEMPLATE_MARKERS, VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
 
@@ -262,7 +263,7 @@ def test_reading_is_redone_from_the_cached_text_when_the_format_changes(tmp_path
 
 def test_formats_read_outputs_by_the_rules() -> None:
     """The reading rules on their own (no engine): prompt state, answer tags, required, a server's split."""
-    from rs.reasoning import ReasoningFormat
+    from rs.engines.reasoning import ReasoningFormat
 
     tags = ReasoningFormat(ReasoningConfig())
     def read(fmt: ReasoningFormat, text: str, tail: str | None = None, **kwargs: Any) -> Generation:

@@ -25,13 +25,14 @@ pytest.importorskip("vllm")
 
 import datasets  # noqa: E402
 
-from rs.build import build_family  # noqa: E402
-from rs.engines import engines_for  # noqa: E402
+from rs.pipeline.build import build_family  # noqa: E402
+from rs.engines.factory import engines_for
 from rs.engines.cache import GenerationCache  # noqa: E402
 from rs.engines.vllm import VLLMStream  # noqa: E402
 from rs.families import get_family, load_families  # noqa: E402
-from rs.route import decide  # noqa: E402
-from rs.stages import BuildContext, ensure_recovered, ensure_sampled  # noqa: E402
+from rs.pipeline.route import decide  # noqa: E402
+from rs.pipeline.stage import ensure_recovered, ensure_sampled
+from rs.context import BuildContext
 from faults import cache_rows  # noqa: E402
 from rs.store import read_records  # noqa: E402
 
@@ -132,7 +133,7 @@ def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(tmp_pat
 
 
 def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path, demo_engine, monkeypatch) -> None:
-    from rs.publish import publish
+    from rs.pipeline.publish.family import publish
 
     families = tiny_clevr(tmp_path)
     family = load_families(families)["TinyCLEVR"]
@@ -277,8 +278,8 @@ def test_demo_samples_variant_publishes_every_answer_and_an_rl_repo_trl_reads(tm
     and the cards' numbers are those of the repos' files."""
     import importlib.util
 
-    from rs.publish import publish
-    from rs.samples_repo import rl_numbers, samples_numbers
+    from rs.pipeline.publish.family import publish
+    from rs.pipeline.write.samples import rl_numbers, samples_numbers
 
     spec = importlib.util.spec_from_file_location("demo_samples", ROOT / "scripts" / "demo_samples.py")
     demo_samples = importlib.util.module_from_spec(spec)

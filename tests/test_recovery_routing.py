@@ -10,7 +10,7 @@ from pathlib import Path
 
 import datasets
 
-from rs.publish import publish
+from rs.pipeline.publish.family import publish
 from replay_family import write_family
 
 FAMILY = """\

@@ -23,8 +23,8 @@ from rs.audit import audit
 from rs.cli.main import main as rs_main
 from rs.engines.cache import GenerationCache
 from rs.families import load_families
-from rs.judge import Judge, JudgeCase
-from rs.publish import publish
+from rs.pipeline.sample.judge import Judge, JudgeCase
+from rs.pipeline.publish.family import publish
 
 FAMILY = """\
 families:
@@ -182,7 +182,7 @@ def test_more_than_the_reader_changed_is_refused_with_what(runs) -> None:
 
 
 def test_a_bumped_verifiers_version_rereads_and_changes_no_decision(runs, monkeypatch, tmp_path: Path) -> None:
-    """The verifiers' shared rules at another `VERSION` (`rs/versions.py`: what an rs upgrade that bumped it brings) with
+    """The verifiers' shared rules at another `VERSION` (`rs/pipeline/versions.py`: what an rs upgrade that bumped it brings) with
     the family's own reading: the build is stale for the reader, so it is re-read; the same reading decides the same."""
     import rs.verifiers.base
 

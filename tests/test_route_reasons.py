@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from rs.route import Decision, certainly_wrong, decide
+from rs.pipeline.route import Decision, certainly_wrong, decide
 from rs.splits_schema import REJECT_REASONS
 
 VERIFIER = {  # the verifier's outcome: verified, contradicts

@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rs.build import RowGroupTooLarge, build_family, check_row_groups
+from rs.pipeline.build import RowGroupTooLarge, build_family, check_row_groups
 from rs.families import load_families
-from rs.stages import BuildContext, ensure_clean
+from rs.pipeline.stage import ensure_clean
+from rs.context import BuildContext
 from rs.store import read_clean_rows
 
 FAMILY = """\

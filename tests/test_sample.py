@@ -14,11 +14,12 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from rs.stages import BuildContext, ensure_sampled  # noqa: E402
+from rs.pipeline.stage import ensure_sampled
+from rs.context import BuildContext
 from rs.engines.replay import ReplayEngine  # noqa: E402
 from rs.families import load_families  # noqa: E402
-from rs.judge import LABELS, judgeable  # noqa: E402
-from rs.route import decide  # noqa: E402
+from rs.pipeline.sample.judge import LABELS, judgeable  # noqa: E402
+from rs.pipeline.route import decide  # noqa: E402
 from rs.store import read_clean_rows, read_records  # noqa: E402
 from faults import cache_rows  # noqa: E402
 
@@ -161,7 +162,7 @@ def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     family = load_families(family_file(tmp_path, num_images=8))["Tiny"]
     replay_file = tmp_path / "replay.jsonl"
-    from rs.stages import ensure_clean
+    from rs.pipeline.stage import ensure_clean
 
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False)
     ensure_clean(ctx)

@@ -19,11 +19,11 @@ import pytest
 
 from rs.cli.main import main as rs_main
 from rs.families import load_families
-from rs.publish import publish
+from rs.pipeline.publish.family import publish
 from replay_family import differ_by_the_source_alone, write_family
 from test_hub import blocked_hosts, hub, sleeps  # noqa: F401  (the test Hub's fixtures)
-from rs.route import RouteFilter
-from rs.samples_repo import rl_numbers, samples_numbers
+from rs.pipeline.route import RouteFilter
+from rs.pipeline.write.samples import rl_numbers, samples_numbers
 
 FAMILY = """\
 families:
@@ -266,7 +266,7 @@ def test_rl_without_difficulty_samples_is_refused_at_its_line(tmp_path: Path) ->
 
 
 def test_route_filter_says_what_it_changed() -> None:
-    from rs.route import Routes
+    from rs.pipeline.route import Routes
 
     routes = Routes(promotes=True, rl_bounds=(0.0, 1.0))
     assert RouteFilter().changes(routes) == ["nothing (the family's own routing)"]
@@ -281,7 +281,7 @@ def test_clevr_type_rules_give_the_synthetic_scenes_their_own_types() -> None:
     from dataclasses import replace
 
     from rs.families import get_family
-    from rs.question_types import typer
+    from rs.pipeline.write.question_types import typer
     from rs.sources.synthetic import SyntheticSource
 
     rules_only = typer(replace(get_family("TinyCLEVR").config.question_types, source=False))

@@ -69,7 +69,7 @@ def test_a_shard_outside_its_count_is_a_usage_error(shard: str, message: str, ca
 def test_the_clean_lock_is_waited_for_and_re_entered_by_its_holder(tmp_path: Path) -> None:
     import threading
 
-    from rs.locks import clean_lock
+    from rs.util.locks import clean_lock
 
     order: list[str] = []
 

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from rs.families import load_families
-from rs.publish import EmptySplitError, publish
+from rs.pipeline.publish.family import EmptySplitError, publish
 from rs.splits_schema import features
 
 FAMILY = """\

@@ -12,7 +12,8 @@ from datasets import Features, Image, List, Value
 from rs.sources.files import FilesSourceConfig
 from rs.sources.hub import HubSourceConfig
 from rs.sources.mapping import Columns
-from rs.sources.base import QAItem, RefusedImage, sha256_hex
+from rs.sources.base import RefusedImage, sha256_hex
+from rs.records import QAItem
 from rs.sources.files import FilesSource
 from rs.sources.hub import HubSource
 from rs.sources.mapping import SourceFormatError, split_answer

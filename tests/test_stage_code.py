@@ -1,4 +1,4 @@
-"""The sample stage is keyed by the versions of what decides an answer's fate (`rs.versions`), a plug-in verifier's
+"""The sample stage is keyed by the versions of what decides an answer's fate (`rs.pipeline.versions`), a plug-in verifier's
 declared version or, where it declares none, its code: an edited comment re-verifies nothing, a bumped version or a
 changed plug-in re-verifies every answer, from the generation cache."""
 
@@ -16,7 +16,8 @@ import pytest
 from faults import write_families
 from rs.families import load_families
 from rs.registry import VERIFIERS
-from rs.stages import BuildContext, ensure_sampled, sample_fingerprint
+from rs.pipeline.stage import ensure_sampled, sample_fingerprint
+from rs.context import BuildContext
 from rs.verifiers.exact import ExactVerifier
 
 PLUGIN = '''
@@ -71,7 +72,7 @@ def test_a_plugin_that_declares_no_version_is_keyed_by_its_code_without_comments
     ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
     clean = SimpleNamespace(fingerprint="the same cleaned rows")
 
-    with caplog.at_level(logging.WARNING, logger="rs.versions"):
+    with caplog.at_level(logging.WARNING, logger="rs.pipeline.versions"):
         before = sample_fingerprint(ctx, clean)
     assert "declares no `version`" in caplog.text  # said once, with what to do
     module.write_text(module.read_text().replace('"""Equal strings."""', '"""Strings, equal."""  # reworded'))
@@ -116,7 +117,7 @@ def test_through_the_stage_a_comment_edit_reverifies_nothing_and_a_version_bump_
         made = []
 
         def engines(family):
-            from rs.engines import engines_for
+            from rs.engines.factory import engines_for
             made.append(family.name)
             return engines_for(family)
         ctx = BuildContext(load_families(path)["Alpha"], path.parent / "build", cache_path=tmp_path / "cache.sqlite",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from faults import assert_same_published, publish_family, write_families
-from rs.checksums import MANIFEST, damage, seal
+from rs.util.checksums import MANIFEST, damage, seal
 
 
 def flip_one_byte(path: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rs.card_html import render_repo
+from rs.pipeline.publish.cards.html import render_repo
 
 pytest.importorskip("vllm")
 

@@ -33,7 +33,7 @@ from PIL import Image, ImageDraw  # noqa: E402
 from rs.engines.base import Generation, Request, SamplingSettings  # noqa: E402
 from rs.families import get_family, load_families  # noqa: E402
 from rs.families.schema import ReasoningConfig  # noqa: E402
-from rs.reasoning import ReasoningFormat  # noqa: E402
+from rs.engines.reasoning import ReasoningFormat  # noqa: E402
 from rs_demo.tiny_qwen3vl import ADDED_TOKENS, CHAT_TEMPLATE, NOT_SPECIAL, VLLM_ENGINE_KWARGS, build_tiny_qwen3vl, tiny_qwen3vl_path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,7 +174,7 @@ def test_the_qwen3_parser_reads_its_tokenizer_and_the_prompt_left_open(model_dir
 
 def test_the_torchvision_fixup_waits_for_torchvision(tmp_path: Path) -> None:
     """`make setup`'s hook: a `.pth` line that costs nothing at start-up (no torch) until torchvision is imported."""
-    from rs import torchvision_cpu
+    from rs.util import torchvision_cpu
 
     pth = torchvision_cpu.install(tmp_path)
     assert pth.read_text() == "import _rs_torchvision_cpu; _rs_torchvision_cpu.install_hook()\n"
@@ -208,7 +208,7 @@ def family(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def engine(family):
     pytest.importorskip("vllm")
-    from rs.engines import create_engine
+    from rs.engines.factory import create_engine
 
     built = create_engine(family)
     assert built._args["reasoning_parser"] == "qwen3"  # as a real family's engine is built
@@ -263,7 +263,7 @@ def test_the_label_only_judge_closes_qwens_open_reasoning(engine, tmp_path: Path
     from rs.engines.cache import GenerationCache
     from rs.engines.cached import CachedEngine
     from rs.families.schema import JudgeConfig
-    from rs.judge import Judge, JudgeCase
+    from rs.pipeline.sample.judge import Judge, JudgeCase
 
     with GenerationCache(tmp_path / "cache.sqlite") as cache:
         judge = Judge(CachedEngine(engine, cache, progress=False), JudgeConfig(), reasoning=ReasoningConfig(parser="qwen3"),
@@ -370,8 +370,8 @@ def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engin
     from faults import assert_same_published
 
     from rs.distributed import sample_on_ray
-    from rs.publish import publish
-    from rs.stages import BuildContext
+    from rs.pipeline.publish.family import publish
+    from rs.context import BuildContext
     from rs.store import read_records
 
     def run(name: str, **kwargs) -> dict:

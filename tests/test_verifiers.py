@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from rs.answers import Outcome, read
-from rs.extract import split_reasoning
+from rs.answers.extract import split_reasoning
 from rs.verifiers.base import as_references
 from rs.verifiers import (
     ItemInfo,

@@ -1,5 +1,5 @@
 """The versions that key the sample stage are held to the code: a change of what decides an answer's fate without
-its version bumped fails here, naming the version to bump (`rs.versions`, `tests/versions.lock.json`)."""
+its version bumped fails here, naming the version to bump (`rs.pipeline.versions`, `rs/pipeline/versions.lock.json`)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,21 @@ from pathlib import Path
 
 import pytest
 
-import rs.versions
+import rs.pipeline.versions
 from rs.registry import VERIFIERS
 from rs.verifiers.exact import ExactVerifier
-from rs.versions import LOCK, all_pieces, current, main, normalised, unbumped
+from rs.pipeline.versions import LOCK, all_pieces, current, identities, main, normalised, recorded, unbumped
+from rs.pipeline.write.provenance import versions_digest
 
-REFRESH = "then run `.venv/bin/python -m rs.versions --write` to record the new versions in tests/versions.lock.json"
+REFRESH = "then run `.venv/bin/python -m rs.pipeline.versions --write` to record the new versions in rs/pipeline/versions.lock.json"
 
 
 def test_every_piece_that_decides_an_answer_has_the_version_its_code_was_locked_under() -> None:
     locked, now = json.loads(LOCK.read_text()), current()
     problems = unbumped(locked, now)
     assert not problems, "\n".join(problems) + f"\n{REFRESH}"
-    stale = sorted(name for name in locked.keys() | now.keys() if locked.get(name) != now.get(name))
+    recorded = {name: {k: v for k, v in entry.items() if k != "identity"} for name, entry in locked.items()}
+    stale = sorted(name for name in recorded.keys() | now.keys() if recorded.get(name) != now.get(name))
     assert not stale, f"the lock file is not current for {', '.join(stale)} (a version bumped or a piece added): {REFRESH}"
 
 
@@ -52,11 +54,13 @@ def test_a_changed_verifier_under_the_same_version_is_named_with_what_to_bump(tm
 
     lock = tmp_path / "versions.lock.json"
     lock.write_text(json.dumps(locked))
-    monkeypatch.setattr(rs.versions, "LOCK", lock)
+    monkeypatch.setattr(rs.pipeline.versions, "LOCK", lock)
     assert main(["--write"]) == 2  # the lock is not refreshed over an unbumped change
     assert json.loads(lock.read_text()) == locked
     assert main(["--write", "--unchanged", "verifier/exact"]) == 0  # a refactor, said so
-    assert json.loads(lock.read_text()) == now
+    written = json.loads(lock.read_text())
+    assert {name: {k: v for k, v in e.items() if k != "identity"} for name, e in written.items()} == now
+    assert written["verifier/exact"]["identity"] == "the code before the change"  # a refactor keeps the identity
 
     monkeypatch.setattr(ExactVerifier, "version", "2")  # bumped: the lock is refreshed, no complaint
     assert not unbumped(now, current())
@@ -68,3 +72,22 @@ def test_each_piece_covers_existing_code(piece: str) -> None:
     (found,) = [p for p in all_pieces() if p.name == piece]
     assert found.files() and all(path.is_file() for path in found.files())
     assert found.version
+
+
+def test_the_published_digest_names_the_decisions_a_recorded_refactor_keeps_it_an_unrecorded_edit_changes_it(
+        tmp_path: Path, monkeypatch) -> None:
+    now = current()
+    before = {name: {**entry, "code": f"old {name}"} for name, entry in now.items()}
+    refactored = recorded(before, now)  # every piece's code moved, recorded as deciding nothing otherwise
+    lock = tmp_path / "versions.lock.json"
+    lock.write_text(json.dumps(refactored))
+    monkeypatch.setattr(rs.pipeline.versions, "LOCK", lock)
+    assert identities() == {name: {"version": e["version"], "code": f"old {name}"} for name, e in now.items()}
+    digest = versions_digest()
+
+    edited = dict(refactored, judge={**refactored["judge"], "code": "not the code of today"})
+    lock.write_text(json.dumps(edited))  # the judge's code is not what the lock recorded: its own digest counts
+    assert identities()["judge"]["code"] == now["judge"]["code"] and versions_digest() != digest
+
+    bumped = recorded(before, {**now, "judge": {**now["judge"], "version": "99"}})
+    assert bumped["judge"]["identity"] == now["judge"]["code"]  # a new version starts a new identity

@@ -77,7 +77,7 @@ def test_installed_wheel_publishes_tinyclevr_and_renders_its_cards_elsewhere(whe
     # editable install of the checkout, are not run, so `rs` can only be the wheel's.
     purelib = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp_path).stdout.strip())
     (purelib / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    _run([str(python), "-m", "rs.torchvision_cpu", "install"], cwd=tmp_path)  # as make setup does in .venv/
+    _run([str(python), "-m", "rs.util.torchvision_cpu", "install"], cwd=tmp_path)  # as make setup does in .venv/
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -26,7 +26,7 @@ What is the real model's and what is not:
   never closed).
 
 Serving it on CPU needs torchvision importable (vLLM's Qwen-VL code imports it): see
-:mod:`rs.torchvision_cpu`. Load it with ``vllm.LLM(model=path, **VLLM_ENGINE_KWARGS)``.
+:mod:`rs.util.torchvision_cpu`. Load it with ``vllm.LLM(model=path, **VLLM_ENGINE_KWARGS)``.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from rs.engines import sampling_settings
+from rs.engines.factory import sampling_settings
 from rs.engines.vllm import VLLMEngine
 from rs.families import get_family
 from rs.prompt import Instructions, build_prompt, sampling_request

@@ -15,4 +15,4 @@ __all__ = ["LITERAL_RULE", "READING_RULES", "Grade", "Grader", "Kind", "Number",
            "read_numbers", "render", "unwrap"]
 
 VERSION = "2"
-"""How a final answer is read: bump when a change reads some answer otherwise (`rs.versions`)."""
+"""How a final answer is read: bump when a change reads some answer otherwise (`rs.pipeline.versions`)."""

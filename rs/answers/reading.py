@@ -1,6 +1,6 @@
 """The one reading of a final answer that every verifier shares: the *stated answer*, wrappers removed, and the rest.
 
-A final answer (the reasoning already removed, see :mod:`rs.reasoning`) is read once:
+A final answer (the reasoning already removed, see :mod:`rs.engines.reasoning`) is read once:
 
 * an explicit mark, in this order: ``<answer>…</answer>`` tags, ``\\boxed{…}``, an ``Answer:`` line (also
   ``答案：``, ``Final answer:``, ``**Answer:** X``, a heading ``**Final Answer**`` with the value on the next line), a sentence
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from rs.extract import answer_tag_spans, boxed_spans
+from rs.answers.extract import answer_tag_spans, boxed_spans
 
 __all__ = ["Reading", "read", "unwrap"]
 

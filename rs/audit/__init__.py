@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rs.build import route_items
-from rs.route import Routes
-from rs.stages import BuildPaths
+from rs.pipeline.build import route_items
+from rs.pipeline.route import Routes
+from rs.context import BuildPaths
 from rs.store import read_records
 from rs.audit.checks import CHECKERS, Audit, Finding, checker, run_checks
 from rs.audit.facts import family_facts

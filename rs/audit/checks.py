@@ -20,10 +20,10 @@ from typing import Any
 from rs.audit.card_text import Stated, counts, number, read, table
 from rs.audit.facts import Facts
 from rs.audit.repo import Family, RepoFiles
-from rs.calibration import wilson
-from rs.family_report import PASS_RATE_BINS, FamilyReport
-from rs.figures import FUNNEL, LENGTHS, funnel_alt, lengths_alt
-from rs.samples_repo import REPO_NUMBERS
+from rs.pipeline.sample.calibration import wilson
+from rs.pipeline.write.report import PASS_RATE_BINS, FamilyReport
+from rs.pipeline.publish.cards.figures import FUNNEL, LENGTHS, funnel_alt, lengths_alt
+from rs.pipeline.write.samples import REPO_NUMBERS
 from rs.splits_schema import REJECT_REASONS
 
 
@@ -495,7 +495,7 @@ def pairs_rows(a: Audit) -> None:
                {k: a.facts.pairs[k] for k in ("pairs", "images")})
 
 
-# --- the samples and RL repos (`rs.samples_repo`): their own numbers, and the family's seen from them ---------------
+# --- the samples and RL repos (`rs.pipeline.write.samples`): their own numbers, and the family's seen from them ---------------
 
 
 def _named_counts(text: str | None) -> dict[str, int]:
@@ -504,7 +504,7 @@ def _named_counts(text: str | None) -> dict[str, int]:
 
 
 def _held_numbers(a: Audit) -> dict[str, Any]:
-    """The repo kind's numbers recomputed from its parquet files (`rs.samples_repo.REPO_NUMBERS`), held against what
+    """The repo kind's numbers recomputed from its parquet files (`rs.pipeline.write.samples.REPO_NUMBERS`), held against what
     the card was rendered from (`rs/numbers.json`)."""
     held = REPO_NUMBERS[a.repo.split](a.repo.root / "data")
     rendered = a.repo.root / "rs" / "numbers.json"

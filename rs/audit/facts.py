@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rs.audit.repo import Family
-from rs.family_report import PASS_RATE_BINS, pass_rate_bin
+from rs.pipeline.write.report import PASS_RATE_BINS, pass_rate_bin
 
 
 @dataclass
@@ -27,7 +27,7 @@ class Facts:
     samples: int | None = None
     """Recovery samples drawn: the sum of `k` over the QA that were sampled (accepted and rejected)."""
     pairs: dict[str, Any] | None = None
-    """The pairs repo's rows counted as `rs.pairs.PairCounts` counts them."""
+    """The pairs repo's rows counted as `rs.pipeline.write.pairs.PairCounts` counts them."""
     qa: dict[str, int] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
 

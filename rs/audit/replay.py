@@ -27,20 +27,21 @@ from typing import Any, Callable, Sequence
 
 from rs.audit.checks import Audit, Finding
 from rs.audit.repo import AuditUsageError
-from rs.clean import CleaningReport
-from rs.engines import Engine, engines_for
+from rs.pipeline.clean import CleaningReport
+from rs.engines.base import Engine
+from rs.engines.factory import engines_for
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.cache import CacheAnswerDamaged, GenerationCache
 from rs.engines.cached import cache_key, identity_key
 from rs.engines.stream import open_stream
 from rs.families import Family, get_family
-from rs.pairs import pair_row
+from rs.pipeline.write.pairs import pair_row
 from rs.prompt import sampling_request
-from rs.recovery import RecoveryReport, recovery_settings, sample_case, sample_record, samples_for
-from rs.route import Routes, outcome, qa_entry
-from rs.sample import SampleReport, SampleStage, item_record
-from rs.stages import (BuildContext, BuildPaths, clean_fingerprint, default_cache_path, read_report, recovery_fingerprint,
-                       sample_fingerprint, vocabulary_of)
+from rs.pipeline.recover import RecoveryReport, recovery_settings, sample_case, sample_record, samples_for
+from rs.pipeline.route import Routes, outcome, qa_entry
+from rs.pipeline.sample import SampleReport, SampleStage, item_record
+from rs.pipeline.stage import clean_fingerprint, read_report, recovery_fingerprint, sample_fingerprint, vocabulary_of
+from rs.context import BuildContext, BuildPaths, default_cache_path
 from rs.store import read_clean_images, read_clean_rows
 
 GROUPS = ("think", "nothink", "recovered", "rejected")
@@ -368,11 +369,11 @@ class Replay:
     config: Path | None = None
     """The families file that defines the family (None: the project's)."""
     cache: Path | None = None
-    """The run's generation cache (None: `rs.stages.default_cache_path()`)."""
+    """The run's generation cache (None: `rs.context.default_cache_path()`)."""
     engine: bool = False
     """Also ask the family's engine, fresh."""
     engine_factory: Callable[[Family], tuple[Engine, Engine | None]] | None = None
-    """Returns (sampler, judge), the caller's to close; None: `rs.engines.engines_for`, closed here."""
+    """Returns (sampler, judge), the caller's to close; None: `rs.engines.factory.engines_for`, closed here."""
 
 
 def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from rs.errors import UsageError
-from rs.family_report import FamilyReport
+from rs.pipeline.write.report import FamilyReport
 
 
 class AuditUsageError(UsageError, ValueError):

@@ -23,13 +23,14 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from rs import distributed, ledger
+from rs import distributed
+from rs.util import ledger
 from rs.cli import signals
 from rs.errors import RsError
 from rs.families import Family, get_family
-from rs.probe import probe_family
-from rs.publish import check_local_root
-from rs.publish.targets import check_overlap
+from rs.plan.probe import probe_family
+from rs.pipeline.publish.family import check_local_root
+from rs.pipeline.publish.targets import check_overlap
 
 
 def checked_family(name: str, config: Path | None, *, probe: bool = True, loads_model: bool = True) -> Family:

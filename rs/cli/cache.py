@@ -15,7 +15,7 @@ from pathlib import Path
 from rs.cli.parser import Parser
 from rs.engines.cache import GenerationCache
 from rs.errors import UsageError
-from rs.stages import default_cache_path
+from rs.context import default_cache_path
 
 
 def main(argv: list[str] | None = None, *, prog: str = "rs cache") -> int:

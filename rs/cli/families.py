@@ -11,14 +11,14 @@ import yaml
 from rs import cli
 from rs.cli import output
 from rs.cli.parser import Parser
-from rs.cards import counted
+from rs.pipeline.publish.cards.render import counted
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema
-from rs.probe import probe_family
-from rs.source_check import check_first_records
+from rs.plan.probe import probe_family
+from rs.plan.source_check import check_first_records
 from rs.families.loader import field_types, plugin_registry, type_name
-from rs.offline import hub_needs, offline_unless_the_hub_resolves
-from rs.preview import preview
+from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
+from rs.plan.preview import preview
 from rs.verifiers import get_verifier, known_verifiers
 from rs.registry import SOURCES
 

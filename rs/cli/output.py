@@ -3,7 +3,7 @@
 Engines and libraries write a great deal (vLLM and transformers notices, PyTorch's C++ warnings
 written straight to file descriptor 2, Python warnings): in `quiet` all of it goes to a log file
 in the family's build folder, `build/<FAMILY>/logs/`, and the terminal keeps the messages of the
-`rs` loggers, the progress bars (`rs.progress`) and what the command prints on stdout. A command
+`rs` loggers, the progress bars (`rs.util.progress`) and what the command prints on stdout. A command
 that fails says where its log is and shows the log's last lines. `-v` / `--verbose` keeps
 everything on the terminal, as the libraries would have it.
 """
@@ -23,9 +23,9 @@ from typing import Iterator, TextIO
 
 from tqdm.auto import tqdm
 
-from rs import progress
+from rs.util import progress
 from rs.errors import RsError
-from rs.locks import BuildBusy, PublishBusy
+from rs.util.locks import BuildBusy, PublishBusy
 
 LOG_TAIL_LINES = 15
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rs import cli
 from rs.cli import output
 from rs.cli.parser import Parser
-from rs.offline import hub_needs, offline_unless_the_hub_resolves
+from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.plan import plan_family
 
 

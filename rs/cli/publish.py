@@ -16,21 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from rs import cli
-from rs.decontam.card import summary as decontamination_summary
-from rs.cards import counted, pct
+from rs.pipeline.publish.cards.decontam import summary as decontamination_summary
+from rs.pipeline.publish.cards.render import counted, pct
 from rs.cli import RunFailed, output
 from rs.cli.parser import Parser
 from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError, UsageError
 from rs.families import Family
-from rs.family_report import Endings, FamilyReport, RecoverySummary
+from rs.pipeline.write.report import Endings, FamilyReport, RecoverySummary
 from rs.hub import describe_commits, format_plan
-from rs.sizes import format_bytes
-from rs.offline import hub_needs, offline_unless_the_hub_resolves
-from rs.publish import check_local_root, publish
+from rs.util.sizes import format_bytes
+from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
+from rs.pipeline.publish.family import check_local_root, publish
 from rs.plan import Plan
 from rs.splits_schema import ROW_SCHEMAS, features
-from rs.stages import default_cache_path
+from rs.context import default_cache_path
 
 logger = logging.getLogger(__name__)
 

@@ -23,14 +23,14 @@ from typing import Any
 
 from rs import cli
 from rs.cli import output
-from rs.cards import counted
+from rs.pipeline.publish.cards.render import counted
 from rs.cli.publish import summary
 from rs.errors import UsageError
 from rs.families import Family
-from rs.publish import publish
+from rs.pipeline.publish.family import publish
 from rs.refilter import Prepared, Reread, prepare
-from rs.route import JUDGE_POLICIES, RouteFilter
-from rs.stages import BuildContext, default_cache_path
+from rs.pipeline.route import JUDGE_POLICIES, RouteFilter
+from rs.context import BuildContext, default_cache_path
 
 
 class NoStoredAnswers(UsageError):

@@ -11,10 +11,11 @@ from rs import cli
 from rs.cli import RunFailed, output
 from rs.cli.parser import Parser
 from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
-from rs.offline import hub_needs, offline_unless_the_hub_resolves
-from rs.recovery import RecoveryReport
-from rs.sample import SampleReport
-from rs.stages import BuildContext, default_cache_path, ensure_passes, sample_shard
+from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
+from rs.pipeline.recover import RecoveryReport
+from rs.pipeline.sample import SampleReport
+from rs.pipeline.stage import ensure_passes, sample_shard
+from rs.context import BuildContext, default_cache_path
 
 
 def _shard(parser: argparse.ArgumentParser, value: str) -> tuple[int, int]:
@@ -58,7 +59,7 @@ def _sample(ctx: BuildContext, args: argparse.Namespace, shard: tuple[int, int] 
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") -> int:
-    """Run the clean and sample stages, and the recovery pass (resumable; see rs.stages; `--ray`: rs.distributed)."""
+    """Run the clean and sample stages, and the recovery pass (resumable; see rs.pipeline.stage; `--ray`: rs.distributed)."""
     parser = Parser(prog=prog, description=main.__doc__)
     parser.add_argument("family")
     cli.add_config(parser)

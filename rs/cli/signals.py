@@ -3,7 +3,7 @@
 SIGTERM is what Slurm, Kubernetes and spot instances send before they kill a job; SIGINT is
 Ctrl-C. The first of either raises `Interrupted` where the command is, so that the stages unwind
 as they do on any error: answers already finished are committed to the generation cache (the
-sampling stage's `finally`), half-written stores are removed (`rs.stages.scratch`), and the
+sampling stage's `finally`), half-written stores are removed (`rs.pipeline.stage.scratch`), and the
 command says how to resume (`rs.cli.run`). Unwinding can wait (a cache another process holds, an
 engine slow to shut down): a second signal then ends the process at once, losing only what a
 SIGKILL would (at most the answers in flight, and never a committed one).
@@ -18,7 +18,7 @@ import sys
 import threading
 from types import FrameType
 
-from rs import progress
+from rs.util import progress
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 _received: int | None = None

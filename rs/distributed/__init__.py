@@ -32,22 +32,22 @@ about `engine.batch_size` requests.
 
 The steps:
 
-1. sampling: every cleaned QA item, its request built exactly as `rs.sample.SampleStage` builds it;
+1. sampling: every cleaned QA item, its request built exactly as `rs.pipeline.sample.SampleStage` builds it;
 2. judge: the verifier rejections that have a final answer, verified on the driver from the cached
    generations exactly as `SampleStage` verifies them, plus the calibration cases of
-   `rs.judge.calibrate`; written to `BUILD/FAMILY/ray/judge-*.parquet` and answered in one pipeline;
-3. the normal `rs.stages.ensure_sampled` on the driver, which finds everything cached (zero engine
+   `rs.pipeline.sample.judge.calibrate`; written to `BUILD/FAMILY/ray/judge-*.parquet` and answered in one pipeline;
+3. the normal `rs.pipeline.stage.ensure_sampled` on the driver, which finds everything cached (zero engine
    calls) and writes the items store and `sample.json` exactly as a single-process run does;
 
-and, for a family with a `recovery:` block (`rs.recovery`), on the same replicas:
+and, for a family with a `recovery:` block (`rs.pipeline.recover`), on the same replicas:
 
-4. recovery: the samples of the items the greedy pass rejected (`rs.recovery.to_sample` over the items
+4. recovery: the samples of the items the greedy pass rejected (`rs.pipeline.recover.to_sample` over the items
    store), one request a sample, sample `i` seeded `recovery.seed + i` and keyed as the single-process
    pass keys it, so the cache holds the same entries (only the missing samples travel: a raised `k`
    sends the new ones);
 5. recovery_judge: the samples the verifier neither accepts nor knows wrong, verified on the driver
    from the cache as `RecoveryStage` verifies them (no calibration: the judge's is the greedy pass's);
-6. `rs.stages.ensure_recovered` on the driver: zero engine calls, the recovery store and
+6. `rs.pipeline.stage.ensure_recovered` on the driver: zero engine calls, the recovery store and
    `recovery.json` of a single-process run. A family already sampled runs only steps 4 to 6.
 
 Each replica answers several batches at once through one engine (`replica.EngineFeeder`): Ray
@@ -89,16 +89,16 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 import rs
-from rs.engines import engines_for
+from rs.engines.factory import engines_for
 from rs.engines.base import Request, SamplingSettings
 from rs.engines.cache import CacheAnswerDamaged, GenerationCache
-from rs.judge import JudgeCase
+from rs.pipeline.sample.judge import JudgeCase
 from rs.prompt import sampling_request
-from rs.recovery import recovery_settings, to_sample
-from rs.sample import SampleReport, SampleStage, Verification
-from rs.sources.base import QAItem, Row
-from rs.stages import (BuildContext, answer_vocabulary, current_recovery_report, ensure_clean, ensure_recovered, ensure_sampled,
-                       read_report, sample_fingerprint)
+from rs.pipeline.recover import recovery_settings, to_sample
+from rs.pipeline.sample import SampleReport, SampleStage, Verification
+from rs.records import QAItem, Row
+from rs.pipeline.stage import answer_vocabulary, current_recovery_report, ensure_clean, ensure_recovered, ensure_sampled, read_report, sample_fingerprint
+from rs.context import BuildContext
 from rs.store import ParquetStreamWriter, qa_item, read_records
 
 from .cluster import Cluster, check_fits, connect, forwarded_env, ray_available, retrying_lost_nodes
@@ -111,7 +111,7 @@ __all__ = ["RAY_MISSING", "EngineReplica", "RayIncomplete", "RayNotInstalled", "
            "engine_specs", "forwarded_env", "gpus_per_replica", "ray_available", "sample_on_ray", "sampling_requests"]
 
 FATE = ("row", "key", "error", "ending", "final", "verified", "judge", "contradicts")
-"""The items store's columns that decide whether the recovery pass samples an item (`rs.route.decide`)."""
+"""The items store's columns that decide whether the recovery pass samples an item (`rs.pipeline.route.decide`)."""
 
 
 def sample_on_ray(
@@ -270,7 +270,7 @@ def _greedy_steps(steps: _Steps) -> None:
 
 
 def _recovery_steps(steps: _Steps, promotes: bool) -> None:
-    """The recovery pass: the samples of the items it samples (`rs.recovery.to_sample`), then the judge's requests of the
+    """The recovery pass: the samples of the items it samples (`rs.pipeline.recover.to_sample`), then the judge's requests of the
     samples the verifier can neither accept nor reject, as `RecoveryStage` asks them."""
     ctx, recovery = steps.ctx, steps.ctx.family.config.recovery
     assert recovery is not None
@@ -425,7 +425,7 @@ def _judge_requests(ctx: BuildContext, stage: SampleStage) -> Iterator[tuple[str
 
 
 def _recovery_draws(ctx: BuildContext, stage: SampleStage, promotes: bool) -> Iterator[tuple[int, Request, QAItem, int]]:
-    """The items the recovery pass samples (`rs.recovery.to_sample`): their row, request (no image bytes), item and k."""
+    """The items the recovery pass samples (`rs.pipeline.recover.to_sample`): their row, request (no image bytes), item and k."""
     recovery = ctx.family.config.recovery
     assert recovery is not None
     records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from rs.engines.base import Generation, SamplingSettings
 from rs.errors import causes
-from rs.progress import progress
+from rs.util.progress import progress
 
 from .replica import EngineReplica, concurrent_batches, first_line
 from .report import RayPlanError, StepStats

@@ -26,7 +26,7 @@ from rs.store import qa_item
 
 from .report import RayPlanError
 
-from rs.stages import BuildContext
+from rs.context import BuildContext
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSetti
 
     Builds each request as `SampleStage` does and keys it with the driver's `cache_key`; `missing`
     is the sorted array of the missing keys' 64-bit prefixes. `samples`: the recovery pass asks each item's
-    samples 0 to `samples - 1` (one request each, keyed as `rs.recovery` keys them); only the items it
+    samples 0 to `samples - 1` (one request each, keyed as `rs.pipeline.recover` keys them); only the items it
     samples have missing keys, so the rows need not say which items those are.
     """
     out: dict[str, list[Any]] = {name: [] for name in REQUESTS.names}

@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rs.errors import RsError, UsageError
-from rs.recovery import RecoveryReport
-from rs.sample import SampleReport
+from rs.pipeline.recover import RecoveryReport
+from rs.pipeline.sample import SampleReport
 
 RAY_MISSING = "Ray is not installed: pip install 'rs[ray]'"
 

@@ -12,8 +12,8 @@ import hashlib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
-from rs.checks import at_least
-from rs.extract import split_reasoning
+from rs.families.values import at_least
+from rs.answers.extract import split_reasoning
 from rs.registry import KindConfig
 
 
@@ -130,12 +130,12 @@ class Generation:
     max_tokens: int | None = None
     """The budget it was made with (the cache records it: `rs.engines.cache`)."""
     prompt_tail: str | None = None
-    """The end of the prompt as the engine rendered it (`rs.reasoning.PROMPT_TAIL_CHARS`): whether the chat template
+    """The end of the prompt as the engine rendered it (`rs.engines.reasoning.PROMPT_TAIL_CHARS`): whether the chat template
     left the reasoning open there decides how the output is read. None where the engine cannot see it."""
     split_by: str | None = None
     """`server` when the engine got the reasoning already separated (`text` is then the answer part)."""
     prompt_reasoning: str | None = None
-    """`open` / `closed` / `none`: where the prompt left the reasoning, as `rs.reasoning` read it."""
+    """`open` / `closed` / `none`: where the prompt left the reasoning, as `rs.engines.reasoning` read it."""
     repetition_detection: tuple[int, int, int] | None = None
     """The loop detection it was made with (the cache records it, as `max_tokens`)."""
     thinking_token_budget: int | None = None
@@ -163,7 +163,7 @@ class Generation:
     def from_text(cls, text: str, *, finish_reason: str, reasoning: str | None = None, **kwargs: Any) -> "Generation":
         """A raw output, split by the default `<think>` rules; an output cut off by max_tokens has no final answer.
 
-        The sampling stage reads every output again with the family's reasoning format (`rs.reasoning`).
+        The sampling stage reads every output again with the family's reasoning format (`rs.engines.reasoning`).
         """
         if reasoning is not None:  # the server already separated it (`message.reasoning`)
             answer: str | None = text.strip()

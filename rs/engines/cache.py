@@ -34,7 +34,7 @@ from typing import Iterable, Iterator
 from rs.engines.base import Generation, SamplingSettings, loop_would_end
 from rs.engines.cache_count import CommittedCount
 from rs.engines.cache_file import STEP_S, check_file, create_file, guarded
-from rs import ledger
+from rs.util import ledger
 from rs.errors import RsError
 
 _SCHEMA = """

@@ -6,7 +6,7 @@ its schema and linked into place, and a file at the cache's path that is not a w
 database is reported as broken, with what to do. A cache that another process keeps locked is
 waited for in short steps (so that a signal stops the run at once) up to the cache's timeout, then
 reported with the processes that hold it. Every failure of an operation becomes one of
-`CacheBroken`, `CacheLocked` or `rs.disk.DiskFull`, and the cache remembers it: the commit that a
+`CacheBroken`, `CacheLocked` or `rs.util.disk.DiskFull`, and the cache remembers it: the commit that a
 failing stage still tries on its way out fails at once instead of waiting again.
 """
 
@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from rs.disk import DiskFull, free_bytes, is_disk_full
+from rs.util.disk import DiskFull, free_bytes, is_disk_full
 from rs.errors import RsError
-from rs.locks import describe, holders
+from rs.util.locks import describe, holders
 
 HEADER = b"SQLite format 3\x00"
 _BUSY, _LOCKED, _IOERR, _CORRUPT, _NOTADB = 5, 6, 10, 11, 26

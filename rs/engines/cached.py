@@ -14,7 +14,7 @@ from rs.engines.cache import CacheAnswerDamaged, GenerationCache
 from rs.engines.ordered import InOrder
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.stream import Stream, open_stream
-from rs.progress import progress
+from rs.util.progress import progress
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ Each line is one output: `{"key": QA item key, "text": raw output, ...}`, option
 finds its samples apart from the greedy answers by it), `prompt` (the exact prompt: a record of it answers that prompt
 before its item's record does, so that a judge's verdicts replay, whose requests carry the key of the item they judge),
 `reasoning` (when the producer separated it), `prompt_tail` (the end of the rendered prompt, where a
-chat template may have opened the reasoning: `rs.reasoning`), `finish_reason`, `prompt_tokens`,
+chat template may have opened the reasoning: `rs.engines.reasoning`), `finish_reason`, `prompt_tokens`,
 `completion_tokens`, `model` and `model_revision`.
 """
 

@@ -37,13 +37,13 @@ from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
-from rs.checks import ConfigValueError, at_least
+from rs.families.values import ConfigValueError, at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
 from rs.engines.models import builtin_revision, resolve_model
 from rs.engines.vllm_args import batch_invariance_refusal, unknown_engine_arg, vllm_fields, wrong_engine_arg_value
 from rs.engines.vllm_core import Channel, VLLMCore, decode_image, is_engine_error, is_input_error, tokenizer_and_chat_template
 from rs.errors import RsError, UsageError
-from rs.extract import reasoning_state
+from rs.answers.extract import reasoning_state
 from rs.registry import ENGINES
 
 if TYPE_CHECKING:

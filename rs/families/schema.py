@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
 from rs.answers import Vocabulary
-from rs.checks import ConfigValueError, at_least, positive, within
+from rs.families.values import ConfigValueError, at_least, positive, within
 from rs.hub.licenses import license_problem
-from rs.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
+from rs.hub.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
-from rs.sizes import parse_bytes
-from rs.vllm_parsers import known_reasoning_parsers
+from rs.util.sizes import parse_bytes
+from rs.families.vllm_parsers import known_reasoning_parsers
 
 MULTIPLE_CHOICE_INSTRUCTION = "\nAnswer with the option's letter from the given choices directly."
 """What a question with options is asked with unless its family says otherwise (LLaVA's and lmms-eval's wording)."""
@@ -32,7 +32,7 @@ ByteSize = int | str
 
 @dataclass
 class ReasoningConfig:
-    """How a model's output marks its reasoning and its final answer (`rs.reasoning`)."""
+    """How a model's output marks its reasoning and its final answer (`rs.engines.reasoning`)."""
 
     parser: str = "tags"
     """`tags`: the `start` / `end` markers below; a vLLM reasoning parser (`vllm.reasoning`: qwen3, deepseek_r1,
@@ -143,7 +143,7 @@ class SamplingConfig:
 @dataclass
 class RLConfig:
     """`recovery.difficulty.rl`: publish `<FAMILY>_RS_rl`, the questions the model answers right only sometimes, in the
-    layout TRL's GRPO trainer reads (`rs.samples_repo`)."""
+    layout TRL's GRPO trainer reads (`rs.pipeline.write.samples`)."""
 
     min_pass_rate: float = 0.0
     """A question is kept when its pass rate is strictly above this (0: drop the ones never answered right)."""
@@ -362,7 +362,7 @@ class CleaningConfig:
 
 @dataclass
 class DecontaminationActions:
-    """What happens to a training item found in an evaluation set, by what matched (`rs.decontam`)."""
+    """What happens to a training item found in an evaluation set, by what matched (`rs.pipeline.clean.decontam`)."""
 
     image: Literal["drop", "flag"] = "drop"
     """The same image (decoded pixels) or a near duplicate (perceptual hash): `drop` removes the whole row."""
@@ -416,7 +416,7 @@ class QuestionTypeRule:
 
 @dataclass
 class QuestionTypesConfig:
-    """`question_types:` how the family's questions are typed, for the cards' accept rates per type (`rs.question_types`):
+    """`question_types:` how the family's questions are typed, for the cards' accept rates per type (`rs.pipeline.write.question_types`):
     the type the source records (`source.columns.qtype`, the synthetic scenes' own), else the first rule whose pattern
     the question matches, else `default`."""
 

@@ -20,7 +20,7 @@ Uploads themselves go through `create_commit`, so they take the client's path (X
 else LFS): bytes already stored in the repo are not sent again.
 """
 
-from rs.limits import DEFAULT_FILES_PER_COMMIT, MAX_FILES_PER_COMMIT, check_files_per_commit
+from rs.hub.limits import DEFAULT_FILES_PER_COMMIT, MAX_FILES_PER_COMMIT, check_files_per_commit
 from rs.hub.diff import FileChange, plan
 from rs.hub.publish import DEFAULT_COMMIT_MESSAGE, publish_folder
 from rs.hub.result import PublishResult, describe_commits, format_plan

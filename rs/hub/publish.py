@@ -22,9 +22,9 @@ from rs.hub.pulls import Pull
 from rs.hub.result import PublishResult, format_plan
 from rs.hub.retry import MainMoved, retrying, through_rate_limit
 from rs.hub.tokens import optional_token, resolve_token
-from rs.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
-from rs.sizes import format_bytes
-from rs.progress import progress as progress_bar
+from rs.hub.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
+from rs.util.sizes import format_bytes
+from rs.util.progress import progress as progress_bar
 
 logger = logging.getLogger("rs.hub")
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rs.hub.diff import Action, FileChange
-from rs.sizes import format_bytes
+from rs.util.sizes import format_bytes
 
 
 @dataclass

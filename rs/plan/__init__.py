@@ -23,22 +23,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from rs.decontam.card import plan_lines as overlap_lines
+from rs.pipeline.publish.cards.decontam import plan_lines as overlap_lines
 from rs.answers import Kind, classify
-from rs.clean import Cleaner, CleaningReport
-from rs.engines import Engine, resolve_model
+from rs.pipeline.clean import Cleaner, CleaningReport
+from rs.engines.base import Engine
+from rs.engines.models import resolve_model
 from rs.engines.base import PROMPT_TAIL_CHARS
 from rs.errors import UsageError
 from rs.families import Family
 from rs.families.schema import FamilyConfig, JudgeConfig
 from rs.prompt import Instructions, build_prompt
-from rs.reasoning import ReasoningFormat
-from rs.recovery import RecoveryReport
-from rs.route import decide, outcomes
-from rs.samples_repo import in_rl_bounds
-from rs.sample import SampleReport
-from rs.sources import QAItem, Row, open_source
-from rs.stages import BuildContext, default_cache_path, ensure_clean, ensure_recovered, ensure_sampled
+from rs.engines.reasoning import ReasoningFormat
+from rs.pipeline.recover import RecoveryReport
+from rs.pipeline.route import decide, outcomes, routes_for
+from rs.pipeline.write.samples import in_rl_bounds
+from rs.pipeline.sample import SampleReport
+from rs.records import QAItem, Row
+from rs.sources import open_source
+from rs.pipeline.stage import ensure_clean, ensure_recovered, ensure_sampled
+from rs.context import BuildContext, default_cache_path
 from rs.store import read_records
 
 logger = logging.getLogger(__name__)
@@ -91,7 +94,7 @@ class RecoveryProjection:
     items: int
     """Questions of the plan's images (the greedy pass's items)."""
     sampled: dict[str, int]
-    """Questions it sampled, by why (`rejected`, `cut_off`, `difficulty`: `rs.recovery.samples_for`)."""
+    """Questions it sampled, by why (`rejected`, `cut_off`, `difficulty`: `rs.pipeline.recover.samples_for`)."""
     samples: int
     completion_tokens: list[int]
     """Output tokens of each sample (an engine error has none)."""
@@ -678,7 +681,7 @@ def _project_recovery(ctx: BuildContext, sampled: SampleReport, items: list[dict
         tokens += drawn
         difficulty += sum(drawn) if r["why"] == "difficulty" else 0
     blocked = sum(decide(i, sampled.promotes).reason == "judge_blocked" for i in items)
-    routes = ctx.routes(sampled.promotes)
+    routes = routes_for(ctx, sampled.promotes)
     rl = (sum(in_rl_bounds(result, routes.rl_bounds) for _, result in outcomes(ctx.paths.root, routes))
           if routes.rl_bounds is not None else None)
     return RecoveryProjection(k=recovery.samples, temperature=recovery.temperature, items=len(items), sampled=dict(report.items),

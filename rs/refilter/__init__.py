@@ -22,7 +22,9 @@ from typing import Any
 from rs.refilter.reread import FOLDER as REREAD_FOLDER
 from rs.refilter.reread import NotRereadable, Reread, basis, reread
 from rs.refilter.samples import SamplesRepoError, rebuild
-from rs.stages import BuildContext, current_recovery_report, current_sample_report
+from rs.pipeline.stage import current_recovery_report, current_sample_report
+from rs.context import BuildContext
+from rs.pipeline.route import routes_for
 
 __all__ = ["NotRereadable", "Prepared", "Reread", "SamplesRepoError", "prepare"]
 
@@ -53,5 +55,5 @@ def prepare(ctx: BuildContext, *, from_samples: str | None = None, cache_path: P
     basis(ctx)  # refused before the build's lock is taken (nor its folder made)
     with ctx.lock():
         found = basis(ctx)
-        summary = reread(ctx, found, cache_path=cache_path, routes=ctx.routes(found.sampled.promotes), command=command)
+        summary = reread(ctx, found, cache_path=cache_path, routes=routes_for(ctx, found.sampled.promotes), command=command)
     return Prepared(ctx.paths.root / REREAD_FOLDER, {"source": source, "reread": summary.to_dict()}, summary)

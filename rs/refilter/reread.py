@@ -2,7 +2,7 @@
 
 A run's stores hold every answer it got (the greedy pass's in the items store, the recovery and difficulty samples in
 the recovery store): the raw output, its final answer and reasoning as the reasoning format read them, and what the
-reader (the verifier and the family's reading of answers, `rs.sample.Reader`) and the judge made of it. When nothing
+reader (the verifier and the family's reading of answers, `rs.pipeline.sample.Reader`) and the judge made of it. When nothing
 but the reader changed since the run (`READER_INPUTS`: a verifier's or `rs.answers`' version, the family's `verifier:`
 or `answers:` block), every stored answer is graded again from its stored final answer and reasoning (the reasoning
 format did not change, so neither did they):
@@ -11,10 +11,10 @@ format did not change, so neither did they):
 - undecided, and the judge's verdict on exactly that question, reference and candidate is in the stores (any answer's
   with the same three) or in the generation cache (under the judge identity the run recorded): that verdict, under the
   run's calibration;
-- undecided, and no verdict: `rs.route.NOT_ASKED` (routed `judge_not_asked`: neither accepted nor a certain rejection),
+- undecided, and no verdict: `rs.pipeline.route.NOT_ASKED` (routed `judge_not_asked`: neither accepted nor a certain rejection),
   counted, until `rs publish` asks the judge.
 
-With a recovery pass, the questions a run under this reader would sample (`rs.recovery.samples_for`) get the samples
+With a recovery pass, the questions a run under this reader would sample (`rs.pipeline.recover.samples_for`) get the samples
 the stores hold (the same requests whatever the reason they were drawn for) or the cache holds; what neither holds is
 counted and left to `rs publish`; samples of a question such a run would not sample are left out.
 
@@ -35,30 +35,30 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from rs.checksums import seal
-from rs.clean import CleaningReport
-from rs.disk import writing
-from rs.engines import sampling_settings
+from rs.util.checksums import seal
+from rs.pipeline.clean import CleaningReport
+from rs.util.disk import writing
+from rs.engines.factory import sampling_settings
 from rs.engines.base import Generation, Request
 from rs.engines.cache import GenerationCache
 from rs.engines.cached import key_function, sample_settings
 from rs.errors import RsError, UsageError
 from rs.families.schema import FamilyConfig
-from rs.judge import LABELS, Judge, JudgeCase
+from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase
 from rs.prompt import Instructions, sampling_request
-from rs.reasoning import ReasoningFormat
-from rs.recovery import RecoveryReport, recovery_settings, samples_for
+from rs.engines.reasoning import ReasoningFormat
+from rs.pipeline.recover import RecoveryReport, recovery_settings, samples_for
 from rs.records import ITEMS, RECOVERY, SampleRecord
-from rs.route import NOT_ASKED, Decision, Routes, outcome
-from rs.sample import Reader, SampleReport
-from rs.stages import (BuildContext, answer_vocabulary, clean_fingerprint, fingerprint, read_report, recovery_inputs,
-                       replace_dir, sample_inputs, scratch)
+from rs.pipeline.route import NOT_ASKED, Decision, Routes, outcome
+from rs.pipeline.sample import Reader, SampleReport
+from rs.pipeline.stage import answer_vocabulary, clean_fingerprint, fingerprint, read_report, recovery_inputs, replace_dir, sample_inputs, scratch
+from rs.context import BuildContext
 from rs.store import ParquetStreamWriter, qa_item, read_records, write_json
 
 logger = logging.getLogger(__name__)
 
 READER_INPUTS = ("verifier", "answers", "versions.answers", "versions.verifiers", "versions.verifier")
-"""What of the sample stage's inputs (`rs.stages.sample_inputs`) is the reader: a change of these alone is re-read; a
+"""What of the sample stage's inputs (`rs.pipeline.stage.sample_inputs`) is the reader: a change of these alone is re-read; a
 change of anything else (the model, the prompt, the sampling, the reasoning format, the judge, the cleaning) means the
 stored answers are not the ones the family would get now, and `rs refilter` refuses."""
 

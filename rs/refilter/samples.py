@@ -1,6 +1,6 @@
 """A build's stores rebuilt from a published samples repo alone (`rs refilter --from-samples REPO`).
 
-A samples repo (`rs.samples_repo`, layout 2) holds one row per question with everything the build's stores held of it:
+A samples repo (`rs.pipeline.write.samples`, layout 2) holds one row per question with everything the build's stores held of it:
 its image (once per question: the cleaned row's bytes, as published), the cleaned question (`item`), the prompt, every
 generation with what the reader and the judge made of it, and the row's `row` index; `rs/run.json` holds the stages'
 reports (the cleaning's numbers, the judge's calibration and verdict counts, the fingerprints and their inputs). The
@@ -8,7 +8,7 @@ clean, items and recovery stores are written back from them, beside the family's
 routed as the build's own would be: nothing is sampled, judged or cleaned again.
 
 What a samples repo cannot give back, and what the stores then hold instead:
-- the answers' run timings and engine-call counts (`rs.samples_repo.RUN_ONLY`): 0 (no published card states them);
+- the answers' run timings and engine-call counts (`rs.pipeline.write.samples.RUN_ONLY`): 0 (no published card states them);
 - a judge verdict never given on a certainly wrong answer a re-read left unjudged: none (its routing is the same,
   `wrong_answer`, and the samples repo publishes no verdict for it either);
 - the source records cleaning dropped (`exclusions.jsonl`): not in the repo, and not read by routing or the cards.
@@ -22,14 +22,15 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-from rs.checksums import seal
-from rs.disk import writing
+from rs.util.checksums import seal
+from rs.util.disk import writing
 from rs.errors import UsageError
-from rs.locks import build_lock
+from rs.util.locks import build_lock
 from rs.records import ITEMS, RECOVERY
-from rs.route import NOT_ASKED
-from rs.samples_repo import LAYOUT, RUN_FILE
-from rs.stages import BuildContext, replace_dir, scratch
+from rs.pipeline.route import NOT_ASKED
+from rs.pipeline.write.samples import LAYOUT, RUN_FILE
+from rs.pipeline.stage import replace_dir, scratch
+from rs.context import BuildContext
 from rs.store import CLEAN_ROWS, ParquetStreamWriter, read_records, write_json
 
 logger = logging.getLogger(__name__)

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 
 from rs.registry import SOURCES
 
-from .base import QAItem, RefusedImage, Row, Source, SourceRecord, sha256_hex
+from .base import RefusedImage, Source, SourceRecord, sha256_hex
 
 if TYPE_CHECKING:
     from rs.families import Family
 
-__all__ = ["QAItem", "RefusedImage", "Row", "Source", "SourceRecord", "open_source", "sha256_hex"]
+__all__ = ["RefusedImage", "Source", "SourceRecord", "open_source", "sha256_hex"]
 
 
 def open_source(family: Family) -> Source:

@@ -1,4 +1,4 @@
-"""The records every source yields, and the row a cleaned image becomes.
+"""What every source yields: its records, each with its images and QA (`rs.records.QAItem`).
 
 Sources differ in shape (flat VQA, Cauldron-style conversations, local files, synthetic scenes);
 downstream stages only ever see these types, so adding a source never touches cleaning or sampling.
@@ -10,46 +10,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
 
-
-@dataclass(slots=True)
-class QAItem:
-    """One question about one image, as the source recorded it.
-
-    `question` and `answer` are the source's text, untouched by the source; cleaning may rewrite
-    them (multiple-choice normalisation) and says so in `rewrites`.
-    """
-
-    question: str
-    answer: str
-    record_id: str
-    turn: int = 0
-    source: str | None = None
-    """Dataset the pool says this item came from (the Cauldron's per-turn `source`), if recorded."""
-    image_ref: str | None = None
-    """Image id or hash the item was recorded against, if the source keeps one."""
-    references: tuple[str, ...] = ()
-    """Every annotator's answer, repeats included (repeats are votes), when the source has several."""
-    options: tuple[str, ...] = ()
-    """Multiple-choice options when the source stores them apart from the question."""
-    qtype: str | None = None
-    """Question type when the source knows it (synthetic scenes do)."""
-    rewrites: list[str] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)
-    """Cleaning marks that keep the item but are worth recording (e.g. `sentence_reference`)."""
-
-    @property
-    def key(self) -> str:
-        """Stable id of the item within its family: record id and turn."""
-        return f"{self.record_id}#{self.turn}"
-
-    def all_references(self) -> list[str]:
-        """What the verifier compares with: the annotators' answers as recorded (votes kept), with the
-        official answer first when it is not one of them; just the answer when there are no annotators."""
-        if not self.references:
-            return [self.answer]
-        if self.answer in self.references:
-            return list(self.references)
-        return [self.answer, *self.references]
+from rs.records import QAItem
 
 
 MAX_IMAGE_BYTES = 64 * 2**20
@@ -81,18 +42,6 @@ class SourceRecord:
     image_paths: list[str | None] = field(default_factory=list)
     """Where each image was read from (a file path, or the name `datasets` kept with its bytes), when known: the
     exclusions name it when the image is dropped."""
-
-
-@dataclass(slots=True)
-class Row:
-    """One image with all its QA: the unit that is sampled, stored and published."""
-
-    image: bytes
-    image_sha256: str
-    qa: list[QAItem]
-    record_ids: list[str] = field(default_factory=list)
-    clean_meta: dict = field(default_factory=dict)
-    """Provenance (source dataset, config, split, revision, record ids) and the cleaning policy that admitted the row."""
 
 
 class Source(Protocol):

@@ -17,8 +17,9 @@ from typing import Any, Iterable, Iterator, Literal
 
 from rs.errors import UsageError
 from rs.registry import KindConfig
-from rs.sizes import format_bytes
-from rs.sources.base import MAX_IMAGE_BYTES, QAItem, RefusedImage, SourceRecord
+from rs.util.sizes import format_bytes
+from rs.sources.base import MAX_IMAGE_BYTES, RefusedImage, SourceRecord
+from rs.records import QAItem
 
 
 @dataclass

@@ -7,7 +7,7 @@ Usage:
     >>> v.match("19.5", "20.5"), v.name, v.params
     (True, 'relaxed', {'tolerance': 0.05, 'year_guard': True})
 
-``prediction`` is the final answer with reasoning already removed (:func:`rs.extract.split_reasoning`); ``None``
+``prediction`` is the final answer with reasoning already removed (:func:`rs.answers.extract.split_reasoning`); ``None``
 (no final answer) never matches. ``reference`` is a string or a list of strings.
 
 Config loaders validate a verifier block without instantiating it (and without optional dependencies) via

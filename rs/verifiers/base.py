@@ -1,6 +1,6 @@
 """Verifier base class, parameter validation and the registry.
 
-A verifier decides whether a model's *final answer* (reasoning already removed, see :mod:`rs.extract`) matches
+A verifier decides whether a model's *final answer* (reasoning already removed, see :mod:`rs.answers.extract`) matches
 the official reference. Each verifier lives in its own module and registers itself with :func:`register`, so
 adding one is a new module in this package (the registry imports them all) or anywhere else once imported.
 
@@ -48,7 +48,7 @@ __all__ = [
 _NUMBER, _TEXT, _ACCEPTED = Kind.NUMBER, Kind.TEXT, Outcome.ACCEPTED
 
 VERSION = "2"
-"""The verifiers' shared rules (this module): bump when a change decides some match otherwise (`rs.versions`); a
+"""The verifiers' shared rules (this module): bump when a change decides some match otherwise (`rs.pipeline.versions`); a
 verifier's own rules are versioned by its class's `version`."""
 
 
@@ -57,7 +57,7 @@ class VerifierError(UsageError, ValueError):
 
 
 class Item(Protocol):
-    """What a verifier may know of the item it verifies besides the references (`rs.sources.QAItem` is one)."""
+    """What a verifier may know of the item it verifies besides the references (`rs.records.QAItem` is one)."""
 
     @property
     def question(self) -> str:
@@ -105,7 +105,7 @@ class Verifier(abc.ABC):
     name: ClassVar[str]
     title: ClassVar[str]
     version: ClassVar[str]
-    """Bumped when the verifier decides some match otherwise: the sample stage re-verifies (`rs.versions`). A class
+    """Bumped when the verifier decides some match otherwise: the sample stage re-verifies (`rs.pipeline.versions`). A class
     that declares none is keyed by its code."""
     PARAMS: ClassVar[dict[str, Param]] = {}
 

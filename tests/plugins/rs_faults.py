@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Hashable, Iterator, Literal, Sequence
 
-from rs.clean.base import ItemFilter, StepCard
+from rs.pipeline.clean.base import ItemFilter, StepCard
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.replay import ReplayEngine, ReplayEngineConfig
 from rs.engines.vllm import VLLMEngine, VLLMEngineConfig, VLLMStream
 from rs.registry import CLEANING, ENGINES, SOURCES
-from rs.sources.base import QAItem, SourceRecord
+from rs.sources.base import SourceRecord
+from rs.records import QAItem
 from rs.sources.files import FilesSource, FilesSourceConfig
 
 

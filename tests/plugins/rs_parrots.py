@@ -13,10 +13,11 @@ from typing import Any, Iterator, Literal, Sequence
 
 from PIL import Image
 
-from rs.clean.base import ItemFilter, StepCard
+from rs.pipeline.clean.base import ItemFilter, StepCard
 from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
 from rs.registry import CLEANING, ENGINES, SOURCES
-from rs.sources.base import QAItem, SourceRecord
+from rs.sources.base import SourceRecord
+from rs.records import QAItem
 from rs.verifiers import Verifier, register
 
 

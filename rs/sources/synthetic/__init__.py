@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Literal, Mapping
 
-from rs.checks import ConfigValueError, at_least
+from rs.families.values import ConfigValueError, at_least
 from rs.registry import SOURCES, KindConfig
-from rs.sources.base import QAItem, SourceRecord
+from rs.sources.base import SourceRecord
+from rs.records import QAItem
 
 from .noise import FOREIGN_SOURCES, ITEM_NOISE, NOISE_KINDS, flattened_mc, off_task, redraw, sentence_qa
 from .questions import QA, STYLES, questions_for

@@ -1,6 +1,6 @@
 """A synthetic evaluation split with known overlaps with a synthetic training pool (kind `synthetic_eval`).
 
-Decontamination (`rs.decontam`) is only as good as it is measured, and a measure needs the truth. This
+Decontamination (`rs.pipeline.clean.decontam`) is only as good as it is measured, and a measure needs the truth. This
 split holds, by construction: scenes of the training pool that recur transformed (re-saved with the same
 pixels, re-encoded as JPEG, resized, cropped a few percent, brightened), some with the training record's
 questions verbatim or lightly reworded; and new scenes of the same kind (the hard negatives: the same
@@ -20,9 +20,10 @@ from typing import Iterator, Literal
 
 from PIL import Image, ImageEnhance
 
-from rs.checks import ConfigValueError, at_least
+from rs.families.values import ConfigValueError, at_least
 from rs.registry import SOURCES, KindConfig
-from rs.sources.base import QAItem, SourceRecord
+from rs.sources.base import SourceRecord
+from rs.records import QAItem
 
 from . import SyntheticSource
 from .questions import questions_for

@@ -1,0 +1,70 @@
+"""The five ways a training item is found in an evaluation set, each with its version and threshold.
+
+A method's `version` goes into the clean stage's fingerprint (`rs.pipeline.stage.clean_fingerprint`) and into each
+cached evaluation index's key: a changed method re-checks every item. Thresholds were chosen by measurement on
+TinyCLEVR's synthetic evaluation split (`bench/decontaminate.py`, README "Decontamination"): the near-duplicate
+distance catches the transformed copies (re-encoded, resized, cropped 2-5%, brightened) while the closest hard
+negatives (other scenes of the same renderer) lie at 6 bits and more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Method:
+    """One registered method: its name (the `method` of a match), version, what it compares and its threshold."""
+
+    name: str
+    version: str
+    kind: str
+    """The action key it answers to (`decontamination.action`): image, item or question."""
+    compares: str
+    threshold: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+PHASH_DISTANCE = 4
+"""Most differing bits of two 64-bit pHashes (the closest pair of their whole-image and centre-crop hashes) of one image.
+Measured on TinyCLEVR's scenes: every transformed copy within 4 bits, the closest other scenes of the renderer at 6."""
+NGRAM = 3
+"""Word n-grams a question is cut into for the fuzzy match (questions of CLEVR's kind are 5-20 words)."""
+QUESTION_OVERLAP = 0.9
+"""Least overlap coefficient of two questions' n-grams for `near_question` (a copy with a sentence added: 1.0;
+one word changed in a 14-word templated question: 0.75). A templated benchmark has other questions that contain
+one another ("Subtract all red cubes. How many ..." in "Subtract all red cubes. Subtract all balls. How many ..."):
+measured precision on CLEVR-style questions is in the README, and the match is flagged, not dropped, by default."""
+ITEM_OVERLAP = QUESTION_OVERLAP
+"""Least n-gram overlap of a question with one asked of the matched evaluation image for `same_item` (measured: at 0.5
+a third of the matches were other questions of the same template about the same scene)."""
+LSH_THRESHOLD = 0.3
+"""Jaccard threshold of the MinHash LSH that proposes candidates (checked exactly against QUESTION_OVERLAP after)."""
+NUM_PERM = 64
+
+SAME_IMAGE = Method("same_image", "1", "image", "SHA-256 of the decoded RGB pixels and size", "equal")
+NEAR_IMAGE = Method("near_image", "1", "image", "pHash (64 bits) of the auto-contrasted, equalised grey image and its 2.5% and 5% centre crops",
+                    f"Hamming distance <= {PHASH_DISTANCE}")
+SAME_ITEM = Method("same_item", "1", "item", f"a near-duplicate image and a question sharing word {NGRAM}-grams with one "
+                   "asked of it", f"image as near_image; n-gram overlap >= {ITEM_OVERLAP}")
+SAME_QUESTION = Method("same_question", "1", "question", "normalised words (case, punctuation and spacing aside)", "equal")
+NEAR_QUESTION = Method("near_question", "1", "question", f"word {NGRAM}-grams, candidates by MinHash LSH",
+                       f"n-gram overlap >= {QUESTION_OVERLAP}")
+
+METHODS = {m.name: m for m in (SAME_IMAGE, NEAR_IMAGE, SAME_ITEM, SAME_QUESTION, NEAR_QUESTION)}
+"""Every method by name, in the order a card lists them."""
+
+VERSION = "2"
+"""The decontamination code as a whole (`rs/pipeline/clean/decontam/`): tracked by rs/pipeline/versions.lock.json like every deciding piece
+(`rs.pipeline.versions`); bump it, or a method's own version, when what is matched changes."""
+
+INDEX_VERSION = "2"
+"""The layout of a cached evaluation index (`rs.pipeline.clean.decontam.index`); 2: a record without a usable image keeps its questions."""
+
+
+def versions() -> dict[str, str]:
+    """Each method's version, and the index layout's: what a fingerprint holds."""
+    return {**{m.name: m.version for m in METHODS.values()}, "index": INDEX_VERSION, "code": VERSION}

@@ -1,0 +1,214 @@
+"""Stage 3 (opt-in, `recovery:`): the rejected questions sampled again above temperature 0, and their pass rates.
+
+After the greedy pass and its calibration, every item the routing rejects with a final answer (and,
+with `cut_off`, those whose answer had none) is answered `k` more times: one request per item with
+vLLM's `n` (the prompt and the image processed once), sample `i` seeded `seed + i`, each sample its
+own cache entry, so a re-run or a raised `k` sends only the samples the cache lacks. Every sample is
+read, verified and, when the verifier cannot decide, judged exactly as the greedy answer was, under
+the greedy pass's calibration. With `difficulty.samples`, accepted items are sampled too, so that
+every question gets a measured pass rate.
+
+The stage writes one record per sampled item, in item order, with all its samples (`RECOVERY`);
+routing (`rs.pipeline.route`) then accepts an item one of whose samples it accepts (`accepted_by: recovery`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from rs.engines.base import Generation, Request, SamplingSettings
+from rs.families.schema import FamilyConfig, RecoveryConfig
+from rs.util.progress import progress
+from rs.prompt import sampling_request
+from rs.pipeline.route import decide
+from rs.pipeline.sample.judge import JudgeCase
+from rs.pipeline.sample import SampleStage, Verification
+from rs.records import QAItem, Row
+from rs.records import RECOVERY, SampleRecord
+from rs.store import ParquetStreamWriter
+from rs.engines.ordered import InOrder
+
+VERSION = "1"
+"""What the recovery pass records of an item's samples: bump when a change records or judges some sample otherwise
+(`rs.pipeline.versions`)."""
+
+RETRIED_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked", "judge_not_asked")
+"""Rejections with a final answer: the recovery pass samples them again (`judge_not_asked` only in `rs refilter`'s
+re-read, where the judge was not asked: whatever it would say but CORRECT, the item is sampled)."""
+CUT_OFF_REASONS = ("no_final_answer", "degenerate_repetition")
+"""Rejections without one: sampled again only with `recovery.cut_off`."""
+SAMPLED_FOR = ("rejected", "cut_off", "difficulty")
+"""Why an item is sampled (`samples_for`), in the order the cards list them."""
+
+
+def recovery_settings(config: FamilyConfig, sampling: SamplingSettings) -> SamplingSettings:
+    """The settings every sample is drawn with: the greedy pass's, at the recovery's temperature, top_p, seed and budget."""
+    r = config.recovery
+    assert r is not None
+    return replace(sampling, temperature=r.temperature, top_p=r.top_p, seed=r.seed, max_tokens=r.max_tokens or sampling.max_tokens)
+
+
+def samples_for(greedy: dict[str, Any], promotes: bool, recovery: RecoveryConfig) -> tuple[str | None, int]:
+    """Why and how often an item is sampled: (`rejected` / `cut_off` / `difficulty`, k), or (None, 0)."""
+    decision = decide(greedy, promotes)
+    if decision.accepted:
+        return ("difficulty", recovery.difficulty.samples) if recovery.difficulty.samples else (None, 0)
+    if decision.reason in RETRIED_REASONS:
+        return "rejected", recovery.samples
+    if recovery.cut_off and decision.reason in CUT_OFF_REASONS:
+        return "cut_off", recovery.samples
+    return None, 0
+
+
+def to_sample(rows: Iterable[Row], items: Iterator[dict[str, Any]], promotes: bool,
+              recovery: RecoveryConfig) -> Iterator[tuple[int, Row, QAItem, str, int]]:
+    """The items the pass samples, in item order: (row index, row, item, why, k).
+
+    `items`: the greedy pass's records (those `decide` reads), beside their cleaned `rows`. The Ray driver
+    (`rs.distributed`) picks the same items with this, from rows read without their image bytes."""
+    for index, row in enumerate(rows):
+        for qa in row.qa:
+            greedy = next(items, None)
+            if greedy is None or greedy["row"] != index or greedy["key"] != qa.key:
+                raise RuntimeError(f"the items store does not match the cleaned rows at row {index}; rebuild the family")
+            why, k = samples_for(greedy, promotes, recovery)
+            if why is not None:
+                yield index, row, qa, why, k
+
+
+def sample_record(sample: int, seed: int, v: Verification) -> SampleRecord:
+    """The recovery store's record of one verified sample, its judge's label still to come."""
+    gen = v.generation
+    return SampleRecord(
+        sample=sample, seed=seed, text=gen.text, reasoning=gen.reasoning, final=gen.answer,
+        finish_reason=gen.finish_reason, ending=gen.ending, completion_tokens=gen.completion_tokens,
+        thinking_tokens=gen.thinking_tokens, error=gen.error, verified=v.verified, contradicts=v.contradicts, judge=None,
+        reasoning_agrees=v.reasoning_agrees)
+
+
+def sample_case(v: Verification) -> JudgeCase | None:
+    """What the judge is asked of a sample: only an undecided one; a sample the verifier knows is wrong stays wrong
+    whatever the verdict."""
+    return v.case if not v.contradicts else None
+
+
+@dataclass
+class RecoveryReport:
+    """What the recovery pass did (`recovery.json`)."""
+
+    fingerprint: str | None = None
+    items: Counter[str] = field(default_factory=Counter)
+    """Items sampled, by why: `rejected` (a wrong final answer), `cut_off` (none), `difficulty` (accepted)."""
+    samples: int = 0
+    verified: int = 0
+    contradicted: int = 0
+    undecided: int = 0
+    no_final_answer: int = 0
+    engine_errors: int = 0
+    endings: Counter[str] = field(default_factory=Counter)
+    judged: int = 0
+    verdicts: Counter[str] = field(default_factory=Counter)
+    sampling_requests: int = 0
+    sampling_engine_calls: int = 0
+    """Samples the engine drew (the rest came from the cache); requests carry several (`n`)."""
+    judge_requests: int = 0
+    judge_engine_calls: int = 0
+    seconds: float = 0.0
+    inputs: dict[str, Any] | None = None
+    """What the pass's fingerprint was computed from (`rs.pipeline.stage.recovery_inputs`), for `rs refilter`."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        for name in ("items", "endings", "verdicts"):
+            d[name] = dict(sorted(getattr(self, name).items()))
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RecoveryReport:
+        return cls(**{**data, **{k: Counter(data[k]) for k in ("items", "endings", "verdicts")}})
+
+
+class _Draws:
+    """One item's samples on their way: the request, then a record per sample."""
+
+    __slots__ = ("row", "item", "prompt", "why", "k", "records")
+
+    def __init__(self, row: int, item: QAItem, prompt: str, why: str, k: int):
+        self.row, self.item, self.prompt, self.why, self.k = row, item, prompt, why, k
+        self.records: dict[int, SampleRecord] = {}
+
+
+class RecoveryStage:
+    """Samples the items the greedy pass rejected; writes one record per sampled item with its samples."""
+
+    def __init__(self, config: FamilyConfig, greedy: SampleStage, *, promotes: bool, progress: bool = True):
+        """`greedy`: the family's sampling stage (its engines, cache, verifier, grader and judge: the samples are read
+        and judged as the greedy answers were); `promotes`: whether the greedy pass's calibration lets the judge promote."""
+        if config.recovery is None:
+            raise ValueError("the family has no recovery block")
+        self.config, self.recovery, self.greedy, self.promotes = config, config.recovery, greedy, promotes
+        self.settings = recovery_settings(config, greedy.settings)
+        self.report = RecoveryReport()
+        self.progress = progress
+
+    def _units(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> Iterator[tuple[_Draws, list[tuple[int, Request]]]]:
+        instructions = self.greedy.instructions
+        for index, row, qa, why, k in to_sample(rows, items, self.promotes, self.recovery):
+            request = sampling_request(qa, instructions, row.image_sha256, row.image)
+            self.report.items[why] += 1
+            yield _Draws(index, qa, request.prompt, why, k), [(i, request.one(i)) for i in range(k)]
+
+    def run(self, rows: Iterable[Row], items: Iterator[dict[str, Any]], out_dir: str | Path, *, total: int | None = None) -> RecoveryReport:
+        """Sample every item the greedy pass rejected (`items`: its records, in item order, beside their cleaned `rows`)."""
+        start = time.perf_counter()
+        runner, judge = self.greedy.runner, self.greedy.judge
+        streams: list[Any] = [runner.stream(self.settings)]
+        answered: list[Any] = [self._answered]
+        if judge is not None:
+            streams.append(judge.runner.stream(judge.settings))
+            answered.append(self._judged)
+        calls = runner.stats.requests, runner.stats.engine_calls, *(
+            (judge.runner.stats.requests, judge.runner.stats.engine_calls) if judge else (0, 0))
+        core = InOrder(streams, answered, batch=max(1, self.config.engine.batch_size // max(1, self.recovery.samples)))
+        with ParquetStreamWriter(out_dir, "recovery", RECOVERY, group_rows=2_000, group_bytes=32 << 20) as writer, \
+                progress(total, "recovering", unit="item", enabled=self.progress) as bar:
+            for draws in core.run(self._units(rows, items)):
+                samples = [vars(draws.records[i]) for i in range(draws.k)]
+                writer.write({"row": draws.row, "key": draws.item.key, "why": draws.why, "k": draws.k, "samples": samples},
+                             size=sum(len(r["text"]) for r in samples))
+                bar.update()
+        self.report.sampling_requests = runner.stats.requests - calls[0]
+        self.report.sampling_engine_calls = runner.stats.engine_calls - calls[1]
+        if judge is not None:
+            self.report.judge_requests = judge.runner.stats.requests - calls[2]
+            self.report.judge_engine_calls = judge.runner.stats.engine_calls - calls[3]
+        self.report.seconds = time.perf_counter() - start
+        return self.report
+
+    def _answered(self, draws: _Draws, sample: int, gen: Generation) -> list[tuple[int, Request]]:
+        v = self.greedy.verify(draws.item, draws.prompt, gen, calibrating=False)
+        gen, report = v.generation, self.report
+        answered = gen.error is None and gen.answer is not None
+        report.samples += 1
+        report.verified += v.verified
+        report.contradicted += v.contradicts
+        report.undecided += answered and not v.verified and not v.contradicts
+        report.engine_errors += gen.error is not None
+        report.no_final_answer += gen.error is None and gen.answer is None and gen.ending != "repetition"
+        report.endings[gen.ending] += 1
+        draws.records[sample] = sample_record(sample, self.settings.seed + sample, v)
+        judge, case = self.greedy.judge, sample_case(v)
+        return [(sample, judge.request(case))] if case is not None and judge is not None else []
+
+    def _judged(self, draws: _Draws, sample: int, generation: Generation) -> list[Any]:
+        judge = self.greedy.judge
+        assert judge is not None
+        label, _ = judge.verdict(generation)
+        draws.records[sample].judge = label
+        self.report.judged += 1
+        self.report.verdicts[label] += 1
+        return []

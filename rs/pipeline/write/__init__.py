@@ -1,0 +1,1 @@
+"""Stage 5: the splits' files, the opt-in repos' rows and the family report, from the routed stores."""

@@ -1,4 +1,0 @@
-from rs.cli import run
-from rs.cli.sample import main
-
-run(main)

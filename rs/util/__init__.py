@@ -1,0 +1,1 @@
+"""Small utilities the stages share: locks, checksums, disk space, sizes, progress, the run's ledger."""
