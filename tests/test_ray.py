@@ -273,7 +273,8 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
     from rs.distributed import REQUESTS, sampling_requests
     from rs.distributed.replica import key_prefix
     from rs.engines.base import Request
-    from rs.prompt import build_prompt, sampling_request
+    from rs.prompt import build_prompt
+    from rs.pipeline.sample.requests import sampling_request
     from rs.pipeline.recover import recovery_settings
     from rs.pipeline.sample import SampleStage
 

@@ -36,7 +36,7 @@ from rs.engines.cached import cache_key, identity_key
 from rs.engines.stream import open_stream
 from rs.families import Family, get_family
 from rs.pipeline.write.pairs import pair_row
-from rs.prompt import sampling_request
+from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.recover import RecoveryReport, recovery_settings, sample_case, sample_record, samples_for
 from rs.pipeline.route import Routes, outcome, qa_entry
 from rs.pipeline.sample import SampleReport, SampleStage, item_record

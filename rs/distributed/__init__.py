@@ -93,7 +93,7 @@ from rs.engines.factory import engines_for
 from rs.engines.base import Request, SamplingSettings
 from rs.engines.cache import CacheAnswerDamaged, GenerationCache
 from rs.pipeline.sample.judge import JudgeCase
-from rs.prompt import sampling_request
+from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.recover import recovery_settings, to_sample
 from rs.pipeline.sample import SampleReport, SampleStage, Verification
 from rs.records import QAItem, Row

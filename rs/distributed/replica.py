@@ -20,7 +20,8 @@ from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached import cache_key, identity_key
 from rs.engines.stream import Stream, open_stream
 from rs.families.schema import ModelConfig
-from rs.prompt import Instructions, sampling_request
+from rs.prompt import Instructions
+from rs.pipeline.sample.requests import sampling_request
 from rs.registry import ENGINES
 from rs.store import qa_item
 

@@ -45,7 +45,8 @@ from rs.engines.cached import key_function, sample_settings
 from rs.errors import RsError, UsageError
 from rs.families.schema import FamilyConfig
 from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase
-from rs.prompt import Instructions, sampling_request
+from rs.prompt import Instructions
+from rs.pipeline.sample.requests import sampling_request
 from rs.engines.reasoning import ReasoningFormat
 from rs.pipeline.recover import RecoveryReport, recovery_settings, samples_for
 from rs.records import ITEMS, RECOVERY, SampleRecord

@@ -26,7 +26,8 @@ from rs.pipeline.sample.calibration import Answered, Calibration, CalibrationCas
 from rs.pipeline.sample.judge import Judge, JudgeCase, judgeable
 from rs.util.progress import progress
 from rs.engines.ordered import InOrder
-from rs.prompt import Instructions, sampling_request
+from rs.prompt import Instructions
+from rs.pipeline.sample.requests import sampling_request
 from rs.engines.reasoning import ReasoningFormat
 from rs.records import QAItem, Row
 from rs.records import ITEMS, ItemRecord
