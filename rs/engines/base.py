@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
-from rs.families.values import at_least
+from rs.util.config_checks import at_least
 from rs.answers.extract import split_reasoning
 from rs.registry import KindConfig
 

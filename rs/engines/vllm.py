@@ -37,7 +37,7 @@ from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
-from rs.families.values import ConfigValueError, at_least
+from rs.util.config_checks import ConfigValueError, at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
 from rs.engines.models import builtin_revision, resolve_model
 from rs.engines.vllm_args import batch_invariance_refusal, unknown_engine_arg, vllm_fields, wrong_engine_arg_value
