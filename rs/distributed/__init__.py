@@ -12,7 +12,7 @@ Each step is one Ray Data pipeline, so every replica loads its model once per st
 `EngineReplica` holds the project's own engine of the family's kind (any kind registered with
 `runs_in_replica`, such as `vllm`), so prompts, sampling settings, reasoning
 split, per-request failure isolation and `Generation` fields are those of the single-process path,
-and the cache keys (`rs.engines.cached.cache_key`) are the same: a family can be started on one
+and the cache keys (`rs.engines.cached_engine.cache_key`) are the same: a family can be started on one
 machine, continued on a cluster and finished anywhere, with nothing recomputed.
 
 Where results live, and why: the driver (the process running this) is the only writer of the
@@ -91,7 +91,7 @@ import numpy as np
 import rs
 from rs.engines.factory import engines_for
 from rs.engines.base import Request, SamplingSettings
-from rs.engines.cache import CacheAnswerDamaged, GenerationCache
+from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.pipeline.sample.judge import JudgeCase
 from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.recover import recovery_settings, to_sample

@@ -22,7 +22,7 @@ from .replica import EngineReplica, concurrent_batches, first_line
 from .report import RayPlanError, StepStats
 
 if TYPE_CHECKING:
-    from rs.engines.cache import GenerationCache
+    from rs.engines.generation_cache import GenerationCache
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
-from rs.engines.cached import cache_key, identity_key
+from rs.engines.cached_engine import cache_key, identity_key
 from rs.engines.stream import Stream, open_stream
 from rs.families.schema import ModelConfig
 from rs.prompt import Instructions

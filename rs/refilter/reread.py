@@ -40,8 +40,8 @@ from rs.pipeline.clean import CleaningReport
 from rs.util.disk import writing
 from rs.engines.factory import sampling_settings
 from rs.engines.base import Generation, Request
-from rs.engines.cache import GenerationCache
-from rs.engines.cached import key_function, sample_settings
+from rs.engines.generation_cache import GenerationCache
+from rs.engines.cached_engine import key_function, sample_settings
 from rs.errors import RsError, UsageError
 from rs.families.schema import FamilyConfig
 from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase
