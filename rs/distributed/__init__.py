@@ -110,7 +110,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["RAY_MISSING", "EngineReplica", "RayIncomplete", "RayNotInstalled", "RayPlanError", "RayRun", "StepStats", "build_replica_engine",
            "engine_specs", "forwarded_env", "gpus_per_replica", "ray_available", "sample_on_ray", "sampling_requests"]
 
-FATE = ("row", "key", "error", "ending", "final", "verified", "judge", "contradicts")
+TO_SAMPLE_COLUMNS = ("row", "key", "error", "ending", "final", "verified", "judge", "contradicts")
 """The items store's columns that decide whether the recovery pass samples an item (`rs.pipeline.route.decide`)."""
 
 
@@ -430,7 +430,7 @@ def _recovery_draws(ctx: BuildContext, stage: SampleStage, promotes: bool) -> It
     assert recovery is not None
     records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
     rows = (Row(image=b"", image_sha256=r["image_sha256"], qa=[qa_item(q) for q in r["qa"]]) for r in records)
-    greedy = read_records(ctx.paths.items, "items", columns=list(FATE))
+    greedy = read_records(ctx.paths.items, "items", columns=list(TO_SAMPLE_COLUMNS))
     for index, row, item, _, k in to_sample(rows, greedy, promotes, recovery):
         yield index, sampling_request(item, stage.instructions, row.image_sha256), item, k
 
