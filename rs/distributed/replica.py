@@ -24,6 +24,7 @@ from rs.prompt import Instructions
 from rs.pipeline.sample.requests import sampling_request
 from rs.registry import ENGINES
 from rs.store import qa_item
+from rs.util.text import last_line
 
 from .report import RayPlanError
 
@@ -146,7 +147,7 @@ class EngineFeeder:
                 failures = 0 if finished else failures
             except Exception as err:
                 failures += 1
-                logger.error("replica engine failed with %d requests in flight: %s", len(in_flight), first_line(err))
+                logger.error("replica engine failed with %d requests in flight: %s", len(in_flight), last_line(err))
                 for future in in_flight:
                     future.set_exception(err)
                 in_flight.clear()
@@ -233,7 +234,7 @@ class EngineReplica:
                 generations.append(generation)
                 errors.append(None)
             except Exception as err:  # the engine failed with this request in it: not cached, sent again next run
-                errors.append(first_line(err))
+                errors.append(last_line(err))
                 generations.append(Generation.failed(f"the engine failed: {errors[-1]}", cacheable=False))
         if self.feeder.dead is not None:
             raise RuntimeError(f"replica {self.name}: its engine failed {MAX_CONSECUTIVE_FAILURES} times in a row; stopping the run "
@@ -267,11 +268,6 @@ def build_replica_engine(spec: dict[str, Any]) -> Engine:
     plugin = ENGINES.get(spec["engine"]["kind"])
     config = plugin.Config(**spec["engine"]).for_replica()
     return plugin.from_config(config, ModelConfig.from_dict(spec["model"]))
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[-1] if text else ''}"
 
 
 # --- on the driver --------------------------------------------------------------------------------
