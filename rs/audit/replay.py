@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rs.audit.checks import Audit, Finding
+from rs.audit.checkers import Audit, Finding
 from rs.audit.repo import AuditUsageError
 from rs.pipeline.clean import CleaningReport
 from rs.engines.base import Engine
