@@ -124,8 +124,8 @@ def chat(llm, requests: list, settings, long_tail: bool, batch_size: int) -> lis
 
 
 def cached_run(engine, cache_path: Path, requests, settings, batch_size: int):
-    from rs.engines.cache import GenerationCache
-    from rs.engines.cached import CachedEngine
+    from rs.engines.generation_cache import GenerationCache
+    from rs.engines.cached_engine import CachedEngine
 
     with GenerationCache(cache_path) as cache:
         runner = CachedEngine(engine, cache, batch_size=batch_size, progress=False)
@@ -267,8 +267,8 @@ def loop_workload(n: int, repeats: int, family, share: float) -> None:
             for path in ("on", "off")[:: 1 if repeat % 2 == 0 else -1]:  # alternate: drift cancels
                 llm.reset_prefix_cache()
                 llm.reset_mm_cache()
-                from rs.engines.cache import GenerationCache
-                from rs.engines.cached import CachedEngine
+                from rs.engines.generation_cache import GenerationCache
+                from rs.engines.cached_engine import CachedEngine
 
                 start = time.perf_counter()
                 with GenerationCache(Path(tmp) / f"{path}-{repeat}.sqlite") as cache:

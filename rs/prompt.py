@@ -1,14 +1,14 @@
 """The exact text the model receives, which is also the question stored in the published rows.
 
-One function builds it, and one builds the request around it (single process and Ray workers
-alike), so the training text, the inference-time input and the cache key cannot drift apart.
+One function builds it, and the sampling stage builds its requests with it (`rs.pipeline.sample.requests`),
+so the training text, the inference-time input and the cache key cannot drift apart. No engine here:
+cleaning uses the instructions too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rs.engines.base import Request
 from rs.families.schema import MULTIPLE_CHOICE_INSTRUCTION, FamilyConfig
 from rs.records import QAItem
 
@@ -49,8 +49,3 @@ class Instructions:
         """Every instruction a question may be asked with (what cleaning strips where a source already appended it)."""
         return (self.default,) if self.multiple_choice in (None, self.default) else (self.default, self.multiple_choice)
 
-
-def sampling_request(item: QAItem, instructions: Instructions, image_sha256: str, image: bytes | None = None) -> Request:
-    """The request that asks the model one item about its image (the bytes may be left out: the cache key needs only the hash)."""
-    prompt = build_prompt(item.question, instructions.for_item(item))
-    return Request(prompt=prompt, image=image, image_sha256=image_sha256, item_key=item.key)

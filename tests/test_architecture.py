@@ -1,8 +1,10 @@
-"""The import contracts in pyproject.toml hold: no cycles, the build runs one way, nothing in the library imports the CLI."""
+"""The import contracts in pyproject.toml hold: no cycles, the build and the stages run one way, nothing in the library imports
+the CLI, nothing below sampling imports an engine, the engines import no family; and what import-linter cannot see, run."""
 
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,45 @@ def test_import_contracts_hold() -> None:
     lint = Path(sys.executable).with_name("lint-imports")
     done = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "Contracts: 4 kept, 0 broken." in done.stdout
+    assert "Contracts: 7 kept, 0 broken." in done.stdout
+
+
+CLEANING_LOADS_NO_ENGINE = """
+import sys
+engines = lambda: sorted(m for m in sys.modules if m == "rs.engines" or m.startswith("rs.engines."))
+from rs.pipeline.clean import Cleaner
+assert engines() == [], engines()
+from rs.families import get_family
+from rs.sources import open_source
+family = get_family("TinyCLEVR")
+read_families = engines()  # the loader checks each engine block against its kind's config: ENGINES finds them
+source = open_source(family)
+rows = list(Cleaner(family.config, source.provenance(), base_dir=family.path.parent).rows(source, limit=4))
+assert len(rows) == 4, rows
+assert engines() == read_families, sorted(set(engines()) - set(read_families))
+assert not {"vllm", "transformers", "openai"} & set(sys.modules), {"vllm", "transformers", "openai"} & set(sys.modules)
+"""
+
+
+def test_cleaning_loads_no_engine(tmp_path: Path) -> None:
+    """import-linter reads import statements; this runs the code. `import rs.pipeline.clean` loads no rs.engines module,
+    and cleaning TinyCLEVR's first rows (decontamination included) loads none beyond those families.yaml's loader finds
+    through the ENGINES registry, and neither vLLM, transformers nor openai."""
+    env = {**os.environ, "RS_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", CLEANING_LOADS_NO_ENGINE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_the_engines_load_no_family() -> None:
+    """What the engines' contract cannot see: importing `rs.families.X` runs `rs.families` (the registry and its loader)
+    first. No engine module but rs.engines.factory loads any of rs.families."""
+    modules = sorted(p.stem for p in (ROOT / "rs" / "engines").glob("*.py") if p.stem not in ("__init__", "factory"))
+    script = ("import importlib, sys\n"
+              f"for m in {modules!r}: importlib.import_module('rs.engines.' + m)\n"
+              "print(sorted(m for m in sys.modules if m == 'rs.families' or m.startswith('rs.families.')))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.strip() == "[]"
 
 
 def test_the_package_imports_its_own_modules_at_the_top() -> None:

@@ -246,7 +246,7 @@ def _cache_key(folder: Path, repo: Path, question: str, sample: int | None = Non
     """The generation cache's key of the greedy answer to `question` of `repo`, or of its recovery sample `sample`
     (rebuilt as the run built it)."""
     from rs.engines.factory import engines_for, sampling_settings
-    from rs.engines.cached import cache_key, identity_key
+    from rs.engines.cached_engine import cache_key, identity_key
     from rs.pipeline.recover import recovery_settings
 
     family = load_families(folder / "families.yaml")["Shapes"]
@@ -264,7 +264,7 @@ def _rewrite(cache: Path, key: str, answer: str) -> None:
     """The cached answer of `key` made to say `answer`, its checksum written anew (as if the model had said it)."""
     import sqlite3
 
-    from rs.engines.cache import answer_checksum
+    from rs.engines.generation_cache import answer_checksum
 
     with sqlite3.connect(cache) as db:
         (value,) = db.execute("SELECT value FROM answers WHERE key = ?", (key,)).fetchone()
@@ -308,7 +308,7 @@ def test_replay_names_a_published_answer_its_cached_answer_does_not_make(builds,
 def test_replay_names_a_changed_cache_entry_and_a_missing_one(builds, tmp_path: Path) -> None:
     import sqlite3
 
-    from rs.engines.cache import GenerationCache
+    from rs.engines.generation_cache import GenerationCache
 
     folder, repos = builds["recovery-blocked"]
     cache = tmp_path / "cache.sqlite"
@@ -384,7 +384,7 @@ def test_replay_needs_the_runs_cache_and_its_families_file(builds, tmp_path: Pat
 
 def test_under_batch_invariance_a_text_the_engine_gives_otherwise_is_a_finding() -> None:
     """Off GPU vLLM refuses the mode (tests/test_batch_invariant.py), so no engine here answers in it: the rule itself."""
-    from rs.audit.checks import Audit
+    from rs.audit.checkers import Audit
     from rs.audit.replay import Derived, Pick, _agreement
 
     pick = Pick("think", "ab" * 32, "How many shapes?")

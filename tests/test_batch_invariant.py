@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rs.families.values import ConfigValueError
+from rs.util.config_checks import ConfigValueError
 from rs.engines.vllm import BatchInvarianceUnsupported, VLLMEngineConfig, _enable_batch_invariance
 from rs.engines.vllm_args import batch_invariance_refusal
 from rs.families import load_families

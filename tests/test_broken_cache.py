@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-import rs.engines.cache
+import rs.engines.generation_cache
 import faults
 from faults import assert_same_published, cache_keys, publish_family
-from rs.engines.cache_file import CacheBroken, CacheLocked
+from rs.engines.cache_guard import CacheBroken, CacheLocked
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_a_cache_another_process_keeps_locked_names_it_and_the_run_resumes_when_
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(cache)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"
-        monkeypatch.setattr(rs.engines.cache, "_BUSY_TIMEOUT_S", 1.0)
+        monkeypatch.setattr(rs.engines.generation_cache, "_BUSY_TIMEOUT_S", 1.0)
         started = time.monotonic()
         with pytest.raises(CacheLocked, match=f"^the generation cache {cache} stayed locked by another process for 1 s; "
                                               f"held by process {holder.pid} \\({sys.executable} -c "):

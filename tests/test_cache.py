@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from rs.engines.cache import GenerationCache
+from rs.engines.generation_cache import GenerationCache
 from rs.engines.base import Generation
 
 

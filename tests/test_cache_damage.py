@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from faults import ROOT, assert_same_published, published_files, reference
-from rs.engines.cache import CacheAnswerDamaged, GenerationCache
+from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.engines.base import Generation
 from rs.families import load_families
 from rs.pipeline.publish.family import publish

@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 from rs.engines.base import Generation
-from rs.engines.cache import CHECKPOINT_ANSWERS, GenerationCache
+from rs.engines.generation_cache import CHECKPOINT_ANSWERS, GenerationCache
 
 WRITER = """
 import os, signal, sys
 from rs.engines.base import Generation
-from rs.engines.cache import GenerationCache
+from rs.engines.generation_cache import GenerationCache
 cache = GenerationCache(sys.argv[1])
 for batch in range(10):
     cache.put_many([(f"k{batch}-{i}", Generation.from_text(f"answer {batch} {i}", finish_reason="stop", max_tokens=10))

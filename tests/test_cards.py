@@ -12,7 +12,8 @@ import pytest
 from huggingface_hub import DatasetCard
 
 from rs.pipeline.publish.cards.html import render, render_repo
-from rs.pipeline.publish.cards.render import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, counted, sibling_link, size_category
+from rs.pipeline.publish.cards.render import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, sibling_link, size_category
+from rs.util.text import counted
 from rs.families import load_families
 from rs.pipeline.publish.family import publish
 from rs.splits_schema import SPLITS, features

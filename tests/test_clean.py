@@ -16,7 +16,8 @@ from rs.families import load_families
 from rs.pipeline.clean.filters import StripInstruction
 from rs.pipeline.clean.multiple_choice import MultipleChoice, MultipleChoiceConfig
 from rs.families.schema import MULTIPLE_CHOICE_INSTRUCTION
-from rs.prompt import Instructions, build_prompt, sampling_request
+from rs.prompt import Instructions, build_prompt
+from rs.pipeline.sample.requests import sampling_request
 from rs.sources import open_source
 from rs.sources.base import SourceRecord, sha256_hex
 from rs.records import QAItem

@@ -23,7 +23,7 @@ import faults
 from faults import assert_same_published, cache_keys, published_files
 from rs.pipeline.build import build_family
 from rs.util.disk import DiskFull
-from rs.engines.cache import GenerationCache
+from rs.engines.generation_cache import GenerationCache
 from rs.families import load_families
 from rs.pipeline.publish.family import publish
 from rs.pipeline.stage import ensure_clean, ensure_sampled

@@ -30,11 +30,11 @@ pytest.importorskip("vllm")
 
 from PIL import Image  # noqa: E402
 
-from rs.engines.cache import GenerationCache  # noqa: E402
+from rs.engines.generation_cache import GenerationCache  # noqa: E402
 from rs.engines.factory import create_engine, engines_for, sampling_settings
 from rs.engines.models import resolve_model
 from rs.engines.base import Generation, Request, SamplingSettings  # noqa: E402
-from rs.engines.cached import CachedEngine  # noqa: E402
+from rs.engines.cached_engine import CachedEngine  # noqa: E402
 from rs.engines.openai import OpenAIEngine, OpenAIEngineError, image_data_url  # noqa: E402
 from rs.engines.replay import ReplayEngineConfig  # noqa: E402
 from rs.engines.vllm import VLLMEngine, VLLMEngineConfig  # noqa: E402

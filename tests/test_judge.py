@@ -183,7 +183,7 @@ def test_no_judge_where_the_annotators_reach_no_consensus(tmp_path) -> None:
     """Ten annotators, two of them "sale": vqa (at least 3 agreeing) rejects "sale", and the judge, shown the plurality
     answer "sale" as the reference, would only echo it back CORRECT. Such an item has no reference to judge against."""
     from rs.engines.base import Generation
-    from rs.engines.cache import GenerationCache
+    from rs.engines.generation_cache import GenerationCache
     from rs.engines.replay import ReplayEngine
     from rs.families import load_families
     from rs.pipeline.sample import SampleStage

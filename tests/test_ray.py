@@ -242,11 +242,11 @@ def test_a_replica_with_another_engine_identity_refuses_to_start(tmp_path: Path,
 
 
 def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, local_ray) -> None:
-    from rs.engines.cache import GenerationCache
+    from rs.engines.generation_cache import GenerationCache
     from rs.distributed import StepStats, engine_specs
     from rs.distributed.cluster import Cluster
     from rs.engines.factory import sampling_settings
-    from rs.engines.cached import identity_key
+    from rs.engines.cached_engine import identity_key
 
     ctx = context(tmp_path, "unshared")
     sampler, _ = engines_for(ctx.family)
@@ -269,11 +269,12 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
     import numpy as np
     import pyarrow as pa
 
-    from rs.engines.cache import GenerationCache
+    from rs.engines.generation_cache import GenerationCache
     from rs.distributed import REQUESTS, sampling_requests
     from rs.distributed.replica import key_prefix
     from rs.engines.base import Request
-    from rs.prompt import build_prompt, sampling_request
+    from rs.prompt import build_prompt
+    from rs.pipeline.sample.requests import sampling_request
     from rs.pipeline.recover import recovery_settings
     from rs.pipeline.sample import SampleStage
 

@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("vllm")
 
 from rs.engines.base import Generation, Request  # noqa: E402
-from rs.engines.cache import GenerationCache  # noqa: E402
-from rs.engines.cached import CachedEngine  # noqa: E402
+from rs.engines.generation_cache import GenerationCache  # noqa: E402
+from rs.engines.cached_engine import CachedEngine  # noqa: E402
 from rs.engines.vllm import ReasoningParserMissing, VLLMEngine, VLLMStream  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.families.loader import FamilyConfigError  # noqa: E402

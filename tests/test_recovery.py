@@ -27,7 +27,7 @@ import datasets  # noqa: E402
 
 from rs.pipeline.build import build_family  # noqa: E402
 from rs.engines.factory import engines_for
-from rs.engines.cache import GenerationCache  # noqa: E402
+from rs.engines.generation_cache import GenerationCache  # noqa: E402
 from rs.engines.vllm import VLLMStream  # noqa: E402
 from rs.families import get_family, load_families  # noqa: E402
 from rs.pipeline.route import decide  # noqa: E402

@@ -21,7 +21,7 @@ import pytest
 from replay_family import differ_by_the_source_alone, write_family
 from rs.audit import audit
 from rs.cli.main import main as rs_main
-from rs.engines.cache import GenerationCache
+from rs.engines.generation_cache import GenerationCache
 from rs.families import load_families
 from rs.pipeline.sample.judge import Judge, JudgeCase
 from rs.pipeline.publish.family import publish

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rs.engines.base import Generation, SamplingSettings, loop_would_end, repeat_profile
-from rs.engines.cache import GenerationCache
+from rs.engines.generation_cache import GenerationCache
 from rs.families import FamilyConfigError, load_families
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -260,8 +260,8 @@ def test_prompt_tokens_equal_vllms_item_by_item(engine, processor) -> None:
 
 def test_the_label_only_judge_closes_qwens_open_reasoning(engine, tmp_path: Path) -> None:
     """The template ignores enable_thinking false; the engine closes the block, and vLLM's qwen3 parser sees it end."""
-    from rs.engines.cache import GenerationCache
-    from rs.engines.cached import CachedEngine
+    from rs.engines.generation_cache import GenerationCache
+    from rs.engines.cached_engine import CachedEngine
     from rs.families.schema import JudgeConfig
     from rs.pipeline.sample.judge import Judge, JudgeCase
 

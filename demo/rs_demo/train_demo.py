@@ -54,7 +54,8 @@ from typing import Any
 from rs.engines.factory import sampling_settings
 from rs.engines.vllm import VLLMEngine
 from rs.families import get_family
-from rs.prompt import Instructions, build_prompt, sampling_request
+from rs.prompt import Instructions, build_prompt
+from rs.pipeline.sample.requests import sampling_request
 from rs.sources.synthetic import (
     ADD_TEMPLATES,
     ATTRIBUTE_ORDER,

@@ -23,7 +23,7 @@ from rs.pipeline.build import route_items
 from rs.pipeline.route import Routes
 from rs.context import BuildPaths
 from rs.store import read_records
-from rs.audit.checks import CHECKERS, Audit, Finding, checker, run_checks
+from rs.audit.checkers import CHECKERS, Audit, Finding, checker, run_checks
 from rs.audit.facts import family_facts
 from rs.audit.repo import AuditUsageError, RepoFiles, load_family
 from rs.audit.replay import Replay, replay as replay_questions

@@ -25,18 +25,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rs.audit.checks import Audit, Finding
+from rs.audit.checkers import Audit, Finding
 from rs.audit.repo import AuditUsageError
 from rs.pipeline.clean import CleaningReport
 from rs.engines.base import Engine
 from rs.engines.factory import engines_for
 from rs.engines.base import Generation, Request, SamplingSettings
-from rs.engines.cache import CacheAnswerDamaged, GenerationCache
-from rs.engines.cached import cache_key, identity_key
+from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
+from rs.engines.cached_engine import cache_key, identity_key
 from rs.engines.stream import open_stream
 from rs.families import Family, get_family
 from rs.pipeline.write.pairs import pair_row
-from rs.prompt import sampling_request
+from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.recover import RecoveryReport, recovery_settings, sample_case, sample_record, samples_for
 from rs.pipeline.route import Routes, outcome, qa_entry
 from rs.pipeline.sample import SampleReport, SampleStage, item_record
@@ -164,7 +164,7 @@ def _from_engine(engine: Engine) -> Fetch:
                 index, request = waiting.pop(0)
                 stream.submit(index, request)
             for index, generation in stream.poll(wait=True):
-                generation.max_tokens = settings.max_tokens  # as the cache records them (`rs.engines.cached`)
+                generation.max_tokens = settings.max_tokens  # as the cache records them (`rs.engines.cached_engine`)
                 generation.repetition_detection, generation.thinking_token_budget = settings.repetition_detection, settings.thinking_token_budget
                 out[index][generation.sample - requests[index].sample] = generation  # type: ignore[index]
         return out

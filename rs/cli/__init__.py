@@ -138,7 +138,7 @@ class RunFailed(RsError):
     default_hint = "run the same command again: it sends only what is missing"
 
 
-class _Said(logging.Formatter):
+class _CommandLineFormatter(logging.Formatter):
     """The project's own messages as the commands print them inside `output.quiet` too (`warning: ...`); others named."""
 
     def format(self, record: logging.LogRecord) -> str:
@@ -150,7 +150,7 @@ class _Said(logging.Formatter):
 def run(main: Callable[[], int | None]) -> None:
     """Run a command: an error a user can cause prints `error:` and `hint:` lines and its exit status, never a traceback."""
     handler = logging.StreamHandler()
-    handler.setFormatter(_Said())
+    handler.setFormatter(_CommandLineFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     signals.install()
     ledger.reset()

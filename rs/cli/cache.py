@@ -4,7 +4,7 @@
     rs cache forget --cache PATH KEY [KEY...]  # remove those answers: the next run asks for them again, the rest stay
 
 A run that reads a damaged answer stops and names it with the `forget` command to run
-(`rs.engines.cache.CacheAnswerDamaged`); `check` looks through the whole cache at once.
+(`rs.engines.generation_cache.CacheAnswerDamaged`); `check` looks through the whole cache at once.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from rs.cli.parser import Parser
-from rs.engines.cache import GenerationCache
+from rs.engines.generation_cache import GenerationCache
 from rs.errors import UsageError
 from rs.context import default_cache_path
 

@@ -11,7 +11,7 @@ import yaml
 from rs import cli
 from rs.cli import output
 from rs.cli.parser import Parser
-from rs.pipeline.publish.cards.render import counted
+from rs.util.text import counted
 from rs.families import default_families_path, get_family, load_families
 from rs.families import schema
 from rs.plan.probe import probe_family

@@ -17,7 +17,7 @@ from typing import Any
 
 from rs import cli
 from rs.pipeline.publish.cards.decontam import summary as decontamination_summary
-from rs.pipeline.publish.cards.render import counted, pct
+from rs.util.text import counted, pct
 from rs.cli import RunFailed, output
 from rs.cli.parser import Parser
 from rs.distributed import forwarded_env, sample_on_ray

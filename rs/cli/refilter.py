@@ -23,7 +23,7 @@ from typing import Any
 
 from rs import cli
 from rs.cli import output
-from rs.pipeline.publish.cards.render import counted
+from rs.util.text import counted
 from rs.cli.publish import summary
 from rs.errors import UsageError
 from rs.families import Family

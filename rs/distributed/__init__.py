@@ -12,7 +12,7 @@ Each step is one Ray Data pipeline, so every replica loads its model once per st
 `EngineReplica` holds the project's own engine of the family's kind (any kind registered with
 `runs_in_replica`, such as `vllm`), so prompts, sampling settings, reasoning
 split, per-request failure isolation and `Generation` fields are those of the single-process path,
-and the cache keys (`rs.engines.cached.cache_key`) are the same: a family can be started on one
+and the cache keys (`rs.engines.cached_engine.cache_key`) are the same: a family can be started on one
 machine, continued on a cluster and finished anywhere, with nothing recomputed.
 
 Where results live, and why: the driver (the process running this) is the only writer of the
@@ -91,9 +91,9 @@ import numpy as np
 import rs
 from rs.engines.factory import engines_for
 from rs.engines.base import Request, SamplingSettings
-from rs.engines.cache import CacheAnswerDamaged, GenerationCache
+from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.pipeline.sample.judge import JudgeCase
-from rs.prompt import sampling_request
+from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.recover import recovery_settings, to_sample
 from rs.pipeline.sample import SampleReport, SampleStage, Verification
 from rs.records import QAItem, Row
@@ -110,7 +110,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["RAY_MISSING", "EngineReplica", "RayIncomplete", "RayNotInstalled", "RayPlanError", "RayRun", "StepStats", "build_replica_engine",
            "engine_specs", "forwarded_env", "gpus_per_replica", "ray_available", "sample_on_ray", "sampling_requests"]
 
-FATE = ("row", "key", "error", "ending", "final", "verified", "judge", "contradicts")
+TO_SAMPLE_COLUMNS = ("row", "key", "error", "ending", "final", "verified", "judge", "contradicts")
 """The items store's columns that decide whether the recovery pass samples an item (`rs.pipeline.route.decide`)."""
 
 
@@ -430,7 +430,7 @@ def _recovery_draws(ctx: BuildContext, stage: SampleStage, promotes: bool) -> It
     assert recovery is not None
     records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
     rows = (Row(image=b"", image_sha256=r["image_sha256"], qa=[qa_item(q) for q in r["qa"]]) for r in records)
-    greedy = read_records(ctx.paths.items, "items", columns=list(FATE))
+    greedy = read_records(ctx.paths.items, "items", columns=list(TO_SAMPLE_COLUMNS))
     for index, row, item, _, k in to_sample(rows, greedy, promotes, recovery):
         yield index, sampling_request(item, stage.instructions, row.image_sha256), item, k
 

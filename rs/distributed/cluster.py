@@ -17,12 +17,13 @@ import pyarrow.compute as pc
 from rs.engines.base import Generation, SamplingSettings
 from rs.errors import causes
 from rs.util.progress import progress
+from rs.util.text import last_line
 
-from .replica import EngineReplica, concurrent_batches, first_line
+from .replica import EngineReplica, concurrent_batches
 from .report import RayPlanError, StepStats
 
 if TYPE_CHECKING:
-    from rs.engines.cache import GenerationCache
+    from rs.engines.generation_cache import GenerationCache
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class Cluster:
             if any(text in str(err) for text in ("FileNotFoundError", "No such file", "does not exist")):
                 hint = " (do all nodes see the build directory at the same path? --build-dir must be on shared storage)"
             raise RuntimeError(f"the {step} step on Ray failed after committing {stats.stored} answers (they stay cached; "
-                               f"the same command again sends only what is missing): {first_line(err)}{hint}") from err
+                               f"the same command again sends only what is missing): {last_line(err)}{hint}") from err
         finally:
             stats.replica_processes = len(loads)
             stats.load_seconds = max(loads.values(), default=0.0)

@@ -17,12 +17,14 @@ import numpy as np
 import pyarrow as pa
 
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
-from rs.engines.cached import cache_key, identity_key
+from rs.engines.cached_engine import cache_key, identity_key
 from rs.engines.stream import Stream, open_stream
 from rs.families.schema import ModelConfig
-from rs.prompt import Instructions, sampling_request
+from rs.prompt import Instructions
+from rs.pipeline.sample.requests import sampling_request
 from rs.registry import ENGINES
 from rs.store import qa_item
+from rs.util.text import last_line
 
 from .report import RayPlanError
 
@@ -145,7 +147,7 @@ class EngineFeeder:
                 failures = 0 if finished else failures
             except Exception as err:
                 failures += 1
-                logger.error("replica engine failed with %d requests in flight: %s", len(in_flight), first_line(err))
+                logger.error("replica engine failed with %d requests in flight: %s", len(in_flight), last_line(err))
                 for future in in_flight:
                     future.set_exception(err)
                 in_flight.clear()
@@ -232,7 +234,7 @@ class EngineReplica:
                 generations.append(generation)
                 errors.append(None)
             except Exception as err:  # the engine failed with this request in it: not cached, sent again next run
-                errors.append(first_line(err))
+                errors.append(last_line(err))
                 generations.append(Generation.failed(f"the engine failed: {errors[-1]}", cacheable=False))
         if self.feeder.dead is not None:
             raise RuntimeError(f"replica {self.name}: its engine failed {MAX_CONSECUTIVE_FAILURES} times in a row; stopping the run "
@@ -266,11 +268,6 @@ def build_replica_engine(spec: dict[str, Any]) -> Engine:
     plugin = ENGINES.get(spec["engine"]["kind"])
     config = plugin.Config(**spec["engine"]).for_replica()
     return plugin.from_config(config, ModelConfig.from_dict(spec["model"]))
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[-1] if text else ''}"
 
 
 # --- on the driver --------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
     >>> settings = sampling_settings(family.config)
 
 The kinds: `vllm` (vLLM offline, `vllm_core` behind it), `openai` (a server), `replay` (answers recorded in a
-file), `cached` (the generation cache, `cache`, in front of any of them). Nothing is imported here: `import
+file), `cached_engine` (the generation cache, `generation_cache`, in front of any of them). Nothing is imported here: `import
 rs.engines.base` must stay cheap (no vLLM, no openai, no families.yaml) so that the CLI, the stages below
 sampling and the tests that need neither start fast.
 """

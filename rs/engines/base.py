@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
-from rs.families.values import at_least
+from rs.util.config_checks import at_least
 from rs.answers.extract import split_reasoning
 from rs.registry import KindConfig
 
@@ -76,7 +76,7 @@ class SamplingSettings:
 
 LIMITS = ("max_tokens", "repetition_detection", "thinking_token_budget")
 """Settings that only end an output early: not part of a cache key, stored beside each answer, so that changing one
-re-sends only the answers it ended or would end (`rs.engines.cache`)."""
+re-sends only the answers it ended or would end (`rs.engines.generation_cache`)."""
 
 ENDINGS = ("stop", "length", "repetition", "thinking_budget", "error")
 """How an answer ended: stopped by itself, cut at `max_tokens`, ended by loop detection, its reasoning cut at the
@@ -128,7 +128,7 @@ class Generation:
     cacheable: bool = True
     """False for transient failures (timeouts, server errors): those are retried on the next run."""
     max_tokens: int | None = None
-    """The budget it was made with (the cache records it: `rs.engines.cache`)."""
+    """The budget it was made with (the cache records it: `rs.engines.generation_cache`)."""
     prompt_tail: str | None = None
     """The end of the prompt as the engine rendered it (`rs.engines.reasoning.PROMPT_TAIL_CHARS`): whether the chat template
     left the reasoning open there decides how the output is read. None where the engine cannot see it."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
-from rs.families.values import at_least, positive
+from rs.util.config_checks import at_least, positive
 from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
 from rs.errors import RsError
 from rs.registry import ENGINES

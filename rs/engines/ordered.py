@@ -23,7 +23,7 @@ FollowUps = Iterable[tuple[Hashable, Request]]
 
 
 class RequestStream(Protocol):
-    """What the core needs of a stream (`rs.engines.cached.CachedStream`)."""
+    """What the core needs of a stream (`rs.engines.cached_engine.CachedStream`)."""
 
     @property
     def window(self) -> int: ...

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rs.engines.base import Generation
 from rs.errors import UsageError
 from rs.answers.extract import answer_tag_spans, reasoning_state, split_reasoning
-from rs.families.schema import ReasoningConfig
+
+if TYPE_CHECKING:  # the families' schema is the engines' caller's (rs.engines.factory), not theirs
+    from rs.families.schema import ReasoningConfig
 
 __all__ = ["ReasoningFormat", "ReasoningFormatError", "vllm_parser_names"]
 

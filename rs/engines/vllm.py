@@ -37,7 +37,7 @@ from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
-from rs.families.values import ConfigValueError, at_least
+from rs.util.config_checks import ConfigValueError, at_least
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
 from rs.engines.models import builtin_revision, resolve_model
 from rs.engines.vllm_args import batch_invariance_refusal, unknown_engine_arg, vllm_fields, wrong_engine_arg_value
@@ -45,6 +45,7 @@ from rs.engines.vllm_core import Channel, VLLMCore, decode_image, is_engine_erro
 from rs.errors import RsError, UsageError
 from rs.answers.extract import reasoning_state
 from rs.registry import ENGINES
+from rs.util.text import first_line
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -584,7 +585,6 @@ def _start_reason(err: Exception) -> str:
             return "; ".join(str(e.get("msg", "")).removeprefix("Value error, ") for e in errors())
         except Exception:
             pass
-    first = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {first[0] if first else ''}".rstrip(": ")
+    return first_line(err).rstrip(": ")
 
 

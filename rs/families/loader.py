@@ -21,7 +21,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from rs.families.values import ConfigValueError
+from rs.util.config_checks import ConfigValueError
 from rs.errors import UsageError
 from rs.registry import ENGINES, Registry
 from rs.verifiers import VerifierError, resolve_params

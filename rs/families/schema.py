@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
 from rs.answers import Vocabulary
-from rs.families.values import ConfigValueError, at_least, positive, within
+from rs.util.config_checks import ConfigValueError, at_least, positive, within
 from rs.hub.licenses import license_problem
 from rs.hub.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig

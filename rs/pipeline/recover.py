@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.families.schema import FamilyConfig, RecoveryConfig
 from rs.util.progress import progress
-from rs.prompt import sampling_request
+from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.route import decide
 from rs.pipeline.sample.judge import JudgeCase
 from rs.pipeline.sample import SampleStage, Verification

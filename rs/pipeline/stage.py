@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from rs.context import BuildContext, BuildPaths
 from rs.util import ledger
-from rs.engines.cache import GenerationCache
+from rs.engines.generation_cache import GenerationCache
 from rs.util.checksums import seal
 from rs.pipeline.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
 from rs.pipeline.clean.decontam import versions as decontam_versions

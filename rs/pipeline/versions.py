@@ -90,7 +90,7 @@ SAMPLE_PIECES = (
     Piece("answers", rs.answers, "VERSION", ("answers/",)),
     Piece("extract", rs.answers.extract, "VERSION", ("answers/extract.py",)),
     Piece("reasoning", rs.engines.reasoning, "VERSION", ("engines/reasoning.py",)),
-    Piece("prompt", rs.prompt, "VERSION", ("prompt.py",)),
+    Piece("prompt", rs.prompt, "VERSION", ("prompt.py", "pipeline/sample/requests.py")),
     Piece("verifiers", rs.verifiers.base, "VERSION", ("verifiers/__init__.py", "verifiers/base.py")),
     Piece("judge", rs.pipeline.sample.judge, "VERSION", ("pipeline/sample/judge.py", "templates/judge_prompt.jinja")),
     Piece("calibration", rs.pipeline.sample.calibration, "VERSION", ("pipeline/sample/calibration.py",)),

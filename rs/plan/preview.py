@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from rs.pipeline.publish.cards.render import counted
+from rs.util.text import counted
 from rs.pipeline.clean import Cleaner
 from rs.families import Family
 from rs.prompt import Instructions, build_prompt

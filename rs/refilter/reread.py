@@ -40,12 +40,13 @@ from rs.pipeline.clean import CleaningReport
 from rs.util.disk import writing
 from rs.engines.factory import sampling_settings
 from rs.engines.base import Generation, Request
-from rs.engines.cache import GenerationCache
-from rs.engines.cached import key_function, sample_settings
+from rs.engines.generation_cache import GenerationCache
+from rs.engines.cached_engine import key_function, sample_settings
 from rs.errors import RsError, UsageError
 from rs.families.schema import FamilyConfig
 from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase
-from rs.prompt import Instructions, sampling_request
+from rs.prompt import Instructions
+from rs.pipeline.sample.requests import sampling_request
 from rs.engines.reasoning import ReasoningFormat
 from rs.pipeline.recover import RecoveryReport, recovery_settings, samples_for
 from rs.records import ITEMS, RECOVERY, SampleRecord

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rs.families.values import at_least
+from rs.util.config_checks import at_least
 from rs.registry import CLEANING
 from rs.records import QAItem
 

@@ -13,7 +13,7 @@ import string
 
 from dataclasses import dataclass
 
-from rs.families.values import ConfigValueError
+from rs.util.config_checks import ConfigValueError
 from rs.registry import CLEANING
 from rs.records import QAItem
 

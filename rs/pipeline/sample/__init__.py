@@ -20,18 +20,19 @@ from typing import Any, Iterable, Iterator
 
 from rs.engines.factory import sampling_settings
 from rs.engines.base import Engine, Generation, Request
-from rs.engines.cached import CachedEngine
+from rs.engines.cached_engine import CachedEngine
 from rs.families.schema import FamilyConfig
 from rs.pipeline.sample.calibration import Answered, Calibration, CalibrationCases, CalibrationSampler, calibrate, question_kind
 from rs.pipeline.sample.judge import Judge, JudgeCase, judgeable
 from rs.util.progress import progress
 from rs.engines.ordered import InOrder
-from rs.prompt import Instructions, sampling_request
+from rs.prompt import Instructions
+from rs.pipeline.sample.requests import sampling_request
 from rs.engines.reasoning import ReasoningFormat
 from rs.records import QAItem, Row
 from rs.records import ITEMS, ItemRecord
 from rs.store import ParquetStreamWriter
-from rs.engines.cache import GenerationCache
+from rs.engines.generation_cache import GenerationCache
 from rs.answers import Grader, Vocabulary
 from rs.verifiers import Verifier, get_verifier
 
@@ -97,7 +98,7 @@ class SampleReport:
     seconds: float = 0.0
     calibration: Calibration | None = None
     identities: dict[str, str | None] | None = None
-    """The engines' cache identities (`rs.engines.cached.identity_key`: `sampler`, `judge`): `rs refilter` finds this
+    """The engines' cache identities (`rs.engines.cached_engine.identity_key`: `sampler`, `judge`): `rs refilter` finds this
     run's answers and verdicts in the generation cache with them, with no engine. None in a report of an older rs."""
     inputs: dict[str, Any] | None = None
     """What the stage's fingerprint was computed from (`rs.pipeline.stage.sample_inputs`): `rs refilter` compares it with the

@@ -32,7 +32,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rs.util.shipped import TEMPLATES
 from rs.engines.base import Generation, Request, SamplingSettings
-from rs.engines.cached import CachedEngine
+from rs.engines.cached_engine import CachedEngine
 from rs.families.schema import JudgeConfig, ReasoningConfig
 from rs.engines.reasoning import ReasoningFormat
 

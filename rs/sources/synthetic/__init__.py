@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Literal, Mapping
 
-from rs.families.values import ConfigValueError, at_least
+from rs.util.config_checks import ConfigValueError, at_least
 from rs.registry import SOURCES, KindConfig
 from rs.sources.base import SourceRecord
 from rs.records import QAItem

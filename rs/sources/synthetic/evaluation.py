@@ -20,7 +20,7 @@ from typing import Iterator, Literal
 
 from PIL import Image, ImageEnhance
 
-from rs.families.values import ConfigValueError, at_least
+from rs.util.config_checks import ConfigValueError, at_least
 from rs.registry import SOURCES, KindConfig
 from rs.sources.base import SourceRecord
 from rs.records import QAItem

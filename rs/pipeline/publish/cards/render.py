@@ -25,6 +25,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rs.pipeline.publish.cards.decontam import card_sets
 from rs.util.shipped import TEMPLATES
+from rs.util.text import counted, pct
 from rs.pipeline.clean import StepCard, step_cards
 from rs.errors import RsError
 from rs.pipeline.publish.cards.figures import Figure
@@ -76,18 +77,9 @@ def num(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def counted(count: int, noun: str, plural: str | None = None) -> str:
-    """A count with its noun in the right number, as a reader reads it: "1 shard", "1,234 shards", "1 family"."""
-    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
-
-
 def chars(text: str) -> str:
     """How long a field is, as a reader reads it: "1 char", "1,234 chars"."""
     return counted(len(text), "char")
-
-
-def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def _env() -> Environment:

@@ -122,7 +122,7 @@ T = TypeVar("T")
 def guarded(method: Callable[..., T]) -> Callable[..., T]:
     """Run a cache operation: retried while another process holds the lock (up to `busy_timeout`), its failure said plainly.
 
-    For methods of an object with `path`, `busy_timeout` and `failure` (`rs.engines.cache.GenerationCache`).
+    For methods of an object with `path`, `busy_timeout` and `failure` (`rs.engines.generation_cache.GenerationCache`).
     """
 
     @functools.wraps(method)

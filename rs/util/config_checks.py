@@ -3,6 +3,8 @@
 A config's `__post_init__` raises `ConfigValueError` naming its own key; the families loader then
 reports the problem at that key's line and full path (`families.X.sampling.max_tokens`), at
 `python -m rs.families validate` time, instead of a run failing on it after a model has loaded.
+Here, not in `rs.families`: an engine's, a source's or a cleaning step's config checks its values without
+importing the family registry.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from rs.pipeline.write.report import PASS_RATE_BINS, FamilyReport
 from rs.pipeline.publish.cards.figures import FUNNEL, LENGTHS, funnel_alt, lengths_alt
 from rs.pipeline.write.samples import REPO_NUMBERS
 from rs.splits_schema import REJECT_REASONS
+from rs.util.text import pct
 
 
 @dataclass(frozen=True)
@@ -124,10 +125,6 @@ def checker(*kinds: str) -> Callable[[Checker], Checker]:
         return fn
 
     return register
-
-
-def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def run_checks(repo: RepoFiles, family: Family, facts: Facts) -> Audit:

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
-from rs.engines.cache import CacheAnswerDamaged, GenerationCache
+from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.engines.ordered import InOrder
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.stream import Stream, open_stream

@@ -1,6 +1,6 @@
 """The generation cache: content-addressed, committed per batch, safe for several processes.
 
-A key (`rs.engines.cached.CachedEngine.key`) covers the engine kind, model id and revision, chat template,
+A key (`rs.engines.cached_engine.CachedEngine.key`) covers the engine kind, model id and revision, chat template,
 exact prompt bytes, image hash and the sampling settings except `max_tokens`, so the same question
 is answered once and changing the verifier never re-runs the model. `max_tokens` is stored beside
 each answer instead, because a budget only cuts an output short: an answer that stopped within a
@@ -10,14 +10,14 @@ old budget cut off. Results are committed per batch in SQLite's WAL mode: a proc
 SIGKILL loses at most the batch in flight, and several worker processes on one machine can write to
 the same file (SQLite serialises writers; readers never block). SQLite over a network filesystem
 is not safe: for several machines see `rs.distributed`.
-A damaged, locked or full cache stops the run with what to do (`rs.engines.cache_file`); it is never
+A damaged, locked or full cache stops the run with what to do (`rs.engines.cache_guard`); it is never
 replaced by a new one in silence. SQLite notices a damaged file but not changed bytes inside a stored
 answer, which would be published as if the model had written them: so every answer is stored with a
 checksum (`answer_checksum`) and checked when read, and a mismatch is `CacheAnswerDamaged`, naming
 the items; `rs cache forget` removes those answers so that they are asked again.
 A committed answer is never lost in silence: the cache checkpoints its log every `CHECKPOINT_ANSWERS` answers and
 when closed (a lost `-wal` file takes at most those), and counts what it commits beside the file
-(`rs.engines.cache_count`); opening a cache that holds fewer says how many were lost, and they are asked again.
+(`rs.engines.cache_commit_count`); opening a cache that holds fewer says how many were lost, and they are asked again.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from rs.engines.base import Generation, SamplingSettings, loop_would_end
-from rs.engines.cache_count import CommittedCount
-from rs.engines.cache_file import STEP_S, check_file, create_file, guarded
+from rs.engines.cache_commit_count import CommittedCount
+from rs.engines.cache_guard import STEP_S, check_file, create_file, guarded
 from rs.util import ledger
 from rs.errors import RsError
 
@@ -344,7 +344,7 @@ class GenerationCache:
         return len(rows)
 
     def _commit(self, added: int) -> None:
-        """Commit, and count the answers it adds, under the count's lock (`rs.engines.cache_count`)."""
+        """Commit, and count the answers it adds, under the count's lock (`rs.engines.cache_commit_count`)."""
         with self.counted.held() as count:
             self._db.execute("COMMIT")
             before = count.read()
