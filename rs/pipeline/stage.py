@@ -103,12 +103,6 @@ class Store(Generic[R]):
         return getattr(paths, self.report)
 
 
-class Report(Protocol):
-    fingerprint: str | None
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-
 @runtime_checkable
 class StoredStage(Stage[R], Protocol):
     """A stage whose product is a store of the build, reused while it is current (`ensure`)."""
