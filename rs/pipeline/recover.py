@@ -188,7 +188,7 @@ class RecoveryPass:
         asked = ((self.greedy.runner.key(one, self.settings), one, item)
                  for _, item, _, k, request in self.draws(rows, items) for one in map(request.one, range(k)))
         verified = self.greedy.cached(asked, self.settings, calibrating=False)
-        yield from self.greedy.keyed(filter(None, map(self.verdict_request, verified)))
+        yield from self.greedy.judge_keyed(filter(None, map(self.verdict_request, verified)))
 
     def verdict_request(self, v: Verification) -> Request | None:
         """The judge's request about a verified sample (`sample_case`), or None when the judge is not asked about it."""

@@ -354,14 +354,14 @@ class SamplingPass:
         the cache is verified (and offered to the calibration samples) as `run` verifies it. Every answer must be cached:
         one that is not raises."""
         asked = ((self.runner.key(request, self.settings), request, item) for _, item, request in questions(rows, self.instructions))
-        yield from self.keyed(filter(None, map(self.verdict_request, self.cached(asked, self.settings, calibrating=True))))
+        yield from self.judge_keyed(filter(None, map(self.verdict_request, self.cached(asked, self.settings, calibrating=True))))
 
     def calibration_requests(self) -> Iterator[tuple[str, Request]]:
         """The judge's requests about the calibration cases of the answers verified so far (`judge_requests`: all of them)."""
         assert self.judge is not None
-        yield from self.keyed(map(self.judge.request, self.calibration_cases().all()))
+        yield from self.judge_keyed(map(self.judge.request, self.calibration_cases().all()))
 
-    def keyed(self, requests: Iterable[Request]) -> Iterator[tuple[str, Request]]:
+    def judge_keyed(self, requests: Iterable[Request]) -> Iterator[tuple[str, Request]]:
         """The judge's `requests`, each with its cache key."""
         judge = self.judge
         assert judge is not None
