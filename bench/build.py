@@ -52,12 +52,14 @@ def _context(work: Path, images: int):
 
 
 def prepare(work: Path, images: int) -> dict:
-    from rs.pipeline.stage import ensure_clean, ensure_sampled
+    from rs.pipeline.clean.stage import CleanStage
+    from rs.pipeline.sample.stage import SampleStage
+    from rs.pipeline.stage import ensure
     from rs.store import read_records
 
     ctx = _context(work, images)
     start = time.perf_counter()
-    ensure_clean(ctx)
+    ensure(CleanStage(), ctx)
     clean_s = time.perf_counter() - start
     with (work / "replay.jsonl").open("w") as fh:  # two answers in three right, the rest wrong
         for n, row in enumerate(read_records(ctx.paths.clean, "rows", columns=["qa"])):
@@ -65,19 +67,24 @@ def prepare(work: Path, images: int) -> dict:
                 answer = qa["answer"] if (n + qa["turn"]) % 3 else "purple"
                 fh.write(json.dumps({"key": qa["key"], "text": f"<think>I look at the scene.</think>{answer}"}) + "\n")
     start = time.perf_counter()
-    sampled = ensure_sampled(ctx)
+    sampled = ensure(SampleStage(), ctx)
     return {"clean_s": clean_s, "sample_s": time.perf_counter() - start, "qa": sampled.items}
 
 
 def write_ours(work: Path, images: int) -> dict:
-    from rs.pipeline.build import write_split
-    from rs.pipeline.stage import ensure_clean
+    from rs.pipeline.build import ensure_passes
+    from rs.pipeline.clean.stage import CleanStage
+    from rs.pipeline.route import routes_for
+    from rs.pipeline.stage import ensure
+    from rs.pipeline.write.splits import write_split
     from rs.splits_schema import SPLITS
 
     ctx = _context(work, images)
-    ensure_clean(ctx)
+    ensure(CleanStage(), ctx)
+    sampled, _ = ensure_passes(ctx)  # current: `prepare` made them
+    routes = routes_for(ctx, sampled.promotes)
     start = time.perf_counter()
-    written = [write_split(ctx, split, qa_count=0) for split in SPLITS]
+    written = [write_split(ctx, split, 0, routes) for split in SPLITS]
     return {"seconds": time.perf_counter() - start, "bytes": sum(s.bytes for s in written), "rows": sum(s.rows for s in written)}
 
 

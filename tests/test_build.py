@@ -16,7 +16,9 @@ import datasets  # noqa: E402
 from rs.pipeline.build import build_family  # noqa: E402
 from rs.pipeline.clean import CleaningReport  # noqa: E402
 from rs.pipeline.sample import SampleReport  # noqa: E402
-from rs.pipeline.stage import ensure_clean, ensure_sampled, read_report
+from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure, read_report
 from rs.context import BuildContext
 from rs.engines.factory import engines_for
 from rs.families import get_family  # noqa: E402
@@ -76,7 +78,7 @@ def test_tinyclevr_builds_three_loadable_splits_and_rebuilds_from_cache(tmp_path
                 assert qa["question"].endswith(MULTIPLE_CHOICE_INSTRUCTION if lettered else family.config.instruction)
 
     # the stages' reports read back typed, equal to what the build used; another shape means "run the stage again"
-    clean, sampled = ensure_clean(ctx), ensure_sampled(ctx)
+    clean, sampled = ensure(CleanStage(), ctx), ensure(SampleStage(), ctx)
     assert isinstance(clean, CleaningReport) and clean.to_dict() == json.loads(ctx.paths.clean_report.read_text())
     assert isinstance(sampled, SampleReport) and sampled.to_dict() == json.loads(ctx.paths.sample_report.read_text())
     assert clean.kept_items == t["answered"] == sampled.items and sampled.promotes == stats["judge"]["calibration"]["promotes"]

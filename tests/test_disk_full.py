@@ -26,7 +26,9 @@ from rs.util.disk import DiskFull
 from rs.engines.generation_cache import GenerationCache
 from rs.families import load_families
 from rs.pipeline.publish.family import publish
-from rs.pipeline.stage import ensure_clean, ensure_sampled
+from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 
 
@@ -101,9 +103,9 @@ def leftovers(*folders: Path) -> list[str]:
 CASES = {
     # store: (what the error names, the folder on the small disk, the stage done first, bytes left free, the path named)
     "clean store": ("the clean store", "build", None, 0, "build/Alpha/clean.tmp"),
-    "generation cache": ("the generation cache", "cache", ensure_clean, 48 << 10, "cache/cache.sqlite"),
-    "items store": ("the items store", "build", ensure_clean, 0, "build/Alpha/items.tmp"),
-    "split": ("the think split", "build", ensure_sampled, 0, "build/Alpha/splits/think.tmp"),
+    "generation cache": ("the generation cache", "cache", CleanStage, 48 << 10, "cache/cache.sqlite"),
+    "items store": ("the items store", "build", CleanStage, 0, "build/Alpha/items.tmp"),
+    "split": ("the think split", "build", SampleStage, 0, "build/Alpha/splits/think.tmp"),
     "staged repo": ("the staged repo", "build/Alpha/repos", None, 0, "build/Alpha/repos/Alpha_RS_think"),
     "published folder": ("the published repo", "out", None, 48 << 10, "out/tester/Alpha_RS_think"),
 }
@@ -119,7 +121,7 @@ def test_a_full_disk_names_the_store_keeps_the_last_complete_state_and_resumes(s
     disk = small_disk(tmp_path / mounted)
     ctx = BuildContext(family, build, cache, progress=False)
     if done_first is not None:
-        done_first(ctx)
+        ensure(done_first(), ctx)
     if store == "generation cache":
         GenerationCache(cache).close()
     before = complete_state(build)

@@ -21,7 +21,8 @@ pytest.importorskip("vllm")
 from rs.engines.vllm import VLLMEngine, VLLMStream  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.pipeline.publish.family import publish  # noqa: E402
-from rs.pipeline.stage import ensure_sampled
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from rs.store import read_records  # noqa: E402
 from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
@@ -105,7 +106,7 @@ def family(tmp_path: Path, *, loops: str = LOOPS_ON, budget: Any = None, max_tok
 def sample(tmp_path: Path, engine: Any, **settings: Any) -> tuple[Any, list[dict[str, Any]]]:
     ctx = BuildContext(family(tmp_path, **settings), tmp_path / "build", tmp_path / "cache.sqlite", progress=False,
                        engine_factory=lambda f: (engine, engine))
-    report = ensure_sampled(ctx)
+    report = ensure(SampleStage(), ctx)
     return report, list(read_records(ctx.paths.items, "items"))
 
 

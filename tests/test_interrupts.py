@@ -116,10 +116,10 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
         ("engine start, own process", "1", signal.SIGINT, False, core_started, None),
         ("engine start, in-process", "0", signal.SIGTERM, False, loading, None),
         ("sampling, own process", "1", signal.SIGTERM, False, lambda run, lines: cache_rows(cache) >= 1, None),
-        ("judge calibration", "0", signal.SIGINT, True, loaded_and("judge calibration"), r'rs/calibration\.py", line \d+, in calibrate'),
-        ("judge calibration", "1", signal.SIGTERM, False, loaded_and("judge calibration"), r'rs/calibration\.py", line \d+, in calibrate'),
-        ("recovering", "0", signal.SIGTERM, False, loaded_and("recovering"), r'rs/recovery\.py", line \d+, in run'),
-        ("recovering", "1", signal.SIGINT, True, loaded_and("recovering"), r'rs/recovery\.py", line \d+, in run'),
+        ("judge calibration", "0", signal.SIGINT, True, loaded_and("judge calibration"), r'rs/pipeline/sample/calibration\.py", line \d+, in calibrate'),
+        ("judge calibration", "1", signal.SIGTERM, False, loaded_and("judge calibration"), r'rs/pipeline/sample/calibration\.py", line \d+, in calibrate'),
+        ("recovering", "0", signal.SIGTERM, False, loaded_and("recovering"), r'rs/pipeline/recover\.py", line \d+, in run'),
+        ("recovering", "1", signal.SIGINT, True, loaded_and("recovering"), r'rs/pipeline/recover\.py", line \d+, in run'),
     ]
     try:
         took = []

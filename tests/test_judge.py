@@ -186,7 +186,7 @@ def test_no_judge_where_the_annotators_reach_no_consensus(tmp_path) -> None:
     from rs.engines.generation_cache import GenerationCache
     from rs.engines.replay import ReplayEngine
     from rs.families import load_families
-    from rs.pipeline.sample import SampleStage
+    from rs.pipeline.sample import SamplingPass
     from rs.sources.mapping import split_answer
 
     (tmp_path / "families.yaml").write_text(
@@ -200,13 +200,13 @@ def test_no_judge_where_the_annotators_reach_no_consensus(tmp_path) -> None:
         "    card: {pretty_name: V, description: d, license: cc-by-4.0, citation: c}\n")
     (tmp_path / "replay.jsonl").write_text("\n")
     family = load_families(tmp_path / "families.yaml")["V"]
-    stage = SampleStage(family.config, ReplayEngine(tmp_path / "replay.jsonl", model="replayed/model"), None,
-                        GenerationCache(tmp_path / "cache.sqlite"), progress=False)
+    greedy = SamplingPass(family.config, ReplayEngine(tmp_path / "replay.jsonl", model="replayed/model"), None,
+                          GenerationCache(tmp_path / "cache.sqlite"), progress=False)
 
     def case(votes: list[str], candidate: str) -> JudgeCase | None:
         answer, references = split_answer(votes)
         item = QAItem(question="What does the sign say?", answer=answer, record_id="r", references=references)
-        return stage.verify(item, "What does the sign say?", Generation(text=candidate, reasoning=None, answer=None,
+        return greedy.verify(item, "What does the sign say?", Generation(text=candidate, reasoning=None, answer=None,
                                                                          finish_reason="stop")).case
 
     weak = ["sale", "sale", "sold", "for sale sign", "open", "closed", "shop", "store", "market", "exit"]

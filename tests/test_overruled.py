@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("vllm")
 
 from rs.audit import audit  # noqa: E402
-from rs.pipeline.stage import ensure_clean  # noqa: E402
+from rs.pipeline.clean.stage import CleanStage  # noqa: E402
+from rs.pipeline.stage import ensure  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.pipeline.publish.family import publish  # noqa: E402
 from rs.store import read_clean_rows, read_records  # noqa: E402
@@ -43,7 +44,7 @@ def test_always_correct_judge_cannot_promote_a_different_number(tmp_path: Path) 
     (tmp_path / "families.yaml").write_text(FAMILY)
     family = load_families(tmp_path / "families.yaml")["Counts"]
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False)
-    ensure_clean(ctx)
+    ensure(CleanStage(), ctx)
     lines, kinds = [], {}
     for n, row in enumerate(read_clean_rows(ctx.paths.clean)):
         for q in row.qa:

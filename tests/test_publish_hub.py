@@ -62,10 +62,11 @@ def test_commit_conflict_then_cards_only_touches_only_the_cards(family, tmp_path
 
 def sampled(hostile, tmp_path: Path) -> None:
     """The family's clean and sample stages, as `rs sample` runs them: a dry run then plans the repos (it samples nothing)."""
-    from rs.pipeline.stage import ensure_sampled
+    from rs.pipeline.sample.stage import SampleStage
+    from rs.pipeline.stage import ensure
     from rs.context import BuildContext
 
-    ensure_sampled(BuildContext(hostile, tmp_path / "build", tmp_path / "cache.sqlite", progress=False))
+    ensure(SampleStage(), BuildContext(hostile, tmp_path / "build", tmp_path / "cache.sqlite", progress=False))
 
 
 def test_dry_run_creates_nothing(family, tmp_path: Path, hub) -> None:  # noqa: F811

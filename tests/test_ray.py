@@ -24,7 +24,10 @@ import pytest  # noqa: E402
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
-from rs.pipeline.stage import ensure_clean, ensure_recovered, ensure_sampled
+from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.recover import RecoverStage
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from rs.distributed import RAY_MISSING, RayIncomplete, RayPlanError, sample_on_ray  # noqa: E402
 from rs.engines.factory import engines_for
@@ -123,9 +126,9 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     single = context(tmp_path, "single")
     engines = engines_for(single.family)  # one model for the greedy and the recovery pass
     single = BuildContext(single.family, single.build_root, single.cache_path, progress=False, engine_factory=lambda f: engines)
-    reference = ensure_sampled(single)
+    reference = ensure(SampleStage(), single)
     assert reference.sampling_engine_calls == reference.items == 18 and reference.judged > 0
-    recovery = ensure_recovered(single, reference)
+    recovery = ensure(RecoverStage(reference), single)
     assert recovery.samples == 2 * sum(recovery.items.values()) == recovery.sampling_engine_calls > 0
 
     # On Ray, with an engine kind of the tests' own (tests/plugins/rs_faults.py, installed by an entry point
@@ -133,7 +136,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     # and another replica dies when the last goes in (Ray restarts it and retries its batches: nothing lost).
     # Each replica works on several batches at once (one engine, fed from all of them).
     ctx = context(tmp_path, "ray")
-    ensure_clean(ctx)
+    ensure(CleanStage(), ctx)
     keys = [f"{q['record_id']}#{q['turn']}" for row in read_records(ctx.paths.clean, "rows") for q in row["qa"]]
     died = tmp_path / "replica-died"
     faults = [{"item": keys[0], "do": "raise"}, {"item": keys[-1], "do": "exit", "marker": str(died)}]
@@ -168,7 +171,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     assert steps["calibration"]["requests"] > 0 and not list((ctx.paths.root / "ray").glob("*.parquet"))
     assert printed["sampling_engine_calls"] == 0 and printed["judge_engine_calls"] == 0
     # the recovery pass on the same replicas: every sample sent once, the undecided ones judged, then the driver's
-    # ensure_recovered calls no engine
+    # recover stage calls no engine
     assert (steps["recovery"]["requests"], steps["recovery"]["sent"], steps["recovery"]["stored"]) == (recovery.samples,) * 3
     assert steps["recovery_judge"]["requests"] == recovery.judge_requests
     assert printed["recovery"]["sampling_engine_calls"] == 0 and printed["recovery"]["judge_engine_calls"] == 0
@@ -187,7 +190,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
         return engines[0], engines[1]
 
     ctx.paths.sample_report.unlink()
-    again = ensure_sampled(BuildContext(ctx.family, ctx.build_root, ctx.cache_path, progress=False, engine_factory=lazy))
+    again = ensure(SampleStage(), BuildContext(ctx.family, ctx.build_root, ctx.cache_path, progress=False, engine_factory=lazy))
     assert again.sampling_engine_calls == 0 and again.judge_engine_calls == 0
     assert engines and not any(e.loaded for e in engines)
     assert items(ctx) == items(single)
@@ -276,43 +279,43 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
     from rs.prompt import build_prompt
     from rs.pipeline.sample.requests import sampling_request
     from rs.pipeline.recover import recovery_settings
-    from rs.pipeline.sample import SampleStage
+    from rs.pipeline.sample import SamplingPass
 
     ctx = context(tmp_path, "keys")
-    ensure_clean(ctx)
+    ensure(CleanStage(), ctx)
     sampler, judge = engines_for(ctx.family)
     with GenerationCache(tmp_path / "keys.sqlite") as cache:
-        stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=False)
+        greedy = SamplingPass(ctx.family.config, sampler, judge, cache, progress=False)
         rows = list(read_records(ctx.paths.clean, "rows"))
-        expected = [(stage.runner.key(Request(prompt=build_prompt(q["question"], stage.instructions.for_item(qa_item(q))),
-                                              image=row["image"]), stage.settings), row, q) for row in rows for q in row["qa"]]
+        expected = [(greedy.runner.key(Request(prompt=build_prompt(q["question"], greedy.instructions.for_item(qa_item(q))),
+                                              image=row["image"]), greedy.settings), row, q) for row in rows for q in row["qa"]]
     wanted = expected[1::3]  # every third item is missing
     missing = np.unique(np.array([key_prefix(key) for key, _, _ in wanted], dtype=np.uint64))
     table = pa.Table.from_pylist([{k: row[k] for k in ("image", "image_sha256", "qa")} for row in rows])
-    out = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instructions=stage.instructions,
+    out = sampling_requests(table, identity=greedy.runner.identity_key, settings=greedy.settings, instructions=greedy.instructions,
                             missing=missing)
     assert out.schema == REQUESTS
     grouped = {}  # by image: an image travels once with all its missing requests
     for key, row, q in wanted:
         grouped.setdefault(row["image_sha256"], {"image": row["image"], "image_sha256": row["image_sha256"], "requests": []})
         grouped[row["image_sha256"]]["requests"].append(
-            {"key": key, "prompt": build_prompt(q["question"], stage.instructions.for_item(qa_item(q))),
+            {"key": key, "prompt": build_prompt(q["question"], greedy.instructions.for_item(qa_item(q))),
              "item_key": f"{q['record_id']}#{q['turn']}", "sample": 0})
     assert out.to_pylist() == list(grouped.values()) and out.num_rows == len(rows) == 6
 
     # the recovery pass: each item's samples 0 to k - 1 keyed as the single-process pass keys them (the seed of
     # sample i is seed + i); only the missing ones come, each with its sample index for the replica
-    settings = recovery_settings(ctx.family.config, stage.settings)
-    sampled = [(stage.runner.key(sampling_request(qa_item(q), stage.instructions, row["image_sha256"]).one(i), settings), row, q, i)
+    settings = recovery_settings(ctx.family.config, greedy.settings)
+    sampled = [(greedy.runner.key(sampling_request(qa_item(q), greedy.instructions, row["image_sha256"]).one(i), settings), row, q, i)
                for row in rows[:2] for q in row["qa"] for i in range(2)]
     wanted = [s for s in sampled if s[3] == 1 or s[2] is rows[0]["qa"][0]]  # sample 1 of each, and both of the first item
     missing = np.unique(np.array([key_prefix(key) for key, *_ in wanted], dtype=np.uint64))
-    out = sampling_requests(table, identity=stage.runner.identity_key, settings=settings, instructions=stage.instructions,
+    out = sampling_requests(table, identity=greedy.runner.identity_key, settings=settings, instructions=greedy.instructions,
                             missing=missing, samples=2)
     asked = [(r["key"], r["sample"]) for row in out.to_pylist() for r in row["requests"]]
     assert asked == [(key, i) for key, _, _, i in wanted] and len(set(asked)) == 7
     assert {key for key, *_ in sampled} & {key for key, _, _ in expected} == set()  # no sample shares a greedy answer's key
-    none = sampling_requests(table, identity=stage.runner.identity_key, settings=stage.settings, instructions=stage.instructions,
+    none = sampling_requests(table, identity=greedy.runner.identity_key, settings=greedy.settings, instructions=greedy.instructions,
                              missing=np.array([], dtype=np.uint64))
     assert none.num_rows == 0 and none.schema == REQUESTS
     assert not engines_for(ctx.family)[0].loaded

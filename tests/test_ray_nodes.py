@@ -22,7 +22,8 @@ import pytest
 from test_ray import ENV, cache_contents, items, ray  # test_ray skips this module without ray or vllm
 from test_sample import cache_rows, family_file
 
-from rs.pipeline.stage import ensure_sampled
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from rs.distributed import StepStats, sample_on_ray
 from rs.distributed.cluster import MAX_STEP_ATTEMPTS, retrying_lost_nodes
@@ -39,7 +40,7 @@ def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
     family = load_families(path)["Tiny"]
     assert family.config.engine.in_flight == 3
     single = BuildContext(family, tmp_path / "single", tmp_path / "single.sqlite", progress=False)
-    reference = ensure_sampled(single)
+    reference = ensure(SampleStage(), single)
     ctx = BuildContext(family, tmp_path / "ray", tmp_path / "ray.sqlite", progress=False)
 
     # a quick health check: Ray notices a dead node in about 5 s instead of about 17

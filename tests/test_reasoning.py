@@ -30,7 +30,8 @@ from rs.families.schema import JudgeConfig, ReasoningConfig  # noqa: E402
 from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase  # noqa: E402
 from rs.pipeline.publish.family import publish  # noqa: E402
 from rs.pipeline.route import decide  # noqa: E402
-from rs.pipeline.stage import ensure_sampled
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from rs.store import read_records  # noqa: E402
 from rs_demo.tiny_model import TEMPLATE_MARKERS, VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
@@ -124,7 +125,7 @@ def sample_with(tmp_path: Path, template: str) -> tuple[Any, list[dict[str, Any]
     engine = ShapedEngine(str(tiny_vlm_path(template=template)), template, engine_args=dict(VLLM_ENGINE_KWARGS))
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (engine, engine))
     try:
-        report = ensure_sampled(ctx)
+        report = ensure(SampleStage(), ctx)
     finally:
         engine.close()
     return report, list(read_records(ctx.paths.items, "items")), ctx
@@ -252,7 +253,7 @@ def test_reading_is_redone_from_the_cached_text_when_the_format_changes(tmp_path
     engine = ShapedEngine(str(tiny_vlm_path(template="markers")), "markers", engine_args=dict(VLLM_ENGINE_KWARGS))
     ctx2 = BuildContext(wrong, tmp_path / "build2", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (engine, engine))
     try:
-        again = ensure_sampled(ctx2)
+        again = ensure(SampleStage(), ctx2)
     finally:
         engine.close()
     assert again.sampling_engine_calls == 0

@@ -31,7 +31,10 @@ from rs.engines.generation_cache import GenerationCache  # noqa: E402
 from rs.engines.vllm import VLLMStream  # noqa: E402
 from rs.families import get_family, load_families  # noqa: E402
 from rs.pipeline.route import decide  # noqa: E402
-from rs.pipeline.stage import ensure_recovered, ensure_sampled
+from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.recover import RecoverStage
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from faults import cache_rows  # noqa: E402
 from rs.store import read_records  # noqa: E402
@@ -82,7 +85,7 @@ def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(tmp_pat
     report = build_family(ctx)
     items = list(read_records(ctx.paths.items, "items"))
     draws = list(read_records(ctx.paths.recovery, "recovery"))
-    promotes = ensure_sampled(ctx).promotes
+    promotes = ensure(SampleStage(), ctx).promotes
 
     # every rejection with a final answer was sampled 4 times, and nothing else
     retried = [i for i in items if not decide(i, promotes).accepted and i["final"] is not None and i["error"] is None
@@ -208,8 +211,8 @@ def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path
 
 def test_raising_k_sends_exactly_the_missing_samples(tmp_path: Path, demo_engine, monkeypatch) -> None:
     first = context(tiny_clevr(tmp_path, "{samples: 2, temperature: 0.7}"), tmp_path, demo_engine)
-    sampled = ensure_sampled(first)
-    two = ensure_recovered(first, sampled)
+    sampled = ensure(SampleStage(), first)
+    two = ensure(RecoverStage(sampled), first)
     items = sum(two.items.values())
     assert items and two.sampling_engine_calls == 2 * items
     before = {d["key"]: d["samples"] for d in read_records(first.paths.recovery, "recovery")}
@@ -217,7 +220,7 @@ def test_raising_k_sends_exactly_the_missing_samples(tmp_path: Path, demo_engine
     asked = recording(monkeypatch)
     (tmp_path / "more").mkdir()
     raised = context(tiny_clevr(tmp_path / "more", "{samples: 5, temperature: 0.7}"), tmp_path, demo_engine)
-    five = ensure_recovered(raised, ensure_sampled(raised))
+    five = ensure(RecoverStage(ensure(SampleStage(), raised)), raised)
     assert sum(five.items.values()) == items
     assert five.sampling_engine_calls == 3 * items and five.sampling_requests == 5 * items  # samples 2, 3, 4 of each item
     assert [a for a in asked if a[2] == 0.7] == [(2, 3, 0.7)] * items  # one request each, n = 3 from sample 2's seed on
@@ -226,8 +229,27 @@ def test_raising_k_sends_exactly_the_missing_samples(tmp_path: Path, demo_engine
 
     # and the same samples again: a re-run sends nothing
     raised.paths.recovery_report.unlink()
-    again = ensure_recovered(raised, ensure_sampled(raised))
+    again = ensure(RecoverStage(ensure(SampleStage(), raised)), raised)
     assert again.sampling_engine_calls == 0 and list(read_records(raised.paths.recovery, "recovery")) == draws
+
+
+def test_the_requests_a_stage_declares_are_the_ones_its_run_asks(tmp_path: Path, demo_engine) -> None:
+    """`Stage.requests`, what the Ray driver sends: the sample and recover stages' runs fill a fresh cache with exactly
+    those keys (answers, verdicts, calibration cases, samples, their verdicts); the judge's are known once the answers are."""
+    ctx = context(tiny_clevr(tmp_path, "{samples: 2, temperature: 0.7}"), tmp_path, demo_engine)
+    clean = ensure(CleanStage(), ctx)
+    assert list(CleanStage().requests(ctx)) == []
+    questions = list(SampleStage().requests(ctx))
+    assert len(questions) == clean.kept_items and all(r.image_sha256 and r.samples == 1 for _, r in questions)
+
+    sampled = ensure(SampleStage(), ctx)
+    ensure(RecoverStage(sampled), ctx)
+    declared = list(SampleStage().requests(ctx)) + list(RecoverStage(sampled).requests(ctx))
+    with GenerationCache(ctx.cache_path) as cache:
+        cached = cache.present(key for key, _ in declared)
+    keys = {key for key, _ in declared}
+    assert keys == cached and len(keys) == cache_rows(ctx.cache_path) > len(questions) + sampled.judged
+    assert {key for key, _ in questions} < keys
 
 
 def recovery_files(build: Path) -> dict[str, str]:

@@ -11,9 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rs.pipeline.build import RowGroupTooLarge, build_family, check_row_groups
+from rs.pipeline.build import build_family
+from rs.pipeline.write.splits import RowGroupTooLarge, check_row_groups
 from rs.families import load_families
-from rs.pipeline.stage import ensure_clean
+from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from rs.store import read_clean_rows
 
@@ -36,7 +38,7 @@ def test_rows_with_long_reasoning_stay_under_the_row_group_limit(tmp_path: Path)
     (tmp_path / "families.yaml").write_text(FAMILY)
     family = load_families(tmp_path / "families.yaml")["Long"]
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False)
-    ensure_clean(ctx)
+    ensure(CleanStage(), ctx)
     rng = random.Random(0)
     lines = []
     for row in read_clean_rows(ctx.paths.clean):

@@ -14,7 +14,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from rs.pipeline.stage import ensure_sampled
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from rs.engines.replay import ReplayEngine  # noqa: E402
 from rs.families import load_families  # noqa: E402
@@ -68,7 +69,7 @@ def items(build: Path) -> list[dict]:
 def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_engine) -> None:
     family = load_families(family_file(tmp_path))["Tiny"]
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
-    report = ensure_sampled(ctx)
+    report = ensure(SampleStage(), ctx)
     rows = list(read_clean_rows(ctx.paths.clean))
     results = items(ctx.paths.root)
     assert [r["key"] for r in results] == [q.key for row in rows for q in row.qa]
@@ -87,7 +88,7 @@ def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_eng
 
     # a warm cache: the same stage again makes zero engine calls and gives the same results
     ctx.paths.sample_report.unlink()
-    again = ensure_sampled(ctx)
+    again = ensure(SampleStage(), ctx)
     assert again.sampling_engine_calls == 0 and again.judge_engine_calls == 0
     assert items(ctx.paths.root) == results
     for counts in ("verdicts", "contradicted_verdicts", "prompt_reasoning"):  # the same bytes whatever order answers came in
@@ -98,7 +99,7 @@ def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_eng
     (tmp_path / "families.yaml").write_text(text)
     exact = load_families(tmp_path / "families.yaml")["Tiny"]
     ctx2 = BuildContext(exact, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
-    assert ensure_sampled(ctx2).sampling_engine_calls == 0
+    assert ensure(SampleStage(), ctx2).sampling_engine_calls == 0
 
 
 def test_judge_requests_join_the_sampling_stream(tmp_path: Path, tiny_engine, monkeypatch) -> None:
@@ -116,7 +117,7 @@ def test_judge_requests_join_the_sampling_stream(tmp_path: Path, tiny_engine, mo
     monkeypatch.setattr(tiny_engine, "in_flight", 6)  # fewer than the items: answers finish while others wait to go in
     family = load_families(family_file(tmp_path, num_images=12, batch=4))["Tiny"]
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
-    report = ensure_sampled(ctx)
+    report = ensure(SampleStage(), ctx)
     calibration = report.judge_requests - report.judged  # asked after answering, once the run's answers are all in
     judged_while_sampling = entered[: len(entered) - calibration]
     assert report.judged > 0 and entered.count("sample") == report.items
@@ -127,7 +128,7 @@ def test_judge_requests_join_the_sampling_stream(tmp_path: Path, tiny_engine, mo
 def test_truncated_outputs_are_rejected_with_their_reason(tmp_path: Path, tiny_engine) -> None:
     family = load_families(family_file(tmp_path, num_images=2, max_tokens=1))["Tiny"]
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
-    report = ensure_sampled(ctx)
+    report = ensure(SampleStage(), ctx)
     results = items(ctx.paths.root)
     assert results and all(r["finish_reason"] == "length" and r["final"] is None for r in results)
     assert report.no_final_answer == len(results) and report.judged == 0
@@ -141,7 +142,7 @@ def test_raising_max_tokens_sends_only_the_answers_it_cut_off(tmp_path: Path, ti
         (run := tmp_path / f"run-{next(runs)}").mkdir()
         family = load_families(family_file(run, num_images=6, max_tokens=max_tokens))["Tiny"]
         ctx = BuildContext(family, run / "build", tmp_path / cache, progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
-        return ensure_sampled(ctx), items(ctx.paths.root)
+        return ensure(SampleStage(), ctx), items(ctx.paths.root)
 
     short_report, short = sampled(6, "cache.sqlite")
     cut = sum(r["finish_reason"] == "length" for r in short)
@@ -162,10 +163,11 @@ def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     family = load_families(family_file(tmp_path, num_images=8))["Tiny"]
     replay_file = tmp_path / "replay.jsonl"
-    from rs.pipeline.stage import ensure_clean
+    from rs.pipeline.clean.stage import CleanStage
+    from rs.pipeline.stage import ensure
 
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False)
-    ensure_clean(ctx)
+    ensure(CleanStage(), ctx)
     lines = []
     for n, row in enumerate(read_clean_rows(ctx.paths.clean)):
         for q in row.qa:  # half right, half wrong: the judge is asked about the wrong ones
@@ -178,7 +180,7 @@ def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path)
     judge = VLLMEngine(str(tiny_vlm_path(favour="CORRECT")), engine_args=dict(VLLM_ENGINE_KWARGS))
     try:
         ctx.engine_factory = lambda f: (ReplayEngine(replay_file, model="replayed"), judge)
-        report = ensure_sampled(ctx)
+        report = ensure(SampleStage(), ctx)
     finally:
         judge.close()
     cal = report.calibration

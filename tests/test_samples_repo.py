@@ -281,7 +281,7 @@ def test_clevr_type_rules_give_the_synthetic_scenes_their_own_types() -> None:
     from dataclasses import replace
 
     from rs.families import get_family
-    from rs.pipeline.write.question_types import typer
+    from rs.pipeline.route import typer
     from rs.sources.synthetic import SyntheticSource
 
     rules_only = typer(replace(get_family("TinyCLEVR").config.question_types, source=False))

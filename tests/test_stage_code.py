@@ -9,14 +9,14 @@ import logging
 import sys
 import types
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from faults import write_families
 from rs.families import load_families
 from rs.registry import VERIFIERS
-from rs.pipeline.stage import ensure_sampled, sample_fingerprint
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from rs.verifiers.exact import ExactVerifier
 
@@ -70,15 +70,14 @@ def test_a_plugin_that_declares_no_version_is_keyed_by_its_code_without_comments
     module = plugin(tmp_path, monkeypatch)
     (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tmp_path.name.replace("-", "_")))
     ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
-    clean = SimpleNamespace(fingerprint="the same cleaned rows")
 
-    with caplog.at_level(logging.WARNING, logger="rs.pipeline.versions"):
-        before = sample_fingerprint(ctx, clean)
+    with caplog.at_level(logging.WARNING, logger="rs.pipeline.pieces"):
+        before = SampleStage().fingerprint(ctx)
     assert "declares no `version`" in caplog.text  # said once, with what to do
     module.write_text(module.read_text().replace('"""Equal strings."""', '"""Strings, equal."""  # reworded'))
-    assert sample_fingerprint(ctx, clean) == before
+    assert SampleStage().fingerprint(ctx) == before
     module.write_text(module.read_text().replace("== reference", "== reference and prediction.strip() == prediction"))
-    assert sample_fingerprint(ctx, clean) != before  # the plug-in is upgraded: its answers are verified again
+    assert SampleStage().fingerprint(ctx) != before  # the plug-in is upgraded: its answers are verified again
 
 
 def test_a_plugin_that_declares_a_version_is_keyed_by_it_and_a_verifier_typed_in_a_notebook_by_its_code(
@@ -89,19 +88,18 @@ def test_a_plugin_that_declares_a_version_is_keyed_by_it_and_a_verifier_typed_in
     exec(PLUGIN.format(tag=tag, doc="", version="", rule=""), notebook.__dict__)
     (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tag))
     ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
-    clean = SimpleNamespace(fingerprint="the same cleaned rows")
 
-    before = sample_fingerprint(ctx, clean)
+    before = SampleStage().fingerprint(ctx)
     notebook.Pedantic.match = lambda self, prediction, reference, *, item=None: prediction.strip() == reference
-    changed = sample_fingerprint(ctx, clean)
+    changed = SampleStage().fingerprint(ctx)
     assert changed != before  # the method changed in the notebook
     notebook.Pedantic.version = "1"
-    declared = sample_fingerprint(ctx, clean)
+    declared = SampleStage().fingerprint(ctx)
     assert declared != changed
     notebook.Pedantic.match = lambda self, prediction, reference, *, item=None: prediction == reference
-    assert sample_fingerprint(ctx, clean) == declared  # its author vouches for the version
+    assert SampleStage().fingerprint(ctx) == declared  # its author vouches for the version
     notebook.Pedantic.version = "2"
-    assert sample_fingerprint(ctx, clean) != declared
+    assert SampleStage().fingerprint(ctx) != declared
 
 
 def test_through_the_stage_a_comment_edit_reverifies_nothing_and_a_version_bump_reverifies_from_the_cache(
@@ -122,7 +120,7 @@ def test_through_the_stage_a_comment_edit_reverifies_nothing_and_a_version_bump_
             return engines_for(family)
         ctx = BuildContext(load_families(path)["Alpha"], path.parent / "build", cache_path=tmp_path / "cache.sqlite",
                            progress=False, engine_factory=engines)
-        report = ensure_sampled(ctx)
+        report = ensure(SampleStage(), ctx)
         return len(made), report.sampling_engine_calls if made else 0
 
     monkeypatch.chdir(tmp_path)
@@ -156,8 +154,7 @@ class Stricter(ExactVerifier):
 """, module.__dict__)
     (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tag))
     ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
-    clean = SimpleNamespace(fingerprint="the same cleaned rows")
 
-    before = sample_fingerprint(ctx, clean)
+    before = SampleStage().fingerprint(ctx)
     monkeypatch.setattr(ExactVerifier, "version", "2")  # the rules it inherits changed
-    assert sample_fingerprint(ctx, clean) != before
+    assert SampleStage().fingerprint(ctx) != before

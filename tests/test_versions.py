@@ -12,7 +12,8 @@ import pytest
 import rs.pipeline.versions
 from rs.registry import VERIFIERS
 from rs.verifiers.exact import ExactVerifier
-from rs.pipeline.versions import LOCK, all_pieces, current, identities, main, normalised, recorded, unbumped
+from rs.pipeline.pieces import normalised
+from rs.pipeline.versions import LOCK, RECOVERY, ROUTE, all_pieces, current, identities, main, recorded, unbumped
 from rs.pipeline.write.provenance import versions_digest
 
 REFRESH = "then run `.venv/bin/python -m rs.pipeline.versions --write` to record the new versions in rs/pipeline/versions.lock.json"
@@ -33,6 +34,17 @@ def test_every_built_in_verifier_declares_its_own_version() -> None:
             assert isinstance(vars(cls).get("version"), str), f"{cls.__qualname__} ({name}) sets no class attribute `version`"
     assert {p.name for p in all_pieces()} >= {f"verifier/{name}" for name, cls in VERIFIERS.items()
                                                if cls.__module__.startswith("rs.verifiers.")}
+
+
+def test_the_recovery_fingerprint_holds_the_versions_of_the_pieces_the_lock_records() -> None:
+    """The recover stage names its pieces' versions itself (`rs.pipeline.versions` imports it): as the lock names them."""
+    from types import SimpleNamespace
+
+    from rs.pipeline.recover import recovery_inputs
+
+    ctx = SimpleNamespace(family=SimpleNamespace(config=SimpleNamespace(recovery=None)))
+    inputs = recovery_inputs(ctx, SimpleNamespace(fingerprint="sampled", promotes=False))  # type: ignore[arg-type]
+    assert inputs["versions"] == {piece.name: piece.version for piece in (RECOVERY, ROUTE)}
 
 
 def test_comments_docstrings_and_formatting_do_not_count_a_rule_does() -> None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rs.pipeline.build import route_items
-from rs.pipeline.route import Routes
+from rs.pipeline.route import Routes, route_items
+from rs.pipeline.write.report import pass_rate_histogram
 from rs.context import BuildPaths
 from rs.store import read_records
 from rs.audit.checkers import CHECKERS, Audit, Finding, checker, run_checks
@@ -101,7 +101,7 @@ def _against_build(a: Audit, root: Path) -> None:
            routing.reasoning_disagrees)
     if routing.pass_rates is not None:
         a.same("the pass-rate histogram (stores)", where, facts.pass_rates if facts.pass_rates is not None else report.recovery.pass_rates,
-               routing.pass_rates)
+               pass_rate_histogram(routing.pass_rates))
     if routing.pairs is not None and report.recovery is not None:
         a.same("the preference pairs (stores)", where, report.recovery.pairs, routing.pairs.to_dict())
     contradicted = correct = 0

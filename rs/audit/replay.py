@@ -37,10 +37,12 @@ from rs.engines.stream import open_stream
 from rs.families import Family, get_family
 from rs.pipeline.write.pairs import pair_row
 from rs.pipeline.sample.requests import sampling_request
-from rs.pipeline.recover import RecoveryReport, recovery_settings, sample_case, sample_record, samples_for
+from rs.pipeline.recover import RecoverStage, RecoveryReport, recovery_settings, sample_case, sample_record, samples_for
 from rs.pipeline.route import Routes, outcome, qa_entry
-from rs.pipeline.sample import SampleReport, SampleStage, item_record
-from rs.pipeline.stage import clean_fingerprint, read_report, recovery_fingerprint, sample_fingerprint, vocabulary_of
+from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.sample import SampleReport, SamplingPass, item_record
+from rs.pipeline.sample.stage import SampleStage, vocabulary_of
+from rs.pipeline.stage import read_report
 from rs.context import BuildContext, BuildPaths, default_cache_path
 from rs.store import read_clean_images, read_clean_rows
 
@@ -118,13 +120,13 @@ def check_build(family: Family, root: Path, limit: int | None) -> None:
     would be looked up under other keys, or read and routed by other rules."""
     ctx = BuildContext(family, root, limit=limit)
     problem = None
-    clean = read_report(root / "clean.json", clean_fingerprint(ctx), CleaningReport.from_dict)
-    sampled = clean and read_report(root / "sample.json", sample_fingerprint(ctx, clean), SampleReport.from_dict)
+    clean = read_report(root / "clean.json", CleanStage().fingerprint(ctx), CleaningReport.from_dict)
+    sampled = clean and read_report(root / "sample.json", SampleStage().fingerprint(ctx), SampleReport.from_dict)
     if not clean:
         problem = "its cleaning (clean.json) was made from another source or cleaning configuration"
     elif not sampled:
         problem = "its sampling stage (sample.json) was made under another model, engine, sampling, judge, verifier or rs version"
-    elif family.config.recovery is not None and not read_report(root / "recovery.json", recovery_fingerprint(ctx, sampled),
+    elif family.config.recovery is not None and not read_report(root / "recovery.json", RecoverStage(sampled).fingerprint(ctx),
                                                                RecoveryReport.from_dict):
         problem = "its recovery pass (recovery.json) was made under another recovery block, or is missing"
     if problem:
@@ -183,7 +185,7 @@ class _Located:
     draws: dict[str, Any] | None = None
 
 
-def _locate(picks: list[Pick], stage: SampleStage, paths: BuildPaths) -> tuple[list[_Located], list[Pick]]:
+def _locate(picks: list[Pick], greedy: SamplingPass, paths: BuildPaths) -> tuple[list[_Located], list[Pick]]:
     """Each pick's cleaned item and the request the run sent for it (its image's hash: the cache key needs no more),
     from one pass over the clean store that reads no image."""
     wanted = {(p.image_sha256, p.question): p for p in picks}
@@ -193,23 +195,23 @@ def _locate(picks: list[Pick], stage: SampleStage, paths: BuildPaths) -> tuple[l
         if row.image_sha256 not in shas:
             continue
         for item in row.qa:
-            request = sampling_request(item, stage.instructions, row.image_sha256)
+            request = sampling_request(item, greedy.instructions, row.image_sha256)
             pick = wanted.get((row.image_sha256, request.prompt))
             if pick is not None and pick not in found:
                 found[pick] = _Located(Derived(pick, row=index), row, item, request)
     return [found[p] for p in picks if p in found], [p for p in picks if p not in found]
 
 
-def derive(located: list[_Located], stage: SampleStage, routes: Routes, answers: Fetch, verdicts: Fetch, *,
+def derive(located: list[_Located], greedy: SamplingPass, routes: Routes, answers: Fetch, verdicts: Fetch, *,
            pairs: bool) -> list[Derived]:
     """Read, verify, judge, sample again and route each located question as the run did: its answers from `answers`, the
     judge's from `verdicts`."""
-    config, judge = stage.config, stage.judge
-    for loc, (gen,) in zip(located, answers([loc.request for loc in located], stage.settings)):
+    config, judge = greedy.config, greedy.judge
+    for loc, (gen,) in zip(located, answers([loc.request for loc in located], greedy.settings)):
         if isinstance(gen, str):
             loc.derived.missing.append(f"the greedy answer {gen}")
             continue
-        v = stage.verify(loc.item, loc.request.prompt, gen, calibrating=False)
+        v = greedy.verify(loc.item, loc.request.prompt, gen, calibrating=False)
         loc.record, loc.case = vars(item_record(loc.derived.row, loc.item, loc.request, v)), v.case
         loc.derived.texts.append(v.generation.text)
         loc.derived.greedy = v.generation.answer
@@ -222,7 +224,7 @@ def derive(located: list[_Located], stage: SampleStage, routes: Routes, answers:
             else:
                 loc.record["judge"] = judge.verdict(gen)[0]  # type: ignore[index]
     if config.recovery is not None:
-        _recover(live, stage, routes, answers, verdicts)
+        _recover(live, greedy, routes, answers, verdicts)
     for loc in located:
         d = loc.derived
         if d.missing:
@@ -237,10 +239,10 @@ def derive(located: list[_Located], stage: SampleStage, routes: Routes, answers:
     return [loc.derived for loc in located]
 
 
-def _recover(live: list[_Located], stage: SampleStage, routes: Routes, answers: Fetch, verdicts: Fetch) -> None:
+def _recover(live: list[_Located], greedy: SamplingPass, routes: Routes, answers: Fetch, verdicts: Fetch) -> None:
     """The recovery pass over the questions it samples: k samples in one request, each read and (undecided) judged."""
-    config, judge = stage.config, stage.judge
-    settings = recovery_settings(config, stage.settings)
+    config, judge = greedy.config, greedy.judge
+    settings = recovery_settings(config, greedy.settings)
     sampled = []
     for loc in live:
         why, k = samples_for(loc.record, routes.promotes, config.recovery)  # type: ignore[arg-type]
@@ -254,7 +256,7 @@ def _recover(live: list[_Located], stage: SampleStage, routes: Routes, answers: 
             if isinstance(gen, str):
                 loc.derived.missing.append(f"recovery sample {i} {gen}")
                 continue
-            v = stage.verify(loc.item, loc.request.prompt, gen, calibrating=False)
+            v = greedy.verify(loc.item, loc.request.prompt, gen, calibrating=False)
             records.append(vars(sample_record(i, settings.seed + i, v)))
             loc.derived.texts.append(v.generation.text)
             if (case := sample_case(v)) is not None and judge is not None:
@@ -395,13 +397,13 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
     sampler, judge = (asked.engine_factory or engines_for)(family)
     try:
         with GenerationCache(cache_path) as cache:
-            stage = SampleStage(family.config, sampler, judge, cache, progress=False, vocabulary=vocabulary_of(family, paths))
-            located, lost = _locate(picks, stage, paths)
+            greedy = SamplingPass(family.config, sampler, judge, cache, progress=False, vocabulary=vocabulary_of(family, paths))
+            located, lost = _locate(picks, greedy, paths)
             for pick in lost:
                 a.fail(_name(pick), f"{root}/clean", "published, but the build's cleaned items ask no such question of that image")
             answers = _from_cache(cache, identity_key(sampler))
             verdicts = answers if judge in (None, sampler) else _from_cache(cache, identity_key(judge))  # type: ignore[arg-type]
-            cached = derive(located, stage, routes, answers, verdicts, pairs=pairs)
+            cached = derive(located, greedy, routes, answers, verdicts, pairs=pairs)
             held = published(a.family)
             agree = 0
             for d in cached:
@@ -421,7 +423,7 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
                                   dataclasses.replace(loc.request, image=images[loc.row.image_sha256])) for loc in located]
                 answers = _from_engine(sampler)
                 verdicts = answers if judge in (None, sampler) else _from_engine(judge)  # type: ignore[arg-type]
-                fresh = derive(again, stage, routes, answers, verdicts, pairs=pairs)
+                fresh = derive(again, greedy, routes, answers, verdicts, pairs=pairs)
                 _agreement(a, asked.n, [loc.derived for loc in located], fresh, held, invariant=bool(getattr(family.config.engine,
                            "batch_invariant", False)), engine=f"the {sampler.kind} engine of {family.config.model.id}")
     finally:

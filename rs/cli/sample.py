@@ -12,9 +12,10 @@ from rs.cli import RunFailed, output
 from rs.cli.parser import Parser
 from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
 from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
+from rs.pipeline.build import ensure_passes
 from rs.pipeline.recover import RecoveryReport
 from rs.pipeline.sample import SampleReport
-from rs.pipeline.stage import ensure_passes, sample_shard
+from rs.pipeline.sample.stage import sample_shard
 from rs.context import BuildContext, default_cache_path
 
 
@@ -59,7 +60,7 @@ def _sample(ctx: BuildContext, args: argparse.Namespace, shard: tuple[int, int] 
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") -> int:
-    """Run the clean and sample stages, and the recovery pass (resumable; see rs.pipeline.stage; `--ray`: rs.distributed)."""
+    """Run the clean and sample stages, and the recovery pass (resumable; see rs.pipeline.build; `--ray`: rs.distributed)."""
     parser = Parser(prog=prog, description=main.__doc__)
     parser.add_argument("family")
     cli.add_config(parser)

@@ -32,22 +32,23 @@ about `engine.batch_size` requests.
 
 The steps:
 
-1. sampling: every cleaned QA item, its request built exactly as `rs.pipeline.sample.SampleStage` builds it;
+1. sampling: every cleaned QA item, its request the sample stage's own (`SamplingPass.question_requests`);
 2. judge: the verifier rejections that have a final answer, verified on the driver from the cached
-   generations exactly as `SampleStage` verifies them, plus the calibration cases of
+   generations by the sample stage's own code (`SamplingPass.judge_requests`), plus the calibration cases of
    `rs.pipeline.sample.judge.calibrate`; written to `BUILD/FAMILY/ray/judge-*.parquet` and answered in one pipeline;
-3. the normal `rs.pipeline.stage.ensure_sampled` on the driver, which finds everything cached (zero engine
+3. the normal sample stage (`ensure(SampleStage(), ctx)`) on the driver, which finds everything cached (zero engine
    calls) and writes the items store and `sample.json` exactly as a single-process run does;
 
 and, for a family with a `recovery:` block (`rs.pipeline.recover`), on the same replicas:
 
-4. recovery: the samples of the items the greedy pass rejected (`rs.pipeline.recover.to_sample` over the items
+4. recovery: the samples of the items the greedy pass rejected (`RecoveryPass.sample_requests` over the items
    store), one request a sample, sample `i` seeded `recovery.seed + i` and keyed as the single-process
    pass keys it, so the cache holds the same entries (only the missing samples travel: a raised `k`
    sends the new ones);
 5. recovery_judge: the samples the verifier neither accepts nor knows wrong, verified on the driver
-   from the cache as `RecoveryStage` verifies them (no calibration: the judge's is the greedy pass's);
-6. `rs.pipeline.stage.ensure_recovered` on the driver: zero engine calls, the recovery store and
+   from the cache by the recover stage's own code (`RecoveryPass.judge_requests`; no calibration: the judge's is the
+   greedy pass's);
+6. the recover stage (`ensure(RecoverStage(sampled), ctx)`) on the driver: zero engine calls, the recovery store and
    `recovery.json` of a single-process run. A family already sampled runs only steps 4 to 6.
 
 Each replica answers several batches at once through one engine (`replica.EngineFeeder`): Ray
@@ -89,17 +90,17 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 import rs
-from rs.engines.factory import engines_for
-from rs.engines.base import Request, SamplingSettings
-from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
-from rs.pipeline.sample.judge import JudgeCase
-from rs.pipeline.sample.requests import sampling_request
-from rs.pipeline.recover import recovery_settings, to_sample
-from rs.pipeline.sample import SampleReport, SampleStage, Verification
-from rs.records import QAItem, Row
-from rs.pipeline.stage import answer_vocabulary, current_recovery_report, ensure_clean, ensure_recovered, ensure_sampled, read_report, sample_fingerprint
 from rs.context import BuildContext
-from rs.store import ParquetStreamWriter, qa_item, read_records
+from rs.engines.base import Request, SamplingSettings
+from rs.engines.generation_cache import GenerationCache
+from rs.engines.factory import engines_for
+from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.recover import DECIDING, RecoverStage, RecoveryPass, current_recovery_report
+from rs.pipeline.sample import SampleReport, SamplingPass
+from rs.pipeline.sample.stage import SampleStage, sampling_pass
+from rs.pipeline.stage import ensure, read_report
+from rs.records import Row
+from rs.store import ParquetStreamWriter, read_clean_rows, read_records
 
 from .cluster import Cluster, check_fits, connect, forwarded_env, ray_available, retrying_lost_nodes
 from .replica import REQUESTS, EngineReplica, build_replica_engine, engine_specs, gpus_per_replica, key_prefix, sampling_requests
@@ -109,10 +110,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RAY_MISSING", "EngineReplica", "RayIncomplete", "RayNotInstalled", "RayPlanError", "RayRun", "StepStats", "build_replica_engine",
            "engine_specs", "forwarded_env", "gpus_per_replica", "ray_available", "sample_on_ray", "sampling_requests"]
-
-TO_SAMPLE_COLUMNS = ("row", "key", "error", "ending", "final", "verified", "judge", "contradicts")
-"""The items store's columns that decide whether the recovery pass samples an item (`rs.pipeline.route.decide`)."""
-
 
 def sample_on_ray(
     ctx: BuildContext,
@@ -129,8 +126,8 @@ def sample_on_ray(
 ) -> RayRun:
     """Fill the generation cache for `ctx`'s family on Ray, running the driver's passes between the steps.
 
-    The greedy pass's steps (sampling, judge), then `ensure_sampled` on the driver; with a `recovery:`
-    block, the recovery pass's steps (its samples, their judge), then `ensure_recovered`. Each driver pass
+    The greedy pass's steps (sampling, judge), then the sample stage on the driver; with a `recovery:`
+    block, the recovery pass's steps (its samples, their judge), then the recover stage. Each driver pass
     finds every answer cached and calls no engine. A family already sampled gets only its recovery steps.
 
     Args:
@@ -148,7 +145,7 @@ def sample_on_ray(
             version is installed on the nodes (vLLM and its dependencies must be there).
         batch_size: requests per batch; default: the family's `engine.batch_size` (as single-process).
         lookahead: requests whose cache keys the driver looks up together.
-        finish: run the driver's passes (`ensure_sampled`, `ensure_recovered`). Without them, only the greedy
+        finish: run the driver's passes (the sample and recover stages). Without them, only the greedy
             pass's steps run when the family is not sampled yet: the recovery's steps need the items store.
 
     Raises:
@@ -165,7 +162,8 @@ def sample_on_ray(
     recovery = ctx.family.config.recovery
     with ctx.lock():  # the driver writes the family's build (its `ray/` folder, the items and recovery stores)
         run = RayRun()
-        run.report = read_report(ctx.paths.sample_report, sample_fingerprint(ctx, ensure_clean(ctx)), SampleReport.from_dict)
+        ensure(CleanStage(), ctx)
+        run.report = read_report(ctx.paths.sample_report, SampleStage().fingerprint(ctx), SampleReport.from_dict)
         run.recovery = current_recovery_report(ctx, run.report) if run.report is not None else None
         if run.report is not None and (recovery is None or run.recovery is not None):
             return run
@@ -178,7 +176,7 @@ def sample_on_ray(
                 _greedy_steps(_Steps(ctx, cluster, specs, run, lookahead))
                 if run.complete and finish:
                     start = time.perf_counter()
-                    run.report = ensure_sampled(ctx)
+                    run.report = ensure(SampleStage(), ctx)
                     passes = time.perf_counter() - start
             if run.report is not None and recovery is not None and current_recovery_report(ctx, run.report) is None:
                 _recovery_steps(_Steps(ctx, cluster, specs, run, lookahead), run.report.promotes)
@@ -186,7 +184,7 @@ def sample_on_ray(
         if not run.complete:
             raise RayIncomplete(run)
         if finish and run.report is not None:
-            run.recovery = ensure_recovered(ctx, run.report)
+            run.recovery = ensure(RecoverStage(run.report), ctx)
         return run
 
 
@@ -232,11 +230,22 @@ class _Steps:
     run: RayRun
     lookahead: int
 
-    def stage(self, cache: GenerationCache) -> SampleStage:
-        """A fresh sampling stage (the judge step's calibration cases accumulate in it: one per attempt). Its engines are
+    def greedy(self, cache: GenerationCache) -> SamplingPass:
+        """A fresh sampling pass (the judge step's calibration cases accumulate in it: one per attempt). Its engines are
         lazy: they give their identities, and never load a model on the driver."""
-        sampler, judge = engines_for(self.ctx.family)
-        return SampleStage(self.ctx.family.config, sampler, judge, cache, progress=False, vocabulary=answer_vocabulary(self.ctx))
+        return sampling_pass(self.ctx, cache, *engines_for(self.ctx.family))
+
+    def recovery(self, cache: GenerationCache, promotes: bool) -> RecoveryPass:
+        """A fresh recovery pass, on a fresh sampling pass (`greedy`)."""
+        return RecoveryPass(self.ctx.family.config, self.greedy(cache), promotes=promotes, progress=False)
+
+    def clean_rows(self) -> Iterator[Row]:
+        """The cleaned rows without their image bytes: the cache keys need only their hashes."""
+        return read_clean_rows(self.ctx.paths.clean, images=False)
+
+    def greedy_items(self) -> Iterator[dict[str, Any]]:
+        """The greedy pass's records, the columns that decide whether the recovery pass samples an item."""
+        return read_records(self.ctx.paths.items, "items", columns=list(DECIDING))
 
     def step(self, names: tuple[str, ...], run_step: Callable[[], tuple[StepStats, ...]]) -> None:
         """Run one step (again for what is missing when nodes leave), its figures under `names` in the run."""
@@ -246,59 +255,53 @@ class _Steps:
 
 def _greedy_steps(steps: _Steps) -> None:
     """The greedy pass: every cleaned item's answer, then the judge's requests and the calibration cases."""
-    ctx = steps.ctx
-    with GenerationCache(ctx.cache_path) as cache:
+    with GenerationCache(steps.ctx.cache_path) as cache:
         def sampling() -> tuple[StepStats]:
-            stage = steps.stage(cache)
-            records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
-            keyed = ((stage.runner.key(sampling_request(qa_item(q), stage.instructions, r["image_sha256"]), stage.settings), index)
-                     for index, r in enumerate(records) for q in r["qa"])
-            return _sampling_step(steps, cache, "sampling", stage, stage.settings, keyed),
+            greedy = steps.greedy(cache)
+            keyed = ((key, request.image_sha256) for key, request in greedy.question_requests(steps.clean_rows()))
+            return _sampling_step(steps, cache, "sampling", greedy, greedy.settings, keyed),
 
         def judge() -> tuple[StepStats, StepStats]:
-            stage, stats, calibration = steps.stage(cache), StepStats(), StepStats()
-
-            def calibration_requests() -> Iterator[tuple[str, Request]]:  # the cases are known once every answer is verified
-                yield from _keyed(stage, stage.calibration_cases().all())
-
-            _judge_step(steps, cache, "judge", stage, [(stats, _judge_requests(ctx, stage)), (calibration, calibration_requests())])
+            greedy, stats, calibration = steps.greedy(cache), StepStats(), StepStats()
+            # the calibration cases are known once every answer is verified: read after the judge's requests are written
+            _judge_step(steps, cache, "judge", greedy, [(stats, greedy.judge_requests(steps.clean_rows())),
+                                                        (calibration, greedy.calibration_requests())])
             return stats, calibration
 
         steps.step(("sampling",), sampling)
-        if steps.stage(cache).judge is not None and steps.run.complete:  # the judge needs every answer; a re-run does it
+        if steps.greedy(cache).judge is not None and steps.run.complete:  # the judge needs every answer; a re-run does it
             steps.step(("judge", "calibration"), judge)
 
 
 def _recovery_steps(steps: _Steps, promotes: bool) -> None:
     """The recovery pass: the samples of the items it samples (`rs.pipeline.recover.to_sample`), then the judge's requests of the
-    samples the verifier can neither accept nor reject, as `RecoveryStage` asks them."""
-    ctx, recovery = steps.ctx, steps.ctx.family.config.recovery
+    samples the verifier can neither accept nor reject, as the recover stage asks them."""
+    recovery = steps.ctx.family.config.recovery
     assert recovery is not None
-    with GenerationCache(ctx.cache_path) as cache:
+    with GenerationCache(steps.ctx.cache_path) as cache:
         def sampling() -> tuple[StepStats]:
-            stage = steps.stage(cache)
-            settings = recovery_settings(ctx.family.config, stage.settings)
-            keyed = ((stage.runner.key(request.one(i), settings), index)
-                     for index, request, _, k in _recovery_draws(ctx, stage, promotes) for i in range(k))
-            return _sampling_step(steps, cache, "recovery", stage, settings, keyed,
+            recovering = steps.recovery(cache, promotes)
+            keyed = ((key, request.image_sha256) for key, request in recovering.sample_requests(steps.clean_rows(), steps.greedy_items()))
+            return _sampling_step(steps, cache, "recovery", recovering.greedy, recovering.settings, keyed,
                                   samples=max(recovery.samples, recovery.difficulty.samples)),
 
         def judge() -> tuple[StepStats]:
             stats = StepStats()
-            stage = steps.stage(cache)
-            _judge_step(steps, cache, "recovery_judge", stage, [(stats, _recovery_judge_requests(ctx, stage, promotes))])
+            recovering = steps.recovery(cache, promotes)
+            _judge_step(steps, cache, "recovery_judge", recovering.greedy,
+                        [(stats, recovering.judge_requests(steps.clean_rows(), steps.greedy_items()))])
             return stats,
 
         steps.step(("recovery",), sampling)
-        if steps.stage(cache).judge is not None and steps.run.complete:
+        if steps.greedy(cache).judge is not None and steps.run.complete:
             steps.step(("recovery_judge",), judge)
 
 
-def _sampling_step(steps: _Steps, cache: GenerationCache, name: str, stage: SampleStage, settings: SamplingSettings,
-                   keyed: Iterable[tuple[str, int]], *, samples: int = 1) -> StepStats:
-    """Answer the missing sampling requests: the driver finds them (`keyed`: each request's key and its row of the clean
-    store), the read tasks build them from the clean store (`sampling_requests`, `samples` a prompt), the replicas
-    answer them under `settings`."""
+def _sampling_step(steps: _Steps, cache: GenerationCache, name: str, greedy: SamplingPass, settings: SamplingSettings,
+                   keyed: Iterable[tuple[str, str | None]], *, samples: int = 1) -> StepStats:
+    """Answer the missing sampling requests: the driver finds them (`keyed`: each request's key and its image's hash, in
+    the clean store's order), the read tasks build them from the clean store (`sampling_requests`, `samples` a prompt),
+    the replicas answer them under `settings`."""
     stats = StepStats()
     start = time.perf_counter()
     missing, images = _missing_keys(keyed, cache, stats, steps.lookahead, settings)
@@ -306,25 +309,25 @@ def _sampling_step(steps: _Steps, cache: GenerationCache, name: str, stage: Samp
         cluster = steps.cluster
         files = sorted(str(p) for p in steps.ctx.paths.clean.glob("rows-*.parquet"))
         requests = cluster.ray.data.read_parquet(files).select_columns(["image", "image_sha256", "qa"]).map_batches(
-            sampling_requests, fn_kwargs={"identity": stage.runner.identity_key, "settings": settings,
-                                          "instructions": stage.instructions, "missing": missing, "samples": samples},
+            sampling_requests, fn_kwargs={"identity": greedy.runner.identity_key, "settings": settings,
+                                          "instructions": greedy.instructions, "missing": missing, "samples": samples},
             batch_format="pyarrow", batch_size=None,
         )
         per_image = missing.size / images  # a batch holds whole images, about `batch_size` requests
-        cluster.answer(name, requests, steps.specs["sampler"], stage.runner.identity_key, settings, cache, stats, int(missing.size),
+        cluster.answer(name, requests, steps.specs["sampler"], greedy.runner.identity_key, settings, cache, stats, int(missing.size),
                        rows_per_batch=max(1, round(cluster.batch_size / per_image)))
     stats.seconds = time.perf_counter() - start
     return stats
 
 
-def _judge_step(steps: _Steps, cache: GenerationCache, name: str, stage: SampleStage,
+def _judge_step(steps: _Steps, cache: GenerationCache, name: str, greedy: SamplingPass,
                 parts: list[tuple[StepStats, Iterator[tuple[str, Request]]]]) -> None:
     """Write the judge requests of `parts` the cache lacks, answer them in one pipeline, each counted in its part's stats.
 
     A part's requests are read after the part before it is written (the calibration cases are known once every
     answer is verified); a request two parts ask is sent once, counted in the first. The first part's stats get
     the step's time."""
-    judge, (first, _) = stage.judge, parts[0]
+    judge, (first, _) = greedy.judge, parts[0]
     assert judge is not None
     start = time.perf_counter()
     directory = steps.ctx.paths.root / "ray"
@@ -354,15 +357,15 @@ def _judge_step(steps: _Steps, cache: GenerationCache, name: str, stage: SampleS
     first.seconds = time.perf_counter() - start
 
 
-def _missing_keys(keyed: Iterable[tuple[str, int]], cache: GenerationCache, stats: StepStats, lookahead: int,
+def _missing_keys(keyed: Iterable[tuple[str, str | None]], cache: GenerationCache, stats: StepStats, lookahead: int,
                   settings: SamplingSettings) -> tuple[np.ndarray, int]:
-    """The sorted 64-bit prefixes of the keys not in the cache (`keyed`: each with its row, in row order), and how many
-    rows (images) have one.
+    """The sorted 64-bit prefixes of the keys not in the cache (`keyed`: each with its image's hash, in row order), and
+    how many rows (images) have one.
 
     Counts requests, cached and duplicates in `stats`.
     """
     prefixes = array("Q")  # 8 bytes per missing request
-    images, last_image = 0, -1
+    images, last_image = 0, None
     for key, image in _uncached(keyed, cache, stats, lookahead, settings):
         prefixes.append(key_prefix(key))
         images += image != last_image
@@ -394,61 +397,3 @@ def _uncached(keyed: Iterable[tuple[str, Any]], cache: GenerationCache, stats: S
                     continue
                 seen.add(digest)
             yield key, value
-
-
-def _verified(stage: SampleStage, asked: Iterable[tuple[str, Request, QAItem]], settings: SamplingSettings, *, calibrating: bool,
-              chunk: int = 1024) -> Iterator[Verification]:
-    """The cached answers of `asked` (key, request, item) under `settings`, each verified with `SampleStage.verify`."""
-    iterator = iter(asked)
-    while block := list(islice(iterator, chunk)):
-        try:
-            generations = stage.runner.cache.get_many((key for key, _, _ in block), settings=settings)
-        except CacheAnswerDamaged as err:
-            raise err.naming({key: request.item_key for key, request, _ in block}) from None
-        for key, request, item in block:
-            if (gen := generations.get(key)) is None:
-                raise RuntimeError(f"the answer to {item.key} (sample {request.sample}) vanished from the cache during the run")
-            yield stage.verify(item, request.prompt, gen, calibrating=calibrating)
-
-
-def _judge_requests(ctx: BuildContext, stage: SampleStage) -> Iterator[tuple[str, Request]]:
-    """Verify every cached greedy answer; yield the judge requests of its rejections.
-
-    Also fills the stage's calibration samples, as `SampleStage` does while it runs. Reads the
-    clean store without the image bytes: the cache keys need only their hashes.
-    """
-    records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
-    items = ((record["image_sha256"], qa_item(q)) for record in records for q in record["qa"])
-    requests = ((sampling_request(item, stage.instructions, sha), item) for sha, item in items)
-    asked = ((stage.runner.key(request, stage.settings), request, item) for request, item in requests)
-    yield from _keyed(stage, (v.case for v in _verified(stage, asked, stage.settings, calibrating=True) if v.case is not None))
-
-
-def _recovery_draws(ctx: BuildContext, stage: SampleStage, promotes: bool) -> Iterator[tuple[int, Request, QAItem, int]]:
-    """The items the recovery pass samples (`rs.pipeline.recover.to_sample`): their row, request (no image bytes), item and k."""
-    recovery = ctx.family.config.recovery
-    assert recovery is not None
-    records = read_records(ctx.paths.clean, "rows", batch_rows=256, columns=["image_sha256", "qa"])
-    rows = (Row(image=b"", image_sha256=r["image_sha256"], qa=[qa_item(q) for q in r["qa"]]) for r in records)
-    greedy = read_records(ctx.paths.items, "items", columns=list(TO_SAMPLE_COLUMNS))
-    for index, row, item, _, k in to_sample(rows, greedy, promotes, recovery):
-        yield index, sampling_request(item, stage.instructions, row.image_sha256), item, k
-
-
-def _recovery_judge_requests(ctx: BuildContext, stage: SampleStage, promotes: bool) -> Iterator[tuple[str, Request]]:
-    """Verify every cached recovery sample; yield the judge requests of those the verifier neither accepts nor knows wrong
-    (`RecoveryStage._answered`: whatever the judge said of a certainly wrong one, it stays wrong)."""
-    settings = recovery_settings(ctx.family.config, stage.settings)
-    asked = ((stage.runner.key(one, settings), one, item)
-             for _, request, item, k in _recovery_draws(ctx, stage, promotes) for one in map(request.one, range(k)))
-    verified = _verified(stage, asked, settings, calibrating=False)
-    yield from _keyed(stage, (v.case for v in verified if v.case is not None and not v.contradicts))
-
-
-def _keyed(stage: SampleStage, cases: Iterable[JudgeCase]) -> Iterator[tuple[str, Request]]:
-    """The judge requests of `Judge.verdicts`, with their cache keys."""
-    judge = stage.judge
-    assert judge is not None
-    for case in cases:
-        request = judge.request(case)
-        yield judge.runner.key(request, judge.settings), request

@@ -56,7 +56,8 @@ def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSetti
                       samples: int = 1) -> pa.Table:
     """Clean-store rows -> the sampling requests of their QA items that are still missing, by image (a Ray Data map).
 
-    Builds each request as `SampleStage` does and keys it with the driver's `cache_key`; `missing`
+    Builds each request as the sampling pass does (`rs.prompt.sampling_request`) and keys it with the driver's
+    `cache_key`; `missing`
     is the sorted array of the missing keys' 64-bit prefixes. `samples`: the recovery pass asks each item's
     samples 0 to `samples - 1` (one request each, keyed as `rs.pipeline.recover` keys them); only the items it
     samples have missing keys, so the rows need not say which items those are.

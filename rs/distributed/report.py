@@ -80,11 +80,11 @@ class RayRun:
     replicas: int = 0
     steps: dict[str, StepStats] = field(default_factory=dict)
     seconds: float = 0.0
-    """The Ray part of the run (the driver's `ensure_sampled` and `ensure_recovered` not included)."""
+    """The Ray part of the run (the driver's sample and recover stages not included)."""
     report: SampleReport | None = None
-    """The sampling report of the driver's `ensure_sampled` (or of an earlier run when the family was already sampled)."""
+    """The sampling report of the driver's sample stage (or of an earlier run when the family was already sampled)."""
     recovery: RecoveryReport | None = None
-    """The recovery report of the driver's `ensure_recovered` (or an earlier run's); None without a `recovery:` block."""
+    """The recovery report of the driver's recover stage (or an earlier run's); None without a `recovery:` block."""
 
     @property
     def complete(self) -> bool:

@@ -416,7 +416,7 @@ class QuestionTypeRule:
 
 @dataclass
 class QuestionTypesConfig:
-    """`question_types:` how the family's questions are typed, for the cards' accept rates per type (`rs.pipeline.write.question_types`):
+    """`question_types:` how the family's questions are typed, for the cards' accept rates per type (`rs.pipeline.route.typer`):
     the type the source records (`source.columns.qtype`, the synthetic scenes' own), else the first rule whose pattern
     the question matches, else `default`."""
 

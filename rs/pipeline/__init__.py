@@ -7,7 +7,8 @@
     write    rs.pipeline.write     the splits' parquet files, the opt-in repos and the family report
     publish  rs.pipeline.publish   the repos laid out as on the Hub, their cards rendered, pushed
 
-`rs.pipeline.stage` holds what every stage shares (fingerprints, reports, the write-then-replace pattern);
+`rs.pipeline.stage` holds the contract every stage implements (`Stage`: its fingerprint, the engine requests it sends,
+`run`) and `ensure`, the one lock / current-report / write-then-replace pattern of a stage that keeps a store;
 `rs.pipeline.build` runs the stages in order for one family.
 """
 

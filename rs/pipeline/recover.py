@@ -1,4 +1,4 @@
-"""Stage 3 (opt-in, `recovery:`): the rejected questions sampled again above temperature 0, and their pass rates.
+"""Stage 3, recover (opt-in, `recovery:`): the rejected questions sampled again above temperature 0, and their pass rates.
 
 After the greedy pass and its calibration, every item the routing rejects with a final answer (and,
 with `cut_off`, those whose answer had none) is answered `k` more times: one request per item with
@@ -8,29 +8,38 @@ read, verified and, when the verifier cannot decide, judged exactly as the greed
 the greedy pass's calibration. With `difficulty.samples`, accepted items are sampled too, so that
 every question gets a measured pass rate.
 
-The stage writes one record per sampled item, in item order, with all its samples (`RECOVERY`);
-routing (`rs.pipeline.route`) then accepts an item one of whose samples it accepts (`accepted_by: recovery`).
+The stage writes one record per sampled item, in item order, with all its samples (`RECOVERY`), into
+`build/<FAMILY>/recovery/` (`recovery.json` its report); routing (`rs.pipeline.route`) then accepts an item one of whose
+samples it accepts (`accepted_by: recovery`).
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator
 
 from rs.engines.base import Generation, Request, SamplingSettings
+from rs.engines.generation_cache import GenerationCache
 from rs.families.schema import FamilyConfig, RecoveryConfig
 from rs.util.progress import progress
 from rs.pipeline.sample.requests import sampling_request
+from rs.pipeline import route
 from rs.pipeline.route import decide
 from rs.pipeline.sample.judge import JudgeCase
-from rs.pipeline.sample import SampleStage, Verification
+from rs.pipeline.sample import SampleReport, SamplingPass, Verification
+from rs.pipeline.sample.stage import answered, sampling_pass
+from rs.pipeline.stage import Store, StoredStage, current, fingerprint, plain, remove
 from rs.records import QAItem, Row
 from rs.records import RECOVERY, SampleRecord
-from rs.store import ParquetStreamWriter
+from rs.store import ParquetStreamWriter, read_clean_rows, read_records
 from rs.engines.ordered import InOrder
+
+if TYPE_CHECKING:
+    from rs.context import BuildContext
 
 VERSION = "1"
 """What the recovery pass records of an item's samples: bump when a change records or judges some sample otherwise
@@ -64,12 +73,15 @@ def samples_for(greedy: dict[str, Any], promotes: bool, recovery: RecoveryConfig
     return None, 0
 
 
+DECIDING = ("row", "key", "error", "ending", "final", "verified", "judge", "contradicts")
+"""The items store's columns that decide whether the pass samples an item (`samples_for`, `rs.pipeline.route.decide`)."""
+
+
 def to_sample(rows: Iterable[Row], items: Iterator[dict[str, Any]], promotes: bool,
               recovery: RecoveryConfig) -> Iterator[tuple[int, Row, QAItem, str, int]]:
     """The items the pass samples, in item order: (row index, row, item, why, k).
 
-    `items`: the greedy pass's records (those `decide` reads), beside their cleaned `rows`. The Ray driver
-    (`rs.distributed`) picks the same items with this, from rows read without their image bytes."""
+    `items`: the greedy pass's records (their `DECIDING` columns at least), beside their cleaned `rows`."""
     for index, row in enumerate(rows):
         for qa in row.qa:
             greedy = next(items, None)
@@ -119,7 +131,7 @@ class RecoveryReport:
     judge_engine_calls: int = 0
     seconds: float = 0.0
     inputs: dict[str, Any] | None = None
-    """What the pass's fingerprint was computed from (`rs.pipeline.stage.recovery_inputs`), for `rs refilter`."""
+    """What the pass's fingerprint was computed from (`recovery_inputs`), for `rs refilter`."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -142,11 +154,12 @@ class _Draws:
         self.records: dict[int, SampleRecord] = {}
 
 
-class RecoveryStage:
-    """Samples the items the greedy pass rejected; writes one record per sampled item with its samples."""
+class RecoveryPass:
+    """The recover stage's work: samples the items the greedy pass rejected; writes one record per sampled item with its
+    samples."""
 
-    def __init__(self, config: FamilyConfig, greedy: SampleStage, *, promotes: bool, progress: bool = True):
-        """`greedy`: the family's sampling stage (its engines, cache, verifier, grader and judge: the samples are read
+    def __init__(self, config: FamilyConfig, greedy: SamplingPass, *, promotes: bool, progress: bool = True):
+        """`greedy`: the family's sampling pass (its engines, cache, verifier, grader and judge: the samples are read
         and judged as the greedy answers were); `promotes`: whether the greedy pass's calibration lets the judge promote."""
         if config.recovery is None:
             raise ValueError("the family has no recovery block")
@@ -155,10 +168,35 @@ class RecoveryStage:
         self.report = RecoveryReport()
         self.progress = progress
 
-    def _units(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> Iterator[tuple[_Draws, list[tuple[int, Request]]]]:
+    def draws(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> Iterator[tuple[int, QAItem, str, int, Request]]:
+        """The items the pass samples (`to_sample`), in item order: (row index, item, why, k, request of its k samples);
+        rows read without their image bytes key the same."""
         instructions = self.greedy.instructions
         for index, row, qa, why, k in to_sample(rows, items, self.promotes, self.recovery):
-            request = sampling_request(qa, instructions, row.image_sha256, row.image)
+            yield index, qa, why, k, sampling_request(qa, instructions, row.image_sha256, row.image)
+
+    def sample_requests(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> Iterator[tuple[str, Request]]:
+        """The requests `run` sends for the samples, one a sample, with their cache keys."""
+        for _, _, _, k, request in self.draws(rows, items):
+            for i in range(k):
+                one = request.one(i)
+                yield self.greedy.runner.key(one, self.settings), one
+
+    def judge_requests(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> Iterator[tuple[str, Request]]:
+        """The judge's requests about the cached samples, with their cache keys: each sample read from the cache is
+        verified as `run` verifies it. Every sample must be cached: one that is not raises."""
+        asked = ((self.greedy.runner.key(one, self.settings), one, item)
+                 for _, item, _, k, request in self.draws(rows, items) for one in map(request.one, range(k)))
+        verified = self.greedy.cached(asked, self.settings, calibrating=False)
+        yield from self.greedy.judge_keyed(filter(None, map(self.verdict_request, verified)))
+
+    def verdict_request(self, v: Verification) -> Request | None:
+        """The judge's request about a verified sample (`sample_case`), or None when the judge is not asked about it."""
+        judge, case = self.greedy.judge, sample_case(v)
+        return judge.request(case) if case is not None and judge is not None else None
+
+    def _units(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> Iterator[tuple[_Draws, list[tuple[int, Request]]]]:
+        for index, qa, why, k, request in self.draws(rows, items):
             self.report.items[why] += 1
             yield _Draws(index, qa, request.prompt, why, k), [(i, request.one(i)) for i in range(k)]
 
@@ -201,8 +239,8 @@ class RecoveryStage:
         report.no_final_answer += gen.error is None and gen.answer is None and gen.ending != "repetition"
         report.endings[gen.ending] += 1
         draws.records[sample] = sample_record(sample, self.settings.seed + sample, v)
-        judge, case = self.greedy.judge, sample_case(v)
-        return [(sample, judge.request(case))] if case is not None and judge is not None else []
+        request = self.verdict_request(v)
+        return [(sample, request)] if request is not None else []
 
     def _judged(self, draws: _Draws, sample: int, generation: Generation) -> list[Any]:
         judge = self.greedy.judge
@@ -212,3 +250,75 @@ class RecoveryStage:
         self.report.judged += 1
         self.report.verdicts[label] += 1
         return []
+
+
+def recovery_inputs(ctx: BuildContext, sampled: SampleReport) -> dict[str, Any]:
+    """The recovery pass's results depend on the greedy pass (its items and calibration) and the recovery block."""
+    recovery = ctx.family.config.recovery
+    return plain({"sample": sampled.fingerprint, "promotes": sampled.promotes, "recovery": asdict(recovery) if recovery else None,
+                  "versions": {"recovery": VERSION, "route": route.VERSION}})
+
+
+class RecoverStage(StoredStage[RecoveryReport | None]):
+    """(opt-in) The questions the greedy pass rejected sampled again above temperature 0; None without a `recovery:` block."""
+
+    name: ClassVar[str] = "recover"
+    store: ClassVar[Store[RecoveryReport]] = Store("recovery", "recovery_report", "the recovery store", "the generation cache",
+                                                   RecoveryReport.from_dict)
+
+    def __init__(self, sampled: SampleReport):
+        """`sampled`: the sample stage's report (its fingerprint, and whether its calibration lets the judge promote)."""
+        self.sampled = sampled
+
+    def fingerprint(self, ctx: BuildContext) -> str | None:
+        """None without a `recovery:` block: nothing to keep."""
+        return fingerprint(recovery_inputs(ctx, self.sampled)) if ctx.family.config.recovery is not None else None
+
+    def requests(self, ctx: BuildContext) -> Iterator[tuple[str, Request]]:
+        """Every sample's request, then, once the cache holds every sample, the judge's (about the samples the verifier
+        can neither accept nor know wrong)."""
+        if ctx.family.config.recovery is None:
+            return
+        with ctx.passes(), GenerationCache(ctx.cache_path) as cache:
+            recovery = self._pass(ctx, cache, "requests", progress=False)
+            yield from recovery.sample_requests(*self._stores(ctx, images=False))
+            if recovery.greedy.judge is not None and answered(recovery.sample_requests(*self._stores(ctx, images=False)), cache,
+                                                              recovery.settings):
+                yield from recovery.judge_requests(*self._stores(ctx, images=False))
+
+    @contextmanager
+    def hold(self, ctx: BuildContext) -> Iterator[None]:
+        """The build's lock and the engines' scope (the greedy pass's engines, when it ran in the same scope)."""
+        with ctx.lock(), ctx.passes():
+            yield
+
+    def run(self, ctx: BuildContext) -> RecoveryReport | None:
+        """Sample the items the greedy pass rejected into `recovery.tmp` (the build's lock and the engines' scope held);
+        without a `recovery:` block, an old recovery store is removed (it no longer describes the build)."""
+        paths = ctx.paths
+        if ctx.family.config.recovery is None:
+            remove(paths.recovery)
+            paths.recovery_report.unlink(missing_ok=True)
+            return None
+        with GenerationCache(ctx.cache_path) as cache:
+            report = self._pass(ctx, cache, "recovery", progress=ctx.progress).run(*self._stores(ctx), self.store.tmp(paths))
+        report.inputs = recovery_inputs(ctx, self.sampled)
+        return report
+
+    def kept(self, ctx: BuildContext, report: RecoveryReport | None) -> str:
+        assert report is not None
+        return f"{ctx.family.name}'s recovery pass ({report.samples:,} samples in {ctx.paths.recovery})"
+
+    def _pass(self, ctx: BuildContext, cache: GenerationCache, purpose: str, *, progress: bool) -> RecoveryPass:
+        greedy = sampling_pass(ctx, cache, *ctx.engines(purpose))
+        return RecoveryPass(ctx.family.config, greedy, promotes=self.sampled.promotes, progress=progress)
+
+    @staticmethod
+    def _stores(ctx: BuildContext, *, images: bool = True) -> tuple[Iterator[Row], Iterator[dict[str, Any]]]:
+        """The cleaned rows and the greedy pass's records (their `DECIDING` columns) the pass reads."""
+        return read_clean_rows(ctx.paths.clean, images=images), read_records(ctx.paths.items, "items", columns=list(DECIDING))
+
+
+def current_recovery_report(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport | None:
+    """The recovery report when it is current for `sampled`; None when the family has none or it must run."""
+    return current(RecoverStage(sampled), ctx)

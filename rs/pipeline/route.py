@@ -1,22 +1,27 @@
-"""After the clean and sample stages (and the recovery pass): route each answered item to its splits, row by row.
+"""Stage 4, route: each answered item to its splits (think, nothink, rejected, the pairs, the RL repo), with its reason.
 
 Routing is a pure function of an item's result, its recovery samples and the run's calibration,
 applied while a split is written: building a second split reads the same stores and never re-runs
-the model.
+the model. The route stage itself (`RouteStage`) stores nothing: it counts where every item goes (`Routing`, what the
+cards say of it), by question type too (`question_types:`), in one pass over the stores.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
-from rs.splits_schema import think_response
+from rs.pipeline.stage import BuildError
+from rs.splits_schema import REJECT_REASONS, think_response
 from rs.store import read_clean_rows, read_records
 
 if TYPE_CHECKING:
-    from rs.context import BuildContext
-    from rs.families.schema import FamilyConfig
+    from rs.context import BuildContext, BuildPaths
+    from rs.engines.base import Request
+    from rs.families.schema import FamilyConfig, QuestionTypesConfig
 
 VERSION = "3"
 """Which split an answered item goes to: bump when a change routes some item otherwise (`rs.pipeline.versions`; 2: the recovery
@@ -263,3 +268,272 @@ def routes_for(ctx: BuildContext, promotes: bool) -> Routes:
     (`rs refilter`) when it has one."""
     routes = routes_of(ctx.family.config, promotes)
     return ctx.route_filter.apply(routes) if ctx.route_filter is not None else routes
+
+
+def in_rl_bounds(result: Outcome, bounds: tuple[float, float]) -> bool:
+    """A question for RL: measured, and its pass rate strictly within the bounds (`Routes.rl_bounds`)."""
+    rate = result.pass_rate
+    return rate is not None and bounds[0] < rate < bounds[1]
+
+
+@dataclass(frozen=True)
+class Pair:
+    chosen: dict[str, Any]
+    chosen_from: str
+    """`greedy` or `sample`."""
+    rejected: dict[str, Any]
+    rejected_from: str
+    rejected_reason: str
+    """`certain` (the verifier knows it is wrong) or `judge` (a calibrated judge said WRONG)."""
+
+
+def pair_of(item: dict[str, Any], result: Outcome, routes: Routes) -> Pair | None:
+    """The preference pair one item makes, if any (`rs.pipeline.write.pairs`): its published answer, when its reasoning
+    agrees with it, and the first of its greedy answer and samples that is certainly wrong."""
+    if not result.decision.accepted or result.answer.get("reasoning_agrees") is False:
+        return None
+    wrong = [("greedy", item)] if result.recovered else []
+    wrong += [("sample", s) for s in result.samples or ()]
+    for source, answer in wrong:
+        if certainly_wrong(answer, routes.promotes):
+            return Pair(result.answer, "sample" if result.recovered else "greedy", answer, source,
+                        "certain" if answer["contradicts"] else "judge")
+    return None
+
+
+@dataclass
+class PairCounts:
+    """What the pairs card states: how many pairs, made of what; and the accepted questions that made none."""
+
+    pairs: int = 0
+    chosen_from: Counter[str] = field(default_factory=Counter)
+    rejected_from: Counter[str] = field(default_factory=Counter)
+    rejected_reason: Counter[str] = field(default_factory=Counter)
+    images: int = 0
+    unpaired: Counter[str] = field(default_factory=Counter)
+    """Accepted questions without a pair: `no_wrong_answer` (none certainly wrong), `reasoning_disagrees`."""
+    _last_row: int = field(default=-1, repr=False)
+
+    def add(self, item: dict[str, Any], result: Outcome, routes: Routes) -> bool:
+        if not result.decision.accepted or result.samples is None:  # a recovered item was sampled too
+            return False
+        pair = pair_of(item, result, routes)
+        if pair is None:
+            self.unpaired["reasoning_disagrees" if result.answer.get("reasoning_agrees") is False else "no_wrong_answer"] += 1
+            return False
+        self.pairs += 1
+        self.images += item["row"] != self._last_row
+        self._last_row = item["row"]
+        self.chosen_from[pair.chosen_from] += 1
+        self.rejected_from[pair.rejected_from] += 1
+        self.rejected_reason[pair.rejected_reason] += 1
+        return True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pairs": self.pairs, "images": self.images, **{k: dict(sorted(getattr(self, k).items()))
+                for k in ("chosen_from", "rejected_from", "rejected_reason", "unpaired")}}
+
+
+# -- question types (`question_types:`) --------------------------------------------------------------------------------
+# A question's type is the one its source records (`QAItem.qtype`: a `source.columns.qtype` column, the synthetic
+# scenes' own), else the first rule whose pattern its question matches, else the family's default. The cards show,
+# per type, the accept rate, the recovery rate and the spread of the pass rates, and name the types the model fails
+# most (`rs.pipeline.write.stats`): an average accept rate hides a type the model cannot do.
+
+Typer = Callable[[str, "str | None"], str]
+"""(question as the source gave it, the type the source records) -> the question's type."""
+
+
+def typer(config: QuestionTypesConfig) -> Typer:
+    """The function that types a question under `config`."""
+    rules = [(rule.type, re.compile(rule.pattern, re.IGNORECASE)) for rule in config.rules]
+
+    def type_of(question: str, qtype: str | None) -> str:
+        if config.source and qtype:
+            return qtype
+        return next((name for name, pattern in rules if pattern.search(question)), config.default)
+
+    return type_of
+
+
+def item_types(build_dir: str | Path, type_of: Typer) -> Iterator[tuple[int, str, str]]:
+    """(row, key, type) of every cleaned QA item, in item order; reads the clean store's `qa` column only (no images)."""
+    for index, row in enumerate(read_records(Path(build_dir) / "clean", "rows", columns=["qa"])):
+        for qa in row["qa"]:
+            yield index, qa["key"], type_of(qa["question"], qa["qtype"])
+
+
+@dataclass
+class TypeCounts:
+    """What the cards say of one question type."""
+
+    answered: int = 0
+    accepted: int = 0
+    greedy_accepted: int = 0
+    recovered: int = 0
+    sampled_rejected: int = 0
+    """Questions the greedy pass rejected that were sampled (the recovery rate's denominator)."""
+    pass_rates: list[float] = field(default_factory=list)
+
+    def add(self, result: Outcome) -> None:
+        self.answered += 1
+        self.accepted += result.decision.accepted
+        self.greedy_accepted += result.greedy.accepted
+        self.recovered += result.recovered
+        self.sampled_rejected += not result.greedy.accepted and result.samples is not None
+        if result.pass_rate is not None:
+            self.pass_rates.append(result.pass_rate)
+
+    def to_dict(self) -> dict[str, Any]:
+        rates = sorted(self.pass_rates)
+        return {
+            "answered": self.answered, "accepted": self.accepted, "greedy_accepted": self.greedy_accepted,
+            "recovered": self.recovered, "sampled_rejected": self.sampled_rejected,
+            "accept_rate": self.accepted / self.answered if self.answered else None,
+            "recovery_rate": self.recovered / self.sampled_rejected if self.sampled_rejected else None,
+            "measured": len(rates),
+            "pass_rate_mean": sum(rates) / len(rates) if rates else None,
+            "pass_rate_median": _median(rates),
+            "pass_rate_min": rates[0] if rates else None, "pass_rate_max": rates[-1] if rates else None,
+            "sometimes": sum(0 < r < 1 for r in rates),
+        }
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+# -- the route stage: where every item goes, counted -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Where the routing sends a build's items: accepted by whom, rejected for which reason (the route stage's report)."""
+
+    accepted_by: dict[str, int]
+    rejected_by_reason: dict[str, int]
+    tokens: dict[str, Counter[int]]
+    """`accepted` / `rejected` -> answers per output length in tokens."""
+    truncated: dict[str, int]
+    """`accepted` / `rejected` -> answers that ran to `max_tokens`."""
+    loop_tokens: dict[str, Counter[int]] = field(default_factory=lambda: {"accepted": Counter(), "rejected": Counter()})
+    """`accepted` / `rejected` -> answers loop detection ended, per output length."""
+    budget_cuts: dict[str, int] = field(default_factory=lambda: {"accepted": 0, "rejected": 0})
+    """`accepted` / `rejected` -> answers whose reasoning was cut at the thinking budget."""
+    kept_out_of_think: int = 0
+    """Accepted answers in the nothink split only: their reasoning concludes another value (`kept_out_of_think`)."""
+    reasoning_disagrees: int = 0
+    """Accepted answers as published (greedy or recovered) whose reasoning concludes another value, kept out of the think
+    split or not: what the card counts (the sample stage's count sees the greedy answers only)."""
+    pass_rates: dict[str, Counter[float]] | None = None
+    """With a recovery pass: items per pass rate, by what they are (`greedy_accepted`, `recovered`, `rejected`); the
+    cards bin them (`rs.pipeline.write.report.pass_rate_histogram`)."""
+    pairs: PairCounts | None = None
+    types: dict[str, TypeCounts] | None = None
+    """With `question_types`: what the model made of each type."""
+    rl: int = 0
+    """Questions whose pass rate is within the RL repo's bounds (`routes.rl_bounds`)."""
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.accepted_by.values())
+
+    @property
+    def rejected(self) -> int:
+        return sum(self.rejected_by_reason.values())
+
+
+def _count_length(item: dict[str, Any], tokens: Counter[int], loop_tokens: Counter[int]) -> None:
+    """Count a greedy answer's length in tokens (and apart, when loop detection ended it); an engine that counts none adds nothing."""
+    if item["completion_tokens"] is not None:
+        tokens[item["completion_tokens"]] += 1
+        if item["ending"] == "repetition":
+            loop_tokens[item["completion_tokens"]] += 1
+
+
+def _pass_rate_group(result: Outcome) -> str:
+    """Which pass-rate count an item counts in: accepted greedily, recovered by a sample, or still rejected."""
+    return "greedy_accepted" if result.greedy.accepted else "recovered" if result.recovered else "rejected"
+
+
+def _typed_outcomes(paths: BuildPaths, routes: Routes, columns: list[str], type_of: Typer | None
+                    ) -> Iterator[tuple[dict[str, Any], Outcome, str | None]]:
+    """`outcomes`, each with its question's type (None without `question_types`)."""
+    types = item_types(paths.root, type_of) if type_of is not None else None
+    for item, result in outcomes(paths.root, routes, columns=columns):
+        kind = None
+        if types is not None:
+            row, key, kind = next(types)
+            if (row, key) != (item["row"], item["key"]):
+                raise BuildError(f"the items store of {paths.root} does not match its cleaned rows at row {item['row']}; "
+                                 "rebuild the family")
+        yield item, result, kind
+
+
+def _tally_type(types: dict[str, TypeCounts], kind: str | None, result: Outcome, routes: Routes) -> bool:
+    """Count an item under its question type (when typed); whether it is one for the RL repo."""
+    if kind is not None:
+        types.setdefault(kind, TypeCounts()).add(result)
+    return routes.rl_bounds is not None and in_rl_bounds(result, routes.rl_bounds)
+
+
+def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_of: Typer | None = None) -> Routing:
+    """Count the routing of every sampled item (`outcomes`, as the splits are written)."""
+    kept_out = disagrees = 0
+    accepted_by: Counter[str] = Counter()
+    rejected: Counter[str] = Counter()
+    tokens: dict[str, Counter[int]] = {"accepted": Counter(), "rejected": Counter()}
+    truncated = {"accepted": 0, "rejected": 0}
+    loop_tokens: dict[str, Counter[int]] = {"accepted": Counter(), "rejected": Counter()}
+    budget_cuts = {"accepted": 0, "rejected": 0}
+    pass_rates: dict[str, Counter[float]] = {group: Counter() for group in ("greedy_accepted", "recovered", "rejected")}
+    pair_counts = PairCounts() if pairs else None
+    columns = ["row", "key", "error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending",
+               "reasoning_agrees", "reasoning"] + (["prompt", "reference"] if pairs else [])
+    types: dict[str, TypeCounts] = {}
+    rl = 0
+    for item, result, kind in _typed_outcomes(paths, routes, columns, type_of):
+        rl += _tally_type(types, kind, result, routes)
+        decision = result.decision
+        if decision.accepted:
+            accepted_by[decision.by] += 1
+            kept_out += kept_out_of_think(result.answer, routes.needs_agreeing_reasoning)
+            disagrees += result.answer.get("reasoning_agrees") is False
+        else:
+            rejected[decision.reason] += 1
+        side = "accepted" if result.greedy.accepted else "rejected"  # the greedy answers' lengths
+        _count_length(item, tokens[side], loop_tokens[side])
+        truncated[side] += item["completion_tokens"] is not None and item["finish_reason"] == "length"
+        budget_cuts[side] += item["ending"] == "thinking_budget"
+        if result.pass_rate is not None:
+            pass_rates[_pass_rate_group(result)][result.pass_rate] += 1
+        if pair_counts is not None:
+            pair_counts.add(item, result, routes)
+    by = ("verifier", "judge", "recovery") if routes.recovery else ("verifier", "judge")
+    return Routing({k: accepted_by[k] for k in by}, {k: rejected[k] for k in REJECT_REASONS}, tokens, truncated,
+                   loop_tokens, budget_cuts, kept_out, disagrees, pass_rates if routes.recovery else None, pair_counts,
+                   dict(sorted(types.items())) if type_of is not None else None, rl)
+
+
+class RouteStage:
+    """Counts where the routing sends every answered item (`Routing`); keeps nothing: the splits route as they are written."""
+
+    name: ClassVar[str] = "route"
+
+    def __init__(self, promotes: bool):
+        """`promotes`: whether the sample stage's calibration lets the judge promote (`SampleReport.promotes`)."""
+        self.promotes = promotes
+
+    def fingerprint(self, ctx: BuildContext) -> None:
+        return None  # nothing stored: counted again each time, from the stores
+
+    def requests(self, ctx: BuildContext) -> Iterator[tuple[str, Request]]:
+        return iter(())  # routing asks no model
+
+    def run(self, ctx: BuildContext) -> Routing:
+        types = ctx.family.config.question_types
+        return route_items(ctx.paths, routes_for(ctx, self.promotes), pairs="pairs" in ctx.family.splits,
+                           type_of=typer(types) if types is not None else None)

@@ -1,65 +1,176 @@
-"""The clean and sample stages of a family's build, each resumable by fingerprint.
+"""The stage contract every stage of the pipeline implements, and `ensure`: the one way a stage's store is reused or made.
 
     build/<FAMILY>/
-      clean/rows-*.parquet      cleaned rows, original image bytes      clean.json (report)
+      clean/rows-*.parquet      cleaned rows, original image bytes      clean.json (report)     rs.pipeline.clean.stage
       exclusions.jsonl          every dropped source item with its reason
-      items/items-*.parquet     one result per QA item (raw output kept) sample.json (report, calibration)
+      items/items-*.parquet     one result per QA item (raw output kept) sample.json (report)   rs.pipeline.sample.stage
+      recovery/*.parquet        the recovery pass's samples              recovery.json (report)  rs.pipeline.recover
+      splits/<split>/, ...      the published splits, stats.json                                 rs.pipeline.write.stage
 
-Each stage is skipped when its report exists with the same fingerprint (the configuration that
-produced it), so a re-run after a crash redoes only unfinished stages, and the generation cache
-makes a re-run of the sampling stage answer only what is missing. A stage writes into a `.tmp`
-folder that replaces the store only when whole, and that is removed when the stage fails (a full
-disk gets its room back); one process at a time writes a family's build (`rs.util.locks`). The `datasets` builder
-(`builders/`) and the Ray path (`rs.distributed`) call these; `rs.pipeline.build` writes the splits on top.
+A stage (`Stage`) says what its product depends on (`fingerprint`), which engine requests it sends (`requests`, keyed
+as the generation cache keys them: the Ray driver sends them, `rs.distributed`) and makes its product (`run`). A stage
+that keeps a store (`StoredStage`) is run through `ensure`: it is skipped when its report exists with the same
+fingerprint and its store is intact (`rs.util.checksums`), so a re-run after a crash redoes only unfinished stages,
+and the generation cache makes a re-run of a sampling stage answer only what is missing. The stage writes into a
+`.tmp` folder that replaces the store only when whole, and that is removed when the stage fails (a full disk gets its
+room back); one process at a time writes a family's build (`rs.util.locks`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import shutil
-import time
-from contextlib import contextmanager
-from dataclasses import asdict
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterator, Protocol, TypeVar, runtime_checkable
 
-from rs.context import BuildContext, BuildPaths
+from rs.errors import RsError
+from rs.store import write_json
 from rs.util import ledger
-from rs.engines.generation_cache import GenerationCache
 from rs.util.checksums import seal
-from rs.pipeline.clean import POLICY_VERSION, Cleaner, CleaningReport, ExclusionWriter
-from rs.pipeline.clean.decontam import versions as decontam_versions
-from rs.pipeline.clean.nothing_kept import check_something_kept
 from rs.util.disk import writing
-from rs.families import Family
-from rs.util.locks import clean_lock
-from rs.util.progress import progress
-from rs.prompt import Instructions
-from rs.pipeline.recover import RecoveryReport, RecoveryStage
-from rs.pipeline.sample import SampleReport, SampleStage
-from rs.sources import open_source
-from rs.records import Row
-from rs.answers import Vocabulary
-from rs.store import MAX_ANSWER_SET, read_clean_answers, read_clean_rows, read_records, write_clean_rows, write_json
-from rs.verifiers import get_verifier
-from rs.pipeline.versions import RECOVERY, ROUTE, sample_versions
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from rs.context import BuildContext, BuildPaths
+    from rs.engines.base import Request
+
+
+class BuildError(RsError, RuntimeError):
+    """A build that cannot be trusted (accounting mismatch, stores that disagree); never published over."""
+
 
 def fingerprint(data: Any) -> str:
+    """The sha256 of `data` as JSON, keys sorted: what a report's `fingerprint` is."""
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-class _Report(Protocol):
-    fingerprint: str | None
+def plain(data: Any) -> Any:
+    """`data` as JSON reads it back (tuples as lists, keys as strings): what a report stores, and compares equal to it."""
+    return json.loads(json.dumps(data, sort_keys=True, default=str))
 
-    def to_dict(self) -> dict[str, Any]: ...
+
+R = TypeVar("R")
 
 
-R = TypeVar("R", bound=_Report)
+class Stage(Protocol[R]):
+    """One stage of the pipeline (`rs.pipeline.STAGES`)."""
+
+    name: ClassVar[str]
+    """`clean`, `sample`, `recover`, `route`, `write` or `publish`."""
+
+    def fingerprint(self, ctx: BuildContext) -> str | None:
+        """What its product depends on; None: nothing stored to reuse."""
+        ...
+
+    def requests(self, ctx: BuildContext) -> Iterator[tuple[str, Request]]:
+        """The engine requests it sends, each with its generation cache key; none for a stage with no model."""
+        ...
+
+    def run(self, ctx: BuildContext) -> R:
+        """Make the product (a `StoredStage`: into its store's temporary folder, which `ensure` seals and moves in place)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Store(Generic[R]):
+    """What a stage keeps in the build: a folder sealed with checksums and a report beside it, found by `BuildPaths`."""
+
+    folder: str
+    """The `BuildPaths` attribute of its folder (`clean`: `build/FAMILY/clean`); the stage writes `clean.tmp`."""
+    report: str
+    """The `BuildPaths` attribute of its report (`clean_report`: `build/FAMILY/clean.json`)."""
+    what: str
+    """The store in words, as a warning and a full disk name it: `the clean store`."""
+    upstream: str
+    """What it is made from, in words (`the source`): a damaged store is rebuilt from it."""
+    read: Callable[[dict[str, Any]], R]
+    """The report from its JSON (`CleaningReport.from_dict`)."""
+    beside: tuple[str, ...] = ()
+    """Files the stage writes in the build folder beside its store (as `NAME.tmp`), moved in place with it."""
+
+    def path(self, paths: BuildPaths) -> Path:
+        return getattr(paths, self.folder)
+
+    def tmp(self, paths: BuildPaths) -> Path:
+        """The temporary folder the stage writes into (`clean.tmp`)."""
+        path = self.path(paths)
+        return path.with_name(path.name + ".tmp")
+
+    def report_path(self, paths: BuildPaths) -> Path:
+        return getattr(paths, self.report)
+
+
+@runtime_checkable
+class StoredStage(Stage[R], Protocol):
+    """A stage whose product is a store of the build, reused while it is current (`ensure`)."""
+
+    store: ClassVar[Store[Any]]
+
+    def hold(self, ctx: BuildContext) -> AbstractContextManager[None]:
+        """What `ensure` holds while it finds the store current or makes it (the build's lock, the engines' scope, the
+        stores upstream made current first); nothing by default."""
+        return nullcontext()
+
+    def turn(self, ctx: BuildContext) -> AbstractContextManager[None]:
+        """Taken when the store is not current: one process makes it while the others wait for their turn, then find it
+        made (several sampling shards finding no clean store); nothing by default."""
+        return nullcontext()
+
+    def kept(self, ctx: BuildContext, report: R) -> str:
+        """What the run keeps of it, for the account a stopped run ends with (`rs.util.ledger`)."""
+        ...
+
+
+def ensure(stage: Stage[R], ctx: BuildContext) -> R:
+    """The stage's product for `ctx`'s build: a stored stage's store is reused when its report was written under the same
+    fingerprint and the store is intact, else made again (a damaged store is said in one line); a stage that keeps none
+    runs."""
+    if not isinstance(stage, StoredStage):
+        return stage.run(ctx)
+    expected = stage.fingerprint(ctx)
+    if expected is None:
+        return stage.run(ctx)
+    with stage.hold(ctx):
+        report = current(stage, ctx, expected)
+        if report is None:
+            with stage.turn(ctx):
+                report = current(stage, ctx, expected, say=True)
+                if report is None:
+                    report = _make(stage, ctx, expected)
+        ledger.keep(stage.kept(ctx, report))
+        return report
+
+
+def current(stage: StoredStage[R], ctx: BuildContext, expected: str | None = None, *, say: bool = False) -> R | None:
+    """The stage's report when its store is current (same fingerprint, intact), else None; runs nothing. With `say`, a
+    damaged store is said in one line (`BuildContext.intact`)."""
+    expected = expected if expected is not None else stage.fingerprint(ctx)
+    if expected is None:
+        return None
+    store = stage.store
+    report = read_report(store.report_path(ctx.paths), expected, store.read)
+    if report is None or not ctx.intact(store.path(ctx.paths), store.what, store.upstream, say=say):
+        return None
+    return report
+
+
+def _make(stage: StoredStage[R], ctx: BuildContext, expected: str) -> R:
+    """Run the stage into its temporary folder, then seal it, move it (and the files beside it) in place and write the report."""
+    store, root = stage.store, ctx.paths.root
+    tmp = store.tmp(ctx.paths)
+    beside = [(root / f"{name}.tmp", root / name) for name in store.beside]
+    with writing(store.what, tmp), scratch(tmp, *(part for part, _ in beside)):
+        report: Any = stage.run(ctx)
+        seal(tmp)
+        replace_dir(tmp, store.path(ctx.paths))
+        for part, final in beside:
+            os.replace(part, final)
+        report.fingerprint = expected
+        write_json(store.report_path(ctx.paths), report.to_dict())
+    return report
 
 
 def read_report(path: Path, expected: str, kind: Callable[[dict[str, Any]], R]) -> R | None:
@@ -83,246 +194,18 @@ def replace_dir(tmp: Path, final: Path) -> None:
 def scratch(*tmp: Path) -> Iterator[None]:
     """A stage's temporary outputs: cleared before it starts, removed if it fails, so that a failure leaves only the last complete state."""
     for path in tmp:
-        _remove(path)
+        remove(path)
     try:
         yield
     except BaseException:
         for path in tmp:
-            _remove(path)
+            remove(path)
         raise
 
 
-def _remove(path: Path) -> None:
+def remove(path: Path) -> None:
+    """Remove a file or a folder, whichever `path` is, if it is there."""
     if path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
-
-
-def clean_fingerprint(ctx: BuildContext) -> str:
-    c = ctx.family.config
-    return fingerprint({"source": asdict(c.source), "cleaning": asdict(c.cleaning), "instructions": asdict(Instructions.of(c)),
-                        "limit": ctx.limit, "policy": POLICY_VERSION, **decontamination_fingerprint(c)})
-
-
-def decontamination_fingerprint(c: Any) -> dict[str, Any]:
-    """The family's decontamination block, its evaluation sets' sources and the methods' versions (nothing when off:
-    a family without the block keeps the fingerprint it had)."""
-    d = c.decontamination
-    if d is None:
-        return {}
-    sets = {name: asdict(s.source) for name, s in getattr(d, "sets", {}).items()}
-    return {"decontamination": {"config": asdict(d), "sets": sets, "versions": decontam_versions()}}
-
-
-def ensure_clean(ctx: BuildContext) -> CleaningReport:
-    """Stream the source through cleaning into the clean store, unless an identical one exists.
-
-    Several processes (sampling shards) may call this at once: a file lock lets one clean while
-    the others wait and then reuse its store.
-    """
-    paths, expected = ctx.paths, clean_fingerprint(ctx)
-    report = read_report(paths.clean_report, expected, CleaningReport.from_dict)
-    if not (report and ctx.intact(paths.clean, "", "", say=False)):
-        with clean_lock(paths.root):
-            report = read_report(paths.clean_report, expected, CleaningReport.from_dict)
-            if not (report and ctx.intact(paths.clean, "the clean store", "the source")):
-                report = _clean(ctx, expected)
-    ledger.keep(f"{ctx.family.name}'s clean store ({report.rows:,} rows, {paths.clean})")
-    return report
-
-
-def _clean(ctx: BuildContext, expected: str) -> CleaningReport:
-    paths = ctx.paths
-    tmp, exclusions_tmp = paths.root / "clean.tmp", paths.root / "exclusions.jsonl.tmp"
-    start = time.perf_counter()
-    source = open_source(ctx.family)
-    spilled = list(paths.root.glob("rs-group-*"))  # a killed cleaning's spilled images (rs.pipeline.clean.group): only one cleans at a time
-    with writing("the clean store", tmp), scratch(tmp, exclusions_tmp, *spilled):
-        with ExclusionWriter(exclusions_tmp) as exclusions:
-            cleaner = Cleaner(ctx.family.config, source.provenance(), exclusions=exclusions, work_dir=paths.root,
-                              base_dir=ctx.family.path.parent)
-            with progress(ctx.limit, "cleaning", unit="row", enabled=ctx.progress) as bar:
-                write_clean_rows(_counted(cleaner.rows(source, limit=ctx.limit), bar), tmp)
-        seal(tmp)
-        replace_dir(tmp, paths.clean)
-        os.replace(exclusions_tmp, paths.root / "exclusions.jsonl")
-        report = cleaner.report
-        report.fingerprint, report.seconds = expected, time.perf_counter() - start
-        write_json(paths.clean_report, report.to_dict())
-    logger.info("%s: cleaned %d source QA into %d rows (%d kept, %d dropped)", ctx.family.name, report.source_items,
-                report.rows, report.kept_items, report.dropped_items)
-    return report
-
-
-def _counted(rows: Iterable[Row], bar: Any) -> Iterator[Row]:
-    for row in rows:
-        yield row
-        bar.update()
-
-
-def answer_vocabulary(ctx: BuildContext) -> Vocabulary | None:
-    """The family's closed set of answers: its `answers:` block, and the cleaned references when `closed_set`."""
-    return vocabulary_of(ctx.family, ctx.paths)
-
-
-def vocabulary_of(family: Family, paths: BuildPaths) -> Vocabulary | None:
-    """`answer_vocabulary` of the build at `paths` (`rs audit --replay` reads a build it did not make)."""
-    answers = family.config.answers
-    if not answers.closed_set:
-        return answers.vocabulary()
-    references = read_clean_answers(paths.clean)
-    if references is None:
-        logger.warning("%s: answers.closed_set is on but the cleaned references hold more than %d distinct answers: "
-                       "they are read as free text", family.name, MAX_ANSWER_SET)
-    return answers.vocabulary(references)
-
-
-def plain(data: Any) -> Any:
-    """`data` as JSON reads it back (tuples as lists, keys as strings): what a report stores, and compares equal to it."""
-    return json.loads(json.dumps(data, sort_keys=True, default=str))
-
-
-def sample_inputs(ctx: BuildContext, clean: CleaningReport) -> dict[str, Any]:
-    """What the sample stage's results depend on: the cleaned items, the model and how it is asked, the judge, the
-    reader (the verifier and the family's `answers:` block) and the versions of the code that decides (`rs.pipeline.versions`)."""
-    c = ctx.family.config
-    verifier = get_verifier(c.verifier.name, **c.verifier.params)
-    return plain({"clean": clean.fingerprint, "model": asdict(c.model), "engine": asdict(c.engine),
-                  "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier), "answers": asdict(c.answers),
-                  "instructions": asdict(Instructions.of(c)), "versions": sample_versions(verifier)})
-
-
-def sample_fingerprint(ctx: BuildContext, clean: CleaningReport) -> str:
-    return fingerprint(sample_inputs(ctx, clean))
-
-
-def ensure_sampled(ctx: BuildContext) -> SampleReport:
-    """Answer, verify and judge every cleaned item, unless an identical sampling report exists."""
-    with ctx.lock(), ctx.passes():
-        clean = ensure_clean(ctx)
-        check_something_kept(ctx.family.name, clean.kept_items, clean.dropped)  # before an engine starts for nothing
-        paths, inputs = ctx.paths, sample_inputs(ctx, clean)
-        expected = fingerprint(inputs)
-        report = read_report(paths.sample_report, expected, SampleReport.from_dict)
-        if not (report and ctx.intact(paths.items, "the items store", "the generation cache")):
-            report = _sample(ctx, clean, inputs)
-        ledger.keep(f"{ctx.family.name}'s answers, verified and judged ({report.items:,} in {paths.items})")
-        return report
-
-
-def _sample(ctx: BuildContext, clean: CleaningReport, inputs: dict[str, Any]) -> SampleReport:
-    """Run the sampling stage into a new items store (the caller holds the build lock and the engines' scope)."""
-    paths = ctx.paths
-    sampler, judge = ctx.engines("greedy")
-    tmp = paths.root / "items.tmp"
-    with writing("the items store", tmp), scratch(tmp):
-        with GenerationCache(ctx.cache_path) as cache:
-            stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress,
-                                vocabulary=answer_vocabulary(ctx))
-            report = stage.run(read_clean_rows(paths.clean), tmp, total=clean.kept_items)
-        seal(tmp)
-        replace_dir(tmp, paths.items)
-        report.fingerprint, report.inputs = fingerprint(inputs), inputs
-        write_json(paths.sample_report, report.to_dict())
-    return report
-
-
-def recovery_inputs(ctx: BuildContext, sampled: SampleReport) -> dict[str, Any]:
-    """The recovery pass's results depend on the greedy pass (its items and calibration) and the recovery block."""
-    recovery = ctx.family.config.recovery
-    return plain({"sample": sampled.fingerprint, "promotes": sampled.promotes, "recovery": asdict(recovery) if recovery else None,
-                  "versions": {piece.name: piece.version for piece in (RECOVERY, ROUTE)}})
-
-
-def recovery_fingerprint(ctx: BuildContext, sampled: SampleReport) -> str:
-    return fingerprint(recovery_inputs(ctx, sampled))
-
-
-def ensure_recovered(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport | None:
-    """Sample the rejected items again (`rs.pipeline.recover`), unless an identical recovery report exists; None without a
-    `recovery:` block (an old recovery store is then removed: it no longer describes the build)."""
-    paths = ctx.paths
-    if ctx.family.config.recovery is None:
-        _remove(paths.recovery)
-        paths.recovery_report.unlink(missing_ok=True)
-        return None
-    with ctx.lock(), ctx.passes():
-        inputs = recovery_inputs(ctx, sampled)
-        expected = fingerprint(inputs)
-        report = read_report(paths.recovery_report, expected, RecoveryReport.from_dict)
-        if not (report and ctx.intact(paths.recovery, "the recovery store", "the generation cache")):
-            report = _recover(ctx, sampled, inputs)
-        ledger.keep(f"{ctx.family.name}'s recovery pass ({report.samples:,} samples in {paths.recovery})")
-        return report
-
-
-def _recover(ctx: BuildContext, sampled: SampleReport, inputs: dict[str, Any]) -> RecoveryReport:
-    """Run the recovery pass into a new recovery store (the caller holds the build lock and the engines' scope)."""
-    paths = ctx.paths
-    sampler, judge = ctx.engines("recovery")
-    tmp = paths.root / "recovery.tmp"
-    with writing("the recovery store", tmp), scratch(tmp):
-        with GenerationCache(ctx.cache_path) as cache:
-            greedy = SampleStage(ctx.family.config, sampler, judge, cache, progress=False, vocabulary=answer_vocabulary(ctx))
-            stage = RecoveryStage(ctx.family.config, greedy, promotes=sampled.promotes, progress=ctx.progress)
-            report = stage.run(read_clean_rows(paths.clean), read_records(paths.items, "items"), tmp)
-        seal(tmp)
-        replace_dir(tmp, paths.recovery)
-        report.fingerprint, report.inputs = fingerprint(inputs), inputs
-        write_json(paths.recovery_report, report.to_dict())
-    return report
-
-
-def ensure_passes(ctx: BuildContext) -> tuple[SampleReport, RecoveryReport | None]:
-    """The greedy pass (answers and judge), then the recovery pass, on the one engine per model the run loads; the
-    engines are closed after the last pass, whatever happens (the splits need no model)."""
-    with ctx.passes():
-        sampled = ensure_sampled(ctx)
-        return sampled, ensure_recovered(ctx, sampled)
-
-
-def current_recovery_report(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport | None:
-    """The recovery report when it is current for `sampled`; None when the family has none or it must run."""
-    if ctx.family.config.recovery is None:
-        return None
-    report = read_report(ctx.paths.recovery_report, recovery_fingerprint(ctx, sampled), RecoveryReport.from_dict)
-    return report if report and ctx.intact(ctx.paths.recovery, "", "", say=False) else None
-
-
-def current_sample_report(ctx: BuildContext) -> SampleReport | None:
-    """The sampling report of this family's build when it is current (same fingerprints), else None; runs nothing.
-
-    A `--dry-run` builds only from a current report: writing the splits from it needs no model.
-    """
-    clean = read_report(ctx.paths.clean_report, clean_fingerprint(ctx), CleaningReport.from_dict)
-    if clean is None or not ctx.intact(ctx.paths.clean, "", "", say=False):
-        return None
-    report = read_report(ctx.paths.sample_report, sample_fingerprint(ctx, clean), SampleReport.from_dict)
-    return report if report and ctx.intact(ctx.paths.items, "", "", say=False) else None
-
-
-def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
-    """Answer and judge one of `shards` disjoint slices of the family (rows whose index % shards == shard).
-
-    Only the generation cache is the product: run one process per GPU (or machine with the cache
-    on its local disk, merged later) over disjoint shards, then run the whole stage once more,
-    which finds everything cached. The slice's own results are kept under build/<FAMILY>/shards/.
-    """
-    if not 0 <= shard < shards:
-        raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
-    with ctx.passes():
-        return _sample_shard(ctx, shard, shards)
-
-
-def _sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
-    with ctx.lock(shared=True):  # shards write disjoint folders; only a whole run excludes them
-        clean = ensure_clean(ctx)
-        check_something_kept(ctx.family.name, clean.kept_items, clean.dropped)
-        sampler, judge = ctx.engines("shard")
-        out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
-        rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)
-        with writing("the shard's items", out), scratch(out), GenerationCache(ctx.cache_path) as cache:
-            stage = SampleStage(ctx.family.config, sampler, judge, cache, progress=ctx.progress,
-                                vocabulary=answer_vocabulary(ctx))
-            return stage.run(rows, out, total=None)

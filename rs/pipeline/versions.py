@@ -1,17 +1,18 @@
-"""The versions of the code that decides an answer's fate: what the sample stage's fingerprint is built from.
+"""The versions of the code that decides an answer's fate, recorded: what the stages' fingerprints are built from.
 
 Each piece that decides what a sampled answer becomes (how its final answer is read, each verifier, the
 judge and its prompt, calibration, the prompt, the stage itself) declares a ``version`` beside its code, as
-an lm-evaluation-harness task does. The sample stage's fingerprint holds these versions, not the code: a
-comment or a docstring edited re-verifies nothing, and a bumped version re-verifies every cached answer.
+an lm-evaluation-harness task does (`rs.pipeline.pieces`). The sample stage's fingerprint holds these versions, not
+the code (`rs.pipeline.sample.stage.SAMPLE_PIECES`): a comment or a docstring edited re-verifies nothing, and a bumped
+version re-verifies every cached answer.
 
 That a version is bumped when the code changes is checked, not trusted: ``rs/pipeline/versions.lock.json``
 records each piece's version and a hash of its code with comments, docstrings and formatting left out
-(:func:`code_digest`), and ``tests/test_versions.py`` fails, naming the version to bump, when the code
+(`rs.pipeline.pieces.code_digest`), and ``tests/test_versions.py`` fails, naming the version to bump, when the code
 changed under the same version. ``python -m rs.pipeline.versions --write`` refreshes the lock after a bump.
 
 A plug-in verifier declares its own ``version`` (a class attribute). One that declares none is keyed by
-the digest of its code instead (:func:`verifier_version`, with a warning): any change of its module
+the digest of its code instead (`rs.pipeline.pieces.verifier_version`, with a warning): any change of its module
 beyond comments and docstrings re-verifies, which is safe, only slower than it need be. A verifier
 derived from another is keyed by the versions of both.
 """
@@ -19,91 +20,26 @@ derived from another is keyed by the versions of both.
 from __future__ import annotations
 
 import argparse
-import ast
-import hashlib
 import json
-import inspect
-import logging
-import marshal
 import sys
-import textwrap
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
-import rs.answers
-import rs.pipeline.sample.calibration
 import rs.pipeline.clean.decontam.methods
-import rs.answers.extract
-import rs.pipeline.sample.judge
-import rs.prompt
-import rs.engines.reasoning
 import rs.pipeline.recover
 import rs.pipeline.route
-import rs.pipeline.sample
-import rs.verifiers.base
+from rs.pipeline.pieces import Piece, code_digest, files_of
+from rs.pipeline.sample.stage import SAMPLE_PIECES
 from rs.registry import VERIFIERS
 from rs.util.shipped import CHECKOUT, shipped
-from rs.verifiers.base import Verifier
 
-logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One versioned piece: what declares its version (a module's `VERSION`, a verifier class's `version`) and the
-    code it covers."""
-
-    name: str
-    owner: Any
-    """The module or class whose attribute is the version."""
-    attribute: str
-    code: tuple[str, ...]
-    """The files it covers, relative to the `rs` package or the folders shipped with it (`rs.util.shipped`; a folder, ending
-    in `/`: its every .py file)."""
-
-    @property
-    def declared_at(self) -> str:
-        """`rs.answers:VERSION`, `rs.verifiers.exact:ExactVerifier.version`: what to bump when the code changes."""
-        if isinstance(self.owner, type):
-            return f"{self.owner.__module__}:{self.owner.__qualname__}.{self.attribute}"
-        return f"{self.owner.__name__}:{self.attribute}"
-
-    @property
-    def version(self) -> str:
-        value = getattr(self.owner, self.attribute)
-        if not isinstance(value, str) or not value:
-            raise TypeError(f"{self.declared_at} must be a non-empty string, got {value!r}")
-        return value
-
-    def files(self) -> list[Path]:
-        """The files of :attr:`code`, in a fixed order."""
-        return files_of(self.code)
-
-    def digest(self) -> str:
-        """The hash of its code, comments, docstrings and formatting left out (see :func:`code_digest`)."""
-        return code_digest(self.files())
-
-
-SAMPLE_PIECES = (
-    Piece("answers", rs.answers, "VERSION", ("answers/",)),
-    Piece("extract", rs.answers.extract, "VERSION", ("answers/extract.py",)),
-    Piece("reasoning", rs.engines.reasoning, "VERSION", ("engines/reasoning.py",)),
-    Piece("prompt", rs.prompt, "VERSION", ("prompt.py", "pipeline/sample/requests.py")),
-    Piece("verifiers", rs.verifiers.base, "VERSION", ("verifiers/__init__.py", "verifiers/base.py")),
-    Piece("judge", rs.pipeline.sample.judge, "VERSION", ("pipeline/sample/judge.py", "templates/judge_prompt.jinja")),
-    Piece("calibration", rs.pipeline.sample.calibration, "VERSION", ("pipeline/sample/calibration.py",)),
-    Piece("sample", rs.pipeline.sample, "VERSION", ("pipeline/sample/__init__.py",)),
-)
-"""What the sample stage's fingerprint holds the versions of, besides the family's verifier's."""
 ROUTE = Piece("route", rs.pipeline.route, "VERSION", ("pipeline/route.py",))
-RECOVERY = Piece("recovery", rs.pipeline.recover, "VERSION", ("pipeline/recover.py", "records.py", "engines/ordered.py"))
-DECONTAMINATION = Piece("decontamination", rs.pipeline.clean.decontam.methods, "VERSION", ("pipeline/clean/decontam/", "sources/synthetic/evaluation.py"))
-"""What cleaning matches against the evaluation sets (in the clean stage's fingerprint, `rs.pipeline.stage`)."""
-"""The recovery pass: which items it samples (with routing's version) and what it records of each sample."""
 """Routing decides which split an answered item goes to: the splits' fingerprint holds its version."""
-SPLITS_CODE = ("pipeline/build.py", "pipeline/write/", "builders/", "splits_schema.py", "store.py", "records.py")
+RECOVERY = Piece("recovery", rs.pipeline.recover, "VERSION", ("pipeline/recover.py", "records.py", "engines/ordered.py"))
+"""The recovery pass: which items it samples (with routing's version) and what it records of each sample."""
+DECONTAMINATION = Piece("decontamination", rs.pipeline.clean.decontam.methods, "VERSION", ("pipeline/clean/decontam/", "sources/synthetic/evaluation.py"))
+"""What cleaning matches against the evaluation sets (in the clean stage's fingerprint, `rs.pipeline.clean.stage`)."""
+SPLITS_CODE = ("pipeline/write/", "builders/", "splits_schema.py", "store.py", "records.py")
 """The code that writes the splits' rows from the stores (besides routing): the datasets builder, the splits'
 features, the stores' readers, the shards' naming. Their bytes depend on nothing else of `rs`."""
 
@@ -122,88 +58,10 @@ def all_pieces() -> list[Piece]:
     return [*SAMPLE_PIECES, ROUTE, RECOVERY, DECONTAMINATION, *builtin_verifier_pieces()]
 
 
-def sample_versions(verifier: object) -> dict[str, str]:
-    """The versions the sample stage's fingerprint is built from, with `verifier`'s (:func:`verifier_version`)."""
-    return {**{piece.name: piece.version for piece in SAMPLE_PIECES}, "verifier": verifier_version(verifier)}
-
-
-def verifier_version(verifier: object) -> str:
-    """The version of a verifier's class and of each verifier class it derives from (rs's shared rules aside: the
-    `verifiers` piece): each one's own ``version``, else the digest of its code.
-
-    A version inherited from another class does not count: a plug-in subclassing ``exact`` with a rule of its
-    own has its own code, which ``exact``'s version does not vouch for; ``exact``'s bump re-verifies it too.
-    """
-    parts = []
-    for cls in type(verifier).__mro__:
-        if cls is Verifier or not (isinstance(cls, type) and issubclass(cls, Verifier)):
-            continue
-        declared = vars(cls).get("version")
-        if isinstance(declared, str) and declared:
-            parts.append(f"{cls.__module__}.{cls.__qualname__} {declared}")
-        else:
-            _warn_unversioned(cls)
-            parts.append(f"{cls.__module__}.{cls.__qualname__} code {_class_code_digest(cls)}")
-    return "; ".join(parts)
-
-
-@lru_cache(maxsize=None)
-def _warn_unversioned(cls: type) -> None:
-    logger.warning("verifier %s.%s declares no `version`: the sample stage is keyed by its code instead, so any change "
-                   "of its module re-verifies every answer. Set a class attribute `version = \"1\"` and bump it when "
-                   "the verifier decides otherwise.", cls.__module__, cls.__qualname__)
-
-
-def _class_code_digest(cls: type) -> str:
-    """Its module's code (a plug-in's file), else the class's own source (typed in a notebook), else its bytecode."""
-    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
-    if path and Path(path).is_file():
-        return code_digest([Path(path)])
-    try:
-        return hashlib.sha256(normalised(textwrap.dedent(inspect.getsource(cls))).encode()).hexdigest()
-    except (OSError, TypeError):
-        methods = sorted((k, marshal.dumps(v.__code__)) for k, v in vars(cls).items() if hasattr(v, "__code__"))
-        return hashlib.sha256(repr(methods).encode()).hexdigest()
-
-
 @lru_cache(maxsize=1)
 def splits_code_digest() -> str:
     """The digest of :data:`SPLITS_CODE`, comments and docstrings left out."""
     return code_digest(files_of(SPLITS_CODE))
-
-
-def files_of(code: tuple[str, ...]) -> list[Path]:
-    """The files named by `code` (paths relative to the package or its shipped folders; a folder: its .py files)."""
-    found: list[Path] = []
-    for name in code:
-        found += sorted(shipped(name).rglob("*.py")) if name.endswith("/") else [shipped(name)]
-    return found
-
-
-def code_digest(files: list[Path]) -> str:
-    """sha256 of `files`: Python as its syntax tree without docstrings (comments and formatting never count),
-    anything else (a Jinja prompt) as its bytes."""
-    digest = hashlib.sha256()
-    for path in files:
-        text = normalised(path.read_text()) if path.suffix == ".py" else path.read_text()
-        digest.update(f"{path.name}\0{text}\0".encode())
-    return digest.hexdigest()
-
-
-def normalised(source: str) -> str:
-    """The syntax tree of `source` without its docstrings (a string standing alone as a statement), dumped: what
-    the code does, not how it reads. Comments, blank lines and line numbers are not in a syntax tree."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        for field in ("body", "orelse", "finalbody"):
-            body = getattr(node, field, None)
-            if isinstance(body, list):
-                setattr(node, field, [s for s in body if not _bare_string(s)])
-    return ast.dump(tree)
-
-
-def _bare_string(statement: ast.AST) -> bool:
-    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str)
 
 
 LOCK = Path(__file__).with_name("versions.lock.json")

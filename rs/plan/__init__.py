@@ -35,12 +35,14 @@ from rs.families.schema import FamilyConfig, JudgeConfig
 from rs.prompt import Instructions, build_prompt
 from rs.engines.reasoning import ReasoningFormat
 from rs.pipeline.recover import RecoveryReport
-from rs.pipeline.route import decide, outcomes, routes_for
-from rs.pipeline.write.samples import in_rl_bounds
+from rs.pipeline.route import decide, in_rl_bounds, outcomes, routes_for
 from rs.pipeline.sample import SampleReport
 from rs.records import QAItem, Row
 from rs.sources import open_source
-from rs.pipeline.stage import ensure_clean, ensure_recovered, ensure_sampled
+from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.recover import RecoverStage
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
 from rs.context import BuildContext, default_cache_path
 from rs.store import read_records
 
@@ -622,10 +624,10 @@ def _project(family: Family, limit: int, build_root: Path | None, cache_path: Pa
 
 
 def _projected(ctx: BuildContext, family: Family, tokens_per_second: float | None, plan: Plan) -> Projection:
-    clean = ensure_clean(ctx)
+    clean = ensure(CleanStage(), ctx)
     plan.overlap = clean
     ctx.paths.sample_report.unlink(missing_ok=True)  # the plan measures this run, even over a warm cache
-    report: SampleReport = ensure_sampled(ctx)
+    report: SampleReport = ensure(SampleStage(), ctx)
     columns = ["error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending"]
     items = list(read_records(ctx.paths.items, "items", columns=columns))
     answered = [i for i in items if i["error"] is None]
@@ -673,7 +675,7 @@ def _project_recovery(ctx: BuildContext, sampled: SampleReport, items: list[dict
     recovery = ctx.family.config.recovery
     assert recovery is not None
     ctx.paths.recovery_report.unlink(missing_ok=True)  # measure this run, even over a warm cache
-    report: RecoveryReport | None = ensure_recovered(ctx, sampled)
+    report: RecoveryReport | None = ensure(RecoverStage(sampled), ctx)
     assert report is not None
     tokens, difficulty = [], 0
     for r in read_records(ctx.paths.recovery, "recovery", columns=["why", "samples"]):

@@ -22,7 +22,8 @@ from typing import Any
 from rs.refilter.reread import FOLDER as REREAD_FOLDER
 from rs.refilter.reread import NotRereadable, Reread, basis, reread
 from rs.refilter.samples import SamplesRepoError, rebuild
-from rs.pipeline.stage import current_recovery_report, current_sample_report
+from rs.pipeline.recover import current_recovery_report
+from rs.pipeline.sample.stage import current_sample_report
 from rs.context import BuildContext
 from rs.pipeline.route import routes_for
 

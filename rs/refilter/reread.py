@@ -48,18 +48,20 @@ from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase
 from rs.prompt import Instructions
 from rs.pipeline.sample.requests import sampling_request
 from rs.engines.reasoning import ReasoningFormat
-from rs.pipeline.recover import RecoveryReport, recovery_settings, samples_for
+from rs.pipeline.recover import RecoveryReport, recovery_inputs, recovery_settings, samples_for
 from rs.records import ITEMS, RECOVERY, SampleRecord
 from rs.pipeline.route import NOT_ASKED, Decision, Routes, outcome
 from rs.pipeline.sample import Reader, SampleReport
-from rs.pipeline.stage import answer_vocabulary, clean_fingerprint, fingerprint, read_report, recovery_inputs, replace_dir, sample_inputs, scratch
+from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.sample.stage import answer_vocabulary, sample_inputs
+from rs.pipeline.stage import fingerprint, read_report, replace_dir, scratch
 from rs.context import BuildContext
 from rs.store import ParquetStreamWriter, qa_item, read_records, write_json
 
 logger = logging.getLogger(__name__)
 
 READER_INPUTS = ("verifier", "answers", "versions.answers", "versions.verifiers", "versions.verifier")
-"""What of the sample stage's inputs (`rs.pipeline.stage.sample_inputs`) is the reader: a change of these alone is re-read; a
+"""What of the sample stage's inputs (`rs.pipeline.sample.stage.sample_inputs`) is the reader: a change of these alone is re-read; a
 change of anything else (the model, the prompt, the sampling, the reasoning format, the judge, the cleaning) means the
 stored answers are not the ones the family would get now, and `rs refilter` refuses."""
 
@@ -126,7 +128,7 @@ def basis(ctx: BuildContext) -> Basis:
     """The run's reports, when its stored answers can be re-read into what a run would make now; else `NotRereadable`,
     naming what else changed."""
     paths, name = ctx.paths, ctx.family.name
-    clean = read_report(paths.clean_report, clean_fingerprint(ctx), CleaningReport.from_dict)
+    clean = read_report(paths.clean_report, CleanStage().fingerprint(ctx), CleaningReport.from_dict)
     if clean is None or not ctx.intact(paths.clean, "", "", say=False):
         raise NotRereadable(f"{name}: {paths.root} holds no cleaned rows for the family's settings (its source or cleaning "
                             "changed, or it was never built), and `rs refilter` calls no model: it re-routes the answers a run stored")
@@ -137,7 +139,7 @@ def basis(ctx: BuildContext) -> Basis:
     if sampled.inputs is None:
         raise NotRereadable(f"{name}: the answers in {paths.root} were stored by an older rs, which did not record what they "
                             "depend on: whether they are still this family's answers cannot be told")
-    changed = changes(sampled.inputs, sample_inputs(ctx, clean))
+    changed = changes(sampled.inputs, sample_inputs(ctx))
     other = [c for c in changed if not of_the_reader(c)]
     if other:
         raise NotRereadable(f"{name}: since the answers in {paths.root} were stored, more than the reader changed: "
@@ -356,7 +358,7 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
     root, out = ctx.paths.root, ctx.paths.root / FOLDER
     config = ctx.family.config
     sampled, recovery = basis.sampled, config.recovery
-    summary = Reread(basis.changed, _reader_versions(sample_inputs(ctx, basis.clean)), command=command)
+    summary = Reread(basis.changed, _reader_versions(sample_inputs(ctx)), command=command)
     verdicts = _stored_verdicts(root, recovery is not None)
     cache = _Cache(cache_path, sampled, config)
     summary.cache = cache.problem
@@ -390,7 +392,7 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
                     summary.not_asked_questions += after.reason == "judge_not_asked"
                     summary.questions_unjudged += any(_unjudged(a) for a in [item, *(new_draws["samples"] if new_draws else [])])
             seal(tmp / "items")
-            report.inputs = sample_inputs(ctx, basis.clean)
+            report.inputs = sample_inputs(ctx)
             report.fingerprint = fingerprint(report.inputs)
             report.seconds = time.perf_counter() - start
             write_json(tmp / "sample.json", report.to_dict())
@@ -437,7 +439,7 @@ def _link_store(src: Path, dst: Path) -> None:
 
 
 def _count_greedy(report: SampleReport, item: dict[str, Any]) -> None:
-    """What the sample stage counts of a greedy answer's grading (`SampleStage._answered`, `judged`)."""
+    """What the sample stage counts of a greedy answer's grading (`SamplingPass._answered`, `judged`)."""
     answered = item["error"] is None and item["final"] is not None
     report.verified += item["verified"]
     report.contradicted += item["contradicts"]

@@ -2,7 +2,7 @@
 
 A build folder is trusted no more than the generation cache: a byte changed in a parquet file (its size
 unchanged), a file deleted or truncated, is found before a later stage reads the store or a publish
-ships it, and the store is rebuilt from what is upstream of it (`rs.pipeline.stage`, `rs.pipeline.build`). The
+ships it, and the store is rebuilt from what is upstream of it (`rs.pipeline.stage.ensure`, `rs.pipeline.write.splits`). The
 manifest is `SHA256SUMS` in the store's folder, in `sha256sum`'s format (`sha256sum -c SHA256SUMS`
 checks it by hand); it is written inside the temporary folder, so that it replaces the store with it.
 """

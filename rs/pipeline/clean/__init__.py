@@ -61,7 +61,7 @@ class CleaningReport:
     provenance: dict[str, Any] = field(default_factory=dict)
     """Dataset, config, split and revision the source was read from."""
     fingerprint: str | None = None
-    """The configuration the clean stage ran under (`rs.pipeline.stage`); None until the stage records it."""
+    """The configuration the clean stage ran under (`rs.pipeline.clean.stage`); None until the stage records it."""
     seconds: float = 0.0
     decontamination: dict[str, Any] | None = None
     """What the evaluation sets matched (`rs.pipeline.clean.decontam.Decontaminator.report`); None when the family is checked against none."""

@@ -38,7 +38,8 @@ from rs.hub import FileChange, PublishResult, publish_folder, resolve_token
 from rs.pipeline.write.report import FamilyReport
 from rs.util.sizes import parse_bytes
 from rs.plan import plan_family
-from rs.pipeline.stage import current_sample_report, scratch
+from rs.pipeline.sample.stage import current_sample_report
+from rs.pipeline.stage import scratch
 from rs.context import BuildContext, default_cache_path
 from rs.store import write_json
 

@@ -16,7 +16,7 @@ import logging
 import math
 from pathlib import Path
 
-from rs.pipeline.build import RowGroupTooLarge, check_row_groups
+from rs.pipeline.write.splits import RowGroupTooLarge, check_row_groups
 from rs.errors import RsError
 from rs.hub.limits import (COMMITS_PER_HOUR, DEFAULT_FILES_PER_COMMIT, MAX_ENTRIES_PER_FOLDER, MAX_FILE_BYTES,
                        MAX_FILES_PER_COMMIT, MAX_FILES_PER_REPO, RECOMMENDED_FILE_BYTES, check_files_per_commit)

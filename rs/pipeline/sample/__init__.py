@@ -15,11 +15,12 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from rs.engines.factory import sampling_settings
-from rs.engines.base import Engine, Generation, Request
+from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached_engine import CachedEngine
 from rs.families.schema import FamilyConfig
 from rs.pipeline.sample.calibration import Answered, Calibration, CalibrationCases, CalibrationSampler, calibrate, question_kind
@@ -32,7 +33,7 @@ from rs.engines.reasoning import ReasoningFormat
 from rs.records import QAItem, Row
 from rs.records import ITEMS, ItemRecord
 from rs.store import ParquetStreamWriter
-from rs.engines.generation_cache import GenerationCache
+from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.answers import Grader, Vocabulary
 from rs.verifiers import Verifier, get_verifier
 
@@ -60,7 +61,7 @@ class SampleReport:
     """What the sampling stage did (`sample.json`): answers, verification, the judge and its calibration."""
 
     fingerprint: str | None = None
-    """The configuration the stage ran under (`rs.pipeline.stage`); None for a shard or a stage run directly."""
+    """The configuration the stage ran under (`rs.pipeline.stage.ensure`); None for a shard or a pass run directly."""
     items: int = 0
     verified: int = 0
     contradicted: int = 0
@@ -101,7 +102,7 @@ class SampleReport:
     """The engines' cache identities (`rs.engines.cached_engine.identity_key`: `sampler`, `judge`): `rs refilter` finds this
     run's answers and verdicts in the generation cache with them, with no engine. None in a report of an older rs."""
     inputs: dict[str, Any] | None = None
-    """What the stage's fingerprint was computed from (`rs.pipeline.stage.sample_inputs`): `rs refilter` compares it with the
+    """What the stage's fingerprint was computed from (`rs.pipeline.sample.stage.sample_inputs`): `rs refilter` compares it with the
     family's settings now to tell a reader changed since the run (answers re-read) from answers that are not this
     family's any more (refused)."""
 
@@ -163,7 +164,7 @@ class Reader:
     answer with it; `rs refilter` grades the stored answers again with it when the reader changed since the run."""
 
     def __init__(self, config: FamilyConfig, vocabulary: Vocabulary | None = None):
-        """`vocabulary`: the family's closed set of answers (`rs.pipeline.stage.answer_vocabulary`); by default the one its
+        """`vocabulary`: the family's closed set of answers (`rs.pipeline.sample.stage.answer_vocabulary`); by default the one its
         `answers:` block writes, without the terms a closed set derives from the cleaned references."""
         self.verifier: Verifier = get_verifier(config.verifier.name, **config.verifier.params)
         self.grader = Grader(self.verifier, vocabulary if vocabulary is not None else config.answers.vocabulary(),
@@ -193,12 +194,22 @@ class Reader:
         return not item.references or self.grader.grade(item.answer, references, item=item).accepted
 
 
-class SampleStage:
-    """Answers, verifies and judges a family's items; writes one result record per QA item."""
+def questions(rows: Iterable[Row], instructions: Instructions) -> Iterator[tuple[int, QAItem, Request]]:
+    """Every question of `rows` with its request, in item order (one image's questions one after the other: vLLM's prefix
+    and image caches hit): what the sampling pass asks, and what `rs.distributed` keys from rows read without their
+    image bytes."""
+    for index, row in enumerate(rows):
+        for item in row.qa:
+            yield index, item, sampling_request(item, instructions, row.image_sha256, row.image)
+
+
+class SamplingPass:
+    """The sampling stage's work (`rs.pipeline.sample.stage`): answers, verifies and judges a family's items; writes one
+    result record per QA item. The recovery pass (`rs.pipeline.recover`) reads and judges its samples with it."""
 
     def __init__(self, config: FamilyConfig, sampler: Engine, judge_engine: Engine | None, cache: GenerationCache, *,
                  progress: bool = True, vocabulary: Vocabulary | None = None):
-        """`vocabulary`: the family's closed set of answers (`rs.pipeline.stage.answer_vocabulary`); by default the one its
+        """`vocabulary`: the family's closed set of answers (`rs.pipeline.sample.stage.answer_vocabulary`); by default the one its
         `answers:` block writes, without the terms a closed set derives from the cleaned references."""
         self.config = config
         self.reader = Reader(config, vocabulary)
@@ -225,10 +236,9 @@ class SampleStage:
 
     def _slots(self, rows: Iterable[Row]) -> Iterator[_Slot]:
         multiple_choice = self.instructions.multiple_choice
-        for index, row in enumerate(rows):
-            for item in row.qa:  # one image's questions one after the other: vLLM's prefix and image caches hit
-                self.report.multiple_choice_items += multiple_choice is not None and bool(item.options)
-                yield _Slot(index, item, sampling_request(item, self.instructions, row.image_sha256, row.image))
+        for index, item, request in questions(rows, self.instructions):
+            self.report.multiple_choice_items += multiple_choice is not None and bool(item.options)
+            yield _Slot(index, item, request)
 
     def run(self, rows: Iterable[Row], items_dir: str | Path, *, total: int | None = None) -> SampleReport:
         """Answer, verify and judge every item of `rows`; write one record per item, in item order.
@@ -295,7 +305,8 @@ class SampleStage:
             self.report.loop_tokens_saved += max(0, gen.max_tokens - gen.completion_tokens)
         self.report.budgeted_answered += ending == "thinking_budget" and gen.answer is not None and gen.error is None
         slot.record = item_record(slot.row, slot.item, slot.request, v)
-        return [(None, self.judge.request(v.case))] if v.case is not None and self.judge is not None else []
+        request = self.verdict_request(v)
+        return [(None, request)] if request is not None else []
 
     def _judged(self, slot: _Slot, _: object, generation: Generation) -> list[Any]:
         slot.record.judge = self.judged(slot.record, generation)
@@ -325,9 +336,53 @@ class SampleStage:
             self.calibration.offer(Answered(case, tuple(v.references), item.options, question_kind(item), item.qtype), v.verified)
         return v
 
+    def verdict_request(self, v: Verification) -> Request | None:
+        """The judge's request about a verified answer (`verify`), or None when the judge is not asked about it."""
+        return self.judge.request(v.case) if v.case is not None and self.judge is not None else None
+
     def calibration_cases(self) -> CalibrationCases:
         """The judge's calibration cases, from what `verify` saw."""
         return self.calibration.cases()
+
+    def question_requests(self, rows: Iterable[Row]) -> Iterator[tuple[str, Request]]:
+        """The requests `run` sends about `rows`' questions, with their cache keys (rows read without their image bytes
+        key the same: the image's hash is in the row)."""
+        for _, _, request in questions(rows, self.instructions):
+            yield self.runner.key(request, self.settings), request
+
+    def judge_requests(self, rows: Iterable[Row]) -> Iterator[tuple[str, Request]]:
+        """The judge's requests about the cached answers to `rows`' questions, with their cache keys: each answer read from
+        the cache is verified (and offered to the calibration samples) as `run` verifies it. Every answer must be cached:
+        one that is not raises."""
+        asked = ((self.runner.key(request, self.settings), request, item) for _, item, request in questions(rows, self.instructions))
+        yield from self.judge_keyed(filter(None, map(self.verdict_request, self.cached(asked, self.settings, calibrating=True))))
+
+    def calibration_requests(self) -> Iterator[tuple[str, Request]]:
+        """The judge's requests about the calibration cases of the answers verified so far (`judge_requests`: all of them)."""
+        assert self.judge is not None
+        yield from self.judge_keyed(map(self.judge.request, self.calibration_cases().all()))
+
+    def judge_keyed(self, requests: Iterable[Request]) -> Iterator[tuple[str, Request]]:
+        """The judge's `requests`, each with its cache key."""
+        judge = self.judge
+        assert judge is not None
+        for request in requests:
+            yield judge.runner.key(request, judge.settings), request
+
+    def cached(self, asked: Iterable[tuple[str, Request, QAItem]], settings: SamplingSettings, *, calibrating: bool,
+               chunk: int = 1024) -> Iterator[Verification]:
+        """The cached answers of `asked` (key, request, item) under `settings`, each verified (`verify`); an answer the
+        cache lacks raises: it vanished since it was cached (`rs.distributed` asks once every answer is)."""
+        iterator = iter(asked)
+        while block := list(islice(iterator, chunk)):
+            try:
+                generations = self.runner.cache.get_many((key for key, _, _ in block), settings=settings)
+            except CacheAnswerDamaged as err:
+                raise err.naming({key: request.item_key for key, request, _ in block}) from None
+            for key, request, item in block:
+                if (gen := generations.get(key)) is None:
+                    raise RuntimeError(f"the answer to {item.key} (sample {request.sample}) vanished from the cache during the run")
+                yield self.verify(item, request.prompt, gen, calibrating=calibrating)
 
     def _calibrate(self) -> Calibration | None:
         if self.judge is None:

@@ -107,7 +107,7 @@ def question_kind(item: QAItem) -> str:
 
 
 class CalibrationSampler:
-    """Collects the calibration cases from the answers as `SampleStage.verify` sees them."""
+    """Collects the calibration cases from the answers as `SamplingPass.verify` sees them."""
 
     def __init__(self, verifier: Verifier, samples: int, *, letters: str = "ABCDEFGHIJ", grader: Grader | None = None):
         self.verifier = verifier

@@ -1,6 +1,6 @@
 """The family report: what a build measured, the one contract between the build and the cards.
 
-`rs.pipeline.build` fills a `FamilyReport`, writes it as `stats.json` (`to_dict`) and each published repo
+The write stage fills a `FamilyReport` (`rs.pipeline.write.stats`), writes it as `stats.json` (`to_dict`) and each published repo
 keeps a copy in `rs/stats.json` (without `run`, whose timings differ from run to run); the cards
 are rendered from it, also from a published copy with `--cards-only` (`from_dict`). Every number a
 card states is a field here, measured by the run that built the family.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,6 +199,17 @@ def pass_rate_bin(rate: float) -> int:
     return min(4, math.ceil(rate * 4))
 
 
+def pass_rate_histogram(rates: dict[str, Counter[float]]) -> dict[str, list[int]]:
+    """Items per `PASS_RATE_BINS` bin, by group, of items counted per pass rate (`rs.pipeline.route.Routing.pass_rates`)."""
+    histogram = {}
+    for group, counts in rates.items():
+        bins = [0] * len(PASS_RATE_BINS)
+        for rate, n in counts.items():
+            bins[pass_rate_bin(rate)] += n
+        histogram[group] = bins
+    return histogram
+
+
 @dataclass(frozen=True)
 class RecoverySummary:
     """What the recovery pass did (`recovery:`): the samples, what they recovered, the pass rates, the pairs."""
@@ -266,7 +278,7 @@ class FamilyReport:
     provenance: dict[str, Any] | None = None
     """What rebuilding the family needs (`rs.pipeline.write.provenance`); None in a report written before rs recorded it."""
     question_types: dict[str, Any] | None = None
-    """With `question_types`: `types` (each type's counts and rates, `rs.pipeline.write.question_types.TypeCounts`) and `most_failed`."""
+    """With `question_types`: `types` (each type's counts and rates, `rs.pipeline.route.TypeCounts`) and `most_failed`."""
     filter: dict[str, Any] | None = None
     """What `rs refilter` changed of the family's routing; None: the run's own routing."""
 

@@ -21,8 +21,7 @@ from typing import Any, Iterator
 
 from rs.pipeline.sample.calibration import wilson
 from rs.pipeline.write.report import PASS_RATE_BINS, pass_rate_bin
-from rs.pipeline.write.question_types import Typer
-from rs.pipeline.route import NOT_ASKED, Outcome, Routes, decide, joined
+from rs.pipeline.route import NOT_ASKED, Outcome, Routes, Typer, decide, in_rl_bounds, joined
 from rs.store import qa_record, read_records
 
 LAYOUT = "2"
@@ -116,12 +115,6 @@ def sample_rows(build_dir: str | Path, routes: Routes, type_of: Typer | None = N
                 "pass_rate_low": low, "pass_rate_high": high,
                 "generations": generations, "image_sha256": row.image_sha256, "clean_meta": row.clean_meta,
             }
-
-
-def in_rl_bounds(result: Outcome, bounds: tuple[float, float]) -> bool:
-    """A question for RL: measured, and its pass rate strictly within the bounds."""
-    rate = result.pass_rate
-    return rate is not None and bounds[0] < rate < bounds[1]
 
 
 def rl_rows(build_dir: str | Path, routes: Routes, type_of: Typer | None = None) -> Iterator[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """The five ways a training item is found in an evaluation set, each with its version and threshold.
 
-A method's `version` goes into the clean stage's fingerprint (`rs.pipeline.stage.clean_fingerprint`) and into each
+A method's `version` goes into the clean stage's fingerprint (`rs.pipeline.clean.stage.CleanStage.fingerprint`) and into each
 cached evaluation index's key: a changed method re-checks every item. Thresholds were chosen by measurement on
 TinyCLEVR's synthetic evaluation split (`bench/decontaminate.py`, README "Decontamination"): the near-duplicate
 distance catches the transformed copies (re-encoded, resized, cropped 2-5%, brightened) while the closest hard
