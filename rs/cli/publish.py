@@ -28,7 +28,7 @@ from rs.hub import describe_commits, format_plan
 from rs.util.sizes import format_bytes
 from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.pipeline.publish.family import check_local_root, publish
-from rs.plan import Plan
+from rs.plan import PlanReport
 from rs.splits_schema import ROW_SCHEMAS, features
 from rs.context import default_cache_path
 
@@ -128,7 +128,7 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool, cache: Pa
 
 def would_do(family: Family, outcome: dict[str, Any]) -> str:
     """What a run would do, for a `--dry-run` on a family with no current build: the plan's projection, and what only sampling tells."""
-    plan: Plan = outcome["plan"]
+    plan: PlanReport = outcome["plan"]
     c = family.config
     lines = [f"{family.name}: not built here with these settings, so this dry run built nothing: no model was loaded, nothing "
              "was sampled or judged. A run would:"]
