@@ -370,7 +370,7 @@ def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engin
     from faults import assert_same_published
 
     from rs.distributed import sample_on_ray
-    from rs.pipeline.publish.family import publish
+    from rs.pipeline.publish import publish
     from rs.context import BuildContext
     from rs.store import read_records
 

@@ -29,8 +29,7 @@ from rs.cli import signals
 from rs.errors import RsError
 from rs.families import Family, get_family
 from rs.plan.probe import probe_family
-from rs.pipeline.publish.family import check_local_root
-from rs.pipeline.publish.targets import check_overlap
+from rs.pipeline.publish.preflight import check_local_root, check_overlap
 
 
 def checked_family(name: str, config: Path | None, *, probe: bool = True, loads_model: bool = True) -> Family:
