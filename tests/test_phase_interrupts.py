@@ -152,7 +152,7 @@ def test_a_signal_in_every_phase_stops_the_run_within_seconds_and_the_command_it
         phases = {  # phase: (what says it is on, what the run says it was doing, where its log says it stopped, what it keeps)
             "source": (lambda lines: reading.exists(), "cleaning", r'rs_faults\.py", line \d+, in __iter__', []),
             "cleaning": (lambda lines: cleaning.exists(), "cleaning", r'rs_faults\.py", line \d+, in check', []),
-            "writing": (said(r"^writing Steer_RS_think: \d+ rows \("), None, r'rs/build\.py", line \d+, in write_split',
+            "writing": (said(r"^writing Steer_RS_think: \d+ rows \("), None, r'rs/pipeline/build\.py", line \d+, in write_split',
                         [clean, answers, recovered]),
             "publishing": (commits.ready, "uploading tester/Steer_RS_", r'rs/hub/publish\.py", line \d+, in publish_folder',
                            [clean, answers, recovered, splits]),
