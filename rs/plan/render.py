@@ -6,7 +6,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from rs.pipeline.publish.cards.decontam import plan_lines as overlap_lines
-from rs.pipeline.publish.cards.render import counted
+from rs.util.text import counted
 
 if TYPE_CHECKING:
     from rs.plan.report import KindReport, PlanReport, Projection, RecoveryProjection
@@ -161,4 +161,6 @@ def _pixel_setting(kwargs: dict[str, Any]) -> str:
 
 
 def _pct(part: int, whole: int) -> str:
+    """`part` of `whole` as a percentage, computed as `rs plan` always has (100 * part / whole: `rs.util.text.pct` of the
+    share rounds a few halves the other way)."""
     return f"{100 * part / whole:.1f}%" if whole else "n/a"

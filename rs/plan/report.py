@@ -160,8 +160,3 @@ class PlanReport:
     def render(self) -> str:
         """The report a person reads."""
         return render_report(self)
-
-
-def error_line(err: BaseException) -> str:
-    """An error's first line, for a note or a warning of the report."""
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -16,8 +16,8 @@ from rs.errors import UsageError
 from rs.families import Family
 from rs.families.schema import FamilyConfig
 from rs.pipeline.clean import Cleaner
-from rs.pipeline.publish.cards.render import counted
-from rs.plan.report import KindReport, PlanReport, error_line
+from rs.util.text import counted, first_line
+from rs.plan.report import KindReport, PlanReport
 from rs.prompt import Instructions, build_prompt
 from rs.records import QAItem, Row
 from rs.sources import open_source
@@ -122,7 +122,7 @@ def sample_rows(family: Family, images: int, plan: PlanReport) -> list[Row]:
     except UsageError:  # the family's own source settings are wrong: nothing of the plan would hold
         raise
     except Exception as err:  # a Hub source offline: say so, check the rest
-        plan.warnings.append(f"cannot read the source here ({type(err).__name__}: {error_line(err)}): no prompts sampled, "
+        plan.warnings.append(f"cannot read the source here ({first_line(err)}): no prompts sampled, "
                              "no prompt tokens counted, the family's size unknown")
         return []
     plan.sample = cleaner.report

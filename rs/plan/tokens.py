@@ -14,7 +14,8 @@ from rs.engines.base import PROMPT_TAIL_CHARS
 from rs.engines.models import resolve_model
 from rs.engines.reasoning import ReasoningFormat
 from rs.families.schema import FamilyConfig
-from rs.plan.report import PlanReport, TemplateReport, error_line
+from rs.plan.report import PlanReport, TemplateReport
+from rs.util.text import first_line
 
 
 @dataclass
@@ -41,8 +42,8 @@ class PromptTokens:
             try:
                 tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
             except Exception:
-                plan.notes.append(f"cannot load the tokenizer and processor of {c.model.id} here ({type(processor_error).__name__}: "
-                                  f"{error_line(processor_error)}): no prompt tokens counted, no chat template read")
+                plan.notes.append(f"cannot load the tokenizer and processor of {c.model.id} here ({first_line(processor_error)}): "
+                                  "no prompt tokens counted, no chat template read")
                 return None
             plan.notes.append(f"{c.model.id} has no processor here; prompt tokens count the text only")
             return cls(tokenizer, tokenizer, kwargs, plan.mm_processor_kwargs)
@@ -80,7 +81,7 @@ class PromptTokens:
             without = _render(processor, "?", {**kwargs, "enable_thinking": False}, image=False)
             markers = fmt.markers
         except Exception as err:
-            plan.notes.append(f"cannot render the chat template here ({type(err).__name__}: {error_line(err)})")
+            plan.notes.append(f"cannot render the chat template here ({first_line(err)})")
             return None
         t = TemplateReport(fmt.prompt_state(thinking[-PROMPT_TAIL_CHARS:]), fmt.prompt_state(without[-PROMPT_TAIL_CHARS:]), markers,
                            thinking[-PROMPT_TAIL_CHARS:])

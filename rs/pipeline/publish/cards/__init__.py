@@ -13,5 +13,5 @@ A new card section goes here: its text in a template `templates/card_<section>.m
 passed to the template by `render.render_card`; a module of its own here when it needs more than the template (as
 `decontam.py`); a file it shows written by `files.write_card`; its heading in `render.REQUIRED_SECTIONS` when every
 card must have it. `rs audit` holds a card's statements against the repo's files: a checker for each new statement
-goes in `rs/audit/checks.py`.
+goes in `rs/audit/checkers.py`.
 """
