@@ -24,7 +24,7 @@ import pytest
 
 from conftest import png
 from rs.families import load_families
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import PublishReport, publish
 from rs.pipeline.publish.local import CONTROL
 from rs.registry import CLEANING, ENGINES, SOURCES
 
@@ -73,7 +73,7 @@ def write_families(folder: Path, *, images: int = 8, engine: str = "{kind: repla
     return folder / "families.yaml"
 
 
-def publish_family(families: Path, work: Path, name: str = "Alpha") -> dict:
+def publish_family(families: Path, work: Path, name: str = "Alpha") -> PublishReport:
     """Publish a family in this process into `work`'s out/, build/ and cache.sqlite."""
     return publish(load_families(families)[name], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
                    progress=False)

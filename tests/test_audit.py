@@ -24,7 +24,7 @@ from PIL import Image
 from rs.audit import Replay, audit
 from rs.cli.main import main as rs_main
 from rs.families import load_families
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 
 FAMILY = """\
 families:
@@ -94,7 +94,7 @@ def builds(tmp_path_factory) -> dict[str, tuple[Path, dict[str, Path]]]:
         family = _family(folder, extra)
         outcome = publish(family, out=folder / "out", build_root=folder / "build", cache_path=folder / "cache.sqlite", progress=False,
                           limit=limit)
-        out[name] = (folder, {split: Path(where) for split, where in outcome["where"].items()})
+        out[name] = (folder, {split: Path(where) for split, where in outcome.where.items()})
     return out
 
 
@@ -403,8 +403,8 @@ def test_replay_looks_a_separate_judge_models_verdicts_up_under_its_own_identity
     family = _family(tmp_path, PASSING.replace("judge: {", 'judge: {model: {id: "other-org/judge"}, ')
                      + "\n    recovery: {samples: 2, temperature: 0.7}")
     outcome = publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
-    stats = json.loads((Path(outcome["where"]["think"]) / "rs" / "stats.json").read_text())
+    stats = json.loads((Path(outcome.where["think"]) / "rs" / "stats.json").read_text())
     assert stats["provenance"]["judge_model"]["id"] == "other-org/judge" and stats["judge"]["judged"] > 0
-    result = audit(Path(outcome["where"]["think"]), build=_build_dir(tmp_path), replay=_replay(tmp_path, 10, engine=True))
+    result = audit(Path(outcome.where["think"]), build=_build_dir(tmp_path), replay=_replay(tmp_path, 10, engine=True))
     assert result.ok and "5 of 5 published byte for byte" in result.notes[0], result.render()
     assert "all   5: final answers 5/5 identical, texts 5/5 byte-identical, routing 5/5 identical" in result.notes[1]

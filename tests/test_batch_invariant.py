@@ -11,7 +11,7 @@ from rs.util.config_checks import ConfigValueError
 from rs.engines.vllm import BatchInvarianceUnsupported, VLLMEngineConfig, _enable_batch_invariance
 from rs.engines.vllm_args import batch_invariance_refusal
 from rs.families import load_families
-from rs.plan import BATCH_INVARIANCE_COST, _describe
+from rs.plan.static import BATCH_INVARIANCE_COST, describe
 
 FAMILY = """\
 families:
@@ -38,7 +38,7 @@ def test_rs_plan_states_its_throughput_cost(tmp_path: Path) -> None:
     (tmp_path / "families.yaml").write_text(FAMILY)
     config = load_families(tmp_path / "families.yaml")["Inv"].config
     assert config.engine.recorded()["batch_invariant"] is True
-    lines = _describe(config)
+    lines = describe(config)
     assert any(line.startswith("batch-invariant: on;") and BATCH_INVARIANCE_COST in line for line in lines)
     assert "22-31%" in BATCH_INVARIANCE_COST and "vllm#27433" in BATCH_INVARIANCE_COST and "not measured by rs" in BATCH_INVARIANCE_COST
 

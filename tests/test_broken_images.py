@@ -21,7 +21,7 @@ from PIL import Image
 
 from rs.pipeline.clean import image_problem
 from rs.families import load_families
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 
 FAMILY = """families:
   Broken:

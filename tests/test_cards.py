@@ -15,7 +15,7 @@ from rs.pipeline.publish.cards.html import render, render_repo
 from rs.pipeline.publish.cards.render import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, sibling_link, size_category
 from rs.util.text import counted
 from rs.families import load_families
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 from rs.splits_schema import SPLITS, features
 
 HOSTILE_Q = "What | is `this`?\n<script>alert(1)</script> </details> **bold** [x](javascript:alert(1))"
@@ -65,7 +65,7 @@ def run_publish(family, tmp_path: Path, **kwargs):
 
 def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
     outcome = run_publish(family, tmp_path)
-    stats = outcome["report"].to_dict()
+    stats = outcome.report.to_dict()
     for split in SPLITS:
         repo = tmp_path / "out" / "tester" / family.repo_name(split)
         text = (repo / "README.md").read_text()
@@ -221,7 +221,7 @@ def test_cards_only_touches_only_card_files_and_never_samples(family, tmp_path: 
 
     outcome = run_publish(family, tmp_path, cards_only=True, engine_factory=no_engines)
     assert not (tmp_path / "cache.sqlite").exists()
-    changed = {c.path for r in outcome["results"].values() for c in r.changes if c.action != "unchanged"}
+    changed = {c.path for r in outcome.results.values() for c in r.changes if c.action != "unchanged"}
     assert changed == {"README.md"}
     assert {p.name: p.stat().st_mtime_ns for p in (repo / "data").iterdir()} == data_before
     assert (repo / "README.md").read_text().startswith("---\n")
@@ -240,7 +240,7 @@ def test_a_limited_trial_builds_beside_the_full_build_and_says_so_on_its_cards(f
     full = {s: (tmp_path / "out" / "tester" / family.repo_name(s) / "README.md").read_text() for s in SPLITS}
     trial = publish(family, out=tmp_path / "trial", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
                     progress=False, limit=2)
-    assert trial["report"].totals.source_qa == 4 and trial["report"].limit == 2 and (tmp_path / "build" / family.name / "limit-2" / "stats.json").exists()
+    assert trial.report.totals.source_qa == 4 and trial.report.limit == 2 and (tmp_path / "build" / family.name / "limit-2" / "stats.json").exists()
     trial_card = (tmp_path / "trial" / "tester" / family.repo_name("think") / "README.md").read_text()
     assert "**A trial build**: only the first 2 images" in trial_card and "A trial build" not in full["think"]
     run_publish(family, tmp_path, cards_only=True)  # the full build's cards, not the trial's
@@ -276,16 +276,16 @@ def test_a_local_target_that_cannot_be_a_folder_is_refused_before_the_build(fami
 def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_path: Path) -> None:
     run_publish(family, tmp_path)
     again = run_publish(family, tmp_path)
-    assert all(c.action == "unchanged" for r in again["results"].values() for c in r.changes)
+    assert all(c.action == "unchanged" for r in again.results.values() for c in r.changes)
     dry = publish(family, out=tmp_path / "elsewhere", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, dry_run=True)
     assert not (tmp_path / "elsewhere").exists()
-    assert {c.action for r in dry["results"].values() for c in r.changes} == {"add"}
+    assert {c.action for r in dry.results.values() for c in r.changes} == {"add"}
 
 
 def test_a_repo_the_hub_would_refuse_stops_the_publish_before_any_upload(family, tmp_path: Path, monkeypatch) -> None:
-    from rs.pipeline.publish import preflight as checks
+    from rs.pipeline.publish import repo_check as checks
 
-    monkeypatch.setattr(checks, "MAX_ENTRIES_PER_FOLDER", 3)  # the staged repos hold more: README, data, images, rs, figures
+    monkeypatch.setattr(checks, "MAX_ENTRIES_PER_FOLDER", 3)  # the assembled repos hold more: README, data, images, rs, figures
     with pytest.raises(checks.RepoCheckError, match=r"Hostile_RS_think: [0-9]+ entries, the Hub recommends fewer than 3 per folder"):
         run_publish(family, tmp_path)
     assert not (tmp_path / "out").exists()  # nothing published, not even the first repo
@@ -298,7 +298,7 @@ def test_the_pre_publish_check_names_what_the_viewer_would_refuse(tmp_path: Path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rs.pipeline.publish.preflight import RepoCheckError, check_repo
+    from rs.pipeline.publish.repo_check import RepoCheckError, check_repo
 
     repo = tmp_path / "repo"
     (repo / "data").mkdir(parents=True)
@@ -318,7 +318,7 @@ def test_zero_counts_are_worded_naturally(family, tmp_path: Path) -> None:
     train = tmp_path / "train.jsonl"
     train.write_text(train.read_text().splitlines()[0])  # one record, one question, answered wrong: nothing merged or overruled
     outcome = run_publish(family, tmp_path)
-    assert outcome["report"].judge.contradicted == 0
+    assert outcome.report.judge.contradicted == 0
     card = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
     assert "1 QA pair in 1 source record; 1 kept in 1 row (one per image), 0 dropped." in card
     assert "no rejection in this family was of this kind." in card

@@ -1,4 +1,4 @@
-"""A disk that fills up while a family is written: the clean store, the cache, the items store, a split, a staged repo, the published folder.
+"""A disk that fills up while a family is written: the clean store, the cache, the items store, a split, an assembled repo, the published folder.
 
 Each case puts that one store on a small tmpfs the test mounts itself (root is needed: without it
 these cases skip, saying so), fills it to the last byte, and publishes: the stage stops with `no
@@ -25,7 +25,7 @@ from rs.pipeline.build import build_family
 from rs.util.disk import DiskFull
 from rs.engines.generation_cache import GenerationCache
 from rs.families import load_families
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 from rs.pipeline.clean.stage import CleanStage
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure
@@ -106,7 +106,7 @@ CASES = {
     "generation cache": ("the generation cache", "cache", CleanStage, 48 << 10, "cache/cache.sqlite"),
     "items store": ("the items store", "build", CleanStage, 0, "build/Alpha/items.tmp"),
     "split": ("the think split", "build", SampleStage, 0, "build/Alpha/splits/think.tmp"),
-    "staged repo": ("the staged repo", "build/Alpha/repos", None, 0, "build/Alpha/repos/Alpha_RS_think"),
+    "assembled repo": ("the assembled repo", "build/Alpha/repos", None, 0, "build/Alpha/repos/Alpha_RS_think"),
     "published folder": ("the published repo", "out", None, 48 << 10, "out/tester/Alpha_RS_think"),
 }
 """With room left, the cache commits a few answers before it is full, and the published folder takes a few files' copies."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rs.families import load_families
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 
 FAMILY = """\
 families:
@@ -31,7 +32,7 @@ families:
 def test_a_dry_run_of_a_family_not_built_creates_no_engine_and_says_what_a_run_would_do(tmp_path: Path, capsys) -> None:
     pytest.importorskip("vllm")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from rs.cli.publish import would_do
+    from rs.cli.publish import dry_run_text
     from rs.engines.factory import engines_for
 
     (tmp_path / "families.yaml").write_text(FAMILY)
@@ -44,10 +45,10 @@ def test_a_dry_run_of_a_family_not_built_creates_no_engine_and_says_what_a_run_w
 
     paths = {"out": tmp_path / "out", "build_root": tmp_path / "build", "cache_path": tmp_path / "cache.sqlite"}
     dry = publish(family, dry_run=True, progress=False, engine_factory=counted, **paths)
-    assert created == [] and dry["report"] is None and dry["results"] == {}
+    assert created == [] and dry.report is None and dry.results == {}
     assert not paths["cache_path"].exists() and not paths["out"].exists()
     assert not list(paths["build_root"].rglob("*.parquet"))  # nothing cleaned into a store, nothing sampled
-    text = would_do(family, dry)
+    text = dry_run_text(family, dry)
     assert text.startswith("Dry: not built here with these settings, so this dry run built nothing: no model was loaded")
     assert "read 3 source records and clean them: about 6 questions to answer" in text
     assert "send about 6 sampling requests to rs:demo-vlm" in text
@@ -59,16 +60,38 @@ def test_a_dry_run_of_a_family_not_built_creates_no_engine_and_says_what_a_run_w
     finally:
         for sampler, judge in created:
             sampler.close()
-    assert len(created) == 1 and built["report"].run.sampling_engine_calls > 0
+    assert len(created) == 1 and built.report.run.sampling_engine_calls > 0
 
-    again = publish(family, dry_run=True, progress=False, engine_factory=counted, **paths)  # built: the usual file-by-file plan
-    assert len(created) == 1 and again["report"] is not None
-    assert all(c.action == "unchanged" for r in again["results"].values() for c in r.changes)
+    again = publish(family, dry_run=True, progress=False, engine_factory=counted, **paths)  # built: the usual file-by-file changes
+    assert len(created) == 1 and again.report is not None
+    assert all(c.action == "unchanged" for r in again.results.values() for c in r.changes)
+
+
+def test_a_dry_run_of_a_family_not_built_imports_neither_transformers_nor_vllm(tmp_path: Path) -> None:
+    """The dry run asks `rs.plan` what a run would do without the model's processor: no `transformers`, no vLLM imported.
+    `rs plan` of the same family, which counts the prompts' tokens, does import `transformers`: the check can fail."""
+    (tmp_path / "families.yaml").write_text(FAMILY)
+    paths = ["--config", str(tmp_path / "families.yaml"), "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "cache.sqlite")]
+    loaded = "print('loaded:', sorted(m for m in ('transformers', 'vllm') if m in sys.modules))"
+    commands = {"dry run": f"import sys\nfrom rs.cli.publish import main\nmain(sys.argv[1:])\n{loaded}",
+                "plan": f"import sys\nfrom rs.cli.plan import main\nmain(sys.argv[1:])\n{loaded}"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RS_CACHE_DIR": str(tmp_path / "rs-cache")}
+    said = {}
+    for name, script in commands.items():
+        extra = ["--dry-run", "--out", str(tmp_path / "out")] if name == "dry run" else ["--sample", "1"]
+        run = subprocess.run([sys.executable, "-c", script, "Dry", *paths, *extra], env=env, capture_output=True, text=True,
+                             timeout=300, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-3000:]
+        said[name] = run.stdout
+    assert said["dry run"].startswith("Dry: not built here with these settings, so this dry run built nothing")
+    assert said["dry run"].rstrip().endswith("loaded: []")
+    assert said["plan"].rstrip().endswith("loaded: ['transformers']")
+    assert not (tmp_path / "out").exists() and not list((tmp_path / "build").rglob("*.parquet"))
 
 
 def test_an_offline_dry_run_of_a_built_family_describes_what_it_would_upload_and_what_it_could_not_check(tmp_path: Path) -> None:
     """Offline (HF_HUB_OFFLINE=1), a dry run to the Hub of a family built here refused (`Cannot publish ...: HF_HUB_OFFLINE
-    is set`) instead of describing the run. It now says what it would upload (the staged repos' files, as a dry run against
+    is set`) instead of describing the run. It now says what it would upload (the assembled repos' files, as a dry run against
     an empty repo lists them) and what it could not check; the Hub double behind HF_ENDPOINT sees no request."""
     from faults import engine_kinds_installed, publish_command, write_families
     from hub_server import running_hub

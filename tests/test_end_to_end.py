@@ -85,7 +85,7 @@ def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(famil
     # a template change, then --cards-only: the three cards change, nothing else
     import rs.pipeline.publish.cards.render
     from rs.families import load_families
-    from rs.pipeline.publish.family import publish
+    from rs.pipeline.publish import publish
 
     templates = tmp_path / "templates"
     import shutil
@@ -100,4 +100,4 @@ def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(famil
     changed = sorted(p for p in published_files(a) if (a / p).read_bytes() != before[p])
     assert changed == [f"MyShapes_{s}/README.md" for s in ("RS_nothink", "RS_think", "rejected")]
     assert all("Template v2." in (a / p).read_text() for p in changed)
-    assert outcome["seconds"] < 5
+    assert outcome.seconds < 5

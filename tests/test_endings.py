@@ -20,7 +20,7 @@ pytest.importorskip("vllm")
 
 from rs.engines.vllm import VLLMEngine, VLLMStream  # noqa: E402
 from rs.families import load_families  # noqa: E402
-from rs.pipeline.publish.family import publish  # noqa: E402
+from rs.pipeline.publish import publish  # noqa: E402
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure
 from rs.context import BuildContext
@@ -152,7 +152,7 @@ def test_loops_reach_the_summary_and_cards_apart_from_no_final_answer(tmp_path: 
     engine.only = None
     outcome = publish(family(tmp_path), out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
                       progress=False, engine_factory=lambda f: (engine, engine))
-    report = outcome["report"]
+    report = outcome.report
     items = list(read_records(tmp_path / "build" / "Loops" / "items", "items"))
     looped = sum(i["ending"] == "repetition" for i in items)
     assert report.totals.rejected_by_reason["degenerate_repetition"] == looped > 0
@@ -161,7 +161,7 @@ def test_loops_reach_the_summary_and_cards_apart_from_no_final_answer(tmp_path: 
     assert report.lengths["rejected"].loops == looped
     saved = sum(MAX_TOKENS - i["completion_tokens"] for i in items if i["ending"] == "repetition")
     assert report.endings.loop_tokens_saved == saved
-    card = (Path(outcome["where"]["rejected"]) / "README.md").read_text()
+    card = (Path(outcome.where["rejected"]) / "README.md").read_text()
     assert f"`repetition` {looped}" in card and f"saved {saved} tokens" in card
     assert "`degenerate_repetition` — " in card
     from rs.cli.publish import summary
@@ -184,9 +184,9 @@ def test_the_budget_cuts_the_reasoning_and_the_answer_after_it_is_read(tmp_path:
     assert report.sampling_engine_calls == 0
     outcome = publish(family(tmp_path, budget=BUDGET + 4, loops="null"), out=tmp_path / "out", build_root=tmp_path / "build",
                       cache_path=tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (engine, engine))
-    card = (Path(outcome["where"]["think"]) / "README.md").read_text()
+    card = (Path(outcome.where["think"]) / "README.md").read_text()
     assert f"The reasoning was cut at {BUDGET + 4} tokens (`thinking_token_budget`) in {len(items)} answers" in card
-    accepted = outcome["report"].totals.accepted
+    accepted = outcome.report.totals.accepted
     if accepted:  # the tiny model's yes/no is right for some
         assert "`budgeted`" in card
 

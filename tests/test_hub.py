@@ -32,7 +32,7 @@ from PIL import Image
 import rs.hub
 import rs.hub.retry
 from hub_server import HubServer, running_hub
-from rs.hub import FileChange, MissingTokenError, PublishError, format_plan, plan, publish_folder
+from rs.hub import FileChange, MissingTokenError, PublishError, file_changes, format_changes, publish_folder
 from rs.util.sizes import format_bytes
 
 # huggingface_hub's own LFS PUT passes a file object as `data=`, which httpx2 deprecates: not ours to fix.
@@ -145,7 +145,7 @@ def _png(color: tuple[int, int, int]) -> bytes:
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
-    """A staged repo, laid out exactly as on the Hub."""
+    """An assembled repo, laid out exactly as on the Hub."""
     root = tmp_path / "repo"
     root.mkdir()
     (root / "README.md").write_text(README)
@@ -202,9 +202,9 @@ def test_unchanged_folder_makes_no_commit(hub: HubServer, folder: Path) -> None:
     assert len(hub.commits(REPO)) == 2
     assert again.commit_url is None and not again.committed
     assert [c.action for c in again.changes] == ["unchanged"] * 4
-    # Nothing is uploaded or even pre-uploaded: the plan found every hash equal.
+    # Nothing is uploaded or even pre-uploaded: the diff found every hash equal.
     assert {name: hub.endpoint_calls(name) for name in calls} == calls
-    assert {c.action for c in plan(HfApi(), folder, REPO)} == {"unchanged"}
+    assert {c.action for c in file_changes(HfApi(), folder, REPO)} == {"unchanged"}
 
 
 def test_changed_shard_and_removed_file_make_one_commit(hub: HubServer, folder: Path) -> None:
@@ -289,7 +289,7 @@ def test_503_after_the_commit_was_applied_makes_no_duplicate(hub: HubServer, fol
     result = publish_folder(folder, REPO)
 
     commits = hub.commits(REPO)
-    assert len(commits) == 2  # applied once; the retry re-planned, found it there and committed nothing
+    assert len(commits) == 2  # applied once; the retry read the Hub again, found it there and committed nothing
     assert hub.endpoint_calls("commit") == 1 and sleeps == [1.0]
     assert result.commit_url is not None and result.commit_url.endswith(commits[-1].oid)
     assert {c.action for c in result.changes} == {"add"}
@@ -303,7 +303,7 @@ def test_dropped_connection_on_commit_is_retried(hub: HubServer, folder: Path) -
     assert len(hub.commits(REPO)) == 2 and hub.endpoint_calls("commit") == 2
 
 
-def test_conflict_replans_against_the_new_head(hub: HubServer, folder: Path) -> None:
+def test_a_conflict_is_compared_again_against_the_new_head(hub: HubServer, folder: Path) -> None:
     publish_folder(folder, REPO)
     (folder / "README.md").write_text(README + "\nv2\n")
     hub.conflict_next_commit(files={"NOTES.md": b"someone else's file\n"})
@@ -311,7 +311,7 @@ def test_conflict_replans_against_the_new_head(hub: HubServer, folder: Path) -> 
     publish_folder(folder, REPO)
 
     first, ours_v1, theirs, ours_v2 = hub.commits(REPO)
-    assert theirs.author == "someone-else" and ours_v2.parent == theirs.oid  # 412 first, then re-planned
+    assert theirs.author == "someone-else" and ours_v2.parent == theirs.oid  # 412 first, then compared again
     assert ours_v2.added == ["README.md"] and ours_v2.deleted == ["NOTES.md"]
     assert hub.endpoint_calls("commit") == 3
 
@@ -335,7 +335,7 @@ def test_refused_commit_is_not_retried(hub: HubServer, folder: Path, sleeps: lis
     assert hub.endpoint_calls("commit") == 1 and sleeps == []
 
 
-def test_dry_run_plans_and_changes_nothing(hub: HubServer, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dry_run_says_the_changes_and_changes_nothing(hub: HubServer, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fresh = publish_folder(folder, REPO, dry_run=True)
 
     assert not hub.has_repo(REPO) and hub.endpoint_calls("create_repo") == 0
@@ -353,12 +353,12 @@ def test_dry_run_plans_and_changes_nothing(hub: HubServer, folder: Path, monkeyp
 
     assert len(hub.commits(REPO)) == 2 and hub.endpoint_calls("commit") == 1
     assert len(hub.auth_headers) == seen  # sent anonymously
-    text = format_plan(again)
+    text = format_changes(again)
     shard, png = format_bytes((folder / SHARDS[1]).stat().st_size), format_bytes(len(_png((255, 0, 0))))
     assert text.splitlines()[0] == f"datasets/{REPO}: 1 to change ({shard}), 1 to delete ({png}), 2 unchanged; 1 commit"
     assert f"~ change    {SHARDS[1]}" in text and "- delete    images/example-1.png" in text
     assert "add" not in text and "README.md" not in text  # unchanged files are not listed
-    lines_only = format_plan(again.changes)
+    lines_only = format_changes(again.changes)
     assert lines_only.splitlines() == text.splitlines()[1:]
 
 
@@ -389,7 +389,7 @@ def test_token_never_logged_or_raised(hub: HubServer, folder: Path, monkeypatch:
     assert "curl" in caplog.text and "POST" in caplog.text  # ...the client did log its requests...
     assert TOKEN not in caplog.text  # ...but never the token
     assert TOKEN not in "".join(traceback.format_exception(info.value))
-    assert TOKEN not in repr(result) and TOKEN not in format_plan(result)
+    assert TOKEN not in repr(result) and TOKEN not in format_changes(result)
 
 
 def test_emulator_serves_what_the_clients_read(hub: HubServer, folder: Path) -> None:
@@ -496,14 +496,14 @@ def test_rate_limit_headers_are_read_as_the_client_reads_them() -> None:
 def test_rs_audit_reads_a_family_from_the_hub(hub: HubServer, tmp_path: Path) -> None:
     """`rs audit NAMESPACE/REPO` downloads the repo and its siblings with snapshot_download and checks them as a folder."""
     from rs.audit import audit
-    from rs.pipeline.publish.family import publish as publish_family
+    from rs.pipeline.publish import publish as publish_family
     from test_audit import VARIANTS, _family
 
     family = _family(tmp_path / "family", VARIANTS["recovery-blocked"][0])
     outcome = publish_family(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
                              progress=False)
     api = HfApi()
-    for where in outcome["where"].values():
+    for where in outcome.where.values():
         api.create_repo(f"rs-test/{Path(where).name}", repo_type="dataset")
         api.upload_folder(repo_id=f"rs-test/{Path(where).name}", repo_type="dataset", folder_path=where)
     result = audit("rs-test/Shapes_RS_think")

@@ -25,7 +25,7 @@ import pytest
 import rs.hub.retry
 from hub_server import Commit, HubServer, Repo, running_hub
 from hub_state import COMMIT_QUOTA_MESSAGE
-from rs.hub import PublishError, format_plan, publish_folder
+from rs.hub import PublishError, format_changes, publish_folder
 from test_hub import TOKEN, _local_files, _point_clients_at, blocked_hosts, hub, sleeps  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
@@ -38,7 +38,7 @@ OLD = {"README.md": b"---\nlicense: mit\n---\n# old build\n",
 
 
 def _write_repo(root: Path, shards: int, *, salt: str = "") -> Path:
-    """A staged repo of `shards` one-row parquet files (each distinct) and a card."""
+    """An assembled repo of `shards` one-row parquet files (each distinct) and a card."""
     (root / "data").mkdir(parents=True)
     (root / "README.md").write_text(f"---\nlicense: mit\n---\n# {shards} shards {salt}\n")
     for i in range(shards):
@@ -91,7 +91,7 @@ def test_a_thousand_shards_go_up_in_bounded_commits_and_main_moves_once(hub: Hub
 
     dry = publish_folder(thousand, REPO, dry_run=True, files_per_commit=PER_COMMIT)
     assert (dry.commits, dry.merges) == (expected + 1, 1)
-    assert f"; would make {expected + 1} commits: {expected} on a new pull request, then its merge" in format_plan(dry, dry_run=True)
+    assert f"; would make {expected + 1} commits: {expected} on a new pull request, then its merge" in format_changes(dry, dry_run=True)
     assert hub.endpoint_calls("commit") == 0 and hub.pulls(REPO) == []
 
     caplog.set_level(logging.INFO)

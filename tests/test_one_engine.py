@@ -20,7 +20,7 @@ import pytest
 from faults import ROOT, write_families
 import rs.context
 from rs.families import load_families
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 
 LIMIT = 4
 

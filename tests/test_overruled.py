@@ -15,7 +15,7 @@ from rs.audit import audit  # noqa: E402
 from rs.pipeline.clean.stage import CleanStage  # noqa: E402
 from rs.pipeline.stage import ensure  # noqa: E402
 from rs.families import load_families  # noqa: E402
-from rs.pipeline.publish.family import publish  # noqa: E402
+from rs.pipeline.publish import publish  # noqa: E402
 from rs.store import read_clean_rows, read_records  # noqa: E402
 from rs.engines.replay import ReplayEngine  # noqa: E402
 from rs.context import BuildContext
@@ -62,7 +62,7 @@ def test_always_correct_judge_cannot_promote_a_different_number(tmp_path: Path) 
                           progress=False, engine_factory=lambda f: (ReplayEngine(tmp_path / "replay.jsonl", model="replayed/model"), judge))
     finally:
         judge.close()
-    stats = outcome["report"].to_dict()
+    stats = outcome.report.to_dict()
     assert stats["judge"]["calibration"]["promotes"] is True
     items = {r["key"]: r for r in read_records(ctx.paths.items, "items")}
     assert {r["judge"] for r in items.values() if not r["verified"]} == {"CORRECT"}

@@ -33,7 +33,7 @@ import pytest
 from faults import FAMILY, ROOT, engine_kinds_installed, group_left, plugin_env, publish_command, write_families
 from hub_server import HubServer, running_hub
 from rs.families import load_families
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 from test_hub import TOKEN, _point_clients_at
 
 RESUME = "to resume, run the same command again: "

@@ -184,8 +184,8 @@ def test_a_vllm_family_without_a_kv_cache_size_is_warned_on_the_cpu_build(tmp_pa
 
 
 def test_a_dry_run_says_what_the_recovery_pass_may_cost_and_how_to_measure_it(tmp_path: Path) -> None:
-    from rs.cli.publish import would_do
-    from rs.pipeline.publish.family import publish
+    from rs.cli.publish import dry_run_text
+    from rs.pipeline.publish import publish
 
     text = FAMILY.format(mc="null", verifier="alnum", model="rs:tiny-vlm", max_model_len=2048)
     (tmp_path / "families.yaml").write_text(text + "    recovery: {samples: 3, temperature: 0.6, max_tokens: 40}\n"
@@ -197,9 +197,9 @@ def test_a_dry_run_says_what_the_recovery_pass_may_cost_and_how_to_measure_it(tm
 
     dry = publish(family, dry_run=True, progress=False, engine_factory=no_engine, out=tmp_path / "out", build_root=tmp_path / "build",
                   cache_path=tmp_path / "cache.sqlite")
-    said = would_do(family, dry)
+    said = dry_run_text(family, dry)
     assert ("then sample each rejection with a final answer 3 more times at temperature 0.6 (one request each), verify and judge "
             "the samples: at most 120 output tokens a rejection (`rs plan Odd --limit N` measures the rejections and projects the "
             "pass's hours)") in said
     without = dataclasses.replace(family, config=dataclasses.replace(family.config, recovery=None))
-    assert "more times" not in would_do(without, dry)  # no recovery block, no such line
+    assert "more times" not in dry_run_text(without, dry)  # no recovery block, no such line

@@ -26,7 +26,7 @@ from faults import ROOT, assert_same_published, publish_command, published_files
 from rs.families import load_families
 from rs.errors import UsageError
 from rs.util.locks import PublishBusy
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 
 HOOK = """
 import os, signal, sys, time

@@ -10,8 +10,8 @@ import pytest
 
 from rs.cli.publish import summary
 from rs.families.loader import FamilyConfigError, load_families
-from rs.pipeline.publish.family import publish
-from rs.pipeline.publish.preflight import RepoCheckError, check_repo
+from rs.pipeline.publish import publish
+from rs.pipeline.publish.repo_check import RepoCheckError, check_repo
 from rs.splits_schema import SPLITS
 from test_cards import family  # noqa: F401  (the Hostile family fixture)
 from test_hub import TOKEN, blocked_hosts, hub, sleeps  # noqa: F401  (emulator fixtures)
@@ -32,16 +32,16 @@ def test_family_publishes_once_completely_and_then_makes_no_commit(family, tmp_p
         commits = [c for c in hub.commits(repo_id) if c.parent is not None]
         assert len(commits) == 1, (split, commits)
         files = hub.files(repo_id)
-        assert set(outcome["report"].splits[split].files) == {p.split("/", 1)[1] for p in files if p.startswith("data/")}
+        assert set(outcome.report.splits[split].files) == {p.split("/", 1)[1] for p in files if p.startswith("data/")}
         assert {"README.md", "rs/stats.json", "rs/examples.json"} <= set(files)
         loaded = datasets.load_dataset(repo_id, split="train")
-        assert loaded.num_rows == outcome["report"].splits[split].rows
+        assert loaded.num_rows == outcome.report.splits[split].rows
     assert all(TOKEN not in value or value == f"Bearer {TOKEN}" for value in hub.auth_headers)
 
     again = to_hub(family, tmp_path)
     for split in SPLITS:
         assert len([c for c in hub.commits(f"tester/{family.repo_name(split)}") if c.parent is not None]) == 1
-        assert again["results"][split].commit_url is None
+        assert again.results[split].commit_url is None
 
 
 def test_commit_conflict_then_cards_only_touches_only_the_cards(family, tmp_path: Path, hub) -> None:  # noqa: F811
@@ -57,7 +57,7 @@ def test_commit_conflict_then_cards_only_touches_only_the_cards(family, tmp_path
     assert len(commits) == before + 1
     assert set(commits[-1].added) == {"README.md"} and not commits[-1].deleted
     assert "A new description." in hub.files(repo_id)["README.md"].decode()
-    assert outcome["results"]["rejected"].commit_url
+    assert outcome.results["rejected"].commit_url
 
 
 def sampled(hostile, tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def sampled(hostile, tmp_path: Path) -> None:
 def test_dry_run_creates_nothing(family, tmp_path: Path, hub) -> None:  # noqa: F811
     sampled(family, tmp_path)
     outcome = to_hub(family, tmp_path, dry_run=True)
-    assert {c.action for r in outcome["results"].values() for c in r.changes} == {"add"}
+    assert {c.action for r in outcome.results.values() for c in r.changes} == {"add"}
     assert not any(key[1].startswith("tester/") for key in hub.repos)  # no repo was even created
 
 
@@ -93,12 +93,12 @@ def test_cards_only_on_a_machine_without_the_build(family, tmp_path: Path, hub) 
 
 def test_a_family_over_files_per_commit_goes_through_pull_requests_and_cards_only_stays_one_commit(
         family, tmp_path: Path, hub) -> None:  # noqa: F811
-    family.config.publish.files_per_commit = 2  # the staged repos hold 7-9 files: several commits each
+    family.config.publish.files_per_commit = 2  # the assembled repos hold 7-9 files: several commits each
     sampled(family, tmp_path)
     dry = to_hub(family, tmp_path, dry_run=True)
     lines = summary(family, dry, dry_run=True).splitlines()
     for split in SPLITS:
-        result = dry["results"][split]
+        result = dry.results[split]
         assert result.merges == 1 and result.commits == math.ceil(len(result.changes) / 2) + 1
         assert any(line.endswith(f"would make {result.commits} commits: {result.commits - 1} on a new pull request, "
                                  "then its merge)") and family.repo_name(split) in line for line in lines)
@@ -111,8 +111,8 @@ def test_a_family_over_files_per_commit_goes_through_pull_requests_and_cards_onl
         main = [c for c in hub.commits(repo_id) if c.parent is not None]
         assert pull.status == "merged" and [c.oid for c in main] == [pull.merge_commit]  # main moved once
         assert all(len(c.operations) <= 2 for c in pull.commits)
-        assert outcome["results"][split].commits == len(pull.commits) + 1
-        assert datasets.load_dataset(repo_id, split="train").num_rows == outcome["report"].splits[split].rows
+        assert outcome.results[split].commits == len(pull.commits) + 1
+        assert datasets.load_dataset(repo_id, split="train").num_rows == outcome.report.splits[split].rows
     assert "; 0 commit" not in summary(family, outcome, dry_run=False)
 
     family.config.card.description = "A new description."

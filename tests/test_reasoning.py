@@ -28,7 +28,7 @@ from rs.families import load_families  # noqa: E402
 from rs.families.loader import FamilyConfigError  # noqa: E402
 from rs.families.schema import JudgeConfig, ReasoningConfig  # noqa: E402
 from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase  # noqa: E402
-from rs.pipeline.publish.family import publish  # noqa: E402
+from rs.pipeline.publish import publish  # noqa: E402
 from rs.pipeline.route import decide  # noqa: E402
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure
@@ -234,12 +234,12 @@ def test_an_unclosed_reasoning_is_no_final_answer_on_the_card(tmp_path: Path) ->
                           progress=False, engine_factory=lambda f: (engine, engine))
     finally:
         engine.close()
-    report = outcome["report"]
+    report = outcome.report
     items = list(read_records(tmp_path / "build" / "Shaped" / "items", "items"))
     unanswered = sum(item["final"] is None for item in items)
     assert report.totals.rejected_by_reason["no_final_answer"] == unanswered > 0
     assert report.prompts.reasoning["states"] == {"open": len(items)}
-    card = (Path(outcome["where"]["rejected"]) / "README.md").read_text()
+    card = (Path(outcome.where["rejected"]) / "README.md").read_text()
     assert "`no_final_answer` — " in card and f"({unanswered} in this family)" in card
     assert f"opened the reasoning in the generation prompt of {len(items)} of {len(items)} answers" in card
     assert "**Judge mode: label only.**" in card and set(report.judge.prompt_states) == {"closed"}  # closed by the engine

@@ -136,14 +136,14 @@ def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(tmp_pat
 
 
 def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path, demo_engine, monkeypatch) -> None:
-    from rs.pipeline.publish.family import publish
+    from rs.pipeline.publish import publish
 
     families = tiny_clevr(tmp_path)
     family = load_families(families)["TinyCLEVR"]
     out = tmp_path / "out"
     outcome = publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", limit=LIMIT, progress=False,
                       out=out, engine_factory=lambda f: (demo_engine, demo_engine))
-    repos = {split: Path(where) for split, where in outcome["where"].items()}
+    repos = {split: Path(where) for split, where in outcome.where.items()}
     assert set(repos) == {"think", "nothink", "rejected", "pairs"}
     pairs = datasets.load_dataset(str(repos["pairs"]), split="train")
     assert pairs.num_rows > 0
@@ -300,7 +300,7 @@ def test_demo_samples_variant_publishes_every_answer_and_an_rl_repo_trl_reads(tm
     and the cards' numbers are those of the repos' files."""
     import importlib.util
 
-    from rs.pipeline.publish.family import publish
+    from rs.pipeline.publish import publish
     from rs.pipeline.write.samples import rl_numbers, samples_numbers
 
     spec = importlib.util.spec_from_file_location("demo_samples", ROOT / "scripts" / "demo_samples.py")
@@ -311,9 +311,9 @@ def test_demo_samples_variant_publishes_every_answer_and_an_rl_repo_trl_reads(tm
     family = load_families(families)["TinyCLEVR"]
     outcome = publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", limit=LIMIT, progress=False,
                       out=tmp_path / "out", engine_factory=lambda f: (demo_engine, demo_engine))
-    repos = {split: Path(where) for split, where in outcome["where"].items()}
+    repos = {split: Path(where) for split, where in outcome.where.items()}
     assert set(repos) == {"think", "nothink", "rejected", "pairs", "samples", "rl"}
-    report = outcome["report"]
+    report = outcome.report
 
     fresh = str(tmp_path / "hf-datasets")  # not ~/.cache: `datasets` may find an earlier run's table there under the same hash
     samples = datasets.load_dataset(str(repos["samples"]), split="train", cache_dir=fresh)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import datasets
 
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 from replay_family import write_family
 
 FAMILY = """\
@@ -44,7 +44,7 @@ def _family(tmp_path: Path):
 def test_every_way_through_the_recovery_pass(tmp_path: Path) -> None:
     family = _family(tmp_path)
     outcome = publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
-    report, repos = outcome["report"], {split: Path(where) for split, where in outcome["where"].items()}
+    report, repos = outcome.report, {split: Path(where) for split, where in outcome.where.items()}
 
     nothink = {qa["question"].split("\n")[0]: qa for row in datasets.load_dataset(str(repos["nothink"]), split="train")
                for qa in row["qa"]}

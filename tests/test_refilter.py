@@ -24,7 +24,7 @@ from rs.cli.main import main as rs_main
 from rs.engines.generation_cache import GenerationCache
 from rs.families import load_families
 from rs.pipeline.sample.judge import Judge, JudgeCase
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 
 FAMILY = """\
 families:
@@ -93,7 +93,7 @@ def runs(tmp_path_factory):
     with _moved_away(tmp / "answers.jsonl", tmp / "data"):
         built = _refilter(*common, "--out", str(tmp / "from-build"), "--build-dir", str(build))
         from_samples = _refilter(*common, "--out", str(tmp / "from-samples"), "--build-dir", str(tmp / "elsewhere"),
-                                 "--from-samples", first["where"]["samples"])
+                                 "--from-samples", first.where["samples"])
     with GenerationCache(cache) as held:
         cached_after = len(held)
     return SimpleNamespace(tmp=tmp, build=build, cache=cache, first=first, built=built, from_samples=from_samples,
@@ -121,7 +121,7 @@ def test_a_stricter_reader_rereads_the_stored_answers_with_no_engine(runs) -> No
     assert nothink["How many circles?"]["answer"] == "3" and nothink["How many circles?"]["greedy_answer"] == "three"
     rejected = _by_question(local / "Shapes_rejected", runs.tmp / "hf")
     assert {q: qa["reason"] for q, qa in rejected.items()} == {"How many triangles?": "judge_not_asked"}
-    before = _by_question(Path(runs.first["where"]["nothink"]), runs.tmp / "hf")
+    before = _by_question(Path(runs.first.where["nothink"]), runs.tmp / "hf")
     assert {q: qa["accepted_by"] for q, qa in before.items()} == {  # the lenient run accepted all but the circle
         "How many shapes?": "verifier", "How many circles?": "verifier", "Is there a circle?": "recovery",
         "How many triangles?": "verifier", "How many squares?": "verifier"}
@@ -140,7 +140,7 @@ def test_a_stricter_reader_rereads_the_stored_answers_with_no_engine(runs) -> No
     assert "**Re-read under a changed reader**: the run's 7 stored answers were graded again" in card
     assert "`answers.literal` `false` → `true`" in card and "This family's answers are transcriptions" in card
     assert "**1 undecided answer (of 1 question) had no verdict**" in card and "1 question rests on such an answer and is rejected" in card and "- `judge_not_asked` — re-read offline" in card
-    assert "judge_not_asked" not in (Path(runs.first["where"]["rejected"]) / "README.md").read_text()  # listed only where it occurs
+    assert "judge_not_asked" not in (Path(runs.first.where["rejected"]) / "README.md").read_text()  # listed only where it occurs
     assert "1 undecided answer (of 1 question) without a judge verdict (1 question rejected as `judge_not_asked`, not as wrong); 2 samples" in printed
     assert f"rs publish Shapes --config {runs.tmp / 'strict.yaml'} --build-dir {runs.build} --cache {runs.cache}" in printed
 
@@ -195,8 +195,8 @@ def test_a_bumped_verifiers_version_rereads_and_changes_no_decision(runs, monkey
     assert (reread["outcomes_changed"], reread["decisions"]["changed"], reread["judge_not_asked"]) == (0, 0, 0)
     assert reread["reader"]["verifiers"] == "2-bumped"
     for split in ("think", "nothink", "rejected", "samples"):
-        name = Path(runs.first["where"][split]).name
-        for data in (Path(runs.first["where"][split]) / "data").glob("*.parquet"):
+        name = Path(runs.first.where[split]).name
+        for data in (Path(runs.first.where[split]) / "data").glob("*.parquet"):
             assert data.read_bytes() == (tmp_path / "out" / "local" / name / "data" / data.name).read_bytes()
 
 
@@ -205,6 +205,6 @@ def test_rs_publish_then_asks_the_judge_and_draws_the_samples(runs) -> None:
     engine has no verdict for it: UNSURE) and draws the triangles' samples, one of which it accepts."""
     strict = load_families(runs.tmp / "strict.yaml")["Shapes"]
     outcome = publish(strict, out=runs.tmp / "strict-run", build_root=runs.build, cache_path=runs.cache, progress=False)
-    totals = outcome["report"].totals
+    totals = outcome.report.totals
     assert totals.rejected_by_reason["judge_not_asked"] == 0 and totals.accepted == 5
     assert totals.accepted_by == {"verifier": 1, "judge": 1, "recovery": 3}

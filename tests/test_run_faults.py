@@ -23,7 +23,7 @@ import pytest
 
 from faults import ROOT, assert_same_published, cache_keys, engine_kinds_installed, plugin_env, publish_command, write_families
 from rs.families import load_families
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 
 ENGINE = "{kind: slow_replay, replay_path: replay.jsonl, batch_size: 4, delay: 0.1}"
 

@@ -19,7 +19,7 @@ import pytest
 
 from rs.cli.main import main as rs_main
 from rs.families import load_families
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 from replay_family import differ_by_the_source_alone, write_family
 from test_hub import blocked_hosts, hub, sleeps  # noqa: F401  (the test Hub's fixtures)
 from rs.pipeline.route import RouteFilter
@@ -81,7 +81,7 @@ def _question(row: dict) -> str:
 
 def test_samples_repo_holds_every_generation_and_its_card_is_measured_from_its_files(built) -> None:
     _, family, outcome = built
-    repo = Path(outcome["where"]["samples"])
+    repo = Path(outcome.where["samples"])
     assert repo.name == "Shapes_RS_samples"
     rows = list(datasets.load_dataset(str(repo), split="train", cache_dir=_fresh(built)))
     by_q = {_question(r): r for r in rows}
@@ -131,7 +131,7 @@ def test_samples_repo_holds_every_generation_and_its_card_is_measured_from_its_f
 def test_rl_repo_loads_into_trls_grpo_layout_with_every_question_strictly_between(built) -> None:
     trl_data = pytest.importorskip("trl.data_utils")
     _, family, outcome = built
-    repo = Path(outcome["where"]["rl"])
+    repo = Path(outcome.where["rl"])
     ds = datasets.load_dataset(str(repo), split="train", cache_dir=_fresh(built))
     rows = list(ds)
     assert sorted(_question(r) for r in rows) == ["How many shapes?", "How many triangles?"]  # 0 < p < 1
@@ -145,21 +145,21 @@ def test_rl_repo_loads_into_trls_grpo_layout_with_every_question_strictly_betwee
     stored = json.loads((repo / "rs" / "numbers.json").read_text())
     assert stored == rl_numbers(repo / "data")
     assert stored["rows"] == len(rows) and stored["pass_rates"]["(0.25, 0.5]"] == 2 and stored["k"] == {"2": 2}
-    assert outcome["report"].splits["rl"].qa == len(rows)
+    assert outcome.report.splits["rl"].qa == len(rows)
 
 
 def test_question_types_on_the_cards(built) -> None:
     _, _, outcome = built
-    types = outcome["report"].question_types
+    types = outcome.report.question_types
     assert set(types["types"]) == {"count", "exist", "other"}
     count = types["types"]["count"]
     assert (count["answered"], count["accepted"], count["recovered"], count["sampled_rejected"]) == (4, 4, 2, 2)
     assert (count["recovery_rate"], count["measured"], count["sometimes"]) == (1.0, 4, 2)
     assert types["types"]["exist"]["accept_rate"] == 0.0
     assert types["most_failed"] == ["exist"]
-    rejected = (Path(outcome["where"]["rejected"]) / "README.md").read_text()
+    rejected = (Path(outcome.where["rejected"]) / "README.md").read_text()
     assert "## By question type" in rejected and "**The types the model fails most** (lowest accept rate): `exist`" in rejected
-    think = (Path(outcome["where"]["think"]) / "README.md").read_text()
+    think = (Path(outcome.where["think"]) / "README.md").read_text()
     assert "| count | 4 | 4 | 100.0% | 2 | 100.0% | 4 |" in think
 
 
@@ -184,7 +184,7 @@ def test_refilter_rebuilds_the_splits_from_the_stores_with_no_engine(built, refi
     # no engine: the stages were found done (an engine would raise NoStoredAnswers); the reasoning rule changed the think split
     think = [qa["question"].split("\n")[0] for row in datasets.load_dataset(str(repos / "Shapes_RS_think"), split="train",
                                                                            cache_dir=_fresh(built) + "-refiltered") for qa in row["qa"]]
-    before = [qa["question"].split("\n")[0] for row in datasets.load_dataset(first["where"]["think"], split="train",
+    before = [qa["question"].split("\n")[0] for row in datasets.load_dataset(first.where["think"], split="train",
                                                                             cache_dir=_fresh(built)) for qa in row["qa"]]
     assert "What colour is the sky?" in think and "What colour is the sky?" not in before
     stats = json.loads((repos / "Shapes_RS_think" / "rs" / "stats.json").read_text())
@@ -206,7 +206,7 @@ def test_refilter_from_the_samples_repo_alone_gives_the_build_s_repos(built, ref
     shutil.copyfile(build_tmp / "families.yaml", bare / "families.yaml")
     run = subprocess.run([sys.executable, "-m", "rs.refilter", "Shapes", "--config", "families.yaml", "--out", str(tmp_path / "out"),
                           *REFILTER, "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "none.sqlite"),
-                          "--from-samples", first["where"]["samples"]], cwd=bare, capture_output=True, text=True, timeout=300)
+                          "--from-samples", first.where["samples"]], cwd=bare, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "re-filtered offline from the samples repo Shapes_RS_samples, no model call" in run.stdout
     rebuilt = tmp_path / "out" / "local"
@@ -224,7 +224,7 @@ def test_refilter_from_a_hub_samples_repo(built, refiltered, hub, tmp_path: Path
     _, _, first = built
     api = HfApi()
     api.create_repo("rs-test/Shapes_RS_samples", repo_type="dataset")
-    api.upload_folder(repo_id="rs-test/Shapes_RS_samples", repo_type="dataset", folder_path=first["where"]["samples"])
+    api.upload_folder(repo_id="rs-test/Shapes_RS_samples", repo_type="dataset", folder_path=first.where["samples"])
     code = rs_main(["refilter", "Shapes", "--config", str(built[0] / "families.yaml"), "--out", str(tmp_path / "out"), *REFILTER,
                     "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "none.sqlite"),
                     "--from-samples", "rs-test/Shapes_RS_samples"])
@@ -236,7 +236,7 @@ def test_refilter_refuses_a_samples_repo_without_its_run_record(built, tmp_path:
     """A samples repo of layout 1 (no `rs/run.json`): refused, saying what it lacks, before anything is written."""
     build_tmp, _, first = built
     old = tmp_path / "Shapes_RS_samples"
-    shutil.copytree(first["where"]["samples"], old)
+    shutil.copytree(first.where["samples"], old)
     (old / "rs" / "run.json").unlink()
     with pytest.raises(Exception) as raised:
         rs_main(["refilter", "Shapes", "--config", str(build_tmp / "families.yaml"), "--out", str(tmp_path / "out"),

@@ -17,7 +17,8 @@ import pytest
 from PIL import Image
 
 from rs.families import load_families
-from rs.pipeline.publish.family import EmptySplitError, publish
+from rs.pipeline.publish import publish
+from rs.pipeline.publish.repo_check import EmptySplitError
 from rs.splits_schema import features
 
 FAMILY = """\

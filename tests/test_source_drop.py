@@ -23,7 +23,7 @@ from datasets import Features, Image, Value
 import rs.sources.resumable
 from faults import assert_same_published, publish_family, write_families
 from rs.families import load_families
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 from rs.sources.hub import SourceUnreachable
 from rs.sources.resumable import RETRIES, SourceUnavailable
 

@@ -145,12 +145,12 @@ def test_the_template_opens_the_reasoning_whatever_enable_thinking_says(processo
 
 
 def test_image_tokens_grow_with_the_image_as_qwen3vls(processor) -> None:
-    from rs.plan import _prompt_tokens
+    from rs.plan.tokens import prompt_tokens
 
     for (width, height), tokens in SIZES.items():
-        _, image_tokens = _prompt_tokens(processor, "How many?", picture(width, height), {}, {})
+        _, image_tokens = prompt_tokens(processor, "How many?", picture(width, height), {}, {})
         assert image_tokens == tokens, (width, height)
-    _, limited = _prompt_tokens(processor, "How many?", picture(1700, 2200), {}, {"max_pixels": 1_310_720})
+    _, limited = prompt_tokens(processor, "How many?", picture(1700, 2200), {}, {"max_pixels": 1_310_720})
     assert limited == 1240
 
 
@@ -246,13 +246,13 @@ def test_streaming_with_the_reasoning_left_open(engine) -> None:
 
 def test_prompt_tokens_equal_vllms_item_by_item(engine, processor) -> None:
     """`rs plan`'s count (the processor's) against the prompt vLLM ran, for CLEVR, chart and page sizes."""
-    from rs.plan import _prompt_tokens
+    from rs.plan.tokens import prompt_tokens
 
     sizes = list(SIZES)
     generations = engine.generate([request(w, h, f"Question {i}?") for i, (w, h) in enumerate(sizes)],
                                   SamplingSettings(max_tokens=4, chat_template_kwargs={"enable_thinking": True}))
     for i, ((width, height), generation) in enumerate(zip(sizes, generations)):
-        planned, image_tokens = _prompt_tokens(processor, f"Question {i}?" + INSTRUCTION, picture(width, height),
+        planned, image_tokens = prompt_tokens(processor, f"Question {i}?" + INSTRUCTION, picture(width, height),
                                                {"enable_thinking": True}, {})
         assert generation.error is None and generation.prompt_tokens == planned, (width, height)
         assert image_tokens == SIZES[(width, height)]
@@ -370,7 +370,7 @@ def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engin
     from faults import assert_same_published
 
     from rs.distributed import sample_on_ray
-    from rs.pipeline.publish.family import publish
+    from rs.pipeline.publish import publish
     from rs.context import BuildContext
     from rs.store import read_records
 
@@ -400,7 +400,7 @@ def test_a_pixel_limit_reaches_vllm_as_the_plan_counts_it(processor) -> None:
     module's engine needs while it still serves.
     """
     from rs.engines.vllm import VLLMEngine
-    from rs.plan import _prompt_tokens
+    from rs.plan.tokens import prompt_tokens
 
     limit = {"max_pixels": 1_310_720}
     limited = VLLMEngine("rs:tiny-qwen3vl", engine_args={**VLLM_ENGINE_KWARGS, "mm_processor_kwargs": limit})
@@ -408,5 +408,5 @@ def test_a_pixel_limit_reaches_vllm_as_the_plan_counts_it(processor) -> None:
         generation, = limited.generate([request(1700, 2200, "Page?")], SamplingSettings(max_tokens=2))
     finally:
         limited.close()
-    planned, image_tokens = _prompt_tokens(processor, "Page?" + INSTRUCTION, picture(1700, 2200), {}, limit)
+    planned, image_tokens = prompt_tokens(processor, "Page?" + INSTRUCTION, picture(1700, 2200), {}, limit)
     assert image_tokens == 1240 and generation.error is None and generation.prompt_tokens == planned

@@ -29,8 +29,7 @@ from rs.cli import signals
 from rs.errors import RsError
 from rs.families import Family, get_family
 from rs.plan.probe import probe_family
-from rs.pipeline.publish.family import check_local_root
-from rs.pipeline.publish.targets import check_overlap
+from rs.pipeline.publish.preflight import check_local_root, check_overlap
 
 
 def checked_family(name: str, config: Path | None, *, probe: bool = True, loads_model: bool = True) -> Family:
@@ -200,4 +199,5 @@ def _stopped(signum: int, trouble: RsError | None = None) -> int:
 
 def resume_command() -> str:
     """This command line as it was typed (`python -m rs.publish ...`, or the `rs` script), ready to paste."""
-    return shlex.join(sys.orig_argv if sys.argv[0].endswith("__main__.py") else sys.argv)
+    as_module = getattr(sys.modules.get("__main__"), "__spec__", None) is not None  # `python -m rs.publish` runs rs/publish.py
+    return shlex.join(sys.orig_argv if as_module or sys.argv[0].endswith("__main__.py") else sys.argv)

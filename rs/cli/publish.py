@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,12 @@ from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError, UsageError
 from rs.families import Family
 from rs.pipeline.write.report import Endings, FamilyReport, RecoverySummary
-from rs.hub import describe_commits, format_plan
+from rs.hub import describe_commits, format_changes
 from rs.util.sizes import format_bytes
 from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
-from rs.pipeline.publish.family import check_local_root, publish
-from rs.plan import Plan
+from rs.pipeline.publish import PublishReport, publish
+from rs.pipeline.publish.preflight import check_local_root
+from rs.plan import PlanReport, plan_family
 from rs.splits_schema import ROW_SCHEMAS, features
 from rs.context import default_cache_path
 
@@ -75,13 +77,14 @@ def _calibration_lines(cal: dict[str, Any]) -> list[str]:
     return [checks, verdict]
 
 
-def _split_lines(outcome: dict[str, Any], split: str, *, dry_run: bool) -> list[str]:
-    """One split's rows and what its publish changed (with the plan, on a dry run); a warning when it is empty."""
-    s = outcome["report"].splits[split]
-    result = outcome["results"][split]
+def _split_lines(outcome: PublishReport, split: str, *, dry_run: bool) -> list[str]:
+    """One split's rows and what its publish changed (with the changes file by file, on a dry run); a warning when it is empty."""
+    assert outcome.report is not None
+    s = outcome.report.splits[split]
+    result = outcome.results[split]
     counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
-    commits = "" if outcome["local"] else f"; {describe_commits(result, dry_run=dry_run)}"
-    head = f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome['where'][split]}"
+    commits = "" if outcome.local else f"; {describe_commits(result, dry_run=dry_run)}"
+    head = f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome.where[split]}"
     if result.offline:
         lines = [f"{head} (offline: {len(result.changes)} files, {format_bytes(sum(c.size for c in result.changes))}, to upload "
                  "at most; not compared with the Hub)"]
@@ -92,13 +95,14 @@ def _split_lines(outcome: dict[str, Any], split: str, *, dry_run: bool) -> list[
         lines.append(f"  warning: {s.repo} is empty: datasets.load_dataset cannot load a split with no rows (streaming=True reads "
                      "it as empty); to the Hub it is published only with --allow-empty")
     if dry_run:
-        lines.append(format_plan(result.changes))
+        lines.append(format_changes(result.changes))
     return lines
 
 
-def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool, cache: Path | None = None) -> str:
+def summary(family: Family, outcome: PublishReport, *, dry_run: bool, cache: Path | None = None) -> str:
     """What the publish did, for a person: the funnel, recovery, verifier, judge, and each split's repo."""
-    report = outcome["report"]
+    report = outcome.report
+    assert report is not None
     t, cal = report.totals, report.judge.calibration
     lines = [_totals_line(family, report)]
     if report.recovery is not None:
@@ -115,20 +119,20 @@ def summary(family: Family, outcome: dict[str, Any], *, dry_run: bool, cache: Pa
         lines += _calibration_lines(cal)
     for split in report.splits:
         lines += _split_lines(outcome, split, dry_run=dry_run)
-    if any(result.offline for result in outcome["results"].values()):
+    if any(result.offline for result in outcome.results.values()):
         lines.append("  not checked (offline): what the Hub holds now (a file already there is not uploaded again, a file there "
                      "and not here is deleted), a pull request an earlier run left, the commits it takes, and whether the token "
                      f"may write to {family.config.publish.namespace}")
-    lines.append("  cards: " + ", ".join(f"{outcome['where'][s]}/README.md" for s in report.splits) if outcome["local"] else "")
+    lines.append("  cards: " + ", ".join(f"{outcome.where[s]}/README.md" for s in report.splits) if outcome.local else "")
     if cache is not None:  # the default cache is shared by every checkout: a "fresh" clone may reuse answers
         lines.append(f"  generation cache: {cache} (answers already there were not asked again)")
-    lines.append(f"  done in {outcome['seconds']:.1f}s" + (" (dry run: nothing was changed)" if dry_run else ""))
+    lines.append(f"  done in {outcome.seconds:.1f}s" + (" (dry run: nothing was changed)" if dry_run else ""))
     return "\n".join(line for line in lines if line)
 
 
-def would_do(family: Family, outcome: dict[str, Any]) -> str:
-    """What a run would do, for a `--dry-run` on a family with no current build: the plan's projection, and what only sampling tells."""
-    plan: Plan = outcome["plan"]
+def would_do(family: Family, plan: PlanReport, *, local: bool, seconds: float) -> str:
+    """What a run would do, for a `--dry-run` on a family with no current build: what `rs plan` tells without the model's
+    processor (`plan`), and what only sampling tells. `local`: the target is a local folder; `seconds`: the dry run's."""
     c = family.config
     lines = [f"{family.name}: not built here with these settings, so this dry run built nothing: no model was loaded, nothing "
              "was sampled or judged. A run would:"]
@@ -146,7 +150,7 @@ def would_do(family: Family, outcome: dict[str, Any]) -> str:
              f"cases (positives, easy and hard negatives: {c.judge.calibration_samples} each) plus every certain rejection"
              if c.judge.enabled else "no judge (judge.enabled: false)")
     lines.append(f"  send {requests} to {c.model.id} (fewer where the generation cache has the answer), {judge}")
-    where = "" if outcome["local"] else f"{c.publish.namespace}/"
+    where = "" if local else f"{c.publish.namespace}/"
     recovery = c.recovery is not None
     if c.recovery is not None:
         lines.append(f"  then sample each rejection with a final answer {c.recovery.samples} more times at temperature "
@@ -167,7 +171,7 @@ def would_do(family: Family, outcome: dict[str, Any]) -> str:
                  "the judge is asked about; whether the judge passes its calibration")
     lines += [f"  note: {n}" for n in plan.notes]
     lines += [f"warning: {w}" for w in plan.warnings]
-    lines.append(f"  done in {outcome['seconds']:.1f}s (dry run: nothing was changed; "
+    lines.append(f"  done in {seconds:.1f}s (dry run: nothing was changed; "
                  f"`rs plan {family.name} --limit N` answers N images for real and projects the cost)")
     return "\n".join(lines)
 
@@ -209,7 +213,15 @@ def _refuse_unreachable_hub(family: Family, args: argparse.Namespace) -> None:
                      hint=hint)
 
 
-def _publish(family: Family, args: argparse.Namespace, sample: Any) -> dict[str, Any]:
+def dry_run_text(family: Family, outcome: PublishReport) -> str:
+    """What `rs publish --dry-run` prints of a family it has not built: `rs.plan` asked what a run would do (no model's
+    processor loaded, nor `transformers`)."""
+    start = time.perf_counter()
+    plan = plan_family(family, limit=None, progress=False, count_tokens=False)
+    return would_do(family, plan, local=outcome.local, seconds=outcome.seconds + time.perf_counter() - start)
+
+
+def _publish(family: Family, args: argparse.Namespace, sample: Any) -> PublishReport:
     """`publish` with the command's arguments; a failed Ray pipeline exits as a failed run (what it committed stays cached)."""
     try:
         return publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
@@ -242,6 +254,6 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
         _refuse_unreachable_hub(family, args)
         outcome = _publish(family, args, sample)
-        print(would_do(family, outcome) if outcome["report"] is None else summary(family, outcome, dry_run=args.dry_run,
-                                                                                     cache=args.cache or default_cache_path()))
+        print(dry_run_text(family, outcome) if not outcome.built else summary(family, outcome, dry_run=args.dry_run,
+                                                                                cache=args.cache or default_cache_path()))
     return 0

@@ -27,7 +27,7 @@ from rs.util.text import counted
 from rs.cli.publish import summary
 from rs.errors import UsageError
 from rs.families import Family
-from rs.pipeline.publish.family import publish
+from rs.pipeline.publish import publish
 from rs.refilter import Prepared, Reread, prepare
 from rs.pipeline.route import JUDGE_POLICIES, RouteFilter
 from rs.context import BuildContext, default_cache_path
@@ -148,9 +148,9 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.refilter") 
         outcome = publish(family, out=args.out, dry_run=args.dry_run, limit=args.limit, build_root=args.build_dir,
                           cache_path=args.cache, progress=True, engine_factory=_no_engine, route_filter=chosen,
                           stores=prepared.stores, refiltered=prepared.refiltered, token=args.token)
-        if outcome["report"] is None:  # a dry run on a family with no current build
+        report = outcome.report
+        if report is None:  # a dry run on a family with no current build
             _no_engine(family)
-        report = outcome["report"]
         source = (prepared.refiltered or {}).get("source")
         origin = f"from the samples repo {source['repo']}" if source else "from the build's stores"
         print(f"{family.name}: re-filtered offline {origin}, no model call; changed: " + "; ".join(report.filter["changes"]))

@@ -1,7 +1,7 @@
 """How a publish reaches the Hub: which commits, on main or on a pull request, and what each one holds.
 
 - Nothing to change: no commit.
-- At most `files_per_commit` operations: one commit on main, pinned to the head the plan was made
+- At most `files_per_commit` operations: one commit on main, pinned to the head the changes were read
   against (readers see the old dataset or the new one).
 - More: commits of at most `files_per_commit` operations on a pull request opened from that head, then
   one merge, so main still moves once. A pull request of this build left by an interrupted run is
@@ -28,7 +28,7 @@ logger = logging.getLogger("rs.hub")
 
 
 @dataclass
-class CommitPlan:
+class CommitSchedule:
     """What one publish of a folder does to a repo, from what the Hub holds now."""
 
     remote: RemoteState  # main, as read
@@ -55,39 +55,39 @@ class CommitPlan:
 
     @property
     def commits(self) -> int:
-        """Commits this plan makes: 0, 1 on main, or those on the pull request plus its merge."""
+        """Commits this schedule makes: 0, 1 on main, or those on the pull request plus its merge."""
         if not self.todo:
             return 0
         return len(self.batches()) + 1 if self.via_pull_request else 1
 
 
-def make_plan(api: HfApi, repo_id: str, local: dict[str, LocalFile], *, only: Sequence[str] | None,
-              delete_extra: bool, files_per_commit: int) -> CommitPlan:
+def schedule_commits(api: HfApi, repo_id: str, local: dict[str, LocalFile], *, only: Sequence[str] | None,
+              delete_extra: bool, files_per_commit: int) -> CommitSchedule:
     """Read main and our open pull requests, and decide what to commit where (writes nothing)."""
     remote = remote_state(api, repo_id)
-    plan = CommitPlan(remote, diff(local, remote.files, only=only, delete_extra=delete_extra), files_per_commit)
-    plan.work = plan.todo
+    schedule = CommitSchedule(remote, diff(local, remote.files, only=only, delete_extra=delete_extra), files_per_commit)
+    schedule.work = schedule.todo
     open_pulls = list(pulls.ours(api, repo_id)) if remote.exists else []
-    if open_pulls or len(plan.todo) > files_per_commit:
-        plan.build = fingerprint(local, only=only, delete_extra=delete_extra)
+    if open_pulls or len(schedule.todo) > files_per_commit:
+        schedule.build = fingerprint(local, only=only, delete_extra=delete_extra)
     for pull in open_pulls:
-        if not plan.todo:
-            plan.stale.append((pull, "main already holds these files"))
-        elif not pull.holds(plan.build or ""):
-            plan.stale.append((pull, f"it holds an older build (or other files); build "
-                                     f"{(plan.build or '')[:pulls.MARK_LENGTH]} replaces it"))
+        if not schedule.todo:
+            schedule.stale.append((pull, "main already holds these files"))
+        elif not pull.holds(schedule.build or ""):
+            schedule.stale.append((pull, f"it holds an older build (or other files); build "
+                                     f"{(schedule.build or '')[:pulls.MARK_LENGTH]} replaces it"))
         elif not pull.based_on(remote.head):
-            plan.stale.append((pull, "main moved since it was opened, so merging it would not give this build; "
+            schedule.stale.append((pull, "main moved since it was opened, so merging it would not give this build; "
                                      "a new pull request replaces it"))
-        elif plan.resume is None:
-            plan.resume = pull
+        elif schedule.resume is None:
+            schedule.resume = pull
         else:
-            plan.stale.append((pull, f"a duplicate of #{plan.resume.num}"))
-    if plan.resume is not None:
-        there = remote_state(api, repo_id, revision=plan.resume.ref)
-        plan.work = [c for c in diff(local, there.files, only=only, delete_extra=delete_extra) if c.action != "unchanged"]
-        plan.work_head = there.head
-    return plan
+            schedule.stale.append((pull, f"a duplicate of #{schedule.resume.num}"))
+    if schedule.resume is not None:
+        there = remote_state(api, repo_id, revision=schedule.resume.ref)
+        schedule.work = [c for c in diff(local, there.files, only=only, delete_extra=delete_extra) if c.action != "unchanged"]
+        schedule.work_head = there.head
+    return schedule
 
 
 def operations(changes: Sequence[FileChange], local: dict[str, LocalFile]) -> list[CommitOperationAdd | CommitOperationDelete]:
@@ -100,7 +100,7 @@ def operations(changes: Sequence[FileChange], local: dict[str, LocalFile]) -> li
             file = local[change.path]
             # A path, not bytes: the client streams it, so shards need not fit in memory.
             operation = CommitOperationAdd(path_in_repo=change.path, path_or_fileobj=str(file.abspath))
-            if file.hashed_sha256 is not None:  # hashed while planning: spare the client a second pass
+            if file.hashed_sha256 is not None:  # hashed while compared: spare the client a second pass
                 operation.upload_info.sha256 = bytes.fromhex(file.hashed_sha256)
             result.append(operation)
     return result

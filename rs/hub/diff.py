@@ -1,15 +1,17 @@
-"""What publishing a folder would change in a repo, file by file: the local files, the remote tree, their diff.
+"""What publishing a folder would change in a repo, file by file: the local files, the target's, their diff.
 
-A local file is compared with the remote one by hash (sha256 for LFS files, the git blob id for
-regular ones), so an unchanged file is neither uploaded nor committed. The remote side is read at
-one commit (`main`, or a pull request's head), so the head and the files describe the same tree.
+The one comparison of every publish target. A local file is compared with the Hub's by hash (sha256 for
+LFS files, the git blob id for regular ones), so an unchanged file is neither uploaded nor committed; the
+Hub side is read at one commit (`main`, or a pull request's head), so the head and the files describe the
+same tree. A local target (`rs publish --out`) is a folder laid out as the repo: its files are compared
+by sha256, hashed only where the sizes agree.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -58,7 +60,7 @@ class LocalFile:
 
     @property
     def hashed_sha256(self) -> str | None:
-        """The sha256 if it was already computed (while planning), so the client need not read the file again."""
+        """The sha256 if it was already computed (while compared), so the client need not read the file again."""
         return self._sha256
 
 
@@ -90,10 +92,7 @@ def _is_ignored(path: str) -> bool:
     return ".git" in path.split("/") or path.startswith(".cache/huggingface/")
 
 
-def scan_folder(folder: Path) -> dict[str, LocalFile]:
-    """Every file of `folder` to publish, by its path in the repo; refuses a missing or empty folder."""
-    if not folder.is_dir():
-        raise PublishError(f"{folder} is not a folder: build or stage the repo first, then publish it.")
+def _walk(folder: Path) -> dict[str, LocalFile]:
     files: dict[str, LocalFile] = {}
     for abspath in sorted(folder.rglob("*")):
         if not abspath.is_file():
@@ -101,10 +100,23 @@ def scan_folder(folder: Path) -> dict[str, LocalFile]:
         path = abspath.relative_to(folder).as_posix()
         if not _is_ignored(path):
             files[path] = LocalFile(path, abspath, abspath.stat().st_size)
+    return files
+
+
+def scan_folder(folder: Path) -> dict[str, LocalFile]:
+    """Every file of `folder` to publish, by its path in the repo; refuses a missing or empty folder."""
+    if not folder.is_dir():
+        raise PublishError(f"{folder} is not a folder: build or assemble the repo first, then publish it.")
+    files = _walk(folder)
     if not files:
-        # An empty folder would otherwise plan to delete everything on the Hub.
+        # An empty folder would otherwise be compared into deleting everything on the Hub.
         raise PublishError(f"{folder} has no files to publish: refusing to empty the remote repo.")
     return files
+
+
+def folder_state(folder: Path) -> dict[str, LocalFile]:
+    """The files a local target's repo folder holds now, the other side of its diff (none before its first publish)."""
+    return _walk(folder) if folder.is_dir() else {}
 
 
 def remote_state(api: HfApi, repo_id: str, revision: str | None = None) -> RemoteState:
@@ -129,17 +141,23 @@ def selected(path: str, only: Sequence[str] | None) -> bool:
     return any(path == p or fnmatch.fnmatchcase(path, p) or (p.endswith("/") and path.startswith(p)) for p in only)
 
 
-def _same_content(local: LocalFile, remote: RemoteFile) -> bool:
+def _same_content(local: LocalFile, remote: RemoteFile | LocalFile) -> bool:
     if local.size != remote.size:  # cheap, and spares hashing most changed files
         return False
+    if isinstance(remote, LocalFile):  # a local target's file
+        return local.sha256() == remote.sha256()
     if remote.sha256 is not None:
         return local.sha256() == remote.sha256
     return local.git_sha1() == remote.blob_id
 
 
-def diff(local: dict[str, LocalFile], remote: dict[str, RemoteFile], *, only: Sequence[str] | None,
+def diff(local: dict[str, LocalFile], remote: Mapping[str, RemoteFile | LocalFile], *, only: Sequence[str] | None,
          delete_extra: bool) -> list[FileChange]:
-    """One FileChange per path in scope (unchanged ones included), sorted by path."""
+    """One FileChange per path in scope (unchanged ones included), sorted by path.
+
+    `remote`: the Hub's files (`remote_state`) or a local target's (`folder_state`). `only` restricts everything (adds,
+    changes and deletes) to matching paths: cards-only publishing passes the card files and leaves the data alone.
+    """
     changes: list[FileChange] = []
     for path, file in local.items():
         if not selected(path, only):
@@ -170,11 +188,10 @@ def fingerprint(local: dict[str, LocalFile], *, only: Sequence[str] | None, dele
     return digest.hexdigest()
 
 
-def plan(api: HfApi, folder: Path, repo_id: str, *, only: Sequence[str] | None = None,
-         delete_extra: bool = True) -> list[FileChange]:
-    """What publishing `folder` to `repo_id` would do, file by file (a missing repo plans all adds).
+def file_changes(api: HfApi, folder: Path, repo_id: str, *, only: Sequence[str] | None = None,
+                 delete_extra: bool = True) -> list[FileChange]:
+    """What publishing `folder` to the Hub repo `repo_id` would do, file by file (a missing repo: all adds).
 
-    `only` restricts the whole plan (adds, changes and deletes) to matching paths: cards-only publishing
-    passes the card files and leaves the data alone. Remote `.gitattributes` is never deleted.
+    `only` as in `diff`. Remote `.gitattributes` is never deleted.
     """
     return diff(scan_folder(Path(folder)), remote_state(api, repo_id).files, only=only, delete_extra=delete_extra)

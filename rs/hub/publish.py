@@ -1,6 +1,6 @@
 """`publish_folder`: make a Hub dataset repo hold exactly a local folder, visible to readers in one step.
 
-Each attempt re-reads the Hub and re-plans (`commits.make_plan`), so what an earlier attempt or an
+Each attempt re-reads the Hub and schedules its commits again (`commits.schedule_commits`), so what an earlier attempt or an
 earlier run committed is found there and not committed again; the retry loops are in `retry`.
 """
 
@@ -16,10 +16,10 @@ from huggingface_hub import HfApi, constants
 
 from rs import __version__
 from rs.hub import pulls
-from rs.hub.commits import CommitPlan, make_plan, operations
+from rs.hub.commits import CommitSchedule, schedule_commits, operations
 from rs.hub.diff import REPO_TYPE, FileChange, LocalFile, scan_folder, selected
 from rs.hub.pulls import Pull
-from rs.hub.result import PublishResult, format_plan
+from rs.hub.result import PublishResult, format_changes
 from rs.hub.retry import MainMoved, retrying, through_rate_limit
 from rs.hub.tokens import optional_token, resolve_token
 from rs.hub.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
@@ -58,7 +58,7 @@ class _Publisher:
         self.repo_ready = False
         self.made = 0  # commits acknowledged by the Hub, over all attempts
         self.in_flight = False  # a commit or merge was sent and its answer not (yet) seen
-        self.pending: tuple[list[FileChange], str | None] | None = None  # the plan of an attempt whose write failed
+        self.pending: tuple[list[FileChange], str | None] | None = None  # the changes (and main's head) of an attempt whose write failed
         self.bar: Any = None
         self.files_done = self.files_total = 0
         self.pull_url: str | None = None
@@ -71,57 +71,57 @@ class _Publisher:
                                                             exist_ok=True),
                                repo_id=self.repo_id, what="creating the repo", token=self.token)
             self.repo_ready = True
-        plan = make_plan(self.api, self.repo_id, self.local, only=self.only, delete_extra=self.delete_extra,
+        schedule = schedule_commits(self.api, self.repo_id, self.local, only=self.only, delete_extra=self.delete_extra,
                          files_per_commit=self.files_per_commit)
-        if self.private and plan.remote.private is False:
+        if self.private and schedule.remote.private is False:
             logger.warning("%s already exists and is public; publishing leaves its visibility unchanged.", self.repo_id)
-        for pull, reason in plan.stale:
+        for pull, reason in schedule.stale:
             pulls.close(self.api, self.repo_id, pull, reason, token=self.token)
-        if not plan.todo:
-            return self._nothing_to_do(plan)
-        self.pending = (plan.changes, plan.remote.head)
-        self._start_bar(plan)
+        if not schedule.todo:
+            return self._nothing_to_do(schedule)
+        self.pending = (schedule.changes, schedule.remote.head)
+        self._start_bar(schedule)
         logger.info("Publishing %s to %s (attempt %d): %s; %d commit(s)%s", self.folder, self.repo_id, n,
-                    _summary(plan.changes), plan.commits, " through a pull request" if plan.via_pull_request else "")
-        if not plan.via_pull_request:
-            info = self._commit(plan.work, self.commit_message, description=_summary(plan.changes),
-                                parent_commit=plan.remote.head)
+                    _summary(schedule.changes), schedule.commits, " through a pull request" if schedule.via_pull_request else "")
+        if not schedule.via_pull_request:
+            info = self._commit(schedule.work, self.commit_message, description=_summary(schedule.changes),
+                                parent_commit=schedule.remote.head)
             logger.info("%s: committed %s", self.repo_id, info.commit_url)
-            return PublishResult(self.repo_id, plan.changes, info.commit_url, commits=self.made)
-        return self._through_pull_request(plan)
+            return PublishResult(self.repo_id, schedule.changes, info.commit_url, commits=self.made)
+        return self._through_pull_request(schedule)
 
-    def _nothing_to_do(self, plan: CommitPlan) -> PublishResult:
-        if self.pending is not None and plan.remote.head != self.pending[1]:
+    def _nothing_to_do(self, schedule: CommitSchedule) -> PublishResult:
+        if self.pending is not None and schedule.remote.head != self.pending[1]:
             # The last attempt failed after the server applied its commit or merge (a lost answer): report
             # that rather than "nothing to do", and do not commit the same change again.
             logger.info("%s: the previous attempt's commit reached the Hub despite the error; not repeating it.",
                         self.repo_id)
-            return PublishResult(self.repo_id, self.pending[0], _commit_url(self.api, self.repo_id, plan.remote.head or ""),
+            return PublishResult(self.repo_id, self.pending[0], _commit_url(self.api, self.repo_id, schedule.remote.head or ""),
                                  commits=self.made + int(self.in_flight), merges=int(self.pull_url is not None),
                                  pull_request=self.pull_url)
-        logger.info("%s is up to date (%s); nothing to commit.", self.repo_id, _summary(plan.changes))
-        return PublishResult(self.repo_id, plan.changes, None)
+        logger.info("%s is up to date (%s); nothing to commit.", self.repo_id, _summary(schedule.changes))
+        return PublishResult(self.repo_id, schedule.changes, None)
 
-    def _through_pull_request(self, plan: CommitPlan) -> PublishResult:
-        assert plan.build is not None and plan.remote.head is not None
-        pull, parent = plan.resume, plan.work_head
+    def _through_pull_request(self, schedule: CommitSchedule) -> PublishResult:
+        assert schedule.build is not None and schedule.remote.head is not None
+        pull, parent = schedule.resume, schedule.work_head
         if pull is not None:
             self.pull_url = _pull_url(self.api, self.repo_id, pull.num)
             logger.info("%s: resuming pull request #%d (%s): %d file(s) still to commit", self.repo_id, pull.num,
-                        self.pull_url, len(plan.work))
-        batches = plan.batches()
+                        self.pull_url, len(schedule.work))
+        batches = schedule.batches()
         for index, batch in enumerate(batches, 1):
             if pull is None:
-                title = pulls.title(self.commit_message, plan.build, plan.remote.head)
-                info = self._commit(batch, title, description=_summary(plan.changes), parent_commit=plan.remote.head,
+                title = pulls.title(self.commit_message, schedule.build, schedule.remote.head)
+                info = self._commit(batch, title, description=_summary(schedule.changes), parent_commit=schedule.remote.head,
                                     create_pr=True)
-                pull = Pull(info.pr_num, title, plan.build[:pulls.MARK_LENGTH], plan.remote.head[:pulls.MARK_LENGTH],
+                pull = Pull(info.pr_num, title, schedule.build[:pulls.MARK_LENGTH], schedule.remote.head[:pulls.MARK_LENGTH],
                             "open")
                 self.pull_url = info.pr_url or _pull_url(self.api, self.repo_id, pull.num)
                 logger.info("%s: opened pull request #%d (%s); main moves when it is merged", self.repo_id, pull.num,
                             self.pull_url)
             else:
-                part = f"part {index}/{len(batches)}" + (" of the rest" if plan.resume is not None else "")
+                part = f"part {index}/{len(batches)}" + (" of the rest" if schedule.resume is not None else "")
                 info = self._commit(batch, f"{self.commit_message} ({part})", description=_summary(batch),
                                     parent_commit=parent, revision=pull.ref)
             parent = info.oid
@@ -136,7 +136,7 @@ class _Publisher:
         self.made += 1
         merged = self.api.repo_info(self.repo_id, repo_type=REPO_TYPE).sha or ""
         logger.info("%s: merged pull request #%d: main is now %s", self.repo_id, pull.num, merged)
-        return PublishResult(self.repo_id, plan.changes, _commit_url(self.api, self.repo_id, merged), commits=self.made,
+        return PublishResult(self.repo_id, schedule.changes, _commit_url(self.api, self.repo_id, merged), commits=self.made,
                              merges=1, pull_request=self.pull_url)
 
     # -- one commit
@@ -161,12 +161,12 @@ class _Publisher:
 
     # -- progress
 
-    def _start_bar(self, plan: CommitPlan) -> None:
-        """One bar per repo, in bytes uploaded, with files and commits beside; sized by the first plan."""
+    def _start_bar(self, schedule: CommitSchedule) -> None:
+        """One bar per repo, in bytes uploaded, with files and commits beside; sized by the first schedule."""
         if self.bar is not None:
             return
-        self.files_total = len(plan.work)
-        total = sum(c.size for c in plan.work if c.action != "delete")
+        self.files_total = len(schedule.work)
+        total = sum(c.size for c in schedule.work if c.action != "delete")
         self.bar = progress_bar(total, f"uploading {self.repo_id}", unit="B", unit_scale=True, enabled=self.show_progress)
 
     def close(self) -> None:
@@ -182,11 +182,11 @@ def publish_folder(folder: str | Path, repo_id: str, *, token: str | None = None
 
     Creates the repo (`private` only applies then), uploads added and changed files, deletes remote
     files that are not in `folder` (unless `delete_extra=False`; never `.gitattributes`). Up to
-    `files_per_commit` operations go in one commit on main pinned to the head the plan was made
+    `files_per_commit` operations go in one commit on main pinned to the head the changes were read
     against; more go in commits of that size on a pull request, merged once complete (see
     `rs.hub.commits`). Nothing is committed when nothing changed. A run interrupted midway, run again,
     resumes its pull request and uploads only what it lacks. `only` limits everything to matching
-    paths (exact, glob or `folder/`). `dry_run` only plans (the result's `commits` says how many it
+    paths (exact, glob or `folder/`). `dry_run` only compares (the result's `commits` says how many it
     would make): it creates nothing and works without a token for public repos. `progress`: a bar of
     the bytes and files uploaded.
 
@@ -250,7 +250,7 @@ def _offline_dry_run(folder: Path, repo_id: str, local: dict[str, LocalFile], *,
     changes = [FileChange(path, "upload", file.size) for path, file in sorted(local.items()) if selected(path, only)]
     result = PublishResult(repo_id, changes, None, offline=True)
     logger.info("Dry run of %s offline, nothing published (%s to upload at most, not compared with the Hub):\n%s", folder,
-                format_bytes(sum(c.size for c in changes)), format_plan(result, dry_run=True))
+                format_bytes(sum(c.size for c in changes)), format_changes(result, dry_run=True))
     return result
 
 
@@ -259,20 +259,20 @@ def _dry_run(folder: Path, repo_id: str, local: dict[str, LocalFile], *, token: 
              files_per_commit: int) -> PublishResult:
     dry_token = optional_token(token)
     if dry_token is None:
-        logger.warning("%s: no Hugging Face token, planning against the public view of the Hub "
+        logger.warning("%s: no Hugging Face token, comparing with the public view of the Hub "
                        "(a private repo looks missing).", repo_id)
     api = HfApi(endpoint=endpoint, token=dry_token or False, library_name="rs", library_version=__version__)
 
     def attempt(_: int) -> PublishResult:
-        plan = make_plan(api, repo_id, local, only=only, delete_extra=delete_extra, files_per_commit=files_per_commit)
-        for pull, reason in plan.stale:
+        schedule = schedule_commits(api, repo_id, local, only=only, delete_extra=delete_extra, files_per_commit=files_per_commit)
+        for pull, reason in schedule.stale:
             logger.info("%s: would close pull request #%d (%s)", repo_id, pull.num, reason)
-        resumed = _pull_url(api, repo_id, plan.resume.num) if plan.resume is not None else None
-        result = PublishResult(repo_id, plan.changes, None, commits=plan.commits, merges=int(plan.via_pull_request),
+        resumed = _pull_url(api, repo_id, schedule.resume.num) if schedule.resume is not None else None
+        result = PublishResult(repo_id, schedule.changes, None, commits=schedule.commits, merges=int(schedule.via_pull_request),
                                pull_request=resumed)
-        upload = sum(c.size for c in plan.work if c.action != "delete")
+        upload = sum(c.size for c in schedule.work if c.action != "delete")
         logger.info("Dry run of %s, nothing published (%s to upload):\n%s", folder, format_bytes(upload),
-                    format_plan(result, dry_run=True))
+                    format_changes(result, dry_run=True))
         return result
 
     return _interruptible(lambda: retrying(attempt, repo_id=repo_id, token=dry_token, max_attempts=max_attempts))

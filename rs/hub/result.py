@@ -43,7 +43,7 @@ def describe_commits(result: PublishResult, *, dry_run: bool = False) -> str:
 
 
 def _summary_line(repo_id: str, changes: Sequence[FileChange], result: PublishResult | None, *, dry_run: bool) -> str:
-    """The plan's header: how many files each action touches and their bytes (and the commits, given a PublishResult)."""
+    """The changes' header: how many files each action touches and their bytes (and the commits, given a PublishResult)."""
     parts = []
     for action, label in (("add", "to add"), ("change", "to change"), ("delete", "to delete"), ("upload", "to upload at most")):
         selected = [c for c in changes if c.action == action]
@@ -59,9 +59,9 @@ def _summary_line(repo_id: str, changes: Sequence[FileChange], result: PublishRe
     return line
 
 
-def format_plan(result_or_changes: PublishResult | Sequence[FileChange], *, repo_id: str | None = None,
+def format_changes(result_or_changes: PublishResult | Sequence[FileChange], *, repo_id: str | None = None,
                 show_unchanged: bool = False, dry_run: bool = False) -> str:
-    """A human-readable plan: one line per added, changed or deleted file, with sizes.
+    """The changes for a person: one line per added, changed or deleted file, with sizes.
 
     Given a PublishResult (or `repo_id`), it starts with a summary line for the repo (with the commits,
     given a PublishResult); given bare changes it is just the indented file lines, for callers that

@@ -2,17 +2,17 @@
 
 A reader of a repo folder must see the old repo or the new one, never a new card beside old rows,
 and a run killed at any moment must leave something the next run finishes (or undoes) by itself.
-So each repo that changes is first assembled whole beside the target, in
-`<root>/.rs-publish/<FAMILY>/new/<repo>` (new and changed files copied from the staged repo,
-unchanged ones hard-linked from the published folder), then a journal naming those folders is
+So each repo that changes is first laid out whole beside the target, in
+`<root>/.rs-publish/<FAMILY>/new/<repo>` (new and changed files copied from the assembled repo,
+unchanged ones hard-linked from the published folder: `prepare`), then a journal naming those folders is
 written (the commit point), then each is switched with the published folder in one
 `renameat2(RENAME_EXCHANGE)` (two renames where the filesystem cannot exchange), and the
 transaction folder, now holding the old repos, is removed.
 
 The next run of the family (`recover`, under the same lock) finds what a killed run left: without
-a journal the assembled folders are incomplete or uncommitted, and are removed (the published
+a journal the folders laid out are incomplete or uncommitted, and are removed (the published
 repos were not touched); with one, every switch not yet made is made. A switch is recognised as
-made by the published folder's inode, which is the assembled folder's (recorded in the journal).
+made by the published folder's inode, which is the new folder's (recorded in the journal).
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def check_writable(root: Path, targets: list[Path], named: str) -> None:
                              hint=f"make it writable (chmod -R u+w {folder}) or publish to another {named}; nothing was changed")
 
 
-def assemble(staged: Path, target: Path, changes: list[FileChange], new: Path) -> None:
-    """Lay out in `new` the repo `target` becomes: `changes` applied (adds and changes from `staged`, deletes left out)."""
+def prepare(assembled: Path, target: Path, changes: list[FileChange], new: Path) -> None:
+    """Lay out in `new` the repo `target` becomes: `changes` applied (adds and changes from `assembled`, deletes left out)."""
     for change in changes:
         if change.action == "delete":
             continue
@@ -68,19 +68,19 @@ def assemble(staged: Path, target: Path, changes: list[FileChange], new: Path) -
         if change.action == "unchanged":
             _link_or_copy(target / change.path, dst)
         else:
-            _copy(staged / change.path, dst)
-    planned = {change.path for change in changes}
+            _copy(assembled / change.path, dst)
+    compared = {change.path for change in changes}
     if target.is_dir():  # files the publish does not touch (outside --cards-only's scope) stay
         for path in sorted(target.rglob("*")):
             rel = path.relative_to(target).as_posix()
-            if path.is_file() and rel not in planned:
+            if path.is_file() and rel not in compared:
                 (new / rel).parent.mkdir(parents=True, exist_ok=True)
                 _link_or_copy(path, new / rel)
     new.mkdir(parents=True, exist_ok=True)  # a repo with nothing in scope is still a folder
 
 
 def commit(root: Path, family: str, repos: list[str]) -> None:
-    """Switch the assembled repos of `transaction(root, family)/new` into `root`: the journal first, then each repo."""
+    """Switch the repos laid out in `transaction(root, family)/new` into `root`: the journal first, then each repo."""
     txn = transaction(root, family)
     entries = [{"repo": repo, "inode": os.stat(txn / "new" / repo).st_ino} for repo in repos]
     _sync_dir(txn / "new")
@@ -121,7 +121,7 @@ def _finish(root: Path, txn: Path) -> list[str]:
 
 
 def _switch(new: Path, target: Path, inode: int, old: Path) -> bool:
-    """Put the assembled folder `new` (inode `inode`) at `target`; False when it is there already."""
+    """Put the folder `new` (inode `inode`) at `target`; False when it is there already."""
     if _inode(target) == inode:
         return False
     if _inode(new) != inode:

@@ -1,96 +1,88 @@
-"""What the Hub and its dataset viewer would refuse, checked on the staged repos before anything is uploaded.
+"""What a publish refuses before any work, so that nothing fails after a long build.
 
-The figures are the Hub's documented repository limits and recommendations (huggingface.co/docs/hub/
-storage-limits, read in the hub-docs repo at 242f4a1, 2026-08-22): fewer than 100,000 files per repo,
-no more than 10,000 entries per folder, files under 200 GB (500 GB is the hard limit), around 50-100
-files per commit; and the viewer's limits: one file format per split and row groups it can read
-(`shard.row_group_bytes`, checked from the parquet metadata). A publish that would hit one stops
-before the first upload and says what to change. The commits a repo needs are counted too: past the
-Hub's commit quota (its 429 names 128 an hour per repo) the publish still finishes, waiting as the
-Hub asks, and the check says so up front.
+A folder that cannot be written (the build folder, the cache's, a local target), checked before anything is built.
+A local publish replaces each repo folder whole (`rs.pipeline.publish.local`): a path there that this project did
+not publish (a file, or a folder with files but without the marker every published repo holds, `rs/stats.json`) is
+the user's, and the run is refused, naming it. The places a run writes must not hold one another: a `--out` inside
+the build folder has its repos deleted while the next ones are assembled there, a cache inside `--out` is a file of
+no repo, a build folder inside `--out` is taken for a repo. And a `--limit` trial never goes to the Hub, where it
+would replace the whole family's repos.
 """
 
 from __future__ import annotations
 
-import logging
-import math
+import os
+import tempfile
 from pathlib import Path
 
-from rs.pipeline.write.splits import RowGroupTooLarge, check_row_groups
-from rs.errors import RsError
-from rs.hub.limits import (COMMITS_PER_HOUR, DEFAULT_FILES_PER_COMMIT, MAX_ENTRIES_PER_FOLDER, MAX_FILE_BYTES,
-                       MAX_FILES_PER_COMMIT, MAX_FILES_PER_REPO, RECOMMENDED_FILE_BYTES, check_files_per_commit)
+from rs.errors import UsageError
+from rs.families import Family
 
-logger = logging.getLogger(__name__)
-
+MARKER = Path("rs") / "stats.json"
+"""What every repo this project publishes holds (its card's figures)."""
 
 
-class RepoCheckError(RsError, ValueError):
-    """A staged repo the Hub or its dataset viewer would refuse."""
-
-    default_hint = "nothing was uploaded; change what the message says (families.yaml shard and publish settings) and publish again"
-
-
-def _commit_problems(folder: Path, files: list[Path], files_per_commit: int) -> list[str]:
-    """A `publish.files_per_commit` the Hub refuses; past the hourly commit quota only a warning (the publish waits)."""
-    try:
-        check_files_per_commit(files_per_commit, name="publish.files_per_commit")
-    except ValueError as err:
-        return [str(err)]
-    commits = math.ceil(len(files) / files_per_commit) + (len(files) > files_per_commit)  # + the merge
-    if commits > COMMITS_PER_HOUR:
-        logger.warning("%s: %s files make up to %s commits of %s files; the Hub allows about %s an hour per repo, "
-                       "so the publish will wait for its quota (raise publish.files_per_commit, up to %s, for fewer)",
-                       folder, f"{len(files):,}", f"{commits:,}", files_per_commit, COMMITS_PER_HOUR,
-                       MAX_FILES_PER_COMMIT)
-    return []
+def check_repo_paths(family: Family, root: Path, named: str) -> None:
+    """Refuse a repo path under `root` that exists and is not a repo this project published (an empty folder is nobody's)."""
+    for split in family.splits:
+        path = root / family.repo_name(split)
+        if not path.exists() and not path.is_symlink():
+            continue
+        if path.is_symlink() or not path.is_dir():
+            raise UsageError(f"{named}: {path} is a file, not a repo this project published: publishing {family.name} there "
+                             "would replace it", hint=f"move it away, or give another {named}; nothing was changed")
+        if any(path.iterdir()) and not (path / MARKER).is_file():
+            raise UsageError(f"{named}: {path} is a folder this project did not publish (it has no {MARKER.as_posix()}): publishing "
+                             f"{family.name} there would replace what it holds",
+                             hint=f"move it away, or give another {named}; nothing was changed")
 
 
-def _count_problems(folder: Path, files: list[Path]) -> list[str]:
-    """Too many files in the repo, or entries in one of its folders."""
-    problems = []
-    if len(files) >= MAX_FILES_PER_REPO:
-        problems.append(f"{folder}: {len(files):,} files, the Hub recommends fewer than {MAX_FILES_PER_REPO:,} per repo "
-                        "(raise shard.max_bytes for fewer, larger shards)")
-    for directory in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
-        entries = sum(1 for _ in directory.iterdir())
-        if entries >= MAX_ENTRIES_PER_FOLDER:
-            problems.append(f"{directory}: {entries:,} entries, the Hub recommends fewer than {MAX_ENTRIES_PER_FOLDER:,} per folder "
-                            "(raise shard.max_bytes for fewer, larger shards)")
-    return problems
+def check_overlap(out: Path | None, named: str, build_root: Path, cache_path: Path) -> None:
+    """Refuse places that hold one another: `out` and the build folder either way, the cache inside either."""
+    build, cache = build_root.resolve(), cache_path.resolve()
+    if out is not None:
+        folder = out.resolve()
+        if folder == build or folder.is_relative_to(build):
+            raise UsageError(f"{named} {out} is inside the build folder {build_root}: the build replaces what is there while it "
+                             "assembles the next repos", hint=f"give {named} a folder outside {build_root}")
+        if build.is_relative_to(folder):
+            raise UsageError(f"the build folder {build_root} is inside {named} {out}: it would be taken for published repos",
+                             hint=f"give {named} and --build-dir folders apart")
+        if cache.is_relative_to(folder):
+            raise UsageError(f"the generation cache {cache_path} is inside {named} {out}: it is no repo's file",
+                             hint=f"give --cache a path outside {out}")
+    if cache.is_relative_to(build):
+        raise UsageError(f"the generation cache {cache_path} is inside the build folder {build_root}: a build is rebuilt from "
+                         "the cache, so the cache must not be part of one", hint=f"give --cache a path outside {build_root}")
 
 
-def _size_problems(files: list[Path]) -> list[str]:
-    """Files over the Hub's limit per file; over its recommendation only a warning."""
-    problems = []
-    for path in files:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            problems.append(f"{path}: {size:,} bytes, over the Hub's {MAX_FILE_BYTES:,}-byte limit per file (lower shard.max_bytes)")
-        elif size > RECOMMENDED_FILE_BYTES:
-            logger.warning("%s: %s bytes, over the %s bytes the Hub recommends per file", path, f"{size:,}", f"{RECOMMENDED_FILE_BYTES:,}")
-    return problems
+def check_local_root(folder: Path, named: str, what: str = "the published repos") -> None:
+    """Refuse a local target that cannot hold the repos (a file in the way, a folder not writable) before the build, not after it.
+
+    `what`: what goes there, for the message (the build folder and the cache are checked the same way).
+    """
+    existing = folder
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{named} {folder}: {existing} is a file, not a folder: {what} cannot go there",
+                         hint=f"give {named} a folder (it is created if it does not exist)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{named} {folder}: cannot write in {existing} (permission denied)",
+                         hint=f"give {named} a folder you can write in")
+    try:  # a read-only file system, or a place even root cannot write in, passes os.access
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise UsageError(f"{named} {folder}: cannot write in {existing} ({err.strerror})",
+                         hint=f"give {named} a folder you can write in") from None
 
 
-def _data_problems(folder: Path, files: list[Path], row_group_bytes: int) -> list[str]:
-    """What the dataset viewer cannot read under `data/`: more than one format, or row groups too large."""
-    problems = []
-    data = [p for p in files if p.relative_to(folder).parts[0] == "data"]
-    formats = sorted({p.suffix or p.name for p in data})
-    if len(formats) > 1 or (formats and formats != [".parquet"]):
-        problems.append(f"{folder / 'data'}: files of {', '.join(formats)}; the viewer reads one format per split, and this "
-                        "repo's card declares parquet")
-    try:
-        check_row_groups(sorted(p for p in data if p.suffix == ".parquet"), row_group_bytes)
-    except RowGroupTooLarge as err:
-        problems.append(str(err))
-    return problems
-
-
-def check_repo(folder: Path, *, row_group_bytes: int, files_per_commit: int = DEFAULT_FILES_PER_COMMIT) -> None:
-    """Raise `RepoCheckError` listing everything in `folder` (one staged repo) the Hub or the viewer would refuse."""
-    files = [p for p in folder.rglob("*") if p.is_file()]
-    problems = (_commit_problems(folder, files, files_per_commit) + _count_problems(folder, files) + _size_problems(files)
-                + _data_problems(folder, files, row_group_bytes))
-    if problems:
-        raise RepoCheckError("the Hub or its dataset viewer would refuse this publish:\n  " + "\n  ".join(problems))
+def check_trial(family: Family, limit: int | None, *, local: bool, dry_run: bool) -> None:
+    """Refuse a `--limit` trial on its way to the Hub, where it would replace the whole family's repos."""
+    if limit is not None and not local and not dry_run:
+        namespace = family.config.publish.namespace
+        raise UsageError(f"--limit {limit} builds a trial of {family.name} on its first {limit} images; published to the Hub "
+                         f"it would replace {namespace}/{family.repo_name('think')} and its two siblings with it",
+                         hint="publish the trial to a local folder (--out DIR) or see what would change (--dry-run); "
+                              "publish to the Hub without --limit")

@@ -35,7 +35,7 @@ def pair_files(report: dict[str, Any] | None) -> list[tuple[str, bytes]]:
 
 
 def summary(report: dict[str, Any] | None) -> str | None:
-    """One line for `rs.pipeline.publish`'s summary: per set, images and QA matched, dropped and flagged."""
+    """One line for `rs publish`'s summary (`rs.cli.publish`): per set, images and QA matched, dropped and flagged."""
     if not report:
         return None
     parts = [f"{name}: {sum(s['images'].values())} images and {sum(s['items'].values())} QA matched, "
