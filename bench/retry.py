@@ -5,7 +5,7 @@
 
 The tenacity prototypes are `bench/retry_tenacity.py`; `--tests` swaps them into every process the tests start (a
 `sitecustomize` on PYTHONPATH that replaces `rs.hub.retry.through_rate_limit` / `retrying` and
-`rs.sources.resumable.resumable` before their callers import them) and prints each run's pass count and time.
+`rs.sources.resumable.resumable`, where they are and in every module that imported them already) and prints each run's pass count and time.
 """
 
 from __future__ import annotations
@@ -25,11 +25,16 @@ from rs.sources import resumable  # noqa: E402
 TESTS = ["tests/test_hub.py", "tests/test_hub_scale.py", "tests/test_publish_faults.py", "tests/test_offline.py",
          "tests/test_sources.py", "tests/test_source_drop.py"]
 SWAP = """\
+import sys
 import retry_tenacity
 import rs.hub.retry, rs.sources.resumable
-rs.hub.retry.through_rate_limit = retry_tenacity.through_rate_limit
-rs.hub.retry.retrying = retry_tenacity.retrying
-rs.sources.resumable.resumable = retry_tenacity.resumable
+swaps = {rs.hub.retry.through_rate_limit: retry_tenacity.through_rate_limit, rs.hub.retry.retrying: retry_tenacity.retrying,
+         rs.sources.resumable.resumable: retry_tenacity.resumable}
+for module in list(sys.modules.values()):  # the callers imported already (rs.hub imports its publish) hold the old ones
+    if getattr(module, "__name__", "").startswith("rs."):
+        for name, value in list(vars(module).items()):
+            if callable(value) and value in swaps:
+                setattr(module, name, swaps[value])
 """
 
 
