@@ -15,6 +15,7 @@ swaps each into every process the tests start (a `sitecustomize` that replaces `
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import tempfile
@@ -133,35 +134,43 @@ def compare_messages(validators: dict[str, type[_Validator]]) -> dict[str, dict[
     return counts
 
 
-def timed(validator: type[_Validator], repeat: int) -> tuple[float, float]:
-    """Median seconds of loading the shipped families.yaml, and of the type checks alone on nodes merged once."""
-    loader._Validator = validator
+def timed(validators: dict[str, type[_Validator]], repeat: int) -> dict[str, tuple[float, float, float, float]]:
+    """Seconds of loading the shipped families.yaml, and of the type checks alone on nodes merged once, by validator:
+    (median load, least load, median checks, least checks). The validators take turns in every repetition, in a
+    rotating order and with the garbage collector paused, so that a busy machine slows them alike."""
+    root = loader._compose(SHIPPED)
+    sections = {k.value: v for k, v in root.value}
+    merged = [(name.value, loader._merge(sections["defaults"], body)) for name, body in sections["families"].value]
+    whole: dict[str, list[float]] = {name: [] for name in validators}
+    checks: dict[str, list[float]] = {name: [] for name in validators}
+    order = list(validators)
+    gc.collect()
+    gc.disable()
     try:
-        load_families(SHIPPED)  # warm: plug-ins discovered, adapters built
-        whole = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            load_families(SHIPPED)
-            whole.append(time.perf_counter() - start)
-        root = loader._compose(SHIPPED)
-        sections = {k.value: v for k, v in root.value}
-        merged = [(name.value, loader._merge(sections["defaults"], body)) for name, body in sections["families"].value]
-        checks = []
-        for _ in range(repeat):
-            check = validator(SHIPPED)
-            check.has_defaults = True
-            start = time.perf_counter()
-            for name, node in merged:
-                check.dataclass(loader.FamilyConfig, node, f"families.{name}")
-            checks.append(time.perf_counter() - start)
+        for turn in range(repeat + 1):  # the first turn warms up: plug-ins discovered, adapters built
+            order = order[1:] + order[:1]
+            for name in order:
+                loader._Validator = validators[name]
+                start = time.perf_counter()
+                load_families(SHIPPED)
+                loaded = time.perf_counter()
+                check = validators[name](SHIPPED)
+                check.has_defaults = True
+                for family, node in merged:
+                    check.dataclass(loader.FamilyConfig, node, f"families.{family}")
+                if turn:
+                    whole[name].append(loaded - start)
+                    checks[name].append(time.perf_counter() - loaded)
     finally:
         loader._Validator = _Validator
-    return statistics.median(whole), statistics.median(checks)
+        gc.enable()
+    return {name: (statistics.median(whole[name]), min(whole[name]), statistics.median(checks[name]), min(checks[name]))
+            for name in validators}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=20, help="timings are the median of this many runs (default 20)")
+    parser.add_argument("--repeat", type=int, default=40, help="turns of the timings (default 40)")
     parser.add_argument("--tests", action="store_true", help=f"also run {', '.join(TESTS)} with each")
     args = parser.parse_args()
     validators = {"pydantic": validate_libs.PydanticValidator, "msgspec": validate_libs.MsgspecValidator}
@@ -173,13 +182,12 @@ def main() -> None:
     for name, count in counts.items():
         print(f"{name:>12}  {count['same']:>5} {count['same place']:>10} {count['elsewhere']:>9} {count['accepted']:>8}")
 
-    base_whole, base_checks = timed(_Validator, args.repeat)
-    print(f"\nshipped families.yaml ({SHIPPED}), median of {args.repeat}:")
-    print(f"{'hand-written':>12}: load {base_whole * 1e3:7.1f} ms  type checks {base_checks * 1e3:6.1f} ms")
-    for name, validator in validators.items():
-        whole, checks = timed(validator, args.repeat)
-        print(f"{name:>12}: load {whole * 1e3:7.1f} ms  type checks {checks * 1e3:6.1f} ms  "
-              f"(x{whole / base_whole:.2f} load, x{checks / base_checks:.2f} checks of the hand-written)")
+    times = timed({"hand-written": _Validator, **validators}, args.repeat)
+    base = times["hand-written"]
+    print(f"\nshipped families.yaml ({SHIPPED}), {args.repeat} turns, ms as median / least (ratio of the least to the hand-written's):")
+    for name, (whole, least, checks, least_checks) in times.items():
+        ratios = "" if name == "hand-written" else f"  (x{least / base[1]:.2f} load, x{least_checks / base[3]:.2f} checks)"
+        print(f"{name:>12}: load {whole * 1e3:6.1f} / {least * 1e3:5.1f}   type checks {checks * 1e3:5.1f} / {least_checks * 1e3:4.1f}{ratios}")
 
     families_import = import_seconds("rs.families")
     print(f"\nimport time (-X importtime, least of 5): rs.families {families_import * 1e3:.0f} ms, "
