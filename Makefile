@@ -8,7 +8,7 @@ READY := $(VENV)/.rs-ready
 FAMILY ?= TinyCLEVR
 OUT ?= out
 
-.PHONY: setup demo demo-samples readme-demo test bench clean
+.PHONY: setup demo demo-samples readme-demo test lint format bench clean
 
 setup: $(READY)
 
@@ -47,6 +47,16 @@ readme-demo: $(READY)
 
 test: $(READY)
 	$(PY) -m pytest -q
+
+# The style CI holds the code to (pyproject's [tool.ruff]): the linter, import order included, and the formatter's check.
+lint: $(READY)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+# Apply the formatter and the linter's safe fixes (import order) to the whole tree.
+format: $(READY)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
 
 bench: $(READY)
 	$(PY) bench/verifiers.py
