@@ -2,7 +2,9 @@
 
 YAML is composed to nodes (not loaded to plain dicts) so that each value keeps its position;
 `defaults` are deep-merged into each family node by node, then every merged node is checked
-against the dataclasses in `schema.py`.
+against the dataclasses in `schema.py`. The walk is hand-written (`bench/validate.py` measured the libraries):
+with pydantic it took as many lines once errors were led back to their line and did-you-mean, msgspec can
+neither refuse an unknown key of a dataclass nor pick a plug-in's block, and both worded some errors worse.
 """
 
 from __future__ import annotations

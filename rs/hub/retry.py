@@ -10,7 +10,8 @@ Two loops, because the two kinds of failure need different things:
   before failing gives the next one a fresh budget, so a long upload is not ended by a few
   unrelated hiccups spread over hours.
 `huggingface_hub` itself retries preupload, LFS transfers and listings (with the same headers) but
-never the commit POST, the merge or a status change: those are ours.
+never the commit POST, the merge or a status change: those are ours. They are plain loops: with tenacity
+(`bench/retry.py`) the same behaviour took more lines, the restarted count and the asked-for wait in closures.
 """
 
 from __future__ import annotations
