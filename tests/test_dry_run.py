@@ -11,6 +11,7 @@ import pytest
 
 from rs.families import load_families
 from rs.pipeline.publish.family import publish
+from checkout import ROOT
 
 FAMILY = """\
 families:
@@ -72,7 +73,7 @@ def test_an_offline_dry_run_of_a_built_family_describes_what_it_would_upload_and
     an empty repo lists them) and what it could not check; the Hub double behind HF_ENDPOINT sees no request."""
     from faults import engine_kinds_installed, publish_command, write_families
     from hub_server import running_hub
-    from test_hub import TOKEN
+    from hub_clients import TOKEN
 
     families = write_families(tmp_path, images=4, names=("Alpha",))
     families.write_text(families.read_text().replace("target: local", "target: hub"))
@@ -86,7 +87,7 @@ def test_an_offline_dry_run_of_a_built_family_describes_what_it_would_upload_and
         said = {}
         for mode in ("1", "0"):  # offline, then online against an empty Hub
             run = subprocess.run(command, env={**env, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": mode}, capture_output=True, text=True,
-                                 timeout=300, cwd=Path(__file__).resolve().parents[1])
+                                 timeout=300, cwd=ROOT)
             assert run.returncode == 0, run.stderr[-3000:]
             said[mode] = run.stdout
             if mode == "1":

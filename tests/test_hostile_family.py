@@ -20,8 +20,8 @@ pytest.importorskip("vllm")
 
 from rs.sources.synthetic import count, generate_scene, render_scene  # noqa: E402
 from rs.store import read_records  # noqa: E402
+from checkout import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 
 FAMILY = """\
 families:

@@ -33,8 +33,8 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from faults import ROOT, assert_same_published, cache_rows, group_left  # noqa: E402
-from test_engine_death import ENV, engine_core  # noqa: E402
+from checkout import ROOT  # noqa: E402
+from faults import VLLM_ENV, assert_same_published, cache_rows, engine_core, group_left  # noqa: E402
 
 RESUME = "to resume, run the same command again: "
 FAMILY = """\
@@ -110,7 +110,7 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
     families = tmp_path / "families.yaml"
     families.write_text(FAMILY)
     work, cache = tmp_path / "run", tmp_path / "run" / "cache.sqlite"
-    reference = subprocess.Popen(command(families, tmp_path / "ref"), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,  # meanwhile
+    reference = subprocess.Popen(command(families, tmp_path / "ref"), cwd=ROOT, env=VLLM_ENV, stdout=subprocess.DEVNULL,  # meanwhile
                                  stderr=subprocess.PIPE, text=True)
     cases = [  # phase, process mode, signal, to the process group, ready, where the log says it stopped
         ("engine start, own process", "1", signal.SIGINT, False, core_started, None),
@@ -124,7 +124,7 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
     try:
         took = []
         for phase, mode, signum, group, ready, where in cases:
-            code, seconds, err, left, pid = interrupt(command(families, work), {**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": mode}, signum,
+            code, seconds, err, left, pid = interrupt(command(families, work), {**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": mode}, signum,
                                                       ready, group)
             context = (phase, mode, err[-3000:])
             took.append((phase, mode, signal.Signals(signum).name, round(seconds, 1)))
@@ -139,7 +139,7 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
         print("seconds to stop:", took)
         resume = shlex.split(err.strip().splitlines()[-1].removeprefix(RESUME))
         assert resume[1:] == command(families, work)[1:]
-        rerun = subprocess.run([sys.executable, *resume[1:]], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        rerun = subprocess.run([sys.executable, *resume[1:]], cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600)
         assert rerun.returncode == 0, rerun.stderr[-3000:]
         _, said = reference.communicate(timeout=600)
     finally:

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
+from checkout import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 FAMILY = """\
 families:

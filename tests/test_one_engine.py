@@ -17,31 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from faults import ROOT, write_families
+from checkout import ROOT
+from faults import descendants, write_families
 import rs.context
 from rs.families import load_families
 from rs.pipeline.publish.family import publish
 
 LIMIT = 4
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (from /proc: no extra package needed)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def _is_engine_core(pid: int) -> bool:

@@ -19,8 +19,8 @@ from rs.pipeline.recover import samples_for
 from rs.pipeline.route import decide
 from rs.pipeline.sample import SampleReport
 from rs.store import read_records
+from checkout import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 FAMILY = """\
 families:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from faults import ROOT, assert_same_published, publish_command, published_files, reference
+from checkout import ROOT
+from faults import assert_same_published, publish_command, published_files, reference
 from rs.families import load_families
 from rs.errors import UsageError
 from rs.util.locks import PublishBusy

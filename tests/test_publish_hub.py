@@ -14,7 +14,7 @@ from rs.pipeline.publish.family import publish
 from rs.pipeline.publish.preflight import RepoCheckError, check_repo
 from rs.splits_schema import SPLITS
 from test_cards import family  # noqa: F401  (the Hostile family fixture)
-from test_hub import TOKEN, blocked_hosts, hub, sleeps  # noqa: F401  (emulator fixtures)
+from hub_clients import TOKEN, blocked_hosts, hub, sleeps  # noqa: F401  (emulator fixtures)
 
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from rs.audit import audit
-
-ROOT = Path(__file__).resolve().parents[1]
+from checkout import ROOT
 
 
 def _script():

@@ -35,8 +35,8 @@ from rs.pipeline.stage import ensure_recovered, ensure_sampled
 from rs.context import BuildContext
 from faults import cache_rows  # noqa: E402
 from rs.store import read_records  # noqa: E402
+from checkout import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 8
 
 

@@ -21,7 +21,7 @@ from rs.cli.main import main as rs_main
 from rs.families import load_families
 from rs.pipeline.publish.family import publish
 from replay_family import differ_by_the_source_alone, write_family
-from test_hub import blocked_hosts, hub, sleeps  # noqa: F401  (the test Hub's fixtures)
+from hub_clients import blocked_hosts, hub, sleeps  # noqa: F401  (the test Hub's fixtures)
 from rs.pipeline.route import RouteFilter
 from rs.pipeline.write.samples import rl_numbers, samples_numbers
 

@@ -14,8 +14,8 @@ import pytest
 from rs.engines.base import Generation, SamplingSettings, loop_would_end, repeat_profile
 from rs.engines.cache import GenerationCache
 from rs.families import FamilyConfigError, load_families
+from checkout import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 FAMILY = """\
 families:

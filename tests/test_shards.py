@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rs.store import read_clean_rows
+from checkout import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 FAMILY = """\
 families:

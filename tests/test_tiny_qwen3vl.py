@@ -35,8 +35,8 @@ from rs.families import get_family, load_families  # noqa: E402
 from rs.families.schema import ReasoningConfig  # noqa: E402
 from rs.engines.reasoning import ReasoningFormat  # noqa: E402
 from rs_demo.tiny_qwen3vl import ADDED_TOKENS, CHAT_TEMPLATE, NOT_SPECIAL, VLLM_ENGINE_KWARGS, build_tiny_qwen3vl, tiny_qwen3vl_path  # noqa: E402
+from checkout import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 INSTRUCTION = "\nAnswer the question using a single word or phrase."
 #: CLEVR, a chart, a document page (width, height) -> image tokens the real processor gives (shared/tiny-qwen3vl.md)
 SIZES = {(480, 320): 150, (800, 600): 475, (1700, 2200): 3657}
