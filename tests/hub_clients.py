@@ -1,5 +1,5 @@
 """The real huggingface_hub and datasets clients pointed at the Hub emulator (tests/hub_server.py), the network
-blocked for anything but 127.0.0.1: the fixtures `hub`, `blocked_hosts` and `sleeps`, imported by the tests that use them."""
+blocked for anything but 127.0.0.1: the fixtures `hub`, `blocked_hosts` and `sleeps`, registered for every test by tests/conftest.py."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from PIL import Image
 
 import rs.hub
 import rs.hub.retry
-from hub_clients import TOKEN, blocked_hosts, hub, local_files, point_clients_at, sleeps  # noqa: F401  (fixtures)
+from hub_clients import TOKEN, local_files, point_clients_at
 from hub_server import HubServer, running_hub
 from rs.hub import FileChange, MissingTokenError, PublishError, format_plan, plan, publish_folder
 from rs.util.sizes import format_bytes
@@ -415,9 +415,9 @@ def test_rs_audit_reads_a_family_from_the_hub(hub: HubServer, tmp_path: Path) ->
     """`rs audit NAMESPACE/REPO` downloads the repo and its siblings with snapshot_download and checks them as a folder."""
     from rs.audit import audit
     from rs.pipeline.publish.family import publish as publish_family
-    from test_audit import VARIANTS, _family
+    from replay_family import RECOVERY_CASES, write_family
 
-    family = _family(tmp_path / "family", VARIANTS["recovery-blocked"][0])
+    family = write_family(tmp_path / "family", RECOVERY_CASES, judge={"calibration_samples": 4}, recovery={"samples": 2, "temperature": 0.7})
     outcome = publish_family(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
                              progress=False)
     api = HfApi()

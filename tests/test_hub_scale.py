@@ -26,7 +26,7 @@ import rs.hub.retry
 from hub_server import Commit, HubServer, Repo, running_hub
 from hub_state import COMMIT_QUOTA_MESSAGE
 from rs.hub import PublishError, format_plan, publish_folder
-from hub_clients import TOKEN, blocked_hosts, hub, local_files, point_clients_at, sleeps  # noqa: F401  (fixtures)
+from hub_clients import TOKEN, local_files, point_clients_at
 
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
 
@@ -81,7 +81,7 @@ def _assert_uploaded_once(server: HubServer, folder: Path) -> None:
 # --------------------------------------------------------------------------------------------- tests
 
 
-def test_a_thousand_shards_go_up_in_bounded_commits_and_main_moves_once(hub: HubServer, thousand: Path,  # noqa: F811
+def test_a_thousand_shards_go_up_in_bounded_commits_and_main_moves_once(hub: HubServer, thousand: Path,
                                                                          caplog: pytest.LogCaptureFixture) -> None:
     hub.seed(REPO, OLD)
     old = _main_files(hub)
@@ -137,7 +137,7 @@ def _child_env(server: HubServer, home: Path) -> dict[str, str]:
 
 
 def test_killed_half_way_the_rerun_resumes_its_pull_request_and_uploads_nothing_twice(
-        hub: HubServer, thousand: Path, tmp_path: Path) -> None:  # noqa: F811
+        hub: HubServer, thousand: Path, tmp_path: Path) -> None:
     hub.seed(REPO, OLD)
     old = _main_files(hub)
     expected = math.ceil((SHARDS + 1 + 3) / PER_COMMIT)
@@ -175,7 +175,7 @@ def test_killed_half_way_the_rerun_resumes_its_pull_request_and_uploads_nothing_
 
 
 @pytest.fixture
-def limited_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, blocked_hosts: list[str]) -> Iterator[HubServer]:  # noqa: F811
+def limited_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, blocked_hosts: list[str]) -> Iterator[HubServer]:
     """An emulator with the Hub's commit quota (4 commits an hour per repo here) on a clock that waits advance."""
     now = [0.0]
 
@@ -211,7 +211,7 @@ def test_a_storm_of_429s_is_waited_out_as_the_hub_asks(limited_hub: HubServer, t
 
 
 def test_429s_do_not_use_up_the_attempts_and_are_answered_without_a_header_by_a_long_backoff(
-        hub: HubServer, tmp_path: Path, sleeps: list[float]) -> None:  # noqa: F811
+        hub: HubServer, tmp_path: Path, sleeps: list[float]) -> None:
     folder = _write_repo(tmp_path / "repo", 120)
     hub.fail_next("commit", status=429, retry_after=7, times=6)
     hub.fail_next("merge", status=429, times=2)  # no Retry-After: the commit quota is hourly, so minutes
@@ -239,7 +239,7 @@ def _fail_after(server: HubServer, commits: int, status: int = 403) -> None:
     server.after_commit = refuse
 
 
-def test_a_pull_request_of_an_older_build_is_closed_not_merged(hub: HubServer, tmp_path: Path) -> None:  # noqa: F811
+def test_a_pull_request_of_an_older_build_is_closed_not_merged(hub: HubServer, tmp_path: Path) -> None:
     folder = _write_repo(tmp_path / "repo", 200)
     _fail_after(hub, 2)
     with pytest.raises(PublishError, match="write access"):
@@ -261,7 +261,7 @@ def test_a_pull_request_of_an_older_build_is_closed_not_merged(hub: HubServer, t
     _assert_uploaded_once(hub, folder)  # shards the closed pull request had uploaded were not sent again
 
 
-def test_main_moving_under_the_pull_request_replaces_it(hub: HubServer, tmp_path: Path) -> None:  # noqa: F811
+def test_main_moving_under_the_pull_request_replaces_it(hub: HubServer, tmp_path: Path) -> None:
     folder = _write_repo(tmp_path / "repo", 200)
     _fail_after(hub, 1)
     with pytest.raises(PublishError):
@@ -278,8 +278,8 @@ def test_main_moving_under_the_pull_request_replaces_it(hub: HubServer, tmp_path
     assert _main_files(hub) == local_files(folder) and result.merges == 1
 
 
-def test_lost_answers_neither_open_a_second_pull_request_nor_merge_twice(hub: HubServer, tmp_path: Path,  # noqa: F811
-                                                        sleeps: list[float]) -> None:  # noqa: F811
+def test_lost_answers_neither_open_a_second_pull_request_nor_merge_twice(hub: HubServer, tmp_path: Path,
+                                                        sleeps: list[float]) -> None:
     folder = _write_repo(tmp_path / "repo", 120)
     hub.fail_next("merge", status=503, after_apply=True)
     hub.fail_next("commit", status=503, after_apply=True)  # the pull request is opened, the answer lost
@@ -294,7 +294,7 @@ def test_lost_answers_neither_open_a_second_pull_request_nor_merge_twice(hub: Hu
     assert _main_files(hub) == local_files(folder)
 
 
-def test_a_draft_pull_request_of_this_build_is_opened_then_merged(hub: HubServer, tmp_path: Path) -> None:  # noqa: F811
+def test_a_draft_pull_request_of_this_build_is_opened_then_merged(hub: HubServer, tmp_path: Path) -> None:
     """A draft cannot be merged (huggingface_hub's own tests open one first); pull requests made by
     `create_discussion` start as drafts, so one found in that state is opened before the merge."""
     folder = _write_repo(tmp_path / "repo", 120)
