@@ -31,6 +31,7 @@ def test_the_key_is_a_boolean_and_recorded_only_when_on() -> None:
     assert VLLMEngineConfig().recorded() == {"kind": "vllm", "args": {}}
 
 
+@pytest.mark.vllm
 def test_rs_plan_states_its_throughput_cost(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     if batch_invariance_refusal() is not None:
@@ -43,6 +44,7 @@ def test_rs_plan_states_its_throughput_cost(tmp_path: Path) -> None:
     assert "22-31%" in BATCH_INVARIANCE_COST and "vllm#27433" in BATCH_INVARIANCE_COST and "not measured by rs" in BATCH_INVARIANCE_COST
 
 
+@pytest.mark.vllm
 def test_the_cpu_build_of_vllm_refuses_it_before_the_engine_starts(monkeypatch) -> None:
     pytest.importorskip("vllm")
     from vllm.platforms import current_platform

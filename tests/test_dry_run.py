@@ -29,6 +29,7 @@ families:
 """
 
 
+@pytest.mark.vllm
 def test_a_dry_run_of_a_family_not_built_creates_no_engine_and_says_what_a_run_would_do(tmp_path: Path, capsys) -> None:
     pytest.importorskip("vllm")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

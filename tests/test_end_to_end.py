@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from faults import assert_same_published, cache_rows, published_files  # noqa: E402

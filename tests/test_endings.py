@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from rs.engines.vllm import VLLMEngine, VLLMStream  # noqa: E402

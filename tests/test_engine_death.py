@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from checkout import ROOT  # noqa: E402

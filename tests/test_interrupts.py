@@ -31,6 +31,7 @@ from typing import Callable
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from checkout import ROOT  # noqa: E402

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from rs.audit import audit  # noqa: E402

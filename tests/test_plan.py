@@ -83,6 +83,7 @@ def test_a_template_that_ignores_the_switch_is_reported(tmp_path: Path) -> None:
     assert any("ignores enable_thinking false" in n and "closes it in the judge's prompt" in n for n in plan.notes)
 
 
+@pytest.mark.vllm
 def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

@@ -20,6 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
+pytestmark = [pytest.mark.vllm, pytest.mark.ray]
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.vllm, pytest.mark.ray]
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from rs.engines.base import Generation, Request  # noqa: E402

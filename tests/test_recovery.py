@@ -21,6 +21,7 @@ import pytest
 
 from rs.audit import Replay, audit
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 import datasets  # noqa: E402

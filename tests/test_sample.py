@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from rs.pipeline.stage import ensure_sampled

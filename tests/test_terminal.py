@@ -22,6 +22,7 @@ import pytest
 
 from rs.pipeline.publish.cards.html import render_repo
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from checkout import ROOT  # noqa: E402

@@ -154,6 +154,7 @@ def test_image_tokens_grow_with_the_image_as_qwen3vls(processor) -> None:
     assert limited == 1240
 
 
+@pytest.mark.vllm
 def test_the_qwen3_parser_reads_its_tokenizer_and_the_prompt_left_open(model_dir: Path, processor) -> None:
     pytest.importorskip("vllm")
     from transformers import AutoTokenizer
@@ -216,6 +217,7 @@ def engine(family):
     built.close()
 
 
+@pytest.mark.vllm
 def test_streaming_with_the_reasoning_left_open(engine) -> None:
     from rs.sources.synthetic import SyntheticSource
 
@@ -244,6 +246,7 @@ def test_streaming_with_the_reasoning_left_open(engine) -> None:
         assert "</think>" not in generation.text and read.answer is None and read.reasoning  # never closed: no answer
 
 
+@pytest.mark.vllm
 def test_prompt_tokens_equal_vllms_item_by_item(engine, processor) -> None:
     """`rs plan`'s count (the processor's) against the prompt vLLM ran, for CLEVR, chart and page sizes."""
     from rs.plan import _prompt_tokens
@@ -258,6 +261,7 @@ def test_prompt_tokens_equal_vllms_item_by_item(engine, processor) -> None:
         assert image_tokens == SIZES[(width, height)]
 
 
+@pytest.mark.vllm
 def test_the_label_only_judge_closes_qwens_open_reasoning(engine, tmp_path: Path) -> None:
     """The template ignores enable_thinking false; the engine closes the block, and vLLM's qwen3 parser sees it end."""
     from rs.engines.cache import GenerationCache
@@ -289,6 +293,7 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield url
 
 
+@pytest.mark.vllm
 def test_the_server_with_the_qwen3_parser_matches_the_offline_engine(server: str, model_dir: Path, engine) -> None:
     from rs.engines.openai import OpenAIEngine
 
@@ -365,6 +370,8 @@ def test_plan_counts_page_images_and_warns_or_shows_the_fitted_setting(tmp_path:
 # --- a publish, in one process and on Ray ---------------------------------------------------------------
 
 
+@pytest.mark.ray
+@pytest.mark.vllm
 def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engine, tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     from faults import assert_same_published
@@ -393,6 +400,7 @@ def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engin
 # --- last: a second engine in this process ---------------------------------------------------------
 
 
+@pytest.mark.vllm
 def test_a_pixel_limit_reaches_vllm_as_the_plan_counts_it(processor) -> None:
     """`engine.args.mm_processor_kwargs` (DocVQA's page limit): vLLM's prompt has the image tokens `rs plan` counts.
 
