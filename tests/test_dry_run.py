@@ -12,21 +12,13 @@ import pytest
 from rs.families import load_families
 from rs.pipeline.publish.family import publish
 from checkout import ROOT
+from family_yaml import DEMO, DROP, family_yaml
 
-FAMILY = """\
-families:
-  Dry:
-    source: {kind: synthetic, seed: 5, num_images: 3, questions_per_image: 2}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "rs:demo-vlm", reasoning: {parser: tags}}
-    engine:
-      batch_size: 8
-      args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 8, enforce_eager: true, kv_cache_memory_bytes: 134217728}
-    sampling: {max_tokens: 48}
-    publish: {namespace: local, target: local}
-    card: {pretty_name: Dry, description: d, license: apache-2.0, citation: c}
-"""
+FAMILY = family_yaml("Dry", DEMO,
+                     source={"seed": 5, "num_images": 3, "questions_per_image": 2, "style": DROP},
+                     engine={"batch_size": 8, "args": {"max_num_seqs": 8, "kv_cache_memory_bytes": 134217728}},
+                     sampling={"max_tokens": 48},
+                     card={"pretty_name": "Dry"})
 
 
 @pytest.mark.vllm

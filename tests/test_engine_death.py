@@ -28,7 +28,7 @@ pytest.importorskip("vllm")
 
 from checkout import ROOT  # noqa: E402
 from faults import VLLM_ENV, assert_same_published, cache_keys, cache_rows, descendants, engine_core  # noqa: E402
-from family_yaml import tiny_family  # noqa: E402
+from family_yaml import DROP, tiny_family  # noqa: E402
 
 def command(families: Path, work: Path) -> list[str]:
     return [sys.executable, "-m", "rs.publish", "Tiny", "--config", str(families), "--out", str(work / "out"),
@@ -82,9 +82,8 @@ def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_a
 
 def test_an_engine_that_cannot_start_says_why_with_the_reason_its_own_process_logged(tmp_path: Path) -> None:
     """vLLM's engine core fails in its own process and the error raised here only says "see root cause above"."""
-    families = tiny_family(tmp_path)
-    families.write_text(families.read_text().replace("kv_cache_memory_bytes: 268435456",
-                                                     "gpu_memory_utilization: 0.999"))  # more of the memory than is free
+    families = tiny_family(tmp_path, engine={"args": {"kv_cache_memory_bytes": DROP,
+                                                      "gpu_memory_utilization": 0.999}})  # more of the memory than is free
     run = subprocess.run(command(families, tmp_path / "run"), cwd=ROOT, env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stderr[-3000:]

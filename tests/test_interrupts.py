@@ -36,24 +36,13 @@ pytest.importorskip("vllm")
 
 from checkout import ROOT  # noqa: E402
 from faults import VLLM_ENV, assert_same_published, cache_rows, engine_core, group_left  # noqa: E402
+from family_yaml import DEMO, family_yaml  # noqa: E402
 
 RESUME = "to resume, run the same command again: "
-FAMILY = """\
-families:
-  Demo:
-    source: {kind: synthetic, seed: 7, num_images: 4, questions_per_image: 4, style: mixed}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "rs:demo-vlm", reasoning: {parser: tags}}
-    engine:
-      batch_size: 16
-      args: {dtype: float32, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, kv_cache_memory_bytes: 268435456}
-    sampling: {max_tokens: 64}
-    judge: {calibration_samples: 16, min_calibration_cases: 4}
-    recovery: {samples: 2, temperature: 0.7}
-    publish: {namespace: local, target: local}
-    card: {pretty_name: Demo, description: d, license: apache-2.0, citation: c}
-"""
+FAMILY = family_yaml("Demo", DEMO,
+                     engine={"args": {"dtype": "float32"}},
+                     judge={"calibration_samples": 16, "min_calibration_cases": 4},
+                     recovery={"samples": 2, "temperature": 0.7})
 
 
 def command(families: Path, work: Path) -> list[str]:

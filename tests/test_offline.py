@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from checkout import ROOT
+from family_yaml import MINIMAL, family_yaml
 
 
 PROBE = """
@@ -22,16 +23,11 @@ print(json.dumps([switched, constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFF
 """
 
 
-REMOTE = """\
-families:
-  Remote:
-    source: {kind: synthetic, num_images: 2}
-    instruction: "?"
-    verifier: {name: alnum}
-    model: {id: "rs:tiny-vlm"}
-    publish: {namespace: someone, target: hub}
-    card: {pretty_name: R, description: d, license: mit, citation: ""}
-"""
+REMOTE = family_yaml("Remote", MINIMAL,
+                     source={"num_images": 2},
+                     model={"id": "rs:tiny-vlm"},
+                     publish={"namespace": "someone", "target": "hub"},
+                     card={"pretty_name": "R"})
 
 
 def probe(endpoint: str, **env: str) -> tuple[list, str]:

@@ -71,9 +71,7 @@ def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_eng
         assert list(again.to_dict()[counts]) == sorted(report.to_dict()[counts]) and again.to_dict()[counts] == report.to_dict()[counts]
 
     # changing the verifier never re-runs the model
-    text = (tmp_path / "families.yaml").read_text().replace("verifier: {name: alnum}", "verifier: {name: exact}")
-    (tmp_path / "families.yaml").write_text(text)
-    exact = load_families(tmp_path / "families.yaml")["Tiny"]
+    exact = load_families(tiny_family(tmp_path, verifier={"name": "exact"}))["Tiny"]
     ctx2 = BuildContext(exact, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
     assert ensure_sampled(ctx2).sampling_engine_calls == 0
 

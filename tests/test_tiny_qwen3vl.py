@@ -36,29 +36,21 @@ from rs.families.schema import ReasoningConfig  # noqa: E402
 from rs.engines.reasoning import ReasoningFormat  # noqa: E402
 from rs_demo.tiny_qwen3vl import ADDED_TOKENS, CHAT_TEMPLATE, NOT_SPECIAL, VLLM_ENGINE_KWARGS, build_tiny_qwen3vl, tiny_qwen3vl_path  # noqa: E402
 from checkout import ROOT  # noqa: E402
+from family_yaml import MINIMAL, ONE_WORD, TINY, family_yaml, merged  # noqa: E402
 
 INSTRUCTION = "\nAnswer the question using a single word or phrase."
 #: CLEVR, a chart, a document page (width, height) -> image tokens the real processor gives (shared/tiny-qwen3vl.md)
 SIZES = {(480, 320): 150, (800, 600): 475, (1700, 2200): 3657}
 LABELS = ("CORRECT", "WRONG", "UNSURE")
-FAMILY = """\
-families:
-  Qwen:
-    source: {kind: synthetic, seed: 5, num_images: 4, questions_per_image: 2, style: mixed}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "rs:tiny-qwen3vl", reasoning: {parser: qwen3}}
-    engine:
-      kind: vllm
-      batch_size: 4
-      args: {dtype: bfloat16, max_model_len: 8192, max_num_seqs: 16, enforce_eager: true, seed: 0,
-             limit_mm_per_prompt: {image: 1, video: 0}, kv_cache_memory_bytes: 268435456}
-    sampling: {max_tokens: 24, chat_template_kwargs: {enable_thinking: true}}
-    judge: {calibration_samples: 4, min_calibration_cases: 2}
-    shard: {max_bytes: 1MB, row_group_bytes: 256KB}
-    publish: {namespace: me, target: local}
-    card: {pretty_name: Qwen, description: d, license: apache-2.0, citation: c}
-"""
+FAMILY = family_yaml("Qwen", TINY,
+                     source={"seed": 5, "num_images": 4, "questions_per_image": 2},
+                     model={"id": "rs:tiny-qwen3vl", "reasoning": {"parser": "qwen3"}},
+                     engine={"batch_size": 4, "args": {"max_model_len": 8192}},
+                     sampling={"max_tokens": 24, "chat_template_kwargs": {"enable_thinking": True}},
+                     judge={"calibration_samples": 4, "min_calibration_cases": 2},
+                     shard={"max_bytes": "1MB", "row_group_bytes": "256KB"},
+                     publish={"namespace": "me", "target": "local"},
+                     card={"pretty_name": "Qwen"})
 
 
 def picture(width: int, height: int, seed: int = 0) -> Image.Image:
@@ -313,34 +305,28 @@ def test_the_server_with_the_qwen3_parser_matches_the_offline_engine(server: str
 
 # --- rs plan on a DocVQA-shaped family -----------------------------------------------------------------
 
-DOC_FAMILY = """\
-families:
-  Pages:
-    source: {kind: files, path: train.jsonl, columns: {id: id}}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: anls, params: {min_score: 0.9}}
-    model: {id: "rs:tiny-qwen3vl", reasoning: {parser: qwen3}}
-    engine: {kind: vllm, args: ARGS}
-    sampling: {max_tokens: 1024}
-    card: {pretty_name: Pages, description: d, license: mit, citation: c}
-"""
+DOC = merged(MINIMAL, {"source": {"kind": "files", "path": "train.jsonl", "columns": {"id": "id"}}, "instruction": ONE_WORD,
+                       "verifier": {"name": "anls", "params": {"min_score": 0.9}},
+                       "model": {"id": "rs:tiny-qwen3vl", "reasoning": {"parser": "qwen3"}}, "engine": {"kind": "vllm"},
+                       "sampling": {"max_tokens": 1024}, "card": {"pretty_name": "Pages", "citation": "c"}})
+"""Pages of a document, answered by the tiny Qwen3-VL."""
 
 
-def _doc_family(folder: Path, args: str):
+def _doc_family(folder: Path, args: dict):
     (folder / "img").mkdir(exist_ok=True)
     lines = []
     for i, (width, height) in enumerate([(1700, 2200), (1700, 2200), (800, 600)]):
         (folder / f"img/{i}.png").write_bytes(png(picture(width, height, seed=i)))
         lines.append({"id": f"d{i}", "image": f"img/{i}.png", "question": f"What is the date on page {i}?", "answer": "May 3"})
     (folder / "train.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
-    (folder / "families.yaml").write_text(DOC_FAMILY.replace("ARGS", args))
+    (folder / "families.yaml").write_text(family_yaml("Pages", DOC, engine={"args": args}))
     return load_families(folder / "families.yaml")["Pages"]
 
 
 def test_plan_counts_page_images_and_warns_or_shows_the_fitted_setting(tmp_path: Path) -> None:
     from rs.plan import plan_family
 
-    too_small = plan_family(_doc_family(tmp_path, "{max_model_len: 4096}"), sample_images=3)
+    too_small = plan_family(_doc_family(tmp_path, {"max_model_len": 4096}), sample_images=3)
     kind, = too_small.kinds
     assert sorted(kind.image_tokens) == [475, 3657, 3657] and kind.largest == (1700, 2200, 3657)
     text = too_small.render()
@@ -352,7 +338,7 @@ def test_plan_counts_page_images_and_warns_or_shows_the_fitted_setting(tmp_path:
     assert f"mm_processor_kwargs: {{max_pixels: {room * 32 * 32}}}" in warning
 
     # the suggested limit, applied: the page now fits, counted as vLLM will count it
-    fitted = plan_family(_doc_family(tmp_path, f"{{max_model_len: 4096, mm_processor_kwargs: {{max_pixels: {room * 32 * 32}}}}}"),
+    fitted = plan_family(_doc_family(tmp_path, {"max_model_len": 4096, "mm_processor_kwargs": {"max_pixels": room * 32 * 32}}),
                          sample_images=3)
     kind, = fitted.kinds
     assert max(kind.prompt_tokens) + 1024 <= 4096 and kind.largest[2] <= room
@@ -361,7 +347,7 @@ def test_plan_counts_page_images_and_warns_or_shows_the_fitted_setting(tmp_path:
 
     # the shipped DocVQA setting: a page at full resolution with the default budget fits
     docvqa = get_family("DocVQA").config.engine.args
-    shipped = plan_family(_doc_family(tmp_path, json.dumps({k: docvqa[k] for k in ("max_model_len", "mm_processor_kwargs")})),
+    shipped = plan_family(_doc_family(tmp_path, {k: docvqa[k] for k in ("max_model_len", "mm_processor_kwargs")}),
                           sample_images=3)
     assert shipped.kinds[0].largest == (1700, 2200, 3657) and not [w for w in shipped.warnings if "max_model_len" in w]
     assert (shipped.template.thinking, shipped.template.without_thinking) == ("open", "open")  # Qwen3-VL-Thinking's template
