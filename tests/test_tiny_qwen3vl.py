@@ -171,12 +171,17 @@ def test_the_torchvision_fixup_waits_for_torchvision(tmp_path: Path) -> None:
 
     pth = torchvision_cpu.install(tmp_path)
     assert pth.read_text() == "import _rs_torchvision_cpu; _rs_torchvision_cpu.install_hook()\n"
-    code = ("import site, sys; site.addsitedir(sys.argv[1]); import _rs_torchvision_cpu as m; "
-            "print('torch' in sys.modules, sum(type(f).__name__ == '_BeforeTorchvision' for f in sys.meta_path)); "
+    code = ("import site, sys, importlib.util; sys.path.insert(0, sys.argv[1]); site.addsitedir(sys.argv[1]); "
+            "import _rs_torchvision_cpu as m; assert m.__file__.startswith(sys.argv[1]), m.__file__; "
+            "hooks = lambda: sum(type(f).__name__ == '_BeforeTorchvision' and f.__module__ == m.__name__ for f in sys.meta_path); "
+            "print('torch' in sys.modules, hooks()); "
+            "importlib.util.find_spec('torchvision'); import datasets; print('torch' in sys.modules, hooks()); "
             "import torchvision.transforms.v2; print(sum(type(f).__name__ == '_BeforeTorchvision' for f in sys.meta_path))")
-    run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split() == ["False", "1", "0"]  # torch not imported, one hook; gone once torchvision is in
+    # torch not imported, one hook; still not when torchvision is only looked for (`datasets` does at import); gone once it is in
+    assert run.stdout.split() == ["False", "1", "False", "1", "0"]
 
 
 def test_no_model_familys_tokens_in_rs_code() -> None:
