@@ -1,12 +1,23 @@
-"""Shared test fixtures: small images and Cauldron-shaped or flat sources written to disk."""
+"""Shared test fixtures: small images, and a family written into the test's folder (`family`).
+
+The helpers beside this file (faults.py, family_yaml.py, replay_family.py, hub_clients.py, checkout.py, ...) import by
+name from a test in any folder under tests/ (`pythonpath` in pyproject.toml)."""
 
 from __future__ import annotations
 
 import io
 import os
+from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 from PIL import Image
+
+from family_yaml import REPLAY, write_families
+from replay_family import Case, write_family
+from rs.families import Family, load_families
+
+pytest_plugins = ["hub_clients"]  # the Hub emulator's fixtures: hub, blocked_hosts, sleeps
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -27,3 +38,18 @@ def jpeg(color: tuple[int, int, int], size: int = 16) -> bytes:
 @pytest.fixture
 def images() -> dict[str, bytes]:
     return {"red": png((255, 0, 0)), "blue": png((0, 0, 255)), "green": jpeg((0, 200, 0)), "corrupt": png((9, 9, 9))[:40]}
+
+
+@pytest.fixture
+def family(tmp_path: Path) -> Callable[..., Family]:
+    """`family(cases, **blocks)`: the replay family of tests/replay_family.py answering `cases`, its families.yaml
+    `REPLAY` (tests/family_yaml.py) with `blocks` merged in, written into the test's folder. `base=` another base
+    (no data is written then), `name=` the family's name."""
+
+    def write(cases: list[Case] | None = None, /, *, name: str = "Shapes", base: dict[str, Any] = REPLAY, **blocks: Any) -> Family:
+        if base is REPLAY:
+            assert cases is not None, "the replay family needs its cases: family(cases, **blocks)"
+            return write_family(tmp_path, cases, name=name, **blocks)
+        return load_families(write_families(tmp_path, name, base, **blocks))[name]
+
+    return write

@@ -22,14 +22,12 @@ from typing import Iterator
 
 import pytest
 
+from checkout import PLUGINS
 from conftest import png
 from rs.families import load_families
 from rs.pipeline.publish import PublishReport, publish
 from rs.pipeline.publish.local import CONTROL
 from rs.registry import CLEANING, ENGINES, SOURCES
-
-ROOT = Path(__file__).resolve().parents[1]
-PLUGINS = Path(__file__).resolve().parent / "plugins"
 
 FAMILY = """
   NAME:
@@ -144,6 +142,12 @@ def cache_keys(path: Path) -> set[str]:
         return {key for (key,) in db.execute("SELECT key FROM answers")}
 
 
+def cache_contents(path: Path) -> dict[str, str]:
+    """Every answer committed to a generation cache, by key."""
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return dict(db.execute("SELECT key, value FROM answers"))
+
+
 def cache_rows(path: Path) -> int:
     """Rows in a generation cache another process may be writing (0 before it exists or while it is being created)."""
     if not path.exists():
@@ -153,6 +157,41 @@ def cache_rows(path: Path) -> int:
             return db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+VLLM_ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+"""A subprocess's environment for a run on vLLM: offline, the engine core in the run's process (`1`: in its own)."""
+
+
+def engine_core(parent: int) -> int | None:
+    """The child process vLLM runs its engine core in (it names itself VLLM::EngineCore)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            stat, name = (entry / "stat").read_text(), (entry / "comm").read_text()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and name.startswith("VLLM::EngineCor"):
+            return int(entry.name)
+    return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc: no extra package needed)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def group_left(group: int) -> list[int]:

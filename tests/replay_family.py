@@ -1,5 +1,6 @@
 """A small family whose answers are known: images and questions in a parquet file, the model's answers in a replay
-engine's JSON Lines file (`rs.engines.replay`). Shared by the tests that route a recovery pass without a model."""
+engine's JSON Lines file (`rs.engines.replay`), its families.yaml the base `REPLAY` of tests/family_yaml.py with a test's
+own blocks. Shared by the tests that route, publish and audit a recovery pass without a model."""
 
 from __future__ import annotations
 
@@ -11,10 +12,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
+from family_yaml import REPLAY, family_yaml
 from rs.families import Family, load_families
 
-Case = tuple[str, str, "str | None", list[str]]
-"""question, reference, greedy answer (None: cut off; a full text when it starts with <think>), the samples at 0.7."""
+Answer = "str | tuple[str, str]"
+"""An answer, or (the answer, the value its reasoning concludes); a full text when it starts with <think>."""
+Case = tuple[str, str, "Answer | None", list[Answer]]
+"""question, reference, greedy answer (None: cut off), the samples at 0.7."""
+
+RECOVERY_CASES: list[Case] = [
+    ("How many shapes?", "2", "2", ["2", "5"]),                 # accepted; with difficulty: pass rate 0.5
+    ("How many triangles?", "4", "6", ["6", ("4", "6")]),        # certainly wrong; recovered by a sample whose reasoning says 6
+    ("Is there a circle?", "yes", "banana", ["banana", "yes"]),  # undecided (the judge's); recovered by sample 1
+    ("How many circles?", "3", None, ["3", "3"]),               # cut off; recovered with cut_off
+    ("How many squares?", "1", "1", ["1", "1"]),                # accepted
+]
+"""Five questions meeting a recovery pass in each way (tests/test_audit.py publishes them under every option that changes
+a card): accepted (for a pass rate), certainly wrong and recovered by a sample whose reasoning concludes another value,
+undecided and recovered, cut off and recovered, accepted."""
 
 
 def image(n: int) -> bytes:
@@ -23,14 +38,21 @@ def image(n: int) -> bytes:
     return out.getvalue()
 
 
-def answer_text(answer: str) -> str:
+def answer_text(answer: Answer) -> str:
     """A thinking model's output concluding `answer` (a full text starting with <think> is kept as it is)."""
-    return answer if answer.startswith("<think>") else f"<think>\nI count carefully and conclude {answer}.\n</think>\n\n{answer}"
+    if isinstance(answer, tuple):
+        final, concluded = answer
+    elif answer.startswith("<think>"):
+        return answer
+    else:
+        final = concluded = answer
+    return f"<think>\nI count carefully and conclude {concluded}.\n</think>\n\n{final}"
 
 
-def write_family(tmp_path: Path, family_yaml: str, cases: list[Case], name: str = "Shapes") -> Family:
-    """`tmp_path/data/shapes.parquet`, `tmp_path/answers.jsonl` and `tmp_path/families.yaml`; the family `name`."""
-    (tmp_path / "data").mkdir()
+def write_family(tmp_path: Path, cases: list[Case], *, name: str = "Shapes", **blocks: object) -> Family:
+    """`tmp_path/data/shapes.parquet`, `tmp_path/answers.jsonl` and `tmp_path/families.yaml` (`REPLAY` with `blocks`
+    merged in); the family `name`."""
+    (tmp_path / "data").mkdir(parents=True)
     rows = [{"image": {"bytes": image(n), "path": None}, "question": q, "answer": a} for n, (q, a, _, _) in enumerate(cases)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data" / "shapes.parquet")
     with open(tmp_path / "answers.jsonl", "w") as fh:
@@ -41,7 +63,7 @@ def write_family(tmp_path: Path, family_yaml: str, cases: list[Case], name: str 
                 fh.write(json.dumps({"key": f"{n}#0", "text": answer_text(greedy)}) + "\n")
             for i, answer in enumerate(samples):
                 fh.write(json.dumps({"key": f"{n}#0", "sample": i, "temperature": 0.7, "text": answer_text(answer)}) + "\n")
-    (tmp_path / "families.yaml").write_text(family_yaml)
+    (tmp_path / "families.yaml").write_text(family_yaml(name, REPLAY, **blocks))
     return load_families(tmp_path / "families.yaml")[name]
 
 
@@ -70,3 +92,40 @@ def differ_by_the_source_alone(built: Path, rebuilt: Path, repo: str, *, local: 
             assert lines[at - 1] == ">"
             assert lines[: at - 1] + lines[at + 1:] == (built / f).read_text().splitlines(), f
     return differing
+
+
+HOSTILE_Q = "What | is `this`?\n<script>alert(1)</script> </details> **bold** [x](javascript:alert(1))"
+HOSTILE_A = "a|b`c`</details><b>"
+HOSTILE = {
+    "source": {"kind": "files", "path": "train.jsonl", "columns": {"id": "id"}},
+    "instruction": "\nAnswer briefly.",
+    "verifier": {"name": "exact"},
+    "model": {"id": "replayed/model", "revision": "abc123"},
+    "engine": {"kind": "replay", "replay_path": "replay.jsonl"},
+    "judge": {"calibration_samples": 4, "min_negative_agreement": 0.5},
+    "publish": {"namespace": "tester", "target": "local"},
+    "card": {"pretty_name": "Hostile VQA", "description": "A family whose text tries to break the card.", "license": "mit",
+             "citation": "@misc{hostile, title={Hostile}}"},
+}
+"""A family whose questions and answers carry Markdown, HTML and table syntax (tests/test_cards.py, tests/test_publish_hub.py)."""
+
+
+def write_hostile_family(tmp_path: Path, images: dict[str, bytes]) -> Family:
+    """`Hostile`: six images (`images` of conftest.py), each with a hostile question and a count, answered from replay.jsonl
+    (every hostile one wrong)."""
+    (tmp_path / "img").mkdir()
+    lines, replay = [], []
+    colours = ["red", "blue", "green"]
+    for i in range(6):
+        name = f"img/{i}.png"
+        (tmp_path / name).write_bytes(images[colours[i % 3]])
+        for j, (q, a) in enumerate([(HOSTILE_Q + f" #{i}", HOSTILE_A), (f"How many things #{i}?", str(i))]):
+            lines.append({"image": name, "question": q, "answer": a, "id": f"r{i}-{j}"})
+    for line in lines:
+        key = f"{line['id']}#0"
+        text = f"<think>thinking about {line['question']}</think>{line['answer']}" if line["id"].endswith("-1") else "<think>hm</think>" + HOSTILE_A + "!!\n```\n</details>"
+        replay.append({"key": key, "text": text})
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(l) for l in lines))
+    (tmp_path / "replay.jsonl").write_text("\n".join(json.dumps(r) for r in replay))
+    (tmp_path / "families.yaml").write_text(family_yaml("Hostile", HOSTILE))
+    return load_families(tmp_path / "families.yaml")["Hostile"]

@@ -8,14 +8,10 @@ written for. `bench/answers.py --properties` runs the same invariants over 100,0
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import answers_properties as P  # noqa: E402
 

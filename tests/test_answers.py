@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from checkout import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
 
 from answers import grade_all, tally  # noqa: E402
 from answers_corpus import MUST_READ, corpus  # noqa: E402
@@ -153,7 +154,7 @@ def test_a_literal_family_reads_its_answers_as_written(tmp_path) -> None:
     from rs.families.loader import FamilyConfigError
     from rs.verifiers import get_verifier
 
-    assert load_families(Path(__file__).resolve().parents[1] / "families.yaml")["IIIT5K"].config.answers.literal
+    assert load_families(ROOT / "families.yaml")["IIIT5K"].config.answers.literal
     family = ("families:\n  V:\n    source: {kind: synthetic, seed: 5, num_images: 2, questions_per_image: 1}\n"
               "    instruction: ' Answer.'\n    verifier: {name: alnum}\n    answers: {literal: %s}\n"
               "    model: {id: m/m, reasoning: {parser: tags}}\n    publish: {namespace: me, target: local}\n"

@@ -8,8 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from checkout import ROOT
 
 
 def test_import_contracts_hold() -> None:

@@ -10,7 +10,6 @@ naming the number.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import shutil
@@ -19,79 +18,33 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from PIL import Image
 
+from replay_family import RECOVERY_CASES, answer_text, write_family
 from rs.audit import Replay, audit
 from rs.cli.main import main as rs_main
 from rs.families import load_families
 from rs.pipeline.publish import publish
 
-FAMILY = """\
-families:
-  Shapes:
-    source: {kind: files, path: data/shapes.parquet, shape: flat}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "some-org/some-vlm"}
-    engine: {kind: replay, replay_path: answers.jsonl}
-    publish: {namespace: local, target: local}
-    card: {pretty_name: Shapes, description: A few shapes., license: cc-by-4.0, citation: "@misc{s}"}
-"""
+PASSING = {"calibration_samples": 4, "min_calibration_cases": 1, "min_negative_agreement": 0.0, "min_positive_agreement": 0.0}
+BLOCKED = {"calibration_samples": 4}  # too few cases: the gate blocks it
+OFF = {"enabled": False}
+RECOVERY = {"samples": 2, "temperature": 0.7}
 
-PASSING = "judge: {calibration_samples: 4, min_calibration_cases: 1, min_negative_agreement: 0.0, min_positive_agreement: 0.0}"
-BLOCKED = "judge: {calibration_samples: 4}"  # too few cases: the gate blocks it
-OFF = "judge: {enabled: false}"
-
-VARIANTS = {  # name -> (what the family adds, --limit)
-    "plain": (OFF, None),
-    "recovery-blocked": (BLOCKED + "\n    recovery: {samples: 2, temperature: 0.7}", None),
-    "all-passing": (PASSING + "\n    recovery: {samples: 2, temperature: 0.7, cut_off: true, difficulty: {samples: 2}, pairs: true}", None),
-    "kept-in-think": (OFF + "\n    answers: {think_needs_agreeing_reasoning: false}\n    recovery: {samples: 2, temperature: 0.7, pairs: true}", None),
-    "trial-empty-rejected": (BLOCKED + "\n    recovery: {samples: 2, temperature: 0.7, difficulty: {samples: 2}}", 1),
+VARIANTS = {  # name -> (the family's blocks, --limit)
+    "plain": ({"judge": OFF}, None),
+    "recovery-blocked": ({"judge": BLOCKED, "recovery": RECOVERY}, None),
+    "all-passing": ({"judge": PASSING, "recovery": {**RECOVERY, "cut_off": True, "difficulty": {"samples": 2}, "pairs": True}}, None),
+    "kept-in-think": ({"judge": OFF, "answers": {"think_needs_agreeing_reasoning": False}, "recovery": {**RECOVERY, "pairs": True}}, None),
+    "trial-empty-rejected": ({"judge": BLOCKED, "recovery": {**RECOVERY, "difficulty": {"samples": 2}}}, 1),
 }
-
-# question, reference, greedy answer (None: cut off), the samples at temperature 0.7 (answer, or (answer, what the reasoning concludes))
-CASES = [
-    ("How many shapes?", "2", "2", ["2", "5"]),                 # accepted; with difficulty: pass rate 0.5
-    ("How many triangles?", "4", "6", ["6", ("4", "6")]),        # certainly wrong; recovered by a sample whose reasoning says 6
-    ("Is there a circle?", "yes", "banana", ["banana", "yes"]),  # undecided (the judge's); recovered by sample 1
-    ("How many circles?", "3", None, ["3", "3"]),               # cut off; recovered with cut_off
-    ("How many squares?", "1", "1", ["1", "1"]),                # accepted
-]
-
-
-def _image(n: int) -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", (16, 16), (40 * n, 200 - 30 * n, 90)).save(out, "PNG")
-    return out.getvalue()
-
-
-def _text(answer: str | tuple[str, str]) -> str:
-    final, concluded = answer if isinstance(answer, tuple) else (answer, answer)
-    return f"<think>\nI count carefully and conclude {concluded}.\n</think>\n\n{final}"
-
-
-def _family(folder: Path, extra: str):
-    (folder / "data").mkdir(parents=True)
-    rows = [{"image": {"bytes": _image(n), "path": None}, "question": q, "answer": a} for n, (q, a, _, _) in enumerate(CASES)]
-    pq.write_table(pa.Table.from_pylist(rows), folder / "data" / "shapes.parquet")
-    with open(folder / "answers.jsonl", "w") as fh:
-        for n, (_, _, greedy, samples) in enumerate(CASES):
-            record = {"key": f"{n}#0", "text": _text(greedy)} if greedy else {"key": f"{n}#0", "text": "<think>\nI count one", "finish_reason": "length"}
-            fh.write(json.dumps(record) + "\n")
-            for i, answer in enumerate(samples):
-                fh.write(json.dumps({"key": f"{n}#0", "sample": i, "temperature": 0.7, "text": _text(answer)}) + "\n")
-    (folder / "families.yaml").write_text(FAMILY + f"    {extra}\n")
-    return load_families(folder / "families.yaml")["Shapes"]
-
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> dict[str, tuple[Path, dict[str, Path]]]:
     """Each variant built and published once: its folder and its repos by split."""
     out = {}
-    for name, (extra, limit) in VARIANTS.items():
+    for name, (blocks, limit) in VARIANTS.items():
         folder = tmp_path_factory.mktemp(name)
-        family = _family(folder, extra)
+        family = write_family(folder, RECOVERY_CASES, **blocks)
         outcome = publish(family, out=folder / "out", build_root=folder / "build", cache_path=folder / "cache.sqlite", progress=False,
                           limit=limit)
         out[name] = (folder, {split: Path(where) for split, where in outcome.where.items()})
@@ -269,7 +222,7 @@ def _rewrite(cache: Path, key: str, answer: str) -> None:
     with sqlite3.connect(cache) as db:
         (value,) = db.execute("SELECT value FROM answers WHERE key = ?", (key,)).fetchone()
         stored = json.loads(value)
-        stored.update(text=_text(answer), reasoning=f"I count carefully and conclude {answer}.", answer=answer)
+        stored.update(text=answer_text(answer), reasoning=f"I count carefully and conclude {answer}.", answer=answer)
         value = json.dumps(stored, ensure_ascii=False)
         db.execute("UPDATE answers SET value = ?, checksum = ? WHERE key = ?", (value, answer_checksum(key, value), key))
 
@@ -398,11 +351,9 @@ def test_under_batch_invariance_a_text_the_engine_gives_otherwise_is_a_finding()
                                                 if invariant else [])
 
 
-def test_replay_looks_a_separate_judge_models_verdicts_up_under_its_own_identity(tmp_path: Path) -> None:
+def test_replay_looks_a_separate_judge_models_verdicts_up_under_its_own_identity(tmp_path: Path, family) -> None:
     """A judge model apart from the sampler: its verdicts are cached under its engine's identity, and found there."""
-    family = _family(tmp_path, PASSING.replace("judge: {", 'judge: {model: {id: "other-org/judge"}, ')
-                     + "\n    recovery: {samples: 2, temperature: 0.7}")
-    outcome = publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+    outcome = publish(family(RECOVERY_CASES, judge={**PASSING, "model": {"id": "other-org/judge"}}, recovery=RECOVERY), out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
     stats = json.loads((Path(outcome.where["think"]) / "rs" / "stats.json").read_text())
     assert stats["provenance"]["judge_model"]["id"] == "other-org/judge" and stats["judge"]["judged"] > 0
     result = audit(Path(outcome.where["think"]), build=_build_dir(tmp_path), replay=_replay(tmp_path, 10, engine=True))

@@ -11,18 +11,15 @@ from rs.util.config_checks import ConfigValueError
 from rs.engines.vllm import BatchInvarianceUnsupported, VLLMEngineConfig, _enable_batch_invariance
 from rs.engines.vllm_args import batch_invariance_refusal
 from rs.families import load_families
+from family_yaml import MINIMAL, family_yaml
 from rs.plan.static import BATCH_INVARIANCE_COST, describe
 
-FAMILY = """\
-families:
-  Inv:
-    source: {kind: synthetic, seed: 0, num_images: 2, questions_per_image: 1}
-    instruction: " Answer briefly."
-    verifier: {name: alnum}
-    model: {id: "rs:tiny-vlm"}
-    engine: {batch_invariant: true, args: {dtype: float32}}
-    card: {pretty_name: Inv, description: d, license: mit, citation: c}
-"""
+FAMILY = family_yaml("Inv", MINIMAL,
+                     source={"seed": 0, "num_images": 2, "questions_per_image": 1},
+                     instruction=" Answer briefly.",
+                     model={"id": "rs:tiny-vlm"},
+                     engine={"batch_invariant": True, "args": {"dtype": "float32"}},
+                     card={"pretty_name": "Inv", "citation": "c"})
 
 
 def test_the_key_is_a_boolean_and_recorded_only_when_on() -> None:
@@ -31,6 +28,7 @@ def test_the_key_is_a_boolean_and_recorded_only_when_on() -> None:
     assert VLLMEngineConfig().recorded() == {"kind": "vllm", "args": {}}
 
 
+@pytest.mark.vllm
 def test_rs_plan_states_its_throughput_cost(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     if batch_invariance_refusal() is not None:
@@ -43,6 +41,7 @@ def test_rs_plan_states_its_throughput_cost(tmp_path: Path) -> None:
     assert "22-31%" in BATCH_INVARIANCE_COST and "vllm#27433" in BATCH_INVARIANCE_COST and "not measured by rs" in BATCH_INVARIANCE_COST
 
 
+@pytest.mark.vllm
 def test_the_cpu_build_of_vllm_refuses_it_before_the_engine_starts(monkeypatch) -> None:
     pytest.importorskip("vllm")
     from vllm.platforms import current_platform

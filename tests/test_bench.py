@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from checkout import ROOT
 
 
 def test_verifier_bench_compares_with_an_older_tree_in_one_process() -> None:

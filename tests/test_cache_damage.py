@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from faults import ROOT, assert_same_published, published_files, reference
+from checkout import ROOT
+from faults import assert_same_published, published_files, reference
 from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.engines.base import Generation
 from rs.families import load_families

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -14,49 +13,14 @@ from huggingface_hub import DatasetCard
 from rs.pipeline.publish.cards.html import render, render_repo
 from rs.pipeline.publish.cards.render import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, sibling_link, size_category
 from rs.util.text import counted
-from rs.families import load_families
+from replay_family import HOSTILE_A, HOSTILE_Q, write_hostile_family
 from rs.pipeline.publish import publish
 from rs.splits_schema import SPLITS, features
-
-HOSTILE_Q = "What | is `this`?\n<script>alert(1)</script> </details> **bold** [x](javascript:alert(1))"
-HOSTILE_A = "a|b`c`</details><b>"
-
-FAMILY = """\
-families:
-  Hostile:
-    source: {kind: files, path: train.jsonl, columns: {id: id}}
-    instruction: "\\nAnswer briefly."
-    verifier: {name: exact}
-    model: {id: replayed/model, revision: abc123}
-    engine: {kind: replay, replay_path: replay.jsonl}
-    judge: {calibration_samples: 4, min_negative_agreement: 0.5}
-    publish: {namespace: tester, target: local}
-    card:
-      pretty_name: Hostile VQA
-      description: A family whose text tries to break the card.
-      license: mit
-      citation: "@misc{hostile, title={Hostile}}"
-"""
 
 
 @pytest.fixture
 def family(tmp_path: Path, images: dict[str, bytes]):
-    (tmp_path / "img").mkdir()
-    lines, replay = [], []
-    colours = ["red", "blue", "green"]
-    for i in range(6):
-        name = f"img/{i}.png"
-        (tmp_path / name).write_bytes(images[colours[i % 3]])
-        for j, (q, a) in enumerate([(HOSTILE_Q + f" #{i}", HOSTILE_A), (f"How many things #{i}?", str(i))]):
-            lines.append({"image": name, "question": q, "answer": a, "id": f"r{i}-{j}"})
-    for line in lines:
-        key = f"{line['id']}#0"
-        text = f"<think>thinking about {line['question']}</think>{line['answer']}" if line["id"].endswith("-1") else "<think>hm</think>" + HOSTILE_A + "!!\n```\n</details>"
-        replay.append({"key": key, "text": text})
-    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(l) for l in lines))
-    (tmp_path / "replay.jsonl").write_text("\n".join(json.dumps(r) for r in replay))
-    (tmp_path / "families.yaml").write_text(FAMILY.replace("columns: {}", ""))
-    return load_families(tmp_path / "families.yaml")["Hostile"]
+    return write_hostile_family(tmp_path, images)
 
 
 def run_publish(family, tmp_path: Path, **kwargs):

@@ -21,29 +21,20 @@ from rs.pipeline.sample.requests import sampling_request
 from rs.sources import open_source
 from rs.sources.base import SourceRecord, sha256_hex
 from rs.records import QAItem
+from family_yaml import MINIMAL, ONE_WORD, Whole, family_yaml, merged
 
 TURN = {"user": Value("string"), "assistant": Value("string"), "source": Value("string")}
 INSTRUCTION = "\nAnswer the question using a single word or phrase."
 
-FAMILY = """\
-families:
-  PoolCLEVR:
-    source:
-      kind: files
-      path: pool.parquet
-      shape: conversational
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: some/model}
-    cleaning:
-      provenance: {sources: [clevr]}
-      purity:
-        enabled: true
-        vocabulary: [a, an, the, is, are, there, how, many, what, color, shape, does, have, of, any, red, blue, green, cube, cubes, sphere, cylinder, object, small, large, purple]
-      reference_form: {enabled: true, max_words: 3, action: drop}
-      multiple_choice: {enabled: true}
-    card: {pretty_name: Pool, description: d, license: other, citation: c}
-"""
+VOCABULARY = ["a", "an", "the", "is", "are", "there", "how", "many", "what", "color", "shape", "does", "have", "of", "any", "red", "blue",
+              "green", "cube", "cubes", "sphere", "cylinder", "object", "small", "large", "purple"]
+POOL = merged(MINIMAL, {"source": {"kind": "files", "path": "pool.parquet", "shape": "conversational"}, "instruction": ONE_WORD,
+                        "cleaning": {"provenance": {"sources": ["clevr"]}, "purity": {"enabled": True, "vocabulary": VOCABULARY},
+                                     "reference_form": {"enabled": True, "max_words": 3, "action": "drop"},
+                                     "multiple_choice": {"enabled": True}},
+                        "card": {"pretty_name": "Pool", "license": "other", "citation": "c"}})
+"""A Cauldron-shaped pool of CLEVR questions, every optional cleaning step on."""
+FAMILY = family_yaml("PoolCLEVR", POOL)
 
 
 def turn(user: str, assistant: str, source: str = "clevr") -> dict[str, str]:
@@ -139,8 +130,7 @@ def test_questions_with_options_are_asked_for_a_letter(pool: Path) -> None:
 
 
 def test_mark_instead_of_drop_keeps_the_item_flagged(pool: Path) -> None:
-    text = (pool / "families.yaml").read_text().replace("action: drop", "action: mark")
-    (pool / "families.yaml").write_text(text)
+    (pool / "families.yaml").write_text(family_yaml("PoolCLEVR", POOL, cleaning={"reference_form": {"action": "mark"}}))
     family = load_families(pool / "families.yaml")["PoolCLEVR"]
     source = open_source(family)
     cleaner = Cleaner(family.config, source.provenance())
@@ -150,9 +140,8 @@ def test_mark_instead_of_drop_keeps_the_item_flagged(pool: Path) -> None:
 
 
 def test_policies_switch_off_per_family(pool: Path) -> None:
-    text = (pool / "families.yaml").read_text()
-    text = text.replace("provenance: {sources: [clevr]}", "provenance: {enabled: false}").replace("enabled: true\n        vocabulary", "enabled: false\n        vocabulary")
-    (pool / "families.yaml").write_text(text)
+    (pool / "families.yaml").write_text(family_yaml("PoolCLEVR", POOL, cleaning={"provenance": Whole(enabled=False),
+                                                                                 "purity": {"enabled": False}}))
     family = load_families(pool / "families.yaml")["PoolCLEVR"]
     cleaner = Cleaner(family.config, {})
     list(cleaner.rows(open_source(family)))

@@ -22,7 +22,6 @@ from rs.families.schema import DecontaminationActions, EvaluationSetConfig
 from rs.registry import SOURCES
 from rs.sources.synthetic.evaluation import SyntheticEvaluationConfig, SyntheticEvaluationSource
 
-ROOT = Path(__file__).resolve().parents[1]
 
 FAMILY = """\
 defaults:

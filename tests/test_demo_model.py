@@ -179,6 +179,7 @@ def _chats(n: int) -> tuple[list[list[dict]], list]:
     return chats, items
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("thinking", [True, False])
 def test_vllm_answers_with_and_without_thinking(llm, thinking: bool) -> None:
     from vllm import SamplingParams

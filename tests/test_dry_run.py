@@ -12,23 +12,17 @@ import pytest
 
 from rs.families import load_families
 from rs.pipeline.publish import publish
+from checkout import ROOT
+from family_yaml import DEMO, DROP, family_yaml
 
-FAMILY = """\
-families:
-  Dry:
-    source: {kind: synthetic, seed: 5, num_images: 3, questions_per_image: 2}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "rs:demo-vlm", reasoning: {parser: tags}}
-    engine:
-      batch_size: 8
-      args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 8, enforce_eager: true, kv_cache_memory_bytes: 134217728}
-    sampling: {max_tokens: 48}
-    publish: {namespace: local, target: local}
-    card: {pretty_name: Dry, description: d, license: apache-2.0, citation: c}
-"""
+FAMILY = family_yaml("Dry", DEMO,
+                     source={"seed": 5, "num_images": 3, "questions_per_image": 2, "style": DROP},
+                     engine={"batch_size": 8, "args": {"max_num_seqs": 8, "kv_cache_memory_bytes": 134217728}},
+                     sampling={"max_tokens": 48},
+                     card={"pretty_name": "Dry"})
 
 
+@pytest.mark.vllm
 def test_a_dry_run_of_a_family_not_built_creates_no_engine_and_says_what_a_run_would_do(tmp_path: Path, capsys) -> None:
     pytest.importorskip("vllm")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -95,7 +89,7 @@ def test_an_offline_dry_run_of_a_built_family_describes_what_it_would_upload_and
     an empty repo lists them) and what it could not check; the Hub double behind HF_ENDPOINT sees no request."""
     from faults import engine_kinds_installed, publish_command, write_families
     from hub_server import running_hub
-    from test_hub import TOKEN
+    from hub_clients import TOKEN
 
     families = write_families(tmp_path, images=4, names=("Alpha",))
     families.write_text(families.read_text().replace("target: local", "target: hub"))
@@ -109,7 +103,7 @@ def test_an_offline_dry_run_of_a_built_family_describes_what_it_would_upload_and
         said = {}
         for mode in ("1", "0"):  # offline, then online against an empty Hub
             run = subprocess.run(command, env={**env, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": mode}, capture_output=True, text=True,
-                                 timeout=300, cwd=Path(__file__).resolve().parents[1])
+                                 timeout=300, cwd=ROOT)
             assert run.returncode == 0, run.stderr[-3000:]
             said[mode] = run.stdout
             if mode == "1":

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
-from faults import assert_same_published, published_files  # noqa: E402
-from test_sample import cache_rows  # noqa: E402
+from faults import assert_same_published, cache_rows, published_files  # noqa: E402
+from checkout import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 
 NEW_FAMILY = """
   MyShapes:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from rs.engines.vllm import VLLMEngine, VLLMStream  # noqa: E402
@@ -26,6 +27,7 @@ from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from rs.store import read_records  # noqa: E402
 from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
+from family_yaml import TINY, write_families  # noqa: E402
 
 MAX_TOKENS = 64
 BUDGET = 6
@@ -36,24 +38,7 @@ REGEX = {
     "plain": r"[a-z]{2,3}</think>\n\n(yes|no|[0-9])",
 }
 
-FAMILY = """\
-families:
-  Loops:
-    source: {{kind: synthetic, seed: 3, num_images: 6, questions_per_image: 3, style: clevr}}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {{name: alnum}}
-    model: {{id: "{model}", reasoning: {{parser: tags}}}}
-    engine:
-      kind: vllm
-      batch_size: 8
-      args: {{dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, seed: 0,
-             limit_mm_per_prompt: {{image: 1, video: 0}}, kv_cache_memory_bytes: 268435456}}
-    sampling: {{max_tokens: {max_tokens}, repetition_detection: {loops}, thinking_token_budget: {budget}}}
-    judge: {{enabled: false}}
-    publish: {{namespace: local, target: local}}
-    card: {{pretty_name: Loops, description: d, license: apache-2.0, citation: c}}
-"""
-LOOPS_ON = "{min_pattern_size: 4, max_pattern_size: 128, min_count: 4}"
+LOOPS_ON = {"min_pattern_size": 4, "max_pattern_size": 128, "min_count": 4}
 
 
 def shape_of(key: str) -> str:
@@ -96,11 +81,12 @@ def engine() -> Any:
     engine.close()
 
 
-def family(tmp_path: Path, *, loops: str = LOOPS_ON, budget: Any = None, max_tokens: int = MAX_TOKENS) -> Any:
-    text = FAMILY.format(model=tiny_vlm_path(template="prefill"), loops=loops, budget="null" if budget is None else budget,
-                         max_tokens=max_tokens)
-    (tmp_path / "families.yaml").write_text(text)
-    return load_families(tmp_path / "families.yaml")["Loops"]
+def family(tmp_path: Path, *, loops: dict | None = LOOPS_ON, budget: Any = None, max_tokens: int = MAX_TOKENS) -> Any:
+    path = write_families(tmp_path, "Loops", TINY, source={"style": "clevr"},
+                          model={"id": str(tiny_vlm_path(template="prefill")), "reasoning": {"parser": "tags"}},
+                          sampling={"max_tokens": max_tokens, "repetition_detection": loops, "thinking_token_budget": budget},
+                          judge={"enabled": False}, publish={"namespace": "local", "target": "local"}, card={"pretty_name": "Loops"})
+    return load_families(path)["Loops"]
 
 
 def sample(tmp_path: Path, engine: Any, **settings: Any) -> tuple[Any, list[dict[str, Any]]]:
@@ -131,7 +117,7 @@ def test_loops_end_early_and_a_loop_setting_change_resends_only_what_it_ends(tmp
     assert report.sampling_engine_calls == len(items)
 
     # loop detection off: only the answers it ended are asked again, and now run to max_tokens
-    report, items = sample(tmp_path, engine, loops="null")
+    report, items = sample(tmp_path, engine, loops=None)
     assert report.sampling_engine_calls == len(looped)
     assert {i["ending"] for i in by_shape(items)["loop"]} == {"length"}
     assert report.endings["repetition"] == 0
@@ -140,10 +126,10 @@ def test_loops_end_early_and_a_loop_setting_change_resends_only_what_it_ends(tmp
     assert report.sampling_engine_calls == len(looped)
     assert {i["ending"] for i in by_shape(items)["loop"]} == {"repetition"}
     # a setting that ends nothing here (20 repeats): only the answers the old one ended are asked again
-    report, items = sample(tmp_path, engine, loops="{min_pattern_size: 4, max_pattern_size: 128, min_count: 20}")
+    report, items = sample(tmp_path, engine, loops={**LOOPS_ON, "min_count": 20})
     assert report.sampling_engine_calls == len(looped)
     # raising max_tokens re-sends only answers cut at max_tokens: here the loops the last setting let run
-    report, items = sample(tmp_path, engine, loops="{min_pattern_size: 4, max_pattern_size: 128, min_count: 20}",
+    report, items = sample(tmp_path, engine, loops={**LOOPS_ON, "min_count": 20},
                            max_tokens=MAX_TOKENS + 16)
     assert report.sampling_engine_calls == sum(i["finish_reason"] == "length" for i in items) == len(looped)
 
@@ -180,9 +166,9 @@ def test_the_budget_cuts_the_reasoning_and_the_answer_after_it_is_read(tmp_path:
     report, items = sample(tmp_path, engine, budget=BUDGET + 4)
     assert report.sampling_engine_calls == len(items)
     assert all(i["thinking_tokens"] == BUDGET + 4 for i in items)
-    report, items = sample(tmp_path, engine, budget=BUDGET + 4, loops="null")
+    report, items = sample(tmp_path, engine, budget=BUDGET + 4, loops=None)
     assert report.sampling_engine_calls == 0
-    outcome = publish(family(tmp_path, budget=BUDGET + 4, loops="null"), out=tmp_path / "out", build_root=tmp_path / "build",
+    outcome = publish(family(tmp_path, budget=BUDGET + 4, loops=None), out=tmp_path / "out", build_root=tmp_path / "build",
                       cache_path=tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (engine, engine))
     card = (Path(outcome.where["think"]) / "README.md").read_text()
     assert f"The reasoning was cut at {BUDGET + 4} tokens (`thinking_token_budget`) in {len(items)} answers" in card

@@ -23,30 +23,16 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
-from faults import ROOT, assert_same_published, cache_keys  # noqa: E402
-from test_sample import cache_rows, family_file  # noqa: E402
-from test_one_engine import descendants  # noqa: E402
-
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-
+from checkout import ROOT  # noqa: E402
+from faults import VLLM_ENV, assert_same_published, cache_keys, cache_rows, descendants, engine_core  # noqa: E402
+from family_yaml import DROP, tiny_family  # noqa: E402
 
 def command(families: Path, work: Path) -> list[str]:
     return [sys.executable, "-m", "rs.publish", "Tiny", "--config", str(families), "--out", str(work / "out"),
             "--build-dir", str(work / "build"), "--cache", str(work / "cache.sqlite")]
-
-
-def engine_core(parent: int) -> int | None:
-    """The child process vLLM runs its engine core in (it names itself VLLM::EngineCore)."""
-    for entry in Path("/proc").iterdir():
-        try:
-            stat, name = (entry / "stat").read_text(), (entry / "comm").read_text()
-        except (OSError, ValueError):
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and name.startswith("VLLM::EngineCor"):
-            return int(entry.name)
-    return None
 
 
 def engine_calls(work: Path) -> int:
@@ -55,8 +41,8 @@ def engine_calls(work: Path) -> int:
 
 
 def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_answer(tmp_path: Path) -> None:
-    families = family_file(tmp_path, num_images=6, batch=4, max_tokens=24)
-    victim = subprocess.Popen(command(families, tmp_path / "run"), cwd=ROOT, env={**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+    families = tiny_family(tmp_path, num_images=6, batch=4, max_tokens=24)
+    victim = subprocess.Popen(command(families, tmp_path / "run"), cwd=ROOT, env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     cache = tmp_path / "run" / "cache.sqlite"
     try:
@@ -86,9 +72,9 @@ def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_a
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert kept and not (tmp_path / "run" / "build" / "Tiny" / "sample.json").exists()
 
-    rerun = subprocess.run(command(families, tmp_path / "run"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    rerun = subprocess.run(command(families, tmp_path / "run"), cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    reference = subprocess.run(command(families, tmp_path / "ref"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    reference = subprocess.run(command(families, tmp_path / "ref"), cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600)
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert_same_published(tmp_path / "ref" / "out", tmp_path / "run" / "out")
     assert engine_calls(tmp_path / "run") == engine_calls(tmp_path / "ref") - len(kept)  # what was cached is not asked again
@@ -96,10 +82,9 @@ def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_a
 
 def test_an_engine_that_cannot_start_says_why_with_the_reason_its_own_process_logged(tmp_path: Path) -> None:
     """vLLM's engine core fails in its own process and the error raised here only says "see root cause above"."""
-    families = family_file(tmp_path)
-    families.write_text(families.read_text().replace("kv_cache_memory_bytes: 268435456",
-                                                     "gpu_memory_utilization: 0.999"))  # more of the memory than is free
-    run = subprocess.run(command(families, tmp_path / "run"), cwd=ROOT, env={**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+    families = tiny_family(tmp_path, engine={"args": {"kv_cache_memory_bytes": DROP,
+                                                      "gpu_memory_utilization": 0.999}})  # more of the memory than is free
+    run = subprocess.run(command(families, tmp_path / "run"), cwd=ROOT, env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stderr[-3000:]
     assert "error: the vLLM engine of rs:tiny-vlm could not start: RuntimeError: Engine core initialization failed" in run.stderr
@@ -120,8 +105,8 @@ def test_engine_arguments_vllm_refuses_are_an_error_with_its_reason() -> None:
 
 def test_the_engine_core_of_a_killed_run_exits_within_seconds(tmp_path: Path) -> None:
     """`kill -9` of the run: its engine core (forked, the kernel told to kill it with its parent: rs.engines.lifeline) goes too."""
-    families = family_file(tmp_path, num_images=6, batch=4, max_tokens=24)
-    victim = subprocess.Popen(command(families, tmp_path / "run"), cwd=ROOT, env={**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+    families = tiny_family(tmp_path, num_images=6, batch=4, max_tokens=24)
+    victim = subprocess.Popen(command(families, tmp_path / "run"), cwd=ROOT, env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     core = None
     try:

@@ -26,6 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from PIL import Image  # noqa: E402

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rs.families import FamilyConfigError, UnknownFamilyError, default_families_path, get_family, load_families
+from checkout import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 MINIMAL = """\
 defaults:

@@ -11,14 +11,11 @@ import functools
 import io
 import logging
 import os
-import socket
 import traceback
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import datasets
-import datasets.config as ds_config
 import huggingface_hub
 import huggingface_hub.constants as hf_constants
 import pyarrow as pa
@@ -31,6 +28,7 @@ from PIL import Image
 
 import rs.hub
 import rs.hub.retry
+from hub_clients import TOKEN, local_files, point_clients_at
 from hub_server import HubServer, running_hub
 from rs.hub import FileChange, MissingTokenError, PublishError, file_changes, format_changes, publish_folder
 from rs.util.sizes import format_bytes
@@ -38,7 +36,6 @@ from rs.util.sizes import format_bytes
 # huggingface_hub's own LFS PUT passes a file object as `data=`, which httpx2 deprecates: not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
 
-TOKEN = "hf_EmulatorSecretToken0123456789abcdef"
 REPO = "rs-test/tinyclevr-accepted"
 SHARDS = ("data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet")
 README = """---
@@ -53,81 +50,6 @@ configs:
 
 Rejection-sampled answers.
 """
-
-
-class NetworkBlocked(RuntimeError):
-    """Not an OSError on purpose: the clients would retry a connection error with real sleeps (~23 s)."""
-
-
-# ------------------------------------------------------------------------------------------ fixtures
-
-
-def _point_clients_at(monkeypatch: pytest.MonkeyPatch, url: str, home: Path) -> None:
-    """The clients read all of this at import time: env vars alone are not enough once they are imported."""
-    monkeypatch.setenv("HF_ENDPOINT", url)
-    monkeypatch.setattr(hf_constants, "ENDPOINT", url)
-    monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", url + "/{repo_id}/resolve/{revision}/{filename}")
-    monkeypatch.setattr(ds_config, "HF_ENDPOINT", url)
-    monkeypatch.setattr(ds_config, "HUB_DATASETS_URL", url + "/datasets/{repo_id}/resolve/{revision}/{path}")
-
-    monkeypatch.setenv("HF_HOME", str(home))
-    for name, value in {"HF_HOME": home, "HF_HUB_CACHE": home / "hub", "HF_ASSETS_CACHE": home / "assets",
-                        "HF_TOKEN_PATH": home / "token", "HF_STORED_TOKENS_PATH": home / "stored_tokens",
-                        "HF_XET_CACHE": home / "xet"}.items():
-        monkeypatch.setattr(hf_constants, name, str(value))
-    monkeypatch.setattr(ds_config, "HF_CACHE_HOME", str(home))
-    monkeypatch.setattr(ds_config, "HF_DATASETS_CACHE", home / "datasets")
-    monkeypatch.setattr(ds_config, "DOWNLOADED_DATASETS_PATH", home / "datasets" / "downloads")
-    monkeypatch.setattr(ds_config, "EXTRACTED_DATASETS_PATH", home / "datasets" / "downloads" / "extracted")
-
-    for name, value in {"HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0",
-                        "HF_DATASETS_OFFLINE": "0", "NO_PROXY": "127.0.0.1,localhost"}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)  # else LFS uploads ask for a Xet token
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)  # tests/conftest.py sets HF_HUB_OFFLINE=1
-    monkeypatch.setattr(ds_config, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(ds_config, "HF_DATASETS_OFFLINE", False)
-    monkeypatch.setattr(ds_config, "USE_PARQUET_EXPORT", False)  # would ask datasets-server.<endpoint host>
-    monkeypatch.setattr(ds_config, "HF_UPDATE_DOWNLOAD_COUNTS", False)  # would HEAD s3.amazonaws.com
-
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    for name in ("HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def blocked_hosts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Refuse to resolve anything but the loopback address; fail the test if anything tried."""
-    real_getaddrinfo = socket.getaddrinfo
-    tried: list[str] = []
-
-    def loopback_only(host, *args, **kwargs):  # type: ignore[no-untyped-def]
-        name = host.decode() if isinstance(host, bytes) else str(host)
-        if name not in ("127.0.0.1", "localhost", "::1"):
-            tried.append(name)
-            raise NetworkBlocked(f"test tried to reach {name!r}: tests must not leave 127.0.0.1")
-        return real_getaddrinfo(host, *args, **kwargs)
-
-    monkeypatch.setattr(socket, "getaddrinfo", loopback_only)
-    yield tried
-    assert tried == [], f"a client tried to reach the network: {tried}"
-
-
-@pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    calls: list[float] = []
-    monkeypatch.setattr(rs.hub.retry, "_sleep", calls.append)
-    return calls
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, blocked_hosts: list[str],
-        sleeps: list[float]) -> Iterator[HubServer]:
-    with running_hub() as server:
-        _point_clients_at(monkeypatch, server.url, tmp_path / "hf_home")
-        yield server
-        assert server.unhandled == [], f"the client called endpoints the emulator does not speak: {server.unhandled}"
 
 
 def _write_shard(path: Path, ids: list[int]) -> None:
@@ -156,10 +78,6 @@ def folder(tmp_path: Path) -> Path:
     return root
 
 
-def _local_files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 ALL_FILES = sorted(["README.md", *SHARDS, "images/example-1.png"])
 
 
@@ -183,7 +101,7 @@ def test_publish_is_one_commit_and_reads_back(hub: HubServer, folder: Path, tmp_
 
     remote = hub.files(REPO)
     assert remote.pop(".gitattributes")
-    assert remote == _local_files(folder)
+    assert remote == local_files(folder)
     for path in (SHARDS[1], "images/example-1.png"):  # through the client's download path too
         downloaded = huggingface_hub.hf_hub_download(REPO, path, repo_type="dataset", cache_dir=tmp_path / "dl")
         assert Path(downloaded).read_bytes() == (folder / path).read_bytes()
@@ -465,7 +383,7 @@ def test_the_commit_quota_answers_429_with_retry_after(monkeypatch: pytest.Monke
                                                        blocked_hosts: list[str]) -> None:
     now = [0.0]
     with running_hub(commit_limit=(2, 3600.0), clock=lambda: now[0]) as server:
-        _point_clients_at(monkeypatch, server.url, tmp_path / "hf_home")
+        point_clients_at(monkeypatch, server.url, tmp_path / "hf_home")
         api = HfApi()
         api.create_repo(REPO, repo_type="dataset")
         commit = functools.partial(api.create_commit, REPO, commit_message="c", repo_type="dataset")
@@ -497,9 +415,9 @@ def test_rs_audit_reads_a_family_from_the_hub(hub: HubServer, tmp_path: Path) ->
     """`rs audit NAMESPACE/REPO` downloads the repo and its siblings with snapshot_download and checks them as a folder."""
     from rs.audit import audit
     from rs.pipeline.publish import publish as publish_family
-    from test_audit import VARIANTS, _family
+    from replay_family import RECOVERY_CASES, write_family
 
-    family = _family(tmp_path / "family", VARIANTS["recovery-blocked"][0])
+    family = write_family(tmp_path / "family", RECOVERY_CASES, judge={"calibration_samples": 4}, recovery={"samples": 2, "temperature": 0.7})
     outcome = publish_family(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
                              progress=False)
     api = HfApi()

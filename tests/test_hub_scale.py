@@ -26,7 +26,7 @@ import rs.hub.retry
 from hub_server import Commit, HubServer, Repo, running_hub
 from hub_state import COMMIT_QUOTA_MESSAGE
 from rs.hub import PublishError, format_changes, publish_folder
-from test_hub import TOKEN, _local_files, _point_clients_at, blocked_hosts, hub, sleeps  # noqa: F401  (fixtures)
+from hub_clients import TOKEN, local_files, point_clients_at
 
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
 
@@ -81,7 +81,7 @@ def _assert_uploaded_once(server: HubServer, folder: Path) -> None:
 # --------------------------------------------------------------------------------------------- tests
 
 
-def test_a_thousand_shards_go_up_in_bounded_commits_and_main_moves_once(hub: HubServer, thousand: Path,  # noqa: F811
+def test_a_thousand_shards_go_up_in_bounded_commits_and_main_moves_once(hub: HubServer, thousand: Path,
                                                                          caplog: pytest.LogCaptureFixture) -> None:
     hub.seed(REPO, OLD)
     old = _main_files(hub)
@@ -104,9 +104,9 @@ def test_a_thousand_shards_go_up_in_bounded_commits_and_main_moves_once(hub: Hub
     merge = hub.commits(REPO)[-1]
     assert hub.commits(REPO)[-2].author == "seed" and merge.oid == pull.merge_commit  # main moved once
     assert merge.title.endswith(f"(#{pull.num})")
-    assert _main_files(hub) == _local_files(thousand)
-    assert readers and all(state in (old, _local_files(thousand)) for state in readers)  # old or new, never a mix
-    assert readers[-1] == _local_files(thousand) and readers.count(_local_files(thousand)) == 1
+    assert _main_files(hub) == local_files(thousand)
+    assert readers and all(state in (old, local_files(thousand)) for state in readers)  # old or new, never a mix
+    assert readers[-1] == local_files(thousand) and readers.count(local_files(thousand)) == 1
     assert (result.commits, result.merges) == (expected + 1, 1) and result.commit_url.endswith(merge.oid)
     assert result.pull_request.endswith(f"/discussions/{pull.num}")
     _assert_uploaded_once(hub, thousand)
@@ -137,7 +137,7 @@ def _child_env(server: HubServer, home: Path) -> dict[str, str]:
 
 
 def test_killed_half_way_the_rerun_resumes_its_pull_request_and_uploads_nothing_twice(
-        hub: HubServer, thousand: Path, tmp_path: Path) -> None:  # noqa: F811
+        hub: HubServer, thousand: Path, tmp_path: Path) -> None:
     hub.seed(REPO, OLD)
     old = _main_files(hub)
     expected = math.ceil((SHARDS + 1 + 3) / PER_COMMIT)
@@ -168,14 +168,14 @@ def test_killed_half_way_the_rerun_resumes_its_pull_request_and_uploads_nothing_
     assert hub.pulls(REPO) == [pull] and pull.status == "merged"  # the same pull request, resumed
     assert len(pull.commits) == expected and all(len(c.operations) <= PER_COMMIT for c in pull.commits)
     assert (result.commits, result.merges) == (expected - expected // 2 + 1, 1)
-    assert _main_files(hub) == _local_files(thousand)
+    assert _main_files(hub) == local_files(thousand)
     assert [c.author for c in hub.commits(REPO)] == ["hub", "seed", "emulator-user"]  # one merge on main
     _assert_uploaded_once(hub, thousand)
     assert sum(n for (repo_id, _), n in hub.uploads.items() if repo_id == REPO) == SHARDS + 1  # each file once
 
 
 @pytest.fixture
-def limited_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, blocked_hosts: list[str]) -> Iterator[HubServer]:  # noqa: F811
+def limited_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, blocked_hosts: list[str]) -> Iterator[HubServer]:
     """An emulator with the Hub's commit quota (4 commits an hour per repo here) on a clock that waits advance."""
     now = [0.0]
 
@@ -186,7 +186,7 @@ def limited_hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, blocked_hosts: 
     waits: list[float] = []
     monkeypatch.setattr(rs.hub.retry, "_sleep", wait)
     with running_hub(commit_limit=(4, 3600.0), clock=lambda: now[0]) as server:
-        _point_clients_at(monkeypatch, server.url, tmp_path / "hf_home")
+        point_clients_at(monkeypatch, server.url, tmp_path / "hf_home")
         server.waits = waits  # type: ignore[attr-defined]
         server.now = now  # type: ignore[attr-defined]
         yield server
@@ -206,12 +206,12 @@ def test_a_storm_of_429s_is_waited_out_as_the_hub_asks(limited_hub: HubServer, t
     [pull] = server.pulls(REPO)
     assert pull.status == "merged" and len(pull.commits) == expected  # no batch lost or sent twice
     assert (result.commits, result.merges) == (expected + 1, 1)
-    assert _main_files(server) == _local_files(folder)
+    assert _main_files(server) == local_files(folder)
     _assert_uploaded_once(server, folder)
 
 
 def test_429s_do_not_use_up_the_attempts_and_are_answered_without_a_header_by_a_long_backoff(
-        hub: HubServer, tmp_path: Path, sleeps: list[float]) -> None:  # noqa: F811
+        hub: HubServer, tmp_path: Path, sleeps: list[float]) -> None:
     folder = _write_repo(tmp_path / "repo", 120)
     hub.fail_next("commit", status=429, retry_after=7, times=6)
     hub.fail_next("merge", status=429, times=2)  # no Retry-After: the commit quota is hourly, so minutes
@@ -220,7 +220,7 @@ def test_429s_do_not_use_up_the_attempts_and_are_answered_without_a_header_by_a_
 
     assert sleeps == [7.0] * 6 + [60.0, 120.0]
     assert result.merges == 1 and len(hub.pulls(REPO)[0].commits) == 3
-    assert _main_files(hub) == _local_files(folder)
+    assert _main_files(hub) == local_files(folder)
 
     hub.fail_next("commit", status=429, retry_after=1, times=rs.hub.retry.RATE_LIMIT_MAX_WAITS + 1)
     (folder / "README.md").write_text("changed\n")
@@ -239,7 +239,7 @@ def _fail_after(server: HubServer, commits: int, status: int = 403) -> None:
     server.after_commit = refuse
 
 
-def test_a_pull_request_of_an_older_build_is_closed_not_merged(hub: HubServer, tmp_path: Path) -> None:  # noqa: F811
+def test_a_pull_request_of_an_older_build_is_closed_not_merged(hub: HubServer, tmp_path: Path) -> None:
     folder = _write_repo(tmp_path / "repo", 200)
     _fail_after(hub, 2)
     with pytest.raises(PublishError, match="write access"):
@@ -257,11 +257,11 @@ def test_a_pull_request_of_an_older_build_is_closed_not_merged(hub: HubServer, t
     assert any(e["type"] == "comment" and "older build" in e["data"]["latest"]["raw"] for e in older.events)
     assert newer.status == "merged" and result.pull_request.endswith(f"/discussions/{newer.num}")
     assert [c.title for c in hub.commits(REPO)][1:] == [f"{newer.title} (#{newer.num})"]  # only the new build merged
-    assert _main_files(hub) == _local_files(folder)
+    assert _main_files(hub) == local_files(folder)
     _assert_uploaded_once(hub, folder)  # shards the closed pull request had uploaded were not sent again
 
 
-def test_main_moving_under_the_pull_request_replaces_it(hub: HubServer, tmp_path: Path) -> None:  # noqa: F811
+def test_main_moving_under_the_pull_request_replaces_it(hub: HubServer, tmp_path: Path) -> None:
     folder = _write_repo(tmp_path / "repo", 200)
     _fail_after(hub, 1)
     with pytest.raises(PublishError):
@@ -275,11 +275,11 @@ def test_main_moving_under_the_pull_request_replaces_it(hub: HubServer, tmp_path
     assert statuses == ["closed", "closed", "merged"]  # the stale one, the one main moved under, the merged one
     titles = [c.title for c in hub.commits(REPO)]
     assert titles[-1].endswith("(#3)") and titles.count("Concurrent commit") == 1
-    assert _main_files(hub) == _local_files(folder) and result.merges == 1
+    assert _main_files(hub) == local_files(folder) and result.merges == 1
 
 
-def test_lost_answers_neither_open_a_second_pull_request_nor_merge_twice(hub: HubServer, tmp_path: Path,  # noqa: F811
-                                                        sleeps: list[float]) -> None:  # noqa: F811
+def test_lost_answers_neither_open_a_second_pull_request_nor_merge_twice(hub: HubServer, tmp_path: Path,
+                                                        sleeps: list[float]) -> None:
     folder = _write_repo(tmp_path / "repo", 120)
     hub.fail_next("merge", status=503, after_apply=True)
     hub.fail_next("commit", status=503, after_apply=True)  # the pull request is opened, the answer lost
@@ -291,10 +291,10 @@ def test_lost_answers_neither_open_a_second_pull_request_nor_merge_twice(hub: Hu
     assert len(pull.commits) == 3 and hub.endpoint_calls("commit") == 4  # 3 applied, 1 dropped and sent again
     assert pull.status == "merged" and len(hub.commits(REPO)) == 2 and hub.endpoint_calls("merge") == 1
     assert result.committed and result.commit_url.endswith(pull.merge_commit) and result.merges == 1
-    assert _main_files(hub) == _local_files(folder)
+    assert _main_files(hub) == local_files(folder)
 
 
-def test_a_draft_pull_request_of_this_build_is_opened_then_merged(hub: HubServer, tmp_path: Path) -> None:  # noqa: F811
+def test_a_draft_pull_request_of_this_build_is_opened_then_merged(hub: HubServer, tmp_path: Path) -> None:
     """A draft cannot be merged (huggingface_hub's own tests open one first); pull requests made by
     `create_discussion` start as drafts, so one found in that state is opened before the merge."""
     folder = _write_repo(tmp_path / "repo", 120)
@@ -308,4 +308,4 @@ def test_a_draft_pull_request_of_this_build_is_opened_then_merged(hub: HubServer
 
     assert pull.status == "merged" and [e["data"]["status"] for e in pull.events if e["type"] == "status-change"] == [
         "open", "merged"]
-    assert _main_files(hub) == _local_files(folder)
+    assert _main_files(hub) == local_files(folder)

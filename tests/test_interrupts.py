@@ -31,28 +31,18 @@ from typing import Callable
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
-from faults import ROOT, assert_same_published, cache_rows, group_left  # noqa: E402
-from test_engine_death import ENV, engine_core  # noqa: E402
+from checkout import ROOT  # noqa: E402
+from faults import VLLM_ENV, assert_same_published, cache_rows, engine_core, group_left  # noqa: E402
+from family_yaml import DEMO, family_yaml  # noqa: E402
 
 RESUME = "to resume, run the same command again: "
-FAMILY = """\
-families:
-  Demo:
-    source: {kind: synthetic, seed: 7, num_images: 4, questions_per_image: 4, style: mixed}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "rs:demo-vlm", reasoning: {parser: tags}}
-    engine:
-      batch_size: 16
-      args: {dtype: float32, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, kv_cache_memory_bytes: 268435456}
-    sampling: {max_tokens: 64}
-    judge: {calibration_samples: 16, min_calibration_cases: 4}
-    recovery: {samples: 2, temperature: 0.7}
-    publish: {namespace: local, target: local}
-    card: {pretty_name: Demo, description: d, license: apache-2.0, citation: c}
-"""
+FAMILY = family_yaml("Demo", DEMO,
+                     engine={"args": {"dtype": "float32"}},
+                     judge={"calibration_samples": 16, "min_calibration_cases": 4},
+                     recovery={"samples": 2, "temperature": 0.7})
 
 
 def command(families: Path, work: Path) -> list[str]:
@@ -110,7 +100,7 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
     families = tmp_path / "families.yaml"
     families.write_text(FAMILY)
     work, cache = tmp_path / "run", tmp_path / "run" / "cache.sqlite"
-    reference = subprocess.Popen(command(families, tmp_path / "ref"), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,  # meanwhile
+    reference = subprocess.Popen(command(families, tmp_path / "ref"), cwd=ROOT, env=VLLM_ENV, stdout=subprocess.DEVNULL,  # meanwhile
                                  stderr=subprocess.PIPE, text=True)
     cases = [  # phase, process mode, signal, to the process group, ready, where the log says it stopped
         ("engine start, own process", "1", signal.SIGINT, False, core_started, None),
@@ -124,7 +114,7 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
     try:
         took = []
         for phase, mode, signum, group, ready, where in cases:
-            code, seconds, err, left, pid = interrupt(command(families, work), {**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": mode}, signum,
+            code, seconds, err, left, pid = interrupt(command(families, work), {**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": mode}, signum,
                                                       ready, group)
             context = (phase, mode, err[-3000:])
             took.append((phase, mode, signal.Signals(signum).name, round(seconds, 1)))
@@ -139,7 +129,7 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
         print("seconds to stop:", took)
         resume = shlex.split(err.strip().splitlines()[-1].removeprefix(RESUME))
         assert resume[1:] == command(families, work)[1:]
-        rerun = subprocess.run([sys.executable, *resume[1:]], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        rerun = subprocess.run([sys.executable, *resume[1:]], cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600)
         assert rerun.returncode == 0, rerun.stderr[-3000:]
         _, said = reference.communicate(timeout=600)
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from faults import ROOT
+from checkout import ROOT
 
 PARENT = """
 import multiprocessing, sys, time

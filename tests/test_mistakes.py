@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
+from checkout import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 FAMILY = """\
 families:
@@ -175,6 +175,7 @@ def test_a_mistake_is_said_in_one_error_line_with_its_exit_status(folder: Path, 
     assert "Traceback" not in run.stderr + run.stdout
 
 
+@pytest.mark.vllm
 def test_the_engine_arguments_read_from_vllms_files_are_those_it_takes() -> None:
     """validate reads vLLM's argument list from its source (importing vLLM takes ~10 s): the same list an import gives."""
     import dataclasses

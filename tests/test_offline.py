@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from checkout import ROOT
+from family_yaml import MINIMAL, family_yaml
+
 
 PROBE = """
 import json, os, logging
@@ -20,16 +23,11 @@ print(json.dumps([switched, constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFF
 """
 
 
-REMOTE = """\
-families:
-  Remote:
-    source: {kind: synthetic, num_images: 2}
-    instruction: "?"
-    verifier: {name: alnum}
-    model: {id: "rs:tiny-vlm"}
-    publish: {namespace: someone, target: hub}
-    card: {pretty_name: R, description: d, license: mit, citation: ""}
-"""
+REMOTE = family_yaml("Remote", MINIMAL,
+                     source={"num_images": 2},
+                     model={"id": "rs:tiny-vlm"},
+                     publish={"namespace": "someone", "target": "hub"},
+                     card={"pretty_name": "R"})
 
 
 def probe(endpoint: str, **env: str) -> tuple[list, str]:
@@ -82,11 +80,11 @@ def test_offline_is_said_once_and_only_for_a_family_that_needs_the_hub(tmp_path:
     env = {**clean, "HF_ENDPOINT": "https://hub.example.invalid", "RS_BUILD_DIR": str(tmp_path)}
     rs = [sys.executable, "-c", "from rs.cli.main import console; console()"]
     local = subprocess.run([*rs, "families", "preview", "TinyCLEVR", "--limit", "1"], env=env, capture_output=True, text=True,
-                           timeout=300, cwd=Path(__file__).resolve().parents[1])
+                           timeout=300, cwd=ROOT)
     assert local.returncode == 0, local.stderr
     assert "out of reach" not in local.stderr + local.stdout  # synthetic scenes and the shipped model: nothing from the Hub
     hub = subprocess.run([*rs, "plan", "CLEVR", "--sample", "1"], env=env, capture_output=True, text=True, timeout=300,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=ROOT)
     said = [line for line in (hub.stderr + hub.stdout).splitlines() if "out of reach" in line]
     assert len(said) == 1 and said[0].startswith("warning: the Hub (hub.example.invalid) is out of reach"), hub.stderr
     assert "its source HuggingFaceM4/the_cauldron and its model Qwen/Qwen3-VL-8B-Thinking must be in the local Hugging Face cache" in said[0]

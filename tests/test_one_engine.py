@@ -17,31 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from faults import ROOT, write_families
+from checkout import ROOT
+from faults import descendants, write_families
 import rs.context
 from rs.families import load_families
 from rs.pipeline.publish import publish
 
 LIMIT = 4
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (from /proc: no extra package needed)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def _is_engine_core(pid: int) -> bool:
@@ -64,6 +46,7 @@ def engine_cores(pids: list[int]) -> set[int]:
     return {pid for pid in pids if _is_engine_core(pid) and not _is_engine_core(_parent(pid))}
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("multiprocessing", ["0", "1"])
 def test_a_run_loads_the_model_once_in_both_process_modes(tmp_path: Path, multiprocessing: str) -> None:
     pytest.importorskip("vllm")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from rs.audit import audit  # noqa: E402
@@ -18,25 +19,18 @@ from rs.families import load_families  # noqa: E402
 from rs.pipeline.publish import publish  # noqa: E402
 from rs.store import read_clean_rows, read_records  # noqa: E402
 from rs.engines.replay import ReplayEngine  # noqa: E402
+from family_yaml import MINIMAL, family_yaml  # noqa: E402
 from rs.context import BuildContext
 
-FAMILY = """\
-families:
-  Counts:
-    source: {kind: synthetic, seed: 5, num_images: 8, questions_per_image: 3, style: clevrmath}
-    instruction: " Reply with one number."
-    verifier: {name: count}
-    model: {id: replayed/model}
-    engine: {kind: replay, replay_path: replay.jsonl}
-    judge:
-      model: {id: "rs:tiny-vlm"}
-      calibration_samples: 8
-      min_calibration_cases: 1
-      min_negative_agreement: 0.0
-      min_positive_agreement: 0.0
-    publish: {namespace: me, target: local}
-    card: {pretty_name: Counts, description: d, license: cc-by-4.0, citation: c}
-"""
+FAMILY = family_yaml("Counts", MINIMAL,
+                     source={"seed": 5, "num_images": 8, "questions_per_image": 3, "style": "clevrmath"},
+                     instruction=" Reply with one number.",
+                     verifier={"name": "count"},
+                     model={"id": "replayed/model"},
+                     engine={"kind": "replay", "replay_path": "replay.jsonl"},
+                     judge={"model": {"id": "rs:tiny-vlm"}, "calibration_samples": 8, "min_calibration_cases": 1, "min_negative_agreement": 0.0, "min_positive_agreement": 0.0},
+                     publish={"namespace": "me", "target": "local"},
+                     card={"pretty_name": "Counts", "license": "cc-by-4.0", "citation": "c"})
 
 
 def test_always_correct_judge_cannot_promote_a_different_number(tmp_path: Path) -> None:

@@ -30,11 +30,12 @@ from typing import Callable, Iterator
 
 import pytest
 
-from faults import FAMILY, ROOT, engine_kinds_installed, group_left, plugin_env, publish_command, write_families
+from checkout import ROOT
+from faults import FAMILY, engine_kinds_installed, group_left, plugin_env, publish_command, write_families
 from hub_server import HubServer, running_hub
 from rs.families import load_families
 from rs.pipeline.publish import publish
-from test_hub import TOKEN, _point_clients_at
+from hub_clients import TOKEN, point_clients_at
 
 RESUME = "to resume, run the same command again: "
 ENGINE = "{kind: replay, replay_path: replay.jsonl, batch_size: 4}"
@@ -135,7 +136,7 @@ def test_a_signal_in_every_phase_stops_the_run_within_seconds_and_the_command_it
                               family=STEER.replace("READING", str(reading)).replace("CLEANING", str(cleaning)))
     with running_hub(lfs_patterns=LFS) as reference_hub:  # an uninterrupted publish, in this process
         with monkeypatch.context() as patch:
-            _point_clients_at(patch, reference_hub.url, tmp_path / "hf_reference")
+            point_clients_at(patch, reference_hub.url, tmp_path / "hf_reference")
             with engine_kinds_installed():
                 family = load_families(families)["Steer"]
                 publish(family, build_root=tmp_path / "ref" / "build", cache_path=tmp_path / "ref" / "cache.sqlite", progress=False)

@@ -19,26 +19,23 @@ from rs.pipeline.recover import samples_for
 from rs.pipeline.route import decide
 from rs.pipeline.sample import SampleReport
 from rs.store import read_records
-
-ROOT = Path(__file__).resolve().parents[1]
-
-FAMILY = """\
-families:
-  Odd:
-    source: {{kind: synthetic, seed: 2, num_images: 6, questions_per_image: 3, style: mixed, noise: {{flattened_mc: 0.5}}}}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    multiple_choice_instruction: {mc}
-    verifier: {{name: {verifier}}}
-    model: {{id: "{model}"}}
-    engine: {{kind: vllm, args: {{max_model_len: {max_model_len}}}}}
-    sampling: {{max_tokens: 64}}
-    cleaning: {{multiple_choice: {{enabled: true}}}}
-    card: {{pretty_name: Odd, description: d, license: apache-2.0, citation: c}}
-"""
+from checkout import ROOT
+from family_yaml import MINIMAL, ONE_WORD, Whole, family_yaml, merged
 
 
-def odd_family(tmp_path: Path, *, mc: str = "null", verifier: str = "math", model: str = "rs:tiny-vlm", max_model_len: int = 100):
-    (tmp_path / "families.yaml").write_text(FAMILY.format(mc=mc, verifier=verifier, model=model, max_model_len=max_model_len))
+ODD = merged(MINIMAL, {"source": {"seed": 2, "num_images": 6, "questions_per_image": 3, "style": "mixed", "noise": {"flattened_mc": 0.5}},
+                        "instruction": ONE_WORD, "engine": {"kind": "vllm"}, "sampling": {"max_tokens": 64},
+                        "cleaning": {"multiple_choice": {"enabled": True}}, "card": {"pretty_name": "Odd", "license": "apache-2.0", "citation": "c"}})
+"""Synthetic scenes, half their multiple-choice questions flattened into the question's text."""
+
+
+def odd_yaml(*, mc: str | None = None, verifier: str = "math", model: str = "rs:tiny-vlm", max_model_len: int = 100, **blocks) -> str:
+    return family_yaml("Odd", ODD, multiple_choice_instruction=mc, verifier={"name": verifier}, model={"id": model},
+                       engine={"args": {"max_model_len": max_model_len}}, **blocks)
+
+
+def odd_family(tmp_path: Path, **settings):
+    (tmp_path / "families.yaml").write_text(odd_yaml(**settings))
     return load_families(tmp_path / "families.yaml")["Odd"]
 
 
@@ -64,7 +61,7 @@ def test_mismatches_are_warned_and_an_unloadable_model_is_said(tmp_path: Path, m
     assert "prompts + max_tokens exceed max_model_len (100)" in warnings
     assert "DOES NOT FIT" in plan.render()
 
-    mcq = plan_family(odd_family(tmp_path, mc='"\\nLetter?"', verifier="mcq", max_model_len=2048), sample_images=6)
+    mcq = plan_family(odd_family(tmp_path, mc="\nLetter?", verifier="mcq", max_model_len=2048), sample_images=6)
     assert any("no options, but the mcq verifier accepts only an option letter" in w for w in mcq.warnings)
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -77,12 +74,13 @@ def test_mismatches_are_warned_and_an_unloadable_model_is_said(tmp_path: Path, m
 def test_a_template_that_ignores_the_switch_is_reported(tmp_path: Path) -> None:
     from rs_demo.tiny_model import tiny_vlm_path
 
-    family = odd_family(tmp_path, mc='"\\nLetter?"', verifier="alnum", model=str(tiny_vlm_path(template="always")), max_model_len=2048)
+    family = odd_family(tmp_path, mc="\nLetter?", verifier="alnum", model=str(tiny_vlm_path(template="always")), max_model_len=2048)
     plan = plan_family(family, sample_images=2)
     assert (plan.template.thinking, plan.template.without_thinking) == ("open", "open")
     assert any("ignores enable_thinking false" in n and "closes it in the judge's prompt" in n for n in plan.notes)
 
 
+@pytest.mark.vllm
 def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -151,7 +149,7 @@ def test_a_throughput_that_is_not_a_positive_number_is_a_usage_error(rate: str, 
 
 
 def test_a_family_too_small_to_calibrate_is_warned_and_strict_exits_1(tmp_path: Path) -> None:
-    family = odd_family(tmp_path, mc='"\\nLetter?"', verifier="alnum", max_model_len=2048)  # 6 images x 3 questions
+    family = odd_family(tmp_path, mc="\nLetter?", verifier="alnum", max_model_len=2048)  # 6 images x 3 questions
     plan = plan_family(family, sample_images=2)
     assert any("fewer than judge.min_calibration_cases (50) even if every answer were accepted" in w for w in plan.warnings)
     command = [sys.executable, "-m", "rs.plan", "Odd", "--config", str(family.path), "--sample", "1", "--build-dir", str(tmp_path)]
@@ -162,9 +160,8 @@ def test_a_family_too_small_to_calibrate_is_warned_and_strict_exits_1(tmp_path: 
 
 def test_a_source_that_cannot_be_read_is_a_warning_not_a_note(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    (tmp_path / "families.yaml").write_text(FAMILY.format(mc="null", verifier="alnum", model="rs:tiny-vlm", max_model_len=2048)
-                                            .replace("{kind: synthetic, seed: 2, num_images: 6, questions_per_image: 3, style: mixed, "
-                                                     "noise: {flattened_mc: 0.5}}", "{kind: hub, path: no-such-org/no-such-set}"))
+    (tmp_path / "families.yaml").write_text(odd_yaml(verifier="alnum", max_model_len=2048,
+                                                     source=Whole(kind="hub", path="no-such-org/no-such-set")))
     plan = plan_family(load_families(tmp_path / "families.yaml")["Odd"], sample_images=1)
     assert any(w.startswith("cannot read the source here") for w in plan.warnings)
     assert "no warnings" not in plan.render()
@@ -187,9 +184,9 @@ def test_a_dry_run_says_what_the_recovery_pass_may_cost_and_how_to_measure_it(tm
     from rs.cli.publish import dry_run_text
     from rs.pipeline.publish import publish
 
-    text = FAMILY.format(mc="null", verifier="alnum", model="rs:tiny-vlm", max_model_len=2048)
-    (tmp_path / "families.yaml").write_text(text + "    recovery: {samples: 3, temperature: 0.6, max_tokens: 40}\n"
-                                            "    publish: {namespace: local, target: local}\n")
+    (tmp_path / "families.yaml").write_text(odd_yaml(verifier="alnum", max_model_len=2048,
+                                                     recovery={"samples": 3, "temperature": 0.6, "max_tokens": 40},
+                                                     publish={"namespace": "local", "target": "local"}))
     family = load_families(tmp_path / "families.yaml")["Odd"]
 
     def no_engine(f):

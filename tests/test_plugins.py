@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rs.registry import Registry
+from checkout import PLUGINS
 
-HERE = Path(__file__).resolve().parent
 ENTRY_POINTS = """[rs.sources]
 inline = rs_parrots
 
@@ -56,7 +56,7 @@ def installed(tmp_path: Path) -> dict[str, str]:
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rs-parrots\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(ENTRY_POINTS)
-    path = os.pathsep.join([str(site), str(HERE / "plugins"), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(site), str(PLUGINS), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
 
 

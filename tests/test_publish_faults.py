@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from faults import ROOT, assert_same_published, publish_command, published_files, reference
+from checkout import ROOT
+from faults import assert_same_published, publish_command, published_files, reference
 from rs.families import load_families
 from rs.errors import UsageError
 from rs.util.locks import PublishBusy
@@ -117,7 +118,8 @@ def hooked(families: Path, work: Path, at: int, action: str, *, under: Path | No
 
 
 # The exchange path on TinyCLEVR built for real; the two-rename path on the small Alpha family.
-@pytest.mark.parametrize("family,exchange", [("TinyCLEVR", True), ("Alpha", False)], ids=["TinyCLEVR", "Alpha without exchange"])
+@pytest.mark.parametrize("family,exchange", [pytest.param("TinyCLEVR", True, marks=pytest.mark.vllm), ("Alpha", False)],
+                         ids=["TinyCLEVR", "Alpha without exchange"])
 def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it(family: str, exchange: bool, request,
                                                                                   tmp_path: Path) -> None:
     """Without an atomic exchange (two renames a repo), a kill between them leaves the repo missing until the next run."""

@@ -13,10 +13,15 @@ from rs.families.loader import FamilyConfigError, load_families
 from rs.pipeline.publish import publish
 from rs.pipeline.publish.repo_check import RepoCheckError, check_repo
 from rs.splits_schema import SPLITS
-from test_cards import family  # noqa: F401  (the Hostile family fixture)
-from test_hub import TOKEN, blocked_hosts, hub, sleeps  # noqa: F401  (emulator fixtures)
+from replay_family import write_hostile_family
+from hub_clients import TOKEN
 
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
+
+
+@pytest.fixture
+def family(tmp_path: Path, images: dict[str, bytes]):
+    return write_hostile_family(tmp_path, images)
 
 
 def to_hub(hostile, tmp_path: Path, **kwargs):
@@ -24,7 +29,7 @@ def to_hub(hostile, tmp_path: Path, **kwargs):
     return publish(hostile, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, **kwargs)
 
 
-def test_family_publishes_once_completely_and_then_makes_no_commit(family, tmp_path: Path, hub) -> None:  # noqa: F811
+def test_family_publishes_once_completely_and_then_makes_no_commit(family, tmp_path: Path, hub) -> None:
     hub.fail_next("commit", status=503)  # a transient server error on the first commit
     outcome = to_hub(family, tmp_path)
     for split in SPLITS:
@@ -44,7 +49,7 @@ def test_family_publishes_once_completely_and_then_makes_no_commit(family, tmp_p
         assert again.results[split].commit_url is None
 
 
-def test_commit_conflict_then_cards_only_touches_only_the_cards(family, tmp_path: Path, hub) -> None:  # noqa: F811
+def test_commit_conflict_then_cards_only_touches_only_the_cards(family, tmp_path: Path, hub) -> None:
     hub.conflict_next_commit()  # someone else commits first: the parent is stale
     to_hub(family, tmp_path)
     repo_id = f"tester/{family.repo_name('rejected')}"
@@ -69,14 +74,14 @@ def sampled(hostile, tmp_path: Path) -> None:
     ensure(SampleStage(), BuildContext(hostile, tmp_path / "build", tmp_path / "cache.sqlite", progress=False))
 
 
-def test_dry_run_creates_nothing(family, tmp_path: Path, hub) -> None:  # noqa: F811
+def test_dry_run_creates_nothing(family, tmp_path: Path, hub) -> None:
     sampled(family, tmp_path)
     outcome = to_hub(family, tmp_path, dry_run=True)
     assert {c.action for r in outcome.results.values() for c in r.changes} == {"add"}
     assert not any(key[1].startswith("tester/") for key in hub.repos)  # no repo was even created
 
 
-def test_cards_only_on_a_machine_without_the_build(family, tmp_path: Path, hub) -> None:  # noqa: F811
+def test_cards_only_on_a_machine_without_the_build(family, tmp_path: Path, hub) -> None:
     import shutil
 
     to_hub(family, tmp_path)
@@ -92,7 +97,7 @@ def test_cards_only_on_a_machine_without_the_build(family, tmp_path: Path, hub) 
 
 
 def test_a_family_over_files_per_commit_goes_through_pull_requests_and_cards_only_stays_one_commit(
-        family, tmp_path: Path, hub) -> None:  # noqa: F811
+        family, tmp_path: Path, hub) -> None:
     family.config.publish.files_per_commit = 2  # the assembled repos hold 7-9 files: several commits each
     sampled(family, tmp_path)
     dry = to_hub(family, tmp_path, dry_run=True)
@@ -123,7 +128,7 @@ def test_a_family_over_files_per_commit_goes_through_pull_requests_and_cards_onl
         assert set(hub.commits(repo_id)[-1].added) == {"README.md"} and hub.commits(repo_id)[-1].author == "emulator-user"
 
 
-def test_files_per_commit_is_checked_in_families_yaml_and_before_the_upload(family, tmp_path: Path) -> None:  # noqa: F811
+def test_files_per_commit_is_checked_in_families_yaml_and_before_the_upload(family, tmp_path: Path) -> None:
     text = (tmp_path / "families.yaml").read_text()
     assert "publish: {" in text
     (tmp_path / "bad.yaml").write_text(text.replace("publish: {", "publish: {files_per_commit: 500, ", 1))

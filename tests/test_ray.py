@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import socket
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
+pytestmark = [pytest.mark.vllm, pytest.mark.ray]
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
@@ -37,14 +37,14 @@ from rs.pipeline.route import routes_of  # noqa: E402
 from rs.pipeline.sample import SampleReport  # noqa: E402
 from rs.store import qa_item, read_records  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_sample import family_file  # noqa: E402
+from checkout import PLUGINS  # noqa: E402
+from faults import cache_contents  # noqa: E402
+from family_yaml import tiny_family  # noqa: E402
 
 ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
-PLUGINS = Path(__file__).resolve().parent / "plugins"
 REPLICAS = dict(replicas=2, num_cpus=0.5, num_gpus=0)
 IN_FLIGHT = 3
-RECOVERY = "    recovery: {samples: 2, temperature: 0.7, pairs: true}\n"
+RECOVERY = {"samples": 2, "temperature": 0.7, "pairs": True}
 """The rejected items answered twice more above temperature 0 (TinyCLEVR's block, with fewer samples: a faster test)."""
 """The faulty engine's window: requests in flight in it at once (a failure loses at most these)."""
 
@@ -54,11 +54,6 @@ def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": ENV})
     yield
     ray.shutdown()
-
-
-def cache_contents(path: Path) -> dict[str, str]:
-    with sqlite3.connect(path) as db:
-        return dict(db.execute("SELECT key, value FROM answers"))
 
 
 def items(ctx: BuildContext) -> list[dict]:
@@ -79,7 +74,7 @@ def pairs(ctx: BuildContext) -> list[dict]:
 
 
 def context(tmp_path: Path, name: str, **kwargs) -> BuildContext:
-    family = load_families(family_file(tmp_path, num_images=6, batch=4, extra=RECOVERY))["Tiny"]
+    family = load_families(tiny_family(tmp_path, num_images=6, batch=4, recovery=RECOVERY))["Tiny"]
     return BuildContext(family, tmp_path / name, tmp_path / f"{name}.sqlite", progress=False, **kwargs)
 
 

@@ -19,24 +19,30 @@ from pathlib import Path
 
 import pytest
 
-from test_ray import ENV, cache_contents, items, ray  # test_ray skips this module without ray or vllm
-from test_sample import cache_rows, family_file
+pytestmark = [pytest.mark.vllm, pytest.mark.ray]
+ray = pytest.importorskip("ray")
+pytest.importorskip("vllm")
 
-from rs.pipeline.sample.stage import SampleStage
-from rs.pipeline.stage import ensure
-from rs.context import BuildContext
-from rs.distributed import StepStats, sample_on_ray
-from rs.distributed.cluster import MAX_STEP_ATTEMPTS, retrying_lost_nodes
-from rs.families import load_families
+from faults import cache_contents, cache_rows  # noqa: E402
+from family_yaml import tiny_family  # noqa: E402
+
+from rs.pipeline.sample.stage import SampleStage  # noqa: E402
+from rs.pipeline.stage import ensure  # noqa: E402
+from rs.context import BuildContext  # noqa: E402
+from rs.distributed import StepStats, sample_on_ray  # noqa: E402
+from rs.distributed.cluster import MAX_STEP_ATTEMPTS, retrying_lost_nodes  # noqa: E402
+from rs.families import load_families  # noqa: E402
+from rs.store import read_records  # noqa: E402
+
+ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
 
 
 @pytest.mark.timeout(420)  # with a fixed-size actor pool this hung for good
 def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
     from ray.cluster_utils import Cluster
 
-    path = family_file(tmp_path, num_images=8, batch=3)
     # a window of one batch: each replica answers a batch or two at a time, so answers arrive through the whole step
-    path.write_text(path.read_text().replace("      batch_size: 3\n", "      batch_size: 3\n      in_flight: 3\n"))
+    path = tiny_family(tmp_path, num_images=8, batch=3, engine={"in_flight": 3})
     family = load_families(path)["Tiny"]
     assert family.config.engine.in_flight == 3
     single = BuildContext(family, tmp_path / "single", tmp_path / "single.sqlite", progress=False)
@@ -80,7 +86,7 @@ def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
     assert sampling.stored == reference.items and judge.stored == reference.judged
     assert run.report.sampling_engine_calls == 0 and run.report.judge_engine_calls == 0
     assert cache_contents(ctx.cache_path) == cache_contents(single.cache_path)
-    assert items(ctx) == items(single)
+    assert list(read_records(ctx.paths.items, "items")) == list(read_records(single.paths.items, "items"))
 
 
 class _Nodes:

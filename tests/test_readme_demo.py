@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from rs.audit import audit
-
-ROOT = Path(__file__).resolve().parents[1]
+from checkout import ROOT
 
 
 def _script():
@@ -23,6 +22,7 @@ def _script():
     return module
 
 
+@pytest.mark.vllm
 def test_the_readme_shows_what_the_demo_prints(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}  # as `make demo`

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from rs.engines.base import Generation, Request  # noqa: E402
@@ -35,35 +36,19 @@ from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from rs.store import read_records  # noqa: E402
 from rs_demo.tiny_model import TEMPLATE_MARKERS, VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
+from family_yaml import TINY, write_families  # noqa: E402
 
 MAX_TOKENS = 40
 WORDS = r"[a-z]{2,6}( [a-z]{2,6}){3}"
 LONG = r"[a-z]{2,6}( [a-z]{2,6}){80}"  # runs past MAX_TOKENS
 SHAPES = ("closed", "unclosed", "long")
 
-FAMILY = """\
-families:
-  Shaped:
-    source: {{kind: synthetic, seed: 5, num_images: 4, questions_per_image: 3, style: clevr}}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {{name: alnum}}
-    model: {{id: "{model}", reasoning: {reasoning}}}
-    engine:
-      kind: vllm
-      batch_size: 8
-      args: {{dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, seed: 0,
-             limit_mm_per_prompt: {{image: 1, video: 0}}, kv_cache_memory_bytes: 268435456}}
-    sampling: {{max_tokens: {max_tokens}}}
-    judge: {{calibration_samples: 4, min_calibration_cases: 2{judge}}}
-    card: {{pretty_name: Shaped, description: d, license: apache-2.0, citation: c}}
-"""
-
 # Each template, the format a family writes for it (a vLLM parser where vLLM has one for the markers)
 FORMATS = {
-    "prefill": "{parser: deepseek_r1}",
-    "always": "{parser: qwen3}",
-    "markers": "{parser: tags, start: ◁think▷, end: ◁/think▷}",
-    "hybrid": "{parser: deepseek_r1}",
+    "prefill": {"parser": "deepseek_r1"},
+    "always": {"parser": "qwen3"},
+    "markers": {"parser": "tags", "start": "◁think▷", "end": "◁/think▷"},
+    "hybrid": {"parser": "deepseek_r1"},
 }
 
 
@@ -113,11 +98,12 @@ def _in_process() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
 
-def family_for(tmp_path: Path, template: str, *, judge: str = "", reasoning: str | None = None, max_tokens: int = MAX_TOKENS):
-    text = FAMILY.format(model=tiny_vlm_path(template=template), reasoning=reasoning or FORMATS[template],
-                         max_tokens=max_tokens, judge=judge)
-    (tmp_path / "families.yaml").write_text(text)
-    return load_families(tmp_path / "families.yaml")["Shaped"]
+def family_for(tmp_path: Path, template: str, *, judge: dict | None = None, reasoning: dict | None = None, max_tokens: int = MAX_TOKENS):
+    path = write_families(tmp_path, "Shaped", TINY, source={"seed": 5, "num_images": 4, "style": "clevr"},
+                          model={"id": str(tiny_vlm_path(template=template)), "reasoning": reasoning or FORMATS[template]},
+                          sampling={"max_tokens": max_tokens}, judge={"calibration_samples": 4, "min_calibration_cases": 2, **(judge or {})},
+                          card={"pretty_name": "Shaped"})
+    return load_families(path)["Shaped"]
 
 
 def sample_with(tmp_path: Path, template: str) -> tuple[Any, list[dict[str, Any]], Any]:
@@ -215,7 +201,7 @@ def test_a_think_then_label_judge_labels_only_after_its_reasoning(tmp_path: Path
 
 def test_think_then_label_needs_a_reasoning_parser(tmp_path: Path) -> None:
     with pytest.raises(FamilyConfigError, match=r"judge\.mode: think_then_label .* needs a vLLM reasoning parser"):
-        family_for(tmp_path, "prefill", reasoning="{parser: tags}", judge=", mode: think_then_label")
+        family_for(tmp_path, "prefill", reasoning={"parser": "tags"}, judge={"mode": "think_then_label"})
     engine = VLLMEngine(str(tiny_vlm_path(template="prefill")), engine_args=dict(VLLM_ENGINE_KWARGS))
     try:
         judge = Judge(CachedEngine(engine, GenerationCache(tmp_path / "c.sqlite"), progress=False),
@@ -249,7 +235,7 @@ def test_reading_is_redone_from_the_cached_text_when_the_format_changes(tmp_path
     """The cache keeps raw outputs: a family that fixes its markers re-reads them without asking the model again."""
     report, items, ctx = sample_with(tmp_path, "markers")
     assert all(item["final"] is not None or shape_of(item["key"]) != "closed" for item in items)
-    wrong = family_for(tmp_path, "markers", reasoning="{parser: tags}")  # `<think>` markers: this model's are not read
+    wrong = family_for(tmp_path, "markers", reasoning={"parser": "tags"})  # `<think>` markers: this model's are not read
     engine = ShapedEngine(str(tiny_vlm_path(template="markers")), "markers", engine_args=dict(VLLM_ENGINE_KWARGS))
     ctx2 = BuildContext(wrong, tmp_path / "build2", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (engine, engine))
     try:

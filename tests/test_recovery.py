@@ -21,6 +21,7 @@ import pytest
 
 from rs.audit import Replay, audit
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 import datasets  # noqa: E402
@@ -38,8 +39,8 @@ from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from faults import cache_rows  # noqa: E402
 from rs.store import read_records  # noqa: E402
+from checkout import ROOT  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 8
 
 

@@ -11,21 +11,9 @@ from pathlib import Path
 import datasets
 
 from rs.pipeline.publish import publish
-from replay_family import write_family
 
-FAMILY = """\
-families:
-  Shapes:
-    source: {kind: files, path: data/shapes.parquet, shape: flat}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "some-org/some-vlm"}
-    engine: {kind: replay, replay_path: answers.jsonl}
-    judge: {enabled: false}
-    recovery: {samples: 2, temperature: 0.7, cut_off: true, difficulty: {samples: 2}, pairs: true}
-    publish: {namespace: local, target: local}
-    card: {pretty_name: Shapes, description: A few shapes., license: cc-by-4.0, citation: "@misc{s}"}
-"""
+JUDGE = {"enabled": False}
+RECOVERY = {"samples": 2, "temperature": 0.7, "cut_off": True, "difficulty": {"samples": 2}, "pairs": True}
 
 # question, reference, greedy answer (None: cut off), the two samples at temperature 0.7
 CASES = [
@@ -37,13 +25,8 @@ CASES = [
 ]
 
 
-def _family(tmp_path: Path):
-    return write_family(tmp_path, FAMILY, CASES)
-
-
-def test_every_way_through_the_recovery_pass(tmp_path: Path) -> None:
-    family = _family(tmp_path)
-    outcome = publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+def test_every_way_through_the_recovery_pass(tmp_path: Path, family) -> None:
+    outcome = publish(family(CASES, judge=JUDGE, recovery=RECOVERY), out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
     report, repos = outcome.report, {split: Path(where) for split, where in outcome.where.items()}
 
     nothink = {qa["question"].split("\n")[0]: qa for row in datasets.load_dataset(str(repos["nothink"]), split="train")

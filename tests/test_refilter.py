@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import datasets
 import pytest
 
+from family_yaml import REPLAY, family_yaml
 from replay_family import differ_by_the_source_alone, write_family
 from rs.audit import audit
 from rs.cli.main import main as rs_main
@@ -26,20 +27,9 @@ from rs.families import load_families
 from rs.pipeline.sample.judge import Judge, JudgeCase
 from rs.pipeline.publish import publish
 
-FAMILY = """\
-families:
-  Shapes:
-    source: {kind: files, path: data/shapes.parquet, shape: flat}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "some-org/some-vlm"}
-    engine: {kind: replay, replay_path: answers.jsonl}
-    judge: {calibration_samples: 1, min_calibration_cases: 1, min_negative_agreement: 0.0, min_positive_agreement: 0.0}
-    recovery: {samples: 2, temperature: 0.7}
-    publish: {namespace: local, target: local, samples: true}
-    card: {pretty_name: Shapes, description: A few shapes., license: cc-by-4.0, citation: "@misc{s}"}
-"""
-STRICT = FAMILY.replace("verifier: {name: alnum}", "verifier: {name: alnum}\n    answers: {literal: true}")
+BLOCKS = {"judge": {"calibration_samples": 1, "min_calibration_cases": 1, "min_negative_agreement": 0.0, "min_positive_agreement": 0.0},
+          "recovery": {"samples": 2, "temperature": 0.7}, "publish": {"samples": True}}
+STRICT = {**BLOCKS, "answers": {"literal": True}}
 INSTRUCTION = "\nAnswer the question using a single word or phrase."
 
 # question, reference, greedy answer, the two samples at 0.7. The first two images are the strict trial's.
@@ -76,8 +66,8 @@ def _refilter(*argv: str) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("strict")
-    family = write_family(tmp, FAMILY, CASES)
-    (tmp / "strict.yaml").write_text(STRICT)
+    family = write_family(tmp, CASES, **BLOCKS)
+    (tmp / "strict.yaml").write_text(family_yaml("Shapes", REPLAY, **STRICT))
     judge = Judge(None, family.config.judge)  # type: ignore[arg-type]
     with open(tmp / "answers.jsonl", "a") as fh:  # the judge's verdicts, replayed by their exact prompt
         for (question, reference, candidate), label in VERDICTS.items():
@@ -168,13 +158,13 @@ def test_the_samples_repo_alone_rebuilds_the_same_bytes(runs) -> None:
 def test_more_than_the_reader_changed_is_refused_with_what(runs) -> None:
     """Another instruction: the stored answers are not the family's any more. Refused before anything is written."""
     other = runs.tmp / "other.yaml"
-    other.write_text(STRICT.replace("single word or phrase", "single word"))
+    other.write_text(family_yaml("Shapes", REPLAY, **STRICT, instruction="\nAnswer the question using a single word."))
     with pytest.raises(Exception) as raised:
         _refilter("--config", str(other), "--out", str(runs.tmp / "refused"), "--build-dir", str(runs.build), "--cache", str(runs.cache))
     assert raised.value.exit_code == 2
     # the clean stage's fingerprint holds the instruction: the cleaned rows are not the family's now
     assert "holds no cleaned rows for the family's settings" in str(raised.value) and "calls no model" in str(raised.value)
-    other.write_text(STRICT.replace("temperature: 0.7}", "temperature: 0.7}\n    sampling: {max_tokens: 64}"))
+    other.write_text(family_yaml("Shapes", REPLAY, **STRICT, sampling={"max_tokens": 64}))
     with pytest.raises(Exception) as raised:
         _refilter("--config", str(other), "--out", str(runs.tmp / "refused"), "--build-dir", str(runs.build), "--cache", str(runs.cache))
     assert "more than the reader changed: sampling.max_tokens" in str(raised.value) and raised.value.exit_code == 2

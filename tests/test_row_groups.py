@@ -14,23 +14,20 @@ import pytest
 from rs.pipeline.build import build_family
 from rs.pipeline.write.splits import RowGroupTooLarge, check_row_groups
 from rs.families import load_families
+from family_yaml import MINIMAL, family_yaml
 from rs.pipeline.clean.stage import CleanStage
 from rs.pipeline.stage import ensure
 from rs.context import BuildContext
 from rs.store import read_clean_rows
 
-FAMILY = """\
-families:
-  Long:
-    source: {kind: synthetic, seed: 2, num_images: 24, questions_per_image: 3, style: mixed}
-    instruction: " Answer briefly."
-    verifier: {name: alnum}
-    model: {id: replayed/model}
-    engine: {kind: replay, replay_path: replay.jsonl}
-    judge: {enabled: false}
-    shard: {row_group_bytes: 2MB, row_group_margin: 0.2}
-    card: {pretty_name: Long, description: d, license: mit, citation: c}
-"""
+FAMILY = family_yaml("Long", MINIMAL,
+                     source={"seed": 2, "num_images": 24, "questions_per_image": 3, "style": "mixed"},
+                     instruction=" Answer briefly.",
+                     model={"id": "replayed/model"},
+                     engine={"kind": "replay", "replay_path": "replay.jsonl"},
+                     judge={"enabled": False},
+                     shard={"row_group_bytes": "2MB", "row_group_margin": 0.2},
+                     card={"pretty_name": "Long", "citation": "c"})
 LIMIT = 2 * 1000 * 1000
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from faults import ROOT, assert_same_published, cache_keys, engine_kinds_installed, plugin_env, publish_command, write_families
+from checkout import ROOT
+from faults import assert_same_published, cache_keys, engine_kinds_installed, plugin_env, publish_command, write_families
 from rs.families import load_families
 from rs.pipeline.publish import publish
 

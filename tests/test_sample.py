@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from rs.pipeline.sample.stage import SampleStage
@@ -23,32 +24,8 @@ from rs.pipeline.sample.judge import LABELS, judgeable  # noqa: E402
 from rs.pipeline.route import decide  # noqa: E402
 from rs.store import read_clean_rows, read_records  # noqa: E402
 from faults import cache_rows  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-
-FAMILIES = """\
-families:
-  Tiny:
-    source: {kind: synthetic, seed: 3, num_images: NUM_IMAGES, questions_per_image: 3, style: mixed, noise: {corrupt_image: 0.1}}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "rs:tiny-vlm"}
-    engine:
-      kind: vllm
-      batch_size: BATCH
-      args: {dtype: bfloat16, max_model_len: 2048, max_num_seqs: 16, enforce_eager: true, seed: 0,
-             limit_mm_per_prompt: {image: 1, video: 0}, kv_cache_memory_bytes: 268435456}
-    sampling: {max_tokens: MAX_TOKENS}
-    judge: {calibration_samples: 8, min_calibration_cases: 4}
-    card: {pretty_name: Tiny, description: d, license: apache-2.0, citation: c}
-"""
-
-
-def family_file(tmp_path: Path, *, num_images: int = 6, batch: int = 8, max_tokens: int = 24, extra: str = "") -> Path:
-    text = FAMILIES.replace("NUM_IMAGES", str(num_images)).replace("BATCH", str(batch)).replace("MAX_TOKENS", str(max_tokens)) + extra
-    path = tmp_path / "families.yaml"
-    path.write_text(text)
-    return path
+from family_yaml import tiny_family  # noqa: E402
+from checkout import ROOT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +44,7 @@ def items(build: Path) -> list[dict]:
 
 
 def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_engine) -> None:
-    family = load_families(family_file(tmp_path))["Tiny"]
+    family = load_families(tiny_family(tmp_path))["Tiny"]
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
     report = ensure(SampleStage(), ctx)
     rows = list(read_clean_rows(ctx.paths.clean))
@@ -95,9 +72,7 @@ def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_eng
         assert list(again.to_dict()[counts]) == sorted(report.to_dict()[counts]) and again.to_dict()[counts] == report.to_dict()[counts]
 
     # changing the verifier never re-runs the model
-    text = (tmp_path / "families.yaml").read_text().replace("verifier: {name: alnum}", "verifier: {name: exact}")
-    (tmp_path / "families.yaml").write_text(text)
-    exact = load_families(tmp_path / "families.yaml")["Tiny"]
+    exact = load_families(tiny_family(tmp_path, verifier={"name": "exact"}))["Tiny"]
     ctx2 = BuildContext(exact, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
     assert ensure(SampleStage(), ctx2).sampling_engine_calls == 0
 
@@ -115,7 +90,7 @@ def test_judge_requests_join_the_sampling_stream(tmp_path: Path, tiny_engine, mo
 
     monkeypatch.setattr(VLLMStream, "submit", logged)
     monkeypatch.setattr(tiny_engine, "in_flight", 6)  # fewer than the items: answers finish while others wait to go in
-    family = load_families(family_file(tmp_path, num_images=12, batch=4))["Tiny"]
+    family = load_families(tiny_family(tmp_path, num_images=12, batch=4))["Tiny"]
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
     report = ensure(SampleStage(), ctx)
     calibration = report.judge_requests - report.judged  # asked after answering, once the run's answers are all in
@@ -126,7 +101,7 @@ def test_judge_requests_join_the_sampling_stream(tmp_path: Path, tiny_engine, mo
 
 
 def test_truncated_outputs_are_rejected_with_their_reason(tmp_path: Path, tiny_engine) -> None:
-    family = load_families(family_file(tmp_path, num_images=2, max_tokens=1))["Tiny"]
+    family = load_families(tiny_family(tmp_path, num_images=2, max_tokens=1))["Tiny"]
     ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
     report = ensure(SampleStage(), ctx)
     results = items(ctx.paths.root)
@@ -140,7 +115,7 @@ def test_raising_max_tokens_sends_only_the_answers_it_cut_off(tmp_path: Path, ti
 
     def sampled(max_tokens: int, cache: str) -> tuple[object, list[dict]]:
         (run := tmp_path / f"run-{next(runs)}").mkdir()
-        family = load_families(family_file(run, num_images=6, max_tokens=max_tokens))["Tiny"]
+        family = load_families(tiny_family(run, num_images=6, max_tokens=max_tokens))["Tiny"]
         ctx = BuildContext(family, run / "build", tmp_path / cache, progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
         return ensure(SampleStage(), ctx), items(ctx.paths.root)
 
@@ -161,7 +136,7 @@ def test_raising_max_tokens_sends_only_the_answers_it_cut_off(tmp_path: Path, ti
 def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path) -> None:
     """A judge that calls everything CORRECT (a random-weights judge can) must promote nothing."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    family = load_families(family_file(tmp_path, num_images=8))["Tiny"]
+    family = load_families(tiny_family(tmp_path, num_images=8))["Tiny"]
     replay_file = tmp_path / "replay.jsonl"
     from rs.pipeline.clean.stage import CleanStage
     from rs.pipeline.stage import ensure
@@ -193,7 +168,7 @@ def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path)
 
 
 def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path) -> None:
-    families = family_file(tmp_path, num_images=12, batch=4, max_tokens=24)
+    families = tiny_family(tmp_path, num_images=12, batch=4, max_tokens=24)
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
 
     def command(build: str, cache: str) -> list[str]:

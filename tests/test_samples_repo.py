@@ -20,28 +20,15 @@ import pytest
 from rs.cli.main import main as rs_main
 from rs.families import load_families
 from rs.pipeline.publish import publish
+from family_yaml import DROP, REPLAY, family_yaml, merged
 from replay_family import differ_by_the_source_alone, write_family
-from test_hub import blocked_hosts, hub, sleeps  # noqa: F401  (the test Hub's fixtures)
 from rs.pipeline.route import RouteFilter
 from rs.pipeline.write.samples import rl_numbers, samples_numbers
 
-FAMILY = """\
-families:
-  Shapes:
-    source: {kind: files, path: data/shapes.parquet, shape: flat}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "some-org/some-vlm"}
-    engine: {kind: replay, replay_path: answers.jsonl}
-    judge: {enabled: false}
-    recovery: {samples: 2, temperature: 0.7, cut_off: true, difficulty: {samples: 2, rl: {}}}
-    question_types:
-      rules:
-        - {type: count, pattern: "^how many"}
-        - {type: exist, pattern: "^is there"}
-    publish: {namespace: local, target: local, samples: true}
-    card: {pretty_name: Shapes, description: A few shapes., license: cc-by-4.0, citation: "@misc{s}"}
-"""
+BLOCKS = {"judge": {"enabled": False},
+          "recovery": {"samples": 2, "temperature": 0.7, "cut_off": True, "difficulty": {"samples": 2, "rl": {}}},
+          "question_types": {"rules": [{"type": "count", "pattern": "^how many"}, {"type": "exist", "pattern": "^is there"}]},
+          "publish": {"samples": True}}
 
 DISAGREES = "<think>\nI count carefully and conclude 7.\n</think>\n\n2"
 """A right final answer whose reasoning concludes another value: in the nothink split only (the family's rule)."""
@@ -58,7 +45,7 @@ CASES = [
 
 
 def _family(tmp_path: Path):
-    return write_family(tmp_path, FAMILY, CASES)
+    return write_family(tmp_path, CASES, **BLOCKS)
 
 
 @pytest.fixture(scope="module")
@@ -257,10 +244,11 @@ def test_refilter_refuses_a_family_with_no_stored_answers(tmp_path: Path, capsys
 def test_rl_without_difficulty_samples_is_refused_at_its_line(tmp_path: Path) -> None:
     from rs.families.loader import FamilyConfigError
 
-    (tmp_path / "families.yaml").write_text(FAMILY.replace("difficulty: {samples: 2, rl: {}}", "difficulty: {rl: {}}"))
+    (tmp_path / "families.yaml").write_text(family_yaml("Shapes", REPLAY, **merged(BLOCKS, {"recovery": {"difficulty": {"samples": DROP}}})))
     with pytest.raises(FamilyConfigError, match=r"families.yaml:\d+: .*rl.*difficulty.samples"):
         load_families(tmp_path / "families.yaml")
-    (tmp_path / "families.yaml").write_text(FAMILY.replace('pattern: "^is there"', 'pattern: "(is there"'))
+    rules = [{"type": "count", "pattern": "^how many"}, {"type": "exist", "pattern": "(is there"}]
+    (tmp_path / "families.yaml").write_text(family_yaml("Shapes", REPLAY, **{**BLOCKS, "question_types": {"rules": rules}}))
     with pytest.raises(FamilyConfigError, match=r"pattern.*no regular expression"):
         load_families(tmp_path / "families.yaml")
 

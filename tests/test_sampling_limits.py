@@ -14,8 +14,8 @@ import pytest
 from rs.engines.base import Generation, SamplingSettings, loop_would_end, repeat_profile
 from rs.engines.generation_cache import GenerationCache
 from rs.families import FamilyConfigError, load_families
+from checkout import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
 FAMILY = """\
 families:
@@ -49,6 +49,7 @@ def test_the_keys_load_and_bad_values_are_refused_at_their_line(tmp_path: Path) 
     assert load_families(write(tmp_path, "{repetition_detection: null, thinking_token_budget: null}"))["F"].config.sampling.repetition_detection is None
 
 
+@pytest.mark.vllm
 def test_validate_checks_them_against_the_installed_vllm(tmp_path: Path) -> None:
     vllm = pytest.importorskip("vllm")
     from rs.engines.vllm import VLLMEngine
@@ -71,6 +72,7 @@ def test_validate_checks_them_against_the_installed_vllm(tmp_path: Path) -> None
     assert "Triton" not in done.stderr and "INFO" not in done.stderr, done.stderr  # vLLM's import notices are not validate's
 
 
+@pytest.mark.vllm
 def test_the_repeat_profile_says_exactly_when_vllms_check_would_end_an_output() -> None:
     pytest.importorskip("vllm")
     from vllm.sampling_params import RepetitionDetectionParams

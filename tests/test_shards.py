@@ -10,19 +10,16 @@ from pathlib import Path
 import pytest
 
 from rs.store import read_clean_rows
+from family_yaml import MINIMAL, ONE_WORD, family_yaml
+from checkout import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 
-FAMILY = """\
-families:
-  Sharded:
-    source: {kind: synthetic, seed: 5, num_images: 30, questions_per_image: 3}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: replayed/model}
-    engine: {kind: replay, replay_path: replay.jsonl, batch_size: 8}
-    card: {pretty_name: S, description: d, license: mit, citation: c}
-"""
+FAMILY = family_yaml("Sharded", MINIMAL,
+                     source={"seed": 5, "num_images": 30, "questions_per_image": 3},
+                     instruction=ONE_WORD,
+                     model={"id": "replayed/model"},
+                     engine={"kind": "replay", "replay_path": "replay.jsonl", "batch_size": 8},
+                     card={"pretty_name": "S", "citation": "c"})
 
 
 def test_disjoint_shards_in_parallel_then_full_run_is_cached(tmp_path: Path) -> None:

@@ -16,23 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from family_yaml import REPLAY, family_yaml
 from rs.families import load_families
 from rs.pipeline.publish import publish
 from rs.pipeline.publish.repo_check import EmptySplitError
 from rs.splits_schema import features
-
-FAMILY = """\
-families:
-  SmallShapes:
-    source: {kind: files, path: data/shapes.parquet, shape: flat}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "some-org/some-vlm"}
-    engine: {kind: replay, replay_path: answers.jsonl}
-    judge: {enabled: false}
-    publish: {namespace: local, target: local}
-    card: {pretty_name: Small Shapes, description: A few shapes., license: cc-by-4.0, citation: "@misc{s}"}
-"""
 
 # (image, question, answer): a duplicate written differently on A, a conflicting one on B (purple, then yellow)
 RECORDS = [
@@ -56,7 +44,7 @@ def family(tmp_path: Path):
     with open(tmp_path / "answers.jsonl", "w") as fh:  # every answer wrong
         for n in range(len(RECORDS)):
             fh.write(json.dumps({"key": f"{n}#0", "text": "<think>\nI look at it.\n</think>\n\nbanana"}) + "\n")
-    (tmp_path / "families.yaml").write_text(FAMILY)
+    (tmp_path / "families.yaml").write_text(family_yaml("SmallShapes", REPLAY, judge={"enabled": False}, card={"pretty_name": "Small Shapes"}))
     return load_families(tmp_path / "families.yaml")["SmallShapes"]
 
 

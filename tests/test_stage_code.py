@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from faults import write_families
+from family_yaml import MINIMAL, family_yaml
 from rs.families import load_families
 from rs.registry import VERIFIERS
 from rs.pipeline.sample.stage import SampleStage
@@ -45,15 +46,9 @@ def registry_left_as_found():
         del VERIFIERS._entries[name]
 
 
-FAMILY = """\
-families:
-  Strict:
-    source: {{kind: synthetic}}
-    instruction: "?"
-    verifier: {{name: pedantic_{tag}}}
-    model: {{id: some/model}}
-    card: {{pretty_name: S, description: d, license: mit, citation: ""}}
-"""
+def strict_yaml(tag: str) -> str:
+    """The family `Strict`, verified by the plug-in verifier `pedantic_<tag>`."""
+    return family_yaml("Strict", MINIMAL, verifier={"name": f"pedantic_{tag}"}, card={"pretty_name": "S"})
 
 
 def plugin(tmp_path: Path, monkeypatch, *, version: str = "", doc: str = "Equal strings.", rule: str = "") -> Path:
@@ -68,7 +63,7 @@ def plugin(tmp_path: Path, monkeypatch, *, version: str = "", doc: str = "Equal 
 
 def test_a_plugin_that_declares_no_version_is_keyed_by_its_code_without_comments(tmp_path: Path, monkeypatch, caplog) -> None:
     module = plugin(tmp_path, monkeypatch)
-    (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tmp_path.name.replace("-", "_")))
+    (tmp_path / "families.yaml").write_text(strict_yaml(tmp_path.name.replace("-", "_")))
     ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
 
     with caplog.at_level(logging.WARNING, logger="rs.pipeline.pieces"):
@@ -86,7 +81,7 @@ def test_a_plugin_that_declares_a_version_is_keyed_by_it_and_a_verifier_typed_in
     notebook = types.ModuleType(f"notebook_{tag}")  # no file, no spec: a class typed into a notebook or a script's __main__
     monkeypatch.setitem(sys.modules, notebook.__name__, notebook)
     exec(PLUGIN.format(tag=tag, doc="", version="", rule=""), notebook.__dict__)
-    (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tag))
+    (tmp_path / "families.yaml").write_text(strict_yaml(tag))
     ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
 
     before = SampleStage().fingerprint(ctx)
@@ -152,7 +147,7 @@ class Stricter(ExactVerifier):
     name = "pedantic_{tag}"
     version = "1"
 """, module.__dict__)
-    (tmp_path / "families.yaml").write_text(FAMILY.format(tag=tag))
+    (tmp_path / "families.yaml").write_text(strict_yaml(tag))
     ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
 
     before = SampleStage().fingerprint(ctx)

@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from faults import ROOT, publish_command, write_families
+from checkout import ROOT
+from faults import publish_command, write_families
 
 
 def test_publish_and_sample_name_the_cache_they_used(tmp_path: Path) -> None:

@@ -22,9 +22,11 @@ import pytest
 
 from rs.pipeline.publish.cards.html import render_repo
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
-ROOT = Path(__file__).resolve().parents[1]
+from checkout import ROOT  # noqa: E402
+
 NOISE = ("torch.set_num_threads", "Triton", "pad_token_id", "torchvision", "WARNING", "INFO vllm", "FutureWarning",
          "Generating train split")
 

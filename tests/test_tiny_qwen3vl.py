@@ -35,30 +35,22 @@ from rs.families import get_family, load_families  # noqa: E402
 from rs.families.schema import ReasoningConfig  # noqa: E402
 from rs.engines.reasoning import ReasoningFormat  # noqa: E402
 from rs_demo.tiny_qwen3vl import ADDED_TOKENS, CHAT_TEMPLATE, NOT_SPECIAL, VLLM_ENGINE_KWARGS, build_tiny_qwen3vl, tiny_qwen3vl_path  # noqa: E402
+from checkout import ROOT  # noqa: E402
+from family_yaml import MINIMAL, ONE_WORD, TINY, family_yaml, merged  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 INSTRUCTION = "\nAnswer the question using a single word or phrase."
 #: CLEVR, a chart, a document page (width, height) -> image tokens the real processor gives (shared/tiny-qwen3vl.md)
 SIZES = {(480, 320): 150, (800, 600): 475, (1700, 2200): 3657}
 LABELS = ("CORRECT", "WRONG", "UNSURE")
-FAMILY = """\
-families:
-  Qwen:
-    source: {kind: synthetic, seed: 5, num_images: 4, questions_per_image: 2, style: mixed}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: alnum}
-    model: {id: "rs:tiny-qwen3vl", reasoning: {parser: qwen3}}
-    engine:
-      kind: vllm
-      batch_size: 4
-      args: {dtype: bfloat16, max_model_len: 8192, max_num_seqs: 16, enforce_eager: true, seed: 0,
-             limit_mm_per_prompt: {image: 1, video: 0}, kv_cache_memory_bytes: 268435456}
-    sampling: {max_tokens: 24, chat_template_kwargs: {enable_thinking: true}}
-    judge: {calibration_samples: 4, min_calibration_cases: 2}
-    shard: {max_bytes: 1MB, row_group_bytes: 256KB}
-    publish: {namespace: me, target: local}
-    card: {pretty_name: Qwen, description: d, license: apache-2.0, citation: c}
-"""
+FAMILY = family_yaml("Qwen", TINY,
+                     source={"seed": 5, "num_images": 4, "questions_per_image": 2},
+                     model={"id": "rs:tiny-qwen3vl", "reasoning": {"parser": "qwen3"}},
+                     engine={"batch_size": 4, "args": {"max_model_len": 8192}},
+                     sampling={"max_tokens": 24, "chat_template_kwargs": {"enable_thinking": True}},
+                     judge={"calibration_samples": 4, "min_calibration_cases": 2},
+                     shard={"max_bytes": "1MB", "row_group_bytes": "256KB"},
+                     publish={"namespace": "me", "target": "local"},
+                     card={"pretty_name": "Qwen"})
 
 
 def picture(width: int, height: int, seed: int = 0) -> Image.Image:
@@ -154,6 +146,7 @@ def test_image_tokens_grow_with_the_image_as_qwen3vls(processor) -> None:
     assert limited == 1240
 
 
+@pytest.mark.vllm
 def test_the_qwen3_parser_reads_its_tokenizer_and_the_prompt_left_open(model_dir: Path, processor) -> None:
     pytest.importorskip("vllm")
     from transformers import AutoTokenizer
@@ -178,12 +171,17 @@ def test_the_torchvision_fixup_waits_for_torchvision(tmp_path: Path) -> None:
 
     pth = torchvision_cpu.install(tmp_path)
     assert pth.read_text() == "import _rs_torchvision_cpu; _rs_torchvision_cpu.install_hook()\n"
-    code = ("import site, sys; site.addsitedir(sys.argv[1]); import _rs_torchvision_cpu as m; "
-            "print('torch' in sys.modules, sum(type(f).__name__ == '_BeforeTorchvision' for f in sys.meta_path)); "
+    code = ("import site, sys, importlib.util; sys.path.insert(0, sys.argv[1]); site.addsitedir(sys.argv[1]); "
+            "import _rs_torchvision_cpu as m; assert m.__file__.startswith(sys.argv[1]), m.__file__; "
+            "hooks = lambda: sum(type(f).__name__ == '_BeforeTorchvision' and f.__module__ == m.__name__ for f in sys.meta_path); "
+            "print('torch' in sys.modules, hooks()); "
+            "importlib.util.find_spec('torchvision'); import datasets; print('torch' in sys.modules, hooks()); "
             "import torchvision.transforms.v2; print(sum(type(f).__name__ == '_BeforeTorchvision' for f in sys.meta_path))")
-    run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split() == ["False", "1", "0"]  # torch not imported, one hook; gone once torchvision is in
+    # torch not imported, one hook; still not when torchvision is only looked for (`datasets` does at import); gone once it is in
+    assert run.stdout.split() == ["False", "1", "False", "1", "0"]
 
 
 def test_no_model_familys_tokens_in_rs_code() -> None:
@@ -216,6 +214,7 @@ def engine(family):
     built.close()
 
 
+@pytest.mark.vllm
 def test_streaming_with_the_reasoning_left_open(engine) -> None:
     from rs.sources.synthetic import SyntheticSource
 
@@ -244,6 +243,7 @@ def test_streaming_with_the_reasoning_left_open(engine) -> None:
         assert "</think>" not in generation.text and read.answer is None and read.reasoning  # never closed: no answer
 
 
+@pytest.mark.vllm
 def test_prompt_tokens_equal_vllms_item_by_item(engine, processor) -> None:
     """`rs plan`'s count (the processor's) against the prompt vLLM ran, for CLEVR, chart and page sizes."""
     from rs.plan.tokens import prompt_tokens
@@ -258,6 +258,7 @@ def test_prompt_tokens_equal_vllms_item_by_item(engine, processor) -> None:
         assert image_tokens == SIZES[(width, height)]
 
 
+@pytest.mark.vllm
 def test_the_label_only_judge_closes_qwens_open_reasoning(engine, tmp_path: Path) -> None:
     """The template ignores enable_thinking false; the engine closes the block, and vLLM's qwen3 parser sees it end."""
     from rs.engines.generation_cache import GenerationCache
@@ -289,6 +290,7 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield url
 
 
+@pytest.mark.vllm
 def test_the_server_with_the_qwen3_parser_matches_the_offline_engine(server: str, model_dir: Path, engine) -> None:
     from rs.engines.openai import OpenAIEngine
 
@@ -308,34 +310,28 @@ def test_the_server_with_the_qwen3_parser_matches_the_offline_engine(server: str
 
 # --- rs plan on a DocVQA-shaped family -----------------------------------------------------------------
 
-DOC_FAMILY = """\
-families:
-  Pages:
-    source: {kind: files, path: train.jsonl, columns: {id: id}}
-    instruction: "\\nAnswer the question using a single word or phrase."
-    verifier: {name: anls, params: {min_score: 0.9}}
-    model: {id: "rs:tiny-qwen3vl", reasoning: {parser: qwen3}}
-    engine: {kind: vllm, args: ARGS}
-    sampling: {max_tokens: 1024}
-    card: {pretty_name: Pages, description: d, license: mit, citation: c}
-"""
+DOC = merged(MINIMAL, {"source": {"kind": "files", "path": "train.jsonl", "columns": {"id": "id"}}, "instruction": ONE_WORD,
+                       "verifier": {"name": "anls", "params": {"min_score": 0.9}},
+                       "model": {"id": "rs:tiny-qwen3vl", "reasoning": {"parser": "qwen3"}}, "engine": {"kind": "vllm"},
+                       "sampling": {"max_tokens": 1024}, "card": {"pretty_name": "Pages", "citation": "c"}})
+"""Pages of a document, answered by the tiny Qwen3-VL."""
 
 
-def _doc_family(folder: Path, args: str):
+def _doc_family(folder: Path, args: dict):
     (folder / "img").mkdir(exist_ok=True)
     lines = []
     for i, (width, height) in enumerate([(1700, 2200), (1700, 2200), (800, 600)]):
         (folder / f"img/{i}.png").write_bytes(png(picture(width, height, seed=i)))
         lines.append({"id": f"d{i}", "image": f"img/{i}.png", "question": f"What is the date on page {i}?", "answer": "May 3"})
     (folder / "train.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
-    (folder / "families.yaml").write_text(DOC_FAMILY.replace("ARGS", args))
+    (folder / "families.yaml").write_text(family_yaml("Pages", DOC, engine={"args": args}))
     return load_families(folder / "families.yaml")["Pages"]
 
 
 def test_plan_counts_page_images_and_warns_or_shows_the_fitted_setting(tmp_path: Path) -> None:
     from rs.plan import plan_family
 
-    too_small = plan_family(_doc_family(tmp_path, "{max_model_len: 4096}"), sample_images=3)
+    too_small = plan_family(_doc_family(tmp_path, {"max_model_len": 4096}), sample_images=3)
     kind, = too_small.kinds
     assert sorted(kind.image_tokens) == [475, 3657, 3657] and kind.largest == (1700, 2200, 3657)
     text = too_small.render()
@@ -347,7 +343,7 @@ def test_plan_counts_page_images_and_warns_or_shows_the_fitted_setting(tmp_path:
     assert f"mm_processor_kwargs: {{max_pixels: {room * 32 * 32}}}" in warning
 
     # the suggested limit, applied: the page now fits, counted as vLLM will count it
-    fitted = plan_family(_doc_family(tmp_path, f"{{max_model_len: 4096, mm_processor_kwargs: {{max_pixels: {room * 32 * 32}}}}}"),
+    fitted = plan_family(_doc_family(tmp_path, {"max_model_len": 4096, "mm_processor_kwargs": {"max_pixels": room * 32 * 32}}),
                          sample_images=3)
     kind, = fitted.kinds
     assert max(kind.prompt_tokens) + 1024 <= 4096 and kind.largest[2] <= room
@@ -356,7 +352,7 @@ def test_plan_counts_page_images_and_warns_or_shows_the_fitted_setting(tmp_path:
 
     # the shipped DocVQA setting: a page at full resolution with the default budget fits
     docvqa = get_family("DocVQA").config.engine.args
-    shipped = plan_family(_doc_family(tmp_path, json.dumps({k: docvqa[k] for k in ("max_model_len", "mm_processor_kwargs")})),
+    shipped = plan_family(_doc_family(tmp_path, {k: docvqa[k] for k in ("max_model_len", "mm_processor_kwargs")}),
                           sample_images=3)
     assert shipped.kinds[0].largest == (1700, 2200, 3657) and not [w for w in shipped.warnings if "max_model_len" in w]
     assert (shipped.template.thinking, shipped.template.without_thinking) == ("open", "open")  # Qwen3-VL-Thinking's template
@@ -365,6 +361,8 @@ def test_plan_counts_page_images_and_warns_or_shows_the_fitted_setting(tmp_path:
 # --- a publish, in one process and on Ray ---------------------------------------------------------------
 
 
+@pytest.mark.ray
+@pytest.mark.vllm
 def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engine, tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     from faults import assert_same_published
@@ -393,6 +391,7 @@ def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engin
 # --- last: a second engine in this process ---------------------------------------------------------
 
 
+@pytest.mark.vllm
 def test_a_pixel_limit_reaches_vllm_as_the_plan_counts_it(processor) -> None:
     """`engine.args.mm_processor_kwargs` (DocVQA's page limit): vLLM's prompt has the image tokens `rs plan` counts.
 

@@ -22,6 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 import vllm  # noqa: E402

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
-ROOT = Path(__file__).resolve().parents[1]
+from checkout import ROOT  # noqa: E402
+
 ENV = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
 
 

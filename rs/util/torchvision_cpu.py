@@ -75,16 +75,47 @@ def define_missing_ops() -> bool:
 
 
 class _BeforeTorchvision(importlib.abc.MetaPathFinder):
-    """Runs `define_missing_ops` when `torchvision` is first imported, then steps aside for the real finders."""
+    """Runs `define_missing_ops` when `torchvision` is first imported, then steps aside for the real finders.
 
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name == "torchvision":
-            uninstall_hook()
-            try:
-                define_missing_ops()
-            except Exception as err:  # never break an import over this; torchvision's own error follows
-                print(f"{MODULE_NAME}: could not prepare torchvision's ops: {err!r}", file=sys.stderr)
-        return None
+    Only when it is imported: asked for its spec alone (`importlib.util.find_spec("torchvision")`, which `datasets` does
+    when it is imported) it gives the real finders' spec, its loader wrapped, and imports no torch."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torchvision":
+            return None
+        spec = _spec_elsewhere(name, path, target)
+        if spec is not None and spec.loader is not None and not isinstance(spec.loader, _OpsFirst):
+            spec.loader = _OpsFirst(spec.loader)
+        return spec
+
+
+def _spec_elsewhere(name: str, path: Any, target: Any) -> Any:
+    """The spec the finders after this hook give `name`."""
+    for finder in sys.meta_path:
+        find = None if isinstance(finder, _BeforeTorchvision) else getattr(finder, "find_spec", None)
+        spec = find(name, path, target) if find is not None else None
+        if spec is not None:
+            return spec
+    return None
+
+
+class _OpsFirst(importlib.abc.Loader):
+    """torchvision's own loader, `define_missing_ops` run before it executes the package."""
+
+    def __init__(self, loader: Any):
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        uninstall_hook()
+        module.__loader__ = module.__spec__.loader = self.loader  # the package sees its own loader
+        try:
+            define_missing_ops()
+        except Exception as err:  # never break an import over this; torchvision's own error follows
+            print(f"{MODULE_NAME}: could not prepare torchvision's ops: {err!r}", file=sys.stderr)
+        self.loader.exec_module(module)
 
 
 def install_hook() -> None:
