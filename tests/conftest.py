@@ -17,7 +17,7 @@ from family_yaml import REPLAY, write_families
 from replay_family import Case, write_family
 from rs.families import Family, load_families
 
-pytest_plugins = ["hub_clients"]  # the Hub emulator's fixtures: hub, blocked_hosts, sleeps
+pytest_plugins = ["hub_clients", "shared_builds"]  # the Hub emulator's fixtures; the session's engines and builds
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -53,3 +53,4 @@ def family(tmp_path: Path) -> Callable[..., Family]:
         return load_families(write_families(tmp_path, name, base, **blocks))[name]
 
     return write
+

@@ -80,15 +80,11 @@ def made_older(out: Path, old: Path, family: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """TinyCLEVR as `setup` has Alpha: the shipped families file, a real build and publish, an older publish."""
-    pytest.importorskip("vllm")
+def tiny(tmp_path_factory: pytest.TempPathFactory, tinyclevr_published) -> tuple[Path, Path, Path]:
+    """TinyCLEVR as `setup` has Alpha: the shipped families file, a real build and publish (the session's), an older publish."""
     folder = tmp_path_factory.mktemp("tiny")
-    families, ref = ROOT / "families.yaml", folder / "ref"
-    built = subprocess.run(publish_command(families, ref, "TinyCLEVR"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
-    assert built.returncode == 0, built.stderr[-3000:]
-    made_older(ref / "out", folder / "old", "TinyCLEVR")
-    return families, ref, folder / "old"
+    made_older(tinyclevr_published.work / "out", folder / "old", "TinyCLEVR")
+    return ROOT / "families.yaml", tinyclevr_published.work, folder / "old"
 
 
 def snapshot(repo: Path) -> dict[str, bytes]:
