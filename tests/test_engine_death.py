@@ -27,7 +27,7 @@ pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from checkout import ROOT  # noqa: E402
-from faults import VLLM_ENV, assert_same_published, cache_keys, cache_rows, descendants, engine_core  # noqa: E402
+from faults import VLLM_ENV, assert_same_published, cache_keys, cache_rows, descendants, engine_core, meanwhile  # noqa: E402
 from family_yaml import DROP, tiny_family  # noqa: E402
 
 def command(families: Path, work: Path) -> list[str]:
@@ -72,10 +72,11 @@ def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_a
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert kept and not (tmp_path / "run" / "build" / "Tiny" / "sample.json").exists()
 
-    rerun = subprocess.run(command(families, tmp_path / "run"), cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    reference = subprocess.run(command(families, tmp_path / "ref"), cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600)
-    assert reference.returncode == 0, reference.stderr[-3000:]
+    with meanwhile(command(families, tmp_path / "ref"), cwd=ROOT, env=VLLM_ENV) as reference:  # an uninterrupted run, beside the re-run
+        rerun = subprocess.run(command(families, tmp_path / "run"), cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        _, said = reference.communicate(timeout=600)
+    assert reference.returncode == 0, said[-3000:]
     assert_same_published(tmp_path / "ref" / "out", tmp_path / "run" / "out")
     assert engine_calls(tmp_path / "run") == engine_calls(tmp_path / "ref") - len(kept)  # what was cached is not asked again
 

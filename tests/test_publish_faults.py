@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,7 @@ def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it
     olds = {repo: snapshot(old / namespace / repo) for repo in repos}
     news = {repo: snapshot(ref / "out" / namespace / repo) for repo in repos}
 
-    for at in range(1, len(events) + 1):
+    def killed_at(at: int) -> None:
         work = prepared(case, tmp_path / f"kill-{at}")
         run = hooked(families, work, at, "kill", family=family, env=env)
         _, err = run.communicate(timeout=300)
@@ -150,6 +151,9 @@ def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it
         assert_same_published(ref / "out", work / "out")
         assert not (work / "out" / namespace / ".rs-publish" / family).exists()  # nothing of the transaction left
         shutil.rmtree(work)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # each kill in a work folder of its own: two at once, one a core
+        list(pool.map(killed_at, range(1, len(events) + 1)))
 
 
 def test_a_second_publish_into_the_same_folder_is_refused_naming_the_first(setup, tmp_path: Path) -> None:
