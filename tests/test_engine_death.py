@@ -40,6 +40,7 @@ def engine_calls(work: Path) -> int:
     return run["sampling_engine_calls"] + run["judge_engine_calls"]
 
 
+@pytest.mark.slow
 def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_answer(tmp_path: Path) -> None:
     families = tiny_family(tmp_path, num_images=6, batch=4, max_tokens=24)
     victim = subprocess.Popen(command(families, tmp_path / "run"), cwd=ROOT, env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
@@ -81,6 +82,7 @@ def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_a
     assert engine_calls(tmp_path / "run") == engine_calls(tmp_path / "ref") - len(kept)  # what was cached is not asked again
 
 
+@pytest.mark.slow
 def test_an_engine_that_cannot_start_says_why_with_the_reason_its_own_process_logged(tmp_path: Path) -> None:
     """vLLM's engine core fails in its own process and the error raised here only says "see root cause above"."""
     families = tiny_family(tmp_path, engine={"args": {"kv_cache_memory_bytes": DROP,
@@ -104,6 +106,7 @@ def test_engine_arguments_vllm_refuses_are_an_error_with_its_reason() -> None:
     assert refused.value.exit_code == 2  # a value of the families file vLLM's configuration refuses: a configuration error
 
 
+@pytest.mark.slow
 def test_the_engine_core_of_a_killed_run_exits_within_seconds(tmp_path: Path) -> None:
     """`kill -9` of the run: its engine core (forked, the kernel told to kill it with its parent: rs.engines.lifeline) goes too."""
     families = tiny_family(tmp_path, num_images=6, batch=4, max_tokens=24)

@@ -54,6 +54,7 @@ def test_tinyclevr_plan_asks_each_kind_of_question_well() -> None:
     assert "evaluation overlap in the sample:\n  TinyCLEVR-val (24 images, 96 questions)" in text
 
 
+@pytest.mark.slow
 def test_mismatches_are_warned_and_an_unloadable_model_is_said(tmp_path: Path, monkeypatch) -> None:
     plan = plan_family(odd_family(tmp_path), sample_images=6)
     warnings = "\n".join(plan.warnings)
@@ -81,6 +82,7 @@ def test_a_template_that_ignores_the_switch_is_reported(tmp_path: Path) -> None:
     assert any("ignores enable_thinking false" in n and "closes it in the judge's prompt" in n for n in plan.notes)
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
@@ -132,6 +134,7 @@ def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None
     assert f"{hours:,.2f} hours of engine time; greedy and recovery together {greedy_hours + hours:,.2f} hours" in text
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_plan(tmp_path: Path) -> None:
     commands = [[sys.executable, *command, "TinyCLEVR", "--sample", "2", "--build-dir", str(tmp_path)]
                 for command in (["-m", "rs.plan"], ["-c", "from rs.cli.main import console; console()", "plan"])]
@@ -152,6 +155,7 @@ def test_a_throughput_that_is_not_a_positive_number_is_a_usage_error(rate: str, 
     assert exit.value.code == 2 and "argument --tokens-per-second: expected a positive number" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_family_too_small_to_calibrate_is_warned_and_strict_exits_1(tmp_path: Path) -> None:
     family = odd_family(tmp_path, mc="\nLetter?", verifier="alnum", max_model_len=2048)  # 6 images x 3 questions
     plan = plan_family(family, sample_images=2)

@@ -115,6 +115,7 @@ def hooked(families: Path, work: Path, at: int, action: str, *, under: Path | No
 
 
 # The exchange path on TinyCLEVR built for real; the two-rename path on the small Alpha family.
+@pytest.mark.slow
 @pytest.mark.parametrize("family,exchange", [pytest.param("TinyCLEVR", True, marks=pytest.mark.vllm), ("Alpha", False)],
                          ids=["TinyCLEVR", "Alpha without exchange"])
 def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it(family: str, exchange: bool, request,
@@ -156,6 +157,7 @@ def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it
         list(pool.map(killed_at, range(1, len(events) + 1)))
 
 
+@pytest.mark.slow
 def test_a_second_publish_into_the_same_folder_is_refused_naming_the_first(setup, tmp_path: Path) -> None:
     families, ref, _ = setup
     work = prepared(setup, tmp_path / "first")
@@ -196,6 +198,7 @@ def test_a_second_publish_into_the_same_folder_is_refused_naming_the_first(setup
     assert_same_published(ref / "out", work / "out")
 
 
+@pytest.mark.slow
 def test_a_run_killed_while_cleaning_leaves_its_spilled_images_to_the_next_run_to_remove(setup, tmp_path: Path) -> None:
     families, ref, _ = setup
     work = tmp_path / "work"

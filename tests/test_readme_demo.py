@@ -18,6 +18,7 @@ def _script():
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_the_readme_shows_what_the_demo_prints(tinyclevr_published) -> None:
     work, printed = tinyclevr_published.work, tinyclevr_published.stdout  # `make demo`'s command, run once a session

@@ -21,7 +21,7 @@ import pytest
 
 from rs.audit import Replay, audit
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
 import datasets  # noqa: E402

@@ -23,7 +23,7 @@ import pytest
 
 from rs.pipeline.publish.cards.html import render_repo
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
 from checkout import ROOT  # noqa: E402
