@@ -13,11 +13,10 @@ from typing import Any, Callable
 import pytest
 from PIL import Image
 
-from family_yaml import REPLAY, write_families
 from replay_family import Case, write_family
-from rs.families import Family, load_families
+from rs.families import Family
 
-pytest_plugins = ["hub_clients"]  # the Hub emulator's fixtures: hub, blocked_hosts, sleeps
+pytest_plugins = ["hub_clients", "shared_builds"]  # the Hub emulator's fixtures; the session's shared builds
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -42,14 +41,11 @@ def images() -> dict[str, bytes]:
 
 @pytest.fixture
 def family(tmp_path: Path) -> Callable[..., Family]:
-    """`family(cases, **blocks)`: the replay family of tests/replay_family.py answering `cases`, its families.yaml
-    `REPLAY` (tests/family_yaml.py) with `blocks` merged in, written into the test's folder. `base=` another base
-    (no data is written then), `name=` the family's name."""
+    """`family(cases, **blocks)`: the replay family of tests/replay_family.py answering `cases`, its families.yaml the base
+    `REPLAY` of tests/family_yaml.py with `blocks` merged in (`judge={"enabled": False}`), written into the test's folder;
+    `name=` the family's name. A module-scoped build calls `replay_family.write_family` the same way."""
 
-    def write(cases: list[Case] | None = None, /, *, name: str = "Shapes", base: dict[str, Any] = REPLAY, **blocks: Any) -> Family:
-        if base is REPLAY:
-            assert cases is not None, "the replay family needs its cases: family(cases, **blocks)"
-            return write_family(tmp_path, cases, name=name, **blocks)
-        return load_families(write_families(tmp_path, name, base, **blocks))[name]
+    def write(cases: list[Case], /, *, name: str = "Shapes", **blocks: Any) -> Family:
+        return write_family(tmp_path, cases, name=name, **blocks)
 
     return write

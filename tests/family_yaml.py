@@ -3,7 +3,8 @@ file carrying its own copy of nearly the same YAML.
 
 `family_yaml("Shapes", REPLAY, judge={"enabled": False})` is the text of a families file holding one family: the base's
 blocks with the given ones merged in (a mapping into a mapping, key by key; anything else, and a `Whole` mapping,
-replaces; `DROP` removes the key). The `family` fixture (tests/conftest.py) writes it, with a replay family's data, into the test's folder.
+replaces; `DROP` removes the key). The `family` fixture (tests/conftest.py) writes it, with a replay family's data,
+into the test's folder.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ DROP: Any = object()
 
 class Whole(dict):
     """A mapping that replaces the base's instead of being merged into it: `source=Whole(kind="hub", path="org/set")`."""
+
 
 ONE_WORD = "\nAnswer the question using a single word or phrase."
 
@@ -95,10 +97,9 @@ _Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar("tag:y
                                                                          style='"' if "\n" in text else None))
 
 
-def family_yaml(name: str, base: dict[str, Any], /, *, top: dict[str, Any] | None = None, **blocks: Any) -> str:
-    """A families file holding the family `name`: `base` with `blocks` merged in; `top`: the file's other top-level
-    sections (`defaults`, `evaluation`), written before `families`."""
-    document = {**(top or {}), "families": {name: merged(base, blocks)}}
+def family_yaml(name: str, base: dict[str, Any], /, **blocks: Any) -> str:
+    """A families file holding the family `name`: `base` with `blocks` merged in."""
+    document = {"families": {name: merged(base, blocks)}}
     return yaml.dump(document, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
 
 

@@ -14,11 +14,12 @@ import importlib
 import json
 import os
 import sqlite3
+import subprocess
 import sys
 from contextlib import closing, contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -122,6 +123,19 @@ def fault_plugins(patch: pytest.MonkeyPatch) -> ModuleType:
                                              if getattr(entry, "__module__", None) != "rs_faults"})
     module = importlib.import_module("rs_faults")
     return module if "slow_replay" in ENGINES else importlib.reload(module)
+
+
+@contextmanager
+def meanwhile(command: list[str], **popen: Any) -> Iterator[subprocess.Popen[str]]:
+    """`command` run in the background while the block runs, its output piped (read it with `communicate`): a run that
+    does not depend on what the block does uses the core the test's own process leaves idle. Killed if the block fails."""
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    try:
+        yield run
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
 
 
 def published_files(folder: Path) -> list[str]:

@@ -74,6 +74,7 @@ def test_a_changed_answer_is_refused_naming_the_item_and_forgetting_it_resends_o
     assert run["sampling_engine_calls"] == 1  # that answer alone was asked again (the replay engine's judge errors are never cached)
 
 
+@pytest.mark.slow
 def test_every_answer_is_stored_with_its_checksum_and_check_lists_the_damaged(tmp_path: Path) -> None:
     cache = tmp_path / "cache.sqlite"
     with GenerationCache(cache) as c:

@@ -124,6 +124,7 @@ def test_reasoning_reproduces_every_answer() -> None:
     assert len(seen) == 7
 
 
+@pytest.mark.slow
 def test_a_short_training_run_lowers_the_loss(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from rs_demo import train_demo as T
@@ -179,6 +180,7 @@ def _chats(n: int) -> tuple[list[list[dict]], list]:
     return chats, items
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.parametrize("thinking", [True, False])
 def test_vllm_answers_with_and_without_thinking(llm, thinking: bool) -> None:

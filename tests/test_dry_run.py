@@ -15,6 +15,8 @@ from rs.pipeline.publish import publish
 from checkout import ROOT
 from family_yaml import DEMO, DROP, family_yaml
 
+pytestmark = pytest.mark.slow
+
 FAMILY = family_yaml("Dry", DEMO,
                      source={"seed": 5, "num_images": 3, "questions_per_image": 2, "style": DROP},
                      engine={"batch_size": 8, "args": {"max_num_seqs": 8, "kv_cache_memory_bytes": 134217728}},

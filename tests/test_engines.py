@@ -94,6 +94,7 @@ def engine() -> Iterator[VLLMEngine]:
     built.close()
 
 
+@pytest.mark.slow
 def test_identity(engine: VLLMEngine) -> None:
     path = tiny_vlm_path()
     template = (path / "chat_template.jinja").read_bytes()
@@ -108,6 +109,7 @@ def test_identity(engine: VLLMEngine) -> None:
         resolve_model("rs:huge-vlm")
 
 
+@pytest.mark.slow
 def test_image_batch(engine: VLLMEngine) -> None:
     requests = _requests(12)
     generations = engine.generate(requests, SETTINGS)
@@ -138,6 +140,7 @@ def test_reasoning_split_cases() -> None:
     assert (g.reasoning, g.answer) == ("counted", "4")
 
 
+@pytest.mark.slow
 def test_thinking_switch_reaches_the_template(engine: VLLMEngine) -> None:
     """`enable_thinking=False` makes this template prefill an empty think block; `True` adds nothing.
 
@@ -156,6 +159,7 @@ def test_thinking_switch_reaches_the_template(engine: VLLMEngine) -> None:
         assert g.answer == (g.text.strip() if g.finish_reason == "stop" else None)
 
 
+@pytest.mark.slow
 def test_truncated_output_has_no_answer(engine: VLLMEngine) -> None:
     # One token: the tiny model never ends on its first token (EOS only follows a number), so every
     # output is cut off whatever the weights say.
@@ -165,6 +169,7 @@ def test_truncated_output_has_no_answer(engine: VLLMEngine) -> None:
         assert g.answer is None and g.text and g.error is None
 
 
+@pytest.mark.slow
 def test_judge_choice_is_one_label(engine: VLLMEngine) -> None:
     settings = SamplingSettings(max_tokens=8, chat_template_kwargs={"enable_thinking": False}, choices=LABELS)
     prompts = ["Question: How many cubes?\nReference: 3\nCandidate: three\nReply CORRECT, WRONG or UNSURE.",
@@ -175,6 +180,7 @@ def test_judge_choice_is_one_label(engine: VLLMEngine) -> None:
         assert g.text in LABELS and g.answer == g.text
 
 
+@pytest.mark.slow
 def test_bad_requests_fail_alone(engine: VLLMEngine) -> None:
     good = _requests(4)
     batch = [good[0], _corrupt(good[1].image), good[1], Request(prompt=LONG_PROMPT), good[2],
@@ -193,6 +199,7 @@ def test_bad_requests_fail_alone(engine: VLLMEngine) -> None:
     assert [generations[i].text for i in (0, 2, 4, 6)] == [g.text for g in alone]
 
 
+@pytest.mark.slow
 def test_stored_image_bytes_unchanged(engine: VLLMEngine) -> None:
     request = _requests(1)[0]
     before = bytes(request.image)
@@ -200,6 +207,7 @@ def test_stored_image_bytes_unchanged(engine: VLLMEngine) -> None:
     assert request.image == before and hashlib.sha256(request.image).hexdigest() == request.image_sha256
 
 
+@pytest.mark.slow
 def test_cached_engine_second_run_makes_no_engine_calls(engine: VLLMEngine, tmp_path: Path) -> None:
     requests = _requests(10, seed=3) + [_corrupt(_requests(1)[0].image)]
     with GenerationCache(tmp_path / "generations.sqlite") as cache:
@@ -214,6 +222,7 @@ def test_cached_engine_second_run_makes_no_engine_calls(engine: VLLMEngine, tmp_
     assert [r for r, _ in second] == requests
 
 
+@pytest.mark.slow
 def test_streaming_keeps_what_a_kill_would_lose_within_the_window(engine: VLLMEngine, tmp_path: Path, monkeypatch) -> None:
     """Requests join the running engine as others finish; answers sent and not yet committed never exceed the window."""
     monkeypatch.setattr(engine, "in_flight", 12)
@@ -234,6 +243,7 @@ def test_streaming_keeps_what_a_kill_would_lose_within_the_window(engine: VLLMEn
     assert [g.text for _, g in results] == [g.text for g in reference]
 
 
+@pytest.mark.slow
 def test_two_streams_on_one_engine_share_its_steps(engine: VLLMEngine) -> None:
     """The judge's stream beside the sampler's: each gets its own results back, whichever stream steps the engine."""
     judge_settings = SamplingSettings(temperature=0.0, max_tokens=8, chat_template_kwargs={"enable_thinking": False},
@@ -329,6 +339,7 @@ def remote(server: str) -> Iterator[OpenAIEngine]:
     client.close()
 
 
+@pytest.mark.slow
 def test_openai_image_batch(remote: OpenAIEngine, engine: VLLMEngine) -> None:
     requests = _requests(6)
     generations = remote.generate(requests, SETTINGS)
@@ -342,6 +353,7 @@ def test_openai_image_batch(remote: OpenAIEngine, engine: VLLMEngine) -> None:
     assert remote.identity() == {"model": str(tiny_vlm_path()), "revision": None}
 
 
+@pytest.mark.slow
 def test_openai_choice_constraint(remote: OpenAIEngine) -> None:
     settings = SamplingSettings(max_tokens=8, chat_template_kwargs={"enable_thinking": False}, choices=LABELS)
     generations = remote.generate([Request(prompt="Is three the same as 3? Reply CORRECT, WRONG or UNSURE.")] * 2, settings)
@@ -349,6 +361,7 @@ def test_openai_choice_constraint(remote: OpenAIEngine) -> None:
         assert g.error is None and g.text in LABELS and g.answer == g.text
 
 
+@pytest.mark.slow
 def test_openai_bad_input_is_a_cacheable_failure(remote: OpenAIEngine) -> None:
     good = _requests(2)
     generations = remote.generate([good[0], Request(prompt=LONG_PROMPT), _corrupt(good[1].image), good[1]], SETTINGS)

@@ -82,6 +82,7 @@ def test_defaults_merge_and_family_overrides(tmp_path: Path) -> None:
     assert c.source.path == "data/train.parquet" and c.source.shape == "flat"
 
 
+@pytest.mark.slow
 def test_new_family_in_a_copy_validates_and_shows_without_code(tmp_path: Path) -> None:
     copy = tmp_path / "families.yaml"
     copy.write_text(default_families_path().read_text() + textwrap.indent(MINIMAL.split("families:\n", 1)[1], ""))
@@ -93,6 +94,7 @@ def test_new_family_in_a_copy_validates_and_shows_without_code(tmp_path: Path) -
     assert "MyVQA" in cli("--config", str(copy)).stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("edit", "line", "message"),
     [
@@ -155,6 +157,7 @@ def test_a_value_that_cannot_work_is_refused_at_its_key(tmp_path: Path, block: s
     assert f"{path}:15: families.MyVQA.{key}: {message}" in str(err.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("setting", "key", "message"),
     [
@@ -211,6 +214,7 @@ def test_a_key_given_twice_is_refused_even_with_defaults(tmp_path: Path, edit: t
         load_families(path)
 
 
+@pytest.mark.slow
 def test_one_family_is_counted_as_one(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL)
     write_source(tmp_path)
@@ -237,6 +241,7 @@ def test_duplicate_and_case_colliding_families(tmp_path: Path) -> None:
         load_families(cased)
 
 
+@pytest.mark.slow
 def test_names_are_case_sensitive() -> None:
     with pytest.raises(UnknownFamilyError, match="Did you mean 'CLEVR'"):
         get_family("clevr")
@@ -250,6 +255,7 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
         load_families(path)
 
 
+@pytest.mark.slow
 def test_keys_lists_every_key() -> None:
     out = cli("keys").stdout
     assert "families.NAME.cleaning.purity.vocabulary" in out and "families.NAME.source.columns.texts" in out

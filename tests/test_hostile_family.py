@@ -16,7 +16,7 @@ import datasets
 import pytest
 from datasets import Features, Image, List, Value
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
 from rs.sources.synthetic import count, generate_scene, render_scene  # noqa: E402

@@ -31,7 +31,7 @@ from typing import Callable
 
 import pytest
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
 from checkout import ROOT  # noqa: E402

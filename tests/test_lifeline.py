@@ -19,6 +19,8 @@ import pytest
 
 from checkout import ROOT
 
+pytestmark = pytest.mark.slow
+
 PARENT = """
 import multiprocessing, sys, time
 from rs.engines.lifeline import engine_processes_die_with_this_one

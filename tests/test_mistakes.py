@@ -159,6 +159,7 @@ MISTAKES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("case", "command", "edit", "said", "status"), MISTAKES, ids=[m[0] for m in MISTAKES])
 def test_a_mistake_is_said_in_one_error_line_with_its_exit_status(folder: Path, case: str, command: list[str],
                                                                    edit: tuple[str, str] | None, said: str, status: int) -> None:
@@ -192,6 +193,7 @@ def test_the_engine_arguments_read_from_vllms_files_are_those_it_takes() -> None
     assert unknown_engine_arg(["max_model_len", "max_num_seq"]) == ("max_num_seq", " (did you mean 'max_num_seqs'?)")
 
 
+@pytest.mark.slow
 def test_a_mistake_under_defaults_is_said_at_its_line_there(folder: Path) -> None:
     path = folder / "with-defaults.yaml"
     text = ('defaults:\n  model: {id: "rs:demo-vml"}\n  engine:\n    args: {max_num_seq: 4}\nfamilies:\n'
@@ -206,6 +208,7 @@ def test_a_mistake_under_defaults_is_said_at_its_line_there(folder: Path) -> Non
         text = text.replace("max_num_seq:", "max_num_seqs:")
 
 
+@pytest.mark.slow
 def test_a_run_that_cleaning_left_nothing_to_sample_fails_before_sampling(folder: Path) -> None:
     """The image column pointing at the question text: every QA is dropped as missing_image, and the run stops there with
     exit 2 and the likely cause (it published empty repos with exit 0), before any engine starts."""
@@ -220,6 +223,7 @@ def test_a_run_that_cleaning_left_nothing_to_sample_fails_before_sampling(folder
     assert not (folder / "nothing-out").exists()
 
 
+@pytest.mark.slow
 def test_the_relative_path_hint_is_given_for_a_relative_path_only(folder: Path) -> None:
     said = {}
     for case, path in (("relative", "data/shapse.parquet"), ("absolute", str(folder / "data" / "shapse.parquet"))):
@@ -232,6 +236,7 @@ def test_the_relative_path_hint_is_given_for_a_relative_path_only(folder: Path) 
     assert "relative" not in said["absolute"].split("hint:", 1)[1]
 
 
+@pytest.mark.slow
 def test_validate_source_reads_the_first_records_and_checks_each_columns_type(folder: Path) -> None:
     """`validate` said `ok` for an image column that names the question column (the column exists); `--source N` reads."""
     wrong = _config(folder, "validate-source-image-is-question", ("shape: flat}", "shape: flat, columns: {image: question}}"))

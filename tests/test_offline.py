@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from checkout import ROOT
 from family_yaml import MINIMAL, family_yaml
+
+pytestmark = pytest.mark.slow
 
 
 PROBE = """

@@ -46,6 +46,7 @@ def engine_cores(pids: list[int]) -> set[int]:
     return {pid for pid in pids if _is_engine_core(pid) and not _is_engine_core(_parent(pid))}
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 @pytest.mark.parametrize("multiprocessing", ["0", "1"])
 def test_a_run_loads_the_model_once_in_both_process_modes(tmp_path: Path, multiprocessing: str) -> None:

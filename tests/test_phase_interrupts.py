@@ -37,6 +37,8 @@ from rs.families import load_families
 from rs.pipeline.publish import publish
 from hub_clients import TOKEN, point_clients_at
 
+pytestmark = pytest.mark.slow
+
 RESUME = "to resume, run the same command again: "
 ENGINE = "{kind: replay, replay_path: replay.jsonl, batch_size: 4}"
 STEER = (FAMILY.replace("files, path", "slow_files, delay: 0.02, first_delay: 1.5, marker: READING, path")

@@ -20,6 +20,7 @@ from rs.pipeline.route import decide
 from rs.pipeline.sample import SampleReport
 from rs.store import read_records
 from checkout import ROOT
+from faults import meanwhile
 from family_yaml import MINIMAL, ONE_WORD, Whole, family_yaml, merged
 
 
@@ -53,6 +54,7 @@ def test_tinyclevr_plan_asks_each_kind_of_question_well() -> None:
     assert "evaluation overlap in the sample:\n  TinyCLEVR-val (24 images, 96 questions)" in text
 
 
+@pytest.mark.slow
 def test_mismatches_are_warned_and_an_unloadable_model_is_said(tmp_path: Path, monkeypatch) -> None:
     plan = plan_family(odd_family(tmp_path), sample_images=6)
     warnings = "\n".join(plan.warnings)
@@ -80,6 +82,7 @@ def test_a_template_that_ignores_the_switch_is_reported(tmp_path: Path) -> None:
     assert any("ignores enable_thinking false" in n and "closes it in the judge's prompt" in n for n in plan.notes)
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None:
     pytest.importorskip("vllm")
@@ -131,12 +134,16 @@ def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None
     assert f"{hours:,.2f} hours of engine time; greedy and recovery together {greedy_hours + hours:,.2f} hours" in text
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_plan(tmp_path: Path) -> None:
-    for command in (["-m", "rs.plan"], ["-c", "from rs.cli.main import console; console()", "plan"]):
-        run = subprocess.run([sys.executable, *command, "TinyCLEVR", "--sample", "2", "--build-dir", str(tmp_path)],
-                             capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
-        assert run.returncode == 0, run.stderr
-        assert run.stdout.startswith("TinyCLEVR: plan for rs:demo-vlm") and "chat template:" in run.stdout
+    commands = [[sys.executable, *command, "TinyCLEVR", "--sample", "2", "--build-dir", str(tmp_path)]
+                for command in (["-m", "rs.plan"], ["-c", "from rs.cli.main import console; console()", "plan"])]
+    with meanwhile(commands[1], cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}) as second:  # both at once, one a core
+        first = subprocess.run(commands[0], capture_output=True, text=True, cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=300)
+        said, err = second.communicate(timeout=300)
+    for code, out, err in ((first.returncode, first.stdout, first.stderr), (second.returncode, said, err)):
+        assert code == 0, err
+        assert out.startswith("TinyCLEVR: plan for rs:demo-vlm") and "chat template:" in out
 
 
 @pytest.mark.parametrize("rate", ["-5", "0", "nan", "fast"])
@@ -148,14 +155,16 @@ def test_a_throughput_that_is_not_a_positive_number_is_a_usage_error(rate: str, 
     assert exit.value.code == 2 and "argument --tokens-per-second: expected a positive number" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_family_too_small_to_calibrate_is_warned_and_strict_exits_1(tmp_path: Path) -> None:
     family = odd_family(tmp_path, mc="\nLetter?", verifier="alnum", max_model_len=2048)  # 6 images x 3 questions
     plan = plan_family(family, sample_images=2)
     assert any("fewer than judge.min_calibration_cases (50) even if every answer were accepted" in w for w in plan.warnings)
     command = [sys.executable, "-m", "rs.plan", "Odd", "--config", str(family.path), "--sample", "1", "--build-dir", str(tmp_path)]
-    assert subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300).returncode == 0
-    strict = subprocess.run([*command, "--strict"], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert strict.returncode == 1 and "warning: the whole family has about" in strict.stdout
+    with meanwhile([*command, "--strict"], cwd=ROOT) as strict:  # both at once, one a core
+        assert subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300).returncode == 0
+        said, _ = strict.communicate(timeout=300)
+    assert strict.returncode == 1 and "warning: the whole family has about" in said
 
 
 def test_a_source_that_cannot_be_read_is_a_warning_not_a_note(tmp_path: Path, monkeypatch) -> None:

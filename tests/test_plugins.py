@@ -83,6 +83,7 @@ def test_a_name_is_registered_once() -> None:
         things.register("a")(str)
 
 
+@pytest.mark.slow
 def test_a_family_of_plugins_validates_with_file_and_line(installed: dict[str, str], tmp_path: Path) -> None:
     path = tmp_path / "families.yaml"
     path.write_text(FAMILIES.replace('says: "Red, the one in front.", ', ""))
@@ -97,6 +98,7 @@ def test_a_family_of_plugins_validates_with_file_and_line(installed: dict[str, s
             "valid keys: multiple_choice, provenance, purity, reference_form, short_questions, dedup") in failed.stderr
 
 
+@pytest.mark.slow
 def test_a_family_of_plugins_publishes(installed: dict[str, str], tmp_path: Path) -> None:
     path = tmp_path / "families.yaml"
     path.write_text(FAMILIES)

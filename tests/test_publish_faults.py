@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -80,15 +81,11 @@ def made_older(out: Path, old: Path, family: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """TinyCLEVR as `setup` has Alpha: the shipped families file, a real build and publish, an older publish."""
-    pytest.importorskip("vllm")
+def tiny(tmp_path_factory: pytest.TempPathFactory, tinyclevr_published) -> tuple[Path, Path, Path]:
+    """TinyCLEVR as `setup` has Alpha: the shipped families file, a real build and publish (the session's), an older publish."""
     folder = tmp_path_factory.mktemp("tiny")
-    families, ref = ROOT / "families.yaml", folder / "ref"
-    built = subprocess.run(publish_command(families, ref, "TinyCLEVR"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
-    assert built.returncode == 0, built.stderr[-3000:]
-    made_older(ref / "out", folder / "old", "TinyCLEVR")
-    return families, ref, folder / "old"
+    made_older(tinyclevr_published.work / "out", folder / "old", "TinyCLEVR")
+    return ROOT / "families.yaml", tinyclevr_published.work, folder / "old"
 
 
 def snapshot(repo: Path) -> dict[str, bytes]:
@@ -118,6 +115,7 @@ def hooked(families: Path, work: Path, at: int, action: str, *, under: Path | No
 
 
 # The exchange path on TinyCLEVR built for real; the two-rename path on the small Alpha family.
+@pytest.mark.slow
 @pytest.mark.parametrize("family,exchange", [pytest.param("TinyCLEVR", True, marks=pytest.mark.vllm), ("Alpha", False)],
                          ids=["TinyCLEVR", "Alpha without exchange"])
 def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it(family: str, exchange: bool, request,
@@ -139,7 +137,7 @@ def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it
     olds = {repo: snapshot(old / namespace / repo) for repo in repos}
     news = {repo: snapshot(ref / "out" / namespace / repo) for repo in repos}
 
-    for at in range(1, len(events) + 1):
+    def killed_at(at: int) -> None:
         work = prepared(case, tmp_path / f"kill-{at}")
         run = hooked(families, work, at, "kill", family=family, env=env)
         _, err = run.communicate(timeout=300)
@@ -155,7 +153,11 @@ def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it
         assert not (work / "out" / namespace / ".rs-publish" / family).exists()  # nothing of the transaction left
         shutil.rmtree(work)
 
+    with ThreadPoolExecutor(max_workers=2) as pool:  # each kill in a work folder of its own: two at once, one a core
+        list(pool.map(killed_at, range(1, len(events) + 1)))
 
+
+@pytest.mark.slow
 def test_a_second_publish_into_the_same_folder_is_refused_naming_the_first(setup, tmp_path: Path) -> None:
     families, ref, _ = setup
     work = prepared(setup, tmp_path / "first")
@@ -196,6 +198,7 @@ def test_a_second_publish_into_the_same_folder_is_refused_naming_the_first(setup
     assert_same_published(ref / "out", work / "out")
 
 
+@pytest.mark.slow
 def test_a_run_killed_while_cleaning_leaves_its_spilled_images_to_the_next_run_to_remove(setup, tmp_path: Path) -> None:
     families, ref, _ = setup
     work = tmp_path / "work"

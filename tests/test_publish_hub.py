@@ -29,6 +29,7 @@ def to_hub(hostile, tmp_path: Path, **kwargs):
     return publish(hostile, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, **kwargs)
 
 
+@pytest.mark.slow
 def test_family_publishes_once_completely_and_then_makes_no_commit(family, tmp_path: Path, hub) -> None:
     hub.fail_next("commit", status=503)  # a transient server error on the first commit
     outcome = to_hub(family, tmp_path)
@@ -81,6 +82,7 @@ def test_dry_run_creates_nothing(family, tmp_path: Path, hub) -> None:
     assert not any(key[1].startswith("tester/") for key in hub.repos)  # no repo was even created
 
 
+@pytest.mark.slow
 def test_cards_only_on_a_machine_without_the_build(family, tmp_path: Path, hub) -> None:
     import shutil
 
@@ -96,6 +98,7 @@ def test_cards_only_on_a_machine_without_the_build(family, tmp_path: Path, hub) 
     assert hub.files(repo_id)["README.md"] != card and b"Regenerated elsewhere." in hub.files(repo_id)["README.md"]
 
 
+@pytest.mark.slow
 def test_a_family_over_files_per_commit_goes_through_pull_requests_and_cards_only_stays_one_commit(
         family, tmp_path: Path, hub) -> None:
     family.config.publish.files_per_commit = 2  # the assembled repos hold 7-9 files: several commits each

@@ -114,6 +114,7 @@ def test_identity_is_computed_without_loading_the_model() -> None:
         engine.generate([], None)
 
 
+@pytest.mark.slow
 def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: Path, local_ray, monkeypatch, capsys) -> None:
     from rs.cli.sample import main
 
@@ -216,6 +217,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     assert {p.name for p in next(out.iterdir()).iterdir()} == {"Tiny_RS_think", "Tiny_RS_nothink", "Tiny_rejected", "Tiny_RS_pairs", ".rs-publish"}
 
 
+@pytest.mark.slow
 def test_a_plan_the_cluster_cannot_hold_is_refused(tmp_path: Path, local_ray) -> None:
     ctx = context(tmp_path, "big")
     with pytest.raises(RayPlanError, match=r"2 replicas x 1 CPUs and 1 CPU for Ray Data's read tasks need 3 CPUs, the cluster has 2\. Use fewer --replicas"):
@@ -224,6 +226,7 @@ def test_a_plan_the_cluster_cannot_hold_is_refused(tmp_path: Path, local_ray) ->
         sample_on_ray(ctx, replicas=2, num_cpus=0.5, num_gpus=1)
 
 
+@pytest.mark.slow
 def test_a_replica_with_another_engine_identity_refuses_to_start(tmp_path: Path, local_ray, monkeypatch) -> None:
     import rs.distributed
 
@@ -239,6 +242,7 @@ def test_a_replica_with_another_engine_identity_refuses_to_start(tmp_path: Path,
     assert len(cache_contents(ctx.cache_path)) == 0
 
 
+@pytest.mark.slow
 def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, local_ray) -> None:
     from rs.engines.generation_cache import GenerationCache
     from rs.distributed import StepStats, engine_specs

@@ -37,6 +37,7 @@ from rs.store import read_records  # noqa: E402
 ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)  # with a fixed-size actor pool this hung for good
 def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
     from ray.cluster_utils import Cluster

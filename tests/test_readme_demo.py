@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,24 +18,20 @@ def _script():
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
-def test_the_readme_shows_what_the_demo_prints(tmp_path: Path) -> None:
-    pytest.importorskip("vllm")
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}  # as `make demo`
-    run = subprocess.run([sys.executable, "-m", "rs.publish", "TinyCLEVR", "--out", str(tmp_path / "out"), "--build-dir",
-                          str(tmp_path / "build"), "--cache", str(tmp_path / "cache.sqlite")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr
-    stats = json.loads((tmp_path / "build" / "TinyCLEVR" / "stats.json").read_text())
+def test_the_readme_shows_what_the_demo_prints(tinyclevr_published) -> None:
+    work, printed = tinyclevr_published.work, tinyclevr_published.stdout  # `make demo`'s command, run once a session
+    stats = json.loads((work / "build" / "TinyCLEVR" / "stats.json").read_text())
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     script = _script()
-    for repo in sorted((tmp_path / "out" / "local").iterdir()):  # the demo's cards tell the truth, on any CPU
+    for repo in sorted((work / "out" / "local").iterdir()):  # the demo's cards tell the truth, on any CPU
         if not repo.name.startswith("."):
-            result = audit(repo, build=tmp_path / "build")
+            result = audit(repo, build=work / "build")
             assert result.ok, result.render()
     # the judge's figures are near ties of the demo model and may differ on another CPU: their lines' shape only
-    assert script.portable(script.summary(run.stdout)) in script.portable(readme)
-    assert script.portable(script.updated(readme, run.stdout, stats)) == script.portable(readme), \
+    assert script.portable(script.summary(printed)) in script.portable(readme)
+    assert script.portable(script.updated(readme, printed, stats)) == script.portable(readme), \
         "README.md's demo sample is stale: run `make readme-demo`"
 
 

@@ -117,6 +117,7 @@ def sample_with(tmp_path: Path, template: str) -> tuple[Any, list[dict[str, Any]
     return report, list(read_records(ctx.paths.items, "items")), ctx
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("template", ["prefill", "always", "markers"])
 def test_reasoning_is_split_and_never_scored_as_the_answer(tmp_path: Path, template: str) -> None:
     report, items, _ = sample_with(tmp_path, template)
@@ -144,6 +145,7 @@ def test_reasoning_is_split_and_never_scored_as_the_answer(tmp_path: Path, templ
     assert report.no_final_answer == len(by_shape["unclosed"]) + len(by_shape["long"])
 
 
+@pytest.mark.slow
 def test_without_a_prefilled_block_a_plain_output_is_the_answer(tmp_path: Path) -> None:
     """The contrast: the same unclosed text under a template that opened nothing is a plain answer, and judged as one."""
     _, items, _ = sample_with(tmp_path, "hybrid")
@@ -153,6 +155,7 @@ def test_without_a_prefilled_block_a_plain_output_is_the_answer(tmp_path: Path) 
         assert item["final"] == item["text"].strip() and item["reasoning"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("template", ["always", "prefill", "markers", "hybrid"])
 def test_a_label_only_judge_decodes_its_label_after_a_closed_reasoning(tmp_path: Path, template: str) -> None:
     """Label-only: the judge's prompt ends with a closed block, whether the template closes it or the engine must."""
@@ -173,6 +176,7 @@ def test_a_label_only_judge_decodes_its_label_after_a_closed_reasoning(tmp_path:
         assert read.prompt_reasoning == "closed" and generation.prompt_tail.rstrip().endswith(end)
 
 
+@pytest.mark.slow
 def test_a_think_then_label_judge_labels_only_after_its_reasoning(tmp_path: Path) -> None:
     """Think-then-label: vLLM constrains the label once the reasoning ends; no end within the budget is UNSURE."""
     judge_config = JudgeConfig(mode="think_then_label", think_budget=6, max_tokens=4)
@@ -199,6 +203,7 @@ def test_a_think_then_label_judge_labels_only_after_its_reasoning(tmp_path: Path
         assert "</think>" in generation.text and after.strip() in LABELS and label == after.strip(), generation
 
 
+@pytest.mark.slow
 def test_think_then_label_needs_a_reasoning_parser(tmp_path: Path) -> None:
     with pytest.raises(FamilyConfigError, match=r"judge\.mode: think_then_label .* needs a vLLM reasoning parser"):
         family_for(tmp_path, "prefill", reasoning={"parser": "tags"}, judge={"mode": "think_then_label"})
@@ -212,6 +217,7 @@ def test_think_then_label_needs_a_reasoning_parser(tmp_path: Path) -> None:
         engine.close()
 
 
+@pytest.mark.slow
 def test_an_unclosed_reasoning_is_no_final_answer_on_the_card(tmp_path: Path) -> None:
     family = family_for(tmp_path, "always")
     engine = ShapedEngine(str(tiny_vlm_path(template="always")), "always", engine_args=dict(VLLM_ENGINE_KWARGS))
@@ -231,6 +237,7 @@ def test_an_unclosed_reasoning_is_no_final_answer_on_the_card(tmp_path: Path) ->
     assert "**Judge mode: label only.**" in card and set(report.judge.prompt_states) == {"closed"}  # closed by the engine
 
 
+@pytest.mark.slow
 def test_reading_is_redone_from_the_cached_text_when_the_format_changes(tmp_path: Path) -> None:
     """The cache keeps raw outputs: a family that fixes its markers re-reads them without asking the model again."""
     report, items, ctx = sample_with(tmp_path, "markers")

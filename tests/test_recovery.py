@@ -21,12 +21,11 @@ import pytest
 
 from rs.audit import Replay, audit
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
 import datasets  # noqa: E402
 
-from rs.pipeline.build import build_family  # noqa: E402
 from rs.engines.factory import engines_for
 from rs.engines.generation_cache import GenerationCache  # noqa: E402
 from rs.engines.vllm import VLLMStream  # noqa: E402
@@ -80,10 +79,21 @@ def recording(monkeypatch) -> list[tuple[int, int, float]]:
     return asked
 
 
-def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(tmp_path: Path, demo_engine, monkeypatch) -> None:
-    asked = recording(monkeypatch)
-    ctx = context(tiny_clevr(tmp_path), tmp_path, demo_engine)
-    report = build_family(ctx)
+@pytest.fixture(scope="module")
+def built(tinyclevr_built):
+    """The first LIMIT images of TinyCLEVR as shipped, built once a session (tests/shared_builds.py)."""
+    assert tinyclevr_built.ctx.limit == LIMIT
+    return tinyclevr_built
+
+
+def copied(built, tmp_path: Path) -> Path:
+    """The shared build and its cache copied into `tmp_path`, with its families file: a publish from them only publishes."""
+    built.copy(tmp_path)
+    return tiny_clevr(tmp_path)
+
+
+def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(built) -> None:
+    ctx, report, asked = built.ctx, built.report, built.asked
     items = list(read_records(ctx.paths.items, "items"))
     draws = list(read_records(ctx.paths.recovery, "recovery"))
     promotes = ensure(SampleStage(), ctx).promotes
@@ -136,10 +146,10 @@ def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(tmp_pat
     assert stats["recovery"]["pass_rates"] == r.pass_rates
 
 
-def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path, demo_engine, monkeypatch) -> None:
+def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path, built, demo_engine, monkeypatch) -> None:
     from rs.pipeline.publish import publish
 
-    families = tiny_clevr(tmp_path)
+    families = copied(built, tmp_path)  # the session's build: this publish writes the repos and cards only
     family = load_families(families)["TinyCLEVR"]
     out = tmp_path / "out"
     outcome = publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", limit=LIMIT, progress=False,
@@ -257,7 +267,7 @@ def recovery_files(build: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((build / "recovery").glob("*.parquet"))}
 
 
-def test_sigkill_mid_recovery_then_rerun_is_byte_identical(tmp_path: Path) -> None:
+def test_sigkill_mid_recovery_then_rerun_is_byte_identical(tmp_path: Path, built) -> None:
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
     families = tiny_clevr(tmp_path)
 
@@ -265,10 +275,9 @@ def test_sigkill_mid_recovery_then_rerun_is_byte_identical(tmp_path: Path) -> No
         return [sys.executable, "-m", "rs.sample", "TinyCLEVR", "--config", str(families), "--limit", str(LIMIT),
                 "--build-dir", str(tmp_path / build), "--cache", str(tmp_path / cache)]
 
-    # an uninterrupted run first: it says how many answers the greedy pass commits before the recovery starts
-    reference = subprocess.run(command("ref", "ref.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert reference.returncode == 0, reference.stderr[-2000:]
-    greedy = json.loads(reference.stdout.strip().splitlines()[-1])
+    # an uninterrupted run (the session's build of the same images, on a fresh cache) says how many answers the greedy pass
+    # commits before the recovery starts
+    greedy = json.loads(built.ctx.paths.sample_report.read_text())
     greedy_rows = greedy["sampling_engine_calls"] + greedy["judge_engine_calls"]
 
     victim = subprocess.Popen(command("build", "cache.sqlite"), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -279,7 +288,7 @@ def test_sigkill_mid_recovery_then_rerun_is_byte_identical(tmp_path: Path) -> No
     assert victim.poll() is None, "the recovery finished before it could be killed: " + victim.stdout.read().decode()[-2000:]
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
-    build, ref = tmp_path / "build" / "TinyCLEVR" / f"limit-{LIMIT}", tmp_path / "ref" / "TinyCLEVR" / f"limit-{LIMIT}"
+    build, ref = tmp_path / "build" / "TinyCLEVR" / f"limit-{LIMIT}", built.ctx.paths.root
     assert (build / "sample.json").exists() and not (build / "recovery.json").exists()  # killed mid-recovery
     killed_at = cache_rows(tmp_path / "cache.sqlite")
 
@@ -290,7 +299,7 @@ def test_sigkill_mid_recovery_then_rerun_is_byte_identical(tmp_path: Path) -> No
     assert recovery_files(build) == recovery_files(ref) and recovery_files(build)  # the same bytes
     assert list(read_records(build / "recovery", "recovery")) == list(read_records(ref / "recovery", "recovery"))
     # the re-run sent exactly what the killed run had not committed: every request is answered once over both runs
-    total = cache_rows(tmp_path / "ref.sqlite")
+    total = cache_rows(built.ctx.cache_path)
     assert cache_rows(tmp_path / "cache.sqlite") == total
     assert resumed["sampling_engine_calls"] + resumed["judge_engine_calls"] == total - killed_at
 

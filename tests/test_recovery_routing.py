@@ -9,8 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import datasets
+import pytest
 
 from rs.pipeline.publish import publish
+
+pytestmark = pytest.mark.slow
 
 JUDGE = {"enabled": False}
 RECOVERY = {"samples": 2, "temperature": 0.7, "cut_off": True, "difficulty": {"samples": 2}, "pairs": True}

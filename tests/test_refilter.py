@@ -27,6 +27,8 @@ from rs.families import load_families
 from rs.pipeline.sample.judge import Judge, JudgeCase
 from rs.pipeline.publish import publish
 
+pytestmark = pytest.mark.slow
+
 BLOCKS = {"judge": {"calibration_samples": 1, "min_calibration_cases": 1, "min_negative_agreement": 0.0, "min_positive_agreement": 0.0},
           "recovery": {"samples": 2, "temperature": 0.7}, "publish": {"samples": True}}
 STRICT = {**BLOCKS, "answers": {"literal": True}}

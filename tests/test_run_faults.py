@@ -26,6 +26,8 @@ from faults import assert_same_published, cache_keys, engine_kinds_installed, pl
 from rs.families import load_families
 from rs.pipeline.publish import publish
 
+pytestmark = pytest.mark.slow
+
 ENGINE = "{kind: slow_replay, replay_path: replay.jsonl, batch_size: 4, delay: 0.1}"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
 from rs.pipeline.sample.stage import SampleStage
@@ -23,7 +23,7 @@ from rs.families import load_families  # noqa: E402
 from rs.pipeline.sample.judge import LABELS, judgeable  # noqa: E402
 from rs.pipeline.route import decide  # noqa: E402
 from rs.store import read_clean_rows, read_records  # noqa: E402
-from faults import cache_rows  # noqa: E402
+from faults import cache_rows, meanwhile  # noqa: E402
 from family_yaml import tiny_family  # noqa: E402
 from checkout import ROOT  # noqa: E402
 
@@ -184,11 +184,12 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path)
     done_before = cache_rows(tmp_path / "cache.sqlite")
     assert not (tmp_path / "build" / "Tiny" / "sample.json").exists()
 
-    rerun = subprocess.run(command("build", "cache.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
-    report = json.loads(rerun.stdout.strip().splitlines()[-1])
-    reference = subprocess.run(command("ref", "ref.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert reference.returncode == 0, reference.stderr[-2000:]
+    with meanwhile(command("ref", "ref.sqlite"), cwd=ROOT, env=env) as reference:  # an uninterrupted run, beside the re-run
+        rerun = subprocess.run(command("build", "cache.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+        report = json.loads(rerun.stdout.strip().splitlines()[-1])
+        _, said = reference.communicate(timeout=300)
+    assert reference.returncode == 0, said[-2000:]
 
     resumed, uninterrupted = items(tmp_path / "build" / "Tiny"), items(tmp_path / "ref" / "Tiny")
     assert resumed == uninterrupted  # nothing lost, nothing duplicated, same answers

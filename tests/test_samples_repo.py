@@ -181,6 +181,7 @@ def test_refilter_rebuilds_the_splits_from_the_stores_with_no_engine(built, refi
     assert "strictly between 0.4 and 0.6" in (repos / "Shapes_RS_rl" / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_refilter_from_the_samples_repo_alone_gives_the_build_s_repos(built, refiltered, tmp_path: Path) -> None:
     """`python -m rs.refilter --from-samples` on the published samples repo, from a folder holding the families file
     alone (no source, no replay file: nothing can be cleaned or answered), into another build folder: the repos of the

@@ -49,6 +49,7 @@ def test_the_keys_load_and_bad_values_are_refused_at_their_line(tmp_path: Path) 
     assert load_families(write(tmp_path, "{repetition_detection: null, thinking_token_budget: null}"))["F"].config.sampling.repetition_detection is None
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_validate_checks_them_against_the_installed_vllm(tmp_path: Path) -> None:
     vllm = pytest.importorskip("vllm")

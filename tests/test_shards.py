@@ -22,6 +22,7 @@ FAMILY = family_yaml("Sharded", MINIMAL,
                      card={"pretty_name": "S", "citation": "c"})
 
 
+@pytest.mark.slow
 def test_disjoint_shards_in_parallel_then_full_run_is_cached(tmp_path: Path) -> None:
     (tmp_path / "families.yaml").write_text(FAMILY)
     from rs.sources.synthetic import SyntheticSource

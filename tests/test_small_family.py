@@ -48,6 +48,7 @@ def family(tmp_path: Path):
     return load_families(tmp_path / "families.yaml")["SmallShapes"]
 
 
+@pytest.mark.slow
 def test_duplicates_and_empty_splits_are_decided_on_purpose_and_shown_on_the_cards(family, tmp_path: Path, capsys) -> None:
     from rs.cli.publish import main
 

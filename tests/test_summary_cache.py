@@ -9,10 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from checkout import ROOT
 from faults import publish_command, write_families
 
 
+@pytest.mark.slow
 def test_publish_and_sample_name_the_cache_they_used(tmp_path: Path) -> None:
     families = write_families(tmp_path, images=2, names=("Alpha",))
     run = subprocess.run(publish_command(families, tmp_path / "run"), cwd=ROOT, capture_output=True, text=True, timeout=300)

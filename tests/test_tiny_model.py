@@ -224,6 +224,7 @@ def chats() -> list[list[dict]]:
     return [_chat(i, q) for i, q in enumerate(QUESTIONS)]
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_greedy_batch_with_images(llm, chats: list[list[dict]]) -> None:
     from vllm import SamplingParams
@@ -246,6 +247,7 @@ def test_vllm_greedy_batch_with_images(llm, chats: list[list[dict]]) -> None:
         assert completion.text[-1].isdigit()
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_first_token_is_never_eos(llm, chats: list[list[dict]]) -> None:
     from vllm import SamplingParams
@@ -256,6 +258,7 @@ def test_vllm_first_token_is_never_eos(llm, chats: list[list[dict]]) -> None:
     assert all(o.prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n") for o in outputs)
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_sampling_stays_visible(llm, chats: list[list[dict]]) -> None:
     from vllm import SamplingParams
@@ -268,6 +271,7 @@ def test_vllm_sampling_stays_visible(llm, chats: list[list[dict]]) -> None:
     assert sum(c.finish_reason == "stop" for c in completions) >= 12
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_choice_constrained_judge(llm, chats: list[list[dict]]) -> None:
     from vllm import SamplingParams

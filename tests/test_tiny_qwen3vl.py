@@ -165,6 +165,7 @@ def test_the_qwen3_parser_reads_its_tokenizer_and_the_prompt_left_open(model_dir
     assert unclosed.answer is None and unclosed.reasoning == "I count three cubes. 3"  # reasoning is never the answer
 
 
+@pytest.mark.slow
 def test_the_torchvision_fixup_waits_for_torchvision(tmp_path: Path) -> None:
     """`make setup`'s hook: a `.pth` line that costs nothing at start-up (no torch) until torchvision is imported."""
     from rs.util import torchvision_cpu
@@ -214,6 +215,7 @@ def engine(family):
     built.close()
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_streaming_with_the_reasoning_left_open(engine) -> None:
     from rs.sources.synthetic import SyntheticSource
@@ -243,6 +245,7 @@ def test_streaming_with_the_reasoning_left_open(engine) -> None:
         assert "</think>" not in generation.text and read.answer is None and read.reasoning  # never closed: no answer
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_prompt_tokens_equal_vllms_item_by_item(engine, processor) -> None:
     """`rs plan`'s count (the processor's) against the prompt vLLM ran, for CLEVR, chart and page sizes."""
@@ -258,6 +261,7 @@ def test_prompt_tokens_equal_vllms_item_by_item(engine, processor) -> None:
         assert image_tokens == SIZES[(width, height)]
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_the_label_only_judge_closes_qwens_open_reasoning(engine, tmp_path: Path) -> None:
     """The template ignores enable_thinking false; the engine closes the block, and vLLM's qwen3 parser sees it end."""
@@ -290,6 +294,7 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield url
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_the_server_with_the_qwen3_parser_matches_the_offline_engine(server: str, model_dir: Path, engine) -> None:
     from rs.engines.openai import OpenAIEngine
@@ -328,6 +333,7 @@ def _doc_family(folder: Path, args: dict):
     return load_families(folder / "families.yaml")["Pages"]
 
 
+@pytest.mark.slow
 def test_plan_counts_page_images_and_warns_or_shows_the_fitted_setting(tmp_path: Path) -> None:
     from rs.plan import plan_family
 
@@ -361,6 +367,7 @@ def test_plan_counts_page_images_and_warns_or_shows_the_fitted_setting(tmp_path:
 # --- a publish, in one process and on Ray ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.vllm
 def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engine, tmp_path: Path) -> None:
@@ -391,6 +398,7 @@ def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engin
 # --- last: a second engine in this process ---------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.vllm
 def test_a_pixel_limit_reaches_vllm_as_the_plan_counts_it(processor) -> None:
     """`engine.args.mm_processor_kwargs` (DocVQA's page limit): vLLM's prompt has the image tokens `rs plan` counts.

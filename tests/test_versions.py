@@ -86,6 +86,7 @@ def test_each_piece_covers_existing_code(piece: str) -> None:
     assert found.version
 
 
+@pytest.mark.slow
 def test_the_published_digest_names_the_decisions_a_recorded_refactor_keeps_it_an_unrecorded_edit_changes_it(
         tmp_path: Path, monkeypatch) -> None:
     now = current()

@@ -228,6 +228,7 @@ def engine() -> Iterator[VLLMEngine]:
     engine.close()
 
 
+@pytest.mark.slow
 def test_outputs_carry_the_external_id_of_the_id_enqueue_returned(engine: VLLMEngine) -> None:
     from vllm import SamplingParams
 
@@ -241,6 +242,7 @@ def test_outputs_carry_the_external_id_of_the_id_enqueue_returned(engine: VLLMEn
             "rs.engines.vllm_core.external_id must map one to the other")
 
 
+@pytest.mark.slow
 def test_the_core_hands_each_channel_its_own_outputs(engine: VLLMEngine) -> None:
     from vllm import SamplingParams
 
@@ -259,6 +261,7 @@ def test_the_core_hands_each_channel_its_own_outputs(engine: VLLMEngine) -> None
     assert a.in_flight == b.in_flight == 0 and a.take() == []
 
 
+@pytest.mark.slow
 def test_n_samples_are_the_samples_seeded_one_by_one(engine: VLLMEngine) -> None:
     """vLLM draws sample `i` of a request of `n` with `seed + i`: one request of 4 and four requests give the same 4 answers."""
     settings = SamplingSettings(temperature=0.7, seed=11, max_tokens=12, chat_template_kwargs={"enable_thinking": False})

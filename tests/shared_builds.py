@@ -1,0 +1,118 @@
+"""What several test modules share, made once a session: TinyCLEVR's builds.
+
+A session fixture here is read or copied, never written into: the tests that only check what a real run made share it,
+and a test that works on a build copies it into its own folder first. `tinyclevr_published` checks its files at the
+session's end. Their engines run in processes of their own: an in-process engine closed would tear down the
+distributed state under another test's engine still open (`rs.engines.vllm_core.VLLMCore.shutdown`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from checkout import ROOT
+
+
+@dataclass(frozen=True)
+class Published:
+    """A family published once for the tests that only read what a real run made, or copy it to work on."""
+
+    work: Path
+    """The run's --out (out/), --build-dir (build/) and --cache (cache.sqlite)."""
+    stdout: str
+    """What the command printed."""
+
+
+def _checksums(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="session")
+def tinyclevr_published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
+    """TinyCLEVR published as `make demo` publishes it (`python -m rs.publish TinyCLEVR`, the demo model on vLLM-CPU in the
+    run's process), once a session. Read it or copy it, never write into it: its files are checked at the session's end."""
+    pytest.importorskip("vllm")
+    work = tmp_path_factory.mktemp("tinyclevr")
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-m", "rs.publish", "TinyCLEVR", "--out", str(work / "out"), "--build-dir", str(work / "build"),
+                          "--cache", str(work / "cache.sqlite")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    before = _checksums(work)
+    yield Published(work, run.stdout)
+    assert _checksums(work) == before, f"a test wrote into the shared TinyCLEVR publish in {work}"
+
+
+@dataclass(frozen=True)
+class Built:
+    """A build made once a session (`build_family`), with its report and what its engine was asked."""
+
+    ctx: Any
+    """Its BuildContext: the build folder, the generation cache, the family, `--limit`."""
+    report: Any
+    """build_family's FamilyReport."""
+    asked: list[tuple[int, int, float]]
+    """What the vLLM streams were asked during the build: (first sample, samples, temperature) per request."""
+
+    def copy(self, folder: Path) -> Any:
+        """The build and its cache copied into `folder` (build/, cache.sqlite): the same BuildContext there, to work on."""
+        import dataclasses
+        import shutil
+
+        shutil.copytree(self.ctx.build_root, folder / "build")
+        shutil.copy(self.ctx.cache_path, folder / "cache.sqlite")
+        return dataclasses.replace(self.ctx, build_root=folder / "build", cache_path=folder / "cache.sqlite")
+
+
+TINYCLEVR_LIMIT = 8
+"""The images of TinyCLEVR's shared trial build (`--limit`)."""
+
+
+BUILD = """
+import json, sys
+from pathlib import Path
+from rs.context import BuildContext
+from rs.engines.vllm import VLLMStream
+from rs.families import get_family
+from rs.pipeline.build import build_family
+work, limit = Path(sys.argv[1]), int(sys.argv[2])
+asked = []
+submit = VLLMStream.submit
+def logged(stream, tag, request):
+    asked.append((request.sample, request.samples, stream.settings.temperature))
+    submit(stream, tag, request)
+VLLMStream.submit = logged
+build_family(BuildContext(get_family("TinyCLEVR"), work / "build", work / "cache.sqlite", limit=limit, progress=False))
+(work / "asked.json").write_text(json.dumps(asked))
+"""
+"""TinyCLEVR's first `limit` images built as a run builds them (`engines_for`: one demo-model engine), recording what the
+engine is asked. In a process of its own: an in-process vLLM engine closed here would tear down the distributed state of
+another test's engine still open in the test process (`rs.engines.vllm_core.VLLMCore.shutdown`)."""
+
+
+@pytest.fixture(scope="session")
+def tinyclevr_built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """TinyCLEVR as shipped, its first TINYCLEVR_LIMIT images built (clean, sample, judge, recover, the three splits) with
+    the demo model on vLLM-CPU, once a session, on a fresh cache."""
+    pytest.importorskip("vllm")
+    import json
+
+    from rs.context import BuildContext
+    from rs.families import get_family
+    from rs.pipeline.write.report import FamilyReport
+
+    work = tmp_path_factory.mktemp("tinyclevr-limit")
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-c", BUILD, str(work), str(TINYCLEVR_LIMIT)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    ctx = BuildContext(get_family("TinyCLEVR"), work / "build", work / "cache.sqlite", limit=TINYCLEVR_LIMIT, progress=False)
+    report = FamilyReport.from_dict(json.loads(ctx.paths.stats.read_text()))
+    return Built(ctx, report, [tuple(a) for a in json.loads((work / "asked.json").read_text())])
