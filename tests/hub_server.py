@@ -1,7 +1,7 @@
 """A small in-memory Hugging Face Hub for tests: the write and read endpoints the real clients use.
 
 The real `huggingface_hub` and `datasets` clients run against it unchanged (point them at `.url`; see
-tests/test_hub.py for the constants to patch). It keeps, per repo, the full list of commits with the
+tests/hub/test_hub.py for the constants to patch). It keeps, per repo, the full list of commits with the
 operations each one applied, so a test can assert "exactly one commit, with exactly these changes".
 The state (commits, pull-request refs, merges, the commit rate limit) is in hub_state.py.
 

@@ -27,7 +27,7 @@ RECOVERY_CASES: list[Case] = [
     ("How many circles?", "3", None, ["3", "3"]),               # cut off; recovered with cut_off
     ("How many squares?", "1", "1", ["1", "1"]),                # accepted
 ]
-"""Five questions meeting a recovery pass in each way (tests/test_audit.py publishes them under every option that changes
+"""Five questions meeting a recovery pass in each way (tests/audit/test_audit.py publishes them under every option that changes
 a card): accepted (for a pass rate), certainly wrong and recovered by a sample whose reasoning concludes another value,
 undecided and recovered, cut off and recovered, accepted."""
 
@@ -107,7 +107,7 @@ HOSTILE = {
     "card": {"pretty_name": "Hostile VQA", "description": "A family whose text tries to break the card.", "license": "mit",
              "citation": "@misc{hostile, title={Hostile}}"},
 }
-"""A family whose questions and answers carry Markdown, HTML and table syntax (tests/test_cards.py, tests/test_publish_hub.py)."""
+"""A family whose questions and answers carry Markdown, HTML and table syntax (tests/pipeline/publish/test_cards.py, tests/pipeline/publish/test_publish_hub.py)."""
 
 
 def write_hostile_family(tmp_path: Path, images: dict[str, bytes]) -> Family:

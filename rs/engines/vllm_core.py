@@ -3,7 +3,7 @@
 The `vllm` engine (`rs.engines.vllm`) streams requests into a running `vllm.LLM` and steps it
 itself, so that new requests join as others finish; that loop is `LLM.chat`'s own, without its
 barrier, and vLLM's public API stops short of it in a few places. Each place is here, in one
-module, with a test in `tests/test_vllm_internals.py` that names it and fails on a vLLM that
+module, with a test in `tests/engines/test_vllm_internals.py` that names it and fails on a vLLM that
 changed it:
 
 - the loop: `LLM.enqueue` / `LLM.enqueue_chat` add a request and return its id, `LLM.llm_engine`'s

@@ -8,7 +8,7 @@ version re-verifies every cached answer.
 
 That a version is bumped when the code changes is checked, not trusted: ``rs/pipeline/versions.lock.json``
 records each piece's version and a hash of its code with comments, docstrings and formatting left out
-(`rs.pipeline.pieces.code_digest`), and ``tests/test_versions.py`` fails, naming the version to bump, when the code
+(`rs.pipeline.pieces.code_digest`), and ``tests/pipeline/test_versions.py`` fails, naming the version to bump, when the code
 changed under the same version. ``python -m rs.pipeline.versions --write`` refreshes the lock after a bump.
 
 A plug-in verifier declares its own ``version`` (a class attribute). One that declares none is keyed by
@@ -66,7 +66,7 @@ def splits_code_digest() -> str:
 
 LOCK = Path(__file__).with_name("versions.lock.json")
 """Each piece's version, code digest and identity as last recorded (shipped in the package: the published digest,
-:func:`identities`, reads it; `tests/test_versions.py` holds the code to it)."""
+:func:`identities`, reads it; `tests/pipeline/test_versions.py` holds the code to it)."""
 
 
 def current() -> dict[str, dict[str, str]]:

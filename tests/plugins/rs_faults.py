@@ -1,10 +1,10 @@
 """Engine kinds, a source kind and a cleaning step for the fault tests, installed by entry points the way any plug-in is.
 
-`faulty_vllm` (tests/test_ray.py): vLLM with faults injected when given items' requests go in. Its
+`faulty_vllm` (tests/distributed/test_ray.py): vLLM with faults injected when given items' requests go in. Its
 answers are vLLM's, so it caches under the plain `vllm` kind and a run with it is comparable with a
 run without; it reaches the Ray replicas as any engine kind does on a cluster.
 `slow_replay` (tests/faults.py): the replay engine, slow enough for a run to be stopped part-way.
-`slow_files` and the `slow_check` step (tests/test_phase_interrupts.py): a files source whose records come slowly, and a
+`slow_files` and the `slow_check` step (tests/cli/test_phase_interrupts.py): a files source whose records come slowly, and a
 cleaning step that takes its time over each question, so that a run can be stopped while it reads or cleans.
 """
 

@@ -1,6 +1,6 @@
 """Plug-ins of a package that is not `rs`: a source kind, an engine kind, a cleaning step and a verifier.
 
-`tests/test_plugins.py` installs this module's distribution metadata (entry points in the groups
+`tests/families/test_plugins.py` installs this module's distribution metadata (entry points in the groups
 `rs.sources`, `rs.engines`, `rs.cleaning`, `rs.verifiers`) on a subprocess's path, as `pip install rs-parrots` would.
 """
 

@@ -3,7 +3,7 @@
 A parent process starts a child that would sleep for a minute, by `fork` and by `spawn`, inside
 `engine_processes_die_with_this_one`; the test kills the parent with SIGKILL and the child must be
 gone within seconds. Outside the block, the same child outlives its parent (the check can fail).
-tests/test_engine_death.py does the same with a real vLLM engine core.
+tests/engines/test_engine_death.py does the same with a real vLLM engine core.
 """
 
 from __future__ import annotations

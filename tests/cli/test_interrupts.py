@@ -13,8 +13,8 @@ engine loaded (hit when the run says the phase started and the engine is loaded)
 the process (a scheduler) or SIGINT to its process group (a terminal's Ctrl-C, which reaches vLLM's
 engine core too). Each stops within seconds with the shell's exit code, says where it stopped and how to
 resume, leaves no engine process, and its log says it was stopped in that phase; the command it
-prints then publishes the bytes of an uninterrupted run. tests/test_run_faults.py and
-tests/test_phase_interrupts.py do the same for the other phases with the replay engine.
+prints then publishes the bytes of an uninterrupted run. tests/cli/test_run_faults.py and
+tests/cli/test_phase_interrupts.py do the same for the other phases with the replay engine.
 """
 
 from __future__ import annotations
