@@ -35,8 +35,11 @@ def grade_all(cases: list[Case]) -> list[tuple[Case, Outcome]]:
     for case in cases:
         key = (case.verifier, case.params, case.closed_set, case.literal)
         if key not in graders:
-            graders[key] = answers_properties.make_grader(get_verifier(case.verifier, **dict(case.params)),
-                                                          CLEVR_ANSWERS if case.closed_set else None, case.literal)
+            graders[key] = answers_properties.make_grader(
+                get_verifier(case.verifier, **dict(case.params)),
+                CLEVR_ANSWERS if case.closed_set else None,
+                case.literal,
+            )
         item = ItemInfo(options=case.options, question=case.question)
         out.append((case, graders[key].grade(case.answer, case.references, item=item).outcome))
     return out
@@ -78,43 +81,70 @@ def properties(per_verifier: int, seed: int = 39) -> dict[tuple[str, str], Count
                 count += 1
             for key, seen in outcomes.items():
                 if len(seen) > 1:
-                    table[(verifier, key[2] if answers_properties.CONTINUATIONS[key[2]][1] != "plain" else
-                           next(v.mechanism for v in spec.values if v.text == key[1]))]["inconsistent"] += 1
+                    table[
+                        (
+                            verifier,
+                            key[2]
+                            if answers_properties.CONTINUATIONS[key[2]][1] != "plain"
+                            else next(v.mechanism for v in spec.values if v.text == key[1]),
+                        )
+                    ]["inconsistent"] += 1
     return table
 
 
 def print_properties(table: dict[tuple[str, str], Counter[str]]) -> None:
-    print(f"\n{'verifier':8} {'mechanism':28} {'cases':>7} {'false acc':>9} {'certain fr':>10} {'turn decided':>12} {'inconsistent':>12}")
+    print(
+        f"\n{'verifier':8} {'mechanism':28} {'cases':>7} {'false acc':>9} {'certain fr':>10} {'turn decided':>12} {'inconsistent':>12}"
+    )
     totals: dict[str, Counter[str]] = defaultdict(Counter)
     for (verifier, mechanism), row in sorted(table.items()):
         totals[verifier].update(row)
-        print(f"{verifier:8} {mechanism:28} {row['cases']:7} {row['false accept']:9} {row['certain false reject']:10} "
-              f"{row['turn decided']:12} {row['inconsistent']:12}")
+        print(
+            f"{verifier:8} {mechanism:28} {row['cases']:7} {row['false accept']:9} {row['certain false reject']:10} "
+            f"{row['turn decided']:12} {row['inconsistent']:12}"
+        )
     for verifier, row in sorted(totals.items()):
-        print(f"{verifier:8} {'all':28} {row['cases']:7} {row['false accept']:9} {row['certain false reject']:10} "
-              f"{row['turn decided']:12} {row['inconsistent']:12}")
+        print(
+            f"{verifier:8} {'all':28} {row['cases']:7} {row['false accept']:9} {row['certain false reject']:10} "
+            f"{row['turn decided']:12} {row['inconsistent']:12}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--show", type=int, default=0, help="print the first N errors of each kind")
-    parser.add_argument("--properties", type=int, nargs="?", const=100_000, default=0, metavar="N",
-                        help="also grade N generated answers per verifier (default 100000) and print the invariants they break")
+    parser.add_argument(
+        "--properties",
+        type=int,
+        nargs="?",
+        const=100_000,
+        default=0,
+        metavar="N",
+        help="also grade N generated answers per verifier (default 100000) and print the invariants they break",
+    )
     args = parser.parse_args()
     graded = grade_all(corpus())
     table = tally(graded)
-    print(f"{'verifier':8} {'class':26} {'cases':>5} {'right':>5} {'false acc':>9} {'false rej':>9} {'certain':>7} {'undecided':>9}")
+    print(
+        f"{'verifier':8} {'class':26} {'cases':>5} {'right':>5} {'false acc':>9} {'false rej':>9} {'certain':>7} {'undecided':>9}"
+    )
     totals: Counter[str] = Counter()
     for (verifier, phrasing), row in sorted(table.items()):
         totals.update(row)
-        print(f"{verifier:8} {phrasing:26} {row['cases']:5} {row['right']:5} {row['false_accept']:9} {row['false_reject']:9} "
-              f"{row['certain_false_reject']:7} {row['undecided']:9}")
-    print(f"{'all':8} {'':26} {totals['cases']:5} {totals['right']:5} {totals['false_accept']:9} {totals['false_reject']:9} "
-          f"{totals['certain_false_reject']:7} {totals['undecided']:9}")
+        print(
+            f"{verifier:8} {phrasing:26} {row['cases']:5} {row['right']:5} {row['false_accept']:9} {row['false_reject']:9} "
+            f"{row['certain_false_reject']:7} {row['undecided']:9}"
+        )
+    print(
+        f"{'all':8} {'':26} {totals['cases']:5} {totals['right']:5} {totals['false_accept']:9} {totals['false_reject']:9} "
+        f"{totals['certain_false_reject']:7} {totals['undecided']:9}"
+    )
     if args.show:
-        for title, wrong in (("false accepts", lambda c, o: o is Outcome.ACCEPTED and not c.truth),
-                             ("certain false rejects", lambda c, o: o is Outcome.CERTAIN and c.truth),
-                             ("undecided right answers", lambda c, o: o is Outcome.UNDECIDED and c.truth)):
+        for title, wrong in (
+            ("false accepts", lambda c, o: o is Outcome.ACCEPTED and not c.truth),
+            ("certain false rejects", lambda c, o: o is Outcome.CERTAIN and c.truth),
+            ("undecided right answers", lambda c, o: o is Outcome.UNDECIDED and c.truth),
+        ):
             shown = [(c, o) for c, o in graded if wrong(c, o)][: args.show]
             print(f"\n{title}:")
             for c, _ in shown:

@@ -85,7 +85,11 @@ def write_ours(work: Path, images: int) -> dict:
     routes = routes_for(ctx, sampled.promotes)
     start = time.perf_counter()
     written = [write_split(ctx, split, 0, routes) for split in SPLITS]
-    return {"seconds": time.perf_counter() - start, "bytes": sum(s.bytes for s in written), "rows": sum(s.rows for s in written)}
+    return {
+        "seconds": time.perf_counter() - start,
+        "bytes": sum(s.bytes for s in written),
+        "rows": sum(s.rows for s in written),
+    }
 
 
 def write_reference(work: Path, images: int) -> dict:
@@ -100,9 +104,12 @@ def write_reference(work: Path, images: int) -> dict:
     start = time.perf_counter()
     total_bytes = rows = 0
     for split in SPLITS:
-        ds = datasets.Dataset.from_generator(split_rows, features=features(split),
-                                             gen_kwargs={"build_dir": str(ctx.paths.root), "split": split, "routes": Routes(promotes=True)},
-                                             cache_dir=str(work / "hf-cache" / split))
+        ds = datasets.Dataset.from_generator(
+            split_rows,
+            features=features(split),
+            gen_kwargs={"build_dir": str(ctx.paths.root), "split": split, "routes": Routes(promotes=True)},
+            cache_dir=str(work / "hf-cache" / split),
+        )
         path = out / f"{split}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
         ds.to_parquet(str(path))
@@ -119,15 +126,21 @@ def child(mode: str, work: Path, images: int) -> None:
 
 
 def run(mode: str, work: Path, images: int) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", mode, "--work", str(work), "--images", str(images)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", mode, "--work", str(work), "--images", str(images)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=100_000)
-    parser.add_argument("--small", type=int, default=10_000, help="the smaller size to compare with; 0: --images alone")
+    parser.add_argument(
+        "--small", type=int, default=10_000, help="the smaller size to compare with; 0: --images alone"
+    )
     parser.add_argument("--no-reference", action="store_true", help="skip the reference path (Dataset.from_generator)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -146,20 +159,28 @@ def main() -> None:
     for n, r in results.items():
         for path in paths:
             x = r[path]
-            print(f"{n:>7} {path:>10} {x['rows']:>7} {x['seconds']:>8.2f} {n / x['seconds']:>9.0f} "
-                  f"{x['bytes'] / 1e6 / x['seconds']:>7.1f} {x['peak_rss_mb']:>12.1f}")
+            print(
+                f"{n:>7} {path:>10} {x['rows']:>7} {x['seconds']:>8.2f} {n / x['seconds']:>9.0f} "
+                f"{x['bytes'] / 1e6 / x['seconds']:>7.1f} {x['peak_rss_mb']:>12.1f}"
+            )
         p = r["prepare"]
-        print(f"{n:>7} {'(stages)':>10}  {p['qa']:,} QA: clean {p['clean_s']:.1f}s, sample (replay) {p['sample_s']:.1f}s, "
-              f"{1000 * (p['clean_s'] + p['sample_s']) / p['qa']:.2f} ms per QA; peak RSS {p['peak_rss_mb']:.1f} MB")
+        print(
+            f"{n:>7} {'(stages)':>10}  {p['qa']:,} QA: clean {p['clean_s']:.1f}s, sample (replay) {p['sample_s']:.1f}s, "
+            f"{1000 * (p['clean_s'] + p['sample_s']) / p['qa']:.2f} ms per QA; peak RSS {p['peak_rss_mb']:.1f} MB"
+        )
     if not args.small:
         return
     big, small = results[args.images], results[args.small]
     if not args.no_reference:
         speed = (args.images / big["ours"]["seconds"]) / (args.images / big["reference"]["seconds"])
-        print(f"write speed, ours / reference at {args.images:,} images: {speed:.2f}x ({'meets' if speed >= 1 else 'MISSES'} the >= 1x target)")
+        print(
+            f"write speed, ours / reference at {args.images:,} images: {speed:.2f}x ({'meets' if speed >= 1 else 'MISSES'} the >= 1x target)"
+        )
     for stage in ("prepare", "ours"):
         ratio = big[stage]["peak_rss_mb"] / small[stage]["peak_rss_mb"]
-        print(f"peak memory of {stage}, {args.images:,} vs {args.small:,} images: {ratio:.2f}x ({'meets' if ratio <= 1.2 else 'MISSES'} the 1.2x target)")
+        print(
+            f"peak memory of {stage}, {args.images:,} vs {args.small:,} images: {ratio:.2f}x ({'meets' if ratio <= 1.2 else 'MISSES'} the 1.2x target)"
+        )
     if not args.no_reference:
         ratio = big["reference"]["peak_rss_mb"] / small["reference"]["peak_rss_mb"]
         print(f"(reference path, same comparison: {ratio:.2f}x)")

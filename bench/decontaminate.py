@@ -43,13 +43,20 @@ def _rss_mb() -> float:
 def quality(n_train: int, n_eval: int) -> None:
     from PIL import Image
 
+    from rs.families.schema import DecontaminationActions, DecontaminationConfig, EvaluationSetConfig
     from rs.pipeline.clean.decontam import Decontaminator
     from rs.pipeline.clean.decontam.hashing import exact_key, image_hashes
-    from rs.families.schema import DecontaminationActions, DecontaminationConfig, EvaluationSetConfig
     from rs.sources.synthetic.evaluation import SyntheticEvaluationConfig, SyntheticEvaluationSource
 
-    source_config = SyntheticEvaluationConfig(kind="synthetic_eval", seed=7, num_images=n_eval, train_seed=0, train_images=n_train,
-                                              image_overlap=0.4, question_overlap=0.5)
+    source_config = SyntheticEvaluationConfig(
+        kind="synthetic_eval",
+        seed=7,
+        num_images=n_eval,
+        train_seed=0,
+        train_images=n_train,
+        image_overlap=0.4,
+        question_overlap=0.5,
+    )
     evaluation = SyntheticEvaluationSource(source_config)
     config = DecontaminationConfig(against=["bench"], action=DecontaminationActions("flag", "flag", "flag"))
     config.sets = {"bench": EvaluationSetConfig(source=source_config)}
@@ -68,7 +75,9 @@ def quality(n_train: int, n_eval: int) -> None:
             eval_keys.update(exact_key(item.question) for item in record.qa)
             if truth.train_index is not None:
                 copies[truth.train_index].append((i, truth.transform or ""))
-            donor = truth.train_index  # a new scene's copies come from a random record: found through the question text
+            donor = (
+                truth.train_index
+            )  # a new scene's copies come from a random record: found through the question text
             for turn, how in truth.copied_questions:
                 if donor is not None:
                     copied_q[(donor, turn)].append(how)
@@ -119,8 +128,10 @@ def quality(n_train: int, n_eval: int) -> None:
                 item_counts[(predicted_item, positive_item)] += 1
         searched = time.perf_counter() - start
 
-    print(f"# decontamination quality: {n_train} training images x {n_eval} evaluation images "
-          f"(index built in {built:.1f}s, training side checked in {searched:.1f}s)")
+    print(
+        f"# decontamination quality: {n_train} training images x {n_eval} evaluation images "
+        f"(index built in {built:.1f}s, training side checked in {searched:.1f}s)"
+    )
     print("\n| method | predicted pairs | precision | recall |")
     print("|---|---|---|---|")
     true_pairs = sum(total_transform.values())
@@ -129,7 +140,9 @@ def quality(n_train: int, n_eval: int) -> None:
         print(f"| {method} | {tp + fp} | {tp / max(1, tp + fp):.4f} | (with the other image method) |")
     tp_all = pairs[("same_image", True)] + pairs[("near_image", True)]
     fp_all = pairs[("same_image", False)] + pairs[("near_image", False)]
-    print(f"| image (both) | {tp_all + fp_all} | {tp_all / max(1, tp_all + fp_all):.4f} | {tp_all / max(1, true_pairs):.4f} |")
+    print(
+        f"| image (both) | {tp_all + fp_all} | {tp_all / max(1, tp_all + fp_all):.4f} | {tp_all / max(1, true_pairs):.4f} |"
+    )
     for method in ("same_question", "near_question"):
         tp, fp = by_method[(method, True)], by_method[(method, False)]
         print(f"| {method} | {tp + fp} | {tp / max(1, tp + fp):.4f} | (with the other question method) |")
@@ -157,7 +170,9 @@ def scale(n_train: int, n_eval: int, batch: int) -> None:
     rng = np.random.default_rng(0)
 
     def random_codes(n: int) -> np.ndarray:
-        return rng.integers(0, 2**32, size=n, dtype=np.uint64) << np.uint64(32) | rng.integers(0, 2**32, size=n, dtype=np.uint64)
+        return rng.integers(0, 2**32, size=n, dtype=np.uint64) << np.uint64(32) | rng.integers(
+            0, 2**32, size=n, dtype=np.uint64
+        )
 
     before = _rss_mb()
     start = time.perf_counter()
@@ -180,11 +195,15 @@ def scale(n_train: int, n_eval: int, batch: int) -> None:
         planted += len(plant)
         found += sum((int(image), int(target) // per) in hit for image, target in zip(plant, targets))
     searched = time.perf_counter() - start
-    print(f"# near-duplicate index at scale: {n_train:,} training images vs {n_eval:,} evaluation images "
-          f"({per} random 64-bit hashes per image on each side), distance <= {PHASH_DISTANCE}, batches of {batch:,} images")
-    print(f"index built in {built:.2f}s; searched in {searched:.1f}s ({n_train / searched:,.0f} images/s); "
-          f"{matched_images:,} training images matched; planted near-duplicates found {found:,}/{planted:,}; "
-          f"peak RSS {_rss_mb():.0f} MB ({before:.0f} MB before the index)")
+    print(
+        f"# near-duplicate index at scale: {n_train:,} training images vs {n_eval:,} evaluation images "
+        f"({per} random 64-bit hashes per image on each side), distance <= {PHASH_DISTANCE}, batches of {batch:,} images"
+    )
+    print(
+        f"index built in {built:.2f}s; searched in {searched:.1f}s ({n_train / searched:,.0f} images/s); "
+        f"{matched_images:,} training images matched; planted near-duplicates found {found:,}/{planted:,}; "
+        f"peak RSS {_rss_mb():.0f} MB ({before:.0f} MB before the index)"
+    )
 
     questions(n_eval, n_eval)
 
@@ -201,8 +220,10 @@ def scale(n_train: int, n_eval: int, batch: int) -> None:
             im.load()
             image_hashes(im)
     seconds = (time.perf_counter() - start) / len(images)
-    print(f"hashing a decoded 160x160 scene (pixel digest + {len(CROPS)} pHashes): {seconds * 1e3:.2f} ms; "
-          f"{n_train:,} images: {seconds * n_train / 60:.1f} min on one core")
+    print(
+        f"hashing a decoded 160x160 scene (pixel digest + {len(CROPS)} pHashes): {seconds * 1e3:.2f} ms; "
+        f"{n_train:,} images: {seconds * n_train / 60:.1f} min on one core"
+    )
 
 
 def questions(n_train: int, n_eval: int) -> None:
@@ -245,9 +266,11 @@ def questions(n_train: int, n_eval: int) -> None:
         candidates += len(found)
         near += any(overlap(g, grams[c]) >= QUESTION_OVERLAP for c in found)
     asked = time.perf_counter() - start
-    print(f"# questions: {n_eval:,} evaluation questions indexed in {built:.1f}s; {n_train:,} training questions asked in "
-          f"{asked:.1f}s ({n_train / asked:,.0f}/s; {candidates / max(1, n_train - same):.1f} LSH candidates each); "
-          f"{same:,} equal, {near:,} near (CLEVR's templates repeat); peak RSS {_rss_mb():.0f} MB ({before:.0f} MB before)")
+    print(
+        f"# questions: {n_eval:,} evaluation questions indexed in {built:.1f}s; {n_train:,} training questions asked in "
+        f"{asked:.1f}s ({n_train / asked:,.0f}/s; {candidates / max(1, n_train - same):.1f} LSH candidates each); "
+        f"{same:,} equal, {near:,} near (CLEVR's templates repeat); peak RSS {_rss_mb():.0f} MB ({before:.0f} MB before)"
+    )
 
 
 def main() -> None:

@@ -83,8 +83,12 @@ def requests_of(n: int, instruction: str) -> Iterator:
             if made == n:
                 return
             made += 1
-            yield Request(prompt=build_prompt(item.question, instruction), image=image, image_sha256=sha,
-                          item_key=f"{item.record_id}/{item.turn}")
+            yield Request(
+                prompt=build_prompt(item.question, instruction),
+                image=image,
+                image_sha256=sha,
+                item_key=f"{item.record_id}/{item.turn}",
+            )
 
 
 def params_for(request, settings, long_tail: bool):
@@ -92,14 +96,17 @@ def params_for(request, settings, long_tail: bool):
 
     if long_tail:
         return long_tail_params(request, settings)
-    return SamplingParams(temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed, max_tokens=settings.max_tokens)
+    return SamplingParams(
+        temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed, max_tokens=settings.max_tokens
+    )
 
 
 def make_engine(long_tail: bool, model: str = "rs:tiny-vlm", **args):
     """The project's vLLM engine; for the long tail, the kind whose stream forces each request's length."""
     from longtail import LongTailEngine
-    from rs_demo import tiny_model, tiny_qwen3vl
+
     from rs.engines.vllm import VLLMEngine
+    from rs_demo import tiny_model, tiny_qwen3vl
 
     kwargs = tiny_qwen3vl.VLLM_ENGINE_KWARGS if model == "rs:tiny-qwen3vl" else tiny_model.VLLM_ENGINE_KWARGS
     return (LongTailEngine if long_tail else VLLMEngine)(model, engine_args={**kwargs, **args})
@@ -113,8 +120,15 @@ def chat(llm, requests: list, settings, long_tail: bool, batch_size: int) -> lis
     for start in range(0, len(requests), batch_size):
         batch = requests[start : start + batch_size]
         conversations = [
-            [{"role": "user", "content": [{"type": "image_pil", "image_pil": Image.open(io.BytesIO(r.image))},
-                                          {"type": "text", "text": r.prompt}]}]
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_pil", "image_pil": Image.open(io.BytesIO(r.image))},
+                        {"type": "text", "text": r.prompt},
+                    ],
+                }
+            ]
             for r in batch
         ]
         params = [params_for(r, settings, long_tail) for r in batch]
@@ -124,8 +138,8 @@ def chat(llm, requests: list, settings, long_tail: bool, batch_size: int) -> lis
 
 
 def cached_run(engine, cache_path: Path, requests, settings, batch_size: int):
-    from rs.engines.generation_cache import GenerationCache
     from rs.engines.cached_engine import CachedEngine
+    from rs.engines.generation_cache import GenerationCache
 
     with GenerationCache(cache_path) as cache:
         runner = CachedEngine(engine, cache, batch_size=batch_size, progress=False)
@@ -133,7 +147,9 @@ def cached_run(engine, cache_path: Path, requests, settings, batch_size: int):
     return texts, runner.stats
 
 
-def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm", engine_args: dict | None = None) -> dict[str, float]:
+def workload(
+    name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm", engine_args: dict | None = None
+) -> dict[str, float]:
     from dataclasses import replace
 
     from rs.engines.factory import sampling_settings
@@ -158,9 +174,13 @@ def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm"
                 llm.reset_mm_cache()
                 start, cpu = time.perf_counter(), time.process_time()
                 if path == "cold":
-                    texts, stats = cached_run(engine, Path(tmp) / f"cold-{repeat}.sqlite", requests, settings, batch_size)
+                    texts, stats = cached_run(
+                        engine, Path(tmp) / f"cold-{repeat}.sqlite", requests, settings, batch_size
+                    )
                     if stats.engine_calls != len(requests) or stats.errors:
-                        raise SystemExit(f"cold run sent {stats.engine_calls} of {len(requests)} requests with {stats.errors} errors")
+                        raise SystemExit(
+                            f"cold run sent {stats.engine_calls} of {len(requests)} requests with {stats.errors} errors"
+                        )
                 else:
                     texts = chat(llm, requests, settings, long_tail, len(requests) if path == "all" else batch_size)
                 times[path].append(time.perf_counter() - start)
@@ -169,7 +189,9 @@ def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm"
             for path in same:
                 same[path] = sum(a == b for a, b in zip(runs["all"], runs[path]))
             start = time.perf_counter()
-            again, stats = cached_run(engine, Path(tmp) / f"cold-{repeat}.sqlite", requests * WARM_PASSES, settings, batch_size)
+            again, stats = cached_run(
+                engine, Path(tmp) / f"cold-{repeat}.sqlite", requests * WARM_PASSES, settings, batch_size
+            )
             times["warm"].append((time.perf_counter() - start) / WARM_PASSES)
             if stats.engine_calls or again != runs["cold"] * WARM_PASSES:
                 raise SystemExit("the warm run called the engine or returned different outputs")
@@ -178,13 +200,22 @@ def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm"
 
     rate = {k: len(requests) / statistics.median(v) for k, v in times.items()}
     lengths = [long_tail_length(r) for r in requests] if long_tail else None
-    shape = (f"lengths median {statistics.median(lengths):.0f}, max {max(lengths)} tokens (forced)" if lengths
-             else f"the model's own lengths, max_tokens {settings.max_tokens}")
-    print(f"\nworkload {name} on {model}: {len(requests)} requests, {shape}; engine.batch_size {batch_size}, "
-          f"max_num_seqs {engine_max_num_seqs}; median of {repeats}")
+    shape = (
+        f"lengths median {statistics.median(lengths):.0f}, max {max(lengths)} tokens (forced)"
+        if lengths
+        else f"the model's own lengths, max_tokens {settings.max_tokens}"
+    )
+    print(
+        f"\nworkload {name} on {model}: {len(requests)} requests, {shape}; engine.batch_size {batch_size}, "
+        f"max_num_seqs {engine_max_num_seqs}; median of {repeats}"
+    )
     print(f"{'path':<52} {'items/s':>10}  runs (s)")
-    rows = [("(a) one LLM.chat over all requests", "all"), (f"(b) one LLM.chat per batch of {batch_size}", "batches"),
-            ("(c) CachedEngine(VLLMEngine).run, cold cache", "cold"), ("(d) the same, warm cache (all hits)", "warm")]
+    rows = [
+        ("(a) one LLM.chat over all requests", "all"),
+        (f"(b) one LLM.chat per batch of {batch_size}", "batches"),
+        ("(c) CachedEngine(VLLMEngine).run, cold cache", "cold"),
+        ("(d) the same, warm cache (all hits)", "warm"),
+    ]
     for label, key in rows:
         print(f"{label:<52} {rate[key]:>10,.1f}  {' '.join(f'{t:.3f}' for t in times[key])}")
     target = 0.95 if long_tail else 0.9
@@ -192,13 +223,17 @@ def workload(name: str, n: int, repeats: int, family, model: str = "rs:tiny-vlm"
     # (a) and (c) of one repeat ran next to each other: their ratio cancels the machine's drift between repeats
     paired = sorted(a / c for a, c in zip(times["all"], times["cold"]))
     print(f"{'(c)/(a)':<52} {c_a:>10.3f}  target >= {target}: {'met' if c_a >= target else 'MISSED'}")
-    print(f"{'(c)/(a) paired by repeat, median':<52} {statistics.median(paired):>10.3f}  "
-          f"{' '.join(f'{r:.3f}' for r in paired)}")
+    print(
+        f"{'(c)/(a) paired by repeat, median':<52} {statistics.median(paired):>10.3f}  "
+        f"{' '.join(f'{r:.3f}' for r in paired)}"
+    )
     cpu = {k: statistics.median(v) for k, v in cpu_times.items()}
     print(f"{'(c)/(a) by process CPU time (the noise of wall time)':<52} {cpu['all'] / cpu['cold']:>10.3f}")
     print(f"{'(b)/(a)':<52} {rate['batches'] / rate['all']:>10.3f}")
     print(f"{'(c)/(b)':<52} {c_b:>10.3f}")
-    print(f"{'(d) items/s':<52} {rate['warm']:>10,.0f}  target >= 50,000: {'met' if rate['warm'] >= 50_000 else 'MISSED'}")
+    print(
+        f"{'(d) items/s':<52} {rate['warm']:>10,.0f}  target >= 50,000: {'met' if rate['warm'] >= 50_000 else 'MISSED'}"
+    )
     print(f"outputs identical to (a): (b) {same['batches']}/{len(requests)}, (c) {same['cold']}/{len(requests)}")
     return rate
 
@@ -218,6 +253,7 @@ def is_loop(request, share: float) -> bool:
 def loop_engine(share: float):
     """The long-tail engine, with the loop requests' outputs forced into a loop; the stream's loop detection kept."""
     from longtail import CAP, LongTailEngine, LongTailStream
+
     from rs_demo.tiny_model import VLLM_ENGINE_KWARGS
 
     class LoopStream(LongTailStream):
@@ -227,7 +263,9 @@ def loop_engine(share: float):
             if self.settings.choices:
                 return super().params(request)
             params = super().params(request).clone()
-            params.repetition_detection = self._params.repetition_detection  # the family's setting, as the stage passes it
+            params.repetition_detection = (
+                self._params.repetition_detection
+            )  # the family's setting, as the stage passes it
             params.ignore_eos = False
             if is_loop(request, share):
                 params.max_tokens = CAP
@@ -252,7 +290,9 @@ def loop_workload(n: int, repeats: int, family, share: float) -> None:
 
     base = replace(sampling_settings(family), thinking_token_budget=None)
     if base.repetition_detection is None:
-        raise SystemExit("TinyCLEVR has sampling.repetition_detection: null; the loops workload compares it on and off")
+        raise SystemExit(
+            "TinyCLEVR has sampling.repetition_detection: null; the loops workload compares it on and off"
+        )
     settings = {"on": base, "off": replace(base, repetition_detection=None)}
     batch_size = family.config.engine.batch_size
     requests = list(requests_of(n, family.config.instruction))
@@ -267,8 +307,8 @@ def loop_workload(n: int, repeats: int, family, share: float) -> None:
             for path in ("on", "off")[:: 1 if repeat % 2 == 0 else -1]:  # alternate: drift cancels
                 llm.reset_prefix_cache()
                 llm.reset_mm_cache()
-                from rs.engines.generation_cache import GenerationCache
                 from rs.engines.cached_engine import CachedEngine
+                from rs.engines.generation_cache import GenerationCache
 
                 start = time.perf_counter()
                 with GenerationCache(Path(tmp) / f"{path}-{repeat}.sqlite") as cache:
@@ -276,7 +316,9 @@ def loop_workload(n: int, repeats: int, family, share: float) -> None:
                     generations = [g for _, g in runner.run(requests, settings[path])]
                 times[path].append(time.perf_counter() - start)
                 if runner.stats.engine_calls != len(requests) or runner.stats.errors:
-                    raise SystemExit(f"{path}: sent {runner.stats.engine_calls} of {len(requests)} with {runner.stats.errors} errors")
+                    raise SystemExit(
+                        f"{path}: sent {runner.stats.engine_calls} of {len(requests)} with {runner.stats.errors} errors"
+                    )
                 tokens[path] = sum(g.completion_tokens or 0 for g in generations)
                 endings[path] = Counter(g.ending for g in generations)
                 loops_ended = Counter(g.ending for g, r in zip(generations, requests) if is_loop(r, share))
@@ -284,17 +326,25 @@ def loop_workload(n: int, repeats: int, family, share: float) -> None:
     engine.close()
     loops = sum(is_loop(r, share) for r in requests)
     rate = {k: len(requests) / statistics.median(v) for k, v in times.items()}
-    print(f"\nworkload loops: {len(requests)} requests, {loops} of them ({loops / len(requests):.1%}) forced into a loop of up to "
-          f"240 tokens, the rest the long tail; loop detection {base.repetition_detection} (min, max pattern, count); "
-          f"median of {repeats}")
+    print(
+        f"\nworkload loops: {len(requests)} requests, {loops} of them ({loops / len(requests):.1%}) forced into a loop of up to "
+        f"240 tokens, the rest the long tail; loop detection {base.repetition_detection} (min, max pattern, count); "
+        f"median of {repeats}"
+    )
     print(f"{'path (c), cold cache':<40} {'items/s':>10} {'tokens':>9}  endings (all; of the loops)   runs (s)")
     for path in ("on", "off"):
         all_, of_loops = dict(sorted(endings[path].items())), dict(sorted(endings[path + "-loops"].items()))
-        print(f"{'loop detection ' + path:<40} {rate[path]:>10,.1f} {tokens[path]:>9,}  {all_}; {of_loops}   "
-              f"{' '.join(f'{t:.3f}' for t in times[path])}")
+        print(
+            f"{'loop detection ' + path:<40} {rate[path]:>10,.1f} {tokens[path]:>9,}  {all_}; {of_loops}   "
+            f"{' '.join(f'{t:.3f}' for t in times[path])}"
+        )
     paired = sorted(off / on for on, off in zip(times["on"], times["off"]))
-    print(f"{'items/s on / off':<40} {rate['on'] / rate['off']:>10.3f}  paired by repeat, median {statistics.median(paired):.3f}")
-    print(f"{'tokens on / off':<40} {tokens['on'] / tokens['off']:>10.3f}  ({tokens['off'] - tokens['on']:,} tokens not generated)")
+    print(
+        f"{'items/s on / off':<40} {rate['on'] / rate['off']:>10.3f}  paired by repeat, median {statistics.median(paired):.3f}"
+    )
+    print(
+        f"{'tokens on / off':<40} {tokens['on'] / tokens['off']:>10.3f}  ({tokens['off'] - tokens['on']:,} tokens not generated)"
+    )
 
 
 def rss_child(n: int, mm_cache_gb: float | None) -> int:
@@ -306,8 +356,13 @@ def rss_child(n: int, mm_cache_gb: float | None) -> int:
     engine = make_engine(True, **({} if mm_cache_gb is None else {"mm_processor_cache_gb": mm_cache_gb}))
     engine.load()
     with tempfile.TemporaryDirectory(prefix="rs-bench-rss-") as tmp:
-        _, stats = cached_run(engine, Path(tmp) / "cache.sqlite", requests_of(n, family.config.instruction), sampling_settings(family),
-                              family.config.engine.batch_size)
+        _, stats = cached_run(
+            engine,
+            Path(tmp) / "cache.sqlite",
+            requests_of(n, family.config.instruction),
+            sampling_settings(family),
+            family.config.engine.batch_size,
+        )
     assert stats.engine_calls == n
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
@@ -317,10 +372,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=384, help="requests per run")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--workload", default="long-tail,today", help="comma-separated: long-tail, today, loops")
-    parser.add_argument("--loop-share", type=float, default=0.05, help="share of the requests forced into a loop (workload loops)")
-    parser.add_argument("--rss", action="store_true", help="also compare path (c)'s peak RSS on 1x and 4x the requests")
+    parser.add_argument(
+        "--loop-share", type=float, default=0.05, help="share of the requests forced into a loop (workload loops)"
+    )
+    parser.add_argument(
+        "--rss", action="store_true", help="also compare path (c)'s peak RSS on 1x and 4x the requests"
+    )
     parser.add_argument("--model", default="rs:tiny-vlm", choices=["rs:tiny-vlm", "rs:tiny-qwen3vl"])
-    parser.add_argument("--engine-args", type=json.loads, default={}, help="vllm.LLM arguments over the tiny model's (JSON; null removes one)")
+    parser.add_argument(
+        "--engine-args",
+        type=json.loads,
+        default={},
+        help="vllm.LLM arguments over the tiny model's (JSON; null removes one)",
+    )
     parser.add_argument("--rss-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--mm-cache-gb", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -347,9 +411,15 @@ def main(argv: list[str] | None = None) -> int:
                 out = subprocess.run(command, capture_output=True, text=True, check=True)
                 peaks[scale] = int(out.stdout.strip().splitlines()[-1])
             growth = peaks[4] / peaks[1]
-            verdict = f"target flat (<= 1.05): {'met' if growth <= 1.05 else 'MISSED'}" if gb is not None else "(vLLM's cache, capped)"
-            print(f"{'peak RSS of (c), 4x / 1x requests, ' + label:<52} {growth:>10.3f}  "
-                  f"{peaks[1] / 1024:,.0f} -> {peaks[4] / 1024:,.0f} MiB; {verdict}")
+            verdict = (
+                f"target flat (<= 1.05): {'met' if growth <= 1.05 else 'MISSED'}"
+                if gb is not None
+                else "(vLLM's cache, capped)"
+            )
+            print(
+                f"{'peak RSS of (c), 4x / 1x requests, ' + label:<52} {growth:>10.3f}  "
+                f"{peaks[1] / 1024:,.0f} -> {peaks[4] / 1024:,.0f} MiB; {verdict}"
+            )
     return 0
 
 

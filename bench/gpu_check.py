@@ -47,7 +47,11 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), "V
 def engine_args(model: str, overrides: dict, on_gpu: bool) -> dict:
     from rs_demo import tiny_qwen3vl
 
-    base = dict(tiny_qwen3vl.VLLM_ENGINE_KWARGS) if model.startswith("rs:") else {"max_model_len": 8192, "limit_mm_per_prompt": {"image": 1, "video": 0}}
+    base = (
+        dict(tiny_qwen3vl.VLLM_ENGINE_KWARGS)
+        if model.startswith("rs:")
+        else {"max_model_len": 8192, "limit_mm_per_prompt": {"image": 1, "video": 0}}
+    )
     args = {**base, **(GPU_ARGS if on_gpu else {}), **overrides}
     return {k: v for k, v in args.items() if v is not None}
 
@@ -58,9 +62,13 @@ def step_times(model: str, args: dict, active: list[int], tokens: tuple[int, int
 
     from rs.engines.models import resolve_model
 
-    llm = LLM(model=resolve_model(model), **{**args, "max_num_seqs": max(max(active), int(args.get("max_num_seqs", 0)))})
+    llm = LLM(
+        model=resolve_model(model), **{**args, "max_num_seqs": max(max(active), int(args.get("max_num_seqs", 0)))}
+    )
     short, long = tokens
-    prompts = [f"Request {i}: describe the scene, counting every cube, sphere and cylinder." for i in range(max(active))]
+    prompts = [
+        f"Request {i}: describe the scene, counting every cube, sphere and cylinder." for i in range(max(active))
+    ]
     llm.generate(prompts[:4], SamplingParams(max_tokens=8), use_tqdm=False)  # warm-up (graphs, allocator)
     steps = {}
     for n in active:
@@ -99,8 +107,20 @@ def publish(model: str, args: dict, num_images: int) -> None:
     with tempfile.TemporaryDirectory(prefix="rs-gpu-check-") as tmp:
         path = Path(tmp) / "families.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
-        command = [sys.executable, "-m", "rs.publish", "TinyCLEVRQwen3VL", "--config", str(path), "--out", f"{tmp}/out",
-                   "--build-dir", f"{tmp}/build", "--cache", f"{tmp}/cache.sqlite"]
+        command = [
+            sys.executable,
+            "-m",
+            "rs.publish",
+            "TinyCLEVRQwen3VL",
+            "--config",
+            str(path),
+            "--out",
+            f"{tmp}/out",
+            "--build-dir",
+            f"{tmp}/build",
+            "--cache",
+            f"{tmp}/cache.sqlite",
+        ]
         start = time.perf_counter()
         done = subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True)
         seconds = time.perf_counter() - start
@@ -108,17 +128,28 @@ def publish(model: str, args: dict, num_images: int) -> None:
             raise SystemExit(f"error: the publish failed ({done.returncode}):\n{done.stderr[-3000:]}")
         stats = json.loads(next(Path(tmp, "build").rglob("stats.json")).read_text())
     totals = stats["totals"]
-    print(f"\n3. TinyCLEVR publish with {model} ({num_images} images): {seconds:.1f} s including the engine's load; "
-          f"{totals['answered']} QA answered, {totals['answered'] / seconds:.1f} QA/s; accepted {totals['accepted']}")
+    print(
+        f"\n3. TinyCLEVR publish with {model} ({num_images} images): {seconds:.1f} s including the engine's load; "
+        f"{totals['answered']} QA answered, {totals['answered'] / seconds:.1f} QA/s; accepted {totals['accepted']}"
+    )
     print("   " + "\n   ".join(line for line in done.stdout.splitlines() if line.strip())[:2000])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="rs:tiny-qwen3vl", help="for part 1: rs:tiny-qwen3vl, or a Hub id such as Qwen/Qwen3-VL-8B-Thinking")
+    parser.add_argument(
+        "--model",
+        default="rs:tiny-qwen3vl",
+        help="for part 1: rs:tiny-qwen3vl, or a Hub id such as Qwen/Qwen3-VL-8B-Thinking",
+    )
     parser.add_argument("--active", default="1,16,64,256", help="numbers of sequences decoding at once")
     parser.add_argument("--tokens", default="64,192", help="the two output lengths whose difference times a step")
-    parser.add_argument("--engine-args", type=json.loads, default={}, help="vllm.LLM arguments over the defaults (JSON; null removes one)")
+    parser.add_argument(
+        "--engine-args",
+        type=json.loads,
+        default={},
+        help="vllm.LLM arguments over the defaults (JSON; null removes one)",
+    )
     parser.add_argument("--images", type=int, default=48, help="TinyCLEVR images to publish")
     parser.add_argument("--skip-bench", action="store_true")
     parser.add_argument("--skip-publish", action="store_true")
@@ -129,9 +160,11 @@ def main(argv: list[str] | None = None) -> int:
 
     on_gpu = torch.cuda.is_available()
     if not on_gpu and not args.allow_cpu:
-        print("error: no GPU here (torch.cuda.is_available() is false)\n"
-              "hint: run this on a machine with a GPU and a CUDA vLLM; --allow-cpu runs it small on a CPU to check the script",
-              file=sys.stderr)
+        print(
+            "error: no GPU here (torch.cuda.is_available() is false)\n"
+            "hint: run this on a machine with a GPU and a CUDA vLLM; --allow-cpu runs it small on a CPU to check the script",
+            file=sys.stderr,
+        )
         return 2
     device = torch.cuda.get_device_name(0) if on_gpu else "CPU (--allow-cpu: figures of no use for the GPU model)"
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0" if not on_gpu else "1")
@@ -146,23 +179,45 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'active sequences':>18} {'ms per step':>12} {'us per sequence':>16}")
     for n, t in steps.items():
         print(f"{n:>18} {t * 1e3:>12.3f} {t / n * 1e6:>16.1f}")
-    print(f"fit: t0 {t0 * 1e3:.3f} ms + t1 {t1 * 1e6:.1f} us x active "
-          f"(bench/gpu_hours.py assumes {ASSUMED['t0'] * 1e3:.1f} ms + {ASSUMED['t1'] * 1e6:.0f} us for an 8B model on an H200)")
+    print(
+        f"fit: t0 {t0 * 1e3:.3f} ms + t1 {t1 * 1e6:.1f} us x active "
+        f"(bench/gpu_hours.py assumes {ASSUMED['t0'] * 1e3:.1f} ms + {ASSUMED['t1'] * 1e6:.0f} us for an 8B model on an H200)"
+    )
     print(f"   then: python bench/gpu_hours.py --t0 {t0:.3g} --t1 {t1:.3g}")
 
     bench_args = {**(GPU_ARGS if on_gpu else {}), **args.engine_args}
     if not args.skip_bench:
         n, repeats = ("384", "3") if on_gpu else ("32", "1")
         print("\n2. bench/engine.py --workload long-tail --model rs:tiny-qwen3vl", flush=True)
-        subprocess.run([sys.executable, str(ROOT / "bench" / "engine.py"), "--workload", "long-tail", "--model", "rs:tiny-qwen3vl",
-                        "--n", n, "--repeats", repeats, "--engine-args", json.dumps(bench_args)], cwd=ROOT, env=ENV, check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "engine.py"),
+                "--workload",
+                "long-tail",
+                "--model",
+                "rs:tiny-qwen3vl",
+                "--n",
+                n,
+                "--repeats",
+                repeats,
+                "--engine-args",
+                json.dumps(bench_args),
+            ],
+            cwd=ROOT,
+            env=ENV,
+            check=True,
+        )
     if not args.skip_publish:
         from rs_demo import tiny_qwen3vl
 
         # over TinyCLEVR's CPU arguments and the defaults' GPU ones: a null removes one
         here = GPU_ARGS if on_gpu else {"tensor_parallel_size": None, "gpu_memory_utilization": None}
-        publish("rs:tiny-qwen3vl", {**tiny_qwen3vl.VLLM_ENGINE_KWARGS, **here, **args.engine_args},
-                args.images if on_gpu else min(args.images, 4))
+        publish(
+            "rs:tiny-qwen3vl",
+            {**tiny_qwen3vl.VLLM_ENGINE_KWARGS, **here, **args.engine_args},
+            args.images if on_gpu else min(args.images, 4),
+        )
     return 0
 
 

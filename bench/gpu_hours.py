@@ -69,10 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sigma", type=float, default=1.0)
     parser.add_argument("--cap", type=int, default=8192)
     parser.add_argument("--batch", type=int, default=512, help="engine.batch_size of the per-batch loop")
-    parser.add_argument("--max-num-seqs", default="256,512", help="about 520 sequences of 1,300 tokens fill an H200's KV cache")
+    parser.add_argument(
+        "--max-num-seqs", default="256,512", help="about 520 sequences of 1,300 tokens fill an H200's KV cache"
+    )
     parser.add_argument("--t0", type=float, default=3.5e-3, help="seconds per decode step, fixed part")
     parser.add_argument("--t1", type=float, default=4.0e-5, help="seconds per decode step, per active sequence")
-    parser.add_argument("--stream-ratio", type=float, default=0.983, help="measured (c)/(a) of bench/engine.py, long tail")
+    parser.add_argument(
+        "--stream-ratio", type=float, default=0.983, help="measured (c)/(a) of bench/engine.py, long tail"
+    )
     parser.add_argument("--sample", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--loop-share", type=float, default=0.05, help="share of the requests that fall into a loop")
@@ -82,16 +86,20 @@ def main(argv: list[str] | None = None) -> int:
 
     tokens = lengths(args.sample, args.median, args.sigma, args.cap, args.seed)
     scale = args.qa / args.sample
-    print(f"{args.qa:,} QA, output lengths lognormal: median {np.median(tokens):.0f}, mean {tokens.mean():.0f}, "
-          f"max {tokens.max()} tokens (cap {args.cap}); {args.qa * tokens.mean() / 1e9:.2f}G output tokens; "
-          f"step = {args.t0 * 1e3:.1f} ms + {args.t1 * 1e6:.0f} us x active sequences (a model, prefill left out)")
+    print(
+        f"{args.qa:,} QA, output lengths lognormal: median {np.median(tokens):.0f}, mean {tokens.mean():.0f}, "
+        f"max {tokens.max()} tokens (cap {args.cap}); {args.qa * tokens.mean() / 1e9:.2f}G output tokens; "
+        f"step = {args.t0 * 1e3:.1f} ms + {args.t1 * 1e6:.0f} us x active sequences (a model, prefill left out)"
+    )
     print(f"{'max_num_seqs':>12} {'path':<42} {'GPU-hours':>10} {'vs continuous':>14}")
     for slots in (int(s) for s in args.max_num_seqs.split(",")):
         ideal = makespan(tokens, slots, args.t0, args.t1) * scale / 3600
         barrier = per_batch(tokens, args.batch, slots, args.t0, args.t1) * scale / 3600
-        rows = [("continuous batching (one LLM.chat of all)", ideal),
-                (f"per-batch barrier, batch {args.batch}", barrier),
-                (f"the stage's stream ((c)/(a) = {args.stream_ratio})", ideal / args.stream_ratio)]
+        rows = [
+            ("continuous batching (one LLM.chat of all)", ideal),
+            (f"per-batch barrier, batch {args.batch}", barrier),
+            (f"the stage's stream ((c)/(a) = {args.stream_ratio})", ideal / args.stream_ratio),
+        ]
         for label, hours in rows:
             print(f"{slots:>12} {label:<42} {hours:>10.1f} {ideal / hours:>14.2f}")
     if args.loop_share > 0:
@@ -99,10 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         looping = rng.random(args.sample) < args.loop_share
         without = np.where(looping, args.cap, tokens)
         with_ = np.where(looping, np.minimum(args.cap, tokens + args.loop_pattern * args.loop_count), tokens)
-        print(f"\nloops: {looping.mean():.1%} of the requests loop from their drawn length; without loop detection they run to "
-              f"{args.cap}, with it they end {args.loop_pattern} x {args.loop_count} tokens later; output tokens "
-              f"{args.qa * without.mean() / 1e9:.2f}G without, {args.qa * with_.mean() / 1e9:.2f}G with "
-              f"({with_.sum() / without.sum():.2f}); the stage's stream at (c)/(a) = {args.stream_ratio}")
+        print(
+            f"\nloops: {looping.mean():.1%} of the requests loop from their drawn length; without loop detection they run to "
+            f"{args.cap}, with it they end {args.loop_pattern} x {args.loop_count} tokens later; output tokens "
+            f"{args.qa * without.mean() / 1e9:.2f}G without, {args.qa * with_.mean() / 1e9:.2f}G with "
+            f"({with_.sum() / without.sum():.2f}); the stage's stream at (c)/(a) = {args.stream_ratio}"
+        )
         print(f"{'max_num_seqs':>12} {'path':<42} {'GPU-hours':>10} {'vs without':>14}")
         for slots in (int(s) for s in args.max_num_seqs.split(",")):
             off = makespan(without, slots, args.t0, args.t1) * scale / 3600 / args.stream_ratio

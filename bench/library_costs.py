@@ -21,7 +21,9 @@ def import_seconds(*modules: str, after: str | None = None, repeat: int = 5) -> 
     least = float("inf")
     code = "; ".join(f"import {m}" for m in ([after] if after else []) + list(modules))
     for _ in range(repeat):
-        done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], check=True, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", code], check=True, capture_output=True, text=True
+        )
         fields = [line.split("|") for line in done.stderr.splitlines() if line.count("|") == 2]
         least = min(least, sum(int(f[1]) for f in fields if f[2].rstrip() in {f" {m}" for m in modules}) / 1e6)
     return least
@@ -58,11 +60,18 @@ def run_tests(tests: list[str], swap: str | None) -> tuple[str, float]:
     env = dict(os.environ)
     with tempfile.TemporaryDirectory() as folder:
         if swap is not None:
-            Path(folder, "sitecustomize.py").write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'bench')!r})\n{swap}")
+            Path(folder, "sitecustomize.py").write_text(
+                f"import sys\nsys.path.insert(0, {str(ROOT / 'bench')!r})\n{swap}"
+            )
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", *tests], cwd=ROOT,
-                              env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", *tests],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         seconds = time.perf_counter() - start
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     return "; ".join([done.stdout.strip().splitlines()[-1], *failed]), seconds

@@ -23,8 +23,14 @@ from library_costs import code_lines, import_seconds, installed_bytes, run_tests
 from rs.hub import retry  # noqa: E402
 from rs.sources import resumable  # noqa: E402
 
-TESTS = ["tests/hub/test_hub.py", "tests/hub/test_hub_scale.py", "tests/pipeline/publish/test_publish_faults.py", "tests/hub/test_offline.py",
-         "tests/sources/test_sources.py", "tests/sources/test_source_drop.py"]
+TESTS = [
+    "tests/hub/test_hub.py",
+    "tests/hub/test_hub_scale.py",
+    "tests/pipeline/publish/test_publish_faults.py",
+    "tests/hub/test_offline.py",
+    "tests/sources/test_sources.py",
+    "tests/sources/test_source_drop.py",
+]
 SWAP = """\
 import sys
 import retry_tenacity
@@ -49,11 +55,15 @@ def main() -> None:
     lib = [proto.through_rate_limit, proto.retrying, proto.resumable]
     print("lines of code (no blank lines, comments or docstrings):")
     for mine, theirs in zip(hand, lib):
-        print(f"  {mine.__module__}.{mine.__name__}: hand-written {code_lines(mine)}, with tenacity {code_lines(theirs)}")
+        print(
+            f"  {mine.__module__}.{mine.__name__}: hand-written {code_lines(mine)}, with tenacity {code_lines(theirs)}"
+        )
     print(f"  together: hand-written {code_lines(*hand)}, with tenacity {code_lines(*lib)}")
-    print(f"import time (-X importtime, least of 5): rs.hub.retry {import_seconds('rs.hub.retry') * 1e3:.0f} ms, "
-          f"after it, tenacity {import_seconds('tenacity', after='rs.hub.retry') * 1e3:.0f} ms more; installed: tenacity {installed_bytes('tenacity') / 2**10:.0f} KiB "
-          "(no dependency of its own)")
+    print(
+        f"import time (-X importtime, least of 5): rs.hub.retry {import_seconds('rs.hub.retry') * 1e3:.0f} ms, "
+        f"after it, tenacity {import_seconds('tenacity', after='rs.hub.retry') * 1e3:.0f} ms more; installed: tenacity {installed_bytes('tenacity') / 2**10:.0f} KiB "
+        "(no dependency of its own)"
+    )
     if args.tests:
         for swap in (False, True):
             summary, seconds = run_tests(TESTS, SWAP if swap else None)

@@ -27,13 +27,22 @@ def through_rate_limit(call: Callable[[], T], *, repo_id: str, what: str, token:
 
     def wait(state: tenacity.RetryCallState) -> float:
         asked = hub.retry_after(state.outcome.exception())
-        return asked if asked is not None else min(hub.RATE_LIMIT_BACKOFF_S * 2 ** (state.attempt_number - 1), hub.RATE_LIMIT_BACKOFF_MAX_S)
+        return (
+            asked
+            if asked is not None
+            else min(hub.RATE_LIMIT_BACKOFF_S * 2 ** (state.attempt_number - 1), hub.RATE_LIMIT_BACKOFF_MAX_S)
+        )
 
     def log(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception()
-        hub.logger.warning("%s: the Hub is rate-limiting %s (%s); waiting %.0fs%s, then sending it again", repo_id, what,
-                           hub.first_line(exc, token), state.upcoming_sleep,
-                           " as it asked" if hub.retry_after(exc) is not None else "")
+        hub.logger.warning(
+            "%s: the Hub is rate-limiting %s (%s); waiting %.0fs%s, then sending it again",
+            repo_id,
+            what,
+            hub.first_line(exc, token),
+            state.upcoming_sleep,
+            " as it asked" if hub.retry_after(exc) is not None else "",
+        )
 
     def give_up(state: tenacity.RetryCallState) -> T:
         exc = state.outcome.exception()
@@ -45,12 +54,22 @@ def through_rate_limit(call: Callable[[], T], *, repo_id: str, what: str, token:
 
     return tenacity.Retrying(
         retry=tenacity.retry_if_exception(lambda exc: hub.retry_kind(exc) == "rate_limited"),
-        stop=tenacity.stop_after_attempt(hub.RATE_LIMIT_MAX_WAITS + 1), wait=wait, sleep=hub.sleep,
-        before_sleep=log, retry_error_callback=give_up)(call)
+        stop=tenacity.stop_after_attempt(hub.RATE_LIMIT_MAX_WAITS + 1),
+        wait=wait,
+        sleep=hub.sleep,
+        before_sleep=log,
+        retry_error_callback=give_up,
+    )(call)
 
 
-def retrying(attempt: Callable[[int], T], *, repo_id: str, token: str | None, max_attempts: int,
-             progress: Callable[[], int] = lambda: 0) -> T:
+def retrying(
+    attempt: Callable[[int], T],
+    *,
+    repo_id: str,
+    token: str | None,
+    max_attempts: int,
+    progress: Callable[[], int] = lambda: 0,
+) -> T:
     """Run `attempt(n)` until it returns; re-plan and retry transient errors and conflicts with exponential backoff."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
@@ -75,10 +94,20 @@ def retrying(attempt: Callable[[int], T], *, repo_id: str, token: str | None, ma
 
     def log(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception()
-        reason = {"conflict": "the repo changed since the plan", "transient": "a transient error",
-                  "rate_limited": "a rate limit"}[hub.retry_kind(exc)]
-        hub.logger.warning("%s: %s (%s); re-planning and retrying in %.1fs (attempt %d/%d)", repo_id, reason,
-                           hub.first_line(exc, token), state.upcoming_sleep, count["failures"] + 1, max_attempts)
+        reason = {
+            "conflict": "the repo changed since the plan",
+            "transient": "a transient error",
+            "rate_limited": "a rate limit",
+        }[hub.retry_kind(exc)]
+        hub.logger.warning(
+            "%s: %s (%s); re-planning and retrying in %.1fs (attempt %d/%d)",
+            repo_id,
+            reason,
+            hub.first_line(exc, token),
+            state.upcoming_sleep,
+            count["failures"] + 1,
+            max_attempts,
+        )
 
     def give_up(state: tenacity.RetryCallState) -> T:
         exc = state.outcome.exception()
@@ -89,8 +118,15 @@ def retrying(attempt: Callable[[int], T], *, repo_id: str, token: str | None, ma
         ) from exc
 
     try:
-        for trying in tenacity.Retrying(retry=retry, stop=stop, wait=wait, sleep=hub.sleep, before=before, before_sleep=log,
-                                        retry_error_callback=give_up):
+        for trying in tenacity.Retrying(
+            retry=retry,
+            stop=stop,
+            wait=wait,
+            sleep=hub.sleep,
+            before=before,
+            before_sleep=log,
+            retry_error_callback=give_up,
+        ):
             with trying:
                 return attempt(trying.retry_state.attempt_number)
     except hub.PublishError:
@@ -123,14 +159,25 @@ def resumable(dataset: Any, label: str) -> Iterator[dict[str, Any]]:
 
     def log(retry_state: tenacity.RetryCallState) -> None:
         err = retry_state.outcome.exception()
-        streams.logger.warning("%s: the stream dropped after record %d (%s: %s); resuming there in %.3g s (retry %d of %d)",
-                               label, count["position"], type(err).__name__, err, retry_state.upcoming_sleep,
-                               count["failures"], streams.RETRIES)
+        streams.logger.warning(
+            "%s: the stream dropped after record %d (%s: %s); resuming there in %.3g s (retry %d of %d)",
+            label,
+            count["position"],
+            type(err).__name__,
+            err,
+            retry_state.upcoming_sleep,
+            count["failures"],
+            streams.RETRIES,
+        )
 
     for attempt in tenacity.Retrying(
-            retry=retry, stop=lambda _: count["failures"] > streams.RETRIES, before_sleep=log, retry_error_callback=give_up,
-            wait=lambda _: min(streams.MAX_BACKOFF_S, streams.BACKOFF_S * 2 ** (count["failures"] - 1)),
-            sleep=lambda seconds: time.sleep(seconds)):
+        retry=retry,
+        stop=lambda _: count["failures"] > streams.RETRIES,
+        before_sleep=log,
+        retry_error_callback=give_up,
+        wait=lambda _: min(streams.MAX_BACKOFF_S, streams.BACKOFF_S * 2 ** (count["failures"] - 1)),
+        sleep=lambda seconds: time.sleep(seconds),
+    ):
         with attempt:
             if attempt.retry_state.attempt_number > 1:
                 dataset.load_state_dict(state)

@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="only the first N images of --family")
     parser.add_argument("--qa", type=int, default=2_000_000, help="QA items of the family to estimate for")
     parser.add_argument("--gpus", default="1,8,32,64", help="replica counts to estimate for")
-    parser.add_argument("--judge-fraction", type=float, default=None, help="judged/items to assume (default: this run's)")
+    parser.add_argument(
+        "--judge-fraction", type=float, default=None, help="judged/items to assume (default: this run's)"
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -88,25 +90,28 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     sys.path.insert(0, str(ROOT))
     import ray
-
     from longtail import install_for_replicas  # registers the engine kind longtail_vllm
 
-    from rs.pipeline.clean.stage import CleanStage
-    from rs.pipeline.sample.stage import SampleStage
-    from rs.pipeline.stage import ensure
     from rs.context import BuildContext
     from rs.distributed import forwarded_env, sample_on_ray
     from rs.engines.factory import engines_for
     from rs.families import load_families
+    from rs.pipeline.clean.stage import CleanStage
+    from rs.pipeline.sample.stage import SampleStage
+    from rs.pipeline.stage import ensure
 
     tmp = Path(tempfile.mkdtemp(prefix="rs-bench-scale-"))
     try:
         config = args.config
         if config is None:
             config = tmp / "families.yaml"
-            config.write_text(FAMILY.replace("IMAGES", str(args.images)).replace("QUESTIONS", str(args.questions))
-                              .replace("BATCH", str(args.batch_size)).replace("MAX_TOKENS", str(args.max_tokens))
-                              .replace("KIND", "longtail_vllm" if args.workload == "long-tail" else "vllm"))
+            config.write_text(
+                FAMILY.replace("IMAGES", str(args.images))
+                .replace("QUESTIONS", str(args.questions))
+                .replace("BATCH", str(args.batch_size))
+                .replace("MAX_TOKENS", str(args.max_tokens))
+                .replace("KIND", "longtail_vllm" if args.workload == "long-tail" else "vllm")
+            )
         family = load_families(config)[args.family]
 
         def context(name: str) -> BuildContext:
@@ -123,14 +128,35 @@ def main(argv: list[str] | None = None) -> int:
         loaded = time.perf_counter()
         sampler.llm  # noqa: B018
         load = time.perf_counter() - loaded
-        report = ensure(SampleStage(), BuildContext(ctx.family, ctx.build_root, ctx.cache_path, limit=args.limit, progress=False,
-                                                     engine_factory=lambda f: (sampler, judge)))
+        report = ensure(
+            SampleStage(),
+            BuildContext(
+                ctx.family,
+                ctx.build_root,
+                ctx.cache_path,
+                limit=args.limit,
+                progress=False,
+                engine_factory=lambda f: (sampler, judge),
+            ),
+        )
         wall = time.perf_counter() - start
         sampler.close(), judge.close()
         items, judged = report.items, report.judged
         reference = cache_contents(ctx.cache_path)
-        rows.append(("single process", "-", wall, wall - report.seconds, load, items / wall, items / report.seconds, "",
-                     None, None))
+        rows.append(
+            (
+                "single process",
+                "-",
+                wall,
+                wall - report.seconds,
+                load,
+                items / wall,
+                items / report.seconds,
+                "",
+                None,
+                None,
+            )
+        )
 
         # (b) Ray
         started = time.perf_counter()
@@ -149,7 +175,18 @@ def main(argv: list[str] | None = None) -> int:
             wall = time.perf_counter() - start
             same = "identical cache" if cache_contents(ctx.cache_path) == reference else "CACHE DIFFERS"
             steps = sum(s.seconds - s.startup_seconds for s in run.steps.values())
-            rows.append((f"ray, {replicas} replica(s)", replicas, wall, wall - steps, run.load_seconds, items / wall, items / steps, same))
+            rows.append(
+                (
+                    f"ray, {replicas} replica(s)",
+                    replicas,
+                    wall,
+                    wall - steps,
+                    run.load_seconds,
+                    items / wall,
+                    items / steps,
+                    same,
+                )
+            )
             s, j = run.steps["sampling"], run.steps.get("judge")
             r_s = s.sent / s.engine_seconds
             r_j = (j.sent / j.engine_seconds) if j and j.engine_seconds else None
@@ -162,26 +199,45 @@ def main(argv: list[str] | None = None) -> int:
             ensure(SampleStage(), ctx)
             d_final = (time.perf_counter() - start) / items
             busy[replicas] = s.replica_busy
-            measured[replicas] = dict(replicas=replicas, r_s=r_s, r_j=r_j, eta=eta, t_start=run.startup_seconds, d_driver=d_driver,
-                                      d_final=d_final)
+            measured[replicas] = dict(
+                replicas=replicas,
+                r_s=r_s,
+                r_j=r_j,
+                eta=eta,
+                t_start=run.startup_seconds,
+                d_driver=d_driver,
+                d_final=d_final,
+            )
             rows[-1] += (r_s, eta)
         ray.shutdown()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     c = family.config
-    print(f"family {args.family}, workload {args.workload}: {items} QA ({judged} judged), batch {c.engine.batch_size}, max_tokens {c.sampling.max_tokens}, "
-          f"model {c.model.id}; {os.cpu_count()} CPUs here, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; "
-          f"ray.init took {ray_init:.1f} s (not counted)")
-    print(f"{'path':<22} {'wall s':>7} {'start s':>8} {'load s':>7} {'items/s':>8} {'steady/s':>9} {'r_s/replica':>12} {'eta':>5}  check")
+    print(
+        f"family {args.family}, workload {args.workload}: {items} QA ({judged} judged), batch {c.engine.batch_size}, max_tokens {c.sampling.max_tokens}, "
+        f"model {c.model.id}; {os.cpu_count()} CPUs here, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; "
+        f"ray.init took {ray_init:.1f} s (not counted)"
+    )
+    print(
+        f"{'path':<22} {'wall s':>7} {'start s':>8} {'load s':>7} {'items/s':>8} {'steady/s':>9} {'r_s/replica':>12} {'eta':>5}  check"
+    )
     for label, _, wall, start_s, load_s, rate, steady, check, *ray_only in rows:
         r_s, eta = ray_only
-        extra = (f"{r_s:>12.2f} " if r_s is not None else f"{'-':>12} ") + (f"{eta:>5.2f}" if eta is not None else f"{'-':>5}")
+        extra = (f"{r_s:>12.2f} " if r_s is not None else f"{'-':>12} ") + (
+            f"{eta:>5.2f}" if eta is not None else f"{'-':>5}"
+        )
         print(f"{label:<22} {wall:>7.1f} {start_s:>8.1f} {load_s:>7.1f} {rate:>8.2f} {steady:>9.2f} {extra}  {check}")
-    print("wall: the whole stage; start: wall minus the work (engines, replicas, model load, driver identity, final pass);")
+    print(
+        "wall: the whole stage; start: wall minus the work (engines, replicas, model load, driver identity, final pass);"
+    )
     print("steady: items / seconds of work; r_s: sampling items per second of a replica's engine time;")
-    print("eta: sampling throughput / (replicas x r_s), what the pipeline keeps of the replicas' rate (a little over 1 when")
-    print("     the replicas never wait: start counts the first batch's way back to the driver, which shortens the steady time).")
+    print(
+        "eta: sampling throughput / (replicas x r_s), what the pipeline keeps of the replicas' rate (a little over 1 when"
+    )
+    print(
+        "     the replicas never wait: start counts the first batch's way back to the driver, which shortens the steady time)."
+    )
     for replicas, fractions in busy.items():
         shown = ", ".join(f"{f:.2f}" for f in fractions.values())
         print(f"busy fraction of each replica's engine, ray with {replicas} replica(s), sampling step: {shown}")
@@ -194,10 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     r_j = m["r_j"] or m["r_s"]
     print()
     print(f"Estimate for a {q:,}-QA family on N replicas (one per GPU):")
-    print("  T(N) = t_start + Q / (N * r_s * eta) + j * Q / (N * r_j * eta) + Q * d_final,  bounded below by Q * d_driver")
-    print(f"  inputs measured here with {m['replicas']} replica(s): r_s = {m['r_s']:.2f} items/s per replica, r_j = {r_j:.2f} judge calls/s, "
-          f"eta = {m['eta']:.2f}, t_start = {m['t_start']:.1f} s, j = {j:.2f}, d_driver = {m['d_driver'] * 1e3:.2f} ms/item "
-          f"(driver ceiling {1 / m['d_driver']:,.0f} items/s), d_final = {m['d_final'] * 1e3:.2f} ms/item")
+    print(
+        "  T(N) = t_start + Q / (N * r_s * eta) + j * Q / (N * r_j * eta) + Q * d_final,  bounded below by Q * d_driver"
+    )
+    print(
+        f"  inputs measured here with {m['replicas']} replica(s): r_s = {m['r_s']:.2f} items/s per replica, r_j = {r_j:.2f} judge calls/s, "
+        f"eta = {m['eta']:.2f}, t_start = {m['t_start']:.1f} s, j = {j:.2f}, d_driver = {m['d_driver'] * 1e3:.2f} ms/item "
+        f"(driver ceiling {1 / m['d_driver']:,.0f} items/s), d_final = {m['d_final'] * 1e3:.2f} ms/item"
+    )
     print("  r_s, r_j, t_start: the TINY model on ONE CPU CORE. A GPU's must be measured with this script on a GPU")
     print("  (--config with the real family, --replicas 1); the driver costs d_driver, d_final carry over.")
 

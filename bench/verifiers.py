@@ -56,9 +56,22 @@ STR_WORDS = (
 ).split()
 LABELS = "Asia Europe Africa Yes No Male Female Online Retail Democrats Republicans Q1 Q2 Q3 Q4".split()
 DOC_ANSWERS = [
-    "ITC Limited", "Coca Cola Company", "12/15/88", "John Smith", "Research and Development",
-    "Annual Report 2019", "Board of Directors", "$1,234", "45%", "March 3, 1997", "R. J. Reynolds",
-    "Philip Morris", "Department of Health", "Total revenue", "Chicago, Illinois", "P.O. Box 1234",
+    "ITC Limited",
+    "Coca Cola Company",
+    "12/15/88",
+    "John Smith",
+    "Research and Development",
+    "Annual Report 2019",
+    "Board of Directors",
+    "$1,234",
+    "45%",
+    "March 3, 1997",
+    "R. J. Reynolds",
+    "Philip Morris",
+    "Department of Health",
+    "Total revenue",
+    "Chicago, Illinois",
+    "P.O. Box 1234",
 ]
 VQA_ANSWERS = ["yes", "no", "2", "3", "red", "dog", "cat", "tennis", "pizza", "frisbee", "white", "black and white"]
 
@@ -182,8 +195,17 @@ def gen_mcq(rng: random.Random) -> Pair:
     ref = rng.choice("ABCD")
     letter = ref if rng.random() < 0.7 else rng.choice("ABCD")
     pred = rng.choice(
-        [letter, f"({letter})", f"{letter}.", f"The answer is {letter}.", f"Answer: {letter}",
-         f"{letter}) a small dog", f"**{letter}**", "A and B", f"\\boxed{{{letter}}}"]
+        [
+            letter,
+            f"({letter})",
+            f"{letter}.",
+            f"The answer is {letter}.",
+            f"Answer: {letter}",
+            f"{letter}) a small dog",
+            f"**{letter}**",
+            "A and B",
+            f"\\boxed{{{letter}}}",
+        ]
     )
     return pred, ref
 

@@ -19,14 +19,13 @@ import datasets
 import pyarrow as pa
 from datasets.builder import Key
 
+from rs.context import BuildContext
 from rs.families import load_families
-from rs.util.progress import progress
+from rs.pipeline.route import Routes, split_rows, typer
 from rs.pipeline.write.pairs import pair_rows
 from rs.pipeline.write.samples import rl_rows, sample_rows
-from rs.pipeline.route import Routes, split_rows, typer
 from rs.splits_schema import features
-from rs.context import BuildContext
-
+from rs.util.progress import progress
 
 _CHUNK_ROWS = 256
 
@@ -52,12 +51,20 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         family = self.context.family
         card = family.config.card
         return datasets.DatasetInfo(
-            description=card.description, citation=card.citation, homepage=card.homepage or "", license=card.license,
+            description=card.description,
+            citation=card.citation,
+            homepage=card.homepage or "",
+            license=card.license,
             features=features(self.config.split, recovery=family.config.recovery is not None),
         )
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:
-        return [datasets.SplitGenerator(name=datasets.Split.TRAIN, gen_kwargs={"build_dir": str(self.context.paths.root), "routes": self.routes})]
+        return [
+            datasets.SplitGenerator(
+                name=datasets.Split.TRAIN,
+                gen_kwargs={"build_dir": str(self.context.paths.root), "routes": self.routes},
+            )
+        ]
 
     def _generate_tables(self, build_dir: str, routes: Routes) -> Iterator[tuple[Key, pa.Table]]:
         """Routed rows as Arrow tables of one row group each: no per-example encoding in Python.
@@ -88,7 +95,9 @@ class RSBuilder(datasets.ArrowBasedBuilder):
                 yield from add(batch.slice(0, half))
                 yield from add(batch.slice(half))
                 return
-            if group and (group_bytes + batch.nbytes > target or group_rows + batch.num_rows > self._writer_batch_size):
+            if group and (
+                group_bytes + batch.nbytes > target or group_rows + batch.num_rows > self._writer_batch_size
+            ):
                 yield from flush()
             group.append(batch)
             group_rows, group_bytes = group_rows + batch.num_rows, group_bytes + batch.nbytes
@@ -104,7 +113,6 @@ class RSBuilder(datasets.ArrowBasedBuilder):
         if rows:
             yield from add(pa.RecordBatch.from_pylist(rows, schema=schema))
         yield from flush()
-
 
     def _rows(self, build_dir: str, split: str, routes: Routes) -> Iterator[dict[str, Any]]:
         types = self.context.family.config.question_types
@@ -131,5 +139,7 @@ def builder_class(families_path: str | Path) -> type[RSBuilder]:
             for name, family in load_families(path).items()
             for split in family.splits
         ]
-        _CLASSES[digest] = type(f"RSBuilder_{digest}", (RSBuilder,), {"BUILDER_CONFIGS": configs, "__module__": __name__})
+        _CLASSES[digest] = type(
+            f"RSBuilder_{digest}", (RSBuilder,), {"BUILDER_CONFIGS": configs, "__module__": __name__}
+        )
     return _CLASSES[digest]

@@ -111,7 +111,14 @@ class BuildContext:
                 self._checked[folder] = stamp
             return True
         if say:
-            logger.warning("%s: %s %s cannot be used as it is: %s; rebuilt from %s", self.family.name, what, folder, problem, upstream)
+            logger.warning(
+                "%s: %s %s cannot be used as it is: %s; rebuilt from %s",
+                self.family.name,
+                what,
+                folder,
+                problem,
+                upstream,
+            )
         return False
 
     def engines(self, purpose: str) -> tuple[Engine, Engine | None]:

@@ -47,5 +47,6 @@ class Instructions:
 
     def all(self) -> tuple[str, ...]:
         """Every instruction a question may be asked with (what cleaning strips where a source already appended it)."""
-        return (self.default,) if self.multiple_choice in (None, self.default) else (self.default, self.multiple_choice)
-
+        return (
+            (self.default,) if self.multiple_choice in (None, self.default) else (self.default, self.multiple_choice)
+        )

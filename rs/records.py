@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+
 @dataclass(slots=True)
 class QAItem:
     """One question about one image, as the source recorded it.
@@ -84,7 +85,9 @@ def arrow_type(hint: Any) -> pa.DataType:
 def arrow_fields(cls: type, narrower: dict[str, pa.DataType] | None = None) -> list[pa.Field]:
     """The fields of a record class, in order, as Arrow fields (`narrower`: a smaller type for some, such as int32)."""
     hints = typing.get_type_hints(cls)
-    return [pa.field(f.name, (narrower or {}).get(f.name) or arrow_type(hints[f.name])) for f in dataclasses.fields(cls)]
+    return [
+        pa.field(f.name, (narrower or {}).get(f.name) or arrow_type(hints[f.name])) for f in dataclasses.fields(cls)
+    ]
 
 
 @dataclass
@@ -144,7 +147,13 @@ ITEMS = pa.schema(arrow_fields(ItemRecord))
 
 RECOVERY_SAMPLE = pa.struct(arrow_fields(SampleRecord, {"sample": pa.int32()}))
 
-RECOVERY = pa.schema([
-    ("row", pa.int64()), ("key", pa.string()), ("why", pa.string()), ("k", pa.int32()), ("samples", pa.list_(RECOVERY_SAMPLE)),
-])
+RECOVERY = pa.schema(
+    [
+        ("row", pa.int64()),
+        ("key", pa.string()),
+        ("why", pa.string()),
+        ("k", pa.int32()),
+        ("samples", pa.list_(RECOVERY_SAMPLE)),
+    ]
+)
 """The recovery store (`rs.pipeline.recover`): one record per sampled item, in item order, with its k `SampleRecord`s."""

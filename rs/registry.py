@@ -48,7 +48,9 @@ class Registry(Generic[T]):
         ['files', 'hub', 'synthetic']
     """
 
-    def __init__(self, what: str, *, package: str | None, group: str, default: str | None = None, by: str = "kind") -> None:
+    def __init__(
+        self, what: str, *, package: str | None, group: str, default: str | None = None, by: str = "kind"
+    ) -> None:
         self.what = what
         self.by = by
         """How a families.yaml block names its plug-in: by its `kind` field, or by its `key` in a mapping."""

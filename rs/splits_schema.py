@@ -37,8 +37,16 @@ from datasets import Features, Image, List, Value
 
 SPLITS = ("think", "nothink", "rejected")
 
-REJECT_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked", "no_final_answer", "degenerate_repetition",
-                  "engine_error", "judge_not_asked")
+REJECT_REASONS = (
+    "wrong_answer",
+    "judge_overruled",
+    "judge_unsure",
+    "judge_blocked",
+    "no_final_answer",
+    "degenerate_repetition",
+    "engine_error",
+    "judge_not_asked",
+)
 """Why a rejected item is in the rejected split; what each means on a card is in templates/card_splits.md.jinja."""
 
 _STR = Value("string")
@@ -54,59 +62,137 @@ CLEAN_META = {
 
 QA = {
     "rejected": {"question": _STR, "answer": _STR, "wrong_vlm": _STR, "reason": _STR},
-    "think": {"question": _STR, "reasoning": _STR, "answer": _STR, "response": _STR, "reference": _STR, "accepted_by": _STR,
-              "budgeted": Value("bool")},
+    "think": {
+        "question": _STR,
+        "reasoning": _STR,
+        "answer": _STR,
+        "response": _STR,
+        "reference": _STR,
+        "accepted_by": _STR,
+        "budgeted": Value("bool"),
+    },
     "nothink": {"question": _STR, "answer": _STR, "reference": _STR, "accepted_by": _STR},
 }
 
 
 MEASURED = {"pass_rate": Value("float64"), "k": Value("int32")}
-RECOVERED = {"sample": Value("int32"), "temperature": Value("float64"), "seed": Value("int64"), "greedy_answer": _STR, **MEASURED}
+RECOVERED = {
+    "sample": Value("int32"),
+    "temperature": Value("float64"),
+    "seed": Value("int64"),
+    "greedy_answer": _STR,
+    **MEASURED,
+}
 """The columns a recovery pass adds: to the accepted splits' QA (`RECOVERED`), to the rejected split's (`MEASURED`)."""
 
 _MESSAGES = List({"role": _STR, "content": _STR})
 
 PAIRS = {
-    "images": List(Image()), "prompt": _MESSAGES, "chosen": _MESSAGES, "rejected": _MESSAGES,
-    "question": _STR, "reference": _STR,
-    "chosen_answer": _STR, "chosen_by": _STR, "chosen_from": _STR, "chosen_sample": Value("int32"),
-    "rejected_answer": _STR, "rejected_from": _STR, "rejected_sample": Value("int32"), "rejected_reason": _STR,
-    **MEASURED, "image_sha256": _STR, "clean_meta": CLEAN_META,
+    "images": List(Image()),
+    "prompt": _MESSAGES,
+    "chosen": _MESSAGES,
+    "rejected": _MESSAGES,
+    "question": _STR,
+    "reference": _STR,
+    "chosen_answer": _STR,
+    "chosen_by": _STR,
+    "chosen_from": _STR,
+    "chosen_sample": Value("int32"),
+    "rejected_answer": _STR,
+    "rejected_from": _STR,
+    "rejected_sample": Value("int32"),
+    "rejected_reason": _STR,
+    **MEASURED,
+    "image_sha256": _STR,
+    "clean_meta": CLEAN_META,
 }
 """The pairs repo: one row per question, TRL's conversational preference layout with images (`rs.pipeline.write.pairs`): the
 messages' content is text, and TRL puts the image before the user's text (`trl.data_utils.prepare_multimodal_messages`)."""
 
 
-_INTERVAL = {"pass_rate": Value("float64"), "passed": Value("int32"), "k": Value("int32"),
-             "pass_rate_low": Value("float64"), "pass_rate_high": Value("float64")}
+_INTERVAL = {
+    "pass_rate": Value("float64"),
+    "passed": Value("int32"),
+    "k": Value("int32"),
+    "pass_rate_low": Value("float64"),
+    "pass_rate_high": Value("float64"),
+}
 
 GENERATION = {
-    "kind": _STR, "sample": Value("int32"), "sampled_for": _STR, "seed": Value("int64"), "temperature": Value("float64"),
-    "text": _STR, "reasoning": _STR, "final": _STR, "finish_reason": _STR, "ending": _STR,
-    "completion_tokens": Value("int64"), "thinking_tokens": Value("int64"), "error": _STR,
-    "reader": _STR, "judge": _STR, "reasoning_agrees": Value("bool"),
-    "accepted": Value("bool"), "accepted_by": _STR, "reason": _STR,
+    "kind": _STR,
+    "sample": Value("int32"),
+    "sampled_for": _STR,
+    "seed": Value("int64"),
+    "temperature": Value("float64"),
+    "text": _STR,
+    "reasoning": _STR,
+    "final": _STR,
+    "finish_reason": _STR,
+    "ending": _STR,
+    "completion_tokens": Value("int64"),
+    "thinking_tokens": Value("int64"),
+    "error": _STR,
+    "reader": _STR,
+    "judge": _STR,
+    "reasoning_agrees": Value("bool"),
+    "accepted": Value("bool"),
+    "accepted_by": _STR,
+    "reason": _STR,
 }
 """One answer a question got, in the samples repo (`rs.pipeline.write.samples`)."""
 
 CLEAN_ITEM = {
-    "key": _STR, "record_id": _STR, "turn": Value("int32"), "question": _STR, "answer": _STR, "references": List(_STR),
-    "options": List(_STR), "qtype": _STR, "source": _STR, "image_ref": _STR, "rewrites": List(_STR), "flags": List(_STR),
+    "key": _STR,
+    "record_id": _STR,
+    "turn": Value("int32"),
+    "question": _STR,
+    "answer": _STR,
+    "references": List(_STR),
+    "options": List(_STR),
+    "qtype": _STR,
+    "source": _STR,
+    "image_ref": _STR,
+    "rewrites": List(_STR),
+    "flags": List(_STR),
 }
 """A question as cleaning kept it (`rs.store.CLEAN_QA`): what the reader grades an answer against."""
 
 SAMPLES = {
-    "image": Image(), "row": Value("int64"), "key": _STR, "question": _STR, "reference": _STR, "references": List(_STR),
-    "question_type": _STR, "item": CLEAN_ITEM, "model": _STR, "model_revision": _STR, "prompt_tokens": Value("int64"),
+    "image": Image(),
+    "row": Value("int64"),
+    "key": _STR,
+    "question": _STR,
+    "reference": _STR,
+    "references": List(_STR),
+    "question_type": _STR,
+    "item": CLEAN_ITEM,
+    "model": _STR,
+    "model_revision": _STR,
+    "prompt_tokens": Value("int64"),
     "prompt_reasoning": _STR,
-    "accepted": Value("bool"), "accepted_by": _STR, "reason": _STR, "greedy_accepted": Value("bool"),
-    "published": Value("int32"), **_INTERVAL, "generations": List(GENERATION), "image_sha256": _STR, "clean_meta": CLEAN_META,
+    "accepted": Value("bool"),
+    "accepted_by": _STR,
+    "reason": _STR,
+    "greedy_accepted": Value("bool"),
+    "published": Value("int32"),
+    **_INTERVAL,
+    "generations": List(GENERATION),
+    "image_sha256": _STR,
+    "clean_meta": CLEAN_META,
 }
 """The samples repo (`publish.samples`): one row per question with every generation it got."""
 
 RL = {
-    "images": List(Image()), "prompt": _MESSAGES, "solution": _STR, "references": List(_STR), "question": _STR,
-    "question_type": _STR, **_INTERVAL, "greedy_accepted": Value("bool"), "image_sha256": _STR, "clean_meta": CLEAN_META,
+    "images": List(Image()),
+    "prompt": _MESSAGES,
+    "solution": _STR,
+    "references": List(_STR),
+    "question": _STR,
+    "question_type": _STR,
+    **_INTERVAL,
+    "greedy_accepted": Value("bool"),
+    "image_sha256": _STR,
+    "clean_meta": CLEAN_META,
 }
 """The RL repo (`recovery.difficulty.rl`): TRL's GRPO layout (conversational `prompt`, `images`; the other columns go to
 the reward functions, `solution` the reference), one row per question whose pass rate is within the bounds."""

@@ -22,41 +22,91 @@ from rs.records import QAItem, Row
 # the process by ~20 MB per row group read (bench/build.py). The system allocator returns them.
 pa.set_memory_pool(pa.system_memory_pool())
 
-CLEAN_META = pa.struct([
-    ("source", pa.struct([("dataset", pa.string()), ("config", pa.string()), ("split", pa.string()), ("revision", pa.string())])),
-    ("record_ids", pa.list_(pa.string())),
-    ("policy", pa.struct([("name", pa.string()), ("version", pa.string()), ("steps", pa.list_(pa.string()))])),
-    ("rewrites", pa.list_(pa.string())),
-    ("flags", pa.list_(pa.string())),
-    ("contamination", pa.list_(pa.struct([("question", pa.string()), ("set", pa.string()), ("method", pa.string()),
-                                          ("distance", pa.float64())]))),
-])
+CLEAN_META = pa.struct(
+    [
+        (
+            "source",
+            pa.struct(
+                [("dataset", pa.string()), ("config", pa.string()), ("split", pa.string()), ("revision", pa.string())]
+            ),
+        ),
+        ("record_ids", pa.list_(pa.string())),
+        ("policy", pa.struct([("name", pa.string()), ("version", pa.string()), ("steps", pa.list_(pa.string()))])),
+        ("rewrites", pa.list_(pa.string())),
+        ("flags", pa.list_(pa.string())),
+        (
+            "contamination",
+            pa.list_(
+                pa.struct(
+                    [
+                        ("question", pa.string()),
+                        ("set", pa.string()),
+                        ("method", pa.string()),
+                        ("distance", pa.float64()),
+                    ]
+                )
+            ),
+        ),
+    ]
+)
 
-CLEAN_QA = pa.struct([
-    ("key", pa.string()), ("record_id", pa.string()), ("turn", pa.int32()),
-    ("question", pa.string()), ("answer", pa.string()), ("references", pa.list_(pa.string())),
-    ("options", pa.list_(pa.string())), ("qtype", pa.string()), ("source", pa.string()), ("image_ref", pa.string()),
-    ("rewrites", pa.list_(pa.string())), ("flags", pa.list_(pa.string())),
-])
+CLEAN_QA = pa.struct(
+    [
+        ("key", pa.string()),
+        ("record_id", pa.string()),
+        ("turn", pa.int32()),
+        ("question", pa.string()),
+        ("answer", pa.string()),
+        ("references", pa.list_(pa.string())),
+        ("options", pa.list_(pa.string())),
+        ("qtype", pa.string()),
+        ("source", pa.string()),
+        ("image_ref", pa.string()),
+        ("rewrites", pa.list_(pa.string())),
+        ("flags", pa.list_(pa.string())),
+    ]
+)
 
-CLEAN_ROWS = pa.schema([
-    ("image", pa.binary()), ("image_sha256", pa.string()), ("qa", pa.list_(CLEAN_QA)), ("clean_meta", CLEAN_META),
-])
+CLEAN_ROWS = pa.schema(
+    [
+        ("image", pa.binary()),
+        ("image_sha256", pa.string()),
+        ("qa", pa.list_(CLEAN_QA)),
+        ("clean_meta", CLEAN_META),
+    ]
+)
+
 
 def qa_record(item: QAItem) -> dict[str, Any]:
     """A cleaned question as the clean store (and a samples repo's `item`) holds it; `qa_item` reads it back."""
     return {
-        "key": item.key, "record_id": item.record_id, "turn": item.turn, "question": item.question, "answer": item.answer,
-        "references": list(item.references), "options": list(item.options), "qtype": item.qtype, "source": item.source,
-        "image_ref": item.image_ref, "rewrites": list(item.rewrites), "flags": list(item.flags),
+        "key": item.key,
+        "record_id": item.record_id,
+        "turn": item.turn,
+        "question": item.question,
+        "answer": item.answer,
+        "references": list(item.references),
+        "options": list(item.options),
+        "qtype": item.qtype,
+        "source": item.source,
+        "image_ref": item.image_ref,
+        "rewrites": list(item.rewrites),
+        "flags": list(item.flags),
     }
 
 
 def qa_item(record: dict[str, Any]) -> QAItem:
     return QAItem(
-        question=record["question"], answer=record["answer"], record_id=record["record_id"], turn=record["turn"],
-        source=record["source"], image_ref=record["image_ref"], references=tuple(record["references"] or ()),
-        options=tuple(record["options"] or ()), qtype=record["qtype"], rewrites=list(record["rewrites"] or []),
+        question=record["question"],
+        answer=record["answer"],
+        record_id=record["record_id"],
+        turn=record["turn"],
+        source=record["source"],
+        image_ref=record["image_ref"],
+        references=tuple(record["references"] or ()),
+        options=tuple(record["options"] or ()),
+        qtype=record["qtype"],
+        rewrites=list(record["rewrites"] or []),
         flags=list(record["flags"] or []),
     )
 
@@ -68,7 +118,16 @@ class ParquetStreamWriter:
     file that looks complete.
     """
 
-    def __init__(self, directory: str | Path, prefix: str, schema: pa.Schema, *, group_bytes: int = 64 << 20, group_rows: int = 10_000, file_bytes: int = 1 << 30):
+    def __init__(
+        self,
+        directory: str | Path,
+        prefix: str,
+        schema: pa.Schema,
+        *,
+        group_bytes: int = 64 << 20,
+        group_rows: int = 10_000,
+        file_bytes: int = 1 << 30,
+    ):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.prefix, self.schema = prefix, schema
@@ -124,7 +183,9 @@ class ParquetStreamWriter:
             self._writer.close()
 
 
-def read_records(directory: str | Path, prefix: str, *, batch_rows: int = 256, columns: list[str] | None = None) -> Iterator[dict[str, Any]]:
+def read_records(
+    directory: str | Path, prefix: str, *, batch_rows: int = 256, columns: list[str] | None = None
+) -> Iterator[dict[str, Any]]:
     """Stream the records of a store back, file by file, in the order they were written.
 
     One reader per row group: a single `iter_batches` over a whole file keeps memory of every row group it has read
@@ -143,7 +204,12 @@ def write_clean_rows(rows: Iterable[Row], directory: str | Path, *, group_bytes:
     with ParquetStreamWriter(directory, "rows", CLEAN_ROWS, group_bytes=group_bytes, group_rows=2_000) as writer:
         for row in rows:
             writer.write(
-                {"image": row.image, "image_sha256": row.image_sha256, "qa": [qa_record(q) for q in row.qa], "clean_meta": row.clean_meta},
+                {
+                    "image": row.image,
+                    "image_sha256": row.image_sha256,
+                    "qa": [qa_record(q) for q in row.qa],
+                    "clean_meta": row.clean_meta,
+                },
                 size=len(row.image),
             )
         return writer.rows
@@ -154,8 +220,13 @@ def read_clean_rows(directory: str | Path, *, images: bool = True) -> Iterator[R
     columns = None if images else ["image_sha256", "qa", "clean_meta"]
     for record in read_records(directory, "rows", batch_rows=64 if images else 1024, columns=columns):
         meta = record["clean_meta"]
-        yield Row(image=record["image"] if images else b"", image_sha256=record["image_sha256"], qa=[qa_item(q) for q in record["qa"]],
-                  record_ids=list(meta["record_ids"]), clean_meta=meta)
+        yield Row(
+            image=record["image"] if images else b"",
+            image_sha256=record["image_sha256"],
+            qa=[qa_item(q) for q in record["qa"]],
+            record_ids=list(meta["record_ids"]),
+            clean_meta=meta,
+        )
 
 
 def read_clean_images(directory: str | Path, hashes: set[str]) -> dict[str, bytes]:

@@ -15,10 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CHANGES = {
-    "    recovery: {samples: 4, temperature: 0.7, pairs: true}\n":
-        "    recovery: {samples: 4, temperature: 0.7, pairs: true, difficulty: {samples: 4, rl: {}}}\n",
-    "    publish: {namespace: local, target: local}\n":
-        "    publish: {namespace: local, target: local, samples: true}\n",
+    "    recovery: {samples: 4, temperature: 0.7, pairs: true}\n": "    recovery: {samples: 4, temperature: 0.7, pairs: true, difficulty: {samples: 4, rl: {}}}\n",
+    "    publish: {namespace: local, target: local}\n": "    publish: {namespace: local, target: local, samples: true}\n",
 }
 """TinyCLEVR's lines in the shipped families.yaml, and what the variant says instead."""
 

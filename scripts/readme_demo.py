@@ -36,8 +36,18 @@ def summary(stdout: str, family: str = FAMILY) -> str:
     if start is None:
         raise ReadmeDrift(f"no line starting '{family}: ' in the demo's output: is it the output of `make demo`?")
     block = [lines[start]]
-    for line in lines[start + 1:]:
-        if not line.startswith(("  recovery:", "  verifier:", "  decontamination:", "  rejected by reason:", "  answers ended:", "  judge calibration:", "  judge:")):
+    for line in lines[start + 1 :]:
+        if not line.startswith(
+            (
+                "  recovery:",
+                "  verifier:",
+                "  decontamination:",
+                "  rejected by reason:",
+                "  answers ended:",
+                "  judge calibration:",
+                "  judge:",
+            )
+        ):
             break
         block.append(line)
     return "\n".join(block)
@@ -50,16 +60,22 @@ judge, so a CPU other than the one that wrote the README may tip one (README.md,
 
 def portable(text: str) -> str:
     """`text` with the numbers of the judge's lines masked: what every machine prints alike, and the tests compare."""
-    return "\n".join(re.sub(r"\d[\d,.]*", "#", line) if line.startswith(JUDGE_LINES) else line for line in text.split("\n"))
+    return "\n".join(
+        re.sub(r"\d[\d,.]*", "#", line) if line.startswith(JUDGE_LINES) else line for line in text.split("\n")
+    )
 
 
 def updated(readme: str, stdout: str, stats: dict) -> str:
     """The README with the demo's summary and its count of questions asked for a letter."""
     block = summary(stdout)
     if not _BLOCK.search(readme) or not _LETTERED.search(readme):
-        raise ReadmeDrift("README.md no longer has the demo's sample block or its 'The N questions with lettered options' sentence")
+        raise ReadmeDrift(
+            "README.md no longer has the demo's sample block or its 'The N questions with lettered options' sentence"
+        )
     if "judge: BLOCKED" not in block and "its CORRECT verdicts promote nothing" in readme:
-        raise ReadmeDrift("the judge now passes its calibration in the demo, but the README says it promotes nothing: rewrite that paragraph")
+        raise ReadmeDrift(
+            "the judge now passes its calibration in the demo, but the README says it promotes nothing: rewrite that paragraph"
+        )
     readme = _BLOCK.sub(lambda m: m.group(1) + block + m.group(3), readme, count=1)
     lettered = stats["prompts"]["multiple_choice_items"]
     return _LETTERED.sub(lambda m: f"The {lettered:,}{m.group(1)}questions with lettered options", readme, count=1)
@@ -67,8 +83,12 @@ def updated(readme: str, stdout: str, stats: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 with a diff when README.md differs")
-    parser.add_argument("--build-dir", type=Path, default=ROOT / "build", help="where the demo's build is (default: ./build)")
+    parser.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 with a diff when README.md differs"
+    )
+    parser.add_argument(
+        "--build-dir", type=Path, default=ROOT / "build", help="where the demo's build is (default: ./build)"
+    )
     args = parser.parse_args(argv)
     stdout = sys.stdin.read()
     stats = json.loads((args.build_dir / FAMILY / "stats.json").read_text())
@@ -76,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     before = path.read_text(encoding="utf-8")
     after = updated(before, stdout, stats)
     if args.check:
-        sys.stdout.writelines(difflib.unified_diff(before.splitlines(True), after.splitlines(True), "README.md", "README.md (demo)"))
+        sys.stdout.writelines(
+            difflib.unified_diff(before.splitlines(True), after.splitlines(True), "README.md", "README.md (demo)")
+        )
         return int(before != after)
     path.write_text(after, encoding="utf-8")
     print("README.md: the demo's sample " + ("updated" if before != after else "already matched"))

@@ -35,40 +35,92 @@ class Case:
 
 
 CLEVR_ANSWERS = Vocabulary.build(
-    ["gray", "red", "blue", "green", "brown", "purple", "cyan", "yellow", "cube", "sphere", "cylinder", "rubber", "metal",
-     "large", "small"],
-    synonyms={"gray": ["grey"], "cube": ["cubes", "block", "blocks"], "sphere": ["spheres", "ball", "balls"],
-              "cylinder": ["cylinders"], "rubber": ["matte"], "metal": ["metallic", "shiny"], "large": ["big"],
-              "small": ["tiny"]},
-    categories={"color": ["gray", "red", "blue", "green", "brown", "purple", "cyan", "yellow"],
-                "shape": ["cube", "sphere", "cylinder"], "material": ["rubber", "metal"], "size": ["large", "small"]},
+    [
+        "gray",
+        "red",
+        "blue",
+        "green",
+        "brown",
+        "purple",
+        "cyan",
+        "yellow",
+        "cube",
+        "sphere",
+        "cylinder",
+        "rubber",
+        "metal",
+        "large",
+        "small",
+    ],
+    synonyms={
+        "gray": ["grey"],
+        "cube": ["cubes", "block", "blocks"],
+        "sphere": ["spheres", "ball", "balls"],
+        "cylinder": ["cylinders"],
+        "rubber": ["matte"],
+        "metal": ["metallic", "shiny"],
+        "large": ["big"],
+        "small": ["tiny"],
+    },
+    categories={
+        "color": ["gray", "red", "blue", "green", "brown", "purple", "cyan", "yellow"],
+        "shape": ["cube", "sphere", "cylinder"],
+        "material": ["rubber", "metal"],
+        "size": ["large", "small"],
+    },
 )
 
 WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
 
 # Phrasings of one stated value v: (class, template). The answer states v and nothing against it.
 WRAPPED = [
-    ("bare", "{v}"), ("bare", " {v} "), ("bare", "{v}."), ("markdown", "**{v}**"), ("markdown", "*{v}*"),
-    ("markdown", "`{v}`"), ("wrapper", "Answer: {v}"), ("wrapper", "**Answer:** {v}"), ("wrapper", "Final answer: {v}"),
-    ("wrapper", "**Final Answer:** {v}"), ("wrapper", "Final Answer: **{v}**"), ("wrapper", "The answer is {v}."),
-    ("wrapper", "The final answer is **{v}**."), ("wrapper", "\\boxed{{{v}}}"), ("wrapper", "$\\boxed{{\\text{{{v}}}}}$"),
-    ("wrapper", "<answer>{v}</answer>"), ("wrapper", "<answer> {v} </answer>"), ("wrapper", '"{v}"'),
-    ("wrapper", "**Final Answer**\n\n{v}"), ("wrapper", "Answer: {v}\n\nAnswer: {v}"),
+    ("bare", "{v}"),
+    ("bare", " {v} "),
+    ("bare", "{v}."),
+    ("markdown", "**{v}**"),
+    ("markdown", "*{v}*"),
+    ("markdown", "`{v}`"),
+    ("wrapper", "Answer: {v}"),
+    ("wrapper", "**Answer:** {v}"),
+    ("wrapper", "Final answer: {v}"),
+    ("wrapper", "**Final Answer:** {v}"),
+    ("wrapper", "Final Answer: **{v}**"),
+    ("wrapper", "The answer is {v}."),
+    ("wrapper", "The final answer is **{v}**."),
+    ("wrapper", "\\boxed{{{v}}}"),
+    ("wrapper", "$\\boxed{{\\text{{{v}}}}}$"),
+    ("wrapper", "<answer>{v}</answer>"),
+    ("wrapper", "<answer> {v} </answer>"),
+    ("wrapper", '"{v}"'),
+    ("wrapper", "**Final Answer**\n\n{v}"),
+    ("wrapper", "Answer: {v}\n\nAnswer: {v}"),
 ]
 # The stated value followed or preceded by an explanation that states no value of its kind.
-EXPLAINED_AFTER = ["{v}\n\nThis is what the image shows.", "{v}\n\n**Explanation:** it is clearly visible in the image.",
-                   "Answer: {v}\n\nI looked at the whole image before answering."]
-EXPLAINED_BEFORE = ["After looking at the image carefully:\n\nAnswer: {v}",
-                    "Looking at the image, the answer is {v}.", "I examined every part of the picture.\n\n\\boxed{{{v}}}"]
+EXPLAINED_AFTER = [
+    "{v}\n\nThis is what the image shows.",
+    "{v}\n\n**Explanation:** it is clearly visible in the image.",
+    "Answer: {v}\n\nI looked at the whole image before answering.",
+]
+EXPLAINED_BEFORE = [
+    "After looking at the image carefully:\n\nAnswer: {v}",
+    "Looking at the image, the answer is {v}.",
+    "I examined every part of the picture.\n\n\\boxed{{{v}}}",
+]
 # A right-looking value, then another value: the final answer is the second (corrections) or none (alternatives).
-CORRECTED = [("correction, keyword", "{v}\n\nWait, actually it is {w}."), ("correction, keyword", "Answer: {v}\n\nNo, it's {w}."),
-             ("correction, keyword", "\\boxed{{{v}}}\n\nHmm, on second thought: {w}."),
-             ("correction, no keyword", "{v}\n\nOn closer inspection, it is {w}."),
-             ("correction, no keyword", "\\boxed{{{v}}}\n\nOn closer inspection, the correct value is {w}."),
-             ("correction, no keyword", "{v}\n{w}"), ("correction, no keyword", "Answer: {v}\n\nLooking again: {w}."),
-             ("alternative", "{v} or {w}"), ("alternative", "Answer: {v}\n\n({w} if the partly hidden one is counted)"),
-             ("alternative", "Either {v} or {w}."), ("two marks", "\\boxed{{{v}}} or \\boxed{{{w}}}"),
-             ("two marks", "<answer>{v}</answer> ... <answer>{w}</answer>")]
+CORRECTED = [
+    ("correction, keyword", "{v}\n\nWait, actually it is {w}."),
+    ("correction, keyword", "Answer: {v}\n\nNo, it's {w}."),
+    ("correction, keyword", "\\boxed{{{v}}}\n\nHmm, on second thought: {w}."),
+    ("correction, no keyword", "{v}\n\nOn closer inspection, it is {w}."),
+    ("correction, no keyword", "\\boxed{{{v}}}\n\nOn closer inspection, the correct value is {w}."),
+    ("correction, no keyword", "{v}\n{w}"),
+    ("correction, no keyword", "Answer: {v}\n\nLooking again: {w}."),
+    ("alternative", "{v} or {w}"),
+    ("alternative", "Answer: {v}\n\n({w} if the partly hidden one is counted)"),
+    ("alternative", "Either {v} or {w}."),
+    ("two marks", "\\boxed{{{v}}} or \\boxed{{{w}}}"),
+    ("two marks", "<answer>{v}</answer> ... <answer>{w}</answer>"),
+]
 HEDGED = ["Probably {v}.", "Maybe {v}?", "{v}?", "I think it might be {v}, but I'm not sure.", "Possibly {v}."]
 
 
@@ -99,33 +151,66 @@ def _clevr() -> Iterator[Case]:
         other = colours[(i + 3) % len(colours)]
         q = f"What color is the large {shapes[i % 3]} behind the small {other} thing?"
         yield from _phrasings("alnum", colour, other, (colour,), question=q, closed_set=True)
-        yield Case("alnum", "explanation, other kind", f"{colour.title()}\n\nThe {shapes[i % 3]} is {colour}; two other objects are in front.",
-                   (colour,), True, question=q, closed_set=True)
+        yield Case(
+            "alnum",
+            "explanation, other kind",
+            f"{colour.title()}\n\nThe {shapes[i % 3]} is {colour}; two other objects are in front.",
+            (colour,),
+            True,
+            question=q,
+            closed_set=True,
+        )
         yield Case("alnum", "near miss", other.title(), (colour,), False, question=q, closed_set=True)
-    for shape, synonyms in (("sphere", ["Ball", "ball", "balls", "spheres", "A ball."]), ("cube", ["block", "Block", "cubes"]),
-                            ("cylinder", ["cylinders", "Cylinder."])):
+    for shape, synonyms in (
+        ("sphere", ["Ball", "ball", "balls", "spheres", "A ball."]),
+        ("cube", ["block", "Block", "cubes"]),
+        ("cylinder", ["cylinders", "Cylinder."]),
+    ):
         q = "What shape is the small rubber object to the left of the red thing?"
         for spelling in synonyms:
             yield Case("alnum", "synonym", spelling, (shape,), True, question=q, closed_set=True)
             yield Case("alnum", "synonym", f"Answer: {spelling}", (shape,), True, question=q, closed_set=True)
-        yield from _phrasings("alnum", shape, "cylinder" if shape != "cylinder" else "cube", (shape,), question=q, closed_set=True)
+        yield from _phrasings(
+            "alnum", shape, "cylinder" if shape != "cylinder" else "cube", (shape,), question=q, closed_set=True
+        )
     for material, spellings in (("metal", ["metallic", "Metallic", "shiny"]), ("rubber", ["matte", "Matte."])):
         q = "What material is the big cyan cube?"
         for spelling in spellings:
             yield Case("alnum", "synonym", spelling, (material,), True, question=q, closed_set=True)
             yield Case("alnum", "synonym", f"The cube is {spelling}.", (material,), True, question=q, closed_set=True)
-        yield from _phrasings("alnum", material, "rubber" if material == "metal" else "metal", (material,), question=q, closed_set=True)
+        yield from _phrasings(
+            "alnum", material, "rubber" if material == "metal" else "metal", (material,), question=q, closed_set=True
+        )
     for size, spelling in (("large", "big"), ("small", "tiny")):
         q = "What size is the gray sphere?"
         yield Case("alnum", "synonym", spelling, (size,), True, question=q, closed_set=True)
-        yield from _phrasings("alnum", size, "small" if size == "large" else "large", (size,), question=q, closed_set=True)
+        yield from _phrasings(
+            "alnum", size, "small" if size == "large" else "large", (size,), question=q, closed_set=True
+        )
     for yes in ("yes", "no"):
         no = "no" if yes == "yes" else "yes"
         q = "Are there more cubes than cylinders?"
         yield from _phrasings("alnum", yes.title(), no.title(), (yes,), question=q, closed_set=True)
-        yield Case("alnum", "explanation, other kind", f"{yes.title()}\n\nThere are 5 cubes and 2 cylinders.", (yes,), True, question=q, closed_set=True)
-        yield Case("alnum", "sentence", f"{yes.title()}, there are more cubes than cylinders." if yes == "yes"
-                   else "No, there are not more cubes than cylinders.", (yes,), True, question=q, closed_set=True)
+        yield Case(
+            "alnum",
+            "explanation, other kind",
+            f"{yes.title()}\n\nThere are 5 cubes and 2 cylinders.",
+            (yes,),
+            True,
+            question=q,
+            closed_set=True,
+        )
+        yield Case(
+            "alnum",
+            "sentence",
+            f"{yes.title()}, there are more cubes than cylinders."
+            if yes == "yes"
+            else "No, there are not more cubes than cylinders.",
+            (yes,),
+            True,
+            question=q,
+            closed_set=True,
+        )
     for n in range(0, 11):
         q = "How many objects are there?"
         yield from _phrasings("alnum", str(n), str(n + 1), (str(n),), question=q, closed_set=True)
@@ -156,11 +241,16 @@ def _count() -> Iterator[Case]:
 
 def _relaxed() -> Iterator[Case]:
     q = "What is the value of the blue bar in 2015?"
-    for ref, right_forms, wrong in (("42", ["42", "42.0", "42%", "42 %", "forty-two"], "48"),
-                                    ("13.5", ["13.5", "13.50", "13.5%"], "15"), ("2556.25", ["2,556.25", "$2,556.25", "2556.25"], "3656.25"),
-                                    ("0.42", ["0.42"], "0.52"), ("13%", ["13", "13%", "13 %"], "17"),
-                                    ("2010", ["2010"], "2008"), ("120", ["120", "one hundred twenty", "120.0"], "150"),
-                                    ("7.5", ["7.5", "7 1/2", "7½", "15/2"], "8.5")):
+    for ref, right_forms, wrong in (
+        ("42", ["42", "42.0", "42%", "42 %", "forty-two"], "48"),
+        ("13.5", ["13.5", "13.50", "13.5%"], "15"),
+        ("2556.25", ["2,556.25", "$2,556.25", "2556.25"], "3656.25"),
+        ("0.42", ["0.42"], "0.52"),
+        ("13%", ["13", "13%", "13 %"], "17"),
+        ("2010", ["2010"], "2008"),
+        ("120", ["120", "one hundred twenty", "120.0"], "150"),
+        ("7.5", ["7.5", "7 1/2", "7½", "15/2"], "8.5"),
+    ):
         for form in right_forms:
             yield Case("relaxed", "notation", form, (ref,), True, question=q)
             yield Case("relaxed", "notation", f"The answer is {form}.", (ref,), True, question=q)
@@ -177,15 +267,22 @@ def _relaxed() -> Iterator[Case]:
 
 def _anls() -> Iterator[Case]:
     q = "What is the title of the person who signed the letter?"
-    for ref, right, wrong in (("Chairman of the Board", "Chairman of the Board", "Secretary of the Board"),
-                              ("ITC Limited", "ITC Limited", "ITC Holdings"), ("John A. Smith", "John A. Smith", "John B. Smith"),
-                              ("Department of Health", "Department of Health", "Department of Wealth")):
+    for ref, right, wrong in (
+        ("Chairman of the Board", "Chairman of the Board", "Secretary of the Board"),
+        ("ITC Limited", "ITC Limited", "ITC Holdings"),
+        ("John A. Smith", "John A. Smith", "John B. Smith"),
+        ("Department of Health", "Department of Health", "Department of Wealth"),
+    ):
         yield from _phrasings("anls", right, wrong, (ref,), question=q)
     for template in ("{v}", "**{v}**", "Answer: {v}", "The answer is {v}."):  # a typo ANLS forgives: the judge's
-        yield Case("anls", "leniency", template.format(v="Department of Helth"), ("Department of Health",), True, question=q)
+        yield Case(
+            "anls", "leniency", template.format(v="Department of Helth"), ("Department of Health",), True, question=q
+        )
     for ref, right, wrong in (("1998", "1998", "1988"), ("$2,556.25", "$2,556.25", "$2,656.25"), ("42", "42", "24")):
         yield from _phrasings("anls", right, wrong, (ref,), question="What is the total shown on the form?")
-        yield Case("anls", "sentence", f"The total is {right}.", (ref,), True, question="What is the total shown on the form?")
+        yield Case(
+            "anls", "sentence", f"The total is {right}.", (ref,), True, question="What is the total shown on the form?"
+        )
     yield Case("anls", "notation", "45%", ("45",), True, question="What percentage of respondents agreed?")
     yield Case("anls", "notation", "13", ("13%",), True, question="What percentage of respondents agreed?")
     yield Case("anls", "near miss", "007", ("7",), False, question="What is the agent's number?")
@@ -193,7 +290,12 @@ def _anls() -> Iterator[Case]:
 
 def _vqa() -> Iterator[Case]:
     q = "What does the sign say?"
-    for ref, right, wrong in (("stop", "STOP", "GO"), ("2", "two", "3"), ("yes", "Yes", "No"), ("coca cola", "Coca Cola", "Pepsi")):
+    for ref, right, wrong in (
+        ("stop", "STOP", "GO"),
+        ("2", "two", "3"),
+        ("yes", "Yes", "No"),
+        ("coca cola", "Coca Cola", "Pepsi"),
+    ):
         refs = (ref,) * 8 + ("other",) * 2
         yield from _phrasings("vqa", right, wrong, refs, question=q)
     yield Case("vqa", "number words", "eleven", ("11",) * 10, True, question="How many people are there?")
@@ -205,23 +307,45 @@ def _mcq() -> Iterator[Case]:
     for i, letter in enumerate("ABCD"):
         wrong = "ABCD"[(i + 1) % 4]
         yield from _phrasings("mcq", letter, wrong, (letter,), question=q, options=options)
-        for form in (f"({letter})", f"{letter}.", f"{letter})", f"Option {letter}", f"The correct option is {letter}.",
-                     f"{letter} ({options[i]})", f"{letter}. {options[i]}", options[i], options[i].title()):
+        for form in (
+            f"({letter})",
+            f"{letter}.",
+            f"{letter})",
+            f"Option {letter}",
+            f"The correct option is {letter}.",
+            f"{letter} ({options[i]})",
+            f"{letter}. {options[i]}",
+            options[i],
+            options[i].title(),
+        ):
             yield Case("mcq", "option forms", form, (letter,), True, question=q, options=options)
-        yield Case("mcq", "option forms", f"{letter} ({options[(i + 1) % 4]})", (letter,), False, question=q, options=options)
-        yield Case("mcq", "correction, no keyword", f"Answer: {letter}\n\nThe picture shows the {options[(i + 2) % 4]}.",
-                   (letter,), False, question=q, options=options)
+        yield Case(
+            "mcq", "option forms", f"{letter} ({options[(i + 1) % 4]})", (letter,), False, question=q, options=options
+        )
+        yield Case(
+            "mcq",
+            "correction, no keyword",
+            f"Answer: {letter}\n\nThe picture shows the {options[(i + 2) % 4]}.",
+            (letter,),
+            False,
+            question=q,
+            options=options,
+        )
 
 
 def _math() -> Iterator[Case]:
     q = "What fraction of the shapes are shaded?"
-    for ref, right_forms, wrong in (("\\frac{2}{5}", ["2/5", "**2/5**", "\\frac{2}{5}", "0.4", "\\dfrac{2}{5}"], "3/5"),
-                                    ("7.5", ["7.5", "7 1/2 cups", "7½", "15/2", "\\frac{15}{2}"], "8"),
-                                    ("\\frac{3}{5}", ["The answer is 3/5.", "3/5", "$\\frac{3}{5}$"], "2/5"),
-                                    ("4", ["4", "x = 4", "four"], "3/4")):
+    for ref, right_forms, wrong in (
+        ("\\frac{2}{5}", ["2/5", "**2/5**", "\\frac{2}{5}", "0.4", "\\dfrac{2}{5}"], "3/5"),
+        ("7.5", ["7.5", "7 1/2 cups", "7½", "15/2", "\\frac{15}{2}"], "8"),
+        ("\\frac{3}{5}", ["The answer is 3/5.", "3/5", "$\\frac{3}{5}$"], "2/5"),
+        ("4", ["4", "x = 4", "four"], "3/4"),
+    ):
         for form in right_forms:
             yield Case("math", "notation", form, (ref,), True, question=q)
-        yield from _phrasings("math", right_forms[0].removeprefix("The answer is ").rstrip("."), wrong, (ref,), question=q)
+        yield from _phrasings(
+            "math", right_forms[0].removeprefix("The answer is ").rstrip("."), wrong, (ref,), question=q
+        )
     yield Case("math", "notation", "**3/4**", ("3",), False, question=q)
     yield Case("math", "notation", "The answer is **1/4**.", ("1",), False, question=q)
     yield Case("math", "notation", "(1, 2)", ("(1,2)",), True, question="Which point is on the line?")
@@ -250,7 +374,9 @@ def _issue39() -> Iterator[Case]:
     yield Case("alnum", "retraction", "No.\n\nNo wait, I had that backwards.", ("yes",), False, question="Is it red?")
     yield Case("count", "retraction", "3\n\n...on second look I was wrong.", ("3",), False, question="How many?")
     yield Case("count", "retraction", "4\n\n...on second look I was wrong.", ("3",), False, question="How many?")
-    yield Case("alnum", "retraction", "Red.\n\nWell, red-ish.", ("red",), False, question="What color?", closed_set=True)
+    yield Case(
+        "alnum", "retraction", "Red.\n\nWell, red-ish.", ("red",), False, question="What color?", closed_set=True
+    )
     yield Case("count", "correction, dash", "5? No, 6 — 6.", ("6",), True, question="How many?")
     yield Case("count", "correction, same line", "5, wait, 6", ("6",), True, question="How many?")
     yield Case("count", "correction, other script", "5\n应为6", ("6",), True, question="How many?")
@@ -264,8 +390,15 @@ def _issue39() -> Iterator[Case]:
     yield Case("alnum", "option text", "cube", ("B",), False, question=mc, options=shapes)
     yield Case("vqa", "option text", "Cylinder", ("B",), True, question=mc, options=shapes)
     chart = "What was the revenue in 2019 (in billions)?"
-    for answer, ref in (("12.5 billion", "12.5"), ("1/3", "0.33"), ("\\frac{2}{3}", "0.67"), ("0.333...", "0.33"),
-                        ("$1\\,000$", "1000"), ("forty percent", "0.4"), ("40 percent", "40%")):
+    for answer, ref in (
+        ("12.5 billion", "12.5"),
+        ("1/3", "0.33"),
+        ("\\frac{2}{3}", "0.67"),
+        ("0.333...", "0.33"),
+        ("$1\\,000$", "1000"),
+        ("forty percent", "0.4"),
+        ("40 percent", "40%"),
+    ):
         yield Case("relaxed", "not certain", answer, (ref,), True, question=chart)
     for answer, ref in (("2_500", "2"), ("1,0000", "1000"), ("1O0", "10")):
         yield Case("count", "malformed", answer, (ref,), False, question="How many?")

@@ -34,8 +34,10 @@ from rs.answers import Grade, Grader, Outcome, Vocabulary
 from rs.verifiers import get_verifier
 from rs.verifiers.base import ItemInfo
 
-WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-         "seventeen eighteen nineteen twenty").split()
+WORDS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty"
+).split()
 TENS = {30: "thirty", 40: "forty", 50: "fifty", 60: "sixty", 70: "seventy", 80: "eighty", 90: "ninety"}
 
 
@@ -78,25 +80,74 @@ class Case:
 
 
 CLEVR = Vocabulary.build(
-    ["gray", "red", "blue", "green", "brown", "purple", "cyan", "yellow", "cube", "sphere", "cylinder", "rubber", "metal",
-     "large", "small"],
-    synonyms={"gray": ["grey"], "cube": ["cubes", "block", "blocks"], "sphere": ["spheres", "ball", "balls"],
-              "cylinder": ["cylinders"], "rubber": ["matte"], "metal": ["metallic", "shiny"], "large": ["big"],
-              "small": ["tiny"]},
-    categories={"color": ["gray", "red", "blue", "green", "brown", "purple", "cyan", "yellow"],
-                "shape": ["cube", "sphere", "cylinder"], "material": ["rubber", "metal"], "size": ["large", "small"]},
+    [
+        "gray",
+        "red",
+        "blue",
+        "green",
+        "brown",
+        "purple",
+        "cyan",
+        "yellow",
+        "cube",
+        "sphere",
+        "cylinder",
+        "rubber",
+        "metal",
+        "large",
+        "small",
+    ],
+    synonyms={
+        "gray": ["grey"],
+        "cube": ["cubes", "block", "blocks"],
+        "sphere": ["spheres", "ball", "balls"],
+        "cylinder": ["cylinders"],
+        "rubber": ["matte"],
+        "metal": ["metallic", "shiny"],
+        "large": ["big"],
+        "small": ["tiny"],
+    },
+    categories={
+        "color": ["gray", "red", "blue", "green", "brown", "purple", "cyan", "yellow"],
+        "shape": ["cube", "sphere", "cylinder"],
+        "material": ["rubber", "metal"],
+        "size": ["large", "small"],
+    },
 )
-_CATEGORY = {"color": ["gray", "red", "blue", "green", "brown", "purple", "cyan", "yellow"], "shape": ["cube", "sphere", "cylinder"],
-             "material": ["rubber", "metal"], "size": ["large", "small"]}
-_SYNONYMS = {"gray": ["grey", "Gray"], "cube": ["block", "Cube"], "sphere": ["ball", "Sphere"], "metal": ["metallic", "shiny"],
-             "rubber": ["matte"], "large": ["big"], "small": ["tiny"]}
+_CATEGORY = {
+    "color": ["gray", "red", "blue", "green", "brown", "purple", "cyan", "yellow"],
+    "shape": ["cube", "sphere", "cylinder"],
+    "material": ["rubber", "metal"],
+    "size": ["large", "small"],
+}
+_SYNONYMS = {
+    "gray": ["grey", "Gray"],
+    "cube": ["block", "Cube"],
+    "sphere": ["ball", "Sphere"],
+    "metal": ["metallic", "shiny"],
+    "rubber": ["matte"],
+    "large": ["big"],
+    "small": ["tiny"],
+}
 
 # name -> template; {v} is the value. Math delimiters only around what LaTeX can hold.
 PRESENTATIONS: dict[str, str] = {
-    "bare": "{v}", "period": "{v}.", "bold": "**{v}**", "italic": "*{v}*", "code": "`{v}`", "quote": '"{v}"',
-    "curly quote": "“{v}”", "latex text": "$\\text{{{v}}}$", "box": "\\boxed{{{v}}}", "tag": "<answer>{v}</answer>",
-    "answer line": "Answer: {v}", "bold line": "**Answer:** {v}", "sentence": "The answer is {v}.",
-    "bullet": "- {v}", "heading": "**Final Answer**\n\n{v}", "other script": "答案：{v}",
+    "bare": "{v}",
+    "period": "{v}.",
+    "bold": "**{v}**",
+    "italic": "*{v}*",
+    "code": "`{v}`",
+    "quote": '"{v}"',
+    "curly quote": "“{v}”",
+    "latex text": "$\\text{{{v}}}$",
+    "box": "\\boxed{{{v}}}",
+    "tag": "<answer>{v}</answer>",
+    "answer line": "Answer: {v}",
+    "bold line": "**Answer:** {v}",
+    "sentence": "The answer is {v}.",
+    "bullet": "- {v}",
+    "heading": "**Final Answer**\n\n{v}",
+    "other script": "答案：{v}",
 }
 # name -> (template, kind); {o} is another value. Kinds: plain (no effect), other (another value stated beside),
 # turn (retracts or hedges, states nothing), correct (states {o} as the final answer).
@@ -139,6 +190,7 @@ def truth_of(value: Value, continuation: str, other: Value) -> bool | None:
 
 # ---- specs, one generator per verifier ----
 
+
 def _count(rng: random.Random) -> Spec:
     n = rng.randint(0, 40)
     right = [Value(str(n), True, "right")] + ([Value(WORDS[n], True, "right")] if n <= 20 else [])
@@ -154,29 +206,67 @@ def _relaxed(rng: random.Random) -> Spec:
         while r == int(r):
             r = rng.randint(100, 9999) / 10
         within = round(r * 1.03, 1)
-        return Spec("relaxed", (f"{r:g}",), (Value(f"{r:g}", True, "right"), Value(f"{r:.2f}", True, "right"),
-                                              Value(f"{within:g}", True, "near:within tolerance", own=True),
-                                              Value(f"{round(r * 2 + 1, 1):g}", False, "wrong")),
-                    question="What is the value of the blue bar in 2015?")
+        return Spec(
+            "relaxed",
+            (f"{r:g}",),
+            (
+                Value(f"{r:g}", True, "right"),
+                Value(f"{r:.2f}", True, "right"),
+                Value(f"{within:g}", True, "near:within tolerance", own=True),
+                Value(f"{round(r * 2 + 1, 1):g}", False, "wrong"),
+            ),
+            question="What is the value of the blue bar in 2015?",
+        )
     if kind == "count":
         n = rng.randint(20, 90)
-        return Spec("relaxed", (str(n),), (Value(str(n), True, "right"), Value(str(n + 1), False, "near:one count away"),
-                                            Value(str(n * 3), False, "wrong")), question="How many bars are there?")
+        return Spec(
+            "relaxed",
+            (str(n),),
+            (
+                Value(str(n), True, "right"),
+                Value(str(n + 1), False, "near:one count away"),
+                Value(str(n * 3), False, "wrong"),
+            ),
+            question="How many bars are there?",
+        )
     if kind == "year":
         y = rng.randint(1950, 2023)
-        return Spec("relaxed", (str(y),), (Value(str(y), True, "right"), Value(str(y - 1), False, "near:year one away"),
-                                            Value(str(y - 40), False, "wrong")), question="In which year was the value highest?")
+        return Spec(
+            "relaxed",
+            (str(y),),
+            (
+                Value(str(y), True, "right"),
+                Value(str(y - 1), False, "near:year one away"),
+                Value(str(y - 40), False, "wrong"),
+            ),
+            question="In which year was the value highest?",
+        )
     if kind == "percent":
         p = rng.choice([10, 20, 30, 40, 50, 60, 70, 80, 90])
-        return Spec("relaxed", (f"{p}%",), (Value(f"{p}%", True, "right"), Value(f"{p} percent", True, "right"),
-                                             Value(f"{TENS.get(p, WORDS[min(p, 20)])} percent" if p in TENS or p <= 20 else f"{p}%", True, "right"),
-                                             Value(f"{p / 100:g}%", False, "near:percent converted"),
-                                             Value(f"{p * 100}%", False, "near:percent converted"),
-                                             Value(f"{p + 25}%", False, "wrong")), question="What share of respondents agreed?")
+        return Spec(
+            "relaxed",
+            (f"{p}%",),
+            (
+                Value(f"{p}%", True, "right"),
+                Value(f"{p} percent", True, "right"),
+                Value(f"{TENS.get(p, WORDS[min(p, 20)])} percent" if p in TENS or p <= 20 else f"{p}%", True, "right"),
+                Value(f"{p / 100:g}%", False, "near:percent converted"),
+                Value(f"{p * 100}%", False, "near:percent converted"),
+                Value(f"{p + 25}%", False, "wrong"),
+            ),
+            question="What share of respondents agreed?",
+        )
     r = rng.randint(11, 99) / 2
-    return Spec("relaxed", (f"{r:g}",), (Value(f"{r:g}", True, "right"), Value(f"{r:g} billion", True, "near:scale word"),
-                                          Value(f"{r * 3 + 1:g}", False, "wrong")),
-                question="What was the revenue in 2019 (in billions)?")
+    return Spec(
+        "relaxed",
+        (f"{r:g}",),
+        (
+            Value(f"{r:g}", True, "right"),
+            Value(f"{r:g} billion", True, "near:scale word"),
+            Value(f"{r * 3 + 1:g}", False, "wrong"),
+        ),
+        question="What was the revenue in 2019 (in billions)?",
+    )
 
 
 def _alnum(rng: random.Random) -> Spec:
@@ -190,12 +280,22 @@ def _alnum(rng: random.Random) -> Spec:
     if kind == "polar":
         ref = rng.choice(["yes", "no"])
         other = "no" if ref == "yes" else "yes"
-        return Spec("alnum", (ref,), (Value(ref, True, "right"), Value(ref.title(), True, "right"), Value(other.title(), False, "wrong")),
-                    question="Is the cube made of metal?", vocabulary=True)
+        return Spec(
+            "alnum",
+            (ref,),
+            (Value(ref, True, "right"), Value(ref.title(), True, "right"), Value(other.title(), False, "wrong")),
+            question="Is the cube made of metal?",
+            vocabulary=True,
+        )
     if kind == "count":
         n = rng.randint(0, 12)
-        return Spec("alnum", (str(n),), (Value(str(n), True, "right"), Value(WORDS[n], True, "right"),
-                                          Value(str(n + 2), False, "wrong")), question="How many cubes are there?", vocabulary=True)
+        return Spec(
+            "alnum",
+            (str(n),),
+            (Value(str(n), True, "right"), Value(WORDS[n], True, "right"), Value(str(n + 2), False, "wrong")),
+            question="How many cubes are there?",
+            vocabulary=True,
+        )
     if kind == "literal":
         n = rng.randint(1, 12)
         word = rng.choice([WORDS[n], "東京", "ÆON", "Café", "STOP", "Hotel"])
@@ -208,45 +308,82 @@ def _alnum(rng: random.Random) -> Spec:
     i = rng.randrange(3)
     j = (i + 1) % 3
     letter = "ABC"[i]
-    return Spec("alnum", (letter,), (Value(letter, True, "right"), Value(options[i], True, "right"),
-                                      Value(f"the {('first', 'second', 'third')[i]} one", True, "right"),
-                                      Value(options[j], False, "wrong"), Value("ABC"[j], False, "wrong"),
-                                      Value(f"not {letter}", False, "near:negated")),
-                question="What shape is the small object?\n" + "\n".join(f"{'ABC'[k]}. {o}" for k, o in enumerate(options)),
-                options=options)
+    return Spec(
+        "alnum",
+        (letter,),
+        (
+            Value(letter, True, "right"),
+            Value(options[i], True, "right"),
+            Value(f"the {('first', 'second', 'third')[i]} one", True, "right"),
+            Value(options[j], False, "wrong"),
+            Value("ABC"[j], False, "wrong"),
+            Value(f"not {letter}", False, "near:negated"),
+        ),
+        question="What shape is the small object?\n" + "\n".join(f"{'ABC'[k]}. {o}" for k, o in enumerate(options)),
+        options=options,
+    )
 
 
-_NAMES = ["Jensen", "Lessee", "Harrison", "Department of Health", "Board of Directors", "Phoenix Corporation", "Margaret"]
+_NAMES = [
+    "Jensen",
+    "Lessee",
+    "Harrison",
+    "Department of Health",
+    "Board of Directors",
+    "Phoenix Corporation",
+    "Margaret",
+]
 
 
 def _one_edit(rng: random.Random, text: str) -> str:
     positions = [k for k, c in enumerate(text) if c.isalpha() and k > 1]
     k = rng.choice(positions)
     c = "o" if text[k].lower() != "o" else "e"
-    return text[:k] + c + text[k + 1:]
+    return text[:k] + c + text[k + 1 :]
 
 
 def _anls(rng: random.Random) -> Spec:
     name = rng.choice(_NAMES)
     other = rng.choice([n for n in _NAMES if n != name])
-    return Spec("anls", (name,), (Value(name, True, "right"), Value(name.upper(), True, "right"), Value(name.lower(), True, "right"),
-                                   Value(_one_edit(rng, name), False, "near:one edit away"), Value(other, False, "wrong")),
-                question="Who signed the letter?")
+    return Spec(
+        "anls",
+        (name,),
+        (
+            Value(name, True, "right"),
+            Value(name.upper(), True, "right"),
+            Value(name.lower(), True, "right"),
+            Value(_one_edit(rng, name), False, "near:one edit away"),
+            Value(other, False, "wrong"),
+        ),
+        question="Who signed the letter?",
+    )
 
 
 def _vqa(rng: random.Random) -> Spec:
     kind = rng.choice(["word", "number", "polar"])
     if kind == "word":
         ref, other = rng.sample(["stop", "pepsi", "red", "tennis", "pizza", "kitchen"], 2)
-        return Spec("vqa", (ref,) * 8 + ("other",) * 2, (Value(ref, True, "right"), Value(ref.upper(), True, "right"),
-                                                          Value(other, False, "wrong")), question="What does the sign say?")
+        return Spec(
+            "vqa",
+            (ref,) * 8 + ("other",) * 2,
+            (Value(ref, True, "right"), Value(ref.upper(), True, "right"), Value(other, False, "wrong")),
+            question="What does the sign say?",
+        )
     if kind == "number":
         n = rng.randint(1, 12)
-        return Spec("vqa", (str(n),) * 9 + ("1",), (Value(str(n), True, "right"), Value(WORDS[n], True, "right"),
-                                                    Value(str(n + 3), False, "wrong")), question="How many people are there?")
+        return Spec(
+            "vqa",
+            (str(n),) * 9 + ("1",),
+            (Value(str(n), True, "right"), Value(WORDS[n], True, "right"), Value(str(n + 3), False, "wrong")),
+            question="How many people are there?",
+        )
     ref = rng.choice(["yes", "no"])
-    return Spec("vqa", (ref,) * 10, (Value(ref, True, "right"), Value("no" if ref == "yes" else "yes", False, "wrong")),
-                question="Is it raining?")
+    return Spec(
+        "vqa",
+        (ref,) * 10,
+        (Value(ref, True, "right"), Value("no" if ref == "yes" else "yes", False, "wrong")),
+        question="Is it raining?",
+    )
 
 
 def _mcq(rng: random.Random) -> Spec:
@@ -255,35 +392,65 @@ def _mcq(rng: random.Random) -> Spec:
     j = (i + rng.randint(1, 3)) % 4
     letter, other = "ABCD"[i], "ABCD"[j]
     negative = rng.random() < 0.5
-    question = ("Which is NOT a stage of the life cycle?" if negative else "Which stage is shown?") + "\n" + \
-        "\n".join(f"{'ABCD'[k]}. {o}" for k, o in enumerate(options))
+    question = (
+        ("Which is NOT a stage of the life cycle?" if negative else "Which stage is shown?")
+        + "\n"
+        + "\n".join(f"{'ABCD'[k]}. {o}" for k, o in enumerate(options))
+    )
     ordinal = ("first", "second", "third", "fourth")[i] if i < 3 else "last"
-    return Spec("mcq", (letter,), (Value(letter, True, "right"), Value(f"({letter})", True, "right"), Value(f"Option {letter}", True, "right"),
-                                    Value(options[i], True, "right"), Value(f"the {ordinal} option", True, "right"),
-                                    Value(other, False, "wrong"), Value(options[j], False, "wrong"),
-                                    Value(f"not {letter}", False, "near:negated")), question=question, options=options)
+    return Spec(
+        "mcq",
+        (letter,),
+        (
+            Value(letter, True, "right"),
+            Value(f"({letter})", True, "right"),
+            Value(f"Option {letter}", True, "right"),
+            Value(options[i], True, "right"),
+            Value(f"the {ordinal} option", True, "right"),
+            Value(other, False, "wrong"),
+            Value(options[j], False, "wrong"),
+            Value(f"not {letter}", False, "near:negated"),
+        ),
+        question=question,
+        options=options,
+    )
 
 
 def _exact(rng: random.Random) -> Spec:
     ref, other = rng.sample(["Paris", "blue whale", "photosynthesis", "Mount Everest", "oxygen"], 2)
-    return Spec("exact", (ref,), (Value(ref, True, "right"), Value(ref.lower(), True, "right"), Value(other, False, "wrong")),
-                question="What is shown?")
+    return Spec(
+        "exact",
+        (ref,),
+        (Value(ref, True, "right"), Value(ref.lower(), True, "right"), Value(other, False, "wrong")),
+        question="What is shown?",
+    )
 
 
 def _math(rng: random.Random) -> Spec:
     a, b = rng.choice([(1, 2), (2, 5), (3, 4), (1, 3), (2, 3), (5, 8)])
     from fractions import Fraction
+
     dec = Fraction(a, b)
     right = [Value(f"{a}/{b}", True, "right"), Value(f"\\frac{{{a}}}{{{b}}}", True, "right")]
     if dec.denominator in (2, 4, 5, 8):
         right.append(Value(f"{float(dec):g}", True, "right"))
     wrong = dec + Fraction(1, 7)
-    return Spec("math", (f"\\frac{{{a}}}{{{b}}}",), (*right, Value(f"{wrong.numerator}/{wrong.denominator}", False, "wrong")),
-                question="What fraction of the shapes are shaded?")
+    return Spec(
+        "math",
+        (f"\\frac{{{a}}}{{{b}}}",),
+        (*right, Value(f"{wrong.numerator}/{wrong.denominator}", False, "wrong")),
+        question="What fraction of the shapes are shaded?",
+    )
 
 
 SPECS: dict[str, Callable[[random.Random], Spec]] = {
-    "alnum": _alnum, "anls": _anls, "count": _count, "exact": _exact, "math": _math, "mcq": _mcq, "relaxed": _relaxed,
+    "alnum": _alnum,
+    "anls": _anls,
+    "count": _count,
+    "exact": _exact,
+    "math": _math,
+    "mcq": _mcq,
+    "relaxed": _relaxed,
     "vqa": _vqa,
 }
 
@@ -297,8 +464,16 @@ def cases(spec: Spec) -> Iterator[Case]:
             for other in spec.values if "{o}" in template else (value,):
                 truth = truth_of(value, continuation, other)
                 for presentation in PRESENTATIONS:
-                    yield Case(spec, value, presentation, continuation, compose(value.text, presentation, continuation, other.text),
-                               truth, mechanism, other.text)
+                    yield Case(
+                        spec,
+                        value,
+                        presentation,
+                        continuation,
+                        compose(value.text, presentation, continuation, other.text),
+                        truth,
+                        mechanism,
+                        other.text,
+                    )
 
 
 def make_grader(verifier: object, vocabulary: Vocabulary | None, literal: bool) -> Grader:
@@ -319,8 +494,9 @@ class Graders:
         spec = case.spec
         key = (spec.verifier, spec.params, spec.vocabulary, spec.literal)
         if key not in self._graders:
-            self._graders[key] = make_grader(get_verifier(spec.verifier, **dict(spec.params)), CLEVR if spec.vocabulary else None,
-                                             spec.literal)
+            self._graders[key] = make_grader(
+                get_verifier(spec.verifier, **dict(spec.params)), CLEVR if spec.vocabulary else None, spec.literal
+            )
         item = ItemInfo(options=spec.options, question=spec.question)
         return self._graders[key].grade(case.answer, spec.references, item=item)
 

@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 import pytest
 from PIL import Image
-
 from replay_family import Case, write_family
+
 from rs.families import Family
 
 pytest_plugins = ["hub_clients", "shared_builds"]  # the Hub emulator's fixtures; the session's shared builds
@@ -36,7 +36,12 @@ def jpeg(color: tuple[int, int, int], size: int = 16) -> bytes:
 
 @pytest.fixture
 def images() -> dict[str, bytes]:
-    return {"red": png((255, 0, 0)), "blue": png((0, 0, 255)), "green": jpeg((0, 200, 0)), "corrupt": png((9, 9, 9))[:40]}
+    return {
+        "red": png((255, 0, 0)),
+        "blue": png((0, 0, 255)),
+        "green": jpeg((0, 200, 0)),
+        "corrupt": png((9, 9, 9))[:40],
+    }
 
 
 @pytest.fixture

@@ -24,8 +24,15 @@ class Whole(dict):
 
 ONE_WORD = "\nAnswer the question using a single word or phrase."
 
-VLLM_ARGS = {"dtype": "bfloat16", "max_model_len": 2048, "max_num_seqs": 16, "enforce_eager": True, "seed": 0,
-             "limit_mm_per_prompt": {"image": 1, "video": 0}, "kv_cache_memory_bytes": 268435456}
+VLLM_ARGS = {
+    "dtype": "bfloat16",
+    "max_model_len": 2048,
+    "max_num_seqs": 16,
+    "enforce_eager": True,
+    "seed": 0,
+    "limit_mm_per_prompt": {"image": 1, "video": 0},
+    "kv_cache_memory_bytes": 268435456,
+}
 """A tiny model's vLLM-CPU arguments: eager, seeded, one image a prompt, a 256 MiB KV cache (the CPU build's default is 4 GiB)."""
 
 REPLAY = {
@@ -55,8 +62,16 @@ DEMO = {
     "instruction": ONE_WORD,
     "verifier": {"name": "alnum"},
     "model": {"id": "rs:demo-vlm", "reasoning": {"parser": "tags"}},
-    "engine": {"batch_size": 16, "args": {"dtype": "bfloat16", "max_model_len": 2048, "max_num_seqs": 16, "enforce_eager": True,
-                                          "kv_cache_memory_bytes": 268435456}},
+    "engine": {
+        "batch_size": 16,
+        "args": {
+            "dtype": "bfloat16",
+            "max_model_len": 2048,
+            "max_num_seqs": 16,
+            "enforce_eager": True,
+            "kv_cache_memory_bytes": 268435456,
+        },
+    },
     "sampling": {"max_tokens": 64},
     "publish": {"namespace": "local", "target": "local"},
     "card": {"pretty_name": "Demo", "description": "d", "license": "apache-2.0", "citation": "c"},
@@ -93,8 +108,10 @@ class _Dumper(yaml.SafeDumper):
 
 
 _Dumper.add_representer(Whole, yaml.SafeDumper.represent_dict)
-_Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text,
-                                                                         style='"' if "\n" in text else None))
+_Dumper.add_representer(
+    str,
+    lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"' if "\n" in text else None),
+)
 
 
 def family_yaml(name: str, base: dict[str, Any], /, **blocks: Any) -> str:
@@ -114,7 +131,13 @@ def write_families(folder: Path, name: str, base: dict[str, Any], /, **blocks: A
 def tiny_family(folder: Path, *, num_images: int = 6, batch: int = 8, max_tokens: int = 24, **blocks: Any) -> Path:
     """`folder/families.yaml` holding the family `Tiny` of the sampling stage's tests: `TINY` of `num_images` images (a
     tenth of them corrupt), `batch` a batch, `max_tokens` an answer, its judge calibrated on 8 items, `blocks` merged in."""
-    sized = merged({"source": {"num_images": num_images, "noise": {"corrupt_image": 0.1}}, "engine": {"batch_size": batch},
-                    "sampling": {"max_tokens": max_tokens}, "judge": {"calibration_samples": 8, "min_calibration_cases": 4}},
-                   blocks)
+    sized = merged(
+        {
+            "source": {"num_images": num_images, "noise": {"corrupt_image": 0.1}},
+            "engine": {"batch_size": batch},
+            "sampling": {"max_tokens": max_tokens},
+            "judge": {"calibration_samples": 8, "min_calibration_cases": 4},
+        },
+        blocks,
+    )
     return write_families(folder, "Tiny", TINY, **sized)

@@ -22,9 +22,9 @@ from types import ModuleType
 from typing import Any, Iterator
 
 import pytest
-
 from checkout import PLUGINS
 from conftest import png
+
 from rs.families import load_families
 from rs.pipeline.publish import PublishReport, publish
 from rs.pipeline.publish.local import CONTROL
@@ -43,8 +43,15 @@ FAMILY = """
 """
 
 
-def write_families(folder: Path, *, images: int = 8, engine: str = "{kind: replay, replay_path: replay.jsonl, batch_size: 4}",
-                   names: tuple[str, ...] = ("Alpha", "Beta"), samples: int = 0, family: str = FAMILY) -> Path:
+def write_families(
+    folder: Path,
+    *,
+    images: int = 8,
+    engine: str = "{kind: replay, replay_path: replay.jsonl, batch_size: 4}",
+    names: tuple[str, ...] = ("Alpha", "Beta"),
+    samples: int = 0,
+    family: str = FAMILY,
+) -> Path:
     """families.yaml with one family per name, each `images` images with two questions; returns its path.
 
     `samples`: the replay file also answers samples 1 to `samples` of each question (a recovery pass asks for them),
@@ -57,14 +64,18 @@ def write_families(folder: Path, *, images: int = 8, engine: str = "{kind: repla
         for i in range(images):
             image = f"img/{i}.png"
             (folder / name / image).write_bytes(png((30 * i % 256, 60 * offset, 90), size=8 + i))
-            for turn, (question, answer) in enumerate([(f"What colour is shape {i}?", "red"), (f"How many shapes in {i}?", str(i))]):
+            for turn, (question, answer) in enumerate(
+                [(f"What colour is shape {i}?", "red"), (f"How many shapes in {i}?", str(i))]
+            ):
                 key = f"{name}-{i}-{turn}"
                 lines.append({"id": key, "image": image, "question": question, "answer": answer})
                 said = answer if (i + turn) % 3 else "blue"  # a third of the answers are wrong: rejected rows too
                 replay.append({"key": f"{key}#0", "text": f"<think>looking at shape {i}</think>{said}"})
                 for sample in range(1, samples + 1):
                     again = answer if (i + turn + sample) % 2 else "green"
-                    replay.append({"key": f"{key}#0", "sample": sample, "text": f"<think>again, shape {i}</think>{again}"})
+                    replay.append(
+                        {"key": f"{key}#0", "sample": sample, "text": f"<think>again, shape {i}</think>{again}"}
+                    )
         (folder / name / "train.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
         text += family.replace("NAME", name).replace("ENGINE", engine)
     (folder / "replay.jsonl").write_text("\n".join(json.dumps(r) for r in replay) + "\n")
@@ -74,8 +85,13 @@ def write_families(folder: Path, *, images: int = 8, engine: str = "{kind: repla
 
 def publish_family(families: Path, work: Path, name: str = "Alpha") -> PublishReport:
     """Publish a family in this process into `work`'s out/, build/ and cache.sqlite."""
-    return publish(load_families(families)[name], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
-                   progress=False)
+    return publish(
+        load_families(families)[name],
+        out=work / "out",
+        build_root=work / "build",
+        cache_path=work / "cache.sqlite",
+        progress=False,
+    )
 
 
 def reference(folder: Path) -> tuple[Path, Path]:
@@ -87,8 +103,21 @@ def reference(folder: Path) -> tuple[Path, Path]:
 
 def publish_command(families: Path, work: Path, family: str = "Alpha", *extra: str) -> list[str]:
     """`python -m rs.publish FAMILY` into `work`'s own out folder, build folder and cache."""
-    return [sys.executable, "-m", "rs.publish", family, "--config", str(families), "--out", str(work / "out"),
-            "--build-dir", str(work / "build"), "--cache", str(work / "cache.sqlite"), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "rs.publish",
+        family,
+        "--config",
+        str(families),
+        "--out",
+        str(work / "out"),
+        "--build-dir",
+        str(work / "build"),
+        "--cache",
+        str(work / "cache.sqlite"),
+        *extra,
+    ]
 
 
 def plugin_env(site: Path) -> dict[str, str]:
@@ -96,8 +125,10 @@ def plugin_env(site: Path) -> dict[str, str]:
     info = site / "rs_faults-0.1.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rs-faults\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[rs.engines]\nslow_replay = rs_faults\n[rs.sources]\nslow_files = rs_faults\n"
-                                           "[rs.cleaning]\nslow_check = rs_faults\n")
+    (info / "entry_points.txt").write_text(
+        "[rs.engines]\nslow_replay = rs_faults\n[rs.sources]\nslow_files = rs_faults\n"
+        "[rs.cleaning]\nslow_check = rs_faults\n"
+    )
     path = os.pathsep.join([str(site), str(PLUGINS), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
 
@@ -119,8 +150,15 @@ def fault_plugins(patch: pytest.MonkeyPatch) -> ModuleType:
         registry.names()  # the built-in kinds found first, so that putting the entries back keeps them
     patch.syspath_prepend(str(PLUGINS))
     for registry in registries:
-        patch.setattr(registry, "_entries", {name: entry for name, entry in registry._entries.items()
-                                             if getattr(entry, "__module__", None) != "rs_faults"})
+        patch.setattr(
+            registry,
+            "_entries",
+            {
+                name: entry
+                for name, entry in registry._entries.items()
+                if getattr(entry, "__module__", None) != "rs_faults"
+            },
+        )
     module = importlib.import_module("rs_faults")
     return module if "slow_replay" in ENGINES else importlib.reload(module)
 
@@ -140,7 +178,9 @@ def meanwhile(command: list[str], **popen: Any) -> Iterator[subprocess.Popen[str
 
 def published_files(folder: Path) -> list[str]:
     """The files of the repos under `folder` (the publish lock and transaction folder, `.rs-publish`, are no repo's)."""
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and CONTROL not in p.parts)
+    return sorted(
+        p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and CONTROL not in p.parts
+    )
 
 
 def assert_same_published(reference: Path, other: Path, *, at_least: int = 9) -> None:

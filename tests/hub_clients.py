@@ -10,9 +10,9 @@ from pathlib import Path
 import datasets.config as ds_config
 import huggingface_hub.constants as hf_constants
 import pytest
+from hub_server import HubServer, running_hub
 
 import rs.hub.retry
-from hub_server import HubServer, running_hub
 
 TOKEN = "hf_EmulatorSecretToken0123456789abcdef"
 
@@ -30,17 +30,27 @@ def point_clients_at(monkeypatch: pytest.MonkeyPatch, url: str, home: Path) -> N
     monkeypatch.setattr(ds_config, "HUB_DATASETS_URL", url + "/datasets/{repo_id}/resolve/{revision}/{path}")
 
     monkeypatch.setenv("HF_HOME", str(home))
-    for name, value in {"HF_HOME": home, "HF_HUB_CACHE": home / "hub", "HF_ASSETS_CACHE": home / "assets",
-                        "HF_TOKEN_PATH": home / "token", "HF_STORED_TOKENS_PATH": home / "stored_tokens",
-                        "HF_XET_CACHE": home / "xet"}.items():
+    for name, value in {
+        "HF_HOME": home,
+        "HF_HUB_CACHE": home / "hub",
+        "HF_ASSETS_CACHE": home / "assets",
+        "HF_TOKEN_PATH": home / "token",
+        "HF_STORED_TOKENS_PATH": home / "stored_tokens",
+        "HF_XET_CACHE": home / "xet",
+    }.items():
         monkeypatch.setattr(hf_constants, name, str(value))
     monkeypatch.setattr(ds_config, "HF_CACHE_HOME", str(home))
     monkeypatch.setattr(ds_config, "HF_DATASETS_CACHE", home / "datasets")
     monkeypatch.setattr(ds_config, "DOWNLOADED_DATASETS_PATH", home / "datasets" / "downloads")
     monkeypatch.setattr(ds_config, "EXTRACTED_DATASETS_PATH", home / "datasets" / "downloads" / "extracted")
 
-    for name, value in {"HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0",
-                        "HF_DATASETS_OFFLINE": "0", "NO_PROXY": "127.0.0.1,localhost"}.items():
+    for name, value in {
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_OFFLINE": "0",
+        "HF_DATASETS_OFFLINE": "0",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_TELEMETRY", True)
     monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)  # else LFS uploads ask for a Xet token
@@ -81,8 +91,9 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 @pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, blocked_hosts: list[str],
-        sleeps: list[float]) -> Iterator[HubServer]:
+def hub(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, blocked_hosts: list[str], sleeps: list[float]
+) -> Iterator[HubServer]:
     with running_hub() as server:
         point_clients_at(monkeypatch, server.url, tmp_path / "hf_home")
         yield server

@@ -64,9 +64,19 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
-
-from hub_state import (URL_PREFIXES, Blob, Commit, CommitLimiter, HttpError, PullRequest, Repo, git_blob_sha1,
-                       make_commit, merge, now_iso)
+from hub_state import (
+    URL_PREFIXES,
+    Blob,
+    Commit,
+    CommitLimiter,
+    HttpError,
+    PullRequest,
+    Repo,
+    git_blob_sha1,
+    make_commit,
+    merge,
+    now_iso,
+)
 
 __all__ = ["Blob", "Commit", "HttpError", "HubServer", "PullRequest", "Repo", "git_blob_sha1", "running_hub"]
 
@@ -97,8 +107,14 @@ class Fault:
 class HubServer:
     """The emulator's state and its HTTP server (127.0.0.1, a free port). Use `running_hub()`."""
 
-    def __init__(self, *, lfs_threshold: int = LFS_THRESHOLD, lfs_patterns: tuple[str, ...] = LFS_PATTERNS,
-                 commit_limit: tuple[int, float] | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        *,
+        lfs_threshold: int = LFS_THRESHOLD,
+        lfs_patterns: tuple[str, ...] = LFS_PATTERNS,
+        commit_limit: tuple[int, float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.lfs_threshold = lfs_threshold
         self.lfs_patterns = lfs_patterns
         self.limiter = CommitLimiter(*commit_limit, clock=clock) if commit_limit else None
@@ -124,8 +140,9 @@ class HubServer:
     # -- lifecycle
 
     def start(self) -> HubServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="hub-emulator", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="hub-emulator", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -161,8 +178,15 @@ class HubServer:
 
     # -- set-up helpers
 
-    def seed(self, repo_id: str, files: dict[str, bytes], *, repo_type: str = "dataset", private: bool = False,
-             message: str = "Seed") -> Commit:
+    def seed(
+        self,
+        repo_id: str,
+        files: dict[str, bytes],
+        *,
+        repo_type: str = "dataset",
+        private: bool = False,
+        message: str = "Seed",
+    ) -> Commit:
         """Create the repo if needed and commit `files` directly (remote state for a test to start from)."""
         with self.lock:
             repo = self._create_repo(repo_type, repo_id, private)
@@ -170,8 +194,16 @@ class HubServer:
 
     # -- failure injection
 
-    def fail_next(self, endpoint: str, status: int = 503, *, after_apply: bool = False, times: int = 1,
-                  drop_connection: bool = False, retry_after: int | None = None) -> None:
+    def fail_next(
+        self,
+        endpoint: str,
+        status: int = 503,
+        *,
+        after_apply: bool = False,
+        times: int = 1,
+        drop_connection: bool = False,
+        retry_after: int | None = None,
+    ) -> None:
         """Make the next `times` requests to `endpoint` fail (see the module docstring for names)."""
         with self.lock:
             for _ in range(times):
@@ -201,8 +233,11 @@ class HubServer:
         key = (repo_type, repo_id)
         if key not in self.repos:
             repo = self.repos[key] = Repo(repo_type, repo_id, private)
-            repo.append(make_commit(None, {".gitattributes": Blob(GITATTRIBUTES, lfs=False)}, [], "initial commit", "",
-                                    author="hub"))
+            repo.append(
+                make_commit(
+                    None, {".gitattributes": Blob(GITATTRIBUTES, lfs=False)}, [], "initial commit", "", author="hub"
+                )
+            )
         return self.repos[key]
 
     def _commit_quota(self, repo: Repo) -> None:
@@ -332,16 +367,28 @@ class _Handler(BaseHTTPRequestHandler):
             logger.exception("hub emulator failed on %s %s", method, split.path)
             self._send_error(HttpError(500, f"hub emulator crashed: {exc!r}"))
 
-    def _send(self, status: int, body: bytes | dict | list | None = None, *, headers: dict[str, str] | None = None,
-              content_type: str = "application/json") -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes | dict | list | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> None:
         if self._fault is not None:  # the work is done, the answer is lost
             fault, self._fault = self._fault, None
             self._send_fault(fault)
             return
         self._write(status, body, headers=headers, content_type=content_type)
 
-    def _write(self, status: int, body: bytes | dict | list | None, *, headers: dict[str, str] | None = None,
-               content_type: str = "application/json") -> None:
+    def _write(
+        self,
+        status: int,
+        body: bytes | dict | list | None,
+        *,
+        headers: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> None:
         data = json.dumps(body).encode() if isinstance(body, (dict, list)) else (body or b"")
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -416,8 +463,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _whoami(self) -> None:
         if not self.headers.get("Authorization"):
             raise HttpError(401, "Invalid credentials in Authorization header")
-        self._send(200, {"type": "user", "name": "emulator-user", "orgs": [],
-                         "auth": {"type": "access_token", "accessToken": {"role": "write"}}})
+        self._send(
+            200,
+            {
+                "type": "user",
+                "name": "emulator-user",
+                "orgs": [],
+                "auth": {"type": "access_token", "accessToken": {"role": "write"}},
+            },
+        )
 
     def _validate_yaml(self) -> None:
         content = self._json().get("content", "")
@@ -445,10 +499,21 @@ class _Handler(BaseHTTPRequestHandler):
                     if blob.lfs:
                         sibling["lfs"] = {"sha256": blob.sha256, "size": blob.size, "pointerSize": blob.pointer_size}
                 siblings.append(sibling)
-            body = {"_id": hashlib.md5(repo.repo_id.encode()).hexdigest()[:24], "id": repo.repo_id,
-                    "author": ns, "sha": commit.oid, "private": repo.private, "gated": False, "disabled": False,
-                    "createdAt": repo.created_at, "lastModified": commit.date, "downloads": 0, "likes": 0,
-                    "tags": [], "siblings": siblings}
+            body = {
+                "_id": hashlib.md5(repo.repo_id.encode()).hexdigest()[:24],
+                "id": repo.repo_id,
+                "author": ns,
+                "sha": commit.oid,
+                "private": repo.private,
+                "gated": False,
+                "disabled": False,
+                "createdAt": repo.created_at,
+                "lastModified": commit.date,
+                "downloads": 0,
+                "likes": 0,
+                "tags": [],
+                "siblings": siblings,
+            }
         self._send(200, body)
 
     def _preupload(self, t: str, ns: str, name: str, revision: str) -> None:
@@ -458,12 +523,14 @@ class _Handler(BaseHTTPRequestHandler):
             answer = []
             for item in files:
                 current = commit.files.get(item["path"])
-                answer.append({
-                    "path": item["path"],
-                    "uploadMode": "lfs" if self.hub._is_lfs(item["path"], int(item.get("size", 0))) else "regular",
-                    "shouldIgnore": False,  # required by the client
-                    "oid": current.preupload_oid if current is not None else None,
-                })
+                answer.append(
+                    {
+                        "path": item["path"],
+                        "uploadMode": "lfs" if self.hub._is_lfs(item["path"], int(item.get("size", 0))) else "regular",
+                        "shouldIgnore": False,  # required by the client
+                        "oid": current.preupload_oid if current is not None else None,
+                    }
+                )
         self._send(200, {"files": answer, "commitOid": commit.oid})
 
     def _commit(self, t: str, ns: str, name: str, revision: str) -> None:
@@ -496,8 +563,16 @@ class _Handler(BaseHTTPRequestHandler):
             pull = self._target_pull(repo, revision, create_pr)
             self.hub._commit_quota(repo)
             for files, deleted in self.hub.pending_conflicts:  # someone else got there first
-                repo.append(make_commit(repo.head, self.hub._blobs(files), [(p, False) for p in deleted],
-                                        "Concurrent commit", "", author="someone-else"))
+                repo.append(
+                    make_commit(
+                        repo.head,
+                        self.hub._blobs(files),
+                        [(p, False) for p in deleted],
+                        "Concurrent commit",
+                        "",
+                        author="someone-else",
+                    )
+                )
             self.hub.pending_conflicts.clear()
             tip = pull.head if pull is not None else repo.head
             parent = header.get("parentCommit")
@@ -516,8 +591,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.hub._committed(repo)
         if self.hub.after_commit is not None:
             self.hub.after_commit(repo, commit)
-        answer = {"success": True, "commitOid": commit.oid, "hookOutput": "",
-                  "commitUrl": f"{self.hub.url}/{repo.url_path}/commit/{commit.oid}"}
+        answer = {
+            "success": True,
+            "commitOid": commit.oid,
+            "hookOutput": "",
+            "commitUrl": f"{self.hub.url}/{repo.url_path}/commit/{commit.oid}",
+        }
         if create_pr and pull is not None:
             answer["pullRequestUrl"] = f"{self.hub.url}/{repo.url_path}/discussions/{pull.num}"
         self._send(200, answer)
@@ -528,8 +607,11 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         match = re.fullmatch(r"refs/pr/(\d+)", revision)
         if match is None or create_pr:
-            raise HttpError(400, f"Only main and pull-request refs are emulated, got {revision!r}"
-                            + (" with create_pr" if create_pr else ""))
+            raise HttpError(
+                400,
+                f"Only main and pull-request refs are emulated, got {revision!r}"
+                + (" with create_pr" if create_pr else ""),
+            )
         pull = repo.pulls.get(int(match.group(1)))
         if pull is None:
             raise HttpError(404, f"Invalid rev id: {revision}", "RevisionNotFound")
@@ -542,7 +624,7 @@ class _Handler(BaseHTTPRequestHandler):
         for path, blob in commit.files.items():
             if not path.startswith(base):
                 continue
-            parts = path[len(base):].split("/")
+            parts = path[len(base) :].split("/")
             depth = len(parts) if recursive else 1
             for i in range(1, min(depth, len(parts) - 1) + 1):  # directories on the way
                 dir_path = base + "/".join(parts[:i])
@@ -569,8 +651,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dir_entry(self, repo: Repo, commit: Commit, path: str, expand: bool) -> dict:
         listing = "".join(f"{p}:{b.sha1}" for p, b in sorted(commit.files.items()) if p.startswith(path + "/"))
-        entry: dict[str, Any] = {"type": "directory", "oid": hashlib.sha1(listing.encode()).hexdigest(), "size": 0,
-                                 "path": path}
+        entry: dict[str, Any] = {
+            "type": "directory",
+            "oid": hashlib.sha1(listing.encode()).hexdigest(),
+            "size": 0,
+            "path": path,
+        }
         if expand:
             entry["lastCommit"] = self._last_commit(repo, commit, path)
         return entry
@@ -650,8 +736,13 @@ class _Handler(BaseHTTPRequestHandler):
     # -- pull requests
 
     def _event(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
-        return {"id": hashlib.sha1(f"{kind}{data}{time.monotonic_ns()}".encode()).hexdigest()[:24], "type": kind,
-                "createdAt": now_iso(), "author": {"name": USER}, "data": data}
+        return {
+            "id": hashlib.sha1(f"{kind}{data}{time.monotonic_ns()}".encode()).hexdigest()[:24],
+            "type": kind,
+            "createdAt": now_iso(),
+            "author": {"name": USER},
+            "data": data,
+        }
 
     def _pull(self, repo: Repo, num: str) -> PullRequest:
         pull = repo.pulls.get(int(num))
@@ -660,9 +751,16 @@ class _Handler(BaseHTTPRequestHandler):
         return pull
 
     def _summary(self, repo: Repo, pull: PullRequest) -> dict[str, Any]:
-        return {"num": pull.num, "title": pull.title, "status": pull.status, "isPullRequest": True,
-                "createdAt": pull.created_at, "author": {"name": pull.author}, "numComments": 0,
-                "repo": {"name": repo.repo_id, "type": repo.repo_type}}
+        return {
+            "num": pull.num,
+            "title": pull.title,
+            "status": pull.status,
+            "isPullRequest": True,
+            "createdAt": pull.created_at,
+            "author": {"name": pull.author},
+            "numComments": 0,
+            "repo": {"name": repo.repo_id, "type": repo.repo_type},
+        }
 
     def _discussions(self, t: str, ns: str, name: str) -> None:
         kind, status, author = self.query.get("type"), self.query.get("status"), self.query.get("author")
@@ -677,16 +775,22 @@ class _Handler(BaseHTTPRequestHandler):
             if author:
                 pulls = [p for p in pulls if p.author == author]
             start = page * DISCUSSIONS_PAGE
-            shown = [self._summary(repo, p) for p in pulls[start: start + DISCUSSIONS_PAGE]]
+            shown = [self._summary(repo, p) for p in pulls[start : start + DISCUSSIONS_PAGE]]
         self._send(200, {"discussions": shown, "count": len(pulls), "start": start, "numClosedDiscussions": 0})
 
     def _discussion(self, t: str, ns: str, name: str, num: str) -> None:
         with self.hub.lock:
             repo = self._repo(REPO_TYPES[t], f"{ns}/{name}")
             pull = self._pull(repo, num)
-            body = {**self._summary(repo, pull), "events": list(pull.events), "filesWithConflicts": [],
-                    "changes": {"base": "refs/heads/main", **({"mergeCommitId": pull.merge_commit}
-                                                               if pull.merge_commit else {})}}
+            body = {
+                **self._summary(repo, pull),
+                "events": list(pull.events),
+                "filesWithConflicts": [],
+                "changes": {
+                    "base": "refs/heads/main",
+                    **({"mergeCommitId": pull.merge_commit} if pull.merge_commit else {}),
+                },
+            }
         self._send(200, body)
 
     def _discussion_status(self, t: str, ns: str, name: str, num: str) -> None:
@@ -702,8 +806,9 @@ class _Handler(BaseHTTPRequestHandler):
             event = self._event("status-change", {"status": new_status})
             pull.events.append(event)
             if payload.get("comment"):
-                pull.events.append(self._event("comment", {"edited": False, "hidden": False,
-                                                           "latest": {"raw": payload["comment"]}}))
+                pull.events.append(
+                    self._event("comment", {"edited": False, "hidden": False, "latest": {"raw": payload["comment"]}})
+                )
         self._send(200, {"newStatus": event})
 
     def _merge(self, t: str, ns: str, name: str, num: str) -> None:
@@ -718,8 +823,9 @@ class _Handler(BaseHTTPRequestHandler):
             pull.status, pull.merge_commit = "merged", commit.oid
             pull.events.append(self._event("status-change", {"status": "merged"}))
             if payload.get("comment"):
-                pull.events.append(self._event("comment", {"edited": False, "hidden": False,
-                                                           "latest": {"raw": payload["comment"]}}))
+                pull.events.append(
+                    self._event("comment", {"edited": False, "hidden": False, "latest": {"raw": payload["comment"]}})
+                )
             self.hub._committed(repo)
         if self.hub.after_commit is not None:
             self.hub.after_commit(repo, commit)

@@ -44,8 +44,15 @@ def now_iso() -> str:
 class HttpError(Exception):
     """Raised by endpoint handlers and the state: turned into a JSON error with the Hub's X-Error-* headers."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, *, headers: dict[str, str] | None = None,
-                 body: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+        body: dict[str, Any] | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.code = status, message, code
         self.headers, self.body = dict(headers or {}), dict(body or {})
@@ -102,8 +109,15 @@ class Commit:
         return sorted(op["path"] for op in self.operations if op["op"] == "delete")
 
 
-def make_commit(parent: Commit | None, adds: dict[str, Blob], deletes: list[tuple[str, bool]], title: str,
-                description: str, *, author: str) -> Commit:
+def make_commit(
+    parent: Commit | None,
+    adds: dict[str, Blob],
+    deletes: list[tuple[str, bool]],
+    title: str,
+    description: str,
+    *,
+    author: str,
+) -> Commit:
     """The commit that applies `adds` and `deletes` ((path, is_folder)) on top of `parent`; refuses what the Hub refuses."""
     files = dict(parent.files) if parent is not None else {}
     operations: list[dict[str, Any]] = []
@@ -122,8 +136,16 @@ def make_commit(parent: Commit | None, adds: dict[str, Blob], deletes: list[tupl
         raise HttpError(400, f"A commit may add at most {MAX_LFS_FILES_PER_COMMIT:,} LFS files, got {lfs_added:,}")
     _check_folders(files, adds)
     seed = json.dumps([parent.oid if parent else None, title, operations, next(_oids)]).encode()
-    return Commit(hashlib.sha1(seed).hexdigest(), parent.oid if parent else None, title, description, files,
-                  operations, author, now_iso())
+    return Commit(
+        hashlib.sha1(seed).hexdigest(),
+        parent.oid if parent else None,
+        title,
+        description,
+        files,
+        operations,
+        author,
+        now_iso(),
+    )
 
 
 def _check_folders(files: dict[str, Blob], adds: dict[str, Blob]) -> None:
@@ -131,10 +153,13 @@ def _check_folders(files: dict[str, Blob], adds: dict[str, Blob]) -> None:
     touched = {path.rsplit("/", 1)[0] if "/" in path else "" for path in adds}
     for folder in touched:
         prefix = folder + "/" if folder else ""
-        entries = {p[len(prefix):].split("/", 1)[0] for p in files if p.startswith(prefix)}
+        entries = {p[len(prefix) :].split("/", 1)[0] for p in files if p.startswith(prefix)}
         if len(entries) > MAX_ENTRIES_PER_FOLDER:
-            raise HttpError(400, f"Folder '{folder or '/'}' would hold {len(entries):,} entries; the maximum is "
-                                 f"{MAX_ENTRIES_PER_FOLDER:,} per folder")
+            raise HttpError(
+                400,
+                f"Folder '{folder or '/'}' would hold {len(entries):,} entries; the maximum is "
+                f"{MAX_ENTRIES_PER_FOLDER:,} per folder",
+            )
 
 
 @dataclass
@@ -224,11 +249,17 @@ def merge(repo: Repo, pull: PullRequest, *, author: str) -> Commit:
     """Apply the pull request's changes onto main as one commit; HttpError 409 on conflicting paths."""
     ours = _changed(pull.base.files, pull.head.files)
     theirs = _changed(pull.base.files, repo.head.files)
-    conflicts = sorted(p for p in ours.keys() & theirs.keys()
-                       if (ours[p].sha1 if ours[p] else None) != (theirs[p].sha1 if theirs[p] else None))
+    conflicts = sorted(
+        p
+        for p in ours.keys() & theirs.keys()
+        if (ours[p].sha1 if ours[p] else None) != (theirs[p].sha1 if theirs[p] else None)
+    )
     if conflicts:
-        raise HttpError(409, f"Merge conflict in {len(conflicts)} file(s): {', '.join(conflicts[:5])}",
-                        body={"filesWithConflicts": conflicts})
+        raise HttpError(
+            409,
+            f"Merge conflict in {len(conflicts)} file(s): {', '.join(conflicts[:5])}",
+            body={"filesWithConflicts": conflicts},
+        )
     adds = {path: blob for path, blob in ours.items() if blob is not None}
     deletes = [(path, False) for path, blob in ours.items() if blob is None and path in repo.head.files]
     return make_commit(repo.head, adds, deletes, f"{pull.title} (#{pull.num})", pull.description, author=author)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-
 from checkout import ROOT
 
 
@@ -32,7 +31,11 @@ class Published:
 
 
 def _checksums(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="session")
@@ -42,8 +45,25 @@ def tinyclevr_published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pu
     pytest.importorskip("vllm")
     work = tmp_path_factory.mktemp("tinyclevr")
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run([sys.executable, "-m", "rs.publish", "TinyCLEVR", "--out", str(work / "out"), "--build-dir", str(work / "build"),
-                          "--cache", str(work / "cache.sqlite")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rs.publish",
+            "TinyCLEVR",
+            "--out",
+            str(work / "out"),
+            "--build-dir",
+            str(work / "build"),
+            "--cache",
+            str(work / "cache.sqlite"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     before = _checksums(work)
     yield Published(work, run.stdout)
@@ -110,9 +130,17 @@ def tinyclevr_built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
     work = tmp_path_factory.mktemp("tinyclevr-limit")
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run([sys.executable, "-c", BUILD, str(work), str(TINYCLEVR_LIMIT)], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=900)
+    run = subprocess.run(
+        [sys.executable, "-c", BUILD, str(work), str(TINYCLEVR_LIMIT)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
-    ctx = BuildContext(get_family("TinyCLEVR"), work / "build", work / "cache.sqlite", limit=TINYCLEVR_LIMIT, progress=False)
+    ctx = BuildContext(
+        get_family("TinyCLEVR"), work / "build", work / "cache.sqlite", limit=TINYCLEVR_LIMIT, progress=False
+    )
     report = FamilyReport.from_dict(json.loads(ctx.paths.stats.read_text()))
     return Built(ctx, report, [tuple(a) for a in json.loads((work / "asked.json").read_text())])

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
 from checkout import ROOT
 
 
@@ -40,7 +41,14 @@ def test_cleaning_loads_no_engine(tmp_path: Path) -> None:
     and cleaning TinyCLEVR's first rows (decontamination included) loads none beyond those families.yaml's loader finds
     through the ENGINES registry, and neither vLLM, transformers nor openai."""
     env = {**os.environ, "RS_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-c", CLEANING_LOADS_NO_ENGINE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", CLEANING_LOADS_NO_ENGINE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
 
 
@@ -48,9 +56,11 @@ def test_the_engines_load_no_family() -> None:
     """What the engines' contract cannot see: importing `rs.families.X` runs `rs.families` (the registry and its loader)
     first. No engine module but rs.engines.factory loads any of rs.families."""
     modules = sorted(p.stem for p in (ROOT / "rs" / "engines").glob("*.py") if p.stem not in ("__init__", "factory"))
-    script = ("import importlib, sys\n"
-              f"for m in {modules!r}: importlib.import_module('rs.engines.' + m)\n"
-              "print(sorted(m for m in sys.modules if m == 'rs.families' or m.startswith('rs.families.')))")
+    script = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module('rs.engines.' + m)\n"
+        "print(sorted(m for m in sys.modules if m == 'rs.families' or m.startswith('rs.families.')))"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.strip() == "[]"
@@ -70,9 +80,15 @@ def test_the_package_imports_its_own_modules_at_the_top() -> None:
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for inner in ast.walk(node):
-                names = ([inner.module or ""] if isinstance(inner, ast.ImportFrom) and not inner.level else
-                         ["."] if isinstance(inner, ast.ImportFrom) else
-                         [a.name for a in inner.names] if isinstance(inner, ast.Import) else [])
+                names = (
+                    [inner.module or ""]
+                    if isinstance(inner, ast.ImportFrom) and not inner.level
+                    else ["."]
+                    if isinstance(inner, ast.ImportFrom)
+                    else [a.name for a in inner.names]
+                    if isinstance(inner, ast.Import)
+                    else []
+                )
                 if any(n == "." or n == "rs" or n.startswith("rs.") or n == "builders" for n in names):
                     deferred.append(f"{path.relative_to(ROOT)}:{inner.lineno} in {node.name}()")
     assert not deferred, "imports of the package inside functions:\n" + "\n".join(deferred)
@@ -93,10 +109,16 @@ def test_the_wheel_lists_every_package_and_maps_the_shipped_folders_without_link
 
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "rs").rglob("__init__.py")}
-    assert set(setuptools["packages"]) == folders | {"rs.builders", "rs.templates", "rs.templates.verifiers"}  # a data folder too
+    assert set(setuptools["packages"]) == folders | {
+        "rs.builders",
+        "rs.templates",
+        "rs.templates.verifiers",
+    }  # a data folder too
     assert setuptools["package-dir"] == {"rs.builders": "builders", "rs.templates": "templates"}
     links = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "rs").rglob("*") if p.is_symlink())
-    assert links == ["rs/families/families.yaml"]  # the one link left: the top-level families.yaml, copied into a wheel
+    assert links == [
+        "rs/families/families.yaml"
+    ]  # the one link left: the top-level families.yaml, copied into a wheel
 
 
 def test_only_the_build_imports_the_datasets_builder() -> None:
@@ -105,8 +127,13 @@ def test_only_the_build_imports_the_datasets_builder() -> None:
     importers = []
     for path in sorted((ROOT / "rs").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             if any(n == "rs.builders" or n.startswith("rs.builders.") for n in names):
                 importers.append(str(path.relative_to(ROOT)))
     assert importers == ["rs/pipeline/write/splits.py"]
@@ -124,7 +151,7 @@ def test_each_stage_implements_the_contract_under_its_name_in_the_pipelines_orde
     from rs.pipeline.write.stage import WriteStage
 
     built = (CleanStage, SampleStage, RecoverStage, RouteStage, WriteStage)
-    assert [stage.name for stage in built] == list(STAGES[:len(built)])
+    assert [stage.name for stage in built] == list(STAGES[: len(built)])
     for stage in built:
         assert all(callable(getattr(stage, method, None)) for method in ("fingerprint", "requests", "run")), stage
     assert [StoredStage in stage.__mro__ for stage in built] == [True, True, True, False, False]

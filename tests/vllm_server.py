@@ -23,17 +23,34 @@ def free_port() -> int:
 
 
 @contextmanager
-def vllm_server(model: Path, log_path: Path, *, max_model_len: int, extra: tuple[str, ...] = (),
-                ready_s: float = 180) -> Iterator[str]:
+def vllm_server(
+    model: Path, log_path: Path, *, max_model_len: int, extra: tuple[str, ...] = (), ready_s: float = 180
+) -> Iterator[str]:
     """The server in its own process group (`python -m vllm...`: the CPU build has no `vllm` script); yields the /v1 URL.
 
     A server that exits or is not healthy within `ready_s` fails the test with the end of its log.
     """
     port = free_port()
     command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
-        "--port", str(port), "--kv-cache-memory-bytes", "268435456", "--limit-mm-per-prompt", '{"image": 1, "video": 0}',
-        "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", str(max_model_len), *extra,
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--kv-cache-memory-bytes",
+        "268435456",
+        "--limit-mm-per-prompt",
+        '{"image": 1, "video": 0}',
+        "--enforce-eager",
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        str(max_model_len),
+        *extra,
     ]
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from rs.engines.models import BuiltinModel
 from rs.registry import MODELS
-
 from rs_demo.demo_model import PACKAGE_DIR, demo_model_path
 from rs_demo.tiny_model import tiny_vlm_path
 from rs_demo.tiny_qwen3vl import tiny_qwen3vl_path

@@ -152,7 +152,10 @@ _GENERATION_PROMPTS: dict[str, str] = {
 TEMPLATES: dict[str, str] = {name: _TURNS + prompt for name, prompt in _GENERATION_PROMPTS.items()}
 """Chat templates by behaviour (see `_GENERATION_PROMPTS`); `tiny_vlm_path(template=NAME)` builds a model with one."""
 TEMPLATE_MARKERS: dict[str, tuple[str, str]] = {
-    "hybrid": THINK_TOKENS, "prefill": THINK_TOKENS, "always": THINK_TOKENS, "markers": ("◁think▷", "◁/think▷"),
+    "hybrid": THINK_TOKENS,
+    "prefill": THINK_TOKENS,
+    "always": THINK_TOKENS,
+    "markers": ("◁think▷", "◁/think▷"),
 }
 """The reasoning markers each template's model writes."""
 #: The default: Qwen3's ``enable_thinking`` switch (default on; off emits an empty think block).
@@ -388,15 +391,12 @@ def _token_texts(tokenizer: Any) -> list[str]:
 
 def _is_invisible(text: str) -> bool:
     """True for text a reader would not see: empty, blank, U+FFFD (lone byte) or control characters."""
-    return (
-        not text.strip()
-        or "\ufffd" in text
-        or any(not ch.isprintable() and ch not in " \n" for ch in text)
-    )
+    return not text.strip() or "\ufffd" in text or any(not ch.isprintable() and ch not in " \n" for ch in text)
 
 
-def _shape_output_head(model: Any, tokenizer: Any, *, seed: int, favour: str | None = None,
-                       eos_id: int | None = None) -> dict[str, int]:
+def _shape_output_head(
+    model: Any, tokenizer: Any, *, seed: int, favour: str | None = None, eos_id: int | None = None
+) -> dict[str, int]:
     """Edit the random weights so that output is visible text that usually ends with EOS.
 
     Untouched random weights mostly emit tokens that show as ``''``, U+FFFD or control
@@ -435,7 +435,9 @@ def _shape_output_head(model: Any, tokenizer: Any, *, seed: int, favour: str | N
     head = model.get_output_embeddings().weight.data
     padding = [True] * (head.shape[0] - len(texts))
     hidden = torch.tensor([_is_invisible(t) or t in THINK_TOKENS for t in texts] + padding)
-    numbers = torch.tensor([not h and t.strip().isdigit() for t, h in zip(texts, hidden.tolist())] + [False] * len(padding))
+    numbers = torch.tensor(
+        [not h and t.strip().isdigit() for t, h in zip(texts, hidden.tolist())] + [False] * len(padding)
+    )
     generator = torch.Generator().manual_seed(seed)
     basis, _ = torch.linalg.qr(torch.randn(embed.shape[1], 2, generator=generator, dtype=torch.float32))
     bias, stop = basis[:, 0], basis[:, 1]
@@ -455,7 +457,9 @@ def _shape_output_head(model: Any, tokenizer: Any, *, seed: int, favour: str | N
     return {"hidden": int(hidden.sum()), "numbers": int(numbers.sum()), "vocab": len(texts)}
 
 
-def _write_model_folder(folder: Path, *, seed: int, visible_text: bool, favour: str | None = None, template: str = "hybrid") -> None:
+def _write_model_folder(
+    folder: Path, *, seed: int, visible_text: bool, favour: str | None = None, template: str = "hybrid"
+) -> None:
     """Write all files of the tiny VLM into an existing empty ``folder``."""
     import torch
     from transformers import (
@@ -526,22 +530,32 @@ def _looks_like_tiny_vlm(folder: Path) -> bool:
     return folder.is_dir() and all((folder / name).is_file() for name in MODEL_FILES)
 
 
-def _build_in_temp(parent: Path, *, seed: int, visible_text: bool, favour: str | None = None, template: str = "hybrid") -> Path:
+def _build_in_temp(
+    parent: Path, *, seed: int, visible_text: bool, favour: str | None = None, template: str = "hybrid"
+) -> Path:
     """Build into a fresh hidden temp dir under ``parent`` (same filesystem, so rename is atomic)."""
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-vlm-tmp-", dir=parent))
     try:
         start = time.perf_counter()
         _write_model_folder(tmp, seed=seed, visible_text=visible_text, favour=favour, template=template)
-        logger.info("Built tiny VLM (seed=%d, visible_text=%s) in %.1f s", seed, visible_text, time.perf_counter() - start)
+        logger.info(
+            "Built tiny VLM (seed=%d, visible_text=%s) in %.1f s", seed, visible_text, time.perf_counter() - start
+        )
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return tmp
 
 
-def build_tiny_vlm(out_dir: str | Path, *, seed: int = 0, visible_text: bool = True, favour: str | None = None,
-                   template: str = "hybrid") -> Path:
+def build_tiny_vlm(
+    out_dir: str | Path,
+    *,
+    seed: int = 0,
+    visible_text: bool = True,
+    favour: str | None = None,
+    template: str = "hybrid",
+) -> Path:
     """Build the tiny Idefics3 VLM into ``out_dir`` and return its path.
 
     The folder appears atomically: files are written to a temp dir next to ``out_dir`` that is
@@ -631,8 +645,14 @@ def _default_cache_dir() -> Path:
     return Path(os.environ.get("RS_CACHE_DIR") or Path.home() / ".cache" / "rs")
 
 
-def tiny_vlm_path(*, seed: int = 0, visible_text: bool = True, favour: str | None = None, template: str = "hybrid",
-                  cache_dir: str | Path | None = None) -> Path:
+def tiny_vlm_path(
+    *,
+    seed: int = 0,
+    visible_text: bool = True,
+    favour: str | None = None,
+    template: str = "hybrid",
+    cache_dir: str | Path | None = None,
+) -> Path:
     """Return the path of a cached tiny VLM build, building it on first use.
 
     The folder is ``<cache_dir or $RS_CACHE_DIR or ~/.cache/rs>/tiny-vlm/<content key>``. Safe
@@ -643,7 +663,9 @@ def tiny_vlm_path(*, seed: int = 0, visible_text: bool = True, favour: str | Non
     root = Path(cache_dir).expanduser() if cache_dir is not None else _default_cache_dir()
     if template not in TEMPLATES:
         raise ValueError(f"unknown template {template!r}; one of {', '.join(TEMPLATES)}")
-    final = (root / "tiny-vlm" / _content_key(seed=seed, visible_text=visible_text, favour=favour, template=template)).absolute()
+    final = (
+        root / "tiny-vlm" / _content_key(seed=seed, visible_text=visible_text, favour=favour, template=template)
+    ).absolute()
     if _looks_like_tiny_vlm(final):
         return final
     tmp = _build_in_temp(final.parent, seed=seed, visible_text=visible_text, favour=favour, template=template)

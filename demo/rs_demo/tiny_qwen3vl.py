@@ -47,23 +47,53 @@ from rs_demo.tiny_model import _INIT_LOCK, _default_cache_dir, _library_versions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ADDED_TOKENS", "CHAT_TEMPLATE", "NOT_SPECIAL", "VLLM_ENGINE_KWARGS", "build_tiny_qwen3vl", "tiny_qwen3vl_path"]
+__all__ = [
+    "ADDED_TOKENS",
+    "CHAT_TEMPLATE",
+    "NOT_SPECIAL",
+    "VLLM_ENGINE_KWARGS",
+    "build_tiny_qwen3vl",
+    "tiny_qwen3vl_path",
+]
 
 #: Qwen's added tokens in Qwen's order (ids 151643.. in the real tokenizer; here right after the BPE vocabulary).
 ADDED_TOKENS: tuple[str, ...] = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
-    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
-    "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
-    "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
-    "<think>", "</think>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
 )
 #: As in Qwen's tokenizer: these survive `skip_special_tokens` (a reasoning parser must see `</think>`).
-NOT_SPECIAL = frozenset(ADDED_TOKENS[ADDED_TOKENS.index("<tool_call>"):])
+NOT_SPECIAL = frozenset(ADDED_TOKENS[ADDED_TOKENS.index("<tool_call>") :])
 EOS_TOKEN = "<|im_end|>"
 PAD_TOKEN = "<|endoftext|>"
 #: Qwen2's pre-tokenizer: contractions, letters with one leading non-letter, single digits, punctuation runs, spaces.
-PRETOKENIZE_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
-                     r"\s+(?!\S)|\s+")
+PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+    r"\s+(?!\S)|\s+"
+)
 
 #: The published Qwen3-VL-Thinking template's behaviour, written anew: ChatML turns, an image as
 #: `<|vision_start|><|image_pad|><|vision_end|>`, reasoning dropped from earlier assistant turns, and a
@@ -112,7 +142,12 @@ _TEXT_CONFIG: dict[str, Any] = {
     "hidden_act": "silu",
     "tie_word_embeddings": False,
     # transformers 5 reads rope_parameters; mrope_section must sum to head_dim / 2
-    "rope_parameters": {"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [6, 5, 5], "mrope_interleaved": True},
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 5_000_000.0,
+        "mrope_section": [6, 5, 5],
+        "mrope_interleaved": True,
+    },
 }
 _VISION_CONFIG: dict[str, Any] = {
     "depth": 2,
@@ -168,13 +203,19 @@ def train_tokenizer() -> Any:
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=_BPE_VOCAB_SIZE, min_frequency=2, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=_BPE_VOCAB_SIZE,
+        min_frequency=2,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(corpus(), trainer)
     base = tokenizer.get_vocab_size()
     for token in ADDED_TOKENS:  # one at a time: each gets the next id
@@ -188,12 +229,22 @@ def train_tokenizer() -> Any:
 def _config(tokenizer: Any) -> Any:
     from transformers import Qwen3VLConfig
 
-    ids = {name: tokenizer.token_to_id(token) for name, token in (
-        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
+    ids = {
+        name: tokenizer.token_to_id(token)
+        for name, token in (
+            ("image_token_id", "<|image_pad|>"),
+            ("video_token_id", "<|video_pad|>"),
+            ("vision_start_token_id", "<|vision_start|>"),
+            ("vision_end_token_id", "<|vision_end|>"),
+        )
+    }
     vocab = -(-tokenizer.get_vocab_size() // _VOCAB_MULTIPLE) * _VOCAB_MULTIPLE
-    text = {**_TEXT_CONFIG, "vocab_size": vocab, "bos_token_id": tokenizer.token_to_id(PAD_TOKEN),
-            "eos_token_id": tokenizer.token_to_id(EOS_TOKEN)}
+    text = {
+        **_TEXT_CONFIG,
+        "vocab_size": vocab,
+        "bos_token_id": tokenizer.token_to_id(PAD_TOKEN),
+        "eos_token_id": tokenizer.token_to_id(EOS_TOKEN),
+    }
     return Qwen3VLConfig(text_config=text, vision_config=dict(_VISION_CONFIG), tie_word_embeddings=False, **ids)
 
 
@@ -203,12 +254,19 @@ def _write_model_folder(folder: Path, *, seed: int) -> None:
     from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3VLForConditionalGeneration
 
     tokenizer = train_tokenizer()
-    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
-                                           model_max_length=_TEXT_CONFIG["max_position_embeddings"], clean_up_tokenization_spaces=False)
+    hf_tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        model_max_length=_TEXT_CONFIG["max_position_embeddings"],
+        clean_up_tokenization_spaces=False,
+    )
     hf_tokenizer.save_pretrained(folder)
     (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     (folder / "preprocessor_config.json").write_text(json.dumps(_IMAGE_PROCESSOR, indent=2, sort_keys=True) + "\n")
-    (folder / "video_preprocessor_config.json").write_text(json.dumps(_VIDEO_PROCESSOR, indent=2, sort_keys=True) + "\n")
+    (folder / "video_preprocessor_config.json").write_text(
+        json.dumps(_VIDEO_PROCESSOR, indent=2, sort_keys=True) + "\n"
+    )
 
     config = _config(tokenizer)
     with _INIT_LOCK, torch.random.fork_rng(devices=[]):  # the caller's RNG untouched, threads not interleaved

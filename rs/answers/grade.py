@@ -26,8 +26,8 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, Protocol
 
-from rs.answers.reading import Reading, read, unwrap
 from rs.answers.numbers import simple_number
+from rs.answers.reading import Reading, read, unwrap
 from rs.answers.values import NEUTRAL_WORDS, UNIT_WORDS, Found, Kind, Vocabulary, find
 
 Item = Any
@@ -41,32 +41,48 @@ class Verifier(Protocol):
 
     def compare(self, value: str, references: Sequence[str], *, item: Item = None) -> bool: ...
 
-    def compare_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None,
-                      vocabulary: Vocabulary | None = None) -> bool: ...
+    def compare_value(
+        self,
+        kind: Kind,
+        value: Any,
+        references: Sequence[str],
+        *,
+        item: Item = None,
+        vocabulary: Vocabulary | None = None,
+    ) -> bool: ...
 
-    def certain_kind(self, kind: Kind, references: Sequence[str], *, item: Item = None,
-                     vocabulary: Vocabulary | None = None) -> bool: ...
+    def certain_kind(
+        self, kind: Kind, references: Sequence[str], *, item: Item = None, vocabulary: Vocabulary | None = None
+    ) -> bool: ...
 
     def certain_value(self, kind: Kind, value: Any) -> bool: ...
 
-    def same_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None,
-                   vocabulary: Vocabulary | None = None) -> bool: ...
+    def same_value(
+        self,
+        kind: Kind,
+        value: Any,
+        references: Sequence[str],
+        *,
+        item: Item = None,
+        vocabulary: Vocabulary | None = None,
+    ) -> bool: ...
 
     def own_leniency(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None) -> bool: ...
 
     def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None) -> bool: ...
 
+
 __all__ = ["Grade", "Grader", "LITERAL_RULE", "Outcome", "READING_RULES"]
 
 READING_RULES = (
     "Every final answer is read once, the same way for every verifier. Its *stated answer* is what an answer tag, "
-    "a box, an \"Answer:\" line (also \"答案：\") or a sentence \"The answer is ...\" holds (every such mark must state the "
+    'a box, an "Answer:" line (also "答案：") or a sentence "The answer is ..." holds (every such mark must state the '
     "same thing), else its first line; emphasis, quotes, code ticks, math delimiters and a trailing period are removed. "
     "The answer is then read for values of the reference's kind: a number (digits of any script, number words, "
     "fractions and mixed numbers, LaTeX, percent signs, thousands separators, currency signs and units all "
-    "normalised), yes or no, an option (its letter, its text, or its position such as \"the second one\", whenever "
+    'normalised), yes or no, an option (its letter, its text, or its position such as "the second one", whenever '
     "the item has options, whatever the verifier), a term of the family's closed set of answers, or free text. A "
-    "negation attached to a value (\"not B\") is part of it, even where the question says \"not\". "
+    'negation attached to a value ("not B") is part of it, even where the question says "not". '
     "**Accepted**: the stated answer is one value, with only neutral words beside it (a sentence frame such as "
     "\"There are\", the question's own words, a unit), the verifier's comparison below matches it, *and* it is a "
     "reference once notation only is normalised (case, punctuation, spacing, accents, markdown, LaTeX, thousands "
@@ -74,19 +90,19 @@ READING_RULES = (
     "(an edit distance, a tolerance, a percent or scale conversion) is accepted only where that leniency is the "
     "task's own (relaxed accuracy on a value read off a chart's axis, never a count, a year or an identifier), and "
     "is otherwise the judge's. Nothing else in the answer may state another value of that kind, and nothing in it "
-    "may retract, correct or hedge it, in any script (\"wait\", \"on second look I was wrong\", \"red-ish\", "
-    "\"应为\"); free text is accepted only when nothing else is said. **Certainly wrong**: the stated answer is one "
+    'may retract, correct or hedge it, in any script ("wait", "on second look I was wrong", "red-ish", '
+    '"应为"); free text is accepted only when nothing else is said. **Certainly wrong**: the stated answer is one '
     "such clean value that differs from every reference beyond any notation, scale word, percent conversion, "
     "rounding or tolerance, nothing after it retracts, corrects or hedges it, and nothing else in the answer states "
     "a value that matches or nearly matches. **Undecided**: everything else (a hedged or qualified value such as "
-    "\"about 3\", several values, marks that disagree, another value stated after the answer, a retraction, a near "
-    "miss, a number that cannot be read for sure such as \"2_500\", \"1,0000\", \"0.333...\" or \"the 1980s\"): the "
+    '"about 3", several values, marks that disagree, another value stated after the answer, a retraction, a near '
+    'miss, a number that cannot be read for sure such as "2_500", "1,0000", "0.333..." or "the 1980s"): the '
     "verifier concludes nothing, and the judge reads it."
 )
 
 LITERAL_RULE = (
     "This family's answers are transcriptions (`answers: {literal: true}`): an answer is read as written, with no "
-    "typed conversion, so \"3\" is not the word \"three\" and only the same text (case, punctuation and accents "
+    'typed conversion, so "3" is not the word "three" and only the same text (case, punctuation and accents '
     "aside) is accepted without the judge."
 )
 
@@ -154,7 +170,9 @@ class Grader:
             return Grade(Outcome.UNDECIDED, self.verifier.kind(refs, item=item, vocabulary=self.vocabulary), "")
         if item is None:
             return self._decided(answer, refs, "", ())
-        return self._decided(answer, refs, getattr(item, "question", None) or "", tuple(getattr(item, "options", ()) or ()))
+        return self._decided(
+            answer, refs, getattr(item, "question", None) or "", tuple(getattr(item, "options", ()) or ())
+        )
 
     def _decide(self, answer: str, refs: tuple[str, ...], question: str, options: tuple[str, ...]) -> Grade:
         item = _Seen(question, options) if question or options else _NOTHING_SEEN
@@ -181,8 +199,11 @@ class Grader:
         if v.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
             accepted = self._accepts(kind, value, refs, item, matches=True)
             return Grade(_ACCEPTED if accepted else _UNDECIDED, kind, stated, value)
-        certain = v.certain_kind(kind, refs, item=item, vocabulary=self.vocabulary) and v.certain_value(kind, value) \
+        certain = (
+            v.certain_kind(kind, refs, item=item, vocabulary=self.vocabulary)
+            and v.certain_value(kind, value)
             and not v.near_value(kind, value, refs, item=item)
+        )
         return Grade(_CERTAIN if certain else _UNDECIDED, kind, stated, value)
 
     def _read_and_decide(self, answer: str, kind: Kind, refs: tuple[str, ...], item: _Seen) -> Grade:
@@ -203,8 +224,9 @@ class Grader:
         value = context.clean_value(reading.stated)
         return value if value is not None and context.rest_agrees(reading.rest, value) else None
 
-    def reasoning_agrees(self, reasoning: str | None, grade: Grade, references: Sequence[str], *,
-                         item: Item | None = None) -> bool | None:
+    def reasoning_agrees(
+        self, reasoning: str | None, grade: Grade, references: Sequence[str], *, item: Item | None = None
+    ) -> bool | None:
         """Whether the conclusion the reasoning reaches (the last value of the accepted answer's kind it states) is the
         accepted value; None when it cannot be told (free text, or no value of that kind in the reasoning)."""
         if not reasoning or grade.value is None or grade.kind is Kind.TEXT:
@@ -214,13 +236,17 @@ class Grader:
         if grade.kind is Kind.TERM:
             found = context.find(reasoning)  # the terms of the answer's category
         else:  # read as stated, not inclusively: a negation in the reasoning is no "no"
-            found = find(grade.kind, reasoning, vocabulary=self.vocabulary, letters=context.letters, options=context.options)
+            found = find(
+                grade.kind, reasoning, vocabulary=self.vocabulary, letters=context.letters, options=context.options
+            )
         values = [v for v in found.values if not (grade.kind is Kind.NUMBER and v.qualifier)]
         if not found.readable or not values:
             return None
         return context.same(values[-1], grade.value)
 
-    def _accepts(self, kind: Kind, value: Any, refs: Sequence[str], item: Item | None, matches: bool | None = None) -> bool:
+    def _accepts(
+        self, kind: Kind, value: Any, refs: Sequence[str], item: Item | None, matches: bool | None = None
+    ) -> bool:
         """THE rule for accepting a value: the verifier's metric matches it, and it is a reference once notation only
         is normalised, or the match needs a leniency that is the task's own (relaxed accuracy on a value read off an
         axis). A match that needs any other leniency (ANLS below 1, a tolerance on a count or a year, a percent or
@@ -232,13 +258,18 @@ class Grader:
             return matches  # a metric that forgives notation only: its match is the same value
         return matches and (
             v.same_value(kind, value, refs, item=item, vocabulary=self.vocabulary)
-            or v.own_leniency(kind, value, refs, item=item))
+            or v.own_leniency(kind, value, refs, item=item)
+        )
 
     def _text(self, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
         """Free text: accepted by :meth:`_accepts` when nothing else is said; never certainly wrong."""
         matches = self._accepts(Kind.TEXT, reading.stated, refs, item)
-        said_else = any(c.isalnum() for c in reading.rest) and unwrap(reading.rest).casefold() != reading.stated.casefold()
-        outcome = Outcome.ACCEPTED if matches and not said_else and not turns(reading, Kind.TEXT) else Outcome.UNDECIDED
+        said_else = (
+            any(c.isalnum() for c in reading.rest) and unwrap(reading.rest).casefold() != reading.stated.casefold()
+        )
+        outcome = (
+            Outcome.ACCEPTED if matches and not said_else and not turns(reading, Kind.TEXT) else Outcome.UNDECIDED
+        )
         return Grade(outcome, Kind.TEXT, reading.stated)
 
     def _typed(self, kind: Kind, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
@@ -254,20 +285,33 @@ class Grader:
             certain = self._certain(context, value, clause, refs, item)
             return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, clause.stated, value)
         if self.verifier.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
-            accepted = not turns(reading, kind) and context.rest_agrees(reading.rest, value) \
+            accepted = (
+                not turns(reading, kind)
+                and context.rest_agrees(reading.rest, value)
                 and self._accepts(kind, value, refs, item, matches=True)
+            )
             return Grade(Outcome.ACCEPTED if accepted else Outcome.UNDECIDED, kind, reading.stated, value)
         certain = self._certain(context, value, reading, refs, item, matches=False)
         return Grade(Outcome.CERTAIN if certain else Outcome.UNDECIDED, kind, reading.stated, value)
 
-    def _certain(self, context: _Context, value: Any, reading: Reading, refs: Sequence[str], item: Item | None,
-                 matches: bool | None = None) -> bool:
+    def _certain(
+        self,
+        context: _Context,
+        value: Any,
+        reading: Reading,
+        refs: Sequence[str],
+        item: Item | None,
+        matches: bool | None = None,
+    ) -> bool:
         """THE rule for a certain rejection: one clean value of the reference's kind (every reference is of that
         kind, and the verifier can call such a value wrong) that the metric does not match and that differs from
         every reference beyond any notation, scale or tolerance difference, with nothing after it that retracts,
         corrects or hedges (in any script) and no value the rest states matching."""
         v = self.verifier
-        if not (v.certain_kind(context.kind, refs, item=item, vocabulary=self.vocabulary) and v.certain_value(context.kind, value)):
+        if not (
+            v.certain_kind(context.kind, refs, item=item, vocabulary=self.vocabulary)
+            and v.certain_value(context.kind, value)
+        ):
             return False
         if matches is None:
             matches = v.compare_value(context.kind, value, refs, item=item, vocabulary=self.vocabulary)
@@ -276,7 +320,9 @@ class Grader:
         rest = context.find(reading.rest, rest=True)
         return rest.readable and not any(
             v.compare_value(context.kind, other, refs, item=item, vocabulary=self.vocabulary)
-            or v.near_value(context.kind, other, refs, item=item) for other in rest.values)
+            or v.near_value(context.kind, other, refs, item=item)
+            for other in rest.values
+        )
 
 
 # What retracts, corrects or hedges an answer, in any script: a turn anywhere beside the stated answer leaves it
@@ -288,7 +334,8 @@ _TURN = re.compile(
     r"possibly|might|i\s+think|i\s+guess|i\s+believe|seems?|likely|approximately|roughly|sort\s+of|kind\s+of|or\s+so|"
     r"re-?check|re-?count|recounting|double-check|that's\s+wrong|is\s+wrong|incorrect|\w+-ish|ish|hard\s+to\s+(?:tell|say))\b"
     r"|应为|应该是|更正|不对|错了|等等|其实|改为|修正|也许|可能|大概|訂正|実は|정정",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 # "5? No, 6": a "no" that opens a clause corrects what stands before it, unless yes or no is what is asked.
@@ -298,7 +345,9 @@ _NO_CLAUSE = re.compile(r"(?:^|[\s—–,.;:?!-])no\s*[,!.;:—–-]\s*\S", re.I
 def turns(reading: Reading, kind: Kind | None = None) -> bool:
     """Whether anything beside the stated answer, or in it, retracts, corrects or hedges it (see `_TURN`)."""
     for text in (reading.stated, reading.rest):
-        if text and (_TURN.search(text) is not None or (kind is not Kind.POLAR and _NO_CLAUSE.search(text) is not None)):
+        if text and (
+            _TURN.search(text) is not None or (kind is not Kind.POLAR and _NO_CLAUSE.search(text) is not None)
+        ):
             return True
     return False
 
@@ -325,8 +374,14 @@ class _Context:
     category: str | None = None
 
     @classmethod
-    def of(cls, kind: Kind, vocabulary: Vocabulary | None, item: Item | None, verifier: Verifier,
-           references: Sequence[str] = ("",)) -> _Context:
+    def of(
+        cls,
+        kind: Kind,
+        vocabulary: Vocabulary | None,
+        item: Item | None,
+        verifier: Verifier,
+        references: Sequence[str] = ("",),
+    ) -> _Context:
         question = getattr(item, "question", None) or ""
         options = tuple(getattr(item, "options", ()) or ())
         category = None
@@ -337,11 +392,16 @@ class _Context:
     def find(self, text: str, *, rest: bool = False) -> Found:
         # a yes/no is read inclusively on both sides: "No, there are not more cubes" says no twice
         rest = rest or self.kind is Kind.POLAR
-        found = find(self.kind, text, vocabulary=self.vocabulary, letters=self.letters, options=self.options, rest=rest)
+        found = find(
+            self.kind, text, vocabulary=self.vocabulary, letters=self.letters, options=self.options, rest=rest
+        )
         if self.kind is Kind.TERM and self.category is not None:
             # a term of another category ("cube" beside the colour "red") is no value of this kind
-            kept = [(v, span) for v, span in zip(found.values, found.spans)
-                    if self.vocabulary.categories.get(v.removeprefix("not ")) == self.category]
+            kept = [
+                (v, span)
+                for v, span in zip(found.values, found.spans)
+                if self.vocabulary.categories.get(v.removeprefix("not ")) == self.category
+            ]
             found = Found(tuple(v for v, _ in kept), tuple(span for _, span in kept), found.text, found.readable)
         return found
 
@@ -388,5 +448,7 @@ def _neutral(question: str) -> frozenset[str]:
     return NEUTRAL_WORDS | (frozenset(Found((), (), question).leftover) - _NEGATIONS)
 
 
-_NEGATIONS = frozenset("not no never none nothing neither nor isn't aren't wasn't weren't don't doesn't cannot can't "
-                       "except without".split())
+_NEGATIONS = frozenset(
+    "not no never none nothing neither nor isn't aren't wasn't weren't don't doesn't cannot can't "
+    "except without".split()
+)

@@ -33,8 +33,16 @@ class Number:
     scaled: bool = False
     """Written with a scale word ("12.5 billion", "two million"): the same figure at another scale is near."""
 
-    def __init__(self, value: Fraction, percent: bool = False, qualifier: str | None = None, start: int = 0, end: int = 0,
-                 padded: bool = False, scaled: bool = False) -> None:
+    def __init__(
+        self,
+        value: Fraction,
+        percent: bool = False,
+        qualifier: str | None = None,
+        start: int = 0,
+        end: int = 0,
+        padded: bool = False,
+        scaled: bool = False,
+    ) -> None:
         # Each field set once, through its slot: the __init__ a frozen dataclass generates goes through
         # object.__setattr__ for every field, which cost more than reading a plain number.
         _SET_NUMBER[0](self, value)
@@ -54,7 +62,9 @@ class Number:
         conversion ("30%" for 0.3) is not (see :meth:`converts`)."""
         if self.qualifier or other.qualifier or self.padded != other.padded:
             return False
-        return self.value.as_integer_ratio() == other.value.as_integer_ratio()  # equality, without Fraction's type checks
+        return (
+            self.value.as_integer_ratio() == other.value.as_integer_ratio()
+        )  # equality, without Fraction's type checks
 
     def converts(self, other: Number) -> bool:
         """Whether one is the other read through a percent sign ("30%" for 0.3, "3000%" for 30): a conversion a
@@ -69,22 +79,82 @@ _SET_NUMBER = tuple(Number.__dict__[f.name].__set__ for f in fields(Number))
 
 # ---- text made plain: LaTeX and Unicode notation as ASCII, positions kept simple by working on the result ----
 
-_VULGAR = {"½": "1/2", "⅓": "1/3", "⅔": "2/3", "¼": "1/4", "¾": "3/4", "⅕": "1/5", "⅖": "2/5", "⅗": "3/5", "⅘": "4/5",
-           "⅙": "1/6", "⅚": "5/6", "⅛": "1/8", "⅜": "3/8", "⅝": "5/8", "⅞": "7/8", "⅐": "1/7", "⅑": "1/9", "⅒": "1/10"}
+_VULGAR = {
+    "½": "1/2",
+    "⅓": "1/3",
+    "⅔": "2/3",
+    "¼": "1/4",
+    "¾": "3/4",
+    "⅕": "1/5",
+    "⅖": "2/5",
+    "⅗": "3/5",
+    "⅘": "4/5",
+    "⅙": "1/6",
+    "⅚": "5/6",
+    "⅛": "1/8",
+    "⅜": "3/8",
+    "⅝": "5/8",
+    "⅞": "7/8",
+    "⅐": "1/7",
+    "⅑": "1/9",
+    "⅒": "1/10",
+}
 _MINUS = "\u2212\ufe63\uff0d\u2012\u2013\u2014"
 _DASHES = "\u2012\u2013\u2014\u2015"
-_SYMBOLS = {"≈": " ~ ", "≃": " ~ ", "∼": " ~ ", "≥": " >= ", "≤": " <= ", "±": " +- ", "×": " x ", "·": " ",
-            "°": " degrees", "\u00a0": " ", "\u2009": " ", "\u202f": " ", "“": '"', "”": '"', "‘": "'", "’": "'"}
+_SYMBOLS = {
+    "≈": " ~ ",
+    "≃": " ~ ",
+    "∼": " ~ ",
+    "≥": " >= ",
+    "≤": " <= ",
+    "±": " +- ",
+    "×": " x ",
+    "·": " ",
+    "°": " degrees",
+    "\u00a0": " ",
+    "\u2009": " ",
+    "\u202f": " ",
+    "“": '"',
+    "”": '"',
+    "‘": "'",
+    "’": "'",
+}
 _LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]*)\s*\}\s*\{\s*([^{}]*)\s*\}")
 _LATEX_FRAC_SHORT = re.compile(r"\\[dt]?frac\s*(\d)\s*(\d)")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?")
 _LATEX_WRAP = re.compile(r"\\(?:text|textbf|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
-_LATEX_WORDS = {r"\approx": " ~ ", r"\sim": " ~ ", r"\geq": " >= ", r"\ge": " >= ", r"\leq": " <= ", r"\le": " <= ",
-                r"\pm": " +- ", r"\times": " x ", r"\cdot": " x ", r"\%": "%", r"\$": "$", r"\,": "", r"\!": "",
-                r"\;": " ", r"\ ": " ", r"{,}": ",", r"\left": "", r"\right": "", r"\(": " ", r"\)": " ",
-                r"\[": " ", r"\]": " ", r"\neq": " != ", r"\ne": " != "}
-_LATEX_WORD = re.compile("|".join(re.escape(k) + (r"(?![A-Za-z])" if k[-1].isalpha() else "")
-                                  for k in sorted(_LATEX_WORDS, key=len, reverse=True)))
+_LATEX_WORDS = {
+    r"\approx": " ~ ",
+    r"\sim": " ~ ",
+    r"\geq": " >= ",
+    r"\ge": " >= ",
+    r"\leq": " <= ",
+    r"\le": " <= ",
+    r"\pm": " +- ",
+    r"\times": " x ",
+    r"\cdot": " x ",
+    r"\%": "%",
+    r"\$": "$",
+    r"\,": "",
+    r"\!": "",
+    r"\;": " ",
+    r"\ ": " ",
+    r"{,}": ",",
+    r"\left": "",
+    r"\right": "",
+    r"\(": " ",
+    r"\)": " ",
+    r"\[": " ",
+    r"\]": " ",
+    r"\neq": " != ",
+    r"\ne": " != ",
+}
+_LATEX_WORD = re.compile(
+    "|".join(
+        re.escape(k) + (r"(?![A-Za-z])" if k[-1].isalpha() else "")
+        for k in sorted(_LATEX_WORDS, key=len, reverse=True)
+    )
+)
 
 
 class Unreadable(ValueError):
@@ -108,9 +178,14 @@ def plain_text(text: str) -> str | None:
 def _plain_latex(text: str) -> str:
     """LaTeX number notation in plain text: wrappers dropped, fractions as ``a/b``, degrees and symbol commands as words."""
     text = _LATEX_WRAP.sub(r"\1", text)
-    text = _LATEX_FRAC.sub(lambda m: f"({m.group(1).strip()})/({m.group(2).strip()})"
-                           if not (m.group(1).strip().isdigit() and m.group(2).strip().isdigit())
-                           else f"{m.group(1).strip()}/{m.group(2).strip()}", text)
+    text = _LATEX_FRAC.sub(
+        lambda m: (
+            f"({m.group(1).strip()})/({m.group(2).strip()})"
+            if not (m.group(1).strip().isdigit() and m.group(2).strip().isdigit())
+            else f"{m.group(1).strip()}/{m.group(2).strip()}"
+        ),
+        text,
+    )
     text = _LATEX_FRAC_SHORT.sub(r"\1/\2", text)
     text = _DEGREES.sub(" degrees", text)
     return _LATEX_WORD.sub(lambda m: _LATEX_WORDS[m.group(0)], text)
@@ -155,21 +230,27 @@ _DIGITS = re.compile(
     r"|(?P<num>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|\.\d+)"
     r")(?P<tail>[A-Za-z]+)?(?P<pct>\s*(?:%|percent\b|per\s+cent\b))?(?P<scale>\s+(?:hundred|thousand|million|billion|trillion)\b)?"
 )
-_COMPOUND = re.compile(r"\d\s*:\s*\d|\d+[/-]\d+[/-]\d|\d\.\d+\.\d|\d\s*\^|\d\.?(?:\.\.\.|…)|\\overline|\\dot\b"
-                       r"|\d_\d|_\d|\d(?![eE][-+]?\d)[A-Za-z]+\d|\d,\d{4}|\d(?:'s|s)\b")
+_COMPOUND = re.compile(
+    r"\d\s*:\s*\d|\d+[/-]\d+[/-]\d|\d\.\d+\.\d|\d\s*\^|\d\.?(?:\.\.\.|…)|\\overline|\\dot\b"
+    r"|\d_\d|_\d|\d(?![eE][-+]?\d)[A-Za-z]+\d|\d,\d{4}|\d(?:'s|s)\b"
+)
 """What makes a number unreadable: a time, a date, a version, a power, a repeating decimal ("0.333...",
 "0.\\overline{3}"), a digit string that is no well-formed number ("2_500", "1,0000", "1O0"), a decade ("the 1980s")."""
 _ORDINAL_TAIL = frozenset({"st", "nd", "rd", "th"})
 _UNIT_TAIL = frozenset("cm mm km kg g mg ml s h hr hrs min px ft lb lbs pt pts yr yrs".split())
 _SCALE_WORDS = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9, "trillion": 10**12}
 _APPROX_BEFORE = re.compile(
-    r"(?:\b(?:about|around|approximately|approx|roughly|nearly|almost|circa|ca|close\s+to|some|estimated|~)|~)[\s.]*$")
+    r"(?:\b(?:about|around|approximately|approx|roughly|nearly|almost|circa|ca|close\s+to|some|estimated|~)|~)[\s.]*$"
+)
 _BOUND_BEFORE = re.compile(
     r"(?:\b(?:at\s+least|at\s+most|more\s+than|less\s+than|fewer\s+than|greater\s+than|over|under|above|below|up\s+to"
-    r"|no\s+more\s+than|no\s+less\s+than|no\s+fewer\s+than|between)|>=|<=|>|<|\+-|!=)\s*$")
+    r"|no\s+more\s+than|no\s+less\s+than|no\s+fewer\s+than|between)|>=|<=|>|<|\+-|!=)\s*$"
+)
 _NOT_BEFORE = re.compile(r"(?:\bnot|\bisn't|\baren't|\bnever|n't\s+be)\s*$")
-_AFTER = re.compile(r"^(?:\s*(?:or\s+(?:so|more|less|fewer|above|below)|-?ish\b|\+(?!\d)|\s*\+-|\s+or\s+\d|\s*(?:to|-)\s*\d)"
-                    r"|\s+(?:at\s+(?:least|most)|plus|minus|max|min)\b)")
+_AFTER = re.compile(
+    r"^(?:\s*(?:or\s+(?:so|more|less|fewer|above|below)|-?ish\b|\+(?!\d)|\s*\+-|\s+or\s+\d|\s*(?:to|-)\s*\d)"
+    r"|\s+(?:at\s+(?:least|most)|plus|minus|max|min)\b)"
+)
 
 
 def _decimal(text: str) -> Fraction:
@@ -192,8 +273,13 @@ def _digit_numbers(text: str, low: str) -> list[Number]:
         if m.group("scale"):
             value *= _SCALE_WORDS[m.group("scale").strip().lower()]
         padded = re.match(r"[-+]?0\d", m.group(0)) is not None
-        found.append(_qualified(Number(value, bool(m.group("pct")), None, m.start(), m.end(), padded, bool(m.group("scale"))),
-                                text, low))
+        found.append(
+            _qualified(
+                Number(value, bool(m.group("pct")), None, m.start(), m.end(), padded, bool(m.group("scale"))),
+                text,
+                low,
+            )
+        )
     return found
 
 
@@ -220,7 +306,10 @@ def _qualified(number: Number, text: str, low: str) -> Number:
             break
     end = number.end
     if qualifier is None and (m := _AFTER.search(after)) is not None:
-        qualifier, end = "bound" if "ish" not in m.group(0) and "so" not in m.group(0) else "approx", number.end + m.end()
+        qualifier, end = (
+            "bound" if "ish" not in m.group(0) and "so" not in m.group(0) else "approx",
+            number.end + m.end(),
+        )
     if qualifier is None:
         return number
     return Number(number.value, number.percent, qualifier, start, end, number.padded, number.scaled)
@@ -228,16 +317,27 @@ def _qualified(number: Number, text: str, low: str) -> Number:
 
 # ---- words ----
 
-_UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-          "seventeen eighteen nineteen").split()
+_UNITS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen"
+).split()
 _TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
 _SMALL = {w: i for i, w in enumerate(_UNITS)} | {w: 20 + 10 * i for i, w in enumerate(_TENS)}
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
 _DENOMINATORS = {"half": 2, "halves": 2, "third": 3, "thirds": 3, "quarter": 4, "quarters": 4}
-_DENOMINATORS |= {w + s: n for n, w in enumerate(
-    "fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split(), 4) for s in ("", "s")}
-_DENOMINATORS |= {"hundredth": 100, "hundredths": 100, "thousandth": 1000, "thousandths": 1000,
-                  "millionth": 10**6, "millionths": 10**6}
+_DENOMINATORS |= {
+    w + s: n
+    for n, w in enumerate("fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split(), 4)
+    for s in ("", "s")
+}
+_DENOMINATORS |= {
+    "hundredth": 100,
+    "hundredths": 100,
+    "thousandth": 1000,
+    "thousandths": 1000,
+    "millionth": 10**6,
+    "millionths": 10**6,
+}
 _PRONOUN_BEFORE = frozenset("the this that which each every any another other".split())
 _WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
 
@@ -255,8 +355,11 @@ def _word_numbers(text: str, low: str) -> list[Number]:
         value, j = _word_run(words, low, i)
         if value is None:
             if (k := _lone_fraction(words, low, i)) is not None:
-                found.append(_qualified(Number(Fraction(1, _DENOMINATORS[words[k][0]]), False, None, start, words[k][2]),
-                                        text, low))
+                found.append(
+                    _qualified(
+                        Number(Fraction(1, _DENOMINATORS[words[k][0]]), False, None, start, words[k][2]), text, low
+                    )
+                )
                 i = k + 1
             else:
                 i += 1
@@ -267,8 +370,11 @@ def _word_numbers(text: str, low: str) -> list[Number]:
             continue
         pct = _WORD_PERCENT.match(low, last_end)  # "forty percent" is 40%
         scaled = any(w in _SCALES and w != "hundred" for w, _, _ in words[i:j])
-        found.append(_qualified(Number(total, pct is not None, None, start, pct.end() if pct else last_end, False, scaled),
-                                text, low))
+        found.append(
+            _qualified(
+                Number(total, pct is not None, None, start, pct.end() if pct else last_end, False, scaled), text, low
+            )
+        )
         i = j
     return found
 
@@ -280,14 +386,16 @@ def _lone_fraction(words: list[tuple[str, int, int]], low: str, i: int) -> int |
     """Where a fraction without a count starting at ``words[i]`` ends ("half", "a third": the index of its denominator
     word); None when none starts there (an ordinal alone, "the third cube", is not an amount)."""
     word, _, end = words[i]
-    if word in ("half", "halves") or (word == "a" and i + 1 < len(words) and words[i + 1][0] in _DENOMINATORS
-                                      and _joined(low[end : words[i + 1][1]])):
+    if word in ("half", "halves") or (
+        word == "a" and i + 1 < len(words) and words[i + 1][0] in _DENOMINATORS and _joined(low[end : words[i + 1][1]])
+    ):
         return i + (word == "a")
     return None
 
 
-def _fraction_after(words: list[tuple[str, int, int]], low: str, j: int, total: Fraction,
-                    last_end: int) -> tuple[Fraction, int, int]:
+def _fraction_after(
+    words: list[tuple[str, int, int]], low: str, j: int, total: Fraction, last_end: int
+) -> tuple[Fraction, int, int]:
     """A number run's value with the fraction words after it ("seven hundredths", "one and a half"), where they end
     and the index of the next word; the run unchanged when no fraction follows."""
     if j < len(words) and words[j][0] in _DENOMINATORS and _joined(low[last_end : words[j][1]]):
@@ -301,7 +409,11 @@ def _word_run(words: list[tuple[str, int, int]], low: str, i: int) -> tuple[int 
     """The value of the number words starting at ``words[i]`` ("twenty-one", "one hundred and five", "a dozen") and
     where they end; None when no number starts there."""
     total, current, j = 0, None, i
-    if words[i][0] == "a" and i + 1 < len(words) and words[i + 1][0] in ("hundred", "thousand", "million", "billion", "dozen"):
+    if (
+        words[i][0] == "a"
+        and i + 1 < len(words)
+        and words[i + 1][0] in ("hundred", "thousand", "million", "billion", "dozen")
+    ):
         current, j = 1, i + 1
     while j < len(words):
         w, ws, _ = words[j]
@@ -324,7 +436,9 @@ def _word_run(words: list[tuple[str, int, int]], low: str, i: int) -> tuple[int 
                 current *= 100
             else:
                 total, current = total + current * _SCALES[w], 0
-        elif w == "and" and current is not None and current >= 100 and j + 1 < len(words) and words[j + 1][0] in _SMALL:
+        elif (
+            w == "and" and current is not None and current >= 100 and j + 1 < len(words) and words[j + 1][0] in _SMALL
+        ):
             pass
         else:
             break

@@ -55,13 +55,31 @@ _ANSWER_LINE = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 _ANSWER_HEADING = re.compile(
-    r"^[ \t>#*_-]*(?:final[ \t]+)?answer[ \t*_:：]*\n[ \t]*\n?[ \t]*(\S.*?)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+    r"^[ \t>#*_-]*(?:final[ \t]+)?answer[ \t*_:：]*\n[ \t]*\n?[ \t]*(\S.*?)[ \t]*$", re.IGNORECASE | re.MULTILINE
+)
 _ANSWER_SENTENCE = re.compile(
     r"\b(?:the[ \t]+)?(?:final[ \t]+|correct[ \t]+|right[ \t]+|best[ \t]+)?(?:answer|option|choice)[ \t]+"
-    r"(?:is|would[ \t]+be|will[ \t]+be|=)[ \t]*:?[ \t]*([^\n]*)", re.IGNORECASE)
+    r"(?:is|would[ \t]+be|will[ \t]+be|=)[ \t]*:?[ \t]*([^\n]*)",
+    re.IGNORECASE,
+)
 _SENTENCE_END = re.compile(r"(?<!\b[A-Z])[.!?](?=\s|$)")  # not an initial ("John A. Smith")
-_PAIRS = (("**", "**"), ("__", "__"), ("`", "`"), ('"', '"'), ("“", "”"), ("'", "'"), ("‘", "’"), ("«", "»"),
-          ("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("*", "*"), ("_", "_"), ("<answer>", "</answer>"))
+_PAIRS = (
+    ("**", "**"),
+    ("__", "__"),
+    ("`", "`"),
+    ('"', '"'),
+    ("“", "”"),
+    ("'", "'"),
+    ("‘", "’"),
+    ("«", "»"),
+    ("$$", "$$"),
+    ("$", "$"),
+    ("\\(", "\\)"),
+    ("\\[", "\\]"),
+    ("*", "*"),
+    ("_", "_"),
+    ("<answer>", "</answer>"),
+)
 _WRAPPER_COMMAND = re.compile(r"^\\(?:text|textbf|textit|mathrm|mathbf|mbox|boxed)\s*\{(.*)\}$", re.DOTALL)
 _LEADING = re.compile(r"^(?:[-*#]+[ \t]+|#+)")
 _PREFIX = re.compile(r"^(?:(?:final[ \t]+|correct[ \t]+)?answer|最终答案|答案)[ \t]*[:：-][ \t]*", re.IGNORECASE)
@@ -78,11 +96,15 @@ def unwrap(text: str) -> str:
         before = text
         text = _LEADING.sub("", text).strip()
         text = _PREFIX.sub("", text).strip()
-        if text[-1:] in ".!" and not text[-2:-1] in (".", "!"):
+        if text[-1:] in ".!" and text[-2:-1] not in (".", "!"):
             text = text[:-1].rstrip()
         for left, right in _PAIRS:
-            if len(text) > len(left) + len(right) - 1 and text.startswith(left) and text.endswith(right) \
-                    and len(text) >= len(left) + len(right):
+            if (
+                len(text) > len(left) + len(right) - 1
+                and text.startswith(left)
+                and text.endswith(right)
+                and len(text) >= len(left) + len(right)
+            ):
                 inner = text[len(left) : len(text) - len(right)]
                 if left in ("'", "‘") and "'" in inner:
                     continue  # "it's" inside: not a quote

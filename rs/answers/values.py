@@ -92,7 +92,7 @@ _NEGATED = re.compile(r"n't\b|\b(?:not|never|none|nothing|nobody|neither|nor|no(
 
 
 def polar_of(text: str) -> str | None:
-    """"yes" or "no" when ``text`` is just that (surrounding punctuation aside), else None."""
+    """ "yes" or "no" when ``text`` is just that (surrounding punctuation aside), else None."""
     return _POLAR_MAP.get(text.strip().strip(".!*_\"'()[] ").casefold())
 
 
@@ -110,8 +110,12 @@ class Vocabulary:
     pattern: re.Pattern[str] = field(default=re.compile(r"(?!)"), compare=False)
 
     @classmethod
-    def build(cls, terms: Iterable[str], synonyms: Mapping[str, Sequence[str]] | None = None,
-              categories: Mapping[str, Sequence[str]] | None = None) -> Vocabulary:
+    def build(
+        cls,
+        terms: Iterable[str],
+        synonyms: Mapping[str, Sequence[str]] | None = None,
+        categories: Mapping[str, Sequence[str]] | None = None,
+    ) -> Vocabulary:
         spellings: dict[str, str] = {}
         for canonical, others in (synonyms or {}).items():
             for spelling in (canonical, *others):
@@ -123,7 +127,9 @@ class Vocabulary:
         category = {t.casefold(): name for name, members in (categories or {}).items() for t in members}
         cats = {canonical: category.get(canonical, "term") for canonical in set(spellings.values())}
         alternation = "|".join(re.escape(s) for s in sorted(spellings, key=len, reverse=True))
-        pattern = re.compile(rf"(?<![\w-])(?:{alternation})(?![\w-])", re.IGNORECASE) if spellings else re.compile(r"(?!)")
+        pattern = (
+            re.compile(rf"(?<![\w-])(?:{alternation})(?![\w-])", re.IGNORECASE) if spellings else re.compile(r"(?!)")
+        )
         return cls(spellings, cats, pattern)
 
     def __bool__(self) -> bool:
@@ -197,7 +203,9 @@ def _read_plain_number(reference: str) -> Number | None:
 _GLUED_UNIT = re.compile(r"[0-9][A-Za-z]")
 
 
-def reference_values(kind: Kind, references: Sequence[str], vocabulary: Vocabulary | None = None) -> tuple[Any, ...] | None:
+def reference_values(
+    kind: Kind, references: Sequence[str], vocabulary: Vocabulary | None = None
+) -> tuple[Any, ...] | None:
     """Each reference as a value of ``kind``; None when one is not. Each reference is read once (`_plain_number`)."""
     if kind is _NUMBER:
         if len(references) == 1:
@@ -212,7 +220,9 @@ def reference_values(kind: Kind, references: Sequence[str], vocabulary: Vocabula
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def _reference_values(kind: Kind, references: tuple[str, ...], vocabulary: Vocabulary | None) -> tuple[Any, ...] | None:
+def _reference_values(
+    kind: Kind, references: tuple[str, ...], vocabulary: Vocabulary | None
+) -> tuple[Any, ...] | None:
     out = []
     for r in references:
         if kind is Kind.NUMBER:
@@ -229,15 +239,24 @@ def _reference_values(kind: Kind, references: tuple[str, ...], vocabulary: Vocab
     return tuple(out)
 
 
-def find(kind: Kind, text: str, *, vocabulary: Vocabulary | None = None, letters: str = "",
-         options: Sequence[str] = (), rest: bool = False) -> Found:
+def find(
+    kind: Kind,
+    text: str,
+    *,
+    vocabulary: Vocabulary | None = None,
+    letters: str = "",
+    options: Sequence[str] = (),
+    rest: bool = False,
+) -> Found:
     """Every value of ``kind`` that ``text`` states. ``rest``: ``text`` is what stands beside a stated answer, read
     inclusively (a negated statement states "no"; "A is also right" names option A)."""
     return _find(kind, text, vocabulary, letters, tuple(options), rest)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _find(kind: Kind, text: str, vocabulary: Vocabulary | None, letters: str, options: tuple[str, ...], rest: bool) -> Found:
+def _find(
+    kind: Kind, text: str, vocabulary: Vocabulary | None, letters: str, options: tuple[str, ...], rest: bool
+) -> Found:
     if kind is Kind.NUMBER:
         return _numbers_found(text)
     if kind is Kind.POLAR:
@@ -271,7 +290,9 @@ def _terms_found(text: str, vocabulary: Vocabulary | None) -> Found:
     """The vocabulary's terms ``text`` names, each as its canonical spelling; nothing without a vocabulary."""
     if not vocabulary:
         return Found((), (), text)
-    hits = [(vocabulary.spellings[m.group(0).casefold()], m.start(), m.end()) for m in vocabulary.pattern.finditer(text)]
+    hits = [
+        (vocabulary.spellings[m.group(0).casefold()], m.start(), m.end()) for m in vocabulary.pattern.finditer(text)
+    ]
     # "not red" names no red: a negated term is another value (its span stays the term's, so the "not" is left over)
     hits = [(f"not {h[0]}" if _NEGATED_BEFORE.search(text, 0, h[1]) else h[0], h[1], h[2]) for h in hits]
     return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text)
@@ -286,8 +307,10 @@ def _norm(text: str) -> str:
 
 
 # What follows an option named as the subject of a sentence ("A is also correct", "A could be right").
-_SUBJECT_VERB = re.compile(r"\s+(?:is|was|would|could|might|may|also|and|or|seems|looks|matches|fits|shows|can|"
-                           r"should|must|appears|describes|best|too|if|when|instead|otherwise|though|rather|then)\b")
+_SUBJECT_VERB = re.compile(
+    r"\s+(?:is|was|would|could|might|may|also|and|or|seems|looks|matches|fits|shows|can|"
+    r"should|must|appears|describes|best|too|if|when|instead|otherwise|though|rather|then)\b"
+)
 
 
 def _options(text: str, letters: str, options: Sequence[str], *, inclusive: bool = False) -> Found:
@@ -304,7 +327,9 @@ def _options(text: str, letters: str, options: Sequence[str], *, inclusive: bool
     return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text, ambiguous=ambiguous)
 
 
-def _letter_hits(text: str, valid: str, options: Sequence[str], inclusive: bool) -> tuple[list[tuple[str, int, int]], list[int]]:
+def _letter_hits(
+    text: str, valid: str, options: Sequence[str], inclusive: bool
+) -> tuple[list[tuple[str, int, int]], list[int]]:
     """The valid letters standing as options, and where a leading "A" was read as the article (ambiguous unless an
     option's text covers it)."""
     hits: list[tuple[str, int, int]] = []
@@ -318,8 +343,13 @@ def _letter_hits(text: str, valid: str, options: Sequence[str], inclusive: bool)
         named = _OPTION_WORD.search(before) is not None
         if letter.islower() and not named and text.strip(" .()[]*_:") != letter:
             continue  # "a" and "i" in prose are words, not options
-        if upper in "AI" and not named and re.match(r"\s+[a-z]", after) and not _is_option_text(after, upper, valid, options) \
-                and not (inclusive and _SUBJECT_VERB.match(after)):
+        if (
+            upper in "AI"
+            and not named
+            and re.match(r"\s+[a-z]", after)
+            and not _is_option_text(after, upper, valid, options)
+            and not (inclusive and _SUBJECT_VERB.match(after))
+        ):
             if upper == "A" and m.start() == len(text) - len(text.lstrip()):
                 skipped.append(m.start())
             continue  # "A dog", "I think": the article and the pronoun
@@ -339,11 +369,16 @@ def _option_text_hits(text: str, valid: str, options: Sequence[str]) -> list[tup
     return hits
 
 
-_NEGATED_BEFORE = re.compile(r"\b(?:not|isn't|never|except)\s+(?:the\s+)?(?:option\s+|choice\s+|answer\s+)?\(?$", re.IGNORECASE)
+_NEGATED_BEFORE = re.compile(
+    r"\b(?:not|isn't|never|except)\s+(?:the\s+)?(?:option\s+|choice\s+|answer\s+)?\(?$", re.IGNORECASE
+)
 _ORDINALS = {w: i for i, w in enumerate("first second third fourth fifth sixth seventh eighth".split())}
 _ORDINALS |= {w: i for i, w in enumerate("1st 2nd 3rd 4th 5th 6th 7th 8th".split())}
-_POSITION = re.compile(r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|1st|2nd|3rd|[4-8]th|last|final)\s+"
-                       r"(?:one|option|choice|answer|alternative|item)\b", re.IGNORECASE)
+_POSITION = re.compile(
+    r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|1st|2nd|3rd|[4-8]th|last|final)\s+"
+    r"(?:one|option|choice|answer|alternative|item)\b",
+    re.IGNORECASE,
+)
 
 
 def _position_hits(text: str, valid: str, options: Sequence[str]) -> list[tuple[str, int, int]]:

@@ -19,14 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rs.pipeline.route import Routes, route_items
-from rs.pipeline.write.report import pass_rate_histogram
-from rs.context import BuildPaths
-from rs.store import read_records
 from rs.audit.checkers import CHECKERS, Audit, Finding, checker, run_checks
 from rs.audit.facts import family_facts
+from rs.audit.replay import Replay
+from rs.audit.replay import replay as replay_questions
 from rs.audit.repo import AuditUsageError, RepoFiles, load_family
-from rs.audit.replay import Replay, replay as replay_questions
+from rs.context import BuildPaths
+from rs.pipeline.route import Routes, route_items
+from rs.pipeline.write.report import pass_rate_histogram
+from rs.store import read_records
 
 __all__ = ["AuditResult", "AuditUsageError", "CHECKERS", "Finding", "Replay", "audit", "checker"]
 
@@ -43,24 +44,34 @@ class AuditResult:
         return not self.findings
 
     def render(self) -> str:
-        lines = [f"{self.repo}: {self.checked:,} numbers checked, " + ("all agree" if self.ok else f"{len(self.findings):,} disagree")]
+        lines = [
+            f"{self.repo}: {self.checked:,} numbers checked, "
+            + ("all agree" if self.ok else f"{len(self.findings):,} disagree")
+        ]
         lines += [f"  {finding}" for finding in self.findings]
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
 
-def audit(target: str | Path, *, build: Path | None = None, replay: int | Replay = 0, siblings: bool = True) -> AuditResult:
+def audit(
+    target: str | Path, *, build: Path | None = None, replay: int | Replay = 0, siblings: bool = True
+) -> AuditResult:
     """Audit the repo at `target` (a folder or a Hub id); with `build`, also against that build's stores; with `replay`
     (N, or a `Replay` saying which families file, cache and engine), N questions re-derived from the run's cache."""
     asked = replay if isinstance(replay, Replay) else Replay(replay)
     if asked.n and build is None:
-        raise AuditUsageError("--replay N re-derives questions from the build's cleaned items and the run's generation cache: "
-                              "give --build DIR too", hint="rs audit REPO --build build/FAMILY --replay N [--cache PATH]")
+        raise AuditUsageError(
+            "--replay N re-derives questions from the build's cleaned items and the run's generation cache: "
+            "give --build DIR too",
+            hint="rs audit REPO --build build/FAMILY --replay N [--cache PATH]",
+        )
     family = load_family(str(target), siblings=siblings)
     facts = family_facts(family)
     result = run_checks(family.repo, family, facts)
-    notes = [f"{name}: not readable here; the numbers only it holds were checked against rs/stats.json alone"
-             for name in family.missing]
+    notes = [
+        f"{name}: not readable here; the numbers only it holds were checked against rs/stats.json alone"
+        for name in family.missing
+    ]
     if build is not None:
         root = _build_dir(build, family.repo)
         _against_build(result, root)
@@ -76,14 +87,21 @@ def _build_dir(build: Path, repo: RepoFiles) -> Path:
     for candidate in (*trial, build, build / family):
         if (candidate / "items").is_dir():
             return candidate
-    raise AuditUsageError(f"--build {build}: no build of {repo.report.family} there (no items/ store, nor {repo.report.family}/items/)")
+    raise AuditUsageError(
+        f"--build {build}: no build of {repo.report.family} there (no items/ store, nor {repo.report.family}/items/)"
+    )
 
 
 def _routes(report: Any) -> Any:
     cal = report.judge.calibration
-    return Routes(bool(cal and cal.get("promotes")), report.verifier.think_needs_agreeing_reasoning, recovery=report.recovery is not None,
-                  greedy_temperature=report.sampling["temperature"], greedy_seed=report.sampling["seed"],
-                  recovery_temperature=report.recovery.settings["temperature"] if report.recovery is not None else None)
+    return Routes(
+        bool(cal and cal.get("promotes")),
+        report.verifier.think_needs_agreeing_reasoning,
+        recovery=report.recovery is not None,
+        greedy_temperature=report.sampling["temperature"],
+        greedy_seed=report.sampling["seed"],
+        recovery_temperature=report.recovery.settings["temperature"] if report.recovery is not None else None,
+    )
 
 
 def _against_build(a: Audit, root: Path) -> None:
@@ -93,15 +111,31 @@ def _against_build(a: Audit, root: Path) -> None:
     routes = _routes(report)
     routing = route_items(BuildPaths(root), routes, pairs="pairs" in report.splits)
     where = f"{root} (the build's stores)"
-    a.same("accepted by whom (stores)", where, facts.accepted_by if facts.accepted_by is not None else report.totals.accepted_by,
-           {k: v for k, v in routing.accepted_by.items() if v or facts.accepted_by is None})
-    a.same("rejected by reason (stores)", where, facts.rejected_by_reason if facts.rejected_by_reason is not None else
-           report.totals.rejected_by_reason, {k: v for k, v in routing.rejected_by_reason.items() if v or facts.rejected_by_reason is None})
-    a.same("accepted answers whose reasoning concludes another value (stores)", where, report.verifier.reasoning_disagrees,
-           routing.reasoning_disagrees)
+    a.same(
+        "accepted by whom (stores)",
+        where,
+        facts.accepted_by if facts.accepted_by is not None else report.totals.accepted_by,
+        {k: v for k, v in routing.accepted_by.items() if v or facts.accepted_by is None},
+    )
+    a.same(
+        "rejected by reason (stores)",
+        where,
+        facts.rejected_by_reason if facts.rejected_by_reason is not None else report.totals.rejected_by_reason,
+        {k: v for k, v in routing.rejected_by_reason.items() if v or facts.rejected_by_reason is None},
+    )
+    a.same(
+        "accepted answers whose reasoning concludes another value (stores)",
+        where,
+        report.verifier.reasoning_disagrees,
+        routing.reasoning_disagrees,
+    )
     if routing.pass_rates is not None:
-        a.same("the pass-rate histogram (stores)", where, facts.pass_rates if facts.pass_rates is not None else report.recovery.pass_rates,
-               pass_rate_histogram(routing.pass_rates))
+        a.same(
+            "the pass-rate histogram (stores)",
+            where,
+            facts.pass_rates if facts.pass_rates is not None else report.recovery.pass_rates,
+            pass_rate_histogram(routing.pass_rates),
+        )
     if routing.pairs is not None and report.recovery is not None:
         a.same("the preference pairs (stores)", where, report.recovery.pairs, routing.pairs.to_dict())
     contradicted = correct = 0
@@ -109,4 +143,9 @@ def _against_build(a: Audit, root: Path) -> None:
         contradicted += bool(item["contradicts"])
         correct += bool(item["contradicts"]) and item["judge"] == "CORRECT"
     a.same("the greedy pass's certain rejections (stores)", where, report.judge.contradicted, contradicted)
-    a.same("certain rejections the judge called CORRECT (stores)", where, report.judge.contradicted_verdicts.get("CORRECT", 0), correct)
+    a.same(
+        "certain rejections the judge called CORRECT (stores)",
+        where,
+        report.judge.contradicted_verdicts.get("CORRECT", 0),
+        correct,
+    )

@@ -20,9 +20,9 @@ from typing import Any
 from rs.audit.card_text import Stated, counts, number, read, table
 from rs.audit.facts import Facts
 from rs.audit.repo import Family, RepoFiles
+from rs.pipeline.publish.cards.figures import FUNNEL, LENGTHS, funnel_alt, lengths_alt
 from rs.pipeline.sample.calibration import wilson
 from rs.pipeline.write.report import PASS_RATE_BINS, FamilyReport
-from rs.pipeline.publish.cards.figures import FUNNEL, LENGTHS, funnel_alt, lengths_alt
 from rs.pipeline.write.samples import REPO_NUMBERS
 from rs.splits_schema import REJECT_REASONS
 from rs.util.text import pct
@@ -107,8 +107,14 @@ class Audit:
         found = self.card.get(name)
         if found is None and expected:
             self.checked += 1
-            self.findings.append(Finding(f"the statement {name!r}", f"{self.repo.name}/README.md", MISSING,
-                                         "the stats call for it; a changed template must change rs.audit.card_text too"))
+            self.findings.append(
+                Finding(
+                    f"the statement {name!r}",
+                    f"{self.repo.name}/README.md",
+                    MISSING,
+                    "the stats call for it; a changed template must change rs.audit.card_text too",
+                )
+            )
         return found
 
 
@@ -146,7 +152,12 @@ def split_table(a: Audit) -> None:
     for name, truth in (("rows", rows), ("qa", qa), ("shards", shards)):
         if (s := a.stated(name)) is not None:
             a.same(f"the statistic table's {name}", a.where(name), number(s.value[0]), truth)
-    for name, truth in (("rows", rows), ("qa", qa), ("shards", shards), ("bytes", sum(p.stat().st_size for p in repo.shards))):
+    for name, truth in (
+        ("rows", rows),
+        ("qa", qa),
+        ("shards", shards),
+        ("bytes", sum(p.stat().st_size for p in repo.shards)),
+    ):
         a.same(f"splits.{repo.split}.{name}", f"{repo.name}/rs/stats.json", getattr(summary, name), truth)
     a.same(f"splits.{repo.split}.files", f"{repo.name}/rs/stats.json", summary.files, [p.name for p in repo.shards])
 
@@ -162,7 +173,12 @@ def front_matter(a: Audit) -> None:
     a.same("dataset_info.splits[train].num_examples", where, split.get("num_examples"), len(repo.rows))
     a.same("dataset_info.download_size", where, info.get("download_size"), sum(p.stat().st_size for p in repo.shards))
     a.same("dataset_info.dataset_size", where, info.get("dataset_size"), a.report.splits[repo.split].dataset_bytes)
-    a.same("dataset_info.splits[train].num_bytes", where, split.get("num_bytes"), a.report.splits[repo.split].dataset_bytes)
+    a.same(
+        "dataset_info.splits[train].num_bytes",
+        where,
+        split.get("num_bytes"),
+        a.report.splits[repo.split].dataset_bytes,
+    )
     if repo.arrow_schema is not None:
         declared = info.get("features")
         held = DatasetInfo(features=Features.from_arrow_schema(repo.arrow_schema))._to_yaml_dict().get("features")
@@ -191,13 +207,21 @@ def totals(a: Audit) -> None:
     t, f = a.report.totals, a.facts
     stats = f"{a.repo.name}/rs/stats.json"
     a.same("totals.accepted_by", stats, t.accepted_by, _nonzero_like(f.accepted_by, t.accepted_by))
-    a.same("totals.rejected_by_reason", stats, {k: v for k, v in t.rejected_by_reason.items() if v}, f.rejected_by_reason)
+    a.same(
+        "totals.rejected_by_reason", stats, {k: v for k, v in t.rejected_by_reason.items() if v}, f.rejected_by_reason
+    )
     accepted, rejected = sum(a.accepted_by.values()), sum(a.rejected_by_reason.values())
     a.same("totals.answered", stats, t.answered, accepted + rejected)
-    a.same("source QA = dropped + accepted + rejected", stats, t.source_qa, t.dropped_by_cleaning + accepted + rejected)
+    a.same(
+        "source QA = dropped + accepted + rejected", stats, t.source_qa, t.dropped_by_cleaning + accepted + rejected
+    )
     if (s := a.stated("accepted_rejected")) is not None:
-        a.same("accepted / rejected (whole family)", a.where("accepted_rejected"), (number(s.value[0]), number(s.value[1])),
-               (accepted, rejected))
+        a.same(
+            "accepted / rejected (whole family)",
+            a.where("accepted_rejected"),
+            (number(s.value[0]), number(s.value[1])),
+            (accepted, rejected),
+        )
 
 
 @checker("*")
@@ -211,14 +235,19 @@ def accept_rates(a: Audit) -> None:
         return
     greedy = accepted - a.accepted_by.get("recovery", 0)
     if (s := a.stated("greedy_accept_rate")) is not None:
-        a.same("accept rate, greedy pass", a.where("greedy_accept_rate"), s.value[0], pct(greedy / answered if answered else None))
+        a.same(
+            "accept rate, greedy pass",
+            a.where("greedy_accept_rate"),
+            s.value[0],
+            pct(greedy / answered if answered else None),
+        )
     if (s := a.stated("accept_rate_after_recovery")) is not None:
         a.same("accept rate after recovery", a.where("accept_rate_after_recovery"), s.value[0], pct(rate))
 
 
 @checker("*")
 def totals_sentence(a: Audit) -> None:
-    """"Of the N QA pairs in the source, ...": cleaning from the stats, the rest from the rows."""
+    """ "Of the N QA pairs in the source, ...": cleaning from the stats, the rest from the rows."""
     if (s := a.stated("totals")) is None:
         return
     t, by = a.report.totals, a.accepted_by
@@ -237,7 +266,11 @@ def totals_sentence(a: Audit) -> None:
 
 def _nonzero_like(held: dict[str, int] | None, declared: dict[str, int]) -> dict[str, int] | None:
     """The files' counts with the declared keys at 0 where no row has them (the stats list every actor)."""
-    return None if held is None else {k: held.get(k, 0) for k in declared} | {k: v for k, v in held.items() if k not in declared}
+    return (
+        None
+        if held is None
+        else {k: held.get(k, 0) for k in declared} | {k: v for k, v in held.items() if k not in declared}
+    )
 
 
 @checker("*")
@@ -245,7 +278,9 @@ def endings(a: Audit) -> None:
     if a.report.endings is None or (s := a.stated("endings")) is None:
         return
     stated = counts(s.value[0]) if s.value[0] != "none" else {}
-    a.same("how the answers ended", a.where("endings"), stated, {k: v for k, v in a.report.endings.counts.items() if v})
+    a.same(
+        "how the answers ended", a.where("endings"), stated, {k: v for k, v in a.report.endings.counts.items() if v}
+    )
     a.same("answers ended (sum) = QA answered", a.where("endings"), sum(stated.values()), a.report.totals.answered)
 
 
@@ -256,26 +291,59 @@ def verifier(a: Audit) -> None:
     if v.outcomes and (s := a.stated("verifier_outcomes")) is not None:
         accepted, certain, undecided = (number(x) for x in s.value)
         where = a.where("verifier_outcomes")
-        a.same("the verifier's acceptances", where, accepted, f.accepted_by.get("verifier", 0) if f.accepted_by is not None else None)
-        a.same("the verifier's outcomes", where, {"accepted": accepted, "certain": certain, "undecided": undecided}, v.outcomes)
+        a.same(
+            "the verifier's acceptances",
+            where,
+            accepted,
+            f.accepted_by.get("verifier", 0) if f.accepted_by is not None else None,
+        )
+        a.same(
+            "the verifier's outcomes",
+            where,
+            {"accepted": accepted, "certain": certain, "undecided": undecided},
+            v.outcomes,
+        )
     unchecked = a.stated("reasoning_unchecked", expected=bool(v.reasoning_unchecked))
     if unchecked is not None:
         where = a.where("reasoning_unchecked")
-        a.same("the verifier's acceptances (reasoning check)", where, number(unchecked.value[0]), v.outcomes.get("accepted", 0))
-        a.same("accepted answers whose reasoning could not be compared", where, number(unchecked.value[1]), v.reasoning_unchecked)
+        a.same(
+            "the verifier's acceptances (reasoning check)",
+            where,
+            number(unchecked.value[0]),
+            v.outcomes.get("accepted", 0),
+        )
+        a.same(
+            "accepted answers whose reasoning could not be compared",
+            where,
+            number(unchecked.value[1]),
+            v.reasoning_unchecked,
+        )
     if (s := a.stated("reasoning_disagrees")) is not None:
         disagreeing, none_of, compared, never = s.value
         stated = number(disagreeing) if disagreeing else 0
         where = a.where("reasoning_disagrees")
         a.same("accepted answers whose reasoning concludes another value", where, stated, v.reasoning_disagrees)
         if none_of:
-            a.same("accepted answers compared with their reasoning", where, number(compared),
-                   v.outcomes.get("accepted", 0) - v.reasoning_unchecked)
+            a.same(
+                "accepted answers compared with their reasoning",
+                where,
+                number(compared),
+                v.outcomes.get("accepted", 0) - v.reasoning_unchecked,
+            )
         if never:
-            a.same("accepted answers compared with their reasoning (the check did not run)", where, 0,
-                   v.outcomes.get("accepted", 0) - v.reasoning_unchecked)
+            a.same(
+                "accepted answers compared with their reasoning (the check did not run)",
+                where,
+                0,
+                v.outcomes.get("accepted", 0) - v.reasoning_unchecked,
+            )
         if v.think_needs_agreeing_reasoning:  # then they are exactly the nothink QA the think split lacks
-            a.same("accepted answers whose reasoning concludes another value (nothink QA - think QA)", where, stated, f.kept_out_of_think)
+            a.same(
+                "accepted answers whose reasoning concludes another value (nothink QA - think QA)",
+                where,
+                stated,
+                f.kept_out_of_think,
+            )
 
 
 @checker("*")
@@ -288,8 +356,12 @@ def judge(a: Audit) -> None:
         judged, correct, wrong, unsure = (number(x) for x in s.value)
         where = a.where("judged")
         a.same("items judged", where, judged, j.judged)
-        a.same("the judge's verdicts", where, {"CORRECT": correct, "WRONG": wrong, "UNSURE": unsure},
-               {label: j.verdicts.get(label, 0) for label in ("CORRECT", "WRONG", "UNSURE")})
+        a.same(
+            "the judge's verdicts",
+            where,
+            {"CORRECT": correct, "WRONG": wrong, "UNSURE": unsure},
+            {label: j.verdicts.get(label, 0) for label in ("CORRECT", "WRONG", "UNSURE")},
+        )
         a.same("items judged = the sum of the verdicts", where, judged, correct + wrong + unsure)
     if a.report.verifier.contradiction_rule:
         _contradicted(a)
@@ -308,13 +380,27 @@ def calibration(a: Audit) -> None:
         total, agreed = number(s.value[0]), number(s.value[1])
         a.same(f"calibration {name}: agreed / total", a.where(key), (agreed, total), (check["agreed"], check["total"]))
         w = wilson(agreed, total)
-        a.same(f"calibration {name}: its 95% Wilson interval", f"{a.repo.name}/rs/stats.json judge.calibration.{name}",
-               (round(check["low"], 9), round(check["high"], 9)), (round(w.low, 9), round(w.high, 9)))
+        a.same(
+            f"calibration {name}: its 95% Wilson interval",
+            f"{a.repo.name}/rs/stats.json judge.calibration.{name}",
+            (round(check["low"], 9), round(check["high"], 9)),
+            (round(w.low, 9), round(w.high, 9)),
+        )
     if cal.get("promotes"):
         if (s := a.stated("judge_promoted")) is not None:
-            a.same("items the judge promoted", a.where("judge_promoted"), number(s.value[0]), a.accepted_by.get("judge", 0))
+            a.same(
+                "items the judge promoted",
+                a.where("judge_promoted"),
+                number(s.value[0]),
+                a.accepted_by.get("judge", 0),
+            )
     elif (s := a.stated("judge_blocked")) is not None:
-        a.same("`judge_blocked` rejections", a.where("judge_blocked"), number(s.value[0]), a.rejected_by_reason.get("judge_blocked", 0))
+        a.same(
+            "`judge_blocked` rejections",
+            a.where("judge_blocked"),
+            number(s.value[0]),
+            a.rejected_by_reason.get("judge_blocked", 0),
+        )
 
 
 def _contradicted(a: Audit) -> None:
@@ -330,11 +416,19 @@ def _contradicted(a: Audit) -> None:
     stated_called = 0 if (none or called_none) else number(called)
     a.same("certain rejections the judge called CORRECT", where, stated_called, truth_called)
     held = f.rejected_by_reason.get("judge_overruled", 0) if f.rejected_by_reason is not None else None
-    a.same("certain rejections the judge called CORRECT that are `judge_overruled`", where,
-           number(overruled) if overruled else 0, held)
+    a.same(
+        "certain rejections the judge called CORRECT that are `judge_overruled`",
+        where,
+        number(overruled) if overruled else 0,
+        held,
+    )
     stated_recovered = number(recovered) if recovered else 0
-    a.same("certain rejections the judge called CORRECT that a sample recovered", where, stated_recovered,
-           truth_called - held if held is not None else None)
+    a.same(
+        "certain rejections the judge called CORRECT that a sample recovered",
+        where,
+        stated_recovered,
+        truth_called - held if held is not None else None,
+    )
 
 
 @checker("*")
@@ -346,15 +440,23 @@ def recovery_table(a: Audit) -> None:
     answered = a.answered
     if (s := a.stated("recovery_greedy")) is not None:
         a.same("accepted by the greedy pass", a.where("recovery_greedy"), number(s.value[0]), f.greedy_accepted)
-        a.same("accepted by the greedy pass (share)", a.where("recovery_greedy"), s.value[1],
-               pct(f.greedy_accepted / answered) if f.greedy_accepted is not None and answered else None)
+        a.same(
+            "accepted by the greedy pass (share)",
+            a.where("recovery_greedy"),
+            s.value[1],
+            pct(f.greedy_accepted / answered) if f.greedy_accepted is not None and answered else None,
+        )
     if (s := a.stated("recovery_recovered")) is not None:
         a.same("recovered by a sample", a.where("recovery_recovered"), number(s.value[0]), f.recovered)
     if (s := a.stated("recovery_after")) is not None:
         a.same("accepted after recovery", a.where("recovery_after"), number(s.value[0]), f.accepted)
     if (s := a.stated("recovery_still_rejected")) is not None:
-        a.same("sampled and not recovered", a.where("recovery_still_rejected"), number(s.value[0]),
-               sum(f.pass_rates["rejected"]) if f.pass_rates is not None else None)
+        a.same(
+            "sampled and not recovered",
+            a.where("recovery_still_rejected"),
+            number(s.value[0]),
+            sum(f.pass_rates["rejected"]) if f.pass_rates is not None else None,
+        )
 
 
 @checker("*")
@@ -366,8 +468,12 @@ def recovery_samples(a: Audit) -> None:
     samples, accepted, certain, undecided = (number(x) for x in s.value)
     a.same("recovery samples drawn", a.where("recovery_samples"), samples, a.facts.samples)
     a.same("recovery samples drawn (stats)", a.where("recovery_samples"), samples, r.samples)
-    a.same("the verifier on the samples", a.where("recovery_samples"), {"accepted": accepted, "certain": certain, "undecided": undecided},
-           r.outcomes)
+    a.same(
+        "the verifier on the samples",
+        a.where("recovery_samples"),
+        {"accepted": accepted, "certain": certain, "undecided": undecided},
+        r.outcomes,
+    )
 
 
 @checker("*")
@@ -379,7 +485,11 @@ def pass_rates(a: Audit) -> None:
     stated = {group: [0] * len(PASS_RATE_BINS) for group in ("greedy_accepted", "recovered", "rejected")}
     for label, greedy, recovered, rejected in s.value:
         i = PASS_RATE_BINS.index(label)
-        stated["greedy_accepted"][i], stated["recovered"][i], stated["rejected"][i] = number(greedy), number(recovered), number(rejected)
+        stated["greedy_accepted"][i], stated["recovered"][i], stated["rejected"][i] = (
+            number(greedy),
+            number(recovered),
+            number(rejected),
+        )
     a.same("the pass-rate histogram", a.where("pass_rate_rows"), stated, a.facts.pass_rates)
     a.same("the pass-rate histogram (stats)", a.where("pass_rate_rows"), stated, r.pass_rates)
 
@@ -394,8 +504,11 @@ def pairs_sentence(a: Audit) -> None:
     stated: dict[str, Any] = {"pairs": number(pairs), "images": number(images)}
     truth = {"pairs": held["pairs"], "images": held["images"]} if held is not None else None
     if made[0] is not None:
-        for key, names, values in (("chosen_from", ("greedy", "sample"), made[0:2]), ("rejected_from", ("greedy", "sample"), made[2:4]),
-                                   ("rejected_reason", ("certain", "judge"), made[4:6])):
+        for key, names, values in (
+            ("chosen_from", ("greedy", "sample"), made[0:2]),
+            ("rejected_from", ("greedy", "sample"), made[2:4]),
+            ("rejected_reason", ("certain", "judge"), made[4:6]),
+        ):
             stated[key] = {name: number(value) for name, value in zip(names, values)}
             if truth is not None:
                 truth[key] = {name: held[key].get(name, 0) for name in names}
@@ -431,18 +544,31 @@ def accepted_by_note(a: Audit) -> None:
         return
     listed = set(re.findall(r"`([a-z_]+)`", s.value[0]))
     held = {qa["accepted_by"] for qa in a.repo.qa}
-    a.same("`accepted_by` values the rows hold that the schema note leaves out", a.where("accepted_by_note"), sorted(held - listed), [])
+    a.same(
+        "`accepted_by` values the rows hold that the schema note leaves out",
+        a.where("accepted_by_note"),
+        sorted(held - listed),
+        [],
+    )
     possible = {"verifier", "judge"} | ({"recovery"} if a.report.recovery is not None else set())
-    a.same("`accepted_by` values the schema note lists (every value this family can write)", a.where("accepted_by_note"),
-           sorted(listed), sorted(possible))
+    a.same(
+        "`accepted_by` values the schema note lists (every value this family can write)",
+        a.where("accepted_by_note"),
+        sorted(listed),
+        sorted(possible),
+    )
 
 
 @checker("think")
 def think_rows(a: Audit) -> None:
     """The think split holds the nothink split's QA but those whose reasoning concludes another value."""
     if a.report.verifier.think_needs_agreeing_reasoning:
-        a.same("think QA = accepted - reasoning that concludes another value", f"{a.repo.name}/data",
-               len(a.repo.qa), a.report.totals.accepted - a.report.verifier.reasoning_disagrees)
+        a.same(
+            "think QA = accepted - reasoning that concludes another value",
+            f"{a.repo.name}/data",
+            len(a.repo.qa),
+            a.report.totals.accepted - a.report.verifier.reasoning_disagrees,
+        )
 
 
 @checker("nothink")
@@ -460,19 +586,52 @@ def reread(a: Audit) -> None:
     stats = f"{a.repo.name}/rs/stats.json filter.reread"
     d = rr["decisions"]
     stated = [number(n) for n in s.value]
-    held = [rr["answers"], rr["outcomes_changed"], d["changed"], rr["questions"], d["accepted_to_rejected"],
-            d["rejected_to_accepted"], d["other"], rr["verdicts"]["stores"], rr["verdicts"]["cache"]]
+    held = [
+        rr["answers"],
+        rr["outcomes_changed"],
+        d["changed"],
+        rr["questions"],
+        d["accepted_to_rejected"],
+        d["rejected_to_accepted"],
+        d["other"],
+        rr["verdicts"]["stores"],
+        rr["verdicts"]["cache"],
+    ]
     a.same("the re-read's numbers", a.where("reread"), stated, held)
     a.same("the re-read's questions (the family's answered QA)", stats, rr["questions"], a.answered)
-    a.same("the re-read's routed otherwise (its parts)", stats, d["changed"], d["accepted_to_rejected"] + d["rejected_to_accepted"] + d["other"])
+    a.same(
+        "the re-read's routed otherwise (its parts)",
+        stats,
+        d["changed"],
+        d["accepted_to_rejected"] + d["rejected_to_accepted"] + d["other"],
+    )
     not_asked = a.stated("reread_not_asked", expected=bool(rr["judge_not_asked"]))
     answers, of, rest, none = not_asked.value if not_asked is not None else ("0", "0", None, "no")
     questions = number(rest) if rest else 0
-    a.same("the re-read's undecided answers with no verdict", a.where("reread_not_asked"), number(answers), rr["judge_not_asked"])
-    a.same("the re-read's questions with an answer with no verdict", a.where("reread_not_asked"), number(of), rr["questions_unjudged"])
-    a.same("questions rejected `judge_not_asked` (the re-read's statement)", a.where("reread_not_asked"), questions,
-           a.rejected_by_reason.get("judge_not_asked", 0))
-    a.same("questions rejected `judge_not_asked` (stats)", stats, rr["judge_not_asked_questions"], a.rejected_by_reason.get("judge_not_asked", 0))
+    a.same(
+        "the re-read's undecided answers with no verdict",
+        a.where("reread_not_asked"),
+        number(answers),
+        rr["judge_not_asked"],
+    )
+    a.same(
+        "the re-read's questions with an answer with no verdict",
+        a.where("reread_not_asked"),
+        number(of),
+        rr["questions_unjudged"],
+    )
+    a.same(
+        "questions rejected `judge_not_asked` (the re-read's statement)",
+        a.where("reread_not_asked"),
+        questions,
+        a.rejected_by_reason.get("judge_not_asked", 0),
+    )
+    a.same(
+        "questions rejected `judge_not_asked` (stats)",
+        stats,
+        rr["judge_not_asked_questions"],
+        a.rejected_by_reason.get("judge_not_asked", 0),
+    )
 
 
 @checker("rejected")
@@ -481,15 +640,23 @@ def rejected_reasons(a: Audit) -> None:
     if (s := a.stated("reason_counts", expected=False)) is None:
         return
     stated = {reason: number(n) for reason, n in s.value if reason in REJECT_REASONS and n}
-    a.same("rejections by reason (the reason list)", a.where("reason_counts"), stated, {k: v for k, v in a.facts.rejected_by_reason.items() if v}
-           if a.facts.rejected_by_reason is not None else None)
+    a.same(
+        "rejections by reason (the reason list)",
+        a.where("reason_counts"),
+        stated,
+        {k: v for k, v in a.facts.rejected_by_reason.items() if v} if a.facts.rejected_by_reason is not None else None,
+    )
 
 
 @checker("pairs")
 def pairs_rows(a: Audit) -> None:
     if a.report.recovery is not None and a.report.recovery.pairs is not None and a.facts.pairs is not None:
-        a.same("recovery.pairs (stats)", f"{a.repo.name}/rs/stats.json", {k: a.report.recovery.pairs.get(k) for k in ("pairs", "images")},
-               {k: a.facts.pairs[k] for k in ("pairs", "images")})
+        a.same(
+            "recovery.pairs (stats)",
+            f"{a.repo.name}/rs/stats.json",
+            {k: a.report.recovery.pairs.get(k) for k in ("pairs", "images")},
+            {k: a.facts.pairs[k] for k in ("pairs", "images")},
+        )
 
 
 # --- the samples and RL repos (`rs.pipeline.write.samples`): their own numbers, and the family's seen from them ---------------
@@ -538,11 +705,19 @@ def samples_numbers_stated(a: Audit) -> None:
         a.same("rejected questions by reason", where, counts(s.value[2]), n["rejected_by_reason"])
     data = f"{a.repo.name}/data"
     if a.facts.accepted_by is not None:
-        a.same("accepted questions by whom = the nothink split's", data, n["accepted_by"],
-               {k: v for k, v in sorted(a.facts.accepted_by.items()) if v})
+        a.same(
+            "accepted questions by whom = the nothink split's",
+            data,
+            n["accepted_by"],
+            {k: v for k, v in sorted(a.facts.accepted_by.items()) if v},
+        )
     if a.facts.rejected_by_reason is not None:
-        a.same("rejected questions by reason = the rejected split's", data, n["rejected_by_reason"],
-               {k: v for k, v in sorted(a.facts.rejected_by_reason.items()) if v})
+        a.same(
+            "rejected questions by reason = the rejected split's",
+            data,
+            n["rejected_by_reason"],
+            {k: v for k, v in sorted(a.facts.rejected_by_reason.items()) if v},
+        )
 
 
 @checker("rl")
@@ -558,13 +733,26 @@ def rl_numbers_stated(a: Audit) -> None:
         a.same("questions", where, number(rows), n["rows"])
         a.same("images", where, number(images), n["images"])
         a.same("mean pass rate", where, mean, pct(n["pass_rate_mean"]) if n["rows"] else mean)
-        a.same("questions by samples drawn", where, {k: number(c) for k, c in re.findall(r"k = (\d+): (\d[\d,]*)", ks)},
-               {str(k): v for k, v in n["k"].items()})
+        a.same(
+            "questions by samples drawn",
+            where,
+            {k: number(c) for k, c in re.findall(r"k = (\d+): (\d[\d,]*)", ks)},
+            {str(k): v for k, v in n["k"].items()},
+        )
         a.same("questions the greedy pass answered right", where, number(greedy), n["greedy_accepted"])
     if (s := a.stated("rl_bins")) is not None:
-        a.same("questions per pass-rate bin", a.where("rl_bins"), table(s.value[0]),
-               {b: c for b, c in n["pass_rates"].items()})
+        a.same(
+            "questions per pass-rate bin",
+            a.where("rl_bins"),
+            table(s.value[0]),
+            {b: c for b, c in n["pass_rates"].items()},
+        )
     samples = a.family.of("samples")
     if samples is not None and bounds is not None:
         inside = sum(r["pass_rate"] is not None and bounds[0] < r["pass_rate"] < bounds[1] for r in samples.rows)
-        a.same("RL questions = the samples repo's questions strictly between the bounds", f"{a.repo.name}/data", n["rows"], inside)
+        a.same(
+            "RL questions = the samples repo's questions strictly between the bounds",
+            f"{a.repo.name}/data",
+            n["rows"],
+            inside,
+        )

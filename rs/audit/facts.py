@@ -56,9 +56,13 @@ def _bins(values: list[float]) -> list[int]:
 
 
 def _pairs(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"pairs": len(rows), "images": len({r["image_sha256"] for r in rows}),
-            "chosen_from": dict(Counter(r["chosen_from"] for r in rows)), "rejected_from": dict(Counter(r["rejected_from"] for r in rows)),
-            "rejected_reason": dict(Counter(r["rejected_reason"] for r in rows))}
+    return {
+        "pairs": len(rows),
+        "images": len({r["image_sha256"] for r in rows}),
+        "chosen_from": dict(Counter(r["chosen_from"] for r in rows)),
+        "rejected_from": dict(Counter(r["rejected_from"] for r in rows)),
+        "rejected_reason": dict(Counter(r["rejected_reason"] for r in rows)),
+    }
 
 
 def family_facts(family: Family) -> Facts:
@@ -85,6 +89,8 @@ def _measured(facts: Facts, accepted: list[dict[str, Any]], rejected: list[dict[
     """The pass-rate histogram and the samples drawn, from the accepted and rejected QA's `pass_rate` and `k`."""
     measured = [(qa, "recovered" if qa["accepted_by"] == "recovery" else "greedy_accepted") for qa in accepted]
     measured += [(qa, "rejected") for qa in rejected]
-    facts.pass_rates = {group: _bins([qa["pass_rate"] for qa, g in measured if g == group and qa["pass_rate"] is not None])
-                        for group in ("greedy_accepted", "recovered", "rejected")}
+    facts.pass_rates = {
+        group: _bins([qa["pass_rate"] for qa, g in measured if g == group and qa["pass_rate"] is not None])
+        for group in ("greedy_accepted", "recovered", "rejected")
+    }
     facts.samples = sum(qa["k"] or 0 for qa, _ in measured)

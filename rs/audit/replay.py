@@ -27,23 +27,29 @@ from typing import Any, Callable, Sequence
 
 from rs.audit.checkers import Audit, Finding
 from rs.audit.repo import AuditUsageError
-from rs.pipeline.clean import CleaningReport
-from rs.engines.base import Engine
-from rs.engines.factory import engines_for
-from rs.engines.base import Generation, Request, SamplingSettings
-from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
+from rs.context import BuildContext, BuildPaths, default_cache_path
+from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached_engine import cache_key, identity_key
+from rs.engines.factory import engines_for
+from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.engines.stream import open_stream
 from rs.families import Family, get_family
-from rs.pipeline.write.pairs import pair_row
-from rs.pipeline.sample.requests import sampling_request
-from rs.pipeline.recover import RecoverStage, RecoveryReport, recovery_settings, sample_case, sample_record, samples_for
-from rs.pipeline.route import Routes, outcome, qa_entry
+from rs.pipeline.clean import CleaningReport
 from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.recover import (
+    RecoverStage,
+    RecoveryReport,
+    recovery_settings,
+    sample_case,
+    sample_record,
+    samples_for,
+)
+from rs.pipeline.route import Routes, outcome, qa_entry
 from rs.pipeline.sample import SampleReport, SamplingPass, item_record
+from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.sample.stage import SampleStage, vocabulary_of
 from rs.pipeline.stage import read_report
-from rs.context import BuildContext, BuildPaths, default_cache_path
+from rs.pipeline.write.pairs import pair_row
 from rs.store import read_clean_images, read_clean_rows
 
 GROUPS = ("think", "nothink", "recovered", "rejected")
@@ -92,11 +98,19 @@ def choose(family: Any, n: int) -> list[Pick]:
     """`n` questions of the family's readable repos, spread over `GROUPS`: each group's share is taken evenly along its
     rows (first, then every len/share-th), the shares dealt one at a time in the groups' order until `n` or none is left."""
     think, nothink, rejected = (family.of(s) for s in ("think", "nothink", "rejected"))
-    in_think = {(row["image_sha256"], qa["question"]) for row in think.rows for qa in row["qa"]} if think is not None else set()
+    in_think = (
+        {(row["image_sha256"], qa["question"]) for row in think.rows for qa in row["qa"]}
+        if think is not None
+        else set()
+    )
     groups: dict[str, list[Pick]] = {g: [] for g in GROUPS}
     if think is not None:
-        groups["think"] = [Pick("think", r["image_sha256"], qa["question"]) for r in think.rows for qa in r["qa"]
-                           if qa["accepted_by"] != "recovery"]
+        groups["think"] = [
+            Pick("think", r["image_sha256"], qa["question"])
+            for r in think.rows
+            for qa in r["qa"]
+            if qa["accepted_by"] != "recovery"
+        ]
     if nothink is not None:
         for r in nothink.rows:
             for qa in r["qa"]:
@@ -106,7 +120,9 @@ def choose(family: Any, n: int) -> list[Pick]:
                 elif think is None or key not in in_think:
                     groups["nothink"].append(Pick("nothink", *key))
     if rejected is not None:
-        groups["rejected"] = [Pick("rejected", r["image_sha256"], qa["question"]) for r in rejected.rows for qa in r["qa"]]
+        groups["rejected"] = [
+            Pick("rejected", r["image_sha256"], qa["question"]) for r in rejected.rows for qa in r["qa"]
+        ]
     share = dict.fromkeys(GROUPS, 0)
     while sum(share.values()) < n and any(share[g] < len(groups[g]) for g in GROUPS):
         for g in GROUPS:
@@ -126,19 +142,25 @@ def check_build(family: Family, root: Path, limit: int | None) -> None:
         problem = "its cleaning (clean.json) was made from another source or cleaning configuration"
     elif not sampled:
         problem = "its sampling stage (sample.json) was made under another model, engine, sampling, judge, verifier or rs version"
-    elif family.config.recovery is not None and not read_report(root / "recovery.json", RecoverStage(sampled).fingerprint(ctx),
-                                                               RecoveryReport.from_dict):
+    elif family.config.recovery is not None and not read_report(
+        root / "recovery.json", RecoverStage(sampled).fingerprint(ctx), RecoveryReport.from_dict
+    ):
         problem = "its recovery pass (recovery.json) was made under another recovery block, or is missing"
     if problem:
-        raise AuditUsageError(f"--replay: the build {root} is not {family.name} as {family.path} defines it: {problem}",
-                              hint="give --config the families file the run used (and this rs's version of it)")
+        raise AuditUsageError(
+            f"--replay: the build {root} is not {family.name} as {family.path} defines it: {problem}",
+            hint="give --config the families file the run used (and this rs's version of it)",
+        )
 
 
 def _from_cache(cache: GenerationCache, identity: str) -> Fetch:
     """Answers as the run's cache holds them under the keys the run wrote them with (sample i: the seed + i key)."""
 
     def fetch(requests: Sequence[Request], settings: SamplingSettings) -> list[list[Generation | str]]:
-        keys = [[cache_key(identity, settings, r.image_hash(), r.prompt, r.sample + i) for i in range(r.samples)] for r in requests]
+        keys = [
+            [cache_key(identity, settings, r.image_hash(), r.prompt, r.sample + i) for i in range(r.samples)]
+            for r in requests
+        ]
         wanted, damaged = [k for ks in keys for k in ks], set()
         while True:
             try:
@@ -167,7 +189,10 @@ def _from_engine(engine: Engine) -> Fetch:
                 stream.submit(index, request)
             for index, generation in stream.poll(wait=True):
                 generation.max_tokens = settings.max_tokens  # as the cache records them (`rs.engines.cached_engine`)
-                generation.repetition_detection, generation.thinking_token_budget = settings.repetition_detection, settings.thinking_token_budget
+                generation.repetition_detection, generation.thinking_token_budget = (
+                    settings.repetition_detection,
+                    settings.thinking_token_budget,
+                )
                 out[index][generation.sample - requests[index].sample] = generation  # type: ignore[index]
         return out
 
@@ -202,8 +227,9 @@ def _locate(picks: list[Pick], greedy: SamplingPass, paths: BuildPaths) -> tuple
     return [found[p] for p in picks if p in found], [p for p in picks if p not in found]
 
 
-def derive(located: list[_Located], greedy: SamplingPass, routes: Routes, answers: Fetch, verdicts: Fetch, *,
-           pairs: bool) -> list[Derived]:
+def derive(
+    located: list[_Located], greedy: SamplingPass, routes: Routes, answers: Fetch, verdicts: Fetch, *, pairs: bool
+) -> list[Derived]:
     """Read, verify, judge, sample again and route each located question as the run did: its answers from `answers`, the
     judge's from `verdicts`."""
     config, judge = greedy.config, greedy.judge
@@ -273,8 +299,13 @@ def _recover(live: list[_Located], greedy: SamplingPass, routes: Routes, answers
 def _routing(entries: dict[str, dict[str, Any] | None]) -> tuple[Any, ...]:
     accepted = entries.get("nothink") or entries.get("think")
     rejected = entries.get("rejected")
-    return (entries.get("think") is not None, accepted is not None, rejected is not None,
-            accepted["accepted_by"] if accepted else None, rejected["reason"] if rejected else None)
+    return (
+        entries.get("think") is not None,
+        accepted is not None,
+        rejected is not None,
+        accepted["accepted_by"] if accepted else None,
+        rejected["reason"] if rejected else None,
+    )
 
 
 # --- held against the published rows ----------------------------------------------------------------------------
@@ -321,12 +352,25 @@ def compare(a: Audit, d: Derived, held: Published, source: str = FROM_CACHE) -> 
         mine, theirs = d.entries.get(split), index.get(key)
         if theirs is None or mine is None:
             where = theirs[0] if theirs is not None else f"{a.family.of(split).name}/data"
-            agree &= _same(a, f"{_name(d.pick)} in the {split} repo", where, _entry(theirs[1] if theirs else None),
-                           _entry(mine), source)
+            agree &= _same(
+                a,
+                f"{_name(d.pick)} in the {split} repo",
+                where,
+                _entry(theirs[1] if theirs else None),
+                _entry(mine),
+                source,
+            )
             continue
         where, entry = theirs
         for column in sorted(set(mine) | set(entry)):
-            agree &= _same(a, f"{column} of {_name(d.pick)}", where, entry.get(column, "absent"), mine.get(column, "absent"), source)
+            agree &= _same(
+                a,
+                f"{column} of {_name(d.pick)}",
+                where,
+                entry.get(column, "absent"),
+                mine.get(column, "absent"),
+                source,
+            )
     return agree
 
 
@@ -348,8 +392,16 @@ def _greedy(a: Audit, d: Derived, held: Published) -> None:
     for split in ("nothink", "think", "rejected"):
         if split in held and key in held[split]:
             where, entry = held[split][key]
-            column = "wrong_vlm" if split == "rejected" else "greedy_answer" if entry["accepted_by"] == "recovery" else "answer"
-            _same(a, f"the greedy answer ({column}) of {_name(d.pick)}", where, entry[column], d.greedy or "", FROM_CACHE)
+            column = (
+                "wrong_vlm"
+                if split == "rejected"
+                else "greedy_answer"
+                if entry["accepted_by"] == "recovery"
+                else "answer"
+            )
+            _same(
+                a, f"the greedy answer ({column}) of {_name(d.pick)}", where, entry[column], d.greedy or "", FROM_CACHE
+            )
             return
 
 
@@ -386,21 +438,31 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
     check_build(family, root, report.limit)
     cache_path = asked.cache or default_cache_path()
     if not cache_path.is_file():
-        raise AuditUsageError(f"--replay: no generation cache at {cache_path}: the replay reads the answers the run cached",
-                              hint="give --cache PATH: the run's --cache, or $RS_CACHE_DIR/generations.sqlite where it ran")
+        raise AuditUsageError(
+            f"--replay: no generation cache at {cache_path}: the replay reads the answers the run cached",
+            hint="give --cache PATH: the run's --cache, or $RS_CACHE_DIR/generations.sqlite where it ran",
+        )
     picks = choose(a.family, asked.n)
     if not picks:
-        a.notes.append(f"--replay {asked.n}: no question to replay (the think, nothink and rejected repos are empty, or none "
-                       "is readable here)")
+        a.notes.append(
+            f"--replay {asked.n}: no question to replay (the think, nothink and rejected repos are empty, or none "
+            "is readable here)"
+        )
         return
     paths, pairs = BuildPaths(root), "pairs" in report.splits
     sampler, judge = (asked.engine_factory or engines_for)(family)
     try:
         with GenerationCache(cache_path) as cache:
-            greedy = SamplingPass(family.config, sampler, judge, cache, progress=False, vocabulary=vocabulary_of(family, paths))
+            greedy = SamplingPass(
+                family.config, sampler, judge, cache, progress=False, vocabulary=vocabulary_of(family, paths)
+            )
             located, lost = _locate(picks, greedy, paths)
             for pick in lost:
-                a.fail(_name(pick), f"{root}/clean", "published, but the build's cleaned items ask no such question of that image")
+                a.fail(
+                    _name(pick),
+                    f"{root}/clean",
+                    "published, but the build's cleaned items ask no such question of that image",
+                )
             answers = _from_cache(cache, identity_key(sampler))
             verdicts = answers if judge in (None, sampler) else _from_cache(cache, identity_key(judge))  # type: ignore[arg-type]
             cached = derive(located, greedy, routes, answers, verdicts, pairs=pairs)
@@ -409,23 +471,41 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
             for d in cached:
                 if d.missing:
                     _greedy(a, d, held)
-                    a.fail(_name(d.pick), str(cache_path), f"{'; '.join(d.missing)}: nothing re-derived, nothing compared")
+                    a.fail(
+                        _name(d.pick), str(cache_path), f"{'; '.join(d.missing)}: nothing re-derived, nothing compared"
+                    )
                 else:
                     agree += compare(a, d, held)
             missing = sum(bool(d.missing) for d in cached)
-            a.notes.append(f"--replay {asked.n}: {_questions(len(picks))} ({_by_group(picks)}) re-derived from the generation cache "
-                           f"{cache_path}: {agree} of {len(picks)} published byte for byte as their cached answers make them"
-                           + (f"; {missing} not whole in the cache" if missing else "")
-                           + (f"; {len(lost)} not in the build's cleaned items" if lost else ""))
+            a.notes.append(
+                f"--replay {asked.n}: {_questions(len(picks))} ({_by_group(picks)}) re-derived from the generation cache "
+                f"{cache_path}: {agree} of {len(picks)} published byte for byte as their cached answers make them"
+                + (f"; {missing} not whole in the cache" if missing else "")
+                + (f"; {len(lost)} not in the build's cleaned items" if lost else "")
+            )
             if asked.engine:
                 images = read_clean_images(paths.clean, {loc.row.image_sha256 for loc in located})
-                again = [_Located(Derived(loc.derived.pick, row=loc.derived.row), loc.row, loc.item,
-                                  dataclasses.replace(loc.request, image=images[loc.row.image_sha256])) for loc in located]
+                again = [
+                    _Located(
+                        Derived(loc.derived.pick, row=loc.derived.row),
+                        loc.row,
+                        loc.item,
+                        dataclasses.replace(loc.request, image=images[loc.row.image_sha256]),
+                    )
+                    for loc in located
+                ]
                 answers = _from_engine(sampler)
                 verdicts = answers if judge in (None, sampler) else _from_engine(judge)  # type: ignore[arg-type]
                 fresh = derive(again, greedy, routes, answers, verdicts, pairs=pairs)
-                _agreement(a, asked.n, [loc.derived for loc in located], fresh, held, invariant=bool(getattr(family.config.engine,
-                           "batch_invariant", False)), engine=f"the {sampler.kind} engine of {family.config.model.id}")
+                _agreement(
+                    a,
+                    asked.n,
+                    [loc.derived for loc in located],
+                    fresh,
+                    held,
+                    invariant=bool(getattr(family.config.engine, "batch_invariant", False)),
+                    engine=f"the {sampler.kind} engine of {family.config.model.id}",
+                )
     finally:
         if asked.engine_factory is None:
             for engine in {id(e): e for e in (sampler, judge) if e is not None}.values():
@@ -440,7 +520,9 @@ def _by_group(picks: list[Pick]) -> str:
     return ", ".join(f"{g} {n}" for g in GROUPS if (n := sum(p.group == g for p in picks)))
 
 
-def _agreement(a: Audit, n: int, cached: list[Derived], fresh: list[Derived], held: Published, *, invariant: bool, engine: str) -> None:
+def _agreement(
+    a: Audit, n: int, cached: list[Derived], fresh: list[Derived], held: Published, *, invariant: bool, engine: str
+) -> None:
     """Per group: final answers identical to the published ones, texts byte-identical to the cached ones, routing identical
     to the published; `invariant` (the engine in batch-invariant mode): a text that differs is a finding."""
     lines = []
@@ -451,7 +533,9 @@ def _agreement(a: Audit, n: int, cached: list[Derived], fresh: list[Derived], he
         answers = texts = routing = compared = 0
         for c, f in pairs:
             key = (c.pick.image_sha256, c.pick.question)
-            entry = next((held[s][key][1] for s in ("nothink", "think", "rejected") if s in held and key in held[s]), None)
+            entry = next(
+                (held[s][key][1] for s in ("nothink", "think", "rejected") if s in held and key in held[s]), None
+            )
             shown = entry.get("answer" if "accepted_by" in entry else "wrong_vlm") if entry is not None else c.answer
             answers += not f.missing and (f.answer or "") == (shown or "")
             routing += not f.missing and f.routing == (published_routing(key, held) or c.routing)
@@ -459,12 +543,25 @@ def _agreement(a: Audit, n: int, cached: list[Derived], fresh: list[Derived], he
                 compared += 1
                 texts += f.texts == c.texts
                 if invariant and group != "all" and f.texts != c.texts:
-                    _same(a, f"the answers' texts of {_name(c.pick)} in batch-invariant mode", "the generation cache",
-                          c.texts, f.texts, "the engine answers now")
+                    _same(
+                        a,
+                        f"the answers' texts of {_name(c.pick)} in batch-invariant mode",
+                        "the generation cache",
+                        c.texts,
+                        f.texts,
+                        "the engine answers now",
+                    )
         count = len(pairs)
-        lines.append(f"{group:>9} {count:>3}: final answers {answers}/{count} identical, texts {texts}/{compared} byte-identical, "
-                     f"routing {routing}/{count} identical")
-    mode = "in batch-invariant mode: anything but byte-identical is a finding" if invariant else (
-        "not batch-invariant (engine.batch_invariant off): a difference is measured, not failed")
-    a.notes.append(f"--replay {n} --engine: the same {_questions(len(cached))} sent to {engine} fresh (no cache read or "
-                   f"written), {mode}:" + "".join(f"\n        {line}" for line in lines))
+        lines.append(
+            f"{group:>9} {count:>3}: final answers {answers}/{count} identical, texts {texts}/{compared} byte-identical, "
+            f"routing {routing}/{count} identical"
+        )
+    mode = (
+        "in batch-invariant mode: anything but byte-identical is a finding"
+        if invariant
+        else ("not batch-invariant (engine.batch_invariant off): a difference is measured, not failed")
+    )
+    a.notes.append(
+        f"--replay {n} --engine: the same {_questions(len(cached))} sent to {engine} fresh (no cache read or "
+        f"written), {mode}:" + "".join(f"\n        {line}" for line in lines)
+    )

@@ -44,18 +44,20 @@ class RepoFiles:
         text = self.readme
         if not text.startswith("---\n") or "\n---\n" not in text[4:]:
             raise AuditUsageError(f"{self.root / 'README.md'}: no YAML front matter")
-        return yaml.safe_load(text[4:text.index("\n---\n", 4)]) or {}
+        return yaml.safe_load(text[4 : text.index("\n---\n", 4)]) or {}
 
     @cached_property
     def body(self) -> str:
         text = self.readme
-        return text[text.index("\n---\n", 4) + 5:]
+        return text[text.index("\n---\n", 4) + 5 :]
 
     @cached_property
     def stats_raw(self) -> dict[str, Any]:
         path = self.root / "rs" / "stats.json"
         if not path.is_file():
-            raise AuditUsageError(f"{self.root}: no rs/stats.json: not a repo rs published (or one published before rs kept its stats)")
+            raise AuditUsageError(
+                f"{self.root}: no rs/stats.json: not a repo rs published (or one published before rs kept its stats)"
+            )
         return json.loads(path.read_text(encoding="utf-8"))
 
     @cached_property
@@ -117,7 +119,9 @@ def _download(repo_id: str, *, revision: str | None = None) -> Path:
     try:
         return Path(snapshot_download(repo_id, repo_type="dataset", revision=revision))
     except Exception as err:  # not found, gated, offline: said as the target's problem
-        raise AuditUsageError(f"{repo_id}: cannot download the dataset repo from the Hub: {type(err).__name__}: {err}") from None
+        raise AuditUsageError(
+            f"{repo_id}: cannot download the dataset repo from the Hub: {type(err).__name__}: {err}"
+        ) from None
 
 
 def load_family(target: str, *, siblings: bool = True) -> Family:

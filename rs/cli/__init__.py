@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Callable
 
 from rs import distributed
-from rs.util import ledger
 from rs.cli import signals
 from rs.errors import RsError
 from rs.families import Family, get_family
-from rs.plan.probe import probe_family
 from rs.pipeline.publish.preflight import check_local_root, check_overlap
+from rs.plan.probe import probe_family
+from rs.util import ledger
 
 
 def checked_family(name: str, config: Path | None, *, probe: bool = True, loads_model: bool = True) -> Family:
@@ -45,7 +45,10 @@ def checked_family(name: str, config: Path | None, *, probe: bool = True, loads_
 def add_config(parser: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
     # on a subcommand, an absent flag must not overwrite one given before the subcommand's name
     parser.add_argument(
-        "--config", type=Path, metavar="PATH", default=argparse.SUPPRESS if subcommand else None,
+        "--config",
+        type=Path,
+        metavar="PATH",
+        default=argparse.SUPPRESS if subcommand else None,
         help="families file to use instead of the project's families.yaml",
     )
 
@@ -55,11 +58,15 @@ def add_limit(parser: argparse.ArgumentParser) -> None:
 
 
 def add_out(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, metavar="DIR", help="publish to a local folder laid out as the Hub repos would be")
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", help="publish to a local folder laid out as the Hub repos would be"
+    )
 
 
 def add_cards_only(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cards-only", action="store_true", help="re-render and publish the cards from the stored build, nothing else")
+    parser.add_argument(
+        "--cards-only", action="store_true", help="re-render and publish the cards from the stored build, nothing else"
+    )
 
 
 def add_dry_run(parser: argparse.ArgumentParser) -> None:
@@ -67,13 +74,21 @@ def add_dry_run(parser: argparse.ArgumentParser) -> None:
 
 
 def add_build_paths(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--build-dir", type=Path, metavar="DIR", help="where builds live (default: $RS_BUILD_DIR or ./build)")
-    parser.add_argument("--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)")
+    parser.add_argument(
+        "--build-dir", type=Path, metavar="DIR", help="where builds live (default: $RS_BUILD_DIR or ./build)"
+    )
+    parser.add_argument(
+        "--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)"
+    )
 
 
 def add_verbose(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show the engines' and libraries' own output here (default: in build/FAMILY/logs/)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show the engines' and libraries' own output here (default: in build/FAMILY/logs/)",
+    )
 
 
 def check_build_paths(args: argparse.Namespace) -> None:
@@ -81,7 +96,9 @@ def check_build_paths(args: argparse.Namespace) -> None:
     check_local_root(build_root(args), "--build-dir" if args.build_dir else "the build folder", "the builds")
     if args.cache is not None:
         check_local_root(args.cache.parent, "--cache", "the generation cache")
-        check_overlap(None, "--out", build_root(args), args.cache)  # the build is rebuilt from the cache: never part of it
+        check_overlap(
+            None, "--out", build_root(args), args.cache
+        )  # the build is rebuilt from the cache: never part of it
 
 
 def build_root(args: argparse.Namespace) -> Path:
@@ -90,12 +107,21 @@ def build_root(args: argparse.Namespace) -> Path:
 
 
 def add_ray(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
-                        help="answer and judge on Ray Data, one engine replica per GPU, the cache staying on this machine; "
-                             "--build-dir must be on storage every node mounts "
-                             "(ADDRESS: auto on the head node, or HEAD:6379; none: a local Ray)")
-    parser.add_argument("--replicas", type=positive_int, metavar="N",
-                        help="with --ray: engine replicas (default: the cluster's GPUs / GPUs per replica)")
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="answer and judge on Ray Data, one engine replica per GPU, the cache staying on this machine; "
+        "--build-dir must be on storage every node mounts "
+        "(ADDRESS: auto on the head node, or HEAD:6379; none: a local Ray)",
+    )
+    parser.add_argument(
+        "--replicas",
+        type=positive_int,
+        metavar="N",
+        help="with --ray: engine replicas (default: the cluster's GPUs / GPUs per replica)",
+    )
 
 
 def check_ray(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int | None:
@@ -171,8 +197,11 @@ def run(main: Callable[[], int | None]) -> None:
     except OSError as err:  # a file or folder named on the command line or in the YAML that cannot be read or written
         where = f": {err.filename}" if err.filename else ""
         print(f"error: {err.strerror or err}{where}", file=sys.stderr)
-        print("hint: check that path and its permissions (--config, --build-dir, --cache and --out choose where rs reads and "
-              "writes)", file=sys.stderr)
+        print(
+            "hint: check that path and its permissions (--config, --build-dir, --cache and --out choose where rs reads and "
+            "writes)",
+            file=sys.stderr,
+        )
         code = 1
     if signals.received() is not None:
         signals.leave(code)
@@ -199,5 +228,7 @@ def _stopped(signum: int, trouble: RsError | None = None) -> int:
 
 def resume_command() -> str:
     """This command line as it was typed (`python -m rs.publish ...`, or the `rs` script), ready to paste."""
-    as_module = getattr(sys.modules.get("__main__"), "__spec__", None) is not None  # `python -m rs.publish` runs rs/publish.py
+    as_module = (
+        getattr(sys.modules.get("__main__"), "__spec__", None) is not None
+    )  # `python -m rs.publish` runs rs/publish.py
     return shlex.join(sys.orig_argv if as_module or sys.argv[0].endswith("__main__.py") else sys.argv)

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from rs import cli
-from rs.audit import __doc__ as AUDIT_DOC
 from rs.audit import Replay, audit
+from rs.audit import __doc__ as AUDIT_DOC
 from rs.cli import output
 from rs.cli.parser import Parser
 
@@ -17,17 +17,38 @@ from rs.cli.parser import Parser
 def main(argv: list[str] | None = None, *, prog: str = "rs audit") -> int:
     parser = Parser(prog=prog, description=AUDIT_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("repo", help="a published repo: its local folder, or its Hub id (namespace/name)")
-    parser.add_argument("--build", type=Path, metavar="DIR", help="also check against this build's stores (build/FAMILY, or the build root)")
-    parser.add_argument("--replay", type=int, default=0, metavar="N",
-                        help="with --build: re-derive N published questions from the run's generation cache (byte for byte, "
-                             "or a finding)")
-    parser.add_argument("--cache", type=Path, metavar="PATH",
-                        help="with --replay: the run's generation cache (default: $RS_CACHE_DIR/generations.sqlite)")
-    parser.add_argument("--engine", action="store_true",
-                        help="with --replay: also send those questions to the family's engine, fresh (no cache read or "
-                             "written), and print how far its answers agree")
+    parser.add_argument(
+        "--build",
+        type=Path,
+        metavar="DIR",
+        help="also check against this build's stores (build/FAMILY, or the build root)",
+    )
+    parser.add_argument(
+        "--replay",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --build: re-derive N published questions from the run's generation cache (byte for byte, "
+        "or a finding)",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        metavar="PATH",
+        help="with --replay: the run's generation cache (default: $RS_CACHE_DIR/generations.sqlite)",
+    )
+    parser.add_argument(
+        "--engine",
+        action="store_true",
+        help="with --replay: also send those questions to the family's engine, fresh (no cache read or "
+        "written), and print how far its answers agree",
+    )
     cli.add_config(parser)
-    parser.add_argument("--no-siblings", action="store_true", help="read this repo alone (the family's numbers against rs/stats.json only)")
+    parser.add_argument(
+        "--no-siblings",
+        action="store_true",
+        help="read this repo alone (the family's numbers against rs/stats.json only)",
+    )
     cli.add_verbose(parser)
     args = parser.parse_args(argv)
     if args.replay < 0:
@@ -35,7 +56,9 @@ def main(argv: list[str] | None = None, *, prog: str = "rs audit") -> int:
     if not args.replay and (args.engine or args.cache is not None):
         parser.error(f"{'--engine' if args.engine else '--cache'} goes with --replay N (and --build DIR)")
     asked = Replay(args.replay, config=args.config, cache=args.cache, engine=args.engine)
-    replaying = args.replay and args.build is not None  # the model's processor, and with --engine the model, are loaded
+    replaying = (
+        args.replay and args.build is not None
+    )  # the model's processor, and with --engine the model, are loaded
     with output.quiet(_logs(args.build, args.repo), verbose=args.verbose) if replaying else contextlib.nullcontext():
         result = audit(args.repo, build=args.build, replay=asked, siblings=not args.no_siblings)
     print(result.render())

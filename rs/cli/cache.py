@@ -13,9 +13,9 @@ import argparse
 from pathlib import Path
 
 from rs.cli.parser import Parser
+from rs.context import default_cache_path
 from rs.engines.generation_cache import GenerationCache
 from rs.errors import UsageError
-from rs.context import default_cache_path
 
 
 def main(argv: list[str] | None = None, *, prog: str = "rs cache") -> int:
@@ -25,18 +25,27 @@ def main(argv: list[str] | None = None, *, prog: str = "rs cache") -> int:
     forget = actions.add_parser("forget", help="remove answers by key: the next run asks for them again")
     forget.add_argument("keys", nargs="+", metavar="KEY", help="cache keys, as a damaged-answer error names them")
     for action in (check, forget):
-        action.add_argument("--cache", type=Path, metavar="PATH", help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)")
+        action.add_argument(
+            "--cache",
+            type=Path,
+            metavar="PATH",
+            help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)",
+        )
     args = parser.parse_args(argv)
     path = args.cache or default_cache_path()
     if not path.is_file():
-        raise UsageError(f"--cache {path}: no such file", hint="name the cache file the run used (--cache PATH, or $RS_CACHE_DIR)")
+        raise UsageError(
+            f"--cache {path}: no such file", hint="name the cache file the run used (--cache PATH, or $RS_CACHE_DIR)"
+        )
     with GenerationCache(path) as cache:
         if args.action == "check":
             damaged = list(cache.damaged())
             for key in damaged:
                 print(key)
-            print(f"{len(damaged)} damaged answer{'' if len(damaged) == 1 else 's'} of {len(cache):,} in {path}"
-                  + (f"; forget them with `rs cache forget --cache {path} KEY...`" if damaged else ""))
+            print(
+                f"{len(damaged)} damaged answer{'' if len(damaged) == 1 else 's'} of {len(cache):,} in {path}"
+                + (f"; forget them with `rs cache forget --cache {path} KEY...`" if damaged else "")
+            )
             return 1 if damaged else 0
         removed = cache.forget(args.keys)
     print(f"forgot {removed} of the {len(args.keys)} answers named in {path}: the next run asks for them again")

@@ -11,16 +11,15 @@ import yaml
 from rs import cli
 from rs.cli import output
 from rs.cli.parser import Parser
-from rs.util.text import counted
-from rs.families import default_families_path, get_family, load_families
-from rs.families import schema
-from rs.plan.probe import probe_family
-from rs.plan.source_check import check_first_records
+from rs.families import default_families_path, get_family, load_families, schema
 from rs.families.loader import field_types, plugin_registry, type_name
 from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.plan.preview import preview
-from rs.verifiers import get_verifier, known_verifiers
+from rs.plan.probe import probe_family
+from rs.plan.source_check import check_first_records
 from rs.registry import SOURCES
+from rs.util.text import counted
+from rs.verifiers import get_verifier, known_verifiers
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -40,10 +39,16 @@ def _validate(args: argparse.Namespace) -> int:
     with output.own_lines_only():  # vLLM's import notices (engine_checks) are not validate's output
         families = load_families(path, engine_checks=True)
     not_checked = {name: probe_family(family) for name, family in families.items()}
-    sources = [check_first_records(family, args.source) for family in families.values()] if getattr(args, "source", None) else []
+    sources = (
+        [check_first_records(family, args.source) for family in families.values()]
+        if getattr(args, "source", None)
+        else []
+    )
     print(f"ok: {path}: {counted(len(families), 'family', 'families')} valid ({', '.join(families)})")
-    print("  checked: keys and values, local source files and the columns read from them, engine arguments against the "
-          "installed engine, built-in and local models")
+    print(
+        "  checked: keys and values, local source files and the columns read from them, engine arguments against the "
+        "installed engine, built-in and local models"
+    )
     for name, notes in not_checked.items():
         if notes:
             print(f"  not checked here: {name}: {'; '.join(notes)}")
@@ -54,8 +59,12 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     family = get_family(args.name, args.config)
-    resolved = {"name": family.name, "defined_at": f"{family.path}:{family.line}", **dataclasses.asdict(family.config),
-                "cleaning": family.config.cleaning.as_yaml()}
+    resolved = {
+        "name": family.name,
+        "defined_at": f"{family.path}:{family.line}",
+        **dataclasses.asdict(family.config),
+        "cleaning": family.config.cleaning.as_yaml(),
+    }
     print(yaml.safe_dump(resolved, sort_keys=False, allow_unicode=True, width=100), end="")
     return 0
 
@@ -99,7 +108,9 @@ def _sections(tp: typing.Any, registry: typing.Any) -> list[type]:
     """The dataclasses a key may hold: each plug-in's settings, the dataclasses of a union, or the one dataclass; [] for a value."""
     if registry is not None:
         return [plugin.Config for _, plugin in registry.items()]
-    return [o for o in typing.get_args(tp) if dataclasses.is_dataclass(o)] or ([tp] if dataclasses.is_dataclass(tp) else [])
+    return [o for o in typing.get_args(tp) if dataclasses.is_dataclass(o)] or (
+        [tp] if dataclasses.is_dataclass(tp) else []
+    )
 
 
 def _default(f: dataclasses.Field) -> str:
@@ -120,7 +131,11 @@ def _field_docs(cls: type) -> dict[str, str]:
     for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
         body = ast.parse(inspect.getsource(klass)).body[0].body
         for node, after in zip(body, body[1:]):
-            if isinstance(node, ast.AnnAssign) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+            ):
                 docs[node.target.id] = " ".join(str(after.value.value).split())
     return docs
 
@@ -156,8 +171,13 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.families") 
         cli.add_config(p, subcommand=True)
         p.set_defaults(fn=fn)
         if name == "validate":
-            p.add_argument("--source", type=cli.positive_int, metavar="N", help="also read each family's first N source records "
-                           "and check each column's type (an image column holds images or paths that open)")
+            p.add_argument(
+                "--source",
+                type=cli.positive_int,
+                metavar="N",
+                help="also read each family's first N source records "
+                "and check each column's type (an image column holds images or paths that open)",
+            )
     p = sub.add_parser("show", help="print a family's resolved configuration")
     p.add_argument("name")
     cli.add_config(p, subcommand=True)

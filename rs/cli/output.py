@@ -23,8 +23,8 @@ from typing import Iterator, TextIO
 
 from tqdm.auto import tqdm
 
-from rs.util import progress
 from rs.errors import RsError
+from rs.util import progress
 from rs.util.locks import BuildBusy, PublishBusy
 
 LOG_TAIL_LINES = 15
@@ -81,10 +81,14 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
     try:
         yield path
     except (BuildBusy, PublishBusy):
-        refused = True  # another run holds the build or the target: this one wrote nothing, not even a log in its folder
+        refused = (
+            True  # another run holds the build or the target: this one wrote nothing, not even a log in its folder
+        )
         raise
     except BaseException as err:
-        if isinstance(err, KeyboardInterrupt):  # where the run was when it was stopped, for whoever wonders what it was doing
+        if isinstance(
+            err, KeyboardInterrupt
+        ):  # where the run was when it was stopped, for whoever wonders what it was doing
             log.write(f"{err or 'interrupted'}, in:\n" + "".join(traceback.format_exception(err)))
             log.flush()
         elif not isinstance(err, SystemExit):
@@ -93,8 +97,12 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
                 _tell_where_the_log_is(path, terminal, tail=True, cause=True)
             log.write("".join(traceback.format_exception(err)))
             log.flush()
-            if not engines_say and not (isinstance(err, RsError) and err.exit_code == 2):  # a usage error is its own account
-                _tell_where_the_log_is(path, terminal, tail=not isinstance(err, (RsError, OSError)))  # an OSError says its path
+            if not engines_say and not (
+                isinstance(err, RsError) and err.exit_code == 2
+            ):  # a usage error is its own account
+                _tell_where_the_log_is(
+                    path, terminal, tail=not isinstance(err, (RsError, OSError))
+                )  # an OSError says its path
         raise
     finally:
         progress.terminal = None
@@ -150,7 +158,7 @@ def _tell_where_the_log_is(path: Path, terminal: TextIO, *, tail: bool, cause: b
             last = deque(fh, maxlen=LOG_TAIL_LINES)
         terminal.write(f"its last {len(last)} lines:\n" + "".join(f"  | {line}" for line in last))
     if cause and (first := _first_exception(path)) is not None and not any(first in line for line in last):
-        terminal.write(f"the first error in the log (where the engine's \"root cause above\" points):\n  | {first}\n")
+        terminal.write(f'the first error in the log (where the engine\'s "root cause above" points):\n  | {first}\n')
     terminal.flush()
 
 
@@ -178,8 +186,10 @@ def _library_bars(*, enabled: bool) -> bool:
     import huggingface_hub.utils as hub_utils
 
     were = datasets.is_progress_bar_enabled()
-    for on, off in ((datasets.enable_progress_bars, datasets.disable_progress_bars),
-                    (hub_utils.enable_progress_bars, hub_utils.disable_progress_bars)):
+    for on, off in (
+        (datasets.enable_progress_bars, datasets.disable_progress_bars),
+        (hub_utils.enable_progress_bars, hub_utils.disable_progress_bars),
+    ):
         (on if enabled else off)()
     return were
 
@@ -207,4 +217,3 @@ def own_lines_only() -> Iterator[None]:
     finally:
         for handler in handlers:
             handler.removeFilter(keep)
-

@@ -23,7 +23,9 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         lines = self.format_usage().strip().splitlines()
         usage = lines[0] + (" ..." if len(lines) > 1 else "")
-        sys.stderr.write(f"error: {message}{self._did_you_mean(message)}\n{usage}\nhint: `{self.prog} --help` lists every flag\n")
+        sys.stderr.write(
+            f"error: {message}{self._did_you_mean(message)}\n{usage}\nhint: `{self.prog} --help` lists every flag\n"
+        )
         self.exit(2)
 
     def _did_you_mean(self, message: str) -> str:

@@ -1,10 +1,10 @@
 """`rs publish FAMILY` / `python -m rs.publish FAMILY`: build if needed, render the cards, publish the family's repos.
 
-    python -m rs.publish TinyCLEVR                 # local folder (the embedded default: no GPU, network or token)
-    python -m rs.publish CLEVRMath                 # the Hub: {namespace}/CLEVRMath_RS_think, ..._RS_nothink, ..._rejected
-    python -m rs.publish CLEVRMath --out DIR       # a local folder laid out exactly as the Hub repos
-    python -m rs.publish CLEVRMath --cards-only    # re-render and publish the cards (three repos, four with recovery pairs), nothing else
-    python -m rs.publish CLEVRMath --dry-run       # what would be added, changed and deleted, with sizes, in how many commits
+python -m rs.publish TinyCLEVR                 # local folder (the embedded default: no GPU, network or token)
+python -m rs.publish CLEVRMath                 # the Hub: {namespace}/CLEVRMath_RS_think, ..._RS_nothink, ..._rejected
+python -m rs.publish CLEVRMath --out DIR       # a local folder laid out exactly as the Hub repos
+python -m rs.publish CLEVRMath --cards-only    # re-render and publish the cards (three repos, four with recovery pairs), nothing else
+python -m rs.publish CLEVRMath --dry-run       # what would be added, changed and deleted, with sizes, in how many commits
 """
 
 from __future__ import annotations
@@ -17,22 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from rs import cli
-from rs.pipeline.publish.cards.decontam import summary as decontamination_summary
-from rs.util.text import counted, pct
 from rs.cli import RunFailed, output
 from rs.cli.parser import Parser
+from rs.context import default_cache_path
 from rs.distributed import forwarded_env, sample_on_ray
 from rs.errors import RsError, UsageError
 from rs.families import Family
-from rs.pipeline.write.report import Endings, FamilyReport, RecoverySummary
 from rs.hub import describe_commits, format_changes
-from rs.util.sizes import format_bytes
 from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.pipeline.publish import PublishReport, publish
+from rs.pipeline.publish.cards.decontam import summary as decontamination_summary
 from rs.pipeline.publish.preflight import check_local_root
+from rs.pipeline.write.report import Endings, FamilyReport, RecoverySummary
 from rs.plan import PlanReport, plan_family
 from rs.splits_schema import ROW_SCHEMAS, features
-from rs.context import default_cache_path
+from rs.util.sizes import format_bytes
+from rs.util.text import counted, pct
 
 logger = logging.getLogger(__name__)
 
@@ -40,40 +40,52 @@ logger = logging.getLogger(__name__)
 def _totals_line(family: Family, report: FamilyReport) -> str:
     """The funnel in one line: source QA, cleaning, accepted by whom, rejected, the accept rate."""
     t = report.totals
-    return (f"{family.name}: {t.source_qa:,} source QA, {t.dropped_by_cleaning:,} dropped by cleaning, "
-            f"{t.accepted:,} accepted ({t.accepted_by['verifier']:,} by the verifier, {t.accepted_by['judge']:,} by the judge"
-            + (f", {t.accepted_by['recovery']:,} by recovery" if report.recovery else "")
-            + f"), {t.rejected:,} rejected; accept rate {pct(t.accept_rate)}")
+    return (
+        f"{family.name}: {t.source_qa:,} source QA, {t.dropped_by_cleaning:,} dropped by cleaning, "
+        f"{t.accepted:,} accepted ({t.accepted_by['verifier']:,} by the verifier, {t.accepted_by['judge']:,} by the judge"
+        + (f", {t.accepted_by['recovery']:,} by recovery" if report.recovery else "")
+        + f"), {t.rejected:,} rejected; accept rate {pct(t.accept_rate)}"
+    )
 
 
 def _recovery_line(r: RecoverySummary) -> str:
     """What the recovery pass sampled and recovered."""
     sampled = ", ".join(f"{why} {n:,}" for why, n in r.sampled.items()) or "nothing"
-    return (f"  recovery: accept rate {pct(r.greedy_accept_rate)} greedy, {pct(r.accept_rate)} after recovery; "
-            f"{r.recovered:,} of {r.recovered + r.still_rejected:,} sampled rejections recovered "
-            f"({r.samples:,} samples at temperature {r.settings['temperature']}, sampled: {sampled})"
-            + (f"; {r.pairs['pairs']:,} preference pairs" if r.pairs else ""))
+    return (
+        f"  recovery: accept rate {pct(r.greedy_accept_rate)} greedy, {pct(r.accept_rate)} after recovery; "
+        f"{r.recovered:,} of {r.recovered + r.still_rejected:,} sampled rejections recovered "
+        f"({r.samples:,} samples at temperature {r.settings['temperature']}, sampled: {sampled})"
+        + (f"; {r.pairs['pairs']:,} preference pairs" if r.pairs else "")
+    )
 
 
 def _endings_line(e: Endings) -> str:
     """How the answers ended, and the tokens loop detection saved."""
     ended = ", ".join(f"{k} {v:,}" for k, v in e.counts.items() if v)
     spent = e.completion_tokens + e.loop_tokens_saved
-    return (f"  answers ended: {ended or 'none'}; loop detection saved {e.loop_tokens_saved:,} tokens"
-            f" ({pct(e.loop_tokens_saved / spent if spent else None)}"
-            f" of {spent:,}); {e.budgeted_answered:,} answered after a thinking-budget cut")
+    return (
+        f"  answers ended: {ended or 'none'}; loop detection saved {e.loop_tokens_saved:,} tokens"
+        f" ({pct(e.loop_tokens_saved / spent if spent else None)}"
+        f" of {spent:,}); {e.budgeted_answered:,} answered after a thinking-budget cut"
+    )
 
 
 def _calibration_lines(cal: dict[str, Any]) -> list[str]:
     """The judge's agreement on each calibration set, and whether its verdicts promote."""
+
     def check(name: str) -> str:
         c = cal[name]
         return f"{c['agreed']}/{c['total']} [{pct(c['low'])}, {pct(c['high'])}]" if c["total"] else "0/0"
 
-    checks = (f"  judge calibration: positives {check('positive')}, easy negatives {check('easy')}, "
-              f"hard negatives {check('hard')}, certain rejections {check('certain')}")
-    verdict = "  judge: " + ("passed its calibration, its CORRECT verdicts promote" if cal["promotes"]
-                             else f"BLOCKED, it promotes nothing: {cal['blocked_reason']}")
+    checks = (
+        f"  judge calibration: positives {check('positive')}, easy negatives {check('easy')}, "
+        f"hard negatives {check('hard')}, certain rejections {check('certain')}"
+    )
+    verdict = "  judge: " + (
+        "passed its calibration, its CORRECT verdicts promote"
+        if cal["promotes"]
+        else f"BLOCKED, it promotes nothing: {cal['blocked_reason']}"
+    )
     return [checks, verdict]
 
 
@@ -86,14 +98,22 @@ def _split_lines(outcome: PublishReport, split: str, *, dry_run: bool) -> list[s
     commits = "" if outcome.local else f"; {describe_commits(result, dry_run=dry_run)}"
     head = f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome.where[split]}"
     if result.offline:
-        lines = [f"{head} (offline: {len(result.changes)} files, {format_bytes(sum(c.size for c in result.changes))}, to upload "
-                 "at most; not compared with the Hub)"]
+        lines = [
+            f"{head} (offline: {len(result.changes)} files, {format_bytes(sum(c.size for c in result.changes))}, to upload "
+            "at most; not compared with the Hub)"
+        ]
     else:
-        lines = [(f"{head} ({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} "
-                  f"unchanged{commits})")]
+        lines = [
+            (
+                f"{head} ({counts['add']} added, {counts['change']} changed, {counts['delete']} deleted, {counts['unchanged']} "
+                f"unchanged{commits})"
+            )
+        ]
     if not s.rows:
-        lines.append(f"  warning: {s.repo} is empty: datasets.load_dataset cannot load a split with no rows (streaming=True reads "
-                     "it as empty); to the Hub it is published only with --allow-empty")
+        lines.append(
+            f"  warning: {s.repo} is empty: datasets.load_dataset cannot load a split with no rows (streaming=True reads "
+            "it as empty); to the Hub it is published only with --allow-empty"
+        )
     if dry_run:
         lines.append(format_changes(result.changes))
     return lines
@@ -107,9 +127,11 @@ def summary(family: Family, outcome: PublishReport, *, dry_run: bool, cache: Pat
     lines = [_totals_line(family, report)]
     if report.recovery is not None:
         lines.append(_recovery_line(report.recovery))
-    if (o := report.verifier.outcomes):
-        lines.append(f"  verifier: {o['accepted']:,} accepted, {o['certain']:,} certainly wrong, "
-                     f"{o['undecided']:,} undecided (the judge's)")
+    if o := report.verifier.outcomes:
+        lines.append(
+            f"  verifier: {o['accepted']:,} accepted, {o['certain']:,} certainly wrong, "
+            f"{o['undecided']:,} undecided (the judge's)"
+        )
     lines.append(decontamination_summary(report.cleaning.decontamination) or "")
     reasons = ", ".join(f"{k} {v:,}" for k, v in t.rejected_by_reason.items() if v)
     lines.append(f"  rejected by reason: {reasons or 'none'}")
@@ -120,10 +142,14 @@ def summary(family: Family, outcome: PublishReport, *, dry_run: bool, cache: Pat
     for split in report.splits:
         lines += _split_lines(outcome, split, dry_run=dry_run)
     if any(result.offline for result in outcome.results.values()):
-        lines.append("  not checked (offline): what the Hub holds now (a file already there is not uploaded again, a file there "
-                     "and not here is deleted), a pull request an earlier run left, the commits it takes, and whether the token "
-                     f"may write to {family.config.publish.namespace}")
-    lines.append("  cards: " + ", ".join(f"{outcome.where[s]}/README.md" for s in report.splits) if outcome.local else "")
+        lines.append(
+            "  not checked (offline): what the Hub holds now (a file already there is not uploaded again, a file there "
+            "and not here is deleted), a pull request an earlier run left, the commits it takes, and whether the token "
+            f"may write to {family.config.publish.namespace}"
+        )
+    lines.append(
+        "  cards: " + ", ".join(f"{outcome.where[s]}/README.md" for s in report.splits) if outcome.local else ""
+    )
     if cache is not None:  # the default cache is shared by every checkout: a "fresh" clone may reuse answers
         lines.append(f"  generation cache: {cache} (answers already there were not asked again)")
     lines.append(f"  done in {outcome.seconds:.1f}s" + (" (dry run: nothing was changed)" if dry_run else ""))
@@ -134,45 +160,71 @@ def would_do(family: Family, plan: PlanReport, *, local: bool, seconds: float) -
     """What a run would do, for a `--dry-run` on a family with no current build: what `rs plan` tells without the model's
     processor (`plan`), and what only sampling tells. `local`: the target is a local folder; `seconds`: the dry run's."""
     c = family.config
-    lines = [f"{family.name}: not built here with these settings, so this dry run built nothing: no model was loaded, nothing "
-             "was sampled or judged. A run would:"]
+    lines = [
+        f"{family.name}: not built here with these settings, so this dry run built nothing: no model was loaded, nothing "
+        "was sampled or judged. A run would:"
+    ]
     s, expected = plan.sample, plan.expected_questions()
     if s is not None and expected is not None:
-        lines.append(f"  read {plan.source_records:,} source records and clean them: about {expected:,} questions to answer "
-                     f"(a sample of {s.source_records} records held {s.source_items} questions, {s.kept_items} kept by cleaning)")
+        lines.append(
+            f"  read {plan.source_records:,} source records and clean them: about {expected:,} questions to answer "
+            f"(a sample of {s.source_records} records held {s.source_items} questions, {s.kept_items} kept by cleaning)"
+        )
     elif s is not None:
-        lines.append(f"  read the source and clean it (its size is not known here; a sample of {s.source_records} records held "
-                     f"{s.source_items} questions, {s.kept_items} kept by cleaning)")
+        lines.append(
+            f"  read the source and clean it (its size is not known here; a sample of {s.source_records} records held "
+            f"{s.source_items} questions, {s.kept_items} kept by cleaning)"
+        )
     else:
         lines.append("  read the source and clean it (it cannot be read here: see the warnings)")
     requests = f"about {expected:,} sampling requests" if expected is not None else "one sampling request per question"
-    judge = (f"then one judge request per rejection with a final answer, and up to {3 * c.judge.calibration_samples:,} calibration "
-             f"cases (positives, easy and hard negatives: {c.judge.calibration_samples} each) plus every certain rejection"
-             if c.judge.enabled else "no judge (judge.enabled: false)")
+    judge = (
+        f"then one judge request per rejection with a final answer, and up to {3 * c.judge.calibration_samples:,} calibration "
+        f"cases (positives, easy and hard negatives: {c.judge.calibration_samples} each) plus every certain rejection"
+        if c.judge.enabled
+        else "no judge (judge.enabled: false)"
+    )
     lines.append(f"  send {requests} to {c.model.id} (fewer where the generation cache has the answer), {judge}")
     where = "" if local else f"{c.publish.namespace}/"
     recovery = c.recovery is not None
     if c.recovery is not None:
-        lines.append(f"  then sample each rejection with a final answer {c.recovery.samples} more times at temperature "
-                     f"{c.recovery.temperature} (one request each), verify and judge the samples"
-                     + (f", and each accepted question {c.recovery.difficulty.samples} times" if c.recovery.difficulty.samples else "")
-                     + f": at most {c.recovery.samples * (c.recovery.max_tokens or c.sampling.max_tokens):,} output tokens a rejection "
-                     f"(`rs plan {family.name} --limit N` measures the rejections and projects the pass's hours)")
+        lines.append(
+            f"  then sample each rejection with a final answer {c.recovery.samples} more times at temperature "
+            f"{c.recovery.temperature} (one request each), verify and judge the samples"
+            + (
+                f", and each accepted question {c.recovery.difficulty.samples} times"
+                if c.recovery.difficulty.samples
+                else ""
+            )
+            + f": at most {c.recovery.samples * (c.recovery.max_tokens or c.sampling.max_tokens):,} output tokens a rejection "
+            f"(`rs plan {family.name} --limit N` measures the rejections and projects the pass's hours)"
+        )
     for split in family.splits:
         if split in ROW_SCHEMAS:
-            what = {"pairs": "preference pair", "samples": "question with every answer it got",
-                    "rl": "question within the RL pass-rate bounds"}[split]
-            lines.append(f"  write {where}{family.repo_name(split)}: one row per {what} ({', '.join(ROW_SCHEMAS[split])})")
+            what = {
+                "pairs": "preference pair",
+                "samples": "question with every answer it got",
+                "rl": "question within the RL pass-rate bounds",
+            }[split]
+            lines.append(
+                f"  write {where}{family.repo_name(split)}: one row per {what} ({', '.join(ROW_SCHEMAS[split])})"
+            )
             continue
         fields = ", ".join(features(split, recovery=recovery)["qa"].feature)
-        lines.append(f"  write {where}{family.repo_name(split)}: one row per image (image, qa, clean_meta, image_sha256), "
-                     f"qa holding {{{fields}}} per " + ("rejected question" if split == "rejected" else "accepted question"))
-    lines.append("  cannot know before sampling: the accept rate, so how many rows and shards each split gets; which rejections "
-                 "the judge is asked about; whether the judge passes its calibration")
+        lines.append(
+            f"  write {where}{family.repo_name(split)}: one row per image (image, qa, clean_meta, image_sha256), "
+            f"qa holding {{{fields}}} per " + ("rejected question" if split == "rejected" else "accepted question")
+        )
+    lines.append(
+        "  cannot know before sampling: the accept rate, so how many rows and shards each split gets; which rejections "
+        "the judge is asked about; whether the judge passes its calibration"
+    )
     lines += [f"  note: {n}" for n in plan.notes]
     lines += [f"warning: {w}" for w in plan.warnings]
-    lines.append(f"  done in {seconds:.1f}s (dry run: nothing was changed; "
-                 f"`rs plan {family.name} --limit N` answers N images for real and projects the cost)")
+    lines.append(
+        f"  done in {seconds:.1f}s (dry run: nothing was changed; "
+        f"`rs plan {family.name} --limit N` answers N images for real and projects the cost)"
+    )
     return "\n".join(lines)
 
 
@@ -184,8 +236,11 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     cli.add_cards_only(parser)
     cli.add_dry_run(parser)
     cli.add_limit(parser)
-    parser.add_argument("--allow-empty", action="store_true",
-                        help="publish to the Hub even a split with no rows (datasets.load_dataset refuses to load one)")
+    parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="publish to the Hub even a split with no rows (datasets.load_dataset refuses to load one)",
+    )
     cli.add_build_paths(parser)
     cli.add_ray(parser)
     cli.add_verbose(parser)
@@ -199,18 +254,27 @@ def _refuse_unreachable_hub(family: Family, args: argparse.Namespace) -> None:
     if not (offline_unless_the_hub_resolves(needs, say=not to_hub) and to_hub):
         return
     if args.dry_run:  # nothing is sent: describe the run; only the comparison with the repos on the Hub is left out
-        logger.warning("the Hub is out of reach from here (its name does not resolve): this dry run describes the run, not the "
-                       "commits a publish to %s would make", family.config.publish.namespace)
+        logger.warning(
+            "the Hub is out of reach from here (its name does not resolve): this dry run describes the run, not the "
+            "commits a publish to %s would make",
+            family.config.publish.namespace,
+        )
         return
     reading = [n for n in needs if not n.startswith("the repos ")]
-    hint = ("publish to a local folder with --out DIR (laid out as the Hub repos), or run the same command when the "
-            "network is back")
+    hint = (
+        "publish to a local folder with --out DIR (laid out as the Hub repos), or run the same command when the "
+        "network is back"
+    )
     if reading and not args.cards_only:
-        hint = (f"building {family.name} also reads {' and '.join(reading)} from the Hub: offline, --out DIR works only "
-                "when they are in the local Hugging Face cache (HF_HOME); otherwise run where the Hub is reachable")
-    raise UsageError(f"the Hub is out of reach from here (its name does not resolve): {family.name} cannot be "
-                     f"published to it ({family.config.publish.namespace}/{family.repo_name('think')} and its siblings)",
-                     hint=hint)
+        hint = (
+            f"building {family.name} also reads {' and '.join(reading)} from the Hub: offline, --out DIR works only "
+            "when they are in the local Hugging Face cache (HF_HOME); otherwise run where the Hub is reachable"
+        )
+    raise UsageError(
+        f"the Hub is out of reach from here (its name does not resolve): {family.name} cannot be "
+        f"published to it ({family.config.publish.namespace}/{family.repo_name('think')} and its siblings)",
+        hint=hint,
+    )
 
 
 def dry_run_text(family: Family, outcome: PublishReport) -> str:
@@ -224,9 +288,18 @@ def dry_run_text(family: Family, outcome: PublishReport) -> str:
 def _publish(family: Family, args: argparse.Namespace, sample: Any) -> PublishReport:
     """`publish` with the command's arguments; a failed Ray pipeline exits as a failed run (what it committed stays cached)."""
     try:
-        return publish(family, out=args.out, cards_only=args.cards_only, dry_run=args.dry_run, limit=args.limit,
-                       build_root=args.build_dir, cache_path=args.cache, progress=True, sample=sample,
-                       allow_empty=args.allow_empty)
+        return publish(
+            family,
+            out=args.out,
+            cards_only=args.cards_only,
+            dry_run=args.dry_run,
+            limit=args.limit,
+            build_root=args.build_dir,
+            cache_path=args.cache,
+            progress=True,
+            sample=sample,
+            allow_empty=args.allow_empty,
+        )
     except RsError:
         raise
     except RuntimeError as err:  # a Ray step's pipeline failed: what it committed stays cached
@@ -249,11 +322,15 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     family = cli.checked_family(args.family, args.config, probe=not args.cards_only, loads_model=not args.dry_run)
     sample = None
     if args.ray is not None:
-        sample = functools.partial(sample_on_ray, address=args.ray or None, replicas=args.replicas,
-                                   runtime_env={"env_vars": forwarded_env()})
+        sample = functools.partial(
+            sample_on_ray, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()}
+        )
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
         _refuse_unreachable_hub(family, args)
         outcome = _publish(family, args, sample)
-        print(dry_run_text(family, outcome) if not outcome.built else summary(family, outcome, dry_run=args.dry_run,
-                                                                                cache=args.cache or default_cache_path()))
+        print(
+            dry_run_text(family, outcome)
+            if not outcome.built
+            else summary(family, outcome, dry_run=args.dry_run, cache=args.cache or default_cache_path())
+        )
     return 0

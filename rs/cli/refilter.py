@@ -23,14 +23,14 @@ from typing import Any
 
 from rs import cli
 from rs.cli import output
-from rs.util.text import counted
 from rs.cli.publish import summary
+from rs.context import BuildContext, default_cache_path
 from rs.errors import UsageError
 from rs.families import Family
 from rs.pipeline.publish import publish
-from rs.refilter import Prepared, Reread, prepare
 from rs.pipeline.route import JUDGE_POLICIES, RouteFilter
-from rs.context import BuildContext, default_cache_path
+from rs.refilter import Prepared, Reread, prepare
+from rs.util.text import counted
 
 
 class NoStoredAnswers(UsageError):
@@ -42,7 +42,8 @@ class NoStoredAnswers(UsageError):
 def _no_engine(family: Family) -> Any:
     raise NoStoredAnswers(
         f"{family.name}: the build holds no answers (or stale ones) for the family's settings, and `rs refilter` calls no "
-        "model: it re-routes the answers a run stored")
+        "model: it re-routes the answers a run stored"
+    )
 
 
 def _rate(text: str) -> float:
@@ -56,23 +57,36 @@ def _rate(text: str) -> float:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("family")
     cli.add_config(parser)
     cli.add_out(parser)
     cli.add_dry_run(parser)
     cli.add_limit(parser)
-    parser.add_argument("--judge", choices=JUDGE_POLICIES, default="calibrated",
-                        help="calibrated: the judge promotes as the run's calibration allowed (the run's rule); "
-                             "never: it promotes nothing")
-    parser.add_argument("--think-needs-agreeing-reasoning", action=argparse.BooleanOptionalAction, default=None,
-                        help="keep an accepted answer whose reasoning concludes another value out of the think split "
-                             "(default: the family's answers.think_needs_agreeing_reasoning)")
+    parser.add_argument(
+        "--judge",
+        choices=JUDGE_POLICIES,
+        default="calibrated",
+        help="calibrated: the judge promotes as the run's calibration allowed (the run's rule); "
+        "never: it promotes nothing",
+    )
+    parser.add_argument(
+        "--think-needs-agreeing-reasoning",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep an accepted answer whose reasoning concludes another value out of the think split "
+        "(default: the family's answers.think_needs_agreeing_reasoning)",
+    )
     parser.add_argument("--rl-min", type=_rate, metavar="P", help="the RL repo keeps pass rates strictly above P")
     parser.add_argument("--rl-max", type=_rate, metavar="P", help="... and strictly below P")
-    parser.add_argument("--from-samples", metavar="REPO",
-                        help="rebuild from the family's published samples repo (a folder laid out as on the Hub, or its Hub "
-                             "id namespace/name) instead of its build; the stores are written back into BUILD/FAMILY/from-samples")
+    parser.add_argument(
+        "--from-samples",
+        metavar="REPO",
+        help="rebuild from the family's published samples repo (a folder laid out as on the Hub, or its Hub "
+        "id namespace/name) instead of its build; the stores are written back into BUILD/FAMILY/from-samples",
+    )
     parser.add_argument("--token", help="Hub token to read a private samples repo (default: the stored login)")
     cli.add_build_paths(parser)
     cli.add_verbose(parser)
@@ -85,20 +99,31 @@ def route_filter(parser: argparse.ArgumentParser, args: argparse.Namespace, fami
     if args.rl_min is not None or args.rl_max is not None:
         rl = family.config.recovery.difficulty.rl if family.config.recovery is not None else None
         if rl is None:
-            raise UsageError(f"--rl-min / --rl-max: {family.name} publishes no RL repo",
-                             hint="set recovery.difficulty: {samples: K, rl: {}} in its families file, then publish it")
-        bounds = (args.rl_min if args.rl_min is not None else rl.min_pass_rate,
-                  args.rl_max if args.rl_max is not None else rl.max_pass_rate)
+            raise UsageError(
+                f"--rl-min / --rl-max: {family.name} publishes no RL repo",
+                hint="set recovery.difficulty: {samples: K, rl: {}} in its families file, then publish it",
+            )
+        bounds = (
+            args.rl_min if args.rl_min is not None else rl.min_pass_rate,
+            args.rl_max if args.rl_max is not None else rl.max_pass_rate,
+        )
         if bounds[1] <= bounds[0]:
             parser.error(f"--rl-max ({bounds[1]}) must be above --rl-min ({bounds[0]})")
-    return RouteFilter(judge=args.judge, think_needs_agreeing_reasoning=args.think_needs_agreeing_reasoning, rl_bounds=bounds)
+    return RouteFilter(
+        judge=args.judge, think_needs_agreeing_reasoning=args.think_needs_agreeing_reasoning, rl_bounds=bounds
+    )
 
 
 def publish_command(args: argparse.Namespace, family: Family) -> str:
     """The `rs publish` that asks the judge what a re-read left undecided, and draws the samples it lacks."""
     parts = ["rs", "publish", family.name]
-    for flag, value in (("--config", args.config), ("--build-dir", args.build_dir), ("--cache", args.cache),
-                        ("--limit", args.limit), ("--out", args.out)):
+    for flag, value in (
+        ("--config", args.config),
+        ("--build-dir", args.build_dir),
+        ("--cache", args.cache),
+        ("--limit", args.limit),
+        ("--out", args.out),
+    ):
         if value is not None:
             parts += [flag, str(value)]
     return " ".join(parts)
@@ -111,23 +136,32 @@ def _said(prepared: Prepared, family: Family) -> list[str]:
         return []
     changed = "; ".join(str(c) for c in r.changed) or "nothing"
     d = r.to_dict()["decisions"]
-    lines = [f"{family.name}: re-read {counted(r.answers, 'stored answer')} of {counted(r.questions, 'question')} under the "
-             f"current reader (changed since the run: {changed}), no model call: {r.outcomes_changed:,} read otherwise, "
-             f"{counted(d['changed'], 'decision')} changed ({d['accepted_to_rejected']:,} accepted -> rejected, "
-             f"{d['rejected_to_accepted']:,} rejected -> accepted, {d['other']:,} otherwise); judge verdicts reused: "
-             f"{r.verdicts['stores']:,} stored, {r.verdicts['cache']:,} cached"]
+    lines = [
+        f"{family.name}: re-read {counted(r.answers, 'stored answer')} of {counted(r.questions, 'question')} under the "
+        f"current reader (changed since the run: {changed}), no model call: {r.outcomes_changed:,} read otherwise, "
+        f"{counted(d['changed'], 'decision')} changed ({d['accepted_to_rejected']:,} accepted -> rejected, "
+        f"{d['rejected_to_accepted']:,} rejected -> accepted, {d['other']:,} otherwise); judge verdicts reused: "
+        f"{r.verdicts['stores']:,} stored, {r.verdicts['cache']:,} cached"
+    ]
     if r.cache:
         lines.append(f"  the generation cache was not consulted: {r.cache}")
     if r.not_asked or r.samples_missing:
         waiting = []
         if r.not_asked:
-            waiting.append(f"{counted(r.not_asked, 'undecided answer')} (of {counted(r.questions_unjudged, 'question')}) without a judge verdict "
-                           f"({counted(r.not_asked_questions, 'question')} rejected as `judge_not_asked`, not as wrong)")
+            waiting.append(
+                f"{counted(r.not_asked, 'undecided answer')} (of {counted(r.questions_unjudged, 'question')}) without a judge verdict "
+                f"({counted(r.not_asked_questions, 'question')} rejected as `judge_not_asked`, not as wrong)"
+            )
         if r.samples_missing:
-            waiting.append(f"{counted(r.samples_missing, 'sample')} a run under this reader would draw, not stored "
-                           f"(for {counted(r.questions_short, 'question')})")
-        rebuilt = " (it builds the family from its source: the generation cache answers what it holds)" if (
-            (prepared.refiltered or {}).get("source")) else ""
+            waiting.append(
+                f"{counted(r.samples_missing, 'sample')} a run under this reader would draw, not stored "
+                f"(for {counted(r.questions_short, 'question')})"
+            )
+        rebuilt = (
+            " (it builds the family from its source: the generation cache answers what it holds)"
+            if ((prepared.refiltered or {}).get("source"))
+            else ""
+        )
         lines.append(f"  {'; '.join(waiting)}; to ask the judge and draw them: {r.command}{rebuilt}")
     return lines
 
@@ -142,18 +176,33 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.refilter") 
     cache = args.cache or default_cache_path()
     ctx = BuildContext(family, cli.build_root(args), cache, limit=args.limit, progress=False, route_filter=chosen)
     # before anything runs (not even the cleaning of a source that may be large): refused when the model is needed
-    prepared = prepare(ctx, from_samples=args.from_samples, cache_path=cache, command=publish_command(args, family),
-                       token=args.token)
+    prepared = prepare(
+        ctx, from_samples=args.from_samples, cache_path=cache, command=publish_command(args, family), token=args.token
+    )
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
-        outcome = publish(family, out=args.out, dry_run=args.dry_run, limit=args.limit, build_root=args.build_dir,
-                          cache_path=args.cache, progress=True, engine_factory=_no_engine, route_filter=chosen,
-                          stores=prepared.stores, refiltered=prepared.refiltered, token=args.token)
+        outcome = publish(
+            family,
+            out=args.out,
+            dry_run=args.dry_run,
+            limit=args.limit,
+            build_root=args.build_dir,
+            cache_path=args.cache,
+            progress=True,
+            engine_factory=_no_engine,
+            route_filter=chosen,
+            stores=prepared.stores,
+            refiltered=prepared.refiltered,
+            token=args.token,
+        )
         report = outcome.report
         if report is None:  # a dry run on a family with no current build
             _no_engine(family)
         source = (prepared.refiltered or {}).get("source")
         origin = f"from the samples repo {source['repo']}" if source else "from the build's stores"
-        print(f"{family.name}: re-filtered offline {origin}, no model call; changed: " + "; ".join(report.filter["changes"]))
+        print(
+            f"{family.name}: re-filtered offline {origin}, no model call; changed: "
+            + "; ".join(report.filter["changes"])
+        )
         for line in _said(prepared, family):
             print(line)
         print(summary(family, outcome, dry_run=args.dry_run))

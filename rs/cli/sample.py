@@ -10,13 +10,13 @@ from typing import Any
 from rs import cli
 from rs.cli import RunFailed, output
 from rs.cli.parser import Parser
+from rs.context import BuildContext, default_cache_path
 from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
 from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.pipeline.build import ensure_passes
 from rs.pipeline.recover import RecoveryReport
 from rs.pipeline.sample import SampleReport
 from rs.pipeline.sample.stage import sample_shard
-from rs.context import BuildContext, default_cache_path
 
 
 def _shard(parser: argparse.ArgumentParser, value: str) -> tuple[int, int]:
@@ -28,14 +28,18 @@ def _shard(parser: argparse.ArgumentParser, value: str) -> tuple[int, int]:
     if shards < 1:
         parser.error(f"--shard {value}: N is the number of shards, at least 1 (e.g. 0/4)")
     if not 0 <= shard < shards:
-        parser.error(f"--shard {value}: I counts the shards from 0 to N - 1 (here 0/{shards} to {shards - 1}/{shards})")
+        parser.error(
+            f"--shard {value}: I counts the shards from 0 to N - 1 (here 0/{shards} to {shards - 1}/{shards})"
+        )
     return shard, shards
 
 
 def _on_ray(ctx: BuildContext, args: argparse.Namespace) -> tuple[SampleReport, RecoveryReport | None, dict[str, Any]]:
     """Sample (and recover) on a Ray cluster; what was done is printed before an incomplete run's error (exit 1)."""
     try:
-        run = sample_on_ray(ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()})
+        run = sample_on_ray(
+            ctx, address=args.ray or None, replicas=args.replicas, runtime_env={"env_vars": forwarded_env()}
+        )
     except RayIncomplete as err:
         print(json.dumps({"ray": err.run.to_dict()}))  # what was done, then the error (exit 1)
         raise
@@ -55,8 +59,23 @@ def _sample(ctx: BuildContext, args: argparse.Namespace, shard: tuple[int, int] 
     if recovered is not None:
         summary["recovery"] = {k: v for k, v in recovered.to_dict().items() if k not in ("fingerprint", "seconds")}
     done = report.to_dict()
-    return {**{k: done[k] for k in ("items", "verified", "contradicted", "judged", "verdicts", "no_final_answer", "engine_errors",
-                                    "sampling_engine_calls", "judge_engine_calls")}, **summary}
+    return {
+        **{
+            k: done[k]
+            for k in (
+                "items",
+                "verified",
+                "contradicted",
+                "judged",
+                "verdicts",
+                "no_final_answer",
+                "engine_errors",
+                "sampling_engine_calls",
+                "judge_engine_calls",
+            )
+        },
+        **summary,
+    }
 
 
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") -> int:
@@ -66,7 +85,9 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
     cli.add_config(parser)
     cli.add_limit(parser)
     cli.add_build_paths(parser)
-    parser.add_argument("--shard", metavar="I/N", help="answer only rows whose index %% N == I (one process per GPU); fills the cache")
+    parser.add_argument(
+        "--shard", metavar="I/N", help="answer only rows whose index %% N == I (one process per GPU); fills the cache"
+    )
     cli.add_ray(parser)
     cli.add_verbose(parser)
     args = parser.parse_args(argv)
@@ -77,8 +98,12 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
     shard = _shard(parser, args.shard) if args.shard else None
     cli.check_build_paths(args)
     family = cli.checked_family(args.family, args.config)
-    ctx = BuildContext(family, cli.build_root(args), args.cache or default_cache_path(), limit=args.limit, progress=True)
+    ctx = BuildContext(
+        family, cli.build_root(args), args.cache or default_cache_path(), limit=args.limit, progress=True
+    )
     with output.quiet(ctx.build_root / family.name / "logs", verbose=args.verbose):
         offline_unless_the_hub_resolves(hub_needs(family))  # sources and models in the local caches still work
-        print(json.dumps({**_sample(ctx, args, shard), "cache": str(ctx.cache_path)}))  # which cache: the default is shared
+        print(
+            json.dumps({**_sample(ctx, args, shard), "cache": str(ctx.cache_path)})
+        )  # which cache: the default is shared
     return 0

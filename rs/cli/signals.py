@@ -60,8 +60,10 @@ def _handle(signum: int, frame: FrameType | None) -> None:
     global _received, _during
     name = signal.Signals(signum).name
     if _received is not None:
-        _say(f"second {name}: stopping at once; answers not yet committed to the cache are lost (never a committed "
-             "one): run the same command again to resume")
+        _say(
+            f"second {name}: stopping at once; answers not yet committed to the cache are lost (never a committed "
+            "one): run the same command again to resume"
+        )
         os._exit(128 + signum)
     _received, _during = signum, progress.current()
     raise Interrupted(signum)

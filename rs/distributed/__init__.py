@@ -92,8 +92,8 @@ import numpy as np
 import rs
 from rs.context import BuildContext
 from rs.engines.base import Request, SamplingSettings
-from rs.engines.generation_cache import GenerationCache
 from rs.engines.factory import engines_for
+from rs.engines.generation_cache import GenerationCache
 from rs.pipeline.clean.stage import CleanStage
 from rs.pipeline.recover import DECIDING, RecoverStage, RecoveryPass, current_recovery_report
 from rs.pipeline.sample import SampleReport, SamplingPass
@@ -103,13 +103,36 @@ from rs.records import Row
 from rs.store import ParquetStreamWriter, read_clean_rows, read_records
 
 from .cluster import Cluster, check_fits, connect, forwarded_env, ray_available, retrying_lost_nodes
-from .replica import REQUESTS, EngineReplica, build_replica_engine, engine_specs, gpus_per_replica, key_prefix, sampling_requests
+from .replica import (
+    REQUESTS,
+    EngineReplica,
+    build_replica_engine,
+    engine_specs,
+    gpus_per_replica,
+    key_prefix,
+    sampling_requests,
+)
 from .report import RAY_MISSING, RayIncomplete, RayNotInstalled, RayPlanError, RayRun, StepStats
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RAY_MISSING", "EngineReplica", "RayIncomplete", "RayNotInstalled", "RayPlanError", "RayRun", "StepStats", "build_replica_engine",
-           "engine_specs", "forwarded_env", "gpus_per_replica", "ray_available", "sample_on_ray", "sampling_requests"]
+__all__ = [
+    "RAY_MISSING",
+    "EngineReplica",
+    "RayIncomplete",
+    "RayNotInstalled",
+    "RayPlanError",
+    "RayRun",
+    "StepStats",
+    "build_replica_engine",
+    "engine_specs",
+    "forwarded_env",
+    "gpus_per_replica",
+    "ray_available",
+    "sample_on_ray",
+    "sampling_requests",
+]
+
 
 def sample_on_ray(
     ctx: BuildContext,
@@ -208,8 +231,16 @@ def _connected(ctx: BuildContext, address: str | None, ship_code: bool) -> Itera
             ray.shutdown()
 
 
-def _cluster(ray: Any, ctx: BuildContext, address: str | None, replicas: int | None, num_gpus: float | None, num_cpus: float,
-             runtime_env: dict[str, Any] | None, batch_size: int | None) -> Cluster:
+def _cluster(
+    ray: Any,
+    ctx: BuildContext,
+    address: str | None,
+    replicas: int | None,
+    num_gpus: float | None,
+    num_cpus: float,
+    runtime_env: dict[str, Any] | None,
+    batch_size: int | None,
+) -> Cluster:
     """The replicas' placement, defaults filled from the cluster's resources; refused when they do not fit a local Ray."""
     resources = ray.cluster_resources()
     if num_gpus is None:
@@ -217,7 +248,9 @@ def _cluster(ray: Any, ctx: BuildContext, address: str | None, replicas: int | N
     if replicas is None:
         replicas = max(1, int(resources.get("GPU", 0) // num_gpus)) if num_gpus else 1
     check_fits(resources, replicas=replicas, num_gpus=num_gpus, num_cpus=num_cpus, local=address is None)
-    return Cluster(ray, replicas, num_gpus, num_cpus, runtime_env, batch_size or ctx.family.config.engine.batch_size, ctx.progress)
+    return Cluster(
+        ray, replicas, num_gpus, num_cpus, runtime_env, batch_size or ctx.family.config.engine.batch_size, ctx.progress
+    )
 
 
 @dataclass
@@ -256,20 +289,28 @@ class _Steps:
 def _greedy_steps(steps: _Steps) -> None:
     """The greedy pass: every cleaned item's answer, then the judge's requests and the calibration cases."""
     with GenerationCache(steps.ctx.cache_path) as cache:
+
         def sampling() -> tuple[StepStats]:
             greedy = steps.greedy(cache)
             keyed = ((key, request.image_sha256) for key, request in greedy.question_requests(steps.clean_rows()))
-            return _sampling_step(steps, cache, "sampling", greedy, greedy.settings, keyed),
+            return (_sampling_step(steps, cache, "sampling", greedy, greedy.settings, keyed),)
 
         def judge() -> tuple[StepStats, StepStats]:
             greedy, stats, calibration = steps.greedy(cache), StepStats(), StepStats()
             # the calibration cases are known once every answer is verified: read after the judge's requests are written
-            _judge_step(steps, cache, "judge", greedy, [(stats, greedy.judge_requests(steps.clean_rows())),
-                                                        (calibration, greedy.calibration_requests())])
+            _judge_step(
+                steps,
+                cache,
+                "judge",
+                greedy,
+                [(stats, greedy.judge_requests(steps.clean_rows())), (calibration, greedy.calibration_requests())],
+            )
             return stats, calibration
 
         steps.step(("sampling",), sampling)
-        if steps.greedy(cache).judge is not None and steps.run.complete:  # the judge needs every answer; a re-run does it
+        if (
+            steps.greedy(cache).judge is not None and steps.run.complete
+        ):  # the judge needs every answer; a re-run does it
             steps.step(("judge", "calibration"), judge)
 
 
@@ -279,26 +320,52 @@ def _recovery_steps(steps: _Steps, promotes: bool) -> None:
     recovery = steps.ctx.family.config.recovery
     assert recovery is not None
     with GenerationCache(steps.ctx.cache_path) as cache:
+
         def sampling() -> tuple[StepStats]:
             recovering = steps.recovery(cache, promotes)
-            keyed = ((key, request.image_sha256) for key, request in recovering.sample_requests(steps.clean_rows(), steps.greedy_items()))
-            return _sampling_step(steps, cache, "recovery", recovering.greedy, recovering.settings, keyed,
-                                  samples=max(recovery.samples, recovery.difficulty.samples)),
+            keyed = (
+                (key, request.image_sha256)
+                for key, request in recovering.sample_requests(steps.clean_rows(), steps.greedy_items())
+            )
+            return (
+                _sampling_step(
+                    steps,
+                    cache,
+                    "recovery",
+                    recovering.greedy,
+                    recovering.settings,
+                    keyed,
+                    samples=max(recovery.samples, recovery.difficulty.samples),
+                ),
+            )
 
         def judge() -> tuple[StepStats]:
             stats = StepStats()
             recovering = steps.recovery(cache, promotes)
-            _judge_step(steps, cache, "recovery_judge", recovering.greedy,
-                        [(stats, recovering.judge_requests(steps.clean_rows(), steps.greedy_items()))])
-            return stats,
+            _judge_step(
+                steps,
+                cache,
+                "recovery_judge",
+                recovering.greedy,
+                [(stats, recovering.judge_requests(steps.clean_rows(), steps.greedy_items()))],
+            )
+            return (stats,)
 
         steps.step(("recovery",), sampling)
         if steps.greedy(cache).judge is not None and steps.run.complete:
             steps.step(("recovery_judge",), judge)
 
 
-def _sampling_step(steps: _Steps, cache: GenerationCache, name: str, greedy: SamplingPass, settings: SamplingSettings,
-                   keyed: Iterable[tuple[str, str | None]], *, samples: int = 1) -> StepStats:
+def _sampling_step(
+    steps: _Steps,
+    cache: GenerationCache,
+    name: str,
+    greedy: SamplingPass,
+    settings: SamplingSettings,
+    keyed: Iterable[tuple[str, str | None]],
+    *,
+    samples: int = 1,
+) -> StepStats:
     """Answer the missing sampling requests: the driver finds them (`keyed`: each request's key and its image's hash, in
     the clean store's order), the read tasks build them from the clean store (`sampling_requests`, `samples` a prompt),
     the replicas answer them under `settings`."""
@@ -308,20 +375,45 @@ def _sampling_step(steps: _Steps, cache: GenerationCache, name: str, greedy: Sam
     if missing.size:
         cluster = steps.cluster
         files = sorted(str(p) for p in steps.ctx.paths.clean.glob("rows-*.parquet"))
-        requests = cluster.ray.data.read_parquet(files).select_columns(["image", "image_sha256", "qa"]).map_batches(
-            sampling_requests, fn_kwargs={"identity": greedy.runner.identity_key, "settings": settings,
-                                          "instructions": greedy.instructions, "missing": missing, "samples": samples},
-            batch_format="pyarrow", batch_size=None,
+        requests = (
+            cluster.ray.data.read_parquet(files)
+            .select_columns(["image", "image_sha256", "qa"])
+            .map_batches(
+                sampling_requests,
+                fn_kwargs={
+                    "identity": greedy.runner.identity_key,
+                    "settings": settings,
+                    "instructions": greedy.instructions,
+                    "missing": missing,
+                    "samples": samples,
+                },
+                batch_format="pyarrow",
+                batch_size=None,
+            )
         )
         per_image = missing.size / images  # a batch holds whole images, about `batch_size` requests
-        cluster.answer(name, requests, steps.specs["sampler"], greedy.runner.identity_key, settings, cache, stats, int(missing.size),
-                       rows_per_batch=max(1, round(cluster.batch_size / per_image)))
+        cluster.answer(
+            name,
+            requests,
+            steps.specs["sampler"],
+            greedy.runner.identity_key,
+            settings,
+            cache,
+            stats,
+            int(missing.size),
+            rows_per_batch=max(1, round(cluster.batch_size / per_image)),
+        )
     stats.seconds = time.perf_counter() - start
     return stats
 
 
-def _judge_step(steps: _Steps, cache: GenerationCache, name: str, greedy: SamplingPass,
-                parts: list[tuple[StepStats, Iterator[tuple[str, Request]]]]) -> None:
+def _judge_step(
+    steps: _Steps,
+    cache: GenerationCache,
+    name: str,
+    greedy: SamplingPass,
+    parts: list[tuple[StepStats, Iterator[tuple[str, Request]]]],
+) -> None:
     """Write the judge requests of `parts` the cache lacks, answer them in one pipeline, each counted in its part's stats.
 
     A part's requests are read after the part before it is written (the calibration cases are known once every
@@ -341,24 +433,44 @@ def _judge_step(steps: _Steps, cache: GenerationCache, name: str, greedy: Sampli
                 stats.sent += 1
                 if stats is not first:
                     later[key] = stats
-                writer.write({"image": None, "image_sha256": None,
-                              "requests": [{"key": key, "prompt": request.prompt, "item_key": request.item_key, "sample": 0}]},
-                             size=len(request.prompt))
+                writer.write(
+                    {
+                        "image": None,
+                        "image_sha256": None,
+                        "requests": [
+                            {"key": key, "prompt": request.prompt, "item_key": request.item_key, "sample": 0}
+                        ],
+                    },
+                    size=len(request.prompt),
+                )
     to_send = sum(stats.sent for stats, _ in parts)
     for stats, _ in parts:
         stats.sent = 0  # counted again as the answers come back
     if to_send:
         requests = steps.cluster.ray.data.read_parquet([str(p) for p in writer.files])
-        steps.cluster.answer(name, requests, steps.specs["judge"],
-                             judge.runner.identity_key, judge.settings, cache, first, to_send,
-                             part_of=lambda key: later.get(key, first))
+        steps.cluster.answer(
+            name,
+            requests,
+            steps.specs["judge"],
+            judge.runner.identity_key,
+            judge.settings,
+            cache,
+            first,
+            to_send,
+            part_of=lambda key: later.get(key, first),
+        )
     for path in writer.files:
         path.unlink()
     first.seconds = time.perf_counter() - start
 
 
-def _missing_keys(keyed: Iterable[tuple[str, str | None]], cache: GenerationCache, stats: StepStats, lookahead: int,
-                  settings: SamplingSettings) -> tuple[np.ndarray, int]:
+def _missing_keys(
+    keyed: Iterable[tuple[str, str | None]],
+    cache: GenerationCache,
+    stats: StepStats,
+    lookahead: int,
+    settings: SamplingSettings,
+) -> tuple[np.ndarray, int]:
     """The sorted 64-bit prefixes of the keys not in the cache (`keyed`: each with its image's hash, in row order), and
     how many rows (images) have one.
 
@@ -375,8 +487,15 @@ def _missing_keys(keyed: Iterable[tuple[str, str | None]], cache: GenerationCach
     return missing, images
 
 
-def _uncached(keyed: Iterable[tuple[str, Any]], cache: GenerationCache, stats: StepStats, lookahead: int, settings: SamplingSettings, *,
-              seen: set[bytes] | None = None) -> Iterator[tuple[str, Any]]:
+def _uncached(
+    keyed: Iterable[tuple[str, Any]],
+    cache: GenerationCache,
+    stats: StepStats,
+    lookahead: int,
+    settings: SamplingSettings,
+    *,
+    seen: set[bytes] | None = None,
+) -> Iterator[tuple[str, Any]]:
     """The `(key, value)` pairs the cache cannot answer under `settings` (its limits), looked up `lookahead` at a time; counts
     requests and cached.
 

@@ -35,6 +35,7 @@ NOT_FORWARDED = ("VLLM_HOST_IP", "VLLM_PORT")
 MAX_STEP_ATTEMPTS = 3
 """A step whose pipeline fails while nodes leave the cluster runs again (for what is missing) up to this many times."""
 
+
 def ray_available() -> bool:
     import importlib.util
 
@@ -60,16 +61,32 @@ class Cluster:
         if self.num_gpus:
             fits = min(fits, int(resources.get("GPU", 0) // self.num_gpus))
         if fits < self.replicas:
-            logger.warning("%s: the cluster now holds %d of the %d replicas; starting with %d (Ray Data adds more if nodes "
-                           "join)", step, max(fits, 0), self.replicas, max(fits, 1))
+            logger.warning(
+                "%s: the cluster now holds %d of the %d replicas; starting with %d (Ray Data adds more if nodes join)",
+                step,
+                max(fits, 0),
+                self.replicas,
+                max(fits, 1),
+            )
         return max(1, min(fits, self.replicas))
 
     def alive_nodes(self) -> set[str]:
         return {node["NodeID"] for node in self.ray.nodes() if node["Alive"]}
 
-    def answer(self, step: str, requests: Any, spec: dict[str, Any], identity: str, settings: SamplingSettings,
-               cache: GenerationCache, stats: StepStats, total: int, *, rows_per_batch: int | None = None,
-               part_of: Callable[[str], StepStats] | None = None) -> None:
+    def answer(
+        self,
+        step: str,
+        requests: Any,
+        spec: dict[str, Any],
+        identity: str,
+        settings: SamplingSettings,
+        cache: GenerationCache,
+        stats: StepStats,
+        total: int,
+        *,
+        rows_per_batch: int | None = None,
+        part_of: Callable[[str], StepStats] | None = None,
+    ) -> None:
         """Run `requests` (a Ray Dataset of `REQUESTS` rows) through the replicas; commit every batch as it returns.
 
         `rows_per_batch`: `REQUESTS` rows per engine batch (default: the batch size, one request a
@@ -78,6 +95,7 @@ class Cluster:
         """
         rows = rows_per_batch or self.batch_size
         from ray.data import ActorPoolStrategy
+
         part_of = part_of or (lambda key: stats)
         remote_args: dict[str, Any] = {"runtime_env": self.runtime_env} if self.runtime_env else {}
         stats.replicas = start_with = self.fitting_replicas(step)
@@ -85,13 +103,24 @@ class Cluster:
         # on the CPUs Ray Data's read tasks need, and the pipeline waits forever.
         # several batches at once in each replica, sharing its engine (`EngineFeeder`): the engine never waits for the next batch
         calls = concurrent_batches(spec, self.batch_size)
-        pool = ActorPoolStrategy(min_size=1, max_size=self.replicas, initial_size=start_with, max_tasks_in_flight_per_actor=calls,
-                                 max_concurrent_calls_per_actor=calls, enable_true_multi_threading=True)
+        pool = ActorPoolStrategy(
+            min_size=1,
+            max_size=self.replicas,
+            initial_size=start_with,
+            max_tasks_in_flight_per_actor=calls,
+            max_concurrent_calls_per_actor=calls,
+            enable_true_multi_threading=True,
+        )
         # one block per batch: replicas share the work evenly, and each answered batch reaches the driver (and the cache) alone
         answers = requests.repartition(target_num_rows_per_block=rows).map_batches(
-            EngineReplica, fn_constructor_kwargs={"spec": spec, "identity": identity, "settings": settings},
-            compute=pool, num_gpus=self.num_gpus or None, num_cpus=self.num_cpus,
-            batch_size=rows, batch_format="pyarrow", **remote_args,
+            EngineReplica,
+            fn_constructor_kwargs={"spec": spec, "identity": identity, "settings": settings},
+            compute=pool,
+            num_gpus=self.num_gpus or None,
+            num_cpus=self.num_cpus,
+            batch_size=rows,
+            batch_format="pyarrow",
+            **remote_args,
         )
         start = time.perf_counter()
         loads: dict[str, float] = {}
@@ -111,21 +140,42 @@ class Cluster:
         except Exception as err:
             hint = ""
             if any(text in str(err) for text in ("FileNotFoundError", "No such file", "does not exist")):
-                hint = " (do all nodes see the build directory at the same path? --build-dir must be on shared storage)"
-            raise RuntimeError(f"the {step} step on Ray failed after committing {stats.stored} answers (they stay cached; "
-                               f"the same command again sends only what is missing): {last_line(err)}{hint}") from err
+                hint = (
+                    " (do all nodes see the build directory at the same path? --build-dir must be on shared storage)"
+                )
+            raise RuntimeError(
+                f"the {step} step on Ray failed after committing {stats.stored} answers (they stay cached; "
+                f"the same command again sends only what is missing): {last_line(err)}{hint}"
+            ) from err
         finally:
             stats.replica_processes = len(loads)
             stats.load_seconds = max(loads.values(), default=0.0)
 
 
-def _commit(batch: pa.Table, cache: GenerationCache, part_of: Callable[[str], StepStats], loads: dict[str, float],
-            batches: set[tuple[str, int] | tuple[str, int, str]], activity: dict[str, tuple[float, float]]) -> None:
+def _commit(
+    batch: pa.Table,
+    cache: GenerationCache,
+    part_of: Callable[[str], StepStats],
+    loads: dict[str, float],
+    batches: set[tuple[str, int] | tuple[str, int, str]],
+    activity: dict[str, tuple[float, float]],
+) -> None:
     """Commit one block of answers (one transaction) and count each in its step."""
     keys = batch["key"].to_pylist()
     generations = [Generation.from_dict(json.loads(g)) for g in batch["generation"].to_pylist()]
     cache.put_many(zip(keys, generations))
-    columns = (batch[c].to_pylist() for c in ("batch", "replica", "load_seconds", "batch_error", "engine_seconds", "busy_seconds", "active_seconds"))
+    columns = (
+        batch[c].to_pylist()
+        for c in (
+            "batch",
+            "replica",
+            "load_seconds",
+            "batch_error",
+            "engine_seconds",
+            "busy_seconds",
+            "active_seconds",
+        )
+    )
     for key, generation, batch_id, replica, load, error, seconds, busy, active in zip(keys, generations, *columns):
         stats = part_of(key)
         stats.sent += 1
@@ -163,10 +213,14 @@ def connect(ray: Any, address: str | None, runtime_env: dict[str, Any] | None) -
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
         except ValueError:
-            raise RayPlanError(f"--ray {address}: expected auto or HOST:PORT (the head's `ray start --head --port`)") from None
+            raise RayPlanError(
+                f"--ray {address}: expected auto or HOST:PORT (the head's `ray start --head --port`)"
+            ) from None
         except OSError as err:
-            raise RayPlanError(f"--ray {address}: nothing answers there ({err}); the address must be the head's GCS, "
-                               "`ray start --head --port=6379` (`ray status` on the head prints it)") from None
+            raise RayPlanError(
+                f"--ray {address}: nothing answers there ({err}); the address must be the head's GCS, "
+                "`ray start --head --port=6379` (`ray status` on the head prints it)"
+            ) from None
     try:
         ray.init(address=address, runtime_env=runtime_env)
     except ConnectionError as err:
@@ -192,15 +246,21 @@ def check_fits(resources: dict[str, float], *, replicas: int, num_gpus: float, n
     gpus, cpus = resources.get("GPU", 0), resources.get("CPU", 0)
     problems = []
     if replicas * num_gpus > gpus:
-        problems.append(f"{replicas} replicas x {num_gpus:g} GPUs need {replicas * num_gpus:g} GPUs, the cluster has {gpus:g}")
+        problems.append(
+            f"{replicas} replicas x {num_gpus:g} GPUs need {replicas * num_gpus:g} GPUs, the cluster has {gpus:g}"
+        )
     if replicas * num_cpus + 1 > cpus:
-        problems.append(f"{replicas} replicas x {num_cpus:g} CPUs and 1 CPU for Ray Data's read tasks need "
-                        f"{replicas * num_cpus + 1:g} CPUs, the cluster has {cpus:g}")
+        problems.append(
+            f"{replicas} replicas x {num_cpus:g} CPUs and 1 CPU for Ray Data's read tasks need "
+            f"{replicas * num_cpus + 1:g} CPUs, the cluster has {cpus:g}"
+        )
     if problems and local:  # on a cluster, each step starts with the replicas that fit (`Cluster.fitting_replicas`)
         raise RayPlanError("; ".join(problems) + ". Use fewer --replicas.")
 
 
-def retrying_lost_nodes(step: str, cluster: Cluster, run_step: Callable[[], tuple[StepStats, ...]]) -> tuple[StepStats, ...]:
+def retrying_lost_nodes(
+    step: str, cluster: Cluster, run_step: Callable[[], tuple[StepStats, ...]]
+) -> tuple[StepStats, ...]:
     """Run a step; when its pipeline fails while nodes leave the cluster, run it again for what is still missing.
 
     Ray Data restarts a replica that dies on a live node by itself, but a node that goes away can
@@ -215,8 +275,15 @@ def retrying_lost_nodes(step: str, cluster: Cluster, run_step: Callable[[], tupl
             lost = nodes - cluster.alive_nodes()
             if not lost or attempt == MAX_STEP_ATTEMPTS:
                 raise
-            logger.warning("%s: %d node(s) left the cluster and the step failed (%s); its answers are cached, running it "
-                           "again for the rest (attempt %d of %d)", step, len(lost), err, attempt + 1, MAX_STEP_ATTEMPTS)
+            logger.warning(
+                "%s: %d node(s) left the cluster and the step failed (%s); its answers are cached, running it "
+                "again for the rest (attempt %d of %d)",
+                step,
+                len(lost),
+                err,
+                attempt + 1,
+                MAX_STEP_ATTEMPTS,
+            )
             continue
         for stats in results:
             stats.attempts = attempt
@@ -227,8 +294,12 @@ def retrying_lost_nodes(step: str, cluster: Cluster, run_step: Callable[[], tupl
 def forwarded_env() -> dict[str, str]:
     """The driver's environment variables that the CLI passes to the replicas: `VLLM_*` (but no key, token
     or per-node address) and the Hugging Face offline switches."""
+
     def private(name: str) -> bool:
         return any(word in name for word in ("KEY", "TOKEN", "SECRET", "PASSWORD")) or name in NOT_FORWARDED
 
-    return {k: v for k, v in os.environ.items() if (k.startswith(FORWARDED_ENV_PREFIXES) or k in FORWARDED_ENV) and not private(k)}
-
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if (k.startswith(FORWARDED_ENV_PREFIXES) or k in FORWARDED_ENV) and not private(k)
+    }

@@ -16,19 +16,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from rs.context import BuildContext
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached_engine import cache_key, identity_key
 from rs.engines.stream import Stream, open_stream
 from rs.families.schema import ModelConfig
-from rs.prompt import Instructions
 from rs.pipeline.sample.requests import sampling_request
+from rs.prompt import Instructions
 from rs.registry import ENGINES
 from rs.store import qa_item
 from rs.util.text import last_line
 
 from .report import RayPlanError
-
-from rs.context import BuildContext
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +40,19 @@ REQUESTS = pa.schema([("image", pa.binary()), ("image_sha256", pa.string()), ("r
 Grouped by image so that an image asked about ten times travels once, not ten times. `sample`: which sample of
 its prompt a request is (`Request.sample`, seeded `settings.seed + sample`; 0 but in the recovery pass)."""
 
-ANSWERS = pa.schema([
-    ("key", pa.string()), ("generation", pa.string()), ("batch_error", pa.string()), ("batch", pa.string()), ("replica", pa.string()),
-    ("load_seconds", pa.float64()), ("engine_seconds", pa.float64()), ("busy_seconds", pa.float64()), ("active_seconds", pa.float64()),
-])
+ANSWERS = pa.schema(
+    [
+        ("key", pa.string()),
+        ("generation", pa.string()),
+        ("batch_error", pa.string()),
+        ("batch", pa.string()),
+        ("replica", pa.string()),
+        ("load_seconds", pa.float64()),
+        ("engine_seconds", pa.float64()),
+        ("busy_seconds", pa.float64()),
+        ("active_seconds", pa.float64()),
+    ]
+)
 """What a replica returns: the `Generation` as JSON; `batch_error` when its batch failed in the engine.
 
 `engine_seconds`: the replica's engine time since its previous batch returned, shared over this batch's
@@ -52,8 +60,15 @@ rows (summed over rows: the replicas' engine time); `busy_seconds` / `active_sec
 engine time and wall time since its first request, so far (their ratio: how busy it kept its engine)."""
 
 
-def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSettings, instructions: Instructions, missing: np.ndarray,
-                      samples: int = 1) -> pa.Table:
+def sampling_requests(
+    batch: pa.Table,
+    *,
+    identity: str,
+    settings: SamplingSettings,
+    instructions: Instructions,
+    missing: np.ndarray,
+    samples: int = 1,
+) -> pa.Table:
     """Clean-store rows -> the sampling requests of their QA items that are still missing, by image (a Ray Data map).
 
     Builds each request as the sampling pass does (`rs.prompt.sampling_request`) and keys it with the driver's
@@ -72,7 +87,9 @@ def sampling_requests(batch: pa.Table, *, identity: str, settings: SamplingSetti
                 key = cache_key(identity, settings, sha, request.prompt, sample)
                 if key not in seen and _is_missing(key, missing):
                     seen.add(key)
-                    requests.append({"key": key, "prompt": request.prompt, "item_key": request.item_key, "sample": sample})
+                    requests.append(
+                        {"key": key, "prompt": request.prompt, "item_key": request.item_key, "sample": sample}
+                    )
         if requests:
             for name, value in zip(REQUESTS.names, (image, sha, requests)):
                 out[name].append(value)
@@ -117,7 +134,9 @@ class EngineFeeder:
         futures: list[Future[Generation]] = []
         with self._lock:
             if self.dead is not None:
-                raise RuntimeError(f"this replica's engine failed {MAX_CONSECUTIVE_FAILURES} times in a row") from self.dead
+                raise RuntimeError(
+                    f"this replica's engine failed {MAX_CONSECUTIVE_FAILURES} times in a row"
+                ) from self.dead
             if self.first_request is None:
                 self.first_request = time.perf_counter()
             for request in requests:
@@ -132,7 +151,9 @@ class EngineFeeder:
         while True:
             try:
                 if stream is None:
-                    stream = open_stream(self.engine, self.settings, batch_size=self.spec["engine"].get("batch_size") or 256)
+                    stream = open_stream(
+                        self.engine, self.settings, batch_size=self.spec["engine"].get("batch_size") or 256
+                    )
                 while stream.in_flight < stream.window:
                     try:
                         request, future = self._next(block=not stream.in_flight)
@@ -222,8 +243,15 @@ class EngineReplica:
         for row in batch.to_pylist():
             for r in row["requests"]:
                 keys.append(r["key"])
-                requests.append(Request(prompt=r["prompt"], image=row["image"], image_sha256=row["image_sha256"], item_key=r["item_key"],
-                                        sample=r["sample"] or 0))
+                requests.append(
+                    Request(
+                        prompt=r["prompt"],
+                        image=row["image"],
+                        image_sha256=row["image_sha256"],
+                        item_key=r["item_key"],
+                        sample=r["sample"] or 0,
+                    )
+                )
         futures = self.feeder.answer(requests)
         generations, errors = [], []
         for future in futures:
@@ -238,11 +266,18 @@ class EngineReplica:
                 errors.append(last_line(err))
                 generations.append(Generation.failed(f"the engine failed: {errors[-1]}", cacheable=False))
         if self.feeder.dead is not None:
-            raise RuntimeError(f"replica {self.name}: its engine failed {MAX_CONSECUTIVE_FAILURES} times in a row; stopping the run "
-                               "(the cache keeps everything answered so far)") from self.feeder.dead
+            raise RuntimeError(
+                f"replica {self.name}: its engine failed {MAX_CONSECUTIVE_FAILURES} times in a row; stopping the run "
+                "(the cache keeps everything answered so far)"
+            ) from self.feeder.dead
         if failed := sum(e is not None for e in errors):
-            logger.error("replica %s: %d of a batch's %d requests failed in the engine, they are not cached: %s", self.name,
-                         failed, len(requests), next(e for e in errors if e))
+            logger.error(
+                "replica %s: %d of a batch's %d requests failed in the engine, they are not cached: %s",
+                self.name,
+                failed,
+                len(requests),
+                next(e for e in errors if e),
+            )
         with self._lock:
             self.batches += 1
             number = self.batches
@@ -250,11 +285,20 @@ class EngineReplica:
             busy_since_last, self._busy_reported = busy - self._busy_reported, busy
         active = time.perf_counter() - (self.feeder.first_request or time.perf_counter())
         n = len(requests)
-        return pa.table({
-            "key": keys, "generation": [json.dumps(g.to_dict(), ensure_ascii=False) for g in generations],
-            "batch_error": errors, "batch": [f"{self.name}/{number}"] * n, "replica": [self.name] * n, "load_seconds": [self.load_seconds] * n,
-            "engine_seconds": [busy_since_last / n] * n, "busy_seconds": [busy] * n, "active_seconds": [active] * n,
-        }, schema=ANSWERS)
+        return pa.table(
+            {
+                "key": keys,
+                "generation": [json.dumps(g.to_dict(), ensure_ascii=False) for g in generations],
+                "batch_error": errors,
+                "batch": [f"{self.name}/{number}"] * n,
+                "replica": [self.name] * n,
+                "load_seconds": [self.load_seconds] * n,
+                "engine_seconds": [busy_since_last / n] * n,
+                "busy_seconds": [busy] * n,
+                "active_seconds": [active] * n,
+            },
+            schema=ANSWERS,
+        )
 
 
 def concurrent_batches(spec: dict[str, Any], requests_per_batch: int) -> int:
@@ -279,16 +323,18 @@ def engine_specs(ctx: BuildContext) -> dict[str, dict[str, Any]]:
     c = ctx.family.config
     if not ENGINES.get(c.engine.kind).runs_in_replica:
         able = [name for name, plugin in ENGINES.items() if plugin.runs_in_replica]
-        raise RayPlanError(f"families.{ctx.family.name}.engine.kind is {c.engine.kind!r}; the Ray path runs engine kinds that run "
-                           f"in a replica ({', '.join(able)}); an openai server is already shared by every process that points at it")
+        raise RayPlanError(
+            f"families.{ctx.family.name}.engine.kind is {c.engine.kind!r}; the Ray path runs engine kinds that run "
+            f"in a replica ({', '.join(able)}); an openai server is already shared by every process that points at it"
+        )
     judge_model = c.judge.model or c.model
     engine = asdict(c.engine)
-    return {"sampler": {"model": asdict(c.model), "engine": engine},
-            "judge": {"model": asdict(judge_model), "engine": engine}}
+    return {
+        "sampler": {"model": asdict(c.model), "engine": engine},
+        "judge": {"model": asdict(judge_model), "engine": engine},
+    }
 
 
 def gpus_per_replica(ctx: BuildContext) -> int:
     """GPUs one replica of the family's engine holds (for vllm: tensor x pipeline parallel size)."""
     return ctx.family.config.engine.devices_per_replica()
-
-

@@ -27,10 +27,15 @@ class RayIncomplete(RsError, RuntimeError):
 
     def __init__(self, run: "RayRun"):
         self.run = run
-        lost = {name: (s.failed_requests, s.uncached) for name, s in run.steps.items() if s.failed_requests or s.uncached}
+        lost = {
+            name: (s.failed_requests, s.uncached) for name, s in run.steps.items() if s.failed_requests or s.uncached
+        }
         super().__init__(
-            "the Ray run is incomplete: " + ", ".join(f"{name}: {failed} requests lost in a failed engine, {uncached} not cacheable"
-                                                       for name, (failed, uncached) in lost.items())
+            "the Ray run is incomplete: "
+            + ", ".join(
+                f"{name}: {failed} requests lost in a failed engine, {uncached} not cacheable"
+                for name, (failed, uncached) in lost.items()
+            )
             + "; run the same command again, it sends only what is missing"
         )
 
@@ -99,10 +104,12 @@ class RayRun:
         return max((s.load_seconds for s in self.steps.values()), default=0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"replicas": self.replicas, "seconds": round(self.seconds, 3), "startup_seconds": round(self.startup_seconds, 3),
-                "steps": {name: s.to_dict() for name, s in self.steps.items()}}
+        return {
+            "replicas": self.replicas,
+            "seconds": round(self.seconds, 3),
+            "startup_seconds": round(self.startup_seconds, 3),
+            "steps": {name: s.to_dict() for name, s in self.steps.items()},
+        }
 
 
 # --- on the workers -------------------------------------------------------------------------------
-
-

@@ -8,14 +8,12 @@ than the context) comes back as a `Generation` with `error` set; it never fails 
 from __future__ import annotations
 
 import hashlib
-
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, Sequence
 
-from rs.util.config_checks import at_least
 from rs.answers.extract import split_reasoning
 from rs.registry import KindConfig
-
+from rs.util.config_checks import at_least
 
 PROMPT_TAIL_CHARS = 64
 """How much of a rendered prompt's end an engine records (`Generation.prompt_tail`): enough for a pre-filled block."""
@@ -176,7 +174,9 @@ class Generation:
 
     @classmethod
     def failed(cls, error: str, *, cacheable: bool, **kwargs: Any) -> "Generation":
-        return cls(text="", reasoning=None, answer=None, finish_reason="error", error=error, cacheable=cacheable, **kwargs)
+        return cls(
+            text="", reasoning=None, answer=None, finish_reason="error", error=error, cacheable=cacheable, **kwargs
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

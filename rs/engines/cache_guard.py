@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from rs.util.disk import DiskFull, free_bytes, is_disk_full
 from rs.errors import RsError
+from rs.util.disk import DiskFull, free_bytes, is_disk_full
 from rs.util.locks import describe, holders
 
 HEADER = b"SQLite format 3\x00"
@@ -38,8 +38,8 @@ class CacheBroken(RsError):
             f"the generation cache {path} is damaged: {detail}; rs will not start a new cache in its place, "
             "since it holds every answer generated so far",
             hint=f"move it aside (mv {path} {path}.broken) and run the same command again: a new cache starts there, "
-                 "and every sampling stage not finished yet (no sample.json for the current settings) generates all its "
-                 f"answers again, while finished stages are kept; `sqlite3 {path}.broken .recover` may save part of them",
+            "and every sampling stage not finished yet (no sample.json for the current settings) generates all its "
+            f"answers again, while finished stages are kept; `sqlite3 {path}.broken .recover` may save part of them",
         )
 
 
@@ -48,12 +48,14 @@ class CacheLocked(RsError):
 
     def __init__(self, path: Path, seconds: float):
         self.path = path
-        pids = holders([path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")], writers_only=True)
+        pids = holders(
+            [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")], writers_only=True
+        )
         by = "".join(f"; held by process {pid} ({describe(pid)})" for pid in pids)
         super().__init__(
             f"the generation cache {path} stayed locked by another process for {seconds:.0f} s{by}",
             hint="runs may share a cache, but none may hold it this long: wait for that process to finish or stop it, "
-                 "then run the same command again; the answers committed before are kept",
+            "then run the same command again; the answers committed before are kept",
         )
 
 
@@ -106,7 +108,9 @@ def fault(path: Path, error: BaseException, waited: float) -> RsError | None:
     """The cache failure `error` means, or None for an error that is not one of the cache's faults."""
     code = getattr(error, "sqlite_errorcode", 0) & 0xFF
     if is_disk_full(error) or code == _IOERR and (free_bytes(path) or 0) < 2**20:
-        return DiskFull("the generation cache", path, "--cache")  # on a full disk SQLite cannot even map its shared memory (an I/O error)
+        return DiskFull(
+            "the generation cache", path, "--cache"
+        )  # on a full disk SQLite cannot even map its shared memory (an I/O error)
     if not isinstance(error, sqlite3.Error):
         return None
     if code in (_BUSY, _LOCKED):

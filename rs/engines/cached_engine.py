@@ -10,9 +10,9 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
+from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.engines.ordered import InOrder
-from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.stream import Stream, open_stream
 from rs.util.progress import progress
 
@@ -112,8 +112,17 @@ class CachedStream:
     A request asked again while the first is in flight is sent once.
     """
 
-    def __init__(self, engine: Engine, cache: GenerationCache, settings: SamplingSettings, *, stats: RunStats,
-                 identity: str, lookup_rows: int = 256, commit_seconds: float = 5.0):
+    def __init__(
+        self,
+        engine: Engine,
+        cache: GenerationCache,
+        settings: SamplingSettings,
+        *,
+        stats: RunStats,
+        identity: str,
+        lookup_rows: int = 256,
+        commit_seconds: float = 5.0,
+    ):
         self.engine, self.cache, self.settings, self.stats, self.identity = engine, cache, settings, stats, identity
         self._keys: dict[int, Callable[[str, str], str]] = {}
         self.lookup_rows = max(1, lookup_rows)
@@ -149,7 +158,9 @@ class CachedStream:
         """The request's cache key (of its sample `request.sample`)."""
         key = self._keys.get(request.sample)
         if key is None:
-            key = self._keys[request.sample] = key_function(self.identity, sample_settings(self.settings, request.sample))
+            key = self._keys[request.sample] = key_function(
+                self.identity, sample_settings(self.settings, request.sample)
+            )
         return key(request.image_hash(), request.prompt)
 
     def submit(self, tag: Hashable, request: Request) -> None:
@@ -230,8 +241,11 @@ class CachedStream:
 
 def _next_sample(request: Request, offset: int, other: Request) -> bool:
     """Whether `other` is sample `request.sample + offset` of the same prompt and image."""
-    return (other.sample == request.sample + offset and other.prompt == request.prompt
-            and other.image_hash() == request.image_hash())
+    return (
+        other.sample == request.sample + offset
+        and other.prompt == request.prompt
+        and other.image_hash() == request.image_hash()
+    )
 
 
 class _Slot:
@@ -253,8 +267,15 @@ class CachedEngine:
     re-run makes zero engine calls.
     """
 
-    def __init__(self, engine: Engine, cache: GenerationCache, *, batch_size: int = 256, progress: bool = True,
-                 commit_seconds: float = 5.0):
+    def __init__(
+        self,
+        engine: Engine,
+        cache: GenerationCache,
+        *,
+        batch_size: int = 256,
+        progress: bool = True,
+        commit_seconds: float = 5.0,
+    ):
         self.engine = engine
         self.cache = cache
         self.batch_size = batch_size
@@ -273,11 +294,26 @@ class CachedEngine:
 
     def stream(self, settings: SamplingSettings) -> CachedStream:
         """A push stream through this cache and engine (its figures count in `stats`)."""
-        return CachedStream(self.engine, self.cache, settings, stats=self.stats, identity=self.identity_key,
-                            lookup_rows=self.batch_size, commit_seconds=self.commit_seconds)
+        return CachedStream(
+            self.engine,
+            self.cache,
+            settings,
+            stats=self.stats,
+            identity=self.identity_key,
+            lookup_rows=self.batch_size,
+            commit_seconds=self.commit_seconds,
+        )
 
-    def run(self, requests: Iterable[Request], settings: SamplingSettings, *, desc: str = "sampling", total: int | None = None) -> Iterator[tuple[Request, Generation]]:
+    def run(
+        self,
+        requests: Iterable[Request],
+        settings: SamplingSettings,
+        *,
+        desc: str = "sampling",
+        total: int | None = None,
+    ) -> Iterator[tuple[Request, Generation]]:
         """Yield `(request, generation)` in request order (through `rs.engines.ordered.InOrder`)."""
+
         def answered(slot: _Slot, _: object, generation: Generation) -> list[Any]:
             slot.generation = generation
             return []

@@ -1,12 +1,10 @@
 """Building a family's engines from its configuration: the sampler, its judge, and the sampling settings."""
 
-
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rs.engines.base import Engine, EngineConfig, Generation, Request, SamplingSettings
 from rs.engines.models import BuiltinModel, builtin_revision, resolve_model
@@ -32,12 +30,16 @@ __all__ = [
     "sampling_settings",
 ]
 
+
 def sampling_settings(config: FamilyConfig | Family) -> SamplingSettings:
     """The family's sampling settings (`sampling:` in families.yaml) as the engines take them."""
     config = _config_of(config)
     s = config.sampling
     return SamplingSettings(
-        temperature=s.temperature, top_p=s.top_p, seed=s.seed, max_tokens=s.max_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        seed=s.seed,
+        max_tokens=s.max_tokens,
         chat_template_kwargs=dict(s.chat_template_kwargs),
         repetition_detection=s.repetition_detection.as_tuple() if s.repetition_detection is not None else None,
         thinking_token_budget=s.thinking_token_budget,
@@ -64,9 +66,7 @@ def create_engine(
     return ENGINES.get(config.engine.kind).from_config(config.engine, model, base_dir=base_dir)
 
 
-def engines_for(
-    config: FamilyConfig | Family, *, base_dir: str | Path | None = None
-) -> tuple[Engine, Engine]:
+def engines_for(config: FamilyConfig | Family, *, base_dir: str | Path | None = None) -> tuple[Engine, Engine]:
     """`(sampler, judge)`; the same object when the judge model is the sampling model.
 
     Sharing matters for the offline engine: a second `vllm.LLM` of the same model would hold a

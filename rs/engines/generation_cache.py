@@ -34,8 +34,8 @@ from typing import Iterable, Iterator
 from rs.engines.base import Generation, SamplingSettings, loop_would_end
 from rs.engines.cache_commit_count import CommittedCount
 from rs.engines.cache_guard import STEP_S, check_file, create_file, guarded
-from rs.util import ledger
 from rs.errors import RsError
+from rs.util import ledger
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (
@@ -93,14 +93,16 @@ class CacheAnswerDamaged(RsError):
 
     def __init__(self, path: Path, keys: list[str], items: dict[str, str | None] | None = None):
         self.path, self.keys, self.items = path, keys, items or {}
-        named = ", ".join(f"{self.items[k]} (cache key {k})" if self.items.get(k) else f"cache key {k}" for k in keys[:5])
+        named = ", ".join(
+            f"{self.items[k]} (cache key {k})" if self.items.get(k) else f"cache key {k}" for k in keys[:5]
+        )
         more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
         super().__init__(
             f"the generation cache {path} holds {len(keys)} damaged answer{'s' if len(keys) > 1 else ''}: the stored "
             f"bytes no longer match the checksum written with them: {named}{more}; nothing of them is used or published",
             hint=f"forget {'them' if len(keys) > 1 else 'it'} so that {'they are' if len(keys) > 1 else 'it is'} asked "
-                 f"again, the cache keeps every other answer: `rs cache forget --cache {path} {' '.join(keys)}`, then run "
-                 "the same command again",
+            f"again, the cache keeps every other answer: `rs cache forget --cache {path} {' '.join(keys)}`, then run "
+            "the same command again",
         )
 
     def naming(self, items: dict[str, str | None]) -> CacheAnswerDamaged:
@@ -130,8 +132,15 @@ def _use_wal(db: sqlite3.Connection, path: Path) -> None:
         )
 
 
-def _fits(loop: str | None, budget: int | None, finish: str, think: int | None, cut: int | None, repeats: str | None,
-          settings: SamplingSettings) -> bool:
+def _fits(
+    loop: str | None,
+    budget: int | None,
+    finish: str,
+    think: int | None,
+    cut: int | None,
+    repeats: str | None,
+    settings: SamplingSettings,
+) -> bool:
     """Whether an answer made with loop detection `loop` and thinking budget `budget` is the one `settings` would get.
 
     Like `max_tokens`, both only end an output early: an answer neither ended is the same under another setting that
@@ -169,8 +178,15 @@ def _within(generation: Generation, max_tokens: int | None) -> Generation:
     if max_tokens is None or generation.completion_tokens is None or generation.completion_tokens <= max_tokens:
         return generation
     cut = generation.budget_cut and generation.thinking_tokens is not None and generation.thinking_tokens < max_tokens
-    return replace(generation, reasoning=None, answer=None, finish_reason="length", completion_tokens=max_tokens,
-                   max_tokens=max_tokens, budget_cut=cut)
+    return replace(
+        generation,
+        reasoning=None,
+        answer=None,
+        finish_reason="length",
+        completion_tokens=max_tokens,
+        max_tokens=max_tokens,
+        budget_cut=cut,
+    )
 
 
 def _checked(key: str, value: str, checksum: str | None) -> Generation | None:
@@ -248,9 +264,15 @@ class GenerationCache:
                 count.write(held)
         lost = committed - held if committed is not None and committed > held else 0
         if lost:
-            logger.warning("the generation cache %s holds %d answers, %d fewer than the %d committed to it: its write-ahead log "
-                           "(%s-wal) was lost (deleted, or the cache copied without it); those answers are asked again",
-                           self.path, held, lost, committed, self.path.name)
+            logger.warning(
+                "the generation cache %s holds %d answers, %d fewer than the %d committed to it: its write-ahead log "
+                "(%s-wal) was lost (deleted, or the cache copied without it); those answers are asked again",
+                self.path,
+                held,
+                lost,
+                committed,
+                self.path.name,
+            )
         return lost
 
     def _checkpoint(self, answers: int) -> None:
@@ -260,8 +282,9 @@ class GenerationCache:
             self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             self._uncheckpointed = 0
 
-    def get_many(self, keys: Iterable[str], *, max_tokens: int | None = None,
-                 settings: SamplingSettings | None = None) -> dict[str, Generation]:
+    def get_many(
+        self, keys: Iterable[str], *, max_tokens: int | None = None, settings: SamplingSettings | None = None
+    ) -> dict[str, Generation]:
         """The stored answers of `keys`; with `max_tokens`, those that answer a request with that budget, as it would.
 
         An output longer than the budget comes back cut off at it (`finish_reason` "length", no
@@ -280,15 +303,21 @@ class GenerationCache:
             raise CacheAnswerDamaged(self.path, damaged)
         return found
 
-    def present(self, keys: Iterable[str], *, max_tokens: int | None = None, settings: SamplingSettings | None = None) -> set[str]:
+    def present(
+        self, keys: Iterable[str], *, max_tokens: int | None = None, settings: SamplingSettings | None = None
+    ) -> set[str]:
         """Which of `keys` `get_many` would answer, without reading their values (a resume looks up millions)."""
         max_tokens = settings.max_tokens if settings is not None else max_tokens
         return {key for (key,) in self._select("key", keys, max_tokens, settings)}
 
-    def _select(self, columns: str, keys: Iterable[str], max_tokens: int | None, settings: SamplingSettings | None = None) -> list[tuple]:
+    def _select(
+        self, columns: str, keys: Iterable[str], max_tokens: int | None, settings: SamplingSettings | None = None
+    ) -> list[tuple]:
         if settings is None:
             return self._query(columns, list(dict.fromkeys(keys)), max_tokens)
-        rows = self._query(f"{columns}, loop, budget, finish, think, cut, repeats", list(dict.fromkeys(keys)), max_tokens)
+        rows = self._query(
+            f"{columns}, loop, budget, finish, think, cut, repeats", list(dict.fromkeys(keys)), max_tokens
+        )
         width = len(columns.split(","))
         return [row[:width] for row in rows if _fits(*row[width:], settings)]
 
@@ -299,7 +328,9 @@ class GenerationCache:
         for start in range(0, len(keys), 500):  # SQLite's limit on bound parameters
             chunk = keys[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            rows += self._db.execute(f"SELECT {columns} FROM answers WHERE key IN ({marks}){condition}", [*chunk, *budget])
+            rows += self._db.execute(
+                f"SELECT {columns} FROM answers WHERE key IN ({marks}){condition}", [*chunk, *budget]
+            )
         return rows
 
     def get(self, key: str, *, max_tokens: int | None = None) -> Generation | None:
@@ -315,9 +346,22 @@ class GenerationCache:
         for k, g in items:
             if g.cacheable:
                 value = json.dumps(g.to_dict(), ensure_ascii=False)
-                rows.append((k, value, g.max_tokens, g.finish_reason, g.completion_tokens, time.time(),
-                             _loop_text(g.repetition_detection), g.thinking_token_budget, g.thinking_tokens, int(g.budget_cut),
-                             json.dumps(g.repeats) if g.repeats is not None else None, answer_checksum(k, value)))
+                rows.append(
+                    (
+                        k,
+                        value,
+                        g.max_tokens,
+                        g.finish_reason,
+                        g.completion_tokens,
+                        time.time(),
+                        _loop_text(g.repetition_detection),
+                        g.thinking_token_budget,
+                        g.thinking_tokens,
+                        int(g.budget_cut),
+                        json.dumps(g.repeats) if g.repeats is not None else None,
+                        answer_checksum(k, value),
+                    )
+                )
         return self._insert(rows) if rows else 0
 
     @guarded
@@ -333,7 +377,9 @@ class GenerationCache:
                 "loop = excluded.loop, budget = excluded.budget, think = excluded.think, cut = excluded.cut, repeats = excluded.repeats, "
                 "checksum = excluded.checksum "
                 "WHERE excluded.max_tokens > answers.max_tokens OR excluded.loop IS NOT answers.loop "
-                "OR excluded.budget IS NOT answers.budget", rows)
+                "OR excluded.budget IS NOT answers.budget",
+                rows,
+            )
             self._commit(len(keys) - stored)
         except BaseException:
             if self._db.in_transaction:
@@ -348,7 +394,11 @@ class GenerationCache:
         with self.counted.held() as count:
             self._db.execute("COMMIT")
             before = count.read()
-            count.write(before + added if before is not None else self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0])
+            count.write(
+                before + added
+                if before is not None
+                else self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
+            )
 
     @guarded
     def forget(self, keys: Iterable[str]) -> int:

@@ -77,7 +77,9 @@ def _tied_command_line(original: Callable[..., list[str]]) -> Callable[..., list
         command = original(**kwds)
         if "-c" in command and threading.current_thread() is threading.main_thread():
             at = command.index("-c") + 1
-            command[at] = _TIE.format(option=_PR_SET_PDEATHSIG, signal=int(signal.SIGKILL), parent=os.getpid()) + command[at]
+            command[at] = (
+                _TIE.format(option=_PR_SET_PDEATHSIG, signal=int(signal.SIGKILL), parent=os.getpid()) + command[at]
+            )
         return command
 
     return get_command_line
@@ -88,7 +90,9 @@ def engine_processes_die_with_this_one() -> Iterator[None]:
     """Within the block, processes this (main) thread forks or spawns get SIGKILL when this process dies."""
     global _starting
     if threading.current_thread() is not threading.main_thread() or not sys.platform.startswith("linux"):
-        logger.debug("engine started outside the main thread (or not on Linux): its processes are not tied to this one")
+        logger.debug(
+            "engine started outside the main thread (or not on Linux): its processes are not tied to this one"
+        )
         yield
         return
     _starting = (os.getpid(), threading.get_ident())

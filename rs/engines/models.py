@@ -35,11 +35,13 @@ class BuiltinModel:
 
 def _builtin(model_id: str) -> BuiltinModel:
     try:
-        return MODELS.get(model_id[len(PREFIX):])
+        return MODELS.get(model_id[len(PREFIX) :])
     except UnknownNameError:
         known = ", ".join(PREFIX + name for name in MODELS.names()) or "none installed"
-        raise ValueError(f"unknown built-in model {model_id!r} (built-in: {known}); give a Hub id or a local path, or install "
-                         "the distribution that provides it (this repository's demo and test models: pip install -e ./demo)") from None
+        raise ValueError(
+            f"unknown built-in model {model_id!r} (built-in: {known}); give a Hub id or a local path, or install "
+            "the distribution that provides it (this repository's demo and test models: pip install -e ./demo)"
+        ) from None
 
 
 def resolve_model(model_id: str) -> str:

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
-from rs.util.config_checks import at_least, positive
 from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
 from rs.errors import RsError
 from rs.registry import ENGINES
+from rs.util.config_checks import at_least, positive
 
 if TYPE_CHECKING:  # the client is imported when an engine is built: configs validate without it
     import openai
@@ -42,7 +42,11 @@ logger = logging.getLogger(__name__)
 __all__ = ["OpenAIEngine", "OpenAIEngineError", "image_data_url"]
 
 _TRANSIENT_STATUS = frozenset({408, 409, 429})
-_CONFIG_STATUS = {401: "the API key was refused", 403: "the API key may not use this model", 404: "the model or URL does not exist"}
+_CONFIG_STATUS = {
+    401: "the API key was refused",
+    403: "the API key may not use this model",
+    404: "the model or URL does not exist",
+}
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -130,7 +134,9 @@ class OpenAIEngine:
         if api_key_env:
             api_key = os.environ.get(api_key_env, "")
             if not api_key:
-                raise ValueError(f"environment variable {api_key_env} (engine.api_key_env) is empty or not set; export the API key in it")
+                raise ValueError(
+                    f"environment variable {api_key_env} (engine.api_key_env) is empty or not set; export the API key in it"
+                )
         self.model = model
         self.revision = revision
         self.base_url = base_url
@@ -141,9 +147,18 @@ class OpenAIEngine:
         self._warned_closing = False
 
     @classmethod
-    def from_config(cls, config: OpenAIEngineConfig, model: ModelConfig, *, base_dir: Path | None = None) -> OpenAIEngine:
-        return cls(model.id, base_url=config.base_url, api_key_env=config.api_key_env, concurrency=config.concurrency,
-                   timeout_s=config.timeout_s, max_retries=config.max_retries, revision=model.revision)
+    def from_config(
+        cls, config: OpenAIEngineConfig, model: ModelConfig, *, base_dir: Path | None = None
+    ) -> OpenAIEngine:
+        return cls(
+            model.id,
+            base_url=config.base_url,
+            api_key_env=config.api_key_env,
+            concurrency=config.concurrency,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            revision=model.revision,
+        )
 
     def identity(self) -> dict[str, Any]:
         return {"model": self.model, "revision": self.revision}
@@ -151,7 +166,9 @@ class OpenAIEngine:
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
         options = self._options(settings)
         futures: list[Future[Generation]] = [
-            self._pool.submit(self._one, r, {**options, "seed": options["seed"] + r.sample} if r.sample else options) for r in requests]
+            self._pool.submit(self._one, r, {**options, "seed": options["seed"] + r.sample} if r.sample else options)
+            for r in requests
+        ]
         try:
             return [f.result() for f in futures]
         except BaseException:
@@ -175,8 +192,10 @@ class OpenAIEngine:
     def _options(self, settings: SamplingSettings) -> dict[str, Any]:
         if settings.close_reasoning and not self._warned_closing:
             self._warned_closing = True  # the server renders the prompt: a template that always thinks stays open
-            logger.warning("The openai engine cannot close the reasoning in the judge's prompt; the server's chat template "
-                           "decides (with --reasoning-parser the server constrains the label after the reasoning instead)")
+            logger.warning(
+                "The openai engine cannot close the reasoning in the judge's prompt; the server's chat template "
+                "decides (with --reasoning-parser the server constrains the label after the reasoning instead)"
+            )
         extra: dict[str, Any] = {}
         if settings.chat_template_kwargs:
             extra["chat_template_kwargs"] = dict(settings.chat_template_kwargs)
@@ -188,7 +207,9 @@ class OpenAIEngine:
         if settings.thinking_token_budget is not None:
             extra["thinking_token_budget"] = settings.thinking_token_budget
         options: dict[str, Any] = {
-            "temperature": settings.temperature, "top_p": settings.top_p, "seed": settings.seed,
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+            "seed": settings.seed,
             "max_tokens": settings.max_tokens,
         }
         if extra:
@@ -220,7 +241,8 @@ class OpenAIEngine:
                 raise OpenAIEngineError(
                     f"{self.base_url} does not take sampling.{refused} (it answered {status}: {_message(err)})",
                     hint=f"set sampling.{refused}: null for this family (a vLLM server takes it: vllm serve ... "
-                         "--reasoning-parser for thinking_token_budget)") from None
+                    "--reasoning-parser for thinking_token_budget)",
+                ) from None
             if not _is_transient_status(status):
                 return Generation.failed(f"HTTP {status}: {_message(err)}", cacheable=400 <= status < 500, **meta)
             error: Exception = err
@@ -239,7 +261,9 @@ class OpenAIEngine:
         choice = response.choices[0]
         finish_reason = choice.finish_reason
         if finish_reason in (None, "abort", "error"):
-            return Generation.failed(f"the server ended the request with finish_reason {finish_reason!r}", cacheable=False, **meta)
+            return Generation.failed(
+                f"the server ended the request with finish_reason {finish_reason!r}", cacheable=False, **meta
+            )
         message = choice.message
         # vLLM and SGLang started with a reasoning parser separate the reasoning (`reasoning`, or
         # `reasoning_content` in older servers); otherwise any `<think>` block is still in content.
@@ -248,8 +272,12 @@ class OpenAIEngine:
             reasoning = getattr(message, "reasoning_content", None)
         usage = response.usage
         generation = Generation.from_text(
-            message.content or "", reasoning=reasoning, finish_reason=finish_reason,
-            prompt_tokens=getattr(usage, "prompt_tokens", None), completion_tokens=getattr(usage, "completion_tokens", None), **meta,
+            message.content or "",
+            reasoning=reasoning,
+            finish_reason=finish_reason,
+            prompt_tokens=getattr(usage, "prompt_tokens", None),
+            completion_tokens=getattr(usage, "completion_tokens", None),
+            **meta,
         )
         if reasoning is not None and message.content is None:
             generation.answer = None  # the parser found no end of reasoning: there is no final answer
@@ -261,7 +289,9 @@ def _refused_limit(options: dict[str, Any], status: int, message: str) -> str | 
     if status not in (400, 422):
         return None
     sent = options.get("extra_body") or {}
-    return next((key for key in ("repetition_detection", "thinking_token_budget") if key in sent and key in message), None)
+    return next(
+        (key for key in ("repetition_detection", "thinking_token_budget") if key in sent and key in message), None
+    )
 
 
 def _is_transient_status(status: int) -> bool:

@@ -62,7 +62,9 @@ class InOrder(Generic[U]):
     stream has room, and while fewer than `hold` wait to be released.
     """
 
-    def __init__(self, streams: Sequence[RequestStream], answered: Sequence[Answered[U]], *, batch: int, hold: int | None = None):
+    def __init__(
+        self, streams: Sequence[RequestStream], answered: Sequence[Answered[U]], *, batch: int, hold: int | None = None
+    ):
         if len(streams) != len(answered):
             raise ValueError("one handler per stream")
         self.streams, self.answered = list(streams), list(answered)
@@ -90,12 +92,17 @@ class InOrder(Generic[U]):
         finally:
             self._close()
 
-    def _top_up(self, source: Iterator[tuple[U, FollowUps]] | None,
-                order: deque[_Entry[U]]) -> tuple[bool, Iterator[tuple[U, FollowUps]] | None]:
+    def _top_up(
+        self, source: Iterator[tuple[U, FollowUps]] | None, order: deque[_Entry[U]]
+    ) -> tuple[bool, Iterator[tuple[U, FollowUps]] | None]:
         """Read `batch` more units when the first stream has room and fewer than `hold` wait; whether it did, and the
         source (None once it is exhausted)."""
         first = self.streams[0]
-        if source is None or first.queued >= first.window or len(order) >= (self.hold or 8 * max(first.window, self.batch)):
+        if (
+            source is None
+            or first.queued >= first.window
+            or len(order) >= (self.hold or 8 * max(first.window, self.batch))
+        ):
             return False, source
         group = list(islice(source, self.batch))
         for unit, requests in group:

@@ -27,9 +27,9 @@ import dataclasses
 import functools
 from typing import TYPE_CHECKING, Any, Callable
 
+from rs.answers.extract import answer_tag_spans, reasoning_state, split_reasoning
 from rs.engines.base import Generation
 from rs.errors import UsageError
-from rs.answers.extract import answer_tag_spans, reasoning_state, split_reasoning
 
 if TYPE_CHECKING:  # the families' schema is the engines' caller's (rs.engines.factory), not theirs
     from rs.families.schema import ReasoningConfig
@@ -62,8 +62,13 @@ class ReasoningFormat:
         chat_template_kwargs: what the requests were rendered with (a parser's state may depend on `enable_thinking`).
     """
 
-    def __init__(self, config: ReasoningConfig, *, tokenizer: Callable[[], Any] | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        config: ReasoningConfig,
+        *,
+        tokenizer: Callable[[], Any] | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ):
         self.config = config
         self._tokenizer = tokenizer
         self._kwargs = dict(chat_template_kwargs or {})
@@ -87,18 +92,25 @@ class ReasoningFormat:
             try:
                 from vllm.reasoning import ReasoningParserManager
             except ImportError:
-                raise ReasoningFormatError(f"model.reasoning.parser {name!r} is a vLLM reasoning parser and vLLM is not installed",
-                                           hint="install vLLM, or use parser: tags with the model's markers") from None
+                raise ReasoningFormatError(
+                    f"model.reasoning.parser {name!r} is a vLLM reasoning parser and vLLM is not installed",
+                    hint="install vLLM, or use parser: tags with the model's markers",
+                ) from None
             known = vllm_parser_names()
             if name not in known:
-                raise ReasoningFormatError(f"model.reasoning.parser {name!r} is not a reasoning parser of the installed vLLM",
-                                           hint=f"use tags, none, or one of: {', '.join(known)}")
+                raise ReasoningFormatError(
+                    f"model.reasoning.parser {name!r} is not a reasoning parser of the installed vLLM",
+                    hint=f"use tags, none, or one of: {', '.join(known)}",
+                )
             if self._tokenizer is None:
                 raise ReasoningFormatError(
                     f"model.reasoning.parser {name!r} needs the model's tokenizer, which this engine does not load",
                     hint="use parser: tags with the model's markers (a server started with --reasoning-parser separates "
-                         "the reasoning itself)")
-            self._parser = ReasoningParserManager.get_reasoning_parser(name)(self._tokenizer(), chat_template_kwargs=self._kwargs)
+                    "the reasoning itself)",
+                )
+            self._parser = ReasoningParserManager.get_reasoning_parser(name)(
+                self._tokenizer(), chat_template_kwargs=self._kwargs
+            )
         return self._parser
 
     def check(self) -> None:

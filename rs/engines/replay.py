@@ -48,7 +48,9 @@ class ReplayEngine:
     runs_in_replica = False
 
     @classmethod
-    def from_config(cls, config: ReplayEngineConfig, model: ModelConfig, *, base_dir: Path | None = None) -> ReplayEngine:
+    def from_config(
+        cls, config: ReplayEngineConfig, model: ModelConfig, *, base_dir: Path | None = None
+    ) -> ReplayEngine:
         path = Path(config.replay_path).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
@@ -107,14 +109,23 @@ class ReplayEngine:
         meta = {"model": self.model, "model_revision": self.revision}
         if offset is None:
             which = f" sample {request.sample}" if request.sample else ""
-            return Generation.failed(f"no output in {self.path.name} for item {request.item_key!r}{which}", cacheable=False, **meta)
+            return Generation.failed(
+                f"no output in {self.path.name} for item {request.item_key!r}{which}", cacheable=False, **meta
+            )
         self._fh.seek(offset)
         record = json.loads(self._fh.readline())
-        meta = {"model": record.get("model", self.model), "model_revision": record.get("model_revision", self.revision)}
+        meta = {
+            "model": record.get("model", self.model),
+            "model_revision": record.get("model_revision", self.revision),
+        }
         return Generation.from_text(
-            record["text"], reasoning=record.get("reasoning"), finish_reason=record.get("finish_reason", "stop"),
-            prompt_tokens=record.get("prompt_tokens"), completion_tokens=record.get("completion_tokens"),
-            prompt_tail=record.get("prompt_tail"), **meta,
+            record["text"],
+            reasoning=record.get("reasoning"),
+            finish_reason=record.get("finish_reason", "stop"),
+            prompt_tokens=record.get("prompt_tokens"),
+            completion_tokens=record.get("completion_tokens"),
+            prompt_tail=record.get("prompt_tail"),
+            **meta,
         )
 
     def load(self) -> None:
@@ -132,7 +143,11 @@ def _checked_line(line: bytes, where: str) -> tuple[dict[str, Any], int, float |
         record = json.loads(line)
     except json.JSONDecodeError as err:
         raise ReplayError(f"{where}: not valid JSON: {err.msg}") from None
-    if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not ("key" in record or "prompt" in record):
+    if (
+        not isinstance(record, dict)
+        or not isinstance(record.get("text"), str)
+        or not ("key" in record or "prompt" in record)
+    ):
         raise ReplayError(f"{where}: each line needs a string `text` and a `key` or a `prompt`")
     sample = record.get("sample", 0)
     if not isinstance(sample, int) or isinstance(sample, bool) or sample < 0:
@@ -166,7 +181,9 @@ class _OffsetIndex:
 
     def __init__(self) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="rs-replay-")
-        self._db = sqlite3.connect(Path(self._dir.name) / "index.sqlite", isolation_level=None, check_same_thread=False)
+        self._db = sqlite3.connect(
+            Path(self._dir.name) / "index.sqlite", isolation_level=None, check_same_thread=False
+        )
         self._db.executescript("""
             PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-8000;
             CREATE TABLE offsets (kind INTEGER NOT NULL, id TEXT NOT NULL, offset INTEGER NOT NULL, PRIMARY KEY (kind, id)) WITHOUT ROWID;

@@ -68,7 +68,9 @@ class BatchStream:
             return []
         generations = self.engine.generate([r for _, r in pending], self.settings)
         if len(generations) != len(pending):
-            raise RuntimeError(f"{self.engine.kind} engine returned {len(generations)} outputs for {len(pending)} requests")
+            raise RuntimeError(
+                f"{self.engine.kind} engine returned {len(generations)} outputs for {len(pending)} requests"
+            )
         for (_, request), generation in zip(pending, generations):
             generation.sample = request.sample
         return [(tag, g) for (tag, _), g in zip(pending, generations)]

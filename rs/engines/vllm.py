@@ -33,25 +33,32 @@ import json
 import logging
 import os
 import time
-from pathlib import Path
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 
-from rs.util.config_checks import ConfigValueError, at_least
+from rs.answers.extract import reasoning_state
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
 from rs.engines.models import builtin_revision, resolve_model
 from rs.engines.vllm_args import batch_invariance_refusal, unknown_engine_arg, vllm_fields, wrong_engine_arg_value
-from rs.engines.vllm_core import Channel, VLLMCore, decode_image, is_engine_error, is_input_error, tokenizer_and_chat_template
+from rs.engines.vllm_core import (
+    Channel,
+    VLLMCore,
+    decode_image,
+    is_engine_error,
+    is_input_error,
+    tokenizer_and_chat_template,
+)
 from rs.errors import RsError, UsageError
-from rs.answers.extract import reasoning_state
 from rs.registry import ENGINES
+from rs.util.config_checks import ConfigValueError, at_least
 from rs.util.text import first_line
 
 if TYPE_CHECKING:
     from PIL.Image import Image
+    from vllm import LLM, CompletionOutput, RequestOutput, SamplingParams
 
     from rs.families.schema import ModelConfig
-    from vllm import LLM, CompletionOutput, RequestOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +79,12 @@ class EngineStartFailed(RsError, RuntimeError):
     """vLLM refused the engine arguments or could not start the engine (memory, device, model files)."""
 
     show_log = True  # a failed engine core process gives its reason only in its own output, in the log
-    default_hint = ("engine.args in the families file (`rs families show FAMILY` prints them) are vllm.LLM's arguments; when the reason is memory or a length: the "
-                    "shipped defaults are a GPU's (max_model_len 16384, gpu_memory_utilization 0.9), and on a CPU or a "
-                    "smaller GPU they are set as TinyCLEVR does (max_model_len, max_num_seqs, kv_cache_memory_bytes, "
-                    "gpu_memory_utilization: null); model files out of reach: see the model id and the network")
+    default_hint = (
+        "engine.args in the families file (`rs families show FAMILY` prints them) are vllm.LLM's arguments; when the reason is memory or a length: the "
+        "shipped defaults are a GPU's (max_model_len 16384, gpu_memory_utilization 0.9), and on a CPU or a "
+        "smaller GPU they are set as TinyCLEVR does (max_model_len, max_num_seqs, kv_cache_memory_bytes, "
+        "gpu_memory_utilization: null); model files out of reach: see the model id and the network"
+    )
 
 
 class EngineArgsRefused(EngineStartFailed):
@@ -88,9 +97,11 @@ class EngineDied(RsError, RuntimeError):
     """The engine stopped for good in the middle of a stage; what it answered before is cached."""
 
     show_log = True  # the engine's own account of it is at the end of the log
-    default_hint = ("the engine's own output is in the log named above; out of memory on a GPU: lower engine.args "
-                    "max_num_seqs, max_model_len or gpu_memory_utilization in the families file; then run the same command "
-                    "again: every answer finished before is in the generation cache and is not asked again")
+    default_hint = (
+        "the engine's own output is in the log named above; out of memory on a GPU: lower engine.args "
+        "max_num_seqs, max_model_len or gpu_memory_utilization in the families file; then run the same command "
+        "again: every answer finished before is in the generation cache and is not asked again"
+    )
 
 
 @dataclass(kw_only=True)
@@ -112,11 +123,19 @@ class VLLMEngineConfig(EngineConfig):
         if self.batch_invariant and (why := batch_invariance_refusal()) is not None:
             raise ConfigValueError("batch_invariant", why)
         at_least("in_flight", self.in_flight, 1, what="requests in the engine at once; leave it out for the default")
-        if (unknown := unknown_engine_arg(list(self.args))) is not None:  # refused here, not a dozen seconds into the model's load
+        if (
+            unknown := unknown_engine_arg(list(self.args))
+        ) is not None:  # refused here, not a dozen seconds into the model's load
             key, close = unknown
-            raise ConfigValueError(f"args.{key}", f"the installed {_vllm_version()} takes no engine argument {key!r}{close}; "
-                                   "engine.args are the keyword arguments of vllm.LLM and vllm.EngineArgs")
-        for key, value in self.args.items():  # a value of the wrong type: refused here, not by pydantic once the model loads
+            raise ConfigValueError(
+                f"args.{key}",
+                f"the installed {_vllm_version()} takes no engine argument {key!r}{close}; "
+                "engine.args are the keyword arguments of vllm.LLM and vllm.EngineArgs",
+            )
+        for (
+            key,
+            value,
+        ) in self.args.items():  # a value of the wrong type: refused here, not by pydantic once the model loads
             if (wrong := wrong_engine_arg_value(key, value)) is not None:
                 raise ConfigValueError(f"args.{key}", wrong)
 
@@ -147,7 +166,8 @@ def _enable_batch_invariance(model: str) -> None:
         raise BatchInvarianceUnsupported(
             f"engine.batch_invariant of {model}: vLLM's batch-invariant mode runs on NVIDIA and AMD GPUs only, and this "
             f"vLLM runs on {current_platform.device_type or 'an unknown device'}",
-            hint="set engine.batch_invariant: false in the families file for a run on this machine")
+            hint="set engine.batch_invariant: false in the families file for a run on this machine",
+        )
     os.environ["VLLM_BATCH_INVARIANT"] = "1"
 
 
@@ -184,12 +204,22 @@ class VLLMEngine:
     def from_config(cls, config: VLLMEngineConfig, model: ModelConfig, *, base_dir: Path | None = None) -> VLLMEngine:
         args = dict(config.args)
         markers = None
-        if model.reasoning.uses_vllm_parser:  # vLLM then constrains a think-then-label judge's label after the reasoning
+        if (
+            model.reasoning.uses_vllm_parser
+        ):  # vLLM then constrains a think-then-label judge's label after the reasoning
             args.setdefault("reasoning_parser", model.reasoning.parser)
-        elif model.reasoning.parser == "tags":  # vLLM counts the reasoning (thinking_token_budget) between these markers
+        elif (
+            model.reasoning.parser == "tags"
+        ):  # vLLM counts the reasoning (thinking_token_budget) between these markers
             markers = (model.reasoning.start, model.reasoning.end)
-        return cls(model.id, revision=model.revision, engine_args=args, in_flight=config.in_flight, reasoning_markers=markers,
-                   batch_invariant=config.batch_invariant)
+        return cls(
+            model.id,
+            revision=model.revision,
+            engine_args=args,
+            in_flight=config.in_flight,
+            reasoning_markers=markers,
+            batch_invariant=config.batch_invariant,
+        )
 
     @staticmethod
     def check_sampling(sampling: Any) -> tuple[str, str] | None:
@@ -210,28 +240,47 @@ class VLLMEngine:
         if sampling.repetition_detection is not None:
             cls = getattr(sampling_params, "RepetitionDetectionParams", None)
             if cls is None:
-                return ("repetition_detection", f"the installed vLLM {version} has no repetition detection (it came with "
-                        "vLLM 0.17): set it to null, or install a newer vLLM")
+                return (
+                    "repetition_detection",
+                    f"the installed vLLM {version} has no repetition detection (it came with "
+                    "vLLM 0.17): set it to null, or install a newer vLLM",
+                )
             ours = dataclasses.asdict(sampling.repetition_detection)
             known = {f.name for f in dataclasses.fields(cls)}
             if set(ours) - known:
-                return ("repetition_detection", f"the installed vLLM {version}'s RepetitionDetectionParams takes "
-                        f"{', '.join(sorted(known))}, not {', '.join(sorted(set(ours) - known))}")
+                return (
+                    "repetition_detection",
+                    f"the installed vLLM {version}'s RepetitionDetectionParams takes "
+                    f"{', '.join(sorted(known))}, not {', '.join(sorted(set(ours) - known))}",
+                )
             try:
                 cls(**ours)
             except Exception as err:
                 return ("repetition_detection", f"vLLM {version} refuses it: {err}")
         if sampling.thinking_token_budget is not None:
             try:
-                sampling_params.SamplingParams(max_tokens=sampling.max_tokens, thinking_token_budget=sampling.thinking_token_budget)
+                sampling_params.SamplingParams(
+                    max_tokens=sampling.max_tokens, thinking_token_budget=sampling.thinking_token_budget
+                )
             except TypeError:
-                return ("thinking_token_budget", f"the installed vLLM {version} has no thinking_token_budget: set it to null")
+                return (
+                    "thinking_token_budget",
+                    f"the installed vLLM {version} has no thinking_token_budget: set it to null",
+                )
             except Exception as err:
                 return ("thinking_token_budget", f"vLLM {version} refuses it: {err}")
         return None
 
-    def __init__(self, model: str, *, revision: str | None = None, engine_args: dict[str, Any] | None = None,
-                 in_flight: int | None = None, reasoning_markers: tuple[str, str] | None = None, batch_invariant: bool = False):
+    def __init__(
+        self,
+        model: str,
+        *,
+        revision: str | None = None,
+        engine_args: dict[str, Any] | None = None,
+        in_flight: int | None = None,
+        reasoning_markers: tuple[str, str] | None = None,
+        batch_invariant: bool = False,
+    ):
         self.model = model
         self.batch_invariant = batch_invariant
         """vLLM's batch-invariant mode: set in the environment before the engine starts (`_enable_batch_invariance`)."""
@@ -261,7 +310,11 @@ class VLLMEngine:
             raise RuntimeError(f"the vLLM engine of {self.model} is closed; create a new VLLMEngine")
         if self._core is None:
             args = self._args
-            logger.info("Loading %s with vLLM (%s)", self.model, ", ".join(f"{k}={v!r}" for k, v in sorted(args.items())) or "default arguments")
+            logger.info(
+                "Loading %s with vLLM (%s)",
+                self.model,
+                ", ".join(f"{k}={v!r}" for k, v in sorted(args.items())) or "default arguments",
+            )
             start = time.perf_counter()
             if self.batch_invariant:
                 _enable_batch_invariance(self.model)
@@ -269,14 +322,20 @@ class VLLMEngine:
                 self._core = VLLMCore.start(self._path, args, reasoning_markers=self.reasoning_markers)
             except TypeError as err:
                 if "unexpected keyword argument" not in str(err):
-                    raise EngineStartFailed(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
+                    raise EngineStartFailed(
+                        f"the vLLM engine of {self.model} could not start: {_start_reason(err)}"
+                    ) from err
                 import vllm
 
-                raise EngineArgsError(f"engine.args of {self.model}: {err} (vLLM {vllm.__version__})",
-                                      hint="engine.args are the keyword arguments of vllm.LLM / vllm.EngineArgs in the installed "
-                                           "vLLM; remove or rename that key in the families file") from err
+                raise EngineArgsError(
+                    f"engine.args of {self.model}: {err} (vLLM {vllm.__version__})",
+                    hint="engine.args are the keyword arguments of vllm.LLM / vllm.EngineArgs in the installed "
+                    "vLLM; remove or rename that key in the families file",
+                ) from err
             except Exception as err:  # a value vLLM refuses, or an engine core that could not start
-                refused = EngineArgsRefused if callable(getattr(err, "errors", None)) else EngineStartFailed  # pydantic's
+                refused = (
+                    EngineArgsRefused if callable(getattr(err, "errors", None)) else EngineStartFailed
+                )  # pydantic's
                 raise refused(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
             logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)
         return self._core
@@ -298,7 +357,11 @@ class VLLMEngine:
     def identity(self) -> dict[str, Any]:
         """Model, revision and chat template hash; computed once, without loading the model."""
         if self._identity is None:
-            self._identity = {"model": self.model, "revision": self.revision, "chat_template_sha256": self._chat_template_sha256()}
+            self._identity = {
+                "model": self.model,
+                "revision": self.revision,
+                "chat_template_sha256": self._chat_template_sha256(),
+            }
             if self.batch_invariant:  # other kernels, other outputs: not the cached answers of a run without it
                 self._identity["batch_invariant"] = True
         return dict(self._identity)
@@ -326,13 +389,18 @@ class VLLMEngine:
 
     # - internals -
 
-    def _generations(self, output: RequestOutput, settings: SamplingSettings | None = None, first: int = 0) -> list[Generation]:
+    def _generations(
+        self, output: RequestOutput, settings: SamplingSettings | None = None, first: int = 0
+    ) -> list[Generation]:
         """One Generation per sample of a finished request (vLLM's `n`), in sample order."""
-        return [self._generation(output, completion, settings, first + completion.index)
-                for completion in sorted(output.outputs, key=lambda c: c.index)]
+        return [
+            self._generation(output, completion, settings, first + completion.index)
+            for completion in sorted(output.outputs, key=lambda c: c.index)
+        ]
 
-    def _generation(self, output: RequestOutput, completion: CompletionOutput, settings: SamplingSettings | None,
-                    sample: int) -> Generation:
+    def _generation(
+        self, output: RequestOutput, completion: CompletionOutput, settings: SamplingSettings | None, sample: int
+    ) -> Generation:
         meta = {**self._meta(), "sample": sample}
         finish = str(completion.finish_reason) if completion.finish_reason is not None else None
         if finish not in ("stop", "length", "repetition"):
@@ -342,10 +410,15 @@ class VLLMEngine:
         thinking, closed = self._thinking_tokens(list(output.prompt_token_ids or ()), tokens)
         budget = settings.thinking_token_budget if settings is not None else None
         return Generation.from_text(
-            completion.text, finish_reason=finish, prompt_tail=(output.prompt or "")[-PROMPT_TAIL_CHARS:] or None,
-            prompt_tokens=len(output.prompt_token_ids or ()), completion_tokens=len(tokens),
-            thinking_tokens=thinking, budget_cut=bool(budget is not None and closed and thinking is not None and thinking >= budget),
-            repeats=repeat_profile(tokens, stopped=finish == "stop"), **meta,
+            completion.text,
+            finish_reason=finish,
+            prompt_tail=(output.prompt or "")[-PROMPT_TAIL_CHARS:] or None,
+            prompt_tokens=len(output.prompt_token_ids or ()),
+            completion_tokens=len(tokens),
+            thinking_tokens=thinking,
+            budget_cut=bool(budget is not None and closed and thinking is not None and thinking >= budget),
+            repeats=repeat_profile(tokens, stopped=finish == "stop"),
+            **meta,
         )
 
     def _thinking_tokens(self, prompt: list[int], output: list[int]) -> tuple[int | None, bool]:
@@ -372,7 +445,9 @@ class VLLMEngine:
 
     def _failure(self, err: Exception) -> Generation:
         cacheable = is_input_error(err)
-        logger.warning("Request failed alone%s: %s", "" if cacheable else " (will be retried on the next run)", _reason(err))
+        logger.warning(
+            "Request failed alone%s: %s", "" if cacheable else " (will be retried on the next run)", _reason(err)
+        )
         return Generation.failed(_reason(err), cacheable=cacheable, **self._meta())
 
     def _meta(self) -> dict[str, Any]:
@@ -427,8 +502,13 @@ class VLLMEngine:
     def render_chat(self, text: str, chat_template_kwargs: dict[str, Any] | None = None) -> str:
         """A text-only user turn rendered with the chat template vLLM uses, generation prompt included."""
         tokenizer, template = self._tokenizer_and_template()
-        return tokenizer.apply_chat_template([{"role": "user", "content": text}], chat_template=template,
-                                             add_generation_prompt=True, tokenize=False, **(chat_template_kwargs or {}))
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}],
+            chat_template=template,
+            add_generation_prompt=True,
+            tokenize=False,
+            **(chat_template_kwargs or {}),
+        )
 
 
 def _chat_template_from_files(path: Path) -> str | None:
@@ -466,7 +546,8 @@ class VLLMStream:
                 f"judge.mode think_then_label: the vLLM engine of {engine.model} has no reasoning parser, so its label "
                 "would be forced from the first token, inside the reasoning",
                 hint="set model.reasoning.parser (or judge.model.reasoning.parser) to the model's vLLM reasoning parser "
-                     "(qwen3, deepseek_r1, ...), or use judge.mode label_only")
+                "(qwen3, deepseek_r1, ...), or use judge.mode label_only",
+            )
         self.window = max(1, window or 4 * core.max_num_seqs)
         self._channel = Channel()
         self._done: list[tuple[Hashable, Generation]] = []
@@ -482,15 +563,27 @@ class VLLMStream:
         try:
             if self.settings.close_reasoning and request.image is None:
                 prompt = self._closed_prompt(request.prompt, *self.settings.close_reasoning)
-                core.add_prompt(self._channel, tag, prompt, self.params(request), first=request.sample,
-                                tokenization_kwargs={"add_special_tokens": False})
+                core.add_prompt(
+                    self._channel,
+                    tag,
+                    prompt,
+                    self.params(request),
+                    first=request.sample,
+                    tokenization_kwargs={"add_special_tokens": False},
+                )
             else:
                 conversation = self._conversation(request)
                 if isinstance(conversation, Generation):
                     self._fail(tag, request, conversation)
                     return
-                core.add_chat(self._channel, tag, conversation, self.params(request), first=request.sample,
-                              chat_template_kwargs=self.settings.chat_template_kwargs or None)
+                core.add_chat(
+                    self._channel,
+                    tag,
+                    conversation,
+                    self.params(request),
+                    first=request.sample,
+                    chat_template_kwargs=self.settings.chat_template_kwargs or None,
+                )
         except Exception as err:  # refused alone: a prompt longer than the context, an image the processor rejects
             if is_engine_error(err):
                 raise self._died(err) or err
@@ -509,7 +602,9 @@ class VLLMStream:
                 raise self._died(err) or err
         done, self._done = self._done, []
         for finished in channel.take():
-            done.extend((finished.tag, g) for g in self.engine._generations(finished.output, self.settings, finished.first))
+            done.extend(
+                (finished.tag, g) for g in self.engine._generations(finished.output, self.settings, finished.first)
+            )
         return done
 
     def _died(self, err: Exception) -> EngineDied | None:
@@ -586,5 +681,3 @@ def _start_reason(err: Exception) -> str:
         except Exception:
             pass
     return first_line(err).rstrip(": ")
-
-

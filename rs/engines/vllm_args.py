@@ -22,8 +22,14 @@ from rs.engines.base import SamplingSettings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["batch_invariance_refusal", "engine_arg_type", "known_engine_args", "unknown_engine_arg", "vllm_fields",
-           "wrong_engine_arg_value"]
+__all__ = [
+    "batch_invariance_refusal",
+    "engine_arg_type",
+    "known_engine_args",
+    "unknown_engine_arg",
+    "vllm_fields",
+    "wrong_engine_arg_value",
+]
 
 
 @functools.cache
@@ -69,7 +75,11 @@ def _engine_arg_annotations() -> dict[str, str]:
         body = _tree(path, "EngineArgs").body
     except (OSError, SyntaxError, LookupError):
         return {}
-    return {n.target.id: ast.unparse(n.annotation) for n in body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return {
+        n.target.id: ast.unparse(n.annotation)
+        for n in body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
 
 
 def engine_arg_type(key: str) -> tuple[type, ...] | None:
@@ -99,7 +109,9 @@ def _fits(value: object, types: tuple[type, ...]) -> bool:
     """Whether pydantic's lax (Python) mode, which vLLM's config classes validate with, takes `value` as one of `types`."""
     if str in types and isinstance(value, str):
         return True
-    if bool in types and (isinstance(value, bool) or value in (0, 1) or (isinstance(value, str) and value.lower() in _BOOL_WORDS)):
+    if bool in types and (
+        isinstance(value, bool) or value in (0, 1) or (isinstance(value, str) and value.lower() in _BOOL_WORDS)
+    ):
         return True
     if isinstance(value, (bool, int, float)):
         return float in types or (int in types and float(value).is_integer())
@@ -122,7 +134,9 @@ def _tree(path: Path, name: str) -> ast.ClassDef:
 
 def _fields(path: Path, name: str) -> set[str]:
     """The annotated fields of a dataclass."""
-    fields = {n.target.id for n in _tree(path, name).body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    fields = {
+        n.target.id for n in _tree(path, name).body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
     if not fields:
         raise LookupError(f"{name} in {path} has no fields")
     return fields
@@ -160,8 +174,13 @@ def batch_invariance_refusal() -> str | None:
 def vllm_fields(settings: SamplingSettings, *, n: int = 1) -> dict[str, Any]:
     """The `vllm.SamplingParams` fields rs sets for `settings`, as plain values (`rs.engines.vllm` builds its
     SamplingParams from this very dict, and a repo's provenance records it), and the chat template arguments `LLM.chat` gets beside them."""
-    fields: dict[str, Any] = {"temperature": settings.temperature, "top_p": settings.top_p, "seed": settings.seed,
-                              "max_tokens": settings.max_tokens, "output_kind": "FINAL_ONLY"}
+    fields: dict[str, Any] = {
+        "temperature": settings.temperature,
+        "top_p": settings.top_p,
+        "seed": settings.seed,
+        "max_tokens": settings.max_tokens,
+        "output_kind": "FINAL_ONLY",
+    }
     if n > 1:
         fields["n"] = n
     if settings.choices:

@@ -45,18 +45,39 @@ from rs.engines.lifeline import engine_processes_die_with_this_one, interrupts_r
 
 if TYPE_CHECKING:
     from PIL.Image import Image
-
     from vllm import LLM, RequestOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Channel", "Finished", "ReasoningTokens", "VLLMCore", "decode_image", "external_id", "is_engine_error", "is_input_error",
-           "tokenizer_and_chat_template"]
+__all__ = [
+    "Channel",
+    "Finished",
+    "ReasoningTokens",
+    "VLLMCore",
+    "decode_image",
+    "external_id",
+    "is_engine_error",
+    "is_input_error",
+    "tokenizer_and_chat_template",
+]
 
-MODEL_CONFIG_ARGS = frozenset({
-    "tokenizer", "tokenizer_mode", "tokenizer_revision", "revision", "code_revision", "trust_remote_code",
-    "hf_token", "hf_overrides", "hf_config_path", "config_format", "runner", "convert", "skip_tokenizer_init",
-})
+MODEL_CONFIG_ARGS = frozenset(
+    {
+        "tokenizer",
+        "tokenizer_mode",
+        "tokenizer_revision",
+        "revision",
+        "code_revision",
+        "trust_remote_code",
+        "hf_token",
+        "hf_overrides",
+        "hf_config_path",
+        "config_format",
+        "runner",
+        "convert",
+        "skip_tokenizer_init",
+    }
+)
 """The `vllm.LLM` arguments that decide which tokenizer, processor and chat template are used."""
 
 
@@ -164,16 +185,36 @@ class VLLMCore:
 
     # - the loop -
 
-    def add_chat(self, channel: Channel, tag: Hashable, conversation: list[dict[str, Any]], params: SamplingParams, *,
-                 first: int = 0, chat_template_kwargs: dict[str, Any] | None = None) -> None:
+    def add_chat(
+        self,
+        channel: Channel,
+        tag: Hashable,
+        conversation: list[dict[str, Any]],
+        params: SamplingParams,
+        *,
+        first: int = 0,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         """Render one conversation with the model's chat template and add it; vLLM's refusal (too long, a bad image) raises."""
-        (request_id,) = self.llm.enqueue_chat([conversation], params, use_tqdm=False, chat_template_kwargs=chat_template_kwargs)
+        (request_id,) = self.llm.enqueue_chat(
+            [conversation], params, use_tqdm=False, chat_template_kwargs=chat_template_kwargs
+        )
         self._own(request_id, channel, tag, first, params.n)
 
-    def add_prompt(self, channel: Channel, tag: Hashable, prompt: str, params: SamplingParams, *, first: int = 0,
-                   tokenization_kwargs: dict[str, Any] | None = None) -> None:
+    def add_prompt(
+        self,
+        channel: Channel,
+        tag: Hashable,
+        prompt: str,
+        params: SamplingParams,
+        *,
+        first: int = 0,
+        tokenization_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         """Add an already rendered prompt (text only)."""
-        (request_id,) = self.llm.enqueue([{"prompt": prompt}], params, use_tqdm=False, tokenization_kwargs=tokenization_kwargs)
+        (request_id,) = self.llm.enqueue(
+            [{"prompt": prompt}], params, use_tqdm=False, tokenization_kwargs=tokenization_kwargs
+        )
         self._own(request_id, channel, tag, first, params.n)
 
     def _own(self, request_id: str, channel: Channel, tag: Hashable, first: int, samples: int) -> None:
@@ -208,7 +249,11 @@ class VLLMCore:
         """Why the engine cannot go on when `err` means it cannot (out of memory, its core process gone); else None."""
         from vllm.v1.engine.exceptions import EngineDeadError
 
-        if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or "out of memory" in str(err).lower():
+        if (
+            isinstance(err, MemoryError)
+            or type(err).__name__ == "OutOfMemoryError"
+            or "out of memory" in str(err).lower()
+        ):
             return f"out of memory ({type(err).__name__}: {err})"
         if isinstance(err, EngineDeadError):
             return self._process_end() or "its engine core process stopped"
@@ -297,7 +342,9 @@ def tokenizer_and_chat_template(model: str, args: dict[str, Any]) -> tuple[Any, 
     from vllm.renderers.hf import resolve_chat_template
     from vllm.tokenizers.registry import cached_tokenizer_from_config
 
-    model_config = EngineArgs(model=model, **{k: v for k, v in args.items() if k in MODEL_CONFIG_ARGS}).create_model_config()
+    model_config = EngineArgs(
+        model=model, **{k: v for k, v in args.items() if k in MODEL_CONFIG_ARGS}
+    ).create_model_config()
     tokenizer = cached_tokenizer_from_config(model_config)
     return tokenizer, resolve_chat_template(tokenizer, None, None, model_config=model_config)
 

@@ -1,9 +1,9 @@
 """The family registry: families.yaml is the only place a family is defined.
 
-    >>> from rs.families import get_family
-    >>> family = get_family("CLEVRMath")
-    >>> family.config.verifier.name
-    'relaxed'
+>>> from rs.families import get_family
+>>> family = get_family("CLEVRMath")
+>>> family.config.verifier.name
+'relaxed'
 """
 
 from __future__ import annotations
@@ -17,7 +17,15 @@ from rs.errors import UsageError
 from .loader import SHIPPED, Family, FamilyConfigError, load_families
 from .schema import FamilyConfig
 
-__all__ = ["Family", "FamilyConfig", "FamilyConfigError", "UnknownFamilyError", "default_families_path", "get_family", "load_families"]
+__all__ = [
+    "Family",
+    "FamilyConfig",
+    "FamilyConfigError",
+    "UnknownFamilyError",
+    "default_families_path",
+    "get_family",
+    "load_families",
+]
 
 
 class UnknownFamilyError(UsageError, KeyError):

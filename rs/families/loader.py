@@ -23,16 +23,22 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from rs.util.config_checks import ConfigValueError
 from rs.errors import UsageError
 from rs.registry import ENGINES, Registry
+from rs.util.config_checks import ConfigValueError
 from rs.verifiers import VerifierError, resolve_params
 
 from .schema import EvaluationSetConfig, FamilyConfig
 
 TOP_LEVEL_KEYS = ("defaults", "evaluation", "families")
-REPO_SUFFIX = {"think": "_RS_think", "nothink": "_RS_nothink", "rejected": "_rejected", "pairs": "_RS_pairs",
-               "samples": "_RS_samples", "rl": "_RS_rl"}
+REPO_SUFFIX = {
+    "think": "_RS_think",
+    "nothink": "_RS_nothink",
+    "rejected": "_rejected",
+    "pairs": "_RS_pairs",
+    "samples": "_RS_samples",
+    "rl": "_RS_rl",
+}
 """The Hub repo of each published split is the family's name with this suffix."""
 _HUB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _HUB_REPO_NAME_MAX = 96
@@ -62,8 +68,11 @@ class Family:
         """The splits this family publishes: the three, `pairs` when its recovery pass makes preference pairs, `samples`
         with `publish.samples`, `rl` with `recovery.difficulty.rl`."""
         recovery = self.config.recovery
-        opted = {"pairs": recovery is not None and recovery.pairs, "samples": self.config.publish.samples,
-                 "rl": recovery is not None and recovery.difficulty.rl is not None}
+        opted = {
+            "pairs": recovery is not None and recovery.pairs,
+            "samples": self.config.publish.samples,
+            "rl": recovery is not None and recovery.difficulty.rl is not None,
+        }
         return tuple(split for split in REPO_SUFFIX if opted.get(split, True))
 
 
@@ -140,7 +149,8 @@ class _Validator:
             self.fail(node, key, f"expected {tp.__name__}, got {_kind(node)}")
         value = self.plain(node)
         ok = (
-            isinstance(value, tp) and not (tp is int and isinstance(value, bool))
+            isinstance(value, tp)
+            and not (tp is int and isinstance(value, bool))
             or (tp is float and isinstance(value, int) and not isinstance(value, bool))
         )
         if not ok:
@@ -196,7 +206,11 @@ class _Validator:
                 steps[name] = self.dataclass(registry.get(name).Config, v_node, f"{key}.{name}")
             else:
                 valid = [*registry.names(), *fields]
-                self.fail(k_node, f"{key}.{name}", f"unknown {registry.what}{_did_you_mean(name, valid)}; valid keys: {', '.join(valid)}")
+                self.fail(
+                    k_node,
+                    f"{key}.{name}",
+                    f"unknown {registry.what}{_did_you_mean(name, valid)}; valid keys: {', '.join(valid)}",
+                )
         config = self.dataclass(cls, MappingNode(node.tag, own, node.start_mark, node.end_mark), key)
         config.steps = steps
         return config
@@ -309,7 +323,9 @@ def _check_unique_keys(validator: _Validator, node: Node, key: str) -> None:
     for k_node, v_node in node.value:
         name = k_node.value if isinstance(k_node, ScalarNode) else None
         if name is not None and name in seen:
-            validator.fail(k_node, f"{key}.{name}", f"given twice (first at line {seen[name].start_mark.line + 1}); keep one")
+            validator.fail(
+                k_node, f"{key}.{name}", f"given twice (first at line {seen[name].start_mark.line + 1}); keep one"
+            )
         seen[name] = k_node
         _check_unique_keys(validator, v_node, f"{key}.{name}")
 
@@ -336,8 +352,16 @@ def _example(tp: Any) -> str:
         tp = typing.get_args(tp)[0]
     if dataclasses.is_dataclass(tp):
         hints = field_types(tp)
-        required = [f for f in dataclasses.fields(tp) if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-        return "{" + ", ".join(f"{f.name}: {f.metadata.get('example') or _example(hints[f.name])}" for f in required) + "}"
+        required = [
+            f
+            for f in dataclasses.fields(tp)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        return (
+            "{"
+            + ", ".join(f"{f.name}: {f.metadata.get('example') or _example(hints[f.name])}" for f in required)
+            + "}"
+        )
     return f"<{type_name(tp)}>"
 
 
@@ -348,7 +372,9 @@ def _shipped_default_keys() -> frozenset[str]:
         root = yaml.compose(SHIPPED.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
     except (OSError, yaml.YAMLError):
         return frozenset()
-    defaults = next((v for k, v in root.value if k.value == "defaults"), None) if isinstance(root, MappingNode) else None
+    defaults = (
+        next((v for k, v in root.value if k.value == "defaults"), None) if isinstance(root, MappingNode) else None
+    )
     if not isinstance(defaults, MappingNode):
         return frozenset()
     return frozenset(str(k.value) for k, _ in defaults.value)
@@ -370,7 +396,9 @@ def _check_name(path: Path, node: Node, name: Any, seen: dict[str, Node]) -> Non
     folded = name.casefold()
     for other, other_node in seen.items():
         if other == name:
-            raise FamilyConfigError(f"{where}: families.{name}: duplicate family (first defined at {_where(path, other_node)})")
+            raise FamilyConfigError(
+                f"{where}: families.{name}: duplicate family (first defined at {_where(path, other_node)})"
+            )
         if other.casefold() == folded:
             raise FamilyConfigError(
                 f"{where}: families.{name}: differs from {other!r} ({_where(path, other_node)}) only by case; "
@@ -406,8 +434,12 @@ def _merge_keys(path: Path, node: Node, seen: set[int]) -> None:
             SafeConstructor().flatten_mapping(node)
         except yaml.MarkedYAMLError as err:
             mark = err.problem_mark or node.start_mark
-            raise FamilyConfigError(f"{path}:{mark.line + 1}: {err.problem}; `<<:` merges a mapping or a list of mappings") from err
-        merged = {k.value: (k, v) for k, v in node.value[:len(node.value) - len(own)]}  # the last merged wins, as in YAML
+            raise FamilyConfigError(
+                f"{path}:{mark.line + 1}: {err.problem}; `<<:` merges a mapping or a list of mappings"
+            ) from err
+        merged = {
+            k.value: (k, v) for k, v in node.value[: len(node.value) - len(own)]
+        }  # the last merged wins, as in YAML
         node.value = [kv for key, kv in merged.items() if key not in {k.value for k, _ in own}] + own
         for _, value in node.value:
             _merge_keys(path, value, seen)
@@ -431,7 +463,11 @@ def load_families(path: str | Path, *, engine_checks: bool = False) -> dict[str,
         if isinstance(key, str) and key.startswith("x-"):
             continue  # free space for YAML anchors
         if key not in TOP_LEVEL_KEYS:
-            validator.fail(k_node, str(key), f"unknown top-level key{_did_you_mean(key, TOP_LEVEL_KEYS)}; valid keys: {', '.join(TOP_LEVEL_KEYS)} (and x-* for YAML anchors)")
+            validator.fail(
+                k_node,
+                str(key),
+                f"unknown top-level key{_did_you_mean(key, TOP_LEVEL_KEYS)}; valid keys: {', '.join(TOP_LEVEL_KEYS)} (and x-* for YAML anchors)",
+            )
         sections[key] = v_node
     defaults = sections.get("defaults")
     if defaults is not None and not isinstance(defaults, MappingNode):
@@ -443,7 +479,9 @@ def load_families(path: str | Path, *, engine_checks: bool = False) -> dict[str,
     if families_node is None:
         raise FamilyConfigError(f"{path}: families: required key is missing")
     if not isinstance(families_node, MappingNode):
-        validator.fail(families_node, "families", f"expected a mapping of family name to settings, got {_kind(families_node)}")
+        validator.fail(
+            families_node, "families", f"expected a mapping of family name to settings, got {_kind(families_node)}"
+        )
 
     evaluation = _evaluation_sets(validator, sections.get("evaluation"))
     seen: dict[str, Node] = {}
@@ -469,7 +507,9 @@ def _evaluation_sets(validator: _Validator, node: Node | None) -> dict[str, Eval
     if node is None:
         return {}
     if not isinstance(node, MappingNode):
-        validator.fail(node, "evaluation", f"expected a mapping of evaluation set name to its source, got {_kind(node)}")
+        validator.fail(
+            node, "evaluation", f"expected a mapping of evaluation set name to its source, got {_kind(node)}"
+        )
     _check_unique_keys(validator, node, "evaluation")
     sets = {}
     for k_node, v_node in node.value:
@@ -480,22 +520,30 @@ def _evaluation_sets(validator: _Validator, node: Node | None) -> dict[str, Eval
     return sets
 
 
-def _check_decontamination(validator: _Validator, body: Node, name: str, config: FamilyConfig,
-                           evaluation: dict[str, EvaluationSetConfig]) -> None:
+def _check_decontamination(
+    validator: _Validator, body: Node, name: str, config: FamilyConfig, evaluation: dict[str, EvaluationSetConfig]
+) -> None:
     """Every set a family is checked against is defined under `evaluation:`; the family gets their configurations."""
     decontamination = config.decontamination
     if decontamination is None:
         return
     against = _node_at(_node_at(body, ["decontamination"]), ["against"])
     if not decontamination.against:
-        validator.fail(against, f"families.{name}.decontamination.against", "empty; name at least one evaluation set "
-                       f"({', '.join(evaluation) or 'define them under the top-level evaluation: key'}), or remove the block")
+        validator.fail(
+            against,
+            f"families.{name}.decontamination.against",
+            "empty; name at least one evaluation set "
+            f"({', '.join(evaluation) or 'define them under the top-level evaluation: key'}), or remove the block",
+        )
     for i, set_name in enumerate(decontamination.against):
         if set_name not in evaluation:
             at = against.value[i] if isinstance(against, SequenceNode) and i < len(against.value) else against
             valid = ", ".join(evaluation) or "none: this file has no top-level evaluation: block"
-            validator.fail(at, f"families.{name}.decontamination.against[{i}]",
-                           f"unknown evaluation set {set_name!r}{_did_you_mean(set_name, evaluation)}; defined sets: {valid}")
+            validator.fail(
+                at,
+                f"families.{name}.decontamination.against[{i}]",
+                f"unknown evaluation set {set_name!r}{_did_you_mean(set_name, evaluation)}; defined sets: {valid}",
+            )
     decontamination.sets = {set_name: evaluation[set_name] for set_name in decontamination.against}
 
 
@@ -511,7 +559,8 @@ def _check_judge(path: Path, body: MappingNode, name: str, config: FamilyConfig)
     raise FamilyConfigError(
         f"{_where(path, node)}: families.{name}.judge.mode: think_then_label on the vllm engine needs a vLLM reasoning "
         f"parser to find where the judge's reasoning ends (model.reasoning.parser is {model.reasoning.parser!r}); "
-        "set it to the model's parser (qwen3, deepseek_r1, ...), or use judge.mode label_only")
+        "set it to the model's parser (qwen3, deepseek_r1, ...), or use judge.mode label_only"
+    )
 
 
 def _check_sampling(path: Path, body: MappingNode, name: str, config: FamilyConfig, *, engine_checks: bool) -> None:
@@ -523,7 +572,8 @@ def _check_sampling(path: Path, body: MappingNode, name: str, config: FamilyConf
     if sampling.thinking_token_budget is not None and config.model.reasoning.parser == "none":
         raise FamilyConfigError(
             f"{_where(path, node)}: families.{name}.sampling.thinking_token_budget: the model does not reason "
-            "(model.reasoning.parser: none), so there is no reasoning to budget; set thinking_token_budget: null")
+            "(model.reasoning.parser: none), so there is no reasoning to budget; set thinking_token_budget: null"
+        )
     check = getattr(ENGINES.get(config.engine.kind), "check_sampling", None)
     if not engine_checks or check is None:
         return

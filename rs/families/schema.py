@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, Literal
 
 from rs.answers import Vocabulary
-from rs.util.config_checks import ConfigValueError, at_least, positive, within
+from rs.families.vllm_parsers import known_reasoning_parsers
 from rs.hub.licenses import license_problem
 from rs.hub.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
+from rs.util.config_checks import ConfigValueError, at_least, positive, within
 from rs.util.sizes import parse_bytes
-from rs.families.vllm_parsers import known_reasoning_parsers
 
 MULTIPLE_CHOICE_INSTRUCTION = "\nAnswer with the option's letter from the given choices directly."
 """What a question with options is asked with unless its family says otherwise (LLaVA's and lmms-eval's wording)."""
@@ -58,16 +58,21 @@ class ReasoningConfig:
 
     def __post_init__(self) -> None:
         if (self.answer_start is None) != (self.answer_end is None):
-            raise ValueError("answer_start and answer_end go together: set both (e.g. <answer> and </answer>) or neither")
+            raise ValueError(
+                "answer_start and answer_end go together: set both (e.g. <answer> and </answer>) or neither"
+            )
         if self.parser == "tags" and not (self.start and self.end):
             raise ValueError("parser tags needs both markers: start (e.g. <think>) and end (e.g. </think>)")
         if self.parser == "none" and self.required:
             raise ValueError("parser none (the model does not reason) cannot require a reasoning block")
         if self.uses_vllm_parser and (known := known_reasoning_parsers()) is not None and self.parser not in known:
             close = difflib.get_close_matches(self.parser, sorted(known), n=1, cutoff=0.6)
-            raise ConfigValueError("parser", f"the installed vLLM has no reasoning parser {self.parser!r}"
-                                   + (f" (did you mean {close[0]!r}?)" if close else "")
-                                   + f"; tags (the start/end markers), none, or one of: {', '.join(sorted(known))}")
+            raise ConfigValueError(
+                "parser",
+                f"the installed vLLM has no reasoning parser {self.parser!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f"; tags (the start/end markers), none, or one of: {', '.join(sorted(known))}",
+            )
 
 
 @dataclass
@@ -101,7 +106,12 @@ class RepetitionDetectionConfig:
     """Repetitions in a row that end generation (at least 2)."""
 
     def __post_init__(self) -> None:
-        at_least("min_count", self.min_count, 2, what="repetitions in a row; to switch detection off, set repetition_detection: null")
+        at_least(
+            "min_count",
+            self.min_count,
+            2,
+            what="repetitions in a row; to switch detection off, set repetition_detection: null",
+        )
         at_least("min_pattern_size", self.min_pattern_size, 1, what="tokens of the shortest pattern")
         at_least("max_pattern_size", self.max_pattern_size, self.min_pattern_size, what="at least min_pattern_size")
 
@@ -135,9 +145,12 @@ class SamplingConfig:
         at_least("max_tokens", self.max_tokens, 1, what="the tokens an answer may use, its reasoning included")
         at_least("thinking_token_budget", self.thinking_token_budget, 0, what="reasoning tokens; null for no budget")
         if self.thinking_token_budget is not None and self.thinking_token_budget >= self.max_tokens:
-            raise ConfigValueError("thinking_token_budget", f"{self.thinking_token_budget} is not below max_tokens "
-                                   f"({self.max_tokens}), which counts the reasoning and the answer after it: the budget "
-                                   "would never cut the reasoning and leave no room for the answer; lower it, or raise max_tokens")
+            raise ConfigValueError(
+                "thinking_token_budget",
+                f"{self.thinking_token_budget} is not below max_tokens "
+                f"({self.max_tokens}), which counts the reasoning and the answer after it: the budget "
+                "would never cut the reasoning and leave no room for the answer; lower it, or raise max_tokens",
+            )
 
 
 @dataclass
@@ -154,7 +167,9 @@ class RLConfig:
         within("min_pass_rate", self.min_pass_rate, 0.0, 1.0, what="a pass rate")
         within("max_pass_rate", self.max_pass_rate, 0.0, 1.0, what="a pass rate")
         if self.max_pass_rate <= self.min_pass_rate:
-            raise ConfigValueError("max_pass_rate", f"must be above min_pass_rate ({self.min_pass_rate}), got {self.max_pass_rate!r}")
+            raise ConfigValueError(
+                "max_pass_rate", f"must be above min_pass_rate ({self.min_pass_rate}), got {self.max_pass_rate!r}"
+            )
 
 
 @dataclass
@@ -168,8 +183,11 @@ class DifficultyConfig:
     def __post_init__(self) -> None:
         at_least("samples", self.samples, 0, what="samples per accepted item; 0 samples none")
         if self.rl is not None and not self.samples:
-            raise ConfigValueError("rl", "needs difficulty.samples above 0: without them an accepted question has no pass rate "
-                                   "(write `difficulty: {samples: 4, rl: {}}`)")
+            raise ConfigValueError(
+                "rl",
+                "needs difficulty.samples above 0: without them an accepted question has no pass rate "
+                "(write `difficulty: {samples: 4, rl: {}}`)",
+            )
 
 
 @dataclass
@@ -194,13 +212,22 @@ class RecoveryConfig:
     """Publish a fourth repo, `<FAMILY>_RS_pairs`: preference pairs of a verified answer and a wrong one to one question."""
 
     def __post_init__(self) -> None:
-        at_least("samples", self.samples, 1, what="samples per rejected item; to recover nothing, remove the recovery block")
-        positive("temperature", self.temperature, what="the greedy pass is temperature 0: the same request again would give "
-                 "the same answer")
+        at_least(
+            "samples", self.samples, 1, what="samples per rejected item; to recover nothing, remove the recovery block"
+        )
+        positive(
+            "temperature",
+            self.temperature,
+            what="the greedy pass is temperature 0: the same request again would give the same answer",
+        )
         if not 0 < self.top_p <= 1:
             raise ConfigValueError("top_p", f"must be above 0 and at most 1 (1 keeps every token), got {self.top_p!r}")
-        at_least("max_tokens", self.max_tokens, 1, what="the tokens a sample may use, its reasoning included; null for "
-                 "sampling.max_tokens")
+        at_least(
+            "max_tokens",
+            self.max_tokens,
+            1,
+            what="the tokens a sample may use, its reasoning included; null for sampling.max_tokens",
+        )
 
 
 @dataclass
@@ -233,8 +260,12 @@ class JudgeConfig:
             within(name, getattr(self, name), 0.0, 1.0, what="a share of the calibration cases")
         at_least("max_tokens", self.max_tokens, 1, what="the tokens of the verdict")
         at_least("think_budget", self.think_budget, 1, what="the judge's reasoning tokens")
-        at_least("calibration_samples", self.calibration_samples, 1,
-                 what="cases per check; to judge nothing, set judge.enabled: false")
+        at_least(
+            "calibration_samples",
+            self.calibration_samples,
+            1,
+            what="cases per check; to judge nothing, set judge.enabled: false",
+        )
         at_least("min_calibration_cases", self.min_calibration_cases, 1)
 
 
@@ -256,7 +287,9 @@ class ShardConfig:
                 raise ConfigValueError(name, str(err)) from None
             positive(name, size, what="a byte size such as 500MB")
         if not 0 <= self.row_group_margin < 1:
-            raise ConfigValueError("row_group_margin", f"must be at least 0 and below 1, got {self.row_group_margin!r}")
+            raise ConfigValueError(
+                "row_group_margin", f"must be at least 0 and below 1, got {self.row_group_margin!r}"
+            )
 
     def row_group_target(self) -> int:
         """Bytes of Arrow data a row group is filled to."""

@@ -28,8 +28,16 @@ def known_reasoning_parsers() -> frozenset[str] | None:
     except (OSError, SyntaxError):
         return None
     for node in module.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and target.id == "_REASONING_PARSERS_TO_REGISTER" and isinstance(node.value, ast.Dict):
+        target = (
+            node.targets[0]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            else getattr(node, "target", None)
+        )
+        if (
+            isinstance(target, ast.Name)
+            and target.id == "_REASONING_PARSERS_TO_REGISTER"
+            and isinstance(node.value, ast.Dict)
+        ):
             names = {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
             return frozenset(names) or None
     return None

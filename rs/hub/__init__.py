@@ -20,13 +20,25 @@ Uploads themselves go through `create_commit`, so they take the client's path (X
 else LFS): bytes already stored in the repo are not sent again.
 """
 
-from rs.hub.limits import DEFAULT_FILES_PER_COMMIT, MAX_FILES_PER_COMMIT, check_files_per_commit
 from rs.hub.diff import FileChange, file_changes
+from rs.hub.limits import DEFAULT_FILES_PER_COMMIT, MAX_FILES_PER_COMMIT, check_files_per_commit
 from rs.hub.publish import DEFAULT_COMMIT_MESSAGE, publish_folder
 from rs.hub.result import PublishResult, describe_commits, format_changes
 from rs.hub.retry import PublishError
 from rs.hub.tokens import MissingTokenError, resolve_token
 
-__all__ = ["DEFAULT_COMMIT_MESSAGE", "DEFAULT_FILES_PER_COMMIT", "MAX_FILES_PER_COMMIT", "FileChange",
-           "MissingTokenError", "PublishError", "PublishResult", "check_files_per_commit", "describe_commits",
-           "file_changes", "format_changes", "publish_folder", "resolve_token"]
+__all__ = [
+    "DEFAULT_COMMIT_MESSAGE",
+    "DEFAULT_FILES_PER_COMMIT",
+    "MAX_FILES_PER_COMMIT",
+    "FileChange",
+    "MissingTokenError",
+    "PublishError",
+    "PublishResult",
+    "check_files_per_commit",
+    "describe_commits",
+    "file_changes",
+    "format_changes",
+    "publish_folder",
+    "resolve_token",
+]

@@ -51,7 +51,7 @@ class CommitSchedule:
     def batches(self) -> list[list[FileChange]]:
         """The commits' contents, in path order, each at most `files_per_commit` operations."""
         size = self.files_per_commit
-        return [self.work[start:start + size] for start in range(0, len(self.work), size)]
+        return [self.work[start : start + size] for start in range(0, len(self.work), size)]
 
     @property
     def commits(self) -> int:
@@ -61,11 +61,20 @@ class CommitSchedule:
         return len(self.batches()) + 1 if self.via_pull_request else 1
 
 
-def schedule_commits(api: HfApi, repo_id: str, local: dict[str, LocalFile], *, only: Sequence[str] | None,
-              delete_extra: bool, files_per_commit: int) -> CommitSchedule:
+def schedule_commits(
+    api: HfApi,
+    repo_id: str,
+    local: dict[str, LocalFile],
+    *,
+    only: Sequence[str] | None,
+    delete_extra: bool,
+    files_per_commit: int,
+) -> CommitSchedule:
     """Read main and our open pull requests, and decide what to commit where (writes nothing)."""
     remote = remote_state(api, repo_id)
-    schedule = CommitSchedule(remote, diff(local, remote.files, only=only, delete_extra=delete_extra), files_per_commit)
+    schedule = CommitSchedule(
+        remote, diff(local, remote.files, only=only, delete_extra=delete_extra), files_per_commit
+    )
     schedule.work = schedule.todo
     open_pulls = list(pulls.ours(api, repo_id)) if remote.exists else []
     if open_pulls or len(schedule.todo) > files_per_commit:
@@ -74,23 +83,37 @@ def schedule_commits(api: HfApi, repo_id: str, local: dict[str, LocalFile], *, o
         if not schedule.todo:
             schedule.stale.append((pull, "main already holds these files"))
         elif not pull.holds(schedule.build or ""):
-            schedule.stale.append((pull, f"it holds an older build (or other files); build "
-                                     f"{(schedule.build or '')[:pulls.MARK_LENGTH]} replaces it"))
+            schedule.stale.append(
+                (
+                    pull,
+                    f"it holds an older build (or other files); build "
+                    f"{(schedule.build or '')[: pulls.MARK_LENGTH]} replaces it",
+                )
+            )
         elif not pull.based_on(remote.head):
-            schedule.stale.append((pull, "main moved since it was opened, so merging it would not give this build; "
-                                     "a new pull request replaces it"))
+            schedule.stale.append(
+                (
+                    pull,
+                    "main moved since it was opened, so merging it would not give this build; "
+                    "a new pull request replaces it",
+                )
+            )
         elif schedule.resume is None:
             schedule.resume = pull
         else:
             schedule.stale.append((pull, f"a duplicate of #{schedule.resume.num}"))
     if schedule.resume is not None:
         there = remote_state(api, repo_id, revision=schedule.resume.ref)
-        schedule.work = [c for c in diff(local, there.files, only=only, delete_extra=delete_extra) if c.action != "unchanged"]
+        schedule.work = [
+            c for c in diff(local, there.files, only=only, delete_extra=delete_extra) if c.action != "unchanged"
+        ]
         schedule.work_head = there.head
     return schedule
 
 
-def operations(changes: Sequence[FileChange], local: dict[str, LocalFile]) -> list[CommitOperationAdd | CommitOperationDelete]:
+def operations(
+    changes: Sequence[FileChange], local: dict[str, LocalFile]
+) -> list[CommitOperationAdd | CommitOperationDelete]:
     """Fresh operations for one commit (the client mutates them, so never reuse them across attempts)."""
     result: list[CommitOperationAdd | CommitOperationDelete] = []
     for change in changes:

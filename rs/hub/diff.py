@@ -151,8 +151,13 @@ def _same_content(local: LocalFile, remote: RemoteFile | LocalFile) -> bool:
     return local.git_sha1() == remote.blob_id
 
 
-def diff(local: dict[str, LocalFile], remote: Mapping[str, RemoteFile | LocalFile], *, only: Sequence[str] | None,
-         delete_extra: bool) -> list[FileChange]:
+def diff(
+    local: dict[str, LocalFile],
+    remote: Mapping[str, RemoteFile | LocalFile],
+    *,
+    only: Sequence[str] | None,
+    delete_extra: bool,
+) -> list[FileChange]:
     """One FileChange per path in scope (unchanged ones included), sorted by path.
 
     `remote`: the Hub's files (`remote_state`) or a local target's (`folder_state`). `only` restricts everything (adds,
@@ -188,8 +193,9 @@ def fingerprint(local: dict[str, LocalFile], *, only: Sequence[str] | None, dele
     return digest.hexdigest()
 
 
-def file_changes(api: HfApi, folder: Path, repo_id: str, *, only: Sequence[str] | None = None,
-                 delete_extra: bool = True) -> list[FileChange]:
+def file_changes(
+    api: HfApi, folder: Path, repo_id: str, *, only: Sequence[str] | None = None, delete_extra: bool = True
+) -> list[FileChange]:
     """What publishing `folder` to the Hub repo `repo_id` would do, file by file (a missing repo: all adds).
 
     `only` as in `diff`. Remote `.gitattributes` is never deleted.

@@ -22,6 +22,8 @@ COMMITS_PER_HOUR = 128  # the Hub's commit quota per repo, as its 429 message na
 def check_files_per_commit(value: int, *, name: str = "files_per_commit") -> int:
     """`value` if it is a number of files per commit within the Hub's guidance, else ValueError saying so."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FILES_PER_COMMIT:
-        raise ValueError(f"{name} must be a whole number from 1 to {MAX_FILES_PER_COMMIT} (the Hub's guidance: keep "
-                         f"around 50-100 files per commit; default {DEFAULT_FILES_PER_COMMIT}), got {value!r}")
+        raise ValueError(
+            f"{name} must be a whole number from 1 to {MAX_FILES_PER_COMMIT} (the Hub's guidance: keep "
+            f"around 50-100 files per commit; default {DEFAULT_FILES_PER_COMMIT}), got {value!r}"
+        )
     return value

@@ -44,6 +44,7 @@ def hub_needs(family: Family, *, publishing: bool = False) -> list[str]:
         needs.append(f"the repos {c.publish.namespace}/{family.repo_name('think')} and its siblings")
     return needs
 
+
 _PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY", "http_proxy")
 
 
@@ -73,11 +74,18 @@ def offline_unless_the_hub_resolves(needs: list[str] | None = None, *, say: bool
         _go_offline()
         _decided = True
         reading = [n for n in needs or [] if not n.startswith("the repos ")]
-        where = (f"{' and '.join(reading)} must be in the local Hugging Face cache" if reading
-                 else "working from local files and caches only")
+        where = (
+            f"{' and '.join(reading)} must be in the local Hugging Face cache"
+            if reading
+            else "working from local files and caches only"
+        )
         if say:
-            logger.warning("the Hub (%s) is out of reach: its name does not resolve (%s); %s (HF_HUB_OFFLINE=1)",
-                           host, err.strerror if isinstance(err, OSError) else err, where)
+            logger.warning(
+                "the Hub (%s) is out of reach: its name does not resolve (%s); %s (HF_HUB_OFFLINE=1)",
+                host,
+                err.strerror if isinstance(err, OSError) else err,
+                where,
+            )
         return True
     _decided = False
     return False

@@ -54,8 +54,9 @@ def title(message: str, build: str, base: str) -> str:
 
 def ours(api: HfApi, repo_id: str) -> Iterator[Pull]:
     """The open (or draft) pull requests of the repo that a publish opened."""
-    listing = api.get_repo_discussions(repo_id, repo_type=REPO_TYPE, discussion_type="pull_request",
-                                       discussion_status="open")
+    listing = api.get_repo_discussions(
+        repo_id, repo_type=REPO_TYPE, discussion_type="pull_request", discussion_status="open"
+    )
     for discussion in listing:
         match = _MARK.search(discussion.title)
         if match and discussion.is_pull_request and discussion.status in ("open", "draft"):
@@ -65,16 +66,30 @@ def ours(api: HfApi, repo_id: str) -> Iterator[Pull]:
 def close(api: HfApi, repo_id: str, pull: Pull, reason: str, *, token: str | None) -> None:
     """Close `pull` with a comment saying why; its commits stay on its ref, and nothing reaches main."""
     logger.info("%s: closing pull request #%d (%s)", repo_id, pull.num, reason)
-    through_rate_limit(lambda: api.change_discussion_status(repo_id, pull.num, "closed", repo_type=REPO_TYPE,
-                                                            comment=f"Closed by rs: {reason}."),
-                       repo_id=repo_id, what=f"closing pull request #{pull.num}", token=token)
+    through_rate_limit(
+        lambda: api.change_discussion_status(
+            repo_id, pull.num, "closed", repo_type=REPO_TYPE, comment=f"Closed by rs: {reason}."
+        ),
+        repo_id=repo_id,
+        what=f"closing pull request #{pull.num}",
+        token=token,
+    )
 
 
 def merge(api: HfApi, repo_id: str, pull: Pull, *, token: str | None) -> None:
     """Merge `pull` into main: the one moment readers see the change."""
     if pull.status == "draft":  # a draft cannot be merged (the Hub's own tests open it first)
-        through_rate_limit(lambda: api.change_discussion_status(repo_id, pull.num, "open", repo_type=REPO_TYPE),
-                           repo_id=repo_id, what=f"opening pull request #{pull.num}", token=token)
-    through_rate_limit(lambda: api.merge_pull_request(repo_id, pull.num, repo_type=REPO_TYPE,
-                                                      comment="Merged by rs: every file of this build is on it."),
-                       repo_id=repo_id, what=f"merging pull request #{pull.num}", token=token)
+        through_rate_limit(
+            lambda: api.change_discussion_status(repo_id, pull.num, "open", repo_type=REPO_TYPE),
+            repo_id=repo_id,
+            what=f"opening pull request #{pull.num}",
+            token=token,
+        )
+    through_rate_limit(
+        lambda: api.merge_pull_request(
+            repo_id, pull.num, repo_type=REPO_TYPE, comment="Merged by rs: every file of this build is on it."
+        ),
+        repo_id=repo_id,
+        what=f"merging pull request #{pull.num}",
+        token=token,
+    )

@@ -38,14 +38,22 @@ def describe_commits(result: PublishResult, *, dry_run: bool = False) -> str:
         return f"{verb}{result.commits} commit" + ("s" if result.commits > 1 else "")
     where = result.pull_request or "a new pull request"
     on_pull = result.commits - result.merges
-    return (f"{verb}{result.commits} commit{'s' if result.commits > 1 else ''}: {on_pull} on {where}, then its merge"
-            if on_pull else f"{verb}1 commit: the merge of {where}")
+    return (
+        f"{verb}{result.commits} commit{'s' if result.commits > 1 else ''}: {on_pull} on {where}, then its merge"
+        if on_pull
+        else f"{verb}1 commit: the merge of {where}"
+    )
 
 
 def _summary_line(repo_id: str, changes: Sequence[FileChange], result: PublishResult | None, *, dry_run: bool) -> str:
     """The changes' header: how many files each action touches and their bytes (and the commits, given a PublishResult)."""
     parts = []
-    for action, label in (("add", "to add"), ("change", "to change"), ("delete", "to delete"), ("upload", "to upload at most")):
+    for action, label in (
+        ("add", "to add"),
+        ("change", "to change"),
+        ("delete", "to delete"),
+        ("upload", "to upload at most"),
+    ):
         selected = [c for c in changes if c.action == action]
         if selected:
             parts.append(f"{len(selected)} {label} ({format_bytes(sum(c.size for c in selected))})")
@@ -59,8 +67,13 @@ def _summary_line(repo_id: str, changes: Sequence[FileChange], result: PublishRe
     return line
 
 
-def format_changes(result_or_changes: PublishResult | Sequence[FileChange], *, repo_id: str | None = None,
-                show_unchanged: bool = False, dry_run: bool = False) -> str:
+def format_changes(
+    result_or_changes: PublishResult | Sequence[FileChange],
+    *,
+    repo_id: str | None = None,
+    show_unchanged: bool = False,
+    dry_run: bool = False,
+) -> str:
     """The changes for a person: one line per added, changed or deleted file, with sizes.
 
     Given a PublishResult (or `repo_id`), it starts with a summary line for the repo (with the commits,
@@ -77,7 +90,9 @@ def format_changes(result_or_changes: PublishResult | Sequence[FileChange], *, r
     width = max((len(c.path) for c in shown), default=0)
     lines = [] if repo_id is None else [_summary_line(repo_id, changes, result, dry_run=dry_run)]
     for change in shown:
-        lines.append(f"    {marks[change.action]} {change.action:<9} {change.path:<{width}}  {format_bytes(change.size):>9}")
+        lines.append(
+            f"    {marks[change.action]} {change.action:<9} {change.path:<{width}}  {format_bytes(change.size):>9}"
+        )
     if not shown and repo_id is None:
         lines.append("    (nothing to add, change or delete)")
     if commit_url:

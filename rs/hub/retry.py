@@ -110,13 +110,20 @@ def _fatal(exc: Exception, repo_id: str, token: str | None) -> PublishError | No
         if isinstance(cause, OfflineModeIsEnabled):
             return PublishError(f"Cannot publish {repo_id}: HF_HUB_OFFLINE is set. Unset it and run again.")
         if isinstance(cause, ValueError) and "Invalid metadata in README.md" in str(cause):
-            return PublishError(redact(f"The Hub rejected the metadata of {repo_id}'s README.md: {cause} "
-                                       "Fix the YAML header of README.md and publish again.", token))
+            return PublishError(
+                redact(
+                    f"The Hub rejected the metadata of {repo_id}'s README.md: {cause} "
+                    "Fix the YAML header of README.md and publish again.",
+                    token,
+                )
+            )
         if isinstance(cause, HfHubHTTPError):
             status = cause.response.status_code if cause.response is not None else None
             if status in (401, 403) or isinstance(cause, RepositoryNotFoundError):
-                hint = (f"Check that your token has write access to '{repo_id.split('/')[0]}' "
-                        "(`hf auth whoami`; create a write token at https://huggingface.co/settings/tokens).")
+                hint = (
+                    f"Check that your token has write access to '{repo_id.split('/')[0]}' "
+                    "(`hf auth whoami`; create a write token at https://huggingface.co/settings/tokens)."
+                )
             else:
                 hint = "Re-running is safe: files already on the Hub are neither uploaded nor committed again."
             return PublishError(f"Publishing {repo_id} failed ({first_line(cause, token)}). {hint}")
@@ -142,14 +149,26 @@ def through_rate_limit(call: Callable[[], T], *, repo_id: str, what: str, token:
                 ) from exc
             asked = retry_after(exc)
             delay = asked if asked is not None else min(RATE_LIMIT_BACKOFF_S * 2**waits, RATE_LIMIT_BACKOFF_MAX_S)
-            logger.warning("%s: the Hub is rate-limiting %s (%s); waiting %.0fs%s, then sending it again", repo_id, what,
-                           first_line(exc, token), delay, " as it asked" if asked is not None else "")
+            logger.warning(
+                "%s: the Hub is rate-limiting %s (%s); waiting %.0fs%s, then sending it again",
+                repo_id,
+                what,
+                first_line(exc, token),
+                delay,
+                " as it asked" if asked is not None else "",
+            )
             sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def retrying(attempt: Callable[[int], T], *, repo_id: str, token: str | None, max_attempts: int,
-             progress: Callable[[], int] = lambda: 0) -> T:
+def retrying(
+    attempt: Callable[[int], T],
+    *,
+    repo_id: str,
+    token: str | None,
+    max_attempts: int,
+    progress: Callable[[], int] = lambda: 0,
+) -> T:
     """Run `attempt(n)` until it returns; re-plan and retry transient errors and conflicts with exponential backoff.
 
     `progress()` counts what the attempts have committed so far: an attempt that moved it before
@@ -180,9 +199,19 @@ def retrying(attempt: Callable[[int], T], *, repo_id: str, token: str | None, ma
                 ) from exc
             delay = min(BACKOFF_BASE_S * 2 ** (failures - 1), BACKOFF_MAX_S)
             delay = max(delay, retry_after(exc) or 0.0)
-            reason = {"conflict": "the repo changed since the plan", "transient": "a transient error",
-                      "rate_limited": "a rate limit"}[kind]
-            logger.warning("%s: %s (%s); re-planning and retrying in %.1fs (attempt %d/%d)", repo_id, reason,
-                           first_line(exc, token), delay, failures + 1, max_attempts)
+            reason = {
+                "conflict": "the repo changed since the plan",
+                "transient": "a transient error",
+                "rate_limited": "a rate limit",
+            }[kind]
+            logger.warning(
+                "%s: %s (%s); re-planning and retrying in %.1fs (attempt %d/%d)",
+                repo_id,
+                reason,
+                first_line(exc, token),
+                delay,
+                failures + 1,
+                max_attempts,
+            )
             sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -86,9 +86,13 @@ def verifier_version(verifier: object) -> str:
 
 @lru_cache(maxsize=None)
 def _warn_unversioned(cls: type) -> None:
-    logger.warning("verifier %s.%s declares no `version`: the sample stage is keyed by its code instead, so any change "
-                   "of its module re-verifies every answer. Set a class attribute `version = \"1\"` and bump it when "
-                   "the verifier decides otherwise.", cls.__module__, cls.__qualname__)
+    logger.warning(
+        "verifier %s.%s declares no `version`: the sample stage is keyed by its code instead, so any change "
+        'of its module re-verifies every answer. Set a class attribute `version = "1"` and bump it when '
+        "the verifier decides otherwise.",
+        cls.__module__,
+        cls.__qualname__,
+    )
 
 
 def _class_code_digest(cls: type) -> str:
@@ -134,4 +138,8 @@ def normalised(source: str) -> str:
 
 
 def _bare_string(statement: ast.AST) -> bool:
-    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) and isinstance(statement.value.value, str)
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )

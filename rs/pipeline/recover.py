@@ -24,19 +24,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator
 
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.generation_cache import GenerationCache
+from rs.engines.ordered import InOrder
 from rs.families.schema import FamilyConfig, RecoveryConfig
-from rs.util.progress import progress
-from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline import route
 from rs.pipeline.route import decide
-from rs.pipeline.sample.judge import JudgeCase
 from rs.pipeline.sample import SampleReport, SamplingPass, Verification
+from rs.pipeline.sample.judge import JudgeCase
+from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.sample.stage import answered, sampling_pass
 from rs.pipeline.stage import Store, StoredStage, current, fingerprint, plain, remove
-from rs.records import QAItem, Row
-from rs.records import RECOVERY, SampleRecord
+from rs.records import RECOVERY, QAItem, Row, SampleRecord
 from rs.store import ParquetStreamWriter, read_clean_rows, read_records
-from rs.engines.ordered import InOrder
+from rs.util.progress import progress
 
 if TYPE_CHECKING:
     from rs.context import BuildContext
@@ -58,7 +57,9 @@ def recovery_settings(config: FamilyConfig, sampling: SamplingSettings) -> Sampl
     """The settings every sample is drawn with: the greedy pass's, at the recovery's temperature, top_p, seed and budget."""
     r = config.recovery
     assert r is not None
-    return replace(sampling, temperature=r.temperature, top_p=r.top_p, seed=r.seed, max_tokens=r.max_tokens or sampling.max_tokens)
+    return replace(
+        sampling, temperature=r.temperature, top_p=r.top_p, seed=r.seed, max_tokens=r.max_tokens or sampling.max_tokens
+    )
 
 
 def samples_for(greedy: dict[str, Any], promotes: bool, recovery: RecoveryConfig) -> tuple[str | None, int]:
@@ -77,8 +78,9 @@ DECIDING = ("row", "key", "error", "ending", "final", "verified", "judge", "cont
 """The items store's columns that decide whether the pass samples an item (`samples_for`, `rs.pipeline.route.decide`)."""
 
 
-def to_sample(rows: Iterable[Row], items: Iterator[dict[str, Any]], promotes: bool,
-              recovery: RecoveryConfig) -> Iterator[tuple[int, Row, QAItem, str, int]]:
+def to_sample(
+    rows: Iterable[Row], items: Iterator[dict[str, Any]], promotes: bool, recovery: RecoveryConfig
+) -> Iterator[tuple[int, Row, QAItem, str, int]]:
     """The items the pass samples, in item order: (row index, row, item, why, k).
 
     `items`: the greedy pass's records (their `DECIDING` columns at least), beside their cleaned `rows`."""
@@ -86,7 +88,9 @@ def to_sample(rows: Iterable[Row], items: Iterator[dict[str, Any]], promotes: bo
         for qa in row.qa:
             greedy = next(items, None)
             if greedy is None or greedy["row"] != index or greedy["key"] != qa.key:
-                raise RuntimeError(f"the items store does not match the cleaned rows at row {index}; rebuild the family")
+                raise RuntimeError(
+                    f"the items store does not match the cleaned rows at row {index}; rebuild the family"
+                )
             why, k = samples_for(greedy, promotes, recovery)
             if why is not None:
                 yield index, row, qa, why, k
@@ -96,10 +100,21 @@ def sample_record(sample: int, seed: int, v: Verification) -> SampleRecord:
     """The recovery store's record of one verified sample, its judge's label still to come."""
     gen = v.generation
     return SampleRecord(
-        sample=sample, seed=seed, text=gen.text, reasoning=gen.reasoning, final=gen.answer,
-        finish_reason=gen.finish_reason, ending=gen.ending, completion_tokens=gen.completion_tokens,
-        thinking_tokens=gen.thinking_tokens, error=gen.error, verified=v.verified, contradicts=v.contradicts, judge=None,
-        reasoning_agrees=v.reasoning_agrees)
+        sample=sample,
+        seed=seed,
+        text=gen.text,
+        reasoning=gen.reasoning,
+        final=gen.answer,
+        finish_reason=gen.finish_reason,
+        ending=gen.ending,
+        completion_tokens=gen.completion_tokens,
+        thinking_tokens=gen.thinking_tokens,
+        error=gen.error,
+        verified=v.verified,
+        contradicts=v.contradicts,
+        judge=None,
+        reasoning_agrees=v.reasoning_agrees,
+    )
 
 
 def sample_case(v: Verification) -> JudgeCase | None:
@@ -168,7 +183,9 @@ class RecoveryPass:
         self.report = RecoveryReport()
         self.progress = progress
 
-    def draws(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> Iterator[tuple[int, QAItem, str, int, Request]]:
+    def draws(
+        self, rows: Iterable[Row], items: Iterator[dict[str, Any]]
+    ) -> Iterator[tuple[int, QAItem, str, int, Request]]:
         """The items the pass samples (`to_sample`), in item order: (row index, item, why, k, request of its k samples);
         rows read without their image bytes key the same."""
         instructions = self.greedy.instructions
@@ -185,8 +202,11 @@ class RecoveryPass:
     def judge_requests(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> Iterator[tuple[str, Request]]:
         """The judge's requests about the cached samples, with their cache keys: each sample read from the cache is
         verified as `run` verifies it. Every sample must be cached: one that is not raises."""
-        asked = ((self.greedy.runner.key(one, self.settings), one, item)
-                 for _, item, _, k, request in self.draws(rows, items) for one in map(request.one, range(k)))
+        asked = (
+            (self.greedy.runner.key(one, self.settings), one, item)
+            for _, item, _, k, request in self.draws(rows, items)
+            for one in map(request.one, range(k))
+        )
         verified = self.greedy.cached(asked, self.settings, calibrating=False)
         yield from self.greedy.judge_keyed(filter(None, map(self.verdict_request, verified)))
 
@@ -195,12 +215,16 @@ class RecoveryPass:
         judge, case = self.greedy.judge, sample_case(v)
         return judge.request(case) if case is not None and judge is not None else None
 
-    def _units(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> Iterator[tuple[_Draws, list[tuple[int, Request]]]]:
+    def _units(
+        self, rows: Iterable[Row], items: Iterator[dict[str, Any]]
+    ) -> Iterator[tuple[_Draws, list[tuple[int, Request]]]]:
         for index, qa, why, k, request in self.draws(rows, items):
             self.report.items[why] += 1
             yield _Draws(index, qa, request.prompt, why, k), [(i, request.one(i)) for i in range(k)]
 
-    def run(self, rows: Iterable[Row], items: Iterator[dict[str, Any]], out_dir: str | Path, *, total: int | None = None) -> RecoveryReport:
+    def run(
+        self, rows: Iterable[Row], items: Iterator[dict[str, Any]], out_dir: str | Path, *, total: int | None = None
+    ) -> RecoveryReport:
         """Sample every item the greedy pass rejected (`items`: its records, in item order, beside their cleaned `rows`)."""
         start = time.perf_counter()
         runner, judge = self.greedy.runner, self.greedy.judge
@@ -209,15 +233,22 @@ class RecoveryPass:
         if judge is not None:
             streams.append(judge.runner.stream(judge.settings))
             answered.append(self._judged)
-        calls = runner.stats.requests, runner.stats.engine_calls, *(
-            (judge.runner.stats.requests, judge.runner.stats.engine_calls) if judge else (0, 0))
+        calls = (
+            runner.stats.requests,
+            runner.stats.engine_calls,
+            *((judge.runner.stats.requests, judge.runner.stats.engine_calls) if judge else (0, 0)),
+        )
         core = InOrder(streams, answered, batch=max(1, self.config.engine.batch_size // max(1, self.recovery.samples)))
-        with ParquetStreamWriter(out_dir, "recovery", RECOVERY, group_rows=2_000, group_bytes=32 << 20) as writer, \
-                progress(total, "recovering", unit="item", enabled=self.progress) as bar:
+        with (
+            ParquetStreamWriter(out_dir, "recovery", RECOVERY, group_rows=2_000, group_bytes=32 << 20) as writer,
+            progress(total, "recovering", unit="item", enabled=self.progress) as bar,
+        ):
             for draws in core.run(self._units(rows, items)):
                 samples = [vars(draws.records[i]) for i in range(draws.k)]
-                writer.write({"row": draws.row, "key": draws.item.key, "why": draws.why, "k": draws.k, "samples": samples},
-                             size=sum(len(r["text"]) for r in samples))
+                writer.write(
+                    {"row": draws.row, "key": draws.item.key, "why": draws.why, "k": draws.k, "samples": samples},
+                    size=sum(len(r["text"]) for r in samples),
+                )
                 bar.update()
         self.report.sampling_requests = runner.stats.requests - calls[0]
         self.report.sampling_engine_calls = runner.stats.engine_calls - calls[1]
@@ -255,16 +286,23 @@ class RecoveryPass:
 def recovery_inputs(ctx: BuildContext, sampled: SampleReport) -> dict[str, Any]:
     """The recovery pass's results depend on the greedy pass (its items and calibration) and the recovery block."""
     recovery = ctx.family.config.recovery
-    return plain({"sample": sampled.fingerprint, "promotes": sampled.promotes, "recovery": asdict(recovery) if recovery else None,
-                  "versions": {"recovery": VERSION, "route": route.VERSION}})
+    return plain(
+        {
+            "sample": sampled.fingerprint,
+            "promotes": sampled.promotes,
+            "recovery": asdict(recovery) if recovery else None,
+            "versions": {"recovery": VERSION, "route": route.VERSION},
+        }
+    )
 
 
 class RecoverStage(StoredStage[RecoveryReport | None]):
     """(opt-in) The questions the greedy pass rejected sampled again above temperature 0; None without a `recovery:` block."""
 
     name: ClassVar[str] = "recover"
-    store: ClassVar[Store[RecoveryReport]] = Store("recovery", "recovery_report", "the recovery store", "the generation cache",
-                                                   RecoveryReport.from_dict)
+    store: ClassVar[Store[RecoveryReport]] = Store(
+        "recovery", "recovery_report", "the recovery store", "the generation cache", RecoveryReport.from_dict
+    )
 
     def __init__(self, sampled: SampleReport):
         """`sampled`: the sample stage's report (its fingerprint, and whether its calibration lets the judge promote)."""
@@ -282,8 +320,9 @@ class RecoverStage(StoredStage[RecoveryReport | None]):
         with ctx.passes(), GenerationCache(ctx.cache_path) as cache:
             recovery = self._pass(ctx, cache, "requests", progress=False)
             yield from recovery.sample_requests(*self._stores(ctx, images=False))
-            if recovery.greedy.judge is not None and answered(recovery.sample_requests(*self._stores(ctx, images=False)), cache,
-                                                              recovery.settings):
+            if recovery.greedy.judge is not None and answered(
+                recovery.sample_requests(*self._stores(ctx, images=False)), cache, recovery.settings
+            ):
                 yield from recovery.judge_requests(*self._stores(ctx, images=False))
 
     @contextmanager
@@ -301,7 +340,9 @@ class RecoverStage(StoredStage[RecoveryReport | None]):
             paths.recovery_report.unlink(missing_ok=True)
             return None
         with GenerationCache(ctx.cache_path) as cache:
-            report = self._pass(ctx, cache, "recovery", progress=ctx.progress).run(*self._stores(ctx), self.store.tmp(paths))
+            report = self._pass(ctx, cache, "recovery", progress=ctx.progress).run(
+                *self._stores(ctx), self.store.tmp(paths)
+            )
         report.inputs = recovery_inputs(ctx, self.sampled)
         return report
 
@@ -316,7 +357,9 @@ class RecoverStage(StoredStage[RecoveryReport | None]):
     @staticmethod
     def _stores(ctx: BuildContext, *, images: bool = True) -> tuple[Iterator[Row], Iterator[dict[str, Any]]]:
         """The cleaned rows and the greedy pass's records (their `DECIDING` columns) the pass reads."""
-        return read_clean_rows(ctx.paths.clean, images=images), read_records(ctx.paths.items, "items", columns=list(DECIDING))
+        return read_clean_rows(ctx.paths.clean, images=images), read_records(
+            ctx.paths.items, "items", columns=list(DECIDING)
+        )
 
 
 def current_recovery_report(ctx: BuildContext, sampled: SampleReport) -> RecoveryReport | None:

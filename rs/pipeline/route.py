@@ -54,7 +54,9 @@ def decide(item: dict[str, Any], judge_promotes: bool) -> Decision:
     if item["verified"]:
         return Decision(True, by="verifier")
     verdict = item["judge"]
-    if item["contradicts"] and verdict != "CORRECT":  # the verifier is certain: an UNSURE or WRONG judge decided nothing
+    if (
+        item["contradicts"] and verdict != "CORRECT"
+    ):  # the verifier is certain: an UNSURE or WRONG judge decided nothing
         return Decision(False, reason="wrong_answer")
     if verdict == NOT_ASKED:
         return Decision(False, reason="judge_not_asked")
@@ -97,10 +99,15 @@ def routes_of(config: FamilyConfig, promotes: bool) -> Routes:
     """A family's routing rules, given its calibration's verdict."""
     recovery = config.recovery
     rl = recovery.difficulty.rl if recovery else None
-    return Routes(promotes, config.answers.think_needs_agreeing_reasoning, recovery=recovery is not None,
-                  greedy_temperature=config.sampling.temperature, greedy_seed=config.sampling.seed,
-                  recovery_temperature=recovery.temperature if recovery else None,
-                  rl_bounds=(rl.min_pass_rate, rl.max_pass_rate) if rl else None)
+    return Routes(
+        promotes,
+        config.answers.think_needs_agreeing_reasoning,
+        recovery=recovery is not None,
+        greedy_temperature=config.sampling.temperature,
+        greedy_seed=config.sampling.seed,
+        recovery_temperature=recovery.temperature if recovery else None,
+        rl_bounds=(rl.min_pass_rate, rl.max_pass_rate) if rl else None,
+    )
 
 
 JUDGE_POLICIES = ("calibrated", "never")
@@ -121,23 +128,38 @@ class RouteFilter:
     def apply(self, routes: Routes) -> Routes:
         """The family's routes under this filter."""
         return replace(
-            routes, promotes=routes.promotes and self.judge != "never",
-            needs_agreeing_reasoning=routes.needs_agreeing_reasoning if self.think_needs_agreeing_reasoning is None
+            routes,
+            promotes=routes.promotes and self.judge != "never",
+            needs_agreeing_reasoning=routes.needs_agreeing_reasoning
+            if self.think_needs_agreeing_reasoning is None
             else self.think_needs_agreeing_reasoning,
-            rl_bounds=self.rl_bounds if self.rl_bounds is not None and routes.rl_bounds is not None else routes.rl_bounds)
+            rl_bounds=self.rl_bounds
+            if self.rl_bounds is not None and routes.rl_bounds is not None
+            else routes.rl_bounds,
+        )
 
     def changes(self, routes: Routes) -> list[str]:
         """What this filter changes of the family's `routes`, in words (the cards say it)."""
         after, out = self.apply(routes), []
         if self.judge == "never":
-            out.append("the judge promotes nothing" + (" (the run's calibration let it promote)" if routes.promotes else
-                                                     " (as in the run: its calibration did not let it promote)"))
+            out.append(
+                "the judge promotes nothing"
+                + (
+                    " (the run's calibration let it promote)"
+                    if routes.promotes
+                    else " (as in the run: its calibration did not let it promote)"
+                )
+            )
         if after.needs_agreeing_reasoning != routes.needs_agreeing_reasoning:
-            out.append("an accepted answer whose reasoning concludes another value is "
-                       + ("kept out of the think split" if after.needs_agreeing_reasoning else "kept in the think split"))
+            out.append(
+                "an accepted answer whose reasoning concludes another value is "
+                + ("kept out of the think split" if after.needs_agreeing_reasoning else "kept in the think split")
+            )
         if after.rl_bounds != routes.rl_bounds:
-            out.append(f"the RL repo keeps pass rates strictly between {after.rl_bounds[0]} and {after.rl_bounds[1]} "
-                       f"(the family: {routes.rl_bounds[0]} and {routes.rl_bounds[1]})")
+            out.append(
+                f"the RL repo keeps pass rates strictly between {after.rl_bounds[0]} and {after.rl_bounds[1]} "
+                f"(the family: {routes.rl_bounds[0]} and {routes.rl_bounds[1]})"
+            )
         return out or ["nothing (the family's own routing)"]
 
 
@@ -195,17 +217,31 @@ def qa_entry(split: str, item: dict[str, Any], result: Outcome, routes: Routes) 
     if split == "rejected":
         if decision.accepted:
             return None
-        qa = {"question": item["prompt"], "answer": item["reference"], "wrong_vlm": item["final"] or "", "reason": decision.reason}
+        qa = {
+            "question": item["prompt"],
+            "answer": item["reference"],
+            "wrong_vlm": item["final"] or "",
+            "reason": decision.reason,
+        }
         return {**qa, "pass_rate": result.pass_rate, "k": result.k} if routes.recovery else qa
     if not decision.accepted or split == "think" and kept_out_of_think(answer, routes.needs_agreeing_reasoning):
         return None
     if split == "nothink":
-        qa = {"question": item["prompt"], "answer": answer["final"], "reference": item["reference"], "accepted_by": decision.by}
+        qa = {
+            "question": item["prompt"],
+            "answer": answer["final"],
+            "reference": item["reference"],
+            "accepted_by": decision.by,
+        }
     else:
         qa = {
-            "question": item["prompt"], "reasoning": answer["reasoning"] or "", "answer": answer["final"],
-            "response": think_response(answer["reasoning"], answer["final"]), "reference": item["reference"],
-            "accepted_by": decision.by, "budgeted": answer.get("ending") == "thinking_budget",
+            "question": item["prompt"],
+            "reasoning": answer["reasoning"] or "",
+            "answer": answer["final"],
+            "response": think_response(answer["reasoning"], answer["final"]),
+            "reference": item["reference"],
+            "accepted_by": decision.by,
+            "budgeted": answer.get("ending") == "thinking_budget",
         }
     return {**qa, **_provenance(item, result, routes)} if routes.recovery else qa
 
@@ -218,11 +254,14 @@ def _provenance(item: dict[str, Any], result: Outcome, routes: Routes) -> dict[s
         "temperature": routes.recovery_temperature if recovered else routes.greedy_temperature,
         "seed": result.answer["seed"] if recovered else routes.greedy_seed,
         "greedy_answer": (item["final"] or "") if recovered else None,
-        "pass_rate": result.pass_rate, "k": result.k,
+        "pass_rate": result.pass_rate,
+        "k": result.k,
     }
 
 
-def outcomes(build_dir: str | Path, routes: Routes, *, columns: list[str] | None = None) -> Iterator[tuple[dict[str, Any], Outcome]]:
+def outcomes(
+    build_dir: str | Path, routes: Routes, *, columns: list[str] | None = None
+) -> Iterator[tuple[dict[str, Any], Outcome]]:
     """Every item of the items store with its outcome, in item order (the recovery store joined by row and key)."""
     build_dir = Path(build_dir)
     draws = read_records(build_dir / "recovery", "recovery") if routes.recovery else iter(())
@@ -233,8 +272,10 @@ def outcomes(build_dir: str | Path, routes: Routes, *, columns: list[str] | None
             mine, pending = pending, next(draws, None)
         yield item, outcome(item, mine, routes.promotes)
     if pending is not None:
-        raise RuntimeError(f"the recovery store of {build_dir} has items the items store lacks (row {pending['row']}); "
-                           "rebuild the family")
+        raise RuntimeError(
+            f"the recovery store of {build_dir} has items the items store lacks (row {pending['row']}); "
+            "rebuild the family"
+        )
 
 
 def split_rows(build_dir: str | Path, split: str, routes: Routes) -> Iterator[dict[str, Any]]:
@@ -243,7 +284,12 @@ def split_rows(build_dir: str | Path, split: str, routes: Routes) -> Iterator[di
     for row, results in joined(build_dir, routes):
         qa = [entry for item, result in results if (entry := qa_entry(split, item, result, routes)) is not None]
         if qa:
-            yield {"image": {"bytes": row.image, "path": None}, "qa": qa, "clean_meta": row.clean_meta, "image_sha256": row.image_sha256}
+            yield {
+                "image": {"bytes": row.image, "path": None},
+                "qa": qa,
+                "clean_meta": row.clean_meta,
+                "image_sha256": row.image_sha256,
+            }
 
 
 def joined(build_dir: str | Path, routes: Routes) -> Iterator[tuple[Any, list[tuple[dict[str, Any], Outcome]]]]:
@@ -255,7 +301,9 @@ def joined(build_dir: str | Path, routes: Routes) -> Iterator[tuple[Any, list[tu
         mine = []
         for _ in row.qa:
             if current is None or current[0]["row"] != index:
-                raise RuntimeError(f"the items store of {build_dir} does not match its cleaned rows at row {index}; rebuild the family")
+                raise RuntimeError(
+                    f"the items store of {build_dir} does not match its cleaned rows at row {index}; rebuild the family"
+                )
             mine.append(current)
             current = next(results, None)
         yield row, mine
@@ -296,8 +344,13 @@ def pair_of(item: dict[str, Any], result: Outcome, routes: Routes) -> Pair | Non
     wrong += [("sample", s) for s in result.samples or ()]
     for source, answer in wrong:
         if certainly_wrong(answer, routes.promotes):
-            return Pair(result.answer, "sample" if result.recovered else "greedy", answer, source,
-                        "certain" if answer["contradicts"] else "judge")
+            return Pair(
+                result.answer,
+                "sample" if result.recovered else "greedy",
+                answer,
+                source,
+                "certain" if answer["contradicts"] else "judge",
+            )
     return None
 
 
@@ -319,7 +372,9 @@ class PairCounts:
             return False
         pair = pair_of(item, result, routes)
         if pair is None:
-            self.unpaired["reasoning_disagrees" if result.answer.get("reasoning_agrees") is False else "no_wrong_answer"] += 1
+            self.unpaired[
+                "reasoning_disagrees" if result.answer.get("reasoning_agrees") is False else "no_wrong_answer"
+            ] += 1
             return False
         self.pairs += 1
         self.images += item["row"] != self._last_row
@@ -330,8 +385,14 @@ class PairCounts:
         return True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pairs": self.pairs, "images": self.images, **{k: dict(sorted(getattr(self, k).items()))
-                for k in ("chosen_from", "rejected_from", "rejected_reason", "unpaired")}}
+        return {
+            "pairs": self.pairs,
+            "images": self.images,
+            **{
+                k: dict(sorted(getattr(self, k).items()))
+                for k in ("chosen_from", "rejected_from", "rejected_reason", "unpaired")
+            },
+        }
 
 
 # -- question types (`question_types:`) --------------------------------------------------------------------------------
@@ -387,14 +448,18 @@ class TypeCounts:
     def to_dict(self) -> dict[str, Any]:
         rates = sorted(self.pass_rates)
         return {
-            "answered": self.answered, "accepted": self.accepted, "greedy_accepted": self.greedy_accepted,
-            "recovered": self.recovered, "sampled_rejected": self.sampled_rejected,
+            "answered": self.answered,
+            "accepted": self.accepted,
+            "greedy_accepted": self.greedy_accepted,
+            "recovered": self.recovered,
+            "sampled_rejected": self.sampled_rejected,
             "accept_rate": self.accepted / self.answered if self.answered else None,
             "recovery_rate": self.recovered / self.sampled_rejected if self.sampled_rejected else None,
             "measured": len(rates),
             "pass_rate_mean": sum(rates) / len(rates) if rates else None,
             "pass_rate_median": _median(rates),
-            "pass_rate_min": rates[0] if rates else None, "pass_rate_max": rates[-1] if rates else None,
+            "pass_rate_min": rates[0] if rates else None,
+            "pass_rate_max": rates[-1] if rates else None,
             "sometimes": sum(0 < r < 1 for r in rates),
         }
 
@@ -419,7 +484,9 @@ class Routing:
     """`accepted` / `rejected` -> answers per output length in tokens."""
     truncated: dict[str, int]
     """`accepted` / `rejected` -> answers that ran to `max_tokens`."""
-    loop_tokens: dict[str, Counter[int]] = field(default_factory=lambda: {"accepted": Counter(), "rejected": Counter()})
+    loop_tokens: dict[str, Counter[int]] = field(
+        default_factory=lambda: {"accepted": Counter(), "rejected": Counter()}
+    )
     """`accepted` / `rejected` -> answers loop detection ended, per output length."""
     budget_cuts: dict[str, int] = field(default_factory=lambda: {"accepted": 0, "rejected": 0})
     """`accepted` / `rejected` -> answers whose reasoning was cut at the thinking budget."""
@@ -459,8 +526,9 @@ def _pass_rate_group(result: Outcome) -> str:
     return "greedy_accepted" if result.greedy.accepted else "recovered" if result.recovered else "rejected"
 
 
-def _typed_outcomes(paths: BuildPaths, routes: Routes, columns: list[str], type_of: Typer | None
-                    ) -> Iterator[tuple[dict[str, Any], Outcome, str | None]]:
+def _typed_outcomes(
+    paths: BuildPaths, routes: Routes, columns: list[str], type_of: Typer | None
+) -> Iterator[tuple[dict[str, Any], Outcome, str | None]]:
     """`outcomes`, each with its question's type (None without `question_types`)."""
     types = item_types(paths.root, type_of) if type_of is not None else None
     for item, result in outcomes(paths.root, routes, columns=columns):
@@ -468,8 +536,10 @@ def _typed_outcomes(paths: BuildPaths, routes: Routes, columns: list[str], type_
         if types is not None:
             row, key, kind = next(types)
             if (row, key) != (item["row"], item["key"]):
-                raise BuildError(f"the items store of {paths.root} does not match its cleaned rows at row {item['row']}; "
-                                 "rebuild the family")
+                raise BuildError(
+                    f"the items store of {paths.root} does not match its cleaned rows at row {item['row']}; "
+                    "rebuild the family"
+                )
         yield item, result, kind
 
 
@@ -489,10 +559,24 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
     truncated = {"accepted": 0, "rejected": 0}
     loop_tokens: dict[str, Counter[int]] = {"accepted": Counter(), "rejected": Counter()}
     budget_cuts = {"accepted": 0, "rejected": 0}
-    pass_rates: dict[str, Counter[float]] = {group: Counter() for group in ("greedy_accepted", "recovered", "rejected")}
+    pass_rates: dict[str, Counter[float]] = {
+        group: Counter() for group in ("greedy_accepted", "recovered", "rejected")
+    }
     pair_counts = PairCounts() if pairs else None
-    columns = ["row", "key", "error", "final", "verified", "contradicts", "judge", "completion_tokens", "finish_reason", "ending",
-               "reasoning_agrees", "reasoning"] + (["prompt", "reference"] if pairs else [])
+    columns = [
+        "row",
+        "key",
+        "error",
+        "final",
+        "verified",
+        "contradicts",
+        "judge",
+        "completion_tokens",
+        "finish_reason",
+        "ending",
+        "reasoning_agrees",
+        "reasoning",
+    ] + (["prompt", "reference"] if pairs else [])
     types: dict[str, TypeCounts] = {}
     rl = 0
     for item, result, kind in _typed_outcomes(paths, routes, columns, type_of):
@@ -513,9 +597,20 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
         if pair_counts is not None:
             pair_counts.add(item, result, routes)
     by = ("verifier", "judge", "recovery") if routes.recovery else ("verifier", "judge")
-    return Routing({k: accepted_by[k] for k in by}, {k: rejected[k] for k in REJECT_REASONS}, tokens, truncated,
-                   loop_tokens, budget_cuts, kept_out, disagrees, pass_rates if routes.recovery else None, pair_counts,
-                   dict(sorted(types.items())) if type_of is not None else None, rl)
+    return Routing(
+        {k: accepted_by[k] for k in by},
+        {k: rejected[k] for k in REJECT_REASONS},
+        tokens,
+        truncated,
+        loop_tokens,
+        budget_cuts,
+        kept_out,
+        disagrees,
+        pass_rates if routes.recovery else None,
+        pair_counts,
+        dict(sorted(types.items())) if type_of is not None else None,
+        rl,
+    )
 
 
 class RouteStage:
@@ -535,5 +630,9 @@ class RouteStage:
 
     def run(self, ctx: BuildContext) -> Routing:
         types = ctx.family.config.question_types
-        return route_items(ctx.paths, routes_for(ctx, self.promotes), pairs="pairs" in ctx.family.splits,
-                           type_of=typer(types) if types is not None else None)
+        return route_items(
+            ctx.paths,
+            routes_for(ctx, self.promotes),
+            pairs="pairs" in ctx.family.splits,
+            type_of=typer(types) if types is not None else None,
+        )

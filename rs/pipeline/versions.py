@@ -35,9 +35,16 @@ from rs.util.shipped import CHECKOUT, shipped
 
 ROUTE = Piece("route", rs.pipeline.route, "VERSION", ("pipeline/route.py",))
 """Routing decides which split an answered item goes to: the splits' fingerprint holds its version."""
-RECOVERY = Piece("recovery", rs.pipeline.recover, "VERSION", ("pipeline/recover.py", "records.py", "engines/ordered.py"))
+RECOVERY = Piece(
+    "recovery", rs.pipeline.recover, "VERSION", ("pipeline/recover.py", "records.py", "engines/ordered.py")
+)
 """The recovery pass: which items it samples (with routing's version) and what it records of each sample."""
-DECONTAMINATION = Piece("decontamination", rs.pipeline.clean.decontam.methods, "VERSION", ("pipeline/clean/decontam/", "sources/synthetic/evaluation.py"))
+DECONTAMINATION = Piece(
+    "decontamination",
+    rs.pipeline.clean.decontam.methods,
+    "VERSION",
+    ("pipeline/clean/decontam/", "sources/synthetic/evaluation.py"),
+)
 """What cleaning matches against the evaluation sets (in the clean stage's fingerprint, `rs.pipeline.clean.stage`)."""
 SPLITS_CODE = ("pipeline/write/", "builders/", "splits_schema.py", "store.py", "records.py")
 """The code that writes the splits' rows from the stores (besides routing): the datasets builder, the splits'
@@ -49,7 +56,9 @@ def builtin_verifier_pieces() -> list[Piece]:
     pieces = []
     for name, cls in VERIFIERS.items():
         if cls.__module__.startswith("rs.verifiers."):
-            pieces.append(Piece(f"verifier/{name}", cls, "version", (f"verifiers/{cls.__module__.rsplit('.', 1)[1]}.py",)))
+            pieces.append(
+                Piece(f"verifier/{name}", cls, "version", (f"verifiers/{cls.__module__.rsplit('.', 1)[1]}.py",))
+            )
     return pieces
 
 
@@ -97,16 +106,21 @@ def identities() -> dict[str, dict[str, str]]:
     for name, entry in current().items():
         lock = locked.get(name) or {}
         same = lock.get("version") == entry["version"] and lock.get("code") == entry["code"]
-        table[name] = {"version": entry["version"], "code": lock.get("identity", entry["code"]) if same else entry["code"]}
+        table[name] = {
+            "version": entry["version"],
+            "code": lock.get("identity", entry["code"]) if same else entry["code"],
+        }
     return table
 
 
 def unbumped(locked: dict[str, dict[str, str]], now: dict[str, dict[str, str]]) -> list[str]:
     """The pieces whose code changed since the lock under the same version: each says what to bump."""
-    return [f"{name}: its code ({', '.join(_code_of(name))}) changed since rs/pipeline/versions.lock.json, but its version "
-            f"did not: bump {entry['declared_at']} (now {entry['version']!r})"
-            for name, entry in now.items()
-            if name in locked and locked[name]["version"] == entry["version"] and locked[name]["code"] != entry["code"]]
+    return [
+        f"{name}: its code ({', '.join(_code_of(name))}) changed since rs/pipeline/versions.lock.json, but its version "
+        f"did not: bump {entry['declared_at']} (now {entry['version']!r})"
+        for name, entry in now.items()
+        if name in locked and locked[name]["version"] == entry["version"] and locked[name]["code"] != entry["code"]
+    ]
 
 
 def _code_of(name: str) -> list[str]:
@@ -123,8 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m rs.pipeline.versions`: list the pieces; `--write` records them in the lock file after a version bump."""
     parser = argparse.ArgumentParser(prog="python -m rs.pipeline.versions", description=main.__doc__)
     parser.add_argument("--write", action="store_true", help=f"record the pieces in {LOCK}")
-    parser.add_argument("--unchanged", action="append", default=[], metavar="PIECE",
-                        help="record PIECE's new code under its old version: the change decides nothing otherwise (a refactor)")
+    parser.add_argument(
+        "--unchanged",
+        action="append",
+        default=[],
+        metavar="PIECE",
+        help="record PIECE's new code under its old version: the change decides nothing otherwise (a refactor)",
+    )
     args = parser.parse_args(argv)
     now = current()
     for name, entry in now.items():
@@ -135,7 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     problems = [p for p in unbumped(locked, now) if p.split(":", 1)[0] not in args.unchanged]
     if problems:
         print("error: " + "\nerror: ".join(problems), file=sys.stderr)
-        print("hint: bump each version named, or pass --unchanged PIECE when the change decides nothing otherwise", file=sys.stderr)
+        print(
+            "hint: bump each version named, or pass --unchanged PIECE when the change decides nothing otherwise",
+            file=sys.stderr,
+        )
         return 2
     LOCK.write_text(json.dumps(recorded(locked, now), indent=2, sort_keys=True) + "\n")
     print(f"wrote {LOCK}")

@@ -31,17 +31,27 @@ from rs.plan.tokens import PromptTokens
 __all__ = ["KindReport", "PlanReport", "Projection", "RecoveryProjection", "TemplateReport", "plan_family"]
 
 
-def plan_family(family: Family, *, sample_images: int = 8, limit: int | None = None, build_root: Path | None = None,
-                cache_path: Path | None = None, tokens_per_second: float | None = None,
-                engine_factory: Callable[[Family], tuple[Engine, Engine | None]] | None = None, progress: bool = False,
-                count_tokens: bool = True) -> PlanReport:
+def plan_family(
+    family: Family,
+    *,
+    sample_images: int = 8,
+    limit: int | None = None,
+    build_root: Path | None = None,
+    cache_path: Path | None = None,
+    tokens_per_second: float | None = None,
+    engine_factory: Callable[[Family], tuple[Engine, Engine | None]] | None = None,
+    progress: bool = False,
+    count_tokens: bool = True,
+) -> PlanReport:
     """Check a family's run before it starts; with `limit`, answer its first `limit` images and project the whole family.
 
     `count_tokens=False`: no processor is loaded (nor `transformers` imported), so no prompt is counted and the chat
     template is not read: what `rs publish --dry-run` says of a family it has not built.
     """
     c = family.config
-    plan = PlanReport(family.name, c.model.id, c.sampling.max_tokens, static.max_model_len(c), static.mm_processor_kwargs(c))
+    plan = PlanReport(
+        family.name, c.model.id, c.sampling.max_tokens, static.max_model_len(c), static.mm_processor_kwargs(c)
+    )
     static.check_configuration(c, plan)
     rows = static.sample_rows(family, sample_images, plan)
     static.check_calibration(c, plan)
@@ -53,5 +63,7 @@ def plan_family(family: Family, *, sample_images: int = 8, limit: int | None = N
     static.check_kinds(c, plan)
     static.suggest_closed_set(c, rows, plan)
     if limit is not None:
-        plan.projection = project(family, limit, build_root, cache_path, tokens_per_second, engine_factory, progress, plan)
+        plan.projection = project(
+            family, limit, build_root, cache_path, tokens_per_second, engine_factory, progress, plan
+        )
     return plan

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from rs.util.text import counted
-from rs.pipeline.clean import Cleaner
 from rs.families import Family
+from rs.pipeline.clean import Cleaner
 from rs.prompt import Instructions, build_prompt
 from rs.sources import open_source
+from rs.util.text import counted
 
 
 def preview(family: Family, *, limit: int = 3, out: TextIO = sys.stdout) -> None:
@@ -21,16 +21,22 @@ def preview(family: Family, *, limit: int = 3, out: TextIO = sys.stdout) -> None
     instructions = Instructions.of(family.config)
     for row in cleaner.rows(source, limit=limit):
         shown += 1
-        print(f"\nrow {shown}: image {row.image_sha256[:16]}… ({len(row.image)} bytes), records {', '.join(row.record_ids)}", file=out)
+        print(
+            f"\nrow {shown}: image {row.image_sha256[:16]}… ({len(row.image)} bytes), records {', '.join(row.record_ids)}",
+            file=out,
+        )
         for item in row.qa:
             prompt = build_prompt(item.question, instructions.for_item(item))
             notes = ", ".join(item.rewrites + item.flags)
             print(f"  [{item.key}] Q: {prompt!r}", file=out)
             print(f"  {' ' * len(item.key)}   A: {item.answer!r}" + (f"   ({notes})" if notes else ""), file=out)
     r = cleaner.report
-    print(f"\ncleaning: {r.source_items} source QA in {counted(r.source_records, 'record')} -> {r.kept_items} kept in "
-          f"{counted(r.rows, 'row')}, {sum(r.dropped.values())} dropped ({counted(r.merged_records, 'record')} merged into an "
-          "image already seen)", file=out)
+    print(
+        f"\ncleaning: {r.source_items} source QA in {counted(r.source_records, 'record')} -> {r.kept_items} kept in "
+        f"{counted(r.rows, 'row')}, {sum(r.dropped.values())} dropped ({counted(r.merged_records, 'record')} merged into an "
+        "image already seen)",
+        file=out,
+    )
     for reason, count in sorted(r.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  dropped {reason}: {count}", file=out)
     for step, stats in r.steps.items():

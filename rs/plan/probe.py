@@ -15,9 +15,8 @@ from pathlib import Path
 from rs.engines.models import resolve_model
 from rs.engines.vllm_args import known_engine_args
 from rs.errors import UsageError
-from rs.registry import SOURCES
-
 from rs.families.loader import Family, FamilyConfigError, locate
+from rs.registry import SOURCES
 
 __all__ = ["probe_family"]
 
@@ -35,18 +34,23 @@ def probe_family(family: Family, *, loads_model: bool = False) -> list[str]:
     source = SOURCES.get(c.source.kind).from_config(c.source, base_dir=family.path.parent)
     check = getattr(source, "check", None)
     if c.source.kind == "hub":
-        not_checked.append(f"the Hub source {SOURCES.get('hub').label(c.source)} (`rs families preview {family.name}` reads a few records)")
+        not_checked.append(
+            f"the Hub source {SOURCES.get('hub').label(c.source)} (`rs families preview {family.name}` reads a few records)"
+        )
     elif check is not None:
         try:
             not_checked += check()
         except UsageError as err:
             key = getattr(err, "key", "path")
             problem = str(err).removeprefix(f"{key}: ").removeprefix(f"source.{key} ")
-            raise FamilyConfigError(f"{locate(family, f'source.{key}')}: families.{family.name}.source.{key}: {problem}",
-                                    hint=err.hint) from None
+            raise FamilyConfigError(
+                f"{locate(family, f'source.{key}')}: families.{family.name}.source.{key}: {problem}", hint=err.hint
+            ) from None
     for key, model in (("model", c.model), ("judge.model", c.judge.model)):
         if model is not None:
-            not_checked += _check_model(family, key, model.id, model.revision, loads=loads_model and c.engine.kind == "vllm")
+            not_checked += _check_model(
+                family, key, model.id, model.revision, loads=loads_model and c.engine.kind == "vllm"
+            )
     if c.engine.kind == "vllm" and known_engine_args() is None:
         not_checked.append("engine.args (vLLM is not installed here, or its argument list could not be read)")
     elif c.engine.kind == "openai":
@@ -55,14 +59,19 @@ def probe_family(family: Family, *, loads_model: bool = False) -> list[str]:
         path = Path(c.engine.replay_path).expanduser()
         path = path if path.is_absolute() else family.path.parent / path
         if not path.is_file():
-            raise FamilyConfigError(f"{locate(family, 'engine.replay_path')}: families.{family.name}.engine.replay_path: "
-                                    f"{c.engine.replay_path!r}: {path.absolute()} is not a file",
-                                    hint=None if Path(c.engine.replay_path).expanduser().is_absolute() else
-                                    "a relative replay_path is relative to the families file's folder")
+            raise FamilyConfigError(
+                f"{locate(family, 'engine.replay_path')}: families.{family.name}.engine.replay_path: "
+                f"{c.engine.replay_path!r}: {path.absolute()} is not a file",
+                hint=None
+                if Path(c.engine.replay_path).expanduser().is_absolute()
+                else "a relative replay_path is relative to the families file's folder",
+            )
     return not_checked
 
 
-def _check_model(family: Family, key: str, model_id: str, revision: str | None = None, *, loads: bool = False) -> list[str]:
+def _check_model(
+    family: Family, key: str, model_id: str, revision: str | None = None, *, loads: bool = False
+) -> list[str]:
     """A built-in id must exist, a local folder must hold a model; a Hub id must be in the local cache when offline, else
     it is only named."""
     if model_id.startswith("rs:"):
@@ -74,18 +83,24 @@ def _check_model(family: Family, key: str, model_id: str, revision: str | None =
     path = Path(model_id).expanduser()  # vLLM and transformers read a relative path from the working directory
     if path.is_absolute() or model_id.startswith((".", "~")):
         if not (path / "config.json").is_file():
-            raise FamilyConfigError(f"{locate(family, f'{key}.id')}: families.{family.name}.{key}.id: {model_id!r} is a local path, "
-                                    f"but {path} holds no model (no config.json)",
-                                    hint="give the folder of a saved model (config.json, weights, tokenizer) or a Hub id")
+            raise FamilyConfigError(
+                f"{locate(family, f'{key}.id')}: families.{family.name}.{key}.id: {model_id!r} is a local path, "
+                f"but {path} holds no model (no config.json)",
+                hint="give the folder of a saved model (config.json, weights, tokenizer) or a Hub id",
+            )
         return []
     whose = " (the judge's)" if key == "judge.model" else ""
     if (missing := _not_cached_offline(model_id, revision)) is not None:
         if not loads:
-            return [f"the Hub model {model_id}{whose} (offline, and not in the local Hugging Face cache: a run here could not "
-                    "load it)"]
-        raise FamilyConfigError(f"{locate(family, f'{key}.id')}: families.{family.name}.{key}.id: {missing}",
-                                hint="check the id's spelling (`hf cache ls` lists the models cached here), or download it "
-                                     "while online (`hf download ID`), or unset HF_HUB_OFFLINE")
+            return [
+                f"the Hub model {model_id}{whose} (offline, and not in the local Hugging Face cache: a run here could not "
+                "load it)"
+            ]
+        raise FamilyConfigError(
+            f"{locate(family, f'{key}.id')}: families.{family.name}.{key}.id: {missing}",
+            hint="check the id's spelling (`hf cache ls` lists the models cached here), or download it "
+            "while online (`hf download ID`), or unset HF_HUB_OFFLINE",
+        )
     return [f"the Hub model {model_id}{whose}"]
 
 
@@ -101,5 +116,8 @@ def _not_cached_offline(model_id: str, revision: str | None) -> str | None:
         return f"{model_id!r} is not a Hub model id ({err})"
     if isinstance(found, str):
         return None
-    return (f"the Hub model {model_id!r}" + (f" at revision {revision!r}" if revision else "")
-            + f" is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}), and the Hub is offline (HF_HUB_OFFLINE)")
+    return (
+        f"the Hub model {model_id!r}"
+        + (f" at revision {revision!r}" if revision else "")
+        + f" is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}), and the Hub is offline (HF_HUB_OFFLINE)"
+    )

@@ -15,23 +15,32 @@ from rs.context import BuildContext, default_cache_path
 from rs.families import Family
 from rs.families.schema import JudgeConfig
 from rs.pipeline.clean import CleaningReport
-from rs.pipeline.recover import RecoveryReport
+from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.recover import RecoverStage, RecoveryReport
 from rs.pipeline.route import decide, in_rl_bounds, outcomes, routes_for
 from rs.pipeline.sample import SampleReport
-from rs.pipeline.clean.stage import CleanStage
-from rs.pipeline.recover import RecoverStage
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure
 from rs.plan.report import PlanReport, Projection, RecoveryProjection
 from rs.store import read_records
 
 
-def project(family: Family, limit: int, build_root: Path | None, cache_path: Path | None, tokens_per_second: float | None,
-            engine_factory: Any, progress: bool, plan: PlanReport) -> Projection:
+def project(
+    family: Family,
+    limit: int,
+    build_root: Path | None,
+    cache_path: Path | None,
+    tokens_per_second: float | None,
+    engine_factory: Any,
+    progress: bool,
+    plan: PlanReport,
+) -> Projection:
     """Answer the first `limit` images for real (and run the recovery pass on them), in `build_root/plan` and through the
     generation cache the full run reads, and project the whole family from what they took."""
     root = Path(build_root or "build") / "plan"
-    ctx = BuildContext(family, root, cache_path or default_cache_path(), limit=limit, progress=progress, engine_factory=engine_factory)
+    ctx = BuildContext(
+        family, root, cache_path or default_cache_path(), limit=limit, progress=progress, engine_factory=engine_factory
+    )
     with ctx.passes():
         return _projected(ctx, family, tokens_per_second, plan)
 
@@ -51,14 +60,26 @@ def _projected(ctx: BuildContext, family: Family, tokens_per_second: float | Non
     judge_max = _judge_max_tokens(family.config.judge)
     calibration = report.judge_requests - report.judged
     recovery = _project_recovery(ctx, report, items) if family.config.recovery is not None else None
-    return Projection(images=ctx.limit or 0, answered=len(answered), completion_tokens=tokens,
-                      truncated=sum(i["finish_reason"] == "length" for i in answered), accepted=accepted, judged=report.judged,
-                      judge_max_tokens=judge_max, calibration_requests=max(0, calibration),
-                      sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds, family_qa=family_qa,
-                      tokens_per_second=tokens_per_second or measured, measured=tokens_per_second is None and measured is not None,
-                      endings=dict(sorted(Counter(i["ending"] for i in answered).items())), loop_tokens_saved=report.loop_tokens_saved,
-                      loop_detection=family.config.sampling.repetition_detection is not None, recovery=recovery,
-                      model_loads=ctx.engines_made)
+    return Projection(
+        images=ctx.limit or 0,
+        answered=len(answered),
+        completion_tokens=tokens,
+        truncated=sum(i["finish_reason"] == "length" for i in answered),
+        accepted=accepted,
+        judged=report.judged,
+        judge_max_tokens=judge_max,
+        calibration_requests=max(0, calibration),
+        sent=report.sampling_engine_calls + report.judge_engine_calls,
+        seconds=report.seconds,
+        family_qa=family_qa,
+        tokens_per_second=tokens_per_second or measured,
+        measured=tokens_per_second is None and measured is not None,
+        endings=dict(sorted(Counter(i["ending"] for i in answered).items())),
+        loop_tokens_saved=report.loop_tokens_saved,
+        loop_detection=family.config.sampling.repetition_detection is not None,
+        recovery=recovery,
+        model_loads=ctx.engines_made,
+    )
 
 
 def _judge_max_tokens(judge: JudgeConfig) -> int:
@@ -97,9 +118,23 @@ def _project_recovery(ctx: BuildContext, sampled: SampleReport, items: list[dict
         difficulty += sum(drawn) if r["why"] == "difficulty" else 0
     blocked = sum(decide(i, sampled.promotes).reason == "judge_blocked" for i in items)
     routes = routes_for(ctx, sampled.promotes)
-    rl = (sum(in_rl_bounds(result, routes.rl_bounds) for _, result in outcomes(ctx.paths.root, routes))
-          if routes.rl_bounds is not None else None)
-    return RecoveryProjection(k=recovery.samples, temperature=recovery.temperature, items=len(items), sampled=dict(report.items),
-                              samples=report.samples, completion_tokens=tokens, judged=report.judged,
-                              sent=report.sampling_engine_calls + report.judge_engine_calls, seconds=report.seconds, blocked=blocked,
-                              difficulty_tokens=difficulty, rl=rl, rl_bounds=routes.rl_bounds)
+    rl = (
+        sum(in_rl_bounds(result, routes.rl_bounds) for _, result in outcomes(ctx.paths.root, routes))
+        if routes.rl_bounds is not None
+        else None
+    )
+    return RecoveryProjection(
+        k=recovery.samples,
+        temperature=recovery.temperature,
+        items=len(items),
+        sampled=dict(report.items),
+        samples=report.samples,
+        completion_tokens=tokens,
+        judged=report.judged,
+        sent=report.sampling_engine_calls + report.judge_engine_calls,
+        seconds=report.seconds,
+        blocked=blocked,
+        difficulty_tokens=difficulty,
+        rl=rl,
+        rl_bounds=routes.rl_bounds,
+    )

@@ -20,8 +20,10 @@ _STATE_WORDS = {
 
 def render_report(report: PlanReport) -> str:
     """The report a person reads: the configuration, the template, the sample, each kind of question, the projection, the warnings."""
-    out = [f"{report.family}: plan for {report.model}, max_tokens {report.max_tokens:,}"
-           + (f", max_model_len {report.max_model_len:,}" if report.max_model_len else "")]
+    out = [
+        f"{report.family}: plan for {report.model}, max_tokens {report.max_tokens:,}"
+        + (f", max_model_len {report.max_model_len:,}" if report.max_model_len else "")
+    ]
     out += [f"  {line}" for line in report.configuration]
     out += [f"  note: {note}" for note in report.notes]
     out += _template_lines(report)
@@ -43,9 +45,12 @@ def _template_lines(report: PlanReport) -> list[str]:
         return []
     t = report.template
     markers = f"`{t.markers[0]}` ... `{t.markers[1]}`" if t.markers else "none (the model does not reason)"
-    return ["chat template:", f"  reasoning markers: {markers}",
-            f"  generation prompt ends {t.tail[-24:]!r}: reasoning {_STATE_WORDS.get(t.thinking or '', 'unknown')}",
-            f"  with enable_thinking false (a label-only judge): {_STATE_WORDS.get(t.without_thinking or '', 'unknown')}"]
+    return [
+        "chat template:",
+        f"  reasoning markers: {markers}",
+        f"  generation prompt ends {t.tail[-24:]!r}: reasoning {_STATE_WORDS.get(t.thinking or '', 'unknown')}",
+        f"  with enable_thinking false (a label-only judge): {_STATE_WORDS.get(t.without_thinking or '', 'unknown')}",
+    ]
 
 
 def _sample_lines(report: PlanReport) -> list[str]:
@@ -53,60 +58,84 @@ def _sample_lines(report: PlanReport) -> list[str]:
         return []
     s = report.sample
     size = f" of {report.source_records:,} records" if report.source_records is not None else ""
-    return [f"sample: {s.source_records} records{size}, {s.source_items} questions, {s.kept_items} kept by cleaning "
-            f"({s.dropped_items} dropped: {', '.join(f'{k} {v}' for k, v in sorted(s.dropped.items())) or 'none'})"]
+    return [
+        f"sample: {s.source_records} records{size}, {s.source_items} questions, {s.kept_items} kept by cleaning "
+        f"({s.dropped_items} dropped: {', '.join(f'{k} {v}' for k, v in sorted(s.dropped.items())) or 'none'})"
+    ]
 
 
 def _kind_lines(report: PlanReport, kind: KindReport) -> list[str]:
     """One kind of question: its count, verifier and instruction, its prompt and image tokens, an example."""
-    out = [f"  {kind.kind}: {counted(kind.items, 'question')}, verifier {kind.verifier}, instruction {kind.instruction!r}"]
+    out = [
+        f"  {kind.kind}: {counted(kind.items, 'question')}, verifier {kind.verifier}, instruction {kind.instruction!r}"
+    ]
     if kind.prompt_tokens:
         tokens = sorted(kind.prompt_tokens)
-        fits = "" if report.max_model_len is None else (
-            "fits" if tokens[-1] + report.max_tokens <= report.max_model_len else "DOES NOT FIT")
-        out.append(f"    prompt tokens (image included) min {tokens[0]:,}, median {statistics.median(tokens):,.0f}, "
-                   f"max {tokens[-1]:,}; + max_tokens {report.max_tokens:,} = {tokens[-1] + report.max_tokens:,} {fits}".rstrip())
+        fits = (
+            ""
+            if report.max_model_len is None
+            else ("fits" if tokens[-1] + report.max_tokens <= report.max_model_len else "DOES NOT FIT")
+        )
+        out.append(
+            f"    prompt tokens (image included) min {tokens[0]:,}, median {statistics.median(tokens):,.0f}, "
+            f"max {tokens[-1]:,}; + max_tokens {report.max_tokens:,} = {tokens[-1] + report.max_tokens:,} {fits}".rstrip()
+        )
     if kind.image_tokens and kind.largest is not None:
         images = sorted(kind.image_tokens)
         width, height, most = kind.largest
-        out.append(f"    image tokens min {images[0]:,}, median {statistics.median(images):,.0f}, max {most:,} "
-                   f"(a {width}x{height} image)" + (f" at {_pixel_setting(report.mm_processor_kwargs)}" if report.mm_processor_kwargs else ""))
+        out.append(
+            f"    image tokens min {images[0]:,}, median {statistics.median(images):,.0f}, max {most:,} "
+            f"(a {width}x{height} image)"
+            + (f" at {_pixel_setting(report.mm_processor_kwargs)}" if report.mm_processor_kwargs else "")
+        )
     out.append(f"    e.g. {kind.example!r}")
     return out
 
 
 def _projection_lines(p: Projection) -> list[str]:
-    out = [f"answered for real: {counted(p.answered, 'question')} of the first {counted(p.images, 'image')} in {p.seconds:.1f} s "
-           f"({counted(p.sent, 'request')} sent to the engine: answers, verdicts and calibration; the rest from the cache)"]
+    out = [
+        f"answered for real: {counted(p.answered, 'question')} of the first {counted(p.images, 'image')} in {p.seconds:.1f} s "
+        f"({counted(p.sent, 'request')} sent to the engine: answers, verdicts and calibration; the rest from the cache)"
+    ]
     if p.completion_tokens:
         tokens = sorted(p.completion_tokens)
         p90 = tokens[min(len(tokens) - 1, int(0.9 * len(tokens)))]
-        out.append(f"  output tokens per answer: median {statistics.median(tokens):,.0f}, mean {p.mean_tokens:,.1f}, "
-                   f"90th percentile {p90:,}, max {tokens[-1]:,}")
+        out.append(
+            f"  output tokens per answer: median {statistics.median(tokens):,.0f}, mean {p.mean_tokens:,.1f}, "
+            f"90th percentile {p90:,}, max {tokens[-1]:,}"
+        )
     out.append(f"  cut off at max_tokens: {p.truncated} of {p.answered} ({_pct(p.truncated, p.answered)})")
     out.append("  answers ended: " + (", ".join(f"{k} {v}" for k, v in p.endings.items() if v) or "none"))
     if p.loop_detection:
         loops = p.endings.get("repetition", 0)
-        out.append(f"  loop detection ended {loops} of {p.answered} ({_pct(loops, p.answered)}), saving {p.loop_tokens_saved:,} "
-                   f"tokens ({_pct(p.loop_tokens_saved, sum(p.completion_tokens) + p.loop_tokens_saved)} of what they would have run)")
+        out.append(
+            f"  loop detection ended {loops} of {p.answered} ({_pct(loops, p.answered)}), saving {p.loop_tokens_saved:,} "
+            f"tokens ({_pct(p.loop_tokens_saved, sum(p.completion_tokens) + p.loop_tokens_saved)} of what they would have run)"
+        )
     else:
         out.append("  loop detection is off (sampling.repetition_detection: null): a loop runs to max_tokens")
     out.append(f"  accepted: {p.accepted} of {p.answered} ({_pct(p.accepted, p.answered)}); judged: {p.judged}")
-    out.append(f"  model loads: {p.model_loads} for the run (one engine per model, shared by the greedy pass, the judge"
-               f"{' and the recovery' if p.recovery is not None else ''})")
+    out.append(
+        f"  model loads: {p.model_loads} for the run (one engine per model, shared by the greedy pass, the judge"
+        f"{' and the recovery' if p.recovery is not None else ''})"
+    )
     total = p.family_tokens()
     if p.family_qa is None or total is None:
         out.append("  whole family: the source does not say its size here; no projection")
         return out
-    out.append(f"  whole family: about {p.family_qa:,} questions, {total:,.0f} output tokens (judge at most {p.judge_max_tokens} "
-               f"tokens a verdict)")
+    out.append(
+        f"  whole family: about {p.family_qa:,} questions, {total:,.0f} output tokens (judge at most {p.judge_max_tokens} "
+        f"tokens a verdict)"
+    )
     if p.tokens_per_second:
         hours = total / p.tokens_per_second / 3600
         where = "measured on this machine, the model's load included" if p.measured else "given"
         out.append(f"  at {p.tokens_per_second:,.0f} output tokens/s ({where}): {hours:,.2f} hours of engine time")
         if p.loop_detection:
             without = (p.family_tokens(without_loop_detection=True) or 0) / p.tokens_per_second / 3600
-            out.append(f"  without loop detection (every loop run to max_tokens, same throughput): {without:,.2f} hours")
+            out.append(
+                f"  without loop detection (every loop run to max_tokens, same throughput): {without:,.2f} hours"
+            )
     else:
         out.append("  give --tokens-per-second (an engine's output throughput) for the GPU-hours")
     if p.recovery is not None:
@@ -118,26 +147,38 @@ def _recovery_lines(p: Projection, r: RecoveryProjection, greedy_tokens: float) 
     """The recovery pass's figures on the plan's images, and its projection beside the greedy pass's."""
     sampled = sum(r.sampled.values())
     why = ", ".join(f"{k} {v}" for k, v in sorted(r.sampled.items()))
-    out = [f"recovery pass ({r.k} samples at temperature {r.temperature}), run on the same images: {sampled} of {r.items} "
-           f"questions sampled ({_pct(sampled, r.items)}{': ' + why if why else ''}), {counted(r.samples, 'sample')}, "
-           f"{r.judged} judged, {r.sent} requests sent, {r.seconds:.1f} s"]
+    out = [
+        f"recovery pass ({r.k} samples at temperature {r.temperature}), run on the same images: {sampled} of {r.items} "
+        f"questions sampled ({_pct(sampled, r.items)}{': ' + why if why else ''}), {counted(r.samples, 'sample')}, "
+        f"{r.judged} judged, {r.sent} requests sent, {r.seconds:.1f} s"
+    ]
     if r.completion_tokens:
         tokens = sorted(r.completion_tokens)
-        out.append(f"  output tokens per sample: median {statistics.median(tokens):,.0f}, mean {statistics.fmean(tokens):,.1f}, "
-                   f"max {tokens[-1]:,}")
+        out.append(
+            f"  output tokens per sample: median {statistics.median(tokens):,.0f}, mean {statistics.fmean(tokens):,.1f}, "
+            f"max {tokens[-1]:,}"
+        )
     elif not sampled:
-        out.append("  no question of these images was sampled: the projection is 0; a larger --limit measures the rate")
+        out.append(
+            "  no question of these images was sampled: the projection is 0; a larger --limit measures the rate"
+        )
     if r.blocked:
-        out.append(f"  {r.blocked} of them the judge found CORRECT but its calibration did not pass on this sample: a run whose "
-                   "calibration passes promotes them instead, and samples fewer")
+        out.append(
+            f"  {r.blocked} of them the judge found CORRECT but its calibration did not pass on this sample: a run whose "
+            "calibration passes promotes them instead, and samples fewer"
+        )
     assert p.family_qa is not None  # the greedy projection printed above
     extra = r.family_tokens(p.family_qa, p.judge_max_tokens)
-    out.append(f"  whole family: about {round(p.family_qa * r.share):,} questions sampled, {extra:,.0f} output tokens "
-               f"({_pct(round(extra), round(greedy_tokens))} of the greedy pass's)")
+    out.append(
+        f"  whole family: about {round(p.family_qa * r.share):,} questions sampled, {extra:,.0f} output tokens "
+        f"({_pct(round(extra), round(greedy_tokens))} of the greedy pass's)"
+    )
     if p.tokens_per_second:
         hours, greedy = extra / p.tokens_per_second / 3600, greedy_tokens / p.tokens_per_second / 3600
-        out.append(f"  at the same {p.tokens_per_second:,.0f} output tokens/s: {hours:,.2f} hours of engine time; "
-                   f"greedy and recovery together {greedy + hours:,.2f} hours")
+        out.append(
+            f"  at the same {p.tokens_per_second:,.0f} output tokens/s: {hours:,.2f} hours of engine time; "
+            f"greedy and recovery together {greedy + hours:,.2f} hours"
+        )
     if r.rl is not None:
         out += _rl_lines(p, r)
     return out
@@ -148,16 +189,20 @@ def _rl_lines(p: Projection, r: RecoveryProjection) -> list[str]:
     assert r.rl is not None and r.rl_bounds is not None and p.family_qa is not None
     low, high = r.rl_bounds
     tokens = p.family_qa * r.difficulty_tokens / r.items if r.items else 0.0
-    out = [f"RL repo ({low} < pass rate < {high}): {r.rl} of {r.items} questions of these images ({_pct(r.rl, r.items)}); "
-           f"whole family: about {round(p.family_qa * r.rl / r.items) if r.items else 0:,} rows",
-           f"  its cost, the samples of the accepted questions (difficulty): {tokens:,.0f} output tokens over the whole family"]
+    out = [
+        f"RL repo ({low} < pass rate < {high}): {r.rl} of {r.items} questions of these images ({_pct(r.rl, r.items)}); "
+        f"whole family: about {round(p.family_qa * r.rl / r.items) if r.items else 0:,} rows",
+        f"  its cost, the samples of the accepted questions (difficulty): {tokens:,.0f} output tokens over the whole family",
+    ]
     if p.tokens_per_second:
         out[-1] += f", {tokens / p.tokens_per_second / 3600:,.2f} hours at {p.tokens_per_second:,.0f} output tokens/s"
     return out
 
 
 def _pixel_setting(kwargs: dict[str, Any]) -> str:
-    return "mm_processor_kwargs " + ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in sorted(kwargs.items()))
+    return "mm_processor_kwargs " + ", ".join(
+        f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in sorted(kwargs.items())
+    )
 
 
 def _pct(part: int, whole: int) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from rs.pipeline.clean import CleaningReport
 from rs.plan.render import render_report
 
+
 @dataclass
 class KindReport:
     """One kind of question in the sample: how it is asked and checked, and its prompts' sizes."""

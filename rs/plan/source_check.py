@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from itertools import islice
 
-from rs.pipeline.clean import image_problem
 from rs.families.loader import Family, FamilyConfigError, locate
+from rs.pipeline.clean import image_problem
 from rs.sources import open_source
 from rs.sources.base import RefusedImage
 
@@ -35,21 +35,32 @@ def check_first_records(family: Family, n: int) -> str:
         answers += any(str(q.answer).strip() for q in record.qa)
     columns = getattr(family.config.source, "columns", None)
     if records:
-        for field, held, what in (("image", images, "an image that opens"), ("question", questions, "a question"),
-                                  ("answer", answers, "an answer")):
+        for field, held, what in (
+            ("image", images, "an image that opens"),
+            ("question", questions, "a question"),
+            ("answer", answers, "an answer"),
+        ):
             if held == 0:
                 _refuse(family, field, getattr(columns, field, field), len(records), what, problems, examples)
-    said = f"{family.name}: the first {len(records)} source records: an image that opens in {images}, a question in {questions}, " \
-           f"an answer in {answers}"
-    return said + (f" (images refused: {', '.join(f'{k} {v}' for k, v in problems.most_common())})" if problems else "")
+    said = (
+        f"{family.name}: the first {len(records)} source records: an image that opens in {images}, a question in {questions}, "
+        f"an answer in {answers}"
+    )
+    return said + (
+        f" (images refused: {', '.join(f'{k} {v}' for k, v in problems.most_common())})" if problems else ""
+    )
 
 
-def _refuse(family: Family, field: str, column: str, read: int, what: str, problems: Counter[str], examples: dict[str, str]) -> None:
+def _refuse(
+    family: Family, field: str, column: str, read: int, what: str, problems: Counter[str], examples: dict[str, str]
+) -> None:
     key = f"source.columns.{field}"
     detail = ""
     if field == "image" and problems:
         reason, _ = problems.most_common(1)[0]
         detail = f": {reason}, e.g. {examples[reason]}"
-    raise FamilyConfigError(f"{locate(family, key)}: families.{family.name}.{key}: none of the first {read} records holds {what} in "
-                            f"column {column!r}{detail}",
-                            hint=f"`rs families preview {family.name}` shows the records as read; name the column that holds it")
+    raise FamilyConfigError(
+        f"{locate(family, key)}: families.{family.name}.{key}: none of the first {read} records holds {what} in "
+        f"column {column!r}{detail}",
+        hint=f"`rs families preview {family.name}` shows the records as read; name the column that holds it",
+    )

@@ -16,11 +16,11 @@ from rs.errors import UsageError
 from rs.families import Family
 from rs.families.schema import FamilyConfig
 from rs.pipeline.clean import Cleaner
-from rs.util.text import counted, first_line
 from rs.plan.report import KindReport, PlanReport
 from rs.prompt import Instructions, build_prompt
 from rs.records import QAItem, Row
 from rs.sources import open_source
+from rs.util.text import counted, first_line
 
 if TYPE_CHECKING:
     from rs.plan.tokens import PromptTokens
@@ -56,16 +56,29 @@ def describe(c: FamilyConfig) -> list[str]:
         reading += "; an output without a closed reasoning block has no answer"
     mc = "the same" if c.multiple_choice_instruction is None else repr(c.multiple_choice_instruction)
     params = f" {c.verifier.params}" if c.verifier.params else ""
-    judge = "off" if not j.enabled else (
-        f"{j.mode}, label in {j.max_tokens} tokens" + (f" after up to {j.think_budget:,} of reasoning" if j.mode == "think_then_label" else ""))
-    return [f"instruction {c.instruction!r}; questions with options: {mc}", f"verifier {c.verifier.name}{params}",
-            f"sampling: {c.sampling.chat_template_kwargs}, temperature {c.sampling.temperature}",
-            f"reasoning: {reading}", f"judge: {judge}", *_batch_invariance_lines(c)]
+    judge = (
+        "off"
+        if not j.enabled
+        else (
+            f"{j.mode}, label in {j.max_tokens} tokens"
+            + (f" after up to {j.think_budget:,} of reasoning" if j.mode == "think_then_label" else "")
+        )
+    )
+    return [
+        f"instruction {c.instruction!r}; questions with options: {mc}",
+        f"verifier {c.verifier.name}{params}",
+        f"sampling: {c.sampling.chat_template_kwargs}, temperature {c.sampling.temperature}",
+        f"reasoning: {reading}",
+        f"judge: {judge}",
+        *_batch_invariance_lines(c),
+    ]
 
 
-BATCH_INVARIANCE_COST = ("vLLM's batch-invariant mode (engine.batch_invariant) costs throughput: reported by vLLM's own "
-                         "issues, not measured by rs, as 22-31% after tuning on a small model (vllm#27433) and about 0.6% "
-                         "for 128-token outputs (vllm#28161); GPUs only")
+BATCH_INVARIANCE_COST = (
+    "vLLM's batch-invariant mode (engine.batch_invariant) costs throughput: reported by vLLM's own "
+    "issues, not measured by rs, as 22-31% after tuning on a small model (vllm#27433) and about 0.6% "
+    "for 128-token outputs (vllm#28161); GPUs only"
+)
 """What `rs plan` says of `engine.batch_invariant: true` (figures from ../shared/research/data-practices-2026.md)."""
 
 
@@ -77,28 +90,43 @@ def check_configuration(c: FamilyConfig, plan: PlanReport) -> None:
     """Settings that contradict one another or this machine (a prompt with no room, a verifier the instruction defeats)."""
     plan.configuration = describe(c)
     if plan.max_model_len is not None and c.sampling.max_tokens >= plan.max_model_len:
-        plan.warnings.append(f"sampling.max_tokens ({c.sampling.max_tokens:,}) leaves no room for a prompt in max_model_len "
-                             f"({plan.max_model_len:,})")
+        plan.warnings.append(
+            f"sampling.max_tokens ({c.sampling.max_tokens:,}) leaves no room for a prompt in max_model_len "
+            f"({plan.max_model_len:,})"
+        )
     if c.verifier.name == "math" and _SHORT_ANSWER.search(c.instruction):
-        plan.warnings.append(f"instruction {c.instruction!r} asks for a word or phrase, but the math verifier reads an expression "
-                             "(a \\boxed{} or a final value); ask for the final answer instead")
+        plan.warnings.append(
+            f"instruction {c.instruction!r} asks for a word or phrase, but the math verifier reads an expression "
+            "(a \\boxed{} or a final value); ask for the final answer instead"
+        )
     args = getattr(c.engine, "args", {})
-    if c.engine.kind == "vllm" and _cpu_vllm() and "kv_cache_memory_bytes" not in args and args.get("gpu_memory_utilization", 0.9) is not None:
-        plan.warnings.append("vLLM here is its CPU build, where gpu_memory_utilization is the share of the machine's memory it "
-                             f"reserves ({args.get('gpu_memory_utilization', 'its default')}): it will likely refuse to start; "
-                             "set engine.args kv_cache_memory_bytes and gpu_memory_utilization: null, as TinyCLEVR does")
+    if (
+        c.engine.kind == "vllm"
+        and _cpu_vllm()
+        and "kv_cache_memory_bytes" not in args
+        and args.get("gpu_memory_utilization", 0.9) is not None
+    ):
+        plan.warnings.append(
+            "vLLM here is its CPU build, where gpu_memory_utilization is the share of the machine's memory it "
+            f"reserves ({args.get('gpu_memory_utilization', 'its default')}): it will likely refuse to start; "
+            "set engine.args kv_cache_memory_bytes and gpu_memory_utilization: null, as TinyCLEVR does"
+        )
     thinking = c.sampling.chat_template_kwargs.get("enable_thinking")
     if thinking is False and c.model.reasoning.required:
-        plan.warnings.append("model.reasoning.required with enable_thinking false: every answer would be no_final_answer")
+        plan.warnings.append(
+            "model.reasoning.required with enable_thinking false: every answer would be no_final_answer"
+        )
 
 
 def check_calibration(c: FamilyConfig, plan: PlanReport) -> None:
     """A family with fewer questions than the calibration's minimum can never have its judge promote anything."""
     expected = plan.expected_questions()
     if c.judge.enabled and expected is not None and expected < c.judge.min_calibration_cases:
-        plan.warnings.append(f"the whole family has about {counted(expected, 'question')}, fewer than judge.min_calibration_cases "
-                             f"({c.judge.min_calibration_cases}) even if every answer were accepted: the judge's calibration "
-                             "cannot pass and it will promote nothing (lower min_calibration_cases, or set judge.enabled: false)")
+        plan.warnings.append(
+            f"the whole family has about {counted(expected, 'question')}, fewer than judge.min_calibration_cases "
+            f"({c.judge.min_calibration_cases}) even if every answer were accepted: the judge's calibration "
+            "cannot pass and it will promote nothing (lower min_calibration_cases, or set judge.enabled: false)"
+        )
 
 
 def _cpu_vllm() -> bool:
@@ -122,8 +150,10 @@ def sample_rows(family: Family, images: int, plan: PlanReport) -> list[Row]:
     except UsageError:  # the family's own source settings are wrong: nothing of the plan would hold
         raise
     except Exception as err:  # a Hub source offline: say so, check the rest
-        plan.warnings.append(f"cannot read the source here ({first_line(err)}): no prompts sampled, "
-                             "no prompt tokens counted, the family's size unknown")
+        plan.warnings.append(
+            f"cannot read the source here ({first_line(err)}): no prompts sampled, "
+            "no prompt tokens counted, the family's size unknown"
+        )
         return []
     plan.sample = cleaner.report
     size = getattr(source, "size", None)
@@ -171,12 +201,19 @@ def suggest_closed_set(c: FamilyConfig, rows: list[Row], plan: PlanReport) -> No
     if c.answers.closed_set or not rows:
         return
     vocabulary = c.answers.vocabulary()
-    free = [q.answer for row in rows for q in row.qa if not q.options and classify(q.all_references(), vocabulary) is Kind.TEXT]
+    free = [
+        q.answer
+        for row in rows
+        for q in row.qa
+        if not q.options and classify(q.all_references(), vocabulary) is Kind.TEXT
+    ]
     distinct = {answer.strip().casefold() for answer in free}
     if free and len(distinct) <= FEW_REFERENCES:
-        plan.notes.append(f"{counted(len(free), 'sampled answer')} are free text over only {counted(len(distinct), 'distinct reference')}: "
-                          "their reasoning cannot be compared with them (the card counts them as unchecked); "
-                          "`answers: {closed_set: true}` reads them as terms of a closed set, so the reasoning's conclusion is checked")
+        plan.notes.append(
+            f"{counted(len(free), 'sampled answer')} are free text over only {counted(len(distinct), 'distinct reference')}: "
+            "their reasoning cannot be compared with them (the card counts them as unchecked); "
+            "`answers: {closed_set: true}` reads them as terms of a closed set, so the reasoning's conclusion is checked"
+        )
 
 
 def check_kinds(c: FamilyConfig, plan: PlanReport) -> None:
@@ -184,11 +221,15 @@ def check_kinds(c: FamilyConfig, plan: PlanReport) -> None:
     prompts that do not fit `max_model_len` with `max_tokens` (with the pixel limit that would fit them)."""
     for kind in plan.kinds:
         if kind.kind == "multiple choice" and c.multiple_choice_instruction is None:
-            plan.warnings.append(f"{kind.items} sampled questions have lettered options but are asked with {c.instruction!r} "
-                                 "(multiple_choice_instruction is null): they are answered with a letter, ask for one")
+            plan.warnings.append(
+                f"{kind.items} sampled questions have lettered options but are asked with {c.instruction!r} "
+                "(multiple_choice_instruction is null): they are answered with a letter, ask for one"
+            )
         if kind.kind != "multiple choice" and c.verifier.name == "mcq":
-            plan.warnings.append(f"{kind.items} sampled {kind.kind} questions have no options, but the mcq verifier accepts only "
-                                 "an option letter: they will all be rejected")
+            plan.warnings.append(
+                f"{kind.items} sampled {kind.kind} questions have no options, but the mcq verifier accepts only "
+                "an option letter: they will all be rejected"
+            )
         if max(kind.prompt_tokens, default=0) + c.sampling.max_tokens > (plan.max_model_len or float("inf")):
             too_long = sum(t + c.sampling.max_tokens > (plan.max_model_len or 0) for t in kind.prompt_tokens)
             longest = max(kind.prompt_tokens)
@@ -202,5 +243,7 @@ def check_kinds(c: FamilyConfig, plan: PlanReport) -> None:
                 room = plan.max_model_len - c.sampling.max_tokens - (longest - kind.largest[2])
                 if room >= 64:  # a pixel limit that fits the largest image in what the text and the answer leave
                     fix += f", or limit the images' pixels: engine.args.mm_processor_kwargs: {{max_pixels: {room * side * side}}}"
-            plan.warnings.append(f"{too_long} sampled {kind.kind} prompts + max_tokens exceed max_model_len ({plan.max_model_len:,}): "
-                                 f"{figure}; {fix}")
+            plan.warnings.append(
+                f"{too_long} sampled {kind.kind} prompts + max_tokens exceed max_model_len ({plan.max_model_len:,}): "
+                f"{figure}; {fix}"
+            )

@@ -42,8 +42,10 @@ class PromptTokens:
             try:
                 tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
             except Exception:
-                plan.notes.append(f"cannot load the tokenizer and processor of {c.model.id} here ({first_line(processor_error)}): "
-                                  "no prompt tokens counted, no chat template read")
+                plan.notes.append(
+                    f"cannot load the tokenizer and processor of {c.model.id} here ({first_line(processor_error)}): "
+                    "no prompt tokens counted, no chat template read"
+                )
                 return None
             plan.notes.append(f"{c.model.id} has no processor here; prompt tokens count the text only")
             return cls(tokenizer, tokenizer, kwargs, plan.mm_processor_kwargs)
@@ -75,7 +77,9 @@ class PromptTokens:
         goes to `plan`'s warnings (or notes)."""
         processor, kwargs = self.processor, self.chat_template_kwargs
         tokenizer = self.tokenizer
-        fmt = ReasoningFormat(c.model.reasoning, tokenizer=lambda: tokenizer, chat_template_kwargs=c.sampling.chat_template_kwargs)
+        fmt = ReasoningFormat(
+            c.model.reasoning, tokenizer=lambda: tokenizer, chat_template_kwargs=c.sampling.chat_template_kwargs
+        )
         try:
             thinking = _render(processor, "?", kwargs)
             without = _render(processor, "?", {**kwargs, "enable_thinking": False}, image=False)
@@ -83,31 +87,53 @@ class PromptTokens:
         except Exception as err:
             plan.notes.append(f"cannot render the chat template here ({first_line(err)})")
             return None
-        t = TemplateReport(fmt.prompt_state(thinking[-PROMPT_TAIL_CHARS:]), fmt.prompt_state(without[-PROMPT_TAIL_CHARS:]), markers,
-                           thinking[-PROMPT_TAIL_CHARS:])
+        t = TemplateReport(
+            fmt.prompt_state(thinking[-PROMPT_TAIL_CHARS:]),
+            fmt.prompt_state(without[-PROMPT_TAIL_CHARS:]),
+            markers,
+            thinking[-PROMPT_TAIL_CHARS:],
+        )
         wants_thinking = kwargs.get("enable_thinking", True) is not False
         if markers is not None and wants_thinking and t.thinking == "closed":
-            plan.warnings.append("sampling asks for reasoning but the chat template closes the reasoning block in the prompt: "
-                                 "the answers will have no reasoning (is this a non-thinking model?)")
-        template_text = getattr(processor, "chat_template", None) or getattr(getattr(processor, "tokenizer", None), "chat_template", "")
-        if markers is not None and t.thinking == "none" and isinstance(template_text, str) and markers[0] not in template_text:
-            plan.warnings.append(f"the chat template never writes {markers[0]!r}: check model.reasoning (the model's markers may "
-                                 "differ, e.g. ◁think▷ or <thinking>)")
+            plan.warnings.append(
+                "sampling asks for reasoning but the chat template closes the reasoning block in the prompt: "
+                "the answers will have no reasoning (is this a non-thinking model?)"
+            )
+        template_text = getattr(processor, "chat_template", None) or getattr(
+            getattr(processor, "tokenizer", None), "chat_template", ""
+        )
+        if (
+            markers is not None
+            and t.thinking == "none"
+            and isinstance(template_text, str)
+            and markers[0] not in template_text
+        ):
+            plan.warnings.append(
+                f"the chat template never writes {markers[0]!r}: check model.reasoning (the model's markers may "
+                "differ, e.g. ◁think▷ or <thinking>)"
+            )
         if c.judge.enabled and c.judge.mode == "label_only" and t.without_thinking == "open":
-            closes = "the vllm engine closes it in the judge's prompt" if c.engine.kind == "vllm" else \
-                f"the {c.engine.kind} engine cannot close it: use judge.mode think_then_label with a server reasoning parser"
+            closes = (
+                "the vllm engine closes it in the judge's prompt"
+                if c.engine.kind == "vllm"
+                else f"the {c.engine.kind} engine cannot close it: use judge.mode think_then_label with a server reasoning parser"
+            )
             (plan.notes if c.engine.kind == "vllm" else plan.warnings).append(
-                f"the chat template ignores enable_thinking false (the reasoning stays open); {closes}")
+                f"the chat template ignores enable_thinking false (the reasoning stays open); {closes}"
+            )
         return t
 
 
 def _render(processor: Any, prompt: str, kwargs: dict[str, Any], *, image: bool = True) -> str:
     content: Any = [{"type": "image"}, {"type": "text", "text": prompt}] if image else prompt
-    return processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False, **kwargs)
+    return processor.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False, **kwargs
+    )
 
 
-def prompt_tokens(processor: Any, prompt: str, image: Any, kwargs: dict[str, Any],
-                  mm_kwargs: dict[str, Any]) -> tuple[int, int | None]:
+def prompt_tokens(
+    processor: Any, prompt: str, image: Any, kwargs: dict[str, Any], mm_kwargs: dict[str, Any]
+) -> tuple[int, int | None]:
     """The prompt's tokens, and its image's (None with a tokenizer only), with the engine's processor arguments."""
     text = _render(processor, prompt, kwargs)
     if getattr(processor, "image_processor", None) is None:  # a tokenizer only

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rs.context import BuildContext
+from rs.pipeline.recover import current_recovery_report
+from rs.pipeline.route import routes_for
+from rs.pipeline.sample.stage import current_sample_report
 from rs.refilter.reread import FOLDER as REREAD_FOLDER
 from rs.refilter.reread import NotRereadable, Reread, basis, reread
 from rs.refilter.samples import SamplesRepoError, rebuild
-from rs.pipeline.recover import current_recovery_report
-from rs.pipeline.sample.stage import current_sample_report
-from rs.context import BuildContext
-from rs.pipeline.route import routes_for
 
 __all__ = ["NotRereadable", "Prepared", "Reread", "SamplesRepoError", "prepare"]
 
@@ -41,8 +41,14 @@ class Prepared:
     reread: Reread | None = None
 
 
-def prepare(ctx: BuildContext, *, from_samples: str | None = None, cache_path: Path | None = None, command: str = "",
-            token: str | None = None) -> Prepared:
+def prepare(
+    ctx: BuildContext,
+    *,
+    from_samples: str | None = None,
+    cache_path: Path | None = None,
+    command: str = "",
+    token: str | None = None,
+) -> Prepared:
     """The stores `ctx`'s family is re-filtered from, with no engine: its build's (or those rebuilt from `from_samples`),
     re-read under the current reader when only the reader changed since the run. `command`: what asks the judge about
     what a re-read could not decide (`rs publish ...`)."""
@@ -51,10 +57,14 @@ def prepare(ctx: BuildContext, *, from_samples: str | None = None, cache_path: P
         stores, source = rebuild(ctx, from_samples, token=token)
         ctx = dataclasses.replace(ctx, stores=stores)
     sampled = current_sample_report(ctx)
-    if sampled is not None and (ctx.family.config.recovery is None or current_recovery_report(ctx, sampled) is not None):
+    if sampled is not None and (
+        ctx.family.config.recovery is None or current_recovery_report(ctx, sampled) is not None
+    ):
         return Prepared(ctx.stores, {"source": source, "reread": None} if source is not None else None)
     basis(ctx)  # refused before the build's lock is taken (nor its folder made)
     with ctx.lock():
         found = basis(ctx)
-        summary = reread(ctx, found, cache_path=cache_path, routes=routes_for(ctx, found.sampled.promotes), command=command)
+        summary = reread(
+            ctx, found, cache_path=cache_path, routes=routes_for(ctx, found.sampled.promotes), command=command
+        )
     return Prepared(ctx.paths.root / REREAD_FOLDER, {"source": source, "reread": summary.to_dict()}, summary)

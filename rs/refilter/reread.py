@@ -35,28 +35,28 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from rs.util.checksums import seal
-from rs.pipeline.clean import CleaningReport
-from rs.util.disk import writing
-from rs.engines.factory import sampling_settings
+from rs.context import BuildContext
 from rs.engines.base import Generation, Request
-from rs.engines.generation_cache import GenerationCache
 from rs.engines.cached_engine import key_function, sample_settings
+from rs.engines.factory import sampling_settings
+from rs.engines.generation_cache import GenerationCache
+from rs.engines.reasoning import ReasoningFormat
 from rs.errors import RsError, UsageError
 from rs.families.schema import FamilyConfig
-from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase
-from rs.prompt import Instructions
-from rs.pipeline.sample.requests import sampling_request
-from rs.engines.reasoning import ReasoningFormat
+from rs.pipeline.clean import CleaningReport
+from rs.pipeline.clean.stage import CleanStage
 from rs.pipeline.recover import RecoveryReport, recovery_inputs, recovery_settings, samples_for
-from rs.records import ITEMS, RECOVERY, SampleRecord
 from rs.pipeline.route import NOT_ASKED, Decision, Routes, outcome
 from rs.pipeline.sample import Reader, SampleReport
-from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase
+from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.sample.stage import answer_vocabulary, sample_inputs
 from rs.pipeline.stage import fingerprint, read_report, replace_dir, scratch
-from rs.context import BuildContext
+from rs.prompt import Instructions
+from rs.records import ITEMS, RECOVERY, SampleRecord
 from rs.store import ParquetStreamWriter, qa_item, read_records, write_json
+from rs.util.checksums import seal
+from rs.util.disk import writing
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,9 @@ FOLDER = "reread"
 class NotRereadable(UsageError):
     """The stored answers cannot be re-read into what a run would make now: something besides the reader changed."""
 
-    default_hint = "run `rs publish FAMILY` (with the same --config, --build-dir and --limit): it samples what is missing"
+    default_hint = (
+        "run `rs publish FAMILY` (with the same --config, --build-dir and --limit): it samples what is missing"
+    )
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,11 @@ def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def changes(run: dict[str, Any], now: dict[str, Any]) -> list[Change]:
     """What differs between two sets of inputs, key by dotted key (`answers.literal`, `versions.verifier`)."""
     before, after = _flat(run), _flat(now)
-    return [Change(key, before.get(key), after.get(key)) for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
+    return [
+        Change(key, before.get(key), after.get(key))
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    ]
 
 
 def of_the_reader(change: Change) -> bool:
@@ -130,32 +136,46 @@ def basis(ctx: BuildContext) -> Basis:
     paths, name = ctx.paths, ctx.family.name
     clean = read_report(paths.clean_report, CleanStage().fingerprint(ctx), CleaningReport.from_dict)
     if clean is None or not ctx.intact(paths.clean, "", "", say=False):
-        raise NotRereadable(f"{name}: {paths.root} holds no cleaned rows for the family's settings (its source or cleaning "
-                            "changed, or it was never built), and `rs refilter` calls no model: it re-routes the answers a run stored")
+        raise NotRereadable(
+            f"{name}: {paths.root} holds no cleaned rows for the family's settings (its source or cleaning "
+            "changed, or it was never built), and `rs refilter` calls no model: it re-routes the answers a run stored"
+        )
     sampled = _stored(paths.sample_report, SampleReport.from_dict)
     if sampled is None or not ctx.intact(paths.items, "", "", say=False):
-        raise NotRereadable(f"{name}: {paths.root} holds no stored answers, and `rs refilter` calls no model: it re-routes "
-                            "the answers a run stored")
+        raise NotRereadable(
+            f"{name}: {paths.root} holds no stored answers, and `rs refilter` calls no model: it re-routes "
+            "the answers a run stored"
+        )
     if sampled.inputs is None:
-        raise NotRereadable(f"{name}: the answers in {paths.root} were stored by an older rs, which did not record what they "
-                            "depend on: whether they are still this family's answers cannot be told")
+        raise NotRereadable(
+            f"{name}: the answers in {paths.root} were stored by an older rs, which did not record what they "
+            "depend on: whether they are still this family's answers cannot be told"
+        )
     changed = changes(sampled.inputs, sample_inputs(ctx))
     other = [c for c in changed if not of_the_reader(c)]
     if other:
-        raise NotRereadable(f"{name}: since the answers in {paths.root} were stored, more than the reader changed: "
-                            + "; ".join(str(c) for c in other[:6]) + (f" and {len(other) - 6} more" if len(other) > 6 else "")
-                            + ". They are not the answers the family would get now; only a change of "
-                            + ", ".join(READER_INPUTS) + " is re-read offline")
+        raise NotRereadable(
+            f"{name}: since the answers in {paths.root} were stored, more than the reader changed: "
+            + "; ".join(str(c) for c in other[:6])
+            + (f" and {len(other) - 6} more" if len(other) > 6 else "")
+            + ". They are not the answers the family would get now; only a change of "
+            + ", ".join(READER_INPUTS)
+            + " is re-read offline"
+        )
     recovered = None
     if ctx.family.config.recovery is not None:
         recovered = _stored(paths.recovery_report, RecoveryReport.from_dict)
         if recovered is None or recovered.inputs is None or not ctx.intact(paths.recovery, "", "", say=False):
-            raise NotRereadable(f"{name}: {paths.root} holds no recovery samples the family's recovery block could use "
-                                "(never sampled, or by an older rs)")
+            raise NotRereadable(
+                f"{name}: {paths.root} holds no recovery samples the family's recovery block could use "
+                "(never sampled, or by an older rs)"
+            )
         other = [c for c in changes(recovered.inputs, recovery_inputs(ctx, sampled)) if c.what != "versions.route"]
         if other:
-            raise NotRereadable(f"{name}: the recovery pass changed since its samples in {paths.root} were drawn: "
-                                + "; ".join(str(c) for c in other[:6]))
+            raise NotRereadable(
+                f"{name}: the recovery pass changed since its samples in {paths.root} were drawn: "
+                + "; ".join(str(c) for c in other[:6])
+            )
     return Basis(clean, sampled, recovered, changed)
 
 
@@ -190,8 +210,12 @@ class _Cache:
         self.instructions = Instructions.of(config)
         try:  # what a vLLM reasoning parser needs (the model's tokenizer) an offline re-read does not load
             if identities.get("judge") and config.judge.enabled:
-                judge = Judge(None, config.judge, reasoning=(config.judge.model or config.model).reasoning,  # type: ignore[arg-type]
-                              chat_template_kwargs=settings.chat_template_kwargs)
+                judge = Judge(
+                    None,
+                    config.judge,
+                    reasoning=(config.judge.model or config.model).reasoning,  # type: ignore[arg-type]
+                    chat_template_kwargs=settings.chat_template_kwargs,
+                )
                 self.judge_key = key_function(identities["judge"], judge.settings)
                 self.judge = judge
             reading = ReasoningFormat(config.model.reasoning, chat_template_kwargs=settings.chat_template_kwargs)
@@ -231,7 +255,9 @@ def _joined(root: Path, recovery: bool) -> Iterator[tuple[dict[str, Any], dict[s
         for qa in row["qa"]:
             item = next(items, None)
             if item is None or item["row"] != index or item["key"] != qa["key"]:
-                raise RsError(f"the items store of {root} does not match its cleaned rows at row {index}; rebuild the family")
+                raise RsError(
+                    f"the items store of {root} does not match its cleaned rows at row {index}; rebuild the family"
+                )
             mine = None
             if pending is not None and pending["row"] == index and pending["key"] == qa["key"]:
                 mine, pending = pending, next(draws, None)
@@ -281,15 +307,25 @@ class Reread:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "changed": [asdict(c) for c in self.changed], "reader": self.reader, "questions": self.questions,
-            "answers": self.answers, "outcomes_changed": self.outcomes_changed,
-            "decisions": {"changed": sum(self.decisions.values()),
-                          **{k: self.decisions[k] for k in ("accepted_to_rejected", "rejected_to_accepted", "other")}},
-            "verdicts": {k: self.verdicts[k] for k in ("stores", "cache")}, "judge_not_asked": self.not_asked,
-            "judge_not_asked_questions": self.not_asked_questions, "questions_unjudged": self.questions_unjudged,
+            "changed": [asdict(c) for c in self.changed],
+            "reader": self.reader,
+            "questions": self.questions,
+            "answers": self.answers,
+            "outcomes_changed": self.outcomes_changed,
+            "decisions": {
+                "changed": sum(self.decisions.values()),
+                **{k: self.decisions[k] for k in ("accepted_to_rejected", "rejected_to_accepted", "other")},
+            },
+            "verdicts": {k: self.verdicts[k] for k in ("stores", "cache")},
+            "judge_not_asked": self.not_asked,
+            "judge_not_asked_questions": self.not_asked_questions,
+            "questions_unjudged": self.questions_unjudged,
             "certain_not_judged": self.certain_not_judged,
-            "samples_cached": self.samples_cached, "samples_missing": self.samples_missing, "questions_short": self.questions_short,
-            "samples_unused": self.samples_unused, "cache": self.cache,
+            "samples_cached": self.samples_cached,
+            "samples_missing": self.samples_missing,
+            "questions_short": self.questions_short,
+            "samples_unused": self.samples_unused,
+            "cache": self.cache,
         }
 
 
@@ -333,15 +369,30 @@ class _Rereader:
             return cached
         return NOT_ASKED
 
-    def grade(self, qa: Any, prompt: str, record: dict[str, Any], *, greedy: bool, stored: bool = True) -> dict[str, Any]:
+    def grade(
+        self, qa: Any, prompt: str, record: dict[str, Any], *, greedy: bool, stored: bool = True
+    ) -> dict[str, Any]:
         """`record` (a stored answer; with `stored` False, one read from the cache) graded again: its outcome, its reasoning
         check and its verdict."""
-        generation = Generation(text=record["text"], reasoning=record["reasoning"], answer=record["final"],
-                                finish_reason=record["finish_reason"], error=record["error"])
+        generation = Generation(
+            text=record["text"],
+            reasoning=record["reasoning"],
+            answer=record["final"],
+            finish_reason=record["finish_reason"],
+            error=record["error"],
+        )
         v = self.reader.grade(qa, prompt, generation)
-        asked = v.case is not None and self.judge_on and (greedy or not v.contradicts)  # a run judges certain samples not
+        asked = (
+            v.case is not None and self.judge_on and (greedy or not v.contradicts)
+        )  # a run judges certain samples not
         judge = self.verdict(v.case) if asked and v.case is not None else None
-        new = {**record, "verified": v.verified, "contradicts": v.contradicts, "reasoning_agrees": v.reasoning_agrees, "judge": judge}
+        new = {
+            **record,
+            "verified": v.verified,
+            "contradicts": v.contradicts,
+            "reasoning_agrees": v.reasoning_agrees,
+            "judge": judge,
+        }
         self.summary.answers += stored
         self.summary.outcomes_changed += stored and _outcome_of(new) != _outcome_of(record)
         if judge == NOT_ASKED:
@@ -363,24 +414,48 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
     cache = _Cache(cache_path, sampled, config)
     summary.cache = cache.problem
     tmp = out.with_name(out.name + ".tmp")
-    report = replace(sampled, verified=0, contradicted=0, undecided=0, reasoning_disagrees=0, reasoning_unchecked=0, judged=0,
-                     verdicts=Counter(), contradicted_verdicts=Counter(), sampling_engine_calls=0, judge_engine_calls=0)
+    report = replace(
+        sampled,
+        verified=0,
+        contradicted=0,
+        undecided=0,
+        reasoning_disagrees=0,
+        reasoning_unchecked=0,
+        judged=0,
+        verdicts=Counter(),
+        contradicted_verdicts=Counter(),
+        sampling_engine_calls=0,
+        judge_engine_calls=0,
+    )
     recovered = RecoveryReport() if recovery is not None else None
     try:
         with writing("the re-read stores", tmp), scratch(tmp):
             _link_store(root / "clean", tmp / "clean")
             shutil.copyfile(root / "clean.json", tmp / "clean.json")
             rereader = _Rereader(ctx, cache, verdicts, summary)
-            with ParquetStreamWriter(tmp / "items", "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as items, \
-                    ParquetStreamWriter(tmp / "recovery", "recovery", RECOVERY, group_rows=2_000, group_bytes=32 << 20) as draws:
+            with (
+                ParquetStreamWriter(tmp / "items", "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as items,
+                ParquetStreamWriter(
+                    tmp / "recovery", "recovery", RECOVERY, group_rows=2_000, group_bytes=32 << 20
+                ) as draws,
+            ):
                 for cleaned, stored, stored_draws in _joined(root, recovery is not None):
                     qa = qa_item(cleaned)
                     item = rereader.grade(qa, stored["prompt"], stored, greedy=True)
                     _count_greedy(report, item)
                     new_draws = None
                     if recovery is not None and recovered is not None:
-                        new_draws = _resample(rereader, cache, config, qa, cleaned["image_sha256"], item, stored_draws,
-                                              sampled.promotes, recovered)
+                        new_draws = _resample(
+                            rereader,
+                            cache,
+                            config,
+                            qa,
+                            cleaned["image_sha256"],
+                            item,
+                            stored_draws,
+                            sampled.promotes,
+                            recovered,
+                        )
                         if new_draws is not None:
                             draws.write(new_draws, size=sum(len(s["text"]) for s in new_draws["samples"]))
                     items.write(item, size=len(item["text"]) + len(item["prompt"]))
@@ -390,7 +465,9 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
                     if (change := _transition(before, after)) is not None:
                         summary.decisions[change] += 1
                     summary.not_asked_questions += after.reason == "judge_not_asked"
-                    summary.questions_unjudged += any(_unjudged(a) for a in [item, *(new_draws["samples"] if new_draws else [])])
+                    summary.questions_unjudged += any(
+                        _unjudged(a) for a in [item, *(new_draws["samples"] if new_draws else [])]
+                    )
             seal(tmp / "items")
             report.inputs = sample_inputs(ctx)
             report.fingerprint = fingerprint(report.inputs)
@@ -408,8 +485,13 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
             replace_dir(tmp, out)
     finally:
         cache.close()
-    logger.info("%s: re-read %d answers of %d questions under the current reader in %.1f s", ctx.family.name, summary.answers,
-                summary.questions, summary.seconds)
+    logger.info(
+        "%s: re-read %d answers of %d questions under the current reader in %.1f s",
+        ctx.family.name,
+        summary.answers,
+        summary.questions,
+        summary.seconds,
+    )
     return summary
 
 
@@ -453,8 +535,17 @@ def _count_greedy(report: SampleReport, item: dict[str, Any]) -> None:
             report.contradicted_verdicts[item["judge"]] += 1
 
 
-def _resample(rereader: _Rereader, cache: _Cache, config: FamilyConfig, qa: Any, image_sha256: str, item: dict[str, Any],
-              stored: dict[str, Any] | None, promotes: bool, report: RecoveryReport) -> dict[str, Any] | None:
+def _resample(
+    rereader: _Rereader,
+    cache: _Cache,
+    config: FamilyConfig,
+    qa: Any,
+    image_sha256: str,
+    item: dict[str, Any],
+    stored: dict[str, Any] | None,
+    promotes: bool,
+    report: RecoveryReport,
+) -> dict[str, Any] | None:
     """The recovery record a run under this reader would write for `item`: the samples `samples_for` asks, from the
     stored ones (graded again) or the cache (read and graded); None when it samples nothing or none is held."""
     assert config.recovery is not None
@@ -475,11 +566,24 @@ def _resample(rereader: _Rereader, cache: _Cache, config: FamilyConfig, qa: Any,
         if generation is None:
             missing += 1
             continue
-        record = vars(SampleRecord(
-            sample=index, seed=seed + index, text=generation.text, reasoning=generation.reasoning, final=generation.answer,
-            finish_reason=generation.finish_reason, ending=generation.ending, completion_tokens=generation.completion_tokens,
-            thinking_tokens=generation.thinking_tokens, error=generation.error, verified=False, contradicts=False, judge=None,
-            reasoning_agrees=None))
+        record = vars(
+            SampleRecord(
+                sample=index,
+                seed=seed + index,
+                text=generation.text,
+                reasoning=generation.reasoning,
+                final=generation.answer,
+                finish_reason=generation.finish_reason,
+                ending=generation.ending,
+                completion_tokens=generation.completion_tokens,
+                thinking_tokens=generation.thinking_tokens,
+                error=generation.error,
+                verified=False,
+                contradicts=False,
+                judge=None,
+                reasoning_agrees=None,
+            )
+        )
         samples.append(rereader.grade(qa, item["prompt"], record, greedy=False, stored=False))
         summary.samples_cached += 1
     summary.samples_missing += missing

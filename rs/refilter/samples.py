@@ -22,16 +22,16 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
+from rs.context import BuildContext
+from rs.errors import UsageError
+from rs.pipeline.route import NOT_ASKED
+from rs.pipeline.stage import replace_dir, scratch
+from rs.pipeline.write.samples import LAYOUT, RUN_FILE
+from rs.records import ITEMS, RECOVERY
+from rs.store import CLEAN_ROWS, ParquetStreamWriter, read_records, write_json
 from rs.util.checksums import seal
 from rs.util.disk import writing
-from rs.errors import UsageError
 from rs.util.locks import build_lock
-from rs.records import ITEMS, RECOVERY
-from rs.pipeline.route import NOT_ASKED
-from rs.pipeline.write.samples import LAYOUT, RUN_FILE
-from rs.pipeline.stage import replace_dir, scratch
-from rs.context import BuildContext
-from rs.store import CLEAN_ROWS, ParquetStreamWriter, read_records, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,9 @@ FOLDER = "from-samples"
 class SamplesRepoError(UsageError):
     """A samples repo that cannot give the build's stores back: not one, of another layout, of another family, or torn."""
 
-    default_hint = "publish the family's samples repo again with this rs (`publish: {samples: true}`), or refilter from its build"
+    default_hint = (
+        "publish the family's samples repo again with this rs (`publish: {samples: true}`), or refilter from its build"
+    )
 
 
 def locate(source: str, *, token: str | None = None) -> tuple[Path, str, bool]:
@@ -53,15 +55,19 @@ def locate(source: str, *, token: str | None = None) -> tuple[Path, str, bool]:
     if path.is_dir():
         return path, path.resolve().name, True
     if source.count("/") != 1 or path.exists():
-        raise SamplesRepoError(f"--from-samples {source}: no such folder, and not a Hub repo id (namespace/name)",
-                               hint="give the folder of a published samples repo (laid out as on the Hub) or its Hub id")
+        raise SamplesRepoError(
+            f"--from-samples {source}: no such folder, and not a Hub repo id (namespace/name)",
+            hint="give the folder of a published samples repo (laid out as on the Hub) or its Hub id",
+        )
     from huggingface_hub import snapshot_download
 
     try:
         folder = snapshot_download(source, repo_type="dataset", allow_patterns=["data/*", "rs/*"], token=token)
     except Exception as err:  # not found, gated, offline: said as the source's problem
-        raise SamplesRepoError(f"--from-samples {source}: cannot download the dataset repo from the Hub: {type(err).__name__}: {err}",
-                               hint="check the repo id and your token (`hf auth login`), or give a local folder") from None
+        raise SamplesRepoError(
+            f"--from-samples {source}: cannot download the dataset repo from the Hub: {type(err).__name__}: {err}",
+            hint="check the repo id and your token (`hf auth login`), or give a local folder",
+        ) from None
     return Path(folder), source, False
 
 
@@ -74,18 +80,23 @@ def read_run(folder: Path, source: str, family: str) -> dict[str, Any]:
         raise SamplesRepoError(
             f"{source}: no {RUN_FILE}: not a samples repo, or one of layout 1, which holds the generations but not the stages' "
             "reports (the judge's calibration, the cleaning's numbers), each row's cleaned question (`item`) and row index, "
-            "without which the splits and their cards cannot be rebuilt exactly") from None
+            "without which the splits and their cards cannot be rebuilt exactly"
+        ) from None
     except (OSError, ValueError) as err:
         raise SamplesRepoError(f"{source}: {RUN_FILE} cannot be read: {err}") from None
     if run.get("layout") != LAYOUT:
-        raise SamplesRepoError(f"{source}: a samples repo of layout {run.get('layout')!r}; this rs rebuilds layout {LAYOUT!r}")
+        raise SamplesRepoError(
+            f"{source}: a samples repo of layout {run.get('layout')!r}; this rs rebuilds layout {LAYOUT!r}"
+        )
     if not isinstance(run.get("sample"), dict) or not isinstance(run.get("clean"), dict):
         raise SamplesRepoError(f"{source}: {RUN_FILE} holds no clean or sample report")
     stats = folder / "rs" / "stats.json"
     named = json.loads(stats.read_text()).get("family") if stats.exists() else None
     if named is not None and named != family:
-        raise SamplesRepoError(f"{source}: a samples repo of {named}, not of {family}",
-                               hint=f"refilter {named}, or give {family}'s samples repo")
+        raise SamplesRepoError(
+            f"{source}: a samples repo of {named}, not of {family}",
+            hint=f"refilter {named}, or give {family}'s samples repo",
+        )
     return run
 
 
@@ -104,24 +115,58 @@ def _judge(generation: dict[str, Any]) -> str | None:
 def _item(row: dict[str, Any], greedy: dict[str, Any]) -> dict[str, Any]:
     """The items store's record of a question (`rs.records.ItemRecord`), from its samples repo row."""
     return {
-        "row": row["row"], "key": row["key"], "image_sha256": row["image_sha256"], "prompt": row["question"],
-        "reference": row["reference"], "references": row["references"], "text": greedy["text"], "reasoning": greedy["reasoning"],
-        "final": greedy["final"], "finish_reason": greedy["finish_reason"], "prompt_tokens": row["prompt_tokens"],
-        "completion_tokens": greedy["completion_tokens"], "model": row["model"], "model_revision": row["model_revision"],
-        "error": greedy["error"], "verified": greedy["reader"] == "accepted", "contradicts": greedy["reader"] == "certain",
-        "judge": _judge(greedy), "prompt_reasoning": row["prompt_reasoning"], "reasoning_agrees": greedy["reasoning_agrees"],
-        "ending": greedy["ending"], "thinking_tokens": greedy["thinking_tokens"],
+        "row": row["row"],
+        "key": row["key"],
+        "image_sha256": row["image_sha256"],
+        "prompt": row["question"],
+        "reference": row["reference"],
+        "references": row["references"],
+        "text": greedy["text"],
+        "reasoning": greedy["reasoning"],
+        "final": greedy["final"],
+        "finish_reason": greedy["finish_reason"],
+        "prompt_tokens": row["prompt_tokens"],
+        "completion_tokens": greedy["completion_tokens"],
+        "model": row["model"],
+        "model_revision": row["model_revision"],
+        "error": greedy["error"],
+        "verified": greedy["reader"] == "accepted",
+        "contradicts": greedy["reader"] == "certain",
+        "judge": _judge(greedy),
+        "prompt_reasoning": row["prompt_reasoning"],
+        "reasoning_agrees": greedy["reasoning_agrees"],
+        "ending": greedy["ending"],
+        "thinking_tokens": greedy["thinking_tokens"],
     }
 
 
 def _draws(row: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]:
     """The recovery store's record of a question (`rs.records.RECOVERY`), from its samples repo row's samples."""
-    return {"row": row["row"], "key": row["key"], "why": samples[0]["sampled_for"], "k": len(samples), "samples": [{
-        "sample": g["sample"], "seed": g["seed"], "text": g["text"], "reasoning": g["reasoning"], "final": g["final"],
-        "finish_reason": g["finish_reason"], "ending": g["ending"], "completion_tokens": g["completion_tokens"],
-        "thinking_tokens": g["thinking_tokens"], "error": g["error"], "verified": g["reader"] == "accepted",
-        "contradicts": g["reader"] == "certain", "judge": _judge(g), "reasoning_agrees": g["reasoning_agrees"],
-    } for g in samples]}
+    return {
+        "row": row["row"],
+        "key": row["key"],
+        "why": samples[0]["sampled_for"],
+        "k": len(samples),
+        "samples": [
+            {
+                "sample": g["sample"],
+                "seed": g["seed"],
+                "text": g["text"],
+                "reasoning": g["reasoning"],
+                "final": g["final"],
+                "finish_reason": g["finish_reason"],
+                "ending": g["ending"],
+                "completion_tokens": g["completion_tokens"],
+                "thinking_tokens": g["thinking_tokens"],
+                "error": g["error"],
+                "verified": g["reader"] == "accepted",
+                "contradicts": g["reader"] == "certain",
+                "judge": _judge(g),
+                "reasoning_agrees": g["reasoning_agrees"],
+            }
+            for g in samples
+        ],
+    }
 
 
 def rebuild(ctx: BuildContext, source: str, *, token: str | None = None) -> tuple[Path, dict[str, Any]]:
@@ -135,24 +180,39 @@ def rebuild(ctx: BuildContext, source: str, *, token: str | None = None) -> tupl
     rows = questions = 0
     # the family's build lock: one writer of its folder at a time (a lock inside `out` would go with it when replaced)
     with build_lock(ctx.family_root), writing("the stores rebuilt from the samples repo", tmp), scratch(tmp):
-        with ParquetStreamWriter(tmp / "clean", "rows", CLEAN_ROWS, group_rows=2_000) as clean, \
-                ParquetStreamWriter(tmp / "items", "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as items, \
-                ParquetStreamWriter(tmp / "recovery", "recovery", RECOVERY, group_rows=2_000, group_bytes=32 << 20) as recovery:
+        with (
+            ParquetStreamWriter(tmp / "clean", "rows", CLEAN_ROWS, group_rows=2_000) as clean,
+            ParquetStreamWriter(tmp / "items", "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as items,
+            ParquetStreamWriter(
+                tmp / "recovery", "recovery", RECOVERY, group_rows=2_000, group_bytes=32 << 20
+            ) as recovery,
+        ):
             current: dict[str, Any] | None = None
             for row in _rows(folder, named):
                 if current is None or row["row"] != current["index"]:
                     if row["row"] != rows:
-                        raise SamplesRepoError(f"{named}: row {questions} of data/ belongs to image {row['row']}, where image {rows} "
-                                               "was due: the repo's rows are not the build's, in its order (a shard missing?)")
+                        raise SamplesRepoError(
+                            f"{named}: row {questions} of data/ belongs to image {row['row']}, where image {rows} "
+                            "was due: the repo's rows are not the build's, in its order (a shard missing?)"
+                        )
                     if current is not None:
                         clean.write(current["row"], size=len(current["row"]["image"]))
-                    current = {"index": rows, "row": {"image": row["image"]["bytes"], "image_sha256": row["image_sha256"],
-                                                      "qa": [], "clean_meta": row["clean_meta"]}}
+                    current = {
+                        "index": rows,
+                        "row": {
+                            "image": row["image"]["bytes"],
+                            "image_sha256": row["image_sha256"],
+                            "qa": [],
+                            "clean_meta": row["clean_meta"],
+                        },
+                    }
                     rows += 1
                 current["row"]["qa"].append(row["item"])
                 greedy, *samples = row["generations"]
                 if greedy["kind"] != "greedy" or any(g["kind"] != "sample" for g in samples):
-                    raise SamplesRepoError(f"{named}: question {row['key']}'s generations are not its greedy answer then its samples")
+                    raise SamplesRepoError(
+                        f"{named}: question {row['key']}'s generations are not its greedy answer then its samples"
+                    )
                 record = _item(row, greedy)
                 items.write(record, size=len(record["text"]) + len(record["prompt"]))
                 if samples:
@@ -162,8 +222,10 @@ def rebuild(ctx: BuildContext, source: str, *, token: str | None = None) -> tupl
                 clean.write(current["row"], size=len(current["row"]["image"]))
         expected = run["clean"].get("rows"), run["sample"].get("items")
         if (rows, questions) != expected:
-            raise SamplesRepoError(f"{named}: data/ holds {rows} images and {questions} questions, its {RUN_FILE} says the run had "
-                                   f"{expected[0]} and {expected[1]}: the repo is not whole")
+            raise SamplesRepoError(
+                f"{named}: data/ holds {rows} images and {questions} questions, its {RUN_FILE} says the run had "
+                f"{expected[0]} and {expected[1]}: the repo is not whole"
+            )
         for store in ("clean", "items"):
             seal(tmp / store)
         write_json(tmp / "clean.json", run["clean"])
@@ -174,7 +236,12 @@ def rebuild(ctx: BuildContext, source: str, *, token: str | None = None) -> tupl
         else:
             shutil.rmtree(tmp / "recovery")
         replace_dir(tmp, out)
-    logger.info("%s: the stores of %d questions over %d images rebuilt from the samples repo %s (what it does not hold, and no "
-                "published file does: the run's timings and engine calls, the source records cleaning dropped)",
-                family.name, questions, rows, named)
+    logger.info(
+        "%s: the stores of %d questions over %d images rebuilt from the samples repo %s (what it does not hold, and no "
+        "published file does: the run's timings and engine calls, the source records cleaning dropped)",
+        family.name,
+        questions,
+        rows,
+        named,
+    )
     return out, {"repo": named, "local": local, "layout": LAYOUT}

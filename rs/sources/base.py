@@ -12,7 +12,6 @@ from typing import Iterator, Protocol
 
 from rs.records import QAItem
 
-
 MAX_IMAGE_BYTES = 64 * 2**20
 """An image file larger than this (64 MiB) is refused unread (`image_too_large`): no benchmark image is that big."""
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
+from rs.errors import UsageError
 from rs.registry import SOURCES
 from rs.sources.base import SourceRecord
 from rs.sources.hub import undecoded
-from rs.errors import UsageError
 from rs.sources.mapping import SourceFormatError, TabularSourceConfig, check_columns, records_from_rows
 from rs.sources.resumable import resumable
 
@@ -71,7 +71,8 @@ class FilesSource:
         if suffix not in _SUFFIX_FORMAT:
             raise SourceFormatError(
                 f"source.path {self.config.path!r}: cannot tell the format from {suffix or 'no suffix'!r}",
-                hint="set source.format to one of parquet, json, imagefolder")
+                hint="set source.format to one of parquet, json, imagefolder",
+            )
         return _SUFFIX_FORMAT[suffix]
 
     def files(self) -> list[Path]:
@@ -85,9 +86,12 @@ class FilesSource:
         close = difflib.get_close_matches(self.path.name, near, n=1)
         did_you_mean = f"; did you mean {str(Path(self.config.path).parent / close[0])!r}?" if close else ""
         where = "matches no file" if "*" in self.path.name else "does not exist"
-        raise SourceNotFound(f"source.path {self.config.path!r}: {self.path.absolute()} {where}{did_you_mean}",
-                             hint="fix the path in the families file" if Path(self.config.path).expanduser().is_absolute() else
-                             "a relative source.path is relative to the families file's folder; fix the path there")
+        raise SourceNotFound(
+            f"source.path {self.config.path!r}: {self.path.absolute()} {where}{did_you_mean}",
+            hint="fix the path in the families file"
+            if Path(self.config.path).expanduser().is_absolute()
+            else "a relative source.path is relative to the families file's folder; fix the path there",
+        )
 
     def columns(self) -> list[str] | None:
         """The columns of the first file (parquet's schema, a JSON Lines file's first record, an image folder's first
@@ -100,16 +104,24 @@ class FilesSource:
             try:
                 return list(pq.read_schema(first).names)
             except (OSError, pa.ArrowException) as err:
-                raise SourceFormatError(f"source.path {self.config.path!r}: {first} cannot be read as parquet ({err})",
-                                        hint="check the file (is it complete?), or set source.format to its real format") from None
+                raise SourceFormatError(
+                    f"source.path {self.config.path!r}: {first} cannot be read as parquet ({err})",
+                    hint="check the file (is it complete?), or set source.format to its real format",
+                ) from None
         if fmt == "imagefolder":
             metadata = sorted(p for p in first.rglob("metadata.*") if p.name in _METADATA)
             if not metadata:
                 return None
             import datasets
 
-            row = next(iter(datasets.load_dataset(_METADATA[metadata[0].name], data_files=str(metadata[0]), split="train",
-                                                  streaming=True)), None)
+            row = next(
+                iter(
+                    datasets.load_dataset(
+                        _METADATA[metadata[0].name], data_files=str(metadata[0]), split="train", streaming=True
+                    )
+                ),
+                None,
+            )
             image = self.config.columns.image  # named by `file_name` (or `<image>_file_name`) in the metadata
             return None if row is None else [image if k in ("file_name", f"{image}_file_name") else k for k in row]
         with first.open("rb") as fh:
@@ -132,7 +144,12 @@ class FilesSource:
 
     def provenance(self) -> dict[str, str | None]:
         """`local:` and the file's (or folder's) name, never its path on this machine: it is recorded in every row and on the cards."""
-        return {"dataset": f"{LOCAL_PREFIX}{Path(self.config.path).name}", "config": self.format(), "split": "train", "revision": None}
+        return {
+            "dataset": f"{LOCAL_PREFIX}{Path(self.config.path).name}",
+            "config": self.format(),
+            "split": "train",
+            "revision": None,
+        }
 
     def size(self) -> int | None:
         """Records in the files: parquet's metadata, or the lines of JSON Lines; None for an image folder."""
@@ -158,7 +175,9 @@ class FilesSource:
             dataset = datasets.load_dataset(fmt, data_files=str(self.path), split="train", streaming=True)
             rows, base_dir = resumable(undecoded(dataset), str(self.path)), self.path.parent
         c = self.config
-        yield from records_from_rows(rows, shape=c.shape, columns=c.columns, fixed_question=c.fixed_question, base_dir=base_dir)
+        yield from records_from_rows(
+            rows, shape=c.shape, columns=c.columns, fixed_question=c.fixed_question, base_dir=base_dir
+        )
 
     def _image_folder_rows(self) -> Iterator[dict[str, Any]]:
         """The rows of the folder's metadata files, in path order, each `file_name` made a path under its metadata file's folder.
@@ -170,13 +189,19 @@ class FilesSource:
         root = self.path.resolve()
         found = sorted(p for p in self.path.rglob("metadata.*") if p.name in _METADATA)
         if not found:
-            raise SourceFormatError(f"source.path {self.config.path!r}: an image folder needs a metadata.jsonl, metadata.csv or "
-                                    "metadata.parquet naming each image in a file_name column, beside its question and answer")
+            raise SourceFormatError(
+                f"source.path {self.config.path!r}: an image folder needs a metadata.jsonl, metadata.csv or "
+                "metadata.parquet naming each image in a file_name column, beside its question and answer"
+            )
         column = self.config.columns.image
         for metadata in found:
             if not metadata.resolve().is_relative_to(root):
-                raise SourceFormatError(f"source.path {self.config.path!r}: {metadata} is a link to a file outside the folder")
-            dataset = datasets.load_dataset(_METADATA[metadata.name], data_files=str(metadata), split="train", streaming=True)
+                raise SourceFormatError(
+                    f"source.path {self.config.path!r}: {metadata} is a link to a file outside the folder"
+                )
+            dataset = datasets.load_dataset(
+                _METADATA[metadata.name], data_files=str(metadata), split="train", streaming=True
+            )
             for row in resumable(dataset, str(metadata)):
                 name = row.pop("file_name", None) or row.pop(f"{column}_file_name", None)
                 row[column] = None if name is None else str(metadata.parent / str(name))

@@ -20,7 +20,7 @@ class SourceUnreachable(RsError):
         super().__init__(
             f"cannot reach the source {label} on the Hub ({type(error).__name__}: {error})",
             hint="check the network (or the Hub's status page) and run the same command again; with HF_HUB_OFFLINE=1 "
-                 "a dataset already in the local Hugging Face cache is read from there",
+            "a dataset already in the local Hugging Face cache is read from there",
         )
 
 
@@ -50,7 +50,9 @@ def _resolve_revision(path: str) -> str | None:
     try:
         return HfApi().dataset_info(path).sha
     except Exception as err:  # no network, gated repo, ...: the build goes on, unpinned
-        logging.getLogger(__name__).warning("could not resolve the current revision of %s (%s); pin source.revision", path, err)
+        logging.getLogger(__name__).warning(
+            "could not resolve the current revision of %s (%s); pin source.revision", path, err
+        )
         return None
 
 
@@ -116,7 +118,9 @@ class HubSource:
 
         c = self.config
         try:
-            dataset = datasets.load_dataset(c.path, c.name, split=c.split, revision=self.revision(), streaming=c.streaming)
+            dataset = datasets.load_dataset(
+                c.path, c.name, split=c.split, revision=self.revision(), streaming=c.streaming
+            )
         except Exception as err:
             if not is_dropped_connection(err):
                 raise

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal
 
 from rs.errors import UsageError
-from rs.registry import KindConfig
-from rs.util.sizes import format_bytes
-from rs.sources.base import MAX_IMAGE_BYTES, RefusedImage, SourceRecord
 from rs.records import QAItem
+from rs.registry import KindConfig
+from rs.sources.base import MAX_IMAGE_BYTES, RefusedImage, SourceRecord
+from rs.util.sizes import format_bytes
 
 
 @dataclass
@@ -81,8 +81,17 @@ def required_columns(config: TabularSourceConfig) -> dict[str, str]:
     if config.shape == "conversational":
         named = {"images": c.images, "texts": c.texts, "id": c.id, "image_id": c.image_id, "qtype": c.qtype}
     else:
-        named = {"image": c.image, "question": None if config.fixed_question is not None else c.question, "answer": c.answer,
-                 "answers": c.answers, "options": c.options, "id": c.id, "image_id": c.image_id, "source": c.source, "qtype": c.qtype}
+        named = {
+            "image": c.image,
+            "question": None if config.fixed_question is not None else c.question,
+            "answer": c.answer,
+            "answers": c.answers,
+            "options": c.options,
+            "id": c.id,
+            "image_id": c.image_id,
+            "source": c.source,
+            "qtype": c.qtype,
+        }
     return {f"columns.{key}": column for key, column in named.items() if column is not None}
 
 
@@ -93,8 +102,10 @@ def check_columns(config: TabularSourceConfig, present: Iterable[str], where: st
         if column not in present:
             close = difflib.get_close_matches(column, present, n=1)
             did_you_mean = f"; did you mean {close[0]!r}?" if close else ""
-            err = SourceFormatError(f"{key}: no column {column!r} in {where} (its columns: {', '.join(present)}){did_you_mean}",
-                                    hint=f"set source.{key} to the column that holds it (shape {config.shape})")
+            err = SourceFormatError(
+                f"{key}: no column {column!r} in {where} (its columns: {', '.join(present)}){did_you_mean}",
+                hint=f"set source.{key} to the column that holds it (shape {config.shape})",
+            )
             err.key = key
             raise err
 
@@ -139,7 +150,11 @@ def _read(path: str | Path, base_dir: Path | None) -> bytes | RefusedImage | Non
     if base_dir is not None:
         root = os.path.realpath(base_dir)
         if os.path.commonpath([real, root]) != root:
-            how = "through a symlink" if os.path.realpath(os.path.abspath(p)) != os.path.normpath(os.path.abspath(p)) else "by its path"
+            how = (
+                "through a symlink"
+                if os.path.realpath(os.path.abspath(p)) != os.path.normpath(os.path.abspath(p))
+                else "by its path"
+            )
             return RefusedImage("unsafe_image_path", f"{path} leaves {base_dir} {how}")
     try:
         info = os.stat(real)
@@ -150,7 +165,9 @@ def _read(path: str | Path, base_dir: Path | None) -> bytes | RefusedImage | Non
     if not stat.S_ISREG(info.st_mode):
         return RefusedImage("unsafe_image_path", f"{path} is not a regular file")
     if info.st_size > MAX_IMAGE_BYTES:
-        return RefusedImage("image_too_large", f"{path} is {format_bytes(info.st_size)}, over {format_bytes(MAX_IMAGE_BYTES)}")
+        return RefusedImage(
+            "image_too_large", f"{path} is {format_bytes(info.st_size)}, over {format_bytes(MAX_IMAGE_BYTES)}"
+        )
     try:
         with open(real, "rb") as fh:
             return fh.read(MAX_IMAGE_BYTES + 1)  # a file that grew since: still bounded (the cleaning checks the size)
@@ -216,10 +233,16 @@ def records_from_rows(
                 )
                 for i, turn in enumerate(turns)
             ]
-            yield SourceRecord(record_id=record_id, images=[image_bytes(im, base_dir) for im in images], qa=qa,
-                               image_paths=[image_path(im) for im in images])
+            yield SourceRecord(
+                record_id=record_id,
+                images=[image_bytes(im, base_dir) for im in images],
+                qa=qa,
+                image_paths=[image_path(im) for im in images],
+            )
             continue
-        question = fixed_question if fixed_question is not None else _text(_get(record, columns.question, "columns.question"))
+        question = (
+            fixed_question if fixed_question is not None else _text(_get(record, columns.question, "columns.question"))
+        )
         answer, references = split_answer(_get(record, columns.answer, "columns.answer"))
         if columns.answers:
             references = tuple(map(_text, _get(record, columns.answers, "columns.answers") or []))
@@ -236,4 +259,6 @@ def records_from_rows(
             qtype=qtype,
         )
         image = _get(record, columns.image, "columns.image")
-        yield SourceRecord(record_id=record_id, images=[image_bytes(image, base_dir)], qa=[item], image_paths=[image_path(image)])
+        yield SourceRecord(
+            record_id=record_id, images=[image_bytes(image, base_dir)], qa=[item], image_paths=[image_path(image)]
+        )

@@ -27,7 +27,16 @@ BACKOFF_S = 2.0
 MAX_BACKOFF_S = 60.0
 
 _NETWORK_MODULES = ("requests", "urllib3", "httpx", "httpcore", "aiohttp", "fsspec", "http", "huggingface_hub")
-_NETWORK_WORDS = ("connect", "timeout", "protocol", "readerror", "disconnect", "chunkedencoding", "incompleteread", "payload")
+_NETWORK_WORDS = (
+    "connect",
+    "timeout",
+    "protocol",
+    "readerror",
+    "disconnect",
+    "chunkedencoding",
+    "incompleteread",
+    "payload",
+)
 
 
 class SourceUnavailable(RsError):
@@ -38,7 +47,7 @@ class SourceUnavailable(RsError):
             f"the source {label} kept dropping the connection: {tries} tries in a row failed after record {position:,} "
             f"({type(error).__name__}: {error})",
             hint="check the network (or the Hub's status page) and run the same command again: the clean stage reads "
-                 "the source again from its start; the stages of other families are not affected",
+            "the source again from its start; the stages of other families are not affected",
         )
 
 
@@ -64,8 +73,16 @@ def resumable(dataset: Any, label: str) -> Iterator[dict[str, Any]]:
             if failures > RETRIES:
                 raise SourceUnavailable(label, position, failures, err) from err
             delay = min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (failures - 1))
-            logger.warning("%s: the stream dropped after record %d (%s: %s); resuming there in %.3g s (retry %d of %d)",
-                           label, position, type(err).__name__, err, delay, failures, RETRIES)
+            logger.warning(
+                "%s: the stream dropped after record %d (%s: %s); resuming there in %.3g s (retry %d of %d)",
+                label,
+                position,
+                type(err).__name__,
+                err,
+                delay,
+                failures,
+                RETRIES,
+            )
             time.sleep(delay)
             dataset.load_state_dict(state)
 
@@ -76,9 +93,15 @@ def is_dropped_connection(error: BaseException) -> bool:
         if isinstance(current, (ConnectionError, TimeoutError)):
             return True
         kind = type(current)
-        if kind.__module__.split(".")[0] in _NETWORK_MODULES and any(word in kind.__name__.lower() for word in _NETWORK_WORDS):
+        if kind.__module__.split(".")[0] in _NETWORK_MODULES and any(
+            word in kind.__name__.lower() for word in _NETWORK_WORDS
+        ):
             return True
         status = getattr(getattr(current, "response", None), "status_code", None)
-        if kind.__module__.startswith("huggingface_hub") and isinstance(status, int) and (status == 429 or status >= 500):
+        if (
+            kind.__module__.startswith("huggingface_hub")
+            and isinstance(status, int)
+            and (status == 429 or status >= 500)
+        ):
             return True  # the Hub busy or failing for a while
     return False

@@ -35,7 +35,7 @@ class DiskFull(RsError):
         super().__init__(
             f"no space left on device: could not write {what} at {self.path}{room}",
             hint=f"free some space on that disk (or point {flag or '--build-dir or --cache'} elsewhere), then run the same "
-                 "command again: the stages finished before are kept and nothing half-written is read back",
+            "command again: the stages finished before are kept and nothing half-written is read back",
         )
 
 

@@ -36,6 +36,8 @@ def committed(cache: Path, answers: int) -> None:
 
 def kept() -> list[str]:
     """What this run finished, in order, the answers it committed to each cache last."""
-    answers = [f"{n:,} new answer{'s' if n != 1 else ''} (the judge's verdicts included) in the generation cache {path}"
-               for path, n in _committed.items()]
+    answers = [
+        f"{n:,} new answer{'s' if n != 1 else ''} (the judge's verdicts included) in the generation cache {path}"
+        for path, n in _committed.items()
+    ]
     return [*_kept, *answers]

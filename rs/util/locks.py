@@ -141,7 +141,7 @@ def _publish_busy(root: Path, family: str, path: Path) -> PublishBusy:
     return PublishBusy(
         f"{family}'s repos in {root} are being published by {who}: two publishes into one folder would mix their files",
         hint=f"wait for it to finish, or stop it ({stop}), then run this command again (it finishes or undoes what a "
-             "stopped publish left); or publish to another --out",
+        "stopped publish left); or publish to another --out",
     )
 
 
@@ -150,7 +150,7 @@ def _busy(root: Path, path: Path) -> BuildBusy:
     return BuildBusy(
         f"{root} is being built by {who}: two runs of one family would write the same stages",
         hint=f"wait for it to finish, or stop it ({stop}), then run this command again; other families, "
-             "or another --build-dir, can be built meanwhile",
+        "or another --build-dir, can be built meanwhile",
     )
 
 

@@ -44,7 +44,9 @@ def stream() -> TextIO:
     return terminal if terminal is not None else sys.stderr
 
 
-def progress(total: int | None, desc: str, *, unit: str = "item", enabled: bool = True, unit_scale: bool = False) -> Any:
+def progress(
+    total: int | None, desc: str, *, unit: str = "item", enabled: bool = True, unit_scale: bool = False
+) -> Any:
     """A bar on a terminal, periodic log lines otherwise; nothing when `enabled` is False. Use as a context manager.
 
     `unit_scale`: counts shown as kB, MB, GB (for `unit="B"`: bytes).
@@ -54,8 +56,15 @@ def progress(total: int | None, desc: str, *, unit: str = "item", enabled: bool 
         return tqdm(total=total, disable=True)
     if out.isatty():
         sized = _columns(out) > 0  # a terminal that reports no size (a bare pseudo-terminal) gets 80 columns
-        return Bar(total=total, desc=desc, unit=unit, unit_scale=unit_scale, file=out, dynamic_ncols=sized,
-                   ncols=None if sized else 80)
+        return Bar(
+            total=total,
+            desc=desc,
+            unit=unit,
+            unit_scale=unit_scale,
+            file=out,
+            dynamic_ncols=sized,
+            ncols=None if sized else 80,
+        )
     return LogProgress(total, desc, unit=unit, unit_scale=unit_scale)
 
 
@@ -145,11 +154,17 @@ class LogProgress:
         elapsed = now - self.start
         rate = self.n / elapsed if elapsed > 0 else 0.0
         left = ""
-        if self.first is not None and now > self.first[0] and self.n > self.first[1]:  # since the first answer: not the load
+        if (
+            self.first is not None and now > self.first[0] and self.n > self.first[1]
+        ):  # since the first answer: not the load
             rate = (self.n - self.first[1]) / (now - self.first[0])
             if self.total and not done:
                 left = f", {_clock((self.total - self.n) / rate)} left"
-        state = (f"stopped after {_clock(elapsed)}" if failed else f"done in {_clock(elapsed)}") if done else f"{_clock(elapsed)} so far"
+        state = (
+            (f"stopped after {_clock(elapsed)}" if failed else f"done in {_clock(elapsed)}")
+            if done
+            else f"{_clock(elapsed)} so far"
+        )
         postfix = f" [{self.postfix}]" if self.postfix else ""
         if self.unit_scale:
             count = f"{_scaled(self.n)}{self.unit}" + (f"/{_scaled(self.total)}{self.unit}" if self.total else "")

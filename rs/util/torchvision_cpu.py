@@ -140,8 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m rs.util.torchvision_cpu install [SITE_PACKAGES]`, as `make setup` runs it."""
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] != "install" or len(args) > 2:
-        print(f"error: unknown arguments {' '.join(args) or '(none)'}\nhint: python -m rs.util.torchvision_cpu install [SITE_PACKAGES]",
-              file=sys.stderr)
+        print(
+            f"error: unknown arguments {' '.join(args) or '(none)'}\nhint: python -m rs.util.torchvision_cpu install [SITE_PACKAGES]",
+            file=sys.stderr,
+        )
         return 2
     print(f"installed {install(Path(args[1]) if len(args) == 2 else None)}")
     return 0

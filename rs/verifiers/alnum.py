@@ -99,9 +99,9 @@ class AlnumVerifier(Verifier):
             'exact match. "HELLO!", "hello" and "Hello." are therefore the same answer; but when either side is a '
             'plain number, both must be, of the same value, so "-5" does not match "5", nor "3.5" "35", nor "1/2" '
             '"12", nor "$5" "5".\n\n'
-            'Accented and compatibility characters are reduced to their plain ASCII letters and digits first, so '
+            "Accented and compatibility characters are reduced to their plain ASCII letters and digits first, so "
             '"Café" matches "cafe" and "ﬁne" "fine" (not "²" "2": a number is read as a number, above). A '
-            'prediction holding a letter with no ASCII equivalent (another script\'s words) matches '
+            "prediction holding a letter with no ASCII equivalent (another script's words) matches "
             'only a reference identical to it (case and punctuation aside, "東京" for "東京"), never one read without '
             'them; another script\'s digits are read as the digits they are ("٣" is 3); in a '
             "reference such characters are dropped, and a reference with no letters or digits left never matches "

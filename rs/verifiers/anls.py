@@ -214,21 +214,23 @@ class AnlsVerifier(Verifier):
                 "the reference's."
             )
         text += (
-            "\n\nA typo is never forgiven in a negation: an answer with a \"not\", \"no\", \"never\" or \"n't\" "
+            '\n\nA typo is never forgiven in a negation: an answer with a "not", "no", "never" or "n\'t" '
             "more or less than the reference does not match it however similar the strings are. Nor is it forgiven "
             "outside a word: apart from spacing, the answer must have the reference's words in place, and a changed "
-            "word must have four characters or more, start as the reference's does (\"unlimited\" is not \"limited\", "
-            "\"decrease\" not \"increase\"), differ from it by one edit (two in a word of eight characters or more: "
-            "\"careless\" is not \"careful\"), be no number word (\"fifty\" is not \"fifteen\") and not be a code (an "
+            'word must have four characters or more, start as the reference\'s does ("unlimited" is not "limited", '
+            '"decrease" not "increase"), differ from it by one edit (two in a word of eight characters or more: '
+            '"careless" is not "careful"), be no number word ("fifty" is not "fifteen") and not be a code (an '
             "acronym, letters and digits mixed, hyphenated parts)."
             "\n\nAn empty reference never matches."
             "\n\nThe pipeline accepts without the judge only an answer that is the reference once case, punctuation "
-            "and runs of whitespace are folded: a typo the metric forgives (\"Jenson\" for \"Jensen\") is left to the judge, and "
+            'and runs of whitespace are folded: a typo the metric forgives ("Jenson" for "Jensen") is left to the judge, and '
             "free text is never rejected for certain."
         )
         return text
 
-    def kind(self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None) -> Kind:
+    def kind(
+        self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None
+    ) -> Kind:
         if not self._numeric or any(_LEADING_ZERO.search(r) for r in references):
             return Kind.TEXT  # "007" is an identifier, compared as written; without numeric_exact, pure ANLS
         return super().kind(references, item=item, vocabulary=vocabulary)
@@ -251,8 +253,13 @@ class AnlsVerifier(Verifier):
             length = max(len(pred), len(ref))
             # Distance bound implied by min_score (+1 guards against float rounding); exact check follows.
             bound = int((1.0 - min_score) * length) + 1
-            if _similarity(pred, ref, bound) >= min_score and (
-                not self._numeric or _DIGITS.findall(pred) == _DIGITS.findall(ref)
-            ) and _negations(pred) == _negations(ref) and _typos_only(pred, ref, codes):
-                return True  # a typo may be forgiven in a word's letters, never in digits, a negation, a prefix or a code
+            if (
+                _similarity(pred, ref, bound) >= min_score
+                and (not self._numeric or _DIGITS.findall(pred) == _DIGITS.findall(ref))
+                and _negations(pred) == _negations(ref)
+                and _typos_only(pred, ref, codes)
+            ):
+                return (
+                    True  # a typo may be forgiven in a word's letters, never in digits, a negation, a prefix or a code
+                )
         return False

@@ -17,9 +17,9 @@ import re
 import string
 import unicodedata
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar, NamedTuple, Protocol
 
@@ -147,18 +147,31 @@ class Verifier(abc.ABC):
     letters: ClassVar[str] = string.ascii_uppercase
     """The option labels, in order, when an item has options (``mcq`` sets its own)."""
 
-    def kind(self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None) -> Kind:
+    def kind(
+        self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None
+    ) -> Kind:
         """The kind of value the references are (a number, yes/no, an option, a term of the closed set, free text):
         what the answer is read for. An item with options whose every reference names one (its letter or its text)
         is read for options whatever the verifier; else from the references themselves (:func:`rs.answers.classify`)."""
         options = getattr(item, "options", None)
-        if options and (options := tuple(options)) and references \
-                and all(option_index(r, options, self.letters) is not None for r in references):
+        if (
+            options
+            and (options := tuple(options))
+            and references
+            and all(option_index(r, options, self.letters) is not None for r in references)
+        ):
             return Kind.OPTION
         return classify(references, vocabulary)
 
-    def compare_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None,
-                      vocabulary: Vocabulary | None = None) -> bool:
+    def compare_value(
+        self,
+        kind: Kind,
+        value: Any,
+        references: Sequence[str],
+        *,
+        item: Item | None = None,
+        vocabulary: Vocabulary | None = None,
+    ) -> bool:
         """Whether a typed ``value`` of ``kind`` read from the answer matches the references.
 
         Numbers are compared by value (:meth:`compare_numbers`); a yes/no or a term is given to :meth:`compare` in
@@ -177,8 +190,15 @@ class Verifier(abc.ABC):
             return str(value) in {self.letters[i] for i in target if i < len(self.letters)}
         return self.compare(str(value), references, item=item)
 
-    def same_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None,
-                   vocabulary: Vocabulary | None = None) -> bool:
+    def same_value(
+        self,
+        kind: Kind,
+        value: Any,
+        references: Sequence[str],
+        *,
+        item: Item | None = None,
+        vocabulary: Vocabulary | None = None,
+    ) -> bool:
         """Whether ``value`` is a reference once notation only is normalised: a number of the same value (a percent
         sign, grouping, LaTeX, words are notation; a conversion is not), free text equal once case, punctuation
         and spacing are folded (:func:`text_key`), a yes/no, option or term that is the reference's."""
@@ -222,8 +242,9 @@ class Verifier(abc.ABC):
         0.42); a qualified number ("about 3") never does."""
         return any(value.agrees(r) for r in references)
 
-    def certain_kind(self, kind: Kind, references: Sequence[str], *, item: Item | None = None,
-                     vocabulary: Vocabulary | None = None) -> bool:
+    def certain_kind(
+        self, kind: Kind, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None
+    ) -> bool:
         """Whether a clean value of ``kind`` that differs from ``references`` is certainly wrong: every reference is a
         value of that kind too (free text never is)."""
         return kind is not _TEXT and reference_values(kind, references, vocabulary) is not None
@@ -240,9 +261,7 @@ class Verifier(abc.ABC):
             grader = self.__dict__["_grader"] = Grader(self)
         return grader
 
-    def match(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
+    def match(self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None) -> bool:
         """Whether ``prediction`` (final answer, reasoning removed; ``None`` = no answer) is accepted against
         ``reference``: read once (:mod:`rs.answers`), one clean value matching, nothing else stated against it.
 
@@ -253,9 +272,7 @@ class Verifier(abc.ABC):
         grade = grader.grade(prediction, reference if type(reference) is str else as_references(reference), item=item)
         return grade.outcome is _ACCEPTED
 
-    def contradicts(
-        self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None
-    ) -> bool:
+    def contradicts(self, prediction: str | None, reference: str | Sequence[str], *, item: Item | None = None) -> bool:
         """Whether ``prediction`` is *certainly* wrong: one clean value of the reference's kind that differs from
         every reference after notation is normalised, with nothing in the rest that matches. The judge may not
         overrule such a rejection. Anything not read for sure is undecided, the judge's."""
@@ -264,10 +281,12 @@ class Verifier(abc.ABC):
     @property
     def contradiction_rule(self) -> str | None:
         """Plain words, for the card, saying which rejections are certain; ``None``: none."""
-        return ("An answer that states one value of the reference's kind (a number, yes or no, an option, a term of the "
-                "family's answers), plainly, different from every reference beyond any notation, scale word, percent "
-                "conversion, rounding or tolerance, with nothing after it that retracts, corrects or hedges it (in any "
-                "script) and nothing said after it that matches or nearly matches.")
+        return (
+            "An answer that states one value of the reference's kind (a number, yes or no, an option, a term of the "
+            "family's answers), plainly, different from every reference beyond any notation, scale word, percent "
+            "conversion, rounding or tolerance, with nothing after it that retracts, corrects or hedges it (in any "
+            "script) and nothing said after it that matches or nearly matches."
+        )
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
@@ -343,9 +362,7 @@ def resolve_params(name: str, params: Mapping[str, Any] | None = None) -> dict[s
     params = dict(params or {})
     unknown = sorted(set(params) - set(specs))
     if unknown:
-        raise VerifierError(
-            f"Unknown parameter {unknown[0]!r} for verifier {name!r}. {_describe_params(name, specs)}"
-        )
+        raise VerifierError(f"Unknown parameter {unknown[0]!r} for verifier {name!r}. {_describe_params(name, specs)}")
     resolved = {
         key: _coerce(name, key, spec, params[key], specs) if key in params else spec.default
         for key, spec in specs.items()
@@ -416,7 +433,9 @@ def text_key(text: str) -> str:
 _SCALES = (Fraction(100), Fraction(1000), Fraction(10**6), Fraction(10**9), Fraction(10**12))
 
 
-_SCALE_QUESTION = re.compile(r"\b(?:hundreds|thousands|millions|billions|trillions|percent|percentage|%)", re.IGNORECASE)
+_SCALE_QUESTION = re.compile(
+    r"\b(?:hundreds|thousands|millions|billions|trillions|percent|percentage|%)", re.IGNORECASE
+)
 
 
 def near_number(value: Number, reference: Number, *, scales: bool = False) -> bool:

@@ -50,7 +50,9 @@ class CountVerifier(Verifier):
             'hedged, bounded or negated count ("about 3", "at least 3", "3+", "not 3") is not a count; "3.0" is 3.'
         )
 
-    def kind(self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None) -> Kind:
+    def kind(
+        self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None
+    ) -> Kind:
         return Kind.NUMBER
 
     def compare_numbers(self, value: Number, references: Sequence[Number]) -> bool:

@@ -140,8 +140,8 @@ class MathVerifier(Verifier):
             'one too, nor a marked answer that the text after it doubts or takes back ("\\boxed{3}" then '
             '"Hmm, it\'s 4") or corrects: a negation or contrast word ("no", "but", "however", "wrong") together '
             'with a number the marked answer does not hold ("\\boxed{3}" then "No. The answer is 4."), or a '
-            'later line that is just another number. An explanation that mentions other numbers without negating '
-            'anything is fine. Math-Verify\'s equivalence is the task\'s own and is accepted without the judge; a '
+            "later line that is just another number. An explanation that mentions other numbers without negating "
+            "anything is fine. Math-Verify's equivalence is the task's own and is accepted without the judge; a "
             'percent conversion ("40%" for 0.4) is not: the judge reads it.'
         )
 
@@ -189,8 +189,10 @@ class MathVerifier(Verifier):
         pred = self._parse_prediction(value, timeout)
         if not pred:
             return False
-        return any(self._mv.verify(list(gold), pred, float_rounding=self._rounding, timeout_seconds=timeout)
-                   for gold in _comparable(value, pred, golds, refs))
+        return any(
+            self._mv.verify(list(gold), pred, float_rounding=self._rounding, timeout_seconds=timeout)
+            for gold in _comparable(value, pred, golds, refs)
+        )
 
     def own_leniency(self, kind: Any, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
         """math-verify's equivalence (an equal expression, a number equal at its rounding) is the task's own; a
@@ -199,15 +201,22 @@ class MathVerifier(Verifier):
             return True
         numbers = reference_values(Kind.NUMBER, references) or []
         return not value.qualifier and any(
-            value.percent == r.percent and round(float(value.value), self._rounding) == round(float(r.value), self._rounding)
-            for r in numbers)
+            value.percent == r.percent
+            and round(float(value.value), self._rounding) == round(float(r.value), self._rounding)
+            for r in numbers
+        )
 
     def compare_numbers(self, value: Number, references: Sequence[Number]) -> bool:
         """Equal after rounding to ``float_rounding`` places, as math-verify compares numbers."""
         if value.qualifier:
             return False
-        return any(round(float(p), self._rounding) == round(float(t), self._rounding)
-                   for r in references if not r.qualifier for p in value.readings() for t in r.readings())
+        return any(
+            round(float(p), self._rounding) == round(float(t), self._rounding)
+            for r in references
+            if not r.qualifier
+            for p in value.readings()
+            for t in r.readings()
+        )
 
 
 def _comparable(value: str, pred: list[Any], golds: list[Any], refs: list[str]) -> list[Any]:
@@ -218,7 +227,9 @@ def _comparable(value: str, pred: list[Any], golds: list[Any], refs: list[str]) 
         golds = [g for g, r in zip(golds, refs) if _qualified(r)]
     if _is_several(pred) or _names_several(value):
         # "3 or 4" never matches 4; a set, tuple or interval reference is compared as math-verify does
-        golds = [g for g in golds if _is_several(list(g)) or _SEVERAL.search(str(g[-1])) or _LIST_COMMA.search(str(g[-1]))]
+        golds = [
+            g for g in golds if _is_several(list(g)) or _SEVERAL.search(str(g[-1])) or _LIST_COMMA.search(str(g[-1]))
+        ]
     return golds
 
 

@@ -120,7 +120,9 @@ class McqVerifier(Verifier):
             "random or nearest-option fallback is used as in some benchmark scripts."
         )
 
-    def kind(self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None) -> Kind:
+    def kind(
+        self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None
+    ) -> Kind:
         return Kind.OPTION
 
     def _targets(self, references: Sequence[str], item: Item | None) -> set[str | None]:
@@ -132,10 +134,18 @@ class McqVerifier(Verifier):
         letter = _bare_letter(value.strip())
         return letter is not None and letter in self._targets(references, item) - {None}
 
-    def compare_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None,
-                      vocabulary: Vocabulary | None = None) -> bool:
+    def compare_value(
+        self,
+        kind: Kind,
+        value: Any,
+        references: Sequence[str],
+        *,
+        item: Item | None = None,
+        vocabulary: Vocabulary | None = None,
+    ) -> bool:
         return self.compare(str(value), references, item=item)
 
-    def certain_kind(self, kind: Kind, references: Sequence[str], *, item: Item | None = None,
-                     vocabulary: Vocabulary | None = None) -> bool:
+    def certain_kind(
+        self, kind: Kind, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None
+    ) -> bool:
         return None not in self._targets(references, item)

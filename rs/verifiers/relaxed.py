@@ -115,8 +115,11 @@ def _reference(reference: str) -> tuple[str, _Num | None, bool]:
     return ref, _number(ref), _YEAR.fullmatch(ref) is not None
 
 
-_COUNT_QUESTION = re.compile(r"\b(?:how\s+many|number\s+of|count|how\s+often|times|which\s+year|what\s+year|when|"
-                             r"code|id|rank|position)\b", re.IGNORECASE)
+_COUNT_QUESTION = re.compile(
+    r"\b(?:how\s+many|number\s+of|count|how\s+often|times|which\s+year|what\s+year|when|"
+    r"code|id|rank|position)\b",
+    re.IGNORECASE,
+)
 
 
 @lru_cache(maxsize=1 << 14)
@@ -177,10 +180,10 @@ class RelaxedVerifier(Verifier):
             "zero must be matched exactly by a numeric zero.\n\n"
             "What the pipeline accepts without the judge is narrower. The same number (a percent sign, grouping, "
             'currency signs and number words being notation: "12%" is 12) is accepted; a number within the tolerance '
-            "only when it is a value read off an axis: not when the question asks for a count (\"how many\", \"number "
-            "of\") or a year, not when the reference is a year or written with leading zeros, and not when the "
-            "reference is a whole number and the question is unknown. Those, and a percent conversion (\"12%\" for "
-            "0.12, \"3000%\" for 30), are left to the judge, and are never rejected for certain."
+            'only when it is a value read off an axis: not when the question asks for a count ("how many", "number '
+            'of") or a year, not when the reference is a year or written with leading zeros, and not when the '
+            'reference is a whole number and the question is unknown. Those, and a percent conversion ("12%" for '
+            '0.12, "3000%" for 30), are left to the judge, and are never rejected for certain.'
         )
         if self._year_guard:
             text += " A reference that is a year (1500–2099) must be matched exactly, not within tolerance."

@@ -34,38 +34,137 @@ __all__ = ["VqaVerifier", "vqa_normalise", "vqa_score"]
 # ("Im", "Ive", "Id've", "I'dve") can never fire because the text is lower-cased first, so they are omitted;
 # the result is identical.
 _CONTRACTIONS = {
-    "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've", "couldnt": "couldn't",
-    "couldn'tve": "couldn't've", "couldnt've": "couldn't've", "didnt": "didn't", "doesnt": "doesn't",
-    "dont": "don't", "hadnt": "hadn't", "hadnt've": "hadn't've", "hadn'tve": "hadn't've", "hasnt": "hasn't",
-    "havent": "haven't", "hed": "he'd", "hed've": "he'd've", "he'dve": "he'd've", "hes": "he's",
-    "howd": "how'd", "howll": "how'll", "hows": "how's", "isnt": "isn't", "itd": "it'd", "itd've": "it'd've",
-    "it'dve": "it'd've", "itll": "it'll", "let's": "let's", "maam": "ma'am", "mightnt": "mightn't",
-    "mightnt've": "mightn't've", "mightn'tve": "mightn't've", "mightve": "might've", "mustnt": "mustn't",
-    "mustve": "must've", "neednt": "needn't", "notve": "not've", "oclock": "o'clock", "oughtnt": "oughtn't",
-    "ow's'at": "'ow's'at", "'ows'at": "'ow's'at", "'ow'sat": "'ow's'at", "shant": "shan't",
-    "shed've": "she'd've", "she'dve": "she'd've", "she's": "she's", "shouldve": "should've",
-    "shouldnt": "shouldn't", "shouldnt've": "shouldn't've", "shouldn'tve": "shouldn't've",
-    "somebody'd": "somebodyd", "somebodyd've": "somebody'd've", "somebody'dve": "somebody'd've",
-    "somebodyll": "somebody'll", "somebodys": "somebody's", "someoned": "someone'd",
-    "someoned've": "someone'd've", "someone'dve": "someone'd've", "someonell": "someone'll",
-    "someones": "someone's", "somethingd": "something'd", "somethingd've": "something'd've",
-    "something'dve": "something'd've", "somethingll": "something'll", "thats": "that's", "thered": "there'd",
-    "thered've": "there'd've", "there'dve": "there'd've", "therere": "there're", "theres": "there's",
-    "theyd": "they'd", "theyd've": "they'd've", "they'dve": "they'd've", "theyll": "they'll",
-    "theyre": "they're", "theyve": "they've", "twas": "'twas", "wasnt": "wasn't", "wed've": "we'd've",
-    "we'dve": "we'd've", "weve": "we've", "werent": "weren't", "whatll": "what'll", "whatre": "what're",
-    "whats": "what's", "whatve": "what've", "whens": "when's", "whered": "where'd", "wheres": "where's",
-    "whereve": "where've", "whod": "who'd", "whod've": "who'd've", "who'dve": "who'd've", "wholl": "who'll",
-    "whos": "who's", "whove": "who've", "whyll": "why'll", "whyre": "why're", "whys": "why's",
-    "wont": "won't", "wouldve": "would've", "wouldnt": "wouldn't", "wouldnt've": "wouldn't've",
-    "wouldn'tve": "wouldn't've", "yall": "y'all", "yall'll": "y'all'll", "y'allll": "y'all'll",
-    "yall'd've": "y'all'd've", "y'alld've": "y'all'd've", "y'all'dve": "y'all'd've", "youd": "you'd",
-    "youd've": "you'd've", "you'dve": "you'd've", "youll": "you'll", "youre": "you're", "youve": "you've",
+    "aint": "ain't",
+    "arent": "aren't",
+    "cant": "can't",
+    "couldve": "could've",
+    "couldnt": "couldn't",
+    "couldn'tve": "couldn't've",
+    "couldnt've": "couldn't've",
+    "didnt": "didn't",
+    "doesnt": "doesn't",
+    "dont": "don't",
+    "hadnt": "hadn't",
+    "hadnt've": "hadn't've",
+    "hadn'tve": "hadn't've",
+    "hasnt": "hasn't",
+    "havent": "haven't",
+    "hed": "he'd",
+    "hed've": "he'd've",
+    "he'dve": "he'd've",
+    "hes": "he's",
+    "howd": "how'd",
+    "howll": "how'll",
+    "hows": "how's",
+    "isnt": "isn't",
+    "itd": "it'd",
+    "itd've": "it'd've",
+    "it'dve": "it'd've",
+    "itll": "it'll",
+    "let's": "let's",
+    "maam": "ma'am",
+    "mightnt": "mightn't",
+    "mightnt've": "mightn't've",
+    "mightn'tve": "mightn't've",
+    "mightve": "might've",
+    "mustnt": "mustn't",
+    "mustve": "must've",
+    "neednt": "needn't",
+    "notve": "not've",
+    "oclock": "o'clock",
+    "oughtnt": "oughtn't",
+    "ow's'at": "'ow's'at",
+    "'ows'at": "'ow's'at",
+    "'ow'sat": "'ow's'at",
+    "shant": "shan't",
+    "shed've": "she'd've",
+    "she'dve": "she'd've",
+    "she's": "she's",
+    "shouldve": "should've",
+    "shouldnt": "shouldn't",
+    "shouldnt've": "shouldn't've",
+    "shouldn'tve": "shouldn't've",
+    "somebody'd": "somebodyd",
+    "somebodyd've": "somebody'd've",
+    "somebody'dve": "somebody'd've",
+    "somebodyll": "somebody'll",
+    "somebodys": "somebody's",
+    "someoned": "someone'd",
+    "someoned've": "someone'd've",
+    "someone'dve": "someone'd've",
+    "someonell": "someone'll",
+    "someones": "someone's",
+    "somethingd": "something'd",
+    "somethingd've": "something'd've",
+    "something'dve": "something'd've",
+    "somethingll": "something'll",
+    "thats": "that's",
+    "thered": "there'd",
+    "thered've": "there'd've",
+    "there'dve": "there'd've",
+    "therere": "there're",
+    "theres": "there's",
+    "theyd": "they'd",
+    "theyd've": "they'd've",
+    "they'dve": "they'd've",
+    "theyll": "they'll",
+    "theyre": "they're",
+    "theyve": "they've",
+    "twas": "'twas",
+    "wasnt": "wasn't",
+    "wed've": "we'd've",
+    "we'dve": "we'd've",
+    "weve": "we've",
+    "werent": "weren't",
+    "whatll": "what'll",
+    "whatre": "what're",
+    "whats": "what's",
+    "whatve": "what've",
+    "whens": "when's",
+    "whered": "where'd",
+    "wheres": "where's",
+    "whereve": "where've",
+    "whod": "who'd",
+    "whod've": "who'd've",
+    "who'dve": "who'd've",
+    "wholl": "who'll",
+    "whos": "who's",
+    "whove": "who've",
+    "whyll": "why'll",
+    "whyre": "why're",
+    "whys": "why's",
+    "wont": "won't",
+    "wouldve": "would've",
+    "wouldnt": "wouldn't",
+    "wouldnt've": "wouldn't've",
+    "wouldn'tve": "wouldn't've",
+    "yall": "y'all",
+    "yall'll": "y'all'll",
+    "y'allll": "y'all'll",
+    "yall'd've": "y'all'd've",
+    "y'alld've": "y'all'd've",
+    "y'all'dve": "y'all'd've",
+    "youd": "you'd",
+    "youd've": "you'd've",
+    "you'dve": "you'd've",
+    "youll": "you'll",
+    "youre": "you're",
+    "youve": "you've",
 }
 # Official `manualMap`: only none/zero..ten; "no" is deliberately not 0.
 _NUMBER_WORDS = {
-    "none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
-    "seven": "7", "eight": "8", "nine": "9", "ten": "10",
+    "none": "0",
+    "zero": "0",
+    "one": "1",
+    "two": "2",
+    "three": "3",
+    "four": "4",
+    "five": "5",
+    "six": "6",
+    "seven": "7",
+    "eight": "8",
+    "nine": "9",
+    "ten": "10",
 }
 _ARTICLES = frozenset({"a", "an", "the"})
 _PUNCT = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")
@@ -170,7 +269,7 @@ class VqaVerifier(Verifier):
         return (
             "The VQAv2 soft accuracy: an answer scores min(1, k / 3), where k is the number of human annotators "
             f"who gave the same answer, {scoring}. {accept} Both sides are first normalised as in the official "
-            "VQA evaluation: lowercased, number words up to ten written as digits, the articles \"a\", \"an\" and "
+            'VQA evaluation: lowercased, number words up to ten written as digits, the articles "a", "an" and '
             '"the" removed, missing apostrophes restored ("dont" becomes "don\'t"), most punctuation removed or '
             "replaced by a space, and periods dropped unless they are decimal points.\n\n"
             "With fewer than three references, the references are alternative correct answers rather than "
@@ -181,16 +280,35 @@ class VqaVerifier(Verifier):
     def compare(self, value: str, references: Sequence[str], *, item: Item | None = None) -> bool:
         return vqa_score(value, references, leave_one_out=self._loo) >= self._threshold
 
-    def compare_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None,
-                      vocabulary: Vocabulary | None = None) -> bool:
+    def compare_value(
+        self,
+        kind: Kind,
+        value: Any,
+        references: Sequence[str],
+        *,
+        item: Item | None = None,
+        vocabulary: Vocabulary | None = None,
+    ) -> bool:
         if kind is Kind.NUMBER:  # the annotators' votes, each read as its number
             numbers = reference_values(kind, references)
-            return numbers is not None and value.qualifier is None and any(
-                self.compare(render(reading), [render(r.value) for r in numbers]) for reading in value.readings())
+            return (
+                numbers is not None
+                and value.qualifier is None
+                and any(
+                    self.compare(render(reading), [render(r.value) for r in numbers]) for reading in value.readings()
+                )
+            )
         return super().compare_value(kind, value, references, item=item, vocabulary=vocabulary)
 
-    def same_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None,
-                   vocabulary: Vocabulary | None = None) -> bool:
+    def same_value(
+        self,
+        kind: Kind,
+        value: Any,
+        references: Sequence[str],
+        *,
+        item: Item | None = None,
+        vocabulary: Vocabulary | None = None,
+    ) -> bool:
         """Free text is an annotator's answer once the VQA normalisation (punctuation, articles, number words, all
         notation) is applied to both."""
         if kind is Kind.TEXT:

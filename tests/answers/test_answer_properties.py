@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import random
 
+import answers_properties as P  # noqa: E402
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import answers_properties as P  # noqa: E402
 
 from rs.answers import Outcome  # noqa: E402
 
@@ -33,8 +32,16 @@ def drawn(draw: st.DrawFn, verifier: str) -> tuple[P.Spec, P.Value, P.Value, str
 def _case(spec: P.Spec, value: P.Value, other: P.Value, presentation: str, continuation: str) -> P.Case:
     kind = P.CONTINUATIONS[continuation][1]
     mechanism = value.mechanism if kind == "plain" else continuation
-    return P.Case(spec, value, presentation, continuation, P.compose(value.text, presentation, continuation, other.text),
-                  P.truth_of(value, continuation, other), mechanism, other.text)
+    return P.Case(
+        spec,
+        value,
+        presentation,
+        continuation,
+        P.compose(value.text, presentation, continuation, other.text),
+        P.truth_of(value, continuation, other),
+        mechanism,
+        other.text,
+    )
 
 
 @pytest.mark.parametrize("verifier", sorted(P.SPECS))

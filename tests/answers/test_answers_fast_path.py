@@ -24,16 +24,27 @@ from rs.verifiers.base import _SCALES, near_number
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None)
 
 DIGITS = st.text("0123456789", min_size=1, max_size=7)
-GROUPED = st.builds(lambda head, groups: head + "".join("," + g for g in groups),
-                    st.text("0123456789", min_size=1, max_size=3), st.lists(st.text("0123456789", min_size=3, max_size=3), max_size=3))
+GROUPED = st.builds(
+    lambda head, groups: head + "".join("," + g for g in groups),
+    st.text("0123456789", min_size=1, max_size=3),
+    st.lists(st.text("0123456789", min_size=3, max_size=3), max_size=3),
+)
 # a plain number, and near misses of one: signs, spaces, stray separators, exponents, letters, other scripts
 NUMBERISH = st.one_of(
-    st.builds(lambda whole, frac, pct: whole + (f".{frac}" if frac else "") + pct,
-              st.one_of(DIGITS, GROUPED), st.one_of(st.just(""), DIGITS), st.sampled_from(["", "%"])),
+    st.builds(
+        lambda whole, frac, pct: whole + (f".{frac}" if frac else "") + pct,
+        st.one_of(DIGITS, GROUPED),
+        st.one_of(st.just(""), DIGITS),
+        st.sampled_from(["", "%"]),
+    ),
     st.text("0123456789.,%-+ e_x١", min_size=1, max_size=9),
 )
-ANSWERS = st.builds(lambda pre, core, post: pre + core + post, st.sampled_from(["", " ", "-", "$"]), NUMBERISH,
-                    st.sampled_from(["", ".", ". ", "..", "\n", " cm", "?"]))
+ANSWERS = st.builds(
+    lambda pre, core, post: pre + core + post,
+    st.sampled_from(["", " ", "-", "$"]),
+    NUMBERISH,
+    st.sampled_from(["", ".", ". ", "..", "\n", " cm", "?"]),
+)
 QUESTIONS = st.sampled_from(["", "How many bars are there?", "What was the revenue (in billions)?", "Which year?"])
 
 
@@ -59,8 +70,9 @@ def test_anything_else_goes_to_the_general_reading(text: str) -> None:
 @pytest.mark.parametrize("verifier", [name for name in known_verifiers() if name != "math"])
 @SETTINGS
 @given(answer=ANSWERS, reference=NUMBERISH, question=QUESTIONS)
-def test_a_plain_number_answer_is_decided_as_the_general_reading_decides(verifier: str, answer: str, reference: str,
-                                                                           question: str) -> None:
+def test_a_plain_number_answer_is_decided_as_the_general_reading_decides(
+    verifier: str, answer: str, reference: str, question: str
+) -> None:
     grader = get_verifier(verifier).grader()
     item = _Seen(question, ()) if question else _NOTHING_SEEN
     refs = (reference,)
@@ -72,18 +84,37 @@ def test_a_plain_number_answer_is_decided_as_the_general_reading_decides(verifie
 
 FRACTIONS = st.one_of(
     st.integers(-3000, 3000).map(Fraction),
-    st.builds(lambda n, places: Fraction(n, 10**places), st.integers(-10**6, 10**6), st.integers(0, 4)),
+    st.builds(lambda n, places: Fraction(n, 10**places), st.integers(-(10**6), 10**6), st.integers(0, 4)),
     st.builds(Fraction, st.integers(-40, 40), st.integers(1, 40)),
-    st.sampled_from([Fraction(0), Fraction(1500), Fraction(2099), Fraction(2100), Fraction(-2010), Fraction(10**320),
-                     Fraction(1, 10**330)]),
+    st.sampled_from(
+        [
+            Fraction(0),
+            Fraction(1500),
+            Fraction(2099),
+            Fraction(2100),
+            Fraction(-2010),
+            Fraction(10**320),
+            Fraction(1, 10**330),
+        ]
+    ),
 )
-RELAXED = [get_verifier("relaxed"), get_verifier("relaxed", tolerance=0.1), get_verifier("relaxed", year_guard=False),
-           get_verifier("relaxed", tolerance=0.0)]
+RELAXED = [
+    get_verifier("relaxed"),
+    get_verifier("relaxed", tolerance=0.1),
+    get_verifier("relaxed", year_guard=False),
+    get_verifier("relaxed", tolerance=0.0),
+]
 
 
 @SETTINGS
-@given(a=FRACTIONS, b=FRACTIONS, ratio=st.sampled_from([None, Fraction(105, 100), Fraction(95, 100), Fraction(1001, 1000)]))
-def test_relaxed_compares_values_as_it_compares_their_written_forms(a: Fraction, b: Fraction, ratio: Fraction | None) -> None:
+@given(
+    a=FRACTIONS,
+    b=FRACTIONS,
+    ratio=st.sampled_from([None, Fraction(105, 100), Fraction(95, 100), Fraction(1001, 1000)]),
+)
+def test_relaxed_compares_values_as_it_compares_their_written_forms(
+    a: Fraction, b: Fraction, ratio: Fraction | None
+) -> None:
     if ratio is not None:
         b = a * ratio
     for verifier in RELAXED:
@@ -107,11 +138,20 @@ def _half_unit(x: Fraction) -> Fraction:
 
 
 @SETTINGS
-@given(a=FRACTIONS, b=FRACTIONS, percents=st.tuples(st.booleans(), st.booleans()), scaled=st.booleans(), scales=st.booleans())
-def test_near_number_in_integers_is_the_rounding_rule(a: Fraction, b: Fraction, percents: tuple[bool, bool], scaled: bool,
-                                                      scales: bool) -> None:
+@given(
+    a=FRACTIONS,
+    b=FRACTIONS,
+    percents=st.tuples(st.booleans(), st.booleans()),
+    scaled=st.booleans(),
+    scales=st.booleans(),
+)
+def test_near_number_in_integers_is_the_rounding_rule(
+    a: Fraction, b: Fraction, percents: tuple[bool, bool], scaled: bool, scales: bool
+) -> None:
     value, reference = Number(a, percents[0], scaled=scaled), Number(b, percents[1])
-    expected = (value.converts(reference)
-                or ((scales or scaled) and any(a == b * s or a * s == b for s in _SCALES))
-                or (abs(a - b) <= max(_half_unit(a), _half_unit(b)) and a != b and not (a.denominator == b.denominator == 1)))
+    expected = (
+        value.converts(reference)
+        or ((scales or scaled) and any(a == b * s or a * s == b for s in _SCALES))
+        or (abs(a - b) <= max(_half_unit(a), _half_unit(b)) and a != b and not (a.denominator == b.denominator == 1))
+    )
     assert near_number(value, reference, scales=scales) == expected

@@ -114,14 +114,17 @@ def test_answer_tags(text: str, expected: str | None) -> None:
     assert (reading.stated if reading.mark == "tag" else None) == expected
 
 
-@pytest.mark.parametrize(("text", "opened", "expected"), [
-    ("◁think▷two cubes◁/think▷\n\n2", False, ("two cubes", "2")),
-    ("two cubes◁/think▷2", True, ("two cubes", "2")),  # the template pre-filled the opening marker
-    ("two cubes, never closed", True, ("two cubes, never closed", None)),
-    ("◁think▷never closed", False, ("never closed", None)),
-    ("a plain answer", False, ("", "a plain answer")),
-    ("<think>other markers</think> 3", False, ("", "<think>other markers</think> 3")),  # not this model's markers
-])
+@pytest.mark.parametrize(
+    ("text", "opened", "expected"),
+    [
+        ("◁think▷two cubes◁/think▷\n\n2", False, ("two cubes", "2")),
+        ("two cubes◁/think▷2", True, ("two cubes", "2")),  # the template pre-filled the opening marker
+        ("two cubes, never closed", True, ("two cubes, never closed", None)),
+        ("◁think▷never closed", False, ("never closed", None)),
+        ("a plain answer", False, ("", "a plain answer")),
+        ("<think>other markers</think> 3", False, ("", "<think>other markers</think> 3")),  # not this model's markers
+    ],
+)
 def test_split_reasoning_with_other_markers(text: str, opened: bool, expected: tuple[str, str | None]) -> None:
     assert split_reasoning(text, start="◁think▷", end="◁/think▷", opened=opened) == expected
 
@@ -131,13 +134,16 @@ def test_an_opened_prompt_makes_a_plain_output_unclosed_reasoning() -> None:
     assert split_reasoning("reasoning</think>\n\nblue", opened=True) == ("reasoning", "blue")
 
 
-@pytest.mark.parametrize(("tail", "state"), [
-    ("<|im_start|>assistant\n<think>\n", "open"),
-    ("<|im_start|>assistant\n<think>\n\n</think>\n\n", "closed"),
-    ("<|im_start|>assistant\n", "none"),
-    ("<think>\n\n</think>\n\n<|im_start|>assistant\n", "none"),  # a closed block of an earlier turn
-    ("user: what is <think>?<|im_end|>\n<|im_start|>assistant\n", "none"),
-])
+@pytest.mark.parametrize(
+    ("tail", "state"),
+    [
+        ("<|im_start|>assistant\n<think>\n", "open"),
+        ("<|im_start|>assistant\n<think>\n\n</think>\n\n", "closed"),
+        ("<|im_start|>assistant\n", "none"),
+        ("<think>\n\n</think>\n\n<|im_start|>assistant\n", "none"),  # a closed block of an earlier turn
+        ("user: what is <think>?<|im_end|>\n<|im_start|>assistant\n", "none"),
+    ],
+)
 def test_reasoning_state_of_a_prompt_tail(tail: str, state: str) -> None:
     assert reasoning_state(tail) == state
 
@@ -150,8 +156,8 @@ def test_reasoning_state_with_other_markers() -> None:
 def test_answer_tags_that_disagree_are_no_final_answer() -> None:
     """A family reading `<answer>` tags: two pairs holding different answers name no answer (review: the last won)."""
     from rs.engines.base import Generation
-    from rs.families.schema import ReasoningConfig
     from rs.engines.reasoning import ReasoningFormat
+    from rs.families.schema import ReasoningConfig
 
     fmt = ReasoningFormat(ReasoningConfig(answer_start="<answer>", answer_end="</answer>"))
 

@@ -18,14 +18,19 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from replay_family import RECOVERY_CASES, answer_text, write_family
+
 from rs.audit import Replay, audit
 from rs.cli.main import main as rs_main
 from rs.families import load_families
 from rs.pipeline.publish import publish
 
-PASSING = {"calibration_samples": 4, "min_calibration_cases": 1, "min_negative_agreement": 0.0, "min_positive_agreement": 0.0}
+PASSING = {
+    "calibration_samples": 4,
+    "min_calibration_cases": 1,
+    "min_negative_agreement": 0.0,
+    "min_positive_agreement": 0.0,
+}
 BLOCKED = {"calibration_samples": 4}  # too few cases: the gate blocks it
 OFF = {"enabled": False}
 RECOVERY = {"samples": 2, "temperature": 0.7}
@@ -33,10 +38,17 @@ RECOVERY = {"samples": 2, "temperature": 0.7}
 VARIANTS = {  # name -> (the family's blocks, --limit)
     "plain": ({"judge": OFF}, None),
     "recovery-blocked": ({"judge": BLOCKED, "recovery": RECOVERY}, None),
-    "all-passing": ({"judge": PASSING, "recovery": {**RECOVERY, "cut_off": True, "difficulty": {"samples": 2}, "pairs": True}}, None),
-    "kept-in-think": ({"judge": OFF, "answers": {"think_needs_agreeing_reasoning": False}, "recovery": {**RECOVERY, "pairs": True}}, None),
+    "all-passing": (
+        {"judge": PASSING, "recovery": {**RECOVERY, "cut_off": True, "difficulty": {"samples": 2}, "pairs": True}},
+        None,
+    ),
+    "kept-in-think": (
+        {"judge": OFF, "answers": {"think_needs_agreeing_reasoning": False}, "recovery": {**RECOVERY, "pairs": True}},
+        None,
+    ),
     "trial-empty-rejected": ({"judge": BLOCKED, "recovery": {**RECOVERY, "difficulty": {"samples": 2}}}, 1),
 }
+
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> dict[str, tuple[Path, dict[str, Path]]]:
@@ -45,8 +57,14 @@ def builds(tmp_path_factory) -> dict[str, tuple[Path, dict[str, Path]]]:
     for name, (blocks, limit) in VARIANTS.items():
         folder = tmp_path_factory.mktemp(name)
         family = write_family(folder, RECOVERY_CASES, **blocks)
-        outcome = publish(family, out=folder / "out", build_root=folder / "build", cache_path=folder / "cache.sqlite", progress=False,
-                          limit=limit)
+        outcome = publish(
+            family,
+            out=folder / "out",
+            build_root=folder / "build",
+            cache_path=folder / "cache.sqlite",
+            progress=False,
+            limit=limit,
+        )
         out[name] = (folder, {split: Path(where) for split, where in outcome.where.items()})
     return out
 
@@ -73,8 +91,13 @@ def test_the_matrix_says_what_it_is_meant_to(builds) -> None:
     """The variants do reach the branches they are there for (else the audit above would pass on less)."""
     cards = {name: (repos["think"] / "README.md").read_text() for name, (_, repos) in builds.items()}
     assert "## Recovery" not in cards["plain"] and "The judge pass was switched off" in cards["plain"]
-    assert "It did not pass on this run" in cards["recovery-blocked"] and "It passed on this run" in cards["all-passing"]
-    assert "1 accepted answer had reasoning that concluded another value, kept out of the think split" in cards["all-passing"]
+    assert (
+        "It did not pass on this run" in cards["recovery-blocked"] and "It passed on this run" in cards["all-passing"]
+    )
+    assert (
+        "1 accepted answer had reasoning that concluded another value, kept out of the think split"
+        in cards["all-passing"]
+    )
     assert "kept in the think split all the same" in cards["kept-in-think"]
     assert "A trial build" in cards["trial-empty-rejected"]
     rejected = (builds["trial-empty-rejected"][1]["rejected"] / "README.md").read_text()
@@ -97,9 +120,14 @@ def test_a_wrong_count_of_certain_rejections_the_judge_called_correct_fails(buil
     """The first statement: the card once counted the judge's CORRECT verdicts on certain rejections after recovery had
     moved some of them, so it said fewer than the stores hold."""
     folder, repos = builds["all-passing"]
-    repo = _broken(repos, tmp_path, "think", r"the judge called none of them `CORRECT`",
-                   "the judge called 1 of them `CORRECT`: 0 are in the rejected split with reason `judge_overruled`, and 1 was later "
-                   "recovered")
+    repo = _broken(
+        repos,
+        tmp_path,
+        "think",
+        r"the judge called none of them `CORRECT`",
+        "the judge called 1 of them `CORRECT`: 0 are in the rejected split with reason `judge_overruled`, and 1 was later "
+        "recovered",
+    )
     assert rs_main(["audit", str(repo), "--build", str(_build_dir(folder))]) == 1
     printed = capsys.readouterr().out
     assert "certain rejections the judge called CORRECT is 1, the files hold 0" in printed and "README.md:" in printed
@@ -109,20 +137,33 @@ def test_a_schema_note_that_leaves_out_recovery_fails(builds, tmp_path: Path) ->
     """The second statement: the think/nothink schema note said `accepted_by` is `verifier` or `judge`."""
     _, repos = builds["all-passing"]
     for split in ("think", "nothink"):
-        repo = _broken(repos, tmp_path / split, split, r"  - `accepted_by`: .*", "  - `accepted_by`: `verifier` or `judge`")
+        repo = _broken(
+            repos, tmp_path / split, split, r"  - `accepted_by`: .*", "  - `accepted_by`: `verifier` or `judge`"
+        )
         result = audit(repo)
-        assert not result.ok and any("accepted_by" in f.what and f.stated == ["recovery"] for f in result.findings), result.render()
+        assert not result.ok and any("accepted_by" in f.what and f.stated == ["recovery"] for f in result.findings), (
+            result.render()
+        )
 
 
-def test_a_count_of_reasoning_that_concludes_another_value_counting_greedy_answers_only_fails(builds, tmp_path: Path) -> None:
+def test_a_count_of_reasoning_that_concludes_another_value_counting_greedy_answers_only_fails(
+    builds, tmp_path: Path
+) -> None:
     """The third statement: the count left out the recovered answers whose reasoning concludes another value, which routing
     also keeps out of the think split; the audit holds it against the nothink QA the think split lacks."""
     _, repos = builds["all-passing"]
-    repo = _broken(repos, tmp_path, "nothink", r"1 accepted answer had reasoning that concluded another value",
-                   "none of the 2 answers compared had reasoning that concluded another value")
+    repo = _broken(
+        repos,
+        tmp_path,
+        "nothink",
+        r"1 accepted answer had reasoning that concluded another value",
+        "none of the 2 answers compared had reasoning that concluded another value",
+    )
     result = audit(repo)
     found = {f.what: (f.stated, f.truth) for f in result.findings}
-    assert found.get("accepted answers whose reasoning concludes another value (nothink QA - think QA)") == (0, 1), result.render()
+    assert found.get("accepted answers whose reasoning concludes another value (nothink QA - think QA)") == (0, 1), (
+        result.render()
+    )
 
 
 def test_front_matter_and_stats_that_disagree_with_the_files_fail(builds, tmp_path: Path) -> None:
@@ -152,12 +193,20 @@ def test_every_repo_records_what_rebuilds_it(builds) -> None:
     p = stats["provenance"]
     assert p["rs"]["version"] and len(p["rs"]["versions_digest"]) == 64
     assert p["libraries"]["datasets"] and "vllm" in p["libraries"] and "math-verify" in p["libraries"]
-    assert p["model"] == {"id": "some-org/some-vlm", "revision": None, "weights_sha256": None,
-                          "note": "no revision pinned (model.revision): a rebuild loads whatever the Hub holds then"}
+    assert p["model"] == {
+        "id": "some-org/some-vlm",
+        "revision": None,
+        "weights_sha256": None,
+        "note": "no revision pinned (model.revision): a rebuild loads whatever the Hub holds then",
+    }
     assert p["engine"] == {"kind": "replay"}
     assert p["passes"]["greedy"]["sampling_params"]["temperature"] == 0.0
     assert p["passes"]["judge"]["sampling_params"]["structured_outputs"] == {"choice": ["CORRECT", "WRONG", "UNSURE"]}
-    assert {k: p["passes"]["recovery"]["sampling_params"][k] for k in ("temperature", "n", "seed")} == {"temperature": 0.7, "n": 2, "seed": 0}
+    assert {k: p["passes"]["recovery"]["sampling_params"][k] for k in ("temperature", "n", "seed")} == {
+        "temperature": 0.7,
+        "n": 2,
+        "seed": 0,
+    }
     assert p["passes"]["recovery"]["difficulty_n"] == 2
     assert p["seeds"] == {"source": None, "greedy": 0, "recovery": 0}
     assert p["hardware"]["machine"] and ("gpus" in p["hardware"]) and p["command"] == "python -m rs.publish Shapes"
@@ -177,8 +226,10 @@ def test_the_judge_pass_is_recorded_for_a_model_whose_reasoning_vllms_parser_rea
     from rs.pipeline.write.provenance import passes
 
     config = get_family("TinyCLEVR").config
-    qwen = dataclasses.replace(config, model=dataclasses.replace(config.model, reasoning=dataclasses.replace(config.model.reasoning,
-                                                                                                          parser="qwen3")))
+    qwen = dataclasses.replace(
+        config,
+        model=dataclasses.replace(config.model, reasoning=dataclasses.replace(config.model.reasoning, parser="qwen3")),
+    )
     recorded = passes(qwen)["judge"]
     assert recorded["close_reasoning"] == "the markers of vLLM's 'qwen3' reasoning parser"
     assert recorded["sampling_params"] == passes(config)["judge"]["sampling_params"]
@@ -198,13 +249,16 @@ def _copies(repos: dict[str, Path], tmp_path: Path) -> dict[str, Path]:
 def _cache_key(folder: Path, repo: Path, question: str, sample: int | None = None) -> str:
     """The generation cache's key of the greedy answer to `question` of `repo`, or of its recovery sample `sample`
     (rebuilt as the run built it)."""
-    from rs.engines.factory import engines_for, sampling_settings
     from rs.engines.cached_engine import cache_key, identity_key
+    from rs.engines.factory import engines_for, sampling_settings
     from rs.pipeline.recover import recovery_settings
 
     family = load_families(folder / "families.yaml")["Shapes"]
-    row = next(r for r in pq.read_table(next((repo / "data").glob("*.parquet"))).to_pylist()
-               if any(qa["question"].startswith(question) for qa in r["qa"]))
+    row = next(
+        r
+        for r in pq.read_table(next((repo / "data").glob("*.parquet"))).to_pylist()
+        if any(qa["question"].startswith(question) for qa in r["qa"])
+    )
     prompt = next(qa["question"] for qa in row["qa"] if qa["question"].startswith(question))
     sampler, _ = engines_for(family)
     settings = sampling_settings(family)
@@ -224,7 +278,9 @@ def _rewrite(cache: Path, key: str, answer: str) -> None:
         stored = json.loads(value)
         stored.update(text=answer_text(answer), reasoning=f"I count carefully and conclude {answer}.", answer=answer)
         value = json.dumps(stored, ensure_ascii=False)
-        db.execute("UPDATE answers SET value = ?, checksum = ? WHERE key = ?", (value, answer_checksum(key, value), key))
+        db.execute(
+            "UPDATE answers SET value = ?, checksum = ? WHERE key = ?", (value, answer_checksum(key, value), key)
+        )
 
 
 def test_replay_re_derives_every_kind_of_question_and_asks_the_engine_again(builds) -> None:
@@ -233,10 +289,16 @@ def test_replay_re_derives_every_kind_of_question_and_asks_the_engine_again(buil
     result = audit(repos["think"], build=_build_dir(folder), replay=_replay(folder, 10, engine=True))
     assert result.ok, result.render()
     notes = "\n".join(result.notes)
-    assert "--replay 10: 5 questions (think 2, recovered 2, rejected 1) re-derived from the generation cache" in notes, notes
+    assert (
+        "--replay 10: 5 questions (think 2, recovered 2, rejected 1) re-derived from the generation cache" in notes
+    ), notes
     assert "5 of 5 published byte for byte as their cached answers make them" in notes, notes
-    assert "the same 5 questions sent to the replay engine of some-org/some-vlm fresh (no cache read or written)" in notes, notes
-    assert "recovered   2: final answers 2/2 identical, texts 2/2 byte-identical, routing 2/2 identical" in notes, notes
+    assert (
+        "the same 5 questions sent to the replay engine of some-org/some-vlm fresh (no cache read or written)" in notes
+    ), notes
+    assert "recovered   2: final answers 2/2 identical, texts 2/2 byte-identical, routing 2/2 identical" in notes, (
+        notes
+    )
     assert "all   5: final answers 5/5 identical, texts 5/5 byte-identical, routing 5/5 identical" in notes, notes
     few = audit(repos["think"], build=_build_dir(folder), replay=_replay(folder, 3))
     assert few.ok and "--replay 3: 3 questions (think 1, recovered 1, rejected 1)" in few.notes[0], few.render()
@@ -254,7 +316,8 @@ def test_replay_names_a_published_answer_its_cached_answer_does_not_make(builds,
     result = audit(copies["think"], build=_build_dir(folder), replay=_replay(folder, 10))
     replayed = [f for f in result.findings if f.source == "the cache re-derives"]
     assert [(f.what.split(" of ")[0], f.where, f.stated, f.truth) for f in replayed] == [
-        ("answer", "Shapes_RS_nothink/data row 0, qa 0", "3", "2")], result.render()
+        ("answer", "Shapes_RS_nothink/data row 0, qa 0", "3", "2")
+    ], result.render()
     assert "Shapes_RS_nothink/data row 0, qa 0: answer of 'How many shapes?" in result.render()
 
 
@@ -273,13 +336,18 @@ def test_replay_names_a_changed_cache_entry_and_a_missing_one(builds, tmp_path: 
     _rewrite(cache, _cache_key(folder, repos["think"], "Is there a circle?", sample=1), "no")
     changed = audit(repos["think"], build=_build_dir(folder), replay=asked)
     said = [str(f) for f in changed.findings]
-    assert len(said) == 3 and all("'Is there a circle?\\nAnswer the question" in line for line in said), changed.render()
+    assert len(said) == 3 and all("'Is there a circle?\\nAnswer the question" in line for line in said), (
+        changed.render()
+    )
     assert said[0].startswith("Shapes_RS_think/data row 1, qa 0: ") and said[0].endswith(
-        "in the think repo is 'an entry (accepted_by recovery)', the cache re-derives 'absent'")
+        "in the think repo is 'an entry (accepted_by recovery)', the cache re-derives 'absent'"
+    )
     assert said[1].startswith("Shapes_RS_nothink/data row 2, qa 0: ") and said[1].endswith(
-        "in the nothink repo is 'an entry (accepted_by recovery)', the cache re-derives 'absent'")
+        "in the nothink repo is 'an entry (accepted_by recovery)', the cache re-derives 'absent'"
+    )
     assert said[2].startswith("Shapes_rejected/data: ") and said[2].endswith(
-        "in the rejected repo is 'absent', the cache re-derives 'an entry (reason judge_unsure)'")
+        "in the rejected repo is 'absent', the cache re-derives 'an entry (reason judge_unsure)'"
+    )
 
     # the greedy answer to "How many squares?" (1, accepted) made to say 7: the judge would be asked what the run never
     # asked it, so the rest is missing, and the greedy answer is named beside it
@@ -287,9 +355,13 @@ def test_replay_names_a_changed_cache_entry_and_a_missing_one(builds, tmp_path: 
     _rewrite(cache, _cache_key(folder, repos["think"], "How many squares?"), "7")
     changed = audit(repos["think"], build=_build_dir(folder), replay=asked)
     said = [str(f) for f in changed.findings]
-    assert len(said) == 2 and "Shapes_RS_nothink/data row 3, qa 0: the greedy answer (answer) of 'How many squares?" in said[0]
+    assert (
+        len(said) == 2
+        and "Shapes_RS_nothink/data row 3, qa 0: the greedy answer (answer) of 'How many squares?" in said[0]
+    )
     assert said[0].endswith("is '1', the cache re-derives '7'") and said[1].endswith(
-        "the judge's verdict is not in the generation cache: nothing re-derived, nothing compared"), changed.render()
+        "the judge's verdict is not in the generation cache: nothing re-derived, nothing compared"
+    ), changed.render()
 
     # an answer the cache does not hold is said, and fails: nothing was compared
     shutil.copy(folder / "cache.sqlite", cache)
@@ -297,16 +369,20 @@ def test_replay_names_a_changed_cache_entry_and_a_missing_one(builds, tmp_path: 
         assert opened.forget([_cache_key(folder, repos["think"], "How many shapes?")]) == 1
     missing = audit(repos["think"], build=_build_dir(folder), replay=asked)
     lines = [str(f) for f in missing.findings]
-    assert lines == [f"{cache}: 'How many shapes?\\nAnswer the question using a single word or phrase.' (image "
-                     f"{lines[0].split('(image ')[1][:12]}): the greedy answer is not in the generation cache: nothing "
-                     "re-derived, nothing compared"], missing.render()
+    assert lines == [
+        f"{cache}: 'How many shapes?\\nAnswer the question using a single word or phrase.' (image "
+        f"{lines[0].split('(image ')[1][:12]}): the greedy answer is not in the generation cache: nothing "
+        "re-derived, nothing compared"
+    ], missing.render()
     assert "4 of 5 published byte for byte" in missing.notes[0] and "1 not whole in the cache" in missing.notes[0]
 
     # nor is one whose bytes changed without their checksum: named as damaged, never read
     shutil.copy(folder / "cache.sqlite", cache)
     with sqlite3.connect(cache) as db:
-        db.execute("UPDATE answers SET value = replace(value, 'conclude 1', 'conclude 7') WHERE key = ?",
-                   (_cache_key(folder, repos["think"], "How many squares?"),))
+        db.execute(
+            "UPDATE answers SET value = replace(value, 'conclude 1', 'conclude 7') WHERE key = ?",
+            (_cache_key(folder, repos["think"], "How many squares?"),),
+        )
     damaged = audit(repos["think"], build=_build_dir(folder), replay=asked)
     assert [str(f).split("): ", 1)[1] for f in damaged.findings] == [
         "the greedy answer is damaged in the generation cache (its bytes fail their checksum): nothing re-derived, nothing compared"
@@ -319,19 +395,43 @@ def test_replay_needs_the_runs_cache_and_its_families_file(builds, tmp_path: Pat
     folder, repos = builds["plain"]
     build = str(_build_dir(folder))
     for argv, said in (
-        (["--cache", str(tmp_path / "nowhere.sqlite"), "--config", str(folder / "families.yaml")],
-         f"error: --replay: no generation cache at {tmp_path / 'nowhere.sqlite'}"),
-        (["--cache", str(folder / "cache.sqlite"), "--config", str(builds["recovery-blocked"][0] / "families.yaml")],
-         f"error: --replay: the build {build} is not Shapes as {builds['recovery-blocked'][0] / 'families.yaml'} defines it: its "
-         "sampling stage (sample.json) was made under another model, engine, sampling, judge, verifier or rs version"),
+        (
+            ["--cache", str(tmp_path / "nowhere.sqlite"), "--config", str(folder / "families.yaml")],
+            f"error: --replay: no generation cache at {tmp_path / 'nowhere.sqlite'}",
+        ),
+        (
+            [
+                "--cache",
+                str(folder / "cache.sqlite"),
+                "--config",
+                str(builds["recovery-blocked"][0] / "families.yaml"),
+            ],
+            f"error: --replay: the build {build} is not Shapes as {builds['recovery-blocked'][0] / 'families.yaml'} defines it: its "
+            "sampling stage (sample.json) was made under another model, engine, sampling, judge, verifier or rs version",
+        ),
         (["--replay", "0", "--engine"], "error: --engine goes with --replay N (and --build DIR)"),
     ):
         with pytest.raises(SystemExit) as exit_:
             run(lambda: rs_main(["audit", str(repos["think"]), "--build", build, "--replay", "3", *argv]))
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and err.startswith(said), err
-    assert rs_main(["audit", str(repos["think"]), "--build", build, "--replay", "3", "--cache", str(folder / "cache.sqlite"),
-                    "--config", str(folder / "families.yaml")]) == 0
+    assert (
+        rs_main(
+            [
+                "audit",
+                str(repos["think"]),
+                "--build",
+                build,
+                "--replay",
+                "3",
+                "--cache",
+                str(folder / "cache.sqlite"),
+                "--config",
+                str(folder / "families.yaml"),
+            ]
+        )
+        == 0
+    )
     assert "3 of 3 published byte for byte" in capsys.readouterr().out
 
 
@@ -347,13 +447,22 @@ def test_under_batch_invariance_a_text_the_engine_gives_otherwise_is_a_finding()
         a = Audit(None, None, None, {})  # type: ignore[arg-type]
         _agreement(a, 1, cached, fresh, {}, invariant=invariant, engine="the vllm engine of m")
         assert "think   1: final answers 1/1 identical, texts 0/1 byte-identical, routing 1/1 identical" in a.notes[0]
-        assert [f.what for f in a.findings] == (["the answers' texts of 'How many shapes?' (image abababababab) in batch-invariant mode"]
-                                                if invariant else [])
+        assert [f.what for f in a.findings] == (
+            ["the answers' texts of 'How many shapes?' (image abababababab) in batch-invariant mode"]
+            if invariant
+            else []
+        )
 
 
 def test_replay_looks_a_separate_judge_models_verdicts_up_under_its_own_identity(tmp_path: Path, family) -> None:
     """A judge model apart from the sampler: its verdicts are cached under its engine's identity, and found there."""
-    outcome = publish(family(RECOVERY_CASES, judge={**PASSING, "model": {"id": "other-org/judge"}}, recovery=RECOVERY), out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+    outcome = publish(
+        family(RECOVERY_CASES, judge={**PASSING, "model": {"id": "other-org/judge"}}, recovery=RECOVERY),
+        out=tmp_path / "out",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+    )
     stats = json.loads((Path(outcome.where["think"]) / "rs" / "stats.json").read_text())
     assert stats["provenance"]["judge_model"]["id"] == "other-org/judge" and stats["judge"]["judged"] > 0
     result = audit(Path(outcome.where["think"]), build=_build_dir(tmp_path), replay=_replay(tmp_path, 10, engine=True))

@@ -35,26 +35,48 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
 from checkout import ROOT  # noqa: E402
-from faults import VLLM_ENV, assert_same_published, cache_rows, engine_core, group_left  # noqa: E402
 from family_yaml import DEMO, family_yaml  # noqa: E402
+from faults import VLLM_ENV, assert_same_published, cache_rows, engine_core, group_left  # noqa: E402
 
 RESUME = "to resume, run the same command again: "
-FAMILY = family_yaml("Demo", DEMO,
-                     engine={"args": {"dtype": "float32"}},
-                     judge={"calibration_samples": 16, "min_calibration_cases": 4},
-                     recovery={"samples": 2, "temperature": 0.7})
+FAMILY = family_yaml(
+    "Demo",
+    DEMO,
+    engine={"args": {"dtype": "float32"}},
+    judge={"calibration_samples": 16, "min_calibration_cases": 4},
+    recovery={"samples": 2, "temperature": 0.7},
+)
 
 
 def command(families: Path, work: Path) -> list[str]:
-    return [sys.executable, "-m", "rs.publish", "Demo", "--config", str(families), "--out", str(work / "out"),
-            "--build-dir", str(work / "build"), "--cache", str(work / "cache.sqlite")]
+    return [
+        sys.executable,
+        "-m",
+        "rs.publish",
+        "Demo",
+        "--config",
+        str(families),
+        "--out",
+        str(work / "out"),
+        "--build-dir",
+        str(work / "build"),
+        "--cache",
+        str(work / "cache.sqlite"),
+    ]
 
 
-def interrupt(cmd: list[str], env: dict[str, str], signum: int, ready: Callable[[subprocess.Popen[str], list[str]], bool],
-              group: bool = False) -> tuple[int, float, str, list[int], int]:
+def interrupt(
+    cmd: list[str],
+    env: dict[str, str],
+    signum: int,
+    ready: Callable[[subprocess.Popen[str], list[str]], bool],
+    group: bool = False,
+) -> tuple[int, float, str, list[int], int]:
     """Start `cmd`, send `signum` once `ready(run, stderr lines so far)`, to its process group with `group`; its exit code,
     seconds to exit, stderr, engine processes left, and its pid."""
-    run = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     lines: list[str] = []
     os.set_blocking(run.stderr.fileno(), False)
     try:
@@ -71,7 +93,9 @@ def interrupt(cmd: list[str], env: dict[str, str], signum: int, ready: Callable[
         os.set_blocking(run.stderr.fileno(), True)
         _, rest = run.communicate(timeout=120)
         took = time.monotonic() - sent
-        gone = time.monotonic() + 10  # vLLM's processes and Python's resource tracker go within moments of their parent
+        gone = (
+            time.monotonic() + 10
+        )  # vLLM's processes and Python's resource tracker go within moments of their parent
         while (left := group_left(run.pid)) and time.monotonic() < gone:
             time.sleep(0.2)
     finally:
@@ -87,8 +111,10 @@ def loading(run: subprocess.Popen[str], lines: list[str]) -> bool:
 
 def loaded_and(phase: str) -> Callable[[subprocess.Popen[str], list[str]], bool]:
     """Ready once the run says `phase` started and the engine is loaded (in either order): the engine works on that phase."""
-    return lambda run, lines: (any(line.startswith(f"{phase}: started") for line in lines)
-                               and any(line.startswith("Loaded rs:demo-vlm in ") for line in lines))
+    return lambda run, lines: (
+        any(line.startswith(f"{phase}: started") for line in lines)
+        and any(line.startswith("Loaded rs:demo-vlm in ") for line in lines)
+    )
 
 
 def core_started(run: subprocess.Popen[str], lines: list[str]) -> bool:
@@ -96,32 +122,70 @@ def core_started(run: subprocess.Popen[str], lines: list[str]) -> bool:
 
 
 def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_within_seconds_in_both_process_modes(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     families = tmp_path / "families.yaml"
     families.write_text(FAMILY)
     work, cache = tmp_path / "run", tmp_path / "run" / "cache.sqlite"
-    reference = subprocess.Popen(command(families, tmp_path / "ref"), cwd=ROOT, env=VLLM_ENV, stdout=subprocess.DEVNULL,  # meanwhile
-                                 stderr=subprocess.PIPE, text=True)
+    reference = subprocess.Popen(
+        command(families, tmp_path / "ref"),
+        cwd=ROOT,
+        env=VLLM_ENV,
+        stdout=subprocess.DEVNULL,  # meanwhile
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     cases = [  # phase, process mode, signal, to the process group, ready, where the log says it stopped
         ("engine start, own process", "1", signal.SIGINT, False, core_started, None),
         ("engine start, in-process", "0", signal.SIGTERM, False, loading, None),
         ("sampling, own process", "1", signal.SIGTERM, False, lambda run, lines: cache_rows(cache) >= 1, None),
-        ("judge calibration", "0", signal.SIGINT, True, loaded_and("judge calibration"), r'rs/pipeline/sample/calibration\.py", line \d+, in calibrate'),
-        ("judge calibration", "1", signal.SIGTERM, False, loaded_and("judge calibration"), r'rs/pipeline/sample/calibration\.py", line \d+, in calibrate'),
-        ("recovering", "0", signal.SIGTERM, False, loaded_and("recovering"), r'rs/pipeline/recover\.py", line \d+, in run'),
-        ("recovering", "1", signal.SIGINT, True, loaded_and("recovering"), r'rs/pipeline/recover\.py", line \d+, in run'),
+        (
+            "judge calibration",
+            "0",
+            signal.SIGINT,
+            True,
+            loaded_and("judge calibration"),
+            r'rs/pipeline/sample/calibration\.py", line \d+, in calibrate',
+        ),
+        (
+            "judge calibration",
+            "1",
+            signal.SIGTERM,
+            False,
+            loaded_and("judge calibration"),
+            r'rs/pipeline/sample/calibration\.py", line \d+, in calibrate',
+        ),
+        (
+            "recovering",
+            "0",
+            signal.SIGTERM,
+            False,
+            loaded_and("recovering"),
+            r'rs/pipeline/recover\.py", line \d+, in run',
+        ),
+        (
+            "recovering",
+            "1",
+            signal.SIGINT,
+            True,
+            loaded_and("recovering"),
+            r'rs/pipeline/recover\.py", line \d+, in run',
+        ),
     ]
     try:
         took = []
         for phase, mode, signum, group, ready, where in cases:
-            code, seconds, err, left, pid = interrupt(command(families, work), {**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": mode}, signum,
-                                                      ready, group)
+            code, seconds, err, left, pid = interrupt(
+                command(families, work), {**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": mode}, signum, ready, group
+            )
             context = (phase, mode, err[-3000:])
             took.append((phase, mode, signal.Signals(signum).name, round(seconds, 1)))
             assert code == 128 + signum, context
             assert seconds < 30, context
             assert left == [], context
-            assert f"stopped by {signal.Signals(signum).name}" in err and err.strip().splitlines()[-1].startswith(RESUME), context
+            assert f"stopped by {signal.Signals(signum).name}" in err and err.strip().splitlines()[-1].startswith(
+                RESUME
+            ), context
             if where is not None:
                 assert f"stopped by {signal.Signals(signum).name} during {phase}" in err, context
                 log = next((work / "build" / "Demo" / "logs").glob(f"*-{pid}.log")).read_text()
@@ -129,7 +193,9 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
         print("seconds to stop:", took)
         resume = shlex.split(err.strip().splitlines()[-1].removeprefix(RESUME))
         assert resume[1:] == command(families, work)[1:]
-        rerun = subprocess.run([sys.executable, *resume[1:]], cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600)
+        rerun = subprocess.run(
+            [sys.executable, *resume[1:]], cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600
+        )
         assert rerun.returncode == 0, rerun.stderr[-3000:]
         _, said = reference.communicate(timeout=600)
     finally:

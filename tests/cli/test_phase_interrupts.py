@@ -29,23 +29,29 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-
 from checkout import ROOT
 from faults import FAMILY, engine_kinds_installed, group_left, plugin_env, publish_command, write_families
+from hub_clients import TOKEN, point_clients_at
 from hub_server import HubServer, running_hub
+
 from rs.families import load_families
 from rs.pipeline.publish import publish
-from hub_clients import TOKEN, point_clients_at
 
 pytestmark = pytest.mark.slow
 
 RESUME = "to resume, run the same command again: "
 ENGINE = "{kind: replay, replay_path: replay.jsonl, batch_size: 4}"
-STEER = (FAMILY.replace("files, path", "slow_files, delay: 0.02, first_delay: 1.5, marker: READING, path")
-         .replace("publish: {namespace: tester, target: local}", "publish: {namespace: tester, target: hub}")) + """\
+STEER = (
+    (
+        FAMILY.replace("files, path", "slow_files, delay: 0.02, first_delay: 1.5, marker: READING, path").replace(
+            "publish: {namespace: tester, target: local}", "publish: {namespace: tester, target: hub}"
+        )
+    )
+    + """\
     cleaning: {slow_check: {enabled: true, delay: 0.05, first_delay: 1.5, marker: CLEANING}}
     recovery: {samples: 2}
 """
+)
 LFS = ("*.parquet", "*.png")  # as the Hub's own .gitattributes: the shards and the example images
 REPOS = [f"tester/Steer_{split}" for split in ("RS_think", "RS_nothink", "rejected")]
 
@@ -57,11 +63,20 @@ class Stopped:
         self.code, self.took, self.lines, self.left, self.log = code, took, lines, left, log
 
 
-def stop(command: list[str], env: dict[str, str], signum: int, ready: Callable[[list[str]], bool], build: Path) -> Stopped:
+def stop(
+    command: list[str], env: dict[str, str], signum: int, ready: Callable[[list[str]], bool], build: Path
+) -> Stopped:
     """Start `command`, send `signum` once `ready(stderr lines so far)`: SIGINT to its process group, as a terminal's
     Ctrl-C does, SIGTERM to the process, as a scheduler does."""
-    run = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
+    run = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(run.stderr), daemon=True)
     reader.start()
@@ -127,21 +142,42 @@ class HeldUploads:
 
 def hub_env(env: dict[str, str], hub: HubServer, home: Path) -> dict[str, str]:
     env = {k: v for k, v in env.items() if not k.startswith(("HF_", "HUGGING"))}
-    return {**env, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN, "HF_HOME": str(home), "HF_HUB_DISABLE_XET": "1",
-            "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1", "NO_PROXY": "127.0.0.1,localhost", "PYTHONFAULTHANDLER": "1"}
+    return {
+        **env,
+        "HF_ENDPOINT": hub.url,
+        "HF_TOKEN": TOKEN,
+        "HF_HOME": str(home),
+        "HF_HUB_DISABLE_XET": "1",
+        "HF_HUB_OFFLINE": "0",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "NO_PROXY": "127.0.0.1,localhost",
+        "PYTHONFAULTHANDLER": "1",
+    }
 
 
 def test_a_signal_in_every_phase_stops_the_run_within_seconds_and_the_command_it_prints_resumes_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reading, cleaning = tmp_path / "reading.started", tmp_path / "cleaning.started"
-    families = write_families(tmp_path, images=4, engine=ENGINE, names=("Steer",), samples=2,
-                              family=STEER.replace("READING", str(reading)).replace("CLEANING", str(cleaning)))
+    families = write_families(
+        tmp_path,
+        images=4,
+        engine=ENGINE,
+        names=("Steer",),
+        samples=2,
+        family=STEER.replace("READING", str(reading)).replace("CLEANING", str(cleaning)),
+    )
     with running_hub(lfs_patterns=LFS) as reference_hub:  # an uninterrupted publish, in this process
         with monkeypatch.context() as patch:
             point_clients_at(patch, reference_hub.url, tmp_path / "hf_reference")
             with engine_kinds_installed():
                 family = load_families(families)["Steer"]
-                publish(family, build_root=tmp_path / "ref" / "build", cache_path=tmp_path / "ref" / "cache.sqlite", progress=False)
+                publish(
+                    family,
+                    build_root=tmp_path / "ref" / "build",
+                    cache_path=tmp_path / "ref" / "cache.sqlite",
+                    progress=False,
+                )
         expected = {repo: reference_hub.files(repo) for repo in REPOS}
 
     with running_hub(lfs_patterns=LFS) as hub:
@@ -155,10 +191,18 @@ def test_a_signal_in_every_phase_stops_the_run_within_seconds_and_the_command_it
         phases = {  # phase: (what says it is on, what the run says it was doing, where its log says it stopped, what it keeps)
             "source": (lambda lines: reading.exists(), "cleaning", r'rs_faults\.py", line \d+, in __iter__', []),
             "cleaning": (lambda lines: cleaning.exists(), "cleaning", r'rs_faults\.py", line \d+, in check', []),
-            "writing": (said(r"^writing Steer_RS_think: \d+ rows \("), None, r'rs/pipeline/write/splits\.py", line \d+, in write_split',
-                        [clean, answers, recovered]),
-            "publishing": (commits.ready, "uploading tester/Steer_RS_", r'rs/hub/publish\.py", line \d+, in publish_folder',
-                           [clean, answers, recovered, splits]),
+            "writing": (
+                said(r"^writing Steer_RS_think: \d+ rows \("),
+                None,
+                r'rs/pipeline/write/splits\.py", line \d+, in write_split',
+                [clean, answers, recovered],
+            ),
+            "publishing": (
+                commits.ready,
+                "uploading tester/Steer_RS_",
+                r'rs/hub/publish\.py", line \d+, in publish_folder',
+                [clean, answers, recovered, splits],
+            ),
         }
         took = []
         for phase, (ready, during, where, kept) in phases.items():
@@ -179,14 +223,17 @@ def test_a_signal_in_every_phase_stops_the_run_within_seconds_and_the_command_it
                 assert stopped.lines[-1] == RESUME + shlex.join(command), context
                 assert "Traceback" not in "\n".join(stopped.lines), context
                 at = next(i for i, line in enumerate(stopped.lines) if line.startswith("stopped by "))
-                assert stopped.lines[at].startswith(f"stopped by {name}" + (f" during {during}" if during else ";")), context
+                assert stopped.lines[at].startswith(f"stopped by {name}" + (f" during {during}" if during else ";")), (
+                    context
+                )
                 if kept:
                     assert stopped.lines[at].endswith("; kept (the same command goes on from there):"), context
-                    shown = [line.strip() for line in stopped.lines[at + 1:-1]]
+                    shown = [line.strip() for line in stopped.lines[at + 1 : -1]]
                     assert [line.startswith(what) for line, what in zip(shown, kept)] == [True] * len(kept), context
                 else:
-                    assert stopped.lines[at].endswith("; nothing was finished yet (the same command starts again from the "
-                                                      "beginning)"), context
+                    assert stopped.lines[at].endswith(
+                        "; nothing was finished yet (the same command starts again from the beginning)"
+                    ), context
                 assert not [p.name for p in build.glob("*.tmp")], context  # nothing half-written left
                 if phase == "publishing":
                     commits.reached.clear()
@@ -197,7 +244,9 @@ def test_a_signal_in_every_phase_stops_the_run_within_seconds_and_the_command_it
         last = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert last.returncode == 0, last.stderr[-3000:]
         assert {repo: hub.files(repo) for repo in REPOS} == expected
-        assert [c.title for c in hub.commits("tester/Steer_RS_think")][1:] == ["rs: publish Steer_RS_think"]  # committed once
+        assert [c.title for c in hub.commits("tester/Steer_RS_think")][1:] == [
+            "rs: publish Steer_RS_think"
+        ]  # committed once
 
 
 @contextmanager

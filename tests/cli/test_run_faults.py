@@ -20,9 +20,16 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-
 from checkout import ROOT
-from faults import assert_same_published, cache_keys, engine_kinds_installed, plugin_env, publish_command, write_families
+from faults import (
+    assert_same_published,
+    cache_keys,
+    engine_kinds_installed,
+    plugin_env,
+    publish_command,
+    write_families,
+)
+
 from rs.families import load_families
 from rs.pipeline.publish import publish
 
@@ -39,12 +46,16 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     with engine_kinds_installed():
         for name, family in load_families(families).items():
             work = folder / name
-            publish(family, out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite", progress=False)
+            publish(
+                family, out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite", progress=False
+            )
     return families, env, {name: folder / name / "out" / "tester" for name in ("Alpha", "Beta")}
 
 
 def start(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
 
 
 def committed(cache: Path) -> set[str]:
@@ -69,7 +80,9 @@ def resumed(stderr: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
     last = stderr.strip().splitlines()[-1]
     prefix = "to resume, run the same command again: "
     assert last.startswith(prefix), stderr[-3000:]
-    return subprocess.run(shlex.split(last[len(prefix):]), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        shlex.split(last[len(prefix) :]), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def intact(cache: Path) -> bool:
@@ -78,9 +91,15 @@ def intact(cache: Path) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_the_run_in_order_and_the_command_it_prints_resumes_it(signum: int, setup, tmp_path: Path) -> None:
+def test_a_signal_stops_the_run_in_order_and_the_command_it_prints_resumes_it(
+    signum: int, setup, tmp_path: Path
+) -> None:
     families, env, published = setup
-    command, cache, build = publish_command(families, tmp_path), tmp_path / "cache.sqlite", tmp_path / "build" / "Alpha"
+    command, cache, build = (
+        publish_command(families, tmp_path),
+        tmp_path / "cache.sqlite",
+        tmp_path / "build" / "Alpha",
+    )
     run = start(command, env)
     before = sampling(run, cache)
     sent = time.monotonic()
@@ -93,15 +112,22 @@ def test_a_signal_stops_the_run_in_order_and_the_command_it_prints_resumes_it(si
     name = signal.Signals(signum).name
     lines = err.strip().splitlines()
     after = committed(cache)
-    assert lines[-4:] == [f"stopped by {name} during sampling; kept (the same command goes on from there):",
-                          f"  Alpha's clean store (8 rows, {build / 'clean'})",
-                          f"  {len(after)} new answers (the judge's verdicts included) in the generation cache {cache}",
-                          f"to resume, run the same command again: {shlex.join(command)}"], err[-3000:]
+    assert lines[-4:] == [
+        f"stopped by {name} during sampling; kept (the same command goes on from there):",
+        f"  Alpha's clean store (8 rows, {build / 'clean'})",
+        f"  {len(after)} new answers (the judge's verdicts included) in the generation cache {cache}",
+        f"to resume, run the same command again: {shlex.join(command)}",
+    ], err[-3000:]
     assert "Traceback" not in err
-    assert before <= after and intact(cache)  # nothing committed is lost; the commit in progress finished or rolled back
+    assert before <= after and intact(
+        cache
+    )  # nothing committed is lost; the commit in progress finished or rolled back
     # the stopped progress line counts what the cache keeps, not the records written in order (0: they go with items.tmp)
-    shown = re.search(r"^sampling: (\d+)/\d+ items \(.*stopped after [^)]*\) \[committed=(\d+), answers=(\d+), verdicts=(\d+)\]$",
-                      err, re.M)
+    shown = re.search(
+        r"^sampling: (\d+)/\d+ items \(.*stopped after [^)]*\) \[committed=(\d+), answers=(\d+), verdicts=(\d+)\]$",
+        err,
+        re.M,
+    )
     assert shown is not None, err[-3000:]
     count, kept, answers, verdicts = map(int, shown.groups())
     assert kept == len(after) == answers + verdicts and count == answers > 0
@@ -135,8 +161,10 @@ def test_a_second_signal_stops_at_once_while_the_first_waits_for_the_cache(setup
         holder.execute("ROLLBACK")
         holder.close()
     assert run.returncode == 143, err[-3000:]
-    assert err.strip().splitlines()[-1] == ("second SIGTERM: stopping at once; answers not yet committed to the cache are lost "
-                                            "(never a committed one): run the same command again to resume")
+    assert err.strip().splitlines()[-1] == (
+        "second SIGTERM: stopping at once; answers not yet committed to the cache are lost "
+        "(never a committed one): run the same command again to resume"
+    )
     assert committed(cache) == before and intact(cache)
 
     rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -152,11 +180,19 @@ def test_a_second_run_of_a_family_refuses_naming_the_first_while_another_family_
 
     os.kill(first.pid, signal.SIGSTOP)  # held where it is (its lock with it) however long the second takes to start
     try:
-        second = subprocess.run(publish_command(families, tmp_path / "alpha", "Alpha"), cwd=ROOT, env=env, capture_output=True,
-                                text=True, timeout=60)
+        second = subprocess.run(
+            publish_command(families, tmp_path / "alpha", "Alpha"),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.kill(first.pid, signal.SIGCONT)
-    beta = start(publish_command(families, tmp_path / "alpha", "Beta", "--out", str(tmp_path / "beta")), env)  # same build folder and cache
+    beta = start(
+        publish_command(families, tmp_path / "alpha", "Beta", "--out", str(tmp_path / "beta")), env
+    )  # same build folder and cache
     assert second.returncode == 1, second.stderr[-3000:]
     assert f"error: {alpha} is being built by process {first.pid} (" in second.stderr
     assert "rs.publish Alpha" in second.stderr  # the other process's command
@@ -167,8 +203,14 @@ def test_a_second_run_of_a_family_refuses_naming_the_first_while_another_family_
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err[-3000:]  # the refused run wrote nothing of Alpha's
 
-    again = subprocess.run(publish_command(families, tmp_path / "alpha", "Alpha"), cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=300)
+    again = subprocess.run(
+        publish_command(families, tmp_path / "alpha", "Alpha"),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert_same_published(published["Alpha"], tmp_path / "alpha" / "out" / "tester")
     assert_same_published(published["Beta"], tmp_path / "beta" / "tester")

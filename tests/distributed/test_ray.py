@@ -24,22 +24,22 @@ pytestmark = [pytest.mark.vllm, pytest.mark.ray]
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
-from rs.pipeline.clean.stage import CleanStage
-from rs.pipeline.recover import RecoverStage
-from rs.pipeline.sample.stage import SampleStage
-from rs.pipeline.stage import ensure
+from checkout import PLUGINS  # noqa: E402
+from family_yaml import tiny_family  # noqa: E402
+from faults import cache_contents  # noqa: E402
+
 from rs.context import BuildContext
 from rs.distributed import RAY_MISSING, RayIncomplete, RayPlanError, sample_on_ray  # noqa: E402
 from rs.engines.factory import engines_for
 from rs.families import load_families  # noqa: E402
-from rs.pipeline.write.pairs import pair_rows  # noqa: E402
+from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.recover import RecoverStage
 from rs.pipeline.route import routes_of  # noqa: E402
 from rs.pipeline.sample import SampleReport  # noqa: E402
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
+from rs.pipeline.write.pairs import pair_rows  # noqa: E402
 from rs.store import qa_item, read_records  # noqa: E402
-
-from checkout import PLUGINS  # noqa: E402
-from faults import cache_contents  # noqa: E402
-from family_yaml import tiny_family  # noqa: E402
 
 ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
 REPLICAS = dict(replicas=2, num_cpus=0.5, num_gpus=0)
@@ -95,8 +95,12 @@ def _faulty(ctx: BuildContext, faults: list[dict[str, str]], monkeypatch, tmp_pa
 
     module = fault_plugins(monkeypatch)
     engine = ctx.family.config.engine
-    config = dataclasses.replace(ctx.family.config, engine=module.FaultyVLLMConfig(args=engine.args, batch_size=engine.batch_size,
-                                                                                  faults=faults, in_flight=IN_FLIGHT))
+    config = dataclasses.replace(
+        ctx.family.config,
+        engine=module.FaultyVLLMConfig(
+            args=engine.args, batch_size=engine.batch_size, faults=faults, in_flight=IN_FLIGHT
+        ),
+    )
     return dataclasses.replace(ctx, family=dataclasses.replace(ctx.family, config=config))
 
 
@@ -106,8 +110,11 @@ def test_identity_is_computed_without_loading_the_model() -> None:
 
     engine = VLLMEngine("rs:tiny-vlm", engine_args=dict(VLLM_ENGINE_KWARGS))
     template = (tiny_vlm_path() / "chat_template.jinja").read_bytes()
-    assert engine.identity() == {"model": "rs:tiny-vlm", "revision": tiny_vlm_path().name,
-                                 "chat_template_sha256": hashlib.sha256(template).hexdigest()}
+    assert engine.identity() == {
+        "model": "rs:tiny-vlm",
+        "revision": tiny_vlm_path().name,
+        "chat_template_sha256": hashlib.sha256(template).hexdigest(),
+    }
     assert not engine.loaded
     engine.close()
     with pytest.raises(RuntimeError, match="closed"):
@@ -115,13 +122,17 @@ def test_identity_is_computed_without_loading_the_model() -> None:
 
 
 @pytest.mark.slow
-def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: Path, local_ray, monkeypatch, capsys) -> None:
+def test_ray_path_equals_single_process_and_loses_only_failed_batches(
+    tmp_path: Path, local_ray, monkeypatch, capsys
+) -> None:
     from rs.cli.sample import main
 
     # the reference: the whole stage in this process
     single = context(tmp_path, "single")
     engines = engines_for(single.family)  # one model for the greedy and the recovery pass
-    single = BuildContext(single.family, single.build_root, single.cache_path, progress=False, engine_factory=lambda f: engines)
+    single = BuildContext(
+        single.family, single.build_root, single.cache_path, progress=False, engine_factory=lambda f: engines
+    )
     reference = ensure(SampleStage(), single)
     assert reference.sampling_engine_calls == reference.items == 18 and reference.judged > 0
     recovery = ensure(RecoverStage(reference), single)
@@ -155,20 +166,41 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
 
     # the re-run, from the command line (one replica of 1 CPU: Ray Data's read tasks take the other),
     # sends only the lost batch, then judges, calibrates and writes the stage's outputs
-    monkeypatch.setattr(sys, "argv", ["python -m rs.sample", "Tiny", "--config", str(tmp_path / "families.yaml"), "--ray",
-                                      "--replicas", "1", "--build-dir", str(ctx.build_root), "--cache", str(ctx.cache_path)])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "python -m rs.sample",
+            "Tiny",
+            "--config",
+            str(tmp_path / "families.yaml"),
+            "--ray",
+            "--replicas",
+            "1",
+            "--build-dir",
+            str(ctx.build_root),
+            "--cache",
+            str(ctx.cache_path),
+        ],
+    )
     assert main() == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     steps = printed["ray"]["steps"]
     assert printed["ray"]["replicas"] == 1
-    assert (steps["sampling"]["cached"], steps["sampling"]["sent"], steps["sampling"]["stored"]) == (18 - lost, lost, lost)
+    assert (steps["sampling"]["cached"], steps["sampling"]["sent"], steps["sampling"]["stored"]) == (
+        18 - lost,
+        lost,
+        lost,
+    )
     judged = steps["judge"]
     assert judged["requests"] == reference.judged == judged["sent"] + judged["cached"] + judged["duplicates"]
     assert steps["calibration"]["requests"] > 0 and not list((ctx.paths.root / "ray").glob("*.parquet"))
     assert printed["sampling_engine_calls"] == 0 and printed["judge_engine_calls"] == 0
     # the recovery pass on the same replicas: every sample sent once, the undecided ones judged, then the driver's
     # recover stage calls no engine
-    assert (steps["recovery"]["requests"], steps["recovery"]["sent"], steps["recovery"]["stored"]) == (recovery.samples,) * 3
+    assert (steps["recovery"]["requests"], steps["recovery"]["sent"], steps["recovery"]["stored"]) == (
+        recovery.samples,
+    ) * 3
     assert steps["recovery_judge"]["requests"] == recovery.judge_requests
     assert printed["recovery"]["sampling_engine_calls"] == 0 and printed["recovery"]["judge_engine_calls"] == 0
     assert printed["recovery"]["samples"] == recovery.samples and printed["recovery"]["judged"] == recovery.judged
@@ -186,7 +218,9 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
         return engines[0], engines[1]
 
     ctx.paths.sample_report.unlink()
-    again = ensure(SampleStage(), BuildContext(ctx.family, ctx.build_root, ctx.cache_path, progress=False, engine_factory=lazy))
+    again = ensure(
+        SampleStage(), BuildContext(ctx.family, ctx.build_root, ctx.cache_path, progress=False, engine_factory=lazy)
+    )
     assert again.sampling_engine_calls == 0 and again.judge_engine_calls == 0
     assert engines and not any(e.loaded for e in engines)
     assert items(ctx) == items(single)
@@ -203,24 +237,53 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(tmp_path: 
     run = sample_on_ray(ctx, runtime_env={"env_vars": ENV}, **REPLICAS)
     assert set(run.steps) == {"recovery", "recovery_judge"} and all(s.sent == 0 for s in run.steps.values())
     assert run.steps["recovery"].cached == recovery.samples
-    assert run.recovery.sampling_engine_calls == 0 and run.recovery.judge_engine_calls == 0 and recovered(ctx) == recovered(single)
+    assert (
+        run.recovery.sampling_engine_calls == 0
+        and run.recovery.judge_engine_calls == 0
+        and recovered(ctx) == recovered(single)
+    )
 
     # `rs.pipeline.publish --ray` samples on Ray (here: all done), then builds and publishes
     from rs.cli.publish import main as publish
 
     out = tmp_path / "published"
-    monkeypatch.setattr(sys, "argv", ["python -m rs.publish", "Tiny", "--config", str(tmp_path / "families.yaml"), "--ray",
-                                      "--replicas", "1", "--build-dir", str(ctx.build_root), "--cache", str(ctx.cache_path),
-                                      "--out", str(out)])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "python -m rs.publish",
+            "Tiny",
+            "--config",
+            str(tmp_path / "families.yaml"),
+            "--ray",
+            "--replicas",
+            "1",
+            "--build-dir",
+            str(ctx.build_root),
+            "--cache",
+            str(ctx.cache_path),
+            "--out",
+            str(out),
+        ],
+    )
     assert publish() == 0
     assert "18 source QA" in capsys.readouterr().out
-    assert {p.name for p in next(out.iterdir()).iterdir()} == {"Tiny_RS_think", "Tiny_RS_nothink", "Tiny_rejected", "Tiny_RS_pairs", ".rs-publish"}
+    assert {p.name for p in next(out.iterdir()).iterdir()} == {
+        "Tiny_RS_think",
+        "Tiny_RS_nothink",
+        "Tiny_rejected",
+        "Tiny_RS_pairs",
+        ".rs-publish",
+    }
 
 
 @pytest.mark.slow
 def test_a_plan_the_cluster_cannot_hold_is_refused(tmp_path: Path, local_ray) -> None:
     ctx = context(tmp_path, "big")
-    with pytest.raises(RayPlanError, match=r"2 replicas x 1 CPUs and 1 CPU for Ray Data's read tasks need 3 CPUs, the cluster has 2\. Use fewer --replicas"):
+    with pytest.raises(
+        RayPlanError,
+        match=r"2 replicas x 1 CPUs and 1 CPU for Ray Data's read tasks need 3 CPUs, the cluster has 2\. Use fewer --replicas",
+    ):
         sample_on_ray(ctx, replicas=2, num_cpus=1, num_gpus=0)
     with pytest.raises(RayPlanError, match=r"2 replicas x 1 GPUs need 2 GPUs, the cluster has 0"):
         sample_on_ray(ctx, replicas=2, num_cpus=0.5, num_gpus=1)
@@ -233,26 +296,32 @@ def test_a_replica_with_another_engine_identity_refuses_to_start(tmp_path: Path,
     specs = rs.distributed.engine_specs
 
     def other_revision(ctx):  # as if a node had other model files than the driver
-        return {name: {**spec, "model": {**spec["model"], "revision": "other-files"}} for name, spec in specs(ctx).items()}
+        return {
+            name: {**spec, "model": {**spec["model"], "revision": "other-files"}} for name, spec in specs(ctx).items()
+        }
 
     monkeypatch.setattr(rs.distributed, "engine_specs", other_revision)
     ctx = context(tmp_path, "identity")
-    with pytest.raises(RuntimeError, match=r"the sampling step on Ray failed after committing 0 answers.*another engine identity"):
+    with pytest.raises(
+        RuntimeError, match=r"the sampling step on Ray failed after committing 0 answers.*another engine identity"
+    ):
         sample_on_ray(ctx, runtime_env={"env_vars": ENV}, replicas=1, num_cpus=1, num_gpus=0)
     assert len(cache_contents(ctx.cache_path)) == 0
 
 
 @pytest.mark.slow
 def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, local_ray) -> None:
-    from rs.engines.generation_cache import GenerationCache
     from rs.distributed import StepStats, engine_specs
     from rs.distributed.cluster import Cluster
-    from rs.engines.factory import sampling_settings
     from rs.engines.cached_engine import identity_key
+    from rs.engines.factory import sampling_settings
+    from rs.engines.generation_cache import GenerationCache
 
     ctx = context(tmp_path, "unshared")
     sampler, _ = engines_for(ctx.family)
-    cluster = Cluster(ray, replicas=1, num_gpus=0, num_cpus=1, runtime_env={"env_vars": ENV}, batch_size=4, progress=False)
+    cluster = Cluster(
+        ray, replicas=1, num_gpus=0, num_cpus=1, runtime_env={"env_vars": ENV}, batch_size=4, progress=False
+    )
     # the driver sees the file when the Dataset is made, the read task does not (a build directory on local disk)
     import pyarrow.parquet as pq
 
@@ -262,23 +331,34 @@ def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, 
     pq.write_table(REQUESTS.empty_table(), path)
     gone = ray.data.read_parquet([str(path)])
     path.unlink()
-    with GenerationCache(ctx.cache_path) as cache, pytest.raises(RuntimeError, match=r"--build-dir must be on shared storage"):
-        cluster.answer("sampling", gone, engine_specs(ctx)["sampler"], identity_key(sampler), sampling_settings(ctx.family), cache,
-                       StepStats(), 1)
+    with (
+        GenerationCache(ctx.cache_path) as cache,
+        pytest.raises(RuntimeError, match=r"--build-dir must be on shared storage"),
+    ):
+        cluster.answer(
+            "sampling",
+            gone,
+            engine_specs(ctx)["sampler"],
+            identity_key(sampler),
+            sampling_settings(ctx.family),
+            cache,
+            StepStats(),
+            1,
+        )
 
 
 def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(tmp_path: Path) -> None:
     import numpy as np
     import pyarrow as pa
 
-    from rs.engines.generation_cache import GenerationCache
     from rs.distributed import REQUESTS, sampling_requests
     from rs.distributed.replica import key_prefix
     from rs.engines.base import Request
-    from rs.prompt import build_prompt
-    from rs.pipeline.sample.requests import sampling_request
+    from rs.engines.generation_cache import GenerationCache
     from rs.pipeline.recover import recovery_settings
     from rs.pipeline.sample import SamplingPass
+    from rs.pipeline.sample.requests import sampling_request
+    from rs.prompt import build_prompt
 
     ctx = context(tmp_path, "keys")
     ensure(CleanStage(), ctx)
@@ -286,36 +366,85 @@ def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(t
     with GenerationCache(tmp_path / "keys.sqlite") as cache:
         greedy = SamplingPass(ctx.family.config, sampler, judge, cache, progress=False)
         rows = list(read_records(ctx.paths.clean, "rows"))
-        expected = [(greedy.runner.key(Request(prompt=build_prompt(q["question"], greedy.instructions.for_item(qa_item(q))),
-                                              image=row["image"]), greedy.settings), row, q) for row in rows for q in row["qa"]]
+        expected = [
+            (
+                greedy.runner.key(
+                    Request(
+                        prompt=build_prompt(q["question"], greedy.instructions.for_item(qa_item(q))),
+                        image=row["image"],
+                    ),
+                    greedy.settings,
+                ),
+                row,
+                q,
+            )
+            for row in rows
+            for q in row["qa"]
+        ]
     wanted = expected[1::3]  # every third item is missing
     missing = np.unique(np.array([key_prefix(key) for key, _, _ in wanted], dtype=np.uint64))
     table = pa.Table.from_pylist([{k: row[k] for k in ("image", "image_sha256", "qa")} for row in rows])
-    out = sampling_requests(table, identity=greedy.runner.identity_key, settings=greedy.settings, instructions=greedy.instructions,
-                            missing=missing)
+    out = sampling_requests(
+        table,
+        identity=greedy.runner.identity_key,
+        settings=greedy.settings,
+        instructions=greedy.instructions,
+        missing=missing,
+    )
     assert out.schema == REQUESTS
     grouped = {}  # by image: an image travels once with all its missing requests
     for key, row, q in wanted:
-        grouped.setdefault(row["image_sha256"], {"image": row["image"], "image_sha256": row["image_sha256"], "requests": []})
+        grouped.setdefault(
+            row["image_sha256"], {"image": row["image"], "image_sha256": row["image_sha256"], "requests": []}
+        )
         grouped[row["image_sha256"]]["requests"].append(
-            {"key": key, "prompt": build_prompt(q["question"], greedy.instructions.for_item(qa_item(q))),
-             "item_key": f"{q['record_id']}#{q['turn']}", "sample": 0})
+            {
+                "key": key,
+                "prompt": build_prompt(q["question"], greedy.instructions.for_item(qa_item(q))),
+                "item_key": f"{q['record_id']}#{q['turn']}",
+                "sample": 0,
+            }
+        )
     assert out.to_pylist() == list(grouped.values()) and out.num_rows == len(rows) == 6
 
     # the recovery pass: each item's samples 0 to k - 1 keyed as the single-process pass keys them (the seed of
     # sample i is seed + i); only the missing ones come, each with its sample index for the replica
     settings = recovery_settings(ctx.family.config, greedy.settings)
-    sampled = [(greedy.runner.key(sampling_request(qa_item(q), greedy.instructions, row["image_sha256"]).one(i), settings), row, q, i)
-               for row in rows[:2] for q in row["qa"] for i in range(2)]
-    wanted = [s for s in sampled if s[3] == 1 or s[2] is rows[0]["qa"][0]]  # sample 1 of each, and both of the first item
+    sampled = [
+        (
+            greedy.runner.key(sampling_request(qa_item(q), greedy.instructions, row["image_sha256"]).one(i), settings),
+            row,
+            q,
+            i,
+        )
+        for row in rows[:2]
+        for q in row["qa"]
+        for i in range(2)
+    ]
+    wanted = [
+        s for s in sampled if s[3] == 1 or s[2] is rows[0]["qa"][0]
+    ]  # sample 1 of each, and both of the first item
     missing = np.unique(np.array([key_prefix(key) for key, *_ in wanted], dtype=np.uint64))
-    out = sampling_requests(table, identity=greedy.runner.identity_key, settings=settings, instructions=greedy.instructions,
-                            missing=missing, samples=2)
+    out = sampling_requests(
+        table,
+        identity=greedy.runner.identity_key,
+        settings=settings,
+        instructions=greedy.instructions,
+        missing=missing,
+        samples=2,
+    )
     asked = [(r["key"], r["sample"]) for row in out.to_pylist() for r in row["requests"]]
     assert asked == [(key, i) for key, _, _, i in wanted] and len(set(asked)) == 7
-    assert {key for key, *_ in sampled} & {key for key, _, _ in expected} == set()  # no sample shares a greedy answer's key
-    none = sampling_requests(table, identity=greedy.runner.identity_key, settings=greedy.settings, instructions=greedy.instructions,
-                             missing=np.array([], dtype=np.uint64))
+    assert {key for key, *_ in sampled} & {
+        key for key, _, _ in expected
+    } == set()  # no sample shares a greedy answer's key
+    none = sampling_requests(
+        table,
+        identity=greedy.runner.identity_key,
+        settings=greedy.settings,
+        instructions=greedy.instructions,
+        missing=np.array([], dtype=np.uint64),
+    )
     assert none.num_rows == 0 and none.schema == REQUESTS
     assert not engines_for(ctx.family)[0].loaded
 
@@ -333,8 +462,13 @@ def test_cli_without_ray_exits_2(command: str, monkeypatch, capsys) -> None:
     assert capsys.readouterr().err.strip() == RAY_MISSING == "Ray is not installed: pip install 'rs[ray]'"
 
 
-@pytest.mark.parametrize(("argv", "message"), [(["--replicas", "2"], "--replicas needs --ray"),
-                                             (["--ray", "--cards-only"], "--cards-only samples nothing: drop --ray")])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--replicas", "2"], "--replicas needs --ray"),
+        (["--ray", "--cards-only"], "--cards-only samples nothing: drop --ray"),
+    ],
+)
 def test_publish_refuses_ray_options_that_mean_nothing(argv: list[str], message: str, monkeypatch, capsys) -> None:
     from rs.cli.publish import main
 
@@ -350,11 +484,14 @@ def _closed_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.mark.parametrize(("address", "message"), [
-    ("ray://127.0.0.1:10001", r"Ray Data does not run through Ray Client .* --ray auto"),
-    ("head-without-port", r"expected auto or HOST:PORT"),
-    ("127.0.0.1:{closed}", r"nothing answers there .*the head's GCS"),  # Ray would retry it for minutes
-])
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("ray://127.0.0.1:10001", r"Ray Data does not run through Ray Client .* --ray auto"),
+        ("head-without-port", r"expected auto or HOST:PORT"),
+        ("127.0.0.1:{closed}", r"nothing answers there .*the head's GCS"),  # Ray would retry it for minutes
+    ],
+)
 def test_addresses_ray_cannot_use_are_refused_before_connecting(address: str, message: str) -> None:
     from rs.distributed.cluster import connect
 
@@ -375,11 +512,15 @@ def test_a_cluster_that_wants_a_token_says_how_to_give_it() -> None:
         def init(self, **_):
             try:
                 try:
-                    raise AuthenticationError("RPC error: InvalidAuthToken: Authentication token is missing or incorrect")
+                    raise AuthenticationError(
+                        "RPC error: InvalidAuthToken: Authentication token is missing or incorrect"
+                    )
                 except AuthenticationError as cause:
                     raise RuntimeError("Failed to connect to GCS") from cause
             except RuntimeError as cause:
                 raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379") from cause
 
-    with pytest.raises(RayPlanError, match=r"refused this client's authentication token.*RAY_AUTH_MODE=token.*auth_token"):
+    with pytest.raises(
+        RayPlanError, match=r"refused this client's authentication token.*RAY_AUTH_MODE=token.*auth_token"
+    ):
         connect(TokenCluster(), "auto", None)

@@ -23,15 +23,15 @@ pytestmark = [pytest.mark.vllm, pytest.mark.ray]
 ray = pytest.importorskip("ray")
 pytest.importorskip("vllm")
 
-from faults import cache_contents, cache_rows  # noqa: E402
 from family_yaml import tiny_family  # noqa: E402
+from faults import cache_contents, cache_rows  # noqa: E402
 
-from rs.pipeline.sample.stage import SampleStage  # noqa: E402
-from rs.pipeline.stage import ensure  # noqa: E402
 from rs.context import BuildContext  # noqa: E402
 from rs.distributed import StepStats, sample_on_ray  # noqa: E402
 from rs.distributed.cluster import MAX_STEP_ATTEMPTS, retrying_lost_nodes  # noqa: E402
 from rs.families import load_families  # noqa: E402
+from rs.pipeline.sample.stage import SampleStage  # noqa: E402
+from rs.pipeline.stage import ensure  # noqa: E402
 from rs.store import read_records  # noqa: E402
 
 ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
@@ -52,7 +52,9 @@ def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
 
     # a quick health check: Ray notices a dead node in about 5 s instead of about 17
     quick = {"health_check_period_ms": 500, "health_check_timeout_ms": 500, "health_check_failure_threshold": 3}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, "_system_config": quick})
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False, "_system_config": quick}
+    )
     worker = cluster.add_node(num_cpus=1)
     killed_at: list[int] = []
 
@@ -109,6 +111,7 @@ def test_a_step_runs_again_only_when_nodes_left_during_it() -> None:
             if len(attempts) < n:
                 raise RuntimeError("the judge step on Ray failed after committing 0 answers")
             return (StepStats(),)
+
         return step
 
     # a node left during the first attempt: the second runs and its stats say so

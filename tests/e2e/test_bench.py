@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import subprocess
 import sys
+
 from checkout import ROOT
 
 
 def test_verifier_bench_compares_with_an_older_tree_in_one_process() -> None:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "verifiers.py"), "--n", "2000", "--repeat", "2", "--only", "alnum,mcq",
-         "--against", "HEAD"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
+        [
+            sys.executable,
+            str(ROOT / "bench" / "verifiers.py"),
+            "--n",
+            "2000",
+            "--repeat",
+            "2",
+            "--only",
+            "alnum,mcq",
+            "--against",
+            "HEAD",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
     )
     assert out.returncode in (0, 1), out.stderr  # 1: a target missed on a busy machine, still a complete table
     rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()[2:]}
@@ -22,7 +37,20 @@ def test_verifier_bench_compares_with_an_older_tree_in_one_process() -> None:
 
 def test_verifier_bench_names_a_bad_revision() -> None:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "verifiers.py"), "--n", "10", "--only", "alnum", "--against", "no-such-rev"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
+        [
+            sys.executable,
+            str(ROOT / "bench" / "verifiers.py"),
+            "--n",
+            "10",
+            "--only",
+            "alnum",
+            "--against",
+            "no-such-rev",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
     )
     assert out.returncode != 0 and "--against no-such-rev" in out.stderr

@@ -15,9 +15,8 @@ import pytest
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
-from faults import assert_same_published, cache_rows, meanwhile, published_files  # noqa: E402
 from checkout import ROOT  # noqa: E402
-
+from faults import assert_same_published, cache_rows, meanwhile, published_files  # noqa: E402
 
 NEW_FAMILY = """
   MyShapes:
@@ -55,25 +54,50 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def publish_cmd(families: Path, work: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "rs.publish", "MyShapes", "--config", str(families), "--out", str(work / "out"),
-            "--build-dir", str(work / "build"), "--cache", str(work / "cache.sqlite"), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "rs.publish",
+        "MyShapes",
+        "--config",
+        str(families),
+        "--out",
+        str(work / "out"),
+        "--build-dir",
+        str(work / "build"),
+        "--cache",
+        str(work / "cache.sqlite"),
+        *extra,
+    ]
 
 
 ENV = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
 
 
-def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(families: Path, tmp_path: Path, monkeypatch) -> None:
+def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(
+    families: Path, tmp_path: Path, monkeypatch
+) -> None:
     ref, crashed = tmp_path / "ref", tmp_path / "crashed"
-    with meanwhile(publish_cmd(families, ref), cwd=ROOT, env=ENV) as done:  # the uninterrupted run, beside the killed one
-        victim = subprocess.Popen(publish_cmd(families, crashed), cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
+    with meanwhile(
+        publish_cmd(families, ref), cwd=ROOT, env=ENV
+    ) as done:  # the uninterrupted run, beside the killed one
+        victim = subprocess.Popen(
+            publish_cmd(families, crashed),
+            cwd=ROOT,
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 300
         while cache_rows(crashed / "cache.sqlite") < 4 and victim.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert victim.poll() is None, "finished before it could be killed"
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
-        rerun = subprocess.run(publish_cmd(families, crashed), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        rerun = subprocess.run(
+            publish_cmd(families, crashed), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600
+        )
         assert rerun.returncode == 0, rerun.stderr[-3000:]
         said, err = done.communicate(timeout=600)
     assert done.returncode == 0, err[-3000:]
@@ -92,11 +116,20 @@ def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(famil
 
     shutil.copytree(ROOT / "templates", templates)
     card = templates / "card.md.jinja"
-    card.write_text(card.read_text().replace("## How the data was produced", "## How the data was produced\n\nTemplate v2.", 1))
+    card.write_text(
+        card.read_text().replace("## How the data was produced", "## How the data was produced\n\nTemplate v2.", 1)
+    )
     monkeypatch.setattr(rs.pipeline.publish.cards.render, "TEMPLATES", templates)
     before = {p: (a / p).read_bytes() for p in published_files(a)}
     family = load_families(families)["MyShapes"]
-    outcome = publish(family, out=ref / "out", cards_only=True, build_root=ref / "build", cache_path=ref / "cache.sqlite", progress=False)
+    outcome = publish(
+        family,
+        out=ref / "out",
+        cards_only=True,
+        build_root=ref / "build",
+        cache_path=ref / "cache.sqlite",
+        progress=False,
+    )
     changed = sorted(p for p in published_files(a) if (a / p).read_bytes() != before[p])
     assert changed == [f"MyShapes_{s}/README.md" for s in ("RS_nothink", "RS_think", "rejected")]
     assert all("Template v2." in (a / p).read_text() for p in changed)

@@ -6,20 +6,23 @@ import os
 from pathlib import Path
 
 import pytest
+from family_yaml import MINIMAL, family_yaml
 
-from rs.util.config_checks import ConfigValueError
 from rs.engines.vllm import BatchInvarianceUnsupported, VLLMEngineConfig, _enable_batch_invariance
 from rs.engines.vllm_args import batch_invariance_refusal
 from rs.families import load_families
-from family_yaml import MINIMAL, family_yaml
 from rs.plan.static import BATCH_INVARIANCE_COST, describe
+from rs.util.config_checks import ConfigValueError
 
-FAMILY = family_yaml("Inv", MINIMAL,
-                     source={"seed": 0, "num_images": 2, "questions_per_image": 1},
-                     instruction=" Answer briefly.",
-                     model={"id": "rs:tiny-vlm"},
-                     engine={"batch_invariant": True, "args": {"dtype": "float32"}},
-                     card={"pretty_name": "Inv", "citation": "c"})
+FAMILY = family_yaml(
+    "Inv",
+    MINIMAL,
+    source={"seed": 0, "num_images": 2, "questions_per_image": 1},
+    instruction=" Answer briefly.",
+    model={"id": "rs:tiny-vlm"},
+    engine={"batch_invariant": True, "args": {"dtype": "float32"}},
+    card={"pretty_name": "Inv", "citation": "c"},
+)
 
 
 def test_the_key_is_a_boolean_and_recorded_only_when_on() -> None:
@@ -38,7 +41,11 @@ def test_rs_plan_states_its_throughput_cost(tmp_path: Path) -> None:
     assert config.engine.recorded()["batch_invariant"] is True
     lines = describe(config)
     assert any(line.startswith("batch-invariant: on;") and BATCH_INVARIANCE_COST in line for line in lines)
-    assert "22-31%" in BATCH_INVARIANCE_COST and "vllm#27433" in BATCH_INVARIANCE_COST and "not measured by rs" in BATCH_INVARIANCE_COST
+    assert (
+        "22-31%" in BATCH_INVARIANCE_COST
+        and "vllm#27433" in BATCH_INVARIANCE_COST
+        and "not measured by rs" in BATCH_INVARIANCE_COST
+    )
 
 
 @pytest.mark.vllm

@@ -18,11 +18,11 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+import faults
 import pytest
+from faults import assert_same_published, cache_keys, publish_family
 
 import rs.engines.generation_cache
-import faults
-from faults import assert_same_published, cache_keys, publish_family
 from rs.engines.cache_guard import CacheBroken, CacheLocked
 
 
@@ -49,26 +49,37 @@ def empty(path: Path) -> None:
     path.write_bytes(b"")
 
 
-@pytest.mark.parametrize("damage, says", [
-    (truncate, r"it is truncated: [0-9,]+ bytes where its header says [0-9,]+"),
-    (overwrite_a_page, r"SQLite reports database disk image is malformed"),
-    (empty, r"the file is empty \(0 bytes\)"),
-])
-def test_a_broken_cache_is_named_left_as_it_is_and_a_new_one_starts_only_when_it_is_moved_aside(damage, says: str, reference,
-                                                                                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (truncate, r"it is truncated: [0-9,]+ bytes where its header says [0-9,]+"),
+        (overwrite_a_page, r"SQLite reports database disk image is malformed"),
+        (empty, r"the file is empty \(0 bytes\)"),
+    ],
+)
+def test_a_broken_cache_is_named_left_as_it_is_and_a_new_one_starts_only_when_it_is_moved_aside(
+    damage, says: str, reference, tmp_path: Path
+) -> None:
     families, ref = reference
     cache = tmp_path / "cache.sqlite"
     shutil.copyfile(ref / "cache.sqlite", cache)
     damage(cache)
     broken = cache.read_bytes()
 
-    with pytest.raises(CacheBroken, match=f"^the generation cache {cache} is damaged: {says}; rs will not start a new cache") as caught:
+    with pytest.raises(
+        CacheBroken, match=f"^the generation cache {cache} is damaged: {says}; rs will not start a new cache"
+    ) as caught:
         publish_family(families, tmp_path)
     assert f"move it aside (mv {cache} {cache}.broken) and run the same command again" in caught.value.hint
-    assert "every sampling stage not finished yet" in caught.value.hint and "finished stages are kept" in caught.value.hint
+    assert (
+        "every sampling stage not finished yet" in caught.value.hint
+        and "finished stages are kept" in caught.value.hint
+    )
     assert cache.read_bytes() == broken  # nothing written over it, no new cache in its place
     build = tmp_path / "build" / "Alpha"
-    assert (build / "clean.json").exists() and not (build / "sample.json").exists() and not (build / "items.tmp").exists()
+    assert (
+        (build / "clean.json").exists() and not (build / "sample.json").exists() and not (build / "items.tmp").exists()
+    )
 
     cache.rename(cache.with_name(cache.name + ".broken"))  # what the hint says
     publish_family(families, tmp_path)
@@ -84,12 +95,15 @@ time.sleep(600)
 """
 
 
-def test_a_cache_another_process_keeps_locked_names_it_and_the_run_resumes_when_it_lets_go(reference, tmp_path: Path,
-                                                                                           monkeypatch) -> None:
+def test_a_cache_another_process_keeps_locked_names_it_and_the_run_resumes_when_it_lets_go(
+    reference, tmp_path: Path, monkeypatch
+) -> None:
     families, ref = reference
     cache = tmp_path / "cache.sqlite"
     shutil.copyfile(ref / "cache.sqlite", cache)
-    with closing(sqlite3.connect(cache, isolation_level=None)) as db:  # half the answers are cached: the run has some to commit
+    with closing(
+        sqlite3.connect(cache, isolation_level=None)
+    ) as db:  # half the answers are cached: the run has some to commit
         db.execute("DELETE FROM answers WHERE substr(key, 1, 1) < '8'")
     kept = cache_keys(cache)
     assert 0 < len(kept) < len(cache_keys(ref / "cache.sqlite"))
@@ -98,8 +112,11 @@ def test_a_cache_another_process_keeps_locked_names_it_and_the_run_resumes_when_
         assert holder.stdout.readline().strip() == "holding"
         monkeypatch.setattr(rs.engines.generation_cache, "_BUSY_TIMEOUT_S", 1.0)
         started = time.monotonic()
-        with pytest.raises(CacheLocked, match=f"^the generation cache {cache} stayed locked by another process for 1 s; "
-                                              f"held by process {holder.pid} \\({sys.executable} -c "):
+        with pytest.raises(
+            CacheLocked,
+            match=f"^the generation cache {cache} stayed locked by another process for 1 s; "
+            f"held by process {holder.pid} \\({sys.executable} -c ",
+        ):
             publish_family(families, tmp_path)
         assert time.monotonic() - started < 10  # waited once, not again on the way out
     finally:
@@ -111,7 +128,9 @@ def test_a_cache_another_process_keeps_locked_names_it_and_the_run_resumes_when_
 
     publish_family(families, tmp_path)  # the other process is gone: the same run goes through
     assert_same_published(ref / "out" / "tester", tmp_path / "out" / "tester")
-    calls = {name: json.loads((path / "Alpha" / "stats.json").read_text())["run"] for name, path in
-             (("ref", ref / "build"), ("rerun", tmp_path / "build"))}
+    calls = {
+        name: json.loads((path / "Alpha" / "stats.json").read_text())["run"]
+        for name, path in (("ref", ref / "build"), ("rerun", tmp_path / "build"))
+    }
     sent = {name: c["sampling_engine_calls"] + c["judge_engine_calls"] for name, c in calls.items()}
     assert sent["rerun"] == sent["ref"] - len(kept)  # the cached half was not asked again

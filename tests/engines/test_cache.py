@@ -5,8 +5,8 @@ from __future__ import annotations
 import multiprocessing
 from pathlib import Path
 
-from rs.engines.generation_cache import GenerationCache
 from rs.engines.base import Generation
+from rs.engines.generation_cache import GenerationCache
 
 
 def test_present_reads_keys_only_and_skips_transient_failures(tmp_path: Path) -> None:
@@ -72,7 +72,9 @@ def test_an_answer_is_reused_under_every_budget_that_gives_the_same_output(tmp_p
             found = cache.get_many(stored, max_tokens=budget)
             assert set(found) == keys, budget
             for key, generation in found.items():
-                if generation.finish_reason == "length":  # cut at this budget: no final answer, tokens as this budget gives
+                if (
+                    generation.finish_reason == "length"
+                ):  # cut at this budget: no final answer, tokens as this budget gives
                     assert generation.answer is None and generation.completion_tokens == min(budget, 64), (budget, key)
                 else:
                     assert generation == stored[key], (budget, key)

@@ -30,7 +30,10 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 def answers(keys: list[str]) -> list[tuple[str, Generation]]:
-    return [(key, Generation.from_text(f"answer {key[1:].replace('-', ' ')}", finish_reason="stop", max_tokens=10)) for key in keys]
+    return [
+        (key, Generation.from_text(f"answer {key[1:].replace('-', ' ')}", finish_reason="stop", max_tokens=10))
+        for key in keys
+    ]
 
 
 def test_a_lost_write_ahead_log_is_reported_with_the_count_and_its_answers_asked_again(tmp_path: Path, caplog) -> None:
@@ -44,9 +47,11 @@ def test_a_lost_write_ahead_log_is_reported_with_the_count_and_its_answers_asked
         held = len(cache)
         assert 100 - held == cache.lost <= CHECKPOINT_ANSWERS + 10 and cache.lost > 0  # bounded by the checkpoints
         said = [r.getMessage() for r in caplog.records]
-        assert said == [f"the generation cache {path} holds {held} answers, {cache.lost} fewer than the 100 committed to it: its "
-                        f"write-ahead log (cache.sqlite-wal) was lost (deleted, or the cache copied without it); those answers "
-                        "are asked again"]
+        assert said == [
+            f"the generation cache {path} holds {held} answers, {cache.lost} fewer than the 100 committed to it: its "
+            f"write-ahead log (cache.sqlite-wal) was lost (deleted, or the cache copied without it); those answers "
+            "are asked again"
+        ]
         missing = [f"k{b}-{i}" for b in range(10) for i in range(10) if cache.get(f"k{b}-{i}") is None]
         assert len(missing) == cache.lost
         cache.put_many(answers(missing))  # asked again

@@ -31,8 +31,15 @@ def test_shipped_files_match_sha256sums() -> None:
     assert DEMO_VLM == "rs:demo-vlm"
     assert demo_model_path() == WEIGHTS_DIR
     sums = demo.read_sums()
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja", "processor_config.json",
-                 "tokenizer_config.json", "generation_config.json"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "chat_template.jinja",
+        "processor_config.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ):
         assert f"weights/{name}" in sums
     assert "recipe.json" in sums and "metrics.json" in sums
     size = sum((WEIGHTS_DIR / p).stat().st_size for p in ("model.safetensors",))
@@ -77,7 +84,8 @@ def test_metrics_are_consistent() -> None:
     # both modes were scored on the same questions, so the baselines agree
     on, off = metrics["modes"]["thinking_on"], metrics["modes"]["thinking_off"]
     assert {t: r["majority_correct"] for t, r in on["per_type"].items()} == {
-        t: r["majority_correct"] for t, r in off["per_type"].items()}
+        t: r["majority_correct"] for t, r in off["per_type"].items()
+    }
 
 
 def test_majority_baselines_recompute_from_the_held_out_set() -> None:
@@ -101,7 +109,10 @@ def test_recipe_records_disjoint_seeds() -> None:
     data = recipe["data"]
     train_seed = data["train_source"]["seed"]
     assert train_seed >= 1000
-    assert len({train_seed, data["eval_source"]["seed"], data["tokenizer_source"]["seed"], data["tinyclevr_source_seed"]}) == 4
+    assert (
+        len({train_seed, data["eval_source"]["seed"], data["tokenizer_source"]["seed"], data["tinyclevr_source_seed"]})
+        == 4
+    )
     assert data["instruction"] == TINYCLEVR_INSTRUCTION
     assert recipe["training"]["steps"] > 0
 
@@ -110,8 +121,8 @@ def test_recipe_records_disjoint_seeds() -> None:
 
 
 def test_reasoning_reproduces_every_answer() -> None:
-    from rs_demo.train_demo import _questions, reasoning_for
     from rs.sources.synthetic import SyntheticSource
+    from rs_demo.train_demo import _questions, reasoning_for
 
     source = SyntheticSource(seed=4242, num_images=60, questions_per_image=4, style="mixed")
     seen = set()
@@ -130,14 +141,36 @@ def test_a_short_training_run_lowers_the_loss(tmp_path: Path) -> None:
     from rs_demo import train_demo as T
 
     settings = T.Settings(
-        text={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2,
-              "num_key_value_heads": 1, "head_dim": 32},
-        vision={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 1,
-                "image_size": 160, "patch_size": 16},
-        scenes_per_step=4, threads=1, lr=3e-3,
+        text={
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
+        },
+        vision={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 1,
+            "image_size": 160,
+            "patch_size": 16,
+        },
+        scenes_per_step=4,
+        threads=1,
+        lr=3e-3,
     )
-    recipe = T.train(tmp_path / "model", minutes=1.0, seed=3, settings=settings, max_steps=30, scenes=8,
-                     log_every=10, recipe_path=tmp_path / "recipe.json")
+    recipe = T.train(
+        tmp_path / "model",
+        minutes=1.0,
+        seed=3,
+        settings=settings,
+        max_steps=30,
+        scenes=8,
+        log_every=10,
+        recipe_path=tmp_path / "recipe.json",
+    )
     history = recipe["training"]["history"]
     assert recipe["training"]["steps"] == 30 and len(history) == 3
     assert history[-1]["loss"] < 0.7 * history[0]["loss"]
@@ -174,8 +207,17 @@ def _chats(n: int) -> tuple[list[list[dict]], list]:
     for i, record in enumerate(source):
         item = record.qa[i % len(record.qa)]
         image = Image.open(io.BytesIO(record.images[0])).convert("RGB")
-        chats.append([{"role": "user", "content": [{"type": "image_pil", "image_pil": image},
-                                                    {"type": "text", "text": build_prompt(item.question, TINYCLEVR_INSTRUCTION)}]}])
+        chats.append(
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_pil", "image_pil": image},
+                        {"type": "text", "text": build_prompt(item.question, TINYCLEVR_INSTRUCTION)},
+                    ],
+                }
+            ]
+        )
         items.append(item)
     return chats, items
 
@@ -189,8 +231,12 @@ def test_vllm_answers_with_and_without_thinking(llm, thinking: bool) -> None:
     from rs.answers.extract import split_reasoning
 
     chats, items = _chats(8)
-    outputs = llm.chat(chats, SamplingParams(temperature=0.0, max_tokens=64, seed=0),
-                       chat_template_kwargs={"enable_thinking": thinking}, use_tqdm=False)
+    outputs = llm.chat(
+        chats,
+        SamplingParams(temperature=0.0, max_tokens=64, seed=0),
+        chat_template_kwargs={"enable_thinking": thinking},
+        use_tqdm=False,
+    )
     for output, item in zip(outputs, items):
         completion = output.outputs[0]
         assert completion.finish_reason == "stop", completion.text

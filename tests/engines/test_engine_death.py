@@ -27,12 +27,25 @@ pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from checkout import ROOT  # noqa: E402
-from faults import VLLM_ENV, assert_same_published, cache_keys, cache_rows, descendants, engine_core, meanwhile  # noqa: E402
 from family_yaml import DROP, tiny_family  # noqa: E402
+from faults import VLLM_ENV, assert_same_published, cache_keys, cache_rows, descendants, engine_core, meanwhile  # noqa: E402
+
 
 def command(families: Path, work: Path) -> list[str]:
-    return [sys.executable, "-m", "rs.publish", "Tiny", "--config", str(families), "--out", str(work / "out"),
-            "--build-dir", str(work / "build"), "--cache", str(work / "cache.sqlite")]
+    return [
+        sys.executable,
+        "-m",
+        "rs.publish",
+        "Tiny",
+        "--config",
+        str(families),
+        "--out",
+        str(work / "out"),
+        "--build-dir",
+        str(work / "build"),
+        "--cache",
+        str(work / "cache.sqlite"),
+    ]
 
 
 def engine_calls(work: Path) -> int:
@@ -43,8 +56,15 @@ def engine_calls(work: Path) -> int:
 @pytest.mark.slow
 def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_answer(tmp_path: Path) -> None:
     families = tiny_family(tmp_path, num_images=6, batch=4, max_tokens=24)
-    victim = subprocess.Popen(command(families, tmp_path / "run"), cwd=ROOT, env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    victim = subprocess.Popen(
+        command(families, tmp_path / "run"),
+        cwd=ROOT,
+        env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     cache = tmp_path / "run" / "cache.sqlite"
     try:
         deadline = time.monotonic() + 300
@@ -62,8 +82,10 @@ def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_a
             victim.wait()
     assert time.monotonic() - killed < 30  # it stops, rather than waiting for an engine that is gone
     assert victim.returncode == 1, err[-3000:]
-    assert ("error: the vLLM engine of rs:tiny-vlm died in the middle of the stage: its process EngineCore was killed by SIGKILL "
-            "(the kernel's out-of-memory killer sends it: see `dmesg`)") in err
+    assert (
+        "error: the vLLM engine of rs:tiny-vlm died in the middle of the stage: its process EngineCore was killed by SIGKILL "
+        "(the kernel's out-of-memory killer sends it: see `dmesg`)"
+    ) in err
     assert "hint: the engine's own output is in the log named above;" in err and "run the same command again" in err
     log = Path(re.search(r"^log: (.+\.log)$", err, re.M).group(1))
     assert log.parent == tmp_path / "run" / "build" / "Tiny" / "logs" and log.exists()
@@ -73,27 +95,47 @@ def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_a
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert kept and not (tmp_path / "run" / "build" / "Tiny" / "sample.json").exists()
 
-    with meanwhile(command(families, tmp_path / "ref"), cwd=ROOT, env=VLLM_ENV) as reference:  # an uninterrupted run, beside the re-run
-        rerun = subprocess.run(command(families, tmp_path / "run"), cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600)
+    with meanwhile(
+        command(families, tmp_path / "ref"), cwd=ROOT, env=VLLM_ENV
+    ) as reference:  # an uninterrupted run, beside the re-run
+        rerun = subprocess.run(
+            command(families, tmp_path / "run"), cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600
+        )
         assert rerun.returncode == 0, rerun.stderr[-3000:]
         _, said = reference.communicate(timeout=600)
     assert reference.returncode == 0, said[-3000:]
     assert_same_published(tmp_path / "ref" / "out", tmp_path / "run" / "out")
-    assert engine_calls(tmp_path / "run") == engine_calls(tmp_path / "ref") - len(kept)  # what was cached is not asked again
+    assert engine_calls(tmp_path / "run") == engine_calls(tmp_path / "ref") - len(
+        kept
+    )  # what was cached is not asked again
 
 
 @pytest.mark.slow
 def test_an_engine_that_cannot_start_says_why_with_the_reason_its_own_process_logged(tmp_path: Path) -> None:
     """vLLM's engine core fails in its own process and the error raised here only says "see root cause above"."""
-    families = tiny_family(tmp_path, engine={"args": {"kv_cache_memory_bytes": DROP,
-                                                      "gpu_memory_utilization": 0.999}})  # more of the memory than is free
-    run = subprocess.run(command(families, tmp_path / "run"), cwd=ROOT, env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
-                         capture_output=True, text=True, timeout=300)
+    families = tiny_family(
+        tmp_path, engine={"args": {"kv_cache_memory_bytes": DROP, "gpu_memory_utilization": 0.999}}
+    )  # more of the memory than is free
+    run = subprocess.run(
+        command(families, tmp_path / "run"),
+        cwd=ROOT,
+        env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 1, run.stderr[-3000:]
-    assert "error: the vLLM engine of rs:tiny-vlm could not start: RuntimeError: Engine core initialization failed" in run.stderr
-    cause = run.stderr.split("the first error in the log (where the engine's \"root cause above\" points):\n", 1)[1]
+    assert (
+        "error: the vLLM engine of rs:tiny-vlm could not start: RuntimeError: Engine core initialization failed"
+        in run.stderr
+    )
+    cause = run.stderr.split('the first error in the log (where the engine\'s "root cause above" points):\n', 1)[1]
     assert cause.startswith("  | ValueError: Available memory") and "gpu-memory-utilization" in cause.splitlines()[0]
-    assert "hint: engine.args in the families file (`rs families show FAMILY` prints them) are vllm.LLM's arguments" in run.stderr and "Traceback" not in run.stderr
+    assert (
+        "hint: engine.args in the families file (`rs families show FAMILY` prints them) are vllm.LLM's arguments"
+        in run.stderr
+        and "Traceback" not in run.stderr
+    )
 
 
 def test_engine_arguments_vllm_refuses_are_an_error_with_its_reason() -> None:
@@ -101,17 +143,27 @@ def test_engine_arguments_vllm_refuses_are_an_error_with_its_reason() -> None:
     from rs_demo.tiny_model import VLLM_ENGINE_KWARGS
 
     engine = VLLMEngine("rs:tiny-vlm", engine_args={**VLLM_ENGINE_KWARGS, "max_model_len": 1_000_000})
-    with pytest.raises(EngineStartFailed, match=r"could not start: User-specified max_model_len \(1000000\) is greater than") as refused:
+    with pytest.raises(
+        EngineStartFailed, match=r"could not start: User-specified max_model_len \(1000000\) is greater than"
+    ) as refused:
         engine.load()
-    assert refused.value.exit_code == 2  # a value of the families file vLLM's configuration refuses: a configuration error
+    assert (
+        refused.value.exit_code == 2
+    )  # a value of the families file vLLM's configuration refuses: a configuration error
 
 
 @pytest.mark.slow
 def test_the_engine_core_of_a_killed_run_exits_within_seconds(tmp_path: Path) -> None:
     """`kill -9` of the run: its engine core (forked, the kernel told to kill it with its parent: rs.engines.lifeline) goes too."""
     families = tiny_family(tmp_path, num_images=6, batch=4, max_tokens=24)
-    victim = subprocess.Popen(command(families, tmp_path / "run"), cwd=ROOT, env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    victim = subprocess.Popen(
+        command(families, tmp_path / "run"),
+        cwd=ROOT,
+        env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     core = None
     try:
         deadline = time.monotonic() + 300
@@ -131,7 +183,9 @@ def test_the_engine_core_of_a_killed_run_exits_within_seconds(tmp_path: Path) ->
         late = time.monotonic() + 30
         while [p for p in others if _state(p) not in ("gone", "Z")] and time.monotonic() < late:
             time.sleep(0.1)
-        assert [p for p in others if _state(p) not in ("gone", "Z")] == [], "an engine process outlived the run by 30 s"
+        assert [p for p in others if _state(p) not in ("gone", "Z")] == [], (
+            "an engine process outlived the run by 30 s"
+        )
     finally:
         if core is not None and Path(f"/proc/{core}").exists():
             os.kill(core, signal.SIGKILL)

@@ -30,12 +30,13 @@ pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from PIL import Image  # noqa: E402
+from vllm_server import vllm_server  # noqa: E402
 
-from rs.engines.generation_cache import GenerationCache  # noqa: E402
-from rs.engines.factory import create_engine, engines_for, sampling_settings
-from rs.engines.models import resolve_model
 from rs.engines.base import Generation, Request, SamplingSettings  # noqa: E402
 from rs.engines.cached_engine import CachedEngine  # noqa: E402
+from rs.engines.factory import create_engine, engines_for, sampling_settings
+from rs.engines.generation_cache import GenerationCache  # noqa: E402
+from rs.engines.models import resolve_model
 from rs.engines.openai import OpenAIEngine, OpenAIEngineError, image_data_url  # noqa: E402
 from rs.engines.replay import ReplayEngineConfig  # noqa: E402
 from rs.engines.vllm import VLLMEngine, VLLMEngineConfig  # noqa: E402
@@ -47,10 +48,11 @@ from rs.families.schema import (  # noqa: E402
     ModelConfig,
     VerifierConfig,
 )
-from rs.sources.synthetic import SyntheticSourceConfig  # noqa: E402
-from rs.sources.synthetic import SyntheticSource  # noqa: E402
+from rs.sources.synthetic import (
+    SyntheticSource,  # noqa: E402
+    SyntheticSourceConfig,  # noqa: E402
+)
 from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
-from vllm_server import vllm_server  # noqa: E402
 
 LABELS = ("CORRECT", "WRONG", "UNSURE")
 INSTRUCTION = "\nAnswer the question using a single word or phrase."
@@ -60,8 +62,11 @@ LONG_PROMPT = "How many red cubes are there? " * 400  # well over max_model_len=
 
 def _family(**overrides) -> FamilyConfig:
     fields = dict(
-        source=SyntheticSourceConfig(kind="synthetic"), instruction=INSTRUCTION, verifier=VerifierConfig(name="alnum"),
-        card=CardConfig(pretty_name="T", description="t", license="mit", citation=""), model=ModelConfig(id="rs:tiny-vlm"),
+        source=SyntheticSourceConfig(kind="synthetic"),
+        instruction=INSTRUCTION,
+        verifier=VerifierConfig(name="alnum"),
+        card=CardConfig(pretty_name="T", description="t", license="mit", citation=""),
+        model=ModelConfig(id="rs:tiny-vlm"),
     )
     return FamilyConfig(**{**fields, **overrides})
 
@@ -71,8 +76,14 @@ def _requests(n: int, *, seed: int = 0) -> list[Request]:
     out = []
     for record in SyntheticSource(seed=seed, num_images=n, questions_per_image=1):
         image = record.images[0]
-        out.append(Request(prompt=record.qa[0].question + INSTRUCTION, image=image,
-                           image_sha256=hashlib.sha256(image).hexdigest(), item_key=f"{record.record_id}/0"))
+        out.append(
+            Request(
+                prompt=record.qa[0].question + INSTRUCTION,
+                image=image,
+                image_sha256=hashlib.sha256(image).hexdigest(),
+                item_key=f"{record.record_id}/0",
+            )
+        )
     return out
 
 
@@ -149,8 +160,10 @@ def test_thinking_switch_reaches_the_template(engine: VLLMEngine) -> None:
     that a thinking-mode output is split, not the content.
     """
     request = _requests(1)[0]
-    on, = engine.generate([request], SETTINGS)
-    off, = engine.generate([request], SamplingSettings(max_tokens=32, chat_template_kwargs={"enable_thinking": False}))
+    (on,) = engine.generate([request], SETTINGS)
+    (off,) = engine.generate(
+        [request], SamplingSettings(max_tokens=32, chat_template_kwargs={"enable_thinking": False})
+    )
     block = engine.llm.get_tokenizer().encode("<think>\n\n</think>\n\n", add_special_tokens=False)
     assert off.prompt_tokens == on.prompt_tokens + len(block)
     for g in (on, off):
@@ -163,7 +176,9 @@ def test_thinking_switch_reaches_the_template(engine: VLLMEngine) -> None:
 def test_truncated_output_has_no_answer(engine: VLLMEngine) -> None:
     # One token: the tiny model never ends on its first token (EOS only follows a number), so every
     # output is cut off whatever the weights say.
-    generations = engine.generate(_requests(3), SamplingSettings(max_tokens=1, chat_template_kwargs={"enable_thinking": True}))
+    generations = engine.generate(
+        _requests(3), SamplingSettings(max_tokens=1, chat_template_kwargs={"enable_thinking": True})
+    )
     for g in generations:
         assert g.finish_reason == "length" and g.completion_tokens == 1
         assert g.answer is None and g.text and g.error is None
@@ -172,8 +187,10 @@ def test_truncated_output_has_no_answer(engine: VLLMEngine) -> None:
 @pytest.mark.slow
 def test_judge_choice_is_one_label(engine: VLLMEngine) -> None:
     settings = SamplingSettings(max_tokens=8, chat_template_kwargs={"enable_thinking": False}, choices=LABELS)
-    prompts = ["Question: How many cubes?\nReference: 3\nCandidate: three\nReply CORRECT, WRONG or UNSURE.",
-               "Question: What color?\nReference: red\nCandidate: blue\nReply CORRECT, WRONG or UNSURE."]
+    prompts = [
+        "Question: How many cubes?\nReference: 3\nCandidate: three\nReply CORRECT, WRONG or UNSURE.",
+        "Question: What color?\nReference: red\nCandidate: blue\nReply CORRECT, WRONG or UNSURE.",
+    ]
     generations = engine.generate([Request(prompt=p) for p in prompts], settings)
     for g in generations:
         assert g.error is None and g.finish_reason == "stop"
@@ -183,8 +200,15 @@ def test_judge_choice_is_one_label(engine: VLLMEngine) -> None:
 @pytest.mark.slow
 def test_bad_requests_fail_alone(engine: VLLMEngine) -> None:
     good = _requests(4)
-    batch = [good[0], _corrupt(good[1].image), good[1], Request(prompt=LONG_PROMPT), good[2],
-             Request(prompt="Empty image?", image=b""), good[3]]
+    batch = [
+        good[0],
+        _corrupt(good[1].image),
+        good[1],
+        Request(prompt=LONG_PROMPT),
+        good[2],
+        Request(prompt="Empty image?", image=b""),
+        good[3],
+    ]
     generations = engine.generate(batch, SETTINGS)
     assert len(generations) == len(batch)
     failed = [i for i, g in enumerate(generations) if g.error]
@@ -223,7 +247,9 @@ def test_cached_engine_second_run_makes_no_engine_calls(engine: VLLMEngine, tmp_
 
 
 @pytest.mark.slow
-def test_streaming_keeps_what_a_kill_would_lose_within_the_window(engine: VLLMEngine, tmp_path: Path, monkeypatch) -> None:
+def test_streaming_keeps_what_a_kill_would_lose_within_the_window(
+    engine: VLLMEngine, tmp_path: Path, monkeypatch
+) -> None:
     """Requests join the running engine as others finish; answers sent and not yet committed never exceed the window."""
     monkeypatch.setattr(engine, "in_flight", 12)
     requests = _requests(40, seed=5)
@@ -246,8 +272,12 @@ def test_streaming_keeps_what_a_kill_would_lose_within_the_window(engine: VLLMEn
 @pytest.mark.slow
 def test_two_streams_on_one_engine_share_its_steps(engine: VLLMEngine) -> None:
     """The judge's stream beside the sampler's: each gets its own results back, whichever stream steps the engine."""
-    judge_settings = SamplingSettings(temperature=0.0, max_tokens=8, chat_template_kwargs={"enable_thinking": False},
-                                      choices=("CORRECT", "WRONG", "UNSURE"))
+    judge_settings = SamplingSettings(
+        temperature=0.0,
+        max_tokens=8,
+        chat_template_kwargs={"enable_thinking": False},
+        choices=("CORRECT", "WRONG", "UNSURE"),
+    )
     images, texts = _requests(6, seed=7), [Request(prompt=f"Is {n} even? Say CORRECT or WRONG.") for n in range(6)]
     sampler, judge = engine.open_stream(SETTINGS), engine.open_stream(judge_settings)
     for n, (image, text) in enumerate(zip(images, texts)):
@@ -280,12 +310,18 @@ families:
 """
 
 
-@pytest.mark.parametrize(("engine", "message"), [
-    ("kind: openai", r":10: families\.Remote\.engine\.base_url: required key is missing"),
-    ("kind: replay", r":10: families\.Remote\.engine\.replay_path: required key is missing"),
-    ("{kind: replay, replay_path: x.jsonl, args: {}}", r":10: families\.Remote\.engine\.args: unknown key"),
-    ("kind: tgi", r":10: families\.Remote\.engine\.kind: 'tgi' is not valid; expected one of openai, replay, vllm"),
-])
+@pytest.mark.parametrize(
+    ("engine", "message"),
+    [
+        ("kind: openai", r":10: families\.Remote\.engine\.base_url: required key is missing"),
+        ("kind: replay", r":10: families\.Remote\.engine\.replay_path: required key is missing"),
+        ("{kind: replay, replay_path: x.jsonl, args: {}}", r":10: families\.Remote\.engine\.args: unknown key"),
+        (
+            "kind: tgi",
+            r":10: families\.Remote\.engine\.kind: 'tgi' is not valid; expected one of openai, replay, vllm",
+        ),
+    ],
+)
 def test_each_engine_kind_checks_its_own_keys(tmp_path: Path, engine: str, message: str) -> None:
     path = tmp_path / "families.yaml"
     path.write_text(ENGINE_FAMILY % engine)
@@ -299,7 +335,10 @@ def test_a_family_of_another_engine_kind_does_not_inherit_the_default_engine_blo
     path.write_text("defaults:\n  engine: {kind: vllm, batch_size: 8, args: {max_model_len: 64}}\n" + text)
     engine = load_families(path)["Remote"].config.engine
     assert engine == ReplayEngineConfig(kind="replay", replay_path="x.jsonl")
-    path.write_text("defaults:\n  engine: {kind: vllm, batch_size: 8, args: {max_model_len: 64}}\n" + ENGINE_FAMILY % "batch_size: 4")
+    path.write_text(
+        "defaults:\n  engine: {kind: vllm, batch_size: 8, args: {max_model_len: 64}}\n"
+        + ENGINE_FAMILY % "batch_size: 4"
+    )
     assert load_families(path)["Remote"].config.engine == VLLMEngineConfig(batch_size=4, args={"max_model_len": 64})
 
 
@@ -308,12 +347,16 @@ def test_engines_for_shares_the_engine_when_the_judge_is_the_sampler(tmp_path: P
     config = _family(engine=ReplayEngineConfig(kind="replay", replay_path="outputs.jsonl"))
     sampler, judge = engines_for(config, base_dir=tmp_path)  # relative to the families file's folder
     assert sampler is judge and sampler.kind == "replay"
-    g, = sampler.generate([Request(prompt="q", item_key="a/0")], SETTINGS)
+    (g,) = sampler.generate([Request(prompt="q", item_key="a/0")], SETTINGS)
     assert g.answer == "4" and g.model == "rs:tiny-vlm"
     other = _family(engine=config.engine, judge=JudgeConfig(model=ModelConfig(id="judge/model", revision="abc")))
     sampler, judge = engines_for(other, base_dir=tmp_path)
-    assert sampler is not judge and judge.identity()["model"] == "judge/model" and judge.identity()["revision"] == "abc"
-    assert sampling_settings(config) == SamplingSettings(max_tokens=8192, chat_template_kwargs={"enable_thinking": True})
+    assert (
+        sampler is not judge and judge.identity()["model"] == "judge/model" and judge.identity()["revision"] == "abc"
+    )
+    assert sampling_settings(config) == SamplingSettings(
+        max_tokens=8192, chat_template_kwargs={"enable_thinking": True}
+    )
 
 
 # --- the OpenAI-compatible engine against a real vLLM server -------------------------------------
@@ -328,13 +371,17 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A `vllm serve`-equivalent of the tiny VLM in its own process group; yields the /v1 URL."""
-    with vllm_server(tiny_vlm_path(), tmp_path_factory.mktemp("server") / "server.log", max_model_len=2048, ready_s=120) as url:
+    with vllm_server(
+        tiny_vlm_path(), tmp_path_factory.mktemp("server") / "server.log", max_model_len=2048, ready_s=120
+    ) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
 def remote(server: str) -> Iterator[OpenAIEngine]:
-    client = OpenAIEngine(str(tiny_vlm_path()), base_url=server, api_key_env=None, concurrency=8, timeout_s=60, max_retries=1)
+    client = OpenAIEngine(
+        str(tiny_vlm_path()), base_url=server, api_key_env=None, concurrency=8, timeout_s=60, max_retries=1
+    )
     yield client
     client.close()
 
@@ -356,7 +403,9 @@ def test_openai_image_batch(remote: OpenAIEngine, engine: VLLMEngine) -> None:
 @pytest.mark.slow
 def test_openai_choice_constraint(remote: OpenAIEngine) -> None:
     settings = SamplingSettings(max_tokens=8, chat_template_kwargs={"enable_thinking": False}, choices=LABELS)
-    generations = remote.generate([Request(prompt="Is three the same as 3? Reply CORRECT, WRONG or UNSURE.")] * 2, settings)
+    generations = remote.generate(
+        [Request(prompt="Is three the same as 3? Reply CORRECT, WRONG or UNSURE.")] * 2, settings
+    )
     for g in generations:
         assert g.error is None and g.text in LABELS and g.answer == g.text
 
@@ -374,8 +423,13 @@ def test_openai_bad_input_is_a_cacheable_failure(remote: OpenAIEngine) -> None:
 # --- retries, against a local server that fails on purpose ----------------------------------------
 
 _COMPLETION = {
-    "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "<think>hm</think>4"}}],
+    "id": "x",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
+    "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "<think>hm</think>4"}}
+    ],
     "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
 }
 
@@ -402,7 +456,9 @@ class _Scripted:
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 if status != 200:
-                    self.send_header("retry-after-ms", "1")  # the client waits what the server asks: the tests run at once
+                    self.send_header(
+                        "retry-after-ms", "1"
+                    )  # the client waits what the server asks: the tests run at once
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
@@ -439,16 +495,18 @@ def scripted() -> Iterator[type[_Scripted]]:
 def test_retries_transient_errors_then_succeeds(scripted) -> None:
     server = scripted([503, 503, 200])
     engine = server.engine(max_retries=5)
-    g, = engine.generate([Request(prompt="q")], SETTINGS)
+    (g,) = engine.generate([Request(prompt="q")], SETTINGS)
     engine.close()
     assert server.calls == 3
-    assert g.error is None and (g.reasoning, g.answer) == ("hm", "4") and (g.prompt_tokens, g.completion_tokens) == (5, 3)
+    assert (
+        g.error is None and (g.reasoning, g.answer) == ("hm", "4") and (g.prompt_tokens, g.completion_tokens) == (5, 3)
+    )
 
 
 def test_gives_up_after_max_retries_without_caching(scripted) -> None:
     server = scripted([503])
     engine = server.engine(max_retries=3)
-    g, = engine.generate([Request(prompt="q")], SETTINGS)
+    (g,) = engine.generate([Request(prompt="q")], SETTINGS)
     engine.close()
     assert server.calls == 4
     assert g.finish_reason == "error" and not g.cacheable and "503" in g.error and "4 attempts" in g.error
@@ -457,7 +515,7 @@ def test_gives_up_after_max_retries_without_caching(scripted) -> None:
 def test_bad_input_is_not_retried(scripted) -> None:
     server = scripted([400])
     engine = server.engine(max_retries=3)
-    g, = engine.generate([Request(prompt="q")], SETTINGS)
+    (g,) = engine.generate([Request(prompt="q")], SETTINGS)
     engine.close()
     assert server.calls == 1 and g.cacheable and g.error == "HTTP 400: scripted 400"
 
@@ -468,7 +526,13 @@ def test_refused_key_stops_the_run_and_is_never_logged(scripted, monkeypatch, ca
     server = scripted([503, 401])
     engine = server.engine(max_retries=3, api_key_env="RS_TEST_KEY")
     caplog.set_level(logging.DEBUG)
-    for name in ("openai", "httpx", "httpx2", "httpcore", "httpcore2"):  # the client's own loggers too, at their most verbose
+    for name in (
+        "openai",
+        "httpx",
+        "httpx2",
+        "httpcore",
+        "httpcore2",
+    ):  # the client's own loggers too, at their most verbose
         caplog.set_level(logging.DEBUG, logger=name)
     with pytest.raises(OpenAIEngineError, match="engine.api_key_env") as raised:
         engine.generate([Request(prompt="q")], SETTINGS)
@@ -482,19 +546,19 @@ def test_refused_key_stops_the_run_and_is_never_logged(scripted, monkeypatch, ca
 
 def test_reasoning_separated_by_the_server(scripted) -> None:
     engine = scripted([200], {"content": " 4", "reasoning": "three cubes and one sphere"}).engine()
-    g, = engine.generate([Request(prompt="q")], SETTINGS)
+    (g,) = engine.generate([Request(prompt="q")], SETTINGS)
     assert (g.reasoning, g.answer, g.text) == ("three cubes and one sphere", "4", " 4")
     engine.close()
     # a server whose parser found no end of the reasoning leaves content empty: there is no answer
     engine = scripted([200], {"content": None, "reasoning_content": "still thinking"}).engine()
-    g, = engine.generate([Request(prompt="q")], SETTINGS)
+    (g,) = engine.generate([Request(prompt="q")], SETTINGS)
     assert (g.reasoning, g.answer, g.error) == ("still thinking", None, None)
     engine.close()
 
 
 def test_unreachable_server_is_a_transient_failure() -> None:
     engine = OpenAIEngine("m", base_url=f"http://127.0.0.1:{_free_port()}/v1", api_key_env=None, max_retries=1)
-    g, = engine.generate([Request(prompt="q")], SETTINGS)
+    (g,) = engine.generate([Request(prompt="q")], SETTINGS)
     engine.close()
     assert not g.cacheable and "APIConnectionError" in g.error and "2 attempts" in g.error
 

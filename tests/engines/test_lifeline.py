@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from checkout import ROOT
 
 pytestmark = pytest.mark.slow
@@ -49,8 +48,13 @@ def alive(pid: int) -> bool:
 def test_a_child_started_while_an_engine_starts_dies_with_its_parent(method: str, tied: bool, tmp_path: Path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
-    parent = subprocess.Popen([sys.executable, str(script), method, "tied" if tied else "free"], cwd=ROOT, stdout=subprocess.PIPE,
-                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    parent = subprocess.Popen(
+        [sys.executable, str(script), method, "tied" if tied else "free"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     child = int(parent.stdout.readline())
     try:
         os.kill(parent.pid, signal.SIGKILL)

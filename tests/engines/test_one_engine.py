@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from checkout import ROOT
 from faults import descendants, write_families
+
 import rs.context
 from rs.families import load_families
 from rs.pipeline.publish import publish
@@ -52,8 +52,18 @@ def engine_cores(pids: list[int]) -> set[int]:
 def test_a_run_loads_the_model_once_in_both_process_modes(tmp_path: Path, multiprocessing: str) -> None:
     pytest.importorskip("vllm")
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": multiprocessing, "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "rs.sample", "TinyCLEVR", "--limit", str(LIMIT), "--build-dir", str(tmp_path / "build"),
-               "--cache", str(tmp_path / "cache.sqlite")]
+    command = [
+        sys.executable,
+        "-m",
+        "rs.sample",
+        "TinyCLEVR",
+        "--limit",
+        str(LIMIT),
+        "--build-dir",
+        str(tmp_path / "build"),
+        "--cache",
+        str(tmp_path / "cache.sqlite"),
+    ]
     run = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     seen: set[int] = set()
     most = 0
@@ -105,7 +115,12 @@ def test_the_greedy_pass_judge_and_recovery_share_one_engine_closed_after_the_ru
     text = families.read_text()
     families.write_text(text.replace("    publish:", "    recovery: {samples: 2, temperature: 0.7}\n    publish:"))
     counted = Counted(monkeypatch)
-    publish(load_families(families)["Alpha"], out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "c.sqlite",
-            progress=False)
+    publish(
+        load_families(families)["Alpha"],
+        out=tmp_path / "out",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "c.sqlite",
+        progress=False,
+    )
     assert (tmp_path / "build" / "Alpha" / "recovery.json").exists()
     assert len(counted.made) == 1 and counted.closed == counted.made

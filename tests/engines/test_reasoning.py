@@ -21,22 +21,23 @@ import pytest
 pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
+from family_yaml import TINY, write_families  # noqa: E402
+
+from rs.context import BuildContext
 from rs.engines.base import Generation, Request  # noqa: E402
-from rs.engines.generation_cache import GenerationCache  # noqa: E402
 from rs.engines.cached_engine import CachedEngine  # noqa: E402
+from rs.engines.generation_cache import GenerationCache  # noqa: E402
 from rs.engines.vllm import ReasoningParserMissing, VLLMEngine, VLLMStream  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.families.loader import FamilyConfigError  # noqa: E402
 from rs.families.schema import JudgeConfig, ReasoningConfig  # noqa: E402
-from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase  # noqa: E402
 from rs.pipeline.publish import publish  # noqa: E402
 from rs.pipeline.route import decide  # noqa: E402
+from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase  # noqa: E402
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure
-from rs.context import BuildContext
 from rs.store import read_records  # noqa: E402
 from rs_demo.tiny_model import TEMPLATE_MARKERS, VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
-from family_yaml import TINY, write_families  # noqa: E402
 
 MAX_TOKENS = 40
 WORDS = r"[a-z]{2,6}( [a-z]{2,6}){3}"
@@ -78,8 +79,12 @@ class ShapedStream(VLLMStream):
         if self.settings.choices or request.item_key is None:
             return super().params(request)
         regex = shaped_regex(shape_of(request.item_key), self.template)
-        return SamplingParams(temperature=0.0, seed=0, max_tokens=self.settings.max_tokens,
-                              structured_outputs=StructuredOutputsParams(regex=regex))
+        return SamplingParams(
+            temperature=0.0,
+            seed=0,
+            max_tokens=self.settings.max_tokens,
+            structured_outputs=StructuredOutputsParams(regex=regex),
+        )
 
 
 class ShapedEngine(VLLMEngine):
@@ -98,18 +103,37 @@ def _in_process() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
 
-def family_for(tmp_path: Path, template: str, *, judge: dict | None = None, reasoning: dict | None = None, max_tokens: int = MAX_TOKENS):
-    path = write_families(tmp_path, "Shaped", TINY, source={"seed": 5, "num_images": 4, "style": "clevr"},
-                          model={"id": str(tiny_vlm_path(template=template)), "reasoning": reasoning or FORMATS[template]},
-                          sampling={"max_tokens": max_tokens}, judge={"calibration_samples": 4, "min_calibration_cases": 2, **(judge or {})},
-                          card={"pretty_name": "Shaped"})
+def family_for(
+    tmp_path: Path,
+    template: str,
+    *,
+    judge: dict | None = None,
+    reasoning: dict | None = None,
+    max_tokens: int = MAX_TOKENS,
+):
+    path = write_families(
+        tmp_path,
+        "Shaped",
+        TINY,
+        source={"seed": 5, "num_images": 4, "style": "clevr"},
+        model={"id": str(tiny_vlm_path(template=template)), "reasoning": reasoning or FORMATS[template]},
+        sampling={"max_tokens": max_tokens},
+        judge={"calibration_samples": 4, "min_calibration_cases": 2, **(judge or {})},
+        card={"pretty_name": "Shaped"},
+    )
     return load_families(path)["Shaped"]
 
 
 def sample_with(tmp_path: Path, template: str) -> tuple[Any, list[dict[str, Any]], Any]:
     family = family_for(tmp_path, template)
     engine = ShapedEngine(str(tiny_vlm_path(template=template)), template, engine_args=dict(VLLM_ENGINE_KWARGS))
-    ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (engine, engine))
+    ctx = BuildContext(
+        family,
+        tmp_path / "build",
+        tmp_path / "cache.sqlite",
+        progress=False,
+        engine_factory=lambda f: (engine, engine),
+    )
     try:
         report = ensure(SampleStage(), ctx)
     finally:
@@ -133,7 +157,11 @@ def test_reasoning_is_split_and_never_scored_as_the_answer(tmp_path: Path, templ
 
     for item in by_shape["closed"]:  # a closed reasoning: the answer is what follows it, the reasoning is kept apart
         assert item["finish_reason"] == "stop" and end in item["text"]
-        assert item["final"] == item["text"].rsplit(end, 1)[1].strip() and item["final"] in {"yes", "no", *"0123456789"}
+        assert item["final"] == item["text"].rsplit(end, 1)[1].strip() and item["final"] in {
+            "yes",
+            "no",
+            *"0123456789",
+        }
         assert item["reasoning"] and start not in item["reasoning"] and end not in item["reasoning"]
     for item in by_shape["unclosed"]:  # stopped without closing its reasoning: nothing to score
         assert item["finish_reason"] == "stop" and end not in item["text"]
@@ -164,8 +192,13 @@ def test_a_label_only_judge_decodes_its_label_after_a_closed_reasoning(tmp_path:
     engine = VLLMEngine(str(tiny_vlm_path(template=template)), engine_args=dict(VLLM_ENGINE_KWARGS))
     try:
         with GenerationCache(tmp_path / "cache.sqlite") as cache:
-            judge = Judge(CachedEngine(engine, cache, progress=False), JudgeConfig(), reasoning=reasoning,
-                          chat_template_kwargs={"enable_thinking": True}, tokenizer=engine.tokenizer)
+            judge = Judge(
+                CachedEngine(engine, cache, progress=False),
+                JudgeConfig(),
+                reasoning=reasoning,
+                chat_template_kwargs={"enable_thinking": True},
+                tokenizer=engine.tokenizer,
+            )
             cases = [JudgeCase(f"How many cubes? ({i})", str(i), str(i + 1), f"k#{i}") for i in range(4)]
             verdicts = list(judge.verdicts(cases))
     finally:
@@ -184,13 +217,20 @@ def test_a_think_then_label_judge_labels_only_after_its_reasoning(tmp_path: Path
     cases = [JudgeCase(f"How many spheres? ({i})", str(i), str(i), f"k#{i}") for i in range(3)]
     outcomes = {}
     # the plain tiny model never writes </think>; the one favouring it closes its reasoning at once
-    for name, path in (("never closes", tiny_vlm_path(template="prefill")),
-                       ("closes", tiny_vlm_path(template="prefill", favour="</think>"))):
+    for name, path in (
+        ("never closes", tiny_vlm_path(template="prefill")),
+        ("closes", tiny_vlm_path(template="prefill", favour="</think>")),
+    ):
         engine = VLLMEngine(str(path), engine_args={**VLLM_ENGINE_KWARGS, "reasoning_parser": "deepseek_r1"})
         try:
             with GenerationCache(tmp_path / f"{name}.sqlite") as cache:
-                judge = Judge(CachedEngine(engine, cache, progress=False), judge_config, reasoning=reasoning,
-                              chat_template_kwargs={"enable_thinking": True}, tokenizer=engine.tokenizer)
+                judge = Judge(
+                    CachedEngine(engine, cache, progress=False),
+                    judge_config,
+                    reasoning=reasoning,
+                    chat_template_kwargs={"enable_thinking": True},
+                    tokenizer=engine.tokenizer,
+                )
                 outcomes[name] = list(judge.verdicts(cases))
         finally:
             engine.close()
@@ -209,8 +249,11 @@ def test_think_then_label_needs_a_reasoning_parser(tmp_path: Path) -> None:
         family_for(tmp_path, "prefill", reasoning={"parser": "tags"}, judge={"mode": "think_then_label"})
     engine = VLLMEngine(str(tiny_vlm_path(template="prefill")), engine_args=dict(VLLM_ENGINE_KWARGS))
     try:
-        judge = Judge(CachedEngine(engine, GenerationCache(tmp_path / "c.sqlite"), progress=False),
-                      JudgeConfig(mode="think_then_label"), reasoning=ReasoningConfig(parser="tags"))
+        judge = Judge(
+            CachedEngine(engine, GenerationCache(tmp_path / "c.sqlite"), progress=False),
+            JudgeConfig(mode="think_then_label"),
+            reasoning=ReasoningConfig(parser="tags"),
+        )
         with pytest.raises(ReasoningParserMissing, match="no reasoning parser"):
             engine.open_stream(judge.settings)
     finally:
@@ -222,8 +265,14 @@ def test_an_unclosed_reasoning_is_no_final_answer_on_the_card(tmp_path: Path) ->
     family = family_for(tmp_path, "always")
     engine = ShapedEngine(str(tiny_vlm_path(template="always")), "always", engine_args=dict(VLLM_ENGINE_KWARGS))
     try:
-        outcome = publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
-                          progress=False, engine_factory=lambda f: (engine, engine))
+        outcome = publish(
+            family,
+            out=tmp_path / "out",
+            build_root=tmp_path / "build",
+            cache_path=tmp_path / "cache.sqlite",
+            progress=False,
+            engine_factory=lambda f: (engine, engine),
+        )
     finally:
         engine.close()
     report = outcome.report
@@ -234,7 +283,9 @@ def test_an_unclosed_reasoning_is_no_final_answer_on_the_card(tmp_path: Path) ->
     card = (Path(outcome.where["rejected"]) / "README.md").read_text()
     assert "`no_final_answer` — " in card and f"({unanswered} in this family)" in card
     assert f"opened the reasoning in the generation prompt of {len(items)} of {len(items)} answers" in card
-    assert "**Judge mode: label only.**" in card and set(report.judge.prompt_states) == {"closed"}  # closed by the engine
+    assert "**Judge mode: label only.**" in card and set(report.judge.prompt_states) == {
+        "closed"
+    }  # closed by the engine
 
 
 @pytest.mark.slow
@@ -242,9 +293,17 @@ def test_reading_is_redone_from_the_cached_text_when_the_format_changes(tmp_path
     """The cache keeps raw outputs: a family that fixes its markers re-reads them without asking the model again."""
     report, items, ctx = sample_with(tmp_path, "markers")
     assert all(item["final"] is not None or shape_of(item["key"]) != "closed" for item in items)
-    wrong = family_for(tmp_path, "markers", reasoning={"parser": "tags"})  # `<think>` markers: this model's are not read
+    wrong = family_for(
+        tmp_path, "markers", reasoning={"parser": "tags"}
+    )  # `<think>` markers: this model's are not read
     engine = ShapedEngine(str(tiny_vlm_path(template="markers")), "markers", engine_args=dict(VLLM_ENGINE_KWARGS))
-    ctx2 = BuildContext(wrong, tmp_path / "build2", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (engine, engine))
+    ctx2 = BuildContext(
+        wrong,
+        tmp_path / "build2",
+        tmp_path / "cache.sqlite",
+        progress=False,
+        engine_factory=lambda f: (engine, engine),
+    )
     try:
         again = ensure(SampleStage(), ctx2)
     finally:
@@ -260,6 +319,7 @@ def test_formats_read_outputs_by_the_rules() -> None:
     from rs.engines.reasoning import ReasoningFormat
 
     tags = ReasoningFormat(ReasoningConfig())
+
     def read(fmt: ReasoningFormat, text: str, tail: str | None = None, **kwargs: Any) -> Generation:
         fields = {"reasoning": None, "answer": None, "finish_reason": "stop", **kwargs}
         return fmt.read(Generation(text=text, prompt_tail=tail, **fields))

@@ -43,8 +43,10 @@ from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
 
 def require(ok: Any, internal: str, change: str) -> None:
     """Fail loudly: which internal of the installed vLLM changed, and what to change in the wall."""
-    assert ok, (f"vLLM {vllm.__version__} changed {internal}, which rs.engines.vllm_core relies on: {change} "
-                "(then update this test)")
+    assert ok, (
+        f"vLLM {vllm.__version__} changed {internal}, which rs.engines.vllm_core relies on: {change} "
+        "(then update this test)"
+    )
 
 
 def parameters(function: Any) -> set[str]:
@@ -61,30 +63,51 @@ def fields(cls: type) -> set[str]:
 def test_llm_enqueue_takes_a_prompt_and_returns_request_ids() -> None:
     from vllm import LLM
 
-    require({"prompts", "sampling_params", "use_tqdm", "tokenization_kwargs"} <= parameters(LLM.enqueue), "LLM.enqueue's parameters",
-            "VLLMCore.add_prompt calls LLM.enqueue([{'prompt': ...}], params, use_tqdm=False, tokenization_kwargs=...)")
-    require(inspect.signature(LLM.enqueue).return_annotation in ("list[str]", list[str]), "what LLM.enqueue returns",
-            "VLLMCore.add_prompt reads the one request id it returns")
+    require(
+        {"prompts", "sampling_params", "use_tqdm", "tokenization_kwargs"} <= parameters(LLM.enqueue),
+        "LLM.enqueue's parameters",
+        "VLLMCore.add_prompt calls LLM.enqueue([{'prompt': ...}], params, use_tqdm=False, tokenization_kwargs=...)",
+    )
+    require(
+        inspect.signature(LLM.enqueue).return_annotation in ("list[str]", list[str]),
+        "what LLM.enqueue returns",
+        "VLLMCore.add_prompt reads the one request id it returns",
+    )
 
 
 def test_llm_enqueue_chat_takes_a_conversation_and_returns_request_ids() -> None:
     from vllm import LLM
 
-    require({"messages", "sampling_params", "use_tqdm", "chat_template_kwargs"} <= parameters(LLM.enqueue_chat),
-            "LLM.enqueue_chat's parameters",
-            "VLLMCore.add_chat calls LLM.enqueue_chat([conversation], params, use_tqdm=False, chat_template_kwargs=...)")
-    require(inspect.signature(LLM.enqueue_chat).return_annotation in ("list[str]", list[str]), "what LLM.enqueue_chat returns",
-            "VLLMCore.add_chat reads the one request id it returns")
+    require(
+        {"messages", "sampling_params", "use_tqdm", "chat_template_kwargs"} <= parameters(LLM.enqueue_chat),
+        "LLM.enqueue_chat's parameters",
+        "VLLMCore.add_chat calls LLM.enqueue_chat([conversation], params, use_tqdm=False, chat_template_kwargs=...)",
+    )
+    require(
+        inspect.signature(LLM.enqueue_chat).return_annotation in ("list[str]", list[str]),
+        "what LLM.enqueue_chat returns",
+        "VLLMCore.add_chat reads the one request id it returns",
+    )
 
 
 def test_the_engine_steps_and_says_whether_requests_are_left() -> None:
     from vllm.v1.engine.llm_engine import LLMEngine
 
-    require(callable(getattr(LLMEngine, "step", None)) and parameters(LLMEngine.step) == {"self"}, "LLMEngine.step()",
-            "VLLMCore.step runs one scheduler step with it and reads the finished RequestOutputs it returns")
-    require(callable(getattr(LLMEngine, "has_unfinished_requests", None)), "LLMEngine.has_unfinished_requests()",
-            "VLLMCore.step tells a dropped request from a running one with it")
-    require(vllm.LLMEngine is LLMEngine, "vllm.LLMEngine (no longer the v1 engine LLM.llm_engine is)", "check VLLMCore.step's loop")
+    require(
+        callable(getattr(LLMEngine, "step", None)) and parameters(LLMEngine.step) == {"self"},
+        "LLMEngine.step()",
+        "VLLMCore.step runs one scheduler step with it and reads the finished RequestOutputs it returns",
+    )
+    require(
+        callable(getattr(LLMEngine, "has_unfinished_requests", None)),
+        "LLMEngine.has_unfinished_requests()",
+        "VLLMCore.step tells a dropped request from a running one with it",
+    )
+    require(
+        vllm.LLMEngine is LLMEngine,
+        "vllm.LLMEngine (no longer the v1 engine LLM.llm_engine is)",
+        "check VLLMCore.step's loop",
+    )
 
 
 def test_an_internal_request_id_is_the_external_one_with_a_suffix() -> None:
@@ -93,20 +116,28 @@ def test_an_internal_request_id_is_the_external_one_with_a_suffix() -> None:
 
     request = SimpleNamespace(request_id="17", external_req_id=None)
     InputProcessor.assign_request_id(request)
-    require(request.external_req_id == "17" and external_id(request.request_id) == "17",
-            f"InputProcessor.assign_request_id (the id {request.request_id!r} for the external id '17')",
-            "rs.engines.vllm_core.external_id must map the id LLM.enqueue returns to the id its outputs carry")
+    require(
+        request.external_req_id == "17" and external_id(request.request_id) == "17",
+        f"InputProcessor.assign_request_id (the id {request.request_id!r} for the external id '17')",
+        "rs.engines.vllm_core.external_id must map the id LLM.enqueue returns to the id its outputs carry",
+    )
     assert external_id("17") == "17" and external_id("3-ab12cd34") == "3"
 
 
 def test_finished_outputs_carry_what_the_engine_reads() -> None:
     from vllm.outputs import CompletionOutput, RequestOutput
 
-    require({"request_id", "prompt", "prompt_token_ids", "outputs", "finished"} <= parameters(RequestOutput.__init__),
-            "RequestOutput's fields", "VLLMCore.step reads request_id, finished and len(outputs); VLLMEngine._generation reads "
-            "prompt and prompt_token_ids")
-    require({"index", "text", "token_ids", "finish_reason"} <= fields(CompletionOutput), "CompletionOutput's fields",
-            "VLLMEngine._generations orders samples by index and reads text, token_ids, finish_reason")
+    require(
+        {"request_id", "prompt", "prompt_token_ids", "outputs", "finished"} <= parameters(RequestOutput.__init__),
+        "RequestOutput's fields",
+        "VLLMCore.step reads request_id, finished and len(outputs); VLLMEngine._generation reads "
+        "prompt and prompt_token_ids",
+    )
+    require(
+        {"index", "text", "token_ids", "finish_reason"} <= fields(CompletionOutput),
+        "CompletionOutput's fields",
+        "VLLMEngine._generations orders samples by index and reads text, token_ids, finish_reason",
+    )
 
 
 def test_sampling_params_take_n_a_seed_and_final_only_outputs() -> None:
@@ -115,12 +146,21 @@ def test_sampling_params_take_n_a_seed_and_final_only_outputs() -> None:
     params = SamplingParams(temperature=0.7, seed=3, max_tokens=4, output_kind=RequestOutputKind.FINAL_ONLY)
     clone = params.clone()
     clone.n, clone.seed = 4, 5
-    require((clone.n, clone.seed, params.n, params.seed) == (4, 5, 1, 3), "SamplingParams.clone / n / seed",
-            "VLLMStream.params clones the stream's parameters and sets n and seed for a request of several samples")
-    require(clone.output_kind is RequestOutputKind.FINAL_ONLY, "RequestOutputKind.FINAL_ONLY",
-            "VLLMCore.step takes each request's one final output")
-    require(StructuredOutputsParams(choice=["A", "B"]).choice == ["A", "B"], "StructuredOutputsParams(choice=)",
-            "the judge's label is constrained with it (VLLMEngine._sampling_params)")
+    require(
+        (clone.n, clone.seed, params.n, params.seed) == (4, 5, 1, 3),
+        "SamplingParams.clone / n / seed",
+        "VLLMStream.params clones the stream's parameters and sets n and seed for a request of several samples",
+    )
+    require(
+        clone.output_kind is RequestOutputKind.FINAL_ONLY,
+        "RequestOutputKind.FINAL_ONLY",
+        "VLLMCore.step takes each request's one final output",
+    )
+    require(
+        StructuredOutputsParams(choice=["A", "B"]).choice == ["A", "B"],
+        "StructuredOutputsParams(choice=)",
+        "the judge's label is constrained with it (VLLMEngine._sampling_params)",
+    )
 
 
 # --- the configuration vLLM resolved ----------------------------------------------------------
@@ -129,21 +169,37 @@ def test_sampling_params_take_n_a_seed_and_final_only_outputs() -> None:
 def test_the_resolved_configuration_has_what_the_wall_reads() -> None:
     from vllm.config import SchedulerConfig, StructuredOutputsConfig, VllmConfig
 
-    require({"scheduler_config", "structured_outputs_config", "reasoning_config"} <= fields(VllmConfig), "VllmConfig's fields",
-            "VLLMCore.max_num_seqs / reasoning_parser / reasoning_tokens read llm.llm_engine.vllm_config")
-    require("max_num_seqs" in fields(SchedulerConfig), "SchedulerConfig.max_num_seqs", "VLLMCore.max_num_seqs (a stream's window)")
-    require("reasoning_parser" in fields(StructuredOutputsConfig), "StructuredOutputsConfig.reasoning_parser",
-            "VLLMCore.reasoning_parser (a think-then-label judge needs one)")
+    require(
+        {"scheduler_config", "structured_outputs_config", "reasoning_config"} <= fields(VllmConfig),
+        "VllmConfig's fields",
+        "VLLMCore.max_num_seqs / reasoning_parser / reasoning_tokens read llm.llm_engine.vllm_config",
+    )
+    require(
+        "max_num_seqs" in fields(SchedulerConfig),
+        "SchedulerConfig.max_num_seqs",
+        "VLLMCore.max_num_seqs (a stream's window)",
+    )
+    require(
+        "reasoning_parser" in fields(StructuredOutputsConfig),
+        "StructuredOutputsConfig.reasoning_parser",
+        "VLLMCore.reasoning_parser (a think-then-label judge needs one)",
+    )
 
 
 def test_a_reasoning_config_takes_markers_and_gives_their_token_ids() -> None:
     from vllm.config.reasoning import ReasoningConfig
 
-    require({"reasoning_start_str", "reasoning_end_str"} <= parameters(ReasoningConfig),
-            "ReasoningConfig(reasoning_start_str=, reasoning_end_str=)", "VLLMCore.start passes a `tags` format's markers so")
+    require(
+        {"reasoning_start_str", "reasoning_end_str"} <= parameters(ReasoningConfig),
+        "ReasoningConfig(reasoning_start_str=, reasoning_end_str=)",
+        "VLLMCore.start passes a `tags` format's markers so",
+    )
     for name in ("enabled", "reasoning_start_token_ids", "reasoning_end_token_ids", "natural_reasoning_end_token_ids"):
-        require(hasattr(ReasoningConfig, name), f"ReasoningConfig.{name}",
-                "VLLMCore.reasoning_tokens reads it (the thinking tokens of a Generation)")
+        require(
+            hasattr(ReasoningConfig, name),
+            f"ReasoningConfig.{name}",
+            "VLLMCore.reasoning_tokens reads it (the thinking tokens of a Generation)",
+        )
 
 
 # --- a dead engine, closing -------------------------------------------------------------------
@@ -152,28 +208,45 @@ def test_a_reasoning_config_takes_markers_and_gives_their_token_ids() -> None:
 def test_the_offline_client_keeps_its_resources_and_an_outputs_queue() -> None:
     from vllm.v1.engine.core_client import BackgroundResources, SyncMPClient
 
-    require({"engine_dead", "engine_manager"} <= fields(BackgroundResources), "BackgroundResources.engine_dead / engine_manager",
-            "rs.engines.vllm_core._wake_when_dead watches engine_dead; VLLMCore._process_end asks engine_manager how the core ended")
-    require("self.outputs_queue" in inspect.getsource(SyncMPClient.__init__), "SyncMPClient.outputs_queue",
-            "rs.engines.vllm_core._wake_when_dead puts EngineDeadError there to wake a step waiting on a dead core")
-    require("self.resources" in inspect.getsource(SyncMPClient.__mro__[1].__init__), "MPClient.resources",
-            "rs.engines.vllm_core._wake_when_dead and VLLMCore._process_end read the client's resources")
+    require(
+        {"engine_dead", "engine_manager"} <= fields(BackgroundResources),
+        "BackgroundResources.engine_dead / engine_manager",
+        "rs.engines.vllm_core._wake_when_dead watches engine_dead; VLLMCore._process_end asks engine_manager how the core ended",
+    )
+    require(
+        "self.outputs_queue" in inspect.getsource(SyncMPClient.__init__),
+        "SyncMPClient.outputs_queue",
+        "rs.engines.vllm_core._wake_when_dead puts EngineDeadError there to wake a step waiting on a dead core",
+    )
+    require(
+        "self.resources" in inspect.getsource(SyncMPClient.__mro__[1].__init__),
+        "MPClient.resources",
+        "rs.engines.vllm_core._wake_when_dead and VLLMCore._process_end read the client's resources",
+    )
 
 
 def test_the_engine_core_process_manager_says_how_its_processes_ended() -> None:
     from vllm.v1.engine.utils import CoreEngineProcManager
 
-    require(callable(getattr(CoreEngineProcManager, "finished_procs", None)), "CoreEngineProcManager.finished_procs()",
-            "VLLMCore._process_end names the signal that killed the engine core from it")
+    require(
+        callable(getattr(CoreEngineProcManager, "finished_procs", None)),
+        "CoreEngineProcManager.finished_procs()",
+        "VLLMCore._process_end names the signal that killed the engine core from it",
+    )
 
 
 def test_engine_errors_are_where_the_wall_imports_them() -> None:
     from vllm.exceptions import VLLMClientError, VLLMServerError
     from vllm.v1.engine.exceptions import EngineDeadError
 
-    require(isinstance(EngineDeadError(), Exception), "EngineDeadError()", "_wake_when_dead raises it with no arguments")
-    require(issubclass(VLLMClientError, Exception) and issubclass(VLLMServerError, Exception), "VLLMClientError / VLLMServerError",
-            "is_input_error / is_engine_error sort a refused request from a broken engine with them")
+    require(
+        isinstance(EngineDeadError(), Exception), "EngineDeadError()", "_wake_when_dead raises it with no arguments"
+    )
+    require(
+        issubclass(VLLMClientError, Exception) and issubclass(VLLMServerError, Exception),
+        "VLLMClientError / VLLMServerError",
+        "is_input_error / is_engine_error sort a refused request from a broken engine with them",
+    )
     assert is_engine_error(MemoryError()) and is_input_error(ValueError()) and not is_engine_error(ValueError())
 
 
@@ -181,9 +254,20 @@ def test_the_engine_core_client_shuts_down_and_the_distributed_state_is_cleaned(
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
     from vllm.v1.engine.core_client import EngineCoreClient
 
-    require(callable(getattr(EngineCoreClient, "shutdown", None)), "EngineCoreClient.shutdown()", "VLLMCore.shutdown calls it")
-    require(not {p for p, v in inspect.signature(cleanup_dist_env_and_memory).parameters.items() if v.default is inspect.Parameter.empty},
-            "cleanup_dist_env_and_memory()", "VLLMCore.shutdown calls it with no arguments so that a later engine starts")
+    require(
+        callable(getattr(EngineCoreClient, "shutdown", None)),
+        "EngineCoreClient.shutdown()",
+        "VLLMCore.shutdown calls it",
+    )
+    require(
+        not {
+            p
+            for p, v in inspect.signature(cleanup_dist_env_and_memory).parameters.items()
+            if v.default is inspect.Parameter.empty
+        },
+        "cleanup_dist_env_and_memory()",
+        "VLLMCore.shutdown calls it with no arguments so that a later engine starts",
+    )
 
 
 # --- the chat template and images as vLLM reads them -------------------------------------------
@@ -194,16 +278,31 @@ def test_the_chat_template_is_resolved_the_way_llm_chat_resolves_it() -> None:
     from vllm.renderers.hf import resolve_chat_template
     from vllm.tokenizers.registry import cached_tokenizer_from_config
 
-    require(callable(getattr(EngineArgs, "create_model_config", None)), "EngineArgs.create_model_config()",
-            "tokenizer_and_chat_template builds the model configuration with it, without the weights")
-    require(MODEL_CONFIG_ARGS <= fields(EngineArgs), f"EngineArgs fields {sorted(MODEL_CONFIG_ARGS - fields(EngineArgs))}",
-            "remove them from rs.engines.vllm_core.MODEL_CONFIG_ARGS")
-    require(["tokenizer", "chat_template", "tools", "model_config"] == list(inspect.signature(resolve_chat_template).parameters),
-            "vllm.renderers.hf.resolve_chat_template(tokenizer, chat_template, tools, *, model_config)",
-            "tokenizer_and_chat_template calls it so")
-    require(callable(cached_tokenizer_from_config), "vllm.tokenizers.registry.cached_tokenizer_from_config", "tokenizer_and_chat_template")
+    require(
+        callable(getattr(EngineArgs, "create_model_config", None)),
+        "EngineArgs.create_model_config()",
+        "tokenizer_and_chat_template builds the model configuration with it, without the weights",
+    )
+    require(
+        MODEL_CONFIG_ARGS <= fields(EngineArgs),
+        f"EngineArgs fields {sorted(MODEL_CONFIG_ARGS - fields(EngineArgs))}",
+        "remove them from rs.engines.vllm_core.MODEL_CONFIG_ARGS",
+    )
+    require(
+        ["tokenizer", "chat_template", "tools", "model_config"]
+        == list(inspect.signature(resolve_chat_template).parameters),
+        "vllm.renderers.hf.resolve_chat_template(tokenizer, chat_template, tools, *, model_config)",
+        "tokenizer_and_chat_template calls it so",
+    )
+    require(
+        callable(cached_tokenizer_from_config),
+        "vllm.tokenizers.registry.cached_tokenizer_from_config",
+        "tokenizer_and_chat_template",
+    )
     tokenizer, template = tokenizer_and_chat_template(str(tiny_vlm_path()), dict(VLLM_ENGINE_KWARGS))
-    assert isinstance(template, str) and "<|im_start|>" in template and tokenizer.encode("red") == tokenizer.encode("red")
+    assert (
+        isinstance(template, str) and "<|im_start|>" in template and tokenizer.encode("red") == tokenizer.encode("red")
+    )
 
 
 def test_images_decode_as_the_server_decodes_a_data_url() -> None:
@@ -212,8 +311,11 @@ def test_images_decode_as_the_server_decodes_a_data_url() -> None:
     buffer = io.BytesIO()
     Image.new("L", (5, 3), 128).save(buffer, format="PNG")
     image = decode_image(buffer.getvalue())
-    require(not isinstance(image, str) and image.size == (5, 3) and image.mode == "RGB",
-            f"vllm.multimodal.media.image.ImageMediaIO().load_bytes(...).media (got {image!r})", "decode_image")
+    require(
+        not isinstance(image, str) and image.size == (5, 3) and image.mode == "RGB",
+        f"vllm.multimodal.media.image.ImageMediaIO().load_bytes(...).media (got {image!r})",
+        "decode_image",
+    )
     assert isinstance(decode_image(b"not an image"), str)
 
 
@@ -238,8 +340,11 @@ def test_outputs_carry_the_external_id_of_the_id_enqueue_returned(engine: VLLMEn
     finished = []
     while llm.llm_engine.has_unfinished_requests():
         finished += [o.request_id for o in llm.llm_engine.step() if o.finished]
-    require(finished == [external_id(request_id)], f"request ids (enqueue returned {request_id!r}, the output carried {finished})",
-            "rs.engines.vllm_core.external_id must map one to the other")
+    require(
+        finished == [external_id(request_id)],
+        f"request ids (enqueue returned {request_id!r}, the output carried {finished})",
+        "rs.engines.vllm_core.external_id must map one to the other",
+    )
 
 
 @pytest.mark.slow
@@ -247,12 +352,23 @@ def test_the_core_hands_each_channel_its_own_outputs(engine: VLLMEngine) -> None
     from vllm import SamplingParams
 
     core = engine.core
-    require(core.max_num_seqs == VLLM_ENGINE_KWARGS["max_num_seqs"], "scheduler_config.max_num_seqs", "VLLMCore.max_num_seqs")
-    assert core.reasoning_parser is None and core.reasoning_tokens is None  # the tiny VLM is loaded without reasoning markers
+    require(
+        core.max_num_seqs == VLLM_ENGINE_KWARGS["max_num_seqs"],
+        "scheduler_config.max_num_seqs",
+        "VLLMCore.max_num_seqs",
+    )
+    assert (
+        core.reasoning_parser is None and core.reasoning_tokens is None
+    )  # the tiny VLM is loaded without reasoning markers
     a, b = Channel(), Channel()
     core.add_prompt(a, "a", "red cube", SamplingParams(max_tokens=2))
-    core.add_chat(b, "b", [{"role": "user", "content": "blue sphere"}], SamplingParams(max_tokens=2, n=3, seed=0, temperature=0.7),
-                  first=5)
+    core.add_chat(
+        b,
+        "b",
+        [{"role": "user", "content": "blue sphere"}],
+        SamplingParams(max_tokens=2, n=3, seed=0, temperature=0.7),
+        first=5,
+    )
     assert (a.in_flight, b.in_flight, core.in_flight) == (1, 3, 2)
     while core.in_flight:
         core.step()
@@ -264,7 +380,9 @@ def test_the_core_hands_each_channel_its_own_outputs(engine: VLLMEngine) -> None
 @pytest.mark.slow
 def test_n_samples_are_the_samples_seeded_one_by_one(engine: VLLMEngine) -> None:
     """vLLM draws sample `i` of a request of `n` with `seed + i`: one request of 4 and four requests give the same 4 answers."""
-    settings = SamplingSettings(temperature=0.7, seed=11, max_tokens=12, chat_template_kwargs={"enable_thinking": False})
+    settings = SamplingSettings(
+        temperature=0.7, seed=11, max_tokens=12, chat_template_kwargs={"enable_thinking": False}
+    )
     prompt = "How many red cubes are there?"
 
     def answers(requests: list[Request]) -> list[Generation]:
@@ -277,8 +395,10 @@ def test_n_samples_are_the_samples_seeded_one_by_one(engine: VLLMEngine) -> None
 
     together = answers([Request(prompt=prompt, samples=4)])
     apart = answers([Request(prompt=prompt, sample=i) for i in range(4)])
-    require([g.text for g in together] == [g.text for g in apart] and len({g.text for g in apart}) > 1,
-            "sampling with n (sample i seeded seed + i)",
-            "a request of several samples would no longer give the samples asked one by one: VLLMStream.params must "
-            "ask for them one request each")
+    require(
+        [g.text for g in together] == [g.text for g in apart] and len({g.text for g in apart}) > 1,
+        "sampling with n (sample i seeded seed + i)",
+        "a request of several samples would no longer give the samples asked one by one: VLLMStream.params must "
+        "ask for them one request each",
+    )
     assert [g.sample for g in together] == [g.sample for g in apart] == [0, 1, 2, 3]

@@ -9,10 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from rs.families import FamilyConfigError, UnknownFamilyError, default_families_path, get_family, load_families
 from checkout import ROOT
 
+from rs.families import FamilyConfigError, UnknownFamilyError, default_families_path, get_family, load_families
 
 MINIMAL = """\
 defaults:
@@ -53,8 +52,17 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_shipped_families_validate() -> None:
     families = load_families(default_families_path())
-    expected = {"CLEVR": "alnum", "CLEVRMath": "count", "ChartQA": "relaxed", "DocVQA": "anls", "TextVQA": "vqa",
-                "AI2D": "mcq", "ScienceQA": "mcq", "IIIT5K": "alnum", "TinyCLEVR": "alnum"}
+    expected = {
+        "CLEVR": "alnum",
+        "CLEVRMath": "count",
+        "ChartQA": "relaxed",
+        "DocVQA": "anls",
+        "TextVQA": "vqa",
+        "AI2D": "mcq",
+        "ScienceQA": "mcq",
+        "IIIT5K": "alnum",
+        "TinyCLEVR": "alnum",
+    }
     for name, verifier in expected.items():
         assert families[name].config.verifier.name == verifier
 
@@ -74,7 +82,10 @@ def test_seed_families_as_the_cards_describe_them() -> None:
 
 def test_defaults_merge_and_family_overrides(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL + "    sampling: {max_tokens: 128}\n    engine: {args: {max_model_len: 4096}}\n")
-    text = path.read_text().replace("  model: {id: some/model}", "  model: {id: some/model}\n  sampling: {seed: 7}\n  engine: {args: {tensor_parallel_size: 2}}")
+    text = path.read_text().replace(
+        "  model: {id: some/model}",
+        "  model: {id: some/model}\n  sampling: {seed: 7}\n  engine: {args: {tensor_parallel_size: 2}}",
+    )
     path.write_text(text)
     c = load_families(path)["MyVQA"].config
     assert c.sampling.max_tokens == 128 and c.sampling.seed == 7
@@ -105,13 +116,23 @@ def test_new_family_in_a_copy_validates_and_shows_without_code(tmp_path: Path) -
         (("      path: data/train.parquet\n", ""), 6, "families.MyVQA.source.path: required key is missing"),
         (("      license: mit\n", ""), 11, "families.MyVQA.card.license: required key is missing"),
         (("      license: mit", "      license: [mit]"), 13, "expected str, got a list"),
-        (("  model: {id: some/model}", "  model: {id: some/model}\n  sampling: {max_tokens: lots}"), 3, "expected int, got 'lots'"),
-        (("  model: {id: some/model}", "  model: {id: some/model}\n  sampling: {temperature: true}"), 3, "expected float, got True"),
+        (
+            ("  model: {id: some/model}", "  model: {id: some/model}\n  sampling: {max_tokens: lots}"),
+            3,
+            "expected int, got 'lots'",
+        ),
+        (
+            ("  model: {id: some/model}", "  model: {id: some/model}\n  sampling: {temperature: true}"),
+            3,
+            "expected float, got True",
+        ),
         (("  MyVQA:", "  My/VQA:"), 4, "not usable as a Hub repo name"),
         (("defaults:", "default:"), 1, "unknown top-level key (did you mean 'defaults'?)"),
     ],
 )
-def test_broken_family_is_refused_with_file_line_and_key(tmp_path: Path, edit: tuple[str, str], line: int, message: str) -> None:
+def test_broken_family_is_refused_with_file_line_and_key(
+    tmp_path: Path, edit: tuple[str, str], line: int, message: str
+) -> None:
     old, new = edit
     assert old in MINIMAL
     path = write(tmp_path, MINIMAL.replace(old, new, 1))
@@ -126,27 +147,55 @@ def test_broken_family_is_refused_with_file_line_and_key(tmp_path: Path, edit: t
 @pytest.mark.parametrize(
     ("block", "key", "message"),
     [
-        ("shard: {max_bytes: 8 megs}", "shard.max_bytes", "'8 megs' is not a byte size; write an integer or a number with a unit"),
+        (
+            "shard: {max_bytes: 8 megs}",
+            "shard.max_bytes",
+            "'8 megs' is not a byte size; write an integer or a number with a unit",
+        ),
         ("shard: {row_group_bytes: 0}", "shard.row_group_bytes", "must be above 0 (a byte size such as 500MB), got 0"),
         ("shard: {row_group_margin: 1.5}", "shard.row_group_margin", "must be at least 0 and below 1"),
         ("sampling: {max_tokens: 0}", "sampling.max_tokens", "must be at least 1 (the tokens an answer may use"),
-        ("sampling: {temperature: -0.5}", "sampling.temperature", "must be at least 0 (0 is greedy decoding), got -0.5"),
+        (
+            "sampling: {temperature: -0.5}",
+            "sampling.temperature",
+            "must be at least 0 (0 is greedy decoding), got -0.5",
+        ),
         ("sampling: {temperature: .nan}", "sampling.temperature", "must be a finite number, got nan"),
-        ("engine: {kind: openai, base_url: 'http://h/v1', timeout_s: .inf}", "engine.timeout_s", "must be a finite number, got inf"),
+        (
+            "engine: {kind: openai, base_url: 'http://h/v1', timeout_s: .inf}",
+            "engine.timeout_s",
+            "must be a finite number, got inf",
+        ),
         ("sampling: {top_p: 0}", "sampling.top_p", "must be above 0 and at most 1"),
         ("sampling: {top_p: 1.5}", "sampling.top_p", "must be above 0 and at most 1"),
-        ("judge: {calibration_samples: -1}", "judge.calibration_samples", "must be at least 1 (cases per check; to judge nothing, set judge.enabled: false), got -1"),
+        (
+            "judge: {calibration_samples: -1}",
+            "judge.calibration_samples",
+            "must be at least 1 (cases per check; to judge nothing, set judge.enabled: false), got -1",
+        ),
         ("judge: {max_tokens: 0}", "judge.max_tokens", "must be at least 1"),
         ("judge: {think_budget: 0}", "judge.think_budget", "must be at least 1"),
         ("judge: {min_negative_agreement: 1.5}", "judge.min_negative_agreement", "must be from 0.0 to 1.0"),
         ("engine: {batch_size: 0}", "engine.batch_size", "must be at least 1"),
         ("engine: {in_flight: 0}", "engine.in_flight", "must be at least 1"),
-        ("engine: {kind: openai, base_url: 'http://h/v1', concurrency: 0}", "engine.concurrency", "must be at least 1"),
+        (
+            "engine: {kind: openai, base_url: 'http://h/v1', concurrency: 0}",
+            "engine.concurrency",
+            "must be at least 1",
+        ),
         ("engine: {kind: openai, base_url: 'http://h/v1', timeout_s: 0}", "engine.timeout_s", "must be above 0"),
-        ("engine: {kind: openai, base_url: 'http://h/v1', max_retries: -1}", "engine.max_retries", "must be at least 0"),
+        (
+            "engine: {kind: openai, base_url: 'http://h/v1', max_retries: -1}",
+            "engine.max_retries",
+            "must be at least 0",
+        ),
         ("cleaning: {purity: {max_unknown_words: -1}}", "cleaning.purity.max_unknown_words", "must be at least 0"),
         ("cleaning: {reference_form: {max_words: 0}}", "cleaning.reference_form.max_words", "must be at least 1"),
-        ("cleaning: {multiple_choice: {letters: AAB}}", "cleaning.multiple_choice.letters", "must be distinct letters"),
+        (
+            "cleaning: {multiple_choice: {letters: AAB}}",
+            "cleaning.multiple_choice.letters",
+            "must be distinct letters",
+        ),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_at_its_key(tmp_path: Path, block: str, key: str, message: str) -> None:
@@ -164,17 +213,32 @@ def test_a_value_that_cannot_work_is_refused_at_its_key(tmp_path: Path, block: s
         ("num_images: -5", "num_images", "must be at least 0 (scenes in the pool), got -5"),
         ("questions_per_image: 0", "questions_per_image", "must be at least 1 (questions asked of each scene), got 0"),
         ("image_size: 8", "image_size", "must be at least 32"),
-        ("noise: {offtask: 0.03}", "noise.offtask", "unknown noise kind (did you mean 'off_task'?); valid kinds: off_task,"),
+        (
+            "noise: {offtask: 0.03}",
+            "noise.offtask",
+            "unknown noise kind (did you mean 'off_task'?); valid kinds: off_task,",
+        ),
         ("noise: {off_task: 3}", "noise.off_task", "must be a probability from 0 to 1, got 3.0"),
     ],
 )
-def test_a_synthetic_source_the_run_would_refuse_is_refused_by_validate(tmp_path: Path, setting: str, key: str, message: str) -> None:
-    path = write(tmp_path, MINIMAL.replace("      kind: files\n      path: data/train.parquet\n", f"      kind: synthetic\n      {setting}\n"))
+def test_a_synthetic_source_the_run_would_refuse_is_refused_by_validate(
+    tmp_path: Path, setting: str, key: str, message: str
+) -> None:
+    path = write(
+        tmp_path,
+        MINIMAL.replace(
+            "      kind: files\n      path: data/train.parquet\n", f"      kind: synthetic\n      {setting}\n"
+        ),
+    )
     with pytest.raises(FamilyConfigError) as err:
         load_families(path)
     assert f"{path}:7: families.MyVQA.source.{key}: {message}" in str(err.value)
     result = cli("validate", "--config", str(path))
-    assert result.returncode == 2 and f"{path}:7: families.MyVQA.source.{key}" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        result.returncode == 2
+        and f"{path}:7: families.MyVQA.source.{key}" in result.stderr
+        and "Traceback" not in result.stderr
+    )
 
 
 def test_a_missing_key_says_what_to_write(tmp_path: Path) -> None:
@@ -182,13 +246,21 @@ def test_a_missing_key_says_what_to_write(tmp_path: Path) -> None:
     with pytest.raises(FamilyConfigError) as err:
         load_families(path)
     message = str(err.value)
-    assert f"{path}:5: families.MyVQA.verifier: required key is missing; add e.g. `verifier: {{name: alnum}}`" in message
+    assert (
+        f"{path}:5: families.MyVQA.verifier: required key is missing; add e.g. `verifier: {{name: alnum}}`" in message
+    )
     assert "VerifierConfig" not in message
     path = write(tmp_path, MINIMAL.replace("    source:\n      kind: files\n      path: data/train.parquet\n", ""))
-    with pytest.raises(FamilyConfigError, match=r"families\.MyVQA\.source: required key is missing; add e\.g\. `source: \{kind: files \| hub \| synthetic \| synthetic_eval, \.\.\.\}`"):
+    with pytest.raises(
+        FamilyConfigError,
+        match=r"families\.MyVQA\.source: required key is missing; add e\.g\. `source: \{kind: files \| hub \| synthetic \| synthetic_eval, \.\.\.\}`",
+    ):
         load_families(path)
     path = write(tmp_path, MINIMAL.replace("      license: mit\n", ""))
-    with pytest.raises(FamilyConfigError, match=r"families\.MyVQA\.card\.license: required key is missing; add e\.g\. `license: <str>`"):
+    with pytest.raises(
+        FamilyConfigError,
+        match=r"families\.MyVQA\.card\.license: required key is missing; add e\.g\. `license: <str>`",
+    ):
         load_families(path)
 
 
@@ -197,20 +269,38 @@ def test_a_family_file_without_defaults_says_model_is_required(tmp_path: Path) -
     with pytest.raises(FamilyConfigError) as err:
         load_families(path)
     message = str(err.value)
-    assert f"{path}:3: families.MyVQA.model: required key is missing; add e.g. `model: {{id: Qwen/Qwen3-VL-8B-Thinking}}`" in message
+    assert (
+        f"{path}:3: families.MyVQA.model: required key is missing; add e.g. `model: {{id: Qwen/Qwen3-VL-8B-Thinking}}`"
+        in message
+    )
     assert "in a `defaults:` block (this file has none)" in message
     assert "the shipped families.yaml sets `model` under its `defaults:`" in message
 
 
-@pytest.mark.parametrize(("edit", "line", "key"), [
-    (("    verifier: {name: exact}\n", "    verifier: {name: exact}\n    verifier: {name: alnum}\n"), 10, "families.MyVQA.verifier"),
-    (("      license: mit\n", "      license: mit\n      license: cc-by-4.0\n"), 14, "families.MyVQA.card.license"),
-    (("  model: {id: some/model}\n", "  model: {id: some/model, id: other/model}\n"), 2, "defaults.model.id"),
-])
-def test_a_key_given_twice_is_refused_even_with_defaults(tmp_path: Path, edit: tuple[str, str], line: int, key: str) -> None:
+@pytest.mark.parametrize(
+    ("edit", "line", "key"),
+    [
+        (
+            ("    verifier: {name: exact}\n", "    verifier: {name: exact}\n    verifier: {name: alnum}\n"),
+            10,
+            "families.MyVQA.verifier",
+        ),
+        (
+            ("      license: mit\n", "      license: mit\n      license: cc-by-4.0\n"),
+            14,
+            "families.MyVQA.card.license",
+        ),
+        (("  model: {id: some/model}\n", "  model: {id: some/model, id: other/model}\n"), 2, "defaults.model.id"),
+    ],
+)
+def test_a_key_given_twice_is_refused_even_with_defaults(
+    tmp_path: Path, edit: tuple[str, str], line: int, key: str
+) -> None:
     """With `defaults:` merged in, the second of two equal keys used to win silently."""
     path = write(tmp_path, MINIMAL.replace(*edit))
-    with pytest.raises(FamilyConfigError, match=rf"{path}:{line}: {re.escape(key)}: given twice \(first at line \d+\); keep one"):
+    with pytest.raises(
+        FamilyConfigError, match=rf"{path}:{line}: {re.escape(key)}: given twice \(first at line \d+\); keep one"
+    ):
         load_families(path)
 
 
@@ -219,9 +309,13 @@ def test_one_family_is_counted_as_one(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL)
     write_source(tmp_path)
     said = cli("validate", "--config", str(path)).stdout
-    assert said.startswith(f"ok: {path}: 1 family valid (MyVQA)\n  checked: keys and values, local source files and the columns")
+    assert said.startswith(
+        f"ok: {path}: 1 family valid (MyVQA)\n  checked: keys and values, local source files and the columns"
+    )
     assert "  not checked here: MyVQA: the Hub model some/model" in said  # validate never claims more than it saw
-    assert "(offline, and not in the local Hugging Face cache: a run here could not load it)" in said  # conftest: HF_HUB_OFFLINE
+    assert (
+        "(offline, and not in the local Hugging Face cache: a run here could not load it)" in said
+    )  # conftest: HF_HUB_OFFLINE
     assert cli("list", "--config", str(path)).stdout.startswith(f"1 family in {path}\n")
 
 
@@ -262,7 +356,10 @@ def test_keys_lists_every_key() -> None:
 
 
 def test_yaml_merge_keys_share_a_block_and_a_bad_merge_names_its_line(tmp_path: Path) -> None:
-    shared = MINIMAL.replace("    source:\n", "    source: &files\n") + "  Other:\n    <<: *family\n    source: {<<: *files, path: data/other.parquet}\n"
+    shared = (
+        MINIMAL.replace("    source:\n", "    source: &files\n")
+        + "  Other:\n    <<: *family\n    source: {<<: *files, path: data/other.parquet}\n"
+    )
     shared = shared.replace("  MyVQA:\n", "  MyVQA: &family\n")
     families = load_families(write(tmp_path, shared))
     mine, other = families["MyVQA"].config, families["Other"].config

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkout import PLUGINS
 
 from rs.registry import Registry
-from checkout import PLUGINS
 
 ENTRY_POINTS = """[rs.sources]
 inline = rs_parrots
@@ -67,12 +67,17 @@ def _run(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.Complet
 
 
 def test_entry_points_register_plugins_beside_the_built_in_ones(installed: dict[str, str]) -> None:
-    code = ("from rs.registry import CLEANING, ENGINES, SOURCES, VERIFIERS; from rs.verifiers import get_verifier; "
-            "print(SOURCES.names(), ENGINES.names(), CLEANING.names(), VERIFIERS.names(), get_verifier('first_word').match('Red, I think.', 'red'))")
+    code = (
+        "from rs.registry import CLEANING, ENGINES, SOURCES, VERIFIERS; from rs.verifiers import get_verifier; "
+        "print(SOURCES.names(), ENGINES.names(), CLEANING.names(), VERIFIERS.names(), get_verifier('first_word').match('Red, I think.', 'red'))"
+    )
     assert _run(installed, "-c", code).stdout.split("] ") == [
-        "['files', 'hub', 'inline', 'synthetic', 'synthetic_eval'", "['openai', 'parrot', 'replay', 'vllm'",
+        "['files', 'hub', 'inline', 'synthetic', 'synthetic_eval'",
+        "['openai', 'parrot', 'replay', 'vllm'",
         "['multiple_choice', 'provenance', 'purity', 'reference_form', 'short_questions'",
-        "['alnum', 'anls', 'count', 'exact', 'first_word', 'math', 'mcq', 'relaxed', 'vqa'", "True\n"]
+        "['alnum', 'anls', 'count', 'exact', 'first_word', 'math', 'mcq', 'relaxed', 'vqa'",
+        "True\n",
+    ]
 
 
 def test_a_name_is_registered_once() -> None:
@@ -91,11 +96,17 @@ def test_a_family_of_plugins_validates_with_file_and_line(installed: dict[str, s
     assert "families.yaml:11: families.Parrots.engine.says: required key is missing" in failed.stderr
     path.write_text(FAMILIES.replace("questions:", "question:"))
     failed = _run(installed, "-m", "rs.families", "--config", str(path), "validate", ok=False)
-    assert "families.yaml:6: families.Parrots.source.question: unknown key (did you mean 'questions'?)" in failed.stderr
-    path.write_text(FAMILIES.replace("{short_questions: {enabled: true, max_words: 4}}", "{short_question: {enabled: true}}"))
+    assert (
+        "families.yaml:6: families.Parrots.source.question: unknown key (did you mean 'questions'?)" in failed.stderr
+    )
+    path.write_text(
+        FAMILIES.replace("{short_questions: {enabled: true, max_words: 4}}", "{short_question: {enabled: true}}")
+    )
     failed = _run(installed, "-m", "rs.families", "--config", str(path), "validate", ok=False)
-    assert ("families.yaml:13: families.Parrots.cleaning.short_question: unknown cleaning step (did you mean 'short_questions'?); "
-            "valid keys: multiple_choice, provenance, purity, reference_form, short_questions, dedup") in failed.stderr
+    assert (
+        "families.yaml:13: families.Parrots.cleaning.short_question: unknown cleaning step (did you mean 'short_questions'?); "
+        "valid keys: multiple_choice, provenance, purity, reference_form, short_questions, dedup"
+    ) in failed.stderr
 
 
 @pytest.mark.slow
@@ -106,11 +117,26 @@ def test_a_family_of_plugins_publishes(installed: dict[str, str], tmp_path: Path
     assert "families.NAME.source.questions: dict, required  # Question -> answer." in keys
     assert "families.NAME.engine.says: str, required" in keys
     assert "families.NAME.cleaning.short_questions.max_words: int, default 8" in keys
-    assert "first_word inline    4 inline questions" in _run(installed, "-m", "rs.families", "--config", str(path), "list").stdout
+    assert (
+        "first_word inline    4 inline questions"
+        in _run(installed, "-m", "rs.families", "--config", str(path), "list").stdout
+    )
 
     out = tmp_path / "out"
-    _run(installed, "-m", "rs.publish", "Parrots", "--config", str(path), "--out", str(out), "--build-dir", str(tmp_path / "build"),
-         "--cache", str(tmp_path / "cache.sqlite"))
+    _run(
+        installed,
+        "-m",
+        "rs.publish",
+        "Parrots",
+        "--config",
+        str(path),
+        "--out",
+        str(out),
+        "--build-dir",
+        str(tmp_path / "build"),
+        "--cache",
+        str(tmp_path / "cache.sqlite"),
+    )
     stats = json.loads((out / "rs-datasets" / "Parrots_rejected" / "rs" / "stats.json").read_text())
     assert stats["engine"] == {"kind": "parrot"} and stats["verifier"]["name"] == "first_word"
     # the plugin's metric matches the first word, but a match is accepted without the judge only as the same answer

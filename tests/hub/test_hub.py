@@ -16,20 +16,20 @@ import uuid
 from pathlib import Path
 
 import datasets
+import httpx2
 import huggingface_hub
 import huggingface_hub.constants as hf_constants
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import httpx2
+from hub_clients import TOKEN, local_files, point_clients_at
+from hub_server import HubServer, running_hub
 from huggingface_hub import CommitOperationAdd, HfApi
 from huggingface_hub.errors import HfHubHTTPError
 from PIL import Image
 
 import rs.hub
 import rs.hub.retry
-from hub_clients import TOKEN, local_files, point_clients_at
-from hub_server import HubServer, running_hub
 from rs.hub import FileChange, MissingTokenError, PublishError, file_changes, format_changes, publish_folder
 from rs.util.sizes import format_bytes
 
@@ -54,8 +54,9 @@ Rejection-sampled answers.
 
 def _write_shard(path: Path, ids: list[int]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.table({"id": ids, "question": [f"How many cubes in scene {i}?" for i in ids],
-                      "answer": [str(i % 4) for i in ids]})
+    table = pa.table(
+        {"id": ids, "question": [f"How many cubes in scene {i}?" for i in ids], "answer": [str(i % 4) for i in ids]}
+    )
     pq.write_table(table, path)
 
 
@@ -93,7 +94,11 @@ def test_publish_is_one_commit_and_reads_back(hub: HubServer, folder: Path, tmp_
     assert ours.title == "rs: publish tinyclevr" and ours.parent == commits[0].oid
     assert ours.added == ALL_FILES and ours.deleted == []
     assert {op["path"]: op["lfs"] for op in ours.operations} == {
-        "README.md": False, SHARDS[0]: True, SHARDS[1]: True, "images/example-1.png": False}
+        "README.md": False,
+        SHARDS[0]: True,
+        SHARDS[1]: True,
+        "images/example-1.png": False,
+    }
     assert hub.repo(REPO).private is True
 
     assert result.repo_id == REPO and result.commit_url is not None and result.commit_url.endswith(ours.oid)
@@ -136,7 +141,11 @@ def test_changed_shard_and_removed_file_make_one_commit(hub: HubServer, folder: 
     assert len(commits) == 3
     assert commits[-1].added == [SHARDS[1]] and commits[-1].deleted == ["images/example-1.png"]
     assert {c.path: c.action for c in result.changes} == {
-        "README.md": "unchanged", SHARDS[0]: "unchanged", SHARDS[1]: "change", "images/example-1.png": "delete"}
+        "README.md": "unchanged",
+        SHARDS[0]: "unchanged",
+        SHARDS[1]: "change",
+        "images/example-1.png": "delete",
+    }
     assert hub.endpoint_calls("lfs_upload") == 3  # two shards at first, then only the changed one
     remote = hub.files(REPO)
     assert ".gitattributes" in remote  # remote-only, never deleted
@@ -200,8 +209,9 @@ def test_503_on_commit_is_retried(hub: HubServer, folder: Path, sleeps: list[flo
     assert hub.endpoint_calls("commit") == 2 and sleeps == [1.0]
 
 
-def test_503_after_the_commit_was_applied_makes_no_duplicate(hub: HubServer, folder: Path,
-                                                           sleeps: list[float]) -> None:
+def test_503_after_the_commit_was_applied_makes_no_duplicate(
+    hub: HubServer, folder: Path, sleeps: list[float]
+) -> None:
     hub.fail_next("commit", status=503, after_apply=True)
 
     result = publish_folder(folder, REPO)
@@ -253,7 +263,9 @@ def test_refused_commit_is_not_retried(hub: HubServer, folder: Path, sleeps: lis
     assert hub.endpoint_calls("commit") == 1 and sleeps == []
 
 
-def test_a_dry_run_says_the_changes_and_changes_nothing(hub: HubServer, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dry_run_says_the_changes_and_changes_nothing(
+    hub: HubServer, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fresh = publish_folder(folder, REPO, dry_run=True)
 
     assert not hub.has_repo(REPO) and hub.endpoint_calls("create_repo") == 0
@@ -273,7 +285,9 @@ def test_a_dry_run_says_the_changes_and_changes_nothing(hub: HubServer, folder: 
     assert len(hub.auth_headers) == seen  # sent anonymously
     text = format_changes(again)
     shard, png = format_bytes((folder / SHARDS[1]).stat().st_size), format_bytes(len(_png((255, 0, 0))))
-    assert text.splitlines()[0] == f"datasets/{REPO}: 1 to change ({shard}), 1 to delete ({png}), 2 unchanged; 1 commit"
+    assert (
+        text.splitlines()[0] == f"datasets/{REPO}: 1 to change ({shard}), 1 to delete ({png}), 2 unchanged; 1 commit"
+    )
     assert f"~ change    {SHARDS[1]}" in text and "- delete    images/example-1.png" in text
     assert "add" not in text and "README.md" not in text  # unchanged files are not listed
     lines_only = format_changes(again.changes)
@@ -290,8 +304,9 @@ def test_missing_token_says_how_to_log_in(hub: HubServer, folder: Path, monkeypa
     assert hub.requests == []
 
 
-def test_token_never_logged_or_raised(hub: HubServer, folder: Path, monkeypatch: pytest.MonkeyPatch,
-                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_token_never_logged_or_raised(
+    hub: HubServer, folder: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.DEBUG, logger="huggingface_hub")
     monkeypatch.setattr(hf_constants, "HF_DEBUG", True)  # the client then logs each request as a curl command
@@ -318,8 +333,10 @@ def test_emulator_serves_what_the_clients_read(hub: HubServer, folder: Path) -> 
     api = HfApi()
 
     assert {op["path"]: op["lfs"] for op in hub.commits(REPO)[-1].operations}["images/big.bin"] is True
-    infos = {info.path: type(info).__name__ for info in
-             api.get_paths_info(REPO, ["README.md", "data", "missing.txt"], repo_type="dataset")}
+    infos = {
+        info.path: type(info).__name__
+        for info in api.get_paths_info(REPO, ["README.md", "data", "missing.txt"], repo_type="dataset")
+    }
     assert infos == {"README.md": "RepoFile", "data": "RepoFolder"}
     assert api.file_exists(REPO, "images/big.bin", repo_type="dataset")
     assert not api.file_exists(REPO, "images/missing.png", repo_type="dataset")
@@ -336,25 +353,50 @@ def test_emulator_pull_requests_answer_the_clients_own_calls(hub: HubServer, tmp
     api = HfApi()
     api.create_repo(REPO, repo_type="dataset")
     base = api.repo_info(REPO, repo_type="dataset").sha
-    info = api.create_commit(REPO, [CommitOperationAdd("data/a.parquet", b"a" * 10)], commit_message="Add a",
-                             repo_type="dataset", create_pr=True, parent_commit=base)
+    info = api.create_commit(
+        REPO,
+        [CommitOperationAdd("data/a.parquet", b"a" * 10)],
+        commit_message="Add a",
+        repo_type="dataset",
+        create_pr=True,
+        parent_commit=base,
+    )
     assert (info.pr_num, info.pr_revision) == (1, "refs/pr/1")
     assert api.repo_info(REPO, repo_type="dataset").sha == base  # main untouched
     assert api.repo_info(REPO, repo_type="dataset", revision="refs/pr/1").sha == info.oid
     with pytest.raises(HfHubHTTPError) as stale:  # commits to the ref are pinned like commits to main
-        api.create_commit(REPO, [CommitOperationAdd("b.txt", b"b")], commit_message="b", repo_type="dataset",
-                          revision="refs/pr/1", parent_commit=base)
+        api.create_commit(
+            REPO,
+            [CommitOperationAdd("b.txt", b"b")],
+            commit_message="b",
+            repo_type="dataset",
+            revision="refs/pr/1",
+            parent_commit=base,
+        )
     assert stale.value.response.status_code == 412
-    api.create_commit(REPO, [CommitOperationAdd("b.txt", b"b")], commit_message="b", repo_type="dataset",
-                      revision="refs/pr/1", parent_commit=info.oid)
-    path = huggingface_hub.hf_hub_download(REPO, "b.txt", repo_type="dataset", revision="refs/pr/1",
-                                           cache_dir=tmp_path / "dl")
+    api.create_commit(
+        REPO,
+        [CommitOperationAdd("b.txt", b"b")],
+        commit_message="b",
+        repo_type="dataset",
+        revision="refs/pr/1",
+        parent_commit=info.oid,
+    )
+    path = huggingface_hub.hf_hub_download(
+        REPO, "b.txt", repo_type="dataset", revision="refs/pr/1", cache_dir=tmp_path / "dl"
+    )
     assert Path(path).read_bytes() == b"b"
     for i in range(55):  # more than one page of the listing (50)
-        api.create_commit(REPO, [CommitOperationAdd(f"x{i}.txt", b"x")], commit_message=f"PR {i}", repo_type="dataset",
-                          create_pr=True)
-    listed = list(api.get_repo_discussions(REPO, repo_type="dataset", discussion_type="pull_request",
-                                           discussion_status="open"))
+        api.create_commit(
+            REPO,
+            [CommitOperationAdd(f"x{i}.txt", b"x")],
+            commit_message=f"PR {i}",
+            repo_type="dataset",
+            create_pr=True,
+        )
+    listed = list(
+        api.get_repo_discussions(REPO, repo_type="dataset", discussion_type="pull_request", discussion_status="open")
+    )
     assert [d.num for d in listed] == list(range(56, 0, -1)) and listed[-1].title == "Add a"  # newest first
     details = api.get_discussion_details(REPO, 1, repo_type="dataset")
     assert details.target_branch == "refs/heads/main" and [e.type for e in details.events] == ["commit", "commit"]
@@ -366,9 +408,13 @@ def test_emulator_pull_requests_answer_the_clients_own_calls(hub: HubServer, tmp
     assert hub.commits(REPO)[-1].title == "Add a (#1)" and hub.commits(REPO)[-1].added == ["b.txt", "data/a.parquet"]
     closed = api.change_discussion_status(REPO, 2, "closed", repo_type="dataset", comment="stale")
     assert closed.new_status == "closed"
-    assert [d.num for d in api.get_repo_discussions(REPO, repo_type="dataset", discussion_status="closed")] == [2, 1]  # merged too
-    api.create_commit(REPO, [CommitOperationAdd("b.txt", b"theirs")], commit_message="c", repo_type="dataset",
-                      revision="refs/pr/3")
+    assert [d.num for d in api.get_repo_discussions(REPO, repo_type="dataset", discussion_status="closed")] == [
+        2,
+        1,
+    ]  # merged too
+    api.create_commit(
+        REPO, [CommitOperationAdd("b.txt", b"theirs")], commit_message="c", repo_type="dataset", revision="refs/pr/3"
+    )
     api.create_commit(REPO, [CommitOperationAdd("b.txt", b"main's")], commit_message="m", repo_type="dataset")
     with pytest.raises(HfHubHTTPError) as conflict:  # both sides changed b.txt since #3 was opened
         api.merge_pull_request(REPO, 3, repo_type="dataset")
@@ -376,11 +422,14 @@ def test_emulator_pull_requests_answer_the_clients_own_calls(hub: HubServer, tmp
 
     hub.seed(REPO, {f"many/{i:05d}.txt": b"" for i in range(10_000)})
     with pytest.raises(HfHubHTTPError, match="10,000 per folder"):
-        api.create_commit(REPO, [CommitOperationAdd("many/one-more.txt", b"x")], commit_message="x", repo_type="dataset")
+        api.create_commit(
+            REPO, [CommitOperationAdd("many/one-more.txt", b"x")], commit_message="x", repo_type="dataset"
+        )
 
 
-def test_the_commit_quota_answers_429_with_retry_after(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                       blocked_hosts: list[str]) -> None:
+def test_the_commit_quota_answers_429_with_retry_after(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, blocked_hosts: list[str]
+) -> None:
     now = [0.0]
     with running_hub(commit_limit=(2, 3600.0), clock=lambda: now[0]) as server:
         point_clients_at(monkeypatch, server.url, tmp_path / "hf_home")
@@ -413,13 +462,24 @@ def test_rate_limit_headers_are_read_as_the_client_reads_them() -> None:
 
 def test_rs_audit_reads_a_family_from_the_hub(hub: HubServer, tmp_path: Path) -> None:
     """`rs audit NAMESPACE/REPO` downloads the repo and its siblings with snapshot_download and checks them as a folder."""
-    from rs.audit import audit
-    from rs.pipeline.publish import publish as publish_family
     from replay_family import RECOVERY_CASES, write_family
 
-    family = write_family(tmp_path / "family", RECOVERY_CASES, judge={"calibration_samples": 4}, recovery={"samples": 2, "temperature": 0.7})
-    outcome = publish_family(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
-                             progress=False)
+    from rs.audit import audit
+    from rs.pipeline.publish import publish as publish_family
+
+    family = write_family(
+        tmp_path / "family",
+        RECOVERY_CASES,
+        judge={"calibration_samples": 4},
+        recovery={"samples": 2, "temperature": 0.7},
+    )
+    outcome = publish_family(
+        family,
+        out=tmp_path / "out",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+    )
     api = HfApi()
     for where in outcome.where.values():
         api.create_repo(f"rs-test/{Path(where).name}", repo_type="dataset")
@@ -427,14 +487,22 @@ def test_rs_audit_reads_a_family_from_the_hub(hub: HubServer, tmp_path: Path) ->
     result = audit("rs-test/Shapes_RS_think")
     assert result.ok and result.checked > 40 and not result.notes, result.render()
     card = tmp_path / "out" / "local" / "Shapes_RS_think" / "README.md"
-    card.write_text(card.read_text().replace("| accepted / rejected (whole family) | 4 / 1 |", "| accepted / rejected (whole family) | 5 / 0 |"))
-    api.upload_file(path_or_fileobj=str(card), path_in_repo="README.md", repo_id="rs-test/Shapes_RS_think", repo_type="dataset")
+    card.write_text(
+        card.read_text().replace(
+            "| accepted / rejected (whole family) | 4 / 1 |", "| accepted / rejected (whole family) | 5 / 0 |"
+        )
+    )
+    api.upload_file(
+        path_or_fileobj=str(card), path_in_repo="README.md", repo_id="rs-test/Shapes_RS_think", repo_type="dataset"
+    )
     broken = audit("rs-test/Shapes_RS_think")
     assert [f.what for f in broken.findings] == ["accepted / rejected (whole family)"], broken.render()
 
 
-@pytest.mark.skipif(not (os.environ.get("RS_LIVE_HUB_TOKEN") and os.environ.get("RS_LIVE_HUB_NAMESPACE")),
-                    reason="set RS_LIVE_HUB_TOKEN and RS_LIVE_HUB_NAMESPACE to publish to the real Hub")
+@pytest.mark.skipif(
+    not (os.environ.get("RS_LIVE_HUB_TOKEN") and os.environ.get("RS_LIVE_HUB_NAMESPACE")),
+    reason="set RS_LIVE_HUB_TOKEN and RS_LIVE_HUB_NAMESPACE to publish to the real Hub",
+)
 def test_live_hub_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     token, namespace = os.environ["RS_LIVE_HUB_TOKEN"], os.environ["RS_LIVE_HUB_NAMESPACE"]
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)  # tests/conftest.py sets HF_HUB_OFFLINE=1
@@ -451,6 +519,7 @@ def test_live_hub_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         assert api.repo_info(repo_id, repo_type="dataset").private is True
         assert publish_folder(root, repo_id, token=token, private=True).commit_url is None
         assert sorted(api.list_repo_files(repo_id, repo_type="dataset")) == sorted(
-            [".gitattributes", "README.md", "data/train-00000-of-00001.parquet"])
+            [".gitattributes", "README.md", "data/train-00000-of-00001.parquet"]
+        )
     finally:
         api.delete_repo(repo_id, repo_type="dataset", missing_ok=True)

@@ -21,20 +21,22 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-import rs.hub.retry
+from hub_clients import TOKEN, local_files, point_clients_at
 from hub_server import Commit, HubServer, Repo, running_hub
 from hub_state import COMMIT_QUOTA_MESSAGE
+
+import rs.hub.retry
 from rs.hub import PublishError, format_changes, publish_folder
-from hub_clients import TOKEN, local_files, point_clients_at
 
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
 
 REPO = "rs-test/large"
 SHARDS = 1_000
 PER_COMMIT = 50
-OLD = {"README.md": b"---\nlicense: mit\n---\n# old build\n",
-       **{f"data/train-{i:05d}-of-00003.parquet": f"old shard {i}".encode() for i in range(3)}}
+OLD = {
+    "README.md": b"---\nlicense: mit\n---\n# old build\n",
+    **{f"data/train-{i:05d}-of-00003.parquet": f"old shard {i}".encode() for i in range(3)},
+}
 
 
 def _write_repo(root: Path, shards: int, *, salt: str = "") -> Path:
@@ -42,7 +44,10 @@ def _write_repo(root: Path, shards: int, *, salt: str = "") -> Path:
     (root / "data").mkdir(parents=True)
     (root / "README.md").write_text(f"---\nlicense: mit\n---\n# {shards} shards {salt}\n")
     for i in range(shards):
-        pq.write_table(pa.table({"id": [i], "text": [f"row {i} {salt}"]}), root / "data" / f"train-{i:05d}-of-{shards:05d}.parquet")
+        pq.write_table(
+            pa.table({"id": [i], "text": [f"row {i} {salt}"]}),
+            root / "data" / f"train-{i:05d}-of-{shards:05d}.parquet",
+        )
     return root
 
 
@@ -81,8 +86,9 @@ def _assert_uploaded_once(server: HubServer, folder: Path) -> None:
 # --------------------------------------------------------------------------------------------- tests
 
 
-def test_a_thousand_shards_go_up_in_bounded_commits_and_main_moves_once(hub: HubServer, thousand: Path,
-                                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_a_thousand_shards_go_up_in_bounded_commits_and_main_moves_once(
+    hub: HubServer, thousand: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     hub.seed(REPO, OLD)
     old = _main_files(hub)
     readers = _watch_main(hub)
@@ -91,7 +97,9 @@ def test_a_thousand_shards_go_up_in_bounded_commits_and_main_moves_once(hub: Hub
 
     dry = publish_folder(thousand, REPO, dry_run=True, files_per_commit=PER_COMMIT)
     assert (dry.commits, dry.merges) == (expected + 1, 1)
-    assert f"; would make {expected + 1} commits: {expected} on a new pull request, then its merge" in format_changes(dry, dry_run=True)
+    assert f"; would make {expected + 1} commits: {expected} on a new pull request, then its merge" in format_changes(
+        dry, dry_run=True
+    )
     assert hub.endpoint_calls("commit") == 0 and hub.pulls(REPO) == []
 
     caplog.set_level(logging.INFO)
@@ -110,8 +118,11 @@ def test_a_thousand_shards_go_up_in_bounded_commits_and_main_moves_once(hub: Hub
     assert (result.commits, result.merges) == (expected + 1, 1) and result.commit_url.endswith(merge.oid)
     assert result.pull_request.endswith(f"/discussions/{pull.num}")
     _assert_uploaded_once(hub, thousand)
-    assert re.search(rf"uploading {REPO}: ([0-9.]+kB)/\1 \([0-9.]+kB/s, done in .*\[files={operations}/{operations}, "
-                     rf"commits={expected}\]", caplog.text)  # the bar's log line: bytes, files and commits
+    assert re.search(
+        rf"uploading {REPO}: ([0-9.]+kB)/\1 \([0-9.]+kB/s, done in .*\[files={operations}/{operations}, "
+        rf"commits={expected}\]",
+        caplog.text,
+    )  # the bar's log line: bytes, files and commits
 
     calls = {name: hub.endpoint_calls(name) for name in ("commit", "preupload", "lfs_batch", "lfs_upload", "merge")}
     again = publish_folder(thousand, REPO, files_per_commit=PER_COMMIT)
@@ -131,13 +142,22 @@ publish_folder(sys.argv[1], sys.argv[2], files_per_commit=int(sys.argv[3]))
 def _child_env(server: HubServer, home: Path) -> dict[str, str]:
     """The environment of a separate `rs` process pointed at the emulator (its clients read it at import)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
-    env.update(HF_ENDPOINT=server.url, HF_TOKEN=TOKEN, HF_HOME=str(home), HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0",
-               HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1", NO_PROXY="127.0.0.1,localhost")
+    env.update(
+        HF_ENDPOINT=server.url,
+        HF_TOKEN=TOKEN,
+        HF_HOME=str(home),
+        HF_HUB_DISABLE_XET="1",
+        HF_HUB_OFFLINE="0",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        NO_PROXY="127.0.0.1,localhost",
+    )
     return env
 
 
 def test_killed_half_way_the_rerun_resumes_its_pull_request_and_uploads_nothing_twice(
-        hub: HubServer, thousand: Path, tmp_path: Path) -> None:
+    hub: HubServer, thousand: Path, tmp_path: Path
+) -> None:
     hub.seed(REPO, OLD)
     old = _main_files(hub)
     expected = math.ceil((SHARDS + 1 + 3) / PER_COMMIT)
@@ -150,9 +170,14 @@ def test_killed_half_way_the_rerun_resumes_its_pull_request_and_uploads_nothing_
             child[0].wait(timeout=30)
 
     hub.after_commit = kill_after_half
-    child.append(subprocess.Popen([sys.executable, "-c", CHILD, str(thousand), REPO, str(PER_COMMIT)],
-                                  env=_child_env(hub, tmp_path / "hf_child"), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT))
+    child.append(
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(thousand), REPO, str(PER_COMMIT)],
+            env=_child_env(hub, tmp_path / "hf_child"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+    )
     output = child[0].communicate(timeout=240)[0].decode(errors="replace")
 
     assert child[0].returncode == -signal.SIGKILL, output[-3000:]
@@ -211,7 +236,8 @@ def test_a_storm_of_429s_is_waited_out_as_the_hub_asks(limited_hub: HubServer, t
 
 
 def test_429s_do_not_use_up_the_attempts_and_are_answered_without_a_header_by_a_long_backoff(
-        hub: HubServer, tmp_path: Path, sleeps: list[float]) -> None:
+    hub: HubServer, tmp_path: Path, sleeps: list[float]
+) -> None:
     folder = _write_repo(tmp_path / "repo", 120)
     hub.fail_next("commit", status=429, retry_after=7, times=6)
     hub.fail_next("merge", status=429, times=2)  # no Retry-After: the commit quota is hourly, so minutes
@@ -231,6 +257,7 @@ def test_429s_do_not_use_up_the_attempts_and_are_answered_without_a_header_by_a_
 
 def _fail_after(server: HubServer, commits: int, status: int = 403) -> None:
     """The Hub refuses the pull request's commit after `commits` of them (an error a retry cannot fix)."""
+
     def refuse(repo: Repo, commit: Commit) -> None:
         if any(len(pull.commits) == commits and pull.head is commit for pull in repo.pulls.values()):
             server.fail_next("commit", status=status)
@@ -278,8 +305,9 @@ def test_main_moving_under_the_pull_request_replaces_it(hub: HubServer, tmp_path
     assert _main_files(hub) == local_files(folder) and result.merges == 1
 
 
-def test_lost_answers_neither_open_a_second_pull_request_nor_merge_twice(hub: HubServer, tmp_path: Path,
-                                                        sleeps: list[float]) -> None:
+def test_lost_answers_neither_open_a_second_pull_request_nor_merge_twice(
+    hub: HubServer, tmp_path: Path, sleeps: list[float]
+) -> None:
     folder = _write_repo(tmp_path / "repo", 120)
     hub.fail_next("merge", status=503, after_apply=True)
     hub.fail_next("commit", status=503, after_apply=True)  # the pull request is opened, the answer lost
@@ -307,5 +335,7 @@ def test_a_draft_pull_request_of_this_build_is_opened_then_merged(hub: HubServer
     publish_folder(folder, REPO, files_per_commit=PER_COMMIT)
 
     assert pull.status == "merged" and [e["data"]["status"] for e in pull.events if e["type"] == "status-change"] == [
-        "open", "merged"]
+        "open",
+        "merged",
+    ]
     assert _main_files(hub) == local_files(folder)

@@ -19,11 +19,11 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-
 from checkout import ROOT
 from faults import assert_same_published, published_files, reference
-from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
+
 from rs.engines.base import Generation
+from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.families import load_families
 from rs.pipeline.publish import publish
 
@@ -43,9 +43,14 @@ def change_in_place(cache: Path, old: bytes, new: bytes) -> None:
     cache.write_bytes(data.replace(old, new))
 
 
-@pytest.mark.parametrize("change", [(b'"answer": "4"', b'"answer": "9"'), (b'"answer": "4"', b'"answer": #4"')],
-                         ids=["still valid JSON", "broken JSON"])
-def test_a_changed_answer_is_refused_naming_the_item_and_forgetting_it_resends_only_it(change, ref, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "change",
+    [(b'"answer": "4"', b'"answer": "9"'), (b'"answer": "4"', b'"answer": #4"')],
+    ids=["still valid JSON", "broken JSON"],
+)
+def test_a_changed_answer_is_refused_naming_the_item_and_forgetting_it_resends_only_it(
+    change, ref, tmp_path: Path
+) -> None:
     families, reference_run = ref
     cache = tmp_path / "cache.sqlite"
     shutil.copy(reference_run / "cache.sqlite", cache)
@@ -64,23 +69,39 @@ def test_a_changed_answer_is_refused_naming_the_item_and_forgetting_it_resends_o
     command = refused.value.hint.split("`")[1]
     assert command.startswith(f"rs cache forget --cache {cache} ")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    forgot = subprocess.run([str(Path(os.sys.executable).with_name("rs")), *shlex.split(command)[1:]], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120)
+    forgot = subprocess.run(
+        [str(Path(os.sys.executable).with_name("rs")), *shlex.split(command)[1:]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert forgot.returncode == 0 and "forgot 1 of the 1 answers" in forgot.stdout, forgot.stderr[-2000:]
 
     publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=cache, progress=False)
     assert_same_published(reference_run / "out", tmp_path / "out")
     run = json.loads((tmp_path / "build" / "Alpha" / "stats.json").read_text())["run"]
-    assert run["sampling_engine_calls"] == 1  # that answer alone was asked again (the replay engine's judge errors are never cached)
+    assert (
+        run["sampling_engine_calls"] == 1
+    )  # that answer alone was asked again (the replay engine's judge errors are never cached)
 
 
 @pytest.mark.slow
 def test_every_answer_is_stored_with_its_checksum_and_check_lists_the_damaged(tmp_path: Path) -> None:
     cache = tmp_path / "cache.sqlite"
     with GenerationCache(cache) as c:
-        c.put_many([("k1", Generation("a", None, "a", "stop", max_tokens=8)), ("k2", Generation("b", None, "b", "stop", max_tokens=8))])
+        c.put_many(
+            [
+                ("k1", Generation("a", None, "a", "stop", max_tokens=8)),
+                ("k2", Generation("b", None, "b", "stop", max_tokens=8)),
+            ]
+        )
         assert {k: g.answer for k, g in c.get_many(["k1", "k2"]).items()} == {"k1": "a", "k2": "b"}
-        with closing(sqlite3.connect(cache)) as db, db:  # k2's answer stored under k1: each is valid JSON, neither is its key's
+        with (
+            closing(sqlite3.connect(cache)) as db,
+            db,
+        ):  # k2's answer stored under k1: each is valid JSON, neither is its key's
             db.execute("UPDATE answers SET value = (SELECT value FROM answers WHERE key = 'k2') WHERE key = 'k1'")
         with pytest.raises(CacheAnswerDamaged) as refused:
             c.get_many(["k1", "k2"])
@@ -88,10 +109,16 @@ def test_every_answer_is_stored_with_its_checksum_and_check_lists_the_damaged(tm
         assert list(c.damaged()) == ["k1"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     rs = str(Path(os.sys.executable).with_name("rs"))
-    check = subprocess.run([rs, "cache", "check", "--cache", str(cache)], env=env, capture_output=True, text=True, timeout=120)
+    check = subprocess.run(
+        [rs, "cache", "check", "--cache", str(cache)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert check.returncode == 1 and check.stdout.startswith("k1\n1 damaged answer of 2"), check.stdout + check.stderr
-    subprocess.run([rs, "cache", "forget", "--cache", str(cache), "k1"], env=env, check=True, capture_output=True, timeout=120)
-    check = subprocess.run([rs, "cache", "check", "--cache", str(cache)], env=env, capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        [rs, "cache", "forget", "--cache", str(cache), "k1"], env=env, check=True, capture_output=True, timeout=120
+    )
+    check = subprocess.run(
+        [rs, "cache", "check", "--cache", str(cache)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert check.returncode == 0 and check.stdout.startswith("0 damaged answers of 1"), check.stdout + check.stderr
 
 
@@ -100,8 +127,10 @@ def test_a_cache_made_before_checksums_gets_the_column_and_its_answers_read(tmp_
     value = json.dumps(Generation("a", None, "a", "stop", max_tokens=8).to_dict())
     with closing(sqlite3.connect(cache)) as db, db:
         db.execute("PRAGMA journal_mode=WAL")
-        db.execute("CREATE TABLE answers (key TEXT PRIMARY KEY, value TEXT NOT NULL, max_tokens INTEGER, finish TEXT NOT NULL, "
-                   "tokens INTEGER, created REAL NOT NULL) WITHOUT ROWID")
+        db.execute(
+            "CREATE TABLE answers (key TEXT PRIMARY KEY, value TEXT NOT NULL, max_tokens INTEGER, finish TEXT NOT NULL, "
+            "tokens INTEGER, created REAL NOT NULL) WITHOUT ROWID"
+        )
         db.execute("INSERT INTO answers VALUES ('old', ?, 8, 'stop', NULL, 0)", (value,))
         db.execute("INSERT INTO answers VALUES ('torn', '{\"text\": ', 8, 'stop', NULL, 0)")
     with GenerationCache(cache) as c:

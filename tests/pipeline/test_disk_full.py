@@ -17,20 +17,19 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
-import pytest
-
 import faults
+import pytest
 from faults import assert_same_published, cache_keys, published_files
-from rs.pipeline.build import build_family
-from rs.util.disk import DiskFull
+
+from rs.context import BuildContext
 from rs.engines.generation_cache import GenerationCache
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.build import build_family
 from rs.pipeline.clean.stage import CleanStage
+from rs.pipeline.publish import publish
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure
-from rs.context import BuildContext
-
+from rs.util.disk import DiskFull
 
 
 class SmallDisk:
@@ -65,7 +64,9 @@ def small_disk(tmp_path: Path) -> Iterator[Callable[[Path], SmallDisk]]:
 
     def mount(path: Path) -> SmallDisk:
         path.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "rs-disk-full-test", str(path)], capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=32m", "rs-disk-full-test", str(path)], capture_output=True, text=True
+        )
         if done.returncode != 0:
             pytest.skip(f"a small filesystem of the test's own needs `mount -t tmpfs` (root): {done.stderr.strip()}")
         mounted.append(path)
@@ -87,7 +88,12 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def complete_state(build: Path) -> dict[str, bytes]:
     """The files a later stage reads as complete: the reports and the stores."""
     names = ["clean.json", "sample.json", "stats.json", "exclusions.jsonl", "clean/*", "items/*", "splits/*/*"]
-    return {p.relative_to(build).as_posix(): p.read_bytes() for name in names for p in build.glob(f"Alpha/{name}") if p.is_file()}
+    return {
+        p.relative_to(build).as_posix(): p.read_bytes()
+        for name in names
+        for p in build.glob(f"Alpha/{name}")
+        if p.is_file()
+    }
 
 
 def engine_calls(build: Path) -> int:
@@ -97,7 +103,9 @@ def engine_calls(build: Path) -> int:
 
 
 def leftovers(*folders: Path) -> list[str]:
-    return [p.as_posix() for folder in folders if folder.exists() for p in folder.rglob("*") if p.name.endswith(".tmp")]
+    return [
+        p.as_posix() for folder in folders if folder.exists() for p in folder.rglob("*") if p.name.endswith(".tmp")
+    ]
 
 
 CASES = {
@@ -113,7 +121,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("store", list(CASES))
-def test_a_full_disk_names_the_store_keeps_the_last_complete_state_and_resumes(store: str, reference, small_disk, tmp_path: Path) -> None:
+def test_a_full_disk_names_the_store_keeps_the_last_complete_state_and_resumes(
+    store: str, reference, small_disk, tmp_path: Path
+) -> None:
     families, ref = reference
     what, mounted, done_first, leave, named = CASES[store]
     family = load_families(families)["Alpha"]
@@ -145,7 +155,11 @@ def test_a_full_disk_names_the_store_keeps_the_last_complete_state_and_resumes(s
     disk.free()
     publish(family, out=out, build_root=build, cache_path=cache, progress=False)
     assert_same_published(ref / "out" / "tester", out / "tester")
-    if store in ("clean store", "generation cache", "items store"):  # sampling ran again: it sent only what was missing
+    if store in (
+        "clean store",
+        "generation cache",
+        "items store",
+    ):  # sampling ran again: it sent only what was missing
         assert engine_calls(build) == engine_calls(ref / "build") - len(committed)
 
 
@@ -161,7 +175,9 @@ def test_a_report_written_to_a_full_device_is_never_left_torn(reference, tmp_pat
 
     with pytest.raises(DiskFull, match=f"could not write stats.json at {build / 'Alpha' / 'stats.json'}"):
         publish(family, out=out, build_root=build, cache_path=cache, progress=False)
-    assert not ctx.paths.stats.exists() and not (build / "Alpha" / "stats.json.tmp").exists()  # no report to be read as complete
+    assert (
+        not ctx.paths.stats.exists() and not (build / "Alpha" / "stats.json.tmp").exists()
+    )  # no report to be read as complete
     assert ctx.paths.sample_report.read_bytes() == sampled and not out.exists()
     publish(family, out=out, build_root=build, cache_path=cache, progress=False)
     assert_same_published(ref / "out" / "tester", out / "tester")

@@ -39,13 +39,23 @@ def _replay(path: Path, lines: list[object]) -> ReplayEngine:
 
 
 def test_replay_answers_by_key_then_by_prompt_and_a_repeated_key_keeps_its_last_line(tmp_path: Path) -> None:
-    engine = _replay(tmp_path / "replay.jsonl", [
-        {"key": "a#0", "text": "first"}, "", {"key": "b#0", "text": "bee"}, {"key": "a#0", "text": "second"},
-        {"prompt": "Is the judge asked?", "text": "CORRECT"},
-    ])
+    engine = _replay(
+        tmp_path / "replay.jsonl",
+        [
+            {"key": "a#0", "text": "first"},
+            "",
+            {"key": "b#0", "text": "bee"},
+            {"key": "a#0", "text": "second"},
+            {"prompt": "Is the judge asked?", "text": "CORRECT"},
+        ],
+    )
     try:
-        asked = [Request("q", item_key="a#0"), Request("q", item_key="b#0"), Request("Is the judge asked?"),
-                 Request("q", item_key="missing#0")]
+        asked = [
+            Request("q", item_key="a#0"),
+            Request("q", item_key="b#0"),
+            Request("Is the judge asked?"),
+            Request("q", item_key="missing#0"),
+        ]
         a, b, judged, missing = engine.generate(asked, SamplingSettings())
         assert (a.text, b.text, judged.text) == ("second", "bee", "CORRECT")
         assert missing.error is not None and "missing#0" in missing.error and not missing.cacheable
@@ -61,10 +71,13 @@ def test_replay_index_is_a_temporary_file_removed_on_close(tmp_path: Path) -> No
     assert not folder.exists()
 
 
-def test_a_bad_replay_line_is_named_and_leaves_no_index_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bad_replay_line_is_named_and_leaves_no_index_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     import tempfile
+
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     with pytest.raises(ReplayError, match=r"replay\.jsonl:2: each line needs a string `text`"):
         _replay(tmp_path / "replay.jsonl", [{"key": "a#0", "text": "x"}, {"key": "b#0"}])

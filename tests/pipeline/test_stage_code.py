@@ -11,14 +11,14 @@ import types
 from pathlib import Path
 
 import pytest
-
-from faults import write_families
 from family_yaml import MINIMAL, family_yaml
+from faults import write_families
+
+from rs.context import BuildContext
 from rs.families import load_families
-from rs.registry import VERIFIERS
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure
-from rs.context import BuildContext
+from rs.registry import VERIFIERS
 from rs.verifiers.exact import ExactVerifier
 
 PLUGIN = '''
@@ -61,7 +61,9 @@ def plugin(tmp_path: Path, monkeypatch, *, version: str = "", doc: str = "Equal 
     return module
 
 
-def test_a_plugin_that_declares_no_version_is_keyed_by_its_code_without_comments(tmp_path: Path, monkeypatch, caplog) -> None:
+def test_a_plugin_that_declares_no_version_is_keyed_by_its_code_without_comments(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
     module = plugin(tmp_path, monkeypatch)
     (tmp_path / "families.yaml").write_text(strict_yaml(tmp_path.name.replace("-", "_")))
     ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
@@ -76,9 +78,12 @@ def test_a_plugin_that_declares_no_version_is_keyed_by_its_code_without_comments
 
 
 def test_a_plugin_that_declares_a_version_is_keyed_by_it_and_a_verifier_typed_in_a_notebook_by_its_code(
-        tmp_path: Path, monkeypatch) -> None:
+    tmp_path: Path, monkeypatch
+) -> None:
     tag = tmp_path.name.replace("-", "_")
-    notebook = types.ModuleType(f"notebook_{tag}")  # no file, no spec: a class typed into a notebook or a script's __main__
+    notebook = types.ModuleType(
+        f"notebook_{tag}"
+    )  # no file, no spec: a class typed into a notebook or a script's __main__
     monkeypatch.setitem(sys.modules, notebook.__name__, notebook)
     exec(PLUGIN.format(tag=tag, doc="", version="", rule=""), notebook.__dict__)
     (tmp_path / "families.yaml").write_text(strict_yaml(tag))
@@ -98,7 +103,8 @@ def test_a_plugin_that_declares_a_version_is_keyed_by_it_and_a_verifier_typed_in
 
 
 def test_through_the_stage_a_comment_edit_reverifies_nothing_and_a_version_bump_reverifies_from_the_cache(
-        tmp_path: Path, monkeypatch) -> None:
+    tmp_path: Path, monkeypatch
+) -> None:
     families = write_families(tmp_path, images=3, names=("Alpha",))
     module = plugin(tmp_path, monkeypatch, version='\n    version = "1"')
     tag = tmp_path.name.replace("-", "_")
@@ -111,10 +117,17 @@ def test_through_the_stage_a_comment_edit_reverifies_nothing_and_a_version_bump_
 
         def engines(family):
             from rs.engines.factory import engines_for
+
             made.append(family.name)
             return engines_for(family)
-        ctx = BuildContext(load_families(path)["Alpha"], path.parent / "build", cache_path=tmp_path / "cache.sqlite",
-                           progress=False, engine_factory=engines)
+
+        ctx = BuildContext(
+            load_families(path)["Alpha"],
+            path.parent / "build",
+            cache_path=tmp_path / "cache.sqlite",
+            progress=False,
+            engine_factory=engines,
+        )
         report = ensure(SampleStage(), ctx)
         return len(made), report.sampling_engine_calls if made else 0
 
@@ -137,7 +150,8 @@ def test_a_plugin_deriving_from_a_built_in_verifier_is_keyed_by_both_versions(tm
     tag = tmp_path.name.replace("-", "_")
     module = types.ModuleType(f"derived_{tag}")
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    exec(f"""
+    exec(
+        f"""
 from rs.verifiers import register
 from rs.verifiers.exact import ExactVerifier
 
@@ -146,7 +160,9 @@ from rs.verifiers.exact import ExactVerifier
 class Stricter(ExactVerifier):
     name = "pedantic_{tag}"
     version = "1"
-""", module.__dict__)
+""",
+        module.__dict__,
+    )
     (tmp_path / "families.yaml").write_text(strict_yaml(tag))
     ctx = BuildContext(load_families(tmp_path / "families.yaml")["Strict"], tmp_path / "build")
 

@@ -11,8 +11,8 @@ import logging
 from pathlib import Path
 
 import pytest
-
 from faults import assert_same_published, publish_family, write_families
+
 from rs.util.checksums import MANIFEST, damage, seal
 
 
@@ -52,13 +52,17 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The families file (Alpha with a recovery pass) and a folder where Alpha was published without a fault."""
     folder = tmp_path_factory.mktemp("damage")
     path = write_families(folder, names=("Alpha",))
-    path.write_text(path.read_text().replace("    publish:", "    recovery: {samples: 2, temperature: 0.7}\n    publish:"))
+    path.write_text(
+        path.read_text().replace("    publish:", "    recovery: {samples: 2, temperature: 0.7}\n    publish:")
+    )
     publish_family(path, folder / "ref")
     return path, folder / "ref"
 
 
 @pytest.mark.parametrize("name", DAMAGES)
-def test_a_store_damaged_in_place_is_rebuilt_and_the_publish_is_unchanged(families, tmp_path: Path, caplog, name: str) -> None:
+def test_a_store_damaged_in_place_is_rebuilt_and_the_publish_is_unchanged(
+    families, tmp_path: Path, caplog, name: str
+) -> None:
     path, ref = families
     publish_family(path, tmp_path)
     relative, hurt, what = DAMAGES[name]

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import rs.pipeline.versions
-from rs.registry import VERIFIERS
-from rs.verifiers.exact import ExactVerifier
 from rs.pipeline.pieces import normalised
 from rs.pipeline.versions import LOCK, RECOVERY, ROUTE, all_pieces, current, identities, main, recorded, unbumped
 from rs.pipeline.write.provenance import versions_digest
+from rs.registry import VERIFIERS
+from rs.verifiers.exact import ExactVerifier
 
 REFRESH = "then run `.venv/bin/python -m rs.pipeline.versions --write` to record the new versions in rs/pipeline/versions.lock.json"
 
@@ -25,15 +25,20 @@ def test_every_piece_that_decides_an_answer_has_the_version_its_code_was_locked_
     assert not problems, "\n".join(problems) + f"\n{REFRESH}"
     recorded = {name: {k: v for k, v in entry.items() if k != "identity"} for name, entry in locked.items()}
     stale = sorted(name for name in recorded.keys() | now.keys() if recorded.get(name) != now.get(name))
-    assert not stale, f"the lock file is not current for {', '.join(stale)} (a version bumped or a piece added): {REFRESH}"
+    assert not stale, (
+        f"the lock file is not current for {', '.join(stale)} (a version bumped or a piece added): {REFRESH}"
+    )
 
 
 def test_every_built_in_verifier_declares_its_own_version() -> None:
     for name, cls in VERIFIERS.items():
         if cls.__module__.startswith("rs.verifiers."):
-            assert isinstance(vars(cls).get("version"), str), f"{cls.__qualname__} ({name}) sets no class attribute `version`"
-    assert {p.name for p in all_pieces()} >= {f"verifier/{name}" for name, cls in VERIFIERS.items()
-                                               if cls.__module__.startswith("rs.verifiers.")}
+            assert isinstance(vars(cls).get("version"), str), (
+                f"{cls.__qualname__} ({name}) sets no class attribute `version`"
+            )
+    assert {p.name for p in all_pieces()} >= {
+        f"verifier/{name}" for name, cls in VERIFIERS.items() if cls.__module__.startswith("rs.verifiers.")
+    }
 
 
 def test_the_recovery_fingerprint_holds_the_versions_of_the_pieces_the_lock_records() -> None:
@@ -49,8 +54,9 @@ def test_the_recovery_fingerprint_holds_the_versions_of_the_pieces_the_lock_reco
 
 def test_comments_docstrings_and_formatting_do_not_count_a_rule_does() -> None:
     source = inspect.getsource(inspect.getmodule(ExactVerifier))
-    reworded = (source.replace('    """Equality after', '    # a comment\n    """Once more: equality after')
-                .replace("norm = exact_normalise(value)", "norm = exact_normalise(  value )  # formatting"))
+    reworded = source.replace('    """Equality after', '    # a comment\n    """Once more: equality after').replace(
+        "norm = exact_normalise(value)", "norm = exact_normalise(  value )  # formatting"
+    )
     assert reworded != source and normalised(reworded) == normalised(source)
     hardened = source.replace("return any(norm == ref", "return len(norm) < 40 and any(norm == ref")
     assert normalised(hardened) != normalised(source)
@@ -62,7 +68,10 @@ def test_a_changed_verifier_under_the_same_version_is_named_with_what_to_bump(tm
     locked["verifier/exact"]["code"] = "the code before the change"
     problems = unbumped(locked, now)
     assert len(problems) == 1
-    assert "rs/verifiers/exact.py" in problems[0] and "bump rs.verifiers.exact:ExactVerifier.version (now '1')" in problems[0]
+    assert (
+        "rs/verifiers/exact.py" in problems[0]
+        and "bump rs.verifiers.exact:ExactVerifier.version (now '1')" in problems[0]
+    )
 
     lock = tmp_path / "versions.lock.json"
     lock.write_text(json.dumps(locked))
@@ -88,7 +97,8 @@ def test_each_piece_covers_existing_code(piece: str) -> None:
 
 @pytest.mark.slow
 def test_the_published_digest_names_the_decisions_a_recorded_refactor_keeps_it_an_unrecorded_edit_changes_it(
-        tmp_path: Path, monkeypatch) -> None:
+    tmp_path: Path, monkeypatch
+) -> None:
     now = current()
     before = {name: {**entry, "code": f"old {name}"} for name, entry in now.items()}
     refactored = recorded(before, now)  # every piece's code moved, recorded as deciding nothing otherwise

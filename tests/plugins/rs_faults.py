@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Hashable, Iterator, Literal, Sequence
 
-from rs.pipeline.clean.base import ItemFilter, StepCard
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.replay import ReplayEngine, ReplayEngineConfig
 from rs.engines.vllm import VLLMEngine, VLLMEngineConfig, VLLMStream
+from rs.pipeline.clean.base import ItemFilter, StepCard
+from rs.records import QAItem
 from rs.registry import CLEANING, ENGINES, SOURCES
 from rs.sources.base import SourceRecord
-from rs.records import QAItem
 from rs.sources.files import FilesSource, FilesSourceConfig
 
 
@@ -42,7 +42,9 @@ class FaultyVLLMEngine(VLLMEngine):
 
     @classmethod
     def from_config(cls, config: FaultyVLLMConfig, model: Any, *, base_dir: Path | None = None) -> FaultyVLLMEngine:
-        engine = super().from_config(config, model, base_dir=base_dir)  # as the vllm kind builds it (reasoning markers included)
+        engine = super().from_config(
+            config, model, base_dir=base_dir
+        )  # as the vllm kind builds it (reasoning markers included)
         engine.faults = list(config.faults)
         return engine
 
@@ -100,7 +102,9 @@ class SlowReplayEngine(ReplayEngine):
         return engine
 
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
-        time.sleep(self.delay * sum(r.image is not None for r in requests))  # the answers; the judge's verdicts come at once
+        time.sleep(
+            self.delay * sum(r.image is not None for r in requests)
+        )  # the answers; the judge's verdicts come at once
         return super().generate(requests, settings)
 
 

@@ -13,13 +13,12 @@ from typing import Any, Iterator, Literal, Sequence
 
 from PIL import Image
 
-from rs.pipeline.clean.base import ItemFilter, StepCard
 from rs.engines.base import EngineConfig, Generation, Request, SamplingSettings
+from rs.pipeline.clean.base import ItemFilter, StepCard
+from rs.records import QAItem
 from rs.registry import CLEANING, ENGINES, SOURCES
 from rs.sources.base import SourceRecord
-from rs.records import QAItem
 from rs.verifiers import Verifier, register
-
 
 # --- a source kind: questions written in the YAML, one plain image each --------------------------
 

@@ -17,31 +17,49 @@ from types import SimpleNamespace
 
 import datasets
 import pytest
-
 from family_yaml import REPLAY, family_yaml
 from replay_family import differ_by_the_source_alone, write_family
+
 from rs.audit import audit
 from rs.cli.main import main as rs_main
 from rs.engines.generation_cache import GenerationCache
 from rs.families import load_families
-from rs.pipeline.sample.judge import Judge, JudgeCase
 from rs.pipeline.publish import publish
+from rs.pipeline.sample.judge import Judge, JudgeCase
 
 pytestmark = pytest.mark.slow
 
-BLOCKS = {"judge": {"calibration_samples": 1, "min_calibration_cases": 1, "min_negative_agreement": 0.0, "min_positive_agreement": 0.0},
-          "recovery": {"samples": 2, "temperature": 0.7}, "publish": {"samples": True}}
+BLOCKS = {
+    "judge": {
+        "calibration_samples": 1,
+        "min_calibration_cases": 1,
+        "min_negative_agreement": 0.0,
+        "min_positive_agreement": 0.0,
+    },
+    "recovery": {"samples": 2, "temperature": 0.7},
+    "publish": {"samples": True},
+}
 STRICT = {**BLOCKS, "answers": {"literal": True}}
 INSTRUCTION = "\nAnswer the question using a single word or phrase."
 
 # question, reference, greedy answer, the two samples at 0.7. The first two images are the strict trial's.
 CASES = [
-    ("How many shapes?", "2", "two", ["2", "two"]),          # strict: undecided; the trial's judge said CORRECT (cached)
-    ("How many circles?", "3", "three", ["three", "3"]),     # strict: undecided, judged UNSURE in the trial (cached); its
-                                                             # samples are the trial's (cached): recovered by sample 1
-    ("Is there a circle?", "yes", "banana", ["banana", "yes"]),  # undecided either way: the run's judge said WRONG (stored)
-    ("How many triangles?", "4", "four", ["4", "four"]),     # strict: undecided, never judged, never sampled: judge_not_asked
-    ("How many squares?", "1", "1", ["1", "1"]),             # accepted either way (the run's one calibration positive)
+    ("How many shapes?", "2", "two", ["2", "two"]),  # strict: undecided; the trial's judge said CORRECT (cached)
+    ("How many circles?", "3", "three", ["three", "3"]),  # strict: undecided, judged UNSURE in the trial (cached); its
+    # samples are the trial's (cached): recovered by sample 1
+    (
+        "Is there a circle?",
+        "yes",
+        "banana",
+        ["banana", "yes"],
+    ),  # undecided either way: the run's judge said WRONG (stored)
+    (
+        "How many triangles?",
+        "4",
+        "four",
+        ["4", "four"],
+    ),  # strict: undecided, never judged, never sampled: judge_not_asked
+    ("How many squares?", "1", "1", ["1", "1"]),  # accepted either way (the run's one calibration positive)
 ]
 VERDICTS = {("How many shapes?", "2", "two"): "CORRECT", ("Is there a circle?", "yes", "banana"): "WRONG"}
 
@@ -73,24 +91,46 @@ def runs(tmp_path_factory):
     judge = Judge(None, family.config.judge)  # type: ignore[arg-type]
     with open(tmp / "answers.jsonl", "a") as fh:  # the judge's verdicts, replayed by their exact prompt
         for (question, reference, candidate), label in VERDICTS.items():
-            fh.write(json.dumps({"prompt": judge.prompt(JudgeCase(question + INSTRUCTION, reference, candidate)), "text": label}) + "\n")
+            fh.write(
+                json.dumps(
+                    {"prompt": judge.prompt(JudgeCase(question + INSTRUCTION, reference, candidate)), "text": label}
+                )
+                + "\n"
+            )
     cache, build = tmp / "cache.sqlite", tmp / "build"
     strict = load_families(tmp / "strict.yaml")["Shapes"]
     publish(strict, out=tmp / "trial", build_root=build, cache_path=cache, progress=False, limit=2)
     first = publish(family, out=tmp / "out", build_root=build, cache_path=cache, progress=False)
     with GenerationCache(cache) as held:
         cached = len(held)
-    manifests = {store: (build / "Shapes" / store / "SHA256SUMS").read_bytes() for store in ("clean", "items", "recovery")}
+    manifests = {
+        store: (build / "Shapes" / store / "SHA256SUMS").read_bytes() for store in ("clean", "items", "recovery")
+    }
     common = ["--config", str(tmp / "strict.yaml"), "--cache", str(cache)]
     with _moved_away(tmp / "answers.jsonl", tmp / "data"):
         built = _refilter(*common, "--out", str(tmp / "from-build"), "--build-dir", str(build))
-        from_samples = _refilter(*common, "--out", str(tmp / "from-samples"), "--build-dir", str(tmp / "elsewhere"),
-                                 "--from-samples", first.where["samples"])
+        from_samples = _refilter(
+            *common,
+            "--out",
+            str(tmp / "from-samples"),
+            "--build-dir",
+            str(tmp / "elsewhere"),
+            "--from-samples",
+            first.where["samples"],
+        )
     with GenerationCache(cache) as held:
         cached_after = len(held)
-    return SimpleNamespace(tmp=tmp, build=build, cache=cache, first=first, built=built, from_samples=from_samples,
-                           cached=(cached, cached_after), manifests=manifests,
-                           stores_after={store: (build / "Shapes" / store / "SHA256SUMS").read_bytes() for store in manifests})
+    return SimpleNamespace(
+        tmp=tmp,
+        build=build,
+        cache=cache,
+        first=first,
+        built=built,
+        from_samples=from_samples,
+        cached=(cached, cached_after),
+        manifests=manifests,
+        stores_after={store: (build / "Shapes" / store / "SHA256SUMS").read_bytes() for store in manifests},
+    )
 
 
 def _by_question(repo: Path, cache_dir: Path) -> dict[str, dict]:
@@ -106,24 +146,36 @@ def test_a_stricter_reader_rereads_the_stored_answers_with_no_engine(runs) -> No
     local = runs.tmp / "from-build" / "local"
     nothink = _by_question(local / "Shapes_RS_nothink", runs.tmp / "hf")
     assert {q: qa["accepted_by"] for q, qa in nothink.items()} == {
-        "How many shapes?": "judge",          # the cached verdict, under the run's calibration (it passed)
-        "How many circles?": "recovery",      # a cached sample the strict reader accepts
-        "Is there a circle?": "recovery",     # as in the run: the stored WRONG, then its stored sample
-        "How many squares?": "verifier"}
+        "How many shapes?": "judge",  # the cached verdict, under the run's calibration (it passed)
+        "How many circles?": "recovery",  # a cached sample the strict reader accepts
+        "Is there a circle?": "recovery",  # as in the run: the stored WRONG, then its stored sample
+        "How many squares?": "verifier",
+    }
     assert nothink["How many circles?"]["answer"] == "3" and nothink["How many circles?"]["greedy_answer"] == "three"
     rejected = _by_question(local / "Shapes_rejected", runs.tmp / "hf")
     assert {q: qa["reason"] for q, qa in rejected.items()} == {"How many triangles?": "judge_not_asked"}
     before = _by_question(Path(runs.first.where["nothink"]), runs.tmp / "hf")
     assert {q: qa["accepted_by"] for q, qa in before.items()} == {  # the lenient run accepted all but the circle
-        "How many shapes?": "verifier", "How many circles?": "verifier", "Is there a circle?": "recovery",
-        "How many triangles?": "verifier", "How many squares?": "verifier"}
+        "How many shapes?": "verifier",
+        "How many circles?": "verifier",
+        "Is there a circle?": "recovery",
+        "How many triangles?": "verifier",
+        "How many squares?": "verifier",
+    }
 
     stats = json.loads((local / "Shapes_rejected" / "rs" / "stats.json").read_text())
     reread = stats["filter"]["reread"]
     assert reread["changed"] == [{"what": "answers.literal", "run": False, "now": True}]
-    assert (reread["answers"], reread["outcomes_changed"], reread["questions"]) == (7, 3, 5)  # 5 greedy, the circle's 2 samples
+    assert (reread["answers"], reread["outcomes_changed"], reread["questions"]) == (
+        7,
+        3,
+        5,
+    )  # 5 greedy, the circle's 2 samples
     assert reread["decisions"] == {"changed": 3, "accepted_to_rejected": 1, "rejected_to_accepted": 0, "other": 2}
-    assert reread["verdicts"] == {"stores": 2, "cache": 3}  # the circle's greedy and sample 0 (banana); the trial's three
+    assert reread["verdicts"] == {
+        "stores": 2,
+        "cache": 3,
+    }  # the circle's greedy and sample 0 (banana); the trial's three
     assert (reread["judge_not_asked"], reread["judge_not_asked_questions"], reread["questions_unjudged"]) == (1, 1, 1)
     assert (reread["samples_cached"], reread["samples_missing"], reread["questions_short"]) == (2, 2, 1)
     assert reread["cache"] is None and stats["totals"]["rejected_by_reason"]["judge_not_asked"] == 1
@@ -131,15 +183,31 @@ def test_a_stricter_reader_rereads_the_stored_answers_with_no_engine(runs) -> No
     card = (local / "Shapes_rejected" / "README.md").read_text()
     assert "**Re-read under a changed reader**: the run's 7 stored answers were graded again" in card
     assert "`answers.literal` `false` → `true`" in card and "This family's answers are transcriptions" in card
-    assert "**1 undecided answer (of 1 question) had no verdict**" in card and "1 question rests on such an answer and is rejected" in card and "- `judge_not_asked` — re-read offline" in card
-    assert "judge_not_asked" not in (Path(runs.first.where["rejected"]) / "README.md").read_text()  # listed only where it occurs
-    assert "1 undecided answer (of 1 question) without a judge verdict (1 question rejected as `judge_not_asked`, not as wrong); 2 samples" in printed
-    assert f"rs publish Shapes --config {runs.tmp / 'strict.yaml'} --build-dir {runs.build} --cache {runs.cache}" in printed
+    assert (
+        "**1 undecided answer (of 1 question) had no verdict**" in card
+        and "1 question rests on such an answer and is rejected" in card
+        and "- `judge_not_asked` — re-read offline" in card
+    )
+    assert (
+        "judge_not_asked" not in (Path(runs.first.where["rejected"]) / "README.md").read_text()
+    )  # listed only where it occurs
+    assert (
+        "1 undecided answer (of 1 question) without a judge verdict (1 question rejected as `judge_not_asked`, not as wrong); 2 samples"
+        in printed
+    )
+    assert (
+        f"rs publish Shapes --config {runs.tmp / 'strict.yaml'} --build-dir {runs.build} --cache {runs.cache}"
+        in printed
+    )
 
-    samples = {r["question"].split("\n")[0]: r for r in datasets.load_dataset(
-        str(local / "Shapes_RS_samples"), split="train", cache_dir=str(runs.tmp / "hf"))}
+    samples = {
+        r["question"].split("\n")[0]: r
+        for r in datasets.load_dataset(str(local / "Shapes_RS_samples"), split="train", cache_dir=str(runs.tmp / "hf"))
+    }
     triangles = samples["How many triangles?"]["generations"]
-    assert [(g["final"], g["reader"], g["judge"], g["reason"]) for g in triangles] == [("four", "undecided", None, "judge_not_asked")]
+    assert [(g["final"], g["reader"], g["judge"], g["reason"]) for g in triangles] == [
+        ("four", "undecided", None, "judge_not_asked")
+    ]
     for repo in sorted(local.iterdir()):
         if not repo.name.startswith("."):
             result = audit(repo, build=runs.build / "Shapes" / "reread")
@@ -152,9 +220,12 @@ def test_the_samples_repo_alone_rebuilds_the_same_bytes(runs) -> None:
     code, printed = runs.from_samples
     assert code == 0, printed
     assert "re-filtered offline from the samples repo Shapes_RS_samples" in printed
-    differing = differ_by_the_source_alone(runs.tmp / "from-build" / "local", runs.tmp / "from-samples" / "local",
-                                           "Shapes_RS_samples", local=True)
-    assert len(differing) == 8  # each of the four repos' card and stats: the data, the samples and their numbers are the same
+    differing = differ_by_the_source_alone(
+        runs.tmp / "from-build" / "local", runs.tmp / "from-samples" / "local", "Shapes_RS_samples", local=True
+    )
+    assert (
+        len(differing) == 8
+    )  # each of the four repos' card and stats: the data, the samples and their numbers are the same
 
 
 def test_more_than_the_reader_changed_is_refused_with_what(runs) -> None:
@@ -162,13 +233,33 @@ def test_more_than_the_reader_changed_is_refused_with_what(runs) -> None:
     other = runs.tmp / "other.yaml"
     other.write_text(family_yaml("Shapes", REPLAY, **STRICT, instruction="\nAnswer the question using a single word."))
     with pytest.raises(Exception) as raised:
-        _refilter("--config", str(other), "--out", str(runs.tmp / "refused"), "--build-dir", str(runs.build), "--cache", str(runs.cache))
+        _refilter(
+            "--config",
+            str(other),
+            "--out",
+            str(runs.tmp / "refused"),
+            "--build-dir",
+            str(runs.build),
+            "--cache",
+            str(runs.cache),
+        )
     assert raised.value.exit_code == 2
     # the clean stage's fingerprint holds the instruction: the cleaned rows are not the family's now
-    assert "holds no cleaned rows for the family's settings" in str(raised.value) and "calls no model" in str(raised.value)
+    assert "holds no cleaned rows for the family's settings" in str(raised.value) and "calls no model" in str(
+        raised.value
+    )
     other.write_text(family_yaml("Shapes", REPLAY, **STRICT, sampling={"max_tokens": 64}))
     with pytest.raises(Exception) as raised:
-        _refilter("--config", str(other), "--out", str(runs.tmp / "refused"), "--build-dir", str(runs.build), "--cache", str(runs.cache))
+        _refilter(
+            "--config",
+            str(other),
+            "--out",
+            str(runs.tmp / "refused"),
+            "--build-dir",
+            str(runs.build),
+            "--cache",
+            str(runs.cache),
+        )
     assert "more than the reader changed: sampling.max_tokens" in str(raised.value) and raised.value.exit_code == 2
     assert not (runs.tmp / "refused").exists()
 
@@ -179,10 +270,20 @@ def test_a_bumped_verifiers_version_rereads_and_changes_no_decision(runs, monkey
     import rs.verifiers.base
 
     monkeypatch.setattr(rs.verifiers.base, "VERSION", "2-bumped")
-    code, printed = _refilter("--config", str(runs.tmp / "families.yaml"), "--out", str(tmp_path / "out"),
-                              "--build-dir", str(runs.build), "--cache", str(runs.cache))
+    code, printed = _refilter(
+        "--config",
+        str(runs.tmp / "families.yaml"),
+        "--out",
+        str(tmp_path / "out"),
+        "--build-dir",
+        str(runs.build),
+        "--cache",
+        str(runs.cache),
+    )
     assert code == 0, printed
-    reread = json.loads((tmp_path / "out" / "local" / "Shapes_RS_think" / "rs" / "stats.json").read_text())["filter"]["reread"]
+    reread = json.loads((tmp_path / "out" / "local" / "Shapes_RS_think" / "rs" / "stats.json").read_text())["filter"][
+        "reread"
+    ]
     assert reread["changed"] == [{"what": "versions.verifiers", "run": "2", "now": "2-bumped"}]
     assert (reread["outcomes_changed"], reread["decisions"]["changed"], reread["judge_not_asked"]) == (0, 0, 0)
     assert reread["reader"]["verifiers"] == "2-bumped"
@@ -196,7 +297,9 @@ def test_rs_publish_then_asks_the_judge_and_draws_the_samples(runs) -> None:
     """The command the refilter printed: a run under the strict reader, which asks the judge about "four" (the replay
     engine has no verdict for it: UNSURE) and draws the triangles' samples, one of which it accepts."""
     strict = load_families(runs.tmp / "strict.yaml")["Shapes"]
-    outcome = publish(strict, out=runs.tmp / "strict-run", build_root=runs.build, cache_path=runs.cache, progress=False)
+    outcome = publish(
+        strict, out=runs.tmp / "strict-run", build_root=runs.build, cache_path=runs.cache, progress=False
+    )
     totals = outcome.report.totals
     assert totals.rejected_by_reason["judge_not_asked"] == 0 and totals.accepted == 5
     assert totals.accepted_by == {"verifier": 1, "judge": 1, "recovery": 3}

@@ -19,9 +19,9 @@ from typing import Any, Callable, Iterator
 import datasets
 import pytest
 from datasets import Features, Image, Value
+from faults import assert_same_published, publish_family, write_families
 
 import rs.sources.resumable
-from faults import assert_same_published, publish_family, write_families
 from rs.families import load_families
 from rs.pipeline.publish import publish
 from rs.sources.hub import SourceUnreachable
@@ -34,7 +34,9 @@ FEATURES = Features({"id": Value("string"), "image": Image(), "question": Value(
 def hub_families(folder: Path) -> Path:
     """Alpha, its source a Hub dataset (`pools/shapes` at a pinned revision) instead of local files."""
     families = write_families(folder, names=("Alpha",))
-    families.write_text(families.read_text().replace("{kind: files, path: Alpha/train.jsonl, columns: {id: id}}", HUB_SOURCE))
+    families.write_text(
+        families.read_text().replace("{kind: files, path: Alpha/train.jsonl, columns: {id: id}}", HUB_SOURCE)
+    )
     return families
 
 
@@ -76,43 +78,64 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     families = hub_families(folder)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(datasets, "load_dataset", stream(folder, lambda position: False))
-        publish(load_families(families)["Alpha"], out=folder / "ref" / "out", build_root=folder / "ref" / "build",
-                cache_path=folder / "ref" / "cache.sqlite", progress=False)
+        publish(
+            load_families(families)["Alpha"],
+            out=folder / "ref" / "out",
+            build_root=folder / "ref" / "build",
+            cache_path=folder / "ref" / "cache.sqlite",
+            progress=False,
+        )
     return families, folder / "ref" / "out" / "tester"
 
 
-def test_a_dropped_stream_is_resumed_after_its_last_record_and_the_accounting_closes(reference, tmp_path: Path, monkeypatch,
-                                                                                    caplog) -> None:
+def test_a_dropped_stream_is_resumed_after_its_last_record_and_the_accounting_closes(
+    reference, tmp_path: Path, monkeypatch, caplog
+) -> None:
     families, published = reference
     monkeypatch.setattr(rs.sources.resumable, "BACKOFF_S", 0.01)
     monkeypatch.setattr(datasets, "load_dataset", stream(families.parent, once_at(5, 11, 11)))
     with caplog.at_level(logging.WARNING, logger="rs.sources.resumable"):
         publish_family(families, tmp_path)
     reset = "(ConnectionResetError: [Errno 104] Connection reset by peer); resuming there in"
-    assert [r.getMessage() for r in caplog.records if "the stream dropped" in r.getMessage()] == [
-        f"pools/shapes (train): the stream dropped after record 5 {reset} 0.01 s (retry 1 of 6)",
-        f"pools/shapes (train): the stream dropped after record 11 {reset} 0.01 s (retry 1 of 6)",
-        f"pools/shapes (train): the stream dropped after record 11 {reset} 0.02 s (retry 2 of 6)",  # in a row: it waits longer
-    ]
+    assert (
+        [r.getMessage() for r in caplog.records if "the stream dropped" in r.getMessage()]
+        == [
+            f"pools/shapes (train): the stream dropped after record 5 {reset} 0.01 s (retry 1 of 6)",
+            f"pools/shapes (train): the stream dropped after record 11 {reset} 0.01 s (retry 1 of 6)",
+            f"pools/shapes (train): the stream dropped after record 11 {reset} 0.02 s (retry 2 of 6)",  # in a row: it waits longer
+        ]
+    )
     clean = json.loads((tmp_path / "build" / "Alpha" / "clean.json").read_text())
-    assert clean["source_records"] == clean["source_items"] == 16 == clean["kept_items"] + clean["dropped_items"]  # none read twice, none skipped
-    assert_same_published(published, tmp_path / "out" / "tester")  # the same records, ids and accounting as the unbroken stream
+    assert (
+        clean["source_records"] == clean["source_items"] == 16 == clean["kept_items"] + clean["dropped_items"]
+    )  # none read twice, none skipped
+    assert_same_published(
+        published, tmp_path / "out" / "tester"
+    )  # the same records, ids and accounting as the unbroken stream
 
 
-def test_a_stream_that_keeps_dropping_stops_the_clean_stage_and_the_same_command_finishes_later(reference, tmp_path: Path,
-                                                                                               monkeypatch) -> None:
+def test_a_stream_that_keeps_dropping_stops_the_clean_stage_and_the_same_command_finishes_later(
+    reference, tmp_path: Path, monkeypatch
+) -> None:
     families, published = reference
     monkeypatch.setattr(rs.sources.resumable, "BACKOFF_S", 0.01)
     monkeypatch.setattr(datasets, "load_dataset", stream(families.parent, lambda position: position == 7))
     with pytest.raises(SourceUnavailable) as caught:
         publish_family(families, tmp_path)
-    assert str(caught.value) == (f"the source pools/shapes (train) kept dropping the connection: {RETRIES + 1} tries in a row failed "
-                                 "after record 7 (ConnectionResetError: [Errno 104] Connection reset by peer)")
+    assert str(caught.value) == (
+        f"the source pools/shapes (train) kept dropping the connection: {RETRIES + 1} tries in a row failed "
+        "after record 7 (ConnectionResetError: [Errno 104] Connection reset by peer)"
+    )
     assert caught.value.hint.startswith("check the network (or the Hub's status page) and run the same command again")
     build = tmp_path / "build" / "Alpha"
-    assert sorted(p.name for p in build.iterdir()) == [".clean.lock", ".lock"]  # no clean store, report or exclusions half-written
+    assert sorted(p.name for p in build.iterdir()) == [
+        ".clean.lock",
+        ".lock",
+    ]  # no clean store, report or exclusions half-written
 
-    monkeypatch.setattr(datasets, "load_dataset", stream(families.parent, lambda position: False))  # the network is back
+    monkeypatch.setattr(
+        datasets, "load_dataset", stream(families.parent, lambda position: False)
+    )  # the network is back
     publish_family(families, tmp_path)
     assert_same_published(published, tmp_path / "out" / "tester")
 
@@ -129,6 +152,8 @@ def test_a_hub_source_out_of_reach_is_a_plain_error_before_any_record(tmp_path: 
     monkeypatch.setattr(datasets, "load_dataset", unreachable)
     with pytest.raises(SourceUnreachable) as caught:
         main(["preview", "Alpha", "--config", str(families)])
-    assert str(caught.value) == ("cannot reach the source pools/shapes (train) on the Hub "
-                                 "(ConnectionError: Couldn't reach 'pools/shapes' on the Hub (LocalEntryNotFoundError))")
+    assert str(caught.value) == (
+        "cannot reach the source pools/shapes (train) on the Hub "
+        "(ConnectionError: Couldn't reach 'pools/shapes' on the Hub (LocalEntryNotFoundError))"
+    )
     assert caught.value.hint.startswith("check the network (or the Hub's status page) and run the same command again")

@@ -9,14 +9,11 @@ import datasets
 import pytest
 from datasets import Features, Image, List, Value
 
-from rs.sources.files import FilesSourceConfig
-from rs.sources.hub import HubSourceConfig
-from rs.sources.mapping import Columns
-from rs.sources.base import RefusedImage, sha256_hex
 from rs.records import QAItem
-from rs.sources.files import FilesSource
-from rs.sources.hub import HubSource
-from rs.sources.mapping import SourceFormatError, split_answer
+from rs.sources.base import RefusedImage, sha256_hex
+from rs.sources.files import FilesSource, FilesSourceConfig
+from rs.sources.hub import HubSource, HubSourceConfig
+from rs.sources.mapping import Columns, SourceFormatError, split_answer
 from rs.verifiers import get_verifier
 
 TURN = {"user": Value("string"), "assistant": Value("string"), "source": Value("string")}
@@ -27,15 +24,19 @@ def cauldron_repo(root: Path, images: dict[str, bytes]) -> Path:
     records = {
         "images": [[{"bytes": images["red"], "path": None}], [{"bytes": images["green"], "path": None}]],
         "texts": [
-            [{"user": "How many red cubes are there?", "assistant": "2", "source": "clevr"},
-             {"user": "Is there a sphere?", "assistant": "yes", "source": "clevr"}],
+            [
+                {"user": "How many red cubes are there?", "assistant": "2", "source": "clevr"},
+                {"user": "Is there a sphere?", "assistant": "yes", "source": "clevr"},
+            ],
             [{"user": "What color is the cylinder?", "assistant": "green", "source": "clevr"}],
         ],
     }
     ds = datasets.Dataset.from_dict(records, features=Features({"images": List(Image()), "texts": List(TURN)}))
     (root / "clevr").mkdir(parents=True)
     ds.to_parquet(str(root / "clevr" / "train-00000-of-00001.parquet"))
-    (root / "README.md").write_text("---\nconfigs:\n- config_name: clevr\n  data_files:\n  - split: train\n    path: clevr/train-*\n---\n")
+    (root / "README.md").write_text(
+        "---\nconfigs:\n- config_name: clevr\n  data_files:\n  - split: train\n    path: clevr/train-*\n---\n"
+    )
     return root
 
 
@@ -47,15 +48,32 @@ def test_hub_source_conversational_reads_turns_and_original_bytes(tmp_path: Path
     assert records[0].images == [images["red"]]
     assert records[1].images == [images["green"]]  # the JPEG's own bytes, not a re-encode
     first = records[0].qa[1]
-    assert (first.question, first.answer, first.source, first.turn, first.record_id) == ("Is there a sphere?", "yes", "clevr", 1, "0")
+    assert (first.question, first.answer, first.source, first.turn, first.record_id) == (
+        "Is there a sphere?",
+        "yes",
+        "clevr",
+        1,
+        "0",
+    )
     assert source.provenance() == {"dataset": str(repo), "config": "clevr", "split": "train", "revision": None}
 
 
 def test_hub_source_flat_with_annotator_answers(tmp_path: Path, images: dict[str, bytes]) -> None:
     ds = datasets.Dataset.from_dict(
-        {"image": [{"bytes": images["blue"], "path": None}], "question": ["What does the sign say?"],
-         "answers": [["stop", "STOP", "stop", "halt"]], "question_id": [17]},
-        features=Features({"image": Image(), "question": Value("string"), "answers": List(Value("string")), "question_id": Value("int64")}),
+        {
+            "image": [{"bytes": images["blue"], "path": None}],
+            "question": ["What does the sign say?"],
+            "answers": [["stop", "STOP", "stop", "halt"]],
+            "question_id": [17],
+        },
+        features=Features(
+            {
+                "image": Image(),
+                "question": Value("string"),
+                "answers": List(Value("string")),
+                "question_id": Value("int64"),
+            }
+        ),
     )
     (tmp_path / "data").mkdir()
     ds.to_parquet(str(tmp_path / "data" / "train-00000-of-00001.parquet"))
@@ -86,33 +104,49 @@ def test_annotator_votes_reach_the_vqa_verifier() -> None:
 def test_files_source_jsonl_with_relative_image_paths(tmp_path: Path, images: dict[str, bytes]) -> None:
     (tmp_path / "img").mkdir()
     (tmp_path / "img" / "a.png").write_bytes(images["red"])
-    lines = [{"image": "img/a.png", "question": "Q1?", "answer": "x"}, {"image": "img/missing.png", "question": "Q2?", "answer": "y"}]
-    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(l) for l in lines))
+    lines = [
+        {"image": "img/a.png", "question": "Q1?", "answer": "x"},
+        {"image": "img/missing.png", "question": "Q2?", "answer": "y"},
+    ]
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
     records = list(FilesSource(FilesSourceConfig(kind="files", path="train.jsonl"), base_dir=tmp_path))
     assert records[0].images == [images["red"]]
-    assert records[1].images == [RefusedImage("missing_image", "img/missing.png: no such file")]  # dropped with its reason, the run goes on
+    assert records[1].images == [
+        RefusedImage("missing_image", "img/missing.png: no such file")
+    ]  # dropped with its reason, the run goes on
 
 
 def test_files_source_imagefolder_flat_one_line_per_qa(tmp_path: Path, images: dict[str, bytes]) -> None:
     (tmp_path / "a.png").write_bytes(images["red"])
     (tmp_path / "b.png").write_bytes(images["blue"])
-    meta = [{"file_name": "a.png", "question": "Q1?", "answer": "1", "qid": "q1"},
-            {"file_name": "a.png", "question": "Q2?", "answer": "2", "qid": "q2"},
-            {"file_name": "b.png", "question": "Q3?", "answer": "3", "qid": "q3"}]
+    meta = [
+        {"file_name": "a.png", "question": "Q1?", "answer": "1", "qid": "q1"},
+        {"file_name": "a.png", "question": "Q2?", "answer": "2", "qid": "q2"},
+        {"file_name": "b.png", "question": "Q3?", "answer": "3", "qid": "q3"},
+    ]
     (tmp_path / "metadata.jsonl").write_text("\n".join(json.dumps(m) for m in meta))
     source = FilesSource(FilesSourceConfig(kind="files", path=str(tmp_path), columns=Columns(id="qid")))
     records = list(source)
     assert source.format() == "imagefolder"
     assert sorted((r.record_id, sha256_hex(r.images[0])) for r in records) == sorted(
-        [("q1", sha256_hex(images["red"])), ("q2", sha256_hex(images["red"])), ("q3", sha256_hex(images["blue"]))])
+        [("q1", sha256_hex(images["red"])), ("q2", sha256_hex(images["red"])), ("q3", sha256_hex(images["blue"]))]
+    )
 
 
 def test_parquet_with_a_missing_column_says_which(tmp_path: Path, images: dict[str, bytes]) -> None:
-    ds = datasets.Dataset.from_dict({"img": [{"bytes": images["red"], "path": None}], "q": ["?"], "a": ["1"]},
-                                    features=Features({"img": Image(), "q": Value("string"), "a": Value("string")}))
+    ds = datasets.Dataset.from_dict(
+        {"img": [{"bytes": images["red"], "path": None}], "q": ["?"], "a": ["1"]},
+        features=Features({"img": Image(), "q": Value("string"), "a": Value("string")}),
+    )
     ds.to_parquet(str(tmp_path / "train.parquet"))
-    source = FilesSource(FilesSourceConfig(kind="files", path=str(tmp_path / "train.parquet"), columns=Columns(image="img", question="q")))
-    with pytest.raises(SourceFormatError, match=r"columns.answer: no column 'answer' in .*train.parquet \(its columns: img, q, a\)"):
+    source = FilesSource(
+        FilesSourceConfig(
+            kind="files", path=str(tmp_path / "train.parquet"), columns=Columns(image="img", question="q")
+        )
+    )
+    with pytest.raises(
+        SourceFormatError, match=r"columns.answer: no column 'answer' in .*train.parquet \(its columns: img, q, a\)"
+    ):
         list(source)
 
 

@@ -32,14 +32,22 @@ from rs.sources.synthetic import (
 # --- an independent reader of the generated questions --------------------------------------
 
 WORDS = {
-    "small": ("size", "small"), "tiny": ("size", "small"),
-    "large": ("size", "large"), "big": ("size", "large"),
-    "rubber": ("material", "rubber"), "matte": ("material", "rubber"),
-    "metal": ("material", "metal"), "shiny": ("material", "metal"), "metallic": ("material", "metal"),
-    "cube": ("shape", "cube"), "block": ("shape", "cube"),
-    "sphere": ("shape", "sphere"), "ball": ("shape", "sphere"),
+    "small": ("size", "small"),
+    "tiny": ("size", "small"),
+    "large": ("size", "large"),
+    "big": ("size", "large"),
+    "rubber": ("material", "rubber"),
+    "matte": ("material", "rubber"),
+    "metal": ("material", "metal"),
+    "shiny": ("material", "metal"),
+    "metallic": ("material", "metal"),
+    "cube": ("shape", "cube"),
+    "block": ("shape", "cube"),
+    "sphere": ("shape", "sphere"),
+    "ball": ("shape", "sphere"),
     "cylinder": ("shape", "cylinder"),
-    "thing": None, "object": None,
+    "thing": None,
+    "object": None,
     **{c: ("color", c) for c in ("gray", "red", "blue", "green", "brown", "purple", "cyan", "yellow")},
 }
 
@@ -123,15 +131,17 @@ def obj(size, color, material, shape, x=500, y=500) -> SceneObject:
 
 @pytest.fixture
 def scene() -> Scene:
-    return Scene([
-        obj("large", "blue", "metal", "cube"),
-        obj("large", "blue", "rubber", "sphere"),
-        obj("small", "blue", "rubber", "cylinder"),
-        obj("large", "red", "rubber", "cube"),
-        obj("small", "red", "metal", "cube"),
-        obj("small", "gray", "metal", "sphere"),
-        obj("large", "green", "rubber", "cylinder"),
-    ])
+    return Scene(
+        [
+            obj("large", "blue", "metal", "cube"),
+            obj("large", "blue", "rubber", "sphere"),
+            obj("small", "blue", "rubber", "cylinder"),
+            obj("large", "red", "rubber", "cube"),
+            obj("small", "red", "metal", "cube"),
+            obj("small", "gray", "metal", "sphere"),
+            obj("large", "green", "rubber", "cylinder"),
+        ]
+    )
 
 
 # --- answers ---------------------------------------------------------------------------------
@@ -195,10 +205,14 @@ def test_generated_answers_are_right_for_random_scenes():
             assert answer(scene, q) == a, (scene.to_dict(), q, a)
 
 
-CLOSED_VOCABULARY = set(
-    "how many what number of are there visible any is a an the color shape size material does have "
-    "big made more fewer than greater less same as and equal do subtract all left add exist".split()
-) | set(WORDS) | {w + "s" for w in WORDS}
+CLOSED_VOCABULARY = (
+    set(
+        "how many what number of are there visible any is a an the color shape size material does have "
+        "big made more fewer than greater less same as and equal do subtract all left add exist".split()
+    )
+    | set(WORDS)
+    | {w + "s" for w in WORDS}
+)
 
 
 def test_clean_questions_use_only_the_closed_vocabulary():
@@ -210,16 +224,35 @@ def test_clean_questions_use_only_the_closed_vocabulary():
             assert set(words) <= CLOSED_VOCABULARY, item.question
             assert item.qtype is not None and item.source == source.name
             answers.add(item.answer)
-    assert answers <= {"yes", "no", "small", "large", "rubber", "metal", "cube", "sphere", "cylinder",
-                       "gray", "red", "blue", "green", "brown", "purple", "cyan", "yellow"} | {str(n) for n in range(20)}
+    assert answers <= {
+        "yes",
+        "no",
+        "small",
+        "large",
+        "rubber",
+        "metal",
+        "cube",
+        "sphere",
+        "cylinder",
+        "gray",
+        "red",
+        "blue",
+        "green",
+        "brown",
+        "purple",
+        "cyan",
+        "yellow",
+    } | {str(n) for n in range(20)}
 
 
 # --- determinism, rendering --------------------------------------------------------------------
 
 
 def _as_tuples(records: list[SourceRecord]):
-    return [(r.record_id, r.images, r.image_ids, [(q.question, q.answer, q.qtype, q.turn, q.image_ref) for q in r.qa])
-            for r in records]
+    return [
+        (r.record_id, r.images, r.image_ids, [(q.question, q.answer, q.qtype, q.turn, q.image_ref) for q in r.qa])
+        for r in records
+    ]
 
 
 def test_same_seed_same_bytes_and_qa_and_image_i_independent_of_num_images():
@@ -315,7 +348,9 @@ def detect(records: list[SourceRecord], name: str = "synthetic-clevr") -> dict[s
         previous = image
         for i, q in enumerate(r.qa):
             words = set(re.findall(r"[a-z]+", q.question.lower()))
-            found["off_task"] += bool(q.question) and not words <= CLOSED_VOCABULARY and not any(m in q.question for m in MC_MARKERS)
+            found["off_task"] += (
+                bool(q.question) and not words <= CLOSED_VOCABULARY and not any(m in q.question for m in MC_MARKERS)
+            )
             found["flattened_mc"] += any(m in q.question for m in MC_MARKERS)
             found["sentence_answer"] += " " in q.answer and words <= CLOSED_VOCABULARY
             found["empty_field"] += q.question == "" or q.answer == ""
@@ -428,7 +463,10 @@ def test_invalid_noise_key_lists_the_valid_ones():
 
 def test_provenance():
     assert SyntheticSource(seed=3, style="clevr", name="tiny").provenance() == {
-        "dataset": "rs-synthetic/tiny", "config": "clevr", "split": "train", "revision": "seed=3",
+        "dataset": "rs-synthetic/tiny",
+        "config": "clevr",
+        "split": "train",
+        "revision": "seed=3",
     }
 
 

@@ -10,7 +10,9 @@ import pytest
 from rs.util import progress
 
 
-def test_the_time_left_counts_from_the_first_item_not_the_load_before_it(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+def test_the_time_left_counts_from_the_first_item_not_the_load_before_it(
+    monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
     now = [0.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     caplog.set_level(logging.INFO, logger="rs.util.progress")

@@ -6,7 +6,9 @@ from rs.util.text import counted, first_line, last_line, pct
 
 
 def test_counts_and_shares_read_as_a_reader_reads_them() -> None:
-    assert counted(1, "shard") == "1 shard" and counted(1234, "shard") == "1,234 shards" and counted(0, "row") == "0 rows"
+    assert (
+        counted(1, "shard") == "1 shard" and counted(1234, "shard") == "1,234 shards" and counted(0, "row") == "0 rows"
+    )
     assert counted(2, "family", "families") == "2 families"
     assert pct(0.125) == "12.5%" and pct(1) == "100.0%" and pct(None) == "n/a"
 

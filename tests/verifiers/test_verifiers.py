@@ -12,7 +12,6 @@ import pytest
 
 from rs.answers import Outcome, read
 from rs.answers.extract import split_reasoning
-from rs.verifiers.base import as_references
 from rs.verifiers import (
     ItemInfo,
     Verifier,
@@ -23,6 +22,7 @@ from rs.verifiers import (
     verifier_params,
 )
 from rs.verifiers.anls import anls_score, levenshtein
+from rs.verifiers.base import as_references
 from rs.verifiers.mcq import extract_choice
 from rs.verifiers.relaxed import parse_number
 from rs.verifiers.vqa import vqa_normalise, vqa_score
@@ -461,7 +461,11 @@ def test_exact(prediction: str, reference, expected: bool) -> None:
         ("²", "2", False),
         ("someone", "1", False),  # word boundaries
         ("Answer: 5", "5", True),
-        ("2 red and 3 blue\n**Final Answer:** 5", "5", False),  # other counts beside the marked one: the judge reads it
+        (
+            "2 red and 3 blue\n**Final Answer:** 5",
+            "5",
+            False,
+        ),  # other counts beside the marked one: the judge reads it
         ("I count 2 + 3 = \\boxed{5}", "5", False),
         ("<answer>4</answer> after recounting 3", "4", False),
         ("5", "five", True),  # number-word reference
@@ -694,13 +698,22 @@ def test_anls_match(prediction: str, reference, params: dict, expected: bool) ->
         ("A\nA is wrong, the answer is C", None),  # first line contradicts the stated answer
         ("The answer is B", "B"),
         ("The answer is (B).", "B"),
-        ("The answer is B because this is a square.", None),  # words beside the letter: undecided  # Geometry3K: lmms -> A (article)
+        (
+            "The answer is B because this is a square.",
+            None,
+        ),  # words beside the letter: undecided  # Geometry3K: lmms -> A (article)
         ("Answer: B", "B"),
         ("answer: B", "B"),
         ("Final answer: **D**", "D"),
-        ("The correct answer is **B**. Here's why: A is wrong.", None),  # another option named after it  # lmms extract_mcq_answer -> A
+        (
+            "The correct answer is **B**. Here's why: A is wrong.",
+            None,
+        ),  # another option named after it  # lmms extract_mcq_answer -> A
         ("A dog is shown, so the answer is B.", "B"),  # lmms -> A
-        ("Option B: dog\nFinal answer: D", None),  # another option named beside the stated one  # a stated answer beats an option mention
+        (
+            "Option B: dog\nFinal answer: D",
+            None,
+        ),  # another option named beside the stated one  # a stated answer beats an option mention
         ("Between A and C, I choose C", None),
         ("The answer is option C.", "C"),
         ("<think>The answer is A</think>\nAnswer: C", None),  # reasoning must be removed by the caller first

@@ -81,7 +81,9 @@ def verify_shipped() -> None:
         raise ShippedFileError(f"{SUMS_FILE} lists no weights/ files")
     for name in shipped_files():
         if name not in sums:
-            raise ShippedFileError(f"{PACKAGE_DIR / name} is not recorded in {SUMS_FILE} (run `python -m rs_demo.demo_model hashes`)")
+            raise ShippedFileError(
+                f"{PACKAGE_DIR / name} is not recorded in {SUMS_FILE} (run `python -m rs_demo.demo_model hashes`)"
+            )
     for name, expected in sums.items():
         path = PACKAGE_DIR / name
         if not path.is_file():

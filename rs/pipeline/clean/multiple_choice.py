@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import re
 import string
-
 from dataclasses import dataclass
 
-from rs.util.config_checks import ConfigValueError
-from rs.registry import CLEANING
 from rs.records import QAItem
+from rs.registry import CLEANING
+from rs.util.config_checks import ConfigValueError
 
 from .base import ItemFilter, StepCard
 
@@ -23,7 +22,9 @@ _LABEL = r"(?:options|choices|answer choices|candidates|choose from|choose one|s
 _PROSE = re.compile(rf"(?is)^(?P<stem>.*?)[\s(]*\b{_LABEL}\s*[:\-]?\s*(?P<list>.+?)\s*\)?[.?]?\s*$")
 _INLINE_MARK = re.compile(r"\(([A-Ja-j])\)\s*|(?:(?<=\s)|^)([A-J])[.:)]\s+")
 _LINE = re.compile(r"^\s*\(?([A-Ja-j])[.:)]\)?\s+(.+?)\s*$")
-_LETTER_REF = re.compile(r"(?i)^\s*(?:(?:the\s+)?(?:correct\s+)?answer(?:\s+is)?\s*[:\-]?\s*)?(?:option\s+)?\(?([A-J])\)?[.)]?\s*$")
+_LETTER_REF = re.compile(
+    r"(?i)^\s*(?:(?:the\s+)?(?:correct\s+)?answer(?:\s+is)?\s*[:\-]?\s*)?(?:option\s+)?\(?([A-J])\)?[.)]?\s*$"
+)
 _PUNCT = str.maketrans("", "", string.punctuation)
 
 
@@ -115,7 +116,9 @@ class MultipleChoiceConfig:
 
     def __post_init__(self) -> None:
         if not self.letters or len(set(self.letters)) != len(self.letters):
-            raise ConfigValueError("letters", f"must be distinct letters, one per option (e.g. ABCDEFGHIJ), got {self.letters!r}")
+            raise ConfigValueError(
+                "letters", f"must be distinct letters, one per option (e.g. ABCDEFGHIJ), got {self.letters!r}"
+            )
 
 
 @CLEANING.register("multiple_choice")
@@ -125,7 +128,10 @@ class MultipleChoice(ItemFilter):
     name = "multiple_choice"
     Config = MultipleChoiceConfig
     order = 40
-    card = StepCard("Multiple-choice normalisation", "Where options had been flattened into prose, they are re-rendered as a lettered block and the reference is rewritten to the bare letter, so the task is well posed and the answer is unambiguous; a reference that names no option is dropped.")
+    card = StepCard(
+        "Multiple-choice normalisation",
+        "Where options had been flattened into prose, they are re-rendered as a lettered block and the reference is rewritten to the bare letter, so the task is well posed and the answer is unambiguous; a reference that names no option is dropped.",
+    )
 
     def __init__(self, config: MultipleChoiceConfig):
         super().__init__()

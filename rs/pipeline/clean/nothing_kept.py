@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rs.pipeline.clean.causes import LIKELY_CAUSES
 from rs.errors import UsageError
+from rs.pipeline.clean.causes import LIKELY_CAUSES
 
 __all__ = ["LIKELY_CAUSES", "NothingKept", "check_something_kept"]
 
@@ -25,10 +25,15 @@ def check_something_kept(family: str, kept: int, dropped: Counter[str] | dict[st
         return
     total = sum(dropped.values())
     if not total:
-        raise NothingKept(f"{family}: the source gave no QA to clean: nothing to sample",
-                          hint="check source.path / source.split and --limit (`rs families preview` shows the first records)")
+        raise NothingKept(
+            f"{family}: the source gave no QA to clean: nothing to sample",
+            hint="check source.path / source.split and --limit (`rs families preview` shows the first records)",
+        )
     reason, count = Counter(dropped).most_common(1)[0]
     cause = LIKELY_CAUSES.get(reason, "see the family's exclusions.jsonl, every dropped QA with its reason")
-    raise NothingKept(f"{family}: cleaning dropped every QA ({total} of {total}), most often as {reason} ({count}): nothing "
-                      "to sample", hint=f"likely: {cause}; `rs families preview {family}` shows the first records as read, "
-                                        "`rs families validate --source 20` checks each column's type")
+    raise NothingKept(
+        f"{family}: cleaning dropped every QA ({total} of {total}), most often as {reason} ({count}): nothing "
+        "to sample",
+        hint=f"likely: {cause}; `rs families preview {family}` shows the first records as read, "
+        "`rs families validate --source 20` checks each column's type",
+    )

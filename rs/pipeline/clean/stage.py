@@ -49,14 +49,28 @@ class CleanStage(StoredStage[CleaningReport]):
     """Source records -> clean rows (one image, its QA); every drop with its reason."""
 
     name: ClassVar[str] = "clean"
-    store: ClassVar[Store[CleaningReport]] = Store("clean", "clean_report", "the clean store", "the source",
-                                                   CleaningReport.from_dict, beside=("exclusions.jsonl",))
+    store: ClassVar[Store[CleaningReport]] = Store(
+        "clean",
+        "clean_report",
+        "the clean store",
+        "the source",
+        CleaningReport.from_dict,
+        beside=("exclusions.jsonl",),
+    )
 
     def fingerprint(self, ctx: BuildContext) -> str:
         """The source, the cleaning and instructions, the `--limit`, the cleaning policy and the decontamination."""
         c = ctx.family.config
-        return fingerprint({"source": asdict(c.source), "cleaning": asdict(c.cleaning), "instructions": asdict(Instructions.of(c)),
-                            "limit": ctx.limit, "policy": POLICY_VERSION, **decontamination_fingerprint(c)})
+        return fingerprint(
+            {
+                "source": asdict(c.source),
+                "cleaning": asdict(c.cleaning),
+                "instructions": asdict(Instructions.of(c)),
+                "limit": ctx.limit,
+                "policy": POLICY_VERSION,
+                **decontamination_fingerprint(c),
+            }
+        )
 
     def requests(self, ctx: BuildContext) -> Iterator[tuple[str, Request]]:
         return iter(())  # cleaning asks no model
@@ -70,14 +84,25 @@ class CleanStage(StoredStage[CleaningReport]):
         start = time.perf_counter()
         source = open_source(ctx.family)
         with scratch(*paths.root.glob(SPILLED)), ExclusionWriter(paths.root / "exclusions.jsonl.tmp") as exclusions:
-            cleaner = Cleaner(ctx.family.config, source.provenance(), exclusions=exclusions, work_dir=paths.root,
-                              base_dir=ctx.family.path.parent)
+            cleaner = Cleaner(
+                ctx.family.config,
+                source.provenance(),
+                exclusions=exclusions,
+                work_dir=paths.root,
+                base_dir=ctx.family.path.parent,
+            )
             with progress(ctx.limit, "cleaning", unit="row", enabled=ctx.progress) as bar:
                 write_clean_rows(_counted(cleaner.rows(source, limit=ctx.limit), bar), self.store.tmp(paths))
         report = cleaner.report
         report.seconds = time.perf_counter() - start
-        logger.info("%s: cleaned %d source QA into %d rows (%d kept, %d dropped)", ctx.family.name, report.source_items,
-                    report.rows, report.kept_items, report.dropped_items)
+        logger.info(
+            "%s: cleaned %d source QA into %d rows (%d kept, %d dropped)",
+            ctx.family.name,
+            report.source_items,
+            report.rows,
+            report.kept_items,
+            report.dropped_items,
+        )
         return report
 
     def kept(self, ctx: BuildContext, report: CleaningReport) -> str:

@@ -67,8 +67,16 @@ class PublishStage:
 
     name: ClassVar[str] = "publish"
 
-    def __init__(self, target: Target, *, cards_only: bool = False, dry_run: bool = False, allow_empty: bool = True,
-                 sample: Callable[[BuildContext], Any] | None = None, progress: bool = True):
+    def __init__(
+        self,
+        target: Target,
+        *,
+        cards_only: bool = False,
+        dry_run: bool = False,
+        allow_empty: bool = True,
+        sample: Callable[[BuildContext], Any] | None = None,
+        progress: bool = True,
+    ):
         self.target, self.cards_only, self.dry_run, self.allow_empty = target, cards_only, dry_run, allow_empty
         self.sample, self.progress = sample, progress
 
@@ -86,7 +94,9 @@ class PublishStage:
             # a dry run spends nothing: no model is loaded, nothing sampled or judged (the command says what a run would do)
             return PublishReport(family.name, None, {}, {}, target.local, time.perf_counter() - start)
         with ExitStack() as held:
-            held.enter_context(ctx.lock())  # one run of a family at a time: the build, the assembled repos and the upload
+            held.enter_context(
+                ctx.lock()
+            )  # one run of a family at a time: the build, the assembled repos and the upload
             held.enter_context(target.held(family, dry_run=self.dry_run))
             if self.sample is not None and not self.cards_only and not self.dry_run:
                 self.sample(ctx)
@@ -102,22 +112,47 @@ class PublishStage:
         family, c = ctx.family, ctx.family.config
         report = None if self.cards_only else build_family(ctx)
         if report is not None:
-            ledger.keep(f"{family.name}'s splits, ready to publish ("
-                        + ", ".join(f"{s.repo} {s.rows:,} rows" for s in report.splits.values()) + f", in {ctx.paths.root / 'splits'})")
+            ledger.keep(
+                f"{family.name}'s splits, ready to publish ("
+                + ", ".join(f"{s.repo} {s.rows:,} rows" for s in report.splits.values())
+                + f", in {ctx.paths.root / 'splits'})"
+            )
         check_not_empty(ctx, report, local=self.target.local, allow_empty=self.allow_empty)
         assembled = assemble_repos(ctx, self.target, cards_only=self.cards_only)
-        for repo in assembled.values():  # all of them, before the first upload: a refused third repo leaves the first two untouched
-            check_repo(repo, row_group_bytes=parse_bytes(c.shard.row_group_bytes), files_per_commit=c.publish.files_per_commit)
-        results = self.target.publish(family, assembled, only=CARD_FILES if self.cards_only else None, dry_run=self.dry_run,
-                                      progress=self.progress)
+        for repo in (
+            assembled.values()
+        ):  # all of them, before the first upload: a refused third repo leaves the first two untouched
+            check_repo(
+                repo, row_group_bytes=parse_bytes(c.shard.row_group_bytes), files_per_commit=c.publish.files_per_commit
+            )
+        results = self.target.publish(
+            family,
+            assembled,
+            only=CARD_FILES if self.cards_only else None,
+            dry_run=self.dry_run,
+            progress=self.progress,
+        )
         return report, results
 
 
-def publish(family: Family, *, out: Path | None = None, cards_only: bool = False, dry_run: bool = False, limit: int | None = None,
-            build_root: Path | None = None, cache_path: Path | None = None, progress: bool = True, token: str | None = None,
-            engine_factory: Any = None, sample: Callable[[BuildContext], Any] | None = None, allow_empty: bool = True,
-            route_filter: RouteFilter | None = None, stores: Path | None = None,
-            refiltered: dict[str, Any] | None = None) -> PublishReport:
+def publish(
+    family: Family,
+    *,
+    out: Path | None = None,
+    cards_only: bool = False,
+    dry_run: bool = False,
+    limit: int | None = None,
+    build_root: Path | None = None,
+    cache_path: Path | None = None,
+    progress: bool = True,
+    token: str | None = None,
+    engine_factory: Any = None,
+    sample: Callable[[BuildContext], Any] | None = None,
+    allow_empty: bool = True,
+    route_filter: RouteFilter | None = None,
+    stores: Path | None = None,
+    refiltered: dict[str, Any] | None = None,
+) -> PublishReport:
     """Build (unless cards only), assemble and publish the family's repos to `out` or its `publish:` target.
 
     `allow_empty`: publish a split with no rows to the Hub (`datasets` cannot load it; the card says so); the command
@@ -130,9 +165,23 @@ def publish(family: Family, *, out: Path | None = None, cards_only: bool = False
     folder of the stores to publish from, when not the family's build (`rs.refilter.prepare`), and `refiltered` what the
     cards say of them.
     """
-    ctx = BuildContext(family, Path(build_root or os.environ.get("RS_BUILD_DIR", "build")), cache_path or default_cache_path(),
-                       limit=limit, progress=progress, engine_factory=engine_factory, route_filter=route_filter,
-                       stores=stores, refiltered=refiltered)
-    stage = PublishStage(target_for(family, out, token=token), cards_only=cards_only, dry_run=dry_run, allow_empty=allow_empty,
-                         sample=sample, progress=progress)
+    ctx = BuildContext(
+        family,
+        Path(build_root or os.environ.get("RS_BUILD_DIR", "build")),
+        cache_path or default_cache_path(),
+        limit=limit,
+        progress=progress,
+        engine_factory=engine_factory,
+        route_filter=route_filter,
+        stores=stores,
+        refiltered=refiltered,
+    )
+    stage = PublishStage(
+        target_for(family, out, token=token),
+        cards_only=cards_only,
+        dry_run=dry_run,
+        allow_empty=allow_empty,
+        sample=sample,
+        progress=progress,
+    )
     return stage.run(ctx)

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from rs.pipeline.publish.targets import Target
 
 
-def assemble_repo(ctx: BuildContext, split: str, into: Path, *, cards_only: bool, published: Path | None = None,
-                  local: bool = False) -> Path:
+def assemble_repo(
+    ctx: BuildContext, split: str, into: Path, *, cards_only: bool, published: Path | None = None, local: bool = False
+) -> Path:
     """Lay out the repo of `split` exactly as published under `into`; returns the repo folder.
 
     `published`: the repo as published, read for what a cards-only run without a build cannot take from the build.
@@ -40,7 +41,9 @@ def assemble_repo(ctx: BuildContext, split: str, into: Path, *, cards_only: bool
         for name in inputs.report.splits[split].files:
             link_or_copy(ctx.paths.split(split) / name, repo / "data" / name)
     numbers = repo_numbers(ctx, split, published)
-    if split == "samples":  # what rebuilding the stores from this repo takes besides its rows (`rs refilter --from-samples`)
+    if (
+        split == "samples"
+    ):  # what rebuilding the stores from this repo takes besides its rows (`rs refilter --from-samples`)
         if ctx.paths.sample_report.exists():
             write_json(repo / RUN_FILE, run_record(ctx.paths.root))
         elif published is not None and (published / RUN_FILE).exists():
@@ -60,5 +63,7 @@ def assemble_repos(ctx: BuildContext, target: Target, *, cards_only: bool) -> di
         repo_name = ctx.family.repo_name(split)
         published = target.published(ctx, split, needed=cards_only and not ctx.paths.stats.exists())
         with writing("the assembled repo", into / repo_name), scratch(into / repo_name):
-            assembled[split] = assemble_repo(ctx, split, into, cards_only=cards_only, published=published, local=target.local)
+            assembled[split] = assemble_repo(
+                ctx, split, into, cards_only=cards_only, published=published, local=target.local
+            )
     return assembled

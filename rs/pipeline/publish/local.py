@@ -53,9 +53,11 @@ def check_writable(root: Path, targets: list[Path], named: str) -> None:
     folders += [Path(current) for target in targets if target.is_dir() for current, _, _ in os.walk(target)]
     for folder in folders:
         if not os.access(folder, os.W_OK | os.X_OK):
-            raise UsageError(f"{named} {root.parent}: cannot write in {folder} (read-only), so the published "
-                             "repo there cannot be replaced",
-                             hint=f"make it writable (chmod -R u+w {folder}) or publish to another {named}; nothing was changed")
+            raise UsageError(
+                f"{named} {root.parent}: cannot write in {folder} (read-only), so the published "
+                "repo there cannot be replaced",
+                hint=f"make it writable (chmod -R u+w {folder}) or publish to another {named}; nothing was changed",
+            )
 
 
 def prepare(assembled: Path, target: Path, changes: list[FileChange], new: Path) -> None:
@@ -125,8 +127,10 @@ def _switch(new: Path, target: Path, inode: int, old: Path) -> bool:
     if _inode(target) == inode:
         return False
     if _inode(new) != inode:
-        raise PublishLeftBroken(f"a stopped publish committed {new} to replace {target}, but it is gone",
-                                hint=f"remove {new.parents[1]} and run the same command again: it publishes the repos whole")
+        raise PublishLeftBroken(
+            f"a stopped publish committed {new} to replace {target}, but it is gone",
+            hint=f"remove {new.parents[1]} and run the same command again: it publishes the repos whole",
+        )
     if target.exists():
         try:
             exchange(new, target)
@@ -144,7 +148,9 @@ def _switch(new: Path, target: Path, inode: int, old: Path) -> bool:
 
 def exchange(a: Path, b: Path) -> None:
     """Swap two paths in one step (Linux `renameat2(RENAME_EXCHANGE)`); OSError(ENOSYS) where there is none."""
-    sys.audit("rs.pipeline.publish.exchange", str(a), str(b))  # a test can stop the run at this rename as at os.rename's
+    sys.audit(
+        "rs.pipeline.publish.exchange", str(a), str(b)
+    )  # a test can stop the run at this rename as at os.rename's
     renameat2 = getattr(_libc(), "renameat2", None)
     if renameat2 is None:
         raise OSError(errno.ENOSYS, "renameat2 is not available")

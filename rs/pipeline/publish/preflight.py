@@ -29,12 +29,17 @@ def check_repo_paths(family: Family, root: Path, named: str) -> None:
         if not path.exists() and not path.is_symlink():
             continue
         if path.is_symlink() or not path.is_dir():
-            raise UsageError(f"{named}: {path} is a file, not a repo this project published: publishing {family.name} there "
-                             "would replace it", hint=f"move it away, or give another {named}; nothing was changed")
+            raise UsageError(
+                f"{named}: {path} is a file, not a repo this project published: publishing {family.name} there "
+                "would replace it",
+                hint=f"move it away, or give another {named}; nothing was changed",
+            )
         if any(path.iterdir()) and not (path / MARKER).is_file():
-            raise UsageError(f"{named}: {path} is a folder this project did not publish (it has no {MARKER.as_posix()}): publishing "
-                             f"{family.name} there would replace what it holds",
-                             hint=f"move it away, or give another {named}; nothing was changed")
+            raise UsageError(
+                f"{named}: {path} is a folder this project did not publish (it has no {MARKER.as_posix()}): publishing "
+                f"{family.name} there would replace what it holds",
+                hint=f"move it away, or give another {named}; nothing was changed",
+            )
 
 
 def check_overlap(out: Path | None, named: str, build_root: Path, cache_path: Path) -> None:
@@ -43,17 +48,27 @@ def check_overlap(out: Path | None, named: str, build_root: Path, cache_path: Pa
     if out is not None:
         folder = out.resolve()
         if folder == build or folder.is_relative_to(build):
-            raise UsageError(f"{named} {out} is inside the build folder {build_root}: the build replaces what is there while it "
-                             "assembles the next repos", hint=f"give {named} a folder outside {build_root}")
+            raise UsageError(
+                f"{named} {out} is inside the build folder {build_root}: the build replaces what is there while it "
+                "assembles the next repos",
+                hint=f"give {named} a folder outside {build_root}",
+            )
         if build.is_relative_to(folder):
-            raise UsageError(f"the build folder {build_root} is inside {named} {out}: it would be taken for published repos",
-                             hint=f"give {named} and --build-dir folders apart")
+            raise UsageError(
+                f"the build folder {build_root} is inside {named} {out}: it would be taken for published repos",
+                hint=f"give {named} and --build-dir folders apart",
+            )
         if cache.is_relative_to(folder):
-            raise UsageError(f"the generation cache {cache_path} is inside {named} {out}: it is no repo's file",
-                             hint=f"give --cache a path outside {out}")
+            raise UsageError(
+                f"the generation cache {cache_path} is inside {named} {out}: it is no repo's file",
+                hint=f"give --cache a path outside {out}",
+            )
     if cache.is_relative_to(build):
-        raise UsageError(f"the generation cache {cache_path} is inside the build folder {build_root}: a build is rebuilt from "
-                         "the cache, so the cache must not be part of one", hint=f"give --cache a path outside {build_root}")
+        raise UsageError(
+            f"the generation cache {cache_path} is inside the build folder {build_root}: a build is rebuilt from "
+            "the cache, so the cache must not be part of one",
+            hint=f"give --cache a path outside {build_root}",
+        )
 
 
 def check_local_root(folder: Path, named: str, what: str = "the published repos") -> None:
@@ -65,24 +80,32 @@ def check_local_root(folder: Path, named: str, what: str = "the published repos"
     while not os.path.lexists(existing) and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise UsageError(f"{named} {folder}: {existing} is a file, not a folder: {what} cannot go there",
-                         hint=f"give {named} a folder (it is created if it does not exist)")
+        raise UsageError(
+            f"{named} {folder}: {existing} is a file, not a folder: {what} cannot go there",
+            hint=f"give {named} a folder (it is created if it does not exist)",
+        )
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"{named} {folder}: cannot write in {existing} (permission denied)",
-                         hint=f"give {named} a folder you can write in")
+        raise UsageError(
+            f"{named} {folder}: cannot write in {existing} (permission denied)",
+            hint=f"give {named} a folder you can write in",
+        )
     try:  # a read-only file system, or a place even root cannot write in, passes os.access
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as err:
-        raise UsageError(f"{named} {folder}: cannot write in {existing} ({err.strerror})",
-                         hint=f"give {named} a folder you can write in") from None
+        raise UsageError(
+            f"{named} {folder}: cannot write in {existing} ({err.strerror})",
+            hint=f"give {named} a folder you can write in",
+        ) from None
 
 
 def check_trial(family: Family, limit: int | None, *, local: bool, dry_run: bool) -> None:
     """Refuse a `--limit` trial on its way to the Hub, where it would replace the whole family's repos."""
     if limit is not None and not local and not dry_run:
         namespace = family.config.publish.namespace
-        raise UsageError(f"--limit {limit} builds a trial of {family.name} on its first {limit} images; published to the Hub "
-                         f"it would replace {namespace}/{family.repo_name('think')} and its two siblings with it",
-                         hint="publish the trial to a local folder (--out DIR) or see what would change (--dry-run); "
-                              "publish to the Hub without --limit")
+        raise UsageError(
+            f"--limit {limit} builds a trial of {family.name} on its first {limit} images; published to the Hub "
+            f"it would replace {namespace}/{family.repo_name('think')} and its two siblings with it",
+            hint="publish the trial to a local folder (--out DIR) or see what would change (--dry-run); "
+            "publish to the Hub without --limit",
+        )

@@ -19,10 +19,18 @@ from pathlib import Path
 
 from rs.context import BuildContext
 from rs.errors import RsError, UsageError
-from rs.pipeline.write.splits import RowGroupTooLarge, check_row_groups
+from rs.hub.limits import (
+    COMMITS_PER_HOUR,
+    DEFAULT_FILES_PER_COMMIT,
+    MAX_ENTRIES_PER_FOLDER,
+    MAX_FILE_BYTES,
+    MAX_FILES_PER_COMMIT,
+    MAX_FILES_PER_REPO,
+    RECOMMENDED_FILE_BYTES,
+    check_files_per_commit,
+)
 from rs.pipeline.write.report import FamilyReport
-from rs.hub.limits import (COMMITS_PER_HOUR, DEFAULT_FILES_PER_COMMIT, MAX_ENTRIES_PER_FOLDER, MAX_FILE_BYTES,
-                       MAX_FILES_PER_COMMIT, MAX_FILES_PER_REPO, RECOMMENDED_FILE_BYTES, check_files_per_commit)
+from rs.pipeline.write.splits import RowGroupTooLarge, check_row_groups
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +49,16 @@ def _commit_problems(folder: Path, files: list[Path], files_per_commit: int) -> 
         return [str(err)]
     commits = math.ceil(len(files) / files_per_commit) + (len(files) > files_per_commit)  # + the merge
     if commits > COMMITS_PER_HOUR:
-        logger.warning("%s: %s files make up to %s commits of %s files; the Hub allows about %s an hour per repo, "
-                       "so the publish will wait for its quota (raise publish.files_per_commit, up to %s, for fewer)",
-                       folder, f"{len(files):,}", f"{commits:,}", files_per_commit, COMMITS_PER_HOUR,
-                       MAX_FILES_PER_COMMIT)
+        logger.warning(
+            "%s: %s files make up to %s commits of %s files; the Hub allows about %s an hour per repo, "
+            "so the publish will wait for its quota (raise publish.files_per_commit, up to %s, for fewer)",
+            folder,
+            f"{len(files):,}",
+            f"{commits:,}",
+            files_per_commit,
+            COMMITS_PER_HOUR,
+            MAX_FILES_PER_COMMIT,
+        )
     return []
 
 
@@ -52,13 +66,17 @@ def _count_problems(folder: Path, files: list[Path]) -> list[str]:
     """Too many files in the repo, or entries in one of its folders."""
     problems = []
     if len(files) >= MAX_FILES_PER_REPO:
-        problems.append(f"{folder}: {len(files):,} files, the Hub recommends fewer than {MAX_FILES_PER_REPO:,} per repo "
-                        "(raise shard.max_bytes for fewer, larger shards)")
+        problems.append(
+            f"{folder}: {len(files):,} files, the Hub recommends fewer than {MAX_FILES_PER_REPO:,} per repo "
+            "(raise shard.max_bytes for fewer, larger shards)"
+        )
     for directory in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
         entries = sum(1 for _ in directory.iterdir())
         if entries >= MAX_ENTRIES_PER_FOLDER:
-            problems.append(f"{directory}: {entries:,} entries, the Hub recommends fewer than {MAX_ENTRIES_PER_FOLDER:,} per folder "
-                            "(raise shard.max_bytes for fewer, larger shards)")
+            problems.append(
+                f"{directory}: {entries:,} entries, the Hub recommends fewer than {MAX_ENTRIES_PER_FOLDER:,} per folder "
+                "(raise shard.max_bytes for fewer, larger shards)"
+            )
     return problems
 
 
@@ -68,9 +86,16 @@ def _size_problems(files: list[Path]) -> list[str]:
     for path in files:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
-            problems.append(f"{path}: {size:,} bytes, over the Hub's {MAX_FILE_BYTES:,}-byte limit per file (lower shard.max_bytes)")
+            problems.append(
+                f"{path}: {size:,} bytes, over the Hub's {MAX_FILE_BYTES:,}-byte limit per file (lower shard.max_bytes)"
+            )
         elif size > RECOMMENDED_FILE_BYTES:
-            logger.warning("%s: %s bytes, over the %s bytes the Hub recommends per file", path, f"{size:,}", f"{RECOMMENDED_FILE_BYTES:,}")
+            logger.warning(
+                "%s: %s bytes, over the %s bytes the Hub recommends per file",
+                path,
+                f"{size:,}",
+                f"{RECOMMENDED_FILE_BYTES:,}",
+            )
     return problems
 
 
@@ -80,8 +105,10 @@ def _data_problems(folder: Path, files: list[Path], row_group_bytes: int) -> lis
     data = [p for p in files if p.relative_to(folder).parts[0] == "data"]
     formats = sorted({p.suffix or p.name for p in data})
     if len(formats) > 1 or (formats and formats != [".parquet"]):
-        problems.append(f"{folder / 'data'}: files of {', '.join(formats)}; the viewer reads one format per split, and this "
-                        "repo's card declares parquet")
+        problems.append(
+            f"{folder / 'data'}: files of {', '.join(formats)}; the viewer reads one format per split, and this "
+            "repo's card declares parquet"
+        )
     try:
         check_row_groups(sorted(p for p in data if p.suffix == ".parquet"), row_group_bytes)
     except RowGroupTooLarge as err:
@@ -92,8 +119,12 @@ def _data_problems(folder: Path, files: list[Path], row_group_bytes: int) -> lis
 def check_repo(folder: Path, *, row_group_bytes: int, files_per_commit: int = DEFAULT_FILES_PER_COMMIT) -> None:
     """Raise `RepoCheckError` listing everything in `folder` (one assembled repo) the Hub or the viewer would refuse."""
     files = [p for p in folder.rglob("*") if p.is_file()]
-    problems = (_commit_problems(folder, files, files_per_commit) + _count_problems(folder, files) + _size_problems(files)
-                + _data_problems(folder, files, row_group_bytes))
+    problems = (
+        _commit_problems(folder, files, files_per_commit)
+        + _count_problems(folder, files)
+        + _size_problems(files)
+        + _data_problems(folder, files, row_group_bytes)
+    )
     if problems:
         raise RepoCheckError("the Hub or its dataset viewer would refuse this publish:\n  " + "\n  ".join(problems))
 
@@ -105,9 +136,15 @@ class EmptySplitError(UsageError):
 def check_not_empty(ctx: BuildContext, report: FamilyReport | None, *, local: bool, allow_empty: bool) -> None:
     """Refuse a split with no rows on its way to the Hub unless allowed: `datasets` cannot load it."""
     family = ctx.family
-    if report is not None and not local and not allow_empty and (empty := [s for s in family.splits if not report.splits[s].rows]):
+    if (
+        report is not None
+        and not local
+        and not allow_empty
+        and (empty := [s for s in family.splits if not report.splits[s].rows])
+    ):
         raise EmptySplitError(
             f"{', '.join(family.repo_name(s) for s in empty)} would have no rows: `datasets.load_dataset` refuses a split with "
             "no rows (\"Instruction 'train' corresponds to no data!\"), so nothing was published",
             hint=f"publish it anyway with --allow-empty (its card says it is empty and how to read it), or see why in "
-                 f"{ctx.paths.stats}")
+            f"{ctx.paths.stats}",
+        )

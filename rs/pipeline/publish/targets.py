@@ -55,8 +55,9 @@ class Target(ABC):
         return nullcontext()
 
     @abstractmethod
-    def publish(self, family: Family, assembled: dict[str, Path], *, only: Sequence[str] | None, dry_run: bool,
-                progress: bool) -> dict[str, PublishResult]:
+    def publish(
+        self, family: Family, assembled: dict[str, Path], *, only: Sequence[str] | None, dry_run: bool, progress: bool
+    ) -> dict[str, PublishResult]:
         """Make each repo of the target hold its assembled folder (within `only`); a dry run changes nothing."""
 
 
@@ -107,8 +108,9 @@ class LocalTarget(Target):
                         break
             raise
 
-    def publish(self, family: Family, assembled: dict[str, Path], *, only: Sequence[str] | None, dry_run: bool,
-                progress: bool) -> dict[str, PublishResult]:
+    def publish(
+        self, family: Family, assembled: dict[str, Path], *, only: Sequence[str] | None, dry_run: bool, progress: bool
+    ) -> dict[str, PublishResult]:
         """Make each `root/<repo>` identical to its assembled repo (within `only`), all of them in one transaction.
 
         Each repo that changes is laid out whole beside the target and switched in (`rs.pipeline.publish.local`):
@@ -116,11 +118,17 @@ class LocalTarget(Target):
         a run killed at any point is finished or undone by the next.
         """
         root, name = self.root, family.name
-        changes = {split: diff(scan_folder(repo), folder_state(root / repo.name), only=only, delete_extra=True)
-                   for split, repo in assembled.items()}
-        results = {split: PublishResult(repo_id=(root / repo.name).as_posix(), changes=changes[split], commit_url=None)
-                   for split, repo in assembled.items()}
-        changing = [split for split, listed in changes.items() if any(change.action != "unchanged" for change in listed)]
+        changes = {
+            split: diff(scan_folder(repo), folder_state(root / repo.name), only=only, delete_extra=True)
+            for split, repo in assembled.items()
+        }
+        results = {
+            split: PublishResult(repo_id=(root / repo.name).as_posix(), changes=changes[split], commit_url=None)
+            for split, repo in assembled.items()
+        }
+        changing = [
+            split for split, listed in changes.items() if any(change.action != "unchanged" for change in listed)
+        ]
         if dry_run or not changing:
             return results
         local.check_writable(root, [root / assembled[split].name for split in changing], self.named)
@@ -161,27 +169,48 @@ class HubTarget(Target):
         if not needed:
             return None
         from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, RepositoryNotFoundError
+        from huggingface_hub.errors import (
+            HfHubHTTPError,
+            LocalEntryNotFoundError,
+            OfflineModeIsEnabled,
+            RepositoryNotFoundError,
+        )
 
         repo_name = ctx.family.repo_name(split)
         repo_id, folder = f"{self.namespace}/{repo_name}", ctx.paths.root / "published" / repo_name
         try:
-            snapshot_download(repo_id, repo_type="dataset", allow_patterns=["rs/*", "images/*"], local_dir=folder, token=self.token)
-        except (RepositoryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled) as err:  # offline: not cached
+            snapshot_download(
+                repo_id, repo_type="dataset", allow_patterns=["rs/*", "images/*"], local_dir=folder, token=self.token
+            )
+        except (
+            RepositoryNotFoundError,
+            HfHubHTTPError,
+            LocalEntryNotFoundError,
+            OfflineModeIsEnabled,
+        ) as err:  # offline: not cached
             logger.warning("could not read the card inputs of %s: %s", repo_id, err)
             return None
         return folder
 
-    def publish(self, family: Family, assembled: dict[str, Path], *, only: Sequence[str] | None, dry_run: bool,
-                progress: bool) -> dict[str, PublishResult]:
+    def publish(
+        self, family: Family, assembled: dict[str, Path], *, only: Sequence[str] | None, dry_run: bool, progress: bool
+    ) -> dict[str, PublishResult]:
         """Upload each assembled repo to its Hub repo (or, on a dry run, say what would change)."""
         c = family.config
         results = {}
         for split, repo in assembled.items():
             repo_name = family.repo_name(split)
-            results[split] = publish_folder(repo, f"{self.namespace}/{repo_name}", token=self.token, private=c.publish.private,
-                                            only=only, dry_run=dry_run, commit_message=f"rs: publish {repo_name}",
-                                            files_per_commit=c.publish.files_per_commit, progress=progress)
+            results[split] = publish_folder(
+                repo,
+                f"{self.namespace}/{repo_name}",
+                token=self.token,
+                private=c.publish.private,
+                only=only,
+                dry_run=dry_run,
+                commit_message=f"rs: publish {repo_name}",
+                files_per_commit=c.publish.files_per_commit,
+                progress=progress,
+            )
             if not dry_run:
                 ledger.keep(f"{self.namespace}/{repo_name} published on the Hub")
         return results

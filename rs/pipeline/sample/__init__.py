@@ -19,22 +19,28 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from rs.engines.factory import sampling_settings
+from rs.answers import Grader, Vocabulary
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached_engine import CachedEngine
-from rs.families.schema import FamilyConfig
-from rs.pipeline.sample.calibration import Answered, Calibration, CalibrationCases, CalibrationSampler, calibrate, question_kind
-from rs.pipeline.sample.judge import Judge, JudgeCase, judgeable
-from rs.util.progress import progress
-from rs.engines.ordered import InOrder
-from rs.prompt import Instructions
-from rs.pipeline.sample.requests import sampling_request
-from rs.engines.reasoning import ReasoningFormat
-from rs.records import QAItem, Row
-from rs.records import ITEMS, ItemRecord
-from rs.store import ParquetStreamWriter
+from rs.engines.factory import sampling_settings
 from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
-from rs.answers import Grader, Vocabulary
+from rs.engines.ordered import InOrder
+from rs.engines.reasoning import ReasoningFormat
+from rs.families.schema import FamilyConfig
+from rs.pipeline.sample.calibration import (
+    Answered,
+    Calibration,
+    CalibrationCases,
+    CalibrationSampler,
+    calibrate,
+    question_kind,
+)
+from rs.pipeline.sample.judge import Judge, JudgeCase, judgeable
+from rs.pipeline.sample.requests import sampling_request
+from rs.prompt import Instructions
+from rs.records import ITEMS, ItemRecord, QAItem, Row
+from rs.store import ParquetStreamWriter
+from rs.util.progress import progress
 from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
@@ -117,10 +123,17 @@ class SampleReport:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SampleReport:
         calibration = data.get("calibration")
-        return cls(**{**data, "verdicts": Counter(data["verdicts"]), "contradicted_verdicts": Counter(data["contradicted_verdicts"]),
-                      "prompt_reasoning": Counter(data["prompt_reasoning"]), "judge_prompt_reasoning": Counter(data["judge_prompt_reasoning"]),
-                      "endings": Counter(data.get("endings") or {}),
-                      "calibration": Calibration.from_dict(calibration) if calibration else None})
+        return cls(
+            **{
+                **data,
+                "verdicts": Counter(data["verdicts"]),
+                "contradicted_verdicts": Counter(data["contradicted_verdicts"]),
+                "prompt_reasoning": Counter(data["prompt_reasoning"]),
+                "judge_prompt_reasoning": Counter(data["judge_prompt_reasoning"]),
+                "endings": Counter(data.get("endings") or {}),
+                "calibration": Calibration.from_dict(calibration) if calibration else None,
+            }
+        )
 
     @property
     def promotes(self) -> bool:
@@ -149,11 +162,27 @@ def item_record(row: int, item: QAItem, request: Request, v: Verification) -> It
     published rows with it, as the stage wrote them)."""
     gen = v.generation
     return ItemRecord(
-        row=row, key=item.key, image_sha256=request.image_sha256, prompt=request.prompt,
-        reference=item.answer, references=v.references, text=gen.text, reasoning=gen.reasoning, final=gen.answer,
-        finish_reason=gen.finish_reason, prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens, model=gen.model,
-        model_revision=gen.model_revision, error=gen.error, verified=v.verified, contradicts=v.contradicts, judge=None,
-        prompt_reasoning=gen.prompt_reasoning, reasoning_agrees=v.reasoning_agrees, ending=gen.ending,
+        row=row,
+        key=item.key,
+        image_sha256=request.image_sha256,
+        prompt=request.prompt,
+        reference=item.answer,
+        references=v.references,
+        text=gen.text,
+        reasoning=gen.reasoning,
+        final=gen.answer,
+        finish_reason=gen.finish_reason,
+        prompt_tokens=gen.prompt_tokens,
+        completion_tokens=gen.completion_tokens,
+        model=gen.model,
+        model_revision=gen.model_revision,
+        error=gen.error,
+        verified=v.verified,
+        contradicts=v.contradicts,
+        judge=None,
+        prompt_reasoning=gen.prompt_reasoning,
+        reasoning_agrees=v.reasoning_agrees,
+        ending=gen.ending,
         thinking_tokens=gen.thinking_tokens,
     )
 
@@ -167,8 +196,11 @@ class Reader:
         """`vocabulary`: the family's closed set of answers (`rs.pipeline.sample.stage.answer_vocabulary`); by default the one its
         `answers:` block writes, without the terms a closed set derives from the cleaned references."""
         self.verifier: Verifier = get_verifier(config.verifier.name, **config.verifier.params)
-        self.grader = Grader(self.verifier, vocabulary if vocabulary is not None else config.answers.vocabulary(),
-                             literal=config.answers.literal)
+        self.grader = Grader(
+            self.verifier,
+            vocabulary if vocabulary is not None else config.answers.vocabulary(),
+            literal=config.answers.literal,
+        )
 
     def grade(self, item: QAItem, prompt: str, gen: Generation) -> Verification:
         """Grade one answer already read (`gen.answer` its final answer, `gen.reasoning` its reasoning): the verifier's
@@ -182,8 +214,14 @@ class Reader:
         if not answered or not gen.answer:
             return Verification(gen, references, verified, contradicts, agrees, None)
         judged = not verified and judgeable(gen.answer) and self._consensus(item, references)
-        return Verification(gen, references, verified, contradicts, agrees,
-                            JudgeCase(prompt, item.answer, gen.answer, item.key) if judged else None)
+        return Verification(
+            gen,
+            references,
+            verified,
+            contradicts,
+            agrees,
+            JudgeCase(prompt, item.answer, gen.answer, item.key) if judged else None,
+        )
 
     def _consensus(self, item: QAItem, references: list[str]) -> bool:
         """Whether the official answer the judge is shown is one the verifier accepts against the annotators' votes.
@@ -207,8 +245,16 @@ class SamplingPass:
     """The sampling stage's work (`rs.pipeline.sample.stage`): answers, verifies and judges a family's items; writes one
     result record per QA item. The recovery pass (`rs.pipeline.recover`) reads and judges its samples with it."""
 
-    def __init__(self, config: FamilyConfig, sampler: Engine, judge_engine: Engine | None, cache: GenerationCache, *,
-                 progress: bool = True, vocabulary: Vocabulary | None = None):
+    def __init__(
+        self,
+        config: FamilyConfig,
+        sampler: Engine,
+        judge_engine: Engine | None,
+        cache: GenerationCache,
+        *,
+        progress: bool = True,
+        vocabulary: Vocabulary | None = None,
+    ):
         """`vocabulary`: the family's closed set of answers (`rs.pipeline.sample.stage.answer_vocabulary`); by default the one its
         `answers:` block writes, without the terms a closed set derives from the cleaned references."""
         self.config = config
@@ -217,20 +263,28 @@ class SamplingPass:
         self.grader = self.reader.grader
         self.settings = sampling_settings(config)
         self.instructions = Instructions.of(config)
-        self.reasoning = ReasoningFormat(config.model.reasoning, tokenizer=getattr(sampler, "tokenizer", None),
-                                         chat_template_kwargs=self.settings.chat_template_kwargs)
+        self.reasoning = ReasoningFormat(
+            config.model.reasoning,
+            tokenizer=getattr(sampler, "tokenizer", None),
+            chat_template_kwargs=self.settings.chat_template_kwargs,
+        )
         self.reasoning.check()
         batch = config.engine.batch_size
         self.runner = CachedEngine(sampler, cache, batch_size=batch, progress=progress)
         self.judge = None
         if config.judge.enabled and judge_engine is not None:
-            self.judge = Judge(CachedEngine(judge_engine, cache, batch_size=batch, progress=False), config.judge,
-                               reasoning=(config.judge.model or config.model).reasoning,
-                               chat_template_kwargs=self.settings.chat_template_kwargs,
-                               tokenizer=getattr(judge_engine, "tokenizer", None))
+            self.judge = Judge(
+                CachedEngine(judge_engine, cache, batch_size=batch, progress=False),
+                config.judge,
+                reasoning=(config.judge.model or config.model).reasoning,
+                chat_template_kwargs=self.settings.chat_template_kwargs,
+                tokenizer=getattr(judge_engine, "tokenizer", None),
+            )
             self.judge.reasoning.check()
         letters = config.cleaning.step("multiple_choice").letters
-        self.calibration = CalibrationSampler(self.verifier, config.judge.calibration_samples, letters=letters, grader=self.grader)
+        self.calibration = CalibrationSampler(
+            self.verifier, config.judge.calibration_samples, letters=letters, grader=self.grader
+        )
         self.report = SampleReport()
         self.progress = progress
 
@@ -255,21 +309,29 @@ class SamplingPass:
             streams.append(self.judge.runner.stream(self.judge.settings))
             answered.append(self._judged)
         core = InOrder(streams, answered, batch=self.config.engine.batch_size)
-        with ParquetStreamWriter(items_dir, "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as writer, \
-                progress(total, "sampling", enabled=self.progress) as bar:
+        with (
+            ParquetStreamWriter(items_dir, "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as writer,
+            progress(total, "sampling", enabled=self.progress) as bar,
+        ):
             try:
                 for slot in core.run((slot, [(None, slot.request)]) for slot in self._slots(rows)):
                     record = slot.record
                     writer.write(vars(record), size=len(record.text) + len(record.prompt))
                     bar.update()
-                    bar.set_postfix(cached=self.runner.stats.cache_hits, sent=self.runner.stats.engine_calls,
-                                    judged=self.report.judged, refresh=False)
+                    bar.set_postfix(
+                        cached=self.runner.stats.cache_hits,
+                        sent=self.runner.stats.engine_calls,
+                        judged=self.report.judged,
+                        refresh=False,
+                    )
             except BaseException:
                 self._stopped(bar)
                 raise
         self.report.calibration = self._calibrate()
-        self.report.identities = {"sampler": self.runner.identity_key,
-                                  "judge": self.judge.runner.identity_key if self.judge is not None else None}
+        self.report.identities = {
+            "sampler": self.runner.identity_key,
+            "judge": self.judge.runner.identity_key if self.judge is not None else None,
+        }
         stats = self.runner.stats
         self.report.sampling_requests, self.report.sampling_engine_calls = stats.requests, stats.engine_calls
         if self.judge:
@@ -333,7 +395,9 @@ class SamplingPass:
         answer = v.generation.answer
         if calibrating and answer and v.generation.error is None:
             case = JudgeCase(prompt, item.answer, answer, item.key)
-            self.calibration.offer(Answered(case, tuple(v.references), item.options, question_kind(item), item.qtype), v.verified)
+            self.calibration.offer(
+                Answered(case, tuple(v.references), item.options, question_kind(item), item.qtype), v.verified
+            )
         return v
 
     def verdict_request(self, v: Verification) -> Request | None:
@@ -354,8 +418,13 @@ class SamplingPass:
         """The judge's requests about the cached answers to `rows`' questions, with their cache keys: each answer read from
         the cache is verified (and offered to the calibration samples) as `run` verifies it. Every answer must be cached:
         one that is not raises."""
-        asked = ((self.runner.key(request, self.settings), request, item) for _, item, request in questions(rows, self.instructions))
-        yield from self.judge_keyed(filter(None, map(self.verdict_request, self.cached(asked, self.settings, calibrating=True))))
+        asked = (
+            (self.runner.key(request, self.settings), request, item)
+            for _, item, request in questions(rows, self.instructions)
+        )
+        yield from self.judge_keyed(
+            filter(None, map(self.verdict_request, self.cached(asked, self.settings, calibrating=True)))
+        )
 
     def calibration_requests(self) -> Iterator[tuple[str, Request]]:
         """The judge's requests about the calibration cases of the answers verified so far (`judge_requests`: all of them)."""
@@ -369,8 +438,14 @@ class SamplingPass:
         for request in requests:
             yield judge.runner.key(request, judge.settings), request
 
-    def cached(self, asked: Iterable[tuple[str, Request, QAItem]], settings: SamplingSettings, *, calibrating: bool,
-               chunk: int = 1024) -> Iterator[Verification]:
+    def cached(
+        self,
+        asked: Iterable[tuple[str, Request, QAItem]],
+        settings: SamplingSettings,
+        *,
+        calibrating: bool,
+        chunk: int = 1024,
+    ) -> Iterator[Verification]:
         """The cached answers of `asked` (key, request, item) under `settings`, each verified (`verify`); an answer the
         cache lacks raises: it vanished since it was cached (`rs.distributed` asks once every answer is)."""
         iterator = iter(asked)
@@ -381,10 +456,14 @@ class SamplingPass:
                 raise err.naming({key: request.item_key for key, request, _ in block}) from None
             for key, request, item in block:
                 if (gen := generations.get(key)) is None:
-                    raise RuntimeError(f"the answer to {item.key} (sample {request.sample}) vanished from the cache during the run")
+                    raise RuntimeError(
+                        f"the answer to {item.key} (sample {request.sample}) vanished from the cache during the run"
+                    )
                 yield self.verify(item, request.prompt, gen, calibrating=calibrating)
 
     def _calibrate(self) -> Calibration | None:
         if self.judge is None:
             return None
-        return calibrate(self.judge, self.calibration_cases(), dict(self.report.contradicted_verdicts), show_progress=self.progress)
+        return calibrate(
+            self.judge, self.calibration_cases(), dict(self.report.contradicted_verdicts), show_progress=self.progress
+        )

@@ -31,11 +31,11 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Generic, TypeVar
 
+from rs.answers import Grader
 from rs.families.schema import JudgeConfig
 from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase
-from rs.util.progress import progress
 from rs.records import QAItem
-from rs.answers import Grader
+from rs.util.progress import progress
 from rs.verifiers import Verifier
 
 VERSION = "2"
@@ -123,7 +123,9 @@ class CalibrationSampler:
         self._answered.offer(key, answered)
         if accepted:
             self._accepted.offer(key, answered)
-            self._kind_answers.offer(f"{answered.kind}\x00{answered.case.candidate}", (answered.kind, answered.case.candidate))
+            self._kind_answers.offer(
+                f"{answered.kind}\x00{answered.case.candidate}", (answered.kind, answered.case.candidate)
+            )
 
     def cases(self) -> CalibrationCases:
         accepted = self._accepted.items()
@@ -139,8 +141,14 @@ class CalibrationSampler:
         for i, mine in enumerate(pool):
             for other in pool[i + 1 :] + pool[:i]:
                 if other.case.item_key != mine.case.item_key and self._differs(mine.case.candidate, other):
-                    cases.append(JudgeCase(other.case.question, other.case.reference, mine.case.candidate,
-                                           f"{mine.case.item_key}~{other.case.item_key}"))
+                    cases.append(
+                        JudgeCase(
+                            other.case.question,
+                            other.case.reference,
+                            mine.case.candidate,
+                            f"{mine.case.item_key}~{other.case.item_key}",
+                        )
+                    )
                     break
             if len(cases) >= self.samples:
                 break
@@ -158,7 +166,9 @@ class CalibrationSampler:
                 corrected = f"{base.case.candidate}\n\nOn closer inspection: {candidate}"
                 candidate = corrected if self._differs(corrected, base) else candidate
             if candidate is not None:
-                cases.append(JudgeCase(base.case.question, base.case.reference, candidate, f"{base.case.item_key}~near"))
+                cases.append(
+                    JudgeCase(base.case.question, base.case.reference, candidate, f"{base.case.item_key}~near")
+                )
             if len(cases) >= self.samples:
                 break
         return cases
@@ -337,23 +347,38 @@ class Calibration:
 def gate(positive: Check, hard: Check, certain: Check, config: JudgeConfig) -> str | None:
     """Why the judge may not promote on this run, or None when every check has the evidence it needs."""
     need = config.min_calibration_cases
-    for check, what in ((positive, "verifier-accepted items"), (hard, "hard negatives (near misses on the same question)")):
+    for check, what in (
+        (positive, "verifier-accepted items"),
+        (hard, "hard negatives (near misses on the same question)"),
+    ):
         if check.total < need:
             return f"too few calibration cases to trust the judge: {check.total} {what}, at least {need} needed"
     checks = [(hard, config.min_negative_agreement, "hard negatives", "called {wrong} of {total} CORRECT")]
     if certain.total >= need:
-        checks.append((certain, config.min_negative_agreement, "rejections the verifier knows are wrong",
-                       "called {wrong} of {total} CORRECT"))
-    checks.append((positive, config.min_positive_agreement, "verifier-accepted items", "called {agreed} of {total} CORRECT"))
+        checks.append(
+            (
+                certain,
+                config.min_negative_agreement,
+                "rejections the verifier knows are wrong",
+                "called {wrong} of {total} CORRECT",
+            )
+        )
+    checks.append(
+        (positive, config.min_positive_agreement, "verifier-accepted items", "called {agreed} of {total} CORRECT")
+    )
     for check, threshold, what, said in checks:
         if check.low < threshold:
             told = said.format(wrong=check.total - check.agreed, agreed=check.agreed, total=check.total)
-            return (f"on {what} the judge {told}: agreement {check.rate:.1%}, whose 95% lower bound "
-                    f"{check.low:.1%} is below {threshold:.0%}")
+            return (
+                f"on {what} the judge {told}: agreement {check.rate:.1%}, whose 95% lower bound "
+                f"{check.low:.1%} is below {threshold:.0%}"
+            )
     return None
 
 
-def calibrate(judge: Judge, cases: CalibrationCases, certain_verdicts: dict[str, int], *, show_progress: bool = False) -> Calibration:
+def calibrate(
+    judge: Judge, cases: CalibrationCases, certain_verdicts: dict[str, int], *, show_progress: bool = False
+) -> Calibration:
     """Run the judge on the calibration cases; decide, with the verdicts it gave to certain rejections, if it may promote.
 
     `show_progress`: a bar of the cases judged (the judge's own phase, after the answers: on a large family, minutes)."""
@@ -373,5 +398,15 @@ def calibrate(judge: Judge, cases: CalibrationCases, certain_verdicts: dict[str,
     easy, hard, certain = not_correct("easy"), not_correct("hard"), not_correct("certain")
     c = judge.config
     reason = gate(positive, hard, certain, c)
-    return Calibration(positive, easy, hard, certain, c.min_positive_agreement, c.min_negative_agreement,
-                       c.min_calibration_cases, reason is None, reason, counts)
+    return Calibration(
+        positive,
+        easy,
+        hard,
+        certain,
+        c.min_positive_agreement,
+        c.min_negative_agreement,
+        c.min_calibration_cases,
+        reason is None,
+        reason,
+        counts,
+    )

@@ -30,11 +30,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from rs.util.shipped import TEMPLATES
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.cached_engine import CachedEngine
-from rs.families.schema import JudgeConfig, ReasoningConfig
 from rs.engines.reasoning import ReasoningFormat
+from rs.families.schema import JudgeConfig, ReasoningConfig
+from rs.util.shipped import TEMPLATES
 
 LABELS = ("CORRECT", "WRONG", "UNSURE")
 PROMPT_TEMPLATE = "judge_prompt.jinja"
@@ -58,10 +58,22 @@ def parse_verdict(text: str) -> str:
 
 # Phrases that elicit CORRECT from LLM judges whatever the reference ("One Token to Fool LLM-as-a-Judge",
 # Zhao et al. 2025), compared with letters and digits only.
-MASTER_KEYS = frozenset({
-    "solution", "thoughtprocess", "letssolvethisproblemstepbystep", "letsthinkstepbystep", "answer", "finalanswer",
-    "theansweris", "thecorrectansweris", "correct", "wrong", "unsure", "thisiscorrect",
-})
+MASTER_KEYS = frozenset(
+    {
+        "solution",
+        "thoughtprocess",
+        "letssolvethisproblemstepbystep",
+        "letsthinkstepbystep",
+        "answer",
+        "finalanswer",
+        "theansweris",
+        "thecorrectansweris",
+        "correct",
+        "wrong",
+        "unsure",
+        "thisiscorrect",
+    }
+)
 _ALNUM = re.compile(r"[^0-9a-z]+")
 
 
@@ -92,26 +104,50 @@ class Judge:
         tokenizer: the judge model's tokenizer, for a vLLM reasoning parser.
     """
 
-    def __init__(self, runner: CachedEngine, config: JudgeConfig, *, reasoning: ReasoningConfig | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None, tokenizer: Callable[[], Any] | None = None,
-                 template_dir: Path = TEMPLATES):
+    def __init__(
+        self,
+        runner: CachedEngine,
+        config: JudgeConfig,
+        *,
+        reasoning: ReasoningConfig | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        tokenizer: Callable[[], Any] | None = None,
+        template_dir: Path = TEMPLATES,
+    ):
         self.runner = runner
         self.config = config
-        env = Environment(loader=FileSystemLoader(template_dir), undefined=StrictUndefined, keep_trailing_newline=False, autoescape=False)
+        env = Environment(
+            loader=FileSystemLoader(template_dir),
+            undefined=StrictUndefined,
+            keep_trailing_newline=False,
+            autoescape=False,
+        )
         env.globals["fence"] = fence
         self.template = env.get_template(PROMPT_TEMPLATE)
         reasoning = reasoning or ReasoningConfig()
         if config.mode == "think_then_label":
             kwargs = dict(chat_template_kwargs or {})
-            reasoning = dataclasses.replace(reasoning, required=reasoning.parser != "none")  # the label comes after the reasoning
+            reasoning = dataclasses.replace(
+                reasoning, required=reasoning.parser != "none"
+            )  # the label comes after the reasoning
             self.reasoning = ReasoningFormat(reasoning, tokenizer=tokenizer, chat_template_kwargs=kwargs)
-            self.settings = SamplingSettings(temperature=0.0, max_tokens=config.think_budget + config.max_tokens,
-                                             chat_template_kwargs=kwargs, choices=LABELS, choices_after_reasoning=True)
+            self.settings = SamplingSettings(
+                temperature=0.0,
+                max_tokens=config.think_budget + config.max_tokens,
+                chat_template_kwargs=kwargs,
+                choices=LABELS,
+                choices_after_reasoning=True,
+            )
         else:
             kwargs = {**(chat_template_kwargs or {}), "enable_thinking": False}
             self.reasoning = ReasoningFormat(reasoning, tokenizer=tokenizer, chat_template_kwargs=kwargs)
-            self.settings = SamplingSettings(temperature=0.0, max_tokens=config.max_tokens, chat_template_kwargs=kwargs,
-                                             choices=LABELS, close_reasoning=self.reasoning.markers)
+            self.settings = SamplingSettings(
+                temperature=0.0,
+                max_tokens=config.max_tokens,
+                chat_template_kwargs=kwargs,
+                choices=LABELS,
+                close_reasoning=self.reasoning.markers,
+            )
 
     def prompt(self, case: JudgeCase) -> str:
         return self.template.render(question=case.question, reference=case.reference, candidate=case.candidate)
@@ -129,7 +165,9 @@ class Judge:
     def label(self, generation: Generation) -> str:
         return self.verdict(generation)[0]
 
-    def verdicts(self, cases: Iterable[JudgeCase], *, desc: str = "judge") -> Iterator[tuple[JudgeCase, str, Generation]]:
+    def verdicts(
+        self, cases: Iterable[JudgeCase], *, desc: str = "judge"
+    ) -> Iterator[tuple[JudgeCase, str, Generation]]:
         cases = iter(cases)
         pending: list[JudgeCase] = []
 

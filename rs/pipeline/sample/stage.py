@@ -73,13 +73,18 @@ def vocabulary_of(family: Family, paths: BuildPaths) -> Vocabulary | None:
         return answers.vocabulary()
     references = read_clean_answers(paths.clean)
     if references is None:
-        logger.warning("%s: answers.closed_set is on but the cleaned references hold more than %d distinct answers: "
-                       "they are read as free text", family.name, MAX_ANSWER_SET)
+        logger.warning(
+            "%s: answers.closed_set is on but the cleaned references hold more than %d distinct answers: "
+            "they are read as free text",
+            family.name,
+            MAX_ANSWER_SET,
+        )
     return answers.vocabulary(references)
 
 
-def sampling_pass(ctx: BuildContext, cache: GenerationCache, sampler: Engine, judge: Engine | None, *,
-                  progress: bool = False) -> SamplingPass:
+def sampling_pass(
+    ctx: BuildContext, cache: GenerationCache, sampler: Engine, judge: Engine | None, *, progress: bool = False
+) -> SamplingPass:
     """The family's sampling pass over `cache` with these engines, reading answers as the family's vocabulary says."""
     return SamplingPass(ctx.family.config, sampler, judge, cache, progress=progress, vocabulary=answer_vocabulary(ctx))
 
@@ -89,17 +94,28 @@ def sample_inputs(ctx: BuildContext) -> dict[str, Any]:
     reader (the verifier and the family's `answers:` block) and the versions of the code that decides (`SAMPLE_PIECES`)."""
     c = ctx.family.config
     verifier = get_verifier(c.verifier.name, **c.verifier.params)
-    return plain({"clean": CleanStage().fingerprint(ctx), "model": asdict(c.model), "engine": asdict(c.engine),
-                  "sampling": asdict(c.sampling), "judge": asdict(c.judge), "verifier": asdict(c.verifier), "answers": asdict(c.answers),
-                  "instructions": asdict(Instructions.of(c)), "versions": sample_versions(verifier)})
+    return plain(
+        {
+            "clean": CleanStage().fingerprint(ctx),
+            "model": asdict(c.model),
+            "engine": asdict(c.engine),
+            "sampling": asdict(c.sampling),
+            "judge": asdict(c.judge),
+            "verifier": asdict(c.verifier),
+            "answers": asdict(c.answers),
+            "instructions": asdict(Instructions.of(c)),
+            "versions": sample_versions(verifier),
+        }
+    )
 
 
 class SampleStage(StoredStage[SampleReport]):
     """Every question answered, read and verified; the rejections judged; the judge calibrated."""
 
     name: ClassVar[str] = "sample"
-    store: ClassVar[Store[SampleReport]] = Store("items", "sample_report", "the items store", "the generation cache",
-                                                 SampleReport.from_dict)
+    store: ClassVar[Store[SampleReport]] = Store(
+        "items", "sample_report", "the items store", "the generation cache", SampleReport.from_dict
+    )
 
     def fingerprint(self, ctx: BuildContext) -> str:
         return fingerprint(sample_inputs(ctx))
@@ -110,8 +126,9 @@ class SampleStage(StoredStage[SampleReport]):
         with ctx.passes(), GenerationCache(ctx.cache_path) as cache:
             greedy = sampling_pass(ctx, cache, *ctx.engines("requests"))
             yield from greedy.question_requests(read_clean_rows(ctx.paths.clean, images=False))
-            if greedy.judge is not None and answered(greedy.question_requests(read_clean_rows(ctx.paths.clean, images=False)),
-                                                     cache, greedy.settings):
+            if greedy.judge is not None and answered(
+                greedy.question_requests(read_clean_rows(ctx.paths.clean, images=False)), cache, greedy.settings
+            ):
                 yield from greedy.judge_requests(read_clean_rows(ctx.paths.clean, images=False))
                 yield from greedy.calibration_requests()
 
@@ -120,7 +137,9 @@ class SampleStage(StoredStage[SampleReport]):
         """The build's lock and the engines' scope; the clean store made current first, and something kept to sample."""
         with ctx.lock(), ctx.passes():
             clean = ensure(CleanStage(), ctx)
-            check_something_kept(ctx.family.name, clean.kept_items, clean.dropped)  # before an engine starts for nothing
+            check_something_kept(
+                ctx.family.name, clean.kept_items, clean.dropped
+            )  # before an engine starts for nothing
             yield
 
     def run(self, ctx: BuildContext) -> SampleReport:
@@ -137,7 +156,9 @@ class SampleStage(StoredStage[SampleReport]):
         return f"{ctx.family.name}'s answers, verified and judged ({report.items:,} in {ctx.paths.items})"
 
 
-def answered(keyed: Iterable[tuple[str, Request]], cache: GenerationCache, settings: SamplingSettings, *, chunk: int = 4096) -> bool:
+def answered(
+    keyed: Iterable[tuple[str, Request]], cache: GenerationCache, settings: SamplingSettings, *, chunk: int = 4096
+) -> bool:
     """Whether the cache answers every request of `keyed` under `settings` (its limits)."""
     iterator = iter(keyed)
     while block := list(islice(iterator, chunk)):

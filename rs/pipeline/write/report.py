@@ -16,8 +16,19 @@ from typing import Any
 
 from rs.errors import RsError
 
-__all__ = ["CleaningSummary", "Endings", "FamilyReport", "JudgeSummary", "PromptSummary", "RecoverySummary", "ReportError", "RunTimes",
-           "SplitSummary", "Totals", "VerifierSummary"]
+__all__ = [
+    "CleaningSummary",
+    "Endings",
+    "FamilyReport",
+    "JudgeSummary",
+    "PromptSummary",
+    "RecoverySummary",
+    "ReportError",
+    "RunTimes",
+    "SplitSummary",
+    "Totals",
+    "VerifierSummary",
+]
 
 
 class ReportError(RsError, ValueError):
@@ -147,9 +158,17 @@ class Lengths:
     thinking_token_budget: int | None = None
 
     @classmethod
-    def from_counts(cls, tokens: dict[int, int], truncated: int, max_tokens: int, bins: int = 20, *,
-                    loop_tokens: dict[int, int] | None = None, budget_cuts: int = 0,
-                    thinking_token_budget: int | None = None) -> Lengths:
+    def from_counts(
+        cls,
+        tokens: dict[int, int],
+        truncated: int,
+        max_tokens: int,
+        bins: int = 20,
+        *,
+        loop_tokens: dict[int, int] | None = None,
+        budget_cuts: int = 0,
+        thinking_token_budget: int | None = None,
+    ) -> Lengths:
         """From a count of answers per token length (bounded by `max_tokens`, so it stays small at any family size)."""
         width = max(1, -(-max_tokens // bins))
         edges = list(range(0, max_tokens, width)) + [max_tokens]
@@ -166,9 +185,18 @@ class Lengths:
             if 2 * seen >= total:
                 median = n
                 break
-        return cls(max_tokens=max_tokens, total=total, truncated=truncated, median=median, edges=edges, counts=counts,
-                   loops=sum((loop_tokens or {}).values()), loop_counts=loop_counts, budget_cuts=budget_cuts,
-                   thinking_token_budget=thinking_token_budget)
+        return cls(
+            max_tokens=max_tokens,
+            total=total,
+            truncated=truncated,
+            median=median,
+            edges=edges,
+            counts=counts,
+            loops=sum((loop_tokens or {}).values()),
+            loop_counts=loop_counts,
+            budget_cuts=budget_cuts,
+            thinking_token_budget=thinking_token_budget,
+        )
 
 
 @dataclass(frozen=True)
@@ -299,19 +327,21 @@ class FamilyReport:
     def from_dict(cls, data: Any, *, where: str = "stats.json") -> FamilyReport:
         """Read a `to_dict` back; a report of another shape raises `ReportError` saying to rebuild."""
         try:
-            return cls(**{
-                **data,
-                "prompts": PromptSummary(**data["prompts"]),
-                "verifier": VerifierSummary(**data["verifier"]),
-                "judge": JudgeSummary(**data["judge"]),
-                "cleaning": CleaningSummary(**data["cleaning"]),
-                "totals": Totals(**data["totals"]),
-                "splits": {name: SplitSummary(**split) for name, split in data["splits"].items()},
-                "lengths": {side: Lengths(**lengths) for side, lengths in data["lengths"].items()},
-                "endings": Endings(**data["endings"]) if data.get("endings") else None,
-                "run": RunTimes(**data["run"]) if data.get("run") else None,
-                "recovery": RecoverySummary(**data["recovery"]) if data.get("recovery") else None,
-            })
+            return cls(
+                **{
+                    **data,
+                    "prompts": PromptSummary(**data["prompts"]),
+                    "verifier": VerifierSummary(**data["verifier"]),
+                    "judge": JudgeSummary(**data["judge"]),
+                    "cleaning": CleaningSummary(**data["cleaning"]),
+                    "totals": Totals(**data["totals"]),
+                    "splits": {name: SplitSummary(**split) for name, split in data["splits"].items()},
+                    "lengths": {side: Lengths(**lengths) for side, lengths in data["lengths"].items()},
+                    "endings": Endings(**data["endings"]) if data.get("endings") else None,
+                    "run": RunTimes(**data["run"]) if data.get("run") else None,
+                    "recovery": RecoverySummary(**data["recovery"]) if data.get("recovery") else None,
+                }
+            )
         except (KeyError, TypeError, AttributeError) as err:
             family = data.get("family", "the family") if isinstance(data, dict) else "the family"
             raise ReportError(

@@ -19,9 +19,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
+from rs.pipeline.route import NOT_ASKED, Outcome, Routes, Typer, decide, in_rl_bounds, joined
 from rs.pipeline.sample.calibration import wilson
 from rs.pipeline.write.report import PASS_RATE_BINS, pass_rate_bin
-from rs.pipeline.route import NOT_ASKED, Outcome, Routes, Typer, decide, in_rl_bounds, joined
 from rs.store import qa_record, read_records
 
 LAYOUT = "2"
@@ -67,15 +67,25 @@ def _generation(answer: dict[str, Any], kind: str, routes: Routes, *, why: str |
     decision = decide(answer, routes.promotes)
     greedy = kind == "greedy"
     return {
-        "kind": kind, "sample": None if greedy else answer["sample"], "sampled_for": why,
+        "kind": kind,
+        "sample": None if greedy else answer["sample"],
+        "sampled_for": why,
         "seed": routes.greedy_seed if greedy else answer["seed"],
         "temperature": routes.greedy_temperature if greedy else routes.recovery_temperature,
-        "text": answer["text"], "reasoning": answer["reasoning"], "final": answer["final"],
-        "finish_reason": answer["finish_reason"], "ending": answer["ending"],
-        "completion_tokens": answer["completion_tokens"], "thinking_tokens": answer["thinking_tokens"],
-        "error": answer["error"], "reader": reader_outcome(answer), "judge": None if answer["judge"] == NOT_ASKED else answer["judge"],
+        "text": answer["text"],
+        "reasoning": answer["reasoning"],
+        "final": answer["final"],
+        "finish_reason": answer["finish_reason"],
+        "ending": answer["ending"],
+        "completion_tokens": answer["completion_tokens"],
+        "thinking_tokens": answer["thinking_tokens"],
+        "error": answer["error"],
+        "reader": reader_outcome(answer),
+        "judge": None if answer["judge"] == NOT_ASKED else answer["judge"],
         "reasoning_agrees": answer["reasoning_agrees"],
-        "accepted": decision.accepted, "accepted_by": decision.by, "reason": decision.reason,
+        "accepted": decision.accepted,
+        "accepted_by": decision.by,
+        "reason": decision.reason,
     }
 
 
@@ -83,7 +93,9 @@ def _interval(result: Outcome) -> tuple[float | None, float | None]:
     if result.k is None:
         return None, None
     check, rate = wilson(result.passed, result.k), result.passed / result.k
-    return min(check.low, rate), max(check.high, rate)  # the bounds' rounding (1 - 1e-16 at 4 of 4) never excludes the rate
+    return min(check.low, rate), max(
+        check.high, rate
+    )  # the bounds' rounding (1 - 1e-16 at 4 of 4) never excludes the rate
 
 
 def _typed(row: Any, type_of: Typer | None) -> dict[str, str | None]:
@@ -104,16 +116,31 @@ def sample_rows(build_dir: str | Path, routes: Routes, type_of: Typer | None = N
                 published = 0 if not result.recovered else 1 + result.answer["sample"]
             low, high = _interval(result)
             yield {
-                "image": {"bytes": row.image, "path": None}, "row": index, "key": item["key"],
-                "question": item["prompt"], "reference": item["reference"], "references": item["references"],
-                "question_type": types.get(item["key"]), "item": qa_record(cleaned[item["key"]]),
-                "model": item["model"], "model_revision": item["model_revision"], "prompt_tokens": item["prompt_tokens"],
+                "image": {"bytes": row.image, "path": None},
+                "row": index,
+                "key": item["key"],
+                "question": item["prompt"],
+                "reference": item["reference"],
+                "references": item["references"],
+                "question_type": types.get(item["key"]),
+                "item": qa_record(cleaned[item["key"]]),
+                "model": item["model"],
+                "model_revision": item["model_revision"],
+                "prompt_tokens": item["prompt_tokens"],
                 "prompt_reasoning": item["prompt_reasoning"],
-                "accepted": result.decision.accepted, "accepted_by": result.decision.by, "reason": result.decision.reason,
-                "greedy_accepted": result.greedy.accepted, "published": published,
-                "pass_rate": result.pass_rate, "passed": result.passed if result.k else None, "k": result.k,
-                "pass_rate_low": low, "pass_rate_high": high,
-                "generations": generations, "image_sha256": row.image_sha256, "clean_meta": row.clean_meta,
+                "accepted": result.decision.accepted,
+                "accepted_by": result.decision.by,
+                "reason": result.decision.reason,
+                "greedy_accepted": result.greedy.accepted,
+                "published": published,
+                "pass_rate": result.pass_rate,
+                "passed": result.passed if result.k else None,
+                "k": result.k,
+                "pass_rate_low": low,
+                "pass_rate_high": high,
+                "generations": generations,
+                "image_sha256": row.image_sha256,
+                "clean_meta": row.clean_meta,
             }
 
 
@@ -129,11 +156,18 @@ def rl_rows(build_dir: str | Path, routes: Routes, type_of: Typer | None = None)
             yield {
                 "images": [{"bytes": row.image, "path": None}],
                 "prompt": [{"role": "user", "content": item["prompt"]}],
-                "solution": item["reference"], "references": item["references"], "question": item["prompt"],
+                "solution": item["reference"],
+                "references": item["references"],
+                "question": item["prompt"],
                 "question_type": types.get(item["key"]),
-                "pass_rate": result.pass_rate, "passed": result.passed, "k": result.k,
-                "pass_rate_low": low, "pass_rate_high": high, "greedy_accepted": result.greedy.accepted,
-                "image_sha256": row.image_sha256, "clean_meta": row.clean_meta,
+                "pass_rate": result.pass_rate,
+                "passed": result.passed,
+                "k": result.k,
+                "pass_rate_low": low,
+                "pass_rate_high": high,
+                "greedy_accepted": result.greedy.accepted,
+                "image_sha256": row.image_sha256,
+                "clean_meta": row.clean_meta,
             }
 
 
@@ -152,7 +186,16 @@ def samples_numbers(repo_data: str | Path) -> dict[str, Any]:
     accepted_by: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     types: dict[str, Counter[str]] = {}
-    columns = ["image_sha256", "accepted", "accepted_by", "reason", "greedy_accepted", "k", "question_type", "generations"]
+    columns = [
+        "image_sha256",
+        "accepted",
+        "accepted_by",
+        "reason",
+        "greedy_accepted",
+        "k",
+        "question_type",
+        "generations",
+    ]
     for row in read_records(repo_data, "train", columns=columns):
         n["rows"] += 1
         images.add(row["image_sha256"])
@@ -173,10 +216,15 @@ def samples_numbers(repo_data: str | Path) -> dict[str, Any]:
             if g["judge"] is not None:
                 judge[g["judge"]] += 1
     n["images"] = len(images)
-    n.update(kinds=dict(sorted(kinds.items())), sampled_for=dict(sorted(sampled_for.items())),
-             reader=dict(sorted(reader.items())), judge=dict(sorted(judge.items())),
-             accepted_by=dict(sorted(accepted_by.items())), rejected_by_reason=dict(sorted(reasons.items())),
-             types=_by_type(types))
+    n.update(
+        kinds=dict(sorted(kinds.items())),
+        sampled_for=dict(sorted(sampled_for.items())),
+        reader=dict(sorted(reader.items())),
+        judge=dict(sorted(judge.items())),
+        accepted_by=dict(sorted(accepted_by.items())),
+        rejected_by_reason=dict(sorted(reasons.items())),
+        types=_by_type(types),
+    )
     return n
 
 
@@ -189,7 +237,9 @@ def rl_numbers(repo_data: str | Path) -> dict[str, Any]:
     ks: Counter[int] = Counter()
     types: dict[str, Counter[str]] = {}
     greedy_accepted = 0
-    for row in read_records(repo_data, "train", columns=["image_sha256", "pass_rate", "k", "question_type", "greedy_accepted"]):
+    for row in read_records(
+        repo_data, "train", columns=["image_sha256", "pass_rate", "k", "question_type", "greedy_accepted"]
+    ):
         rows += 1
         images.add(row["image_sha256"])
         bins[pass_rate_bin(row["pass_rate"])] += 1
@@ -198,9 +248,15 @@ def rl_numbers(repo_data: str | Path) -> dict[str, Any]:
         greedy_accepted += row["greedy_accepted"]
         if row["question_type"] is not None:
             types.setdefault(row["question_type"], Counter())["questions"] += 1
-    return {"rows": rows, "images": len(images), "pass_rates": dict(zip(PASS_RATE_BINS, bins)),
-            "pass_rate_mean": total_rate / rows if rows else None, "k": {str(k): v for k, v in sorted(ks.items())},
-            "greedy_accepted": greedy_accepted, "types": _by_type(types)}
+    return {
+        "rows": rows,
+        "images": len(images),
+        "pass_rates": dict(zip(PASS_RATE_BINS, bins)),
+        "pass_rate_mean": total_rate / rows if rows else None,
+        "k": {str(k): v for k, v in sorted(ks.items())},
+        "greedy_accepted": greedy_accepted,
+        "types": _by_type(types),
+    }
 
 
 REPO_NUMBERS = {"samples": samples_numbers, "rl": rl_numbers}

@@ -57,7 +57,8 @@ def check_row_groups(files: Iterable[Path], limit: int) -> int:
                 raise RowGroupTooLarge(
                     f"{path}: row group {i} holds {size:,} bytes uncompressed ({meta.row_group(i).num_rows} rows), over "
                     f"shard.row_group_bytes ({limit:,}); raise shard.row_group_margin or lower shard.row_group_bytes in "
-                    "families.yaml, then rebuild")
+                    "families.yaml, then rebuild"
+                )
             largest = max(largest, size)
     return largest
 
@@ -67,11 +68,21 @@ def write_split(ctx: BuildContext, split: str, qa_count: int, routes: Routes) ->
     out = ctx.paths.split(split)
     tmp = out.with_name(out.name + ".tmp")
     cls = builder_class(ctx.family.path)
-    builder = cls(config_name=ctx.family.repo_name(split), dataset_name=ctx.family.repo_name(split), context=ctx, routes=routes,
-                  cache_dir=str(ctx.paths.root / "datasets-cache"), writer_batch_size=MAX_ROW_GROUP_ROWS)
+    builder = cls(
+        config_name=ctx.family.repo_name(split),
+        dataset_name=ctx.family.repo_name(split),
+        context=ctx,
+        routes=routes,
+        cache_dir=str(ctx.paths.root / "datasets-cache"),
+        writer_batch_size=MAX_ROW_GROUP_ROWS,
+    )
     with writing(f"the {split} split", tmp), scratch(tmp):
-        builder.download_and_prepare(output_dir=str(tmp), file_format="parquet",
-                                     max_shard_size=parse_bytes(ctx.family.config.shard.max_bytes), download_mode="force_redownload")
+        builder.download_and_prepare(
+            output_dir=str(tmp),
+            file_format="parquet",
+            max_shard_size=parse_bytes(ctx.family.config.shard.max_bytes),
+            download_mode="force_redownload",
+        )
         shards = sorted(tmp.glob("*.parquet"))
         names = [f"train-{i:05d}-of-{len(shards):05d}.parquet" for i in range(len(shards))]
         for shard, name in zip(shards, names):
@@ -82,8 +93,15 @@ def write_split(ctx: BuildContext, split: str, qa_count: int, routes: Routes) ->
         replace_dir(tmp, out)
     for lock in out.parent.glob(f"{glob.escape(tmp.name)}*.lock"):  # the builder's file locks, released by now
         lock.unlink(missing_ok=True)
-    return SplitSummary(repo=ctx.family.repo_name(split), rows=info.num_examples, qa=qa_count, shards=len(names),
-                        bytes=sum((out / n).stat().st_size for n in names), dataset_bytes=info.num_bytes, files=names)
+    return SplitSummary(
+        repo=ctx.family.repo_name(split),
+        rows=info.num_examples,
+        qa=qa_count,
+        shards=len(names),
+        bytes=sum((out / n).stat().st_size for n in names),
+        dataset_bytes=info.num_bytes,
+        files=names,
+    )
 
 
 def write_splits(ctx: BuildContext, expected: str, qa: dict[str, int], routes: Routes) -> dict[str, SplitSummary]:
@@ -96,7 +114,9 @@ def write_splits(ctx: BuildContext, expected: str, qa: dict[str, int], routes: R
     ctx.paths.splits_report.unlink(missing_ok=True)
     splits = {split: write_split(ctx, split, qa[split], routes) for split in ctx.family.splits}
     with writing("splits.json", ctx.paths.splits_report):
-        write_json(ctx.paths.splits_report, {"fingerprint": expected, "splits": {k: asdict(v) for k, v in splits.items()}})
+        write_json(
+            ctx.paths.splits_report, {"fingerprint": expected, "splits": {k: asdict(v) for k, v in splits.items()}}
+        )
     return splits
 
 
@@ -112,10 +132,18 @@ def splits_fingerprint(ctx: BuildContext, sampled: SampleReport, recovered: Reco
         extra["filter"] = asdict(ctx.route_filter)
     if c.recovery is not None and c.recovery.difficulty.rl is not None:
         extra["rl"] = asdict(c.recovery.difficulty.rl)
-    return fingerprint({"sample": sampled.fingerprint, "promotes": sampled.promotes, "shard": asdict(ctx.family.config.shard),
-                        "repos": [ctx.family.repo_name(s) for s in ctx.family.splits], "route": ROUTE.version,
-                        "code": splits_code_digest(), **extra,
-                        "libraries": {d: library_version(d) for d in ("datasets", "pyarrow", "pillow")}})
+    return fingerprint(
+        {
+            "sample": sampled.fingerprint,
+            "promotes": sampled.promotes,
+            "shard": asdict(ctx.family.config.shard),
+            "repos": [ctx.family.repo_name(s) for s in ctx.family.splits],
+            "route": ROUTE.version,
+            "code": splits_code_digest(),
+            **extra,
+            "libraries": {d: library_version(d) for d in ("datasets", "pyarrow", "pillow")},
+        }
+    )
 
 
 def library_version(dist: str) -> str | None:

@@ -29,7 +29,9 @@ class WriteStage:
 
     name: ClassVar[str] = "write"
 
-    def __init__(self, clean: CleaningReport, sampled: SampleReport, recovered: RecoveryReport | None, routing: Routing):
+    def __init__(
+        self, clean: CleaningReport, sampled: SampleReport, recovered: RecoveryReport | None, routing: Routing
+    ):
         """The reports of the stages before it: what the splits are written from, and what the family report says."""
         self.clean, self.sampled, self.recovered, self.routing = clean, sampled, recovered, routing
 
@@ -43,9 +45,14 @@ class WriteStage:
     def run(self, ctx: BuildContext) -> FamilyReport:
         """Write the splits (or keep those written under the same fingerprint), then stats.json; returns the family report."""
         routing = self.routing
-        qa = {"think": routing.accepted - routing.kept_out_of_think, "nothink": routing.accepted, "rejected": routing.rejected,
-              "pairs": routing.pairs.pairs if routing.pairs else 0, "samples": routing.accepted + routing.rejected,
-              "rl": routing.rl}
+        qa = {
+            "think": routing.accepted - routing.kept_out_of_think,
+            "nothink": routing.accepted,
+            "rejected": routing.rejected,
+            "pairs": routing.pairs.pairs if routing.pairs else 0,
+            "samples": routing.accepted + routing.rejected,
+            "rl": routing.rl,
+        }
         ctx.paths.stats.unlink(missing_ok=True)
         splits = write_splits(ctx, self.fingerprint(ctx), qa, routes_for(ctx, self.sampled.promotes))
         report = family_report(ctx, self.clean, self.sampled, splits, routing, self.recovered)

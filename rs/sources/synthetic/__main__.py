@@ -31,13 +31,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--questions-per-image", type=int, default=4)
     parser.add_argument("--image-size", type=int, default=160)
     parser.add_argument("--name", default="synthetic-clevr")
-    parser.add_argument("--noise", action="append", default=[], metavar="KIND=P",
-                        help=f"inject noise (repeatable); kinds: {', '.join(NOISE_KINDS)}")
+    parser.add_argument(
+        "--noise",
+        action="append",
+        default=[],
+        metavar="KIND=P",
+        help=f"inject noise (repeatable); kinds: {', '.join(NOISE_KINDS)}",
+    )
     args = parser.parse_args(argv)
     try:
         source = SyntheticSource(
-            seed=args.seed, num_images=args.num_images, questions_per_image=args.questions_per_image,
-            style=args.style, image_size=args.image_size, noise=_parse_noise(args.noise), name=args.name,
+            seed=args.seed,
+            num_images=args.num_images,
+            questions_per_image=args.questions_per_image,
+            style=args.style,
+            image_size=args.image_size,
+            noise=_parse_noise(args.noise),
+            name=args.name,
         )
     except (ValueError, argparse.ArgumentTypeError) as err:
         parser.error(str(err))
@@ -45,7 +55,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = write_image_folder(source, args.out_dir)
     n_qa = sum(1 for _ in open(out / "metadata.jsonl", encoding="utf-8"))
     injected = ", ".join(f"{k}={v}" for k, v in sorted(source.noise_counts.items())) or "none"
-    print(f"wrote {args.num_images} images, {n_qa} QA to {out} in {time.perf_counter() - start:.2f}s (noise: {injected})")
+    print(
+        f"wrote {args.num_images} images, {n_qa} QA to {out} in {time.perf_counter() - start:.2f}s (noise: {injected})"
+    )
 
 
 if __name__ == "__main__":

@@ -20,10 +20,10 @@ from typing import Iterator, Literal
 
 from PIL import Image, ImageEnhance
 
-from rs.util.config_checks import ConfigValueError, at_least
+from rs.records import QAItem
 from rs.registry import SOURCES, KindConfig
 from rs.sources.base import SourceRecord
-from rs.records import QAItem
+from rs.util.config_checks import ConfigValueError, at_least
 
 from . import SyntheticSource
 from .questions import questions_for
@@ -119,8 +119,13 @@ class SyntheticEvaluationSource:
     def __init__(self, config: SyntheticEvaluationConfig):
         self.config = config
         c = config
-        self.train = SyntheticSource(seed=c.train_seed, num_images=c.train_images, questions_per_image=c.questions_per_image,
-                                     style=c.style, image_size=c.image_size)
+        self.train = SyntheticSource(
+            seed=c.train_seed,
+            num_images=c.train_images,
+            questions_per_image=c.questions_per_image,
+            style=c.style,
+            image_size=c.image_size,
+        )
 
     @classmethod
     def from_config(cls, config: SyntheticEvaluationConfig, *, base_dir: Path) -> SyntheticEvaluationSource:
@@ -132,7 +137,12 @@ class SyntheticEvaluationSource:
 
     def provenance(self) -> dict[str, str | None]:
         c = self.config
-        return {"dataset": "rs-synthetic/synthetic-clevr-eval", "config": c.style, "split": "validation", "revision": f"seed={c.seed}"}
+        return {
+            "dataset": "rs-synthetic/synthetic-clevr-eval",
+            "config": c.style,
+            "split": "validation",
+            "revision": f"seed={c.seed}",
+        }
 
     def size(self) -> int:
         return self.config.num_images
@@ -176,8 +186,16 @@ class SyntheticEvaluationSource:
                 question = donor_qa[turn].question if how == "verbatim" else reword(donor_qa[turn].question, how)
                 # on a new scene the training answer need not hold: the split measures overlap, it is never answered
                 answer = donor_qa[turn].answer
-            items.append(QAItem(question=question, answer=answer, record_id=record_id, turn=turn, source="synthetic-clevr-eval",
-                                qtype=qtype))
+            items.append(
+                QAItem(
+                    question=question,
+                    answer=answer,
+                    record_id=record_id,
+                    turn=turn,
+                    source="synthetic-clevr-eval",
+                    qtype=qtype,
+                )
+            )
         return SourceRecord(record_id=record_id, images=[image], qa=items)
 
     def __iter__(self) -> Iterator[SourceRecord]:

@@ -6,9 +6,20 @@ import logging
 import random
 from typing import Callable, TypeVar
 
-from .questions import (COUNT_TEMPLATES, EXIST_TEMPLATES, QA, QUERY_TEMPLATES, Filter, count, filter_of, noun_phrase, sample_filter,
-                        unique_description, with_article)
-from .scenes import ATTRIBUTES, ATTRIBUTE_ORDER, Scene, SceneObject
+from .questions import (
+    COUNT_TEMPLATES,
+    EXIST_TEMPLATES,
+    QA,
+    QUERY_TEMPLATES,
+    Filter,
+    count,
+    filter_of,
+    noun_phrase,
+    sample_filter,
+    unique_description,
+    with_article,
+)
+from .scenes import ATTRIBUTE_ORDER, ATTRIBUTES, Scene, SceneObject
 
 logger = logging.getLogger(__name__)
 
@@ -40,35 +51,65 @@ OFF_TASK_TEMPLATES: tuple[tuple[str, str, dict[str, tuple[str, ...]]], ...] = (
         "{n} {plane} with propellers can be identified in the photo.",
         {},
     ),
-    ("What is the man on the left holding?", "The man on the left is holding {thing}.",
-     {"thing": ("an umbrella", "a tennis racket", "a cup of coffee", "a kite")}),
-    ("What color is the bus parked near the curb?", "The bus parked near the curb is {c}.",
-     {"c": ("red", "white", "yellow", "blue")}),
-    ("What is the weather like in this picture?", "The weather appears to be {w}.",
-     {"w": ("sunny and clear", "overcast and rainy", "snowy and cold", "foggy")}),
-    ("What does the sign in the photo say?", 'The sign in the photo says "{t}".',
-     {"t": ("STOP", "Main Street", "No Parking", "Open 24 Hours")}),
+    (
+        "What is the man on the left holding?",
+        "The man on the left is holding {thing}.",
+        {"thing": ("an umbrella", "a tennis racket", "a cup of coffee", "a kite")},
+    ),
+    (
+        "What color is the bus parked near the curb?",
+        "The bus parked near the curb is {c}.",
+        {"c": ("red", "white", "yellow", "blue")},
+    ),
+    (
+        "What is the weather like in this picture?",
+        "The weather appears to be {w}.",
+        {"w": ("sunny and clear", "overcast and rainy", "snowy and cold", "foggy")},
+    ),
+    (
+        "What does the sign in the photo say?",
+        'The sign in the photo says "{t}".',
+        {"t": ("STOP", "Main Street", "No Parking", "Open 24 Hours")},
+    ),
     ("How many people are sitting on the bench?", "There are {n_lower} people sitting on the bench.", {}),
-    ("What kind of animal is lying on the couch?", "A {a} is lying on the couch.",
-     {"a": ("dog", "cat", "puppy", "kitten")}),
-    ("Where was this photo most likely taken?", "This photo was most likely taken {where}.",
-     {"where": ("at a train station", "in a kitchen", "on a beach", "in a city park")}),
-    ("What is the woman in the red dress doing?", "The woman in the red dress is {doing}.",
-     {"doing": ("talking on the phone", "walking her dog", "reading a book", "riding a bicycle")}),
-    ("What time of day does it appear to be in the image?", "It appears to be {when} in the image.",
-     {"when": ("early morning", "late afternoon", "night", "midday")}),
-    ("What brand name is written on the side of the truck?", 'The side of the truck says "{b}".',
-     {"b": ("Coca-Cola", "FedEx", "Budweiser", "Pepsi")}),
-    ("Why is the giraffe bending its neck?", "The giraffe is bending its neck to {why}.",
-     {"why": ("eat leaves from the ground", "drink water", "reach the fence")}),
+    (
+        "What kind of animal is lying on the couch?",
+        "A {a} is lying on the couch.",
+        {"a": ("dog", "cat", "puppy", "kitten")},
+    ),
+    (
+        "Where was this photo most likely taken?",
+        "This photo was most likely taken {where}.",
+        {"where": ("at a train station", "in a kitchen", "on a beach", "in a city park")},
+    ),
+    (
+        "What is the woman in the red dress doing?",
+        "The woman in the red dress is {doing}.",
+        {"doing": ("talking on the phone", "walking her dog", "reading a book", "riding a bicycle")},
+    ),
+    (
+        "What time of day does it appear to be in the image?",
+        "It appears to be {when} in the image.",
+        {"when": ("early morning", "late afternoon", "night", "midday")},
+    ),
+    (
+        "What brand name is written on the side of the truck?",
+        'The side of the truck says "{b}".',
+        {"b": ("Coca-Cola", "FedEx", "Budweiser", "Pepsi")},
+    ),
+    (
+        "Why is the giraffe bending its neck?",
+        "The giraffe is bending its neck to {why}.",
+        {"why": ("eat leaves from the ground", "drink water", "reach the fence")},
+    ),
 )
 """General-VQA rows with nothing to do with a CLEVR scene, answered by a full sentence."""
 
 # Flattened multiple choice: the question, then options in prose. `{q}` is a clean query_attribute question.
 MC_FORMATS = (
-    "{q} Options: {comma}.",                       # e.g. "Options: red, blue, green, cyan."
-    "{q} Choose from: {paren}",                    # e.g. "Choose from: (a) cube (b) sphere (c) cylinder"
-    "{q} Select one: {or_list}",                   # e.g. "Select one: cube, sphere or cylinder"
+    "{q} Options: {comma}.",  # e.g. "Options: red, blue, green, cyan."
+    "{q} Choose from: {paren}",  # e.g. "Choose from: (a) cube (b) sphere (c) cylinder"
+    "{q} Select one: {or_list}",  # e.g. "Select one: cube, sphere or cylinder"
     "{q}\n{lines}\nAnswer with the option's letter from the given choices directly.",  # "A. cube\nB. sphere"
 )
 _MC_OPTION_COUNT = {"color": 4, "shape": 3, "size": 2, "material": 2}
@@ -81,8 +122,11 @@ def off_task(rng: random.Random) -> tuple[str, str]:
     question, answer, slots = rng.choice(OFF_TASK_TEMPLATES)
     n = rng.randrange(len(_NUMBER_WORDS))
     fills = {k: rng.choice(v) for k, v in slots.items()}
-    fills |= {"n": _NUMBER_WORDS[n], "n_lower": _NUMBER_WORDS[max(n, 1)].lower(),
-              "plane": "airplane" if n == 0 else "airplanes"}
+    fills |= {
+        "n": _NUMBER_WORDS[n],
+        "n_lower": _NUMBER_WORDS[max(n, 1)].lower(),
+        "plane": "airplane" if n == 0 else "airplanes",
+    }
     return question, answer.format(**fills)
 
 

@@ -7,7 +7,7 @@ import logging
 import random
 from typing import Mapping, Sequence
 
-from .scenes import ATTRIBUTES, ATTRIBUTE_ORDER, SHAPES, SYNONYMS, Scene, SceneObject
+from .scenes import ATTRIBUTE_ORDER, ATTRIBUTES, SHAPES, SYNONYMS, Scene, SceneObject
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,9 @@ def sample_filter(scene: Scene, rng: random.Random, *, from_scene: float = 0.7) 
     return {a: rng.choice(ATTRIBUTES[a]) for a in ATTRIBUTE_ORDER if a in attrs}
 
 
-def unique_description(scene: Scene, obj: SceneObject, rng: random.Random, exclude: str | None = None) -> Filter | None:
+def unique_description(
+    scene: Scene, obj: SceneObject, rng: random.Random, exclude: str | None = None
+) -> Filter | None:
     """A filter that picks out `obj` alone, never naming `exclude` (the attribute being asked about).
 
     Usually the shortest such description, sometimes an over-specified one, as in CLEVR.
@@ -236,9 +238,7 @@ def _q_subtract(scene: Scene, rng: random.Random) -> QA:
         target = None  # "Subtract all cubes. How many cubes are left?" is always 0
     # An object matched by both subtractions is removed once: count the survivors, not the removals.
     left = sum(
-        1
-        for o in scene.objects
-        if not any(matches(o, f) for f in removed) and (target is None or o.shape == target)
+        1 for o in scene.objects if not any(matches(o, f) for f in removed) and (target is None or o.shape == target)
     )
     phrases = [noun_phrase(f, rng, plural=True) for f in removed]
     template = SUBTRACT_TEMPLATES[len(removed) - 1]
@@ -265,7 +265,9 @@ def _q_add(scene: Scene, rng: random.Random) -> QA:
 _CLEVRMATH_GENERATORS = {"subtract": _q_subtract, "add": _q_add}
 
 
-def _draw_questions(scene: Scene, rng: random.Random, n: int, generators: Mapping, weights: Mapping[str, float]) -> list[QA]:
+def _draw_questions(
+    scene: Scene, rng: random.Random, n: int, generators: Mapping, weights: Mapping[str, float]
+) -> list[QA]:
     """n distinct questions; a generator may decline (no unique referent) and another type is drawn."""
     out: list[QA] = []
     seen: set[str] = set()

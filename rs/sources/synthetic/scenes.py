@@ -10,7 +10,6 @@ from typing import Mapping
 
 from PIL import Image, ImageDraw
 
-
 # --- vocabulary -------------------------------------------------------------------------------
 
 SHAPES = ("cube", "sphere", "cylinder")
@@ -191,11 +190,15 @@ def _draw_object(draw: ImageDraw.ImageDraw, obj: SceneObject, size: int) -> None
         top = gy - s
         draw.rectangle([x0, top, x0 + s, gy], fill=base)
         draw.polygon([(x0, top), (x0 + d, top - d), (x0 + s + d, top - d), (x0 + s, top)], fill=_shade(base, 1.3))
-        draw.polygon([(x0 + s, gy), (x0 + s, top), (x0 + s + d, top - d), (x0 + s + d, gy - d)], fill=_shade(base, 0.65))
+        draw.polygon(
+            [(x0 + s, gy), (x0 + s, top), (x0 + s + d, top - d), (x0 + s + d, gy - d)], fill=_shade(base, 0.65)
+        )
         if metal:
             # A diagonal sheen across the front face and a glint on the top edge.
-            draw.polygon([(x0 + 0.1 * s, gy), (x0 + 0.35 * s, gy), (x0 + 0.75 * s, top), (x0 + 0.5 * s, top)],
-                         fill=_shade(base, 1.45))
+            draw.polygon(
+                [(x0 + 0.1 * s, gy), (x0 + 0.35 * s, gy), (x0 + 0.75 * s, top), (x0 + 0.5 * s, top)],
+                fill=_shade(base, 1.45),
+            )
             draw.ellipse([x0 + 0.15 * w, top - 0.6 * d, x0 + 0.3 * w, top - 0.2 * d], fill=(250, 250, 250))
     elif obj.shape == "sphere":
         top = gy - w

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from rs.pipeline.clean import image_problem
 from rs.families import load_families
+from rs.pipeline.clean import image_problem
 from rs.pipeline.publish import publish
 
 FAMILY = """families:
@@ -47,11 +47,17 @@ def noisy(fmt: str, seed: int, size: int = 64) -> bytes:
 
 def png_with_bad_pixels() -> bytes:
     """A PNG whose IDAT holds bytes that are no zlib stream, under a correct CRC: every chunk checks out."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", 16, 16, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", b"\x78\x9c" + b"\xff" * 60) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", b"\x78\x9c" + b"\xff" * 60)
+        + chunk(b"IEND", b"")
+    )
 
 
 BROKEN = {
@@ -77,7 +83,11 @@ def test_an_image_whose_pixels_do_not_decode_is_undecodable(name: str) -> None:
 def test_a_family_drops_broken_and_missing_images_in_cleaning_and_publishes_the_rest(tmp_path: Path, caplog) -> None:
     folder = tmp_path / "pool"
     folder.mkdir()
-    files = {"good.jpg": noisy("JPEG", 5), "good.png": noisy("PNG", 6), **{name: make() for name, make in BROKEN.items()}}
+    files = {
+        "good.jpg": noisy("JPEG", 5),
+        "good.png": noisy("PNG", 6),
+        **{name: make() for name, make in BROKEN.items()},
+    }
     for name, data in files.items():
         (folder / name).write_bytes(data)
     names = [*files, "gone.png"]  # the last one is named but not there
@@ -92,20 +102,33 @@ def test_a_family_drops_broken_and_missing_images_in_cleaning_and_publishes_the_
     family = load_families(tmp_path / "families.yaml")["Broken"]
 
     with caplog.at_level(logging.WARNING, logger="rs.pipeline.clean"):
-        publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+        publish(
+            family,
+            out=tmp_path / "out",
+            build_root=tmp_path / "build",
+            cache_path=tmp_path / "cache.sqlite",
+            progress=False,
+        )
     warned = [r.getMessage() for r in caplog.records if "undecodable_image" in r.getMessage()]
-    assert {line.split("(undecodable_image): ", 1)[1] for line in warned} == {f"{folder}/{n} does not decode as an image" for n in BROKEN}
+    assert {line.split("(undecodable_image): ", 1)[1] for line in warned} == {
+        f"{folder}/{n} does not decode as an image" for n in BROKEN
+    }
 
     build = tmp_path / "build" / "Broken"
-    excluded = {line["key"]: (line["reason"], line.get("detail")) for line in
-                map(json.loads, (build / "exclusions.jsonl").read_text().splitlines())}
+    excluded = {
+        line["key"]: (line["reason"], line.get("detail"))
+        for line in map(json.loads, (build / "exclusions.jsonl").read_text().splitlines())
+    }
     expected = {names.index(n): ("undecodable_image", f"{folder}/{n} does not decode as an image") for n in BROKEN} | {
-        names.index("gone.png"): ("missing_image", f"{folder}/gone.png: no such file")}
+        names.index("gone.png"): ("missing_image", f"{folder}/gone.png: no such file")
+    }
     assert excluded == {f"{i}-{turn}#0": why for i, why in expected.items() for turn in (0, 1)}
     clean = json.loads((build / "clean.json").read_text())
     assert clean["dropped"] == {"undecodable_image": 6, "missing_image": 2} and clean["kept_items"] == 4
     published = [p.read_bytes() for p in (tmp_path / "out" / "tester").rglob("*.parquet")]
-    assert published and not any(files[name] in data for name in BROKEN for data in published)  # in no row, rejected included
+    assert published and not any(
+        files[name] in data for name in BROKEN for data in published
+    )  # in no row, rejected included
     assert all(files[name] in b"".join(published) for name in ("good.jpg", "good.png"))
     stats = json.loads((tmp_path / "out" / "tester" / "Broken_rejected" / "rs" / "stats.json").read_text())
     assert "engine_error" not in {k for k, v in stats["totals"]["rejected_by_reason"].items() if v}

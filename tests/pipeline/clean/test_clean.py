@@ -9,30 +9,64 @@ from pathlib import Path
 import datasets
 import pytest
 from datasets import Features, Image, List, Value
+from family_yaml import MINIMAL, ONE_WORD, Whole, family_yaml, merged
 
-from rs.pipeline.clean import AccountingError, Cleaner, CleaningReport, ExclusionWriter
-from rs.pipeline.clean.multiple_choice import parse_options
 from rs.families import load_families
-from rs.pipeline.clean.filters import StripInstruction
-from rs.pipeline.clean.multiple_choice import MultipleChoice, MultipleChoiceConfig
 from rs.families.schema import MULTIPLE_CHOICE_INSTRUCTION
-from rs.prompt import Instructions, build_prompt
+from rs.pipeline.clean import AccountingError, Cleaner, CleaningReport, ExclusionWriter
+from rs.pipeline.clean.filters import StripInstruction
+from rs.pipeline.clean.multiple_choice import MultipleChoice, MultipleChoiceConfig, parse_options
 from rs.pipeline.sample.requests import sampling_request
+from rs.prompt import Instructions, build_prompt
+from rs.records import QAItem
 from rs.sources import open_source
 from rs.sources.base import SourceRecord, sha256_hex
-from rs.records import QAItem
-from family_yaml import MINIMAL, ONE_WORD, Whole, family_yaml, merged
 
 TURN = {"user": Value("string"), "assistant": Value("string"), "source": Value("string")}
 INSTRUCTION = "\nAnswer the question using a single word or phrase."
 
-VOCABULARY = ["a", "an", "the", "is", "are", "there", "how", "many", "what", "color", "shape", "does", "have", "of", "any", "red", "blue",
-              "green", "cube", "cubes", "sphere", "cylinder", "object", "small", "large", "purple"]
-POOL = merged(MINIMAL, {"source": {"kind": "files", "path": "pool.parquet", "shape": "conversational"}, "instruction": ONE_WORD,
-                        "cleaning": {"provenance": {"sources": ["clevr"]}, "purity": {"enabled": True, "vocabulary": VOCABULARY},
-                                     "reference_form": {"enabled": True, "max_words": 3, "action": "drop"},
-                                     "multiple_choice": {"enabled": True}},
-                        "card": {"pretty_name": "Pool", "license": "other", "citation": "c"}})
+VOCABULARY = [
+    "a",
+    "an",
+    "the",
+    "is",
+    "are",
+    "there",
+    "how",
+    "many",
+    "what",
+    "color",
+    "shape",
+    "does",
+    "have",
+    "of",
+    "any",
+    "red",
+    "blue",
+    "green",
+    "cube",
+    "cubes",
+    "sphere",
+    "cylinder",
+    "object",
+    "small",
+    "large",
+    "purple",
+]
+POOL = merged(
+    MINIMAL,
+    {
+        "source": {"kind": "files", "path": "pool.parquet", "shape": "conversational"},
+        "instruction": ONE_WORD,
+        "cleaning": {
+            "provenance": {"sources": ["clevr"]},
+            "purity": {"enabled": True, "vocabulary": VOCABULARY},
+            "reference_form": {"enabled": True, "max_words": 3, "action": "drop"},
+            "multiple_choice": {"enabled": True},
+        },
+        "card": {"pretty_name": "Pool", "license": "other", "citation": "c"},
+    },
+)
 """A Cauldron-shaped pool of CLEVR questions, every optional cleaning step on."""
 FAMILY = family_yaml("PoolCLEVR", POOL)
 
@@ -45,19 +79,28 @@ def turn(user: str, assistant: str, source: str = "clevr") -> dict[str, str]:
 def pool(tmp_path: Path, images: dict[str, bytes]) -> Path:
     """A Cauldron-shaped parquet with the defects real pools have."""
     rows = [
-        (images["red"], [
-            turn("How many red cubes are there?", "2"),
-            turn("Is there a sphere?" + INSTRUCTION, "yes"),  # instruction already appended by the pool
-            turn("How many airplanes with propellers can be identified in this photo?", "One airplane with propellers can be identified in the photo."),
-            turn("What shape does the purple sphere have?", "The purple sphere has a round shape."),
-            turn("How many red cubes are there?", "2"),  # duplicate
-        ]),
-        (images["blue"], [
-            turn("What color is the large cylinder? Options: red, blue, green.", "blue"),  # flattened MC
-            turn("What shape is the small object? Options: cube, sphere.", "cylinder"),  # reference in no option
-            turn("Is there a cube?", "no", source="vqav2"),  # foreign source
-            turn("Is there a cylinder?", ""),  # empty reference
-        ]),
+        (
+            images["red"],
+            [
+                turn("How many red cubes are there?", "2"),
+                turn("Is there a sphere?" + INSTRUCTION, "yes"),  # instruction already appended by the pool
+                turn(
+                    "How many airplanes with propellers can be identified in this photo?",
+                    "One airplane with propellers can be identified in the photo.",
+                ),
+                turn("What shape does the purple sphere have?", "The purple sphere has a round shape."),
+                turn("How many red cubes are there?", "2"),  # duplicate
+            ],
+        ),
+        (
+            images["blue"],
+            [
+                turn("What color is the large cylinder? Options: red, blue, green.", "blue"),  # flattened MC
+                turn("What shape is the small object? Options: cube, sphere.", "cylinder"),  # reference in no option
+                turn("Is there a cube?", "no", source="vqav2"),  # foreign source
+                turn("Is there a cylinder?", ""),  # empty reference
+            ],
+        ),
         (images["corrupt"], [turn("How many cubes are there?", "1")]),
         (images["red"], [turn("What color is the sphere?", "red")]),  # same image again: merged
     ]
@@ -81,22 +124,43 @@ def test_cauldron_pool_is_cleaned_and_fully_accounted(pool: Path, images: dict[s
     assert rows[0].image == images["red"] and rows[1].image == images["blue"]  # original bytes travel on
     red, blue = rows
     assert [(q.question, q.answer) for q in red.qa] == [
-        ("How many red cubes are there?", "2"), ("Is there a sphere?", "yes"), ("What color is the sphere?", "red")]
+        ("How many red cubes are there?", "2"),
+        ("Is there a sphere?", "yes"),
+        ("What color is the sphere?", "red"),
+    ]
     assert red.record_ids == ["0", "3"]
     assert build_prompt(red.qa[1].question, family.config.instruction) == "Is there a sphere?" + INSTRUCTION
-    assert [(q.question, q.answer) for q in blue.qa] == [("What color is the large cylinder?\nA. red\nB. blue\nC. green", "B")]
+    assert [(q.question, q.answer) for q in blue.qa] == [
+        ("What color is the large cylinder?\nA. red\nB. blue\nC. green", "B")
+    ]
 
     report = cleaner.report
     assert report.dropped == {
-        "off_task_vocabulary": 1, "sentence_reference": 1, "duplicate_qa": 1, "mc_reference_not_in_options": 1,
-        "foreign_source": 1, "empty_answer": 1, "undecodable_image": 1,
+        "off_task_vocabulary": 1,
+        "sentence_reference": 1,
+        "duplicate_qa": 1,
+        "mc_reference_not_in_options": 1,
+        "foreign_source": 1,
+        "empty_answer": 1,
+        "undecodable_image": 1,
     }
-    assert (report.source_items, report.kept_items, report.rows, report.source_records, report.merged_records) == (11, 4, 2, 4, 1)
+    assert (report.source_items, report.kept_items, report.rows, report.source_records, report.merged_records) == (
+        11,
+        4,
+        2,
+        4,
+        1,
+    )
     assert report.steps["multiple_choice"].rewritten == {"options_rendered": 1, "reference_to_letter": 1}
     assert report.steps["strip_instruction"].rewritten == {"instruction_removed": 1}
 
     meta = blue.clean_meta
-    assert meta["source"] == {"dataset": "local:pool.parquet", "config": "parquet", "split": "train", "revision": None}  # not this machine's path
+    assert meta["source"] == {
+        "dataset": "local:pool.parquet",
+        "config": "parquet",
+        "split": "train",
+        "revision": None,
+    }  # not this machine's path
     assert meta["record_ids"] == ["1"]
     assert meta["policy"]["name"] == "rs.clean" and "multiple_choice@1" in meta["policy"]["steps"]
     assert meta["rewrites"] == ["1#0:multiple_choice:options_rendered", "1#0:multiple_choice:reference_to_letter"]
@@ -114,12 +178,20 @@ def test_questions_with_options_are_asked_for_a_letter(pool: Path) -> None:
     red, blue = Cleaner(family.config, source.provenance()).rows(source)
     instructions = Instructions.of(family.config)
     rendered = blue.qa[0]
-    assert sampling_request(rendered, instructions, blue.image_sha256).prompt == \
-        "What color is the large cylinder?\nA. red\nB. blue\nC. green" + MULTIPLE_CHOICE_INSTRUCTION
-    assert [sampling_request(q, instructions, red.image_sha256).prompt for q in red.qa][1] == "Is there a sphere?" + INSTRUCTION
+    assert (
+        sampling_request(rendered, instructions, blue.image_sha256).prompt
+        == "What color is the large cylinder?\nA. red\nB. blue\nC. green" + MULTIPLE_CHOICE_INSTRUCTION
+    )
+    assert [sampling_request(q, instructions, red.image_sha256).prompt for q in red.qa][
+        1
+    ] == "Is there a sphere?" + INSTRUCTION
 
     # a source that had already appended the multiple-choice instruction: removed by cleaning, appended once
-    item = QAItem("Which colour is it? Options: red, blue.\nAnswer with the option's letter from the given choices directly.", "blue", "r")
+    item = QAItem(
+        "Which colour is it? Options: red, blue.\nAnswer with the option's letter from the given choices directly.",
+        "blue",
+        "r",
+    )
     for step in (StripInstruction(instructions.all()), MultipleChoice(MultipleChoiceConfig(enabled=True))):
         assert step.check(item, "", None) is None
     prompt = sampling_request(item, instructions, "").prompt
@@ -130,7 +202,9 @@ def test_questions_with_options_are_asked_for_a_letter(pool: Path) -> None:
 
 
 def test_mark_instead_of_drop_keeps_the_item_flagged(pool: Path) -> None:
-    (pool / "families.yaml").write_text(family_yaml("PoolCLEVR", POOL, cleaning={"reference_form": {"action": "mark"}}))
+    (pool / "families.yaml").write_text(
+        family_yaml("PoolCLEVR", POOL, cleaning={"reference_form": {"action": "mark"}})
+    )
     family = load_families(pool / "families.yaml")["PoolCLEVR"]
     source = open_source(family)
     cleaner = Cleaner(family.config, source.provenance())
@@ -140,8 +214,9 @@ def test_mark_instead_of_drop_keeps_the_item_flagged(pool: Path) -> None:
 
 
 def test_policies_switch_off_per_family(pool: Path) -> None:
-    (pool / "families.yaml").write_text(family_yaml("PoolCLEVR", POOL, cleaning={"provenance": Whole(enabled=False),
-                                                                                 "purity": {"enabled": False}}))
+    (pool / "families.yaml").write_text(
+        family_yaml("PoolCLEVR", POOL, cleaning={"provenance": Whole(enabled=False), "purity": {"enabled": False}})
+    )
     family = load_families(pool / "families.yaml")["PoolCLEVR"]
     cleaner = Cleaner(family.config, {})
     list(cleaner.rows(open_source(family)))
@@ -170,25 +245,42 @@ def test_multi_image_and_imageless_records_are_dropped_with_reason(images: dict[
 
 def test_provenance_checks_recorded_image_id_and_hash(images: dict[str, bytes]) -> None:
     sha = sha256_hex(images["red"])
-    records = [SourceRecord("r", [images["red"]], [
-        QAItem("Is there a cube?", "yes", "r", 0, source="clevr", image_ref="img-1"),
-        QAItem("Is there a sphere?", "no", "r", 1, source="CLEVR", image_ref="img-2"),
-        QAItem("Is there a cylinder?", "no", "r", 2, image_ref=sha),
-        QAItem("How many cubes are there?", "1", "r", 3, image_ref="0" * 64),
-    ], image_ids=["img-1"])]
+    records = [
+        SourceRecord(
+            "r",
+            [images["red"]],
+            [
+                QAItem("Is there a cube?", "yes", "r", 0, source="clevr", image_ref="img-1"),
+                QAItem("Is there a sphere?", "no", "r", 1, source="CLEVR", image_ref="img-2"),
+                QAItem("Is there a cylinder?", "no", "r", 2, image_ref=sha),
+                QAItem("How many cubes are there?", "1", "r", 3, image_ref="0" * 64),
+            ],
+            image_ids=["img-1"],
+        )
+    ]
     cleaner = Cleaner(load_families_text(FAMILY), {})
     (row,) = cleaner.rows(records)
     assert [q.turn for q in row.qa] == [0, 2]
     assert cleaner.report.dropped == {"image_id_mismatch": 1, "image_hash_mismatch": 1}
 
 
-def test_conflicting_duplicates_drop_every_copy_and_duplicates_are_compared_normalised(images: dict[str, bytes]) -> None:
+def test_conflicting_duplicates_drop_every_copy_and_duplicates_are_compared_normalised(
+    images: dict[str, bytes],
+) -> None:
     """A question asked again with other spacing or case is the same question; copies that disagree leave no ground truth."""
-    records = [SourceRecord("r", [images["red"]], [
-        QAItem("How many cubes are there?", "1", "r", 0), QAItem("how  many cubes are there ?", "2", "r", 1),
-        QAItem("What color is the cube?", "red", "r", 2), QAItem("what color is the cube ?", "Red", "r", 3),
-        QAItem("Is there a sphere?", "no", "r", 4),
-    ])]
+    records = [
+        SourceRecord(
+            "r",
+            [images["red"]],
+            [
+                QAItem("How many cubes are there?", "1", "r", 0),
+                QAItem("how  many cubes are there ?", "2", "r", 1),
+                QAItem("What color is the cube?", "red", "r", 2),
+                QAItem("what color is the cube ?", "Red", "r", 3),
+                QAItem("Is there a sphere?", "no", "r", 4),
+            ],
+        )
+    ]
     cleaner = Cleaner(load_families_text(FAMILY), {})
     (row,) = cleaner.rows(records)
     assert [q.turn for q in row.qa] == [2, 4]
@@ -207,12 +299,21 @@ def test_accounting_check_fails_loudly() -> None:
     ("question", "expected"),
     [
         ("What color is it? Options: red, blue, green.", ("What color is it?", ["red", "blue", "green"])),
-        ("What shape is it? Choose from: (a) cube (b) sphere (c) cylinder", ("What shape is it?", ["cube", "sphere", "cylinder"])),
-        ("What shape is it? Select one: cube, sphere or cylinder", ("What shape is it?", ["cube", "sphere", "cylinder"])),
+        (
+            "What shape is it? Choose from: (a) cube (b) sphere (c) cylinder",
+            ("What shape is it?", ["cube", "sphere", "cylinder"]),
+        ),
+        (
+            "What shape is it? Select one: cube, sphere or cylinder",
+            ("What shape is it?", ["cube", "sphere", "cylinder"]),
+        ),
         ("Which animal?\nA. dog\nB. cat", ("Which animal?", ["dog", "cat"])),
         ("Which animal?\nChoices:\n(A) dog\n(B) cat\n(C) owl", ("Which animal?", ["dog", "cat", "owl"])),
         ("Which animal? A. dog B. cat C. owl", ("Which animal?", ["dog", "cat", "owl"])),
-        ("Which animal?\nA. dog\nB. cat\nAnswer with the option's letter from the given choices directly.", ("Which animal?", ["dog", "cat"])),
+        (
+            "Which animal?\nA. dog\nB. cat\nAnswer with the option's letter from the given choices directly.",
+            ("Which animal?", ["dog", "cat"]),
+        ),
         ("How many cubes are there?", None),
         ("Is (A) bigger than (C)?", None),
         ("Which one?\nB. dog\nC. cat", None),

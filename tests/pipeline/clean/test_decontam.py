@@ -12,16 +12,15 @@ import pytest
 import yaml
 from PIL import Image
 
+from rs.families import FamilyConfigError, default_families_path, load_families
+from rs.families.schema import DecontaminationActions, EvaluationSetConfig
 from rs.pipeline.clean import Cleaner, ExclusionWriter
-from rs.pipeline.publish.cards.decontam import card_sets, pair_files, plan_lines, summary
 from rs.pipeline.clean.decontam.hamming import HammingIndex
 from rs.pipeline.clean.decontam.hashing import image_hashes
 from rs.pipeline.clean.decontam.index import load_or_build
-from rs.families import FamilyConfigError, default_families_path, load_families
-from rs.families.schema import DecontaminationActions, EvaluationSetConfig
+from rs.pipeline.publish.cards.decontam import card_sets, pair_files, plan_lines, summary
 from rs.registry import SOURCES
 from rs.sources.synthetic.evaluation import SyntheticEvaluationConfig, SyntheticEvaluationSource
-
 
 FAMILY = """\
 defaults:
@@ -69,7 +68,9 @@ def test_multi_index_hashing_finds_exactly_what_comparing_every_pair_finds() -> 
 
 
 def test_the_synthetic_evaluation_split_recurs_training_scenes_as_its_truth_says() -> None:
-    config = SyntheticEvaluationConfig(kind="synthetic_eval", seed=1, num_images=30, train_images=20, image_overlap=0.5)
+    config = SyntheticEvaluationConfig(
+        kind="synthetic_eval", seed=1, num_images=30, train_images=20, image_overlap=0.5
+    )
     evaluation = SyntheticEvaluationSource(config)
     seen = set()
     for i in range(30):
@@ -90,23 +91,37 @@ def test_unknown_evaluation_set_is_named_with_file_line_and_a_suggestion(tmp_pat
     path = write(tmp_path, "{against: [Tiny-vall]}")
     with pytest.raises(FamilyConfigError) as err:
         load_families(path)
-    assert str(err.value) == (f"{path}:10: families.Tiny.decontamination.against[0]: unknown evaluation set 'Tiny-vall' "
-                              "(did you mean 'Tiny-val'?); defined sets: Tiny-val")
-    with pytest.raises(FamilyConfigError, match=r"families\.yaml:10: families\.Tiny\.decontamination\.actoin: unknown key "
-                                                r"\(did you mean 'action'\?\)"):
+    assert str(err.value) == (
+        f"{path}:10: families.Tiny.decontamination.against[0]: unknown evaluation set 'Tiny-vall' "
+        "(did you mean 'Tiny-val'?); defined sets: Tiny-val"
+    )
+    with pytest.raises(
+        FamilyConfigError,
+        match=r"families\.yaml:10: families\.Tiny\.decontamination\.actoin: unknown key "
+        r"\(did you mean 'action'\?\)",
+    ):
         load_families(write(tmp_path, "{against: [Tiny-val], actoin: drop}"))
-    with pytest.raises(FamilyConfigError, match=r"decontamination\.action\.image: 'keep' is not valid; expected one of 'drop', 'flag'"):
+    with pytest.raises(
+        FamilyConfigError, match=r"decontamination\.action\.image: 'keep' is not valid; expected one of 'drop', 'flag'"
+    ):
         load_families(write(tmp_path, "{against: [Tiny-val], action: {image: keep}}"))
-    text = FAMILY.replace("DECONTAMINATION", "{against: [Tiny-val]}").replace("kind: synthetic_eval", "kind: synthetic_evl")
+    text = FAMILY.replace("DECONTAMINATION", "{against: [Tiny-val]}").replace(
+        "kind: synthetic_eval", "kind: synthetic_evl"
+    )
     (tmp_path / "families.yaml").write_text(text)
-    with pytest.raises(FamilyConfigError, match=r"families\.yaml:5: evaluation\.Tiny-val\.source\.kind: 'synthetic_evl' is not valid"):
+    with pytest.raises(
+        FamilyConfigError, match=r"families\.yaml:5: evaluation\.Tiny-val\.source\.kind: 'synthetic_evl' is not valid"
+    ):
         load_families(tmp_path / "families.yaml")
 
 
 def test_the_shipped_families_name_every_benchmark_evaluation_split() -> None:
     families = load_families(default_families_path())
-    against = {name: family.config.decontamination.against for name, family in families.items()
-               if family.config.decontamination is not None}
+    against = {
+        name: family.config.decontamination.against
+        for name, family in families.items()
+        if family.config.decontamination is not None
+    }
     assert against["TinyCLEVR"] == ["TinyCLEVR-val"]
     for name in ("CLEVR", "CLEVRMath", "ChartQA", "DocVQA", "TextVQA", "AI2D", "ScienceQA", "IIIT5K"):
         assert against[name], name
@@ -123,9 +138,13 @@ def _clean(path: Path) -> tuple[Cleaner, list, list[dict]]:
     return cleaner, rows, [json.loads(line) for line in exclusions.read_text().splitlines()]
 
 
-def test_cleaning_drops_the_rows_of_matched_images_and_flags_matched_questions(tmp_path: Path, own_cache: Path) -> None:
+def test_cleaning_drops_the_rows_of_matched_images_and_flags_matched_questions(
+    tmp_path: Path, own_cache: Path
+) -> None:
     cleaner, rows, excluded = _clean(write(tmp_path, "{against: [Tiny-val]}"))
-    evaluation = SyntheticEvaluationSource(load_families(tmp_path / "families.yaml")["Tiny"].config.decontamination.sets["Tiny-val"].source)
+    evaluation = SyntheticEvaluationSource(
+        load_families(tmp_path / "families.yaml")["Tiny"].config.decontamination.sets["Tiny-val"].source
+    )
     recurring = {evaluation.truth(i).train_index for i in range(20)} - {None}
     dropped_records = {e["key"].split("#")[0] for e in excluded if e["reason"] == "eval_overlap"}
     assert dropped_records == {f"synthetic-clevr-{j:08d}" for j in recurring} and recurring
@@ -133,11 +152,15 @@ def test_cleaning_drops_the_rows_of_matched_images_and_flags_matched_questions(t
     kept_records = {rid for row in rows for rid in row.record_ids}
     assert not kept_records & dropped_records
     flagged = [c for row in rows for c in row.clean_meta["contamination"]]
-    assert flagged and all(c["set"] == "Tiny-val" and c["method"] in ("same_question", "near_question") for c in flagged)
+    assert flagged and all(
+        c["set"] == "Tiny-val" and c["method"] in ("same_question", "near_question") for c in flagged
+    )
     report = cleaner.report.decontamination["sets"]["Tiny-val"]
     assert sum(report["images"].values()) == len(recurring)
     assert report["dropped_items"] == len(excluded)
-    assert report["flagged_items"] == sum(len({c["question"] for c in row.clean_meta["contamination"]}) for row in rows)
+    assert report["flagged_items"] == sum(
+        len({c["question"] for c in row.clean_meta["contamination"]}) for row in rows
+    )
     assert report["example"]["pair_png"]
     # what the card, the publish summary and rs plan say of it
     (card,) = card_sets(cleaner.report.decontamination)
@@ -147,9 +170,11 @@ def test_cleaning_drops_the_rows_of_matched_images_and_flags_matched_questions(t
     ((path, png),) = pair_files(cleaner.report.decontamination)
     assert path == card["pair_path"] == "images/decontamination-Tiny-val.png"
     assert Image.open(io.BytesIO(png)).size == (2 * 96 + 8, 96)
-    assert summary(cleaner.report.decontamination) == (f"  decontamination: Tiny-val: {len(recurring)} images and "
-                                                       f"{sum(report['items'].values())} QA matched, {len(excluded)} dropped, "
-                                                       f"{report['flagged_items']} flagged")
+    assert summary(cleaner.report.decontamination) == (
+        f"  decontamination: Tiny-val: {len(recurring)} images and "
+        f"{sum(report['items'].values())} QA matched, {len(excluded)} dropped, "
+        f"{report['flagged_items']} flagged"
+    )
     assert plan_lines(cleaner.report.decontamination, "the sample")[0] == "evaluation overlap in the sample:"
     # the index was cached under its versions: a second run loads it, building nothing
     assert len(list((own_cache / "decontamination").glob("Tiny-val-*/index.pkl"))) == 1
@@ -185,9 +210,14 @@ def test_an_evaluation_set_that_gives_no_image_is_refused_with_why_and_nothing_i
         (tmp_path / "img" / f"{i}.png").write_bytes(b"not a png")
     (tmp_path / "val.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     (tmp_path / "empty.jsonl").write_text("")
-    for path, said, hint in (("val.jsonl", "gave no image that opens (3 of 3 records), most often undecodable_image (2)",
-                              "likely, in evaluation.v: the image column holds bytes that are not an image"),
-                             ("empty.jsonl", "gave no record", "check evaluation.v.source (its path, split or name)")):
+    for path, said, hint in (
+        (
+            "val.jsonl",
+            "gave no image that opens (3 of 3 records), most often undecodable_image (2)",
+            "likely, in evaluation.v: the image column holds bytes that are not an image",
+        ),
+        ("empty.jsonl", "gave no record", "check evaluation.v.source (its path, split or name)"),
+    ):
         config = EvaluationSetConfig(source=FilesSourceConfig(kind="files", path=path, columns=Columns()))
         with pytest.raises(EvaluationSetEmpty, match=rf"^the evaluation set v \({path}\) {re.escape(said)}") as err:
             load_or_build("v", config, base_dir=tmp_path, root=tmp_path / "idx")
@@ -198,17 +228,40 @@ def test_an_evaluation_set_that_gives_no_image_is_refused_with_why_and_nothing_i
 # The real evaluation sets' layouts: a few rows with the columns each dataset's card lists, laid out as a Hub
 # dataset repo (parquet under data/, the split declared in README.md's configs), read by the shipped set's source.
 LAYOUTS = {
-    "CLEVR-val": {"question_index": [0, 1], "question": ["How many cubes?", "Is there a ball?"], "answer": ["2", "yes"]},
-    "CLEVR-Math-test": {"id": ["a", "b"], "question": ["Subtract all cubes. How many objects are left?"] * 2, "label": [3, 1]},
+    "CLEVR-val": {
+        "question_index": [0, 1],
+        "question": ["How many cubes?", "Is there a ball?"],
+        "answer": ["2", "yes"],
+    },
+    "CLEVR-Math-test": {
+        "id": ["a", "b"],
+        "question": ["Subtract all cubes. How many objects are left?"] * 2,
+        "label": [3, 1],
+    },
     "ChartQA-val": {"query": ["What is the peak?", "Which year?"], "label": [["12"], ["2019"]]},
     "ChartQA-test": {"query": ["What is the peak?", "Which year?"], "label": [["12"], ["2019"]]},
-    "DocVQA-val": {"questionId": [1, 2], "question": ["What is the date?", "Who signed?"], "answers": [["1999"], ["J. Doe"]]},
+    "DocVQA-val": {
+        "questionId": [1, 2],
+        "question": ["What is the date?", "Who signed?"],
+        "answers": [["1999"], ["J. Doe"]],
+    },
     "DocVQA-test": {"questionId": [1, 2], "question": ["What is the date?", "Who signed?"], "answers": [[], []]},
-    "TextVQA-val": {"question_id": [1, 2], "image_id": ["i1", "i2"], "question": ["What brand?", "What number?"],
-                    "answers": [["sony"] * 10, ["7"] * 10]},
-    "AI2D-test": {"question": ["Which is a producer?", "What eats grass?"], "options": [["a", "b"], ["c", "d"]], "answer": ["0", "1"]},
-    "ScienceQA-test": {"question": ["Which is a mammal?", "Which is hot?"], "choices": [["cat", "fish"], ["ice", "fire"]],
-                       "answer": [0, 1]},
+    "TextVQA-val": {
+        "question_id": [1, 2],
+        "image_id": ["i1", "i2"],
+        "question": ["What brand?", "What number?"],
+        "answers": [["sony"] * 10, ["7"] * 10],
+    },
+    "AI2D-test": {
+        "question": ["Which is a producer?", "What eats grass?"],
+        "options": [["a", "b"], ["c", "d"]],
+        "answer": ["0", "1"],
+    },
+    "ScienceQA-test": {
+        "question": ["Which is a mammal?", "Which is hot?"],
+        "choices": [["cat", "fish"], ["ice", "fire"]],
+        "answer": [0, 1],
+    },
     "IIIT5K-test": {"label": ["HOTEL", "EXIT"]},
     "MathVista-testmini": {"pid": ["1", "2"], "question": ["What is x?", "How many?"], "answer": ["2", "5"]},
 }
@@ -226,17 +279,24 @@ def _fixture(folder: Path, source, columns: dict, *, without_image: bool = False
     data = datasets.Dataset.from_dict({**columns, image_column: images}).cast_column(image_column, datasets.Image())
     (folder / "data").mkdir(parents=True)
     data.to_parquet(str(folder / "data" / f"{source.split}-00000-of-00001.parquet"))
-    config = {"config_name": source.name or "default", "data_files": [{"split": source.split, "path": f"data/{source.split}-*"}]}
+    config = {
+        "config_name": source.name or "default",
+        "data_files": [{"split": source.split, "path": f"data/{source.split}-*"}],
+    }
     (folder / "README.md").write_text(f"---\n{yaml.safe_dump({'configs': [config]})}---\n")
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
-def test_the_real_evaluation_sets_load_from_their_layout(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_real_evaluation_sets_load_from_their_layout(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import dataclasses
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     shipped = load_families(default_families_path())
-    sets = {n: s for f in shipped.values() if f.config.decontamination for n, s in f.config.decontamination.sets.items()}
+    sets = {
+        n: s for f in shipped.values() if f.config.decontamination for n, s in f.config.decontamination.sets.items()
+    }
     if name == "MathVista-testmini":  # named by no family yet: read from the top-level block
         raw = yaml.safe_load(default_families_path().read_text())["evaluation"][name]
         assert raw["source"]["path"] == "AI4Math/MathVista"
@@ -244,7 +304,9 @@ def test_the_real_evaluation_sets_load_from_their_layout(name: str, tmp_path: Pa
         from rs.sources.mapping import Columns
 
         src = raw["source"]
-        source = HubSourceConfig(kind="hub", path=src["path"], split=src["split"], shape="flat", columns=Columns(**src["columns"]))
+        source = HubSourceConfig(
+            kind="hub", path=src["path"], split=src["split"], shape="flat", columns=Columns(**src["columns"])
+        )
     else:
         source = sets[name].source
     folder = tmp_path / "repo"

@@ -18,9 +18,9 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from conftest import png
 from faults import assert_same_published
+
 from rs.families import load_families
 from rs.pipeline.publish import publish
 
@@ -50,11 +50,14 @@ sys.addaudithook(_audit)  # hooks cannot be removed: this one records only while
 
 def png_declaring(width: int, height: int) -> bytes:
     """A small, valid PNG header declaring `width` x `height` pixels: a few bytes that would decode into gigabytes."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+    )
 
 
 TOO_LARGE = "is too large to be an image (over 89,478,485 pixels declared, or over 67,108,864 bytes)"
@@ -77,8 +80,17 @@ def pool(tmp_path: Path) -> dict[str, Path]:
         fh.truncate(100 * 2**20)  # sparse: no room taken, but 100 MiB to read
     (folder / "bomb.png").write_bytes(png_declaring(100_000, 100_000))  # Pillow itself refuses to open this one
     (folder / "wide.png").write_bytes(png_declaring(10_000, 10_000))  # over the limit, under Pillow's own refusal
-    names = {"a": "a.png", "b": "b.png", "parent": "../secret.png", "absolute": str(secrets["absolute"]), "link": "link.png",
-             "fifo": "fifo.png", "huge": "huge.png", "bomb": "bomb.png", "wide": "wide.png"}
+    names = {
+        "a": "a.png",
+        "b": "b.png",
+        "parent": "../secret.png",
+        "absolute": str(secrets["absolute"]),
+        "link": "link.png",
+        "fifo": "fifo.png",
+        "huge": "huge.png",
+        "bomb": "bomb.png",
+        "wide": "wide.png",
+    }
     lines, replay = [], []
     for key, name in names.items():
         for turn, (question, answer) in enumerate([("What colour is it?", "red"), ("Is it round?", "no")]):
@@ -87,25 +99,43 @@ def pool(tmp_path: Path) -> dict[str, Path]:
     (folder / "metadata.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     (tmp_path / "replay.jsonl").write_text("\n".join(json.dumps(r) for r in replay) + "\n")
     (tmp_path / "families.yaml").write_text(FAMILY)
-    return {"families": tmp_path / "families.yaml", **secrets, "link": folder / "link.png", "fifo": folder / "fifo.png",
-            "huge": folder / "huge.png"}
+    return {
+        "families": tmp_path / "families.yaml",
+        **secrets,
+        "link": folder / "link.png",
+        "fifo": folder / "fifo.png",
+        "huge": folder / "huge.png",
+    }
 
 
-def test_hostile_paths_and_files_are_refused_unread_with_their_reason(pool: dict[str, Path], tmp_path: Path, caplog) -> None:
+def test_hostile_paths_and_files_are_refused_unread_with_their_reason(
+    pool: dict[str, Path], tmp_path: Path, caplog
+) -> None:
     global _watching
     family = load_families(pool["families"])["Wary"]
     _opened.clear()
     _watching = True
     try:
         with caplog.at_level(logging.WARNING, logger="rs.pipeline.clean"):
-            publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+            publish(
+                family,
+                out=tmp_path / "out",
+                build_root=tmp_path / "build",
+                cache_path=tmp_path / "cache.sqlite",
+                progress=False,
+            )
     finally:
         _watching = False
     never = {str(pool[k]) for k in ("parent", "absolute", "fifo", "huge")} | {os.path.realpath(pool["link"])}
-    assert [path for path in _opened if os.path.realpath(path) in never or path in never] == []  # not one of them opened
+    assert [
+        path for path in _opened if os.path.realpath(path) in never or path in never
+    ] == []  # not one of them opened
 
     build = tmp_path / "build" / "Wary"
-    excluded = {line["key"]: (line["reason"], line.get("detail")) for line in map(json.loads, (build / "exclusions.jsonl").read_text().splitlines())}
+    excluded = {
+        line["key"]: (line["reason"], line.get("detail"))
+        for line in map(json.loads, (build / "exclusions.jsonl").read_text().splitlines())
+    }
     folder = pool["link"].parent
     expected = {
         "parent": ("unsafe_image_path", f"{folder}/../secret.png leaves {folder} by its path"),
@@ -126,7 +156,18 @@ def test_hostile_paths_and_files_are_refused_unread_with_their_reason(pool: dict
     secret = pool["parent"].read_bytes()
     published = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
     assert published and not any(secret in p.read_bytes() for p in published)  # no byte of them published
-    assert json.loads((tmp_path / "out" / "tester" / "Wary_rejected" / "rs" / "stats.json").read_text())["cleaning"]["dropped"] == clean["dropped"]
+    assert (
+        json.loads((tmp_path / "out" / "tester" / "Wary_rejected" / "rs" / "stats.json").read_text())["cleaning"][
+            "dropped"
+        ]
+        == clean["dropped"]
+    )
 
-    publish(family, out=tmp_path / "again", build_root=tmp_path / "build2", cache_path=tmp_path / "cache2.sqlite", progress=False)
+    publish(
+        family,
+        out=tmp_path / "again",
+        build_root=tmp_path / "build2",
+        cache_path=tmp_path / "cache2.sqlite",
+        progress=False,
+    )
     assert_same_published(tmp_path / "out" / "tester", tmp_path / "again" / "tester")

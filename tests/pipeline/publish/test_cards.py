@@ -9,13 +9,21 @@ from pathlib import Path
 import datasets
 import pytest
 from huggingface_hub import DatasetCard
-
-from rs.pipeline.publish.cards.html import render, render_repo
-from rs.pipeline.publish.cards.render import SHORT_FIELD, SPLIT_TITLES, _example_view, cell, chars, sibling_link, size_category
-from rs.util.text import counted
 from replay_family import HOSTILE_A, HOSTILE_Q, write_hostile_family
+
 from rs.pipeline.publish import publish
+from rs.pipeline.publish.cards.html import render, render_repo
+from rs.pipeline.publish.cards.render import (
+    SHORT_FIELD,
+    SPLIT_TITLES,
+    _example_view,
+    cell,
+    chars,
+    sibling_link,
+    size_category,
+)
 from rs.splits_schema import SPLITS, features
+from rs.util.text import counted
 
 
 @pytest.fixture
@@ -24,7 +32,14 @@ def family(tmp_path: Path, images: dict[str, bytes]):
 
 
 def run_publish(family, tmp_path: Path, **kwargs):
-    return publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, **kwargs)
+    return publish(
+        family,
+        out=tmp_path / "out",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+        **kwargs,
+    )
 
 
 def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
@@ -35,13 +50,19 @@ def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
         text = (repo / "README.md").read_text()
         card = DatasetCard(text)
         data = card.data
-        assert data.license == "mit" and data.task_categories == ["visual-question-answering"] and data.language == ["en"]
+        assert (
+            data.license == "mit" and data.task_categories == ["visual-question-answering"] and data.language == ["en"]
+        )
         assert data.size_categories == ["n<1K"] and data.pretty_name == f"Hostile VQA ({SPLIT_TITLES[split]})"
         assert data.configs == [{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*"}]}]
         s = stats["splits"][split]
         assert data.dataset_info["splits"][0]["num_examples"] == s["rows"]
         assert sorted(p.name for p in (repo / "data").iterdir()) == s["files"]
-        assert f"| rows | {s['rows']:,} |" in text and f"| QA pairs | {s['qa']:,} |" in text and f"| shards | {s['shards']} |" in text
+        assert (
+            f"| rows | {s['rows']:,} |" in text
+            and f"| QA pairs | {s['qa']:,} |" in text
+            and f"| shards | {s['shards']} |" in text
+        )
         t = stats["totals"]
         assert f"| accepted / rejected (whole family) | {t['accepted']:,} / {t['rejected']:,} |" in text
         cal = stats["judge"]["calibration"]
@@ -49,8 +70,15 @@ def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
         assert f"of {cal['hard']['total']} near misses built like real rejections" in text
         assert f"of {cal['easy']['total']} answers paired with another item's question and reference" in text
         assert "**It did not pass on this run and promoted nothing**: too few calibration cases" in text
-        for section in ("## How the data was produced", "## How a match is decided", "## Second pass: model-as-judge", "## Schema",
-                        "## Cleaning applied before rejection sampling", "## Examples", "### Example 1"):
+        for section in (
+            "## How the data was produced",
+            "## How a match is decided",
+            "## Second pass: model-as-judge",
+            "## Schema",
+            "## Cleaning applied before rejection sampling",
+            "## Examples",
+            "### Example 1",
+        ):
             assert section in text, section
         assert "`replayed/model` at revision `abc123`" in text
         assert "\n- **Provenance check.**" in text and "\n- **Deduplication.**" in text  # one list item per line
@@ -78,12 +106,25 @@ def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
 
 def test_size_categories_are_the_hubs_up_to_a_trillion() -> None:
     assert [size_category(n) for n in (0, 999, 1_000, 99_999, 10**9 - 1, 10**9, 10**10, 10**12 - 1, 10**12)] == [
-        "n<1K", "n<1K", "1K<n<10K", "10K<n<100K", "100M<n<1B", "1B<n<10B", "10B<n<100B", "100B<n<1T", "n>1T"]
+        "n<1K",
+        "n<1K",
+        "1K<n<10K",
+        "10K<n<100K",
+        "100M<n<1B",
+        "1B<n<10B",
+        "10B<n<100B",
+        "100B<n<1T",
+        "n>1T",
+    ]
 
 
 def test_a_cell_leaves_plain_underscores_and_escapes_those_that_could_emphasise() -> None:
     assert cell("judge_blocked") == "judge_blocked" and cell("snake_case_name") == "snake_case_name"
-    assert cell("_x_") == "&#95;x&#95;" and cell("a _b_ c") == "a &#95;b&#95; c" and cell("__init__") == "&#95;&#95;init&#95;&#95;"
+    assert (
+        cell("_x_") == "&#95;x&#95;"
+        and cell("a _b_ c") == "a &#95;b&#95; c"
+        and cell("__init__") == "&#95;&#95;init&#95;&#95;"
+    )
 
 
 def test_hub_cards_link_their_siblings_on_the_hub() -> None:
@@ -115,17 +156,26 @@ def test_cards_read_on_the_hub_as_written(family, tmp_path: Path) -> None:
         rendered = render_repo(repo)
         assert rendered.problems == [], (split, rendered.problems)
         assert "license:" not in rendered.text  # the front matter is metadata, not text
-        assert rendered.html.count("<table>") == card.count("\n|---") == 1 + card.count("\n### Example ")  # stats, examples
+        assert (
+            rendered.html.count("<table>") == card.count("\n|---") == 1 + card.count("\n### Example ")
+        )  # stats, examples
         assert "<th>statistic</th>" in rendered.html and "<th></th>" not in rendered.html  # no empty header row
         images = re.findall(r'<img src="file://([^"]+)"', rendered.html)
-        assert len(images) == card.count("](images/") + card.count("](figures/") >= 4 and all(Path(i).is_file() for i in images)
+        assert len(images) == card.count("](images/") + card.count("](figures/") >= 4 and all(
+            Path(i).is_file() for i in images
+        )
         for other in SPLITS:  # sibling links resolve to the sibling's card beside it
             if other != split:
-                assert f'href="{(repo.parent / family.repo_name(other) / "README.md").resolve().as_uri()}"' in rendered.html
+                assert (
+                    f'href="{(repo.parent / family.repo_name(other) / "README.md").resolve().as_uri()}"'
+                    in rendered.html
+                )
     rendered = render_repo(tmp_path / "out" / "tester" / family.repo_name("rejected"))
     for line in HOSTILE_Q.splitlines():  # a table cell shows the question's lines as they are, nothing rendered
         assert line in rendered.text
-    assert HOSTILE_A in rendered.text and HOSTILE_A + "!!\n```\n</details>" in rendered.code  # the answer; wrong_vlm in its block
+    assert (
+        HOSTILE_A in rendered.text and HOSTILE_A + "!!\n```\n</details>" in rendered.code
+    )  # the answer; wrong_vlm in its block
     assert "<script>" not in rendered.html and "javascript:" not in rendered.html.replace("(javascript:alert(1))", "")
 
 
@@ -133,16 +183,25 @@ def test_the_rendered_card_check_finds_what_a_reader_would_see_broken(tmp_path: 
     """A card with one of each defect: every one is named; the same card written correctly has none."""
     (tmp_path / "figures").mkdir()
     (tmp_path / "figures" / "f.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-    broken = ("---\nlicense: mit\n---\n\n| rows | 3 |\n| shards | 1 |\n\nreason `judge&#95;blocked`, judge&amp;#95;blocked, "
-              "**bold **, judge\\\\_blocked (double escaped)\n\n![funnel](figures/missing.png) <script>alert(1)</script>\n")
+    broken = (
+        "---\nlicense: mit\n---\n\n| rows | 3 |\n| shards | 1 |\n\nreason `judge&#95;blocked`, judge&amp;#95;blocked, "
+        "**bold **, judge\\\\_blocked (double escaped)\n\n![funnel](figures/missing.png) <script>alert(1)</script>\n"
+    )
     problems = render(broken, tmp_path).problems
-    for expected in ("a table row shown as text: '| rows | 3 |'", "a character reference shown in code: '&#95;'",
-                     "a character reference shown as text: '&#95;'", "emphasis markers shown as text: '**'",
-                     "a backslash escape shown as text: '\\\\_'", "<img> to figures/missing.png : no such file",
-                     "<script> dropped with its content"):
+    for expected in (
+        "a table row shown as text: '| rows | 3 |'",
+        "a character reference shown in code: '&#95;'",
+        "a character reference shown as text: '&#95;'",
+        "emphasis markers shown as text: '**'",
+        "a backslash escape shown as text: '\\\\_'",
+        "<img> to figures/missing.png : no such file",
+        "<script> dropped with its content",
+    ):
         assert any(p.startswith(expected) for p in problems), (expected, problems)
-    fixed = ("---\nlicense: mit\n---\n\n| statistic | value |\n|---|---|\n| rows | 3 |\n\nreason `judge_blocked`, judge_blocked, "
-             "**bold**, judge_blocked\n\n![funnel](figures/f.png)\n")
+    fixed = (
+        "---\nlicense: mit\n---\n\n| statistic | value |\n|---|---|\n| rows | 3 |\n\nreason `judge_blocked`, judge_blocked, "
+        "**bold**, judge_blocked\n\n![funnel](figures/f.png)\n"
+    )
     assert render(fixed, tmp_path).problems == []
     quoted = "What **is** this? </details>"  # the dataset's own text, shown literally on purpose
     assert render(f"| q | a |\n|---|---|\n| {cell(quoted)} | 1 |\n", tmp_path, quoted=[quoted]).problems == []
@@ -155,7 +214,9 @@ def test_a_short_one_line_field_is_in_the_examples_table_and_a_long_one_in_a_blo
 
     assert ("wrong_vlm", "6") in view("6")["fields"] and view("6")["details"] == []
     for long in ("x" * (SHORT_FIELD + 1), "two\nlines"):
-        assert view(long)["details"] == [("wrong_vlm", long)] and all(k != "wrong_vlm" for k, _ in view(long)["fields"])
+        assert view(long)["details"] == [("wrong_vlm", long)] and all(
+            k != "wrong_vlm" for k, _ in view(long)["fields"]
+        )
     assert chars("6") == "1 char" and chars("x" * 1234) == "1,234 chars"
 
 
@@ -166,8 +227,10 @@ def test_counts_of_one_are_singular_on_the_cards_and_in_the_summary(family, tmp_
     train.write_text("\n".join(train.read_text().splitlines()[:2]))  # one image, its two questions in two records
     outcome = run_publish(family, tmp_path)
     card = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
-    assert ("2 QA pairs in 2 source records; 2 kept in 1 row (one per image; 1 record repeated an image already seen "
-            "and was merged into its row)") in card
+    assert (
+        "2 QA pairs in 2 source records; 2 kept in 1 row (one per image; 1 record repeated an image already seen "
+        "and was merged into its row)"
+    ) in card
     assert ", 1 shard -> " in summary(family, outcome, dry_run=False)
     assert counted(1, "family", "families") == "1 family" and counted(1234, "QA pair") == "1,234 QA pairs"
 
@@ -202,9 +265,19 @@ def test_cards_only_without_the_build_uses_the_published_repo(family, tmp_path: 
 def test_a_limited_trial_builds_beside_the_full_build_and_says_so_on_its_cards(family, tmp_path: Path) -> None:
     run_publish(family, tmp_path)
     full = {s: (tmp_path / "out" / "tester" / family.repo_name(s) / "README.md").read_text() for s in SPLITS}
-    trial = publish(family, out=tmp_path / "trial", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
-                    progress=False, limit=2)
-    assert trial.report.totals.source_qa == 4 and trial.report.limit == 2 and (tmp_path / "build" / family.name / "limit-2" / "stats.json").exists()
+    trial = publish(
+        family,
+        out=tmp_path / "trial",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+        limit=2,
+    )
+    assert (
+        trial.report.totals.source_qa == 4
+        and trial.report.limit == 2
+        and (tmp_path / "build" / family.name / "limit-2" / "stats.json").exists()
+    )
     trial_card = (tmp_path / "trial" / "tester" / family.repo_name("think") / "README.md").read_text()
     assert "**A trial build**: only the first 2 images" in trial_card and "A trial build" not in full["think"]
     run_publish(family, tmp_path, cards_only=True)  # the full build's cards, not the trial's
@@ -215,8 +288,17 @@ def test_a_limited_trial_is_never_published_to_the_hub(family, tmp_path: Path) -
     from rs.errors import UsageError
 
     family.config.publish.target = "hub"
-    with pytest.raises(UsageError, match="--limit 2 builds a trial of Hostile .* replace tester/Hostile_RS_think") as err:
-        publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, limit=2, token="x")
+    with pytest.raises(
+        UsageError, match="--limit 2 builds a trial of Hostile .* replace tester/Hostile_RS_think"
+    ) as err:
+        publish(
+            family,
+            build_root=tmp_path / "build",
+            cache_path=tmp_path / "cache.sqlite",
+            progress=False,
+            limit=2,
+            token="x",
+        )
     assert "--out DIR" in err.value.hint and not (tmp_path / "build").exists()
 
 
@@ -227,21 +309,36 @@ def test_a_local_target_that_cannot_be_a_folder_is_refused_before_the_build(fami
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with pytest.raises(UsageError, match=f"--out {blocker}/sub: {blocker} is a file, not a folder"):
-        publish(family, out=blocker / "sub", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
+        publish(
+            family,
+            out=blocker / "sub",
+            build_root=tmp_path / "build",
+            cache_path=tmp_path / "cache.sqlite",
+            progress=False,
+        )
     family.config.publish.local_dir = str(blocker)
     with pytest.raises(UsageError, match=f"publish.local_dir {blocker}: {blocker} is a file"):
         publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False)
     assert not (tmp_path / "build").exists()
     with pytest.raises(UsageError, match=f"--out {blocker}: {blocker} is a file, not a folder") as err:
         main(["Hostile", "--config", str(family.path), "--out", str(blocker), "--build-dir", str(tmp_path / "build")])
-    assert err.value.exit_code == 2  # the command says so as a usage error (error: and hint:), before it reads the family
+    assert (
+        err.value.exit_code == 2
+    )  # the command says so as a usage error (error: and hint:), before it reads the family
 
 
 def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_path: Path) -> None:
     run_publish(family, tmp_path)
     again = run_publish(family, tmp_path)
     assert all(c.action == "unchanged" for r in again.results.values() for c in r.changes)
-    dry = publish(family, out=tmp_path / "elsewhere", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, dry_run=True)
+    dry = publish(
+        family,
+        out=tmp_path / "elsewhere",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+        dry_run=True,
+    )
     assert not (tmp_path / "elsewhere").exists()
     assert {c.action for r in dry.results.values() for c in r.changes} == {"add"}
 
@@ -249,8 +346,12 @@ def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_p
 def test_a_repo_the_hub_would_refuse_stops_the_publish_before_any_upload(family, tmp_path: Path, monkeypatch) -> None:
     from rs.pipeline.publish import repo_check as checks
 
-    monkeypatch.setattr(checks, "MAX_ENTRIES_PER_FOLDER", 3)  # the assembled repos hold more: README, data, images, rs, figures
-    with pytest.raises(checks.RepoCheckError, match=r"Hostile_RS_think: [0-9]+ entries, the Hub recommends fewer than 3 per folder"):
+    monkeypatch.setattr(
+        checks, "MAX_ENTRIES_PER_FOLDER", 3
+    )  # the assembled repos hold more: README, data, images, rs, figures
+    with pytest.raises(
+        checks.RepoCheckError, match=r"Hostile_RS_think: [0-9]+ entries, the Hub recommends fewer than 3 per folder"
+    ):
         run_publish(family, tmp_path)
     assert not (tmp_path / "out").exists()  # nothing published, not even the first repo
 
@@ -268,19 +369,27 @@ def test_the_pre_publish_check_names_what_the_viewer_would_refuse(tmp_path: Path
     (repo / "data").mkdir(parents=True)
     rng = random.Random(0)
     table = pa.table({"text": ["".join(rng.choices(string.ascii_letters, k=1000)) for _ in range(200)]})
-    pq.write_table(table, repo / "data" / "train-00000-of-00001.parquet", row_group_size=200)  # one group of about 200 KB
+    pq.write_table(
+        table, repo / "data" / "train-00000-of-00001.parquet", row_group_size=200
+    )  # one group of about 200 KB
     (repo / "README.md").write_text("card")
     check_repo(repo, row_group_bytes=1_000_000)
-    with pytest.raises(RepoCheckError, match=r"train-00000-of-00001\.parquet: row group 0 holds [0-9,]+ bytes uncompressed"):
+    with pytest.raises(
+        RepoCheckError, match=r"train-00000-of-00001\.parquet: row group 0 holds [0-9,]+ bytes uncompressed"
+    ):
         check_repo(repo, row_group_bytes=100_000)
     (repo / "data" / "train-00001-of-00002.jsonl").write_text("{}")
-    with pytest.raises(RepoCheckError, match=r"data: files of \.jsonl, \.parquet; the viewer reads one format per split"):
+    with pytest.raises(
+        RepoCheckError, match=r"data: files of \.jsonl, \.parquet; the viewer reads one format per split"
+    ):
         check_repo(repo, row_group_bytes=1_000_000)
 
 
 def test_zero_counts_are_worded_naturally(family, tmp_path: Path) -> None:
     train = tmp_path / "train.jsonl"
-    train.write_text(train.read_text().splitlines()[0])  # one record, one question, answered wrong: nothing merged or overruled
+    train.write_text(
+        train.read_text().splitlines()[0]
+    )  # one record, one question, answered wrong: nothing merged or overruled
     outcome = run_publish(family, tmp_path)
     assert outcome.report.judge.contradicted == 0
     card = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()

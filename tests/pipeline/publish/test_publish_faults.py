@@ -22,13 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from checkout import ROOT
 from faults import assert_same_published, publish_command, published_files, reference
-from rs.families import load_families
+
 from rs.errors import UsageError
-from rs.util.locks import PublishBusy
+from rs.families import load_families
 from rs.pipeline.publish import publish
+from rs.util.locks import PublishBusy
 
 HOOK = """
 import os, signal, sys, time
@@ -105,21 +105,42 @@ SWITCHING = "os.rename,rs.pipeline.publish.exchange,os.remove,shutil.rmtree"
 """The renames and removals of a publish (`rs.pipeline.publish.local.exchange` raises `rs.pipeline.publish.exchange`)."""
 
 
-def hooked(families: Path, work: Path, at: int, action: str, *, under: Path | None = None,
-           events: str = SWITCHING, family: str = "Alpha", env: dict[str, str] = ENV) -> subprocess.Popen[str]:
+def hooked(
+    families: Path,
+    work: Path,
+    at: int,
+    action: str,
+    *,
+    under: Path | None = None,
+    events: str = SWITCHING,
+    family: str = "Alpha",
+    env: dict[str, str] = ENV,
+) -> subprocess.Popen[str]:
     """The publish of `work`, stopped (`action` kill, or wait) at the `at`-th of `events` on a path under `under` (out/)."""
-    command = [sys.executable, "-c", HOOK, str(under or work / "out"), str(at), str(work / "events.log"), action, events,
-               *publish_command(families, work, family)[3:]]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    command = [
+        sys.executable,
+        "-c",
+        HOOK,
+        str(under or work / "out"),
+        str(at),
+        str(work / "events.log"),
+        action,
+        events,
+        *publish_command(families, work, family)[3:],
+    ]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 # The exchange path on TinyCLEVR built for real; the two-rename path on the small Alpha family.
 @pytest.mark.slow
-@pytest.mark.parametrize("family,exchange", [pytest.param("TinyCLEVR", True, marks=pytest.mark.vllm), ("Alpha", False)],
-                         ids=["TinyCLEVR", "Alpha without exchange"])
-def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it(family: str, exchange: bool, request,
-                                                                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "family,exchange",
+    [pytest.param("TinyCLEVR", True, marks=pytest.mark.vllm), ("Alpha", False)],
+    ids=["TinyCLEVR", "Alpha without exchange"],
+)
+def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it(
+    family: str, exchange: bool, request, tmp_path: Path
+) -> None:
     """Without an atomic exchange (two renames a repo), a kill between them leaves the repo missing until the next run."""
     case = request.getfixturevalue("setup" if family == "Alpha" else "tiny")
     env = ENV if exchange else {**ENV, "NO_EXCHANGE": "1"}
@@ -131,8 +152,12 @@ def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it
     _, err = run.communicate(timeout=300)
     assert run.returncode == 0, err[-3000:]
     events = (counted / "events.log").read_text().splitlines()
-    assert sum(e.startswith("rs.pipeline.publish.exchange") for e in events) == (3 if exchange else 0)  # each repo in one exchange
-    assert sum(e.startswith("os.rename") for e in events) == 1 + (0 if exchange else 6)  # the journal (+ old aside, new in)
+    assert sum(e.startswith("rs.pipeline.publish.exchange") for e in events) == (
+        3 if exchange else 0
+    )  # each repo in one exchange
+    assert sum(e.startswith("os.rename") for e in events) == 1 + (
+        0 if exchange else 6
+    )  # the journal (+ old aside, new in)
     assert_same_published(ref / "out", counted / "out")
     olds = {repo: snapshot(old / namespace / repo) for repo in repos}
     news = {repo: snapshot(ref / "out" / namespace / repo) for repo in repos}
@@ -146,8 +171,9 @@ def test_a_publish_killed_at_each_rename_is_old_or_new_and_one_rerun_finishes_it
             seen = snapshot(work / "out" / namespace / repo)
             assert seen in (olds[repo], news[repo]) or not exchange and seen == {}, (at, events[at - 1], repo)
 
-        rerun = subprocess.run(publish_command(families, work, family), cwd=ROOT, env=ENV, capture_output=True, text=True,
-                               timeout=300)
+        rerun = subprocess.run(
+            publish_command(families, work, family), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300
+        )
         assert rerun.returncode == 0, (at, events[at - 1], rerun.stderr[-3000:])
         assert_same_published(ref / "out", work / "out")
         assert not (work / "out" / namespace / ".rs-publish" / family).exists()  # nothing of the transaction left
@@ -170,36 +196,88 @@ def test_a_second_publish_into_the_same_folder_is_refused_naming_the_first(setup
     try:
         before = published_files(work / "out")
         with pytest.raises(PublishBusy) as refused:  # another build folder and cache: only the target is shared
-            publish(load_families(families)["Alpha"], out=work / "out", build_root=tmp_path / "second" / "build",
-                    cache_path=tmp_path / "second" / "cache.sqlite", progress=False)
-        assert f"Alpha's repos in {work / 'out' / 'tester'} are being published by process {first.pid} (" in str(refused.value)
+            publish(
+                load_families(families)["Alpha"],
+                out=work / "out",
+                build_root=tmp_path / "second" / "build",
+                cache_path=tmp_path / "second" / "cache.sqlite",
+                progress=False,
+            )
+        assert f"Alpha's repos in {work / 'out' / 'tester'} are being published by process {first.pid} (" in str(
+            refused.value
+        )
         assert f"kill {first.pid}" in refused.value.hint
-        assert [p.name for p in (tmp_path / "second").rglob("*")] == ["build", "Alpha", ".lock"]  # refused before building anything
+        assert [p.name for p in (tmp_path / "second").rglob("*")] == [
+            "build",
+            "Alpha",
+            ".lock",
+        ]  # refused before building anything
         logs = sorted((work / "build" / "Alpha" / "logs").iterdir())
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         cli = [sys.executable, "-m", "rs.publish", "Alpha", "--config", str(families)]
-        third = subprocess.run([*cli, "--out", str(work / "out"), "--build-dir", str(tmp_path / "third" / "build"),
-                                "--cache", str(tmp_path / "third" / "cache.sqlite")], cwd=ROOT, env=env, capture_output=True,
-                               text=True, timeout=120)
+        third = subprocess.run(
+            [
+                *cli,
+                "--out",
+                str(work / "out"),
+                "--build-dir",
+                str(tmp_path / "third" / "build"),
+                "--cache",
+                str(tmp_path / "third" / "cache.sqlite"),
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert third.returncode == 1, third.stderr[-3000:]
-        assert f"error: Alpha's repos in {work / 'out' / 'tester'} are being published by process {first.pid} (" in third.stderr
+        assert (
+            f"error: Alpha's repos in {work / 'out' / 'tester'} are being published by process {first.pid} ("
+            in third.stderr
+        )
         assert "Traceback" not in third.stderr and "log: " not in third.stderr
         assert not list((tmp_path / "third").rglob("*.log")) and not (tmp_path / "third" / "cache.sqlite").exists()
-        fourth = subprocess.run([*cli, "--out", str(tmp_path / "fourth"), "--build-dir", str(work / "build"),
-                                 "--cache", str(work / "cache.sqlite")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-        assert fourth.returncode == 1 and f"is being built by process {first.pid} (" in fourth.stderr, fourth.stderr[-3000:]
-        assert sorted((work / "build" / "Alpha" / "logs").iterdir()) == logs  # neither wrote a log into the first run's folder
+        fourth = subprocess.run(
+            [
+                *cli,
+                "--out",
+                str(tmp_path / "fourth"),
+                "--build-dir",
+                str(work / "build"),
+                "--cache",
+                str(work / "cache.sqlite"),
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert fourth.returncode == 1 and f"is being built by process {first.pid} (" in fourth.stderr, fourth.stderr[
+            -3000:
+        ]
+        assert (
+            sorted((work / "build" / "Alpha" / "logs").iterdir()) == logs
+        )  # neither wrote a log into the first run's folder
         assert published_files(work / "out") == before
     finally:
         first.kill()
         first.communicate()
-    publish(load_families(families)["Alpha"], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
-            progress=False)
+    publish(
+        load_families(families)["Alpha"],
+        out=work / "out",
+        build_root=work / "build",
+        cache_path=work / "cache.sqlite",
+        progress=False,
+    )
     assert_same_published(ref / "out", work / "out")
 
 
 @pytest.mark.slow
-def test_a_run_killed_while_cleaning_leaves_its_spilled_images_to_the_next_run_to_remove(setup, tmp_path: Path) -> None:
+def test_a_run_killed_while_cleaning_leaves_its_spilled_images_to_the_next_run_to_remove(
+    setup, tmp_path: Path
+) -> None:
     families, ref, _ = setup
     work = tmp_path / "work"
     killed = hooked(families, work, 1, "kill", under=work / "build" / "Alpha" / "rs-group-", events="sqlite3.connect")
@@ -207,8 +285,14 @@ def test_a_run_killed_while_cleaning_leaves_its_spilled_images_to_the_next_run_t
     assert killed.returncode == -signal.SIGKILL, err[-3000:]
     assert [p.name[:9] for p in (work / "build" / "Alpha").glob("rs-group-*")] == ["rs-group-"]
 
-    rerun = subprocess.run(publish_command(families, work), cwd=ROOT, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True,
-                           text=True, timeout=300)
+    rerun = subprocess.run(
+        publish_command(families, work),
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert list((work / "build" / "Alpha").glob("rs-group-*")) == []
     assert_same_published(ref / "out", work / "out")
@@ -220,8 +304,12 @@ def test_a_repo_folder_that_cannot_be_written_is_refused_before_any_repo_changes
     work = prepared(setup, tmp_path / "work")
     locked = work / "out" / "tester" / "Alpha_rejected" / "data"
     if os.geteuid() == 0:  # root writes anywhere a mode forbids: a read-only mount forbids root too
-        done = subprocess.run(f"mount --bind {locked} {locked} && mount -o remount,bind,ro {locked}", shell=True,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            f"mount --bind {locked} {locked} && mount -o remount,bind,ro {locked}",
+            shell=True,
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             pytest.skip(f"a read-only folder for root needs `mount --bind`: {done.stderr.strip()}")
         unlock = ["umount", str(locked)]
@@ -230,16 +318,28 @@ def test_a_repo_folder_that_cannot_be_written_is_refused_before_any_repo_changes
         unlock = ["chmod", "755", str(locked)]
     try:
         with pytest.raises(UsageError) as refused:
-            publish(load_families(families)["Alpha"], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
-                    progress=False)
-        assert str(refused.value) == (f"--out {work / 'out'}: cannot write in {locked} (read-only), so the published repo "
-                                      "there cannot be replaced")
+            publish(
+                load_families(families)["Alpha"],
+                out=work / "out",
+                build_root=work / "build",
+                cache_path=work / "cache.sqlite",
+                progress=False,
+            )
+        assert str(refused.value) == (
+            f"--out {work / 'out'}: cannot write in {locked} (read-only), so the published repo "
+            "there cannot be replaced"
+        )
         assert refused.value.exit_code == 2 and "nothing was changed" in refused.value.hint
         for repo in REPOS:
             assert snapshot(work / "out" / "tester" / repo) == snapshot(old / "tester" / repo)
         assert not (work / "out" / "tester" / ".rs-publish" / "Alpha").exists()
     finally:
         subprocess.run(unlock, check=True)
-    publish(load_families(families)["Alpha"], out=work / "out", build_root=work / "build", cache_path=work / "cache.sqlite",
-            progress=False)
+    publish(
+        load_families(families)["Alpha"],
+        out=work / "out",
+        build_root=work / "build",
+        cache_path=work / "cache.sqlite",
+        progress=False,
+    )
     assert_same_published(ref / "out", work / "out")

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import datasets
 import pytest
+from hub_clients import TOKEN
+from replay_family import write_hostile_family
 
 from rs.cli.publish import summary
 from rs.families.loader import FamilyConfigError, load_families
 from rs.pipeline.publish import publish
 from rs.pipeline.publish.repo_check import RepoCheckError, check_repo
 from rs.splits_schema import SPLITS
-from replay_family import write_hostile_family
-from hub_clients import TOKEN
 
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
 
@@ -26,7 +26,9 @@ def family(tmp_path: Path, images: dict[str, bytes]):
 
 def to_hub(hostile, tmp_path: Path, **kwargs):
     hostile.config.publish.target = "hub"
-    return publish(hostile, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, **kwargs)
+    return publish(
+        hostile, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, **kwargs
+    )
 
 
 @pytest.mark.slow
@@ -68,9 +70,9 @@ def test_commit_conflict_then_cards_only_touches_only_the_cards(family, tmp_path
 
 def sampled(hostile, tmp_path: Path) -> None:
     """The family's clean and sample stages, as `rs sample` runs them: a dry run then plans the repos (it samples nothing)."""
+    from rs.context import BuildContext
     from rs.pipeline.sample.stage import SampleStage
     from rs.pipeline.stage import ensure
-    from rs.context import BuildContext
 
     ensure(SampleStage(), BuildContext(hostile, tmp_path / "build", tmp_path / "cache.sqlite", progress=False))
 
@@ -100,7 +102,8 @@ def test_cards_only_on_a_machine_without_the_build(family, tmp_path: Path, hub) 
 
 @pytest.mark.slow
 def test_a_family_over_files_per_commit_goes_through_pull_requests_and_cards_only_stays_one_commit(
-        family, tmp_path: Path, hub) -> None:
+    family, tmp_path: Path, hub
+) -> None:
     family.config.publish.files_per_commit = 2  # the assembled repos hold 7-9 files: several commits each
     sampled(family, tmp_path)
     dry = to_hub(family, tmp_path, dry_run=True)
@@ -108,8 +111,13 @@ def test_a_family_over_files_per_commit_goes_through_pull_requests_and_cards_onl
     for split in SPLITS:
         result = dry.results[split]
         assert result.merges == 1 and result.commits == math.ceil(len(result.changes) / 2) + 1
-        assert any(line.endswith(f"would make {result.commits} commits: {result.commits - 1} on a new pull request, "
-                                 "then its merge)") and family.repo_name(split) in line for line in lines)
+        assert any(
+            line.endswith(
+                f"would make {result.commits} commits: {result.commits - 1} on a new pull request, then its merge)"
+            )
+            and family.repo_name(split) in line
+            for line in lines
+        )
 
     outcome = to_hub(family, tmp_path)
 
@@ -128,15 +136,20 @@ def test_a_family_over_files_per_commit_goes_through_pull_requests_and_cards_onl
     for split in SPLITS:
         repo_id = f"tester/{family.repo_name(split)}"
         assert len(hub.pulls(repo_id)) == 1  # no pull request for a card
-        assert set(hub.commits(repo_id)[-1].added) == {"README.md"} and hub.commits(repo_id)[-1].author == "emulator-user"
+        assert (
+            set(hub.commits(repo_id)[-1].added) == {"README.md"} and hub.commits(repo_id)[-1].author == "emulator-user"
+        )
 
 
 def test_files_per_commit_is_checked_in_families_yaml_and_before_the_upload(family, tmp_path: Path) -> None:
     text = (tmp_path / "families.yaml").read_text()
     assert "publish: {" in text
     (tmp_path / "bad.yaml").write_text(text.replace("publish: {", "publish: {files_per_commit: 500, ", 1))
-    with pytest.raises(FamilyConfigError, match=r"bad\.yaml:[0-9]+: .*publish: files_per_commit must be a whole number "
-                                                r"from 1 to 100 .*got 500"):
+    with pytest.raises(
+        FamilyConfigError,
+        match=r"bad\.yaml:[0-9]+: .*publish: files_per_commit must be a whole number "
+        r"from 1 to 100 .*got 500",
+    ):
         load_families(tmp_path / "bad.yaml")
 
     repo = tmp_path / "repo"
@@ -147,7 +160,8 @@ def test_files_per_commit_is_checked_in_families_yaml_and_before_the_upload(fami
 
 
 def test_the_check_says_up_front_when_a_repo_needs_more_commits_than_the_hourly_quota(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     repo = tmp_path / "repo"
     (repo / "images").mkdir(parents=True)
     for i in range(300):

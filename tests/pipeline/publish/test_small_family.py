@@ -14,9 +14,9 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from family_yaml import REPLAY, family_yaml
 from PIL import Image
 
-from family_yaml import REPLAY, family_yaml
 from rs.families import load_families
 from rs.pipeline.publish import publish
 from rs.pipeline.publish.repo_check import EmptySplitError
@@ -24,8 +24,12 @@ from rs.splits_schema import features
 
 # (image, question, answer): a duplicate written differently on A, a conflicting one on B (purple, then yellow)
 RECORDS = [
-    ("A", "What color is the square?", "purple"), ("A", "what color is the square ?", "purple"), ("A", "How many shapes?", "2"),
-    ("B", "What color is the square?", "purple"), ("B", "What  color is the square ? ", "yellow"), ("B", "Is there a circle?", "yes"),
+    ("A", "What color is the square?", "purple"),
+    ("A", "what color is the square ?", "purple"),
+    ("A", "How many shapes?", "2"),
+    ("B", "What color is the square?", "purple"),
+    ("B", "What  color is the square ? ", "yellow"),
+    ("B", "Is there a circle?", "yes"),
     ("C", "How many shapes?", "3"),
 ]
 
@@ -44,25 +48,36 @@ def family(tmp_path: Path):
     with open(tmp_path / "answers.jsonl", "w") as fh:  # every answer wrong
         for n in range(len(RECORDS)):
             fh.write(json.dumps({"key": f"{n}#0", "text": "<think>\nI look at it.\n</think>\n\nbanana"}) + "\n")
-    (tmp_path / "families.yaml").write_text(family_yaml("SmallShapes", REPLAY, judge={"enabled": False}, card={"pretty_name": "Small Shapes"}))
+    (tmp_path / "families.yaml").write_text(
+        family_yaml("SmallShapes", REPLAY, judge={"enabled": False}, card={"pretty_name": "Small Shapes"})
+    )
     return load_families(tmp_path / "families.yaml")["SmallShapes"]
 
 
 @pytest.mark.slow
-def test_duplicates_and_empty_splits_are_decided_on_purpose_and_shown_on_the_cards(family, tmp_path: Path, capsys) -> None:
+def test_duplicates_and_empty_splits_are_decided_on_purpose_and_shown_on_the_cards(
+    family, tmp_path: Path, capsys
+) -> None:
     from rs.cli.publish import main
 
     paths = ["--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "cache.sqlite")]
     assert main(["SmallShapes", "--config", str(family.path), "--out", str(tmp_path / "out"), *paths]) == 0
     said = capsys.readouterr().out
     assert "SmallShapes: 7 source QA, 3 dropped by cleaning, 0 accepted" in said
-    assert ("warning: SmallShapes_RS_think is empty: datasets.load_dataset cannot load a split with no rows (streaming=True reads "
-            "it as empty); to the Hub it is published only with --allow-empty") in said
+    assert (
+        "warning: SmallShapes_RS_think is empty: datasets.load_dataset cannot load a split with no rows (streaming=True reads "
+        "it as empty); to the Hub it is published only with --allow-empty"
+    ) in said
     stats = json.loads((tmp_path / "build" / "SmallShapes" / "stats.json").read_text())
     assert stats["cleaning"]["dropped"] == {"conflicting_duplicate": 2, "duplicate_qa": 1}
-    exclusions = [json.loads(line) for line in (tmp_path / "build" / "SmallShapes" / "exclusions.jsonl").read_text().splitlines()]
+    exclusions = [
+        json.loads(line) for line in (tmp_path / "build" / "SmallShapes" / "exclusions.jsonl").read_text().splitlines()
+    ]
     assert sorted((e["reason"], e["answer"]) for e in exclusions) == [
-        ("conflicting_duplicate", "purple"), ("conflicting_duplicate", "yellow"), ("duplicate_qa", "purple")]
+        ("conflicting_duplicate", "purple"),
+        ("conflicting_duplicate", "yellow"),
+        ("duplicate_qa", "purple"),
+    ]
 
     repos = tmp_path / "out" / "local"
     rejected = (repos / "SmallShapes_rejected" / "README.md").read_text()
@@ -81,9 +96,17 @@ def test_duplicates_and_empty_splits_are_decided_on_purpose_and_shown_on_the_car
     assert "(one per image; 4 records repeated an image already seen and were merged into its row)" in rejected
 
     family.config.publish.target = "hub"  # the same build on its way to the Hub: refused before anything is uploaded
-    with pytest.raises(EmptySplitError, match=r"SmallShapes_RS_think, SmallShapes_RS_nothink would have no rows") as err:
-        publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", progress=False, token="hf_test",
-                allow_empty=False)
+    with pytest.raises(
+        EmptySplitError, match=r"SmallShapes_RS_think, SmallShapes_RS_nothink would have no rows"
+    ) as err:
+        publish(
+            family,
+            build_root=tmp_path / "build",
+            cache_path=tmp_path / "cache.sqlite",
+            progress=False,
+            token="hf_test",
+            allow_empty=False,
+        )
     assert "--allow-empty" in err.value.hint and err.value.exit_code == 2
 
 
@@ -91,11 +114,15 @@ def test_reasoning_that_concludes_otherwise_stays_out_of_the_think_split(family,
     """Only the final answer is verified; the reasoning's own conclusion (its last count) is checked against it."""
     from rs.cli.publish import main
 
-    answers = {2: "<think>\nThere are 3 shapes.\n</think>\n\n2",  # right answer, reasoning that counts 3
-               6: "<think>\nI count 3 shapes.\n</think>\n\n3"}  # right answer, reasoning that agrees
+    answers = {
+        2: "<think>\nThere are 3 shapes.\n</think>\n\n2",  # right answer, reasoning that counts 3
+        6: "<think>\nI count 3 shapes.\n</think>\n\n3",
+    }  # right answer, reasoning that agrees
     with open(tmp_path / "answers.jsonl", "w") as fh:
         for n in range(len(RECORDS)):
-            fh.write(json.dumps({"key": f"{n}#0", "text": answers.get(n, "<think>\nI look.\n</think>\n\nbanana")}) + "\n")
+            fh.write(
+                json.dumps({"key": f"{n}#0", "text": answers.get(n, "<think>\nI look.\n</think>\n\nbanana")}) + "\n"
+            )
     paths = ["--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "cache.sqlite")]
     assert main(["SmallShapes", "--config", str(family.path), "--out", str(tmp_path / "out"), *paths]) == 0
     assert "2 accepted (2 by the verifier" in capsys.readouterr().out
@@ -105,6 +132,11 @@ def test_reasoning_that_concludes_otherwise_stays_out_of_the_think_split(family,
     assert [qa["answer"] for row in think for qa in row["qa"]] == ["3"]
     assert sorted(qa["answer"] for row in nothink for qa in row["qa"]) == ["2", "3"]
     card = (repos / "SmallShapes_RS_think" / "README.md").read_text()
-    assert ("Only the final answer is verified: the reasoning is not, beyond one check. The last value of the answer's kind "
-            "that the reasoning states is its conclusion;") in card
-    assert "; 1 accepted answer had reasoning that concluded another value, kept out of the think split (in the nothink split only)." in card
+    assert (
+        "Only the final answer is verified: the reasoning is not, beyond one check. The last value of the answer's kind "
+        "that the reasoning states is its conclusion;"
+    ) in card
+    assert (
+        "; 1 accepted answer had reasoning that concluded another value, kept out of the think split (in the nothink split only)."
+        in card
+    )

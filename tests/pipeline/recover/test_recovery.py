@@ -25,20 +25,20 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
 import datasets  # noqa: E402
+from checkout import ROOT  # noqa: E402
+from faults import cache_rows  # noqa: E402
 
+from rs.context import BuildContext
 from rs.engines.factory import engines_for
 from rs.engines.generation_cache import GenerationCache  # noqa: E402
 from rs.engines.vllm import VLLMStream  # noqa: E402
 from rs.families import get_family, load_families  # noqa: E402
-from rs.pipeline.route import decide  # noqa: E402
 from rs.pipeline.clean.stage import CleanStage
 from rs.pipeline.recover import RecoverStage
+from rs.pipeline.route import decide  # noqa: E402
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure
-from rs.context import BuildContext
-from faults import cache_rows  # noqa: E402
 from rs.store import read_records  # noqa: E402
-from checkout import ROOT  # noqa: E402
 
 LIMIT = 8
 
@@ -57,13 +57,17 @@ def tiny_clevr(tmp_path: Path, recovery: str | None = None) -> Path:
     shipped = "    recovery: {samples: 4, temperature: 0.7, pairs: true}\n"
     assert shipped in text
     path = tmp_path / "families.yaml"
-    path.write_text(text if recovery is None else text.replace(shipped, f"    recovery: {recovery}\n" if recovery else ""))
+    path.write_text(
+        text if recovery is None else text.replace(shipped, f"    recovery: {recovery}\n" if recovery else "")
+    )
     return path
 
 
 def context(families: Path, root: Path, engine, *, cache: str = "cache.sqlite") -> BuildContext:
     family = load_families(families)["TinyCLEVR"]
-    return BuildContext(family, root / "build", root / cache, limit=LIMIT, progress=False, engine_factory=lambda f: (engine, engine))
+    return BuildContext(
+        family, root / "build", root / cache, limit=LIMIT, progress=False, engine_factory=lambda f: (engine, engine)
+    )
 
 
 def recording(monkeypatch) -> list[tuple[int, int, float]]:
@@ -99,11 +103,21 @@ def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(built) 
     promotes = ensure(SampleStage(), ctx).promotes
 
     # every rejection with a final answer was sampled 4 times, and nothing else
-    retried = [i for i in items if not decide(i, promotes).accepted and i["final"] is not None and i["error"] is None
-               and i["ending"] != "repetition"]
+    retried = [
+        i
+        for i in items
+        if not decide(i, promotes).accepted
+        and i["final"] is not None
+        and i["error"] is None
+        and i["ending"] != "repetition"
+    ]
     assert [(d["row"], d["key"]) for d in draws] == [(i["row"], i["key"]) for i in retried]
-    assert all(d["k"] == 4 and [s["sample"] for s in d["samples"]] == [0, 1, 2, 3] and [s["seed"] for s in d["samples"]] == [0, 1, 2, 3]
-               for d in draws)
+    assert all(
+        d["k"] == 4
+        and [s["sample"] for s in d["samples"]] == [0, 1, 2, 3]
+        and [s["seed"] for s in d["samples"]] == [0, 1, 2, 3]
+        for d in draws
+    )
     # one request per item with n = 4 at temperature 0.7 (the prompt and image processed once)
     recovery_requests = [a for a in asked if a[2] == 0.7]
     assert recovery_requests == [(0, 4, 0.7)] * len(draws)
@@ -117,7 +131,9 @@ def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(built) 
     assert recovered, "the demo model recovered none of its rejections at temperature 0.7"
     think = datasets.load_dataset("parquet", data_files=str(ctx.paths.split("think") / "*.parquet"), split="train")
     nothink = datasets.load_dataset("parquet", data_files=str(ctx.paths.split("nothink") / "*.parquet"), split="train")
-    rejected = datasets.load_dataset("parquet", data_files=str(ctx.paths.split("rejected") / "*.parquet"), split="train")
+    rejected = datasets.load_dataset(
+        "parquet", data_files=str(ctx.paths.split("rejected") / "*.parquet"), split="train"
+    )
     by_prompt = {i["prompt"]: i for i in items}
     key_of = {i["prompt"]: i["key"] for i in items}
     via_recovery = [qa for row in nothink for qa in row["qa"] if qa["accepted_by"] == "recovery"]
@@ -129,10 +145,15 @@ def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(built) 
         assert qa["temperature"] == 0.7 and qa["greedy_answer"] == by_prompt[qa["question"]]["final"]
         assert qa["k"] == 4 and qa["pass_rate"] == sum(decide(s, promotes).accepted for s in d["samples"]) / 4
     greedy = [qa for row in think for qa in row["qa"] if qa["accepted_by"] != "recovery"]
-    assert greedy and all(qa["sample"] is None and qa["temperature"] == 0.0 and qa["pass_rate"] is None for qa in greedy)
+    assert greedy and all(
+        qa["sample"] is None and qa["temperature"] == 0.0 and qa["pass_rate"] is None for qa in greedy
+    )
     still = [qa for row in rejected for qa in row["qa"]]
-    assert all(qa["pass_rate"] == 0.0 and qa["k"] == 4 for qa in still if qa["reason"] not in ("no_final_answer", "engine_error",
-                                                                                               "degenerate_repetition"))
+    assert all(
+        qa["pass_rate"] == 0.0 and qa["k"] == 4
+        for qa in still
+        if qa["reason"] not in ("no_final_answer", "engine_error", "degenerate_repetition")
+    )
 
     # the report and the cards: greedy and recovered accept rates apart, the histogram of what was sampled
     r = report.recovery
@@ -146,14 +167,23 @@ def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(built) 
     assert stats["recovery"]["pass_rates"] == r.pass_rates
 
 
-def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path, built, demo_engine, monkeypatch) -> None:
+def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(
+    tmp_path: Path, built, demo_engine, monkeypatch
+) -> None:
     from rs.pipeline.publish import publish
 
     families = copied(built, tmp_path)  # the session's build: this publish writes the repos and cards only
     family = load_families(families)["TinyCLEVR"]
     out = tmp_path / "out"
-    outcome = publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", limit=LIMIT, progress=False,
-                      out=out, engine_factory=lambda f: (demo_engine, demo_engine))
+    outcome = publish(
+        family,
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        limit=LIMIT,
+        progress=False,
+        out=out,
+        engine_factory=lambda f: (demo_engine, demo_engine),
+    )
     repos = {split: Path(where) for split, where in outcome.where.items()}
     assert set(repos) == {"think", "nothink", "rejected", "pairs"}
     pairs = datasets.load_dataset(str(repos["pairs"]), split="train")
@@ -164,11 +194,20 @@ def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path
     card = (repos["pairs"] / "README.md").read_text()
     images = len(set(pairs["image_sha256"]))
     assert f"| rows | {pairs.num_rows:,} |" in card
-    assert f"{pairs.num_rows} pair{'s' if pairs.num_rows != 1 else ''} over {images} image{'s' if images != 1 else ''}" in card
-    chosen, wrong, reason = Counter(pairs["chosen_from"]), Counter(pairs["rejected_from"]), Counter(pairs["rejected_reason"])
-    assert (f"the chosen response is the greedy answer in {chosen['greedy']} and a recovery sample in {chosen['sample']}; "
-            f"the rejected one is the greedy answer in {wrong['greedy']} and a sample in {wrong['sample']}, known wrong by the "
-            f"verifier in {reason['certain']} and by the calibrated judge in {reason['judge']}") in card
+    assert (
+        f"{pairs.num_rows} pair{'s' if pairs.num_rows != 1 else ''} over {images} image{'s' if images != 1 else ''}"
+        in card
+    )
+    chosen, wrong, reason = (
+        Counter(pairs["chosen_from"]),
+        Counter(pairs["rejected_from"]),
+        Counter(pairs["rejected_reason"]),
+    )
+    assert (
+        f"the chosen response is the greedy answer in {chosen['greedy']} and a recovery sample in {chosen['sample']}; "
+        f"the rejected one is the greedy answer in {wrong['greedy']} and a sample in {wrong['sample']}, known wrong by the "
+        f"verifier in {reason['certain']} and by the calibrated judge in {reason['judge']}"
+    ) in card
     for row in pairs:
         assert row["prompt"] == [{"role": "user", "content": row["question"]}]
         assert row["chosen"][0]["content"].endswith(f"</think>\n\n{row['chosen_answer']}")
@@ -181,10 +220,17 @@ def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path
     rec = stats["recovery"]
     assert f"| accept rate, greedy pass (temperature 0) | {100 * rec['greedy_accept_rate']:.1f}% |" in think_card
     assert f"| accept rate after recovery | **{100 * rec['accept_rate']:.1f}%** |" in think_card
-    table = re.search(r"\| pass rate \| accepted by the greedy pass \| recovered \| still rejected \|\n\|---.*\n((?:\|.*\n)+)", think_card)
+    table = re.search(
+        r"\| pass rate \| accepted by the greedy pass \| recovered \| still rejected \|\n\|---.*\n((?:\|.*\n)+)",
+        think_card,
+    )
     assert table, think_card
-    rows = [[int(c.strip().replace(",", "")) for c in line.split("|")[2:5]] for line in table.group(1).strip().splitlines()]
-    assert [r[1] for r in rows] == rec["pass_rates"]["recovered"] and [r[2] for r in rows] == rec["pass_rates"]["rejected"]
+    rows = [
+        [int(c.strip().replace(",", "")) for c in line.split("|")[2:5]] for line in table.group(1).strip().splitlines()
+    ]
+    assert [r[1] for r in rows] == rec["pass_rates"]["recovered"] and [r[2] for r in rows] == rec["pass_rates"][
+        "rejected"
+    ]
 
     # and `rs audit` finds every card true, against the files and the build's stores (a real engine's verdicts)
     for repo in repos.values():
@@ -195,8 +241,17 @@ def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path
     with GenerationCache(tmp_path / "cache.sqlite") as cache:
         held = len(cache)
     asked = recording(monkeypatch)
-    replayed = audit(repos["think"], build=tmp_path / "build", replay=Replay(12, config=families, cache=tmp_path / "cache.sqlite",
-                                                                               engine=True, engine_factory=lambda f: (demo_engine, demo_engine)))
+    replayed = audit(
+        repos["think"],
+        build=tmp_path / "build",
+        replay=Replay(
+            12,
+            config=families,
+            cache=tmp_path / "cache.sqlite",
+            engine=True,
+            engine_factory=lambda f: (demo_engine, demo_engine),
+        ),
+    )
     assert replayed.ok, replayed.render()
     # sent to the engine (the 12 greedy answers, the judge's requests, the recovery samples n = 4 at once), nothing cached
     assert len([a for a in asked if a == (0, 1, 0.0)]) >= 12 and (0, 4, 0.7) in asked, asked
@@ -204,8 +259,12 @@ def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(tmp_path: Path
         assert len(cache) == held
     notes = "\n".join(replayed.notes)
     assert "12 of 12 published byte for byte as their cached answers make them" in notes, notes
-    assert re.search(r"all  12: final answers \d+/12 identical, texts \d+/12 byte-identical, routing \d+/12 identical", notes), notes
-    assert "recovered" in notes.split("the generation cache")[0] and "rejected" in notes.split("the generation cache")[0], notes
+    assert re.search(
+        r"all  12: final answers \d+/12 identical, texts \d+/12 byte-identical, routing \d+/12 identical", notes
+    ), notes
+    assert (
+        "recovered" in notes.split("the generation cache")[0] and "rejected" in notes.split("the generation cache")[0]
+    ), notes
 
     # a preference-tuning library takes the rows as they are: TRL's vision preference collator
     trl = pytest.importorskip("trl")
@@ -233,10 +292,16 @@ def test_raising_k_sends_exactly_the_missing_samples(tmp_path: Path, demo_engine
     raised = context(tiny_clevr(tmp_path / "more", "{samples: 5, temperature: 0.7}"), tmp_path, demo_engine)
     five = ensure(RecoverStage(ensure(SampleStage(), raised)), raised)
     assert sum(five.items.values()) == items
-    assert five.sampling_engine_calls == 3 * items and five.sampling_requests == 5 * items  # samples 2, 3, 4 of each item
-    assert [a for a in asked if a[2] == 0.7] == [(2, 3, 0.7)] * items  # one request each, n = 3 from sample 2's seed on
+    assert (
+        five.sampling_engine_calls == 3 * items and five.sampling_requests == 5 * items
+    )  # samples 2, 3, 4 of each item
+    assert [a for a in asked if a[2] == 0.7] == [
+        (2, 3, 0.7)
+    ] * items  # one request each, n = 3 from sample 2's seed on
     draws = list(read_records(raised.paths.recovery, "recovery"))
-    assert all([s["sample"] for s in d["samples"]] == list(range(5)) and d["samples"][:2] == before[d["key"]] for d in draws)
+    assert all(
+        [s["sample"] for s in d["samples"]] == list(range(5)) and d["samples"][:2] == before[d["key"]] for d in draws
+    )
 
     # and the same samples again: a re-run sends nothing
     raised.paths.recovery_report.unlink()
@@ -272,27 +337,53 @@ def test_sigkill_mid_recovery_then_rerun_is_byte_identical(tmp_path: Path, built
     families = tiny_clevr(tmp_path)
 
     def command(build: str, cache: str) -> list[str]:
-        return [sys.executable, "-m", "rs.sample", "TinyCLEVR", "--config", str(families), "--limit", str(LIMIT),
-                "--build-dir", str(tmp_path / build), "--cache", str(tmp_path / cache)]
+        return [
+            sys.executable,
+            "-m",
+            "rs.sample",
+            "TinyCLEVR",
+            "--config",
+            str(families),
+            "--limit",
+            str(LIMIT),
+            "--build-dir",
+            str(tmp_path / build),
+            "--cache",
+            str(tmp_path / cache),
+        ]
 
     # an uninterrupted run (the session's build of the same images, on a fresh cache) says how many answers the greedy pass
     # commits before the recovery starts
     greedy = json.loads(built.ctx.paths.sample_report.read_text())
     greedy_rows = greedy["sampling_engine_calls"] + greedy["judge_engine_calls"]
 
-    victim = subprocess.Popen(command("build", "cache.sqlite"), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              start_new_session=True)
+    victim = subprocess.Popen(
+        command("build", "cache.sqlite"),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 240
-    while cache_rows(tmp_path / "cache.sqlite") < greedy_rows + 8 and victim.poll() is None and time.monotonic() < deadline:
+    while (
+        cache_rows(tmp_path / "cache.sqlite") < greedy_rows + 8
+        and victim.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
-    assert victim.poll() is None, "the recovery finished before it could be killed: " + victim.stdout.read().decode()[-2000:]
+    assert victim.poll() is None, (
+        "the recovery finished before it could be killed: " + victim.stdout.read().decode()[-2000:]
+    )
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
     build, ref = tmp_path / "build" / "TinyCLEVR" / f"limit-{LIMIT}", built.ctx.paths.root
     assert (build / "sample.json").exists() and not (build / "recovery.json").exists()  # killed mid-recovery
     killed_at = cache_rows(tmp_path / "cache.sqlite")
 
-    rerun = subprocess.run(command("build", "cache.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(
+        command("build", "cache.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     resumed = json.loads(rerun.stdout.strip().splitlines()[-1])["recovery"]
 
@@ -319,20 +410,34 @@ def test_demo_samples_variant_publishes_every_answer_and_an_rl_repo_trl_reads(tm
     families = tmp_path / "families.yaml"
     families.write_text(demo_samples.variant((ROOT / "families.yaml").read_text()))
     family = load_families(families)["TinyCLEVR"]
-    outcome = publish(family, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite", limit=LIMIT, progress=False,
-                      out=tmp_path / "out", engine_factory=lambda f: (demo_engine, demo_engine))
+    outcome = publish(
+        family,
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        limit=LIMIT,
+        progress=False,
+        out=tmp_path / "out",
+        engine_factory=lambda f: (demo_engine, demo_engine),
+    )
     repos = {split: Path(where) for split, where in outcome.where.items()}
     assert set(repos) == {"think", "nothink", "rejected", "pairs", "samples", "rl"}
     report = outcome.report
 
-    fresh = str(tmp_path / "hf-datasets")  # not ~/.cache: `datasets` may find an earlier run's table there under the same hash
+    fresh = str(
+        tmp_path / "hf-datasets"
+    )  # not ~/.cache: `datasets` may find an earlier run's table there under the same hash
     samples = datasets.load_dataset(str(repos["samples"]), split="train", cache_dir=fresh)
     assert samples.num_rows == report.totals.accepted + report.totals.rejected  # one row per question answered
     answered = [row for row in samples if row["generations"][0]["final"] is not None]
     assert answered and all(row["k"] == 4 and len(row["generations"]) == 5 for row in answered)  # greedy + 4 samples
     assert all(row["pass_rate_low"] <= row["pass_rate"] <= row["pass_rate_high"] for row in answered)
-    assert json.loads((repos["samples"] / "rs" / "numbers.json").read_text()) == samples_numbers(repos["samples"] / "data")
-    assert f"{samples.num_rows} questions over {len(set(samples['image_sha256']))} images" in (repos["samples"] / "README.md").read_text()
+    assert json.loads((repos["samples"] / "rs" / "numbers.json").read_text()) == samples_numbers(
+        repos["samples"] / "data"
+    )
+    assert (
+        f"{samples.num_rows} questions over {len(set(samples['image_sha256']))} images"
+        in (repos["samples"] / "README.md").read_text()
+    )
 
     rl = datasets.load_dataset(str(repos["rl"]), split="train", cache_dir=fresh)
     sometimes = [row for row in samples if row["pass_rate"] is not None and 0 < row["pass_rate"] < 1]

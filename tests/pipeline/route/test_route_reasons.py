@@ -44,11 +44,21 @@ def expected(outcome: str, verdict: str | None, promotes: bool) -> Decision:
 
 def answer(outcome: str, verdict: str | None, **extra) -> dict:
     verified, contradicts = VERIFIER[outcome]
-    return {"error": None, "ending": None, "final": "4", "verified": verified, "contradicts": contradicts, "judge": verdict, **extra}
+    return {
+        "error": None,
+        "ending": None,
+        "final": "4",
+        "verified": verified,
+        "contradicts": contradicts,
+        "judge": verdict,
+        **extra,
+    }
 
 
 @pytest.mark.parametrize("outcome,verdict,promotes", list(itertools.product(VERIFIER, VERDICTS, (True, False))))
-def test_each_outcome_and_verdict_routes_to_the_reason_that_decided(outcome: str, verdict: str | None, promotes: bool) -> None:
+def test_each_outcome_and_verdict_routes_to_the_reason_that_decided(
+    outcome: str, verdict: str | None, promotes: bool
+) -> None:
     decision = decide(answer(outcome, verdict), promotes)
     assert decision == expected(outcome, verdict, promotes)
     assert decision.accepted or decision.reason in REJECT_REASONS
@@ -58,7 +68,11 @@ def test_each_outcome_and_verdict_routes_to_the_reason_that_decided(outcome: str
 
 @pytest.mark.parametrize("verdict", VERDICTS)
 @pytest.mark.parametrize("outcome", list(VERIFIER))
-def test_an_answer_without_a_final_or_with_an_error_or_a_loop_is_rejected_for_that(outcome: str, verdict: str | None) -> None:
+def test_an_answer_without_a_final_or_with_an_error_or_a_loop_is_rejected_for_that(
+    outcome: str, verdict: str | None
+) -> None:
     assert decide(answer(outcome, verdict, error="boom"), True) == Decision(False, reason="engine_error")
-    assert decide(answer(outcome, verdict, ending="repetition"), True) == Decision(False, reason="degenerate_repetition")
+    assert decide(answer(outcome, verdict, ending="repetition"), True) == Decision(
+        False, reason="degenerate_repetition"
+    )
     assert decide(answer(outcome, verdict, final=None), True) == Decision(False, reason="no_final_answer")

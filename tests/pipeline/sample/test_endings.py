@@ -19,15 +19,16 @@ import pytest
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
+from family_yaml import TINY, write_families  # noqa: E402
+
+from rs.context import BuildContext
 from rs.engines.vllm import VLLMEngine, VLLMStream  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.pipeline.publish import publish  # noqa: E402
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure
-from rs.context import BuildContext
 from rs.store import read_records  # noqa: E402
 from rs_demo.tiny_model import VLLM_ENGINE_KWARGS, tiny_vlm_path  # noqa: E402
-from family_yaml import TINY, write_families  # noqa: E402
 
 MAX_TOKENS = 64
 BUDGET = 6
@@ -75,23 +76,38 @@ def _in_process() -> None:
 
 @pytest.fixture(scope="module")
 def engine() -> Any:
-    engine = ShapedEngine(str(tiny_vlm_path(template="prefill")), engine_args=dict(VLLM_ENGINE_KWARGS),
-                          reasoning_markers=("<think>", "</think>"))
+    engine = ShapedEngine(
+        str(tiny_vlm_path(template="prefill")),
+        engine_args=dict(VLLM_ENGINE_KWARGS),
+        reasoning_markers=("<think>", "</think>"),
+    )
     yield engine
     engine.close()
 
 
 def family(tmp_path: Path, *, loops: dict | None = LOOPS_ON, budget: Any = None, max_tokens: int = MAX_TOKENS) -> Any:
-    path = write_families(tmp_path, "Loops", TINY, source={"style": "clevr"},
-                          model={"id": str(tiny_vlm_path(template="prefill")), "reasoning": {"parser": "tags"}},
-                          sampling={"max_tokens": max_tokens, "repetition_detection": loops, "thinking_token_budget": budget},
-                          judge={"enabled": False}, publish={"namespace": "local", "target": "local"}, card={"pretty_name": "Loops"})
+    path = write_families(
+        tmp_path,
+        "Loops",
+        TINY,
+        source={"style": "clevr"},
+        model={"id": str(tiny_vlm_path(template="prefill")), "reasoning": {"parser": "tags"}},
+        sampling={"max_tokens": max_tokens, "repetition_detection": loops, "thinking_token_budget": budget},
+        judge={"enabled": False},
+        publish={"namespace": "local", "target": "local"},
+        card={"pretty_name": "Loops"},
+    )
     return load_families(path)["Loops"]
 
 
 def sample(tmp_path: Path, engine: Any, **settings: Any) -> tuple[Any, list[dict[str, Any]]]:
-    ctx = BuildContext(family(tmp_path, **settings), tmp_path / "build", tmp_path / "cache.sqlite", progress=False,
-                       engine_factory=lambda f: (engine, engine))
+    ctx = BuildContext(
+        family(tmp_path, **settings),
+        tmp_path / "build",
+        tmp_path / "cache.sqlite",
+        progress=False,
+        engine_factory=lambda f: (engine, engine),
+    )
     report = ensure(SampleStage(), ctx)
     return report, list(read_records(ctx.paths.items, "items"))
 
@@ -109,7 +125,9 @@ def test_loops_end_early_and_a_loop_setting_change_resends_only_what_it_ends(tmp
     shapes = by_shape(items)
     assert shapes["loop"] and shapes["plain"], "both shapes should occur"
     looped = [i for i in items if i["ending"] == "repetition"]  # the loops, and free reasoning that fell into one
-    assert {i["ending"] for i in shapes["loop"]} == {"repetition"} and {i["ending"] for i in shapes["plain"]} == {"stop"}
+    assert {i["ending"] for i in shapes["loop"]} == {"repetition"} and {i["ending"] for i in shapes["plain"]} == {
+        "stop"
+    }
     assert all(i["completion_tokens"] < MAX_TOKENS and i["final"] is None for i in looped)
     assert report.endings["repetition"] == len(looped) and sum(report.endings.values()) == len(items)
     assert report.loop_tokens_saved == sum(MAX_TOKENS - i["completion_tokens"] for i in looped) > 0
@@ -129,15 +147,20 @@ def test_loops_end_early_and_a_loop_setting_change_resends_only_what_it_ends(tmp
     report, items = sample(tmp_path, engine, loops={**LOOPS_ON, "min_count": 20})
     assert report.sampling_engine_calls == len(looped)
     # raising max_tokens re-sends only answers cut at max_tokens: here the loops the last setting let run
-    report, items = sample(tmp_path, engine, loops={**LOOPS_ON, "min_count": 20},
-                           max_tokens=MAX_TOKENS + 16)
+    report, items = sample(tmp_path, engine, loops={**LOOPS_ON, "min_count": 20}, max_tokens=MAX_TOKENS + 16)
     assert report.sampling_engine_calls == sum(i["finish_reason"] == "length" for i in items) == len(looped)
 
 
 def test_loops_reach_the_summary_and_cards_apart_from_no_final_answer(tmp_path: Path, engine: Any) -> None:
     engine.only = None
-    outcome = publish(family(tmp_path), out=tmp_path / "out", build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
-                      progress=False, engine_factory=lambda f: (engine, engine))
+    outcome = publish(
+        family(tmp_path),
+        out=tmp_path / "out",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+        engine_factory=lambda f: (engine, engine),
+    )
     report = outcome.report
     items = list(read_records(tmp_path / "build" / "Loops" / "items", "items"))
     looped = sum(i["ending"] == "repetition" for i in items)
@@ -168,8 +191,14 @@ def test_the_budget_cuts_the_reasoning_and_the_answer_after_it_is_read(tmp_path:
     assert all(i["thinking_tokens"] == BUDGET + 4 for i in items)
     report, items = sample(tmp_path, engine, budget=BUDGET + 4, loops=None)
     assert report.sampling_engine_calls == 0
-    outcome = publish(family(tmp_path, budget=BUDGET + 4, loops=None), out=tmp_path / "out", build_root=tmp_path / "build",
-                      cache_path=tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (engine, engine))
+    outcome = publish(
+        family(tmp_path, budget=BUDGET + 4, loops=None),
+        out=tmp_path / "out",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+        engine_factory=lambda f: (engine, engine),
+    )
     card = (Path(outcome.where["think"]) / "README.md").read_text()
     assert f"The reasoning was cut at {BUDGET + 4} tokens (`thinking_token_budget`) in {len(items)} answers" in card
     accepted = outcome.report.totals.accepted
@@ -177,12 +206,22 @@ def test_the_budget_cuts_the_reasoning_and_the_answer_after_it_is_read(tmp_path:
         assert "`budgeted`" in card
 
 
-def test_plan_reports_the_endings_and_projects_the_hours_with_and_without_loop_detection(tmp_path: Path, engine: Any) -> None:
+def test_plan_reports_the_endings_and_projects_the_hours_with_and_without_loop_detection(
+    tmp_path: Path, engine: Any
+) -> None:
     from rs.plan import plan_family
 
     engine.only = None
-    plan = plan_family(family(tmp_path), sample_images=2, limit=4, build_root=tmp_path / "build", cache_path=tmp_path / "cache.sqlite",
-                       tokens_per_second=100.0, engine_factory=lambda f: (engine, engine), progress=False)
+    plan = plan_family(
+        family(tmp_path),
+        sample_images=2,
+        limit=4,
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        tokens_per_second=100.0,
+        engine_factory=lambda f: (engine, engine),
+        progress=False,
+    )
     p = plan.projection
     items = list(read_records(tmp_path / "build" / "plan" / "Loops" / "limit-4" / "items", "items"))
     looped = [i for i in items if i["ending"] == "repetition"]
@@ -192,4 +231,7 @@ def test_plan_reports_the_endings_and_projects_the_hours_with_and_without_loop_d
     assert without - with_ == pytest.approx(p.family_qa * p.loop_tokens_saved / p.answered)
     text = plan.render()
     assert f"loop detection ended {len(looped)} of {len(items)}" in text
-    assert f"without loop detection (every loop run to max_tokens, same throughput): {without / 100 / 3600:,.2f} hours" in text
+    assert (
+        f"without loop detection (every loop run to max_tokens, same throughput): {without / 100 / 3600:,.2f} hours"
+        in text
+    )

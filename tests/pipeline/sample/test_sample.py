@@ -15,17 +15,18 @@ import pytest
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
-from rs.pipeline.sample.stage import SampleStage
-from rs.pipeline.stage import ensure
+from checkout import ROOT  # noqa: E402
+from family_yaml import tiny_family  # noqa: E402
+from faults import cache_rows, meanwhile  # noqa: E402
+
 from rs.context import BuildContext
 from rs.engines.replay import ReplayEngine  # noqa: E402
 from rs.families import load_families  # noqa: E402
-from rs.pipeline.sample.judge import LABELS, judgeable  # noqa: E402
 from rs.pipeline.route import decide  # noqa: E402
+from rs.pipeline.sample.judge import LABELS, judgeable  # noqa: E402
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
 from rs.store import read_clean_rows, read_records  # noqa: E402
-from faults import cache_rows, meanwhile  # noqa: E402
-from family_yaml import tiny_family  # noqa: E402
-from checkout import ROOT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -45,17 +46,29 @@ def items(build: Path) -> list[dict]:
 
 def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_engine) -> None:
     family = load_families(tiny_family(tmp_path))["Tiny"]
-    ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
+    ctx = BuildContext(
+        family,
+        tmp_path / "build",
+        tmp_path / "cache.sqlite",
+        progress=False,
+        engine_factory=lambda f: (tiny_engine, tiny_engine),
+    )
     report = ensure(SampleStage(), ctx)
     rows = list(read_clean_rows(ctx.paths.clean))
     results = items(ctx.paths.root)
     assert [r["key"] for r in results] == [q.key for row in rows for q in row.qa]
     assert report.items == len(results) == report.sampling_engine_calls
-    assert all(r["model"] and r["prompt_tokens"] > 16 and r["completion_tokens"] > 0 for r in results)  # image tokens in the prompt
+    assert all(
+        r["model"] and r["prompt_tokens"] > 16 and r["completion_tokens"] > 0 for r in results
+    )  # image tokens in the prompt
     assert all(r["prompt"].endswith("\nAnswer the question using a single word or phrase.") for r in results)
     assert {r["judge"] for r in results if r["judge"] is not None} <= set(LABELS)
     judged = [r for r in results if r["judge"] is not None]
-    assert len(judged) == report.judged == sum(1 for r in results if r["final"] and not r["verified"] and judgeable(r["final"]))
+    assert (
+        len(judged)
+        == report.judged
+        == sum(1 for r in results if r["final"] and not r["verified"] and judgeable(r["final"]))
+    )
     assert report.contradicted == sum(r["contradicts"] for r in results)
     assert all(not r["verified"] for r in results if r["contradicts"])
     cal = report.calibration
@@ -68,12 +81,25 @@ def test_family_sampled_with_images_verified_and_judged(tmp_path: Path, tiny_eng
     again = ensure(SampleStage(), ctx)
     assert again.sampling_engine_calls == 0 and again.judge_engine_calls == 0
     assert items(ctx.paths.root) == results
-    for counts in ("verdicts", "contradicted_verdicts", "prompt_reasoning"):  # the same bytes whatever order answers came in
-        assert list(again.to_dict()[counts]) == sorted(report.to_dict()[counts]) and again.to_dict()[counts] == report.to_dict()[counts]
+    for counts in (
+        "verdicts",
+        "contradicted_verdicts",
+        "prompt_reasoning",
+    ):  # the same bytes whatever order answers came in
+        assert (
+            list(again.to_dict()[counts]) == sorted(report.to_dict()[counts])
+            and again.to_dict()[counts] == report.to_dict()[counts]
+        )
 
     # changing the verifier never re-runs the model
     exact = load_families(tiny_family(tmp_path, verifier={"name": "exact"}))["Tiny"]
-    ctx2 = BuildContext(exact, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
+    ctx2 = BuildContext(
+        exact,
+        tmp_path / "build",
+        tmp_path / "cache.sqlite",
+        progress=False,
+        engine_factory=lambda f: (tiny_engine, tiny_engine),
+    )
     assert ensure(SampleStage(), ctx2).sampling_engine_calls == 0
 
 
@@ -91,7 +117,13 @@ def test_judge_requests_join_the_sampling_stream(tmp_path: Path, tiny_engine, mo
     monkeypatch.setattr(VLLMStream, "submit", logged)
     monkeypatch.setattr(tiny_engine, "in_flight", 6)  # fewer than the items: answers finish while others wait to go in
     family = load_families(tiny_family(tmp_path, num_images=12, batch=4))["Tiny"]
-    ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
+    ctx = BuildContext(
+        family,
+        tmp_path / "build",
+        tmp_path / "cache.sqlite",
+        progress=False,
+        engine_factory=lambda f: (tiny_engine, tiny_engine),
+    )
     report = ensure(SampleStage(), ctx)
     calibration = report.judge_requests - report.judged  # asked after answering, once the run's answers are all in
     judged_while_sampling = entered[: len(entered) - calibration]
@@ -99,10 +131,15 @@ def test_judge_requests_join_the_sampling_stream(tmp_path: Path, tiny_engine, mo
     assert judged_while_sampling.index("judge") < max(i for i, kind in enumerate(entered) if kind == "sample")
 
 
-
 def test_truncated_outputs_are_rejected_with_their_reason(tmp_path: Path, tiny_engine) -> None:
     family = load_families(tiny_family(tmp_path, num_images=2, max_tokens=1))["Tiny"]
-    ctx = BuildContext(family, tmp_path / "build", tmp_path / "cache.sqlite", progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
+    ctx = BuildContext(
+        family,
+        tmp_path / "build",
+        tmp_path / "cache.sqlite",
+        progress=False,
+        engine_factory=lambda f: (tiny_engine, tiny_engine),
+    )
     report = ensure(SampleStage(), ctx)
     results = items(ctx.paths.root)
     assert results and all(r["finish_reason"] == "length" and r["final"] is None for r in results)
@@ -116,7 +153,13 @@ def test_raising_max_tokens_sends_only_the_answers_it_cut_off(tmp_path: Path, ti
     def sampled(max_tokens: int, cache: str) -> tuple[object, list[dict]]:
         (run := tmp_path / f"run-{next(runs)}").mkdir()
         family = load_families(tiny_family(run, num_images=6, max_tokens=max_tokens))["Tiny"]
-        ctx = BuildContext(family, run / "build", tmp_path / cache, progress=False, engine_factory=lambda f: (tiny_engine, tiny_engine))
+        ctx = BuildContext(
+            family,
+            run / "build",
+            tmp_path / cache,
+            progress=False,
+            engine_factory=lambda f: (tiny_engine, tiny_engine),
+        )
         return ensure(SampleStage(), ctx), items(ctx.paths.root)
 
     short_report, short = sampled(6, "cache.sqlite")
@@ -129,8 +172,9 @@ def test_raising_max_tokens_sends_only_the_answers_it_cut_off(tmp_path: Path, ti
     assert fresh.sampling_engine_calls == len(cold) and longer == cold  # what a run at 32 from scratch gives
     lowered, again = sampled(6, "cache.sqlite")
     assert lowered.sampling_engine_calls == 0 and lowered.judge_engine_calls == 0
-    assert [(r["key"], r["final"], r["finish_reason"], r["completion_tokens"]) for r in again] == \
-        [(r["key"], r["final"], r["finish_reason"], r["completion_tokens"]) for r in short]
+    assert [(r["key"], r["final"], r["finish_reason"], r["completion_tokens"]) for r in again] == [
+        (r["key"], r["final"], r["finish_reason"], r["completion_tokens"]) for r in short
+    ]
 
 
 def test_always_correct_judge_is_blocked_by_negative_calibration(tmp_path: Path) -> None:
@@ -172,20 +216,44 @@ def test_sigkill_mid_run_then_rerun_loses_and_duplicates_nothing(tmp_path: Path)
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
 
     def command(build: str, cache: str) -> list[str]:
-        return [sys.executable, "-m", "rs.sample", "Tiny", "--config", str(families), "--build-dir", str(tmp_path / build), "--cache", str(tmp_path / cache)]
+        return [
+            sys.executable,
+            "-m",
+            "rs.sample",
+            "Tiny",
+            "--config",
+            str(families),
+            "--build-dir",
+            str(tmp_path / build),
+            "--cache",
+            str(tmp_path / cache),
+        ]
 
-    victim = subprocess.Popen(command("build", "cache.sqlite"), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    victim = subprocess.Popen(
+        command("build", "cache.sqlite"),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 240
     while cache_rows(tmp_path / "cache.sqlite") < 8 and victim.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert victim.poll() is None, "the run finished before it could be killed: " + victim.stdout.read().decode()[-2000:]
+    assert victim.poll() is None, (
+        "the run finished before it could be killed: " + victim.stdout.read().decode()[-2000:]
+    )
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
     done_before = cache_rows(tmp_path / "cache.sqlite")
     assert not (tmp_path / "build" / "Tiny" / "sample.json").exists()
 
-    with meanwhile(command("ref", "ref.sqlite"), cwd=ROOT, env=env) as reference:  # an uninterrupted run, beside the re-run
-        rerun = subprocess.run(command("build", "cache.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    with meanwhile(
+        command("ref", "ref.sqlite"), cwd=ROOT, env=env
+    ) as reference:  # an uninterrupted run, beside the re-run
+        rerun = subprocess.run(
+            command("build", "cache.sqlite"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
         assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
         report = json.loads(rerun.stdout.strip().splitlines()[-1])
         _, said = reference.communicate(timeout=300)

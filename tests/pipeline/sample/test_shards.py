@@ -8,18 +8,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from checkout import ROOT
+from family_yaml import MINIMAL, ONE_WORD, family_yaml
 
 from rs.store import read_clean_rows
-from family_yaml import MINIMAL, ONE_WORD, family_yaml
-from checkout import ROOT
 
-
-FAMILY = family_yaml("Sharded", MINIMAL,
-                     source={"seed": 5, "num_images": 30, "questions_per_image": 3},
-                     instruction=ONE_WORD,
-                     model={"id": "replayed/model"},
-                     engine={"kind": "replay", "replay_path": "replay.jsonl", "batch_size": 8},
-                     card={"pretty_name": "S", "citation": "c"})
+FAMILY = family_yaml(
+    "Sharded",
+    MINIMAL,
+    source={"seed": 5, "num_images": 30, "questions_per_image": 3},
+    instruction=ONE_WORD,
+    model={"id": "replayed/model"},
+    engine={"kind": "replay", "replay_path": "replay.jsonl", "batch_size": 8},
+    card={"pretty_name": "S", "citation": "c"},
+)
 
 
 @pytest.mark.slow
@@ -30,14 +32,30 @@ def test_disjoint_shards_in_parallel_then_full_run_is_cached(tmp_path: Path) -> 
     lines = []
     for record in SyntheticSource(seed=5, num_images=30, questions_per_image=3):
         for q in record.qa:
-            lines.append(json.dumps({"key": q.key, "text": f"<think>look</think>{q.answer if q.turn % 2 else 'no idea'}"}))
+            lines.append(
+                json.dumps({"key": q.key, "text": f"<think>look</think>{q.answer if q.turn % 2 else 'no idea'}"})
+            )
     (tmp_path / "replay.jsonl").write_text("\n".join(lines))
 
     def cmd(*extra: str) -> list[str]:
-        return [sys.executable, "-m", "rs.sample", "Sharded", "--config", str(tmp_path / "families.yaml"),
-                "--build-dir", str(tmp_path / "build"), "--cache", str(tmp_path / "cache.sqlite"), *extra]
+        return [
+            sys.executable,
+            "-m",
+            "rs.sample",
+            "Sharded",
+            "--config",
+            str(tmp_path / "families.yaml"),
+            "--build-dir",
+            str(tmp_path / "build"),
+            "--cache",
+            str(tmp_path / "cache.sqlite"),
+            *extra,
+        ]
 
-    workers = [subprocess.Popen(cmd("--shard", f"{i}/3"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    workers = [
+        subprocess.Popen(cmd("--shard", f"{i}/3"), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(3)
+    ]
     reports = []
     for w in workers:
         out, err = w.communicate(timeout=300)
@@ -53,9 +71,14 @@ def test_disjoint_shards_in_parallel_then_full_run_is_cached(tmp_path: Path) -> 
     assert report["items"] == total and report["sampling_engine_calls"] == 0
 
 
-@pytest.mark.parametrize(("shard", "message"), [("3/2", "--shard 3/2: I counts the shards from 0 to N - 1 (here 0/2 to 1/2)"),
-                                                ("0/0", "--shard 0/0: N is the number of shards, at least 1"),
-                                                ("x", "--shard expects I/N, e.g. 0/4")])
+@pytest.mark.parametrize(
+    ("shard", "message"),
+    [
+        ("3/2", "--shard 3/2: I counts the shards from 0 to N - 1 (here 0/2 to 1/2)"),
+        ("0/0", "--shard 0/0: N is the number of shards, at least 1"),
+        ("x", "--shard expects I/N, e.g. 0/4"),
+    ],
+)
 def test_a_shard_outside_its_count_is_a_usage_error(shard: str, message: str, capsys) -> None:
     from rs.cli.sample import main
 

@@ -10,24 +10,27 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from rs.pipeline.build import build_family
-from rs.pipeline.write.splits import RowGroupTooLarge, check_row_groups
-from rs.families import load_families
 from family_yaml import MINIMAL, family_yaml
+
+from rs.context import BuildContext
+from rs.families import load_families
+from rs.pipeline.build import build_family
 from rs.pipeline.clean.stage import CleanStage
 from rs.pipeline.stage import ensure
-from rs.context import BuildContext
+from rs.pipeline.write.splits import RowGroupTooLarge, check_row_groups
 from rs.store import read_clean_rows
 
-FAMILY = family_yaml("Long", MINIMAL,
-                     source={"seed": 2, "num_images": 24, "questions_per_image": 3, "style": "mixed"},
-                     instruction=" Answer briefly.",
-                     model={"id": "replayed/model"},
-                     engine={"kind": "replay", "replay_path": "replay.jsonl"},
-                     judge={"enabled": False},
-                     shard={"row_group_bytes": "2MB", "row_group_margin": 0.2},
-                     card={"pretty_name": "Long", "citation": "c"})
+FAMILY = family_yaml(
+    "Long",
+    MINIMAL,
+    source={"seed": 2, "num_images": 24, "questions_per_image": 3, "style": "mixed"},
+    instruction=" Answer briefly.",
+    model={"id": "replayed/model"},
+    engine={"kind": "replay", "replay_path": "replay.jsonl"},
+    judge={"enabled": False},
+    shard={"row_group_bytes": "2MB", "row_group_margin": 0.2},
+    card={"pretty_name": "Long", "citation": "c"},
+)
 LIMIT = 2 * 1000 * 1000
 
 
@@ -48,7 +51,11 @@ def test_rows_with_long_reasoning_stay_under_the_row_group_limit(tmp_path: Path)
     sizes = {}
     for split in ("think", "nothink", "rejected"):
         files = sorted(ctx.paths.split(split).glob("*.parquet"))
-        groups = [pq.ParquetFile(f).metadata.row_group(i) for f in files for i in range(pq.ParquetFile(f).metadata.num_row_groups)]
+        groups = [
+            pq.ParquetFile(f).metadata.row_group(i)
+            for f in files
+            for i in range(pq.ParquetFile(f).metadata.num_row_groups)
+        ]
         sizes[split] = [g.total_byte_size for g in groups]
         assert all(size <= LIMIT for size in sizes[split]), (split, sizes[split])
         assert sum(g.num_rows for g in groups) == report.splits[split].rows
@@ -64,6 +71,9 @@ def test_a_row_group_over_the_limit_is_an_error_that_names_it(tmp_path: Path) ->
     table = pa.table({"text": ["".join(rng.choices(string.ascii_letters, k=1000)) for _ in range(200)]})
     pq.write_table(table, path, row_group_size=100)  # two groups of about 100 KB each
     assert 100_000 < check_row_groups([path], limit=200_000) <= 200_000
-    with pytest.raises(RowGroupTooLarge, match=r"train-00000-of-00001\.parquet: row group 0 holds [0-9,]+ bytes uncompressed "
-                                                r"\(100 rows\), over shard\.row_group_bytes \(50,000\)"):
+    with pytest.raises(
+        RowGroupTooLarge,
+        match=r"train-00000-of-00001\.parquet: row group 0 holds [0-9,]+ bytes uncompressed "
+        r"\(100 rows\), over shard\.row_group_bytes \(50,000\)",
+    ):
         check_row_groups([path], limit=50_000)

@@ -26,7 +26,18 @@ from PIL import Image
 
 from .hashing import ImageHashes, exact_key, overlap, shingles
 from .index import THUMBNAIL, EvaluationIndex, load_or_build, minhash, thumbnail_png
-from .methods import ITEM_OVERLAP, METHODS, NEAR_IMAGE, NEAR_QUESTION, NGRAM, QUESTION_OVERLAP, SAME_IMAGE, SAME_ITEM, SAME_QUESTION, versions
+from .methods import (
+    ITEM_OVERLAP,
+    METHODS,
+    NEAR_IMAGE,
+    NEAR_QUESTION,
+    NGRAM,
+    QUESTION_OVERLAP,
+    SAME_IMAGE,
+    SAME_ITEM,
+    SAME_QUESTION,
+    versions,
+)
 
 __all__ = ["Decontaminator", "Match", "METHODS", "versions"]
 
@@ -70,8 +81,13 @@ class SetStats:
     """The first image match: the training image's SHA-256, the evaluation record, the method and distance."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"images": dict(self.images), "items": dict(self.items), "dropped_items": self.dropped_items,
-                "flagged_items": self.flagged_items, "example": self.example}
+        return {
+            "images": dict(self.images),
+            "items": dict(self.items),
+            "dropped_items": self.dropped_items,
+            "flagged_items": self.flagged_items,
+            "example": self.example,
+        }
 
 
 class Decontaminator:
@@ -103,7 +119,10 @@ class Decontaminator:
             for image, distance in zip(images.tolist(), distances.tolist()):
                 if image != same:  # another copy of the scene in the set: found too
                     best[image] = min(distance, best.get(image, 64))
-            found += [Match(name, NEAR_IMAGE.name, d, index.record_ids[i], i) for i, d in sorted(best.items(), key=lambda e: e[1])]
+            found += [
+                Match(name, NEAR_IMAGE.name, d, index.record_ids[i], i)
+                for i, d in sorted(best.items(), key=lambda e: e[1])
+            ]
         return found
 
     def question_matches(self, question: str, images: list[Match]) -> list[Match]:
@@ -121,7 +140,9 @@ class Decontaminator:
                 continue
             q, method, distance = index.exact.get(key), SAME_QUESTION.name, 0.0
             if q is None and grams:
-                best = max(((overlap(grams, index.grams(c)), c) for c in index.lsh.query(minhash(grams))), default=(0.0, None))
+                best = max(
+                    ((overlap(grams, index.grams(c)), c) for c in index.lsh.query(minhash(grams))), default=(0.0, None)
+                )
                 if best[0] >= QUESTION_OVERLAP:
                     q, method, distance = best[1], NEAR_QUESTION.name, round(1 - best[0], 3)
             if q is not None:
@@ -137,9 +158,14 @@ class Decontaminator:
             stats.images[first.method] += 1
             if stats.example is None:
                 pair = pair_png(image, self.indexes[name].thumbnail(first.eval_image))
-                stats.example = {"image_sha256": sha, "eval_record": first.eval_record, "eval_image": first.eval_image,
-                                 "method": first.method, "distance": first.distance,
-                                 "pair_png": base64.b64encode(pair).decode() if pair else None}
+                stats.example = {
+                    "image_sha256": sha,
+                    "eval_record": first.eval_record,
+                    "eval_image": first.eval_image,
+                    "method": first.method,
+                    "distance": first.distance,
+                    "pair_png": base64.b64encode(pair).decode() if pair else None,
+                }
 
     def count_item(self, matches: list[Match], dropped: bool) -> None:
         for name in {m.set for m in matches}:
@@ -153,11 +179,24 @@ class Decontaminator:
     def report(self) -> dict[str, Any]:
         """Per set: counts, the index's size, the example; with the methods' thresholds and the actions (the card's table)."""
         return {
-            "sets": {name: {**self.stats[name].to_dict(), "eval_images": int(np.unique(index.code_images).size),
-                            "eval_questions": len(index.questions),
-                            "fingerprint": index.fingerprint[:16]} for name, index in self.indexes.items()},
-            "methods": {m.name: {"version": m.version, "compares": m.compares, "threshold": m.threshold,
-                                 "action": self.action(m.name)} for m in METHODS.values()},
+            "sets": {
+                name: {
+                    **self.stats[name].to_dict(),
+                    "eval_images": int(np.unique(index.code_images).size),
+                    "eval_questions": len(index.questions),
+                    "fingerprint": index.fingerprint[:16],
+                }
+                for name, index in self.indexes.items()
+            },
+            "methods": {
+                m.name: {
+                    "version": m.version,
+                    "compares": m.compares,
+                    "threshold": m.threshold,
+                    "action": self.action(m.name),
+                }
+                for m in METHODS.values()
+            },
         }
 
 
@@ -166,7 +205,10 @@ def pair_png(training: bytes, evaluation: bytes | None) -> bytes | None:
     if evaluation is None:
         return None
     try:
-        with Image.open(io.BytesIO(training)) as a, Image.open(io.BytesIO(thumbnail_png(Image.open(io.BytesIO(evaluation))))) as b:
+        with (
+            Image.open(io.BytesIO(training)) as a,
+            Image.open(io.BytesIO(thumbnail_png(Image.open(io.BytesIO(evaluation))))) as b,
+        ):
             left = Image.open(io.BytesIO(thumbnail_png(a)))
             canvas = Image.new("RGB", (2 * THUMBNAIL + 8, THUMBNAIL), "white")
             canvas.paste(left, (0, 0))

@@ -69,6 +69,8 @@ class HammingIndex:
         candidates = np.concatenate(pairs)
         query, row = candidates // len(self.codes), candidates % len(self.codes)
         near = np.bitwise_count(queries[query] ^ self.codes[row]) <= self.max_distance
-        unique = np.unique(candidates[near])  # a pair found in several blocks once (few pairs are near: unique them only)
+        unique = np.unique(
+            candidates[near]
+        )  # a pair found in several blocks once (few pairs are near: unique them only)
         query, row = unique // len(self.codes), unique % len(self.codes)
         return query, self.ids[row], np.bitwise_count(queries[query] ^ self.codes[row]).astype(np.int64)

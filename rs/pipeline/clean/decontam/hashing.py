@@ -70,7 +70,7 @@ def shingles(text: str, n: int) -> set[str]:
     w = words(text)
     if len(w) < n:
         return {" ".join(w)} if w else set()
-    return {" ".join(w[i:i + n]) for i in range(len(w) - n + 1)}
+    return {" ".join(w[i : i + n]) for i in range(len(w) - n + 1)}
 
 
 def overlap(a: set[str], b: set[str]) -> float:

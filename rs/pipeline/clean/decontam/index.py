@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from rs.pipeline.clean.causes import LIKELY_CAUSES
 from rs.errors import RsError, UsageError
+from rs.pipeline.clean.causes import LIKELY_CAUSES
 from rs.registry import SOURCES
 from rs.sources.base import RefusedImage
 
@@ -134,8 +134,12 @@ def build_index(name: str, records: Any, fingerprint: str, folder: Path) -> Eval
     """Stream `records` (SourceRecords) into an index whose thumbnails go to `folder`."""
     from datasketch import MinHashLSH
 
-    index = EvaluationIndex(name, fingerprint, lsh=MinHashLSH(threshold=LSH_THRESHOLD, num_perm=NUM_PERM),
-                            thumbnails=folder / "thumbs.sqlite")
+    index = EvaluationIndex(
+        name,
+        fingerprint,
+        lsh=MinHashLSH(threshold=LSH_THRESHOLD, num_perm=NUM_PERM),
+        thumbnails=folder / "thumbs.sqlite",
+    )
     codes: list[int] = []
     owners: list[int] = []
     db = sqlite3.connect(index.thumbnails)
@@ -196,14 +200,18 @@ def check_images(name: str, label: str, index: EvaluationIndex) -> None:
     if len(index.codes):
         return
     if not index.images:
-        raise EvaluationSetEmpty(f"the evaluation set {name} ({label}) gave no record: decontamination would check the images "
-                                 "against nothing", hint=f"check evaluation.{name}.source (its path, split or name)")
+        raise EvaluationSetEmpty(
+            f"the evaluation set {name} ({label}) gave no record: decontamination would check the images "
+            "against nothing",
+            hint=f"check evaluation.{name}.source (its path, split or name)",
+        )
     reason, count = index.unusable.most_common(1)[0]
     cause = LIKELY_CAUSES.get(reason, f"evaluation.{name}.source does not read the images its records hold")
     raise EvaluationSetEmpty(
         f"the evaluation set {name} ({label}) gave no image that opens ({index.images} of {index.images} records), most often "
         f"{reason} ({count}): decontamination would check the images against nothing",
-        hint=f"likely, in evaluation.{name}: {cause}")
+        hint=f"likely, in evaluation.{name}: {cause}",
+    )
 
 
 def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | None = None) -> EvaluationIndex:
@@ -221,7 +229,13 @@ def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | No
                 check_images(name, label, index)
                 return index
             # else an index of no image, cached before the reasons were counted: read again, to say why
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as err:  # ImportError: pickled by another layout
+        except (
+            OSError,
+            pickle.UnpicklingError,
+            EOFError,
+            AttributeError,
+            ImportError,
+        ) as err:  # ImportError: pickled by another layout
             logger.warning("evaluation index %s unreadable (%s): building it again", path, err)
     source = SOURCES.get(set_config.source.kind).from_config(set_config.source, base_dir=base_dir)
     tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
@@ -234,7 +248,8 @@ def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | No
             raise EvaluationSetUnreadable(
                 f"cannot read the evaluation set {name} ({label}) to index it: {getattr(err, 'message', err)}",
                 hint="a family checked against it (decontamination.against) needs it once: run where the Hub is reachable, "
-                     "or put the dataset in the local Hugging Face cache; its index is cached after") from err
+                "or put the dataset in the local Hugging Face cache; its index is cached after",
+            ) from err
         check_images(name, label, index)  # before it is cached: a set fixed in the YAML has another fingerprint anyway
         index._hamming = None
         with (tmp / "index.pkl").open("wb") as fh:
@@ -245,6 +260,11 @@ def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | No
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     index.thumbnails = folder / "thumbs.sqlite"
-    logger.info("evaluation set %s: indexed %d records: %d images, %d questions", name, index.images,
-                int(np.unique(index.code_images).size), len(index.questions))
+    logger.info(
+        "evaluation set %s: indexed %d records: %d images, %d questions",
+        name,
+        index.images,
+        int(np.unique(index.code_images).size),
+        len(index.questions),
+    )
     return index

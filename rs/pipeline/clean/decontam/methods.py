@@ -46,13 +46,30 @@ LSH_THRESHOLD = 0.3
 NUM_PERM = 64
 
 SAME_IMAGE = Method("same_image", "1", "image", "SHA-256 of the decoded RGB pixels and size", "equal")
-NEAR_IMAGE = Method("near_image", "1", "image", "pHash (64 bits) of the auto-contrasted, equalised grey image and its 2.5% and 5% centre crops",
-                    f"Hamming distance <= {PHASH_DISTANCE}")
-SAME_ITEM = Method("same_item", "1", "item", f"a near-duplicate image and a question sharing word {NGRAM}-grams with one "
-                   "asked of it", f"image as near_image; n-gram overlap >= {ITEM_OVERLAP}")
-SAME_QUESTION = Method("same_question", "1", "question", "normalised words (case, punctuation and spacing aside)", "equal")
-NEAR_QUESTION = Method("near_question", "1", "question", f"word {NGRAM}-grams, candidates by MinHash LSH",
-                       f"n-gram overlap >= {QUESTION_OVERLAP}")
+NEAR_IMAGE = Method(
+    "near_image",
+    "1",
+    "image",
+    "pHash (64 bits) of the auto-contrasted, equalised grey image and its 2.5% and 5% centre crops",
+    f"Hamming distance <= {PHASH_DISTANCE}",
+)
+SAME_ITEM = Method(
+    "same_item",
+    "1",
+    "item",
+    f"a near-duplicate image and a question sharing word {NGRAM}-grams with one asked of it",
+    f"image as near_image; n-gram overlap >= {ITEM_OVERLAP}",
+)
+SAME_QUESTION = Method(
+    "same_question", "1", "question", "normalised words (case, punctuation and spacing aside)", "equal"
+)
+NEAR_QUESTION = Method(
+    "near_question",
+    "1",
+    "question",
+    f"word {NGRAM}-grams, candidates by MinHash LSH",
+    f"n-gram overlap >= {QUESTION_OVERLAP}",
+)
 
 METHODS = {m.name: m for m in (SAME_IMAGE, NEAR_IMAGE, SAME_ITEM, SAME_QUESTION, NEAR_QUESTION)}
 """Every method by name, in the order a card lists them."""

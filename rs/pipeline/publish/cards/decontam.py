@@ -19,13 +19,31 @@ def card_sets(report: dict[str, Any] | None) -> list[dict[str, Any]]:
     methods = report["methods"]
     out = []
     for name, stats in report["sets"].items():
-        rows = [{"method": m, "compares": methods[m]["compares"], "threshold": methods[m]["threshold"],
-                 "images": stats["images"].get(m, 0), "qa": stats["items"].get(m, 0), "action": methods[m]["action"]}
-                for m in METHODS if m in methods]
+        rows = [
+            {
+                "method": m,
+                "compares": methods[m]["compares"],
+                "threshold": methods[m]["threshold"],
+                "images": stats["images"].get(m, 0),
+                "qa": stats["items"].get(m, 0),
+                "action": methods[m]["action"],
+            }
+            for m in METHODS
+            if m in methods
+        ]
         example = stats.get("example")
-        out.append({"name": name, "rows": rows, "eval_images": stats["eval_images"], "eval_questions": stats["eval_questions"],
-                    "dropped": stats["dropped_items"], "flagged": stats["flagged_items"], "example": example,
-                    "pair_path": pair_path(name) if example and example.get("pair_png") else None})
+        out.append(
+            {
+                "name": name,
+                "rows": rows,
+                "eval_images": stats["eval_images"],
+                "eval_questions": stats["eval_questions"],
+                "dropped": stats["dropped_items"],
+                "flagged": stats["flagged_items"],
+                "example": example,
+                "pair_path": pair_path(name) if example and example.get("pair_png") else None,
+            }
+        )
     return out
 
 
@@ -38,8 +56,11 @@ def summary(report: dict[str, Any] | None) -> str | None:
     """One line for `rs publish`'s summary (`rs.cli.publish`): per set, images and QA matched, dropped and flagged."""
     if not report:
         return None
-    parts = [f"{name}: {sum(s['images'].values())} images and {sum(s['items'].values())} QA matched, "
-             f"{s['dropped_items']} dropped, {s['flagged_items']} flagged" for name, s in report["sets"].items()]
+    parts = [
+        f"{name}: {sum(s['images'].values())} images and {sum(s['items'].values())} QA matched, "
+        f"{s['dropped_items']} dropped, {s['flagged_items']} flagged"
+        for name, s in report["sets"].items()
+    ]
     return "  decontamination: " + "; ".join(parts)
 
 
@@ -51,6 +72,8 @@ def plan_lines(report: dict[str, Any] | None, where: str) -> list[str]:
     for name, s in report["sets"].items():
         by = ", ".join(f"{m} {n}" for m, n in sorted(s["images"].items())) or "none"
         qa = ", ".join(f"{m} {n}" for m, n in sorted(s["items"].items())) or "none"
-        out.append(f"  {name} ({s['eval_images']} images, {s['eval_questions']} questions): images matched: {by}; "
-                   f"QA matched: {qa}; {s['dropped_items']} QA would be dropped, {s['flagged_items']} flagged")
+        out.append(
+            f"  {name} ({s['eval_images']} images, {s['eval_questions']} questions): images matched: {by}; "
+            f"QA matched: {qa}; {s['dropped_items']} QA would be dropped, {s['flagged_items']} flagged"
+        )
     return out

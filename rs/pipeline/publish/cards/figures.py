@@ -30,7 +30,11 @@ def _funnel_rows(report: FamilyReport) -> list[tuple[str, int, str]]:
     t = report.totals
     rows = [("source QA", t.source_qa, _SOURCE)]
     rows += [(f"dropped: {reason}", n, _DROPPED) for reason, n in sorted(report.cleaning.dropped.items()) if n]
-    rows += [("recovered by a sample" if by == "recovery" else f"accepted by the {by}", n, _ACCEPTED) for by, n in t.accepted_by.items() if n]
+    rows += [
+        ("recovered by a sample" if by == "recovery" else f"accepted by the {by}", n, _ACCEPTED)
+        for by, n in t.accepted_by.items()
+        if n
+    ]
     rows += [(f"rejected: {reason}", n, _REJECTED) for reason, n in t.rejected_by_reason.items() if n]
     return rows
 
@@ -40,10 +44,13 @@ def funnel_alt(report: FamilyReport) -> str:
     t = report.totals
     dropped = ", ".join(f"{reason} {n:,}" for reason, n in sorted(report.cleaning.dropped.items()) if n) or "none"
     rejected = ", ".join(f"{reason} {n:,}" for reason, n in t.rejected_by_reason.items() if n) or "none"
-    return (f"Bar chart of the {t.source_qa:,} source QA: {t.dropped_by_cleaning:,} dropped by cleaning ({dropped}); "
-            f"{t.accepted:,} accepted ({t.accepted_by.get('verifier', 0):,} by the verifier, {t.accepted_by.get('judge', 0):,} "
-            f"by the judge" + (f", {t.accepted_by['recovery']:,} recovered by a sample" if "recovery" in t.accepted_by else "")
-            + f"); {t.rejected:,} rejected ({rejected})")
+    return (
+        f"Bar chart of the {t.source_qa:,} source QA: {t.dropped_by_cleaning:,} dropped by cleaning ({dropped}); "
+        f"{t.accepted:,} accepted ({t.accepted_by.get('verifier', 0):,} by the verifier, {t.accepted_by.get('judge', 0):,} "
+        f"by the judge"
+        + (f", {t.accepted_by['recovery']:,} recovered by a sample" if "recovery" in t.accepted_by else "")
+        + f"); {t.rejected:,} rejected ({rejected})"
+    )
 
 
 def funnel(report: FamilyReport) -> Figure:
@@ -66,8 +73,11 @@ def funnel(report: FamilyReport) -> Figure:
 
 def _length_part(h: Lengths, side: str, greedy: str) -> str:
     """One side's histogram in words: how many, the median, and how many ran out, looped or hit the thinking budget."""
-    return (f"{h.total:,} {greedy}{side}, median {h.median:,} tokens, {h.truncated:,} cut off at the limit"
-            + (f", {h.loops:,} ended as loops" if h.loops else "") + (f", {h.budget_cuts:,} cut at the thinking budget" if h.budget_cuts else ""))
+    return (
+        f"{h.total:,} {greedy}{side}, median {h.median:,} tokens, {h.truncated:,} cut off at the limit"
+        + (f", {h.loops:,} ended as loops" if h.loops else "")
+        + (f", {h.budget_cuts:,} cut at the thinking budget" if h.budget_cuts else "")
+    )
 
 
 def _mark_limits(ax, report: FamilyReport) -> int:  # type: ignore[no-untyped-def]
@@ -75,12 +85,26 @@ def _mark_limits(ax, report: FamilyReport) -> int:  # type: ignore[no-untyped-de
     budget = report.lengths["accepted"].thinking_token_budget
     if budget is not None and budget < report.lengths["accepted"].max_tokens:
         ax.axvline(budget, color="grey", linestyle="-.", linewidth=1)
-        ax.annotate(f"thinking budget {budget:,}", (budget, 0.9), xycoords=("data", "axes fraction"), xytext=(-4, -12),
-                    textcoords="offset points", ha="right", fontsize=8)
+        ax.annotate(
+            f"thinking budget {budget:,}",
+            (budget, 0.9),
+            xycoords=("data", "axes fraction"),
+            xytext=(-4, -12),
+            textcoords="offset points",
+            ha="right",
+            fontsize=8,
+        )
     limit = report.lengths["accepted"].max_tokens
     ax.axvline(limit, color="black", linestyle="--", linewidth=1)
-    ax.annotate(f"max_tokens {limit:,}", (limit, 1), xycoords=("data", "axes fraction"), xytext=(-4, -12),
-                textcoords="offset points", ha="right", fontsize=8)
+    ax.annotate(
+        f"max_tokens {limit:,}",
+        (limit, 1),
+        xycoords=("data", "axes fraction"),
+        xytext=(-4, -12),
+        textcoords="offset points",
+        ha="right",
+        fontsize=8,
+    )
     return limit
 
 
@@ -88,18 +112,32 @@ def lengths(report: FamilyReport) -> Figure:
     """Histograms of the answers' lengths in tokens, accepted and rejected, with the cut-off at `max_tokens` marked."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
-    greedy = "greedy " if report.recovery is not None else ""  # with a recovery pass: the greedy answers, on their side
+    greedy = (
+        "greedy " if report.recovery is not None else ""
+    )  # with a recovery pass: the greedy answers, on their side
     drawn = False
     for side, colour in (("accepted", _ACCEPTED), ("rejected", _REJECTED)):
         h: Lengths = report.lengths[side]
         if not h.total:
             continue
-        ax.stairs(h.counts, h.edges, color=colour, linewidth=1.5, label=f"{greedy}{side} ({h.total:,}; {h.truncated:,} cut off)")
+        ax.stairs(
+            h.counts,
+            h.edges,
+            color=colour,
+            linewidth=1.5,
+            label=f"{greedy}{side} ({h.total:,}; {h.truncated:,} cut off)",
+        )
         drawn = True
     loops = _loops(report)
     if any(loops):  # loop detection's ends, apart from the max_tokens cut
-        ax.stairs(loops, report.lengths["rejected"].edges, color="#7b3294", linewidth=1.2, linestyle=":",
-                  label=f"ended as loops ({sum(loops):,})")
+        ax.stairs(
+            loops,
+            report.lengths["rejected"].edges,
+            color="#7b3294",
+            linewidth=1.2,
+            linestyle=":",
+            label=f"ended as loops ({sum(loops):,})",
+        )
     _mark_limits(ax, report)
     ax.set_xlabel("answer length in tokens (reasoning included)")
     ax.set_ylabel("answers")
@@ -117,8 +155,14 @@ def _loops(report: FamilyReport) -> list[int]:
 def lengths_alt(report: FamilyReport) -> str:
     """The length histogram's numbers in words (also what `rs audit` expects a card to say of it)."""
     greedy = "greedy " if report.recovery is not None else ""
-    parts = [_length_part(report.lengths[side], side, greedy) for side in ("accepted", "rejected") if report.lengths[side].total]
-    alt = f"Histogram of answer lengths in tokens (limit {report.lengths['accepted'].max_tokens:,}): " + ("; ".join(parts) or "no answers")
+    parts = [
+        _length_part(report.lengths[side], side, greedy)
+        for side in ("accepted", "rejected")
+        if report.lengths[side].total
+    ]
+    alt = f"Histogram of answer lengths in tokens (limit {report.lengths['accepted'].max_tokens:,}): " + (
+        "; ".join(parts) or "no answers"
+    )
     if any(loops := _loops(report)):
         alt += f"; {sum(loops):,} answers ended by loop detection, marked apart"
     return alt

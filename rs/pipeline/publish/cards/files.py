@@ -23,8 +23,9 @@ CARD_FILES = ("README.md", "images/*")
 """What `--cards-only` publishes: the card and the images it shows; the rest of a repo stays as it is."""
 
 
-def write_card(repo: Path, family: Family, split: str, inputs: CardInputs, numbers: dict[str, Any] | None, *,
-               local: bool) -> str:
+def write_card(
+    repo: Path, family: Family, split: str, inputs: CardInputs, numbers: dict[str, Any] | None, *, local: bool
+) -> str:
     """Write the card of `split` into `repo` with its figures and inputs; returns its text.
 
     `local`: for a local target, where the card links its siblings relatively.
@@ -41,8 +42,17 @@ def write_card(repo: Path, family: Family, split: str, inputs: CardInputs, numbe
         (repo / path).write_bytes(data)
     if numbers is not None:
         write_json(repo / "rs" / "numbers.json", numbers)
-    text = render_card(report, dataclasses.asdict(c.card), split, c.publish.namespace, inputs.examples, inputs.overturns,
-                       local=local, figures=drawn, numbers=numbers)
+    text = render_card(
+        report,
+        dataclasses.asdict(c.card),
+        split,
+        c.publish.namespace,
+        inputs.examples,
+        inputs.overturns,
+        local=local,
+        figures=drawn,
+        numbers=numbers,
+    )
     (repo / "README.md").write_text(text, encoding="utf-8")
     return text
 

@@ -28,10 +28,45 @@ from huggingface_hub import DatasetCard
 from markdown_it import MarkdownIt
 
 ALLOWED = {
-    **{t: () for t in ("blockquote", "br", "del", "details", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "li",
-                       "ol", "p", "pre", "s", "strong", "summary", "table", "tbody", "thead", "tr", "ul", "b", "i", "kbd",
-                       "sub", "sup")},
-    "a": ("href",), "img": ("src", "alt"), "code": ("class",), "th": ("style",), "td": ("style",),
+    **{
+        t: ()
+        for t in (
+            "blockquote",
+            "br",
+            "del",
+            "details",
+            "em",
+            "h1",
+            "h2",
+            "h3",
+            "h4",
+            "h5",
+            "h6",
+            "hr",
+            "li",
+            "ol",
+            "p",
+            "pre",
+            "s",
+            "strong",
+            "summary",
+            "table",
+            "tbody",
+            "thead",
+            "tr",
+            "ul",
+            "b",
+            "i",
+            "kbd",
+            "sub",
+            "sup",
+        )
+    },
+    "a": ("href",),
+    "img": ("src", "alt"),
+    "code": ("class",),
+    "th": ("style",),
+    "td": ("style",),
 }
 """Tags and their attributes a card may use: what Markdown itself produces, and <details>/<pre> for long fields."""
 
@@ -157,7 +192,10 @@ def _literal_syntax(text: str, code: str, quoted: Iterable[str]) -> list[str]:
     for q in sorted(set(quoted), key=len, reverse=True):
         if any(pattern.search(q) for pattern in LITERAL_SYNTAX.values()):  # only what could hide a leak is left out
             text, code = text.replace(q, ""), code.replace(q, "")
-    found = [f"a character reference shown in code: {m.group(0)!r}" for m in LITERAL_SYNTAX["a character reference"].finditer(code)]
+    found = [
+        f"a character reference shown in code: {m.group(0)!r}"
+        for m in LITERAL_SYNTAX["a character reference"].finditer(code)
+    ]
     for what, pattern in LITERAL_SYNTAX.items():
         found += [f"{what} shown as text: {m.group(0)!r}" for m in pattern.finditer(text)]
     return found
@@ -191,8 +229,12 @@ def page(rendered: Rendered, title: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rs.pipeline.publish.cards.html", description=__doc__.split("\n\n")[0])
-    parser.add_argument("repos", nargs="+", type=Path, metavar="REPO", help="a published repo folder (holding README.md)")
+    parser = argparse.ArgumentParser(
+        prog="python -m rs.pipeline.publish.cards.html", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "repos", nargs="+", type=Path, metavar="REPO", help="a published repo folder (holding README.md)"
+    )
     parser.add_argument("--to", type=Path, required=True, metavar="DIR", help="where to write REPO.html")
     args = parser.parse_args(argv)
     args.to.mkdir(parents=True, exist_ok=True)

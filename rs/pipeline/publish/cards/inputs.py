@@ -94,6 +94,8 @@ def repo_numbers(ctx: BuildContext, split: str, published: Path | None) -> dict[
         return json.loads(stored.read_text())
     if split not in REPO_NUMBERS:
         return None
-    raise MissingBuildError(f"no build of {ctx.family.name} in {ctx.paths.root} and no published numbers of "
-                            f"{ctx.family.repo_name(split)} to render its card from; run `python -m rs.publish "
-                            f"{ctx.family.name}` without --cards-only first")
+    raise MissingBuildError(
+        f"no build of {ctx.family.name} in {ctx.paths.root} and no published numbers of "
+        f"{ctx.family.repo_name(split)} to render its card from; run `python -m rs.publish "
+        f"{ctx.family.name}` without --cards-only first"
+    )

@@ -23,16 +23,16 @@ from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCard, DatasetCardData
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from rs.pipeline.publish.cards.decontam import card_sets
-from rs.util.shipped import TEMPLATES
-from rs.util.text import counted, pct
-from rs.pipeline.clean import StepCard, step_cards
 from rs.errors import RsError
+from rs.pipeline.clean import StepCard, step_cards
+from rs.pipeline.publish.cards.decontam import card_sets
 from rs.pipeline.publish.cards.figures import Figure
 from rs.pipeline.write.report import PASS_RATE_BINS, CleaningSummary, FamilyReport, pass_rate_bin
 from rs.pipeline.write.samples import REPO_NUMBERS
 from rs.splits_schema import REJECT_REASONS, ROW_SCHEMAS, features
 from rs.store import read_records
+from rs.util.shipped import TEMPLATES
+from rs.util.text import counted, pct
 
 HUB_URL = "https://huggingface.co/datasets"
 DATA_GLOB = "data/train-*"
@@ -42,8 +42,19 @@ class CardError(RsError, ValueError):
     """A rendered card that does not describe its repo (front matter vs files, missing section)."""
 
 
-_CELL = str.maketrans({"|": "&#124;", "`": "&#96;", "*": "&#42;", "[": "&#91;", "]": "&#93;",
-                       "\\": "&#92;", "~": "&#126;", "#": "&#35;", "!": "&#33;"})
+_CELL = str.maketrans(
+    {
+        "|": "&#124;",
+        "`": "&#96;",
+        "*": "&#42;",
+        "[": "&#91;",
+        "]": "&#93;",
+        "\\": "&#92;",
+        "~": "&#126;",
+        "#": "&#35;",
+        "!": "&#33;",
+    }
+)
 _EMPHASIS_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
 """An underscore that could open or close emphasis: not between two letters or digits (`judge_blocked` is plain text)."""
 
@@ -83,8 +94,9 @@ def chars(text: str) -> str:
 
 
 def _env() -> Environment:
-    env = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True,
-                      autoescape=False)
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False
+    )
     env.filters.update(cell=cell, chars=chars, code=code, counted=counted, literal=literal, num=num, pct=pct, pre=pre)
     return env
 
@@ -198,8 +210,21 @@ def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[
     if split in ("samples", "rl"):
         fields, long = _question_row_fields(split, qa)
     elif split == "pairs":
-        fields = [(k, qa[k]) for k in ("question", "reference", "chosen_answer", "chosen_by", "chosen_from", "rejected_answer",
-                                        "rejected_from", "rejected_reason", "pass_rate", "k")]
+        fields = [
+            (k, qa[k])
+            for k in (
+                "question",
+                "reference",
+                "chosen_answer",
+                "chosen_by",
+                "chosen_from",
+                "rejected_answer",
+                "rejected_from",
+                "rejected_reason",
+                "pass_rate",
+                "k",
+            )
+        ]
         long = [("chosen", qa["chosen"][0]["content"]), ("rejected", qa["rejected"][0]["content"])]
     elif split == "rejected":
         fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reason", qa["reason"])]
@@ -207,7 +232,12 @@ def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[
         if "pass_rate" in qa:
             fields += [("pass_rate", qa["pass_rate"]), ("k", qa["k"])]
     else:
-        fields = [("question", qa["question"]), ("answer", qa["answer"]), ("reference", qa["reference"]), ("accepted_by", qa["accepted_by"])]
+        fields = [
+            ("question", qa["question"]),
+            ("answer", qa["answer"]),
+            ("reference", qa["reference"]),
+            ("accepted_by", qa["accepted_by"]),
+        ]
         long = [("reasoning", qa["reasoning"])] if split == "think" else []
         if "pass_rate" in qa:
             fields += [(k, qa[k]) for k in ("greedy_answer", "sample", "temperature", "pass_rate", "k")]
@@ -219,10 +249,33 @@ def _example_view(split: str, example: dict[str, Any], image_path: str) -> dict[
 def _question_row_fields(split: str, qa: dict[str, Any]) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
     """An example row of the samples or RL repo: its table's fields, and its long fields (each generation's text)."""
     if split == "rl":
-        return [(k, qa[k]) for k in ("question", "solution", "question_type", "pass_rate", "passed", "k", "pass_rate_low",
-                                     "pass_rate_high")], []
-    fields = [(k, qa[k]) for k in ("question", "reference", "question_type", "accepted", "accepted_by", "reason",
-                                   "published", "pass_rate", "k")]
+        return [
+            (k, qa[k])
+            for k in (
+                "question",
+                "solution",
+                "question_type",
+                "pass_rate",
+                "passed",
+                "k",
+                "pass_rate_low",
+                "pass_rate_high",
+            )
+        ], []
+    fields = [
+        (k, qa[k])
+        for k in (
+            "question",
+            "reference",
+            "question_type",
+            "accepted",
+            "accepted_by",
+            "reason",
+            "published",
+            "pass_rate",
+            "k",
+        )
+    ]
     fields += [(f"generation {i}", _generation_line(g)) for i, g in enumerate(qa["generations"])]
     return fields, [(f"generation {i}: text", g["text"]) for i, g in enumerate(qa["generations"])]
 
@@ -232,8 +285,10 @@ def _generation_line(g: dict[str, Any]) -> str:
     drawn = "greedy" if g["kind"] == "greedy" else f"sample {g['sample']} ({g['sampled_for']})"
     judged = f", judge {g['judge']}" if g["judge"] else ""
     fate = f"accepted by {g['accepted_by']}" if g["accepted"] else f"rejected: {g['reason']}"
-    return (f"{drawn}, T={g['temperature']}, seed {g['seed']}: final {g['final']!r}, ending {g['ending']}, "
-            f"reader {g['reader']}{judged}; {fate}")
+    return (
+        f"{drawn}, T={g['temperature']}, seed {g['seed']}: final {g['final']!r}, ending {g['ending']}, "
+        f"reader {g['reader']}{judged}; {fate}"
+    )
 
 
 def card_numbers(split: str, data_dir: str | Path) -> dict[str, Any] | None:
@@ -249,15 +304,33 @@ def _policies(cleaning: CleaningSummary) -> list[dict[str, Any]]:
     out = []
     for step in steps:
         stats = cleaning.steps[step]
-        card = cards.get(step) or StepCard(step, f"The `{step}` step (a plug-in not installed where this card was rendered).")
-        counts = sorted({**stats["dropped"], **{f"rewritten: {k}": v for k, v in stats["rewritten"].items()},
-                         **{f"marked: {k}": v for k, v in stats["marked"].items()}}.items())
+        card = cards.get(step) or StepCard(
+            step, f"The `{step}` step (a plug-in not installed where this card was rendered)."
+        )
+        counts = sorted(
+            {
+                **stats["dropped"],
+                **{f"rewritten: {k}": v for k, v in stats["rewritten"].items()},
+                **{f"marked: {k}": v for k, v in stats["marked"].items()},
+            }.items()
+        )
         out.append({"title": card.title, "text": card.text, "counts": counts, "rewrites": card.shows_rewrites})
     return out
 
 
-SIZE_CATEGORIES = ("n<1K", "1K<n<10K", "10K<n<100K", "100K<n<1M", "1M<n<10M", "10M<n<100M", "100M<n<1B",
-                   "1B<n<10B", "10B<n<100B", "100B<n<1T", "n>1T")
+SIZE_CATEGORIES = (
+    "n<1K",
+    "1K<n<10K",
+    "10K<n<100K",
+    "100K<n<1M",
+    "1M<n<10M",
+    "10M<n<100M",
+    "100M<n<1B",
+    "1B<n<10B",
+    "10B<n<100B",
+    "100B<n<1T",
+    "n>1T",
+)
 """The Hub's `size_categories` values, each ten times the one before."""
 
 
@@ -269,21 +342,35 @@ def size_category(rows: int) -> str:
     return SIZE_CATEGORIES[-1]
 
 
-SPLIT_TITLES = {"think": "accepted, with reasoning", "nothink": "accepted, answers only", "rejected": "rejected",
-                "pairs": "preference pairs", "samples": "every sample", "rl": "questions for RL"}
+SPLIT_TITLES = {
+    "think": "accepted, with reasoning",
+    "nothink": "accepted, answers only",
+    "rejected": "rejected",
+    "pairs": "preference pairs",
+    "samples": "every sample",
+    "rl": "questions for RL",
+}
 
 
 def card_data(report: FamilyReport, card: dict[str, Any], split: str) -> DatasetCardData:
     """The YAML front matter: metadata, and `configs` / `dataset_info` matching the repo's files."""
     split_stats = report.splits[split]
-    info = DatasetInfo(features=features(split, recovery=report.recovery is not None), splits=SplitDict(
-        {"train": SplitInfo(name="train", num_bytes=split_stats.dataset_bytes, num_examples=split_stats.rows)}))
+    info = DatasetInfo(
+        features=features(split, recovery=report.recovery is not None),
+        splits=SplitDict(
+            {"train": SplitInfo(name="train", num_bytes=split_stats.dataset_bytes, num_examples=split_stats.rows)}
+        ),
+    )
     info.download_size = split_stats.bytes
     info.dataset_size = split_stats.dataset_bytes
     data = DatasetCardData(
-        license=card["license"], language=card["language"], task_categories=card["task_categories"],
-        size_categories=[size_category(split_stats.rows)], pretty_name=f"{card['pretty_name']} ({SPLIT_TITLES[split]})",
-        source_datasets=card["source_datasets"] or None, tags=sorted({*card["tags"], "rejection-sampling", split}),
+        license=card["license"],
+        language=card["language"],
+        task_categories=card["task_categories"],
+        size_categories=[size_category(split_stats.rows)],
+        pretty_name=f"{card['pretty_name']} ({SPLIT_TITLES[split]})",
+        source_datasets=card["source_datasets"] or None,
+        tags=sorted({*card["tags"], "rejection-sampling", split}),
         configs=[{"config_name": "default", "data_files": [{"split": "train", "path": DATA_GLOB}]}],
     )
     DatasetInfosDict({"default": info}).to_dataset_card_data(data)  # `dataset_info` as `push_to_hub` writes it
@@ -295,9 +382,18 @@ def sibling_link(repo: str, namespace: str, *, local: bool) -> str:
     return f"../{repo}/README.md" if local else f"{HUB_URL}/{namespace}/{repo}"
 
 
-def render_card(report: FamilyReport, family_card: dict[str, Any], split: str, namespace: str,
-                examples: list[dict[str, Any]], overturns: list[dict[str, str]] | None = None, *, local: bool = False,
-                figures: list[Figure] | None = None, numbers: dict[str, Any] | None = None) -> str:
+def render_card(
+    report: FamilyReport,
+    family_card: dict[str, Any],
+    split: str,
+    namespace: str,
+    examples: list[dict[str, Any]],
+    overturns: list[dict[str, str]] | None = None,
+    *,
+    local: bool = False,
+    figures: list[Figure] | None = None,
+    numbers: dict[str, Any] | None = None,
+) -> str:
     """The README.md of one split's repo: the card template over the family's report.
 
     `local`: the repos are published to a local folder (`--out`), so the siblings are linked relatively.
@@ -307,26 +403,53 @@ def render_card(report: FamilyReport, family_card: dict[str, Any], split: str, n
         raise CardError(f"the {split} card states numbers of its own files: pass `card_numbers({split!r}, data_dir)`")
     calibration = report.judge.calibration
     if calibration is not None and "hard" not in calibration:
-        raise CardError(f"the stats of {report.family} were measured by an older rs, before the judge was calibrated on "
-                        "hard negatives; rebuild the family (`python -m rs.publish FAMILY` without --cards-only)")
+        raise CardError(
+            f"the stats of {report.family} were measured by an older rs, before the judge was calibrated on "
+            "hard negatives; rebuild the family (`python -m rs.publish FAMILY` without --cards-only)"
+        )
     repos = {s: summary.repo for s, summary in report.splits.items()}
     verifier = report.verifier
     custom = TEMPLATES / "verifiers" / f"{verifier.name}.md.jinja"
-    body = _env().get_template("card.md.jinja").render(
-        pretty_name=family_card["pretty_name"], repo=repos[split], split=split,
-        split_stats=report.splits[split], totals=report.totals, verifier=verifier,
-        verifier_template=f"verifiers/{custom.name}" if custom.exists() else "verifiers/default.md.jinja",
-        siblings=[{"repo": repo, "url": sibling_link(repo, namespace, local=local)} for repo in repos.values()],
-        description=family_card["description"], model=report.model, engine=report.engine, sampling=report.sampling,
-        prompts=report.prompts, repos=repos, judge=report.judge, calibration=calibration, overturns=overturns or [],
-        schema_fields="{" + ", ".join(f"`{k}`" for k in _qa_fields(split, report)) + "}",
-        recovery=report.recovery, pass_rate_bins=PASS_RATE_BINS,
-        reasons=REJECT_REASONS, cleaning=report.cleaning, policies=_policies(report.cleaning),
-        examples=[_example_view(split, e, e["image_path"]) for e in examples],
-        source=report.source, citation=family_card["citation"], figures=figures or [], limit=report.limit,
-        endings=report.endings, decontamination=card_sets(report.cleaning.decontamination),
-        provenance=report.provenance, audit_target=repos[split] if local else f"{namespace}/{repos[split]}",
-        numbers=numbers, types=report.question_types, route_filter=report.filter,
+    body = (
+        _env()
+        .get_template("card.md.jinja")
+        .render(
+            pretty_name=family_card["pretty_name"],
+            repo=repos[split],
+            split=split,
+            split_stats=report.splits[split],
+            totals=report.totals,
+            verifier=verifier,
+            verifier_template=f"verifiers/{custom.name}" if custom.exists() else "verifiers/default.md.jinja",
+            siblings=[{"repo": repo, "url": sibling_link(repo, namespace, local=local)} for repo in repos.values()],
+            description=family_card["description"],
+            model=report.model,
+            engine=report.engine,
+            sampling=report.sampling,
+            prompts=report.prompts,
+            repos=repos,
+            judge=report.judge,
+            calibration=calibration,
+            overturns=overturns or [],
+            schema_fields="{" + ", ".join(f"`{k}`" for k in _qa_fields(split, report)) + "}",
+            recovery=report.recovery,
+            pass_rate_bins=PASS_RATE_BINS,
+            reasons=REJECT_REASONS,
+            cleaning=report.cleaning,
+            policies=_policies(report.cleaning),
+            examples=[_example_view(split, e, e["image_path"]) for e in examples],
+            source=report.source,
+            citation=family_card["citation"],
+            figures=figures or [],
+            limit=report.limit,
+            endings=report.endings,
+            decontamination=card_sets(report.cleaning.decontamination),
+            provenance=report.provenance,
+            audit_target=repos[split] if local else f"{namespace}/{repos[split]}",
+            numbers=numbers,
+            types=report.question_types,
+            route_filter=report.filter,
+        )
     )
     data = card_data(report, family_card, split)
     return f"---\n{data.to_yaml()}\n---\n\n{body}"
@@ -339,8 +462,14 @@ def _qa_fields(split: str, report: FamilyReport) -> list[str]:
     return list(features(split, recovery=report.recovery is not None)["qa"].feature)
 
 
-REQUIRED_SECTIONS = ("## How the data was produced", "## How a match is decided", "## Second pass: model-as-judge",
-                     "## Schema", "## Cleaning applied before rejection sampling", "## Examples")
+REQUIRED_SECTIONS = (
+    "## How the data was produced",
+    "## How a match is decided",
+    "## Second pass: model-as-judge",
+    "## Schema",
+    "## Cleaning applied before rejection sampling",
+    "## Examples",
+)
 
 
 def check_card(text: str, repo_folder: str | Path) -> DatasetCard:
