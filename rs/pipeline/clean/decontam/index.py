@@ -229,13 +229,10 @@ def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | No
                 check_images(name, label, index)
                 return index
             # else an index of no image, cached before the reasons were counted: read again, to say why
-        except (
-            OSError,
-            pickle.UnpicklingError,
-            EOFError,
-            AttributeError,
-            ImportError,
-        ) as err:  # ImportError: pickled by another layout
+        # ImportError: pickled by a version of rs whose modules were laid out otherwise, an expected upgrade
+        except ImportError as err:
+            logger.debug("evaluation index %s was written by another version of rs (%s): building it again", path, err)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as err:
             logger.warning("evaluation index %s unreadable (%s): building it again", path, err)
     source = SOURCES.get(set_config.source.kind).from_config(set_config.source, base_dir=base_dir)
     tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
