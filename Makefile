@@ -45,8 +45,9 @@ demo-samples: $(READY)
 readme-demo: $(READY)
 	$(MAKE) --no-print-directory demo | tee /dev/stderr | $(PY) scripts/readme_demo.py
 
+# One pytest worker a core (at most four: tests/conftest.py), a test file at a time each, the slow files first.
 test: $(READY)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 # The style CI holds the code to (pyproject's [tool.ruff]): the linter, import order included, and the formatter's check.
 lint: $(READY)

@@ -22,6 +22,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker a core, at most four (each worker holds torch and, in turn, a vLLM engine or two)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files holding a `slow` test first, then the rest, each file's tests in their order: `--dist loadfile` hands a
+    free worker the next file in this order, so the long files start early and the short ones fill the end."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 def png(color: tuple[int, int, int], size: int = 16) -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (size, size), color).save(buf, format="PNG")

