@@ -22,8 +22,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker a core, at most four (each worker holds torch and, in turn, a vLLM engine or two)."""
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: one worker a core, at most four (each worker holds torch and, in turn, a vLLM engine or two);
+    PYTEST_XDIST_AUTO_NUM_WORKERS, when set, decides instead."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
     return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
