@@ -45,9 +45,10 @@ demo-samples: $(READY)
 readme-demo: $(READY)
 	$(MAKE) --no-print-directory demo | tee /dev/stderr | $(PY) scripts/readme_demo.py
 
-# One pytest worker a core (at most four: tests/conftest.py), a test file at a time each, the slow files first.
+# One pytest worker a core (at most four: tests/conftest.py), a test file at a time each, in the order tests/conftest.py
+# gives them (the files with slow tests first; xdist would otherwise start the files of most tests first).
 test: $(READY)
-	$(PY) -m pytest -q -n auto --dist loadfile
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 # The style CI holds the code to (pyproject's [tool.ruff]): the linter, import order included, and the formatter's check.
 lint: $(READY)
