@@ -19,7 +19,7 @@ import sqlite3
 import threading
 from contextlib import closing
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # one process: 3 s to load instead of 17
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from PIL import Image  # noqa: E402
-from vllm_server import vllm_server  # noqa: E402
+from vllm_server import start_early, vllm_server_started  # noqa: E402
 
 from rs.engines.base import Generation, Request, SamplingSettings  # noqa: E402
 from rs.engines.cached_engine import CachedEngine  # noqa: E402
@@ -96,7 +96,8 @@ def _corrupt(image: bytes) -> Request:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[VLLMEngine]:
+def engine(request: pytest.FixtureRequest) -> Iterator[VLLMEngine]:
+    start_early(request, "server_started")  # the server's start beside this engine's tests
     # Through the factory, with nulls that must be dropped (as families.yaml writes them).
     args = {**VLLM_ENGINE_KWARGS, "gpu_memory_utilization": None, "tensor_parallel_size": None}
     built = create_engine(_family(engine=VLLMEngineConfig(args=args)))
@@ -369,12 +370,17 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A `vllm serve`-equivalent of the tiny VLM in its own process group; yields the /v1 URL."""
-    with vllm_server(
+def server_started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], str]]:
+    """A `vllm serve`-equivalent of the tiny VLM in its own process group, started; `ready()` waits for its /v1 URL."""
+    with vllm_server_started(
         tiny_vlm_path(), tmp_path_factory.mktemp("server") / "server.log", max_model_len=2048, ready_s=120
-    ) as url:
-        yield url
+    ) as ready:
+        yield ready
+
+
+@pytest.fixture(scope="module")
+def server(server_started: Callable[[], str]) -> str:
+    return server_started()
 
 
 @pytest.fixture(scope="module")

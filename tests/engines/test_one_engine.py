@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -46,11 +47,9 @@ def engine_cores(pids: list[int]) -> set[int]:
     return {pid for pid in pids if _is_engine_core(pid) and not _is_engine_core(_parent(pid))}
 
 
-@pytest.mark.slow
-@pytest.mark.vllm
-@pytest.mark.parametrize("multiprocessing", ["0", "1"])
-def test_a_run_loads_the_model_once_in_both_process_modes(tmp_path: Path, multiprocessing: str) -> None:
-    pytest.importorskip("vllm")
+def sampled(tmp_path: Path, multiprocessing: str) -> tuple[int, str, set[int], int]:
+    """`rs.sample TinyCLEVR --limit LIMIT` in `tmp_path` in a process mode of vLLM: its exit status, its output, the engine
+    core processes seen below it, and the most seen at once."""
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": multiprocessing, "HF_HUB_OFFLINE": "1"}
     command = [
         sys.executable,
@@ -75,8 +74,25 @@ def test_a_run_loads_the_model_once_in_both_process_modes(tmp_path: Path, multip
         time.sleep(0.1)
     if run.poll() is None:
         run.kill()
-    output = run.communicate()[0].decode()
-    assert run.returncode == 0, output[-3000:]
+    return run.returncode, run.communicate()[0].decode(), seen, most
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, tuple[int, str, set[int], int]]]:
+    """Both process modes' runs, side by side (each in a folder of its own, each watching only its own processes)."""
+    pytest.importorskip("vllm")
+    folders = {mode: tmp_path_factory.mktemp(f"mode{mode}") for mode in ("0", "1")}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = {mode: pool.submit(sampled, folder, mode) for mode, folder in folders.items()}
+        return {mode: (folders[mode], future.result()) for mode, future in done.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.parametrize("multiprocessing", ["0", "1"])
+def test_a_run_loads_the_model_once_in_both_process_modes(runs, multiprocessing: str) -> None:
+    tmp_path, (returncode, output, seen, most) = runs[multiprocessing]
+    assert returncode == 0, output[-3000:]
     logs = "".join(path.read_text() for path in (tmp_path / "build" / "TinyCLEVR").glob("logs/*"))
     assert len(re.findall(r"Loading \S+ with vLLM", logs)) == 1, logs[-3000:]
     assert (tmp_path / "build" / "TinyCLEVR" / f"limit-{LIMIT}" / "recovery.json").exists()  # the recovery pass ran

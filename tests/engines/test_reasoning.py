@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -103,6 +103,53 @@ def _in_process() -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
 
+class Engines:
+    """The module's engines, opened once per model and engine arguments and at most one open at a time (closing an
+    in-process engine tears down the distributed state under another still open): asking for another closes the one
+    before. A ShapedEngine of a template serves judge requests as a VLLMEngine of it does (`ShapedStream.params`).
+    Each test keeps its own cache and build folder, so an engine shared carries nothing from one test to the next."""
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, ...] | None = None
+        self.engine: VLLMEngine | None = None
+
+    def shaped(self, template: str) -> ShapedEngine:
+        path = str(tiny_vlm_path(template=template))
+        return self._open(
+            ("shaped", template), lambda: ShapedEngine(path, template, engine_args=dict(VLLM_ENGINE_KWARGS))
+        )
+
+    def with_parser(self, parser: str, **model: str) -> VLLMEngine:
+        path, args = str(tiny_vlm_path(**model)), {**VLLM_ENGINE_KWARGS, "reasoning_parser": parser}
+        return self._open(("parser", parser, *sorted(model.items())), lambda: VLLMEngine(path, engine_args=args))
+
+    def _open(self, key: tuple[Any, ...], make: Any) -> Any:
+        if key != self.key:
+            self.close()
+            self.engine, self.key = make(), key
+        return self.engine
+
+    def close(self) -> None:
+        engine, self.engine, self.key = self.engine, None, None
+        if engine is not None:
+            engine.close()
+
+
+@pytest.fixture(scope="module")
+def engines(_in_process: None) -> Iterator[Engines]:
+    shelf = Engines()
+    try:
+        yield shelf
+    finally:
+        shelf.close()
+
+
+@pytest.fixture(scope="module")
+def template(request: pytest.FixtureRequest) -> str:
+    """The test's chat template, a module-scoped parameter so that pytest runs the tests of one template together."""
+    return request.param
+
+
 def family_for(
     tmp_path: Path,
     template: str,
@@ -124,9 +171,9 @@ def family_for(
     return load_families(path)["Shaped"]
 
 
-def sample_with(tmp_path: Path, template: str) -> tuple[Any, list[dict[str, Any]], Any]:
+def sample_with(tmp_path: Path, template: str, engines: Engines) -> tuple[Any, list[dict[str, Any]], Any]:
     family = family_for(tmp_path, template)
-    engine = ShapedEngine(str(tiny_vlm_path(template=template)), template, engine_args=dict(VLLM_ENGINE_KWARGS))
+    engine = engines.shaped(template)
     ctx = BuildContext(
         family,
         tmp_path / "build",
@@ -134,17 +181,14 @@ def sample_with(tmp_path: Path, template: str) -> tuple[Any, list[dict[str, Any]
         progress=False,
         engine_factory=lambda f: (engine, engine),
     )
-    try:
-        report = ensure(SampleStage(), ctx)
-    finally:
-        engine.close()
+    report = ensure(SampleStage(), ctx)
     return report, list(read_records(ctx.paths.items, "items")), ctx
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("template", ["prefill", "always", "markers"])
-def test_reasoning_is_split_and_never_scored_as_the_answer(tmp_path: Path, template: str) -> None:
-    report, items, _ = sample_with(tmp_path, template)
+@pytest.mark.parametrize("template", ["prefill", "always", "markers"], indirect=True)
+def test_reasoning_is_split_and_never_scored_as_the_answer(tmp_path: Path, template: str, engines: Engines) -> None:
+    report, items, _ = sample_with(tmp_path, template, engines)
     start, end = TEMPLATE_MARKERS[template]
     prefilled = template in ("prefill", "always")
     by_shape: dict[str, list[dict[str, Any]]] = {shape: [] for shape in SHAPES}
@@ -174,9 +218,12 @@ def test_reasoning_is_split_and_never_scored_as_the_answer(tmp_path: Path, templ
 
 
 @pytest.mark.slow
-def test_without_a_prefilled_block_a_plain_output_is_the_answer(tmp_path: Path) -> None:
+@pytest.mark.parametrize("template", ["hybrid"], indirect=True)
+def test_without_a_prefilled_block_a_plain_output_is_the_answer(
+    tmp_path: Path, template: str, engines: Engines
+) -> None:
     """The contrast: the same unclosed text under a template that opened nothing is a plain answer, and judged as one."""
-    _, items, _ = sample_with(tmp_path, "hybrid")
+    _, items, _ = sample_with(tmp_path, template, engines)
     unclosed = [item for item in items if shape_of(item["key"]) == "unclosed"]
     assert unclosed and all(item["prompt_reasoning"] == "none" for item in items)
     for item in unclosed:
@@ -184,25 +231,24 @@ def test_without_a_prefilled_block_a_plain_output_is_the_answer(tmp_path: Path) 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("template", ["always", "prefill", "markers", "hybrid"])
-def test_a_label_only_judge_decodes_its_label_after_a_closed_reasoning(tmp_path: Path, template: str) -> None:
+@pytest.mark.parametrize("template", ["always", "prefill", "markers", "hybrid"], indirect=True)
+def test_a_label_only_judge_decodes_its_label_after_a_closed_reasoning(
+    tmp_path: Path, template: str, engines: Engines
+) -> None:
     """Label-only: the judge's prompt ends with a closed block, whether the template closes it or the engine must."""
     start, end = TEMPLATE_MARKERS[template]
     reasoning = ReasoningConfig(parser="tags", start=start, end=end)
-    engine = VLLMEngine(str(tiny_vlm_path(template=template)), engine_args=dict(VLLM_ENGINE_KWARGS))
-    try:
-        with GenerationCache(tmp_path / "cache.sqlite") as cache:
-            judge = Judge(
-                CachedEngine(engine, cache, progress=False),
-                JudgeConfig(),
-                reasoning=reasoning,
-                chat_template_kwargs={"enable_thinking": True},
-                tokenizer=engine.tokenizer,
-            )
-            cases = [JudgeCase(f"How many cubes? ({i})", str(i), str(i + 1), f"k#{i}") for i in range(4)]
-            verdicts = list(judge.verdicts(cases))
-    finally:
-        engine.close()
+    engine = engines.shaped(template)  # judge requests go to vLLM as a plain VLLMEngine sends them
+    with GenerationCache(tmp_path / "cache.sqlite") as cache:
+        judge = Judge(
+            CachedEngine(engine, cache, progress=False),
+            JudgeConfig(),
+            reasoning=reasoning,
+            chat_template_kwargs={"enable_thinking": True},
+            tokenizer=engine.tokenizer,
+        )
+        cases = [JudgeCase(f"How many cubes? ({i})", str(i), str(i + 1), f"k#{i}") for i in range(4)]
+        verdicts = list(judge.verdicts(cases))
     for _, label, generation in verdicts:
         read = judge.verdict(generation)[1]
         assert generation.text in LABELS and label == generation.text, generation  # the first thing decoded
@@ -210,30 +256,24 @@ def test_a_label_only_judge_decodes_its_label_after_a_closed_reasoning(tmp_path:
 
 
 @pytest.mark.slow
-def test_a_think_then_label_judge_labels_only_after_its_reasoning(tmp_path: Path) -> None:
+def test_a_think_then_label_judge_labels_only_after_its_reasoning(tmp_path: Path, engines: Engines) -> None:
     """Think-then-label: vLLM constrains the label once the reasoning ends; no end within the budget is UNSURE."""
     judge_config = JudgeConfig(mode="think_then_label", think_budget=6, max_tokens=4)
     reasoning = ReasoningConfig(parser="deepseek_r1")
     cases = [JudgeCase(f"How many spheres? ({i})", str(i), str(i), f"k#{i}") for i in range(3)]
     outcomes = {}
     # the plain tiny model never writes </think>; the one favouring it closes its reasoning at once
-    for name, path in (
-        ("never closes", tiny_vlm_path(template="prefill")),
-        ("closes", tiny_vlm_path(template="prefill", favour="</think>")),
-    ):
-        engine = VLLMEngine(str(path), engine_args={**VLLM_ENGINE_KWARGS, "reasoning_parser": "deepseek_r1"})
-        try:
-            with GenerationCache(tmp_path / f"{name}.sqlite") as cache:
-                judge = Judge(
-                    CachedEngine(engine, cache, progress=False),
-                    judge_config,
-                    reasoning=reasoning,
-                    chat_template_kwargs={"enable_thinking": True},
-                    tokenizer=engine.tokenizer,
-                )
-                outcomes[name] = list(judge.verdicts(cases))
-        finally:
-            engine.close()
+    for name, model in (("never closes", {}), ("closes", {"favour": "</think>"})):
+        engine = engines.with_parser("deepseek_r1", template="prefill", **model)
+        with GenerationCache(tmp_path / f"{name}.sqlite") as cache:
+            judge = Judge(
+                CachedEngine(engine, cache, progress=False),
+                judge_config,
+                reasoning=reasoning,
+                chat_template_kwargs={"enable_thinking": True},
+                tokenizer=engine.tokenizer,
+            )
+            outcomes[name] = list(judge.verdicts(cases))
     for _, label, generation in outcomes["never closes"]:
         assert generation.finish_reason == "length" and generation.completion_tokens == 10  # budget + label tokens
         assert generation.text not in LABELS and label == "UNSURE"  # no label forced inside the reasoning
@@ -244,37 +284,33 @@ def test_a_think_then_label_judge_labels_only_after_its_reasoning(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_think_then_label_needs_a_reasoning_parser(tmp_path: Path) -> None:
+@pytest.mark.parametrize("template", ["prefill"], indirect=True)
+def test_think_then_label_needs_a_reasoning_parser(tmp_path: Path, template: str, engines: Engines) -> None:
     with pytest.raises(FamilyConfigError, match=r"judge\.mode: think_then_label .* needs a vLLM reasoning parser"):
-        family_for(tmp_path, "prefill", reasoning={"parser": "tags"}, judge={"mode": "think_then_label"})
-    engine = VLLMEngine(str(tiny_vlm_path(template="prefill")), engine_args=dict(VLLM_ENGINE_KWARGS))
-    try:
-        judge = Judge(
-            CachedEngine(engine, GenerationCache(tmp_path / "c.sqlite"), progress=False),
-            JudgeConfig(mode="think_then_label"),
-            reasoning=ReasoningConfig(parser="tags"),
-        )
-        with pytest.raises(ReasoningParserMissing, match="no reasoning parser"):
-            engine.open_stream(judge.settings)
-    finally:
-        engine.close()
+        family_for(tmp_path, template, reasoning={"parser": "tags"}, judge={"mode": "think_then_label"})
+    engine = engines.shaped(template)  # opens its judge stream as a plain VLLMEngine does (VLLMStream.__init__)
+    judge = Judge(
+        CachedEngine(engine, GenerationCache(tmp_path / "c.sqlite"), progress=False),
+        JudgeConfig(mode="think_then_label"),
+        reasoning=ReasoningConfig(parser="tags"),
+    )
+    with pytest.raises(ReasoningParserMissing, match="no reasoning parser"):
+        engine.open_stream(judge.settings)
 
 
 @pytest.mark.slow
-def test_an_unclosed_reasoning_is_no_final_answer_on_the_card(tmp_path: Path) -> None:
-    family = family_for(tmp_path, "always")
-    engine = ShapedEngine(str(tiny_vlm_path(template="always")), "always", engine_args=dict(VLLM_ENGINE_KWARGS))
-    try:
-        outcome = publish(
-            family,
-            out=tmp_path / "out",
-            build_root=tmp_path / "build",
-            cache_path=tmp_path / "cache.sqlite",
-            progress=False,
-            engine_factory=lambda f: (engine, engine),
-        )
-    finally:
-        engine.close()
+@pytest.mark.parametrize("template", ["always"], indirect=True)
+def test_an_unclosed_reasoning_is_no_final_answer_on_the_card(tmp_path: Path, template: str, engines: Engines) -> None:
+    family = family_for(tmp_path, template)
+    engine = engines.shaped(template)
+    outcome = publish(
+        family,
+        out=tmp_path / "out",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+        engine_factory=lambda f: (engine, engine),
+    )
     report = outcome.report
     items = list(read_records(tmp_path / "build" / "Shaped" / "items", "items"))
     unanswered = sum(item["final"] is None for item in items)
@@ -289,14 +325,17 @@ def test_an_unclosed_reasoning_is_no_final_answer_on_the_card(tmp_path: Path) ->
 
 
 @pytest.mark.slow
-def test_reading_is_redone_from_the_cached_text_when_the_format_changes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("template", ["markers"], indirect=True)
+def test_reading_is_redone_from_the_cached_text_when_the_format_changes(
+    tmp_path: Path, template: str, engines: Engines
+) -> None:
     """The cache keeps raw outputs: a family that fixes its markers re-reads them without asking the model again."""
-    report, items, ctx = sample_with(tmp_path, "markers")
+    report, items, ctx = sample_with(tmp_path, template, engines)
     assert all(item["final"] is not None or shape_of(item["key"]) != "closed" for item in items)
     wrong = family_for(
-        tmp_path, "markers", reasoning={"parser": "tags"}
+        tmp_path, template, reasoning={"parser": "tags"}
     )  # `<think>` markers: this model's are not read
-    engine = ShapedEngine(str(tiny_vlm_path(template="markers")), "markers", engine_args=dict(VLLM_ENGINE_KWARGS))
+    engine = engines.shaped(template)
     ctx2 = BuildContext(
         wrong,
         tmp_path / "build2",
@@ -304,10 +343,7 @@ def test_reading_is_redone_from_the_cached_text_when_the_format_changes(tmp_path
         progress=False,
         engine_factory=lambda f: (engine, engine),
     )
-    try:
-        again = ensure(SampleStage(), ctx2)
-    finally:
-        engine.close()
+    again = ensure(SampleStage(), ctx2)
     assert again.sampling_engine_calls == 0
     reread = list(read_records(ctx2.paths.items, "items"))
     closed = [item for item in reread if shape_of(item["key"]) == "closed"]

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # one process: the engine loads in seconds
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -253,10 +253,13 @@ def family(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def engine(family):
+def engine(family, request: pytest.FixtureRequest):
     pytest.importorskip("vllm")
+    from vllm_server import start_early
+
     from rs.engines.factory import create_engine
 
+    start_early(request, "server_started")  # the server's start beside this engine's tests
     built = create_engine(family)
     assert built._args["reasoning_parser"] == "qwen3"  # as a real family's engine is built
     yield built
@@ -349,17 +352,22 @@ def test_the_label_only_judge_closes_qwens_open_reasoning(engine, tmp_path: Path
 
 
 @pytest.fixture(scope="module")
-def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_started(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], str]]:
     pytest.importorskip("vllm")
-    from vllm_server import vllm_server
+    from vllm_server import vllm_server_started
 
-    with vllm_server(
+    with vllm_server_started(
         model_dir,
         tmp_path_factory.mktemp("server") / "server.log",
         max_model_len=8192,
         extra=("--reasoning-parser", "qwen3"),
-    ) as url:
-        yield url
+    ) as ready:
+        yield ready
+
+
+@pytest.fixture(scope="module")
+def server(server_started: Callable[[], str]) -> str:
+    return server_started()
 
 
 @pytest.mark.slow
