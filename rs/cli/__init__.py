@@ -10,6 +10,10 @@ The same flag means the same thing everywhere: `--config PATH` (another families
 (the engines' own output on the terminal instead of in the family's log file, `rs.cli.output`).
 SIGTERM and Ctrl-C stop a command in order and it exits with 128 + the signal's number (143, 130),
 its last line the command that resumes it; a second signal stops it at once (`rs.cli.signals`).
+What a command that runs a family checks before it starts is in `rs.cli.preflight`.
+
+This package and `rs.cli.main` import no command and nothing of the pipeline: `rs --help` and a misspelt command answer
+at once, and each command imports what it runs (`rs.cli.main.COMMANDS`).
 """
 
 from __future__ import annotations
@@ -23,23 +27,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from rs import distributed
 from rs.cli import signals
 from rs.errors import RsError
-from rs.families import Family, get_family
-from rs.pipeline.publish.preflight import check_local_root, check_overlap
-from rs.plan.probe import probe_family
 from rs.util import ledger
-
-
-def checked_family(name: str, config: Path | None, *, probe: bool = True, loads_model: bool = True) -> Family:
-    """The family by name, with what `rs families validate` checks of it here (local files, columns, models) checked first:
-    a misspelt path is said at its file and line before anything starts, not as a stage's failure. `loads_model`: the
-    command may load the model here (an offline Hub model must then be in the local cache)."""
-    family = get_family(name, config)
-    if probe:
-        probe_family(family, loads_model=loads_model)
-    return family
 
 
 def add_config(parser: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
@@ -91,16 +81,6 @@ def add_verbose(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def check_build_paths(args: argparse.Namespace) -> None:
-    """Refuse a --build-dir or --cache where nothing can be written (a file in the way, a read-only folder) before anything starts."""
-    check_local_root(build_root(args), "--build-dir" if args.build_dir else "the build folder", "the builds")
-    if args.cache is not None:
-        check_local_root(args.cache.parent, "--cache", "the generation cache")
-        check_overlap(
-            None, "--out", build_root(args), args.cache
-        )  # the build is rebuilt from the cache: never part of it
-
-
 def build_root(args: argparse.Namespace) -> Path:
     """The build directory: --build-dir, else $RS_BUILD_DIR, else ./build."""
     return Path(args.build_dir or os.environ.get("RS_BUILD_DIR", "build"))
@@ -122,18 +102,6 @@ def add_ray(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --ray: engine replicas (default: the cluster's GPUs / GPUs per replica)",
     )
-
-
-def check_ray(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int | None:
-    """Exit status 2 when `--ray` is asked for without Ray installed (after saying which extra to install)."""
-    if args.replicas is not None and args.ray is None:
-        parser.error("--replicas needs --ray")
-    if args.ray is None:
-        return None
-    if not distributed.ray_available():
-        print(distributed.RAY_MISSING, file=sys.stderr)
-        return 2
-    return None
 
 
 def positive_int(text: str) -> int:

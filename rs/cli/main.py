@@ -1,38 +1,43 @@
-"""`rs`: the console script. `rs publish CLEVRMath`, `rs sample TinyCLEVR --limit 8`, `rs families validate`."""
+"""`rs`: the console script. `rs publish CLEVRMath`, `rs sample TinyCLEVR --limit 8`, `rs families validate`.
+
+A command's module (`rs.cli.NAME`) is imported when that command runs, not before: `rs --help`, `rs --version` and a
+misspelt command import no command and nothing of the pipeline, and answer at once.
+"""
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import sys
-from typing import Callable
 
 from rs import __version__
-from rs.cli import audit, cache, families, plan, publish, refilter, run, sample
+from rs.cli import run
 
-COMMANDS: dict[str, tuple[Callable[..., int], str]] = {
+COMMANDS: dict[str, tuple[str, str]] = {
     "publish": (
-        publish.main,
+        "rs.cli.publish",
         "build a family if needed, render its cards, publish its repos (three splits, and the pairs, samples and RL repos a family turns on)",
     ),
     "refilter": (
-        refilter.main,
+        "rs.cli.refilter",
         "rebuild a family's splits from its stored answers under changed routing, with no model call",
     ),
-    "sample": (sample.main, "run a family's clean and sample stages only"),
+    "sample": ("rs.cli.sample", "run a family's clean and sample stages only"),
     "plan": (
-        plan.main,
+        "rs.cli.plan",
         "check a family before a run: prompts, template, instructions; --limit N: a real sample and a projection",
     ),
-    "families": (families.main, "list, validate, show and preview the families of a families file"),
+    "families": ("rs.cli.families", "list, validate, show and preview the families of a families file"),
     "audit": (
-        audit.main,
+        "rs.cli.audit",
         "check a published repo's card, stats and front matter against its own files (and a build's stores)",
     ),
     "cache": (
-        cache.main,
+        "rs.cli.cache",
         "check the generation cache for damaged answers, and forget them so that they are asked again",
     ),
 }
+"""Each command's module, whose `main(argv, prog=...)` runs it, and its line in `rs --help`."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", "`rs COMMAND --help` shows a command's flags; `rs --version` the version."]
         print("\n".join(lines))
         return 0
-    command, _ = COMMANDS[args[0]]
-    return command(args[1:], prog=f"rs {args[0]}")
+    module, _ = COMMANDS[args[0]]
+    return importlib.import_module(module).main(args[1:], prog=f"rs {args[0]}")
 
 
 def console() -> None:

@@ -1,0 +1,64 @@
+"""`rs`'s start-up: a command imports what it runs. `rs --help` and a misspelt command import no command at all (nor
+`datasets` or pandas), and `rs families validate` of a family neither torch, vLLM, transformers nor Ray."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from family_yaml import DEMO, family_yaml
+
+HEAVY = ("datasets", "pandas", "torch", "transformers", "vllm", "ray")
+
+RUN = """
+import sys
+from rs.cli.main import main
+code = main(sys.argv[1:])
+print("exit:", code)
+print("loaded:", sorted(m for m in {heavy!r} if m in sys.modules))
+print("pipeline:", sorted(m for m in sys.modules if m.startswith(("rs.pipeline", "rs.cli.publish", "rs.cli.families"))))
+{after}
+"""
+
+
+def _rs(tmp_path: Path, *argv: str, after: str = "") -> dict[str, str]:
+    """`rs ARGV` in a fresh interpreter: its exit status, the heavy libraries and the pipeline's modules it imported."""
+    done = subprocess.run(
+        [sys.executable, "-c", RUN.format(heavy=HEAVY, after=after), *argv],
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "RS_CACHE_DIR": str(tmp_path / "rs-cache")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = dict(
+        line.split(": ", 1) for line in done.stdout.splitlines() if line.startswith(("exit", "loaded", "pipeline"))
+    )
+    said["stdout"], said["stderr"] = done.stdout, done.stderr
+    return said
+
+
+def test_help_and_a_misspelt_command_import_no_command(tmp_path: Path) -> None:
+    said = _rs(tmp_path, "--help")
+    assert said["exit"] == "0" and "usage: rs COMMAND [ARGS]" in said["stdout"]
+    assert said["loaded"] == "[]" and said["pipeline"] == "[]"
+    said = _rs(tmp_path, "publsh", "MyShapes")
+    assert said["exit"] == "2" and said["stderr"].startswith(
+        "error: unknown command 'publsh' (did you mean 'publish'?)"
+    )
+    assert said["loaded"] == "[]" and said["pipeline"] == "[]"
+
+
+def test_validating_a_family_imports_neither_torch_vllm_transformers_nor_ray(tmp_path: Path) -> None:
+    """The whole pipeline is imported (the checks are the runs' own; `datasets` with its builder), none of the engines'
+    libraries under it."""
+    config = tmp_path / "families.yaml"
+    config.write_text(family_yaml("Quick", DEMO, card={"pretty_name": "Quick"}))
+    said = _rs(tmp_path, "families", "validate", "--config", str(config))
+    assert said["exit"] == "0" and said["stdout"].startswith(f"ok: {config}: 1 family valid (Quick)")
+    assert "rs.pipeline.publish" in said["pipeline"]
+    assert set(ast.literal_eval(said["loaded"])) <= {"datasets", "pandas"}
