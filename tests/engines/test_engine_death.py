@@ -56,51 +56,48 @@ def engine_calls(work: Path) -> int:
 @pytest.mark.slow
 def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_answer(tmp_path: Path) -> None:
     families = tiny_family(tmp_path, num_images=6, batch=4, max_tokens=24)
-    # an uninterrupted run, beside the killed run and its re-run
-    with meanwhile(command(families, tmp_path / "ref"), cwd=ROOT, env=VLLM_ENV) as reference:
-        victim = subprocess.Popen(
-            command(families, tmp_path / "run"),
-            cwd=ROOT,
-            env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        cache = tmp_path / "run" / "cache.sqlite"
-        try:
-            deadline = time.monotonic() + 300
-            while cache_rows(cache) < 1:  # its first answers are committed: it is sampling
-                assert victim.poll() is None and time.monotonic() < deadline, victim.communicate()[1][-3000:]
-                time.sleep(0.05)
-            core = engine_core(victim.pid)
-            assert core is not None, "no engine core process"
-            os.kill(core, signal.SIGKILL)
-            killed = time.monotonic()
-            _, err = victim.communicate(timeout=120)
-        finally:
-            if victim.poll() is None:
-                os.killpg(victim.pid, signal.SIGKILL)
-                victim.wait()
-        assert time.monotonic() - killed < 30  # it stops, rather than waiting for an engine that is gone
-        assert victim.returncode == 1, err[-3000:]
-        assert (
-            "error: the vLLM engine of rs:tiny-vlm died in the middle of the stage: its process EngineCore was killed by SIGKILL "
-            "(the kernel's out-of-memory killer sends it: see `dmesg`)"
-        ) in err
-        assert (
-            "hint: the engine's own output is in the log named above;" in err and "run the same command again" in err
-        )
-        log = Path(re.search(r"^log: (.+\.log)$", err, re.M).group(1))
-        assert log.parent == tmp_path / "run" / "build" / "Tiny" / "logs" and log.exists()
-        assert (
-            "engine core exited unexpectedly" in err.split("its last", 1)[1]
-        )  # vLLM's own account, shown from the log
-        kept = cache_keys(cache)  # every answer committed before the kill, and those answered but not yet committed
-        with closing(sqlite3.connect(f"file:{cache}?mode=ro", uri=True)) as db:
-            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert kept and not (tmp_path / "run" / "build" / "Tiny" / "sample.json").exists()
+    victim = subprocess.Popen(
+        command(families, tmp_path / "run"),
+        cwd=ROOT,
+        env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    cache = tmp_path / "run" / "cache.sqlite"
+    try:
+        deadline = time.monotonic() + 300
+        while cache_rows(cache) < 1:  # its first answers are committed: it is sampling
+            assert victim.poll() is None and time.monotonic() < deadline, victim.communicate()[1][-3000:]
+            time.sleep(0.05)
+        core = engine_core(victim.pid)
+        assert core is not None, "no engine core process"
+        os.kill(core, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = victim.communicate(timeout=120)
+    finally:
+        if victim.poll() is None:
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+    assert time.monotonic() - killed < 30  # it stops, rather than waiting for an engine that is gone
+    assert victim.returncode == 1, err[-3000:]
+    assert (
+        "error: the vLLM engine of rs:tiny-vlm died in the middle of the stage: its process EngineCore was killed by SIGKILL "
+        "(the kernel's out-of-memory killer sends it: see `dmesg`)"
+    ) in err
+    assert "hint: the engine's own output is in the log named above;" in err and "run the same command again" in err
+    log = Path(re.search(r"^log: (.+\.log)$", err, re.M).group(1))
+    assert log.parent == tmp_path / "run" / "build" / "Tiny" / "logs" and log.exists()
+    assert "engine core exited unexpectedly" in err.split("its last", 1)[1]  # vLLM's own account, shown from the log
+    kept = cache_keys(cache)  # every answer committed before the kill, and those answered but not yet committed
+    with closing(sqlite3.connect(f"file:{cache}?mode=ro", uri=True)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert kept and not (tmp_path / "run" / "build" / "Tiny" / "sample.json").exists()
 
+    with meanwhile(
+        command(families, tmp_path / "ref"), cwd=ROOT, env=VLLM_ENV
+    ) as reference:  # an uninterrupted run, beside the re-run
         rerun = subprocess.run(
             command(families, tmp_path / "run"), cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600
         )
