@@ -10,7 +10,7 @@ The same flag means the same thing everywhere: `--config PATH` (another families
 (the engines' own output on the terminal instead of in the family's log file, `rs.cli.output`).
 SIGTERM and Ctrl-C stop a command in order and it exits with 128 + the signal's number (143, 130),
 its last line the command that resumes it; a second signal stops it at once (`rs.cli.signals`).
-What a command that runs a family checks before it starts is in `rs.cli.preflight`.
+What a command that runs a family checks before it starts is in `rs.cli.before_run`.
 
 This package and `rs.cli.main` import no command and nothing of the pipeline: `rs --help` and a misspelt command answer
 at once, and each command imports what it runs (`rs.cli.main.COMMANDS`).

@@ -9,7 +9,7 @@ import typing
 import yaml
 
 from rs import cli
-from rs.cli import output, preflight
+from rs.cli import before_run, output
 from rs.cli.parser import Parser
 from rs.families import default_families_path, get_family, load_families, schema
 from rs.families.loader import field_types, plugin_registry, type_name
@@ -150,7 +150,7 @@ def _verifiers(args: argparse.Namespace) -> int:
 
 
 def _preview(args: argparse.Namespace) -> int:
-    family = preflight.checked_family(args.name, args.config, loads_model=False)
+    family = before_run.checked_family(args.name, args.config, loads_model=False)
     offline_unless_the_hub_resolves(hub_needs(family))
     preview(family, limit=args.limit or 3)
     return 0

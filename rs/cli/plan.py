@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rs import cli
-from rs.cli import output, preflight
+from rs.cli import before_run, output
 from rs.cli.parser import Parser
 from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.plan import plan_family
@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.plan") -> i
     cli.add_build_paths(parser)
     cli.add_verbose(parser)
     args = parser.parse_args(argv)
-    preflight.check_build_paths(args)
-    family = preflight.checked_family(args.family, args.config)
+    before_run.check_build_paths(args)
+    family = before_run.checked_family(args.family, args.config)
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):
         offline_unless_the_hub_resolves(hub_needs(family))
         plan = plan_family(

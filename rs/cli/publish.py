@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rs import cli
-from rs.cli import RunFailed, output, preflight
+from rs.cli import RunFailed, before_run, output
 from rs.cli.parser import Parser
 from rs.context import default_cache_path
 from rs.distributed import forwarded_env, sample_on_ray
@@ -314,12 +314,12 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     args = parser.parse_args(argv)
     if args.ray is not None and args.cards_only:
         parser.error("--cards-only samples nothing: drop --ray")
-    if (code := preflight.check_ray(parser, args)) is not None:
+    if (code := before_run.check_ray(parser, args)) is not None:
         return code
     if args.out is not None:
         check_local_root(args.out, "--out")
-    preflight.check_build_paths(args)
-    family = preflight.checked_family(
+    before_run.check_build_paths(args)
+    family = before_run.checked_family(
         args.family, args.config, probe=not args.cards_only, loads_model=not args.dry_run
     )
     sample = None

@@ -22,7 +22,7 @@ import argparse
 from typing import Any
 
 from rs import cli
-from rs.cli import output, preflight
+from rs.cli import before_run, output
 from rs.cli.publish import summary
 from rs.context import BuildContext, default_cache_path
 from rs.errors import UsageError
@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.refilter") 
     """Rebuild a family's splits from its stored answers under changed settings, with no model call."""
     parser = _parser(prog)
     args = parser.parse_args(argv)
-    preflight.check_build_paths(args)
-    family = preflight.checked_family(args.family, args.config, probe=False)
+    before_run.check_build_paths(args)
+    family = before_run.checked_family(args.family, args.config, probe=False)
     chosen = route_filter(parser, args, family)
     cache = args.cache or default_cache_path()
     ctx = BuildContext(family, cli.build_root(args), cache, limit=args.limit, progress=False, route_filter=chosen)

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from rs import cli
-from rs.cli import RunFailed, output, preflight
+from rs.cli import RunFailed, before_run, output
 from rs.cli.parser import Parser
 from rs.context import BuildContext, default_cache_path
 from rs.distributed import RayIncomplete, forwarded_env, sample_on_ray
@@ -93,11 +93,11 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
     args = parser.parse_args(argv)
     if args.ray is not None and args.shard:
         parser.error("--ray and --shard are two ways of spreading the work: use one")
-    if (code := preflight.check_ray(parser, args)) is not None:
+    if (code := before_run.check_ray(parser, args)) is not None:
         return code
     shard = _shard(parser, args.shard) if args.shard else None
-    preflight.check_build_paths(args)
-    family = preflight.checked_family(args.family, args.config)
+    before_run.check_build_paths(args)
+    family = before_run.checked_family(args.family, args.config)
     ctx = BuildContext(
         family, cli.build_root(args), args.cache or default_cache_path(), limit=args.limit, progress=True
     )
