@@ -23,6 +23,7 @@ from typing import Iterator, TextIO
 
 from tqdm.auto import tqdm
 
+from rs.cli import signals
 from rs.errors import RsError
 from rs.util import progress
 from rs.util.locks import BuildBusy, PublishBusy
@@ -77,7 +78,7 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
     logging.captureWarnings(True)
     progress.terminal = terminal
     bars = _library_bars(enabled=False)
-    refused = False
+    refused = stopped = False
     try:
         yield path
     except (BuildBusy, PublishBusy):
@@ -86,9 +87,8 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
         )
         raise
     except BaseException as err:
-        if isinstance(
-            err, KeyboardInterrupt
-        ):  # where the run was when it was stopped, for whoever wonders what it was doing
+        stopped = isinstance(err, KeyboardInterrupt)
+        if stopped:  # where the run was when it was stopped, for whoever wonders what it was doing
             log.write(f"{err or 'interrupted'}, in:\n" + "".join(traceback.format_exception(err)))
             log.flush()
         elif not isinstance(err, SystemExit):
@@ -106,7 +106,10 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
         raise
     finally:
         progress.terminal = None
-        _library_bars(enabled=bars)
+        if not (
+            stopped and signals.abandoned_threads()
+        ):  # a stopped run's abandoned uploads must not draw over its account
+            _library_bars(enabled=bars)
         logging.captureWarnings(False)
         root.handlers, root.level = saved_handlers, saved_level
         _engines_keep_logging_to(path)

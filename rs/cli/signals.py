@@ -73,7 +73,7 @@ def leave(code: int) -> None:
     """End a stopped run now when threads it abandoned would hold the process: the interpreter's exit waits for every
     thread-pool worker, and a worker uploading to a slow Hub (`rs.hub.publish`) answers when the Hub does. What they
     were doing is never committed; the same command redoes it. Returns when no such thread is left."""
-    if not any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+    if not abandoned_threads():
         return
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
@@ -82,6 +82,11 @@ def leave(code: int) -> None:
         except (OSError, ValueError):
             pass
     os._exit(code)
+
+
+def abandoned_threads() -> bool:
+    """Whether threads other than the main one still run that the interpreter's exit would wait for."""
+    return any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread())
 
 
 def _say(line: str) -> None:
