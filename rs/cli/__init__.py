@@ -19,13 +19,15 @@ at once, and each command imports what it runs (`rs.cli.main.COMMANDS`).
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
 import os
 import shlex
 import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 from rs.cli import signals
 from rs.errors import RsError
@@ -140,8 +142,48 @@ class _CommandLineFormatter(logging.Formatter):
         return f"{record.levelname} {record.name}: {record.getMessage()}"
 
 
-def run(main: Callable[[], int | None]) -> None:
+def run(main: Callable[[], int | None]) -> NoReturn:
     """Run a command: an error a user can cause prints `error:` and `hint:` lines and its exit status, never a traceback."""
+    sys.exit(_exit_code(main))
+
+
+def run_as_program(main: Callable[[], int | None]) -> NoReturn:
+    """`run(main)` as this process's program (`python -m rs.publish`, the `rs` script); the process then ends without the
+    interpreter's finalization.
+
+    A command that ended right after streaming a file through `datasets` could abort at exit ("terminate called without
+    an active exception", exit -6): Arrow's reader threads were still releasing the Python buffers of the read, and a
+    thread that asks for the GIL once the interpreter finalizes is ended inside C++ code (apache/arrow#34314,
+    huggingface/datasets#7566). What the interpreter does before it finalizes is done here in its order: threading's
+    exit hooks and the wait for non-daemon threads, the atexit handlers (logging's flush, vLLM's and Ray's shutdowns),
+    the streams' flush.
+    """
+    try:
+        code = _exit_code(main)
+    except SystemExit as done:  # argparse's usage errors and --help
+        code = done.code if isinstance(done.code, int) or done.code is None else _said(done.code)
+    except BaseException:  # a defect: its traceback, as the interpreter prints it
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # what Py_FinalizeEx calls first
+        atexit._run_exitfuncs()
+    except KeyboardInterrupt as err:  # a signal while it waits for them: the first ends the wait, a second everything
+        code = 128 + getattr(err, "signum", signal.SIGINT)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # closed (output piped into `head`)
+            pass
+    os._exit(code or 0)
+
+
+def _said(message: object) -> int:
+    print(message, file=sys.stderr)
+    return 1
+
+
+def _exit_code(main: Callable[[], int | None]) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(_CommandLineFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
@@ -173,7 +215,7 @@ def run(main: Callable[[], int | None]) -> None:
         code = 1
     if signals.received() is not None:
         signals.leave(code)
-    sys.exit(code or 0)
+    return code or 0
 
 
 def _stopped(signum: int, trouble: RsError | None = None) -> int:

@@ -75,6 +75,6 @@ def _logs(build: Path, repo: str) -> Path:
 
 
 if __name__ == "__main__":
-    from rs.cli import run
+    from rs.cli import run_as_program
 
-    run(main)
+    run_as_program(main)

@@ -53,6 +53,6 @@ def main(argv: list[str] | None = None, *, prog: str = "rs cache") -> int:
 
 
 if __name__ == "__main__":
-    from rs.cli import run
+    from rs.cli import run_as_program
 
-    run(main)
+    run_as_program(main)

@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from rs import __version__
-from rs.cli import run
+from rs.cli import run_as_program
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "publish": (
@@ -70,4 +70,4 @@ def main(argv: list[str] | None = None) -> int:
 
 def console() -> None:
     """The `rs` entry point of the installed package."""
-    run(main)
+    run_as_program(main)

@@ -1,4 +1,4 @@
-from rs.cli import run
+from rs.cli import run_as_program
 from rs.cli.families import main
 
-run(main)
+run_as_program(main)

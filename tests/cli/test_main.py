@@ -62,3 +62,46 @@ def test_validating_a_family_imports_neither_torch_vllm_transformers_nor_ray(tmp
     assert said["exit"] == "0" and said["stdout"].startswith(f"ok: {config}: 1 family valid (Quick)")
     assert "rs.pipeline.publish" in said["pipeline"]
     assert set(ast.literal_eval(said["loaded"])) <= {"datasets", "pandas"}
+
+
+PROGRAM = """
+import atexit, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from rs.cli import run_as_program
+
+out = Path(sys.argv[1])
+
+
+def main():
+    atexit.register(lambda: (out / "atexit").write_text("ran"))
+    threading.Thread(target=lambda: (time.sleep(0.5), (out / "thread").write_text("done"))).start()
+    ThreadPoolExecutor(1).submit(time.sleep, 0.1)  # never shut down: its idle worker must not hold the exit
+    print("said", end="")  # left in stdout's buffer
+    {end}
+
+
+run_as_program(main)
+"""
+
+
+def test_a_program_ends_as_the_interpreter_would_before_it_finalizes(tmp_path: Path) -> None:
+    """`run_as_program` ends the process without finalizing (Arrow's exit abort) but after all that comes before it."""
+    for end, code, stderr in (
+        ("return 3", 3, ""),
+        ("raise SystemExit(2)", 2, ""),
+        ("raise SystemExit('no such thing')", 1, "no such thing\n"),
+        ("raise ValueError('a defect')", 1, "ValueError: a defect\n"),
+    ):
+        for made in ("atexit", "thread"):
+            (tmp_path / made).unlink(missing_ok=True)
+        done = subprocess.run(
+            [sys.executable, "-c", PROGRAM.format(end=end), str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (done.returncode, done.stdout) == (code, "said"), (end, done.stderr)
+        assert done.stderr.endswith(stderr), (end, done.stderr)
+        assert ("Traceback" in done.stderr) == end.startswith("raise ValueError"), (end, done.stderr)
+        assert (tmp_path / "atexit").read_text() == "ran" and (tmp_path / "thread").read_text() == "done", end
