@@ -20,6 +20,10 @@ pytest_plugins = ["hub_clients", "shared_builds"]  # the Hub emulator's fixtures
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# vLLM's CPU worker process binds its OpenMP threads, and with them the whole process, to all cores but one it keeps
+# for the engine's front end (`auto`): on two cores, to core 0, every engine of every test at once. The tests run
+# several engines side by side; each is left to the kernel's scheduler instead.
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:

@@ -55,7 +55,7 @@ def engine_calls(work: Path) -> int:
 
 @pytest.mark.slow
 def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_answer(tmp_path: Path) -> None:
-    families = tiny_family(tmp_path, num_images=6, batch=4, max_tokens=24)
+    families = tiny_family(tmp_path, num_images=40, batch=4, max_tokens=24)  # still sampling at its first commit
     victim = subprocess.Popen(
         command(families, tmp_path / "run"),
         cwd=ROOT,
@@ -155,7 +155,7 @@ def test_engine_arguments_vllm_refuses_are_an_error_with_its_reason() -> None:
 @pytest.mark.slow
 def test_the_engine_core_of_a_killed_run_exits_within_seconds(tmp_path: Path) -> None:
     """`kill -9` of the run: its engine core (forked, the kernel told to kill it with its parent: rs.engines.lifeline) goes too."""
-    families = tiny_family(tmp_path, num_images=6, batch=4, max_tokens=24)
+    families = tiny_family(tmp_path, num_images=40, batch=4, max_tokens=24)  # still sampling at its first commit
     victim = subprocess.Popen(
         command(families, tmp_path / "run"),
         cwd=ROOT,
