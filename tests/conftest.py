@@ -20,10 +20,12 @@ pytest_plugins = ["hub_clients", "shared_builds"]  # the Hub emulator's fixtures
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-# vLLM's CPU worker process binds its OpenMP threads, and with them the whole process, to all cores but one it keeps
-# for the engine's front end (`auto`): on two cores, to core 0, every engine of every test at once. The tests run
-# several engines side by side; each is left to the kernel's scheduler instead.
+# The tests run several engines side by side (xdist workers, a run beside its reference): one compute thread each, left
+# to the kernel's scheduler. vLLM's CPU worker process binds its OpenMP threads, and with them the whole process, to all
+# cores but one (`auto`): on two cores, every engine of every test to core 0. Two OpenMP threads an engine on two busy
+# cores spin waiting for each other.
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:

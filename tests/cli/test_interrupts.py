@@ -42,7 +42,8 @@ RESUME = "to resume, run the same command again: "
 FAMILY = family_yaml(
     "Demo",
     DEMO,
-    engine={"args": {"dtype": "float32"}},
+    # a batch of 4 at a time: each phase commits answers in several steps, and a signal sent at the first lands mid-phase
+    engine={"args": {"dtype": "float32"}, "batch_size": 4, "in_flight": 4},
     judge={"calibration_samples": 16, "min_calibration_cases": 4},
     recovery={"samples": 2, "temperature": 0.7},
 )
