@@ -106,9 +106,8 @@ def quiet(log_dir: Path, *, verbose: bool = False) -> Iterator[Path | None]:
         raise
     finally:
         progress.terminal = None
-        if not (
-            stopped and signals.abandoned_threads()
-        ):  # a stopped run's abandoned uploads must not draw over its account
+        # a stopped run's abandoned uploads (rs.hub.publish) must not draw their bars over its account
+        if not (stopped and signals.abandoned_threads()):
             _library_bars(enabled=bars)
         logging.captureWarnings(False)
         root.handlers, root.level = saved_handlers, saved_level
