@@ -1,7 +1,8 @@
 """The command line: `rs publish|sample|families` (`rs.cli.main`) and `python -m rs.publish|sample|families`.
 
 Nothing in the library imports this package: the commands are a layer on top. Every command runs
-through `run`, the one place errors become an `error:` line, a `hint:` line and an exit status.
+through `run`, the one place errors become an `error:` line, a `hint:` line and an exit status
+(`run_as_program` when the command is the process's program: it also ends the process, see there).
 Conventions shared by every command:
 
 The same flag means the same thing everywhere: `--config PATH` (another families.yaml),

@@ -10,6 +10,7 @@ publishes the bytes of an uninterrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import sys
 import time
 from contextlib import closing
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -53,33 +55,42 @@ def engine_calls(work: Path) -> int:
     return run["sampling_engine_calls"] + run["judge_engine_calls"]
 
 
-@pytest.mark.slow
-def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_answer(tmp_path: Path) -> None:
-    families = tiny_family(tmp_path, num_images=40, batch=4, max_tokens=24)  # still sampling at its first commit
+@contextlib.contextmanager
+def sampling(tmp_path: Path, *, output: int) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    """A publish with its engine core in its own process, from the moment its first answers are committed (the engine is
+    up and busy) until the block ends (killed then, with its process group, if still running); its families file and
+    process. 40 images: still sampling at its first commit."""
+    families = tiny_family(tmp_path, num_images=40, batch=4, max_tokens=24)
     victim = subprocess.Popen(
         command(families, tmp_path / "run"),
         cwd=ROOT,
         env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=output,
+        stderr=output,
         text=True,
         start_new_session=True,
     )
-    cache = tmp_path / "run" / "cache.sqlite"
     try:
         deadline = time.monotonic() + 300
-        while cache_rows(cache) < 1:  # its first answers are committed: it is sampling
-            assert victim.poll() is None and time.monotonic() < deadline, victim.communicate()[1][-3000:]
+        while cache_rows(tmp_path / "run" / "cache.sqlite") < 1:
+            assert victim.poll() is None and time.monotonic() < deadline, (victim.communicate()[1] or "")[-3000:]
             time.sleep(0.05)
+        yield families, victim
+    finally:
+        if victim.poll() is None:
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+
+
+@pytest.mark.slow
+def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_answer(tmp_path: Path) -> None:
+    with sampling(tmp_path, output=subprocess.PIPE) as (families, victim):
         core = engine_core(victim.pid)
         assert core is not None, "no engine core process"
         os.kill(core, signal.SIGKILL)
         killed = time.monotonic()
         _, err = victim.communicate(timeout=120)
-    finally:
-        if victim.poll() is None:
-            os.killpg(victim.pid, signal.SIGKILL)
-            victim.wait()
+    cache = tmp_path / "run" / "cache.sqlite"
     assert time.monotonic() - killed < 30  # it stops, rather than waiting for an engine that is gone
     assert victim.returncode == 1, err[-3000:]
     assert (
@@ -155,43 +166,29 @@ def test_engine_arguments_vllm_refuses_are_an_error_with_its_reason() -> None:
 @pytest.mark.slow
 def test_the_engine_core_of_a_killed_run_exits_within_seconds(tmp_path: Path) -> None:
     """`kill -9` of the run: its engine core (forked, the kernel told to kill it with its parent: rs.engines.lifeline) goes too."""
-    families = tiny_family(tmp_path, num_images=40, batch=4, max_tokens=24)  # still sampling at its first commit
-    victim = subprocess.Popen(
-        command(families, tmp_path / "run"),
-        cwd=ROOT,
-        env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
     core = None
-    try:
-        deadline = time.monotonic() + 300
-        while cache_rows(tmp_path / "run" / "cache.sqlite") < 1:  # sampling: the engine core is up and busy
-            assert victim.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        core = engine_core(victim.pid)
-        assert core is not None, "no engine core process"
-        others = [pid for pid in descendants(victim.pid) if pid != core]  # vLLM's worker, Python's resource tracker
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.wait()
-        gone = time.monotonic() + 5
-        while Path(f"/proc/{core}").exists() and _state(core) != "Z" and time.monotonic() < gone:
-            time.sleep(0.05)
-        assert not Path(f"/proc/{core}").exists() or _state(core) == "Z", "the engine core outlived the run"
-        # the rest follow within seconds (measured 2.5-3.2 s idle, 5.6 s on a loaded machine: README), never orphaned for good
-        late = time.monotonic() + 30
-        while [p for p in others if _state(p) not in ("gone", "Z")] and time.monotonic() < late:
-            time.sleep(0.1)
-        assert [p for p in others if _state(p) not in ("gone", "Z")] == [], (
-            "an engine process outlived the run by 30 s"
-        )
-    finally:
-        if core is not None and Path(f"/proc/{core}").exists():
-            os.kill(core, signal.SIGKILL)
-        if victim.poll() is None:
-            victim.kill()
+    with sampling(tmp_path, output=subprocess.DEVNULL) as (_, victim):
+        try:
+            core = engine_core(victim.pid)
+            assert core is not None, "no engine core process"
+            # vLLM's worker, Python's resource tracker
+            others = [pid for pid in descendants(victim.pid) if pid != core]
+            os.kill(victim.pid, signal.SIGKILL)
             victim.wait()
+            gone = time.monotonic() + 5
+            while Path(f"/proc/{core}").exists() and _state(core) != "Z" and time.monotonic() < gone:
+                time.sleep(0.05)
+            assert not Path(f"/proc/{core}").exists() or _state(core) == "Z", "the engine core outlived the run"
+            # the rest follow within seconds (measured 2.5-3.2 s idle, 5.6 s on a loaded machine: README), never orphaned for good
+            late = time.monotonic() + 30
+            while [p for p in others if _state(p) not in ("gone", "Z")] and time.monotonic() < late:
+                time.sleep(0.1)
+            assert [p for p in others if _state(p) not in ("gone", "Z")] == [], (
+                "an engine process outlived the run by 30 s"
+            )
+        finally:
+            if core is not None and Path(f"/proc/{core}").exists():
+                os.kill(core, signal.SIGKILL)
 
 
 def _state(pid: int) -> str:
