@@ -125,9 +125,11 @@ def code_digest(files: list[Path]) -> str:
     return digest.hexdigest()
 
 
+@lru_cache(maxsize=256)
 def normalised(source: str) -> str:
     """The syntax tree of `source` without its docstrings (a string standing alone as a statement), dumped: what
-    the code does, not how it reads. Comments, blank lines and line numbers are not in a syntax tree."""
+    the code does, not how it reads. Comments, blank lines and line numbers are not in a syntax tree. Kept for the
+    process by source text: every stage's fingerprint and the provenance digest the same files again."""
     tree = _parse(source)
     for node in ast.walk(tree):
         for field in ("body", "orelse", "finalbody"):
