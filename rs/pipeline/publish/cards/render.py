@@ -15,6 +15,7 @@ import heapq
 import html
 import json
 import re
+from functools import cache
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -93,9 +94,12 @@ def chars(text: str) -> str:
     return counted(len(text), "char")
 
 
-def _env() -> Environment:
+@cache
+def _env(templates: Path) -> Environment:
+    """One environment a templates folder a process: it compiles each template once (a card renders a dozen), and
+    reloads one edited since."""
     env = Environment(
-        loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False
+        loader=FileSystemLoader(templates), undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False
     )
     env.filters.update(cell=cell, chars=chars, code=code, counted=counted, literal=literal, num=num, pct=pct, pre=pre)
     return env
@@ -411,7 +415,7 @@ def render_card(
     verifier = report.verifier
     custom = TEMPLATES / "verifiers" / f"{verifier.name}.md.jinja"
     body = (
-        _env()
+        _env(TEMPLATES)
         .get_template("card.md.jinja")
         .render(
             pretty_name=family_card["pretty_name"],
