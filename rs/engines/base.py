@@ -37,6 +37,11 @@ class EngineConfig(KindConfig):
         """GPUs one replica of this engine holds on the Ray path."""
         return 1
 
+    def computes_here(self) -> bool:
+        """Whether a model computes the answers on this machine's devices, which the provenance then records (GPU names,
+        torch's threads: importing torch costs a second); an engine that reads answers from a file computes nothing."""
+        return True
+
     def for_replica(self) -> EngineConfig:
         """This configuration as a Ray replica runs it (an actor that already holds its devices)."""
         return self

@@ -40,6 +40,9 @@ class ReplayEngineConfig(EngineConfig):
     replay_path: str
     """JSON Lines file with one output record per QA item key (relative paths are relative to the families file)."""
 
+    def computes_here(self) -> bool:
+        return False
+
 
 @ENGINES.register("replay")
 class ReplayEngine:

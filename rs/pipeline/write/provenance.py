@@ -177,16 +177,18 @@ def _cpu_flags() -> list[str]:
     return [flag for flag in ISA_FLAGS if flag in have]
 
 
-def hardware() -> dict[str, Any]:
+def hardware(devices: bool = True) -> dict[str, Any]:
     """The machine's accelerator (GPU name and count) or its CPU (model and the ISA flags that pick kernels), and the
-    environment variables that change kernels; nothing that names the host."""
+    environment variables that change kernels; nothing that names the host. Without `devices` (an engine that computes
+    nothing here), no GPU and no torch: the CPU alone."""
     out: dict[str, Any] = {"machine": platform.machine(), "cpu": _cpu_model(), "isa": _cpu_flags(), "gpus": []}
     try:
-        import torch
+        if devices:
+            import torch
 
-        if torch.cuda.is_available():
-            out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        out["torch_threads"] = torch.get_num_threads()
+            if torch.cuda.is_available():
+                out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            out["torch_threads"] = torch.get_num_threads()
     except Exception:  # no torch here (a card rendered on a machine without the engine)
         pass
     env = {name: os.environ[name] for name in ISA_ENV if name in os.environ}
@@ -220,6 +222,6 @@ def provenance(
             "greedy": config.sampling.seed,
             "recovery": config.recovery.seed if config.recovery is not None else None,
         },
-        "hardware": hardware(),
+        "hardware": hardware(config.engine.computes_here()),
         "command": rebuild_command(family, limit),
     }
