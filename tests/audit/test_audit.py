@@ -209,12 +209,43 @@ def test_every_repo_records_what_rebuilds_it(builds) -> None:
     }
     assert p["passes"]["recovery"]["difficulty_n"] == 2
     assert p["seeds"] == {"source": None, "greedy": 0, "recovery": 0}
-    assert p["hardware"]["machine"] and ("gpus" in p["hardware"]) and p["command"] == "python -m rs.publish Shapes"
+    assert p["hardware"]["machine"] and p["command"] == "python -m rs.publish Shapes"
+    assert (
+        p["hardware"]["gpus"] == [] and "torch_threads" not in p["hardware"]
+    )  # the replay engine computes nothing here
     card = (repos["think"] / "README.md").read_text()
     assert "## Reproducing this dataset" in card and "`rs audit Shapes_RS_think`" in card
     assert '- recovery: `{"max_tokens": ' in card and "python -m rs.publish Shapes\n" in card
     trial = json.loads((builds["trial-empty-rejected"][1]["think"] / "rs" / "stats.json").read_text())
     assert trial["provenance"]["command"] == "python -m rs.publish Shapes --limit 1"
+
+
+def test_a_replay_family_publishes_its_build_without_torch_and_a_model_engine_names_its_devices(
+    tmp_path: Path,
+) -> None:
+    """A family whose answers come from a file, built, publishes again (the report and cards made anew) without importing
+    torch, vLLM or transformers: no model computed its answers here, so no device is named (torch alone costs a second a
+    run; a fresh build imports it anyway, through `datasets`' streaming). An engine that computes here names them."""
+    import subprocess
+    import sys
+
+    from checkout import ROOT
+
+    from rs.pipeline.write.provenance import hardware
+
+    family = write_family(tmp_path, RECOVERY_CASES, judge=OFF)
+    paths = {"build_root": tmp_path / "build", "cache_path": tmp_path / "cache.sqlite"}
+    publish(family, out=tmp_path / "first", progress=False, **paths)
+    argv = ["Shapes", "--config", str(tmp_path / "families.yaml"), "--out", str(tmp_path / "again")]
+    argv += ["--build-dir", str(paths["build_root"]), "--cache", str(paths["cache_path"])]
+    script = (
+        "import sys\nfrom rs.cli.publish import main\nassert main(sys.argv[1:]) == 0\n"
+        "print('loaded:', sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))"
+    )
+    run = subprocess.run([sys.executable, "-c", script, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.rstrip().endswith("loaded: []"), run.stdout[-2000:]
+    assert "torch_threads" in hardware(devices=True) and "torch_threads" not in hardware(devices=False)
 
 
 def test_the_judge_pass_is_recorded_for_a_model_whose_reasoning_vllms_parser_reads() -> None:
