@@ -45,6 +45,7 @@ from rs.engines.vllm_core import (
     Channel,
     VLLMCore,
     decode_image,
+    import_vllm,
     is_engine_error,
     is_input_error,
     tokenizer_and_chat_template,
@@ -232,6 +233,7 @@ class VLLMEngine:
             return None
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its import notices are not the command's output
         try:
+            import_vllm()
             import vllm
             from vllm import sampling_params
         except ImportError:

@@ -34,6 +34,7 @@ from rs.engines.vllm_core import (  # noqa: E402
     Channel,
     decode_image,
     external_id,
+    import_vllm,
     is_engine_error,
     is_input_error,
     tokenizer_and_chat_template,
@@ -317,6 +318,46 @@ def test_images_decode_as_the_server_decodes_a_data_url() -> None:
         "decode_image",
     )
     assert isinstance(decode_image(b"not an image"), str)
+
+
+# --- importing vLLM ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["collector on", "collector off"])
+def test_vllm_is_imported_with_the_collector_paused_then_what_it_made_frozen(enabled: bool, monkeypatch) -> None:
+    """`import_vllm` (a sixth of an engine start's CPU): the collector off while `vllm.LLM`'s module is imported, then
+    one full collection and a freeze, as vLLM freezes its heap once its engine started; the collector left as it was."""
+    import gc
+    import sys
+
+    import vllm.entrypoints
+    from vllm import LLM  # noqa: F401  (imported once before, as in this test process)
+
+    monkeypatch.delitem(sys.modules, "vllm.entrypoints.llm")  # its module runs again, as at a first import
+    monkeypatch.setattr(vllm.entrypoints, "llm", vllm.entrypoints.llm)
+    paused: list[bool] = []
+    collections: list[int] = []
+
+    class Watch:
+        def find_spec(self, name: str, *args: Any) -> None:
+            if name == "vllm.entrypoints.llm":
+                paused.append(not gc.isenabled())
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    (gc.enable if enabled else gc.disable)()
+    frozen = gc.get_freeze_count()
+    monkeypatch.setattr(sys, "meta_path", [Watch(), *sys.meta_path])
+    gc.callbacks.append(seen)
+    try:
+        import_vllm()
+    finally:
+        gc.callbacks.remove(seen)
+        was, _ = gc.isenabled(), gc.enable()
+    assert paused == [True] and "vllm.entrypoints.llm" in sys.modules
+    assert collections == [2] and gc.get_freeze_count() > frozen and was is enabled
 
 
 # --- behaviour only a running engine shows ------------------------------------------------------
