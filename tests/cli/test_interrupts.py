@@ -34,16 +34,23 @@ import pytest
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
-from checkout import ROOT  # noqa: E402
+from checkout import PLUGINS, ROOT  # noqa: E402
 from family_yaml import DEMO, family_yaml  # noqa: E402
 from faults import VLLM_ENV, assert_same_published, cache_rows, engine_core, group_left  # noqa: E402
 
 RESUME = "to resume, run the same command again: "
+ENV = {**VLLM_ENV, "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")])}
+"""vLLM's environment, with tests/plugins on the path, where vLLM finds the engine's logits processor (`slow_steps`)."""
 FAMILY = family_yaml(
     "Demo",
     DEMO,
-    # a batch of 4 at a time: each phase commits answers in several steps, and a signal sent at the first lands mid-phase
-    engine={"args": {"dtype": "float32"}, "batch_size": 4, "in_flight": 4},
+    # a batch of 4 at a time, each engine step 50 ms longer (tests/plugins/slow_steps.py): each phase commits answers in
+    # several steps over seconds, and a signal sent once it started lands mid-phase however busy the machine
+    engine={
+        "args": {"dtype": "float32", "logits_processors": ["slow_steps:SlowSteps"]},
+        "batch_size": 4,
+        "in_flight": 4,
+    },
     judge={"calibration_samples": 16, "min_calibration_cases": 4},
     recovery={"samples": 2, "temperature": 0.7},
 )
@@ -131,7 +138,7 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
     reference = subprocess.Popen(
         command(families, tmp_path / "ref"),
         cwd=ROOT,
-        env=VLLM_ENV,
+        env=ENV,
         stdout=subprocess.DEVNULL,  # meanwhile
         stderr=subprocess.PIPE,
         text=True,
@@ -177,7 +184,7 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
         took = []
         for phase, mode, signum, group, ready, where in cases:
             code, seconds, err, left, pid = interrupt(
-                command(families, work), {**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": mode}, signum, ready, group
+                command(families, work), {**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": mode}, signum, ready, group
             )
             context = (phase, mode, err[-3000:])
             took.append((phase, mode, signal.Signals(signum).name, round(seconds, 1)))
@@ -195,7 +202,7 @@ def test_a_signal_while_the_engine_starts_samples_judges_or_recovers_stops_withi
         resume = shlex.split(err.strip().splitlines()[-1].removeprefix(RESUME))
         assert resume[1:] == command(families, work)[1:]
         rerun = subprocess.run(
-            [sys.executable, *resume[1:]], cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600
+            [sys.executable, *resume[1:]], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600
         )
         assert rerun.returncode == 0, rerun.stderr[-3000:]
         _, said = reference.communicate(timeout=600)
