@@ -32,6 +32,7 @@ vLLM itself is imported only when a function here needs it (its import takes sec
 
 from __future__ import annotations
 
+import atexit
 import functools
 import gc
 import logging
@@ -350,6 +351,7 @@ def import_vllm() -> None:
 
         gc.collect()
         gc.freeze()
+        atexit.register(gc.unfreeze)  # at exit the frozen objects are freed, or their bindings report them leaked
     finally:
         if enabled:
             gc.enable()
