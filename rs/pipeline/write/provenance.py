@@ -182,15 +182,15 @@ def hardware(devices: bool = True) -> dict[str, Any]:
     environment variables that change kernels; nothing that names the host. Without `devices` (an engine that computes
     nothing here), no GPU and no torch: the CPU alone."""
     out: dict[str, Any] = {"machine": platform.machine(), "cpu": _cpu_model(), "isa": _cpu_flags(), "gpus": []}
-    try:
-        if devices:
+    if devices:
+        try:
             import torch
 
             if torch.cuda.is_available():
                 out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
             out["torch_threads"] = torch.get_num_threads()
-    except Exception:  # no torch here (a card rendered on a machine without the engine)
-        pass
+        except Exception:  # no torch here (a card rendered on a machine without the engine)
+            pass
     env = {name: os.environ[name] for name in ISA_ENV if name in os.environ}
     if env:
         out["env"] = env
