@@ -2,6 +2,6 @@
 
 if __name__ == "__main__":
     from rs.cli import run_as_program
-    from rs.cli.sample import main
+    from rs.util.long_lived import import_for_good
 
-    run_as_program(main)
+    run_as_program(import_for_good("rs.cli.sample").main)

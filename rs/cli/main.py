@@ -7,11 +7,11 @@ misspelt command import no command and nothing of the pipeline, and answer at on
 from __future__ import annotations
 
 import difflib
-import importlib
 import sys
 
 from rs import __version__
 from rs.cli import run_as_program
+from rs.util.long_lived import import_for_good
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "publish": (
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines))
         return 0
     module, _ = COMMANDS[args[0]]
-    return importlib.import_module(module).main(args[1:], prog=f"rs {args[0]}")
+    return import_for_good(module).main(args[1:], prog=f"rs {args[0]}")
 
 
 def console() -> None:

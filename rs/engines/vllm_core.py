@@ -32,18 +32,17 @@ vLLM itself is imported only when a function here needs it (its import takes sec
 
 from __future__ import annotations
 
-import atexit
 import functools
 import gc
 import logging
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable
 
 from rs.engines.lifeline import engine_processes_die_with_this_one, interrupts_reach_the_caller
+from rs.util.long_lived import import_for_good
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -337,24 +336,10 @@ def _wake_when_dead(llm: LLM) -> None:
 
 
 def import_vllm() -> None:
-    """Import `vllm.LLM` (and with it torch, transformers, ...) once a process, the cyclic collector paused meanwhile,
-    then collect once and freeze what is there, as vLLM's engine core freezes its heap once started
-    (`vllm.utils.gc_utils.freeze_gc_heap`). The import makes a million objects that live as long as the process, and
-    the collections it set off walked them again and again for nothing: a sixth of a tiny model's start on a CPU
-    (11.8 s -> 9.6 s of CPU, the whole process). Raises ImportError where vLLM is not installed."""
-    if "vllm.entrypoints.llm" in sys.modules:
-        return
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        from vllm import LLM  # noqa: F401
-
-        gc.collect()
-        gc.freeze()
-        atexit.register(gc.unfreeze)  # at exit the frozen objects are freed, or their bindings report them leaked
-    finally:
-        if enabled:
-            gc.enable()
+    """`vllm.LLM`'s module (and with it torch, transformers, ...) imported for good (`rs.util.long_lived`): a sixth of a
+    tiny model's start on a CPU went to collections during the import (11.8 s -> 9.6 s of CPU, the whole process).
+    Raises ImportError where vLLM is not installed."""
+    import_for_good("vllm.entrypoints.llm")
 
 
 def tokenizer_and_chat_template(model: str, args: dict[str, Any]) -> tuple[Any, str | None]:

@@ -1,4 +1,4 @@
 from rs.cli import run_as_program
-from rs.cli.plan import main
+from rs.util.long_lived import import_for_good
 
-run_as_program(main)
+run_as_program(import_for_good("rs.cli.plan").main)
