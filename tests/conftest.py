@@ -5,9 +5,9 @@ name from a test in any folder under tests/ (`pythonpath` in pyproject.toml)."""
 
 from __future__ import annotations
 
-import gc
 import io
 import os
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,6 +16,7 @@ from PIL import Image
 from replay_family import Case, write_family
 
 from rs.families import Family
+from rs.util.long_lived import kept_to_the_end
 
 pytest_plugins = ["hub_clients", "shared_builds"]  # the Hub emulator's fixtures; the session's shared builds
 
@@ -37,21 +38,18 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
+_COLLECTING = ExitStack()
+
+
 def pytest_collection(session: pytest.Session) -> None:
-    """The cyclic collector off while the test modules import (torch, vLLM, Ray, datasets: millions of objects that live
-    as long as the worker), then frozen out of every later collection, as `rs.engines.vllm_core.import_vllm` does for an
-    engine: a worker's collection takes 8 s of CPU instead of 11."""
-    gc.disable()
+    """The test modules (torch, vLLM, Ray, datasets: millions of objects that live as long as the worker) imported
+    `kept_to_the_end`, as `rs.util.long_lived.import_for_good` imports a command's: a worker's collection takes 6 s of
+    CPU instead of 11."""
+    _COLLECTING.enter_context(kept_to_the_end())
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    gc.collect()
-    gc.freeze()
-    gc.enable()
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    gc.unfreeze()  # freed at exit, or nanobind (triton's bindings) reports them leaked
+    _COLLECTING.close()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

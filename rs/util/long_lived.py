@@ -15,27 +15,36 @@ import functools
 import gc
 import importlib
 import sys
+from contextlib import contextmanager
 from types import ModuleType
+from typing import Iterator
 
-__all__ = ["import_for_good"]
+__all__ = ["import_for_good", "kept_to_the_end"]
 
 
 def import_for_good(name: str) -> ModuleType:
-    """`importlib.import_module(name)`; when it is not imported yet, with the collector paused, then one collection and
-    everything the process holds frozen (a process already holding it, a test worker, pays nothing more)."""
+    """`importlib.import_module(name)`; when it is not imported yet, inside `kept_to_the_end` (a process already holding
+    it, a test worker, pays nothing more)."""
     if name in sys.modules:
         return sys.modules[name]
+    with kept_to_the_end():
+        return importlib.import_module(name)
+
+
+@contextmanager
+def kept_to_the_end() -> Iterator[None]:
+    """The collector paused in the block; after it, one collection and everything the process holds frozen (unfrozen
+    at exit), the collector left as it was."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        module = importlib.import_module(name)
+        yield
         gc.collect()
         gc.freeze()
         _unfreeze_at_exit()
     finally:
         if enabled:
             gc.enable()
-    return module
 
 
 @functools.cache
