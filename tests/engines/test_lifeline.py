@@ -3,7 +3,8 @@
 A parent process starts a child that would sleep for a minute, by `fork` and by `spawn`, inside
 `engine_processes_die_with_this_one`; the test kills the parent with SIGKILL and the child must be
 gone within seconds. Outside the block, the same child outlives its parent (the check can fail).
-tests/engines/test_engine_death.py does the same with a real vLLM engine core.
+A child so tied ties the worker it starts itself (as vLLM's engine core does): killing the child
+takes its worker along. tests/engines/test_engine_death.py does both with a real vLLM engine core.
 """
 
 from __future__ import annotations
@@ -66,3 +67,59 @@ def test_a_child_started_while_an_engine_starts_dies_with_its_parent(method: str
     finally:
         if alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+CORE = """
+import multiprocessing, sys, time
+from rs.engines.lifeline import engine_processes_die_with_this_one
+from contextlib import nullcontext
+
+
+def core(method, said):  # an engine core: it starts its worker after the engine's start, from its main thread
+    worker = multiprocessing.get_context(method).Process(target=time.sleep, args=(60,))
+    worker.start()
+    said.put(worker.pid)
+    time.sleep(60)
+
+
+if __name__ == "__main__":
+    method, tied = sys.argv[1], sys.argv[2] == "tied"
+    context = multiprocessing.get_context(method)
+    said = context.SimpleQueue()
+    with engine_processes_die_with_this_one() if tied else nullcontext():
+        child = context.Process(target=core, args=(method, said))
+        child.start()
+    print(child.pid, said.get(), flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_the_worker_of_a_tied_child_dies_with_that_child(method: str, tied: bool, tmp_path: Path) -> None:
+    """vLLM's engine core starts its worker itself, outside the run's engine start: killed, the core takes it along."""
+    script = tmp_path / "run.py"
+    script.write_text(CORE)
+    run = subprocess.Popen(
+        [sys.executable, str(script), method, "tied" if tied else "free"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,  # the resource tracker's report of the queue its killed users leave
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    said = run.stdout.readline()
+    assert said, run.stderr.read()
+    core, worker = map(int, said.split())
+    try:
+        os.kill(core, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert alive(worker) != tied
+    finally:
+        for pid in (worker, core, run.pid):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        run.wait()
