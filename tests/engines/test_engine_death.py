@@ -28,9 +28,12 @@ import pytest
 pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
-from checkout import ROOT  # noqa: E402
+from checkout import PLUGINS, ROOT  # noqa: E402
 from family_yaml import DROP, tiny_family  # noqa: E402
 from faults import VLLM_ENV, assert_same_published, cache_keys, cache_rows, descendants, engine_core, meanwhile  # noqa: E402
+
+ENV = {**VLLM_ENV, "PYTHONPATH": os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")])}
+"""vLLM's environment, with tests/plugins on the path, where vLLM finds the engine's logits processor (`slow_steps`)."""
 
 
 def command(families: Path, work: Path) -> list[str]:
@@ -59,12 +62,19 @@ def engine_calls(work: Path) -> int:
 def sampling(tmp_path: Path, *, output: int) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
     """A publish with its engine core in its own process, from the moment its first answers are committed (the engine is
     up and busy) until the block ends (killed then, with its process group, if still running); its families file and
-    process. 40 images: still sampling at its first commit."""
-    families = tiny_family(tmp_path, num_images=40, batch=4, max_tokens=24)
+    process. 40 images, each engine step 50 ms longer (tests/plugins/slow_steps.py): still sampling for seconds after its
+    first commit, however busy the machine (the tiny model alone answers them all in under a second)."""
+    families = tiny_family(
+        tmp_path,
+        num_images=40,
+        batch=4,
+        max_tokens=24,
+        engine={"args": {"logits_processors": ["slow_steps:SlowSteps"]}},
+    )
     victim = subprocess.Popen(
         command(families, tmp_path / "run"),
         cwd=ROOT,
-        env={**VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
+        env={**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
         stdout=output,
         stderr=output,
         text=True,
@@ -112,10 +122,10 @@ def test_a_killed_engine_stops_the_run_with_its_reason_and_log_and_keeps_every_a
     assert kept and not (tmp_path / "run" / "build" / "Tiny" / "sample.json").exists()
 
     with meanwhile(
-        command(families, tmp_path / "ref"), cwd=ROOT, env=VLLM_ENV
+        command(families, tmp_path / "ref"), cwd=ROOT, env=ENV
     ) as reference:  # an uninterrupted run, beside the re-run
         rerun = subprocess.run(
-            command(families, tmp_path / "run"), cwd=ROOT, env=VLLM_ENV, capture_output=True, text=True, timeout=600
+            command(families, tmp_path / "run"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600
         )
         assert rerun.returncode == 0, rerun.stderr[-3000:]
         _, said = reference.communicate(timeout=600)

@@ -1,7 +1,8 @@
 """A vLLM logits processor that only waits: every engine step takes `STEP_SECONDS` longer, its outputs unchanged.
 
 tests/cli/test_interrupts.py signals a run while the demo model works on a phase; on two idle cores the model answers a
-recovery pass in a tenth of a second, shorter than a busy machine takes to wake the test. Waiting (not computing) makes
+recovery pass in a tenth of a second, shorter than a busy machine takes to wake the test. tests/engines/test_engine_death.py
+kills the engine core after the first answers are committed: the tiny model answers the other 95 in under a second. Waiting (not computing) makes
 each phase last seconds without costing CPU. vLLM loads it by name (`engine.args.logits_processors`), in whichever
 process runs the model.
 """
