@@ -43,27 +43,39 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def started(program: str, method: str, tied: bool, tmp_path: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    """`program` run with `method` and `tied`, and the pids it prints on its first line."""
+    script = tmp_path / "program.py"
+    script.write_text(program)
+    run = subprocess.Popen(
+        [sys.executable, str(script), method, "tied" if tied else "free"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,  # the resource tracker's report of what its killed users leave
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    said = run.stdout.readline()
+    assert said, run.stderr.read()
+    return run, [int(pid) for pid in said.split()]
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_a_child_started_while_an_engine_starts_dies_with_its_parent(method: str, tied: bool, tmp_path: Path) -> None:
-    script = tmp_path / "parent.py"
-    script.write_text(PARENT)
-    parent = subprocess.Popen(
-        [sys.executable, str(script), method, "tied" if tied else "free"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    child = int(parent.stdout.readline())
+    parent, (child,) = started(PARENT, method, tied, tmp_path)
     try:
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
-        deadline = time.monotonic() + 5
-        while alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert alive(child) != tied
+        assert gone_within(child, 5) == tied
     finally:
         if alive(child):
             os.kill(child, signal.SIGKILL)
@@ -99,25 +111,10 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_the_worker_of_a_tied_child_dies_with_that_child(method: str, tied: bool, tmp_path: Path) -> None:
     """vLLM's engine core starts its worker itself, outside the run's engine start: killed, the core takes it along."""
-    script = tmp_path / "run.py"
-    script.write_text(CORE)
-    run = subprocess.Popen(
-        [sys.executable, str(script), method, "tied" if tied else "free"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,  # the resource tracker's report of the queue its killed users leave
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    said = run.stdout.readline()
-    assert said, run.stderr.read()
-    core, worker = map(int, said.split())
+    run, (core, worker) = started(CORE, method, tied, tmp_path)
     try:
         os.kill(core, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while alive(worker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert alive(worker) != tied
+        assert gone_within(worker, 5) == tied
     finally:
         for pid in (worker, core, run.pid):
             if alive(pid):
