@@ -8,6 +8,7 @@ are written without a timestamp, so a rebuild of the same report writes the same
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import dataclass
 
 from rs.pipeline.write.report import FamilyReport, Lengths
@@ -23,6 +24,22 @@ class Figure:
     """Where it lives in the repo."""
     png: bytes
     alt: str
+
+
+def card_figures(report: FamilyReport) -> tuple[Figure, ...]:
+    """The card's figures for `report`: the funnel always, token lengths only from an engine that counts tokens (not
+    `replay`). Every repo of a family shows the same two, so they are drawn once a report, not once a repo."""
+    key = json.dumps(report.to_dict(), sort_keys=True)
+    if key not in _DRAWN:
+        _DRAWN.clear()  # one family's report at a time
+        drawn = [funnel(report)]
+        if any(h.total for h in report.lengths.values()):
+            drawn.append(lengths(report))
+        _DRAWN[key] = tuple(drawn)
+    return _DRAWN[key]
+
+
+_DRAWN: dict[str, tuple[Figure, ...]] = {}
 
 
 def _funnel_rows(report: FamilyReport) -> list[tuple[str, int, str]]:

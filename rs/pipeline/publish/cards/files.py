@@ -58,10 +58,8 @@ def write_card(
 
 
 def _draw_figures(report: FamilyReport, repo: Path) -> list[figures.Figure]:
-    """Draw the card's figures into `repo`: the funnel always, token lengths only from an engine that counts tokens (not `replay`)."""
-    drawn = [figures.funnel(report)]
-    if any(lengths.total for lengths in report.lengths.values()):
-        drawn.append(figures.lengths(report))
+    """Write the card's figures (`figures.card_figures`) into `repo`."""
+    drawn = list(figures.card_figures(report))
     for figure in drawn:
         (repo / figure.path).parent.mkdir(parents=True, exist_ok=True)
         (repo / figure.path).write_bytes(figure.png)
