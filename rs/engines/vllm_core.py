@@ -18,7 +18,8 @@ changed it:
 - a dead engine core: the offline client's `engine_core.resources.engine_dead`, its
   `outputs_queue` (a step waiting there is woken with `EngineDeadError`) and
   `resources.engine_manager.finished_procs()` (how the process ended);
-- closing: `engine_core.shutdown()`, then `vllm.distributed.parallel_state.cleanup_dist_env_and_memory`;
+- closing: `engine_core.shutdown()`, then `vllm.distributed.parallel_state.cleanup_dist_env_and_memory`; a dead core's
+  client context (`engine_core.resources.ctx`) kept from termination;
 - the chat template as `LLM.chat` resolves it, without the weights (`EngineArgs.create_model_config`,
   `vllm.tokenizers.registry.cached_tokenizer_from_config`, `vllm.renderers.hf.resolve_chat_template`),
   and images decoded as the OpenAI-compatible server decodes a data URL
@@ -283,6 +284,7 @@ class VLLMCore:
         self._owners.clear()
         if llm is None:
             return
+        _keep_the_context_of_a_dead_core(llm)
         try:
             llm.llm_engine.engine_core.shutdown()
         except Exception:  # already shut down, or an engine without a separate core
@@ -295,6 +297,24 @@ class VLLMCore:
             cleanup_dist_env_and_memory()
         except Exception:
             logger.debug("vLLM distributed cleanup failed", exc_info=True)
+
+
+_DEAD_CORES_CONTEXTS: list[Any] = []
+
+
+def _keep_the_context_of_a_dead_core(llm: LLM) -> None:
+    """Keep the ZeroMQ context of a client whose engine core process died for the rest of this process: never collected,
+    never terminated.
+
+    Collecting the client's context terminates it, and `zmq_ctx_term` waits for every message its sockets still hold.
+    After the core died, one may be meant for it, or for the client's output thread that already stopped (vLLM 0.32's
+    cleanup sends that thread a shutdown message with an unlimited linger): a run that had said why it stopped then
+    waited at exit for good (2 kills of its core in 12, under load). A run ends soon after its engine dies; a Ray replica starts
+    another engine, and keeps one idle context per engine that died.
+    """
+    resources = getattr(llm.llm_engine.engine_core, "resources", None)
+    if resources is not None and getattr(resources, "engine_dead", False):  # set before a normal shutdown sets it
+        _DEAD_CORES_CONTEXTS.append(resources.ctx)
 
 
 def is_input_error(err: BaseException) -> bool:

@@ -210,9 +210,10 @@ def test_the_offline_client_keeps_its_resources_and_an_outputs_queue() -> None:
     from vllm.v1.engine.core_client import BackgroundResources, SyncMPClient
 
     require(
-        {"engine_dead", "engine_manager"} <= fields(BackgroundResources),
-        "BackgroundResources.engine_dead / engine_manager",
-        "rs.engines.vllm_core._wake_when_dead watches engine_dead; VLLMCore._process_end asks engine_manager how the core ended",
+        {"engine_dead", "engine_manager", "ctx"} <= fields(BackgroundResources),
+        "BackgroundResources.engine_dead / engine_manager / ctx",
+        "rs.engines.vllm_core._wake_when_dead watches engine_dead; VLLMCore._process_end asks engine_manager how the core "
+        "ended; VLLMCore.shutdown keeps a dead core's ctx from termination",
     )
     require(
         "self.outputs_queue" in inspect.getsource(SyncMPClient.__init__),
