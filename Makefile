@@ -47,7 +47,10 @@ readme-demo: $(READY)
 
 # One pytest worker a core (at most four: tests/conftest.py), a test file at a time each, in the order tests/conftest.py
 # gives them (the files with slow tests first; xdist would otherwise start the files of most tests first).
+# The package is compiled first: where the environment forbids writing bytecode (PYTHONDONTWRITEBYTECODE, as the
+# development machines' does), each of the hundreds of `python -m rs ...` the tests start would compile it again.
 test: $(READY)
+	$(PY) -m compileall -q rs demo/rs_demo
 	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 # The style CI holds the code to (pyproject's [tool.ruff]): the linter, import order included, and the formatter's check.
