@@ -146,7 +146,11 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
     ensure(CleanStage(), ctx)
     keys = [f"{q['record_id']}#{q['turn']}" for row in read_records(ctx.paths.clean, "rows") for q in row["qa"]]
     died = tmp_path / "replica-died"
-    faults = [{"item": keys[0], "do": "raise"}, {"item": keys[-1], "do": "exit", "marker": str(died)}]
+    raised = tmp_path / "engine-raised"
+    faults = [
+        {"item": keys[0], "do": "raise", "log": str(raised)},
+        {"item": keys[-1], "do": "exit", "marker": str(died)},
+    ]
     faulty = _faulty(ctx, faults, monkeypatch, tmp_path)
     with pytest.raises(RayIncomplete, match=r"sampling: \d+ requests lost in a failed engine") as failed:
         sample_on_ray(faulty, runtime_env={"env_vars": {**ENV, "PYTHONPATH": _plugin_path(tmp_path)}}, **REPLICAS)
@@ -156,7 +160,10 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
     # batches hold whole images: 3 questions an image, batch_size 4 -> one image (3 requests) a batch
     assert (sampling.requests, sampling.sent, sampling.batches) == (18, 18, 6)
     lost = sampling.failed_requests
-    assert 1 <= lost <= IN_FLIGHT and sampling.failed_batches >= 1  # the first item, and what was in flight beside it
+    # the first item, and what was in flight beside it; twice when the replica that died held the first item's batch
+    # (Ray runs the batch again on its restarted replica, where the item fails the engine again)
+    failures = len(raised.read_text().splitlines())
+    assert failures in (1, 2) and 1 <= lost <= IN_FLIGHT * failures and sampling.failed_batches >= 1
     assert sampling.stored == 18 - lost and sampling.uncached == lost
     assert set(sampling.replica_busy) and all(0 < f <= 1 for f in sampling.replica_busy.values())
     assert "judge" not in run.steps and "recovery" not in run.steps  # the judge and the recovery wait for every answer

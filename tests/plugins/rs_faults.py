@@ -30,8 +30,9 @@ from rs.sources.files import FilesSource, FilesSourceConfig
 class FaultyVLLMConfig(VLLMEngineConfig):
     kind: Literal["faulty_vllm"] = "faulty_vllm"
     faults: list[dict[str, str]] = field(default_factory=list)
-    """`{"item": KEY, "do": "raise"}` fails the engine when that item's request goes in (every request in it fails); `{"item", "do": "exit", "marker": PATH}` kills
-    the process on it, once (the marker file says it happened). Only batches with images (sampling) are hit."""
+    """`{"item": KEY, "do": "raise"}` fails the engine when that item's request goes in (every request in it fails), each
+    time (a line in the file `log`, when given, each time); `{"item", "do": "exit", "marker": PATH}` kills the process on
+    it, once (the marker file says it happened). Only batches with images (sampling) are hit."""
 
 
 @ENGINES.register("faulty_vllm")
@@ -69,6 +70,9 @@ class FaultyStream:
                 continue
             if fault["do"] == "raise":
                 self.broken = f"injected failure of the engine holding {fault['item']}"
+                if fault.get("log"):
+                    with open(fault["log"], "a") as log:
+                        log.write(f"{os.getpid()}\n")
             elif not (marker := Path(fault["marker"])).exists():
                 marker.touch()
                 os._exit(1)
