@@ -309,8 +309,8 @@ def _keep_the_context_of_a_dead_core(llm: LLM) -> None:
     Collecting the client's context terminates it, and `zmq_ctx_term` waits for every message its sockets still hold.
     After the core died, one may be meant for it, or for the client's output thread that already stopped (vLLM 0.32's
     cleanup sends that thread a shutdown message with an unlimited linger): a run that had said why it stopped then
-    waited at exit for good (2 kills of its core in 12, under load). A run ends soon after its engine dies; a Ray replica starts
-    another engine, and keeps one idle context per engine that died.
+    waited at exit for good (2 kills of its core in 12, under load). A run ends soon after its engine dies; a Ray
+    replica starts another engine, and keeps one idle context per engine that died.
     """
     resources = getattr(llm.llm_engine.engine_core, "resources", None)
     if resources is not None and getattr(resources, "engine_dead", False):  # set before a normal shutdown sets it

@@ -104,6 +104,19 @@ def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
         assert loaded.features == features(split) and loaded.num_rows == s["rows"]
 
 
+def test_a_publish_draws_its_figures_once_and_every_repo_shows_the_same(family, tmp_path: Path, monkeypatch) -> None:
+    from rs.pipeline.publish.cards import figures
+
+    drawn: list[str] = []
+    funnel = figures.funnel
+    monkeypatch.setattr(figures, "_DRAWN", {})  # nothing drawn before in this process
+    monkeypatch.setattr(figures, "funnel", lambda report: drawn.append(report.family) or funnel(report))
+    run_publish(family, tmp_path)
+    repos = [tmp_path / "out" / "tester" / family.repo_name(split) for split in SPLITS]
+    assert drawn == [family.name]
+    assert len({(repo / figures.FUNNEL).read_bytes() for repo in repos}) == 1 and len(repos) == 3
+
+
 def test_size_categories_are_the_hubs_up_to_a_trillion() -> None:
     assert [size_category(n) for n in (0, 999, 1_000, 99_999, 10**9 - 1, 10**9, 10**10, 10**12 - 1, 10**12)] == [
         "n<1K",
