@@ -313,7 +313,8 @@ def _keep_the_context_of_a_dead_core(llm: LLM) -> None:
     replica starts another engine, and keeps one idle context per engine that died.
     """
     resources = getattr(llm.llm_engine.engine_core, "resources", None)
-    if resources is not None and getattr(resources, "engine_dead", False):  # set before a normal shutdown sets it
+    # read before `engine_core.shutdown()`, which sets it too: set already, the core died (or vLLM cleaned up after it)
+    if resources is not None and getattr(resources, "engine_dead", False):
         _DEAD_CORES_CONTEXTS.append(resources.ctx)
 
 
