@@ -376,7 +376,7 @@ def _sampling_step(
         cluster = steps.cluster
         files = sorted(str(p) for p in steps.ctx.paths.clean.glob("rows-*.parquet"))
         requests = (
-            cluster.ray.data.read_parquet(files)
+            cluster.read(files)
             .select_columns(["image", "image_sha256", "qa"])
             .map_batches(
                 sampling_requests,
@@ -447,7 +447,7 @@ def _judge_step(
     for stats, _ in parts:
         stats.sent = 0  # counted again as the answers come back
     if to_send:
-        requests = steps.cluster.ray.data.read_parquet([str(p) for p in writer.files])
+        requests = steps.cluster.read([str(p) for p in writer.files])
         steps.cluster.answer(
             name,
             requests,

@@ -34,6 +34,8 @@ FORWARDED_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"
 NOT_FORWARDED = ("VLLM_HOST_IP", "VLLM_PORT")
 MAX_STEP_ATTEMPTS = 3
 """A step whose pipeline fails while nodes leave the cluster runs again (for what is missing) up to this many times."""
+FOOTER_READERS_ENV = "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"
+"""Ray Data's parquet reader reads the files' footers on a pool of actors of this size (32 unless set), made for each read."""
 
 
 def ray_available() -> bool:
@@ -69,6 +71,22 @@ class Cluster:
                 max(fits, 1),
             )
         return max(1, min(fits, self.replicas))
+
+    def read(self, files: list[str]) -> Any:
+        """The parquet `files` of this build as a Ray Dataset.
+
+        Ray Data reads the footers on a pool of 32 actors a read, a Python worker each, for one file as for
+        thousands: a step reads the shards this run wrote, often one or two, and started 32 workers for them
+        (a quarter of test_ray's CPU). The pool is one actor a file here, at most 32; the environment variable
+        decides instead when the user sets it.
+        """
+        if FOOTER_READERS_ENV in os.environ:
+            return self.ray.data.read_parquet(files)
+        os.environ[FOOTER_READERS_ENV] = str(max(1, min(32, len(files))))  # read when the dataset is made, here
+        try:
+            return self.ray.data.read_parquet(files)
+        finally:
+            del os.environ[FOOTER_READERS_ENV]
 
     def alive_nodes(self) -> set[str]:
         return {node["NodeID"] for node in self.ray.nodes() if node["Alive"]}

@@ -56,6 +56,11 @@ def local_ray():
     ray.shutdown()
 
 
+def footer_readers() -> int:
+    """The parquet footer readers Ray Data made in this Ray session (the GCS keeps the finished ones)."""
+    return sum(a["ActorClassName"] == "FooterReader" for a in ray._private.state.actors().values())
+
+
 def items(ctx: BuildContext) -> list[dict]:
     return list(read_records(ctx.paths.items, "items"))
 
@@ -190,10 +195,14 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
             str(ctx.cache_path),
         ],
     )
+    readers = footer_readers()
     assert main() == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     steps = printed["ray"]["steps"]
     assert printed["ray"]["replicas"] == 1
+    # four pipelines (sampling, judge with the calibration, recovery, recovery judge), each read one parquet file: one
+    # footer reader each (Ray Data's own pool is 32 a read)
+    assert footer_readers() - readers == 4
     assert (steps["sampling"]["cached"], steps["sampling"]["sent"], steps["sampling"]["stored"]) == (
         18 - lost,
         lost,
