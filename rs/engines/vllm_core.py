@@ -286,17 +286,25 @@ class VLLMCore:
             return
         _keep_the_context_of_a_dead_core(llm)
         try:
+            # an engine core in this process tears down its distributed state itself (`cleanup_dist_env_and_memory`);
+            # one in its own process leaves none here
             llm.llm_engine.engine_core.shutdown()
+            torn_down = True
         except Exception:  # already shut down, or an engine without a separate core
             logger.debug("vLLM engine core shutdown failed", exc_info=True)
+            torn_down = False
         del llm
-        gc.collect()
-        try:
-            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+        gc.collect()  # the engine's last cycles, and its weights and KV cache with them
+        if not torn_down:
+            try:
+                from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
-            cleanup_dist_env_and_memory()
-        except Exception:
-            logger.debug("vLLM distributed cleanup failed", exc_info=True)
+                cleanup_dist_env_and_memory()
+            except Exception:
+                logger.debug("vLLM distributed cleanup failed", exc_info=True)
+        # an in-process core's teardown unfroze the heap (`gc.unfreeze`) and walked it three times; what is left lives to
+        # the end (torch, vLLM, the run's own objects): out of the rest of the run's collections again, as after the import
+        gc.freeze()
 
 
 _DEAD_CORES_CONTEXTS: list[Any] = []

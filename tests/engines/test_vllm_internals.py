@@ -270,6 +270,14 @@ def test_the_engine_core_client_shuts_down_and_the_distributed_state_is_cleaned(
         "cleanup_dist_env_and_memory()",
         "VLLMCore.shutdown calls it with no arguments so that a later engine starts",
     )
+    from vllm.v1.engine.core import EngineCore
+
+    teardown = inspect.getsource(EngineCore.shutdown)
+    require(
+        "gc.unfreeze()" in teardown and "cleanup_dist_env_and_memory()" in teardown,
+        "EngineCore.shutdown() (unfreezing the heap, then cleanup_dist_env_and_memory())",
+        "VLLMCore.shutdown leaves an in-process core's distributed state to it, and freezes the heap again after",
+    )
 
 
 # --- the chat template and images as vLLM reads them -------------------------------------------
