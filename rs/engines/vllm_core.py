@@ -18,8 +18,9 @@ changed it:
 - a dead engine core: the offline client's `engine_core.resources.engine_dead`, its
   `outputs_queue` (a step waiting there is woken with `EngineDeadError`) and
   `resources.engine_manager.finished_procs()` (how the process ended);
-- closing: `engine_core.shutdown()`, then `vllm.distributed.parallel_state.cleanup_dist_env_and_memory`; a dead core's
-  client context (`engine_core.resources.ctx`) kept from termination;
+- closing: `engine_core.shutdown()` (an in-process core's own calls `EngineCore.shutdown`, which unfreezes the heap and
+  calls `vllm.distributed.parallel_state.cleanup_dist_env_and_memory`; called here only when that shutdown fails); a
+  dead core's client context (`engine_core.resources.ctx`) kept from termination;
 - the chat template as `LLM.chat` resolves it, without the weights (`EngineArgs.create_model_config`,
   `vllm.tokenizers.registry.cached_tokenizer_from_config`, `vllm.renderers.hf.resolve_chat_template`),
   and images decoded as the OpenAI-compatible server decodes a data URL
