@@ -14,7 +14,7 @@ QA structs:
 
 - `rejected`: `{question, answer, wrong_vlm, reason}`, as on the seed cards: `answer` is the
   official ground truth, `wrong_vlm` the model's final answer (empty when it gave none), `reason`
-  one of `REJECT_REASONS`.
+  one of `rs.splits.REJECT_REASONS`.
 - `think`: `{question, reasoning, answer, response, reference, accepted_by}`: `answer` is the
   model's final answer, `response` the full assistant turn to train on
   (`<think>\\n{reasoning}\\n</think>\\n\\n{answer}`), `reference` the ground truth, `accepted_by`
@@ -34,20 +34,6 @@ the accepted splits `sample` (the recovered sample's index; null for the greedy 
 from __future__ import annotations
 
 from datasets import Features, Image, List, Value
-
-SPLITS = ("think", "nothink", "rejected")
-
-REJECT_REASONS = (
-    "wrong_answer",
-    "judge_overruled",
-    "judge_unsure",
-    "judge_blocked",
-    "no_final_answer",
-    "degenerate_repetition",
-    "engine_error",
-    "judge_not_asked",
-)
-"""Why a rejected item is in the rejected split; what each means on a card is in templates/card_splits.md.jinja."""
 
 _STR = Value("string")
 
@@ -207,8 +193,3 @@ def features(split: str, *, recovery: bool = False) -> Features:
         return Features(ROW_SCHEMAS[split])
     qa = QA[split] if not recovery else {**QA[split], **(MEASURED if split == "rejected" else RECOVERED)}
     return Features({"image": Image(), "qa": List(qa), "clean_meta": CLEAN_META, "image_sha256": _STR})
-
-
-def think_response(reasoning: str | None, answer: str) -> str:
-    """The assistant turn a think-variant row trains on."""
-    return f"<think>\n{(reasoning or '').strip()}\n</think>\n\n{answer}"

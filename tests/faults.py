@@ -26,8 +26,8 @@ from checkout import PLUGINS
 from conftest import png
 
 from rs.families import load_families
-from rs.pipeline.publish import PublishReport, publish
 from rs.pipeline.publish.local import CONTROL
+from rs.pipeline.publish.stage import PublishReport, publish
 from rs.registry import CLEANING, ENGINES, SOURCES
 
 FAMILY = """

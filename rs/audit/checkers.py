@@ -24,7 +24,7 @@ from rs.pipeline.publish.cards.figures import FUNNEL, LENGTHS, funnel_alt, lengt
 from rs.pipeline.sample.calibration import wilson
 from rs.pipeline.write.report import PASS_RATE_BINS, FamilyReport
 from rs.pipeline.write.samples import REPO_NUMBERS
-from rs.splits_schema import REJECT_REASONS
+from rs.splits import REJECT_REASONS
 from rs.util.text import pct
 
 

@@ -25,9 +25,9 @@ from rs.errors import RsError, UsageError
 from rs.families import Family
 from rs.hub import describe_commits, format_changes
 from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
-from rs.pipeline.publish import PublishReport, publish
 from rs.pipeline.publish.cards.decontam import summary as decontamination_summary
 from rs.pipeline.publish.preflight import check_local_root
+from rs.pipeline.publish.stage import PublishReport, publish
 from rs.pipeline.write.report import Endings, FamilyReport, RecoverySummary
 from rs.plan import PlanReport, plan_family
 from rs.splits_schema import ROW_SCHEMAS, features

@@ -27,7 +27,7 @@ from rs.cli.publish import summary
 from rs.context import BuildContext, default_cache_path
 from rs.errors import UsageError
 from rs.families import Family
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 from rs.pipeline.route import JUDGE_POLICIES, RouteFilter
 from rs.refilter import Prepared, Reread, prepare
 from rs.util.text import counted

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
 from rs.pipeline.stage import BuildError
-from rs.splits_schema import REJECT_REASONS, think_response
+from rs.splits import REJECT_REASONS, think_response
 from rs.store import read_clean_rows, read_records
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class Decision:
     by: str | None = None
     """`verifier`, `judge` or `recovery` when accepted."""
     reason: str | None = None
-    """One of `rs.splits_schema.REJECT_REASONS` when rejected."""
+    """One of `rs.splits.REJECT_REASONS` when rejected."""
 
 
 def decide(item: dict[str, Any], judge_promotes: bool) -> Decision:

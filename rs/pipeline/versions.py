@@ -46,7 +46,7 @@ DECONTAMINATION = Piece(
     ("pipeline/clean/decontam/", "sources/synthetic/evaluation.py"),
 )
 """What cleaning matches against the evaluation sets (in the clean stage's fingerprint, `rs.pipeline.clean.stage`)."""
-SPLITS_CODE = ("pipeline/write/", "builders/", "splits_schema.py", "store.py", "records.py")
+SPLITS_CODE = ("pipeline/write/", "builders/", "splits.py", "splits_schema.py", "store.py", "records.py")
 """The code that writes the splits' rows from the stores (besides routing): the datasets builder, the splits'
 features, the stores' readers, the shards' naming. Their bytes depend on nothing else of `rs`."""
 

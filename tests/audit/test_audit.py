@@ -23,7 +23,7 @@ from replay_family import RECOVERY_CASES, answer_text, write_family
 from rs.audit import Replay, audit
 from rs.cli.main import main as rs_main
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 
 PASSING = {
     "calibration_samples": 4,

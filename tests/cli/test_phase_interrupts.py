@@ -35,7 +35,7 @@ from hub_clients import TOKEN, point_clients_at
 from hub_server import HubServer, running_hub
 
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 
 pytestmark = pytest.mark.slow
 

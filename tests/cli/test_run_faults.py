@@ -31,7 +31,7 @@ from faults import (
 )
 
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 
 pytestmark = pytest.mark.slow
 

@@ -109,7 +109,7 @@ def test_yaml_only_family_publishes_survives_sigkill_and_regenerates_cards(
     # a template change, then --cards-only: the three cards change, nothing else
     import rs.pipeline.publish.cards.render
     from rs.families import load_families
-    from rs.pipeline.publish import publish
+    from rs.pipeline.publish.stage import publish
 
     templates = tmp_path / "templates"
     import shutil

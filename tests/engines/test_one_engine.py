@@ -22,7 +22,7 @@ from faults import descendants, write_families
 
 import rs.context
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 
 LIMIT = 4
 

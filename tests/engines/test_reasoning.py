@@ -31,7 +31,7 @@ from rs.engines.vllm import ReasoningParserMissing, VLLMEngine, VLLMStream  # no
 from rs.families import load_families  # noqa: E402
 from rs.families.loader import FamilyConfigError  # noqa: E402
 from rs.families.schema import JudgeConfig, ReasoningConfig  # noqa: E402
-from rs.pipeline.publish import publish  # noqa: E402
+from rs.pipeline.publish.stage import publish  # noqa: E402
 from rs.pipeline.route import decide  # noqa: E402
 from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase  # noqa: E402
 from rs.pipeline.sample.stage import SampleStage

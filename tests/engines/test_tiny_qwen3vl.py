@@ -470,7 +470,7 @@ def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engin
 
     from rs.context import BuildContext
     from rs.distributed import sample_on_ray
-    from rs.pipeline.publish import publish
+    from rs.pipeline.publish.stage import publish
     from rs.store import read_records
 
     def run(name: str, **kwargs) -> dict:

@@ -465,7 +465,7 @@ def test_rs_audit_reads_a_family_from_the_hub(hub: HubServer, tmp_path: Path) ->
     from replay_family import RECOVERY_CASES, write_family
 
     from rs.audit import audit
-    from rs.pipeline.publish import publish as publish_family
+    from rs.pipeline.publish.stage import publish as publish_family
 
     family = write_family(
         tmp_path / "family",

@@ -25,7 +25,7 @@ from faults import assert_same_published, published_files, reference
 from rs.engines.base import Generation
 from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 
 ITEM = "Alpha-4-1#0"
 """Answered right ("4"): the think split holds it. Its answer's JSON holds `"answer": "4"` once in the file."""

@@ -26,7 +26,7 @@ from rs.engines.generation_cache import GenerationCache
 from rs.families import load_families
 from rs.pipeline.build import build_family
 from rs.pipeline.clean.stage import CleanStage
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure
 from rs.util.disk import DiskFull

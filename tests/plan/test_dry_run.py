@@ -13,7 +13,7 @@ from checkout import ROOT
 from family_yaml import DEMO, DROP, family_yaml
 
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 
 pytestmark = pytest.mark.slow
 

@@ -265,7 +265,7 @@ def test_a_vllm_family_without_a_kv_cache_size_is_warned_on_the_cpu_build(tmp_pa
 
 def test_a_dry_run_says_what_the_recovery_pass_may_cost_and_how_to_measure_it(tmp_path: Path) -> None:
     from rs.cli.publish import dry_run_text
-    from rs.pipeline.publish import publish
+    from rs.pipeline.publish.stage import publish
 
     (tmp_path / "families.yaml").write_text(
         odd_yaml(

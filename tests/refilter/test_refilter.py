@@ -24,7 +24,7 @@ from rs.audit import audit
 from rs.cli.main import main as rs_main
 from rs.engines.generation_cache import GenerationCache
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 from rs.pipeline.sample.judge import Judge, JudgeCase
 
 pytestmark = pytest.mark.slow

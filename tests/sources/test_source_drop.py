@@ -23,7 +23,7 @@ from faults import assert_same_published, publish_family, write_families
 
 import rs.sources.resumable
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 from rs.sources.hub import SourceUnreachable
 from rs.sources.resumable import RETRIES, SourceUnavailable
 

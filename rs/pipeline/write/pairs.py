@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rs.pipeline.route import Outcome, Routes, joined, pair_of
-from rs.splits_schema import think_response
+from rs.splits import think_response
 
 
 def _message(role: str, text: str) -> list[dict[str, Any]]:

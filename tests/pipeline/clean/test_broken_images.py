@@ -21,7 +21,7 @@ from PIL import Image
 
 from rs.families import load_families
 from rs.pipeline.clean import image_problem
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 
 FAMILY = """families:
   Broken:

@@ -22,7 +22,7 @@ from conftest import png
 from faults import assert_same_published
 
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 
 FAMILY = """families:
   Wary:

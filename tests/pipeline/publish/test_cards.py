@@ -11,7 +11,6 @@ import pytest
 from huggingface_hub import DatasetCard
 from replay_family import HOSTILE_A, HOSTILE_Q, write_hostile_family
 
-from rs.pipeline.publish import publish
 from rs.pipeline.publish.cards.html import render, render_repo
 from rs.pipeline.publish.cards.render import (
     SHORT_FIELD,
@@ -22,7 +21,9 @@ from rs.pipeline.publish.cards.render import (
     sibling_link,
     size_category,
 )
-from rs.splits_schema import SPLITS, features
+from rs.pipeline.publish.stage import publish
+from rs.splits import SPLITS
+from rs.splits_schema import features
 from rs.util.text import counted
 
 

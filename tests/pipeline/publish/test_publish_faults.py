@@ -27,7 +27,7 @@ from faults import assert_same_published, publish_command, published_files, refe
 
 from rs.errors import UsageError
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 from rs.util.locks import PublishBusy
 
 HOOK = """

@@ -12,9 +12,9 @@ from replay_family import write_hostile_family
 
 from rs.cli.publish import summary
 from rs.families.loader import FamilyConfigError, load_families
-from rs.pipeline.publish import publish
 from rs.pipeline.publish.repo_check import RepoCheckError, check_repo
-from rs.splits_schema import SPLITS
+from rs.pipeline.publish.stage import publish
+from rs.splits import SPLITS
 
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
 

@@ -18,8 +18,8 @@ from family_yaml import REPLAY, family_yaml
 from PIL import Image
 
 from rs.families import load_families
-from rs.pipeline.publish import publish
 from rs.pipeline.publish.repo_check import EmptySplitError
+from rs.pipeline.publish.stage import publish
 from rs.splits_schema import features
 
 # (image, question, answer): a duplicate written differently on A, a conflicting one on B (purple, then yellow)

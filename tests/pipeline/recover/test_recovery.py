@@ -170,7 +170,7 @@ def test_recovery_samples_the_rejections_and_publishes_what_it_recovered(built) 
 def test_pairs_repo_loads_and_its_card_is_measured_from_its_files(
     tmp_path: Path, built, demo_engine, monkeypatch
 ) -> None:
-    from rs.pipeline.publish import publish
+    from rs.pipeline.publish.stage import publish
 
     families = copied(built, tmp_path)  # the session's build: this publish writes the repos and cards only
     family = load_families(families)["TinyCLEVR"]
@@ -401,7 +401,7 @@ def test_demo_samples_variant_publishes_every_answer_and_an_rl_repo_trl_reads(tm
     and the cards' numbers are those of the repos' files."""
     import importlib.util
 
-    from rs.pipeline.publish import publish
+    from rs.pipeline.publish.stage import publish
     from rs.pipeline.write.samples import rl_numbers, samples_numbers
 
     spec = importlib.util.spec_from_file_location("demo_samples", ROOT / "scripts" / "demo_samples.py")

@@ -11,7 +11,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 
 pytestmark = pytest.mark.slow
 

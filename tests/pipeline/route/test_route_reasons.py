@@ -11,7 +11,7 @@ import itertools
 import pytest
 
 from rs.pipeline.route import Decision, certainly_wrong, decide
-from rs.splits_schema import REJECT_REASONS
+from rs.splits import REJECT_REASONS
 
 VERIFIER = {  # the verifier's outcome: verified, contradicts
     "accepted": (True, False),

@@ -24,7 +24,7 @@ from family_yaml import TINY, write_families  # noqa: E402
 from rs.context import BuildContext
 from rs.engines.vllm import VLLMEngine, VLLMStream  # noqa: E402
 from rs.families import load_families  # noqa: E402
-from rs.pipeline.publish import publish  # noqa: E402
+from rs.pipeline.publish.stage import publish  # noqa: E402
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure
 from rs.store import read_records  # noqa: E402

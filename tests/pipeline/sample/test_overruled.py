@@ -19,7 +19,7 @@ from rs.context import BuildContext
 from rs.engines.replay import ReplayEngine  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.pipeline.clean.stage import CleanStage  # noqa: E402
-from rs.pipeline.publish import publish  # noqa: E402
+from rs.pipeline.publish.stage import publish  # noqa: E402
 from rs.pipeline.stage import ensure  # noqa: E402
 from rs.store import read_clean_rows, read_records  # noqa: E402
 

@@ -25,7 +25,8 @@ from rs.pipeline.sample import SampleReport  # noqa: E402
 from rs.pipeline.sample.stage import SampleStage
 from rs.pipeline.stage import ensure, read_report
 from rs.pipeline.write.report import FamilyReport, ReportError  # noqa: E402
-from rs.splits_schema import SPLITS, features  # noqa: E402
+from rs.splits import SPLITS  # noqa: E402
+from rs.splits_schema import features  # noqa: E402
 
 
 @pytest.fixture(scope="module")

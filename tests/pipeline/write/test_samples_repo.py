@@ -21,7 +21,7 @@ from replay_family import differ_by_the_source_alone, write_family
 
 from rs.cli.main import main as rs_main
 from rs.families import load_families
-from rs.pipeline.publish import publish
+from rs.pipeline.publish.stage import publish
 from rs.pipeline.route import RouteFilter
 from rs.pipeline.write.samples import rl_numbers, samples_numbers
 

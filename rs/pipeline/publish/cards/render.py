@@ -30,7 +30,8 @@ from rs.pipeline.publish.cards.decontam import card_sets
 from rs.pipeline.publish.cards.figures import Figure
 from rs.pipeline.write.report import PASS_RATE_BINS, CleaningSummary, FamilyReport, pass_rate_bin
 from rs.pipeline.write.samples import REPO_NUMBERS
-from rs.splits_schema import REJECT_REASONS, ROW_SCHEMAS, features
+from rs.splits import REJECT_REASONS
+from rs.splits_schema import ROW_SCHEMAS, features
 from rs.store import read_records
 from rs.util.shipped import TEMPLATES
 from rs.util.text import counted, pct
