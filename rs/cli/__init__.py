@@ -33,6 +33,7 @@ from typing import Callable, NoReturn
 from rs.cli import signals
 from rs.errors import RsError
 from rs.util import ledger
+from rs.util.long_lived import end_with_the_command
 
 
 def add_config(parser: argparse.ArgumentParser, *, subcommand: bool = False) -> None:
@@ -157,8 +158,9 @@ def run_as_program(main: Callable[[], int | None]) -> NoReturn:
     thread that asks for the GIL once the interpreter finalizes is ended inside C++ code (apache/arrow#34314,
     huggingface/datasets#7566). What the interpreter does before it finalizes is done here in its order: threading's
     exit hooks and the wait for non-daemon threads, the atexit handlers (logging's flush, vLLM's and Ray's shutdowns),
-    the streams' flush.
+    the streams' flush. What only memory holds is left to the exit (`rs.util.long_lived.end_with_the_command`).
     """
+    end_with_the_command()
     try:
         code = _exit_code(main)
     except SystemExit as done:  # argparse's usage errors and --help

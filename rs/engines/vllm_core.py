@@ -34,6 +34,7 @@ vLLM itself is imported only when a function here needs it (its import takes sec
 
 from __future__ import annotations
 
+import atexit
 import functools
 import gc
 import logging
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable
 
 from rs.engines.lifeline import engine_processes_die_with_this_one, interrupts_reach_the_caller
-from rs.util.long_lived import import_for_good
+from rs.util.long_lived import ends_with_the_command, import_for_good
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -161,6 +162,7 @@ class VLLMCore:
 
             start, end = reasoning_markers
             args = {**args, "reasoning_config": ReasoningConfig(reasoning_start_str=start, reasoning_end_str=end)}
+        _tear_down_left_engines()
         # a SIGKILLed run leaves no engine core behind; a Ctrl-C or SIGTERM stops the start at once
         with interrupts_reach_the_caller(), engine_processes_die_with_this_one():
             llm = LLM(model=model, **args)
@@ -280,11 +282,23 @@ class VLLMCore:
         return None
 
     def shutdown(self) -> None:
-        """Free the engine (weights, KV cache, worker processes), so that a later engine in this process starts cleanly."""
-        llm, self.llm = self.llm, None  # type: ignore[assignment]
-        self._owners.clear()
-        if llm is None:
+        """Free the engine (weights, KV cache, worker processes), so that a later engine in this process starts cleanly.
+
+        In a process that ends with its command (`rs.util.long_lived.ends_with_the_command`), an engine that has no
+        process of its own (`_alone_in_this_process`) is left to the exit instead, unless another engine starts
+        first (`_tear_down_left_engines`): its teardown walks the whole heap three times (`EngineCore.shutdown` unfreezes
+        it, then collects), 1.9 s of CPU for the tiny model, to free memory the exit frees anyway.
+        """
+        if self.llm is None or self in _LEFT_TO_THE_EXIT:
             return
+        self._owners.clear()
+        if ends_with_the_command() and _alone_in_this_process(self.llm):
+            _leave_to_the_exit(self)
+            return
+        self._tear_down()
+
+    def _tear_down(self) -> None:
+        llm, self.llm = self.llm, None  # type: ignore[assignment]
         _keep_the_context_of_a_dead_core(llm)
         try:
             # an engine core in this process tears down its distributed state itself (`cleanup_dist_env_and_memory`);
@@ -306,6 +320,44 @@ class VLLMCore:
         # an in-process core's teardown unfroze the heap (`gc.unfreeze`) and walked it three times; what is left lives to
         # the end (torch, vLLM, the run's own objects): out of the rest of the run's collections again, as after the import
         gc.freeze()
+
+
+_LEFT_TO_THE_EXIT: list[VLLMCore] = []
+"""Closed engines left to the exit (`VLLMCore.shutdown`), held here: one collected late would tear down the process's
+model-parallel state under the next engine."""
+
+
+def _alone_in_this_process(llm: LLM) -> bool:
+    """The engine core runs in this process (vLLM's `InprocClient`) and its model too (the `uni` executor): no process
+    or shared memory of its own that must be stopped or released before this process ends."""
+    engine = llm.llm_engine
+    return (
+        type(engine.engine_core).__name__ == "InprocClient"
+        and engine.vllm_config.parallel_config.distributed_executor_backend == "uni"
+    )
+
+
+def _leave_to_the_exit(core: VLLMCore) -> None:
+    if not _LEFT_TO_THE_EXIT:
+        atexit.register(
+            _let_the_exit_free_them
+        )  # after vLLM's own finalizers' hook, so before it (last in, first out)
+    _LEFT_TO_THE_EXIT.append(core)
+
+
+def _tear_down_left_engines() -> None:
+    """Before another engine loads: the engines left to the exit are torn down now, their memory the new one's."""
+    while _LEFT_TO_THE_EXIT:
+        _LEFT_TO_THE_EXIT.pop()._tear_down()
+
+
+def _let_the_exit_free_them() -> None:
+    """At exit: the in-process client's finalizer (`InprocClient._finalizer`, which would run `EngineCore.shutdown`
+    from `weakref.finalize`'s exit hook) is detached; the process's end frees the engine."""
+    for core in _LEFT_TO_THE_EXIT:
+        finalizer = getattr(core.llm.llm_engine.engine_core, "_finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()
 
 
 _DEAD_CORES_CONTEXTS: list[Any] = []

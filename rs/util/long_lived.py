@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Iterator
 
-__all__ = ["import_for_good", "kept_to_the_end"]
+__all__ = ["end_with_the_command", "ends_with_the_command", "import_for_good", "kept_to_the_end"]
 
 
 def import_for_good(name: str) -> ModuleType:
@@ -50,3 +50,18 @@ def kept_to_the_end() -> Iterator[None]:
 @functools.cache
 def _unfreeze_at_exit() -> None:
     atexit.register(gc.unfreeze)  # freed at exit, or bindings such as triton's (nanobind) report them leaked
+
+
+_ENDS_WITH_THE_COMMAND = False
+
+
+def end_with_the_command() -> None:
+    """Say that this process ends when its command returns (`rs.cli.run_as_program`): what lives to the end is then
+    left to the exit to free (`rs.engines.vllm_core`'s closed in-process engines)."""
+    global _ENDS_WITH_THE_COMMAND
+    _ENDS_WITH_THE_COMMAND = True
+
+
+def ends_with_the_command() -> bool:
+    """Whether this process ends when its command returns (False in a library user's process, a test, a Ray worker)."""
+    return _ENDS_WITH_THE_COMMAND

@@ -280,6 +280,24 @@ def test_the_engine_core_client_shuts_down_and_the_distributed_state_is_cleaned(
     )
 
 
+def test_an_in_process_core_is_torn_down_by_its_finalizer_and_says_how_it_runs_its_model() -> None:
+    from vllm.config import ParallelConfig
+    from vllm.v1.engine.core_client import InprocClient
+
+    require(
+        "self._finalizer = weakref.finalize(self, self.engine_core.shutdown)"
+        in inspect.getsource(InprocClient.__init__)
+        and "self._finalizer.detach()" in inspect.getsource(InprocClient.shutdown),
+        "InprocClient._finalizer (EngineCore.shutdown, run at exit by weakref.finalize unless detached)",
+        "VLLMCore leaves a closed in-process engine to the exit by detaching it (_let_the_exit_free_them)",
+    )
+    require(
+        "distributed_executor_backend" in fields(ParallelConfig),
+        "ParallelConfig.distributed_executor_backend",
+        "_alone_in_this_process reads it: only the `uni` executor runs the model in the core's process",
+    )
+
+
 # --- the chat template and images as vLLM reads them -------------------------------------------
 
 
