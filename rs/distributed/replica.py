@@ -25,6 +25,7 @@ from rs.pipeline.sample.requests import sampling_request
 from rs.prompt import Instructions
 from rs.registry import ENGINES
 from rs.store import qa_item
+from rs.util.long_lived import end_with_the_command
 from rs.util.text import last_line
 
 from .report import RayPlanError
@@ -221,6 +222,7 @@ class EngineReplica:
     """
 
     def __init__(self, spec: dict[str, Any], identity: str, settings: SamplingSettings):
+        end_with_the_command()  # the actor's process ends with it: its exit frees the engine, no teardown first
         self.spec, self.settings = spec, settings
         engine = build_replica_engine(spec)
         if (mine := identity_key(engine)) != identity:

@@ -41,6 +41,7 @@ import logging
 import signal
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable
 
@@ -167,7 +168,10 @@ class VLLMCore:
         with interrupts_reach_the_caller(), engine_processes_die_with_this_one():
             llm = LLM(model=model, **args)
         _wake_when_dead(llm)
-        return cls(llm)
+        core = cls(llm)
+        if _alone_in_this_process(llm):
+            _held_to_the_exit(core)
+        return core
 
     # - configuration vLLM resolved -
 
@@ -337,11 +341,23 @@ def _alone_in_this_process(llm: LLM) -> bool:
     )
 
 
+_IN_THIS_PROCESS: weakref.WeakSet[VLLMCore] = weakref.WeakSet()
+"""The engines started here that run wholly in this process, open or left to the exit."""
+
+
+def _held_to_the_exit(core: VLLMCore) -> None:
+    _exit_hook()
+    _IN_THIS_PROCESS.add(core)
+
+
+@functools.cache
+def _exit_hook() -> None:
+    # registered once the first engine made vLLM's finalizers (and with them `weakref.finalize`'s exit hook), so it
+    # runs before that hook: exit hooks run last in, first out
+    atexit.register(_let_the_exit_free_them)
+
+
 def _leave_to_the_exit(core: VLLMCore) -> None:
-    if not _LEFT_TO_THE_EXIT:
-        atexit.register(
-            _let_the_exit_free_them
-        )  # after vLLM's own finalizers' hook, so before it (last in, first out)
     _LEFT_TO_THE_EXIT.append(core)
 
 
@@ -352,11 +368,13 @@ def _tear_down_left_engines() -> None:
 
 
 def _let_the_exit_free_them() -> None:
-    """At exit: the in-process client's finalizer (`InprocClient._finalizer`, which would run `EngineCore.shutdown`
-    from `weakref.finalize`'s exit hook) is detached; the process's end frees the engine."""
-    for core in _LEFT_TO_THE_EXIT:
-        finalizer = getattr(core.llm.llm_engine.engine_core, "_finalizer", None)
-        if finalizer is not None:
+    """At the exit of a process that ends with its command: the engines still held here, closed or not, are left to
+    the process's end. Their in-process clients' finalizers (`InprocClient._finalizer`, which `weakref.finalize`'s exit
+    hook would run: `EngineCore.shutdown`, three walks of the heap) are detached."""
+    if not ends_with_the_command():
+        return
+    for core in list(_IN_THIS_PROCESS):
+        if core.llm is not None and (finalizer := getattr(core.llm.llm_engine.engine_core, "_finalizer", None)):
             finalizer.detach()
 
 

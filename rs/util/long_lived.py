@@ -56,12 +56,13 @@ _ENDS_WITH_THE_COMMAND = False
 
 
 def end_with_the_command() -> None:
-    """Say that this process ends when its command returns (`rs.cli.run_as_program`): what lives to the end is then
-    left to the exit to free (`rs.engines.vllm_core`'s closed in-process engines)."""
+    """Say that this process ends when its command returns (`rs.cli.run_as_program`; a Ray replica's process, whose
+    command is its actor): what lives to the end is then left to the exit to free (`rs.engines.vllm_core`'s in-process
+    engines, closed or not)."""
     global _ENDS_WITH_THE_COMMAND
     _ENDS_WITH_THE_COMMAND = True
 
 
 def ends_with_the_command() -> bool:
-    """Whether this process ends when its command returns (False in a library user's process, a test, a Ray worker)."""
+    """Whether this process ends when its command returns (False in a library user's process, a test)."""
     return _ENDS_WITH_THE_COMMAND

@@ -1,6 +1,7 @@
-"""A command's process leaves its closed in-process engine to the exit: the teardown (three walks of the whole heap, 1.9 s
-of CPU for the tiny model) frees memory the exit frees anyway. Until another engine starts: that one gets the memory,
-so the engine left is torn down first, before it loads. An engine with processes of its own is always shut down."""
+"""A command's process (and a Ray replica's) leaves its in-process engines, closed or not, to the exit: the teardown (three
+walks of the whole heap, 1.9 s of CPU for the tiny model) frees memory the exit frees anyway. Until another engine
+starts: that one gets the memory, so a closed engine is torn down first, before it loads. An engine with processes of
+its own is always shut down."""
 
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ def model_of(engine: VLLMEngine) -> weakref.ref:
     )
 
 
-def test_a_commands_closed_engine_is_left_to_the_exit_until_another_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_commands_engines_are_left_to_the_exit_a_closed_one_until_another_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from vllm.v1.engine.core import EngineCore
 
     teardowns: list[object] = []
@@ -43,6 +46,7 @@ def test_a_commands_closed_engine_is_left_to_the_exit_until_another_starts(monke
         EngineCore, "shutdown", lambda core, *a, **k: (teardowns.append(core), shutdown(core, *a, **k))
     )
     monkeypatch.setattr(long_lived, "_ENDS_WITH_THE_COMMAND", True)
+    open_at_exit = None
     try:
         first = tiny()
         model, client = model_of(first), first.llm.llm_engine.engine_core
@@ -51,21 +55,23 @@ def test_a_commands_closed_engine_is_left_to_the_exit_until_another_starts(monke
 
         second = tiny()  # the first is torn down before this one loads: its memory is the second's
         assert len(teardowns) == 1 and model() is None and not client._finalizer.alive
-        left = second.llm.llm_engine.engine_core
-        second.close()
-        assert len(teardowns) == 1 and left._finalizer.alive
+        open_at_exit = second.llm.llm_engine.engine_core
+        assert open_at_exit._finalizer.alive
 
-        vllm_core._let_the_exit_free_them()  # at exit: vLLM's finalizer would tear it down from weakref's exit hook
-        assert not left._finalizer.alive and len(teardowns) == 1
-        left.engine_core.shutdown()  # what the process's end stands for here: this process goes on
+        vllm_core._let_the_exit_free_them()  # at exit, the open engine too: vLLM's finalizer would tear it down
+        assert not open_at_exit._finalizer.alive and len(teardowns) == 1
     finally:
         vllm_core._LEFT_TO_THE_EXIT.clear()
+        if open_at_exit is not None:
+            open_at_exit.engine_core.shutdown()  # what the process's end stands for here: this process goes on
         gc.collect()
 
 
 def test_outside_a_command_a_closed_engine_is_torn_down_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(long_lived, "_ENDS_WITH_THE_COMMAND", False)
     engine = tiny()
-    model = model_of(engine)
+    model, client = model_of(engine), engine.llm.llm_engine.engine_core
+    vllm_core._let_the_exit_free_them()  # a library user's process: vLLM's finalizer stays for the exit
+    assert client._finalizer.alive
     engine.close()
-    assert model() is None and vllm_core._LEFT_TO_THE_EXIT == []
+    assert model() is None and not client._finalizer.alive and vllm_core._LEFT_TO_THE_EXIT == []
