@@ -297,7 +297,7 @@ class VLLMCore:
             return
         self._owners.clear()
         if ends_with_the_command() and _alone_in_this_process(self.llm):
-            _leave_to_the_exit(self)
+            _LEFT_TO_THE_EXIT.append(self)
             return
         self._tear_down()
 
@@ -355,10 +355,6 @@ def _exit_hook() -> None:
     # registered once the first engine made vLLM's finalizers (and with them `weakref.finalize`'s exit hook), so it
     # runs before that hook: exit hooks run last in, first out
     atexit.register(_let_the_exit_free_them)
-
-
-def _leave_to_the_exit(core: VLLMCore) -> None:
-    _LEFT_TO_THE_EXIT.append(core)
 
 
 def _tear_down_left_engines() -> None:
