@@ -289,14 +289,15 @@ class VLLMCore:
         """Free the engine (weights, KV cache, worker processes), so that a later engine in this process starts cleanly.
 
         In a process that ends with its command (`rs.util.long_lived.ends_with_the_command`), an engine that has no
-        process of its own (`_alone_in_this_process`) is left to the exit instead, unless another engine starts
-        first (`_tear_down_left_engines`): its teardown walks the whole heap three times (`EngineCore.shutdown` unfreezes
-        it, then collects), 1.9 s of CPU for the tiny model, to free memory the exit frees anyway.
+        process of its own (`_alone_in_this_process`, checked when it started) is left to the exit instead, unless
+        another engine starts first (`_tear_down_left_engines`): its teardown walks the whole heap three times
+        (`EngineCore.shutdown` unfreezes it, then collects), 1.9 s of CPU for the tiny model, to free memory the exit
+        frees anyway.
         """
         if self.llm is None or self in _LEFT_TO_THE_EXIT:
             return
         self._owners.clear()
-        if ends_with_the_command() and _alone_in_this_process(self.llm):
+        if ends_with_the_command() and self in _IN_THIS_PROCESS:
             _LEFT_TO_THE_EXIT.append(self)
             return
         self._tear_down()

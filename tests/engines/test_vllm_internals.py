@@ -289,7 +289,7 @@ def test_an_in_process_core_is_torn_down_by_its_finalizer_and_says_how_it_runs_i
         in inspect.getsource(InprocClient.__init__)
         and "self._finalizer.detach()" in inspect.getsource(InprocClient.shutdown),
         "InprocClient._finalizer (EngineCore.shutdown, run at exit by weakref.finalize unless detached)",
-        "VLLMCore leaves a closed in-process engine to the exit by detaching it (_let_the_exit_free_them)",
+        "VLLMCore leaves its in-process engines to a command's exit by detaching it (_let_the_exit_free_them)",
     )
     require(
         "distributed_executor_backend" in fields(ParallelConfig),
