@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Sequence
@@ -177,16 +176,15 @@ class _OffsetIndex:
     """Line offsets by item key and by prompt, in a temporary SQLite file: a dictionary of every key held 50 MB at
     400,000 answers and grew with the family (bench/build.py); this keeps a few MB of page cache whatever the size.
 
+    SQLite's private temporary database (an empty file name) is a file it removes as soon as it opens it, so a
+    process killed mid-run leaves nothing behind (a named temporary folder was left in the temporary directory).
     A key given twice keeps its last line, as the dictionary did.
     """
 
     _BATCH = 10_000
 
     def __init__(self) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="rs-replay-")
-        self._db = sqlite3.connect(
-            Path(self._dir.name) / "index.sqlite", isolation_level=None, check_same_thread=False
-        )
+        self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
         self._db.executescript("""
             PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-8000;
             CREATE TABLE offsets (kind INTEGER NOT NULL, id TEXT NOT NULL, offset INTEGER NOT NULL, PRIMARY KEY (kind, id)) WITHOUT ROWID;
@@ -213,4 +211,3 @@ class _OffsetIndex:
 
     def close(self) -> None:
         self._db.close()
-        self._dir.cleanup()

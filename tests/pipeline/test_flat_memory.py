@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -63,12 +65,33 @@ def test_replay_answers_by_key_then_by_prompt_and_a_repeated_key_keeps_its_last_
         engine.close()
 
 
-def test_replay_index_is_a_temporary_file_removed_on_close(tmp_path: Path) -> None:
-    engine = _replay(tmp_path / "replay.jsonl", [{"key": "a#0", "text": "x"}])
-    folder = Path(engine._index._dir.name)
-    assert (folder / "index.sqlite").is_file()
-    engine.close()
-    assert not folder.exists()
+KILLED_WHILE_OPEN = """
+import sys, time
+from rs.engines.replay import ReplayEngine
+engine = ReplayEngine(sys.argv[1], model="replayed/model")
+print("open", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_replay_index_leaves_nothing_behind_even_when_its_process_is_killed(tmp_path: Path) -> None:
+    """The index is SQLite's private temporary database: a file SQLite removes as soon as it opens it (on disk past a few
+    MB of page cache), so a run killed with the engine open leaves nothing in the temporary directory (a named folder
+    was left there before)."""
+    replay, tmp = tmp_path / "replay.jsonl", tmp_path / "tmp"
+    tmp.mkdir()
+    replay.write_text("".join(json.dumps({"key": f"item-{n}#0", "text": "x"}) + "\n" for n in range(1000)))
+    env = {**os.environ, "TMPDIR": str(tmp), "SQLITE_TMPDIR": str(tmp)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WHILE_OPEN, str(replay)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline() == "open\n"
+        assert os.listdir(tmp) == []
+    finally:
+        child.kill()
+        child.wait()
+    assert os.listdir(tmp) == []
 
 
 def test_a_bad_replay_line_is_named_and_leaves_no_index_behind(
