@@ -77,7 +77,7 @@ def write_ours(work: Path, images: int) -> dict:
     from rs.pipeline.route import routes_for
     from rs.pipeline.stage import ensure
     from rs.pipeline.write.splits import write_split
-    from rs.splits_schema import SPLITS
+    from rs.splits import SPLITS
 
     ctx = _context(work, images)
     ensure(CleanStage(), ctx)
@@ -96,7 +96,8 @@ def write_reference(work: Path, images: int) -> dict:
     import datasets
 
     from rs.pipeline.route import Routes, split_rows
-    from rs.splits_schema import SPLITS, features
+    from rs.splits import SPLITS
+    from rs.splits_schema import features
 
     ctx = _context(work, images)
     out = work / "reference"

@@ -32,8 +32,8 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rs.families import schema
 from rs.families.loader import _did_you_mean, _kind, _node_at, _Validator, field_types, plugin_registry, type_name
-from rs.families.values import ConfigValueError
 from rs.registry import CLEANING, ENGINES, SOURCES, Registry
+from rs.util.config_checks import ConfigValueError
 
 # --- pydantic -------------------------------------------------------------------------------------------------------
 
