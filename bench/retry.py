@@ -49,7 +49,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tests", action="store_true", help=f"also run {', '.join(TESTS)} with each")
     args = parser.parse_args()
-    import retry_tenacity as proto
+    try:
+        import retry_tenacity as proto
+    except ModuleNotFoundError as err:
+        if err.name != "tenacity":
+            raise
+        sys.exit(
+            "bench/retry.py compares rs's retry loops with tenacity, which rs does not depend on: python -m pip install tenacity"
+        )
 
     hand = [retry.through_rate_limit, retry.retrying, resumable.resumable]
     lib = [proto.through_rate_limit, proto.retrying, proto.resumable]
