@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
+import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Callable
@@ -28,6 +30,16 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # cores spin waiting for each other.
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """vLLM's sockets (`ipc://`) in a folder of the run's, removed at its end: vLLM leaves each one it made in the
+    temporary directory (seven a multiprocessing run, whether it ends well or is killed), some eighty a suite."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or "VLLM_RPC_BASE_PATH" in os.environ:
+        return  # a worker inherits the controller's (set before it starts them)
+    folder = tempfile.mkdtemp(prefix="rs-tests-vllm-")
+    os.environ["VLLM_RPC_BASE_PATH"] = folder
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
