@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from functools import lru_cache
 
@@ -32,6 +32,10 @@ class Number:
     """Written with leading zeros ("007"): an identifier as much as a number."""
     scaled: bool = False
     """Written with a scale word ("12.5 billion", "two million"): the same figure at another scale is near."""
+    regrouped: Fraction | None = field(default=None, compare=False, repr=False)
+    """The value the other convention reads in a number of one separator and three digits after it: "1.000" is 1, or
+    1000 with a thousands point; "2,500" is 2500, or 2.5 with a decimal comma. A reference equal to it makes the
+    number near (never certainly wrong); None for any other number."""
 
     def __init__(
         self,
@@ -42,6 +46,7 @@ class Number:
         end: int = 0,
         padded: bool = False,
         scaled: bool = False,
+        regrouped: Fraction | None = None,
     ) -> None:
         # Each field set once, through its slot: the __init__ a frozen dataclass generates goes through
         # object.__setattr__ for every field, which cost more than reading a plain number.
@@ -52,6 +57,7 @@ class Number:
         _SET_NUMBER[4](self, end)
         _SET_NUMBER[5](self, padded)
         _SET_NUMBER[6](self, scaled)
+        _SET_NUMBER[7](self, regrouped)
 
     def readings(self) -> tuple[Fraction, ...]:
         """The values it may mean: "42%" is 42 (a percentage asked for) or 0.42 (a proportion)."""
@@ -268,19 +274,40 @@ def _digit_numbers(text: str, low: str) -> list[Number]:
                 raise Unreadable(m.group(0))  # "5M", "3k", "3x": a scale read wrongly would be a wrong value
             continue  # "3D", "2nd-hand": no amount
         value = _digit_value(m)
+        num = m.group("num")
+        regrouped = _regrouped(num) if num and 5 <= len(num) <= 7 and num[-4] in ".," else None
         if m.group("sign") == "-":
             value = -value
+            regrouped = None if regrouped is None else -regrouped
         if m.group("scale"):
-            value *= _SCALE_WORDS[m.group("scale").strip().lower()]
+            scale = _SCALE_WORDS[m.group("scale").strip().lower()]
+            value *= scale
+            regrouped = None if regrouped is None else regrouped * scale
         padded = re.match(r"[-+]?0\d", m.group(0)) is not None
         found.append(
             _qualified(
-                Number(value, bool(m.group("pct")), None, m.start(), m.end(), padded, bool(m.group("scale"))),
+                Number(
+                    value, bool(m.group("pct")), None, m.start(), m.end(), padded, bool(m.group("scale")), regrouped
+                ),
                 text,
                 low,
             )
         )
     return found
+
+
+_THOUSANDS_POINT = re.compile(r"[1-9][0-9]{0,2}\.[0-9]{3}")
+_DECIMAL_COMMA = re.compile(r"[0-9]{1,3},[0-9]{3}")
+
+
+def _regrouped(digits: str) -> Fraction | None:
+    """The value of ``digits`` under the other convention when one separator with three digits after it could be
+    either ("1.000": a thousands point, 1000; "2,500": a decimal comma, 2.5); None for any other number."""
+    if _THOUSANDS_POINT.fullmatch(digits):
+        return Fraction(int(digits.replace(".", "")))
+    if _DECIMAL_COMMA.fullmatch(digits):
+        return Fraction(int(digits.replace(",", "")), 1000)
+    return None
 
 
 def _digit_value(m: re.Match[str]) -> Fraction:
@@ -312,7 +339,7 @@ def _qualified(number: Number, text: str, low: str) -> Number:
         )
     if qualifier is None:
         return number
-    return Number(number.value, number.percent, qualifier, start, end, number.padded, number.scaled)
+    return Number(number.value, number.percent, qualifier, start, end, number.padded, number.scaled, number.regrouped)
 
 
 # ---- words ----
@@ -505,6 +532,7 @@ def simple_number(text: str) -> Number | None:
     Such a text is its own plain form, holds nothing `_COMPOUND` refuses, is one whole `_DIGITS` match (no sign, tail
     or scale) and has nothing around it to qualify it: the general reading gives exactly this one number."""
     whole, point, decimals = text.partition(".")
+    regrouped = None
     if whole.isdigit() and (decimals.isdigit() or not point) and text.isascii():
         percent = ""  # "42", "3.25", "007": the most common, told without the pattern
     elif (m := _SIMPLE.fullmatch(text)) is None:
@@ -512,10 +540,14 @@ def simple_number(text: str) -> Number | None:
     else:
         whole, decimals, percent = m.groups("")
         if "," in whole:
+            if not decimals:
+                regrouped = _regrouped(whole)  # "2,500": or 2.5 with a decimal comma
             whole = whole.replace(",", "")
+    if len(decimals) == 3 and len(whole) <= 3 and whole[0] != "0":
+        regrouped = Fraction(int(whole + decimals))  # "1.000": or 1000 with a thousands point (`_regrouped`'s rule)
     value = Fraction(int(whole + decimals), 10 ** len(decimals)) if decimals else Fraction(int(whole))
     padded = text[0] == "0" and text[1:2].isdigit()  # "007" (ASCII digits only here)
-    return Number(value, bool(percent), None, 0, len(text), padded, False)
+    return Number(value, bool(percent), None, 0, len(text), padded, False, regrouped)
 
 
 def _numbers(plain: str) -> list[Number] | None:

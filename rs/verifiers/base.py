@@ -47,7 +47,7 @@ __all__ = [
 # Enum members as module names where every check passes (Python 3.11 looks an enum class's attributes up through a hook).
 _NUMBER, _TEXT, _ACCEPTED = Kind.NUMBER, Kind.TEXT, Outcome.ACCEPTED
 
-VERSION = "2"
+VERSION = "3"
 """The verifiers' shared rules (this module): bump when a change decides some match otherwise (`rs.pipeline.versions`); a
 verifier's own rules are versioned by its class's `version`."""
 
@@ -223,8 +223,8 @@ class Verifier(abc.ABC):
 
     def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
         """Whether a notation, scale or tolerance difference could make ``value`` a reference: a percent conversion,
-        a scale word ("12.5 billion" for 12.5 "in billions"), a rounding at either side's precision ("1/3" for
-        0.33). Such a value is never certainly wrong."""
+        a scale word ("12.5 billion" for 12.5 "in billions"), the other separators ("1.000" for 1000, "2,500" for
+        2.5), a rounding at either side's precision ("1/3" for 0.33). Such a value is never certainly wrong."""
         if kind is not _NUMBER:
             return False
         numbers = reference_values(kind, references)
@@ -440,10 +440,13 @@ _SCALE_QUESTION = re.compile(
 
 def near_number(value: Number, reference: Number, *, scales: bool = False) -> bool:
     """Whether ``value`` may be ``reference`` written at another scale (when either is written with a scale word or
-    the question names one, ``scales``), through a percent sign, or rounded."""
+    the question names one, ``scales``), through a percent sign, with the other separators ("1.000" for 1000), or
+    rounded."""
     if value.qualifier or reference.qualifier:
         return True
     a, b = value.value, reference.value
+    if value.regrouped == b or reference.regrouped == a:
+        return True  # "1.000" for 1000, "2,500" for 2.5: a thousands point or a decimal comma
     if value.percent != reference.percent and value.converts(reference):
         return True
     if (scales or value.scaled or reference.scaled) and any(a == b * s or a * s == b for s in _SCALES):

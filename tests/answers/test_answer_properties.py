@@ -8,13 +8,16 @@ written for. `bench/answers.py --properties` runs the same invariants over 100,0
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 
 import answers_properties as P  # noqa: E402
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rs.answers import Outcome  # noqa: E402
+from rs.answers import Grader, Outcome  # noqa: E402
+from rs.answers.numbers import render
+from rs.verifiers import get_verifier
 
 # derandomize: the same examples on every machine and run; a modest count keeps the file to a few seconds
 SETTINGS = settings(max_examples=120, deadline=None, derandomize=True, database=None)
@@ -76,3 +79,31 @@ def test_a_retraction_or_hedge_leaves_any_value_undecided(verifier: str, data: s
     turn = data.draw(st.sampled_from([c for c, (_, kind) in P.CONTINUATIONS.items() if kind == "turn"]))
     case = _case(spec, value, value, presentation, turn)
     assert GRADERS.grade(case).outcome is Outcome.UNDECIDED, case.answer
+
+
+NUMBER_VERIFIERS = sorted(set(P.SPECS) - {"mcq"})
+READERS = {name: Grader(get_verifier(name)) for name in NUMBER_VERIFIERS}
+
+
+@pytest.mark.parametrize("verifier", NUMBER_VERIFIERS)
+@SETTINGS
+@given(
+    whole=st.integers(1, 999),
+    three=st.integers(0, 999),
+    comma=st.booleans(),
+    presentation=PRESENTATION,
+    continuation=st.sampled_from(["none", "explanation"]),
+)
+def test_a_number_the_other_separators_make_the_reference_is_never_certainly_wrong(
+    verifier: str, whole: int, three: int, comma: bool, presentation: str, continuation: str
+) -> None:
+    """One separator with three digits after it reads two ways: "1.000" is 1, or 1000 with a thousands point; "2,500"
+    is 2500, or 2.5 with a decimal comma. Where the other way is the reference, the answer may be right: the judge's,
+    never certainly wrong (and not accepted: the text does not settle which way it was written)."""
+    if comma:
+        written, other = f"{whole},{three:03d}", Fraction(whole * 1000 + three, 1000)
+    else:
+        written, other = f"{whole}.{three:03d}", Fraction(whole * 1000 + three)
+    answer = P.compose(written, presentation, continuation, "")
+    outcome = READERS[verifier].grade(answer, render(other)).outcome
+    assert outcome is Outcome.UNDECIDED, (answer, render(other), outcome)
