@@ -269,7 +269,8 @@ def test_a_bumped_verifiers_version_rereads_and_changes_no_decision(runs, monkey
     the family's own reading: the build is stale for the reader, so it is re-read; the same reading decides the same."""
     import rs.verifiers.base
 
-    monkeypatch.setattr(rs.verifiers.base, "VERSION", "2-bumped")
+    run, bumped = rs.verifiers.base.VERSION, f"{rs.verifiers.base.VERSION}-bumped"
+    monkeypatch.setattr(rs.verifiers.base, "VERSION", bumped)
     code, printed = _refilter(
         "--config",
         str(runs.tmp / "families.yaml"),
@@ -284,9 +285,9 @@ def test_a_bumped_verifiers_version_rereads_and_changes_no_decision(runs, monkey
     reread = json.loads((tmp_path / "out" / "local" / "Shapes_RS_think" / "rs" / "stats.json").read_text())["filter"][
         "reread"
     ]
-    assert reread["changed"] == [{"what": "versions.verifiers", "run": "2", "now": "2-bumped"}]
+    assert reread["changed"] == [{"what": "versions.verifiers", "run": run, "now": bumped}]
     assert (reread["outcomes_changed"], reread["decisions"]["changed"], reread["judge_not_asked"]) == (0, 0, 0)
-    assert reread["reader"]["verifiers"] == "2-bumped"
+    assert reread["reader"]["verifiers"] == bumped
     for split in ("think", "nothink", "rejected", "samples"):
         name = Path(runs.first.where[split]).name
         for data in (Path(runs.first.where[split]) / "data").glob("*.parquet"):
