@@ -229,7 +229,7 @@ class VqaVerifier(Verifier):
     """Accept when the soft VQA accuracy reaches ``threshold``; see the module docstring."""
 
     name = "vqa"
-    version = "2"
+    version = "3"
     title = "VQA soft accuracy"
     PARAMS = {
         "threshold": Param(float, 1.0, "minimum soft accuracy in (0, 1] to accept; 1.0 = at least 3 annotators"),
@@ -299,6 +299,16 @@ class VqaVerifier(Verifier):
                 )
             )
         return super().compare_value(kind, value, references, item=item, vocabulary=vocabulary)
+
+    def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
+        """An answer some annotators gave, too few for the threshold ("2" where two of four said 2, "yes" where one of
+        ten did), is a human's answer as much as the majority's: the judge's, never certainly wrong."""
+        if super().near_value(kind, value, references, item=item):
+            return True
+        if kind is Kind.NUMBER:
+            return self.same_value(kind, value, references, item=item)
+        given = reference_values(kind, references)
+        return given is not None and value in given
 
     def same_value(
         self,

@@ -581,6 +581,22 @@ def test_vqa_match(prediction: str, references, params: dict, expected: bool) ->
     check("vqa", prediction, references, expected, **params)
 
 
+@pytest.mark.parametrize(
+    ("answer", "references", "certain"),
+    [
+        ("2", _refs(("2", 2), ("3", 2)), False),  # two of four annotators: below the threshold, not wrong
+        ("The answer is 3.", _refs(("2", 9), ("3", 1)), False),
+        ("three", _refs(("2", 3), ("3", 1)), False),
+        ("yes", _refs(("no", 9), ("yes", 1)), False),
+        ("4", _refs(("2", 2), ("3", 2)), True),  # no annotator's answer
+        ("yes", _refs(("no", 10)), True),
+    ],
+)
+def test_an_answer_some_annotators_gave_is_never_certainly_wrong(answer: str, references, certain: bool) -> None:
+    grade = get_verifier("vqa").grader().grade(answer, references)
+    assert not grade.accepted and grade.certain is certain, grade
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # anls
 
