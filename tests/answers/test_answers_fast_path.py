@@ -55,11 +55,16 @@ def test_a_plain_number_is_read_as_the_general_reading_reads_it(text: str) -> No
     if number is not None:
         assert _read_plain(text) == (number,)
         assert _read_plain_number(text) == number
+        assert _read_plain(text)[0].regrouped == number.regrouped  # not in ==: a reading, not the value
 
 
-@pytest.mark.parametrize("text", ["0", "007", "3.50", "1,234", "12,345.6", "45%", "0,123", "1234.5678%"])
+@pytest.mark.parametrize(
+    "text",
+    ["0", "007", "3.50", "1,234", "12,345.6", "45%", "0,123", "1234.5678%", "1.000", "2,500", "0.500", "12.345%"],
+)
 def test_the_fast_path_takes_the_common_shapes(text: str) -> None:
     assert simple_number(text) is not None and _read_plain(text) == (simple_number(text),)
+    assert _read_plain(text)[0].regrouped == simple_number(text).regrouped
 
 
 @pytest.mark.parametrize("text", ["1,2345", "1,23", "12.", ".5", "-3", "1e3", "1_000", "12 %", " 12", "１２", "3.5.1"])
