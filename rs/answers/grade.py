@@ -287,6 +287,7 @@ class Grader:
         if self.verifier.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
             accepted = (
                 not turns(reading, kind)
+                and (kind is not Kind.POLAR or not _asks_a_negation(item) or _bare(reading))
                 and context.rest_agrees(reading.rest, value)
                 and self._accepts(kind, value, refs, item, matches=True)
             )
@@ -312,6 +313,8 @@ class Grader:
             v.certain_kind(context.kind, refs, item=item, vocabulary=self.vocabulary)
             and v.certain_value(context.kind, value)
         ):
+            return False
+        if context.kind is Kind.POLAR and _asks_a_negation(item):
             return False
         if matches is None:
             matches = v.compare_value(context.kind, value, refs, item=item, vocabulary=self.vocabulary)
@@ -340,6 +343,24 @@ _TURN = re.compile(
 
 # "5? No, 6": a "no" that opens a clause corrects what stands before it, unless yes or no is what is asked.
 _NO_CLAUSE = re.compile(r"(?:^|[\s—–,.;:?!-])no\s*[,!.;:—–-]\s*\S", re.IGNORECASE)
+
+
+_NEGATION = re.compile(r"n't\b|\b(?:not|no|never|none|nothing|nobody|neither|nor)\b", re.IGNORECASE)
+_BARE_POLAR = re.compile(r"(?:yes|no|true|false)[.!]?", re.IGNORECASE)
+
+
+def _asks_a_negation(item: Item | None) -> bool:
+    """Whether a yes/no question is itself negated ("Is there no red cube?", "Isn't it red?"). A reply's yes or no may
+    then agree with the negation ("No, there isn't": the reference's *yes*) or answer the proposition, and a negated
+    statement ("There is no red cube.") affirms it: only a bare yes or no with nothing beside it is accepted, and no
+    answer is certainly wrong."""
+    question = getattr(item, "question", None)
+    return bool(question) and _NEGATION.search(question) is not None
+
+
+def _bare(reading: Reading) -> bool:
+    """A yes or no said alone: the stated answer one word, and nothing else said."""
+    return _BARE_POLAR.fullmatch(reading.stated.strip()) is not None and not any(c.isalnum() for c in reading.rest)
 
 
 def turns(reading: Reading, kind: Kind | None = None) -> bool:

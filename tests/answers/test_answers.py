@@ -164,6 +164,53 @@ def test_the_issues_examples(verifier: str, answer: str, reference: str, outcome
 
 
 @pytest.mark.parametrize(
+    "question", ["Is there no red cube?", "Isn't the cube red?", "Are there cubes that are not red?"]
+)
+@pytest.mark.parametrize(
+    ("answer", "reference", "outcome"),
+    [
+        ("No", "no", "accepted"),  # a bare yes or no answers as the annotators did
+        ("**Yes.**", "yes", "accepted"),
+        ("No", "yes", "undecided"),  # "No (there isn't)": the reference's yes, by the other convention
+        ("Yes", "no", "undecided"),
+        ("There is no red cube.", "no", "undecided"),  # affirms "there is no red cube": yes, read as no
+        ("There is no red cube.", "yes", "undecided"),
+        ("No, there is a red cube.", "no", "undecided"),
+        ("No.\n\nThere is no red cube.", "no", "undecided"),
+    ],
+)
+def test_a_reply_to_a_negated_question_is_accepted_bare_and_never_certainly_wrong(
+    question: str, answer: str, reference: str, outcome: str
+) -> None:
+    """A yes or no replying to a negated question may agree with the negation or answer the proposition, and a negated
+    statement then affirms it: a bare yes or no alone is read, nothing is certain (it was: "No" to "Is there no red
+    cube?" against *yes*, and "There is no red cube." against *yes*, certainly wrong; the latter accepted against *no*)."""
+    from rs.answers import Grader
+    from rs.verifiers import get_verifier
+    from rs.verifiers.base import ItemInfo
+
+    grade = Grader(get_verifier("alnum")).grade(answer, reference, item=ItemInfo(question=question))
+    assert grade.outcome.value == outcome, grade
+
+
+@pytest.mark.parametrize(
+    ("answer", "reference", "outcome"),
+    [
+        ("No", "yes", "certain"),
+        ("There is no red cube.", "no", "accepted"),
+        ("There is no red cube.", "yes", "certain"),
+    ],
+)
+def test_a_reply_to_a_plain_question_is_read_as_before(answer: str, reference: str, outcome: str) -> None:
+    from rs.answers import Grader
+    from rs.verifiers import get_verifier
+    from rs.verifiers.base import ItemInfo
+
+    item = ItemInfo(question="Is there a red cube?")
+    assert Grader(get_verifier("alnum")).grade(answer, reference, item=item).outcome.value == outcome
+
+
+@pytest.mark.parametrize(
     ("answer", "reference"), [("metallic", "metal"), ("Ball", "sphere"), ("grey", "gray"), ("big", "large")]
 )
 def test_clevr_synonyms_on_both_sides(answer: str, reference: str) -> None:
