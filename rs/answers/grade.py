@@ -9,8 +9,9 @@ Two rules, one for each decision the verifier may take without the judge:
   retracts, corrects or hedges (:func:`turns`). For free text, the rest must say nothing else.
 * **Certain rejection** (:meth:`Grader._certain`): the stated answer is one clean value of the reference's kind that
   the metric does not match and that differs from every reference beyond any notation, scale, percent conversion,
-  other separators ("1.000" for 1000), rounding or tolerance (`Verifier.near_value`), with nothing after it that turns, and no value in the rest that
-  matches or nearly matches. No judge verdict overrules it.
+  other separators ("1.000" for 1000), rounding or tolerance (`Verifier.near_value`), with nothing after it that
+  turns, and no value in the rest that matches or nearly matches; a reply to a negated yes/no question never is
+  (:func:`_asks_a_negation`). No judge verdict overrules it.
 * **Undecided**: everything else. The verifier concludes nothing; the judge reads it.
 
 A value is *clean* when only neutral words stand beside it: sentence frames ("There are", "The answer is"), the
