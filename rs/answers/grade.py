@@ -10,8 +10,9 @@ Two rules, one for each decision the verifier may take without the judge:
 * **Certain rejection** (:meth:`Grader._certain`): the stated answer is one clean value of the reference's kind that
   the metric does not match and that differs from every reference beyond any notation, scale, percent conversion,
   other separators ("1.000" for 1000), rounding or tolerance (`Verifier.near_value`), with nothing after it that
-  turns, and no value in the rest that matches or nearly matches; a reply to a negated yes/no question never is
-  (:func:`_asks_a_negation`). No judge verdict overrules it.
+  turns, and no value in the rest that matches or nearly matches; a number stated in a unit a unit's factor from the
+  reference (:func:`_in_another_unit`) and a reply to a negated yes/no question (:func:`_asks_a_negation`) never
+  are. No judge verdict overrules it.
 * **Undecided**: everything else. The verifier concludes nothing; the judge reads it.
 
 A value is *clean* when only neutral words stand beside it: sentence frames ("There are", "The answer is"), the
@@ -29,7 +30,7 @@ from typing import Any, Protocol
 
 from rs.answers.numbers import simple_number
 from rs.answers.reading import Reading, read, unwrap
-from rs.answers.values import NEUTRAL_WORDS, UNIT_WORDS, Found, Kind, Vocabulary, find
+from rs.answers.values import NEUTRAL_WORDS, UNIT_WORDS, Found, Kind, Vocabulary, find, reference_values
 
 Item = Any
 """What is known of the item beside its references: its `question` and `options`, when it has them."""
@@ -317,6 +318,8 @@ class Grader:
             return False
         if context.kind is Kind.POLAR and _asks_a_negation(item):
             return False
+        if context.kind is Kind.NUMBER and _in_another_unit(reading.stated, value, refs):
+            return False
         if matches is None:
             matches = v.compare_value(context.kind, value, refs, item=item, vocabulary=self.vocabulary)
         if matches or turns(reading, context.kind) or v.near_value(context.kind, value, refs, item=item):
@@ -357,6 +360,25 @@ def _asks_a_negation(item: Item | None) -> bool:
     answer is certainly wrong."""
     question = getattr(item, "question", None)
     return bool(question) and _NEGATION.search(question) is not None
+
+
+_MEASURE = re.compile(
+    r"\d\s*(?:mm|cm|m|km|in|inch(?:es)?|ft|feet|foot|miles?|meters?|metres?|kilometers?|kilometres?|mg|g|kg|lbs?|"
+    r"grams?|kilograms?|ml|l|liters?|litres?|cents?|dollars?|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?|days?|"
+    r"weeks?|months?|years?)\b",
+    re.IGNORECASE,
+)
+_UNIT_FACTORS = (10, 12, 24, 60, 100, 1000, 3600, 1_000_000)
+
+
+def _in_another_unit(stated: str, value: Any, refs: Sequence[str]) -> bool:
+    """Whether a number stated with a unit of measure is a reference times a unit's factor ("3 cm" for 30 asked in
+    millimetres, "50 cents" for 0.5 dollars, "2 hours" for 120 minutes): the same quantity, perhaps, in another unit."""
+    if _MEASURE.search(stated) is None:
+        return False
+    numbers = reference_values(Kind.NUMBER, refs) or ()
+    a = value.value
+    return any(a == r.value * f or a * f == r.value for r in numbers for f in _UNIT_FACTORS)
 
 
 def _bare(reading: Reading) -> bool:

@@ -210,6 +210,31 @@ def test_a_reply_to_a_plain_question_is_read_as_before(answer: str, reference: s
     assert Grader(get_verifier("alnum")).grade(answer, reference, item=item).outcome.value == outcome
 
 
+@pytest.mark.parametrize("verifier", ["alnum", "relaxed", "exact", "math"])
+@pytest.mark.parametrize(
+    ("answer", "reference", "outcome"),
+    [
+        ("3 cm", "30", "undecided"),  # 30 asked in millimetres
+        ("The rod is 3cm long.", "30", "undecided"),
+        ("50 cents", "0.5", "undecided"),  # 0.5 dollars
+        ("2 hours", "120", "undecided"),  # 120 minutes
+        ("1.5 km", "1500", "undecided"),
+        ("3 cm", "7", "certain"),  # no unit's factor apart
+        ("3", "30", "certain"),  # no unit named
+        ("3 cm", "3", "accepted"),
+    ],
+)
+def test_a_number_in_another_unit_is_never_certainly_wrong(
+    verifier: str, answer: str, reference: str, outcome: str
+) -> None:
+    """A number stated with a unit of measure a unit's factor away from the reference may be the same quantity in
+    another unit: the judge's (it was certainly wrong)."""
+    from rs.answers import Grader
+    from rs.verifiers import get_verifier
+
+    assert Grader(get_verifier(verifier)).grade(answer, reference).outcome.value == outcome
+
+
 @pytest.mark.parametrize(
     ("answer", "reference"), [("metallic", "metal"), ("Ball", "sphere"), ("grey", "gray"), ("big", "large")]
 )
