@@ -75,6 +75,9 @@ def properties(per_verifier: int, seed: int = 39) -> dict[tuple[str, str], Count
                 outcome = graders.grade(case).outcome
                 row = table[(verifier, case.mechanism)]
                 row["cases"] += 1
+                if case.truth is True:
+                    row["right"] += 1
+                    row["false reject"] += outcome is not Outcome.ACCEPTED  # the judge's, or certain (counted below)
                 for broken in answers_properties.violations(case, outcome):
                     row[broken] += 1
                 outcomes[answers_properties.group(case)].add(outcome)
@@ -94,19 +97,17 @@ def properties(per_verifier: int, seed: int = 39) -> dict[tuple[str, str], Count
 
 def print_properties(table: dict[tuple[str, str], Counter[str]]) -> None:
     print(
-        f"\n{'verifier':8} {'mechanism':28} {'cases':>7} {'false acc':>9} {'certain fr':>10} {'turn decided':>12} {'inconsistent':>12}"
+        f"\n{'verifier':8} {'mechanism':28} {'cases':>7} {'right':>7} {'false acc':>9} {'false rej':>9} "
+        f"{'certain fr':>10} {'turn decided':>12} {'inconsistent':>12}"
     )
     totals: dict[str, Counter[str]] = defaultdict(Counter)
-    for (verifier, mechanism), row in sorted(table.items()):
+    rows = sorted(table.items())
+    for (verifier, _), row in rows:
         totals[verifier].update(row)
+    for (verifier, mechanism), row in rows + [((verifier, "all"), row) for verifier, row in sorted(totals.items())]:
         print(
-            f"{verifier:8} {mechanism:28} {row['cases']:7} {row['false accept']:9} {row['certain false reject']:10} "
-            f"{row['turn decided']:12} {row['inconsistent']:12}"
-        )
-    for verifier, row in sorted(totals.items()):
-        print(
-            f"{verifier:8} {'all':28} {row['cases']:7} {row['false accept']:9} {row['certain false reject']:10} "
-            f"{row['turn decided']:12} {row['inconsistent']:12}"
+            f"{verifier:8} {mechanism:28} {row['cases']:7} {row['right']:7} {row['false accept']:9} "
+            f"{row['false reject']:9} {row['certain false reject']:10} {row['turn decided']:12} {row['inconsistent']:12}"
         )
 
 

@@ -200,7 +200,33 @@ def _count(rng: random.Random) -> Spec:
 
 
 def _relaxed(rng: random.Random) -> Spec:
-    kind = rng.choice(["axis", "count", "year", "percent", "scale"])
+    kind = rng.choice(["axis", "count", "year", "percent", "scale", "thousands", "unit"])
+    if kind == "thousands":
+        n = rng.randint(1, 999) * 1000 + rng.randint(0, 999)
+        return Spec(
+            "relaxed",
+            (str(n),),
+            (
+                Value(str(n), True, "right"),
+                Value(f"{n:,}", True, "right"),
+                Value(f"{n // 1000}.{n % 1000:03d}", True, "near:other separators"),  # a thousands point
+                Value(f"{n // 1000}.{n % 1000:03d}1", False, "wrong"),
+            ),
+            question="How many visitors came in 2015?",
+        )
+    if kind == "unit":
+        n = rng.randint(1, 99)
+        return Spec(
+            "relaxed",
+            (str(n * 10),),
+            (
+                Value(str(n * 10), True, "right"),
+                Value(f"{n * 10} mm", True, "right"),
+                Value(f"{n} cm", True, "near:another unit"),
+                Value(f"{n * 30 + 7} mm", False, "wrong"),
+            ),
+            question="How long is the bar, in millimetres?",
+        )
     if kind == "axis":
         r = rng.randint(100, 9999) / 10
         while r == int(r):
@@ -270,7 +296,21 @@ def _relaxed(rng: random.Random) -> Spec:
 
 
 def _alnum(rng: random.Random) -> Spec:
-    kind = rng.choice(["term", "polar", "count", "literal", "options"])
+    kind = rng.choice(["term", "polar", "negated polar", "count", "literal", "options"])
+    if kind == "negated polar":  # "No" may agree with the negation; "There is no red cube" affirms the proposition
+        ref = rng.choice(["yes", "no"])
+        other = "no" if ref == "yes" else "yes"
+        return Spec(
+            "alnum",
+            (ref,),
+            (
+                Value(ref.title(), True, "right"),
+                Value(other.title(), False, "near:reply to a negation"),
+                Value("There is no red cube", ref == "yes", "near:negated statement"),
+            ),
+            question="Is there no red cube?",
+            vocabulary=True,
+        )
     if kind == "term":
         category = rng.choice(list(_CATEGORY))
         term, other = rng.sample(_CATEGORY[category], 2)
@@ -370,11 +410,16 @@ def _vqa(rng: random.Random) -> Spec:
             question="What does the sign say?",
         )
     if kind == "number":
-        n = rng.randint(1, 12)
+        n = rng.randint(2, 12)
         return Spec(
             "vqa",
             (str(n),) * 9 + ("1",),
-            (Value(str(n), True, "right"), Value(WORDS[n], True, "right"), Value(str(n + 3), False, "wrong")),
+            (
+                Value(str(n), True, "right"),
+                Value(WORDS[n], True, "right"),
+                Value("1", True, "near:minority annotator"),  # one of ten said it: the judge's
+                Value(str(n + 3), False, "wrong"),
+            ),
             question="How many people are there?",
         )
     ref = rng.choice(["yes", "no"])

@@ -318,17 +318,22 @@ class Grader:
             return False
         if context.kind is Kind.POLAR and _asks_a_negation(item):
             return False
-        if context.kind is Kind.NUMBER and _in_another_unit(reading.stated, value, refs):
-            return False
         if matches is None:
             matches = v.compare_value(context.kind, value, refs, item=item, vocabulary=self.vocabulary)
-        if matches or turns(reading, context.kind) or v.near_value(context.kind, value, refs, item=item):
+        if matches or turns(reading, context.kind) or self._near(context.kind, value, reading.stated, refs, item):
             return False
         rest = context.find(reading.rest, rest=True)
         return rest.readable and not any(
             v.compare_value(context.kind, other, refs, item=item, vocabulary=self.vocabulary)
-            or v.near_value(context.kind, other, refs, item=item)
+            or self._near(context.kind, other, reading.rest, refs, item)
             for other in rest.values
+        )
+
+    def _near(self, kind: Kind, value: Any, text: str, refs: Sequence[str], item: Item | None) -> bool:
+        """Whether a value ``text`` states could be a reference: the verifier's `near_value`, or a number stated in a
+        unit a unit's factor from it (:func:`_in_another_unit`)."""
+        return self.verifier.near_value(kind, value, refs, item=item) or (
+            kind is Kind.NUMBER and _in_another_unit(text, value, refs)
         )
 
 
@@ -371,10 +376,11 @@ _MEASURE = re.compile(
 _UNIT_FACTORS = (10, 12, 24, 60, 100, 1000, 3600, 1_000_000)
 
 
-def _in_another_unit(stated: str, value: Any, refs: Sequence[str]) -> bool:
-    """Whether a number stated with a unit of measure is a reference times a unit's factor ("3 cm" for 30 asked in
-    millimetres, "50 cents" for 0.5 dollars, "2 hours" for 120 minutes): the same quantity, perhaps, in another unit."""
-    if _MEASURE.search(stated) is None:
+def _in_another_unit(text: str, value: Any, refs: Sequence[str]) -> bool:
+    """Whether a number ``text`` states with a unit of measure is a reference times a unit's factor ("3 cm" for 30
+    asked in millimetres, "50 cents" for 0.5 dollars, "2 hours" for 120 minutes): the same quantity, perhaps, in
+    another unit."""
+    if _MEASURE.search(text) is None:
         return False
     numbers = reference_values(Kind.NUMBER, refs) or ()
     a = value.value
