@@ -3,18 +3,19 @@
 The same image can appear in several source records (the Cauldron repeats images across records);
 it must become one row with all its QA. Holding a dict of every image seen would grow with the
 family, so QA and image bytes are spilled to a temporary SQLite file and read back grouped, in
-order of first appearance.
+order of first appearance. A QA is spilled as JSON (`rs.store.qa_record`): what is read back is data, never code.
 """
 
 from __future__ import annotations
 
-import pickle
+import json
 import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 from rs.records import QAItem, Row
+from rs.store import qa_item, qa_record
 
 
 class ImageGrouper:
@@ -27,7 +28,7 @@ class ImageGrouper:
             """
             PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-8000;
             CREATE TABLE images (sha TEXT PRIMARY KEY, ord INTEGER NOT NULL, image BLOB NOT NULL, record_ids TEXT NOT NULL);
-            CREATE TABLE qa (id INTEGER PRIMARY KEY, sha TEXT NOT NULL, item BLOB NOT NULL);
+            CREATE TABLE qa (id INTEGER PRIMARY KEY, sha TEXT NOT NULL, item TEXT NOT NULL);
             BEGIN;
             """
         )
@@ -49,7 +50,7 @@ class ImageGrouper:
             )
         self._db.executemany(
             "INSERT INTO qa (sha, item) VALUES (?, ?)",
-            [(image_sha256, pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)) for item in items],
+            [(image_sha256, json.dumps(qa_record(item))) for item in items],
         )
 
     def rows(self) -> Iterator[Row]:
@@ -58,7 +59,8 @@ class ImageGrouper:
         reader = self._db.cursor()
         for sha, image, record_ids in reader.execute("SELECT sha, image, record_ids FROM images ORDER BY ord"):
             items = [
-                pickle.loads(b) for (b,) in self._db.execute("SELECT item FROM qa WHERE sha = ? ORDER BY id", (sha,))
+                qa_item(json.loads(text))
+                for (text,) in self._db.execute("SELECT item FROM qa WHERE sha = ? ORDER BY id", (sha,))
             ]
             yield Row(image=image, image_sha256=sha, qa=items, record_ids=record_ids.split("\n"))
 

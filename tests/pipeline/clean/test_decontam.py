@@ -6,6 +6,7 @@ import io
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -177,7 +178,7 @@ def test_cleaning_drops_the_rows_of_matched_images_and_flags_matched_questions(
     )
     assert plan_lines(cleaner.report.decontamination, "the sample")[0] == "evaluation overlap in the sample:"
     # the index was cached under its versions: a second run loads it, building nothing
-    assert len(list((own_cache / "decontamination").glob("Tiny-val-*/index.pkl"))) == 1
+    assert len(list((own_cache / "decontamination").glob("Tiny-val-*/index.json"))) == 1
 
 
 def test_flag_keeps_every_item_and_says_what_matched(tmp_path: Path) -> None:
@@ -222,7 +223,7 @@ def test_an_evaluation_set_that_gives_no_image_is_refused_with_why_and_nothing_i
         with pytest.raises(EvaluationSetEmpty, match=rf"^the evaluation set v \({path}\) {re.escape(said)}") as err:
             load_or_build("v", config, base_dir=tmp_path, root=tmp_path / "idx")
         assert err.value.exit_code == 2 and err.value.hint.startswith(hint)
-    assert not list((tmp_path / "idx").glob("*/index.pkl"))  # refused before it is cached: fixed, it is read again
+    assert not list((tmp_path / "idx").glob("*/index.json"))  # refused before it is cached: fixed, it is read again
 
 
 # The real evaluation sets' layouts: a few rows with the columns each dataset's card lists, laid out as a Hub
@@ -316,3 +317,142 @@ def test_the_real_evaluation_sets_load_from_their_layout(
     index = load_or_build(name, local, base_dir=tmp_path, root=tmp_path / "idx")
     assert index.images == 2 and len(index.questions) == 2 and len(index.pixels) == 2 - text_only
     assert index.undecodable == text_only and index.exact and min(index.exact.values()) == 0
+
+
+def _tiny_set() -> EvaluationSetConfig:
+    return EvaluationSetConfig(
+        source=SyntheticEvaluationConfig(kind="synthetic_eval", num_images=6, train_images=4, questions_per_image=3)
+    )
+
+
+def _same_index(a: object, b: object) -> None:
+    for name in ("record_ids", "pixels", "questions", "question_start", "exact", "unusable", "scheme"):
+        assert getattr(a, name) == getattr(b, name), name
+    for name in ("codes", "code_images", "signatures", "signed"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert a.thumbnail(0) == b.thumbnail(0) and a.thumbnail(0)  # type: ignore[attr-defined]
+
+
+def test_the_cached_index_is_data_sealed_with_checksums_and_answers_as_built(tmp_path: Path) -> None:
+    """No executable format is read back from the cache (the index was a pickle: anyone who could write the cache ran
+    code as the user); what is read answers every query as the index built in memory does."""
+    from rs.pipeline.clean.decontam.index import minhash
+    from rs.util.checksums import MANIFEST
+
+    built = load_or_build("x", _tiny_set(), base_dir=tmp_path, root=tmp_path / "idx")
+    (folder,) = (tmp_path / "idx").iterdir()
+    suffixes = {p.suffix for p in folder.iterdir() if p.name != MANIFEST}
+    assert suffixes == {".json", ".parquet", ".npy", ".sqlite"}
+    assert (folder / MANIFEST).read_text().count("\n") == len(list(folder.iterdir())) - 1
+    read = load_or_build("x", _tiny_set(), base_dir=tmp_path, root=tmp_path / "idx")
+    _same_index(built, read)
+    for q in range(len(built.questions)):
+        probe = minhash(built.grams(q))
+        assert sorted(read.lsh().query(probe)) == sorted(built.lsh().query(probe))
+        assert q in read.lsh().query(probe) or not built.grams(q)
+
+
+class _Planted:
+    """A pickle that runs a command when loaded (what anyone able to write the cache could plant)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, ...]:
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _damaged_then_rebuilt(tmp_path: Path, caplog: pytest.LogCaptureFixture, harm: Any, said: str) -> None:
+    built = load_or_build("x", _tiny_set(), base_dir=tmp_path, root=tmp_path / "idx")
+    (folder,) = (tmp_path / "idx").iterdir()
+    harm(folder)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rs.pipeline.clean.decontam.index"):
+        again = load_or_build("x", _tiny_set(), base_dir=tmp_path, root=tmp_path / "idx")
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert f"evaluation index {folder} of x cannot be used as it is: {said}; built again" in warning
+    _same_index(built, again)
+    assert load_or_build("x", _tiny_set(), base_dir=tmp_path, root=tmp_path / "idx").record_ids == built.record_ids
+    assert not caplog.records[1:]  # the rebuilt one is whole: read without a word
+
+
+def test_a_pickle_planted_in_the_cache_is_never_loaded(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import pickle
+
+    marker = tmp_path / "ran"
+
+    def plant(folder: Path) -> None:
+        for name in ("index.pkl", "index.json"):  # beside the files, and in place of one
+            (folder / name).write_bytes(pickle.dumps(_Planted(marker)))
+
+    _damaged_then_rebuilt(tmp_path, caplog, plant, "index.json does not match its checksum")
+    assert not marker.exists()
+    assert not list((tmp_path / "idx").glob("*/index.pkl"))
+
+
+@pytest.mark.parametrize(
+    "file, said",
+    [
+        ("codes.npy", "codes.npy does not match its checksum"),
+        ("thumbs.sqlite", "thumbs.sqlite does not match its checksum"),
+        ("records.parquet", "records.parquet does not match its checksum"),
+    ],
+)
+def test_a_flipped_bit_in_the_index_is_named_and_the_index_built_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, file: str, said: str
+) -> None:
+    """One flipped bit changed every card's decontamination table, or named another evaluation image, with no word."""
+
+    def flip(folder: Path) -> None:
+        data = bytearray((folder / file).read_bytes())
+        data[len(data) // 2] ^= 0x10
+        (folder / file).write_bytes(bytes(data))
+
+    _damaged_then_rebuilt(tmp_path, caplog, flip, said)
+
+
+def test_a_truncated_thumbnail_database_is_named_and_the_index_built_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def truncate(folder: Path) -> None:
+        with (folder / "thumbs.sqlite").open("r+b") as fh:
+            fh.truncate(100)
+
+    _damaged_then_rebuilt(tmp_path, caplog, truncate, "thumbs.sqlite does not match its checksum")
+
+
+def test_a_sealed_index_whose_numbers_do_not_add_up_is_built_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Resealed after an edit, the checksums hold: the numbers are still checked, so a query never reads past an array
+    (an `IndexError` in the middle of cleaning)."""
+    from rs.util.checksums import seal
+
+    def point_past_the_end(folder: Path) -> None:
+        owners = np.load(folder / "code_images.npy")
+        owners[0] = 10_000
+        np.save(folder / "code_images.npy", owners)
+        seal(folder)
+
+    _damaged_then_rebuilt(tmp_path, caplog, point_past_the_end, "a hash names an image it does not hold")
+
+
+def test_half_built_indexes_of_dead_processes_are_removed_on_the_next_start(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    config = _tiny_set()
+    load_or_build("x", config, base_dir=tmp_path, root=tmp_path / "idx")
+    (folder,) = (tmp_path / "idx").iterdir()
+    host = socket.gethostname()
+    stale = folder.with_name(f"{folder.name}.tmp-{host}-{dead.stdout.strip()}")
+    alive = folder.with_name(f"{folder.name}.tmp-{host}-1")  # pid 1 runs as long as the machine
+    elsewhere = folder.with_name(f"{folder.name}.tmp-another-host-{dead.stdout.strip()}")
+    for tmp in (stale, alive, elsewhere):
+        (tmp / "part").mkdir(parents=True)
+    load_or_build("x", config, base_dir=tmp_path, root=tmp_path / "idx")
+    assert not stale.exists() and alive.exists() and elsewhere.exists()

@@ -141,7 +141,8 @@ class Decontaminator:
             q, method, distance = index.exact.get(key), SAME_QUESTION.name, 0.0
             if q is None and grams:
                 best = max(
-                    ((overlap(grams, index.grams(c)), c) for c in index.lsh.query(minhash(grams))), default=(0.0, None)
+                    ((overlap(grams, index.grams(c)), c) for c in index.lsh().query(minhash(grams))),
+                    default=(0.0, None),
                 )
                 if best[0] >= QUESTION_OVERLAP:
                     q, method, distance = best[1], NEAR_QUESTION.name, round(1 - best[0], 3)

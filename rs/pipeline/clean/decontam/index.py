@@ -2,9 +2,14 @@
 
 Building reads the set's source one record at a time (decoding each image once, for its pixel digest and
 perceptual hashes); what is kept is small per item (a digest, two 64-bit hashes, the normalised question and its
-MinHash band keys) and a 96-pixel thumbnail on disk for the cards. The index is cached in
+MinHash signature) and a 96-pixel thumbnail on disk for the cards. The index is cached in
 `$RS_CACHE_DIR/decontamination/<set>-<fingerprint>/`, the fingerprint being the set's source configuration and
 the methods' versions: a second build, or another family checked against the same set, loads it.
+
+The cache is read back, so it holds data only, never code: JSON, parquet tables, `.npy` arrays (read with
+`allow_pickle=False`) and the thumbnails' SQLite file, sealed with checksums like every store of a build
+(`rs.util.checksums`). A folder that does not match them (a flipped bit, a truncated thumbnail database, a file
+planted beside them) is said in one line and built again, as a damaged store is.
 """
 
 from __future__ import annotations
@@ -14,30 +19,39 @@ import io
 import json
 import logging
 import os
-import pickle
 import shutil
+import socket
 import sqlite3
 import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from PIL import Image
 
 from rs.errors import RsError, UsageError
 from rs.pipeline.clean.causes import LIKELY_CAUSES
 from rs.registry import SOURCES
 from rs.sources.base import RefusedImage
+from rs.util.checksums import damage, seal
 
 from .hamming import HammingIndex
 from .hashing import exact_key, image_hashes, shingles
-from .methods import LSH_THRESHOLD, NGRAM, NUM_PERM, PHASH_DISTANCE, versions
+from .methods import INDEX_VERSION, LSH_THRESHOLD, NGRAM, NUM_PERM, PHASH_DISTANCE, versions
 
 logger = logging.getLogger(__name__)
 
 THUMBNAIL = 96
+
+META = "index.json"
+THUMBS = "thumbs.sqlite"
+TABLES = ("records", "pixels", "questions", "exact")
+ARRAYS = ("codes", "code_images", "signatures", "signed")
 
 
 def cache_root() -> Path:
@@ -75,13 +89,18 @@ class EvaluationIndex:
     """Image i's questions are questions[question_start[i]:question_start[i + 1]]."""
     exact: dict[str, int] = field(default_factory=dict)
     """Normalised question key -> its first question number."""
-    lsh: Any = None
+    signatures: np.ndarray = field(default_factory=lambda: np.zeros((0, NUM_PERM), dtype=np.uint32))
+    """The MinHash signature of each question that has n-grams (`signed[i]` is the question of row i)."""
+    scheme: str = ""
+    """datasketch's name for how the signatures were hashed (a MinHash is rebuilt from its values under it)."""
+    signed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     undecodable: int = 0
     """Images missing or that did not decode: their record's questions are indexed, the image is not."""
     unusable: Counter[str] = field(default_factory=Counter)
     """Records without an image that opens, by why (cleaning's reasons: `missing_image`, `undecodable_image`, ...)."""
     thumbnails: Path | None = None
     _hamming: HammingIndex | None = None
+    _lsh: Any = None
 
     @property
     def images(self) -> int:
@@ -92,6 +111,21 @@ class EvaluationIndex:
         if self._hamming is None:
             self._hamming = HammingIndex(self.codes, self.code_images, PHASH_DISTANCE)
         return self._hamming
+
+    def lsh(self) -> Any:
+        """The questions' MinHash LSH (candidates for `near_question`), made from the signatures on first use."""
+        if self._lsh is None:
+            from datasketch import LeanMinHash, MinHashLSH
+
+            self._lsh = MinHashLSH(threshold=LSH_THRESHOLD, num_perm=NUM_PERM)
+            with self._lsh.insertion_session() as session:
+                for question, signature in zip(self.signed.tolist(), self.signatures):
+                    session.insert(
+                        question,
+                        LeanMinHash(seed=1, hashvalues=signature, scheme=self.scheme),
+                        check_duplication=False,
+                    )
+        return self._lsh
 
     def grams(self, question: int) -> set[str]:
         return set(self.questions[question].split("\n")) if self.questions[question] else set()
@@ -132,16 +166,12 @@ def _hash(image: Any) -> tuple[Any, bytes | None]:
 
 def build_index(name: str, records: Any, fingerprint: str, folder: Path) -> EvaluationIndex:
     """Stream `records` (SourceRecords) into an index whose thumbnails go to `folder`."""
-    from datasketch import MinHashLSH
-
-    index = EvaluationIndex(
-        name,
-        fingerprint,
-        lsh=MinHashLSH(threshold=LSH_THRESHOLD, num_perm=NUM_PERM),
-        thumbnails=folder / "thumbs.sqlite",
-    )
+    index = EvaluationIndex(name, fingerprint, thumbnails=folder / THUMBS)
     codes: list[int] = []
     owners: list[int] = []
+    signatures: list[np.ndarray] = []
+    signed: list[int] = []
+    schemes: set[str] = set()
     db = sqlite3.connect(index.thumbnails)
     db.execute("CREATE TABLE thumbs (image INTEGER PRIMARY KEY, png BLOB NOT NULL)")
     for record in records:
@@ -169,11 +199,17 @@ def build_index(name: str, records: Any, fingerprint: str, folder: Path) -> Eval
             index.questions.append("\n".join(sorted(grams)))
             index.exact.setdefault(exact_key(item.question), q)
             if grams:
-                index.lsh.insert(q, minhash(grams), check_duplication=False)
+                signature = minhash(grams)
+                signatures.append(signature.hashvalues)
+                schemes.add(signature.scheme)
+                signed.append(q)
     db.commit()
     db.close()
     index.codes = np.array(codes, dtype=np.uint64)
     index.code_images = np.array(owners, dtype=np.int64)
+    index.signatures = np.array(signatures).reshape(-1, NUM_PERM) if signatures else index.signatures
+    index.signed = np.array(signed, dtype=np.int64)
+    index.scheme = schemes.pop() if schemes else ""
     return index
 
 
@@ -214,49 +250,143 @@ def check_images(name: str, label: str, index: EvaluationIndex) -> None:
     )
 
 
+class IndexDamaged(Exception):
+    """A cached index whose files do not hold what `save_index` wrote: it is built again."""
+
+
+def save_index(index: EvaluationIndex, folder: Path) -> None:
+    """Write `index` into `folder` (where its thumbnails already are) as data files, then seal the folder."""
+    meta = {
+        "layout": INDEX_VERSION,
+        "name": index.name,
+        "fingerprint": index.fingerprint,
+        "undecodable": index.undecodable,
+        "unusable": dict(index.unusable),
+        "minhash_scheme": index.scheme,
+    }
+    (folder / META).write_text(json.dumps(meta, sort_keys=True), encoding="utf-8")
+    tables = {
+        "records": {"record_id": pa.array(index.record_ids, pa.string()), "question_start": index.question_start},
+        "pixels": {"pixels": pa.array(list(index.pixels), pa.string()), "image": list(index.pixels.values())},
+        "questions": {"grams": pa.array(index.questions, pa.string())},
+        "exact": {"key": pa.array(list(index.exact), pa.string()), "question": list(index.exact.values())},
+    }
+    for name, columns in tables.items():
+        pq.write_table(
+            pa.table({k: pa.array(v, pa.int64()) if isinstance(v, list) else v for k, v in columns.items()}),
+            folder / f"{name}.parquet",
+        )
+    for name in ARRAYS:
+        np.save(folder / f"{name}.npy", getattr(index, name), allow_pickle=False)
+    seal(folder)
+
+
+def read_index(folder: Path, name: str, fingerprint: str) -> EvaluationIndex:
+    """The index `save_index` wrote in `folder`, checked against its checksums and for consistency; `IndexDamaged`
+    says why it cannot be used."""
+    problem = damage(folder)
+    if problem is not None:
+        raise IndexDamaged(problem)
+    try:
+        meta = json.loads((folder / META).read_text(encoding="utf-8"))
+        tables = {t: pq.read_table(folder / f"{t}.parquet").to_pydict() for t in TABLES}
+        arrays = {a: np.load(folder / f"{a}.npy", allow_pickle=False) for a in ARRAYS}
+    except (OSError, ValueError, UnicodeDecodeError, pa.ArrowException) as err:
+        raise IndexDamaged(f"it cannot be read ({err.__class__.__name__}: {err})") from None
+    if not isinstance(meta, dict) or meta.get("layout") != INDEX_VERSION:
+        raise IndexDamaged(
+            f"it was written in another layout ({meta.get('layout') if isinstance(meta, dict) else meta!r})"
+        )
+    if meta.get("name") != name or meta.get("fingerprint") != fingerprint:
+        raise IndexDamaged("it is another set's index")
+    index = EvaluationIndex(
+        name,
+        fingerprint,
+        record_ids=tables["records"]["record_id"],
+        question_start=tables["records"]["question_start"],
+        pixels=dict(zip(tables["pixels"]["pixels"], tables["pixels"]["image"])),
+        questions=tables["questions"]["grams"],
+        exact=dict(zip(tables["exact"]["key"], tables["exact"]["question"])),
+        undecodable=int(meta.get("undecodable", 0)),
+        unusable=Counter({str(k): int(v) for k, v in dict(meta.get("unusable") or {}).items()}),
+        thumbnails=folder / THUMBS,
+        scheme=str(meta.get("minhash_scheme", "")),
+        **arrays,
+    )
+    if inconsistent := _inconsistency(index):
+        raise IndexDamaged(inconsistent)
+    if index.signed.size and index.scheme != minhash(set()).scheme:
+        raise IndexDamaged(
+            f"its MinHash signatures were hashed as {index.scheme!r}, this datasketch's as {minhash(set()).scheme!r}"
+        )
+    return index
+
+
+def _inconsistency(index: EvaluationIndex) -> str | None:
+    """What does not add up in a read index (every number in range), else None: a query never indexes past an array."""
+    images, questions = len(index.record_ids), len(index.questions)
+    starts = np.asarray(index.question_start, dtype=np.int64)
+    checks = {
+        "its records and their question offsets differ in number": len(starts) != images,
+        "its question offsets are out of order": bool(len(starts))
+        and (starts[0] != 0 or bool(np.any(np.diff(starts) < 0)) or starts[-1] > questions),
+        "its hashes and their images differ in number": index.codes.shape != index.code_images.shape
+        or index.codes.dtype != np.uint64,
+        "a hash names an image it does not hold": bool(index.code_images.size)
+        and (int(index.code_images.min()) < 0 or int(index.code_images.max()) >= images),
+        "a pixel digest names an image it does not hold": any(not 0 <= i < images for i in index.pixels.values()),
+        "a question key names a question it does not hold": any(not 0 <= q < questions for q in index.exact.values()),
+        "its MinHash signatures do not match their questions": index.signatures.ndim != 2
+        or index.signatures.shape != (len(index.signed), NUM_PERM)
+        or (bool(index.signed.size) and (int(index.signed.min()) < 0 or int(index.signed.max()) >= questions)),
+    }
+    return next((problem for problem, found in checks.items() if found), None)
+
+
 def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | None = None) -> EvaluationIndex:
-    """The set's index from the cache, or built from its source and cached (written whole, then renamed)."""
+    """The set's index from the cache, or built from its source and cached (written whole, then renamed); a cached
+    index that does not match its checksums is said in one line and built again."""
     fingerprint = set_fingerprint(set_config.source)
     folder = (root or cache_root()) / f"{name}-{fingerprint[:16]}"
-    path = folder / "index.pkl"
     label = SOURCES.get(set_config.source.kind).label(set_config.source)
-    if path.exists():
+    remove_stale_builds(folder)
+    damaged = None
+    if folder.exists():
         try:
-            with path.open("rb") as fh:
-                index = pickle.load(fh)
-            if index.fingerprint == fingerprint and (len(index.codes) or getattr(index, "unusable", None)):
-                index.thumbnails = folder / "thumbs.sqlite"
-                check_images(name, label, index)
-                return index
-            # else an index of no image, cached before the reasons were counted: read again, to say why
-        # ImportError: pickled by a version of rs whose modules were laid out otherwise, an expected upgrade
-        except ImportError as err:
-            logger.debug("evaluation index %s was written by another version of rs (%s): building it again", path, err)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as err:
-            logger.warning("evaluation index %s unreadable (%s): building it again", path, err)
+            index = read_index(folder, name, fingerprint)
+            check_images(name, label, index)
+            return index
+        except IndexDamaged as err:
+            damaged = str(err)
+            logger.warning(
+                "evaluation index %s of %s cannot be used as it is: %s; built again from %s",
+                folder,
+                name,
+                damaged,
+                label,
+            )
     source = SOURCES.get(set_config.source.kind).from_config(set_config.source, base_dir=base_dir)
-    tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
+    tmp = folder.with_name(f"{folder.name}{_BUILDING}{socket.gethostname()}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         try:
             index = build_index(name, iter(source), fingerprint, tmp)
         except (RsError, OSError, ValueError, ConnectionError) as err:
+            cached = f" (its cached index {folder} is damaged: {damaged})" if damaged else ""
             raise EvaluationSetUnreadable(
-                f"cannot read the evaluation set {name} ({label}) to index it: {getattr(err, 'message', err)}",
+                f"cannot read the evaluation set {name} ({label}) to index it{cached}: {getattr(err, 'message', err)}",
                 hint="a family checked against it (decontamination.against) needs it once: run where the Hub is reachable, "
                 "or put the dataset in the local Hugging Face cache; its index is cached after",
             ) from err
         check_images(name, label, index)  # before it is cached: a set fixed in the YAML has another fingerprint anyway
-        index._hamming = None
-        with (tmp / "index.pkl").open("wb") as fh:
-            pickle.dump(index, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        save_index(index, tmp)
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    index.thumbnails = folder / "thumbs.sqlite"
+    index.thumbnails = folder / THUMBS
     logger.info(
         "evaluation set %s: indexed %d records: %d images, %d questions",
         name,
@@ -265,3 +395,27 @@ def load_or_build(name: str, set_config: Any, *, base_dir: Path, root: Path | No
         len(index.questions),
     )
     return index
+
+
+_BUILDING = ".tmp-"
+"""An index being built is `<folder>.tmp-<host>-<pid>`: renamed into place when whole."""
+
+
+def remove_stale_builds(folder: Path) -> None:
+    """Remove the half-built indexes of `folder` that a killed process of this host left (its pid no longer runs);
+    another host's, on a shared cache, are left to it."""
+    host = socket.gethostname()
+    for tmp in folder.parent.glob(f"{glob_escape(folder.name)}{_BUILDING}*"):
+        owner, _, pid = tmp.name[len(folder.name) + len(_BUILDING) :].rpartition("-")
+        if owner in (host, "") and pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -78,8 +78,9 @@ VERSION = "2"
 """The decontamination code as a whole (`rs/pipeline/clean/decontam/`): tracked by rs/pipeline/versions.lock.json like every deciding piece
 (`rs.pipeline.versions`); bump it, or a method's own version, when what is matched changes."""
 
-INDEX_VERSION = "2"
-"""The layout of a cached evaluation index (`rs.pipeline.clean.decontam.index`); 2: a record without a usable image keeps its questions."""
+INDEX_VERSION = "3"
+"""The layout of a cached evaluation index (`rs.pipeline.clean.decontam.index`); 2: a record without a usable image keeps
+its questions; 3: data files sealed with checksums (JSON, parquet, `.npy`), no pickle."""
 
 
 def versions() -> dict[str, str]:
