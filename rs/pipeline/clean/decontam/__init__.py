@@ -8,6 +8,7 @@ every QA item, and counts what it found per set and method for the card.
 
     hashing.py   pixel digests, perceptual hashes, normalised question n-grams
     hamming.py   multi-index hashing: near-duplicate hashes without comparing every pair
+    bands.py     MinHash LSH over the stored signatures: near-duplicate questions' candidates
     methods.py   the four methods, their versions and measured thresholds
     index.py     an evaluation set's index, built once from its stream and cached
 """
@@ -25,7 +26,7 @@ import numpy as np
 from PIL import Image
 
 from .hashing import ImageHashes, exact_key, overlap, shingles
-from .index import THUMBNAIL, EvaluationIndex, load_or_build, minhash, thumbnail_png
+from .index import THUMBNAIL, EvaluationIndex, load_or_build, thumbnail_png
 from .methods import (
     ITEM_OVERLAP,
     METHODS,
@@ -141,7 +142,7 @@ class Decontaminator:
             q, method, distance = index.exact.get(key), SAME_QUESTION.name, 0.0
             if q is None and grams:
                 best = max(
-                    ((overlap(grams, index.grams(c)), c) for c in index.lsh().query(minhash(grams))),
+                    ((overlap(grams, index.grams(c)), c) for c in index.near_questions(grams)),
                     default=(0.0, None),
                 )
                 if best[0] >= QUESTION_OVERLAP:

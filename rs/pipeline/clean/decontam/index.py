@@ -40,6 +40,7 @@ from rs.registry import SOURCES
 from rs.sources.base import RefusedImage
 from rs.util.checksums import damage, seal
 
+from .bands import BandIndex
 from .hamming import HammingIndex
 from .hashing import exact_key, image_hashes, shingles
 from .methods import INDEX_VERSION, LSH_THRESHOLD, NGRAM, NUM_PERM, PHASH_DISTANCE, versions
@@ -92,7 +93,7 @@ class EvaluationIndex:
     signatures: np.ndarray = field(default_factory=lambda: np.zeros((0, NUM_PERM), dtype=np.uint32))
     """The MinHash signature of each question that has n-grams (`signed[i]` is the question of row i)."""
     scheme: str = ""
-    """datasketch's name for how the signatures were hashed (a MinHash is rebuilt from its values under it)."""
+    """datasketch's name for how the signatures were hashed: a query's must be the same (`read_index` checks)."""
     signed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     undecodable: int = 0
     """Images missing or that did not decode: their record's questions are indexed, the image is not."""
@@ -100,7 +101,7 @@ class EvaluationIndex:
     """Records without an image that opens, by why (cleaning's reasons: `missing_image`, `undecodable_image`, ...)."""
     thumbnails: Path | None = None
     _hamming: HammingIndex | None = None
-    _lsh: Any = None
+    _bands: BandIndex | None = None
 
     @property
     def images(self) -> int:
@@ -112,20 +113,11 @@ class EvaluationIndex:
             self._hamming = HammingIndex(self.codes, self.code_images, PHASH_DISTANCE)
         return self._hamming
 
-    def lsh(self) -> Any:
-        """The questions' MinHash LSH (candidates for `near_question`), made from the signatures on first use."""
-        if self._lsh is None:
-            from datasketch import LeanMinHash, MinHashLSH
-
-            self._lsh = MinHashLSH(threshold=LSH_THRESHOLD, num_perm=NUM_PERM)
-            with self._lsh.insertion_session() as session:
-                for question, signature in zip(self.signed.tolist(), self.signatures):
-                    session.insert(
-                        question,
-                        LeanMinHash(seed=1, hashvalues=signature, scheme=self.scheme),
-                        check_duplication=False,
-                    )
-        return self._lsh
+    def near_questions(self, grams: set[str]) -> set[int]:
+        """The questions whose MinHash shares a band with that of `grams`: candidates for `near_question`."""
+        if self._bands is None:
+            self._bands = BandIndex(self.signatures, self.signed, threshold=LSH_THRESHOLD, num_perm=NUM_PERM)
+        return self._bands.query(minhash(grams).hashvalues)
 
     def grams(self, question: int) -> set[str]:
         return set(self.questions[question].split("\n")) if self.questions[question] else set()
