@@ -8,7 +8,7 @@ READY := $(VENV)/.rs-ready
 FAMILY ?= TinyCLEVR
 OUT ?= out
 
-.PHONY: setup demo demo-samples readme-demo test lint format bench clean
+.PHONY: setup demo demo-samples readme-demo test lint format docs bench clean
 
 setup: $(READY)
 
@@ -21,7 +21,7 @@ $(READY): pyproject.toml demo/pyproject.toml Makefile rs/util/torchvision_cpu.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[cpu,math,test,ray]' -e ./demo
+	$(PY) -m pip install --quiet -e '.[cpu,math,test,ray,docs]' -e ./demo
 	$(PY) -m pip uninstall --yes --quiet torchvision torchaudio torchcodec
 	$(PY) -m pip install --quiet --no-deps torchvision==0.28.0
 	$(PY) -m rs.util.torchvision_cpu install
@@ -62,6 +62,11 @@ lint: $(READY)
 format: $(READY)
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+
+# The documentation site into build/site/: docs/ and the reference pages rendered from the code (rs.reference); broken
+# links and missing pages are errors (mkdocs.yml's strict). tests/docs/test_docs.py builds it in the suite too.
+docs: $(READY)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 bench: $(READY)
 	$(PY) bench/verifiers.py

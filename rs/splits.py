@@ -7,17 +7,18 @@ from __future__ import annotations
 
 SPLITS = ("think", "nothink", "rejected")
 
-REJECT_REASONS = (
-    "wrong_answer",
-    "judge_overruled",
-    "judge_unsure",
-    "judge_blocked",
-    "no_final_answer",
-    "degenerate_repetition",
-    "engine_error",
-    "judge_not_asked",
-)
-"""Why a rejected item is in the rejected split; what each means on a card is in templates/card_splits.md.jinja."""
+REJECT_REASONS: dict[str, str] = {
+    "wrong_answer": "the verifier knows the answer differs from the reference (another number, option or yes/no), whatever the judge said unless it was CORRECT; or the verifier rejected it and the judge called it WRONG (or the judge was off, or the answer held nothing to grade)",
+    "judge_overruled": "the judge called it CORRECT, but the verifier knows the answer differs from the reference (another number, option or yes/no), which no verdict may overrule",
+    "judge_unsure": "the verifier could not decide and rejected the answer, and the judge answered UNSURE (or something that is not a label)",
+    "judge_blocked": "the judge called it CORRECT, but failed this run's calibration, so it may not promote anything",
+    "no_final_answer": "the output was cut off by max_tokens or its reasoning never closed, so there was nothing to score",
+    "degenerate_repetition": "the output fell into a loop (one pattern repeated) and the engine's loop detection ended it early",
+    "engine_error": "the engine failed on this item alone (for example an image the processor refused, or a prompt longer than the context)",
+    "judge_not_asked": "re-read offline (`rs refilter`) under a changed reader, the verifier could not decide the answer, and the judge was never asked about it (no verdict on exactly this question, reference and candidate was stored or cached): neither accepted nor known to be wrong, until `rs publish` asks the judge",
+}
+"""Why a rejected item is in the rejected split, with what it means: the rejected card's list and the documentation's
+reference say these words."""
 
 
 def think_response(reasoning: str | None, answer: str) -> str:

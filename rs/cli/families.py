@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import typing
 
 import yaml
 
@@ -12,7 +11,7 @@ from rs import cli
 from rs.cli import before_run, output
 from rs.cli.parser import Parser
 from rs.families import default_families_path, get_family, load_families, schema
-from rs.families.loader import field_types, plugin_registry, type_name
+from rs.families.keys import walk
 from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.plan.preview import preview
 from rs.plan.probe import probe_family
@@ -71,73 +70,9 @@ def _show(args: argparse.Namespace) -> int:
 
 def _keys(args: argparse.Namespace) -> int:
     """Every key families.yaml accepts, with its type, default and meaning."""
-    for line in _describe(schema.FamilyConfig, "families.NAME"):
-        print(line)
+    for key in walk(schema.FamilyConfig, "families.NAME"):
+        print(key.line())
     return 0
-
-
-def _describe(cls: type, prefix: str) -> typing.Iterator[str]:
-    """One line per key of the schema dataclass `cls` under `prefix`, descending into nested sections and plug-ins' settings."""
-    docs = _field_docs(cls)
-    for f in dataclasses.fields(cls):
-        tp = field_types(cls)[f.name]
-        key = f"{prefix}.{f.name}"
-        doc = docs.get(f.name)
-        registry = plugin_registry(tp)
-        if registry is not None and registry.by == "key":
-            yield from _describe_keyed(key, tp, registry, doc)
-        elif options := _sections(tp, registry):
-            for option in options:
-                yield f"{key}  ({option.__name__})" + (f"  {doc}" if doc is not None else "")
-                yield from _describe(option, key)
-        else:
-            yield f"{key}: {type_name(tp)}, {_default(f)}" + (f"  # {doc}" if doc is not None else "")
-
-
-def _describe_keyed(key: str, tp: typing.Any, registry: typing.Any, doc: str | None) -> typing.Iterator[str]:
-    """A section whose plug-ins are named by key (the cleaning steps): each plug-in's settings, then the section's own keys."""
-    section = typing.get_args(tp)[0]
-    yield f"{key}  ({section.__name__})" + (f"  {doc}" if doc is not None else "")
-    for name, step in registry.items():
-        yield f"{key}.{name}  ({step.Config.__name__})"
-        yield from _describe(step.Config, f"{key}.{name}")
-    yield from (line for line in _describe(section, key) if not line.startswith(f"{key}.steps"))
-
-
-def _sections(tp: typing.Any, registry: typing.Any) -> list[type]:
-    """The dataclasses a key may hold: each plug-in's settings, the dataclasses of a union, or the one dataclass; [] for a value."""
-    if registry is not None:
-        return [plugin.Config for _, plugin in registry.items()]
-    return [o for o in typing.get_args(tp) if dataclasses.is_dataclass(o)] or (
-        [tp] if dataclasses.is_dataclass(tp) else []
-    )
-
-
-def _default(f: dataclasses.Field) -> str:
-    """How a key's default reads in the list: `required`, or its value."""
-    if f.default is not dataclasses.MISSING:
-        return f"default {f.default!r}"
-    if f.default_factory is not dataclasses.MISSING:
-        return f"default {f.default_factory()!r}"
-    return "required"
-
-
-def _field_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings (the string literal under a field) of a schema dataclass."""
-    import ast
-    import inspect
-
-    docs = {}
-    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
-        body = ast.parse(inspect.getsource(klass)).body[0].body
-        for node, after in zip(body, body[1:]):
-            if (
-                isinstance(node, ast.AnnAssign)
-                and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant)
-            ):
-                docs[node.target.id] = " ".join(str(after.value.value).split())
-    return docs
 
 
 def _verifiers(args: argparse.Namespace) -> int:

@@ -1,0 +1,101 @@
+"""The documentation site: it builds with broken links as errors, and its reference pages are the code's own words."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rs import reference
+from rs.cli.main import COMMANDS
+from rs.families import schema
+from rs.families.keys import walk
+from rs.splits import REJECT_REASONS
+from rs.verifiers import known_verifiers
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_site_builds_with_broken_links_as_errors(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for page in reference.pages():
+        assert (site / page.removesuffix(".md") / "index.html").is_file(), page
+    # a link to a page that does not exist fails the build (strict): the check is real
+    broken = tmp_path / "docs"
+    broken.mkdir()
+    (broken / "index.md").write_text("[gone](nowhere.md)\n")
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(f"site_name: t\ndocs_dir: {broken}\nstrict: true\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "-f", str(config), "--site-dir", str(tmp_path / "out")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0 and "nowhere.md" in done.stderr
+
+
+def test_the_reference_pages_name_every_key_verifier_reason_and_command() -> None:
+    pages = reference.pages()
+    keys = pages["reference/families.md"]
+    for key in walk(schema.FamilyConfig, "families.NAME"):
+        assert f"`{key.path}`" in keys
+    assert "`evaluation.NAME.source`" in keys
+    verifiers = pages["reference/verifiers.md"]
+    for name in known_verifiers():
+        assert f"## `{name}`" in verifiers
+    assert "| `tolerance` | `float` |" in verifiers
+    reasons = pages["reference/reasons.md"]
+    for reason, meaning in REJECT_REASONS.items():
+        assert f"| `{reason}` | {reference.cell(meaning)} |" in reasons
+    commands = pages["reference/commands.md"]
+    for name in COMMANDS:
+        assert f"## `rs {name}`" in commands
+    assert "### `rs families validate`" in commands and "--cards-only" in commands
+
+
+def test_a_change_to_the_code_changes_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new reason, key, flag or verifier parameter is on the page without anyone writing it there."""
+    monkeypatch.setitem(REJECT_REASONS, "brand_new", "a reason added to the code")
+    assert "| `brand_new` | a reason added to the code |" in reference.reasons_page()
+
+    @dataclasses.dataclass
+    class Extra(schema.CardConfig):
+        shiny: int = 3
+        """A key added to the schema."""
+
+    assert "| `card.shiny` | `int` | `3` | A key added to the schema. |" in reference.table(
+        ("key", "type", "default", "meaning"),
+        [
+            (f"`{k.path}`", reference._either(k.type or ""), reference._default(k.default or ""), k.doc)
+            for k in walk(Extra, "card")
+        ],
+    )
+
+    def main(argv: list[str], *, prog: str) -> int:
+        parser = argparse.ArgumentParser(prog=prog)
+        parser.add_argument("--brand-new-flag", help="a flag added to a command")
+        parser.parse_args(argv)
+        return 0
+
+    monkeypatch.setitem(COMMANDS, "brandnew", ("rs.cli.brandnew", "a command added"))
+    monkeypatch.setattr(reference, "import_for_good", lambda module: SimpleNamespace(main=main))
+    page = reference.commands_page()
+    assert "## `rs brandnew`" in page and "--brand-new-flag" in page and "a flag added to a command" in page
