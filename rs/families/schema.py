@@ -19,6 +19,7 @@ from rs.answers import Vocabulary
 from rs.families.vllm_parsers import known_reasoning_parsers
 from rs.hub.licenses import license_problem
 from rs.hub.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
+from rs.hub.names import namespace_problem
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
 from rs.util.config_checks import ConfigValueError, at_least, positive, within
 from rs.util.sizes import parse_bytes
@@ -299,7 +300,8 @@ class ShardConfig:
 @dataclass
 class PublishConfig:
     namespace: str = "rs-datasets"
-    """Hub user or organisation the three repos are created under."""
+    """Hub user or organisation the repos are created under (the Hub's rules for a name, `rs.hub.names`); the local
+    target lays them out under it too."""
     private: bool = False
     target: Literal["hub", "local"] = "hub"
     """Where `python -m rs.publish` puts the repos when `--out` is not given."""
@@ -314,6 +316,8 @@ class PublishConfig:
 
     def __post_init__(self) -> None:
         check_files_per_commit(self.files_per_commit)
+        if (problem := namespace_problem(self.namespace)) is not None:  # it becomes a repo id and a folder
+            raise ConfigValueError("namespace", problem)
 
 
 @dataclass
