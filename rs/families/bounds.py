@@ -16,6 +16,10 @@ from pathlib import Path
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+MAX_FILE_BYTES = 4 * 2**20
+"""A families file larger than this (4 MiB) is refused unread: the shipped one is under 50 kB, and PyYAML reads about
+a megabyte a second (a 50 MB instruction took minutes before anything was checked)."""
+
 MAX_EXPANDED_NODES = 1_000_000
 """Nodes a families file may stand for once its aliases are written out (`defaults:` counted once per family it is
 merged into). The shipped families.yaml stands for about 10,000 (measured by `expanded_size`); a hand-written file
@@ -87,6 +91,20 @@ def expanded_size(root: Node, limit: int = MAX_EXPANDED_NODES) -> int:
             if id(child) not in sizes:
                 stack.append((child, False))
     return sizes[id(root)]
+
+
+def check_file_size(path: Path) -> str | None:
+    """`file: problem` when the families file is over `MAX_FILE_BYTES`, else None (an unreadable one: the read says why)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    if size <= MAX_FILE_BYTES:
+        return None
+    return (
+        f"{path}: {size:,} bytes, over the {MAX_FILE_BYTES:,} a families file may have (the shipped one is under "
+        "50 kB): a setting of a family is a few lines; keep data (vocabularies, prompts) short or in the source"
+    )
 
 
 def check_expansion(path: Path, root: MappingNode, limit: int = MAX_EXPANDED_NODES) -> str | None:

@@ -28,7 +28,7 @@ from rs.registry import ENGINES, Registry
 from rs.util.config_checks import ConfigValueError
 from rs.verifiers import VerifierError, resolve_params
 
-from .bounds import check_expansion
+from .bounds import check_expansion, check_file_size
 from .schema import EvaluationSetConfig, FamilyConfig
 
 TOP_LEVEL_KEYS = ("defaults", "evaluation", "families")
@@ -408,6 +408,8 @@ def _check_name(path: Path, node: Node, name: Any, seen: dict[str, Node]) -> Non
 
 
 def _compose(path: Path) -> MappingNode:
+    if (problem := check_file_size(path)) is not None:  # before PyYAML reads it, at about a megabyte a second
+        raise FamilyConfigError(problem)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:

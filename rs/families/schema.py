@@ -27,6 +27,11 @@ from rs.util.sizes import parse_bytes
 MULTIPLE_CHOICE_INSTRUCTION = "\nAnswer with the option's letter from the given choices directly."
 """What a question with options is asked with unless its family says otherwise (LLaVA's and lmms-eval's wording)."""
 
+MAX_INSTRUCTION_CHARS = 4_096
+"""Characters an instruction may have. The shipped ones are under 100 (LLaVA's "Answer the question using a single
+word or phrase."), a detailed answer format a paragraph; each is appended to every question, stored in every row and
+sent with every request, so a 50 MB one passed validate and failed the run after minutes and gigabytes."""
+
 ByteSize = int | str
 """A byte count: an integer, or a string such as "500MB" / "1GiB"."""
 
@@ -497,3 +502,13 @@ class FamilyConfig:
     decontamination: DecontaminationConfig | None = None
     """Evaluation sets the training images and questions are checked against, and what a match does (off when absent).
     README: "Decontamination"."""
+
+    def __post_init__(self) -> None:
+        for name in ("instruction", "multiple_choice_instruction"):
+            text = getattr(self, name)
+            if text is not None and len(text) > MAX_INSTRUCTION_CHARS:
+                raise ConfigValueError(
+                    name,
+                    f"{len(text):,} characters, over {MAX_INSTRUCTION_CHARS:,}: it is appended to every question, "
+                    "stored with each and sent with each to the model; an instruction is a sentence or two",
+                )

@@ -16,7 +16,8 @@ from test_families import MINIMAL, write, write_source
 
 from rs.errors import UsageError
 from rs.families import FamilyConfigError, default_families_path, load_families
-from rs.families.bounds import MAX_EXPANDED_NODES, expanded_size
+from rs.families.bounds import MAX_EXPANDED_NODES, MAX_FILE_BYTES, expanded_size
+from rs.families.schema import MAX_INSTRUCTION_CHARS
 from rs.hub.names import PathEscapeError, confined
 from rs.pipeline.publish.targets import target_for
 
@@ -165,3 +166,28 @@ def test_ordinary_anchors_and_aliases_still_load() -> None:
     assert families["CLEVR"].config.answers == families["TinyCLEVR"].config.answers
     size = expanded_size(yaml.compose(text, Loader=yaml.SafeLoader))
     assert size < MAX_EXPANDED_NODES // 100, size  # the bound leaves a hundredfold room
+
+
+@pytest.mark.parametrize(("key", "line"), [("instruction", 8), ("multiple_choice_instruction", 15)])
+def test_an_instruction_past_its_bound_is_refused_at_its_key(tmp_path: Path, key: str, line: int) -> None:
+    """It is appended to every question and sent with each: before, a 50 MB one passed validate and failed the run
+    after minutes and gigabytes."""
+    long = "x" * MAX_INSTRUCTION_CHARS  # with the leading newline, one character over
+    if key == "instruction":
+        text = MINIMAL.replace("Answer briefly.", long)
+    else:
+        text = MINIMAL + f'    {key}: "\\n{long}"\n'
+    path = write(tmp_path, text)
+    with pytest.raises(FamilyConfigError) as err:
+        load_families(path)
+    assert f"{path}:{line}: families.MyVQA.{key}: {MAX_INSTRUCTION_CHARS + 1:,} characters, over" in str(err.value)
+    ok = write(tmp_path, MINIMAL.replace("Answer briefly.", long[1:]))
+    assert len(load_families(ok)["MyVQA"].config.instruction) == MAX_INSTRUCTION_CHARS
+
+
+def test_a_families_file_past_its_bound_is_refused_unread(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL.replace("Answer briefly.", "x" * MAX_FILE_BYTES))
+    started = time.monotonic()
+    with pytest.raises(FamilyConfigError, match=rf"{path}: [0-9,]+ bytes, over the {MAX_FILE_BYTES:,} a families"):
+        load_families(path)
+    print(f"refused in {time.monotonic() - started:.2f} s")

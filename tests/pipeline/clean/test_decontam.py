@@ -158,9 +158,7 @@ def test_cleaning_drops_the_rows_of_matched_images_and_flags_matched_questions(
     report = cleaner.report.decontamination["sets"]["Tiny-val"]
     assert sum(report["images"].values()) == len(recurring)
     assert report["dropped_items"] == len(excluded)
-    assert report["flagged_items"] == sum(
-        len({c["question"] for c in row.clean_meta["contamination"]}) for row in rows
-    )
+    assert report["flagged_items"] == sum(len({c["key"] for c in row.clean_meta["contamination"]}) for row in rows)
     assert report["example"]["pair_png"]
     # what the card, the publish summary and rs plan say of it
     (card,) = card_sets(cleaner.report.decontamination)
@@ -316,3 +314,16 @@ def test_the_real_evaluation_sets_load_from_their_layout(
     index = load_or_build(name, local, base_dir=tmp_path, root=tmp_path / "idx")
     assert index.images == 2 and len(index.questions) == 2 and len(index.pixels) == 2 - text_only
     assert index.undecodable == text_only and index.exact and min(index.exact.values()) == 0
+
+
+def test_a_flagged_question_is_stored_once_its_entry_names_its_key(tmp_path: Path) -> None:
+    """`clean_meta.contamination` names a flagged item by its key (as `flags` does), not by a copy of its question: a
+    long question stored twice per row once pushed a row group over its limit and failed the family."""
+    _, rows, _ = _clean(write(tmp_path, "{against: [Tiny-val], action: flag}"))
+    entries = [(row, c) for row in rows for c in row.clean_meta["contamination"]]
+    assert entries
+    for row, entry in entries:
+        assert set(entry) == {"key", "set", "method", "distance"}
+        (item,) = [q for q in row.qa if q.key == entry["key"]]
+        assert any(f.startswith(f"eval_overlap:{entry['set']}:{entry['method']}:") for f in item.flags)
+        assert item.question not in json.dumps(row.clean_meta)
