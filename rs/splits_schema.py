@@ -6,8 +6,8 @@ Every split's rows are one image each with its QA for that split:
 - `qa`: a list of structs, per split below
 - `clean_meta`: provenance (source dataset, config, split, revision, record ids) and the cleaning
   policy that admitted the row (policy name, version, steps; what was rewritten or flagged), and `contamination`:
-  each of its questions found in an evaluation set and kept (`decontamination.action: flag`), with the set, the
-  method and the distance (`rs.pipeline.clean.decontam.Match`)
+  each of its questions found in an evaluation set and kept (`decontamination.action: flag`), by its `key`
+  (`record_id#turn`, as `flags` and `rewrites` name it), with the set, the method and the distance (`rs.pipeline.clean.decontam.Match`)
 - `image_sha256`: SHA-256 of the image bytes
 
 QA structs:
@@ -43,7 +43,7 @@ CLEAN_META = {
     "policy": {"name": _STR, "version": _STR, "steps": List(_STR)},
     "rewrites": List(_STR),
     "flags": List(_STR),
-    "contamination": List({"question": _STR, "set": _STR, "method": _STR, "distance": Value("float64")}),
+    "contamination": List({"key": _STR, "set": _STR, "method": _STR, "distance": Value("float64")}),
 }
 
 QA = {

@@ -39,7 +39,7 @@ CLEAN_META = pa.struct(
             pa.list_(
                 pa.struct(
                     [
-                        ("question", pa.string()),
+                        ("key", pa.string()),
                         ("set", pa.string()),
                         ("method", pa.string()),
                         ("distance", pa.float64()),

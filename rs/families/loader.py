@@ -28,6 +28,7 @@ from rs.registry import ENGINES, Registry
 from rs.util.config_checks import ConfigValueError
 from rs.verifiers import VerifierError, resolve_params
 
+from .bounds import check_expansion, check_file_size
 from .schema import EvaluationSetConfig, FamilyConfig
 
 TOP_LEVEL_KEYS = ("defaults", "evaluation", "families")
@@ -407,6 +408,8 @@ def _check_name(path: Path, node: Node, name: Any, seen: dict[str, Node]) -> Non
 
 
 def _compose(path: Path) -> MappingNode:
+    if (problem := check_file_size(path)) is not None:  # before PyYAML reads it, at about a megabyte a second
+        raise FamilyConfigError(problem)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
@@ -417,8 +420,15 @@ def _compose(path: Path) -> MappingNode:
         mark = getattr(err, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
         raise FamilyConfigError(f"{path}{line}: not valid YAML: {getattr(err, 'problem', err)}") from err
+    except RecursionError:  # PyYAML composes recursively: thousands of nested brackets exhaust the stack
+        raise FamilyConfigError(
+            f"{path}: nested too deeply to read (lists or mappings within one another, hundreds of levels); "
+            "no setting of a family needs more than a few"
+        ) from None
     if not isinstance(root, MappingNode):
         raise FamilyConfigError(f"{path}: expected a mapping with keys {', '.join(TOP_LEVEL_KEYS)}")
+    if (problem := check_expansion(path, root)) is not None:  # before any walk: an alias bomb would never end
+        raise FamilyConfigError(problem)
     _merge_keys(path, root, set())
     return root
 
@@ -514,10 +524,21 @@ def _evaluation_sets(validator: _Validator, node: Node | None) -> dict[str, Eval
     sets = {}
     for k_node, v_node in node.value:
         name = validator.plain(k_node)
-        if not isinstance(name, str) or not name:
-            validator.fail(k_node, "evaluation", f"a set's name must be a string, got {name!r}")
+        _check_set_name(validator, k_node, name)
         sets[name] = validator.dataclass(EvaluationSetConfig, v_node, f"evaluation.{name}")
     return sets
+
+
+def _check_set_name(validator: _Validator, node: Node, name: Any) -> None:
+    """An evaluation set's name names its index's folder in the cache too: a family name's characters, nothing that
+    leaves the folder (`..`, `/`)."""
+    if not isinstance(name, str) or not _HUB_NAME.match(name) or ".." in name or len(name) > _HUB_REPO_NAME_MAX:
+        validator.fail(
+            node,
+            f"evaluation.{name}",
+            f"a set's name must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit, "
+            f"without '..', at most {_HUB_REPO_NAME_MAX} characters (e.g. CLEVR-val), got {name!r}",
+        )
 
 
 def _check_decontamination(

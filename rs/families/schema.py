@@ -19,12 +19,18 @@ from rs.answers import Vocabulary
 from rs.families.vllm_parsers import known_reasoning_parsers
 from rs.hub.licenses import license_problem
 from rs.hub.limits import DEFAULT_FILES_PER_COMMIT, check_files_per_commit
+from rs.hub.names import namespace_problem
 from rs.registry import CLEANING, ENGINES, SOURCES, KindConfig
 from rs.util.config_checks import ConfigValueError, at_least, positive, within
 from rs.util.sizes import parse_bytes
 
 MULTIPLE_CHOICE_INSTRUCTION = "\nAnswer with the option's letter from the given choices directly."
 """What a question with options is asked with unless its family says otherwise (LLaVA's and lmms-eval's wording)."""
+
+MAX_INSTRUCTION_CHARS = 4_096
+"""Characters an instruction may have. The shipped ones are under 100 (LLaVA's "Answer the question using a single
+word or phrase."), a detailed answer format a paragraph; each is appended to every question, stored in every row and
+sent with every request, so a 50 MB one passed validate and failed the run after minutes and gigabytes."""
 
 ByteSize = int | str
 """A byte count: an integer, or a string such as "500MB" / "1GiB"."""
@@ -299,7 +305,8 @@ class ShardConfig:
 @dataclass
 class PublishConfig:
     namespace: str = "rs-datasets"
-    """Hub user or organisation the three repos are created under."""
+    """Hub user or organisation the repos are created under (the Hub's rules for a name, `rs.hub.names`); the local
+    target lays them out under it too."""
     private: bool = False
     target: Literal["hub", "local"] = "hub"
     """Where `python -m rs.publish` puts the repos when `--out` is not given."""
@@ -314,6 +321,8 @@ class PublishConfig:
 
     def __post_init__(self) -> None:
         check_files_per_commit(self.files_per_commit)
+        if (problem := namespace_problem(self.namespace)) is not None:  # it becomes a repo id and a folder
+            raise ConfigValueError("namespace", problem)
 
 
 @dataclass
@@ -493,3 +502,13 @@ class FamilyConfig:
     decontamination: DecontaminationConfig | None = None
     """Evaluation sets the training images and questions are checked against, and what a match does (off when absent).
     README: "Decontamination"."""
+
+    def __post_init__(self) -> None:
+        for name in ("instruction", "multiple_choice_instruction"):
+            text = getattr(self, name)
+            if text is not None and len(text) > MAX_INSTRUCTION_CHARS:
+                raise ConfigValueError(
+                    name,
+                    f"{len(text):,} characters, over {MAX_INSTRUCTION_CHARS:,}: it is appended to every question, "
+                    "stored with each and sent with each to the model; an instruction is a sentence or two",
+                )

@@ -34,6 +34,10 @@ from .base import ExclusionWriter, ItemFilter, StepCard, StepStats
 from .decode import decode_problem
 from .filters import RequiredFields, StripInstruction
 from .group import ImageGrouper
+from .row_size import CARD as ROW_SIZE_CARD
+from .row_size import NAME as ROW_SIZE
+from .row_size import REASON as ROW_TOO_LARGE
+from .row_size import RowSize
 
 __all__ = [
     "AccountingError",
@@ -47,7 +51,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-POLICY_VERSION = "4"  # 4: clean_meta.contamination (rs.pipeline.clean.decontam)
+POLICY_VERSION = "5"  # 4: clean_meta.contamination (rs.pipeline.clean.decontam); 5: by key, text and row bounds
 
 
 class AccountingError(RsError, RuntimeError):
@@ -207,6 +211,7 @@ def step_cards() -> dict[str, StepCard]:
         **{step.name: step.card for _, step in optional_steps()},
         "decontamination": DECONTAMINATION_CARD,
         "dedup": DEDUP_CARD,
+        ROW_SIZE: ROW_SIZE_CARD,
     }
 
 
@@ -239,9 +244,13 @@ class Cleaner:
             self.report.steps["decontamination"] = StepStats()
         if self.dedup:
             self.report.steps["dedup"] = StepStats()
+        self.row_size = RowSize(config.shard.row_group_target(), Instructions.of(config))
+        self.report.steps[ROW_SIZE] = self.row_size.stats
 
     def policy(self) -> dict[str, Any]:
-        steps = [f"{f.name}@{f.version}" for f in self.filters] + (["dedup@2"] if self.dedup else [])
+        steps = (
+            [f"{f.name}@{f.version}" for f in self.filters] + (["dedup@2"] if self.dedup else []) + [f"{ROW_SIZE}@1"]
+        )
         if self.decontam is not None:
             steps += [m.key for m in METHODS.values()]
         return {"name": "rs.clean", "version": POLICY_VERSION, "steps": steps}
@@ -365,6 +374,11 @@ class Cleaner:
                     row = self._dedup(row)
                 if not row.qa:
                     continue
+                if (detail := self.row_size.problem(row)) is not None:  # one item too large never fails the family
+                    for item in row.qa:
+                        self._drop(item, ROW_TOO_LARGE, ROW_SIZE, row.image_sha256, detail=detail)
+                    logger.warning("image %s dropped (%s): %s", row.image_sha256[:12], ROW_TOO_LARGE, detail)
+                    continue
                 self.report.rows += 1
                 self.report.kept_items += len(row.qa)
                 row.clean_meta = {
@@ -374,7 +388,7 @@ class Cleaner:
                     "rewrites": [f"{item.key}:{r}" for item in row.qa for r in item.rewrites],
                     "flags": [f"{item.key}:{f}" for item in row.qa for f in item.flags],
                     "contamination": [
-                        {"question": item.question, **entry}
+                        {"key": item.key, **entry}  # the question once, in `qa`: a long one is not stored twice
                         for item in row.qa
                         for f in item.flags
                         if (entry := parse_flag(f)) is not None

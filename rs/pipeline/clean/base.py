@@ -87,6 +87,17 @@ class ItemFilter:
         self.stats.marked[flag] += 1
 
 
+RECORDED_CHARS = 16_384
+"""Characters of a dropped item's question or answer written to exclusions.jsonl: a longer one (`question_too_long`)
+is recorded cut there, with its length, not stored whole a second time."""
+
+
+def _clipped(text: str) -> str:
+    if len(text) <= RECORDED_CHARS:
+        return text
+    return f"{text[:RECORDED_CHARS]}... [{len(text):,} characters, cut at {RECORDED_CHARS:,}]"
+
+
 class ExclusionWriter:
     """Writes every dropped QA item, with its reason, as one JSON line; nothing vanishes silently."""
 
@@ -115,8 +126,8 @@ class ExclusionWriter:
             "reason": reason,
             "step": step,
             "image_sha256": image_sha256,
-            "question": item.question,
-            "answer": item.answer,
+            "question": _clipped(item.question),
+            "answer": _clipped(item.answer),
             "source": item.source,
         }
         if detail is not None:  # what was refused, e.g. the path of an image left unread

@@ -22,18 +22,40 @@ def normalise_name(name: str) -> str:
     return re.sub(r"[^0-9a-z]", "", name.casefold())
 
 
+MAX_QUESTION_CHARS = 16_384
+"""Characters a question may have, its options included (`question_too_long` beyond). Benchmark questions are a
+sentence or two (CLEVR, ChartQA, DocVQA, TextVQA: under 300 characters), the longest a paragraph of context with
+its choices (ScienceQA's hints, MMMU: a few thousand); 16,384 characters (about 4,000 tokens) is several times
+that, and about as much as a VLM's whole context holds beside an image. A longer one is a broken record (a page of
+OCR or markup in the question column), and one such item would otherwise be hashed, deduplicated, sent to the model
+and stored in every split it reaches."""
+MAX_ANSWER_CHARS = 4_096
+"""Characters an answer or annotator's answer may have (`answer_too_long` beyond): references are words, numbers or
+a short phrase (ANLS and VQA answers, under 100 characters); a verifier compares them with the model's answer, so
+a reference of pages could be matched by nothing."""
+
+
 class RequiredFields(ItemFilter):
-    """Empty questions and empty references cannot be asked or verified."""
+    """Empty questions and empty references cannot be asked or verified; text past the bounds above is no item."""
 
     name = "required_fields"
+    version = "2"  # 2: question_too_long, answer_too_long
     order = 10
-    card = StepCard("Required fields", "Items with an empty question or an empty reference are dropped.")
+    card = StepCard(
+        "Required fields",
+        "Items with an empty question or an empty reference are dropped, and those whose question (with its options) "
+        f"is over {MAX_QUESTION_CHARS:,} characters or a reference over {MAX_ANSWER_CHARS:,}: no benchmark's is.",
+    )
 
     def check(self, item: QAItem, image_sha256: str, image_id: str | None) -> str | None:
         if not item.question.strip():
             return "empty_question"
         if not item.answer.strip():
             return "empty_answer"
+        if len(item.question) + sum(len(option) for option in item.options) > MAX_QUESTION_CHARS:
+            return "question_too_long"
+        if any(len(answer) > MAX_ANSWER_CHARS for answer in (item.answer, *item.references)):
+            return "answer_too_long"
         return None
 
 

@@ -59,7 +59,8 @@ class CleanStage(StoredStage[CleaningReport]):
     )
 
     def fingerprint(self, ctx: BuildContext) -> str:
-        """The source, the cleaning and instructions, the `--limit`, the cleaning policy and the decontamination."""
+        """The source, the cleaning and instructions, the `--limit`, the cleaning policy, the decontamination, and the
+        row-group target a row must fit (`rs.pipeline.clean.row_size`)."""
         c = ctx.family.config
         return fingerprint(
             {
@@ -68,6 +69,7 @@ class CleanStage(StoredStage[CleaningReport]):
                 "instructions": asdict(Instructions.of(c)),
                 "limit": ctx.limit,
                 "policy": POLICY_VERSION,
+                "row_group_target": c.shard.row_group_target(),
                 **decontamination_fingerprint(c),
             }
         )

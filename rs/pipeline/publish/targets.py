@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import ContextManager, Iterator
 
 from rs.context import BuildContext
+from rs.errors import UsageError
 from rs.families import Family
 from rs.hub import PublishResult, publish_folder, resolve_token
 from rs.hub.diff import diff, folder_state, scan_folder
+from rs.hub.names import PathEscapeError, confined
 from rs.pipeline.publish import local
 from rs.pipeline.publish.cards.render import HUB_URL
 from rs.pipeline.publish.preflight import check_local_root, check_overlap, check_repo_paths, check_trial
@@ -222,4 +224,9 @@ def target_for(family: Family, out: Path | None, *, token: str | None = None) ->
     if out is None and c.publish.target != "local":
         return HubTarget(c.publish.namespace, token)
     folder = Path(out if out is not None else c.publish.local_dir)
-    return LocalTarget(folder, folder / c.publish.namespace, "--out" if out is not None else "publish.local_dir")
+    named = "--out" if out is not None else "publish.local_dir"
+    try:  # the namespace was validated with the family; a name that slipped past still writes nowhere else
+        root = confined(folder, c.publish.namespace)
+    except PathEscapeError as err:
+        raise UsageError(f"publish.namespace: {err}", hint="set publish.namespace to a Hub user or organisation name")
+    return LocalTarget(folder, root, named)

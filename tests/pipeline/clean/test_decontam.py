@@ -159,9 +159,7 @@ def test_cleaning_drops_the_rows_of_matched_images_and_flags_matched_questions(
     report = cleaner.report.decontamination["sets"]["Tiny-val"]
     assert sum(report["images"].values()) == len(recurring)
     assert report["dropped_items"] == len(excluded)
-    assert report["flagged_items"] == sum(
-        len({c["question"] for c in row.clean_meta["contamination"]}) for row in rows
-    )
+    assert report["flagged_items"] == sum(len({c["key"] for c in row.clean_meta["contamination"]}) for row in rows)
     assert report["example"]["pair_png"]
     # what the card, the publish summary and rs plan say of it
     (card,) = card_sets(cleaner.report.decontamination)
@@ -465,3 +463,16 @@ def test_half_built_indexes_of_dead_processes_are_removed_on_the_next_start(tmp_
         (tmp / "part").mkdir(parents=True)
     load_or_build("x", config, base_dir=tmp_path, root=tmp_path / "idx")
     assert not stale.exists() and alive.exists() and elsewhere.exists()
+
+
+def test_a_flagged_question_is_stored_once_its_entry_names_its_key(tmp_path: Path) -> None:
+    """`clean_meta.contamination` names a flagged item by its key (as `flags` does), not by a copy of its question: a
+    long question stored twice per row once pushed a row group over its limit and failed the family."""
+    _, rows, _ = _clean(write(tmp_path, "{against: [Tiny-val], action: flag}"))
+    entries = [(row, c) for row in rows for c in row.clean_meta["contamination"]]
+    assert entries
+    for row, entry in entries:
+        assert set(entry) == {"key", "set", "method", "distance"}
+        (item,) = [q for q in row.qa if q.key == entry["key"]]
+        assert any(f.startswith(f"eval_overlap:{entry['set']}:{entry['method']}:") for f in item.flags)
+        assert item.question not in json.dumps(row.clean_meta)
