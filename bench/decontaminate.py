@@ -2,6 +2,7 @@
 
     python bench/decontaminate.py quality [--train 400 --eval 300]
     python bench/decontaminate.py scale [--train 1000000 --eval 100000]
+    python bench/decontaminate.py colour [--images 60]
 
 `quality`: a noise-free synthetic training pool and a `synthetic_eval` split of it (rs.sources.synthetic.evaluation:
 some scenes recur re-saved, re-encoded, resized, cropped 2-5% or brightened, some questions recur verbatim or
@@ -14,6 +15,13 @@ is asked through `rs.pipeline.clean.decontam.Decontaminator`, as cleaning asks i
   (verbatim or reworded) or has the same normalised words; recall per rewording;
 - items (`same_item`): a training QA is a true overlap when its scene recurs and its question was copied to it (or
   the copy is asked the same normalised words).
+
+`colour`: `near_image` on images whose colours alone differ, of three kinds: the renderer's scenes, drawn shapes on a
+plain ground (a red circle, a purple one) and natural-like images (windows of a photograph, matplotlib's
+grace_hopper.jpg, and 1/f colour noise, which has a natural image's spectrum). Each original is an evaluation image; the
+training side asks its copies (re-encoded, resized, cropped, brightened, darkened: true near-duplicates) and its colour
+variants (one object recoloured, hues turned 30-180 degrees, red and blue swapped: other images). Precision and recall
+with the colour check and, for comparison, with pHash alone.
 
 `scale`: the near-duplicate index alone, on synthetic 64-bit hashes: `--eval` evaluation images (three hashes each, as
 the index keeps) and `--train` training images (three hashes each, as cleaning asks) searched at the measured distance,
@@ -31,6 +39,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -159,6 +168,187 @@ def quality(n_train: int, n_eval: int) -> None:
         print(f"| {how} | {q_total[how]} | {q_recall[how] / q_total[how]:.4f} |")
 
 
+COPIES = ("jpeg", "resize", "crop", "brighten", "darken")
+"""What a copy of an image may have undergone and still be the same image."""
+COLOUR_VARIANTS = ("recolour", "hue30", "hue60", "hue120", "hue180", "swap")
+"""What makes another image of the same structure: its colours alone changed."""
+
+
+def _colour_cases(kind: str, n: int) -> list[tuple[Any, dict[str, Any]]]:
+    """`n` originals of `kind` (scenes, shapes, natural), each with its copies and colour variants by name."""
+    import dataclasses
+    import random
+
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageEnhance
+
+    from rs.sources.synthetic.scenes import COLORS, generate_scene, render_scene
+
+    def decoded(data: bytes) -> Image.Image:
+        with Image.open(io.BytesIO(data)) as im:
+            return im.convert("RGB")
+
+    def hue(im: Image.Image, degrees: int) -> Image.Image:
+        hsv = np.asarray(im.convert("HSV")).copy()
+        hsv[..., 0] = (hsv[..., 0].astype(int) + round(degrees / 360 * 256)) % 256
+        return Image.fromarray(hsv, "HSV").convert("RGB")
+
+    def copies(im: Image.Image, rng: random.Random) -> dict[str, Image.Image]:
+        out = io.BytesIO()
+        im.save(out, format="JPEG", quality=rng.randint(60, 90))
+        scale = rng.choice((0.5, 0.75, 1.25, 1.6))
+        share = rng.uniform(0.02, 0.05)
+        dx, dy = round(im.width * share), round(im.height * share)
+        return {
+            "jpeg": decoded(out.getvalue()),
+            "resize": im.resize((round(im.width * scale), round(im.height * scale)), Image.Resampling.BICUBIC),
+            "crop": im.crop((dx, dy, im.width - dx, im.height - dy)),
+            "brighten": ImageEnhance.Brightness(im).enhance(rng.uniform(1.1, 1.3)),
+            "darken": ImageEnhance.Brightness(im).enhance(rng.uniform(0.75, 0.9)),
+        }
+
+    def variants(im: Image.Image, recoloured: Image.Image) -> dict[str, Image.Image]:
+        r, g, b = im.split()
+        turned = {f"hue{d}": hue(im, d) for d in (30, 60, 120, 180)}
+        return {"recolour": recoloured, **turned, "swap": Image.merge("RGB", (b, g, r))}
+
+    palette = [(220, 30, 30), (128, 0, 128), (30, 30, 220), (30, 160, 30), (230, 200, 20), (20, 190, 200)]
+    photo = None
+    if kind == "natural":
+        import matplotlib
+
+        photo = Image.open(Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg").convert("RGB")
+    cases = []
+    for i in range(n):
+        rng = random.Random(f"{kind}:{i}")
+        if kind == "scenes":
+            scene = generate_scene(rng)
+            im = decoded(render_scene(scene))
+            other = dataclasses.replace(scene, objects=[dataclasses.replace(o) for o in scene.objects])
+            front = max(other.objects, key=lambda o: o.y)  # the nearest object, drawn largest
+            front.color = rng.choice([c for c in COLORS if c not in (front.color, "gray")])
+            recoloured = decoded(render_scene(other))
+        elif kind == "shapes":
+            ground = tuple(rng.randint(170, 255) for _ in range(3))
+            first, second = rng.sample(palette, 2)
+            x, y, r = rng.randint(30, 98), rng.randint(30, 98), rng.randint(12, 30)
+            shape = rng.choice(("circle", "square", "triangle"))
+
+            def draw(colour: tuple[int, int, int]) -> Image.Image:
+                im = Image.new("RGB", (128, 128), ground)
+                pen = ImageDraw.Draw(im)
+                if shape == "circle":
+                    pen.ellipse((x - r, y - r, x + r, y + r), fill=colour)
+                elif shape == "square":
+                    pen.rectangle((x - r, y - r, x + r, y + r), fill=colour)
+                else:
+                    pen.polygon([(x, y - r), (x - r, y + r), (x + r, y + r)], fill=colour)
+                return im
+
+            im, recoloured = draw(first), draw(second)
+        else:
+            if i % 2 == 0 and photo is not None:  # a window of the photograph
+                w = rng.randint(96, 220)
+                x, y = rng.randint(0, photo.width - w), rng.randint(0, photo.height - w)
+                im = photo.crop((x, y, x + w, y + w)).resize((160, 160), Image.Resampling.BICUBIC)
+            else:  # 1/f colour noise: a natural image's power spectrum
+                freq = np.fft.fftfreq(160)[:, None] ** 2 + np.fft.fftfreq(160)[None, :] ** 2
+                freq[0, 0] = 1
+                noise = np.random.default_rng(i)
+                layers = []
+                for _ in range(3):
+                    z = np.fft.ifft2(np.fft.fft2(noise.standard_normal((160, 160))) / freq).real
+                    layers.append((z - z.min()) / np.ptp(z) * 255)
+                im = Image.fromarray(np.stack(layers, -1).astype(np.uint8), "RGB")
+            mask = Image.new("L", im.size, 0)  # a region of it recoloured: its hue turned a third of the circle
+            cx, cy, r = rng.randint(40, 120), rng.randint(40, 120), rng.randint(24, 40)
+            ImageDraw.Draw(mask).ellipse((cx - r, cy - r, cx + r, cy + r), fill=255)
+            recoloured = Image.composite(hue(im, 120), im, mask)
+        cases.append((im, {**copies(im, rng), **variants(im, recoloured)}))
+    return cases
+
+
+def colour(n: int) -> dict[str, dict[str, float]]:
+    """`near_image` on images whose colours alone differ: printed, and returned by kind (and `all`) for the tests."""
+    import math
+
+    from PIL import Image
+
+    from rs.families.schema import DecontaminationConfig
+    from rs.pipeline.clean.decontam import Decontaminator
+    from rs.pipeline.clean.decontam.hashing import image_hashes
+    from rs.pipeline.clean.decontam.index import build_index
+    from rs.pipeline.clean.decontam.methods import COLOUR_DISTANCE, PHASH_DISTANCE
+    from rs.sources.base import SourceRecord
+
+    def png(im: Image.Image) -> bytes:
+        out = io.BytesIO()
+        im.save(out, format="PNG")
+        return out.getvalue()
+
+    figures: dict[str, dict[str, float]] = {}
+    print(
+        f"# near_image on colour-only differences: {n} originals of each kind, pHash distance <= {PHASH_DISTANCE}, "
+        f"colour distance <= {COLOUR_DISTANCE:g}"
+    )
+    print("\n| images | check | matched copies (recall) | matched colour variants | precision | per variant matched |")
+    print("|---|---|---|---|---|---|")
+    totals: dict[str, Counter] = defaultdict(Counter)
+    for kind in ("scenes", "shapes", "natural"):
+        cases = _colour_cases(kind, n)
+        with tempfile.TemporaryDirectory() as folder:
+            records = (SourceRecord(f"{kind}-{i}", [png(im)], []) for i, (im, _) in enumerate(cases))
+            index = build_index("bench", records, "bench", Path(folder))
+            d = Decontaminator(DecontaminationConfig(against=[]), base_dir=ROOT)
+            d.indexes, d.stats = {"bench": index}, {"bench": d.stats.get("bench")}
+            for check, limit in (("pHash + colour", COLOUR_DISTANCE), ("pHash alone", math.inf)):
+                d.colour_distance = limit
+                matched, asked, wrong = Counter(), Counter(), 0
+                for i, (_, derived) in enumerate(cases):
+                    for name, im in derived.items():
+                        found = {m.eval_image for m in d.image_matches(image_hashes(im)) if m.method == "near_image"}
+                        asked[name] += 1
+                        matched[name] += i in found
+                        wrong += len(found - {i})  # another original matched: a false match whatever the variant
+                copies_found = sum(matched[c] for c in COPIES)
+                variants_found = sum(matched[v] for v in COLOUR_VARIANTS)
+                copies_asked = sum(asked[c] for c in COPIES)
+                variants_asked = sum(asked[v] for v in COLOUR_VARIANTS)
+                precision = copies_found / max(1, copies_found + variants_found + wrong)
+                per = ", ".join(f"{name} {matched[name]}/{asked[name]}" for name in (*COPIES, *COLOUR_VARIANTS))
+                print(
+                    f"| {kind} | {check} | {copies_found}/{copies_asked} ({copies_found / copies_asked:.3f}) | "
+                    f"{variants_found}/{variants_asked} | {precision:.3f} | {per} |"
+                )
+                for key, value in (
+                    ("copies", copies_found),
+                    ("copies_asked", copies_asked),
+                    ("variants", variants_found),
+                    ("variants_asked", variants_asked),
+                    ("wrong", wrong),
+                ):
+                    totals[check][key] += value
+                if limit == COLOUR_DISTANCE:
+                    figures[kind] = {
+                        "recall": copies_found / copies_asked,
+                        "precision": precision,
+                        "variants_matched": variants_found / variants_asked,
+                    }
+    for check, t in totals.items():
+        precision = t["copies"] / max(1, t["copies"] + t["variants"] + t["wrong"])
+        print(
+            f"| all | {check} | {t['copies']}/{t['copies_asked']} ({t['copies'] / t['copies_asked']:.3f}) | "
+            f"{t['variants']}/{t['variants_asked']} | {precision:.3f} | |"
+        )
+        if check == "pHash + colour":
+            figures["all"] = {
+                "recall": t["copies"] / t["copies_asked"],
+                "precision": precision,
+                "variants_matched": t["variants"] / t["variants_asked"],
+            }
+    return figures
+
+
 def scale(n_train: int, n_eval: int, batch: int) -> None:
     import numpy as np
 
@@ -283,9 +473,13 @@ def main() -> None:
     s.add_argument("--train", type=int, default=1_000_000)
     s.add_argument("--eval", type=int, default=100_000)
     s.add_argument("--batch", type=int, default=2_000)
+    c = sub.add_parser("colour")
+    c.add_argument("--images", type=int, default=60, help="originals of each kind")
     args = parser.parse_args()
     if args.what == "quality":
         quality(args.train, args.eval)
+    elif args.what == "colour":
+        colour(args.images)
     else:
         scale(args.train, args.eval, args.batch)
 

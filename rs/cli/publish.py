@@ -119,8 +119,20 @@ def _split_lines(outcome: PublishReport, split: str, *, dry_run: bool) -> list[s
     return lines
 
 
+def _kind_line(report: FamilyReport, *, dry_run: bool) -> str:
+    """Whether this publish is a trial (`--limit N`) or a release (every image): a trial must never pass for one."""
+    verb = "would be published" if dry_run else "published"
+    if report.limit is None:
+        return f"  {verb} as a release: every image of the source"
+    return (
+        f"  {verb} as a TRIAL, not a release: only the first {report.limit:,} images of the source were read "
+        f"(--limit {report.limit}); its cards say so"
+    )
+
+
 def summary(family: Family, outcome: PublishReport, *, dry_run: bool, cache: Path | None = None) -> str:
-    """What the publish did, for a person: the funnel, recovery, verifier, judge, and each split's repo."""
+    """What the publish did, for a person: the funnel, whether it is a trial or a release, recovery, verifier, judge, and
+    each split's repo."""
     report = outcome.report
     assert report is not None
     t, cal = report.totals, report.judge.calibration
@@ -139,6 +151,7 @@ def summary(family: Family, outcome: PublishReport, *, dry_run: bool, cache: Pat
         lines.append(_endings_line(report.endings))
     if cal:
         lines += _calibration_lines(cal)
+    lines.append(_kind_line(report, dry_run=dry_run))
     for split in report.splits:
         lines += _split_lines(outcome, split, dry_run=dry_run)
     if any(result.offline for result in outcome.results.values()):
@@ -241,6 +254,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         action="store_true",
         help="publish to the Hub even a split with no rows (datasets.load_dataset refuses to load one)",
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="let a --limit trial replace a release (a publish of every image) in the local folder; a trial never goes "
+        "to the Hub",
+    )
     cli.add_build_paths(parser)
     cli.add_ray(parser)
     cli.add_verbose(parser)
@@ -299,6 +318,7 @@ def _publish(family: Family, args: argparse.Namespace, sample: Any) -> PublishRe
             progress=True,
             sample=sample,
             allow_empty=args.allow_empty,
+            force=args.force,
         )
     except RsError:
         raise

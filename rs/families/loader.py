@@ -507,6 +507,7 @@ def load_families(path: str | Path, *, engine_checks: bool = False) -> dict[str,
         _check_verifier(path, body, name, config)
         _check_judge(path, body, name, config)
         _check_sampling(path, body, name, config, engine_checks=engine_checks)
+        _options_in_prompt(validator, _merge(defaults, body), name, config)
         _check_decontamination(validator, _merge(defaults, body), name, config, evaluation)
         families[name] = Family(name=name, config=config, path=path, line=name_node.start_mark.line + 1)
     return families
@@ -566,6 +567,41 @@ def _check_decontamination(
                 f"unknown evaluation set {set_name!r}{_did_you_mean(set_name, evaluation)}; defined sets: {valid}",
             )
     decontamination.sets = {set_name: evaluation[set_name] for set_name in decontamination.against}
+
+
+def mapped_options(config: FamilyConfig) -> str | None:
+    """The column a family's source maps its multiple-choice options from (`source.columns.options`), else None."""
+    columns = getattr(config.source, "columns", None)
+    if getattr(config.source, "shape", "flat") != "flat":
+        return None
+    return getattr(columns, "options", None)
+
+
+def _options_in_prompt(validator: _Validator, body: Node, name: str, config: FamilyConfig) -> None:
+    """Options a source maps are rendered into the question, or the family is refused.
+
+    A question with options is asked for "the option's letter"; only the multiple-choice step puts the options into the
+    question (a lettered block) and turns the reference into their letter. With `source.columns.options` mapped, the
+    step is on unless the family switches it off, which is refused: the model would be asked for a letter of options
+    it is never shown, against a letter reference.
+    """
+    column = mapped_options(config)
+    if column is None:
+        return
+    step = config.cleaning.step("multiple_choice")
+    written = _node_at(body, ["cleaning", "multiple_choice", "enabled"])
+    if isinstance(written, ScalarNode) and written.tag.endswith(":bool") and not step.enabled:
+        options_node = _node_at(body, ["source", "columns", "options"])
+        validator.fail(
+            written,
+            f"families.{name}.cleaning.multiple_choice.enabled",
+            f"false, but source.columns.options maps the column {column!r} "
+            f"(line {options_node.start_mark.line + 1}): the options would be left out of the prompt while the model "
+            "is asked for an option's letter; remove `enabled: false` (mapped options switch the step on), or remove "
+            "source.columns.options",
+        )
+    if not step.enabled:
+        config.cleaning.steps["multiple_choice"] = dataclasses.replace(step, enabled=True)
 
 
 def _check_judge(path: Path, body: MappingNode, name: str, config: FamilyConfig) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rs.answers import Kind, classify
 from rs.errors import UsageError
 from rs.families import Family
+from rs.families.loader import mapped_options
 from rs.families.schema import FamilyConfig
 from rs.pipeline.clean import Cleaner
 from rs.plan.report import KindReport, PlanReport
@@ -110,6 +111,11 @@ def check_configuration(c: FamilyConfig, plan: PlanReport) -> None:
             "vLLM here is its CPU build, where gpu_memory_utilization is the share of the machine's memory it "
             f"reserves ({args.get('gpu_memory_utilization', 'its default')}): it will likely refuse to start; "
             "set engine.args kv_cache_memory_bytes and gpu_memory_utilization: null, as TinyCLEVR does"
+        )
+    if (column := mapped_options(c)) is not None:
+        plan.notes.append(
+            f"source.columns.options maps the column {column!r}: multiple-choice normalisation is on, so each question "
+            "is asked with its options as a lettered block (A. ..., B. ...) and its reference becomes the letter"
         )
     thinking = c.sampling.chat_template_kwargs.get("enable_thinking")
     if thinking is False and c.model.reasoning.required:

@@ -111,6 +111,9 @@ def render(stem: str, options: list[str], letters: str) -> str:
 @dataclass
 class MultipleChoiceConfig:
     enabled: bool = False
+    """Render options as a lettered block in the question (`A. ...` lines) and make the reference its letter. On wherever
+    `source.columns.options` is mapped; `false` beside a mapped options column is refused, since the model would be asked
+    for a letter of options it is never shown."""
     letters: str = "ABCDEFGHIJ"
     """The option letters, in order; a question with more options than letters is dropped."""
 

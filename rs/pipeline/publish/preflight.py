@@ -6,11 +6,13 @@ not publish (a file, or a folder with files but without the marker every publish
 the user's, and the run is refused, naming it. The places a run writes must not hold one another: a `--out` inside
 the build folder has its repos deleted while the next ones are assembled there, a cache inside `--out` is a file of
 no repo, a build folder inside `--out` is taken for a repo. And a `--limit` trial never goes to the Hub, where it
-would replace the whole family's repos.
+would replace the whole family's repos, nor replaces a release (a publish of every image) in a local folder without
+`--force`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -109,3 +111,38 @@ def check_trial(family: Family, limit: int | None, *, local: bool, dry_run: bool
             hint="publish the trial to a local folder (--out DIR) or see what would change (--dry-run); "
             "publish to the Hub without --limit",
         )
+
+
+def published_limit(repo: Path) -> tuple[bool, int | None]:
+    """Whether `repo` holds a publish of this project, and its `--limit` (None: a release of every image).
+
+    Read from the repo's own `rs/stats.json`; one that cannot be read counts as a release (the safe side: a trial
+    is then refused rather than let replace it)."""
+    marker = repo / MARKER
+    if not marker.is_file():
+        return False, None
+    try:
+        limit = json.loads(marker.read_text(encoding="utf-8")).get("limit")
+    except (OSError, ValueError, AttributeError):
+        return True, None
+    return True, limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+
+
+def check_release_kept(family: Family, root: Path, named: str, limit: int | None, *, force: bool) -> None:
+    """Refuse a `--limit` trial into a local folder that holds a release of the family, unless `force`.
+
+    A trial's repos hold its first N images only: switched in over a release they would replace it whole (the rows of
+    every other image gone, the cards' figures of N images), with only the card's first line to tell.
+    """
+    if limit is None or force:
+        return
+    for split in family.splits:
+        repo = root / family.repo_name(split)
+        found, theirs = published_limit(repo)
+        if found and theirs is None:
+            raise UsageError(
+                f"{named}: {repo} holds a release of {family.name} (every image of its source); this trial "
+                f"(--limit {limit}, its first {limit} images) would replace it and its siblings",
+                hint=f"publish the trial to another folder ({named} DIR), publish without --limit, or add --force to "
+                "replace the release with the trial; nothing was changed",
+            )

@@ -146,6 +146,7 @@ def publish(
     route_filter: RouteFilter | None = None,
     stores: Path | None = None,
     refiltered: dict[str, Any] | None = None,
+    force: bool = False,
 ) -> PublishReport:
     """Build (unless cards only), assemble and publish the family's repos to `out` or its `publish:` target.
 
@@ -157,7 +158,7 @@ def publish(
 
     `route_filter`: routing settings changed after the run (`rs refilter`); the cards say what changed. `stores`: the
     folder of the stores to publish from, when not the family's build (`rs.refilter.prepare`), and `refiltered` what the
-    cards say of them.
+    cards say of them. `force`: a `--limit` trial may replace a release published in the local folder.
     """
     ctx = BuildContext(
         family,
@@ -171,7 +172,7 @@ def publish(
         refiltered=refiltered,
     )
     stage = PublishStage(
-        target_for(family, out, token=token),
+        target_for(family, out, token=token, force=force),
         cards_only=cards_only,
         dry_run=dry_run,
         allow_empty=allow_empty,

@@ -24,7 +24,13 @@ from rs.hub.diff import diff, folder_state, scan_folder
 from rs.hub.names import PathEscapeError, confined
 from rs.pipeline.publish import local
 from rs.pipeline.publish.cards.render import HUB_URL
-from rs.pipeline.publish.preflight import check_local_root, check_overlap, check_repo_paths, check_trial
+from rs.pipeline.publish.preflight import (
+    check_local_root,
+    check_overlap,
+    check_release_kept,
+    check_repo_paths,
+    check_trial,
+)
 from rs.util import ledger
 from rs.util.disk import writing
 from rs.util.locks import publish_lock
@@ -71,12 +77,16 @@ class LocalTarget(Target):
     root: Path
     named: str
     """The flag or setting that names the folder, for messages."""
+    force: bool = False
+    """A `--limit` trial may replace a release published there (`--force`)."""
     local = True
 
     def check(self, ctx: BuildContext, *, dry_run: bool) -> None:
         check_overlap(self.folder, self.named, ctx.build_root, ctx.cache_path)
         check_local_root(self.folder, self.named)
         check_repo_paths(ctx.family, self.root, self.named)
+        if not dry_run:  # a dry run changes nothing: it shows what the trial would replace
+            check_release_kept(ctx.family, self.root, self.named, ctx.limit, force=self.force)
 
     def where(self, family: Family, split: str) -> str:
         return str(self.root / family.repo_name(split))
@@ -218,8 +228,9 @@ class HubTarget(Target):
         return results
 
 
-def target_for(family: Family, out: Path | None, *, token: str | None = None) -> Target:
-    """The family's target: `out` when given, else its `publish:` block (a local folder, or the Hub)."""
+def target_for(family: Family, out: Path | None, *, token: str | None = None, force: bool = False) -> Target:
+    """The family's target: `out` when given, else its `publish:` block (a local folder, or the Hub). `force`: a trial
+    may replace a release in a local folder (a trial never goes to the Hub)."""
     c = family.config
     if out is None and c.publish.target != "local":
         return HubTarget(c.publish.namespace, token)
@@ -229,4 +240,4 @@ def target_for(family: Family, out: Path | None, *, token: str | None = None) ->
         root = confined(folder, c.publish.namespace)
     except PathEscapeError as err:
         raise UsageError(f"publish.namespace: {err}", hint="set publish.namespace to a Hub user or organisation name")
-    return LocalTarget(folder, root, named)
+    return LocalTarget(folder, root, named, force=force)

@@ -164,7 +164,10 @@ def test_cleaning_drops_the_rows_of_matched_images_and_flags_matched_questions(
     # what the card, the publish summary and rs plan say of it
     (card,) = card_sets(cleaner.report.decontamination)
     rows = {row["method"]: row for row in card["rows"]}
-    assert rows["near_image"]["threshold"] == "Hamming distance <= 4" and rows["same_question"]["action"] == "flag"
+    assert (
+        rows["near_image"]["threshold"] == "Hamming distance <= 4 and colour distance <= 16"
+        and rows["same_question"]["action"] == "flag"
+    )
     assert sum(row["images"] for row in rows.values()) == len(recurring) and rows["same_image"]["action"] == "drop"
     ((path, png),) = pair_files(cleaner.report.decontamination)
     assert path == card["pair_path"] == "images/decontamination-Tiny-val.png"

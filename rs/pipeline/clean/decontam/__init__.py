@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from .hashing import ImageHashes, exact_key, overlap, shingles
+from .hashing import ImageHashes, colour_distance, colour_signature, exact_key, overlap, shingles
 from .index import THUMBNAIL, EvaluationIndex, load_or_build, thumbnail_png
 from .methods import (
+    COLOUR_DISTANCE,
     ITEM_OVERLAP,
     METHODS,
     NEAR_IMAGE,
@@ -102,6 +103,10 @@ class Decontaminator:
             for name, set_config in getattr(config, "sets", {}).items()
         }
         self.stats = {name: SetStats() for name in self.indexes}
+        self.colour_distance = COLOUR_DISTANCE
+        """Largest colour distance of a near-duplicate (`bench/decontaminate.py colour` sets it to infinity to measure
+        the structure alone)."""
+        self._colours: dict[tuple[str, int], bytes | None] = {}
 
     def action(self, method: str) -> str:
         return getattr(self.actions, METHODS[method].kind)
@@ -123,8 +128,25 @@ class Decontaminator:
             found += [
                 Match(name, NEAR_IMAGE.name, d, index.record_ids[i], i)
                 for i, d in sorted(best.items(), key=lambda e: e[1])
+                if self._same_colours(name, index, i, hashes.colour)
             ]
         return found
+
+    def _same_colours(self, name: str, index: EvaluationIndex, image: int, colour: bytes) -> bool:
+        """Whether an evaluation image a training image's pHash is near has its colours too (pHash sees grey alone).
+
+        The evaluation image's signature is read from its thumbnail in the index, which it is taken of on both sides
+        (`hashing.COLOUR_FROM`); an index without the thumbnail leaves the structure to decide, as before."""
+        key = (name, image)
+        if key not in self._colours:
+            thumb = index.thumbnail(image)
+            if thumb is None:
+                self._colours[key] = None
+            else:
+                with Image.open(io.BytesIO(thumb)) as im:
+                    self._colours[key] = colour_signature(im)
+        theirs = self._colours[key]
+        return theirs is None or not colour or colour_distance(colour, theirs) <= self.colour_distance
 
     def question_matches(self, question: str, images: list[Match]) -> list[Match]:
         """`same_item` (an overlapping question asked of a matched evaluation image), else per set `same_question`

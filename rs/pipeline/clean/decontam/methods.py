@@ -4,7 +4,9 @@ A method's `version` goes into the clean stage's fingerprint (`rs.pipeline.clean
 cached evaluation index's key: a changed method re-checks every item. Thresholds were chosen by measurement on
 TinyCLEVR's synthetic evaluation split (`bench/decontaminate.py`, README "Decontamination"): the near-duplicate
 distance catches the transformed copies (re-encoded, resized, cropped 2-5%, brightened) while the closest hard
-negatives (other scenes of the same renderer) lie at 6 bits and more.
+negatives (other scenes of the same renderer) lie at 6 bits and more. pHash sees no colour, so a near-duplicate must
+also have the same colours (COLOUR_DISTANCE), measured on scenes, drawn shapes and natural-like images whose colours
+alone differ (`bench/decontaminate.py colour`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ class Method:
 PHASH_DISTANCE = 4
 """Most differing bits of two 64-bit pHashes (the closest pair of their whole-image and centre-crop hashes) of one image.
 Measured on TinyCLEVR's scenes: every transformed copy within 4 bits, the closest other scenes of the renderer at 6."""
+COLOUR_DISTANCE = 16.0
+"""Largest colour distance (`hashing.colour_distance`: CIELAB a*b* over lightness, of the closest cells) of two images
+`near_image` matches. Measured (`bench/decontaminate.py colour`, 60 originals of each kind): of 900 copies (re-encoded,
+resized, cropped 2-5%, brightened, darkened) of scenes, drawn shapes and natural-like images, the colour check loses 2
+that pHash matched (a brightened pale drawing, a cropped photograph); of 1,080 colour variants (one object or region
+recoloured, hues turned 30-180 degrees, red and blue swapped) it matches 39 where pHash alone matched 668: a swap that
+leaves purple, green or grey as they were, a region turned where it had hardly any colour."""
 NGRAM = 3
 """Word n-grams a question is cut into for the fuzzy match (questions of CLEVR's kind are 5-20 words)."""
 QUESTION_OVERLAP = 0.9
@@ -48,10 +57,11 @@ NUM_PERM = 64
 SAME_IMAGE = Method("same_image", "1", "image", "SHA-256 of the decoded RGB pixels and size", "equal")
 NEAR_IMAGE = Method(
     "near_image",
-    "1",
+    "2",
     "image",
-    "pHash (64 bits) of the auto-contrasted, equalised grey image and its 2.5% and 5% centre crops",
-    f"Hamming distance <= {PHASH_DISTANCE}",
+    "pHash (64 bits) of the auto-contrasted, equalised grey image and its 2.5% and 5% centre crops, and the colours "
+    "(CIELAB chroma of an 8x8 grid)",
+    f"Hamming distance <= {PHASH_DISTANCE} and colour distance <= {COLOUR_DISTANCE:g}",
 )
 SAME_ITEM = Method(
     "same_item",
@@ -74,7 +84,7 @@ NEAR_QUESTION = Method(
 METHODS = {m.name: m for m in (SAME_IMAGE, NEAR_IMAGE, SAME_ITEM, SAME_QUESTION, NEAR_QUESTION)}
 """Every method by name, in the order a card lists them."""
 
-VERSION = "2"
+VERSION = "3"
 """The decontamination code as a whole (`rs/pipeline/clean/decontam/`): tracked by rs/pipeline/versions.lock.json like every deciding piece
 (`rs.pipeline.versions`); bump it, or a method's own version, when what is matched changes."""
 
