@@ -252,8 +252,11 @@ def _relaxed() -> Iterator[Case]:
         ("7.5", ["7.5", "7 1/2", "7½", "15/2"], "8.5"),
     ):
         for form in right_forms:
-            yield Case("relaxed", "notation", form, (ref,), True, question=q)
-            yield Case("relaxed", "notation", f"The answer is {form}.", (ref,), True, question=q)
+            # a percent sign a bare reference lacks, where the question asks no percentage, is right on a percent axis
+            # and wrong on any other: the judge's (issue 60), no notation the reading may take for granted
+            phrasing = "percent added" if "%" in form and "%" not in ref else "notation"
+            yield Case("relaxed", phrasing, form, (ref,), True, question=q)
+            yield Case("relaxed", phrasing, f"The answer is {form}.", (ref,), True, question=q)
         yield from _phrasings("relaxed", right_forms[0], wrong, (ref,), question=q)
         yield Case("relaxed", "near miss", wrong, (ref,), False, question=q)
     yield Case("relaxed", "near miss", "2008", ("2010",), False, question="In which year was the value highest?")

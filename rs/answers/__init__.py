@@ -29,5 +29,5 @@ __all__ = [
     "unwrap",
 ]
 
-VERSION = "5"
+VERSION = "6"
 """How a final answer is read: bump when a change reads some answer otherwise (`rs.pipeline.versions`)."""

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import enum
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, Protocol
 
-from rs.answers.numbers import simple_number
+from rs.answers.numbers import read_numbers, simple_number
 from rs.answers.reading import Reading, read, unwrap
 from rs.answers.values import NEUTRAL_WORDS, UNIT_WORDS, Found, Kind, Vocabulary, find, reference_values
 
@@ -199,7 +200,7 @@ class Grader:
             return None
         v, kind = self.verifier, _NUMBER
         if v.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary):
-            accepted = self._accepts(kind, value, refs, item, matches=True)
+            accepted = self._accepts(kind, value, refs, item, matches=True, stated=stated)
             return Grade(_ACCEPTED if accepted else _UNDECIDED, kind, stated, value)
         certain = (
             v.certain_kind(kind, refs, item=item, vocabulary=self.vocabulary)
@@ -247,15 +248,24 @@ class Grader:
         return context.same(values[-1], grade.value)
 
     def _accepts(
-        self, kind: Kind, value: Any, refs: Sequence[str], item: Item | None, matches: bool | None = None
+        self,
+        kind: Kind,
+        value: Any,
+        refs: Sequence[str],
+        item: Item | None,
+        matches: bool | None = None,
+        stated: str = "",
     ) -> bool:
         """THE rule for accepting a value: the verifier's metric matches it, and it is a reference once notation only
         is normalised, or the match needs a leniency that is the task's own (relaxed accuracy on a value read off an
         axis). A match that needs any other leniency (ANLS below 1, a tolerance on a count or a year, a percent or
-        scale conversion) is the judge's."""
+        scale conversion) is the judge's. A degenerate answer (:func:`_degenerate`) and a percent sign a bare reference
+        does not have (:func:`_adds_a_percent`) are never accepted."""
         v = self.verifier
         if matches is None:
             matches = v.compare_value(kind, value, refs, item=item, vocabulary=self.vocabulary)
+        if not matches or _degenerate(stated, refs) or (kind is _NUMBER and _adds_a_percent(value, refs, item)):
+            return False
         if getattr(v, "notation_only", False):
             return matches  # a metric that forgives notation only: its match is the same value
         return matches and (
@@ -263,12 +273,29 @@ class Grader:
             or v.own_leniency(kind, value, refs, item=item)
         )
 
+    def _expression(self, reading: Reading, kind: Kind, refs: Sequence[str], item: Item | None) -> Grade | None:
+        """A verifier that decides mathematics (``math``) decides a stated expression whole: accepted when it says
+        equal, certainly wrong only when it says unequal on complete parses of both sides, when nothing else is said
+        and nothing turns; None when this verifier decides no expressions."""
+        verdict_of = getattr(self.verifier, "expression_verdict", None)
+        if verdict_of is None:
+            return None
+        verdict = verdict_of(reading.stated, refs)
+        quiet = not _says_else(reading) and not turns(reading, kind)
+        if verdict is True and quiet and not _degenerate(reading.stated, refs):
+            return Grade(_ACCEPTED, kind, reading.stated)
+        return Grade(_CERTAIN if verdict is False and quiet else _UNDECIDED, kind, reading.stated)
+
     def _text(self, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
-        """Free text: accepted by :meth:`_accepts` when nothing else is said; never certainly wrong."""
-        matches = self._accepts(Kind.TEXT, reading.stated, refs, item)
-        said_else = (
-            any(c.isalnum() for c in reading.rest) and unwrap(reading.rest).casefold() != reading.stated.casefold()
+        """Free text: accepted by :meth:`_accepts` when nothing else is said; never certainly wrong. A transcription
+        family's answer is accepted only as written (:func:`_as_written`): a sentence that holds the reference in
+        other words ("The number ten is written." for 10) is the judge's."""
+        if not self.literal and (grade := self._expression(reading, Kind.TEXT, refs, item)) is not None:
+            return grade
+        matches = self._accepts(Kind.TEXT, reading.stated, refs, item, stated=reading.stated) and (
+            not self.literal or _as_written(reading.stated) in {_as_written(r) for r in refs}
         )
+        said_else = _says_else(reading)
         outcome = (
             Outcome.ACCEPTED if matches and not said_else and not turns(reading, Kind.TEXT) else Outcome.UNDECIDED
         )
@@ -277,6 +304,10 @@ class Grader:
     def _typed(self, kind: Kind, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
         context = _Context.of(kind, self.vocabulary, item, self.verifier, refs)
         value = context.clean_value(reading.stated)
+        if value is None and kind is _NUMBER and _MATH_NOTATION.search(reading.stated):
+            # a stated expression the number reading cannot account for ("\\sqrt{5}", "0.25\\pi"): mathematics decides it
+            if (grade := self._expression(reading, kind, refs, item)) is not None:
+                return grade
         if value is None:
             # Not one clean value. Its first clause may still be one that is certainly wrong ("4, because ..."): it
             # is never accepted on a clause (what follows in the line may hedge it), but a wrong value stays wrong.
@@ -290,8 +321,10 @@ class Grader:
             accepted = (
                 not turns(reading, kind)
                 and (kind is not Kind.POLAR or not _asks_a_negation(item) or _bare(reading))
+                and (kind is not Kind.POLAR or value != "no" or not _affirms(reading.rest, item))
+                and not _echoes(context, value, reading.stated, item)
                 and context.rest_agrees(reading.rest, value)
-                and self._accepts(kind, value, refs, item, matches=True)
+                and self._accepts(kind, value, refs, item, matches=True, stated=reading.stated)
             )
             return Grade(Outcome.ACCEPTED if accepted else Outcome.UNDECIDED, kind, reading.stated, value)
         certain = self._certain(context, value, reading, refs, item, matches=False)
@@ -387,16 +420,109 @@ def _in_another_unit(text: str, value: Any, refs: Sequence[str]) -> bool:
     return any(a == r.value * f or a * f == r.value for r in numbers for f in _UNIT_FACTORS)
 
 
+_DIGIT_RUN = re.compile(r"[0-9]+")
+_REPEATED_DIGIT = re.compile(r"([0-9])\1{6,}")
+_LONGEST_PLAIN_RUN = 10
+
+
+def _degenerate(stated: str, refs: Sequence[str]) -> bool:
+    """Whether a stated answer holds a digit run no reference has: longer than every reference's and than ten digits, or
+    one digit repeated seven times or more where no reference repeats it so ("0.99999…" of a looping model, read as 1
+    once rounded). Never accepted."""
+    if not stated or not any(c.isdigit() for c in stated):
+        return False
+    longest = max(map(len, _DIGIT_RUN.findall(stated)), default=0)
+    repeated = _REPEATED_DIGIT.search(stated)
+    if longest <= _LONGEST_PLAIN_RUN and repeated is None:
+        return False
+    reference_runs = [len(run) for r in refs for run in _DIGIT_RUN.findall(r)]
+    if longest > max(_LONGEST_PLAIN_RUN, *reference_runs, 0):
+        return True
+    return repeated is not None and not any(repeated.group(0) in r for r in refs)
+
+
+_ASKS_A_PERCENT = re.compile(r"percent|%|per\s*cent|proportion|share|rate", re.IGNORECASE)
+
+
+def _adds_a_percent(value: Any, refs: Sequence[str], item: Item | None) -> bool:
+    """Whether a number adds a percent sign to a reference that has none, where the question asks for no percentage:
+    "45%" for a count of 45 is another quantity, or the same one, as only the judge can tell."""
+    if not value.percent:
+        return False
+    numbers = reference_values(Kind.NUMBER, refs) or ()
+    if any(r.percent for r in numbers):
+        return False
+    return _ASKS_A_PERCENT.search(getattr(item, "question", None) or "") is None
+
+
+def _echoes(context: _Context, value: Any, stated: str, item: Item | None) -> bool:
+    """Whether a stated sentence's only value is one the question itself states ("The model has ___ dots divided into 2
+    equal groups." for 2): the question restated, no answer. A value said alone is an answer."""
+    if context.kind is not _NUMBER and context.kind is not Kind.TERM:
+        return False
+    question = getattr(item, "question", None)
+    if not question or not context.find(stated).leftover:
+        return False
+    if context.kind is Kind.TERM:
+        return any(context.same(v, value) for v in context.find(question).values)
+    return any(value.agrees(n) for n in read_numbers(question) or ())
+
+
+_SENTENCE = re.compile(r"[^.!?\n]+")
+_FRAME = frozenset("there is are it its was were the a an this that of".split())
+
+
+def _affirms(rest: str, item: Item | None) -> bool:
+    """Whether the rest of a "no" states the question's proposition without a negation ("No.\n\nThere is a red
+    cube." to "Is there a red cube?"): an affirmation, against the no."""
+    question = getattr(item, "question", None)
+    if not question or not rest:
+        return False
+    asked = set(_QUESTION_WORDS.findall(question.lower()))
+    for sentence in _SENTENCE.findall(rest):
+        words = [w for w in _QUESTION_WORDS.findall(sentence.lower()) if w not in _FRAME]
+        if len(words) >= 2 and all(w in asked for w in words) and _NEGATION.search(sentence) is None:
+            return True
+    return False
+
+
+_QUESTION_WORDS = re.compile(r"[^\W\d_]+")
+
+
+def _as_written(text: str) -> str:
+    """A transcription as written, case, punctuation, spacing and accents aside."""
+    folded = unicodedata.normalize("NFKD", text.casefold())
+    return "".join(c for c in folded if c.isalnum())
+
+
+_MATH_NOTATION = re.compile(r"[\\^_{}=+*/√π∞]")
+
+
+def _says_else(reading: Reading) -> bool:
+    """Whether the rest says anything but the stated answer again."""
+    return any(c.isalnum() for c in reading.rest) and unwrap(reading.rest).casefold() != reading.stated.casefold()
+
+
 def _bare(reading: Reading) -> bool:
     """A yes or no said alone: the stated answer one word, and nothing else said."""
     return _BARE_POLAR.fullmatch(reading.stated.strip()) is not None and not any(c.isalnum() for c in reading.rest)
 
 
+# A revision marker ("Update:", "Edit:") and a struck-out draft ("~~(C)~~ water"): what follows or stands beside it
+# replaces what was said.
+_REVISION = re.compile(
+    r"\b(?:update|updated|edit|edited|revision|revised|erratum|addendum)\b\s*[:：]|~~", re.IGNORECASE
+)
+
+
 def turns(reading: Reading, kind: Kind | None = None) -> bool:
-    """Whether anything beside the stated answer, or in it, retracts, corrects or hedges it (see `_TURN`)."""
+    """Whether anything beside the stated answer, or in it, retracts, corrects or hedges it (see `_TURN`), revises it
+    or strikes it out (`_REVISION`)."""
     for text in (reading.stated, reading.rest):
         if text and (
-            _TURN.search(text) is not None or (kind is not Kind.POLAR and _NO_CLAUSE.search(text) is not None)
+            _TURN.search(text) is not None
+            or _REVISION.search(text) is not None
+            or (kind is not Kind.POLAR and _NO_CLAUSE.search(text) is not None)
         ):
             return True
     return False
@@ -472,8 +598,8 @@ class _Context:
         allowed = self.neutral | (UNIT_WORDS if self.kind is Kind.NUMBER else frozenset())
         if self.vocabulary:
             allowed = allowed | self.vocabulary.words  # "3 cubes", "Yes, the sphere is metal.", "the red cube"
-        if any(word not in allowed for word in found.leftover):
-            return None
+        if any(word not in allowed for word in found.leftover) or found.stray:
+            return None  # a character the reader does not model: not accounted for
         return first
 
     def rest_agrees(self, rest: str, value: Any) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 from rs.answers.numbers import Number, plain_text, read_numbers, simple_number
 
-__all__ = ["Kind", "Found", "Vocabulary", "classify", "find", "NEUTRAL_WORDS", "UNIT_WORDS"]
+__all__ = ["Kind", "Found", "Vocabulary", "classify", "find", "unaccounted", "NEUTRAL_WORDS", "UNIT_WORDS"]
 
 
 class Kind(str, enum.Enum):
@@ -50,21 +50,63 @@ class Found:
         """:meth:`leftover_words`, computed once."""
         return tuple(self.leftover_words())
 
-    def leftover_words(self) -> list[str]:
-        """The words of ``text`` outside the values' spans, lower-cased."""
+    @functools.cached_property
+    def outside(self) -> str:
+        """``text`` outside the values' spans (each span a space)."""
         if not self.spans:
-            return _WORDS.findall(self.text.lower())
+            return self.text
         parts, pos = [], 0
         for start, end in sorted(self.spans):
             parts.append(self.text[pos:start])
             pos = max(pos, end)
         parts.append(self.text[pos:])
-        left = " ".join(parts)
-        return _WORDS.findall((_LATEX_COMMAND.sub(" ", left) if "\\" in left else left).lower())
+        return " ".join(parts)
+
+    def leftover_words(self) -> list[str]:
+        """The words of ``text`` outside the values' spans, lower-cased (a wrapper command such as ``\\text`` is
+        notation, no word)."""
+        left = self.outside
+        return _WORDS.findall((_WRAPPER.sub(" ", left) if "\\" in left else left).lower())
+
+    @functools.cached_property
+    def stray(self) -> bool:
+        """Whether anything outside the values' spans is neither a word nor a decoration of the closed list
+        (:func:`unaccounted`): a digit, an operator, a LaTeX command that is no wrapper, a brace no wrapper opened."""
+        return unaccounted(self.outside)
 
 
 _WORDS = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
-_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")  # "\text{No}": the command is notation, no word beside the value
+
+# What may stand beside a value and change nothing: the closed list of decorations. Everything else that is no word
+# (a digit, an operator, a radical, a LaTeX command other than a wrapper, a brace no wrapper opened, a strikethrough)
+# is a character the reader does not model: the value beside it is not clean (acceptance by accounting).
+_WRAPPER = re.compile(
+    r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|mbox|operatorname|boxed)\s*\{"
+    r"|\\(?:displaystyle|quad|qquad|left|right|bigl?|bigr?|Big)(?![A-Za-z])|\\[,;:! ]|\\(?=[$%])"
+)
+_DECORATION = re.compile(
+    r"[\s.,;:!'\"`()\[\]#$*_“”‘’«»。，、：；！（）「」【】-]"  # punctuation, quotes, brackets, emphasis, math delimiters
+    r"|(?:(?<=\s)|^)[–—•>](?=\s|$)"  # a dash between words, a bullet, a quote mark
+)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def unaccounted(text: str) -> bool:
+    """Whether ``text`` (what stands beside a value) holds a character that is neither part of a word nor a
+    decoration of the closed list (:data:`_DECORATION`, wrapper commands with their braces)."""
+    if "\\" in text:
+        opened = len(_WRAPPER.findall(text))
+        text = _WRAPPER.sub(" ", text)
+        if text.count("}") > opened or "{" in text:
+            return True
+        text = text.replace("}", " ")
+    elif "{" in text or "}" in text:
+        return True
+    text = _WORDS.sub(" ", _DECORATION.sub(" ", text))
+    return not _DECORATION_ONLY.fullmatch(_DECORATION.sub(" ", text))
+
+
+_DECORATION_ONLY = re.compile(r"\s*")
 
 # Words that stand around a stated value without changing it: sentence frames ("There are 3 objects.", "It is
 # blue.", "The answer is B."). A word not here, in the question, or a unit leaves the value unclean, and an unclean
@@ -83,12 +125,17 @@ UNIT_WORDS = frozenset(
     "persons times".split()
 )
 
-_POLAR_TOKEN = re.compile(r"\b(yes|no|true|false)\b(?=\s*(?:[,.!;:)\]*_\"'\n}$`”’]|$))", re.IGNORECASE)
-_POLAR_WORD = re.compile(r"\b(yes|no|true|false)\b", re.IGNORECASE)
+# "_false_" is emphasis: an underscore touches a yes or no as markdown does, no word character
+_POLAR_TOKEN = re.compile(
+    r"(?<![^\W_])(yes|no|true|false)(?![^\W_])(?=\s*(?:[,.!;:)\]*_\"'\n}$`”’]|$))", re.IGNORECASE
+)
+_POLAR_WORD = re.compile(r"(?<![^\W_])(yes|no|true|false)(?![^\W_])", re.IGNORECASE)
 _POLAR_MAP = {"yes": "yes", "true": "yes", "no": "no", "false": "no"}
 # What a sentence states against a "yes" ("There isn't any.", "No cube is red", "Nothing is there."): yes/no answers
 # are polarities, and a negated statement asserts one.
-_NEGATED = re.compile(r"n't\b|\b(?:not|never|none|nothing|nobody|neither|nor|no(?=\s+[a-z]))\b", re.IGNORECASE)
+_NEGATED = re.compile(
+    r"n't\b|\b(?:not|never|none|nothing|nobody|neither|nor|(?:no|zero|0)(?=\s+[a-z]))\b", re.IGNORECASE
+)
 
 
 def polar_of(text: str) -> str | None:
@@ -194,8 +241,8 @@ def _read_plain_number(reference: str) -> Number | None:
     if _GLUED_UNIT.search(reference):
         return None  # "1g", "3D": a label as much as a number
     found = find(Kind.NUMBER, reference)
-    if not found.readable or len(found.values) != 1 or found.leftover:
-        return None
+    if not found.readable or len(found.values) != 1 or found.leftover or found.stray:
+        return None  # a reference is read by the rule answers are: "√{2}" is no 2
     number = found.values[0]
     return None if number.qualifier else number
 
@@ -299,7 +346,9 @@ def _terms_found(text: str, vocabulary: Vocabulary | None) -> Found:
 
 
 _LETTER = re.compile(r"(?<![\w'’-])([A-Za-z])(?![\w'’-])")
-_OPTION_WORD = re.compile(r"(?:option|choice|answer|letter)\s*[:(\[]?\s*$", re.IGNORECASE)
+_OPTION_WORD = re.compile(
+    r"(?:option|choice|answer|letter)(?:\s+(?:is|was|would\s+be|will\s+be|=))?\s*[:(\[]?[\s*_`]*$", re.IGNORECASE
+)
 
 
 def _norm(text: str) -> str:
@@ -343,6 +392,8 @@ def _letter_hits(
         named = _OPTION_WORD.search(before) is not None
         if letter.islower() and not named and text.strip(" .()[]*_:") != letter:
             continue  # "a" and "i" in prose are words, not options
+        if not inclusive and not named and not _is_mark(before, after):
+            continue  # "point B", "(a^{2}+B^{2})": a label or a variable, no option mark
         if (
             upper in "AI"
             and not named
@@ -355,6 +406,21 @@ def _letter_hits(
             continue  # "A dog", "I think": the article and the pronoun
         hits.append((upper, m.start(), m.end()))
     return hits, skipped
+
+
+# An option mark: the letter alone, in brackets ("(B)", "[B]"), or first with a separator after it ("B.", "B) pupa",
+# "B: pupa", "B - pupa", "B, because"); a letter "option", "answer" or "choice" names is one too (`_OPTION_WORD`).
+_MARK_BEFORE = re.compile(r"(?:^|[(\[])[\s*_`$]*$")
+_MARK_AFTER = re.compile(r"^[\s*_`$]*(?:$|[.):,;!\]]|[-–—](?:\s|$)|\s+[-–—(]|\s+[^\W\d_])")
+_BRACKETED = re.compile(r"[(\[][\s*_]*$")
+
+
+def _is_mark(before: str, after: str) -> bool:
+    """Whether a letter between ``before`` and ``after`` stands as an option mark, never inside a word or an expression:
+    bracketed, or at the start of the text followed by a separator, a bracket or a word."""
+    if _BRACKETED.search(before):
+        return re.match(r"[\s*_]*[)\]]", after) is not None
+    return _MARK_BEFORE.search(before) is not None and _MARK_AFTER.match(after) is not None
 
 
 def _option_text_hits(text: str, valid: str, options: Sequence[str]) -> list[tuple[str, int, int]]:

@@ -86,8 +86,9 @@ class AlnumVerifier(Verifier):
     """
 
     name = "alnum"
-    version = "2"
+    version = "3"
     title = "scene-text recognition protocol"
+    identifiers_as_written = True
     notation_only = True
     PARAMS = {}
 

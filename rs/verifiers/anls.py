@@ -171,8 +171,9 @@ class AnlsVerifier(Verifier):
     """Accept when ANLS reaches ``min_score`` (exact number for numeric references); see the module docstring."""
 
     name = "anls"
-    version = "2"
+    version = "3"
     title = "average normalised Levenshtein similarity"
+    identifiers_as_written = True
     PARAMS = {
         "min_score": Param(float, 0.9, "minimum ANLS in (0, 1] to accept"),
         "numeric_exact": Param(bool, True, "numeric references need the same number, not a similar string"),

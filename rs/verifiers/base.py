@@ -47,7 +47,7 @@ __all__ = [
 # Enum members as module names where every check passes (Python 3.11 looks an enum class's attributes up through a hook).
 _NUMBER, _TEXT, _ACCEPTED = Kind.NUMBER, Kind.TEXT, Outcome.ACCEPTED
 
-VERSION = "3"
+VERSION = "4"
 """The verifiers' shared rules (this module): bump when a change decides some match otherwise (`rs.pipeline.versions`); a
 verifier's own rules are versioned by its class's `version`."""
 
@@ -146,6 +146,10 @@ class Verifier(abc.ABC):
     metrics; ANLS (a distance), relaxed accuracy (a tolerance), VQA accuracy and math-verify (equivalences) are not."""
     letters: ClassVar[str] = string.ascii_uppercase
     """The option labels, in order, when an item has options (``mcq`` sets its own)."""
+    identifiers_as_written: ClassVar[bool] = False
+    """Whether a reference written as a fraction or in LaTeX ("2/4", "12/05", "\\frac{1}{2}") is an identifier, a page
+    or a date compared as written (notation only), never as a value ("1/2" is not "2/4"): the text metrics' references
+    (``anls``, ``exact``, ``alnum``, ``vqa``)."""
 
     def kind(
         self, references: Sequence[str], *, item: Item | None = None, vocabulary: Vocabulary | None = None
@@ -161,7 +165,10 @@ class Verifier(abc.ABC):
             and all(option_index(r, options, self.letters) is not None for r in references)
         ):
             return Kind.OPTION
-        return classify(references, vocabulary)
+        kind = classify(references, vocabulary)
+        if kind is _NUMBER and self.identifiers_as_written and any(_WRITTEN_AS_IDENTIFIER(r) for r in references):
+            return _TEXT  # "2/4", "12/05": a page, a date or a code, compared as written
+        return kind
 
     def compare_value(
         self,
@@ -429,6 +436,9 @@ def text_key(text: str) -> str:
         text = bare if bare.isascii() else text
     return " ".join(_PUNCT.sub(" ", text).split())
 
+
+_WRITTEN_AS_IDENTIFIER = re.compile(r"[/:½⅓⅔¼¾⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞⅐⅑⅒]|\\[dt]?frac").search
+"""A reference written with a fraction bar, LaTeX or a colon: in a text metric's item, an identifier as much as a value."""
 
 _SCALES = (Fraction(100), Fraction(1000), Fraction(10**6), Fraction(10**9), Fraction(10**12))
 

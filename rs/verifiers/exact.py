@@ -33,8 +33,9 @@ class ExactVerifier(Verifier):
     """Equality after :func:`exact_normalise`, also trying the prediction's first line and first paragraph."""
 
     name = "exact"
-    version = "1"
+    version = "2"
     title = "normalised exact match"
+    identifiers_as_written = True
     notation_only = True
     PARAMS = {}
 

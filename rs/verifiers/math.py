@@ -96,7 +96,7 @@ class MathVerifier(Verifier):
     """Mathematical equivalence via ``math-verify`` ``parse`` + ``verify(gold, prediction)``."""
 
     name = "math"
-    version = "2"
+    version = "3"
     title = "mathematical equivalence (math-verify)"
     PARAMS = {
         "float_rounding": Param(int, 6, "decimal places numbers are rounded to before comparing"),
@@ -166,33 +166,55 @@ class MathVerifier(Verifier):
             return ()
         for wrapped in (f"\\boxed{{{ref}}}", f"${ref}$", ref):
             parsed = self._parse(wrapped, timeout)
-            if parsed:
+            if _expression(parsed):
                 return tuple(parsed)
         return ()
 
     def _parse_prediction(self, value: str, timeout: int | None) -> list[Any]:
-        for attempt in (f"\\boxed{{{value}}}", value):
-            parsed = self._parse(attempt, timeout)
-            if parsed:
-                return parsed
-        return []
+        """The stated answer's parse, boxed so that bare LaTeX parses; [] when no expression is read from it whole (a
+        string is no parse, nor is the raw text's, which math-verify reads from any fragment it finds)."""
+        parsed = self._parse(f"\\boxed{{{value}}}", timeout)
+        return parsed if _expression(parsed) else []
 
     def compare(self, value: str, references: Sequence[str], *, item: Item | None = None) -> bool:
+        return self.expression_verdict(value, references) is True
+
+    def expression_verdict(self, value: str, references: Sequence[str]) -> bool | None:
+        """math-verify's decision on a stated answer read whole: True when it equals a reference, False when both sides
+        parse completely and it equals none, beyond a rounding; None when it cannot be told (a side that does not parse
+        as a whole expression, non-mathematical text such as a chemical formula or a segment's name, a qualified or
+        several-valued answer that matches nothing).
+
+        A parse is complete when math-verify reads an expression (not just a string) from the whole text, and that text
+        is mathematics: juxtaposed capitals ("NaCl", "HCOOCH3", "ABC") or a word that is no function name would be read
+        as a product of symbols, so that two different formulas, or two angles named by the same letters, compare
+        equal. Such text equals only itself, as written."""
+        value = _thin(value)
+        if not value:
+            return None
+        texts = [r for r in map(_thin, references) if r]
+        if _non_math(value) or any(_non_math(r) for r in texts):
+            key = _as_written(value)
+            return True if any(_as_written(r) == key for r in texts) else None
         timeout = self._timeout_now()
         refs, golds = [], []
-        for r in references:
+        for r in texts:
             if g := self._parse_gold(r, timeout):
                 refs.append(r)
                 golds.append(g)
-        if not golds or not value:
-            return False
         pred = self._parse_prediction(value, timeout)
-        if not pred:
-            return False
-        return any(
+        if not golds or not pred:
+            return None
+        if any(
             self._mv.verify(list(gold), pred, float_rounding=self._rounding, timeout_seconds=timeout)
             for gold in _comparable(value, pred, golds, refs)
-        )
+        ):
+            return True
+        if len(golds) < len(texts) or _qualified(value) or _is_several(pred) or _names_several(value):
+            return None  # a reference not read whole, or an answer that names no single value: the judge's
+        if any(_is_several(list(g)) or _near(pred[0], g[0]) for g in golds):
+            return None
+        return False
 
     def own_leniency(self, kind: Any, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
         """math-verify's equivalence (an equal expression, a number equal at its rounding) is the task's own; a
@@ -231,6 +253,62 @@ def _comparable(value: str, pred: list[Any], golds: list[Any], refs: list[str]) 
             g for g in golds if _is_several(list(g)) or _SEVERAL.search(str(g[-1])) or _LIST_COMMA.search(str(g[-1]))
         ]
     return golds
+
+
+def _expression(parsed: list[Any]) -> bool:
+    """A parse that read an expression (math-verify returns the bare string when it read none)."""
+    return len(parsed) > 1 or (len(parsed) == 1 and not isinstance(parsed[0], str))
+
+
+# A thin space or a braced comma between digits groups thousands ("1\\,000", "1{,}000"): math-verify reads "1\\,000"
+# as 1 times 0.
+_THIN = re.compile(r"(?<=\d)(?:\\[,;! ]|\{,\}|\\thinspace\s*)(?=\d{3}(?!\d))")
+
+
+def _thin(text: str) -> str:
+    text = text.strip()
+    return _THIN.sub(lambda m: "" if m.group(0) != "{,}" else ",", text) if "\\" in text or "{" in text else text
+
+
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+_FUNCTIONS = frozenset(
+    "sin cos tan cot sec csc arcsin arccos arctan sinh cosh tanh log ln lg exp sqrt pi max min lim gcd lcm det mod "
+    "deg inf sup infty dx dy dt".split()
+)
+_LETTER_RUN = re.compile(r"[A-Za-z]{2,}")
+# A capital with a count glued to it, or after a subscript ("H2O", "C6H12O6", "H_2O"): a formula, no product.
+_FORMULA = re.compile(r"[A-Z][0-9]|_\{?[0-9]+\}?[A-Z]")
+_OPTION_LETTER = re.compile(r"\(?[A-Z]\)?")
+
+
+def _non_math(text: str) -> bool:
+    """Whether ``text`` holds what math-verify would misread as a product of symbols: juxtaposed letters with a capital
+    ("NaCl", "CH3COOH", "ABC"), a capital with a count ("H2O", "H_2O"), an option's letter alone, or a word of three
+    letters or more that names no function ("yes", "miles")."""
+    plain = _COMMAND.sub(" ", text) if "\\" in text else text
+    if _FORMULA.search(plain) or _OPTION_LETTER.fullmatch(plain.strip()):
+        return True
+    for run in _LETTER_RUN.findall(plain):
+        if run.lower() in _FUNCTIONS:
+            continue
+        if not run.islower() or len(run) >= 3:
+            return True
+    return False
+
+
+def _as_written(text: str) -> str:
+    return "".join(text.split()).casefold()
+
+
+def _near(pred: Any, gold: Any) -> bool:
+    """Two numbers within a rounding of each other (1%): math-verify's own rounding may part them, the judge may not."""
+    try:
+        if not (getattr(pred, "is_number", False) and getattr(gold, "is_number", False)):
+            return False
+        a, b = complex(pred.evalf()), complex(gold.evalf())
+    except (TypeError, ValueError, AttributeError):
+        return True  # a value that cannot be evaluated: never certain
+    return abs(a - b) <= 0.01 * max(abs(a), abs(b))
 
 
 def _names_several(value: str) -> bool:

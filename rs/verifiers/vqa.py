@@ -229,8 +229,9 @@ class VqaVerifier(Verifier):
     """Accept when the soft VQA accuracy reaches ``threshold``; see the module docstring."""
 
     name = "vqa"
-    version = "3"
+    version = "4"
     title = "VQA soft accuracy"
+    identifiers_as_written = True
     PARAMS = {
         "threshold": Param(float, 1.0, "minimum soft accuracy in (0, 1] to accept; 1.0 = at least 3 annotators"),
         "leave_one_out": Param(bool, False, "average over the n subsets of n-1 annotators, as the official script"),

@@ -55,7 +55,7 @@ def test_the_figures_the_readme_states(graded) -> None:
         totals.update(row)
     assert (totals["cases"], totals["false_accept"], totals["certain_false_reject"]) == (6069, 0, 0)
     assert (
-        totals["false_reject"] == 561
+        totals["false_reject"] == 567
     )  # every one undecided: corrections, free-text explanations, leniencies: the judge's
 
 
@@ -130,8 +130,8 @@ CLEVR_QUESTION = "Are there more cubes than cylinders?"
         ("math", "The answer is **1/4**.", "1", "certain"),
         ("count", "seven hundredths", "7", "undecided"),
         # rejected for certain, right, before
-        ("relaxed", "42%", "42", "accepted"),
-        ("relaxed", "4 %", "4", "accepted"),
+        ("relaxed", "42%", "42", "undecided"),  # a percent sign a bare reference lacks: the judge's (issue 60)
+        ("relaxed", "4 %", "4", "undecided"),
         ("relaxed", "13", "13%", "accepted"),
         ("anls", "13", "13%", "accepted"),
         ("math", "**2/5**", "\\frac{2}{5}", "accepted"),

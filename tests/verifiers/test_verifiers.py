@@ -248,7 +248,7 @@ def test_alnum(prediction: str, reference, expected: bool) -> None:
         ("105", "100", JUDGE),
         ("13", "12.5", True),
         # percent: divides by 100 on the side that has it (reference-compatible)
-        ("12%", "12", True),  # a percent sign is notation: 12% on a percentage question
+        ("12%", "12", False),  # a percent sign a bare reference lacks, no question: the judge's (issue 60)
         ("12", "12%", True),
         ("0.12", "12%", JUDGE),
         ("12 %", "12%", True),
@@ -258,7 +258,7 @@ def test_alnum(prediction: str, reference, expected: bool) -> None:
         ("0.0", "0", True),  # reference code: False (string fallback)
         ("0", "0.0", True),
         ("-0", "0", True),
-        ("0%", "0", True),
+        ("0%", "0", False),  # the judge's (issue 60)
         ("0.01", "0", False),
         ("1e-9", "0", False),
         # signs
