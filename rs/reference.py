@@ -2,7 +2,8 @@
 
     families.md   every key of families.yaml: type, default, docstring (`rs.families.keys`, from the schema)
     verifiers.md  every registered verifier: parameters, and how it decides, in the words its cards use
-    reasons.md    why a question is rejected (`rs.splits.REJECT_REASONS`) and each cleaning step's card text
+    reasons.md    why a question is rejected (`rs.splits.REJECT_REASONS`), why cleaning drops an item (each step's
+                  declared reasons) and each cleaning step's card text
     commands.md   every command and subcommand's `--help`, from its own parser
 
 `docs/hooks.py` hands them to mkdocs at build time (`make docs`); a change to a key, a verifier, a reason or a flag
@@ -20,7 +21,7 @@ from typing import Callable, Iterable
 from rs.cli.main import COMMANDS
 from rs.families import schema
 from rs.families.keys import Key, walk
-from rs.pipeline.clean import step_cards
+from rs.pipeline.clean import step_cards, step_reasons
 from rs.registry import VERIFIERS
 from rs.splits import REJECT_REASONS
 from rs.util.long_lived import import_for_good
@@ -141,6 +142,18 @@ def reasons_page() -> str:
             "The `reason` column of `FAMILY_rejected` (`rs.splits.REJECT_REASONS`); the rejected card lists them with "
             "these words and the family's counts.",
             table(("reason", "meaning"), ((f"`{r}`", meaning) for r, meaning in REJECT_REASONS.items())),
+            "## Why a source item is dropped in cleaning",
+            "The `reason` of each line of a build's `exclusions.jsonl`, by the step that drops it "
+            "(`rs.pipeline.clean.step_reasons`: a step that drops an item for a reason it does not declare stops the "
+            "run). The cards count them per step.",
+            table(
+                ("reason", "step", "meaning"),
+                (
+                    (f"`{r}`", f"`{step}`", meaning)
+                    for step, reasons in step_reasons().items()
+                    for r, meaning in reasons.items()
+                ),
+            ),
             "## Cleaning steps",
             "What each cleaning step does, as the cards say it (`rs.pipeline.clean.step_cards`), in pipeline order. "
             "Every dropped item is written to the build's `exclusions.jsonl` with its step and reason.",

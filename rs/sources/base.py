@@ -25,7 +25,8 @@ class RefusedImage:
     """
 
     reason: str
-    """The cleaning reason its QA are dropped with (`unsafe_image_path`, `image_too_large`)."""
+    """The cleaning reason its QA are dropped with: one of the records step's (`rs.pipeline.clean.RECORD_REASONS`:
+    `unsafe_image_path`, `image_too_large`, ...)."""
     detail: str
     """What was refused, for the exclusions file and the log (the path, the size)."""
 

@@ -99,3 +99,54 @@ def test_a_change_to_the_code_changes_the_reference(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(reference, "import_for_good", lambda module: SimpleNamespace(main=main))
     page = reference.commands_page()
     assert "## `rs brandnew`" in page and "--brand-new-flag" in page and "a flag added to a command" in page
+
+
+def test_every_cleaning_reason_the_code_can_give_is_declared_and_on_the_page() -> None:
+    """The reasons a step returns, a record is refused for (`RefusedImage`) or an image problem is named, read from the
+    code itself: each is declared with its meaning, so the reference and exclusions.jsonl say the same."""
+    import ast
+
+    from rs.pipeline import clean as clean_package
+    from rs.pipeline.clean import step_reasons
+    from rs.sources import mapping
+
+    declared = {reason for reasons in step_reasons().values() for reason in reasons}
+    found: set[str] = set()
+    for module in (*Path(clean_package.__file__).parent.glob("*.py"), Path(mapping.__file__)):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if (
+                isinstance(node, ast.Return)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                if "_" in node.value.value and " " not in node.value.value:
+                    found.add(node.value.value)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "RefusedImage" and node.args:
+                found.add(node.args[0].value)
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["reason"]:
+                found |= {
+                    c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                }
+    found.discard("imagefolder")
+    assert found and found <= declared, sorted(found - declared)
+    page = reference.reasons_page()
+    for step, reasons in step_reasons().items():
+        for reason, meaning in reasons.items():
+            assert f"| `{reason}` | `{step}` | {reference.cell(meaning)} |" in page
+
+
+def test_a_step_that_drops_for_an_undeclared_reason_stops_the_run() -> None:
+    from rs.pipeline.clean.base import ItemFilter, StepCard, UndeclaredReason
+    from rs.records import QAItem
+
+    class Sloppy(ItemFilter):
+        name = "sloppy"
+        card = StepCard("Sloppy", "drops everything")
+        reasons = {"declared": "what it says"}
+
+        def check(self, item: QAItem, image_sha256: str, image_id: str | None) -> str | None:
+            return "undeclared"
+
+    with pytest.raises(UndeclaredReason, match="'sloppy' dropped an item for 'undeclared'") as err:
+        Sloppy()(QAItem("q?", "a", "r0"), "sha", None)
+    assert "reasons" in err.value.hint

@@ -108,6 +108,7 @@ class ShortQuestions(ItemFilter):
     Config = ShortQuestionsConfig
     order = 70
     card = StepCard("Short questions", "Questions of more words than the family allows are dropped.")
+    reasons = {"long_question": "a question of more words than `max_words`"}
 
     def __init__(self, config: ShortQuestionsConfig) -> None:
         super().__init__()

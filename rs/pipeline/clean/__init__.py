@@ -30,7 +30,7 @@ from rs.records import QAItem, Row
 from rs.registry import CLEANING
 from rs.sources.base import MAX_IMAGE_BYTES, RefusedImage, SourceRecord, sha256_hex
 
-from .base import ExclusionWriter, ItemFilter, StepCard, StepStats
+from .base import ExclusionWriter, ItemFilter, StepCard, StepStats, UndeclaredReason
 from .decode import decode_problem
 from .filters import RequiredFields, StripInstruction
 from .group import ImageGrouper
@@ -46,7 +46,9 @@ __all__ = [
     "ExclusionWriter",
     "POLICY_VERSION",
     "StepCard",
+    "UndeclaredReason",
     "step_cards",
+    "step_reasons",
 ]
 
 logger = logging.getLogger(__name__)
@@ -184,6 +186,36 @@ DEDUP_CARD = StepCard(
     "and the spacing around punctuation, is kept once; when its copies give different answers the "
     "ground truth is in doubt, and every copy is dropped (conflicting duplicate).",
 )
+RECORD_REASONS = {
+    "no_image": "the record has no image: a row is exactly one image",
+    "multiple_images": "the record has several images: a row is exactly one image",
+    "empty_image": "the image bytes are empty",
+    "undecodable_image": "the image does not decode: cleaning decodes every image's pixel data in full "
+    "(`rs/pipeline/clean/decode.py`), as the engine will, so a truncated or corrupt JPEG or PNG is dropped here, never "
+    "sent to the engine nor published",
+    "missing_image": "a files source names an image file that is not there",
+    "unreadable_image": "a files source names an image file that cannot be read (permission denied)",
+    "unsafe_image_path": "the image path leads out of the source's folder (`../`, absolute, a symlink) or is not a "
+    "regular file: never opened",
+    "image_too_large": "a file over 64 MiB, or an image declaring more than 89,478,485 pixels (Pillow's bomb "
+    "threshold): never decoded",
+}
+DEDUP_REASONS = {
+    "duplicate_qa": "the same question again on the same image, with the same answer: the first copy is kept "
+    "(questions and answers compared after Unicode normalisation, case folding, collapsing whitespace and removing the "
+    "space before closing punctuation: `what color is the square ?` is `What color is the square?`)",
+    "conflicting_duplicate": 'the same question again on the same image with another answer ("purple", then '
+    '"yellow"): the ground truth is in doubt, so every copy is dropped, the first too',
+}
+DECONTAMINATION_REASONS = {
+    EVAL_OVERLAP: "the image (or the item, or with `action: drop` the question) is in an evaluation set the family is "
+    "checked against; `detail` says which set, method and distance",
+}
+ROW_SIZE_REASONS = {
+    ROW_TOO_LARGE: "the image and its questions weigh more than half the row-group target (`shard.row_group_bytes` less "
+    "its margin): a row larger than a row group cannot be published and would fail the family's write; `detail` gives "
+    "the weight",
+}
 
 
 _SPACE_BEFORE = re.compile(r"\s+([?.!,;:)\]}])")
@@ -200,6 +232,20 @@ def same_text(text: str) -> str:
 def optional_steps() -> list[tuple[str, type[ItemFilter]]]:
     """The registered steps as `(key under cleaning:, step class)`, in pipeline order."""
     return sorted(CLEANING.items(), key=lambda entry: (entry[1].order, entry[0]))
+
+
+def step_reasons() -> dict[str, dict[str, str]]:
+    """Every reason each step may drop an item for, with its meaning, by the step's name, in pipeline order: what
+    exclusions.jsonl can hold (a drop for another reason stops the run: `UndeclaredReason`)."""
+    return {
+        "records": RECORD_REASONS,
+        RequiredFields.name: RequiredFields.reasons,
+        StripInstruction.name: StripInstruction.reasons,
+        **{step.name: step.reasons for _, step in optional_steps()},
+        "decontamination": DECONTAMINATION_REASONS,
+        "dedup": DEDUP_REASONS,
+        ROW_SIZE: ROW_SIZE_REASONS,
+    }
 
 
 def step_cards() -> dict[str, StepCard]:
@@ -246,6 +292,7 @@ class Cleaner:
             self.report.steps["dedup"] = StepStats()
         self.row_size = RowSize(config.shard.row_group_target(), Instructions.of(config))
         self.report.steps[ROW_SIZE] = self.row_size.stats
+        self.reasons = {**step_reasons(), **{f.name: f.reasons for f in self.filters}}
 
     def policy(self) -> dict[str, Any]:
         steps = (
@@ -256,6 +303,8 @@ class Cleaner:
         return {"name": "rs.clean", "version": POLICY_VERSION, "steps": steps}
 
     def _drop(self, item: QAItem, reason: str, step: str, image_sha256: str | None, detail: str | None = None) -> None:
+        if reason not in self.reasons.get(step, {}):
+            raise UndeclaredReason(step, reason, self.reasons.get(step, {}))
         self.report.dropped[reason] += 1
         self.exclusions.write(item, reason=reason, step=step, image_sha256=image_sha256, detail=detail)
 

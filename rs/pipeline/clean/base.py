@@ -13,7 +13,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
+from rs.errors import RsError
 from rs.records import QAItem
+
+
+class UndeclaredReason(RsError):
+    """A cleaning step dropped an item for a reason it does not declare (a plug-in's mistake): every reason is listed
+    with its meaning, so that the documentation and the exclusions say the same."""
+
+    def __init__(self, step: str, reason: str, declared: dict[str, str]):
+        super().__init__(
+            f"the cleaning step {step!r} dropped an item for {reason!r}, which it does not declare "
+            f"(it declares {', '.join(map(repr, declared)) or 'none'})",
+            hint=f"add {reason!r} with what it means to the step's `reasons` (rs.pipeline.clean.base.ItemFilter.reasons)",
+        )
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,9 @@ class ItemFilter:
     version: str = "1"
     order: ClassVar[int] = 100
     card: ClassVar[StepCard]
+    reasons: ClassVar[dict[str, str]] = {}
+    """Every reason `check` may drop an item for, with what it means: the documentation's reference lists them
+    (`rs.reference`), and a reason not declared here stops the run (`UndeclaredReason`)."""
 
     def __init__(self) -> None:
         self.stats = StepStats()
@@ -75,6 +91,8 @@ class ItemFilter:
         self.stats.seen += 1
         reason = self.check(item, image_sha256, image_id)
         if reason is not None:
+            if reason not in self.reasons:
+                raise UndeclaredReason(self.name, reason, self.reasons)
             self.stats.dropped[reason] += 1
         return reason
 

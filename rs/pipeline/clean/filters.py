@@ -39,6 +39,13 @@ class RequiredFields(ItemFilter):
     """Empty questions and empty references cannot be asked or verified; text past the bounds above is no item."""
 
     name = "required_fields"
+    reasons = {
+        "empty_question": "nothing to ask",
+        "empty_answer": "nothing to verify against",
+        "question_too_long": "a question (with its options) over 16,384 characters: no benchmark's is; exclusions.jsonl "
+        "records such a text cut at 16,384 characters",
+        "answer_too_long": "a reference over 4,096 characters: no benchmark's is",
+    }
     version = "2"  # 2: question_too_long, answer_too_long
     order = 10
     card = StepCard(
@@ -103,6 +110,11 @@ class Provenance(ItemFilter):
     """Drop items whose recorded source does not resolve to the image they are attached to."""
 
     name = "provenance"
+    reasons = {
+        "foreign_source": "the item's recorded dataset is not one of `provenance.sources`",
+        "image_id_mismatch": "the image id the item was recorded against is not the attached image's",
+        "image_hash_mismatch": "the image hash the item was recorded against is not the attached image's",
+    }
     Config = ProvenanceConfig
     order = 30
     card = StepCard(
@@ -151,6 +163,10 @@ class TaskPurity(ItemFilter):
     """Detect off-task QA pulled into a family (by a closed vocabulary and/or question patterns)."""
 
     name = "task_purity"
+    reasons = {
+        "off_task_vocabulary": "the question uses words outside the benchmark's vocabulary: it is not of this benchmark",
+        "off_task_pattern": "the question matches a deny pattern, or no allow pattern: it is not of this benchmark",
+    }
     Config = PurityConfig
     order = 50
     card = StepCard(
@@ -195,6 +211,10 @@ class ReferenceForm(ItemFilter):
     """A full sentence as reference where the instruction asks for a word or phrase."""
 
     name = "reference_form"
+    reasons = {
+        "sentence_reference": "a sentence where the instruction asks for a word or phrase (`action: mark` keeps it, "
+        "flagged)",
+    }
     Config = ReferenceFormConfig
     order = 60
     card = StepCard(

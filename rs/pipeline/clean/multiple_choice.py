@@ -129,6 +129,10 @@ class MultipleChoice(ItemFilter):
     """Re-render flattened options as a lettered block; rewrite the reference to its letter."""
 
     name = "multiple_choice"
+    reasons = {
+        "mc_reference_not_in_options": "the reference names none of the options",
+        "mc_too_many_options": "more options than `letters`",
+    }
     Config = MultipleChoiceConfig
     order = 40
     card = StepCard(
