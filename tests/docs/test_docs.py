@@ -150,3 +150,11 @@ def test_a_step_that_drops_for_an_undeclared_reason_stops_the_run() -> None:
     with pytest.raises(UndeclaredReason, match="'sloppy' dropped an item for 'undeclared'") as err:
         Sloppy()(QAItem("q?", "a", "r0"), "sha", None)
     assert "reasons" in err.value.hint
+
+
+def test_every_benchmark_script_is_on_the_benchmarks_page() -> None:
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    scripts = [p for p in sorted((ROOT / "bench").glob("*.py")) if "__main__" in p.read_text(encoding="utf-8")]
+    assert len(scripts) >= 10
+    missing = [p.name for p in scripts if f"| `bench/{p.name}` |" not in page]
+    assert not missing, f"bench scripts with no row on docs/benchmarks.md: {missing}"
