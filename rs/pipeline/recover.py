@@ -36,7 +36,6 @@ from rs.pipeline.stage import Store, StoredStage, current, fingerprint, plain, r
 from rs.records import RECOVERY, QAItem, Row, SampleRecord
 from rs.store import ParquetStreamWriter, read_clean_rows, read_records
 from rs.util.progress import progress
-from rs.util.text import counted
 
 if TYPE_CHECKING:
     from rs.context import BuildContext
@@ -349,7 +348,7 @@ class RecoverStage(StoredStage[RecoveryReport | None]):
 
     def kept(self, ctx: BuildContext, report: RecoveryReport | None) -> str:
         assert report is not None
-        return f"{ctx.family.name}'s recovery pass ({counted(report.samples, 'sample')} in {ctx.paths.recovery})"
+        return f"{ctx.family.name}'s recovery pass ({report.samples:,} samples in {ctx.paths.recovery})"
 
     def _pass(self, ctx: BuildContext, cache: GenerationCache, purpose: str, *, progress: bool) -> RecoveryPass:
         greedy = sampling_pass(ctx, cache, *ctx.engines(purpose))
