@@ -124,3 +124,13 @@ def test_a_command_is_rendered_with_the_flags_and_environment_the_run_had(monkey
     finally:
         invocation.reset()
     assert invocation.command("publish", "X", config=ROOT / "families.yaml") == "python -m rs.publish X"
+
+
+def test_the_dry_runs_plan_hint_runs_as_printed(tmp_path: Path) -> None:
+    """A dry run of a family not built says how to measure it: `rs plan FAMILY --limit N`, with the families file."""
+    own_family(tmp_path)
+    said = rs(tmp_path, "rs.publish", "MyShapes", "--config", "mine.yaml", "--out", "out", "--dry-run")
+    assert said.returncode == 0, said.stderr[-3000:]
+    line = hinted(said.stdout)
+    assert line.endswith("-m rs.plan MyShapes --config mine.yaml --limit N"), line
+    works(pasted(tmp_path, line.replace("--limit N", "--limit 2")), line)
