@@ -192,6 +192,13 @@ def _said(message: object) -> int:
 
 
 def _exit_code(main: Callable[[], int | None]) -> int:
+    try:
+        return _run(main)
+    finally:  # an argparse exit too: the next command (in this process) records its own
+        invocation.reset()
+
+
+def _run(main: Callable[[], int | None]) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(_CommandLineFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])

@@ -64,30 +64,41 @@ class Invocation:
 
 
 _current = Invocation()
+_begun = False
+"""Whether `begin` was called for the command that runs now (`rs.cli.run`)."""
 
 
 def begin() -> None:
     """Remember how this process was started and the environment it has now, before the command changes any of it (rs
     sets `HF_HUB_OFFLINE` itself when the Hub does not resolve: a command that works only because rs set it is still the
     command that was typed). Called once a command starts (`rs.cli.run`)."""
-    global _current
+    global _current, _begun
     _current = Invocation(program=_program(), env={name: os.environ[name] for name in ENV if name in os.environ})
+    _begun = True
 
 
 def record(options: Mapping[str, object]) -> None:
     """Remember the path flags a command was given (`{"--config": args.config, ...}`, None: not given); `command`
     renders from them."""
     global _current
-    if _current.program is None:
+    if not _begun:  # a command's main called on its own (a test): as it is now
         begin()
+        _begun_here()
     given = {flag: str(value) for flag, value in options.items() if value is not None and flag in PATHS}
     _current = Invocation(program=_current.program, options=given, env=_current.env)
 
 
 def reset() -> None:
-    """Forget what `begin` and `record` remembered: not started as a command."""
-    global _current
+    """Forget what `begin` and `record` remembered: not started as a command (`rs.cli.run` when a command ends)."""
+    global _current, _begun
     _current = Invocation()
+    _begun = False
+
+
+def _begun_here() -> None:
+    """`record` without `begin` (a command's main called on its own): the next `record` takes the environment anew."""
+    global _begun
+    _begun = False
 
 
 def current() -> Invocation:
