@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import errno
 import logging
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -32,7 +32,7 @@ from typing import Callable, NoReturn
 
 from rs.cli import signals
 from rs.errors import RsError
-from rs.util import ledger
+from rs.util import invocation, ledger
 from rs.util.long_lived import end_with_the_command
 
 
@@ -83,6 +83,11 @@ def add_verbose(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="show the engines' and libraries' own output here (default: in build/FAMILY/logs/)",
     )
+
+
+def remember(args: argparse.Namespace) -> None:
+    """Record the path flags a command was given, for every command a hint then suggests (`rs.util.invocation`)."""
+    invocation.record({flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in invocation.PATHS})
 
 
 def build_root(args: argparse.Namespace) -> Path:
@@ -187,11 +192,19 @@ def _said(message: object) -> int:
 
 
 def _exit_code(main: Callable[[], int | None]) -> int:
+    try:
+        return _run(main)
+    finally:  # an argparse exit too: the next command (in this process) records its own
+        invocation.reset()
+
+
+def _run(main: Callable[[], int | None]) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(_CommandLineFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     signals.install()
     ledger.reset()
+    invocation.begin()
     try:
         code = main()
     except RsError as err:
@@ -210,12 +223,21 @@ def _exit_code(main: Callable[[], int | None]) -> int:
     except OSError as err:  # a file or folder named on the command line or in the YAML that cannot be read or written
         where = f": {err.filename}" if err.filename else ""
         print(f"error: {err.strerror or err}{where}", file=sys.stderr)
+        cause = (
+            "its file system is mounted read-only"
+            if err.errno == errno.EROFS
+            else "that path and its permissions"
+            if err.errno in (errno.EACCES, errno.EPERM)
+            else "that path"
+        )
         print(
-            "hint: check that path and its permissions (--config, --build-dir, --cache and --out choose where rs reads and "
-            "writes)",
+            f"hint: check {cause} (--config, --build-dir, --cache and --out choose where rs reads and writes)",
             file=sys.stderr,
         )
         code = 1
+    # the command has said its last line: the libraries' own notices after it (torch's INFO lines at exit, after a stopped
+    # run's resume command) are not its output; their warnings still are
+    handler.addFilter(lambda record: record.levelno >= logging.WARNING or record.name.split(".")[0] == "rs")
     if signals.received() is not None:
         signals.leave(code)
     return code or 0
@@ -224,7 +246,7 @@ def _exit_code(main: Callable[[], int | None]) -> int:
 def _stopped(signum: int, trouble: RsError | None = None) -> int:
     """Say that a signal stopped the command, where, what it keeps and how to resume it; the conventional exit status."""
     name = signal.Signals(signum).name
-    where = f" during {doing}" if (doing := signals.during()) else ""
+    where = f" {doing}" if (doing := signals.during()) else " before any phase started"
     head = f"stopped by {name}{where}; "
     if trouble is not None:
         print(f"stopped by {name}{where}, and on the way out: {trouble}", file=sys.stderr)
@@ -240,8 +262,9 @@ def _stopped(signum: int, trouble: RsError | None = None) -> int:
 
 
 def resume_command() -> str:
-    """This command line as it was typed (`python -m rs.publish ...`, or the `rs` script), ready to paste."""
+    """This command line as it was typed (`python -m rs.publish ...`, or the `rs` script), ready to paste: preceded by
+    the environment that chose its files and engine (`make demo` sets `HF_HUB_OFFLINE=1` and more for the command alone)."""
     as_module = (
         getattr(sys.modules.get("__main__"), "__spec__", None) is not None
     )  # `python -m rs.publish` runs rs/publish.py
-    return shlex.join(sys.orig_argv if as_module or sys.argv[0].endswith("__main__.py") else sys.argv)
+    return invocation.resume(sys.orig_argv if as_module or sys.argv[0].endswith("__main__.py") else sys.argv)

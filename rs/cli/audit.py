@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None, *, prog: str = "rs audit") -> int:
     )
     cli.add_verbose(parser)
     args = parser.parse_args(argv)
+    cli.remember(args)
     if args.replay < 0:
         parser.error("--replay N: N must be 0 or more")
     if not args.replay and (args.engine or args.cache is not None):

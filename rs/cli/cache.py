@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rs import cli
 from rs.cli.parser import Parser
 from rs.context import default_cache_path
 from rs.engines.generation_cache import GenerationCache
 from rs.errors import UsageError
+from rs.util.text import counted
 
 
 def main(argv: list[str] | None = None, *, prog: str = "rs cache") -> int:
@@ -32,6 +34,7 @@ def main(argv: list[str] | None = None, *, prog: str = "rs cache") -> int:
             help="generation cache file (default: $RS_CACHE_DIR/generations.sqlite)",
         )
     args = parser.parse_args(argv)
+    cli.remember(args)
     path = args.cache or default_cache_path()
     if not path.is_file():
         raise UsageError(
@@ -43,12 +46,21 @@ def main(argv: list[str] | None = None, *, prog: str = "rs cache") -> int:
             for key in damaged:
                 print(key)
             print(
-                f"{len(damaged)} damaged answer{'' if len(damaged) == 1 else 's'} of {len(cache):,} in {path}"
+                f"{counted(len(damaged), 'damaged answer')} of {len(cache):,} in {path}"
                 + (f"; forget them with `rs cache forget --cache {path} KEY...`" if damaged else "")
             )
             return 1 if damaged else 0
+        unknown = [key for key in dict.fromkeys(args.keys) if key not in cache.present(args.keys)]
+        if unknown:  # a mistyped key: said, and nothing forgotten (not "forgot 0 of the 1" and exit 0)
+            raise UsageError(
+                f"{counted(len(unknown), 'key')} not in {path}: {', '.join(unknown)}; nothing was forgotten",
+                hint=f"copy the keys from the error that named them, or from `rs cache check --cache {path}`",
+            )
         removed = cache.forget(args.keys)
-    print(f"forgot {removed} of the {len(args.keys)} answers named in {path}: the next run asks for them again")
+    print(
+        f"forgot {removed:,} of the {counted(len(set(args.keys)), 'answer')} named in {path}: the next run asks for "
+        f"{'it' if removed == 1 else 'them'} again"
+    )
     return 0
 
 

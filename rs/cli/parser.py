@@ -10,7 +10,7 @@ import argparse
 import difflib
 import re
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = ["Parser"]
 
@@ -18,7 +18,14 @@ _CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
 
 
 class Parser(argparse.ArgumentParser):
-    """`argparse.ArgumentParser` whose errors say `error: ...` first, with the closest flag or choice when one is near."""
+    """`argparse.ArgumentParser` whose errors say `error: ...` first, with the closest flag or choice when one is near.
+
+    A flag is taken only as written in full: argparse's abbreviations (`--judg` taken for `--judge`) would let a
+    misspelt flag of tomorrow mean another one, and say nothing (`allow_abbrev=False`, subcommands' parsers too)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         lines = self.format_usage().strip().splitlines()
@@ -35,7 +42,13 @@ class Parser(argparse.ArgumentParser):
         if message.startswith("unrecognized arguments: "):
             flags = sorted(_option_strings(self))
             for word in message.removeprefix("unrecognized arguments: ").split():
-                if word.startswith("-") and (near := _closest(word.split("=", 1)[0], flags)):
+                if not word.startswith("-"):
+                    continue
+                flag = word.split("=", 1)[0]
+                started = [f for f in flags if f.startswith(flag)]
+                if len(started) == 1:  # an abbreviation (refused: allow_abbrev=False): the flag it starts
+                    return f" (did you mean {started[0]!r}?)"
+                if near := _closest(flag, flags):
                     return near
         return ""
 

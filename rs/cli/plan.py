@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.plan") -> i
     cli.add_build_paths(parser)
     cli.add_verbose(parser)
     args = parser.parse_args(argv)
+    cli.remember(args)
     before_run.check_build_paths(args)
     family = before_run.checked_family(args.family, args.config)
     with output.quiet(cli.build_root(args) / family.name / "logs", verbose=args.verbose):

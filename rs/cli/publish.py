@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from rs.pipeline.publish.stage import PublishReport, publish
 from rs.pipeline.write.report import Endings, FamilyReport, RecoverySummary
 from rs.plan import PlanReport, plan_family
 from rs.splits_schema import ROW_SCHEMAS, features
+from rs.util import invocation
 from rs.util.sizes import format_bytes
 from rs.util.text import counted, pct
 
@@ -54,7 +56,7 @@ def _recovery_line(r: RecoverySummary) -> str:
     return (
         f"  recovery: accept rate {pct(r.greedy_accept_rate)} greedy, {pct(r.accept_rate)} after recovery; "
         f"{r.recovered:,} of {r.recovered + r.still_rejected:,} sampled rejections recovered "
-        f"({r.samples:,} samples at temperature {r.settings['temperature']}, sampled: {sampled})"
+        f"({counted(r.samples, 'sample')} at temperature {r.settings['temperature']}, sampled: {sampled})"
         + (f"; {r.pairs['pairs']:,} preference pairs" if r.pairs else "")
     )
 
@@ -89,6 +91,17 @@ def _calibration_lines(cal: dict[str, Any]) -> list[str]:
     return [checks, verdict]
 
 
+def _think_less(report: FamilyReport, split: str) -> str:
+    """Why the think split holds fewer QA than were accepted, in one clause (the card says it at length)."""
+    v, accepted = report.verifier, report.totals.accepted
+    if split != "think" or not v.reasoning_disagrees or not v.think_needs_agreeing_reasoning:
+        return ""
+    return (
+        f" (of the {accepted:,} accepted: {v.reasoning_disagrees:,} whose reasoning concluded another value "
+        f"{'is' if v.reasoning_disagrees == 1 else 'are'} in the nothink split only)"
+    )
+
+
 def _split_lines(outcome: PublishReport, split: str, *, dry_run: bool) -> list[str]:
     """One split's rows and what its publish changed (with the changes file by file, on a dry run); a warning when it is empty."""
     assert outcome.report is not None
@@ -96,10 +109,13 @@ def _split_lines(outcome: PublishReport, split: str, *, dry_run: bool) -> list[s
     result = outcome.results[split]
     counts = {a: sum(1 for ch in result.changes if ch.action == a) for a in ("add", "change", "delete", "unchanged")}
     commits = "" if outcome.local else f"; {describe_commits(result, dry_run=dry_run)}"
-    head = f"  {s.repo}: {s.rows:,} rows, {s.qa:,} QA, {counted(s.shards, 'shard')} -> {outcome.where[split]}"
+    head = (
+        f"  {s.repo}: {counted(s.rows, 'row')}, {s.qa:,} QA{_think_less(outcome.report, split)}, "
+        f"{counted(s.shards, 'shard')} -> {outcome.where[split]}"
+    )
     if result.offline:
         lines = [
-            f"{head} (offline: {len(result.changes)} files, {format_bytes(sum(c.size for c in result.changes))}, to upload "
+            f"{head} (offline: {counted(len(result.changes), 'file')}, {format_bytes(sum(c.size for c in result.changes))}, to upload "
             "at most; not compared with the Hub)"
         ]
     else:
@@ -180,13 +196,15 @@ def would_do(family: Family, plan: PlanReport, *, local: bool, seconds: float) -
     s, expected = plan.sample, plan.expected_questions()
     if s is not None and expected is not None:
         lines.append(
-            f"  read {plan.source_records:,} source records and clean them: about {expected:,} questions to answer "
-            f"(a sample of {s.source_records} records held {s.source_items} questions, {s.kept_items} kept by cleaning)"
+            f"  read {counted(plan.source_records, 'source record')} and clean them: about "
+            f"{counted(expected, 'question')} to answer (a sample of {counted(s.source_records, 'record')} held "
+            f"{counted(s.source_items, 'question')}, {s.kept_items:,} kept by cleaning)"
         )
     elif s is not None:
         lines.append(
-            f"  read the source and clean it (its size is not known here; a sample of {s.source_records} records held "
-            f"{s.source_items} questions, {s.kept_items} kept by cleaning)"
+            f"  read the source and clean it (its size is not known here; a sample of "
+            f"{counted(s.source_records, 'record')} held {counted(s.source_items, 'question')}, {s.kept_items:,} kept by "
+            "cleaning)"
         )
     else:
         lines.append("  read the source and clean it (it cannot be read here: see the warnings)")
@@ -210,7 +228,7 @@ def would_do(family: Family, plan: PlanReport, *, local: bool, seconds: float) -
                 else ""
             )
             + f": at most {c.recovery.samples * (c.recovery.max_tokens or c.sampling.max_tokens):,} output tokens a rejection "
-            f"(`rs plan {family.name} --limit N` measures the rejections and projects the pass's hours)"
+            f"(`{_plan_command(family)}` measures the rejections and projects the pass's hours)"
         )
     for split in family.splits:
         if split in ROW_SCHEMAS:
@@ -236,9 +254,14 @@ def would_do(family: Family, plan: PlanReport, *, local: bool, seconds: float) -
     lines += [f"warning: {w}" for w in plan.warnings]
     lines.append(
         f"  done in {seconds:.1f}s (dry run: nothing was changed; "
-        f"`rs plan {family.name} --limit N` answers N images for real and projects the cost)"
+        f"`{_plan_command(family)}` answers N images for real and projects the cost)"
     )
     return "\n".join(lines)
+
+
+def _plan_command(family: Family) -> str:
+    """`rs plan FAMILY --limit N` with the families file this run read."""
+    return invocation.command("plan", family.name, config=family.path, carry=("--config",), extra=("--limit", "N"))
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -269,6 +292,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 def _refuse_unreachable_hub(family: Family, args: argparse.Namespace) -> None:
     """Offline, a publish to the Hub stops before the build, saying what works instead; a local one only warns."""
     to_hub = args.out is None and family.config.publish.target != "local"
+    if to_hub and not args.dry_run:
+        _refuse_offline_mode(family)
     needs = hub_needs(family, publishing=to_hub)
     if not (offline_unless_the_hub_resolves(needs, say=not to_hub) and to_hub):
         return
@@ -293,6 +318,22 @@ def _refuse_unreachable_hub(family: Family, args: argparse.Namespace) -> None:
         f"the Hub is out of reach from here (its name does not resolve): {family.name} cannot be "
         f"published to it ({family.config.publish.namespace}/{family.repo_name('think')} and its siblings)",
         hint=hint,
+    )
+
+
+def _refuse_offline_mode(family: Family) -> None:
+    """`HF_HUB_OFFLINE=1` set by the user: a publish to the Hub cannot work, and that is said first (before the token,
+    whose absence is not the reason it cannot)."""
+    started = invocation.current()  # as the command started: rs sets it itself when the Hub does not resolve
+    value = (started.env if started.program is not None else os.environ).get("HF_HUB_OFFLINE", "")
+    if value.strip().upper() not in ("1", "ON", "YES", "TRUE"):  # huggingface_hub's reading of it
+        return
+    raise UsageError(
+        f"HF_HUB_OFFLINE={value} is set: the Hub libraries work offline, so "
+        f"{family.name} cannot be published to the Hub ({family.config.publish.namespace}/"
+        f"{family.repo_name('think')} and its siblings)",
+        hint="unset HF_HUB_OFFLINE to publish to the Hub (a token is needed then too), or publish to a local folder "
+        "with --out DIR; --dry-run shows what a publish would do",
     )
 
 
@@ -332,6 +373,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.publish") -
     """Build the family if needed, render the cards, publish the three repos (four with `recovery.pairs`)."""
     parser = _parser(prog)
     args = parser.parse_args(argv)
+    cli.remember(args)
     if args.ray is not None and args.cards_only:
         parser.error("--cards-only samples nothing: drop --ray")
     if (code := before_run.check_ray(parser, args)) is not None:

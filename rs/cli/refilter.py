@@ -23,6 +23,7 @@ from typing import Any
 
 from rs import cli
 from rs.cli import before_run, output
+from rs.cli.parser import Parser
 from rs.cli.publish import summary
 from rs.context import BuildContext, default_cache_path
 from rs.errors import UsageError
@@ -57,9 +58,7 @@ def _rate(text: str) -> float:
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("family")
     cli.add_config(parser)
     cli.add_out(parser)
@@ -170,6 +169,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.refilter") 
     """Rebuild a family's splits from its stored answers under changed settings, with no model call."""
     parser = _parser(prog)
     args = parser.parse_args(argv)
+    cli.remember(args)
     before_run.check_build_paths(args)
     family = before_run.checked_family(args.family, args.config, probe=False)
     chosen = route_filter(parser, args, family)

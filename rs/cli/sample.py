@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
     cli.add_ray(parser)
     cli.add_verbose(parser)
     args = parser.parse_args(argv)
+    cli.remember(args)
     if args.ray is not None and args.shard:
         parser.error("--ray and --shard are two ways of spreading the work: use one")
     if (code := before_run.check_ray(parser, args)) is not None:

@@ -42,6 +42,7 @@ def install() -> None:
     """Handle SIGTERM and SIGINT in this process (call from the main thread, before the command runs)."""
     global _received, _during
     _received = _during = None
+    progress.reset()
     for signum in HANDLED:
         signal.signal(signum, _handle)
 
@@ -52,7 +53,8 @@ def received() -> int | None:
 
 
 def during() -> str | None:
-    """What the run was doing when the first signal came (its innermost progress bar: `sampling`), if known."""
+    """Where the run was when the first signal came, in words: `during sampling` (its innermost progress bar, else its
+    phase: `during the sample stage`), `after cleaning` (between phases), if known."""
     return _during
 
 
@@ -65,7 +67,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
             "one): run the same command again to resume"
         )
         os._exit(128 + signum)
-    _received, _during = signum, progress.current()
+    _received, _during = signum, progress.where()
     raise Interrupted(signum)
 
 

@@ -77,6 +77,27 @@ class Family:
         return tuple(split for split in REPO_SUFFIX if opted.get(split, True))
 
 
+def _flow_comma(mapping: MappingNode, k_node: Node, v_node: Node) -> str | None:
+    """What happened when an unknown key with no value follows a plain value in a flow mapping (`{description: a, b}`):
+    the comma ended the value, and the words after it became a key. None when that is not what happened."""
+    if not mapping.flow_style or not isinstance(k_node, ScalarNode) or k_node.style is not None:
+        return None
+    if not isinstance(v_node, ScalarNode) or v_node.tag != "tag:yaml.org,2002:null" or v_node.value:
+        return None
+    at = next((i for i, (k, _) in enumerate(mapping.value) if k is k_node), 0)
+    if at == 0:
+        return None
+    prev_key, prev_value = mapping.value[at - 1]
+    if not isinstance(prev_value, ScalarNode) or prev_value.style is not None:
+        return None
+    joined = f"{prev_value.value}, {k_node.value}"
+    return (
+        f"not a key: inside {{...}} (a flow mapping) a comma ends a value, so `{prev_key.value}: {joined}` was read "
+        f"as {prev_key.value}: {prev_value.value!r} and a key {k_node.value!r}; quote the value: "
+        f'{prev_key.value}: "{joined}"'
+    )
+
+
 def _where(path: Path, node: Node) -> str:
     return f"{path}:{node.start_mark.line + 1}"
 
@@ -210,7 +231,8 @@ class _Validator:
                 self.fail(
                     k_node,
                     f"{key}.{name}",
-                    f"unknown {registry.what}{_did_you_mean(name, valid)}; valid keys: {', '.join(valid)}",
+                    _flow_comma(node, k_node, v_node)
+                    or f"unknown {registry.what}{_did_you_mean(name, valid)}; valid keys: {', '.join(valid)}",
                 )
         config = self.dataclass(cls, MappingNode(node.tag, own, node.start_mark, node.end_mark), key)
         config.steps = steps
@@ -226,7 +248,12 @@ class _Validator:
             name = self.plain(k_node)
             sub = f"{key}.{name}" if key else str(name)
             if name not in fields:
-                self.fail(k_node, sub, f"unknown key{_did_you_mean(name, fields)}; valid keys: {', '.join(fields)}")
+                self.fail(
+                    k_node,
+                    sub,
+                    _flow_comma(node, k_node, v_node)
+                    or f"unknown key{_did_you_mean(name, fields)}; valid keys: {', '.join(fields)}",
+                )
             if name in kwargs:
                 self.fail(k_node, sub, "given twice")
             kwargs[name] = self.value(hints[name], v_node, sub)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterator, Pr
 
 from rs.errors import RsError
 from rs.store import write_json
-from rs.util import ledger
+from rs.util import ledger, progress
 from rs.util.checksums import seal
 from rs.util.disk import writing
 
@@ -127,7 +127,12 @@ class StoredStage(Stage[R], Protocol):
 def ensure(stage: Stage[R], ctx: BuildContext) -> R:
     """The stage's product for `ctx`'s build: a stored stage's store is reused when its report was written under the same
     fingerprint and the store is intact, else made again (a damaged store is said in one line); a stage that keeps none
-    runs."""
+    runs. The run is in `the NAME stage` meanwhile (a stopped run names it where no progress bar is open)."""
+    with progress.phase(f"the {stage.name} stage"):
+        return _ensure(stage, ctx)
+
+
+def _ensure(stage: Stage[R], ctx: BuildContext) -> R:
     if not isinstance(stage, StoredStage):
         return stage.run(ctx)
     expected = stage.fingerprint(ctx)

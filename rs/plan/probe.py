@@ -17,6 +17,7 @@ from rs.engines.vllm_args import known_engine_args
 from rs.errors import UsageError
 from rs.families.loader import Family, FamilyConfigError, locate
 from rs.registry import SOURCES
+from rs.util import invocation
 
 __all__ = ["probe_family"]
 
@@ -35,7 +36,7 @@ def probe_family(family: Family, *, loads_model: bool = False) -> list[str]:
     check = getattr(source, "check", None)
     if c.source.kind == "hub":
         not_checked.append(
-            f"the Hub source {SOURCES.get('hub').label(c.source)} (`rs families preview {family.name}` reads a few records)"
+            f"the Hub source {SOURCES.get('hub').label(c.source)} (`{invocation.command('families', 'preview', family.name, config=family.path, carry=('--config',))}` reads a few records)"
         )
     elif check is not None:
         try:

@@ -57,9 +57,9 @@ def _sample_lines(report: PlanReport) -> list[str]:
     if report.sample is None:
         return []
     s = report.sample
-    size = f" of {report.source_records:,} records" if report.source_records is not None else ""
+    size = f" of {counted(report.source_records, 'record')}" if report.source_records is not None else ""
     return [
-        f"sample: {s.source_records} records{size}, {s.source_items} questions, {s.kept_items} kept by cleaning "
+        f"sample: {counted(s.source_records, 'record')}{size}, {counted(s.source_items, 'question')}, {s.kept_items:,} kept by cleaning "
         f"({s.dropped_items} dropped: {', '.join(f'{k} {v}' for k, v in sorted(s.dropped.items())) or 'none'})"
     ]
 
@@ -122,10 +122,10 @@ def _projection_lines(p: Projection) -> list[str]:
     total = p.family_tokens()
     if p.family_qa is None or total is None:
         out.append("  whole family: the source does not say its size here; no projection")
-        return out
+        return out + (_recovery_lines(p, p.recovery, None) if p.recovery is not None else [])
     out.append(
-        f"  whole family: about {p.family_qa:,} questions, {total:,.0f} output tokens (judge at most {p.judge_max_tokens} "
-        f"tokens a verdict)"
+        f"  whole family: about {counted(p.family_qa, 'question')}, {total:,.0f} output tokens (judge at most "
+        f"{counted(p.judge_max_tokens, 'token')} a verdict)"
     )
     if p.tokens_per_second:
         hours = total / p.tokens_per_second / 3600
@@ -143,14 +143,15 @@ def _projection_lines(p: Projection) -> list[str]:
     return out
 
 
-def _recovery_lines(p: Projection, r: RecoveryProjection, greedy_tokens: float) -> list[str]:
-    """The recovery pass's figures on the plan's images, and its projection beside the greedy pass's."""
+def _recovery_lines(p: Projection, r: RecoveryProjection, greedy_tokens: float | None) -> list[str]:
+    """The recovery pass's figures on the plan's images, and its projection beside the greedy pass's (None: the family's
+    size is not known, no projection: the figures measured on the plan's images still are)."""
     sampled = sum(r.sampled.values())
     why = ", ".join(f"{k} {v}" for k, v in sorted(r.sampled.items()))
     out = [
-        f"recovery pass ({r.k} samples at temperature {r.temperature}), run on the same images: {sampled} of {r.items} "
-        f"questions sampled ({_pct(sampled, r.items)}{': ' + why if why else ''}), {counted(r.samples, 'sample')}, "
-        f"{r.judged} judged, {r.sent} requests sent, {r.seconds:.1f} s"
+        f"recovery pass ({counted(r.k, 'sample')} at temperature {r.temperature}), run on the same images: {sampled} of "
+        f"{counted(r.items, 'question')} sampled ({_pct(sampled, r.items)}{': ' + why if why else ''}), "
+        f"{counted(r.samples, 'sample')}, {r.judged} judged, {counted(r.sent, 'request')} sent, {r.seconds:.1f} s"
     ]
     if r.completion_tokens:
         tokens = sorted(r.completion_tokens)
@@ -167,10 +168,11 @@ def _recovery_lines(p: Projection, r: RecoveryProjection, greedy_tokens: float) 
             f"  {r.blocked} of them the judge found CORRECT but its calibration did not pass on this sample: a run whose "
             "calibration passes promotes them instead, and samples fewer"
         )
-    assert p.family_qa is not None  # the greedy projection printed above
+    if p.family_qa is None or greedy_tokens is None:
+        return out + (_rl_lines(p, r) if r.rl is not None else [])
     extra = r.family_tokens(p.family_qa, p.judge_max_tokens)
     out.append(
-        f"  whole family: about {round(p.family_qa * r.share):,} questions sampled, {extra:,.0f} output tokens "
+        f"  whole family: about {counted(round(p.family_qa * r.share), 'question')} sampled, {extra:,.0f} output tokens "
         f"({_pct(round(extra), round(greedy_tokens))} of the greedy pass's)"
     )
     if p.tokens_per_second:
@@ -186,12 +188,16 @@ def _recovery_lines(p: Projection, r: RecoveryProjection, greedy_tokens: float) 
 
 def _rl_lines(p: Projection, r: RecoveryProjection) -> list[str]:
     """The RL repo: its rows on the plan's images, projected; its cost, the difficulty samples' tokens."""
-    assert r.rl is not None and r.rl_bounds is not None and p.family_qa is not None
+    assert r.rl is not None and r.rl_bounds is not None
     low, high = r.rl_bounds
+    head = (
+        f"RL repo ({low} < pass rate < {high}): {r.rl} of {r.items} questions of these images ({_pct(r.rl, r.items)})"
+    )
+    if p.family_qa is None:
+        return [f"{head}; the whole family's rows: not projected (its size is not known here)"]
     tokens = p.family_qa * r.difficulty_tokens / r.items if r.items else 0.0
     out = [
-        f"RL repo ({low} < pass rate < {high}): {r.rl} of {r.items} questions of these images ({_pct(r.rl, r.items)}); "
-        f"whole family: about {round(p.family_qa * r.rl / r.items) if r.items else 0:,} rows",
+        f"{head}; whole family: about {counted(round(p.family_qa * r.rl / r.items) if r.items else 0, 'row')}",
         f"  its cost, the samples of the accepted questions (difficulty): {tokens:,.0f} output tokens over the whole family",
     ]
     if p.tokens_per_second:

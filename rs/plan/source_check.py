@@ -14,6 +14,7 @@ from rs.families.loader import Family, FamilyConfigError, locate
 from rs.pipeline.clean import image_problem
 from rs.sources import open_source
 from rs.sources.base import RefusedImage
+from rs.util import invocation
 
 __all__ = ["check_first_records"]
 
@@ -62,5 +63,10 @@ def _refuse(
     raise FamilyConfigError(
         f"{locate(family, key)}: families.{family.name}.{key}: none of the first {read} records holds {what} in "
         f"column {column!r}{detail}",
-        hint=f"`rs families preview {family.name}` shows the records as read; name the column that holds it",
+        hint=f"`{_preview(family)}` shows the records as read; name the column that holds it",
     )
+
+
+def _preview(family: Family) -> str:
+    """The `rs families preview` command for `family`, with its families file."""
+    return invocation.command("families", "preview", family.name, config=family.path, carry=("--config",))

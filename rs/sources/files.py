@@ -159,7 +159,10 @@ class FilesSource:
 
             return sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
         if fmt == "json":
-            return sum(sum(1 for line in p.open("rb") if line.strip()) for p in paths)
+            return sum(_lines(p) for p in paths)
+        if fmt == "imagefolder":  # a record a row of its metadata files (`_image_folder_rows`)
+            found = sorted(p for p in self.path.rglob("metadata.*") if p.name in _METADATA)
+            return sum(_metadata_rows(p) for p in found) if found else None
         return None
 
     def __iter__(self) -> Iterator[SourceRecord]:
@@ -204,8 +207,30 @@ class FilesSource:
             )
             for row in resumable(dataset, str(metadata)):
                 name = row.pop("file_name", None) or row.pop(f"{column}_file_name", None)
-                row[column] = None if name is None else str(metadata.parent / str(name))
+                # relative to the folder (`rows`' base_dir), as the folder was named: joined with it again where it is
+                # read, a path that already held it pointed at FOLDER/FOLDER/... when the families file was named relatively
+                row[column] = None if name is None else str(metadata.parent.relative_to(self.path) / str(name))
                 yield row
+
+
+def _lines(path: Path) -> int:
+    """The records of a JSON Lines file: its lines that are not blank, read as a stream."""
+    with path.open("rb") as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+def _metadata_rows(path: Path) -> int:
+    """The rows of an image folder's metadata file, read as a stream (parquet: its footer alone)."""
+    if path.name == "metadata.parquet":
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
+    if path.name == "metadata.csv":
+        import csv
+
+        with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+            return max(0, sum(1 for row in csv.reader(fh) if row) - 1)  # the header is no row
+    return _lines(path)
 
 
 def _holds_a_line(path: Path) -> bool:

@@ -9,11 +9,12 @@ engines' own output to a log file (`rs.cli.output`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Iterator, TextIO
 
 from tqdm.auto import tqdm
 
@@ -24,11 +25,43 @@ terminal: TextIO | None = None
 """Where bars are drawn; None: the current `sys.stderr`."""
 _open: list[str] = []
 """What the bars open now count, outermost first: what the run is doing (a stopped run says it)."""
+_phases: list[str] = []
+"""The phases the run is in (`the sample stage`), outermost first: what it is doing where no bar counts (the model's
+load, a store's seal)."""
+_last: str | None = None
+"""The last bar closed: where a run between phases was."""
 
 
 def current() -> str | None:
-    """The innermost bar open now (`sampling`, `writing Alpha_RS_think`), or None."""
-    return _open[-1] if _open else None
+    """The innermost bar open now (`sampling`, `writing Alpha_RS_think`), else the innermost phase, or None."""
+    return _open[-1] if _open else _phases[-1] if _phases else None
+
+
+def where() -> str | None:
+    """Where the run is, in words for "stopped by SIGINT ...": `during sampling`, `after cleaning` (between phases), or
+    None (before anything was counted)."""
+    if (now := current()) is not None:
+        return f"during {now}"
+    return f"after {_last}" if _last is not None else None
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """The run is in phase `name` for the duration (a stopped run names it when no bar is open)."""
+    _phases.append(name)
+    try:
+        yield
+    finally:
+        if name in _phases:
+            del _phases[len(_phases) - 1 - _phases[::-1].index(name)]
+
+
+def reset() -> None:
+    """Forget the bars and phases of a command that ended (a process that runs several)."""
+    global _last
+    _open.clear()
+    _phases.clear()
+    _last = None
 
 
 def _opened(desc: str) -> None:
@@ -36,8 +69,10 @@ def _opened(desc: str) -> None:
 
 
 def _closed(desc: str) -> None:
+    global _last
     if desc in _open:
         del _open[len(_open) - 1 - _open[::-1].index(desc)]
+        _last = desc
 
 
 def stream() -> TextIO:

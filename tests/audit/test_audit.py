@@ -209,15 +209,18 @@ def test_every_repo_records_what_rebuilds_it(builds) -> None:
     }
     assert p["passes"]["recovery"]["difficulty_n"] == 2
     assert p["seeds"] == {"source": None, "greedy": 0, "recovery": 0}
-    assert p["hardware"]["machine"] and p["command"] == "python -m rs.publish Shapes"
+    assert p["hardware"]["machine"] and re.fullmatch(
+        r"python -m rs\.publish Shapes --config \S*families\.yaml", p["command"]
+    )
     assert (
         p["hardware"]["gpus"] == [] and "torch_threads" not in p["hardware"]
     )  # the replay engine computes nothing here
     card = (repos["think"] / "README.md").read_text()
     assert "## Reproducing this dataset" in card and "`rs audit Shapes_RS_think`" in card
-    assert '- recovery: `{"max_tokens": ' in card and "python -m rs.publish Shapes\n" in card
+    assert '- recovery: `{"max_tokens": ' in card and f"{p['command']}\n" in card
     trial = json.loads((builds["trial-empty-rejected"][1]["think"] / "rs" / "stats.json").read_text())
-    assert trial["provenance"]["command"] == "python -m rs.publish Shapes --limit 1"
+    assert trial["provenance"]["command"].startswith("python -m rs.publish Shapes --config ")
+    assert trial["provenance"]["command"].endswith("families.yaml --limit 1")
 
 
 def test_a_replay_family_publishes_its_build_without_torch_and_a_model_engine_names_its_devices(

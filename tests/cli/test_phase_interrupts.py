@@ -36,6 +36,7 @@ from hub_server import HubServer, running_hub
 
 from rs.families import load_families
 from rs.pipeline.publish.stage import publish
+from rs.util import invocation
 
 pytestmark = pytest.mark.slow
 
@@ -193,7 +194,7 @@ def test_a_signal_in_every_phase_stops_the_run_within_seconds_and_the_command_it
             "cleaning": (lambda lines: cleaning.exists(), "cleaning", r'rs_faults\.py", line \d+, in check', []),
             "writing": (
                 said(r"^writing Steer_RS_think: \d+ rows \("),
-                None,
+                "the write stage",  # waiting for a lock: no bar open, the stage named
                 r'rs/pipeline/write/splits\.py", line \d+, in write_split',
                 [clean, answers, recovered],
             ),
@@ -220,7 +221,8 @@ def test_a_signal_in_every_phase_stops_the_run_within_seconds_and_the_command_it
                 assert stopped.took < 10, context
                 assert stopped.left == [], context
                 assert re.search(where, stopped.log), context + stopped.log[-3000:]
-                assert stopped.lines[-1] == RESUME + shlex.join(command), context
+                carried = " ".join(f"{k}={shlex.quote(env[k])}" for k in invocation.ENV if k in env)
+                assert stopped.lines[-1] == RESUME + carried + " " + shlex.join(command), context
                 assert "Traceback" not in "\n".join(stopped.lines), context
                 at = next(i for i, line in enumerate(stopped.lines) if line.startswith("stopped by "))
                 assert stopped.lines[at].startswith(f"stopped by {name}" + (f" during {during}" if during else ";")), (

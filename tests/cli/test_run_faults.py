@@ -32,6 +32,7 @@ from faults import (
 
 from rs.families import load_families
 from rs.pipeline.publish.stage import publish
+from rs.util import invocation
 
 pytestmark = pytest.mark.slow
 
@@ -80,8 +81,10 @@ def resumed(stderr: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
     last = stderr.strip().splitlines()[-1]
     prefix = "to resume, run the same command again: "
     assert last.startswith(prefix), stderr[-3000:]
+    # as a person pastes it, in a shell without the variables the run had for itself alone: the line carries them
+    alone = {k: v for k, v in env.items() if k not in invocation.ENV}
     return subprocess.run(
-        shlex.split(last[len(prefix) :]), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        ["bash", "-c", last[len(prefix) :]], cwd=ROOT, env=alone, capture_output=True, text=True, timeout=300
     )
 
 
@@ -116,7 +119,7 @@ def test_a_signal_stops_the_run_in_order_and_the_command_it_prints_resumes_it(
         f"stopped by {name} during sampling; kept (the same command goes on from there):",
         f"  Alpha's clean store (8 rows, {build / 'clean'})",
         f"  {len(after)} new answers (the judge's verdicts included) in the generation cache {cache}",
-        f"to resume, run the same command again: {shlex.join(command)}",
+        f"to resume, run the same command again: HF_HUB_OFFLINE=1 {shlex.join(command)}",
     ], err[-3000:]
     assert "Traceback" not in err
     assert before <= after and intact(

@@ -77,7 +77,7 @@ def test_a_changed_answer_is_refused_naming_the_item_and_forgetting_it_resends_o
         text=True,
         timeout=120,
     )
-    assert forgot.returncode == 0 and "forgot 1 of the 1 answers" in forgot.stdout, forgot.stderr[-2000:]
+    assert forgot.returncode == 0 and "forgot 1 of the 1 answer named in" in forgot.stdout, forgot.stderr[-2000:]
 
     publish(family, out=tmp_path / "out", build_root=tmp_path / "build", cache_path=cache, progress=False)
     assert_same_published(reference_run / "out", tmp_path / "out")

@@ -292,8 +292,8 @@ def test_a_dry_run_says_what_the_recovery_pass_may_cost_and_how_to_measure_it(tm
     said = dry_run_text(family, dry)
     assert (
         "then sample each rejection with a final answer 3 more times at temperature 0.6 (one request each), verify and judge "
-        "the samples: at most 120 output tokens a rejection (`rs plan Odd --limit N` measures the rejections and projects the "
-        "pass's hours)"
+        "the samples: at most 120 output tokens a rejection (`python -m rs.plan Odd --config "
+        f"{tmp_path / 'families.yaml'} --limit N` measures the rejections and projects the pass's hours)"
     ) in said
     without = dataclasses.replace(family, config=dataclasses.replace(family.config, recovery=None))
     assert "more times" not in dry_run_text(without, dry)  # no recovery block, no such line

@@ -11,6 +11,7 @@ from collections import Counter
 
 from rs.errors import UsageError
 from rs.pipeline.clean.causes import LIKELY_CAUSES
+from rs.util import invocation
 
 __all__ = ["LIKELY_CAUSES", "NothingKept", "check_something_kept"]
 
@@ -27,13 +28,15 @@ def check_something_kept(family: str, kept: int, dropped: Counter[str] | dict[st
     if not total:
         raise NothingKept(
             f"{family}: the source gave no QA to clean: nothing to sample",
-            hint="check source.path / source.split and --limit (`rs families preview` shows the first records)",
+            hint="check source.path / source.split and --limit "
+            f"(`{invocation.command('families', 'preview', family, carry=('--config',))}` shows the first records)",
         )
     reason, count = Counter(dropped).most_common(1)[0]
     cause = LIKELY_CAUSES.get(reason, "see the family's exclusions.jsonl, every dropped QA with its reason")
     raise NothingKept(
         f"{family}: cleaning dropped every QA ({total} of {total}), most often as {reason} ({count}): nothing "
         "to sample",
-        hint=f"likely: {cause}; `rs families preview {family}` shows the first records as read, "
-        "`rs families validate --source 20` checks each column's type",
+        hint=f"likely: {cause}; `{invocation.command('families', 'preview', family, carry=('--config',))}` shows the "
+        f"first records as read, `{invocation.command('families', 'validate', carry=('--config',), extra=('--source', '20'))}` "
+        "checks each column's type",
     )

@@ -24,6 +24,7 @@ from rs.sources import open_source
 from rs.store import write_clean_rows
 from rs.util.locks import clean_lock
 from rs.util.progress import progress
+from rs.util.text import counted
 
 if TYPE_CHECKING:
     from rs.context import BuildContext
@@ -98,17 +99,17 @@ class CleanStage(StoredStage[CleaningReport]):
         report = cleaner.report
         report.seconds = time.perf_counter() - start
         logger.info(
-            "%s: cleaned %d source QA into %d rows (%d kept, %d dropped)",
+            "%s: cleaned %d source QA into %s (%d kept, %d dropped)",
             ctx.family.name,
             report.source_items,
-            report.rows,
+            counted(report.rows, "row"),
             report.kept_items,
             report.dropped_items,
         )
         return report
 
     def kept(self, ctx: BuildContext, report: CleaningReport) -> str:
-        return f"{ctx.family.name}'s clean store ({report.rows:,} rows, {ctx.paths.clean})"
+        return f"{ctx.family.name}'s clean store ({counted(report.rows, 'row')}, {ctx.paths.clean})"
 
 
 def _counted(rows: Iterable[Row], bar: Any) -> Iterator[Row]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from rs.errors import RsError, UsageError
 from rs.hub import FileChange
 from rs.store import write_json
+from rs.util.writable import read_only_mount, why_unwritable, writable_hint
 
 logger = logging.getLogger("rs.pipeline.publish")
 
@@ -54,10 +55,19 @@ def check_writable(root: Path, targets: list[Path], named: str) -> None:
     for folder in folders:
         if not os.access(folder, os.W_OK | os.X_OK):
             raise UsageError(
-                f"{named} {root.parent}: cannot write in {folder} (read-only), so the published "
+                f"{named} {root.parent}: cannot write in {folder} ({_why(folder)}), so the published "
                 "repo there cannot be replaced",
-                hint=f"make it writable (chmod -R u+w {folder}) or publish to another {named}; nothing was changed",
+                hint=(
+                    f"{writable_hint(folder, named)}; nothing was changed"
+                    if read_only_mount(folder)
+                    else f"make it writable (chmod -R u+w {folder}) or publish to another {named}; nothing was changed"
+                ),
             )
+
+
+def _why(folder: Path) -> str:
+    """A folder's mode that forbids writing, or its read-only mount."""
+    return why_unwritable(folder) if read_only_mount(folder) else "read-only"
 
 
 def prepare(assembled: Path, target: Path, changes: list[FileChange], new: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rs.errors import UsageError
 from rs.families import Family
+from rs.util.writable import why_unwritable, writable_hint
 
 MARKER = Path("rs") / "stats.json"
 """What every repo this project publishes holds (its card's figures)."""
@@ -88,16 +89,16 @@ def check_local_root(folder: Path, named: str, what: str = "the published repos"
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(
-            f"{named} {folder}: cannot write in {existing} (permission denied)",
-            hint=f"give {named} a folder you can write in",
+            f"{named} {folder}: cannot write in {existing} ({why_unwritable(existing)})",
+            hint=writable_hint(existing, named),
         )
-    try:  # a read-only file system, or a place even root cannot write in, passes os.access
+    try:  # a place even root cannot write in passes os.access
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as err:
         raise UsageError(
-            f"{named} {folder}: cannot write in {existing} ({err.strerror})",
-            hint=f"give {named} a folder you can write in",
+            f"{named} {folder}: cannot write in {existing} ({why_unwritable(existing, err)})",
+            hint=writable_hint(existing, named),
         ) from None
 
 

@@ -24,6 +24,7 @@ from rs.pipeline.sample.stage import current_sample_report
 from rs.pipeline.write.report import FamilyReport
 from rs.util import ledger
 from rs.util.sizes import parse_bytes
+from rs.util.text import counted
 
 if TYPE_CHECKING:
     from rs.engines.base import Request
@@ -108,7 +109,7 @@ class PublishStage:
         if report is not None:
             ledger.keep(
                 f"{family.name}'s splits, ready to publish ("
-                + ", ".join(f"{s.repo} {s.rows:,} rows" for s in report.splits.values())
+                + ", ".join(f"{s.repo} {counted(s.rows, 'row')}" for s in report.splits.values())
                 + f", in {ctx.paths.root / 'splits'})"
             )
         check_not_empty(ctx, report, local=self.target.local, allow_empty=self.allow_empty)

@@ -31,6 +31,7 @@ from rs.engines.vllm_args import vllm_fields
 from rs.pipeline.recover import recovery_settings
 from rs.pipeline.sample.judge import Judge
 from rs.pipeline.versions import identities
+from rs.util import invocation
 
 LIBRARIES = (
     "vllm",
@@ -197,13 +198,21 @@ def hardware(devices: bool = True) -> dict[str, Any]:
     return out
 
 
-def rebuild_command(family: str, limit: int | None) -> str:
-    """The command that rebuilds the family's repos from the same families file."""
-    return f"python -m rs.publish {family}" + (f" --limit {limit}" if limit is not None else "")
+def rebuild_command(family: str, limit: int | None, families_file: Path | None = None) -> str:
+    """The command that rebuilds the family's repos from the same families file (`--config` when it is not the shipped
+    one: without it, a family of one's own is unknown), the same on every machine (`rs.util.invocation.portable`)."""
+    extra = ("--limit", str(limit)) if limit is not None else ()
+    return invocation.portable("publish", family, config=families_file, extra=extra)
 
 
 def provenance(
-    config: Any, family: str, model: dict[str, Any], engine: dict[str, Any], *, limit: int | None = None
+    config: Any,
+    family: str,
+    model: dict[str, Any],
+    engine: dict[str, Any],
+    *,
+    limit: int | None = None,
+    families_file: Path | None = None,
 ) -> dict[str, Any]:
     """The `provenance` block of a family's stats (see the module's docstring)."""
     return {
@@ -223,5 +232,5 @@ def provenance(
             "recovery": config.recovery.seed if config.recovery is not None else None,
         },
         "hardware": hardware(config.engine.computes_here()),
-        "command": rebuild_command(family, limit),
+        "command": rebuild_command(family, limit, families_file),
     }

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rs.errors import RsError
+from rs.util import invocation
 
 __all__ = [
     "CleaningSummary",
@@ -346,5 +347,5 @@ class FamilyReport:
             family = data.get("family", "the family") if isinstance(data, dict) else "the family"
             raise ReportError(
                 f"{where} was not written by this version of rs ({type(err).__name__}: {err}); rebuild {family} "
-                f"(`python -m rs.publish {family}` without --cards-only)"
+                f"(`{invocation.command('publish', str(family))}` without --cards-only)"
             ) from None

@@ -181,7 +181,9 @@ def family_report(
             judge_engine_calls=sampled.judge_engine_calls,
         ),
         recovery=recovery_summary(ctx, recovered, routing) if recovered is not None else None,
-        provenance=provenance(c, ctx.family.name, asdict(c.model), c.engine.recorded(), limit=ctx.limit),
+        provenance=provenance(
+            c, ctx.family.name, asdict(c.model), c.engine.recorded(), limit=ctx.limit, families_file=ctx.family.path
+        ),
         question_types=_types_summary(routing),
         filter=_filter_summary(ctx, sampled.promotes),
     )

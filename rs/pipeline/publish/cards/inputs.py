@@ -18,6 +18,7 @@ from rs.errors import UsageError
 from rs.pipeline.publish.cards.render import attach_image_paths, card_numbers, select_examples, select_overturns
 from rs.pipeline.write.report import FamilyReport
 from rs.pipeline.write.samples import REPO_NUMBERS
+from rs.util import invocation
 
 
 class MissingBuildError(UsageError, RuntimeError):
@@ -55,7 +56,7 @@ def card_inputs(ctx: BuildContext, split: str, repo: Path, *, cards_only: bool, 
     family = ctx.family
     raise MissingBuildError(
         f"no build of {family.name} in {ctx.paths.root} and no published repo to take its stats from; "
-        f"run `python -m rs.publish {family.name}` without --cards-only first"
+        f"run `{invocation.command('publish', family.name, config=family.path)}` without --cards-only first"
     )
 
 
@@ -96,6 +97,6 @@ def repo_numbers(ctx: BuildContext, split: str, published: Path | None) -> dict[
         return None
     raise MissingBuildError(
         f"no build of {ctx.family.name} in {ctx.paths.root} and no published numbers of "
-        f"{ctx.family.repo_name(split)} to render its card from; run `python -m rs.publish "
-        f"{ctx.family.name}` without --cards-only first"
+        f"{ctx.family.repo_name(split)} to render its card from; run "
+        f"`{invocation.command('publish', ctx.family.name, config=ctx.family.path)}` without --cards-only first"
     )

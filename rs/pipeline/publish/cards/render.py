@@ -33,6 +33,7 @@ from rs.pipeline.write.samples import REPO_NUMBERS
 from rs.splits import REJECT_REASONS
 from rs.splits_schema import ROW_SCHEMAS, features
 from rs.store import read_records
+from rs.util import invocation
 from rs.util.shipped import TEMPLATES
 from rs.util.text import counted, pct
 
@@ -410,7 +411,8 @@ def render_card(
     if calibration is not None and "hard" not in calibration:
         raise CardError(
             f"the stats of {report.family} were measured by an older rs, before the judge was calibrated on "
-            "hard negatives; rebuild the family (`python -m rs.publish FAMILY` without --cards-only)"
+            "hard negatives; rebuild the family "
+            f"(`{invocation.command('publish', report.family)}` without --cards-only)"
         )
     repos = {s: summary.repo for s, summary in report.splits.items()}
     verifier = report.verifier
