@@ -497,6 +497,7 @@ def load_families(path: str | Path, *, engine_checks: bool = False) -> dict[str,
         _check_verifier(path, body, name, config)
         _check_judge(path, body, name, config)
         _check_sampling(path, body, name, config, engine_checks=engine_checks)
+        _check_engine_args(validator, _merge(defaults, body), name, config, engine_checks=engine_checks)
         _options_in_prompt(validator, _merge(defaults, body), name, config)
         _check_decontamination(validator, _merge(defaults, body), name, config, evaluation)
         families[name] = Family(name=name, config=config, path=path, line=name_node.start_mark.line + 1)
@@ -618,6 +619,20 @@ def _check_sampling(path: Path, body: MappingNode, name: str, config: FamilyConf
         key, text = problem
         at = next((v for k, v in node.value if k.value == key), node) if isinstance(node, MappingNode) else node
         raise FamilyConfigError(f"{_where(path, at)}: families.{name}.sampling.{key}: {text}")
+
+
+def _check_engine_args(
+    validator: _Validator, body: Node, name: str, config: FamilyConfig, *, engine_checks: bool
+) -> None:
+    """With `engine_checks`, the values of `engine.args` the engine kind's own configuration refuses (vLLM's config
+    classes: `max_num_seqs: 0`), at the key's file and line (the family's, or `defaults:`'), before any engine starts."""
+    check = getattr(ENGINES.get(config.engine.kind), "check_args", None)
+    if not engine_checks or check is None:
+        return
+    problem = check(dict(getattr(config.engine, "args", {}) or {}))
+    if problem is not None:
+        key, text = problem
+        validator.fail(_node_at(body, ["engine", "args", key]), f"families.{name}.engine.args.{key}", text)
 
 
 def _check_verifier(path: Path, body: MappingNode, name: str, config: FamilyConfig) -> None:
