@@ -12,6 +12,7 @@ from rs.cli import before_run, output
 from rs.cli.parser import Parser
 from rs.families import default_families_path, get_family, load_families, schema
 from rs.families.keys import walk
+from rs.families.loader import defaults_note
 from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.plan.preview import preview
 from rs.plan.probe import probe_family
@@ -53,6 +54,9 @@ def _validate(args: argparse.Namespace) -> int:
             print(f"  not checked here: {name}: {'; '.join(notes)}")
     for line in sources:
         print(f"  {line}")
+    for name, family in families.items():
+        if line := defaults_note(family):
+            print(f"  note: {line}")
     return 0
 
 

@@ -40,7 +40,13 @@ from typing import TYPE_CHECKING, Any, Hashable, Literal, Sequence
 from rs.answers.extract import reasoning_state
 from rs.engines.base import PROMPT_TAIL_CHARS, EngineConfig, Generation, Request, SamplingSettings, repeat_profile
 from rs.engines.models import builtin_revision, resolve_model
-from rs.engines.vllm_args import batch_invariance_refusal, unknown_engine_arg, vllm_fields, wrong_engine_arg_value
+from rs.engines.vllm_args import (
+    batch_invariance_refusal,
+    refused_engine_arg_value,
+    unknown_engine_arg,
+    vllm_fields,
+    wrong_engine_arg_value,
+)
 from rs.engines.vllm_core import (
     Channel,
     VLLMCore,
@@ -223,6 +229,15 @@ class VLLMEngine:
         )
 
     @staticmethod
+    def check_args(args: dict[str, Any]) -> tuple[str, str] | None:
+        """What the installed vLLM's configuration classes refuse of `engine.args` (`max_num_seqs: 0`): `(key, problem)`.
+
+        Checked by `rs families validate`, which imports vLLM for it, rather than by pydantic once the engine starts,
+        without the key; None when every value passes (or vLLM is not installed here to ask)."""
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its import notices are not the command's output
+        return refused_engine_arg_value(args)
+
+    @staticmethod
     def check_sampling(sampling: Any) -> tuple[str, str] | None:
         """What the installed vLLM refuses of `sampling.repetition_detection` / `thinking_token_budget`: `(key, problem)`.
 
@@ -338,7 +353,7 @@ class VLLMEngine:
                 refused = (
                     EngineArgsRefused if callable(getattr(err, "errors", None)) else EngineStartFailed
                 )  # pydantic's
-                raise refused(f"the vLLM engine of {self.model} could not start: {_start_reason(err)}") from err
+                raise refused(f"the vLLM engine of {self.model} could not start: {_start_reason(err, args)}") from err
             logger.info("Loaded %s in %.1f s", self.model, time.perf_counter() - start)
         return self._core
 
@@ -674,12 +689,18 @@ def _reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-def _start_reason(err: Exception) -> str:
-    """What vLLM said when it refused to start: a configuration check's own message, or the error's first line."""
+def _start_reason(err: Exception, args: dict[str, Any] | None = None) -> str:
+    """What vLLM said when it refused to start: a configuration check's own message (led by the `engine.args` key it
+    is about, where pydantic names one of them), or the error's first line."""
     errors = getattr(err, "errors", None)
     if callable(errors):  # pydantic's ValidationError of vLLM's config classes: its messages, without the input dump
         try:
-            return "; ".join(str(e.get("msg", "")).removeprefix("Value error, ") for e in errors())
+            said = []
+            for e in errors():
+                msg = str(e.get("msg", "")).removeprefix("Value error, ")
+                key = next((str(part) for part in e.get("loc") or () if str(part) in (args or {})), None)
+                said.append(f"engine.args.{key}: {args[key]!r}: {msg}" if key is not None and args else msg)
+            return "; ".join(dict.fromkeys(said))
         except Exception:
             pass
     return first_line(err).rstrip(": ")

@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "batch_invariance_refusal",
+    "refused_engine_arg_value",
     "engine_arg_type",
     "known_engine_args",
     "unknown_engine_arg",
@@ -99,6 +100,62 @@ def wrong_engine_arg_value(key: str, value: object) -> str | None:
         return None
     wanted = " or ".join(t.__name__ for t in types)
     return f"vLLM's EngineArgs.{key} is {_engine_arg_annotations()[key]}: {value!r} ({type(value).__name__}) is not {'an' if wanted[0] in 'aeiou' else 'a'} {wanted}"
+
+
+@functools.cache
+def _constrained_fields() -> dict[str, list[tuple[str, Any]]]:
+    """Engine argument name -> (config class, a validator) for each field of vLLM's configuration classes (`vllm.config`)
+    that carries its own constraints (`max_num_seqs: int = Field(ge=1)`) or takes a closed set of words (a `Literal`).
+
+    The same fields `vllm.EngineArgs` fills from the arguments of the same names; empty when vLLM cannot be imported."""
+    import typing
+
+    try:
+        import vllm.config as configs
+        from pydantic import TypeAdapter
+    except ImportError:
+        return {}
+    out: dict[str, list[tuple[str, Any]]] = {}
+    for name in sorted(dir(configs)):
+        for key, info in getattr(getattr(configs, name), "__pydantic_fields__", {}).items():
+            if any(type(m).__name__ == "SkipValidation" for m in info.metadata):
+                continue
+            members = typing.get_args(info.annotation) if typing.get_origin(info.annotation) else ()
+            literal = typing.get_origin(info.annotation) is typing.Literal or (
+                members and all(typing.get_origin(m) is typing.Literal or m is type(None) for m in members)
+            )
+            if not (info.metadata or literal):
+                continue
+            try:
+                adapter = TypeAdapter(
+                    typing.Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+                )
+            except Exception as err:  # a field pydantic cannot check alone: left to vLLM
+                logger.debug("cannot check vLLM's %s.%s alone: %s", name, key, err)
+                continue
+            out.setdefault(key, []).append((name, adapter))
+    return out
+
+
+def refused_engine_arg_value(args: dict[str, Any]) -> tuple[str, str] | None:
+    """The first engine argument whose value a field of vLLM's configuration classes refuses by its own constraints
+    (`max_num_seqs: 0`, `gpu_memory_utilization: 1.5`, a `dtype` that is no dtype): `(key, vLLM's words)`, or None.
+
+    vLLM checks them only when it builds its configuration, once the engine starts; here each value is checked alone
+    against its field, without a model (checks of several fields together are still vLLM's, at the start). Imports
+    `vllm.config` (seconds): `rs families validate` only. null is always let through (vLLM's default)."""
+    fields = _constrained_fields()
+    for key, value in args.items():
+        if value is None:
+            continue
+        for cls, adapter in fields.get(key, []):
+            try:
+                adapter.validate_python(value)
+            except Exception as err:
+                errors = getattr(err, "errors", None)
+                words = "; ".join(str(e.get("msg", "")) for e in errors()) if callable(errors) else str(err)
+                return key, f"vLLM's {cls}.{key} refuses {value!r}: {words}"
+    return None
 
 
 _BOOL_WORDS = frozenset({"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"})

@@ -408,6 +408,111 @@ def _shipped_default_keys() -> frozenset[str]:
     return frozenset(str(k.value) for k, _ in defaults.value)
 
 
+def unstated_shipped_defaults(family: Family) -> list[str]:
+    """What a family of a file without `defaults:` takes from the built-in defaults where the shipped families.yaml's
+    `defaults:` say otherwise: `key: <its value> (shipped <value>)`, one a key; empty for a file with `defaults:`.
+
+    A families file is whole in itself: the shipped `defaults:` belong to the shipped file, and a file of one's own
+    gets the built-in defaults (`rs families keys`) for what it does not state, so that what it says, and the rs
+    version's schema, is all that a run of it depends on. The keys where the two differ (loop detection, the thinking
+    budget, the engine's GPU arguments, the model's reasoning parser ...) are said by `rs families validate` and
+    `rs plan` rather than left to be found in a run."""
+    try:
+        root = _compose(family.path)
+    except FamilyConfigError:
+        return []
+    if family.path.resolve() == SHIPPED.resolve() or _node_at(root, ["defaults"]) is not root:
+        return []
+    shipped = _shipped_defaults_node()
+    body = _node_at(root, ["families", family.name])
+    if shipped is None or body is root:
+        return []
+    constructor = SafeConstructor()
+    out: list[str] = []
+
+    def walk(node: MappingNode, path: list[str]) -> None:
+        for k_node, v_node in node.value:
+            key = [*path, str(k_node.value)]
+            if key == ["engine"] and _scalar_at(v_node, "kind") not in (None, family.config.engine.kind):
+                continue  # another engine kind's block: none of it would apply
+            mine, found = _config_at(family.config, key)
+            if isinstance(v_node, MappingNode) and found and isinstance(mine, dict):
+                walk(v_node, key)  # a block: key by key, the family's own keys among them
+                continue
+            if _stated(body, key):
+                continue
+            theirs = constructor.construct_object(v_node, deep=True)
+            if found and mine == theirs:
+                continue
+            yours = "unset (the engine's own default)" if not found else _yaml_text(mine)
+            out.append(f"{'.'.join(key)}: {yours} (shipped {_yaml_text(theirs)})")
+
+    walk(shipped, [])
+    return out
+
+
+def defaults_note(family: Family) -> str | None:
+    """What `rs families validate` and `rs plan` say of a family taking built-in defaults the shipped file overrides."""
+    differing = unstated_shipped_defaults(family)
+    if not differing:
+        return None
+    return (
+        f"{family.name}: {family.path.name} has no `defaults:` block, so {family.name} takes the built-in defaults "
+        f"where the shipped families.yaml's `defaults:` say otherwise: {'; '.join(differing)}; write the ones you want "
+        "in the family (or in a `defaults:` block of the file)"
+    )
+
+
+def _stated(body: Node, path: list[str]) -> bool:
+    """Whether a family's own block writes the key at `path`."""
+    node = body
+    for name in path:
+        if not isinstance(node, MappingNode):
+            return False
+        node = next((v for k, v in node.value if k.value == name), None)
+        if node is None:
+            return False
+    return True
+
+
+def _config_at(config: Any, path: list[str]) -> tuple[Any, bool]:
+    """The value of a resolved configuration at a YAML key path, and whether it has one (an engine argument not given:
+    none)."""
+    value = config
+    for name in path:
+        if value is None:
+            return None, True
+        if isinstance(value, dict):
+            if name not in value:
+                return None, False
+            value = value[name]
+        elif hasattr(value, name):
+            value = getattr(value, name)
+        else:
+            return None, False
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return value, True
+
+
+def _yaml_text(value: Any) -> str:
+    """A value as families.yaml writes it, on one line."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+
+
+@functools.cache
+def _shipped_defaults_node() -> MappingNode | None:
+    """The `defaults:` block of the project's own families.yaml (None when it cannot be read)."""
+    try:
+        root = yaml.compose(SHIPPED.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError):
+        return None
+    defaults = (
+        next((v for k, v in root.value if k.value == "defaults"), None) if isinstance(root, MappingNode) else None
+    )
+    return defaults if isinstance(defaults, MappingNode) else None
+
+
 def _check_name(path: Path, node: Node, name: Any, seen: dict[str, Node]) -> None:
     where = _where(path, node)
     if not isinstance(name, str) or not _HUB_NAME.match(name) or "--" in name or ".." in name:
@@ -534,6 +639,7 @@ def load_families(path: str | Path, *, engine_checks: bool = False) -> dict[str,
         _check_verifier(path, body, name, config)
         _check_judge(path, body, name, config)
         _check_sampling(path, body, name, config, engine_checks=engine_checks)
+        _check_engine_args(validator, _merge(defaults, body), name, config, engine_checks=engine_checks)
         _options_in_prompt(validator, _merge(defaults, body), name, config)
         _check_decontamination(validator, _merge(defaults, body), name, config, evaluation)
         families[name] = Family(name=name, config=config, path=path, line=name_node.start_mark.line + 1)
@@ -666,6 +772,20 @@ def _check_sampling(path: Path, body: MappingNode, name: str, config: FamilyConf
         key, text = problem
         at = next((v for k, v in node.value if k.value == key), node) if isinstance(node, MappingNode) else node
         raise FamilyConfigError(f"{_where(path, at)}: families.{name}.sampling.{key}: {text}")
+
+
+def _check_engine_args(
+    validator: _Validator, body: Node, name: str, config: FamilyConfig, *, engine_checks: bool
+) -> None:
+    """With `engine_checks`, the values of `engine.args` the engine kind's own configuration refuses (vLLM's config
+    classes: `max_num_seqs: 0`), at the key's file and line (the family's, or `defaults:`'), before any engine starts."""
+    check = getattr(ENGINES.get(config.engine.kind), "check_args", None)
+    if not engine_checks or check is None:
+        return
+    problem = check(dict(getattr(config.engine, "args", {}) or {}))
+    if problem is not None:
+        key, text = problem
+        validator.fail(_node_at(body, ["engine", "args", key]), f"families.{name}.engine.args.{key}", text)
 
 
 def _check_verifier(path: Path, body: MappingNode, name: str, config: FamilyConfig) -> None:

@@ -53,6 +53,7 @@ def plan_family(
         family.name, c.model.id, c.sampling.max_tokens, static.max_model_len(c), static.mm_processor_kwargs(c)
     )
     static.check_configuration(c, plan)
+    static.check_defaults(family, plan)
     rows = static.sample_rows(family, sample_images, plan)
     static.check_calibration(c, plan)
     tokens = PromptTokens.load(c, plan) if count_tokens else None

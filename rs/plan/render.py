@@ -71,11 +71,16 @@ def _kind_lines(report: PlanReport, kind: KindReport) -> list[str]:
     ]
     if kind.prompt_tokens:
         tokens = sorted(kind.prompt_tokens)
-        fits = (
-            ""
-            if report.max_model_len is None
-            else ("fits" if tokens[-1] + report.max_tokens <= report.max_model_len else "DOES NOT FIT")
-        )
+        fits = ""
+        if report.max_model_len is not None and tokens[-1] >= report.max_model_len:
+            fits = f"over max_model_len {report.max_model_len:,}: the longest prompt alone is refused by vLLM"
+        elif report.max_model_len is not None and tokens[-1] + report.max_tokens > report.max_model_len:
+            fits = (
+                f"over max_model_len {report.max_model_len:,}: the longest prompt's answer is cut after "
+                f"{report.max_model_len - tokens[-1]:,} tokens"
+            )
+        elif report.max_model_len is not None:
+            fits = "fits"
         out.append(
             f"    prompt tokens (image included) min {tokens[0]:,}, median {statistics.median(tokens):,.0f}, "
             f"max {tokens[-1]:,}; + max_tokens {report.max_tokens:,} = {tokens[-1] + report.max_tokens:,} {fits}".rstrip()

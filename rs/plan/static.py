@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 from rs.answers import Kind, classify
 from rs.errors import UsageError
 from rs.families import Family
-from rs.families.loader import mapped_options
+from rs.families.loader import defaults_note, mapped_options
 from rs.families.schema import FamilyConfig
 from rs.pipeline.clean import Cleaner
 from rs.plan.report import KindReport, PlanReport
 from rs.prompt import Instructions, build_prompt
 from rs.records import QAItem, Row
 from rs.sources import open_source
+from rs.util.sizes import format_bytes
 from rs.util.text import counted, first_line
 
 if TYPE_CHECKING:
@@ -100,18 +101,8 @@ def check_configuration(c: FamilyConfig, plan: PlanReport) -> None:
             f"instruction {c.instruction!r} asks for a word or phrase, but the math verifier reads an expression "
             "(a \\boxed{} or a final value); ask for the final answer instead"
         )
-    args = getattr(c.engine, "args", {})
-    if (
-        c.engine.kind == "vllm"
-        and _cpu_vllm()
-        and "kv_cache_memory_bytes" not in args
-        and args.get("gpu_memory_utilization", 0.9) is not None
-    ):
-        plan.warnings.append(
-            "vLLM here is its CPU build, where gpu_memory_utilization is the share of the machine's memory it "
-            f"reserves ({args.get('gpu_memory_utilization', 'its default')}): it will likely refuse to start; "
-            "set engine.args kv_cache_memory_bytes and gpu_memory_utilization: null, as TinyCLEVR does"
-        )
+    if c.engine.kind == "vllm" and _cpu_vllm():
+        _check_cpu_memory(getattr(c.engine, "args", {}), plan)
     if (column := mapped_options(c)) is not None:
         plan.notes.append(
             f"source.columns.options maps the column {column!r}: multiple-choice normalisation is on, so each question "
@@ -124,6 +115,12 @@ def check_configuration(c: FamilyConfig, plan: PlanReport) -> None:
         )
 
 
+def check_defaults(family: Family, plan: PlanReport) -> None:
+    """A family of a file without `defaults:` runs with the built-in defaults: those the shipped file overrides are said."""
+    if (note := defaults_note(family)) is not None:
+        plan.notes.append(note)
+
+
 def check_calibration(c: FamilyConfig, plan: PlanReport) -> None:
     """A family with fewer questions than the calibration's minimum can never have its judge promote anything."""
     expected = plan.expected_questions()
@@ -133,6 +130,35 @@ def check_calibration(c: FamilyConfig, plan: PlanReport) -> None:
             f"({c.judge.min_calibration_cases}) even if every answer were accepted: the judge's calibration "
             "cannot pass and it will promote nothing (lower min_calibration_cases, or set judge.enabled: false)"
         )
+
+
+CPU_MEMORY_DEFAULT = 0.9
+"""vLLM's own `gpu_memory_utilization` when the arguments leave it out (`vllm.config.CacheConfig`)."""
+
+
+def _check_cpu_memory(args: dict[str, Any], plan: PlanReport) -> None:
+    """What vLLM's CPU build does with `gpu_memory_utilization`: without a KV cache size (`kv_cache_memory_bytes`, or
+    `VLLM_CPU_KVCACHE_SPACE` in the environment) it asks for that share of the machine's memory and refuses to start
+    when less is available (`vllm/v1/worker/cpu_worker.py`); said with this machine's figures now, not guessed."""
+    import os
+
+    import psutil
+
+    share = args.get("gpu_memory_utilization", CPU_MEMORY_DEFAULT)
+    if share is None or args.get("kv_cache_memory_bytes") is not None or os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return
+    memory = psutil.virtual_memory()
+    wanted = memory.total * float(share)
+    figures = (
+        f"vLLM here is its CPU build, where gpu_memory_utilization ({share}) is the share of the machine's memory it "
+        f"asks for: {format_bytes(round(wanted))} of {format_bytes(memory.total)}, "
+        f"{format_bytes(memory.available)} available now"
+    )
+    fix = "set engine.args kv_cache_memory_bytes and gpu_memory_utilization: null, as TinyCLEVR does"
+    if wanted > memory.available:
+        plan.warnings.append(f"{figures}: it refuses to start with less available; {fix}")
+    else:
+        plan.notes.append(f"{figures}: it starts, and holds that much memory while it runs; {fix} to hold less")
 
 
 def _cpu_vllm() -> bool:
@@ -249,7 +275,17 @@ def check_kinds(c: FamilyConfig, plan: PlanReport) -> None:
                 room = plan.max_model_len - c.sampling.max_tokens - (longest - kind.largest[2])
                 if room >= 64:  # a pixel limit that fits the largest image in what the text and the answer leave
                     fix += f", or limit the images' pixels: engine.args.mm_processor_kwargs: {{max_pixels: {room * side * side}}}"
+            refused = sum(t >= (plan.max_model_len or 0) for t in kind.prompt_tokens)
+            consequence = (
+                f"vLLM does not refuse them: it ends an answer where the context ends, so the longest prompt's answer "
+                f"is cut after {max(plan.max_model_len - longest, 0):,} tokens instead of max_tokens "
+                f"({c.sampling.max_tokens:,}), and a cut answer has no final answer (rejected)"
+            )
+            if refused:
+                consequence = (
+                    f"{refused} of them alone reach max_model_len: vLLM refuses those requests; " + consequence
+                )
             plan.warnings.append(
                 f"{too_long} sampled {kind.kind} prompts + max_tokens exceed max_model_len ({plan.max_model_len:,}): "
-                f"{figure}; {fix}"
+                f"{figure}; {consequence}; {fix}"
             )

@@ -429,7 +429,10 @@ def test_plan_counts_page_images_and_warns_or_shows_the_fitted_setting(tmp_path:
     (kind,) = too_small.kinds
     assert sorted(kind.image_tokens) == [475, 3657, 3657] and kind.largest == (1700, 2200, 3657)
     text = too_small.render()
-    assert "image tokens min 475, median 3,657, max 3,657 (a 1700x2200 image)" in text and "DOES NOT FIT" in text
+    assert (
+        "image tokens min 475, median 3,657, max 3,657 (a 1700x2200 image)" in text
+        and "over max_model_len 4,096: the longest prompt's answer is cut after" in text
+    )
     (warning,) = [w for w in too_small.warnings if "exceed max_model_len" in w]
     room = 4096 - 1024 - (max(kind.prompt_tokens) - 3657)
     assert "2 sampled open question prompts + max_tokens exceed max_model_len (4,096)" in warning

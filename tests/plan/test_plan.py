@@ -89,7 +89,7 @@ def test_mismatches_are_warned_and_an_unloadable_model_is_said(tmp_path: Path, m
     assert "asks for a word or phrase, but the math verifier reads an expression" in warnings
     assert "have lettered options but are asked with" in warnings  # multiple_choice_instruction: null
     assert "prompts + max_tokens exceed max_model_len (100)" in warnings
-    assert "DOES NOT FIT" in plan.render()
+    assert "over max_model_len 100:" in plan.render()
 
     mcq = plan_family(odd_family(tmp_path, mc="\nLetter?", verifier="mcq", max_model_len=2048), sample_images=6)
     assert any("no options, but the mcq verifier accepts only an option letter" in w for w in mcq.warnings)
