@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from PIL import Image
@@ -103,3 +103,14 @@ def family(tmp_path: Path) -> Callable[..., Family]:
         return write_family(tmp_path, cases, name=name, **blocks)
 
     return write
+
+
+@pytest.fixture(autouse=True)
+def _no_command_recorded() -> Iterator[None]:
+    """Each test starts as no command: what a command's main called in this process recorded (its flags, how the process
+    was started: `rs.util.invocation`) would otherwise shape the hints another test reads."""
+    from rs.util import invocation
+
+    invocation.reset()
+    yield
+    invocation.reset()

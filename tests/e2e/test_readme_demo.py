@@ -85,6 +85,16 @@ def test_the_script_rewrites_only_the_sample() -> None:
         recovery,
         *[n for n in docs if "own cards the types" in docs[n]],
     }
+    # the per-type sentence is the build's question types: the two of lowest accept rate, those always accepted
+    rates = {"count": 0.5, "exist": 1.0, "add": 0.75, "subtract": 1.0}
+    typed = {
+        "prompts": {"multiple_choice_items": 1},
+        "question_types": {"types": {k: {"accept_rate": v} for k, v in rates.items()}},
+    }
+    assert (
+        "On `make demo`'s own cards the types the demo model fails most are `count` (50.0% accepted) and `add` (75.0% "
+        "accepted); it accepts every `exist` and `subtract` question."
+    ) in script.type_rates(next(t for t in docs.values() if "own cards the types" in t), typed)
     masked = script.portable(printed)
     assert "judge: BLOCKED, it promotes nothing: too few cases" in masked and "accept rate #" not in masked
     assert (

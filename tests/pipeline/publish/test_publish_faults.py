@@ -325,9 +325,9 @@ def test_a_repo_folder_that_cannot_be_written_is_refused_before_any_repo_changes
                 cache_path=work / "cache.sqlite",
                 progress=False,
             )
+        why = "its file system is mounted read-only" if os.geteuid() == 0 else "read-only"  # the mount, or the mode
         assert str(refused.value) == (
-            f"--out {work / 'out'}: cannot write in {locked} (read-only), so the published repo "
-            "there cannot be replaced"
+            f"--out {work / 'out'}: cannot write in {locked} ({why}), so the published repo there cannot be replaced"
         )
         assert refused.value.exit_code == 2 and "nothing was changed" in refused.value.hint
         for repo in REPOS:
