@@ -21,6 +21,8 @@ The judge's calibration is the run's (`rs/stats.json`): a verdict on a few quest
 from __future__ import annotations
 
 import dataclasses
+import os
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -442,6 +444,7 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
             f"--replay: no generation cache at {cache_path}: the replay reads the answers the run cached",
             hint="give --cache PATH: the run's --cache, or $RS_CACHE_DIR/generations.sqlite where it ran",
         )
+    _writable_cache(cache_path)
     picks = choose(a.family, asked.n)
     if not picks:
         a.notes.append(
@@ -506,10 +509,29 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
                     invariant=bool(getattr(family.config.engine, "batch_invariant", False)),
                     engine=f"the {sampler.kind} engine of {family.config.model.id}",
                 )
+    except sqlite3.OperationalError as err:  # opened (or read) lazily: a file system that refuses it, or not a cache
+        raise AuditUsageError(
+            f"--replay: the generation cache {cache_path} cannot be read ({err}): a read-only folder or file system, "
+            "or not a cache rs wrote",
+            hint="give --cache a copy of the run's cache in a folder you can write",
+        ) from None
     finally:
         if asked.engine_factory is None:
             for engine in {id(e): e for e in (sampler, judge) if e is not None}.values():
                 engine.close()
+
+
+def _writable_cache(path: Path) -> None:
+    """The generation cache opens in SQLite's WAL mode, which writes `-wal` and `-shm` files beside it even to read: a
+    cache in a folder this process cannot write is refused, saying so (rather than `sqlite3.OperationalError`)."""
+    folder = path.resolve().parent
+    blocked = next((p for p in (folder, path) if p.exists() and not os.access(p, os.W_OK)), None)
+    if blocked is not None:
+        raise AuditUsageError(
+            f"--replay: the generation cache {path} cannot be opened: {blocked} is read-only, and SQLite writes its "
+            "-wal and -shm files beside the cache even to read it (nothing in the cache is changed)",
+            hint=f"copy the cache to a folder you can write (cp {path} /tmp/) and give --cache that copy",
+        )
 
 
 def _questions(n: int) -> str:

@@ -54,7 +54,7 @@ def prepare(
     what a re-read could not decide (`rs publish ...`)."""
     source = None
     if from_samples is not None:
-        stores, source = rebuild(ctx, from_samples, token=token)
+        stores, source = rebuild(ctx, from_samples, token=token, cache_path=cache_path)
         ctx = dataclasses.replace(ctx, stores=stores)
     sampled = current_sample_report(ctx)
     if sampled is not None and (
