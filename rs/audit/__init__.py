@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rs.audit import images, rerender  # noqa: F401  (register their checks)
-from rs.audit.build import check_shards, check_stores
+from rs.audit.build import check_answers, check_shards, check_stores
 from rs.audit.busy import AuditBusy, not_being_published
 from rs.audit.checkers import CHECKERS, Audit, Finding, checker, run_checks
 from rs.audit.facts import family_facts
@@ -99,6 +99,7 @@ def _audit(target: str | Path, *, build: Path | None, asked: Replay, siblings: b
         check_shards(result, root)
         if whole:
             _against_build(result, root)
+            check_answers(result, root)
         else:
             result.notes.append(
                 f"{root}: a store of the build is damaged (named above): its counts were not routed afresh, nor replayed"

@@ -9,9 +9,11 @@ same names, and each file's SHA-256 the one the build sealed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rs.audit.checkers import Audit
 from rs.context import BuildPaths
+from rs.store import read_records
 from rs.util.checksums import MANIFEST, damage, file_sha256
 
 
@@ -74,3 +76,95 @@ def check_shards(a: Audit, root: Path) -> None:
                     sealed[name],
                     source=f"the build sealed ({folder / MANIFEST})",
                 )
+
+
+SHOWN = 10
+"""Differences named one by one, a repo; the rest are counted."""
+
+
+def _outcome(record: dict[str, Any]) -> str | None:
+    """The reader's outcome of a stored answer, as the samples repo's `reader` says it."""
+    if record["error"] is not None or record["final"] is None:
+        return None
+    return "accepted" if record["verified"] else "certain" if record["contradicts"] else "undecided"
+
+
+class _Differences:
+    def __init__(self, a: Audit, repo: str) -> None:
+        self.a, self.repo, self.count = a, repo, 0
+
+    def same(self, what: str, where: str, stated: Any, truth: Any, source: str) -> None:
+        if stated == truth:
+            self.a.checked += 1
+            return
+        self.count += 1
+        if self.count <= SHOWN:
+            self.a.same(what, where, stated, truth, source=source)
+
+    def close(self) -> None:
+        if self.count > SHOWN:
+            self.a.fail(
+                f"{self.repo}: rows that differ from the build's stores",
+                f"{self.repo}/data",
+                f"{self.count - SHOWN} more differences besides the {SHOWN} named",
+            )
+
+
+def check_answers(a: Audit, root: Path) -> None:
+    """The samples repo's generations against the build's items and recovery stores (what the model said, as the run
+    stored it), and the RL repo's `solution` and `references` against the cleaned question's reference."""
+    samples, rl = a.family.of("samples"), a.family.of("rl")
+    if samples is None and rl is None:
+        return
+    paths = BuildPaths(root)
+    items = {(r["image_sha256"], r["prompt"]): r for r in read_records(paths.items, "items")}
+    draws = {r["key"]: r for r in read_records(paths.recovery, "recovery")} if a.report.recovery is not None else {}
+    source = f"the build's stores ({root}) hold"
+    if samples is not None:
+        diff = _Differences(a, samples.name)
+        for i, row in enumerate(samples.rows):
+            where = f"{samples.name}/data row {i}"
+            item = items.get((row["image_sha256"], row["question"]))
+            if item is None:
+                diff.same(f"{row['question']!r} in the build's items store", where, "a question", "absent", source)
+                continue
+            greedy, *drawn = row["generations"]
+            for column in ("text", "reasoning", "final"):
+                diff.same(
+                    f"the greedy generation's {column} of {row['question']!r}",
+                    where,
+                    greedy[column],
+                    item[column],
+                    source,
+                )
+            diff.same(
+                f"the greedy generation's reader of {row['question']!r}",
+                where,
+                greedy["reader"],
+                _outcome(item),
+                source,
+            )
+            stored = (draws.get(row["key"]) or {}).get("samples") or []
+            diff.same(f"the samples of {row['question']!r}", where, len(drawn), len(stored), source)
+            for g, s in zip(drawn, stored):
+                for column in ("sample", "seed", "text", "reasoning", "final"):
+                    diff.same(
+                        f"sample {s['sample']}'s {column} of {row['question']!r}", where, g[column], s[column], source
+                    )
+                diff.same(
+                    f"sample {s['sample']}'s reader of {row['question']!r}", where, g["reader"], _outcome(s), source
+                )
+        diff.close()
+    if rl is not None:
+        diff = _Differences(a, rl.name)
+        for i, row in enumerate(rl.rows):
+            where = f"{rl.name}/data row {i}"
+            item = items.get((row["image_sha256"], row["question"]))
+            if item is None:
+                diff.same(f"{row['question']!r} in the build's items store", where, "a question", "absent", source)
+                continue
+            diff.same(f"solution of {row['question']!r}", where, row["solution"], item["reference"], source)
+            diff.same(f"references of {row['question']!r}", where, row["references"], item["references"], source)
+            stored = (draws.get(item["key"]) or {}).get("samples") or []
+            diff.same(f"k of {row['question']!r}", where, row["k"], len(stored), source)
+        diff.close()

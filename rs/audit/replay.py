@@ -479,6 +479,7 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
                     )
                 else:
                     agree += compare(a, d, held)
+            _question_rows(a, located)
             missing = sum(bool(d.missing) for d in cached)
             a.notes.append(
                 f"--replay {asked.n}: {_questions(len(picks))} ({_by_group(picks)}) re-derived from the generation cache "
@@ -532,6 +533,45 @@ def _writable_cache(path: Path) -> None:
             "-wal and -shm files beside the cache even to read it (nothing in the cache is changed)",
             hint=f"copy the cache to a folder you can write (cp {path} /tmp/) and give --cache that copy",
         )
+
+
+def _question_rows(a: Audit, located: list[_Located]) -> None:
+    """The samples repo's generations (their raw texts: the greedy answer, then each sample) and the RL repo's `solution`
+    and `references` of each re-derived question, against what the cache re-derives of it."""
+    repos = {split: a.family.of(split) for split in ("samples", "rl")}
+    index = {
+        split: {(r["image_sha256"], r["question"]): (i, r) for i, r in enumerate(repo.rows)}
+        for split, repo in repos.items()
+        if repo is not None
+    }
+    for loc in located:
+        d = loc.derived
+        if d.missing or loc.record is None:
+            continue
+        key = (d.pick.image_sha256, d.pick.question)
+        if key in index.get("samples", {}):
+            i, row = index["samples"][key]
+            _same(
+                a,
+                f"the generations' texts of {_name(d.pick)}",
+                f"{repos['samples'].name}/data row {i}",  # type: ignore[union-attr]
+                [g["text"] for g in row["generations"]],
+                d.texts,
+                FROM_CACHE,
+            )
+        if key in index.get("rl", {}):
+            i, row = index["rl"][key]
+            where = f"{repos['rl'].name}/data row {i}"  # type: ignore[union-attr]
+            _same(a, f"solution of {_name(d.pick)}", where, row["solution"], loc.record["reference"], FROM_CACHE)
+            _same(
+                a,
+                f"references of {_name(d.pick)}",
+                where,
+                row["references"],
+                list(loc.record["references"]),
+                FROM_CACHE,
+            )
+            _same(a, f"k of {_name(d.pick)}", where, row["k"], len(d.texts) - 1, FROM_CACHE)
 
 
 def _questions(n: int) -> str:

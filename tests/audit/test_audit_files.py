@@ -204,3 +204,51 @@ def test_malformed_input_is_exit_2_naming_the_file(family: Path, case: str, caps
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith("error: ") and said in err, err
     assert "Traceback" not in err
+
+
+def test_build_names_a_changed_generation_a_changed_solution_a_damaged_store(
+    family: Path, tinyclevr_every_repo: Path, tmp_path: Path
+) -> None:
+    """`--build`: the samples repo's generations against the build's items and recovery stores, the RL repo's `solution`
+    against the cleaned question's reference, each shard against the build's sealed copy, each store against its
+    checksums."""
+    said: dict[str, str] = {}
+
+    def answer(rows: list[dict]) -> None:
+        g = rows[0]["generations"][0]
+        said["samples"] = g["text"]
+        g["text"] = g["text"] + " "
+
+    def solution(rows: list[dict]) -> None:
+        said["rl"] = rows[0]["solution"]
+        rows[0]["solution"] = rows[0]["solution"] + "0"
+
+    _rewrite_shard(family / "TinyCLEVR_RS_samples", answer)
+    _rewrite_shard(family / "TinyCLEVR_RS_rl", solution)
+    build = tinyclevr_every_repo / "build"
+    result = audit(family / "TinyCLEVR_RS_think", build=build)
+    found = {(f.where, f.what.split(" of ")[0]): (f.stated, f.truth) for f in result.findings}
+    assert found[("TinyCLEVR_RS_samples/data row 0", "the greedy generation's text")] == (
+        said["samples"] + " ",
+        said["samples"],
+    ), result.render()
+    assert found[("TinyCLEVR_RS_rl/data row 0", "solution")] == (said["rl"] + "0", said["rl"]), result.render()
+    shas = [f for f in result.findings if f.what.startswith("the SHA-256 of TinyCLEVR_RS_")]
+    assert sorted(f.where for f in shas) == [
+        "TinyCLEVR_RS_rl/data/train-00000-of-00001.parquet",
+        "TinyCLEVR_RS_samples/data/train-00000-of-00001.parquet",
+    ], result.render()
+    assert audit(family / "TinyCLEVR_RS_think").ok  # without the build, the think repo's own files agree
+
+    damaged = tmp_path / "build"
+    shutil.copytree(build, damaged)
+    store = damaged / "TinyCLEVR" / "items"
+    shard = sorted(store.glob("*.parquet"))[0]
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 1
+    shard.write_bytes(bytes(data))
+    result = audit(tinyclevr_every_repo / "out" / "local" / "TinyCLEVR_RS_think", build=damaged)
+    assert [str(f) for f in result.findings] == [
+        f"{store}: the build's items store: {shard.name} does not match its checksum: the store is not what the build "
+        "sealed (rebuild the family to restore it)"
+    ], result.render()
