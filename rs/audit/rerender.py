@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-from rs.audit.checkers import Audit, checker
+from rs.audit.checkers import LAST, Audit, checker
 from rs.audit.repo import RepoFiles, load_yaml
 from rs.pipeline.publish.cards.decontam import pair_files
 from rs.pipeline.publish.cards.figures import FUNNEL, LENGTHS, Figure, funnel_alt, lengths_alt
@@ -132,7 +132,7 @@ def _differ(rendered: list[str], held: list[str]) -> list[tuple[int, str, str]]:
     return differ
 
 
-@checker("*")
+@checker(LAST)
 def rendered_again(a: Audit) -> None:
     """The card rendered again from the repo's files, line by line; the family's `card:` block the same on every card."""
     repo, report = a.repo, a.report
@@ -156,6 +156,8 @@ def rendered_again(a: Audit) -> None:
     offset = repo.readme[: len(repo.readme) - len(repo.body)].count("\n")
     differ = _differ(rendered, held)
     a.checked += 1
+    named = {f.where for f in a.findings}  # a statement another check named already is not named twice
+    differ = [d for d in differ if f"{repo.name}/README.md:{d[0] + offset}" not in named]
     for line, stated, truth in differ[:50]:
         a.findings.append(
             _finding(
