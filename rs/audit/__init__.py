@@ -8,8 +8,11 @@
 
 Every number the card states is read back out of its text and compared with what the repo's files
 hold: the rows of this repo and of its siblings (accepted by whom, rejected why, pass rates, pairs),
-and `rs/stats.json` for what no row holds (the judge's calibration, how the answers ended). It exits 1
-naming each number that disagrees and where it is stated, 0 when every one agrees. `--replay N` re-derives N
+and `rs/stats.json` for what no row holds (the judge's calibration, how the answers ended); the whole card is
+rendered again from the repo's files and held against its text line by line (`rs.audit.rerender`), and every image's
+bytes against its `image_sha256` (`rs.audit.images`). It exits 1 naming each number that disagrees and where it is
+stated, 0 when every one agrees, 2 when a file is not what rs writes (named), 3 when a publish of the family is
+writing the folder (`rs.audit.busy`). `--build` also checks the build's stores and its sealed shards (`rs.audit.build`). `--replay N` re-derives N
 published questions from the answers the run cached (`rs.audit.replay`): byte for byte, or a finding.
 """
 
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rs.audit import images, rerender  # noqa: F401  (register their checks)
+from rs.audit import images, rerender, stats_rows  # noqa: F401  (register their checks)
 from rs.audit.build import check_answers, check_shards, check_stores
 from rs.audit.busy import AuditBusy, not_being_published
 from rs.audit.checkers import CHECKERS, Audit, Finding, checker, run_checks

@@ -159,9 +159,10 @@ def rendered_again(a: Audit) -> None:
     named = {f.where for f in a.findings}  # a statement another check named already is not named twice
     differ = [d for d in differ if f"{repo.name}/README.md:{d[0] + offset}" not in named]
     for line, stated, truth in differ[:50]:
+        stated, truth = _window(stated, truth)
         a.findings.append(
             _finding(
-                f"line {line} of the card (rendered again from rs/stats.json and the shards)",
+                "the card's text (rendered again from rs/stats.json and the shards)",
                 f"{repo.name}/README.md:{line + offset}",
                 stated,
                 truth,
@@ -179,6 +180,26 @@ def rendered_again(a: Audit) -> None:
             True,
         )
     _same_on_every_card(a)
+
+
+WINDOW = 60
+"""Characters of a long differing line shown either side of where it first differs."""
+
+
+def _window(held: str, rendered: str) -> tuple[str, str]:
+    """Two lines cut to where they differ (`…` for what is left out), so a finding shows the difference, not a paragraph."""
+    if len(held) <= 2 * WINDOW and len(rendered) <= 2 * WINDOW:
+        return held, rendered
+    start = next((i for i, (x, y) in enumerate(zip(held, rendered)) if x != y), min(len(held), len(rendered)))
+    end = 0  # common suffix, not reaching into the difference
+    while end < min(len(held), len(rendered)) - start and held[-1 - end] == rendered[-1 - end]:
+        end += 1
+
+    def cut(text: str) -> str:
+        lo, hi = max(0, start - WINDOW), min(len(text), len(text) - end + WINDOW)
+        return ("…" if lo else "") + text[lo:hi] + ("…" if hi < len(text) else "")
+
+    return cut(held), cut(rendered)
 
 
 def _finding(what: str, where: str, stated: Any, truth: Any) -> Any:
