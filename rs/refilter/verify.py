@@ -19,14 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from rs.context import BuildContext
+from rs.engines.base import Generation
 from rs.engines.cached_engine import key_function, sample_settings
 from rs.engines.factory import sampling_settings
 from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.engines.reasoning import ReasoningFormat
 from rs.errors import RsError, UsageError
 from rs.pipeline.recover import recovery_settings
-from rs.pipeline.sample import SampleReport
-from rs.store import read_records
+from rs.pipeline.sample import Reader, SampleReport
+from rs.pipeline.sample.stage import answer_vocabulary
+from rs.refilter.reread import _joined  # the stores' items with their cleaned questions and samples, in order
+from rs.store import qa_item, read_records
 
 logger = logging.getLogger(__name__)
 
@@ -149,3 +152,39 @@ def _compare(
                     f"({value!r}, the run's generation cache {cache.path} under the key {p.key[:16]}...): the repo was "
                     "changed after rs published it; nothing was rebuilt from it"
                 )
+
+
+def _outcome(verified: bool, contradicts: bool) -> str:
+    return "accepted" if verified else "certain" if contradicts else "undecided"
+
+
+def check_outcomes(ctx: BuildContext, named: str) -> int:
+    """The stores rebuilt from the samples repo `named`, when they are routed as they are (the reader has not changed
+    since the run): each stored answer's reader outcome must be what the reader makes of its final answer, else the
+    repo's `reader` was changed after rs published it (refused, naming the question). Returns the answers checked."""
+    reader = Reader(ctx.family.config, answer_vocabulary(ctx))
+    checked = 0
+    for cleaned, item, draws in _joined(ctx.paths.root, ctx.family.config.recovery is not None):
+        qa = qa_item(cleaned)
+        answers = [("its greedy answer", item)]
+        answers += [(f"its sample {s['sample']}", s) for s in (draws or {}).get("samples") or []]
+        for label, record in answers:
+            if record["error"] is not None or record["final"] is None:
+                continue
+            generation = Generation(
+                text=record["text"],
+                reasoning=record["reasoning"],
+                answer=record["final"],
+                finish_reason=record["finish_reason"],
+                error=record["error"],
+            )
+            v = reader.grade(qa, item["prompt"], generation)
+            checked += 1
+            said, read = _outcome(record["verified"], record["contradicts"]), _outcome(v.verified, v.contradicts)
+            if said != read:
+                raise ForgedSamplesRepo(
+                    f"{named}: question {item['key']!r} ({item['prompt']!r}): {label} {record['final']!r} is "
+                    f"`{said}` in the repo, but the reader, unchanged since the run, reads it `{read}` against "
+                    f"{item['reference']!r}: the repo was changed after rs published it; nothing was published from it"
+                )
+    return checked

@@ -306,7 +306,7 @@ def test_rs_publish_then_asks_the_judge_and_draws_the_samples(runs) -> None:
     assert totals.accepted_by == {"verifier": 1, "judge": 1, "recovery": 3}
 
 
-def _forge(repo: Path, tmp_path: Path, change) -> Path:
+def _forge(repo: Path, tmp_path: Path, change, *, question: str = "How many triangles?") -> Path:
     """A copy of the samples repo `repo` with one row's greedy generation changed by `change(row, generation)`."""
     import shutil
 
@@ -318,7 +318,7 @@ def _forge(repo: Path, tmp_path: Path, change) -> Path:
     shard = next((forged / "data").glob("*.parquet"))
     table = pq.read_table(shard)
     rows = table.to_pylist()
-    index = next(i for i, r in enumerate(rows) if r["question"].startswith("How many triangles?"))
+    index = next(i for i, r in enumerate(rows) if r["question"].startswith(question))
     change(rows[index], rows[index]["generations"][0])
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), shard)
     return forged
@@ -393,3 +393,34 @@ def test_a_damaged_store_is_named_with_its_damage(runs, tmp_path: Path, store: s
         f"Shapes: the store of {what} {build / 'Shapes' / store} is damaged: {shard.name} does not match its "
         "checksum; `rs refilter` calls no model, so it cannot rebuild it"
     )
+
+
+def test_a_samples_repo_whose_reader_outcome_was_changed_is_refused(runs, tmp_path: Path, capsys) -> None:
+    """Refiltered under the run's own reader (the stores routed as they are), an answer whose `reader` was made
+    `accepted` in the repo, its text left as the model said it ("banana" for yes), is refused naming the question."""
+    from rs.cli import run
+
+    def reader(row: dict, g: dict) -> None:
+        g["reader"] = "accepted"
+
+    forged = _forge(Path(runs.first.where["samples"]), tmp_path, reader, question="Is there a circle?")
+    common = ["--config", str(runs.tmp / "families.yaml"), "--cache", str(runs.cache)]
+    argv = [
+        *common,
+        "--out",
+        str(tmp_path / "out"),
+        "--build-dir",
+        str(tmp_path / "build"),
+        "--from-samples",
+        str(forged),
+    ]
+    with _moved_away(runs.tmp / "answers.jsonl", runs.tmp / "data"), pytest.raises(SystemExit) as exit_:
+        run(lambda: rs_main(["refilter", "Shapes", *argv]))
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert "error: Shapes_RS_samples: question " in err and "('Is there a circle?" in err, err
+    assert (
+        "its greedy answer 'banana' is `accepted` in the repo, but the reader, unchanged since the run, reads it "
+        in err
+    )
+    assert "`undecided` against 'yes'" in err and not (tmp_path / "out").exists()
