@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-from rs.audit.checkers import LAST, Audit, checker
+from rs.audit.checkers import LAST, Audit, Finding, checker
 from rs.audit.repo import RepoFiles, load_yaml
 from rs.pipeline.publish.cards.decontam import pair_files
 from rs.pipeline.publish.cards.figures import FUNNEL, LENGTHS, Figure, funnel_alt, lengths_alt
@@ -202,9 +202,7 @@ def _window(held: str, rendered: str) -> tuple[str, str]:
     return cut(held), cut(rendered)
 
 
-def _finding(what: str, where: str, stated: Any, truth: Any) -> Any:
-    from rs.audit.checkers import Finding
-
+def _finding(what: str, where: str, stated: Any, truth: Any) -> Finding:
     return Finding(what, where, stated, truth, "rendered again it is")
 
 
