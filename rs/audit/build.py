@@ -8,11 +8,14 @@ same names, and each file's SHA-256 the one the build sealed.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from rs.audit.checkers import Audit
 from rs.context import BuildPaths
+from rs.errors import RsError
+from rs.pipeline.write.report import FamilyReport
 from rs.store import read_records
 from rs.util.checksums import MANIFEST, damage, file_sha256
 
@@ -51,9 +54,24 @@ def _sealed(folder: Path) -> dict[str, str]:
     return sealed
 
 
+def _made_this(a: Audit, paths: BuildPaths) -> bool:
+    """Whether the build's report is the one this repo was published with (`FamilyReport.published`, as the repo keeps it)."""
+    try:
+        built = FamilyReport.from_dict(json.loads(paths.stats.read_text(encoding="utf-8")), where=str(paths.stats))
+    except (OSError, ValueError, RsError):
+        return False
+    return json.loads(json.dumps(built.published().to_dict())) == a.repo.stats_raw
+
+
 def check_shards(a: Audit, root: Path) -> None:
     """Each readable repo's shards: the build's split store's files, byte for byte (their sealed SHA-256)."""
     paths = BuildPaths(root)
+    if not _made_this(a, paths):
+        a.notes.append(
+            f"{paths.stats}: not the stats this repo was published with (the build was rebuilt or re-routed since, "
+            "`rs refilter`): its split stores are not this repo's shards, and were not compared with them"
+        )
+        return
     for split, repo in sorted(a.family.siblings.items()):
         folder = paths.split(split)
         if damage(folder) is not None:  # named by `check_stores`
