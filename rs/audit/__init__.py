@@ -8,17 +8,25 @@
 
 Every number the card states is read back out of its text and compared with what the repo's files
 hold: the rows of this repo and of its siblings (accepted by whom, rejected why, pass rates, pairs),
-and `rs/stats.json` for what no row holds (the judge's calibration, how the answers ended). It exits 1
-naming each number that disagrees and where it is stated, 0 when every one agrees. `--replay N` re-derives N
+and `rs/stats.json` for what no row holds (the judge's calibration, how the answers ended); the whole card is
+rendered again from the repo's files and held against its text line by line (`rs.audit.rerender`), and every image's
+bytes against its `image_sha256` (`rs.audit.images`). It exits 1 naming each number that disagrees and where it is
+stated, 0 when every one agrees, 2 when a file is not what rs writes (named), 3 when a publish of the family is
+writing the folder (`rs.audit.busy`). `--build` also checks the build's stores and its sealed shards (`rs.audit.build`). `--replay N` re-derives N
 published questions from the answers the run cached (`rs.audit.replay`): byte for byte, or a finding.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rs.audit import images, rerender, stats_rows  # noqa: F401  (register their checks)
+from rs.audit.build import check_answers, check_shards, check_stores
+from rs.audit.busy import AuditBusy, not_being_published
 from rs.audit.checkers import CHECKERS, Audit, Finding, checker, run_checks
 from rs.audit.facts import family_facts
 from rs.audit.replay import Replay
@@ -29,7 +37,7 @@ from rs.pipeline.route import Routes, route_items
 from rs.pipeline.write.report import pass_rate_histogram
 from rs.store import read_records
 
-__all__ = ["AuditResult", "AuditUsageError", "CHECKERS", "Finding", "Replay", "audit", "checker"]
+__all__ = ["AuditBusy", "AuditResult", "AuditUsageError", "CHECKERS", "Finding", "Replay", "audit", "checker"]
 
 
 @dataclass
@@ -65,6 +73,22 @@ def audit(
             "give --build DIR too",
             hint="rs audit REPO --build build/FAMILY --replay N [--cache PATH]",
         )
+    with _unless_publishing(Path(target)):
+        return _audit(target, build=build, asked=asked, siblings=siblings)
+
+
+def _unless_publishing(path: Path) -> Any:
+    """A local folder's family publish lock, held shared while the audit reads (`rs.audit.busy`)."""
+    try:
+        family = json.loads((path / "rs" / "stats.json").read_text(encoding="utf-8"))["family"]
+    except (OSError, ValueError, KeyError, TypeError):  # a Hub id, or not a repo: `load_family` says what is wrong
+        return contextlib.nullcontext()
+    if not isinstance(family, str) or not path.is_dir():
+        return contextlib.nullcontext()
+    return not_being_published(path.resolve().parent, family)
+
+
+def _audit(target: str | Path, *, build: Path | None, asked: Replay, siblings: bool) -> AuditResult:
     family = load_family(str(target), siblings=siblings)
     facts = family_facts(family)
     result = run_checks(family.repo, family, facts)
@@ -74,8 +98,16 @@ def audit(
     ]
     if build is not None:
         root = _build_dir(build, family.repo)
-        _against_build(result, root)
-        if asked.n:
+        whole = check_stores(result, root)
+        check_shards(result, root)
+        if whole:
+            _against_build(result, root)
+            check_answers(result, root)
+        else:
+            result.notes.append(
+                f"{root}: a store of the build is damaged (named above): its counts were not routed afresh, nor replayed"
+            )
+        if asked.n and whole:
             replay_questions(result, root, _routes(result.report), asked)
     return AuditResult(family.repo.name, result.checked, result.findings, notes + result.notes)
 

@@ -119,6 +119,9 @@ class Audit:
 
 
 Checker = Callable[[Audit], None]
+LAST = "*last"
+"""The kind of the checks run after every other on every repo: the whole card rendered again (`rs.audit.rerender`), which
+leaves out the lines another check has named."""
 CHECKERS: dict[str, list[Checker]] = {}
 
 
@@ -135,8 +138,10 @@ def checker(*kinds: str) -> Callable[[Checker], Checker]:
 
 def run_checks(repo: RepoFiles, family: Family, facts: Facts) -> Audit:
     """Every check that applies to `repo`: the common ones, then its kind's."""
-    audit = Audit(repo, family, facts, read(repo.body))
-    for check in CHECKERS.get("*", []) + CHECKERS.get(repo.split, []):
+    offset = repo.readme[: len(repo.readme) - len(repo.body)].count("\n")  # the front matter's lines
+    card = {name: Stated(stated.value, stated.line + offset) for name, stated in read(repo.body).items()}
+    audit = Audit(repo, family, facts, card)
+    for check in CHECKERS.get("*", []) + CHECKERS.get(repo.split, []) + CHECKERS.get(LAST, []):
         check(audit)
     return audit
 

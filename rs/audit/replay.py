@@ -21,6 +21,8 @@ The judge's calibration is the run's (`rs/stats.json`): a verdict on a few quest
 from __future__ import annotations
 
 import dataclasses
+import os
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -442,6 +444,7 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
             f"--replay: no generation cache at {cache_path}: the replay reads the answers the run cached",
             hint="give --cache PATH: the run's --cache, or $RS_CACHE_DIR/generations.sqlite where it ran",
         )
+    _writable_cache(cache_path)
     picks = choose(a.family, asked.n)
     if not picks:
         a.notes.append(
@@ -476,6 +479,7 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
                     )
                 else:
                     agree += compare(a, d, held)
+            _question_rows(a, located)
             missing = sum(bool(d.missing) for d in cached)
             a.notes.append(
                 f"--replay {asked.n}: {_questions(len(picks))} ({_by_group(picks)}) re-derived from the generation cache "
@@ -506,10 +510,68 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
                     invariant=bool(getattr(family.config.engine, "batch_invariant", False)),
                     engine=f"the {sampler.kind} engine of {family.config.model.id}",
                 )
+    except sqlite3.OperationalError as err:  # opened (or read) lazily: a file system that refuses it, or not a cache
+        raise AuditUsageError(
+            f"--replay: the generation cache {cache_path} cannot be read ({err}): a read-only folder or file system, "
+            "or not a cache rs wrote",
+            hint="give --cache a copy of the run's cache in a folder you can write",
+        ) from None
     finally:
         if asked.engine_factory is None:
             for engine in {id(e): e for e in (sampler, judge) if e is not None}.values():
                 engine.close()
+
+
+def _writable_cache(path: Path) -> None:
+    """The generation cache opens in SQLite's WAL mode, which writes `-wal` and `-shm` files beside it even to read: a
+    cache in a folder this process cannot write is refused, saying so (rather than `sqlite3.OperationalError`)."""
+    folder = path.resolve().parent
+    blocked = next((p for p in (folder, path) if p.exists() and not os.access(p, os.W_OK)), None)
+    if blocked is not None:
+        raise AuditUsageError(
+            f"--replay: the generation cache {path} cannot be opened: {blocked} is read-only, and SQLite writes its "
+            "-wal and -shm files beside the cache even to read it (nothing in the cache is changed)",
+            hint=f"copy the cache to a folder you can write (cp {path} /tmp/) and give --cache that copy",
+        )
+
+
+def _question_rows(a: Audit, located: list[_Located]) -> None:
+    """The samples repo's generations (their raw texts: the greedy answer, then each sample) and the RL repo's `solution`
+    and `references` of each re-derived question, against what the cache re-derives of it."""
+    repos = {split: a.family.of(split) for split in ("samples", "rl")}
+    index = {
+        split: {(r["image_sha256"], r["question"]): (i, r) for i, r in enumerate(repo.rows)}
+        for split, repo in repos.items()
+        if repo is not None
+    }
+    for loc in located:
+        d = loc.derived
+        if d.missing or loc.record is None:
+            continue
+        key = (d.pick.image_sha256, d.pick.question)
+        if key in index.get("samples", {}):
+            i, row = index["samples"][key]
+            _same(
+                a,
+                f"the generations' texts of {_name(d.pick)}",
+                f"{repos['samples'].name}/data row {i}",  # type: ignore[union-attr]
+                [g["text"] for g in row["generations"]],
+                d.texts,
+                FROM_CACHE,
+            )
+        if key in index.get("rl", {}):
+            i, row = index["rl"][key]
+            where = f"{repos['rl'].name}/data row {i}"  # type: ignore[union-attr]
+            _same(a, f"solution of {_name(d.pick)}", where, row["solution"], loc.record["reference"], FROM_CACHE)
+            _same(
+                a,
+                f"references of {_name(d.pick)}",
+                where,
+                row["references"],
+                list(loc.record["references"]),
+                FROM_CACHE,
+            )
+            _same(a, f"k of {_name(d.pick)}", where, row["k"], len(d.texts) - 1, FROM_CACHE)
 
 
 def _questions(n: int) -> str:

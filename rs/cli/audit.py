@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from rs import cli
@@ -67,12 +69,17 @@ def main(argv: list[str] | None = None, *, prog: str = "rs audit") -> int:
 
 
 def _logs(build: Path, repo: str) -> Path:
-    """Where the engine's and its libraries' own output goes: the family's log folder in the build (`build/FAMILY/logs`), as other commands."""
+    """Where the engine's and its libraries' own output goes: the family's log folder in the build (`build/FAMILY/logs`), as
+    other commands; the temporary directory's `rs-audit-logs` where the build cannot be written (a read-only copy)."""
     try:
         family = json.loads((Path(repo) / "rs" / "stats.json").read_text(encoding="utf-8"))["family"]
     except (OSError, ValueError, KeyError, TypeError):  # a Hub id, or not a repo: the audit says so
         family = None
-    return build / family / "logs" if family and (build / family).is_dir() else build / "logs"
+    folder = build / family / "logs" if family and (build / family).is_dir() else build / "logs"
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), folder)
+    if not os.access(existing, os.W_OK):  # an audit only reads the build: a read-only one is audited all the same
+        return Path(tempfile.gettempdir()) / "rs-audit-logs"
+    return folder
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from rs.pipeline.sample.stage import current_sample_report
 from rs.refilter.reread import FOLDER as REREAD_FOLDER
 from rs.refilter.reread import NotRereadable, Reread, basis, reread
 from rs.refilter.samples import SamplesRepoError, rebuild
+from rs.refilter.verify import check_outcomes
 
 __all__ = ["NotRereadable", "Prepared", "Reread", "SamplesRepoError", "prepare"]
 
@@ -54,12 +55,14 @@ def prepare(
     what a re-read could not decide (`rs publish ...`)."""
     source = None
     if from_samples is not None:
-        stores, source = rebuild(ctx, from_samples, token=token)
+        stores, source = rebuild(ctx, from_samples, token=token, cache_path=cache_path)
         ctx = dataclasses.replace(ctx, stores=stores)
     sampled = current_sample_report(ctx)
     if sampled is not None and (
         ctx.family.config.recovery is None or current_recovery_report(ctx, sampled) is not None
     ):
+        if source is not None:  # routed as they are: the repo's reader outcomes must be the reader's
+            check_outcomes(ctx, source["repo"])
         return Prepared(ctx.stores, {"source": source, "reread": None} if source is not None else None)
     basis(ctx)  # refused before the build's lock is taken (nor its folder made)
     with ctx.lock():

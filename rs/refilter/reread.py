@@ -55,7 +55,7 @@ from rs.pipeline.stage import fingerprint, read_report, replace_dir, scratch
 from rs.prompt import Instructions
 from rs.records import ITEMS, RECOVERY, SampleRecord
 from rs.store import ParquetStreamWriter, qa_item, read_records, write_json
-from rs.util.checksums import seal
+from rs.util.checksums import damage, seal
 from rs.util.disk import writing
 
 logger = logging.getLogger(__name__)
@@ -130,18 +130,33 @@ def _stored(path: Path, kind: Any) -> Any:
         return None
 
 
+def _undamaged(ctx: BuildContext, folder: Path, what: str, *, present: bool) -> None:
+    """A store whose report is there but whose files fail their checksums is named as damaged, with its damage (not as
+    a store that holds nothing): `rs refilter` calls no model, so it cannot rebuild it."""
+    if not present or ctx.intact(folder, "", "", say=False):
+        return
+    raise NotRereadable(
+        f"{ctx.family.name}: the store of {what} {folder} is damaged: {damage(folder)}; `rs refilter` calls no model, "
+        "so it cannot rebuild it",
+        hint=f"`rs publish {ctx.family.name}` rebuilds it (the answers in the generation cache are reused), or refilter "
+        "from the family's samples repo (--from-samples)",
+    )
+
+
 def basis(ctx: BuildContext) -> Basis:
     """The run's reports, when its stored answers can be re-read into what a run would make now; else `NotRereadable`,
     naming what else changed."""
     paths, name = ctx.paths, ctx.family.name
     clean = read_report(paths.clean_report, CleanStage().fingerprint(ctx), CleaningReport.from_dict)
-    if clean is None or not ctx.intact(paths.clean, "", "", say=False):
+    _undamaged(ctx, paths.clean, "cleaned rows", present=clean is not None)
+    if clean is None:
         raise NotRereadable(
             f"{name}: {paths.root} holds no cleaned rows for the family's settings (its source or cleaning "
             "changed, or it was never built), and `rs refilter` calls no model: it re-routes the answers a run stored"
         )
     sampled = _stored(paths.sample_report, SampleReport.from_dict)
-    if sampled is None or not ctx.intact(paths.items, "", "", say=False):
+    _undamaged(ctx, paths.items, "stored answers", present=sampled is not None)
+    if sampled is None:
         raise NotRereadable(
             f"{name}: {paths.root} holds no stored answers, and `rs refilter` calls no model: it re-routes "
             "the answers a run stored"
@@ -165,7 +180,8 @@ def basis(ctx: BuildContext) -> Basis:
     recovered = None
     if ctx.family.config.recovery is not None:
         recovered = _stored(paths.recovery_report, RecoveryReport.from_dict)
-        if recovered is None or recovered.inputs is None or not ctx.intact(paths.recovery, "", "", say=False):
+        _undamaged(ctx, paths.recovery, "recovery samples", present=recovered is not None)
+        if recovered is None or recovered.inputs is None:
             raise NotRereadable(
                 f"{name}: {paths.root} holds no recovery samples the family's recovery block could use "
                 "(never sampled, or by an older rs)"

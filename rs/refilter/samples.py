@@ -28,6 +28,7 @@ from rs.pipeline.route import NOT_ASKED
 from rs.pipeline.stage import replace_dir, scratch
 from rs.pipeline.write.samples import LAYOUT, RUN_FILE
 from rs.records import ITEMS, RECOVERY
+from rs.refilter.verify import verify
 from rs.store import CLEAN_ROWS, ParquetStreamWriter, read_records, write_json
 from rs.util.checksums import seal
 from rs.util.disk import writing
@@ -169,12 +170,17 @@ def _draws(row: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]
     }
 
 
-def rebuild(ctx: BuildContext, source: str, *, token: str | None = None) -> tuple[Path, dict[str, Any]]:
+def rebuild(
+    ctx: BuildContext, source: str, *, token: str | None = None, cache_path: Path | None = None
+) -> tuple[Path, dict[str, Any]]:
     """Write the stores of `ctx`'s family back from the samples repo `source` (a folder or a Hub id) into
-    `<build>/from-samples/`; returns that folder and what the cards say of it (`source`, `layout`)."""
+    `<build>/from-samples/`; returns that folder and what the cards say of it (`source`, `layout`). The repo is checked
+    first (`rs.refilter.verify`): its images against their hashes, its answers against the generation cache
+    `cache_path` (default: the context's)."""
     folder, named, local = locate(source, token=token)
     family = ctx.family
     run = read_run(folder, named, family.name)
+    verify(ctx, folder, named, run, cache_path)  # refused before anything is written: a changed image or answer
     out = ctx.family_root / FOLDER
     tmp = out.with_name(out.name + ".tmp")
     rows = questions = 0

@@ -10,6 +10,7 @@ naming the number.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -502,3 +503,59 @@ def test_replay_looks_a_separate_judge_models_verdicts_up_under_its_own_identity
     result = audit(Path(outcome.where["think"]), build=_build_dir(tmp_path), replay=_replay(tmp_path, 10, engine=True))
     assert result.ok and "5 of 5 published byte for byte" in result.notes[0], result.render()
     assert "all   5: final answers 5/5 identical, texts 5/5 byte-identical, routing 5/5 identical" in result.notes[1]
+
+
+@contextlib.contextmanager
+def _read_only(folder: Path):
+    """`folder` read-only for this process: a read-only bind mount for root (whom a mode does not stop), else its mode."""
+    import os
+    import subprocess
+
+    if os.geteuid() == 0:
+        done = subprocess.run(
+            f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder}",
+            shell=True,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"a read-only folder for root needs `mount --bind`: {done.stderr.strip()}")
+        try:
+            yield
+        finally:
+            subprocess.run(["umount", str(folder)], check=True)
+    else:
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+
+
+def test_replay_with_a_read_only_cache_or_build(builds, tmp_path: Path, capsys) -> None:
+    """A read-only cache folder: refused with what to do (exit 2), never `sqlite3.OperationalError`; a read-only build:
+    audited all the same (the audit's log goes to the temporary directory, it writes nothing in the build)."""
+    from rs.cli import run
+    from rs.engines.generation_cache import GenerationCache
+
+    folder, repos = builds["plain"]
+    with GenerationCache(folder / "cache.sqlite"):  # checkpointed on close: the copy holds every answer
+        pass
+    (tmp_path / "cache").mkdir()
+    shutil.copy(folder / "cache.sqlite", tmp_path / "cache" / "cache.sqlite")
+    shutil.copytree(_build_dir(folder), tmp_path / "build")
+    config = ["--config", str(folder / "families.yaml")]
+    with _read_only(tmp_path / "cache"):
+        argv = ["audit", str(repos["think"]), "--build", str(tmp_path / "build"), "--replay", "3", *config]
+        with pytest.raises(SystemExit) as exit_:
+            run(lambda: rs_main([*argv, "--cache", str(tmp_path / "cache" / "cache.sqlite")]))
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(
+            f"error: --replay: the generation cache {tmp_path / 'cache' / 'cache.sqlite'} cannot be opened: "
+            f"{tmp_path / 'cache'} is read-only"
+        ), err
+        assert "hint: copy the cache to a folder you can write" in err
+    with _read_only(tmp_path / "build"):
+        argv = ["audit", str(repos["think"]), "--build", str(tmp_path / "build"), "--replay", "3", *config]
+        assert rs_main([*argv, "--cache", str(tmp_path / "cache" / "cache.sqlite")]) == 0
+        assert "3 of 3 published byte for byte" in capsys.readouterr().out

@@ -304,3 +304,123 @@ def test_rs_publish_then_asks_the_judge_and_draws_the_samples(runs) -> None:
     totals = outcome.report.totals
     assert totals.rejected_by_reason["judge_not_asked"] == 0 and totals.accepted == 5
     assert totals.accepted_by == {"verifier": 1, "judge": 1, "recovery": 3}
+
+
+def _forge(repo: Path, tmp_path: Path, change, *, question: str = "How many triangles?") -> Path:
+    """A copy of the samples repo `repo` with one row's greedy generation changed by `change(row, generation)`."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    forged = tmp_path / "forged" / repo.name
+    shutil.copytree(repo, forged)
+    shard = next((forged / "data").glob("*.parquet"))
+    table = pq.read_table(shard)
+    rows = table.to_pylist()
+    index = next(i for i, r in enumerate(rows) if r["question"].startswith(question))
+    change(rows[index], rows[index]["generations"][0])
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), shard)
+    return forged
+
+
+def test_a_forged_samples_repo_is_refused_naming_the_row(runs, tmp_path: Path, capsys) -> None:
+    """An answer changed in a samples repo (the greedy "four" for 4 made "4", read as accepted) is not what the model
+    said: the generation cache holds another text under its key, and nothing is rebuilt or published; an image whose
+    bytes no longer hash to its `image_sha256` is refused too, naming the row."""
+    from rs.cli import run
+
+    def accepted(row: dict, g: dict) -> None:
+        g["text"], g["final"], g["reader"] = g["text"].replace("four", "4"), "4", "accepted"
+
+    def image(row: dict, g: dict) -> None:
+        data = row["image"]["bytes"]
+        row["image"]["bytes"] = data[:-1] + bytes([data[-1] ^ 1])
+
+    source = Path(runs.first.where["samples"])
+    common = ["--config", str(runs.tmp / "strict.yaml"), "--cache", str(runs.cache)]
+    for change, said in (
+        (
+            accepted,
+            "generation 0 (greedy): its text '<think>\\nI count carefully and conclude 4.\\n</think>\\n\\n4' is not "
+            "what the model said",
+        ),
+        (image, "its image's bytes do not hash to its image_sha256"),
+    ):
+        forged = _forge(source, tmp_path / change.__name__, change)
+        out = tmp_path / change.__name__ / "out"
+        with _moved_away(runs.tmp / "answers.jsonl", runs.tmp / "data"), pytest.raises(SystemExit) as exit_:
+            run(
+                lambda: rs_main(
+                    [
+                        "refilter",
+                        "Shapes",
+                        *common,
+                        "--out",
+                        str(out),
+                        "--build-dir",
+                        str(tmp_path / change.__name__ / "build"),
+                        "--from-samples",
+                        str(forged),
+                    ]
+                )
+            )
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2, err
+        assert "error: Shapes_RS_samples/data row 3 (question " in err and "'How many triangles?" in err, err
+        assert said in err and "nothing was rebuilt from it" in err, err
+        assert not out.exists()
+
+
+@pytest.mark.parametrize(("store", "what"), [("clean", "cleaned rows"), ("items", "stored answers")])
+def test_a_damaged_store_is_named_with_its_damage(runs, tmp_path: Path, store: str, what: str) -> None:
+    """A byte changed in a store of the build: `rs refilter` (which rebuilds nothing) names the store and its damage,
+    where it said the store "holds no cleaned rows" (or no stored answers)."""
+    import shutil
+
+    from rs.refilter import NotRereadable
+
+    build = tmp_path / "build"
+    shutil.copytree(runs.build, build)
+    shard = sorted((build / "Shapes" / store).glob("*.parquet"))[0]
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 1
+    shard.write_bytes(bytes(data))
+    common = ["--config", str(runs.tmp / "strict.yaml"), "--cache", str(runs.cache)]
+    with _moved_away(runs.tmp / "answers.jsonl", runs.tmp / "data"), pytest.raises(NotRereadable) as raised:
+        rs_main(["refilter", "Shapes", *common, "--out", str(tmp_path / "out"), "--build-dir", str(build)])
+    assert str(raised.value) == (
+        f"Shapes: the store of {what} {build / 'Shapes' / store} is damaged: {shard.name} does not match its "
+        "checksum; `rs refilter` calls no model, so it cannot rebuild it"
+    )
+
+
+def test_a_samples_repo_whose_reader_outcome_was_changed_is_refused(runs, tmp_path: Path, capsys) -> None:
+    """Refiltered under the run's own reader (the stores routed as they are), an answer whose `reader` was made
+    `accepted` in the repo, its text left as the model said it ("banana" for yes), is refused naming the question."""
+    from rs.cli import run
+
+    def reader(row: dict, g: dict) -> None:
+        g["reader"] = "accepted"
+
+    forged = _forge(Path(runs.first.where["samples"]), tmp_path, reader, question="Is there a circle?")
+    common = ["--config", str(runs.tmp / "families.yaml"), "--cache", str(runs.cache)]
+    argv = [
+        *common,
+        "--out",
+        str(tmp_path / "out"),
+        "--build-dir",
+        str(tmp_path / "build"),
+        "--from-samples",
+        str(forged),
+    ]
+    with _moved_away(runs.tmp / "answers.jsonl", runs.tmp / "data"), pytest.raises(SystemExit) as exit_:
+        run(lambda: rs_main(["refilter", "Shapes", *argv]))
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert "error: Shapes_RS_samples: question " in err and "('Is there a circle?" in err, err
+    assert (
+        "its greedy answer 'banana' is `accepted` in the repo, but the reader, unchanged since the run, reads it "
+        in err
+    )
+    assert "`undecided` against 'yes'" in err and not (tmp_path / "out").exists()
