@@ -457,12 +457,13 @@ def _adds_a_percent(value: Any, refs: Sequence[str], item: Item | None) -> bool:
 
 def _echoes(context: _Context, value: Any, stated: str, item: Item | None) -> bool:
     """Whether a stated sentence's only value is one the question itself states ("The model has ___ dots divided into 2
-    equal groups." for 2): the question restated, no answer. A value said alone is an answer."""
+    equal groups." for 2): the question restated, no answer. A value said alone, or in a frame of neutral words ("The
+    answer is 2."), is an answer."""
     if context.kind is not _NUMBER and context.kind is not Kind.TERM:
         return False
     question = getattr(item, "question", None)
-    if not question or not context.find(stated).leftover:
-        return False
+    if not question or not any(w not in NEUTRAL_WORDS for w in context.find(stated).leftover):
+        return False  # the value alone, or in a frame ("The answer is 2."): an answer
     if context.kind is Kind.TERM:
         return any(context.same(v, value) for v in context.find(question).values)
     return any(value.agrees(n) for n in read_numbers(question) or ())
