@@ -87,7 +87,10 @@ READING_RULES = (
     "the item has options, whatever the verifier), a term of the family's closed set of answers, or free text. A "
     'negation attached to a value ("not B") is part of it, even where the question says "not". '
     "**Accepted**: the stated answer is one value, with only neutral words beside it (a sentence frame such as "
-    "\"There are\", the question's own words, a unit), the verifier's comparison below matches it, *and* it is a "
+    '"There are", the question\'s own words, a unit) and every other character accounted for (emphasis, quotes, '
+    "brackets, punctuation, math delimiters and wrapper commands such as \\text; a digit, an operator, a radical or "
+    "any other LaTeX command leaves the answer to the judge, and a reference is read by the same rule), the "
+    "verifier's comparison below matches it, *and* it is a "
     "reference once notation only is normalised (case, punctuation, spacing, accents, markdown, LaTeX, thousands "
     "separators, a percent sign, number words, synonyms of the closed set); a match that needs the metric's leniency "
     "(an edit distance, a tolerance, a percent or scale conversion) is accepted only where that leniency is the "
@@ -100,7 +103,16 @@ READING_RULES = (
     "a value that matches or nearly matches. **Undecided**: everything else (a hedged or qualified value such as "
     '"about 3", several values, marks that disagree, another value stated after the answer, a retraction, a near '
     'miss, a number that cannot be read for sure such as "2_500", "1,0000", "0.333..." or "the 1980s"): the '
-    "verifier concludes nothing, and the judge reads it."
+    "verifier concludes nothing, and the judge reads it. An option's letter counts only as a mark (alone, in "
+    'brackets, after "option" or "answer", or first with a separator after it), never inside a word or an '
+    "expression, and a mark followed by another option's text or another value is the judge's. Never accepted "
+    'either: a digit run no reference has (a looping "0.99999..."), a sentence whose only value is one the question '
+    'states, a percent sign added to a reference that has none where no percentage is asked, a "no" followed by '
+    'a statement of what the question asks, a revision ("Update: ...") or a struck-out draft. Where a text metric\'s '
+    'reference is written as a fraction ("2/4", a page, a date), it is compared as written, never as a value. '
+    "Mathematics (`math`) is decided whole by math-verify: a parse must cover the whole answer, text such as a "
+    "chemical formula is compared as written, and an answer is certainly wrong only where both sides parse completely "
+    "and differ beyond a rounding."
 )
 
 LITERAL_RULE = (

@@ -142,7 +142,19 @@ class MathVerifier(Verifier):
             'with a number the marked answer does not hold ("\\boxed{3}" then "No. The answer is 4."), or a '
             "later line that is just another number. An explanation that mentions other numbers without negating "
             "anything is fine. Math-Verify's equivalence is the task's own and is accepted without the judge; a "
-            'percent conversion ("40%" for 0.4) is not: the judge reads it.'
+            'percent conversion ("40%" for 0.4) is not: the judge reads it. An expression is read whole: a parse '
+            'of part of the answer ("\\sqrt{5}+", "the distance is 15 miles") is no parse, and text math-verify '
+            'would read as a product of symbols (a chemical formula such as "CH3COOH", a segment or an angle named '
+            'by capitals such as "\\angle ABC") matches only the same text. An answer is rejected without the '
+            "judge only where both sides parse completely and differ beyond a rounding."
+        )
+
+    @property
+    def contradiction_rule(self) -> str | None:
+        return (
+            f"{super().contradiction_rule} An expression (a radical, a multiple of pi, a power) is certainly wrong "
+            "only where math-verify parses it and every reference completely and finds them different beyond a "
+            "rounding."
         )
 
     def _timeout_now(self) -> int | None:
