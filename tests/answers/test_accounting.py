@@ -111,6 +111,8 @@ DISTANCE = "What is the distance between point B and the island, in nautical mil
         ("B) 20 nautical miles", "B", OPTIONS, DISTANCE),  # the text is C's
         ("~~(C)~~ water", "C", ("oil", "ice", "water", "steam"), "Which is a liquid?"),  # struck out
         ("~~(C)~~ (D) steam", "C", ("oil", "ice", "water", "steam"), "Which is a liquid?"),
+        ("B, C", "B", OPTIONS, DISTANCE),  # a letter that is no mark still names an option, maybe: never clean
+        ("B, and point C", "B", OPTIONS, DISTANCE),
     ],
 )
 def test_an_option_letter_counts_only_as_a_mark(verifier, answer, reference, options, question) -> None:
