@@ -293,10 +293,19 @@ class Grader:
         if verdict_of is None:
             return None
         verdict = verdict_of(reading.stated, refs)
-        quiet = not _says_else(reading) and not turns(reading, kind)
-        if verdict is True and quiet and not _degenerate(reading.stated, refs):
-            return Grade(_ACCEPTED, kind, reading.stated)
-        return Grade(_CERTAIN if verdict is False and quiet else _UNDECIDED, kind, reading.stated)
+        if turns(reading, kind):
+            return Grade(_UNDECIDED, kind, reading.stated)
+        # accepted beside words only (an explanation with no number or expression in it, or the answer again);
+        # certainly wrong only when nothing else is said
+        said_else = _says_else(reading)
+        if verdict is True and not _degenerate(reading.stated, refs):
+            words_only = (
+                not said_else
+                or _MATH_NOTATION.search(reading.rest) is None
+                and not any(c.isdigit() for c in reading.rest)
+            )
+            return Grade(_ACCEPTED if words_only else _UNDECIDED, kind, reading.stated)
+        return Grade(_CERTAIN if verdict is False and not said_else else _UNDECIDED, kind, reading.stated)
 
     def _text(self, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
         """Free text: accepted by :meth:`_accepts` when nothing else is said; never certainly wrong. A transcription
