@@ -292,7 +292,10 @@ class Grader:
         verdict_of = getattr(self.verifier, "expression_verdict", None)
         if verdict_of is None:
             return None
-        verdict = verdict_of(reading.stated, refs)
+        stated = reading.stated
+        if (frame := _ANSWER_FRAME.match(stated)) is not None:
+            stated = unwrap(stated[frame.end() :])  # "Answer: The answer is \\pi/8.": the frame is no mathematics
+        verdict = verdict_of(stated, refs)
         if turns(reading, kind):
             return Grade(_UNDECIDED, kind, reading.stated)
         # accepted beside words only (an explanation with no number or expression in it, or the answer again);
@@ -517,6 +520,7 @@ def _as_written(text: str) -> str:
     return "".join(c for c in folded if c.isalnum())
 
 
+_ANSWER_FRAME = re.compile(r"(?:the\s+)?(?:final\s+|correct\s+)?answer\s+(?:is|=)\s*:?\s*", re.IGNORECASE)
 _MATH_NOTATION = re.compile(r"[\\^_{}=+*/√π∞]")
 
 
