@@ -453,8 +453,8 @@ def _degenerate(stated: str, refs: Sequence[str]) -> bool:
     """Whether a stated answer holds a digit run no reference has: longer than every reference's and than ten digits, or
     one digit repeated seven times or more where no reference repeats it so ("0.99999…" of a looping model, read as 1
     once rounded). Never accepted."""
-    if not stated or not any(c.isdigit() for c in stated):
-        return False
+    if len(stated) < 7 or not any(c.isdigit() for c in stated):
+        return False  # no room for seven digits: the common answer, told at once
     longest = max(map(len, _DIGIT_RUN.findall(stated)), default=0)
     repeated = _REPEATED_DIGIT.search(stated)
     if longest <= _LONGEST_PLAIN_RUN and repeated is None:
