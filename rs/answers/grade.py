@@ -447,14 +447,15 @@ def _in_another_unit(text: str, value: Any, refs: Sequence[str]) -> bool:
 _DIGIT_RUN = re.compile(r"[0-9]+")
 _REPEATED_DIGIT = re.compile(r"([0-9])\1{6,}")
 _LONGEST_PLAIN_RUN = 10
+_SUSPECT_RUN = re.compile(r"[0-9]{11}|([0-9])\1{6}")
 
 
 def _degenerate(stated: str, refs: Sequence[str]) -> bool:
     """Whether a stated answer holds a digit run no reference has: longer than every reference's and than ten digits, or
     one digit repeated seven times or more where no reference repeats it so ("0.99999…" of a looping model, read as 1
     once rounded). Never accepted."""
-    if len(stated) < 7 or not any(c.isdigit() for c in stated):
-        return False  # no room for seven digits: the common answer, told at once
+    if len(stated) < 7 or _SUSPECT_RUN.search(stated) is None:
+        return False  # no long run, no digit seven times over: the common answer, told by one search
     longest = max(map(len, _DIGIT_RUN.findall(stated)), default=0)
     repeated = _REPEATED_DIGIT.search(stated)
     if longest <= _LONGEST_PLAIN_RUN and repeated is None:
