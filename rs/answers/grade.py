@@ -328,7 +328,12 @@ class Grader:
     def _typed(self, kind: Kind, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
         context = _Context.of(kind, self.vocabulary, item, self.verifier, refs)
         value = context.clean_value(reading.stated)
-        if value is None and kind is _NUMBER and _MATH_NOTATION.search(reading.stated):
+        if (
+            value is None
+            and kind is _NUMBER
+            and _MATH_NOTATION.search(reading.stated)
+            and context.find(reading.stated).readable  # "2_500", "0x10": no well-formed number, no expression either
+        ):
             # a stated expression the number reading cannot account for ("\\sqrt{5}", "0.25\\pi"): mathematics decides it
             if (grade := self._expression(reading, kind, refs, item)) is not None:
                 return grade

@@ -288,8 +288,9 @@ _FUNCTIONS = frozenset(
     "deg inf sup infty dx dy dt".split()
 )
 _LETTER_RUN = re.compile(r"[A-Za-z]{2,}")
-# A capital with a count glued to it, or after a subscript ("H2O", "C6H12O6", "H_2O"): a formula, no product.
-_FORMULA = re.compile(r"[A-Z][0-9]|_\{?[0-9]+\}?[A-Z]")
+# A letter with digits glued to it, or a capital after a subscript ("H2O", "C6H12O6", "H_2O", "0x10"): a formula or
+# a code, no product.
+_FORMULA = re.compile(r"[A-Za-z][0-9]|_\{?[0-9]+\}?[A-Z]")
 _OPTION_LETTER = re.compile(r"\(?[A-Z]\)?")
 
 

@@ -67,6 +67,8 @@ def test_a_radical_or_an_operator_is_never_read_away(verifier: str, answer: str,
         ("\\sqrt{5}+", "5", UNDECIDED),  # no complete parse
         ("≈ \\sqrt{5}", "\\sqrt{5}", UNDECIDED),  # qualified
         ("0.785", "\\frac{\\pi}{4}", UNDECIDED),  # a rounding: never certain
+        ("1_000", "1000", UNDECIDED),  # no well-formed number, and no expression either
+        ("+0x10", "0", UNDECIDED),  # math-verify reads 0 times x times 10: a code, no product
     ],
 )
 def test_math_decides_mathematics_whole(answer: str, reference: str, expected: Outcome) -> None:
