@@ -85,7 +85,7 @@ _WRAPPER = re.compile(
     r"|\\(?:displaystyle|quad|qquad|left|right|bigl?|bigr?|Big)(?![A-Za-z])|\\[,;:! ]|\\(?=[$%])"
 )
 _DECORATION = re.compile(
-    r"[\s.,;:!'\"`()\[\]#$*_“”‘’«»。，、：；！（）「」【】-]"  # punctuation, quotes, brackets, emphasis, math delimiters
+    r"[\s.,;:!'\"`()\[\]#$*_“”‘’«»。，、：；！（）「」【】€£¥₹-]"  # punctuation, quotes, brackets, emphasis, currency
     r"|(?:(?<=\s)|^)[–—•>](?=\s|$)"  # a dash between words, a bullet, a quote mark
 )
 
