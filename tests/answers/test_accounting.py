@@ -223,3 +223,16 @@ def test_a_statement_after_the_answer_that_reverses_it_is_the_judges(verifier, a
 )
 def test_a_reply_that_agrees_with_its_explanation_is_read(answer: str, reference: str, question: str) -> None:
     assert outcome("alnum", answer, reference, question=question) is ACCEPTED, answer
+
+
+# --- what the accounting counts as decoration: a right answer with it stays accepted ---------------------------------
+
+
+@pytest.mark.parametrize("verifier", ["relaxed", "count", "math", "vqa"])
+@pytest.mark.parametrize(
+    "answer",
+    ["5", "**5**", "5.", "(5)", '"5"', "`5`", "$5$", "\\(5\\)", "$\\text{5}$", "€5", "£5", "$5", "- 5", "# 5", "5 cm"],
+)
+def test_a_decorated_right_answer_stays_accepted(verifier: str, answer: str) -> None:
+    """A guard of the closed list (these pass before issue 60 too): decorations are accounted for, not refused."""
+    assert outcome(verifier, answer, "5", question="How long is it, in cm?") is ACCEPTED, (verifier, answer)
