@@ -44,7 +44,9 @@ TENS = {30: "thirty", 40: "forty", 50: "fifty", 60: "sixty", 70: "seventy", 80: 
 @dataclass(frozen=True)
 class Value:
     text: str
-    truth: bool
+    truth: bool | None
+    """None: a value that commits to nothing the reading may decide (a mark whose text is another option's, the
+    question restated, a looping digit run): never accepted, never certainly wrong."""
     mechanism: str
     """What the value tests: ``right`` (a notation of the reference), ``wrong``, or a near miss (``near:...``)."""
     own: bool = False
@@ -184,7 +186,9 @@ def truth_of(value: Value, continuation: str, other: Value) -> bool | None:
     if kind == "correct":
         return other.truth
     if kind == "other":
-        return value.truth if other.text == value.text else (None if value.truth != other.truth else value.truth)
+        if other.text == value.text or other.truth is None:
+            return value.truth  # the same value again, or beside it what commits to nothing: the value decides
+        return None if value.truth != other.truth else value.truth
     return value.truth
 
 
@@ -196,7 +200,16 @@ def _count(rng: random.Random) -> Spec:
     right = [Value(str(n), True, "right")] + ([Value(WORDS[n], True, "right")] if n <= 20 else [])
     wrong = [Value(str(m), False, "wrong") for m in rng.sample([m for m in range(0, 45) if m != n], 2)]
     wrong.append(Value(str(n + 1), False, "near:one count away"))
-    return Spec("count", (str(n),), tuple(right + wrong), question="How many objects are there?")
+    if rng.random() < 0.5:
+        return Spec("count", (str(n),), tuple(right + wrong), question="How many objects are there?")
+    # the question states the reference's number itself: restating the question is no answer (issue 60)
+    question = f"The model has ___ dots divided into {n} equal groups. How many groups are there?"
+    echo = [
+        Value(f"The model has ___ dots divided into {n} equal groups", None, "near:question echo"),
+        Value(f"The dots are divided into {n} equal groups", None, "near:question echo"),
+        Value(f"{n}%", None, "near:percent added"),
+    ]
+    return Spec("count", (str(n),), tuple(right + wrong + echo), question=question)
 
 
 def _relaxed(rng: random.Random) -> Spec:
@@ -252,6 +265,8 @@ def _relaxed(rng: random.Random) -> Spec:
                 Value(str(n), True, "right"),
                 Value(str(n + 1), False, "near:one count away"),
                 Value(str(n * 3), False, "wrong"),
+                Value(f"{n}%", None, "near:percent added"),  # a percent sign a count lacks (issue 60)
+                Value(f"{n - 1}.{'9' * rng.randint(12, 60)}", None, "near:digit run"),  # a looping model
             ),
             question="How many bars are there?",
         )
@@ -358,10 +373,23 @@ def _alnum(rng: random.Random) -> Spec:
             Value(options[j], False, "wrong"),
             Value("ABC"[j], False, "wrong"),
             Value(f"not {letter}", False, "near:negated"),
+            *_marks(letter, "ABC"[j], options[i], options[j]),
         ),
         question="What shape is the small object?\n" + "\n".join(f"{'ABC'[k]}. {o}" for k, o in enumerate(options)),
         options=options,
     )
+
+
+def _marks(letter: str, other: str, text: str, other_text: str) -> list[Value]:
+    """An option letter read out of a word or an expression, and a mark whose text is not its option's (issue 60)."""
+    return [
+        Value(f"({letter}) {other_text}", None, "near:mark with another's text"),
+        Value(f"{other}. {text}", None, "near:mark with another's text"),
+        Value(f"({letter}) 140", None, "near:mark with a value"),
+        Value(f"the distance between point {letter} and the island is 15 miles", None, "near:letter in a sentence"),
+        Value(f"\\frac{{1}}{{2}}({letter.lower()}^{{2}}+{letter}^{{2}})", None, "near:letter in an expression"),
+        Value(f"~~({other})~~ {text}", None, "near:struck-out mark"),
+    ]
 
 
 _NAMES = [
@@ -383,6 +411,21 @@ def _one_edit(rng: random.Random, text: str) -> str:
 
 
 def _anls(rng: random.Random) -> Spec:
+    if rng.random() < 0.25:  # a page, a date or a code written as a fraction: a string, never a value (issue 60)
+        a, b = rng.randint(1, 9), rng.randint(2, 9)
+        k = rng.randint(2, 4)
+        page = f"{a * k}/{b * k}"
+        return Spec(
+            "anls",
+            (page,),
+            (
+                Value(page, True, "right"),
+                Value(f"{a}/{b}", None, "near:equal fraction"),
+                Value(f"{a * k}/{b * k + 1}", False, "wrong"),
+                Value(f"{a * k}/{b * k}%", None, "near:percent added"),
+            ),
+            question="Which page is the table on?",
+        )
     name = rng.choice(_NAMES)
     other = rng.choice([n for n in _NAMES if n != name])
     return Spec(
@@ -455,6 +498,7 @@ def _mcq(rng: random.Random) -> Spec:
             Value(other, False, "wrong"),
             Value(options[j], False, "wrong"),
             Value(f"not {letter}", False, "near:negated"),
+            *_marks(letter, other, options[i], options[j]),
         ),
         question=question,
         options=options,
@@ -472,6 +516,9 @@ def _exact(rng: random.Random) -> Spec:
 
 
 def _math(rng: random.Random) -> Spec:
+    kind = rng.choice(["fraction", "fraction", "radical", "pi", "power", "unit", "thousands"])
+    if kind != "fraction":
+        return _latex(rng, kind)
     a, b = rng.choice([(1, 2), (2, 5), (3, 4), (1, 3), (2, 3), (5, 8)])
     from fractions import Fraction
 
@@ -486,6 +533,63 @@ def _math(rng: random.Random) -> Spec:
         (*right, Value(f"{wrong.numerator}/{wrong.denominator}", False, "wrong")),
         question="What fraction of the shapes are shaded?",
     )
+
+
+def _latex(rng: random.Random, kind: str) -> Spec:
+    """LaTeX the number reader must not read away, nor read first: radicals, multiples of pi, powers, units in \\text
+    and \\mathrm, thin-space thousands (issue 60)."""
+    q = "What is the length of the side?"
+    if kind == "radical":
+        n = rng.choice([2, 3, 5, 6, 7, 10, 11])
+        k = rng.choice([2, 3])
+        ref = f"{k}\\sqrt{{{n}}}"
+        values = (
+            Value(ref, True, "right"),
+            Value(f"\\sqrt{{{n * k * k}}}", True, "latex form"),
+            Value(str(k), False, "wrong"),  # the radical read away
+            Value(str(k * n), False, "wrong"),
+            Value(f"{ref}+", None, "near:operator left over"),
+            Value(f"\\approx {ref}", None, "near:qualified"),
+            Value(f"{k}\\sqrt{{{n + 1}}}", False, "wrong"),
+        )
+        return Spec("math", (ref,), values, question=q)
+    if kind == "pi":
+        k = rng.choice([2, 4, 5, 8])
+        values = (
+            Value(f"\\frac{{\\pi}}{{{k}}}", True, "right"),
+            Value(f"\\pi/{k}", True, "latex form"),
+            Value(f"{1 / k:g}\\pi", True, "latex form"),
+            Value(str(k), False, "wrong"),
+            Value(f"\\frac{{\\pi}}{{{k + 1}}}", False, "wrong"),
+        )
+        return Spec("math", (f"\\frac{{\\pi}}{{{k}}}",), values, question="What is the angle in radians?")
+    if kind == "power":
+        base, e = rng.choice([(2, 5), (3, 3), (2, 7), (5, 3)])
+        values = (
+            Value(f"{base}^{{{e}}}", True, "right"),
+            Value(str(base**e), True, "latex form"),
+            Value(f"{base}^{{{e + 1}}}", False, "wrong"),
+            Value(str(base), False, "wrong"),
+        )
+        return Spec("math", (f"{base}^{{{e}}}",), values, question="How many arrangements are there?")
+    if kind == "unit":
+        n = rng.randint(2, 90)
+        values = (
+            Value(str(n), True, "right"),
+            Value(f"{n}\\text{{ cm}}", True, "right"),
+            Value(f"{n} \\mathrm{{cm}}", True, "right"),
+            Value(f"{n + 3}\\text{{ cm}}", False, "wrong"),
+            Value(f"{n}\\sqrt{{2}}\\text{{ cm}}", False, "wrong"),
+        )
+        return Spec("math", (str(n),), values, question="What is the length of the side, in cm?")
+    n = rng.randint(1, 99) * 1000 + rng.randint(0, 999)
+    values = (
+        Value(str(n), True, "right"),
+        Value(f"{n // 1000}\\,{n % 1000:03d}", True, "right"),
+        Value(f"{n // 1000}{{,}}{n % 1000:03d}", True, "right"),
+        Value(f"{n // 1000 + 1}\\,{n % 1000:03d}", False, "wrong"),
+    )
+    return Spec("math", (str(n),), values, question="How many visitors came?")
 
 
 SPECS: dict[str, Callable[[random.Random], Spec]] = {

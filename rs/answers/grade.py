@@ -87,7 +87,10 @@ READING_RULES = (
     "the item has options, whatever the verifier), a term of the family's closed set of answers, or free text. A "
     'negation attached to a value ("not B") is part of it, even where the question says "not". '
     "**Accepted**: the stated answer is one value, with only neutral words beside it (a sentence frame such as "
-    "\"There are\", the question's own words, a unit), the verifier's comparison below matches it, *and* it is a "
+    '"There are", the question\'s own words, a unit) and every other character accounted for (emphasis, quotes, '
+    "brackets, punctuation, math delimiters and wrapper commands such as \\text; a digit, an operator, a radical or "
+    "any other LaTeX command leaves the answer to the judge, and a reference is read by the same rule), the "
+    "verifier's comparison below matches it, *and* it is a "
     "reference once notation only is normalised (case, punctuation, spacing, accents, markdown, LaTeX, thousands "
     "separators, a percent sign, number words, synonyms of the closed set); a match that needs the metric's leniency "
     "(an edit distance, a tolerance, a percent or scale conversion) is accepted only where that leniency is the "
@@ -100,7 +103,16 @@ READING_RULES = (
     "a value that matches or nearly matches. **Undecided**: everything else (a hedged or qualified value such as "
     '"about 3", several values, marks that disagree, another value stated after the answer, a retraction, a near '
     'miss, a number that cannot be read for sure such as "2_500", "1,0000", "0.333..." or "the 1980s"): the '
-    "verifier concludes nothing, and the judge reads it."
+    "verifier concludes nothing, and the judge reads it. An option's letter counts only as a mark (alone, in "
+    'brackets, after "option" or "answer", or first with a separator after it), never inside a word or an '
+    "expression, and a mark followed by another option's text or another value is the judge's. Never accepted "
+    'either: a digit run no reference has (a looping "0.99999..."), a sentence whose only value is one the question '
+    'states, a percent sign added to a reference that has none where no percentage is asked, a "no" followed by '
+    'a statement of what the question asks, a revision ("Update: ...") or a struck-out draft. Where a text metric\'s '
+    'reference is written as a fraction ("2/4", a page, a date), it is compared as written, never as a value. '
+    "Mathematics (`math`) is decided whole by math-verify: a parse must cover the whole answer, text such as a "
+    "chemical formula is compared as written, and an answer is certainly wrong only where both sides parse completely "
+    "and differ beyond a rounding."
 )
 
 LITERAL_RULE = (
@@ -280,11 +292,23 @@ class Grader:
         verdict_of = getattr(self.verifier, "expression_verdict", None)
         if verdict_of is None:
             return None
-        verdict = verdict_of(reading.stated, refs)
-        quiet = not _says_else(reading) and not turns(reading, kind)
-        if verdict is True and quiet and not _degenerate(reading.stated, refs):
-            return Grade(_ACCEPTED, kind, reading.stated)
-        return Grade(_CERTAIN if verdict is False and quiet else _UNDECIDED, kind, reading.stated)
+        stated = reading.stated
+        if (frame := _ANSWER_FRAME.match(stated)) is not None:
+            stated = unwrap(stated[frame.end() :])  # "Answer: The answer is \\pi/8.": the frame is no mathematics
+        verdict = verdict_of(stated, refs)
+        if turns(reading, kind):
+            return Grade(_UNDECIDED, kind, reading.stated)
+        # accepted beside words only (an explanation with no number or expression in it, or the answer again);
+        # certainly wrong only when nothing else is said
+        said_else = _says_else(reading)
+        if verdict is True and not _degenerate(reading.stated, refs):
+            words_only = (
+                not said_else
+                or _MATH_NOTATION.search(reading.rest) is None
+                and not any(c.isdigit() for c in reading.rest)
+            )
+            return Grade(_ACCEPTED if words_only else _UNDECIDED, kind, reading.stated)
+        return Grade(_CERTAIN if verdict is False and not said_else else _UNDECIDED, kind, reading.stated)
 
     def _text(self, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
         """Free text: accepted by :meth:`_accepts` when nothing else is said; never certainly wrong. A transcription
@@ -304,7 +328,12 @@ class Grader:
     def _typed(self, kind: Kind, reading: Reading, refs: Sequence[str], item: Item | None) -> Grade:
         context = _Context.of(kind, self.vocabulary, item, self.verifier, refs)
         value = context.clean_value(reading.stated)
-        if value is None and kind is _NUMBER and _MATH_NOTATION.search(reading.stated):
+        if (
+            value is None
+            and kind is _NUMBER
+            and _MATH_NOTATION.search(reading.stated)
+            and context.find(reading.stated).readable  # "2_500", "0x10": no well-formed number, no expression either
+        ):
             # a stated expression the number reading cannot account for ("\\sqrt{5}", "0.25\\pi"): mathematics decides it
             if (grade := self._expression(reading, kind, refs, item)) is not None:
                 return grade
@@ -423,14 +452,15 @@ def _in_another_unit(text: str, value: Any, refs: Sequence[str]) -> bool:
 _DIGIT_RUN = re.compile(r"[0-9]+")
 _REPEATED_DIGIT = re.compile(r"([0-9])\1{6,}")
 _LONGEST_PLAIN_RUN = 10
+_SUSPECT_RUN = re.compile(r"[0-9]{11}|([0-9])\1{6}")
 
 
 def _degenerate(stated: str, refs: Sequence[str]) -> bool:
     """Whether a stated answer holds a digit run no reference has: longer than every reference's and than ten digits, or
     one digit repeated seven times or more where no reference repeats it so ("0.99999…" of a looping model, read as 1
     once rounded). Never accepted."""
-    if not stated or not any(c.isdigit() for c in stated):
-        return False
+    if len(stated) < 7 or _SUSPECT_RUN.search(stated) is None:
+        return False  # no long run, no digit seven times over: the common answer, told by one search
     longest = max(map(len, _DIGIT_RUN.findall(stated)), default=0)
     repeated = _REPEATED_DIGIT.search(stated)
     if longest <= _LONGEST_PLAIN_RUN and repeated is None:
@@ -457,12 +487,13 @@ def _adds_a_percent(value: Any, refs: Sequence[str], item: Item | None) -> bool:
 
 def _echoes(context: _Context, value: Any, stated: str, item: Item | None) -> bool:
     """Whether a stated sentence's only value is one the question itself states ("The model has ___ dots divided into 2
-    equal groups." for 2): the question restated, no answer. A value said alone is an answer."""
+    equal groups." for 2): the question restated, no answer. A value said alone, or in a frame of neutral words ("The
+    answer is 2."), is an answer."""
     if context.kind is not _NUMBER and context.kind is not Kind.TERM:
         return False
     question = getattr(item, "question", None)
-    if not question or not context.find(stated).leftover:
-        return False
+    if not question or not any(w not in NEUTRAL_WORDS for w in context.find(stated).leftover):
+        return False  # the value alone, or in a frame ("The answer is 2."): an answer
     if context.kind is Kind.TERM:
         return any(context.same(v, value) for v in context.find(question).values)
     return any(value.agrees(n) for n in read_numbers(question) or ())
@@ -495,6 +526,7 @@ def _as_written(text: str) -> str:
     return "".join(c for c in folded if c.isalnum())
 
 
+_ANSWER_FRAME = re.compile(r"(?:the\s+)?(?:final\s+|correct\s+)?answer\s+(?:is|=)\s*:?\s*", re.IGNORECASE)
 _MATH_NOTATION = re.compile(r"[\\^_{}=+*/√π∞]")
 
 

@@ -85,7 +85,7 @@ _WRAPPER = re.compile(
     r"|\\(?:displaystyle|quad|qquad|left|right|bigl?|bigr?|Big)(?![A-Za-z])|\\[,;:! ]|\\(?=[$%])"
 )
 _DECORATION = re.compile(
-    r"[\s.,;:!'\"`()\[\]#$*_“”‘’«»。，、：；！（）「」【】-]"  # punctuation, quotes, brackets, emphasis, math delimiters
+    r"[\s.,;:!'\"`()\[\]#$*_“”‘’«»。，、：；！（）「」【】€£¥₹-]"  # punctuation, quotes, brackets, emphasis, currency
     r"|(?:(?<=\s)|^)[–—•>](?=\s|$)"  # a dash between words, a bullet, a quote mark
 )
 
@@ -372,7 +372,7 @@ def _options(text: str, letters: str, options: Sequence[str], *, inclusive: bool
     hits.sort(key=lambda h: h[1])
     # "not B" names no B: a negated option is another value (its span stays the letter's, so the "not" is left over)
     hits = [(f"not {h[0]}" if _NEGATED_BEFORE.search(text, 0, h[1]) else h[0], h[1], h[2]) for h in hits]
-    ambiguous = bool(hits) and any(not any(s <= pos < e for _, s, e in hits) for pos in skipped)
+    ambiguous = any(not any(s <= pos < e for _, s, e in hits) for pos in skipped)
     return Found(tuple(h[0] for h in hits), tuple((h[1], h[2]) for h in hits), text, ambiguous=ambiguous)
 
 
@@ -393,6 +393,8 @@ def _letter_hits(
         if letter.islower() and not named and text.strip(" .()[]*_:") != letter:
             continue  # "a" and "i" in prose are words, not options
         if not inclusive and not named and not _is_mark(before, after):
+            if letter.isupper():
+                skipped.append(m.start())  # "B, C": a letter that may name an option, or not: never clean
             continue  # "point B", "(a^{2}+B^{2})": a label or a variable, no option mark
         if (
             upper in "AI"

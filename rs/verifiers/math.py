@@ -142,7 +142,19 @@ class MathVerifier(Verifier):
             'with a number the marked answer does not hold ("\\boxed{3}" then "No. The answer is 4."), or a '
             "later line that is just another number. An explanation that mentions other numbers without negating "
             "anything is fine. Math-Verify's equivalence is the task's own and is accepted without the judge; a "
-            'percent conversion ("40%" for 0.4) is not: the judge reads it.'
+            'percent conversion ("40%" for 0.4) is not: the judge reads it. An expression is read whole: a parse '
+            'of part of the answer ("\\sqrt{5}+", "the distance is 15 miles") is no parse, and text math-verify '
+            'would read as a product of symbols (a chemical formula such as "CH3COOH", a segment or an angle named '
+            'by capitals such as "\\angle ABC") matches only the same text. An answer is rejected without the '
+            "judge only where both sides parse completely and differ beyond a rounding."
+        )
+
+    @property
+    def contradiction_rule(self) -> str | None:
+        return (
+            f"{super().contradiction_rule} An expression (a radical, a multiple of pi, a power) is certainly wrong "
+            "only where math-verify parses it and every reference completely and finds them different beyond a "
+            "rounding."
         )
 
     def _timeout_now(self) -> int | None:
@@ -276,8 +288,9 @@ _FUNCTIONS = frozenset(
     "deg inf sup infty dx dy dt".split()
 )
 _LETTER_RUN = re.compile(r"[A-Za-z]{2,}")
-# A capital with a count glued to it, or after a subscript ("H2O", "C6H12O6", "H_2O"): a formula, no product.
-_FORMULA = re.compile(r"[A-Z][0-9]|_\{?[0-9]+\}?[A-Z]")
+# A letter with digits glued to it, or a capital after a subscript ("H2O", "C6H12O6", "H_2O", "0x10"): a formula or
+# a code, no product.
+_FORMULA = re.compile(r"[A-Za-z][0-9]|_\{?[0-9]+\}?[A-Z]")
 _OPTION_LETTER = re.compile(r"\(?[A-Z]\)?")
 
 

@@ -76,7 +76,7 @@ class McqVerifier(Verifier):
     """The prediction must commit to exactly one option letter, equal to the reference letter."""
 
     name = "mcq"
-    version = "1"
+    version = "2"
     title = "multiple-choice letter match"
     notation_only = True
     PARAMS = {
@@ -114,7 +114,10 @@ class McqVerifier(Verifier):
             f"Multiple choice with options labelled {span}. The answer must name exactly one option, and its letter "
             'must equal the reference letter: a letter ("B", "(B)", "B.", "**B**", "option B", "B (pupa)"), its '
             'position ("the second one", "the last option"), or, when the option texts are known, an option\'s own '
-            'text. A negated option ("not B") names no option, even when the question asks which is not. Nothing is '
+            'text. A letter counts only as a mark: alone, in brackets, after "option" or "answer", or first with a '
+            'separator after it; a letter inside a sentence or an expression ("point B", "A^2+B^2") names no option, '
+            'and a mark followed by another option\'s text or another value ("(D) 140°" where D is 20°) is left to '
+            'the judge. A negated option ("not B") names no option, even when the question asks which is not. Nothing is '
             "ever guessed: an answer naming two "
             'different options ("A and B") or none, or a letter that is not an option, is not accepted, and no '
             "random or nearest-option fallback is used as in some benchmark scripts."

@@ -67,6 +67,8 @@ def test_a_radical_or_an_operator_is_never_read_away(verifier: str, answer: str,
         ("\\sqrt{5}+", "5", UNDECIDED),  # no complete parse
         ("≈ \\sqrt{5}", "\\sqrt{5}", UNDECIDED),  # qualified
         ("0.785", "\\frac{\\pi}{4}", UNDECIDED),  # a rounding: never certain
+        ("1_000", "1000", UNDECIDED),  # no well-formed number, and no expression either
+        ("+0x10", "0", UNDECIDED),  # math-verify reads 0 times x times 10: a code, no product
     ],
 )
 def test_math_decides_mathematics_whole(answer: str, reference: str, expected: Outcome) -> None:
@@ -111,6 +113,8 @@ DISTANCE = "What is the distance between point B and the island, in nautical mil
         ("B) 20 nautical miles", "B", OPTIONS, DISTANCE),  # the text is C's
         ("~~(C)~~ water", "C", ("oil", "ice", "water", "steam"), "Which is a liquid?"),  # struck out
         ("~~(C)~~ (D) steam", "C", ("oil", "ice", "water", "steam"), "Which is a liquid?"),
+        ("B, C", "B", OPTIONS, DISTANCE),  # a letter that is no mark still names an option, maybe: never clean
+        ("B, and point C", "B", OPTIONS, DISTANCE),
     ],
 )
 def test_an_option_letter_counts_only_as_a_mark(verifier, answer, reference, options, question) -> None:
@@ -219,3 +223,16 @@ def test_a_statement_after_the_answer_that_reverses_it_is_the_judges(verifier, a
 )
 def test_a_reply_that_agrees_with_its_explanation_is_read(answer: str, reference: str, question: str) -> None:
     assert outcome("alnum", answer, reference, question=question) is ACCEPTED, answer
+
+
+# --- what the accounting counts as decoration: a right answer with it stays accepted ---------------------------------
+
+
+@pytest.mark.parametrize("verifier", ["relaxed", "count", "math", "vqa"])
+@pytest.mark.parametrize(
+    "answer",
+    ["5", "**5**", "5.", "(5)", '"5"', "`5`", "$5$", "\\(5\\)", "$\\text{5}$", "€5", "£5", "$5", "- 5", "# 5", "5 cm"],
+)
+def test_a_decorated_right_answer_stays_accepted(verifier: str, answer: str) -> None:
+    """A guard of the closed list (these pass before issue 60 too): decorations are accounted for, not refused."""
+    assert outcome(verifier, answer, "5", question="How long is it, in cm?") is ACCEPTED, (verifier, answer)

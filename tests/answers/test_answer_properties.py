@@ -182,3 +182,180 @@ def test_an_answer_some_annotators_gave_is_never_certainly_wrong(
     answer = P.compose(str(said), presentation, continuation, str(said))
     outcome = READERS["vqa"].grade(answer, references).outcome
     assert outcome is not Outcome.CERTAIN and outcome is not Outcome.ACCEPTED, (answer, references, outcome)
+
+
+# ---- issue 60: acceptance by accounting --------------------------------------------------------------------------
+
+PLAIN_CONTINUATION = st.sampled_from(sorted(c for c, (_, kind) in P.CONTINUATIONS.items() if kind == "plain"))
+LIFE = ["larva", "pupa", "adult", "egg", "nymph", "seed"]
+IN_WORDS = [
+    "the distance between point {L} and the island is 15 nautical miles",
+    "\\frac{{1}}{{2}}({l}^{{2}}+{L}^{{2}})",
+    "segment A{L} is the longest",
+    "{L}C = 5",
+    "the angle at vertex {L} is 40 degrees",
+    "x_{L} + y_{L}",
+    "{L}^{{2}}",
+    "2{L} + 1",
+]
+
+
+@pytest.mark.parametrize("verifier", ["mcq", "alnum", "exact", "math"])
+@SETTINGS
+@given(
+    index=st.integers(0, 3),
+    template=st.sampled_from(IN_WORDS),
+    presentation=PRESENTATION,
+    continuation=PLAIN_CONTINUATION,
+)
+def test_a_letter_inside_a_word_or_an_expression_is_no_option(
+    verifier: str, index: int, template: str, presentation: str, continuation: str
+) -> None:
+    """An option's letter counts only as a mark (alone, bracketed, named, first with a separator): never read out of a
+    sentence or an expression, in any presentation."""
+    letter = "ABCD"[index]
+    said = template.format(L=letter, l=letter.lower())
+    answer = P.compose(said, presentation, continuation, said)
+    item = ItemInfo(options=tuple(LIFE[:4]), question="Which stage is shown?")
+    outcome = Grader(get_verifier(verifier)).grade(answer, letter, item=item).outcome
+    assert outcome is not Outcome.ACCEPTED, (answer, letter)
+
+
+@pytest.mark.parametrize("verifier", ["mcq", "alnum"])
+@SETTINGS
+@given(
+    index=st.integers(0, 3),
+    shift=st.integers(1, 3),
+    form=st.sampled_from(["({L}) {text}", "{L}. {text}", "{L}) {text}", "**{L}** {text}", "({L}) {number}"]),
+    number=st.integers(2, 500),
+    presentation=PRESENTATION,
+    continuation=PLAIN_CONTINUATION,
+)
+def test_a_mark_whose_text_is_not_its_option_is_the_judges(
+    verifier: str, index: int, shift: int, form: str, number: int, presentation: str, continuation: str
+) -> None:
+    """A mark followed by another option's text, or a value not the marked option's ("(D) 140°" where D is 20°), names
+    two things: never accepted, never certainly wrong, whichever the reference is."""
+    said = form.format(L="ABCD"[index], text=LIFE[(index + shift) % 4], number=number)
+    answer = P.compose(said, presentation, continuation, said)
+    item = ItemInfo(options=tuple(LIFE[:4]), question="Which stage is shown?")
+    for reference in ("ABCD"[index], "ABCD"[(index + shift) % 4]):
+        outcome = Grader(get_verifier(verifier)).grade(answer, reference, item=item).outcome
+        assert outcome is Outcome.UNDECIDED, (answer, reference, outcome)
+
+
+@pytest.mark.parametrize(
+    "verifier", ["math", "relaxed"]
+)  # the verifiers whose leniency (a rounding, a tolerance) took it
+@SETTINGS
+@given(
+    n=st.integers(1, 500),
+    run=st.integers(11, 120),
+    digit=st.sampled_from("09"),
+    presentation=PRESENTATION,
+    continuation=PLAIN_CONTINUATION,
+)
+def test_a_degenerate_digit_run_is_never_accepted(
+    verifier: str, n: int, run: int, digit: str, presentation: str, continuation: str
+) -> None:
+    """A looping model's digit run ("0.99999…", "2.0000000000001") is read as the reference once rounded: never accepted."""
+    said = f"{n - 1}.{'9' * run}" if digit == "9" else f"{n}.{'0' * run}1"
+    answer = P.compose(said, presentation, continuation, said)
+    item = ItemInfo(question="What is the value of the blue bar in 2015?")  # a value read off an axis
+    outcome = READERS[verifier].grade(answer, str(n), item=item).outcome
+    assert outcome is not Outcome.ACCEPTED, (answer, n)
+
+
+@pytest.mark.parametrize("verifier", ["count", "relaxed", "math", "alnum", "vqa"])
+@SETTINGS
+@given(
+    n=st.integers(0, 40),
+    sentence=st.sampled_from(
+        [
+            "The model has ___ dots divided into {n} equal groups",
+            "The dots are divided into {n} equal groups",
+            "There are {n} equal groups",
+        ]
+    ),
+    presentation=PRESENTATION,
+    continuation=PLAIN_CONTINUATION,
+)
+def test_the_questions_own_number_restated_is_never_accepted(
+    verifier: str, n: int, sentence: str, presentation: str, continuation: str
+) -> None:
+    """A sentence whose only value is one the question states restates the question: never accepted (the value alone is
+    an answer, and is accepted)."""
+    question = f"The model has ___ dots divided into {n} equal groups. How many dots are in each group?"
+    said = sentence.format(n=n)
+    answer = P.compose(said, presentation, continuation, said)
+    outcome = READERS[verifier].grade(answer, str(n), item=ItemInfo(question=question)).outcome
+    assert outcome is not Outcome.ACCEPTED, (answer, n)
+
+
+# ---- the differential property against math-verify ---------------------------------------------------------------
+
+
+@st.composite
+def expression(draw: st.DrawFn) -> tuple[str, Fraction | None]:
+    """A LaTeX expression and, where it is rational, its value: radicals, multiples of pi, powers, fractions, decimals,
+    units in \\text and \\mathrm, thin-space thousands."""
+    a, b = draw(st.integers(1, 12)), draw(st.integers(2, 9))
+    kind = draw(st.sampled_from(["int", "frac", "decimal", "sqrt", "ksqrt", "pi", "power", "unit", "thousands"]))
+    if kind == "int":
+        return str(a), Fraction(a)
+    if kind == "frac":
+        return f"\\frac{{{a}}}{{{b}}}", Fraction(a, b)
+    if kind == "decimal":
+        return render(Fraction(a, 4)), Fraction(a, 4)
+    if kind == "sqrt":
+        return f"\\sqrt{{{a * a if draw(st.booleans()) else a}}}", None
+    if kind == "ksqrt":
+        return f"{b}\\sqrt{{{a}}}", None
+    if kind == "pi":
+        return draw(st.sampled_from([f"\\frac{{\\pi}}{{{b}}}", f"{render(Fraction(1, 4))}\\pi", f"{a}\\pi"])), None
+    if kind == "power":
+        return f"{b}^{{{a % 5 + 1}}}", Fraction(b ** (a % 5 + 1))
+    if kind == "unit":
+        return f"{a}\\{draw(st.sampled_from(['text', 'mathrm']))}{{ cm}}", Fraction(a)
+    n = a * 1000 + b * 7
+    return f"{a}\\,{b * 7:03d}", Fraction(n)
+
+
+def _math_verify_says(answer: str, reference: str) -> bool | None:
+    """math-verify's verdict on complete parses of both (an expression read, not a string), the thin-space thousands
+    grouped as the verifier groups them; None when a side does not parse."""
+    from math_verify import parse, verify
+
+    from rs.verifiers.math import _thin
+
+    gold, pred = parse(f"\\boxed{{{_thin(reference)}}}"), parse(f"\\boxed{{{_thin(answer)}}}")
+    if not (len(gold) > 1 and len(pred) > 1):
+        return None
+    return bool(verify(gold, pred, float_rounding=6))
+
+
+MATH = Grader(get_verifier("math"))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(pair=st.tuples(expression(), expression()), same=st.booleans(), presentation=PRESENTATION)
+def test_math_never_accepts_what_math_verify_rejects_nor_is_certain_where_it_accepts(
+    pair: tuple[tuple[str, Fraction | None], tuple[str, Fraction | None]], same: bool, presentation: str
+) -> None:
+    """rs on a math pair against math-verify on complete parses of both: never accepted where math-verify says unequal,
+    never certainly wrong where it says equal (half the pairs are one expression against itself in another form)."""
+    (answer, value), (reference, _) = pair
+    if same:  # the same value, as written or in another notation
+        forms = (
+            [answer]
+            if value is None
+            else [answer, render(value), f"\\frac{{{value.numerator}}}{{{value.denominator}}}"]
+        )
+        reference = forms[(len(answer) + len(reference)) % len(forms)]
+    said = P.compose(answer, presentation, "none", answer)
+    outcome = MATH.grade(said, reference).outcome
+    verdict = _math_verify_says(answer, reference)
+    if verdict is False:
+        assert outcome is not Outcome.ACCEPTED, (said, reference)
+    if verdict is True:
+        assert outcome is not Outcome.CERTAIN, (said, reference)
