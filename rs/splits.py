@@ -16,6 +16,7 @@ REJECT_REASONS = (
     "degenerate_repetition",
     "engine_error",
     "judge_not_asked",
+    "suspect_reference",
 )
 """Why a rejected item is in the rejected split; what each means on a card is in templates/card_splits.md.jinja."""
 
