@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rs.audit import suspects as _suspects  # noqa: F401  (registers its check)
 from rs.audit.checkers import CHECKERS, Audit, Finding, checker, run_checks
 from rs.audit.facts import family_facts
 from rs.audit.replay import Replay

@@ -354,13 +354,13 @@ class RecoveryPass:
                     size=sum(len(r["text"]) for r in samples),
                 )
                 bar.update()
-        if self.adjudicator is not None and images is not None:
-            self.report.adjudication = self._adjudicate(images(), out_dir)
         self.report.sampling_requests = runner.stats.requests - calls[0]
         self.report.sampling_engine_calls = runner.stats.engine_calls - calls[1]
         if judge is not None:
             self.report.judge_requests = judge.runner.stats.requests - calls[2]
             self.report.judge_engine_calls = judge.runner.stats.engine_calls - calls[3]
+        if self.adjudicator is not None and images is not None:  # after the samples' counts: it uses the same runner
+            self.report.adjudication = self._adjudicate(images(), out_dir)
         self.report.seconds = time.perf_counter() - start
         return self.report
 

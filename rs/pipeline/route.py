@@ -28,6 +28,8 @@ VERSION = "4"
 pass's samples; 3: a certain rejection keeps `wrong_answer` whatever the judge said, but CORRECT: `judge_overruled`; 4: a candidate the
 calibrated adjudicator sides against its reference is `suspect_reference`)."""
 
+SUSPECT_EXAMPLES = 5
+"""How many `suspect_reference` rejections the rejected card shows."""
 SUSPECT_REFERENCE = "suspect_reference"
 """The reason of a rejection whose answers all agree on another value than the reference's, which the adjudicator,
 passing its calibration, found the image supports in both orders (`rs.pipeline.sample.adjudicate`): the reference may
@@ -542,6 +544,9 @@ class Routing:
     """With `question_types`: what the model made of each type."""
     rl: int = 0
     """Questions whose pass rate is within the RL repo's bounds (`routes.rl_bounds`)."""
+    suspect_examples: list[dict[str, Any]] = field(default_factory=list)
+    """The first `SUSPECT_EXAMPLES` `suspect_reference` rejections, in item order: `row`, `question` (the exact prompt),
+    `reference`, `agreeing` (the value the model kept giving): what the rejected card shows."""
 
     @property
     def accepted(self) -> int:
@@ -615,9 +620,10 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
         "ending",
         "reasoning_agrees",
         "reasoning",
-    ] + (["prompt", "reference"] if pairs else [])
+    ] + (["prompt", "reference"] if pairs or routes.recovery else [])
     types: dict[str, TypeCounts] = {}
     rl = 0
+    examples: list[dict[str, Any]] = []
     for item, result, kind in _typed_outcomes(paths, routes, columns, type_of):
         rl += _tally_type(types, kind, result, routes)
         decision = result.decision
@@ -627,6 +633,17 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
             disagrees += result.answer.get("reasoning_agrees") is False
         else:
             rejected[decision.reason] += 1
+            if decision.reason == SUSPECT_REFERENCE and len(examples) < SUSPECT_EXAMPLES:
+                evidence = suspect_evidence(result)
+                assert evidence is not None
+                examples.append(
+                    {
+                        "row": item["row"],
+                        "question": item["prompt"],
+                        "reference": item["reference"],
+                        "agreeing": evidence["agreeing"],
+                    }
+                )
         side = "accepted" if result.greedy.accepted else "rejected"  # the greedy answers' lengths
         _count_length(item, tokens[side], loop_tokens[side])
         truncated[side] += item["completion_tokens"] is not None and item["finish_reason"] == "length"
@@ -649,6 +666,7 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
         pair_counts,
         dict(sorted(types.items())) if type_of is not None else None,
         rl,
+        examples,
     )
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import datasets
 import pytest
 
+from rs.audit import audit
+from rs.cli.publish import summary
 from rs.context import BuildContext
 from rs.families import load_families
 from rs.pipeline.publish.stage import publish
@@ -118,6 +120,24 @@ def test_an_adjudicator_that_reads_the_image_marks_the_planted_reference_and_not
     assert outcome.report.totals.rejected_by_reason["suspect_reference"] == 1
     assert outcome.report.totals.rejected_by_reason["wrong_answer"] == 1
 
+    card = (repos["rejected"] / "README.md").read_text()
+    assert "**Suspect references.** 1 of the 2 rejections is a suspect reference (`suspect_reference`)." in card
+    assert "| How many dots?<br>Answer the question using a single word or phrase. | 2 | 3 |" in card
+    assert "It passed, so the candidates it sided against are marked" in card
+    assert (
+        "  suspect references: 1 marked of 1 candidates (1 sided against the reference in both orders; 14 adjudication "
+        "requests); the adjudicator passed its calibration"
+    ) in summary(load_families(tmp_path / "families.yaml")["Shapes"], outcome, dry_run=False).splitlines()
+
+    # `rs audit` recomputes the count from the rejected rows, and finds a card that says otherwise
+    clean = audit(repos["rejected"])
+    assert not clean.findings, clean.findings
+    readme = repos["rejected"] / "README.md"
+    readme.write_text(card.replace("**Suspect references.** 1 of the 2", "**Suspect references.** 2 of the 2"))
+    found = audit(repos["rejected"]).findings
+    assert [(f.what, f.stated, f.truth) for f in found] == [("`suspect_reference` rejections", 2, 1)]
+    readme.write_text(card)
+
     # the candidate's record: the value the model kept giving, in item order
     records = list(read_records(tmp_path / "build" / "Shapes" / "recovery", "adjudication"))
     assert [(r["key"], r["agreeing"], r["against"], r["suspect"]) for r in records] == [("6#0", "3", True, True)]
@@ -133,6 +153,13 @@ def test_an_adjudicator_that_picks_a_position_is_blocked_and_marks_nothing(tmp_p
     assert not cal["passes"]
     assert cal["blocked_reason"].startswith("on wrong references the adjudicator sided against only 0 of 3")
     assert outcome.report.totals.rejected_by_reason["suspect_reference"] == 0
+    card = (repos["rejected"] / "README.md").read_text()
+    assert "**Suspect references.** 0 of the 2 rejections are suspect references" in card
+    assert f"**It did not pass on this run and marked nothing**: {cal['blocked_reason']}." in card
+    assert (
+        "  suspect references: 0 marked of 1 candidates (0 sided against the reference in both orders; 14 adjudication "
+        f"requests); the adjudicator is BLOCKED, it marks nothing: {cal['blocked_reason']}"
+    ) in summary(load_families(tmp_path / "families.yaml")["Shapes"], outcome, dry_run=False).splitlines()
 
 
 def test_too_few_calibration_cases_block_it_even_when_it_is_right(tmp_path: Path, family) -> None:
