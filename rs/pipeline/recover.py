@@ -11,6 +11,11 @@ every question gets a measured pass rate.
 The stage writes one record per sampled item, in item order, with all its samples (`RECOVERY`), into
 `build/<FAMILY>/recovery/` (`recovery.json` its report); routing (`rs.pipeline.route`) then accepts an item one of whose
 samples it accepts (`accepted_by: recovery`).
+
+With `recovery.suspects` (the default), the rejections whose greedy answer and every sample agree on one value the
+reference is not near are then adjudicated by the same model shown the image, after its calibration
+(`rs.pipeline.sample.adjudicate`), into `adjudication-*.parquet` beside the samples: routing rejects those it marks as
+`suspect_reference`.
 """
 
 from __future__ import annotations
