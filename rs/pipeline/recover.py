@@ -272,14 +272,9 @@ class RecoveryPass:
         judge, case = self.greedy.judge, sample_case(v)
         return judge.request(case) if case is not None and judge is not None else None
 
-    def adjudication_requests(
-        self, rows: Iterable[Row], items: Iterator[dict[str, Any]]
-    ) -> Iterator[tuple[str, Request]]:
-        """The adjudicator's requests (the candidates', then with them the calibration cases', in `Dispute.order`), with
-        their cache keys: each sample read from the cache is verified as `run` verifies it. Every sample must be cached."""
-        adjudicator = self.adjudicator
-        if adjudicator is None:
-            return
+    def collect_disputes(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> None:
+        """Find the candidates and the calibration cases from the cached samples, as `run` finds them (each sample read
+        from the cache is verified as `run` verifies it; every sample must be cached); rows may be read without images."""
         drawn = self.draws(rows, items, offer=True)
         while block := list(islice(drawn, 256)):
             asked = [
@@ -293,7 +288,28 @@ class RecoveryPass:
                 for i in range(k):
                     draws.records[i] = sample_record(i, self.settings.seed + i, next(verified))
                 self._complete(draws)
-        yield from adjudicator.keyed(self._disputes_in_order())
+
+    def adjudication_requests(
+        self, rows: Iterable[Row], items: Iterator[dict[str, Any]]
+    ) -> Iterator[tuple[str, Request]]:
+        """The adjudicator's requests (the candidates', then with them the calibration cases', in `Dispute.order`), with
+        their cache keys (`collect_disputes`)."""
+        if self.adjudicator is None:
+            return
+        self.collect_disputes(rows, items)
+        yield from self.adjudicator.keyed(self._disputes_in_order())
+
+    def disputes_with_images(self, rows: Iterable[Row]) -> Iterator[Dispute]:
+        """The disputes found (`run`'s samples, or `collect_disputes`), in the order they are asked, each with its image
+        read from `rows` (the cleaned rows, in order, with their image bytes)."""
+        pending = iter(self._disputes_in_order())
+        dispute = next(pending, None)
+        for index, row in enumerate(rows):
+            while dispute is not None and dispute.row == index:
+                yield replace(dispute, image=row.image)
+                dispute = next(pending, None)
+        if dispute is not None:
+            raise RuntimeError(f"row {dispute.row} of a dispute is not in the cleaned rows; rebuild the family")
 
     def _units(
         self, rows: Iterable[Row], items: Iterator[dict[str, Any]]
@@ -375,21 +391,9 @@ class RecoveryPass:
         assert adjudicator is not None
         report, runner = AdjudicationReport(), adjudicator.runner
         calls = (runner.stats.requests, runner.stats.engine_calls)
-        disputes = self._disputes_in_order()
-
-        def with_images() -> Iterator[Dispute]:
-            pending = iter(disputes)
-            dispute = next(pending, None)
-            for index, row in enumerate(rows):
-                while dispute is not None and dispute.row == index:
-                    yield replace(dispute, image=row.image)
-                    dispute = next(pending, None)
-            if dispute is not None:
-                raise RuntimeError(f"row {dispute.row} of a dispute is not in the cleaned rows; rebuild the family")
-
         candidates: list[tuple[Dispute, list[str]]] = []
         cases: list[tuple[Dispute, list[str]]] = []
-        for dispute, sides in adjudicator.verdicts(with_images()):
+        for dispute, sides in adjudicator.verdicts(self.disputes_with_images(rows)):
             (cases if dispute.truth is not None else candidates).append((replace(dispute, image=None), sides))
         calibration = calibrate_adjudicator(cases, self.config.judge)
         verdicts: Counter[str] = Counter()
