@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import pyarrow as pa
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from rs.answers import Grader
+from rs.answers import Grade, Grader, Kind, render
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.cached_engine import CachedEngine
 from rs.engines.reasoning import ReasoningFormat
@@ -74,22 +74,30 @@ def agreeing_value(
 
     Every answer (the greedy one and each of at least one sample) must be a certain rejection (`Grade.certain`: one
     clean value of the reference's kind that the verifier knows is neither the reference nor near it), and every sample's
-    value must be the greedy answer's: the reader (`rs.answers`) reads each, the greedy value stated as the reference
-    of the sample. Returns the greedy answer's stated value."""
+    value must be the greedy answer's: the reader (`rs.answers`) reads each, the greedy answer's value (`written`) as
+    the sample's reference. Returns that value as written ("3" for "There are 3 dots.")."""
     if greedy is None or not samples:
         return None
     first = grader.grade(greedy, references, item=item)
-    if not first.certain or first.value is None or not first.stated.strip():
+    if not first.certain or first.value is None:
         return None
+    value = written(first)
     for answer in samples:
         if answer is None:
             return None
         grade = grader.grade(answer, references, item=item)
-        if not grade.certain or grade.value is None:
+        if not grade.certain or grade.value is None or not grader.grade(answer, [value], item=item).accepted:
             return None
-        if not grader.grade(answer, [first.stated], item=item).accepted:
-            return None
-    return first.stated
+    return value
+
+
+def written(grade: Grade) -> str:
+    """A graded answer's one clean value, written as a reference would be: "3" for "There are 3 dots.", "50%", "no",
+    "B" (`Grade.value`)."""
+    value = grade.value
+    if grade.kind is Kind.NUMBER:
+        return render(value.value) + ("%" if value.percent else "")
+    return str(value)
 
 
 def clean_value(grader: Grader, item: QAItem, references: Sequence[str], answer: str | None) -> str | None:
@@ -98,7 +106,7 @@ def clean_value(grader: Grader, item: QAItem, references: Sequence[str], answer:
     if answer is None:
         return None
     grade = grader.grade(answer, references, item=item)
-    return grade.stated if grade.value is not None and (grade.accepted or grade.certain) else None
+    return written(grade) if grade.value is not None and (grade.accepted or grade.certain) else None
 
 
 @dataclass(frozen=True)

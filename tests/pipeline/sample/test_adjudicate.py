@@ -32,8 +32,10 @@ SCALE = QAItem("What is the width?", "970", "r3")
     "verifier,item,greedy,samples,expected",
     [
         ("alnum", COUNT, "3", ["3", "3 dots"], "3"),  # the same value, stated two ways
-        ("alnum", COUNT, "three", ["3", "3."], "three"),  # a number word is that number
-        ("alnum", POLAR, "No", ["no", "No."], "No"),
+        ("alnum", COUNT, "three", ["3", "3."], "3"),  # a number word is that number
+        ("alnum", COUNT, "There are 3 dots.", ["3", "3 dots"], "3"),  # the value, written as a reference is
+        ("alnum", COUNT, "50%", ["50%"], "50%"),
+        ("alnum", POLAR, "No", ["no", "No, there is not."], "no"),
         ("mcq", OPTIONS, "B", ["B", "B. dog"], "B"),
         ("alnum", COUNT, "3", ["3", "4"], None),  # the samples disagree
         ("alnum", COUNT, "3", ["3", "about 3"], None),  # a hedge: not a certain rejection
