@@ -25,7 +25,8 @@ QA structs:
 With a recovery pass (`recovery:`), `accepted_by` may be `recovery`, and the QA structs carry what was measured:
 the accepted splits `sample` (the recovered sample's index; null for the greedy answer), `temperature` and `seed`
 (of the answer published), `greedy_answer` (a recovered item's wrong greedy answer), and all three splits
-`pass_rate` and `k` (accepted samples over samples drawn; null where the item was not sampled). With
+`pass_rate` and `k` (accepted samples over samples drawn; null where the item was not sampled), and the rejected split
+`suspect` (`SUSPECT`: the evidence of a `suspect_reference`, null for the other reasons). With
 `recovery.pairs`, a fourth repo holds preference pairs (`PAIRS`, `rs.pipeline.write.pairs`).
 
 `question` is byte-identical to the prompt the model received, instruction included.
@@ -70,6 +71,11 @@ RECOVERED = {
     **MEASURED,
 }
 """The columns a recovery pass adds: to the accepted splits' QA (`RECOVERED`), to the rejected split's (`MEASURED`)."""
+
+SUSPECT = {"agreeing": _STR, "samples": List(_STR), "verdicts": List(_STR)}
+"""A `suspect_reference` rejection's evidence, in the rejected split's QA with a recovery pass (null for the others): the
+value the model kept giving, its samples' final answers, and the adjudicator's two verdicts (`reference` / `other` /
+`unsure`, the reference shown first, then second: `rs.pipeline.sample.adjudicate`)."""
 
 _MESSAGES = List({"role": _STR, "content": _STR})
 
@@ -191,5 +197,9 @@ def features(split: str, *, recovery: bool = False) -> Features:
     """The declared features of one published split; `recovery`: the family has a recovery pass."""
     if split in ROW_SCHEMAS:
         return Features(ROW_SCHEMAS[split])
-    qa = QA[split] if not recovery else {**QA[split], **(MEASURED if split == "rejected" else RECOVERED)}
+    qa = (
+        QA[split]
+        if not recovery
+        else {**QA[split], **({**MEASURED, "suspect": SUSPECT} if split == "rejected" else RECOVERED)}
+    )
     return Features({"image": Image(), "qa": List(qa), "clean_meta": CLEAN_META, "image_sha256": _STR})

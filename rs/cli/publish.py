@@ -61,6 +61,21 @@ def _recovery_line(r: RecoverySummary) -> str:
     )
 
 
+def _suspects_line(s: dict[str, Any]) -> str:
+    """The suspect references (`recovery.suspects`): how many were marked, of how many candidates, and the adjudicator's
+    gate."""
+    cal = s["calibration"]
+    gate = (
+        "the adjudicator passed its calibration"
+        if cal["passes"]
+        else f"the adjudicator is BLOCKED, it marks nothing: {cal['blocked_reason']}"
+    )
+    return (
+        f"  suspect references: {s['marked']:,} marked of {s['candidates']:,} candidates ({s['against']:,} sided against "
+        f"the reference in both orders; {s['requests']:,} adjudication requests); {gate}"
+    )
+
+
 def _endings_line(e: Endings) -> str:
     """How the answers ended, and the tokens loop detection saved."""
     ended = ", ".join(f"{k} {v:,}" for k, v in e.counts.items() if v)
@@ -167,6 +182,8 @@ def summary(family: Family, outcome: PublishReport, *, dry_run: bool, cache: Pat
         lines.append(_endings_line(report.endings))
     if cal:
         lines += _calibration_lines(cal)
+    if report.recovery is not None and report.recovery.suspects is not None:
+        lines.append(_suspects_line(report.recovery.suspects))
     lines.append(_kind_line(report, dry_run=dry_run))
     for split in report.splits:
         lines += _split_lines(outcome, split, dry_run=dry_run)

@@ -48,6 +48,9 @@ and, for a family with a `recovery:` block (`rs.pipeline.recover`), on the same 
 5. recovery_judge: the samples the verifier neither accepts nor knows wrong, verified on the driver
    from the cache by the recover stage's own code (`RecoveryPass.judge_requests`; no calibration: the judge's is the
    greedy pass's);
+5b. adjudication (`recovery.suspects`): the suspect references' candidates and the adjudicator's calibration cases,
+   found on the driver from the cached samples by the recover stage's own code (`RecoveryPass.collect_disputes`), each
+   asked in both orders with its image;
 6. the recover stage (`ensure(RecoverStage(sampled), ctx)`) on the driver: zero engine calls, the recovery store and
    `recovery.json` of a single-process run. A family already sampled runs only steps 4 to 6.
 
@@ -351,9 +354,67 @@ def _recovery_steps(steps: _Steps, promotes: bool) -> None:
             )
             return (stats,)
 
+        def adjudication() -> tuple[StepStats]:
+            stats = StepStats()
+            _adjudication_step(steps, cache, steps.recovery(cache, promotes), stats)
+            return (stats,)
+
         steps.step(("recovery",), sampling)
         if steps.greedy(cache).judge is not None and steps.run.complete:
             steps.step(("recovery_judge",), judge)
+        if recovery.suspects and steps.run.complete:  # the candidates are known once every sample is
+            steps.step(("adjudication",), adjudication)
+
+
+def _adjudication_step(steps: _Steps, cache: GenerationCache, recovering: RecoveryPass, stats: StepStats) -> None:
+    """The suspect references' adjudication (`rs.pipeline.sample.adjudicate`): the candidates and the calibration cases
+    found by the recover stage's own code from the cached samples (`RecoveryPass.collect_disputes`), each dispute's two
+    requests the cache lacks written with its image (`BUILD/FAMILY/ray/adjudication-*.parquet`) and answered by the
+    replicas under the adjudicator's settings, keyed as the single-process pass keys them."""
+    adjudicator = recovering.adjudicator
+    assert adjudicator is not None
+    start = time.perf_counter()
+    recovering.collect_disputes(steps.clean_rows(), steps.greedy_items())
+    directory = steps.ctx.paths.root / "ray"
+    for old in directory.glob("adjudication-*.parquet"):
+        old.unlink()
+    seen: set[bytes] = set()
+    rows = recovering.disputes_with_images(read_clean_rows(steps.ctx.paths.clean))
+    with ParquetStreamWriter(
+        directory, "adjudication", REQUESTS, group_rows=max(64, steps.cluster.batch_size)
+    ) as writer:
+        for dispute in rows:
+            keyed = list(adjudicator.keyed([dispute]))
+            missing = list(_uncached(keyed, cache, stats, steps.lookahead, adjudicator.settings, seen=seen))
+            if not missing:
+                continue
+            stats.sent += len(missing)
+            writer.write(
+                {
+                    "image": dispute.image,
+                    "image_sha256": dispute.image_sha256,
+                    "requests": [
+                        {"key": key, "prompt": request.prompt, "item_key": request.item_key, "sample": 0}
+                        for key, request in missing
+                    ],
+                },
+                size=len(dispute.image or b""),
+            )
+    to_send, stats.sent = stats.sent, 0  # counted again as the answers come back
+    if to_send:
+        steps.cluster.answer(
+            "adjudication",
+            steps.cluster.read([str(p) for p in writer.files]),
+            steps.specs["sampler"],
+            adjudicator.runner.identity_key,
+            adjudicator.settings,
+            cache,
+            stats,
+            to_send,
+        )
+    for path in writer.files:
+        path.unlink()
+    stats.seconds = time.perf_counter() - start
 
 
 def _sampling_step(

@@ -216,6 +216,10 @@ class RecoveryConfig:
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
     pairs: bool = False
     """Publish a fourth repo, `<FAMILY>_RS_pairs`: preference pairs of a verified answer and a wrong one to one question."""
+    suspects: bool = True
+    """Adjudicate the rejections whose answers all agree on one value the reference is not near (the same model, shown
+    the image, picks between the two values in both orders; calibrated like the judge, under `judge`'s thresholds):
+    those it sides against the reference are `suspect_reference`, not `wrong_answer` (`rs.pipeline.sample.adjudicate`)."""
 
     def __post_init__(self) -> None:
         at_least(

@@ -11,6 +11,11 @@ every question gets a measured pass rate.
 The stage writes one record per sampled item, in item order, with all its samples (`RECOVERY`), into
 `build/<FAMILY>/recovery/` (`recovery.json` its report); routing (`rs.pipeline.route`) then accepts an item one of whose
 samples it accepts (`accepted_by: recovery`).
+
+With `recovery.suspects` (the default), the rejections whose greedy answer and every sample agree on one value the
+reference is not near are then adjudicated by the same model shown the image, after its calibration
+(`rs.pipeline.sample.adjudicate`), into `adjudication-*.parquet` beside the samples: routing rejects those it marks as
+`suspect_reference`.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator
 
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.generation_cache import GenerationCache
@@ -28,7 +34,17 @@ from rs.engines.ordered import InOrder
 from rs.families.schema import FamilyConfig, RecoveryConfig
 from rs.pipeline import route
 from rs.pipeline.route import decide
-from rs.pipeline.sample import SampleReport, SamplingPass, Verification
+from rs.pipeline.sample import SampleReport, SamplingPass, Verification, adjudicate
+from rs.pipeline.sample.adjudicate import (
+    ADJUDICATION,
+    AdjudicationReport,
+    AdjudicationSampler,
+    Adjudicator,
+    Dispute,
+    against,
+    agreeing_value,
+)
+from rs.pipeline.sample.adjudicate import calibrate as calibrate_adjudicator
 from rs.pipeline.sample.judge import JudgeCase
 from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.sample.stage import answered, sampling_pass
@@ -40,7 +56,7 @@ from rs.util.progress import progress
 if TYPE_CHECKING:
     from rs.context import BuildContext
 
-VERSION = "1"
+VERSION = "2"
 """What the recovery pass records of an item's samples: bump when a change records or judges some sample otherwise
 (`rs.pipeline.versions`)."""
 
@@ -78,10 +94,11 @@ DECIDING = ("row", "key", "error", "ending", "final", "verified", "judge", "cont
 """The items store's columns that decide whether the pass samples an item (`samples_for`, `rs.pipeline.route.decide`)."""
 
 
-def to_sample(
+def walk(
     rows: Iterable[Row], items: Iterator[dict[str, Any]], promotes: bool, recovery: RecoveryConfig
-) -> Iterator[tuple[int, Row, QAItem, str, int]]:
-    """The items the pass samples, in item order: (row index, row, item, why, k).
+) -> Iterator[tuple[int, Row, QAItem, dict[str, Any], str | None, int]]:
+    """Every item, in item order, with its greedy record and why and how often it is sampled (`samples_for`):
+    (row index, row, item, greedy record, why or None, k).
 
     `items`: the greedy pass's records (their `DECIDING` columns at least), beside their cleaned `rows`."""
     for index, row in enumerate(rows):
@@ -92,8 +109,16 @@ def to_sample(
                     f"the items store does not match the cleaned rows at row {index}; rebuild the family"
                 )
             why, k = samples_for(greedy, promotes, recovery)
-            if why is not None:
-                yield index, row, qa, why, k
+            yield index, row, qa, greedy, why, k
+
+
+def to_sample(
+    rows: Iterable[Row], items: Iterator[dict[str, Any]], promotes: bool, recovery: RecoveryConfig
+) -> Iterator[tuple[int, Row, QAItem, str, int]]:
+    """The items the pass samples, in item order: (row index, row, item, why, k) (`walk`)."""
+    for index, row, qa, _, why, k in walk(rows, items, promotes, recovery):
+        if why is not None:
+            yield index, row, qa, why, k
 
 
 def sample_record(sample: int, seed: int, v: Verification) -> SampleRecord:
@@ -147,25 +172,39 @@ class RecoveryReport:
     seconds: float = 0.0
     inputs: dict[str, Any] | None = None
     """What the pass's fingerprint was computed from (`recovery_inputs`), for `rs refilter`."""
+    adjudication: AdjudicationReport | None = None
+    """The suspect references (`recovery.suspects`): candidates, verdicts, the adjudicator's calibration; None when off."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         for name in ("items", "endings", "verdicts"):
             d[name] = dict(sorted(getattr(self, name).items()))
+        d["adjudication"] = self.adjudication.to_dict() if self.adjudication is not None else None
         return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RecoveryReport:
-        return cls(**{**data, **{k: Counter(data[k]) for k in ("items", "endings", "verdicts")}})
+        adjudication = data.get("adjudication")
+        return cls(
+            **{
+                **data,
+                **{k: Counter(data[k]) for k in ("items", "endings", "verdicts")},
+                "adjudication": AdjudicationReport.from_dict(adjudication) if adjudication else None,
+            }
+        )
 
 
 class _Draws:
     """One item's samples on their way: the request, then a record per sample."""
 
-    __slots__ = ("row", "item", "prompt", "why", "k", "records")
+    __slots__ = ("row", "item", "prompt", "why", "k", "records", "greedy", "image_sha256", "at")
 
-    def __init__(self, row: int, item: QAItem, prompt: str, why: str, k: int):
+    def __init__(
+        self, row: int, item: QAItem, prompt: str, why: str, k: int, greedy: str | None, image_sha256: str, at: int
+    ):
         self.row, self.item, self.prompt, self.why, self.k = row, item, prompt, why, k
+        self.greedy, self.image_sha256, self.at = greedy, image_sha256, at
+        """The greedy answer's final answer; the image's hash; the item's position in the items store."""
         self.records: dict[int, SampleRecord] = {}
 
 
@@ -182,19 +221,37 @@ class RecoveryPass:
         self.settings = recovery_settings(config, greedy.settings)
         self.report = RecoveryReport()
         self.progress = progress
+        self.adjudicator: Adjudicator | None = None
+        if self.recovery.suspects:
+            runner = greedy.runner
+            self.adjudicator = Adjudicator(
+                runner,
+                reasoning=config.model.reasoning,
+                chat_template_kwargs=greedy.settings.chat_template_kwargs,
+                tokenizer=getattr(runner.engine, "tokenizer", None),
+            )
+        self._disputes = AdjudicationSampler(greedy.grader, greedy.calibration, config.judge.calibration_samples)
+        self._candidates: list[Dispute] = []
 
     def draws(
-        self, rows: Iterable[Row], items: Iterator[dict[str, Any]]
-    ) -> Iterator[tuple[int, QAItem, str, int, Request]]:
-        """The items the pass samples (`to_sample`), in item order: (row index, item, why, k, request of its k samples);
-        rows read without their image bytes key the same."""
-        instructions = self.greedy.instructions
-        for index, row, qa, why, k in to_sample(rows, items, self.promotes, self.recovery):
-            yield index, qa, why, k, sampling_request(qa, instructions, row.image_sha256, row.image)
+        self, rows: Iterable[Row], items: Iterator[dict[str, Any]], *, offer: bool = False
+    ) -> Iterator[tuple[int, QAItem, str, int, Request, str | None, int]]:
+        """The items the pass samples (`to_sample`), in item order: (row index, item, why, k, request of its k samples,
+        the greedy final answer, the item's position among all items); rows read without their image bytes key the same.
+        With `offer` (and an adjudicator), the questions the verifier accepted greedily are offered to the adjudicator's
+        calibration cases."""
+        instructions, offering = self.greedy.instructions, offer and self.adjudicator is not None
+        for at, (index, row, qa, greedy, why, k) in enumerate(walk(rows, items, self.promotes, self.recovery)):
+            if offering and greedy["verified"] and greedy["error"] is None:
+                prompt = sampling_request(qa, instructions, row.image_sha256).prompt
+                self._disputes.offer_accepted(index, at, prompt, qa, greedy["final"], row.image_sha256)
+            if why is not None:
+                request = sampling_request(qa, instructions, row.image_sha256, row.image)
+                yield index, qa, why, k, request, greedy["final"], at
 
     def sample_requests(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> Iterator[tuple[str, Request]]:
         """The requests `run` sends for the samples, one a sample, with their cache keys."""
-        for _, _, _, k, request in self.draws(rows, items):
+        for _, _, _, k, request, _, _ in self.draws(rows, items):
             for i in range(k):
                 one = request.one(i)
                 yield self.greedy.runner.key(one, self.settings), one
@@ -204,7 +261,7 @@ class RecoveryPass:
         verified as `run` verifies it. Every sample must be cached: one that is not raises."""
         asked = (
             (self.greedy.runner.key(one, self.settings), one, item)
-            for _, item, _, k, request in self.draws(rows, items)
+            for _, item, _, k, request, _, _ in self.draws(rows, items)
             for one in map(request.one, range(k))
         )
         verified = self.greedy.cached(asked, self.settings, calibrating=False)
@@ -215,17 +272,85 @@ class RecoveryPass:
         judge, case = self.greedy.judge, sample_case(v)
         return judge.request(case) if case is not None and judge is not None else None
 
+    def collect_disputes(self, rows: Iterable[Row], items: Iterator[dict[str, Any]]) -> None:
+        """Find the candidates and the calibration cases from the cached samples, as `run` finds them (each sample read
+        from the cache is verified as `run` verifies it; every sample must be cached); rows may be read without images."""
+        drawn = self.draws(rows, items, offer=True)
+        while block := list(islice(drawn, 256)):
+            asked = [
+                (self.greedy.runner.key(one, self.settings), one, item)
+                for _, item, _, k, request, _, _ in block
+                for one in map(request.one, range(k))
+            ]
+            verified = self.greedy.cached(asked, self.settings, calibrating=False)
+            for index, item, why, k, request, greedy, at in block:
+                draws = _Draws(index, item, request.prompt, why, k, greedy, request.image_hash(), at)
+                for i in range(k):
+                    draws.records[i] = sample_record(i, self.settings.seed + i, next(verified))
+                self._complete(draws)
+
+    def adjudication_requests(
+        self, rows: Iterable[Row], items: Iterator[dict[str, Any]]
+    ) -> Iterator[tuple[str, Request]]:
+        """The adjudicator's requests (the candidates', then with them the calibration cases', in `Dispute.order`), with
+        their cache keys (`collect_disputes`)."""
+        if self.adjudicator is None:
+            return
+        self.collect_disputes(rows, items)
+        yield from self.adjudicator.keyed(self._disputes_in_order())
+
+    def disputes_with_images(self, rows: Iterable[Row]) -> Iterator[Dispute]:
+        """The disputes found (`run`'s samples, or `collect_disputes`), in the order they are asked, each with its image
+        read from `rows` (the cleaned rows, in order, with their image bytes)."""
+        pending = iter(self._disputes_in_order())
+        dispute = next(pending, None)
+        for index, row in enumerate(rows):
+            while dispute is not None and dispute.row == index:
+                yield replace(dispute, image=row.image)
+                dispute = next(pending, None)
+        if dispute is not None:
+            raise RuntimeError(f"row {dispute.row} of a dispute is not in the cleaned rows; rebuild the family")
+
     def _units(
         self, rows: Iterable[Row], items: Iterator[dict[str, Any]]
     ) -> Iterator[tuple[_Draws, list[tuple[int, Request]]]]:
-        for index, qa, why, k, request in self.draws(rows, items):
+        for index, qa, why, k, request, greedy, at in self.draws(rows, items, offer=True):
             self.report.items[why] += 1
-            yield _Draws(index, qa, request.prompt, why, k), [(i, request.one(i)) for i in range(k)]
+            draws = _Draws(index, qa, request.prompt, why, k, greedy, request.image_hash(), at)
+            yield draws, [(i, request.one(i)) for i in range(k)]
+
+    def _complete(self, draws: _Draws) -> None:
+        """An item whose k samples are all in: a candidate (`agreeing_value`), or a calibration case when a sample the
+        verifier accepted recovered it from a certainly wrong greedy answer."""
+        if self.adjudicator is None or draws.why != "rejected":
+            return
+        samples = [draws.records[i] for i in range(draws.k)]
+        item, references = draws.item, draws.item.all_references()
+        finals = [s.final if s.error is None else None for s in samples]
+        agreeing = agreeing_value(self.greedy.grader, item, references, draws.greedy, finals)
+        if agreeing is not None:
+            self._candidates.append(
+                Dispute(draws.row, draws.at, item.key, draws.prompt, item.answer, agreeing, draws.image_sha256)
+            )
+        elif any(s.verified for s in samples):
+            self._disputes.offer_recovered(draws.row, draws.at, draws.prompt, item, draws.greedy, draws.image_sha256)
+
+    def _disputes_in_order(self) -> list[Dispute]:
+        """The candidates and the calibration cases, in the order they are asked (`Dispute.order`)."""
+        return sorted(self._candidates + self._disputes.cases(), key=lambda d: d.order)
 
     def run(
-        self, rows: Iterable[Row], items: Iterator[dict[str, Any]], out_dir: str | Path, *, total: int | None = None
+        self,
+        rows: Iterable[Row],
+        items: Iterator[dict[str, Any]],
+        out_dir: str | Path,
+        *,
+        total: int | None = None,
+        images: Callable[[], Iterable[Row]] | None = None,
     ) -> RecoveryReport:
-        """Sample every item the greedy pass rejected (`items`: its records, in item order, beside their cleaned `rows`)."""
+        """Sample every item the greedy pass rejected (`items`: its records, in item order, beside their cleaned `rows`);
+        then, with an adjudicator, adjudicate the candidates and the calibration cases, their images read again from
+        `images()` (the cleaned rows, in order), into `adjudication-*.parquet` beside the samples."""
         start = time.perf_counter()
         runner, judge = self.greedy.runner, self.greedy.judge
         streams: list[Any] = [runner.stream(self.settings)]
@@ -255,8 +380,43 @@ class RecoveryPass:
         if judge is not None:
             self.report.judge_requests = judge.runner.stats.requests - calls[2]
             self.report.judge_engine_calls = judge.runner.stats.engine_calls - calls[3]
+        if self.adjudicator is not None and images is not None:  # after the samples' counts: it uses the same runner
+            self.report.adjudication = self._adjudicate(images(), out_dir)
         self.report.seconds = time.perf_counter() - start
         return self.report
+
+    def _adjudicate(self, rows: Iterable[Row], out_dir: str | Path) -> AdjudicationReport:
+        """Ask the adjudicator about every dispute, with its image; calibrate it; write the candidates' records."""
+        adjudicator = self.adjudicator
+        assert adjudicator is not None
+        report, runner = AdjudicationReport(), adjudicator.runner
+        calls = (runner.stats.requests, runner.stats.engine_calls)
+        candidates: list[tuple[Dispute, list[str]]] = []
+        cases: list[tuple[Dispute, list[str]]] = []
+        for dispute, sides in adjudicator.verdicts(self.disputes_with_images(rows)):
+            (cases if dispute.truth is not None else candidates).append((replace(dispute, image=None), sides))
+        calibration = calibrate_adjudicator(cases, self.config.judge)
+        verdicts: Counter[str] = Counter()
+        with ParquetStreamWriter(out_dir, "adjudication", ADJUDICATION) as writer:
+            for dispute, sides in candidates:
+                marked = against(sides)
+                verdicts.update(sides)
+                report.against += marked
+                report.suspects += marked and calibration.passes
+                writer.write(
+                    {
+                        "row": dispute.row,
+                        "key": dispute.key,
+                        "agreeing": dispute.other,
+                        "verdicts": sides,
+                        "against": marked,
+                        "suspect": marked and calibration.passes,
+                    }
+                )
+        report.candidates, report.calibration, report.verdicts = len(candidates), calibration, dict(verdicts)
+        report.requests = runner.stats.requests - calls[0]
+        report.engine_calls = runner.stats.engine_calls - calls[1]
+        return report
 
     def _answered(self, draws: _Draws, sample: int, gen: Generation) -> list[tuple[int, Request]]:
         v = self.greedy.verify(draws.item, draws.prompt, gen, calibrating=False)
@@ -270,6 +430,8 @@ class RecoveryPass:
         report.no_final_answer += gen.error is None and gen.answer is None and gen.ending != "repetition"
         report.endings[gen.ending] += 1
         draws.records[sample] = sample_record(sample, self.settings.seed + sample, v)
+        if len(draws.records) == draws.k:
+            self._complete(draws)
         request = self.verdict_request(v)
         return [(sample, request)] if request is not None else []
 
@@ -291,7 +453,8 @@ def recovery_inputs(ctx: BuildContext, sampled: SampleReport) -> dict[str, Any]:
             "sample": sampled.fingerprint,
             "promotes": sampled.promotes,
             "recovery": asdict(recovery) if recovery else None,
-            "versions": {"recovery": VERSION, "route": route.VERSION},
+            "versions": {"recovery": VERSION, "route": route.VERSION, "adjudicate": adjudicate.VERSION},
+            "judge": asdict(ctx.family.config.judge) if recovery and recovery.suspects else None,
         }
     )
 
@@ -320,10 +483,11 @@ class RecoverStage(StoredStage[RecoveryReport | None]):
         with ctx.passes(), GenerationCache(ctx.cache_path) as cache:
             recovery = self._pass(ctx, cache, "requests", progress=False)
             yield from recovery.sample_requests(*self._stores(ctx, images=False))
-            if recovery.greedy.judge is not None and answered(
-                recovery.sample_requests(*self._stores(ctx, images=False)), cache, recovery.settings
-            ):
+            if not answered(recovery.sample_requests(*self._stores(ctx, images=False)), cache, recovery.settings):
+                return
+            if recovery.greedy.judge is not None:
                 yield from recovery.judge_requests(*self._stores(ctx, images=False))
+            yield from recovery.adjudication_requests(*self._stores(ctx, images=False))
 
     @contextmanager
     def hold(self, ctx: BuildContext) -> Iterator[None]:
@@ -341,7 +505,7 @@ class RecoverStage(StoredStage[RecoveryReport | None]):
             return None
         with GenerationCache(ctx.cache_path) as cache:
             report = self._pass(ctx, cache, "recovery", progress=ctx.progress).run(
-                *self._stores(ctx), self.store.tmp(paths)
+                *self._stores(ctx), self.store.tmp(paths), images=lambda: read_clean_rows(paths.clean)
             )
         report.inputs = recovery_inputs(ctx, self.sampled)
         return report

@@ -23,9 +23,17 @@ if TYPE_CHECKING:
     from rs.engines.base import Request
     from rs.families.schema import FamilyConfig, QuestionTypesConfig
 
-VERSION = "3"
+VERSION = "4"
 """Which split an answered item goes to: bump when a change routes some item otherwise (`rs.pipeline.versions`; 2: the recovery
-pass's samples; 3: a certain rejection keeps `wrong_answer` whatever the judge said, but CORRECT: `judge_overruled`)."""
+pass's samples; 3: a certain rejection keeps `wrong_answer` whatever the judge said, but CORRECT: `judge_overruled`; 4: a candidate the
+calibrated adjudicator sides against its reference is `suspect_reference`)."""
+
+SUSPECT_EXAMPLES = 5
+"""How many `suspect_reference` rejections the rejected card shows."""
+SUSPECT_REFERENCE = "suspect_reference"
+"""The reason of a rejection whose answers all agree on another value than the reference's, which the adjudicator,
+passing its calibration, found the image supports in both orders (`rs.pipeline.sample.adjudicate`): the reference may
+be what is wrong. Never in a preference pair, nor in the RL repo."""
 
 
 NOT_ASKED = "NOT_ASKED"
@@ -177,6 +185,8 @@ class Outcome:
     """Samples accepted."""
     why: str | None = None
     """Why it was sampled (`rs.pipeline.recover.SAMPLED_FOR`), when it was."""
+    adjudication: dict[str, Any] | None = None
+    """Its adjudication record (`rs.pipeline.sample.adjudicate.ADJUDICATION`), when it was a candidate."""
 
     @property
     def pass_rate(self) -> float | None:
@@ -197,10 +207,12 @@ def outcome(item: dict[str, Any], draws: dict[str, Any] | None, promotes: bool) 
     greedy = decide(item, promotes)
     if draws is None:
         return Outcome(greedy, greedy, item)
-    samples, why = draws["samples"], draws.get("why")
+    samples, why, adjudication = draws["samples"], draws.get("why"), draws.get("adjudication")
     accepted = [s for s in samples if decide(s, promotes).accepted]
     if greedy.accepted or not accepted:
-        return Outcome(greedy, greedy, item, samples, len(accepted), why)
+        if not greedy.accepted and adjudication is not None and adjudication["suspect"]:
+            return Outcome(Decision(False, reason=SUSPECT_REFERENCE), greedy, item, samples, 0, why, adjudication)
+        return Outcome(greedy, greedy, item, samples, len(accepted), why, adjudication)
     chosen = next((s for s in accepted if s["reasoning_agrees"] is not False), accepted[0])
     return Outcome(Decision(True, by="recovery"), greedy, chosen, samples, len(accepted), why)
 
@@ -223,7 +235,9 @@ def qa_entry(split: str, item: dict[str, Any], result: Outcome, routes: Routes) 
             "wrong_vlm": item["final"] or "",
             "reason": decision.reason,
         }
-        return {**qa, "pass_rate": result.pass_rate, "k": result.k} if routes.recovery else qa
+        if not routes.recovery:
+            return qa
+        return {**qa, "pass_rate": result.pass_rate, "k": result.k, "suspect": suspect_evidence(result)}
     if not decision.accepted or split == "think" and kept_out_of_think(answer, routes.needs_agreeing_reasoning):
         return None
     if split == "nothink":
@@ -246,6 +260,17 @@ def qa_entry(split: str, item: dict[str, Any], result: Outcome, routes: Routes) 
     return {**qa, **_provenance(item, result, routes)} if routes.recovery else qa
 
 
+def suspect_evidence(result: Outcome) -> dict[str, Any] | None:
+    """A `suspect_reference` rejection's evidence (`rs.splits_schema.SUSPECT`); None for any other outcome."""
+    if result.decision.reason != SUSPECT_REFERENCE or result.adjudication is None:
+        return None
+    return {
+        "agreeing": result.adjudication["agreeing"],
+        "samples": [s["final"] or "" for s in result.samples or ()],
+        "verdicts": list(result.adjudication["verdicts"]),
+    }
+
+
 def _provenance(item: dict[str, Any], result: Outcome, routes: Routes) -> dict[str, Any]:
     """Which answer an accepted row carries (the greedy one, or recovery sample `sample`) and what was measured."""
     recovered = result.recovered
@@ -264,7 +289,7 @@ def outcomes(
 ) -> Iterator[tuple[dict[str, Any], Outcome]]:
     """Every item of the items store with its outcome, in item order (the recovery store joined by row and key)."""
     build_dir = Path(build_dir)
-    draws = read_records(build_dir / "recovery", "recovery") if routes.recovery else iter(())
+    draws = _adjudicated(build_dir / "recovery") if routes.recovery else iter(())
     pending = next(draws, None)
     for item in read_records(build_dir / "items", "items", columns=columns):
         mine = None
@@ -274,6 +299,22 @@ def outcomes(
     if pending is not None:
         raise RuntimeError(
             f"the recovery store of {build_dir} has items the items store lacks (row {pending['row']}); "
+            "rebuild the family"
+        )
+
+
+def _adjudicated(recovery: Path) -> Iterator[dict[str, Any]]:
+    """The recovery store's records, each candidate's with its adjudication record (`adjudication-*.parquet`, in item
+    order) as `adjudication`."""
+    adjudicated = read_records(recovery, "adjudication")
+    pending = next(adjudicated, None)
+    for draws in read_records(recovery, "recovery"):
+        if pending is not None and pending["row"] == draws["row"] and pending["key"] == draws["key"]:
+            draws["adjudication"], pending = pending, next(adjudicated, None)
+        yield draws
+    if pending is not None:
+        raise RuntimeError(
+            f"the adjudication records of {recovery} name an item its samples lack (row {pending['row']}); "
             "rebuild the family"
         )
 
@@ -321,7 +362,7 @@ def routes_for(ctx: BuildContext, promotes: bool) -> Routes:
 def in_rl_bounds(result: Outcome, bounds: tuple[float, float]) -> bool:
     """A question for RL: measured, and its pass rate strictly within the bounds (`Routes.rl_bounds`)."""
     rate = result.pass_rate
-    return rate is not None and bounds[0] < rate < bounds[1]
+    return rate is not None and bounds[0] < rate < bounds[1] and result.decision.reason != SUSPECT_REFERENCE
 
 
 @dataclass(frozen=True)
@@ -339,7 +380,7 @@ def pair_of(item: dict[str, Any], result: Outcome, routes: Routes) -> Pair | Non
     """The preference pair one item makes, if any (`rs.pipeline.write.pairs`): its published answer, when its reasoning
     agrees with it, and the first of its greedy answer and samples that is certainly wrong."""
     if not result.decision.accepted or result.answer.get("reasoning_agrees") is False:
-        return None
+        return None  # a suspect reference is rejected: in no pair, in neither role
     wrong = [("greedy", item)] if result.recovered else []
     wrong += [("sample", s) for s in result.samples or ()]
     for source, answer in wrong:
@@ -503,6 +544,9 @@ class Routing:
     """With `question_types`: what the model made of each type."""
     rl: int = 0
     """Questions whose pass rate is within the RL repo's bounds (`routes.rl_bounds`)."""
+    suspect_examples: list[dict[str, Any]] = field(default_factory=list)
+    """The first `SUSPECT_EXAMPLES` `suspect_reference` rejections, in item order: `row`, `question` (the exact prompt),
+    `reference`, `agreeing` (the value the model kept giving): what the rejected card shows."""
 
     @property
     def accepted(self) -> int:
@@ -576,9 +620,10 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
         "ending",
         "reasoning_agrees",
         "reasoning",
-    ] + (["prompt", "reference"] if pairs else [])
+    ] + (["prompt", "reference"] if pairs or routes.recovery else [])
     types: dict[str, TypeCounts] = {}
     rl = 0
+    examples: list[dict[str, Any]] = []
     for item, result, kind in _typed_outcomes(paths, routes, columns, type_of):
         rl += _tally_type(types, kind, result, routes)
         decision = result.decision
@@ -588,6 +633,17 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
             disagrees += result.answer.get("reasoning_agrees") is False
         else:
             rejected[decision.reason] += 1
+            if decision.reason == SUSPECT_REFERENCE and len(examples) < SUSPECT_EXAMPLES:
+                evidence = suspect_evidence(result)
+                assert evidence is not None
+                examples.append(
+                    {
+                        "row": item["row"],
+                        "question": item["prompt"],
+                        "reference": item["reference"],
+                        "agreeing": evidence["agreeing"],
+                    }
+                )
         side = "accepted" if result.greedy.accepted else "rejected"  # the greedy answers' lengths
         _count_length(item, tokens[side], loop_tokens[side])
         truncated[side] += item["completion_tokens"] is not None and item["finish_reason"] == "length"
@@ -610,6 +666,7 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
         pair_counts,
         dict(sorted(types.items())) if type_of is not None else None,
         rl,
+        examples,
     )
 
 

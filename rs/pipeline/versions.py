@@ -28,6 +28,7 @@ from pathlib import Path
 import rs.pipeline.clean.decontam.methods
 import rs.pipeline.recover
 import rs.pipeline.route
+import rs.pipeline.sample.adjudicate
 from rs.pipeline.pieces import Piece, code_digest, files_of
 from rs.pipeline.sample.stage import SAMPLE_PIECES
 from rs.registry import VERIFIERS
@@ -39,6 +40,14 @@ RECOVERY = Piece(
     "recovery", rs.pipeline.recover, "VERSION", ("pipeline/recover.py", "records.py", "engines/ordered.py")
 )
 """The recovery pass: which items it samples (with routing's version) and what it records of each sample."""
+ADJUDICATION = Piece(
+    "adjudicate",
+    rs.pipeline.sample.adjudicate,
+    "VERSION",
+    ("pipeline/sample/adjudicate.py", "templates/adjudicate_prompt.jinja"),
+)
+"""The suspect references: which rejections are candidates, what the adjudicator is asked, how it is measured (in the
+recovery pass's fingerprint)."""
 DECONTAMINATION = Piece(
     "decontamination",
     rs.pipeline.clean.decontam.methods,
@@ -64,7 +73,7 @@ def builtin_verifier_pieces() -> list[Piece]:
 
 def all_pieces() -> list[Piece]:
     """Every versioned piece the lock file holds."""
-    return [*SAMPLE_PIECES, ROUTE, RECOVERY, DECONTAMINATION, *builtin_verifier_pieces()]
+    return [*SAMPLE_PIECES, ROUTE, RECOVERY, ADJUDICATION, DECONTAMINATION, *builtin_verifier_pieces()]
 
 
 @lru_cache(maxsize=1)

@@ -137,4 +137,21 @@ def _project_recovery(ctx: BuildContext, sampled: SampleReport, items: list[dict
         difficulty_tokens=difficulty,
         rl=rl,
         rl_bounds=routes.rl_bounds,
+        adjudication=_adjudication(report, ctx.family.config.judge.calibration_samples),
     )
+
+
+def _adjudication(report: RecoveryReport, samples: int) -> dict[str, int] | None:
+    """What the suspect references' adjudication asked on the plan's images (`rs.plan.report.RecoveryProjection`)."""
+    a = report.adjudication
+    if a is None:
+        return None
+    cal = a.calibration
+    cases = cal.wrong_reference.total + cal.right_reference.total if cal is not None else 0
+    return {
+        "candidates": a.candidates,
+        "cases": cases,
+        "requests": a.requests,
+        "sent": a.engine_calls,
+        "most_cases": 2 * samples,
+    }

@@ -186,9 +186,24 @@ def _recovery_lines(p: Projection, r: RecoveryProjection, greedy_tokens: float |
             f"  at the same {p.tokens_per_second:,.0f} output tokens/s: {hours:,.2f} hours of engine time; "
             f"greedy and recovery together {greedy + hours:,.2f} hours"
         )
+    if r.adjudication is not None:
+        out.append(_suspects_line(p, r))
     if r.rl is not None:
         out += _rl_lines(p, r)
     return out
+
+
+def _suspects_line(p: Projection, r: RecoveryProjection) -> str:
+    """The suspect references' adjudication (`recovery.suspects`): its requests on the plan's images, projected."""
+    a = r.adjudication
+    assert a is not None and p.family_qa is not None
+    family = round(2 * a["candidates"] * p.family_qa / r.items) if r.items else 0
+    return (
+        f"  suspect references: {a['candidates']} candidates here, {a['requests']} adjudication requests "
+        f"({a['sent']} sent; two per candidate and per calibration case, {a['cases']} cases, each with the image and "
+        f"at most 4 output tokens); whole family: about {family:,} for the candidates, and the calibration's at most "
+        f"{2 * a['most_cases']:,}"
+    )
 
 
 def _rl_lines(p: Projection, r: RecoveryProjection) -> list[str]:

@@ -68,6 +68,10 @@ class RecoveryProjection:
     rl: int | None = None
     """Questions of the plan's images within the RL repo's pass-rate bounds; None: the family publishes no RL repo."""
     rl_bounds: tuple[float, float] | None = None
+    adjudication: dict[str, int] | None = None
+    """The suspect references' adjudication on the plan's images (`recovery.suspects`): `candidates`, `cases` (its
+    calibration cases), `requests` (two per dispute, with the image), `sent` and `most_cases` (the calibration's most
+    cases: `judge.calibration_samples` of each kind); None when off."""
 
     @property
     def share(self) -> float:

@@ -200,9 +200,10 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     steps = printed["ray"]["steps"]
     assert printed["ray"]["replicas"] == 1
-    # four pipelines (sampling, judge with the calibration, recovery, recovery judge), each read one parquet file: one
-    # footer reader each (Ray Data's own pool is 32 a read)
-    assert footer_readers() - readers == 4
+    # four pipelines (sampling, judge with the calibration, recovery, recovery judge), and the adjudication's when it
+    # sends anything, each read one parquet file: one footer reader each (Ray Data's own pool is 32 a read)
+    adjudicated = steps["adjudication"]
+    assert footer_readers() - readers == 4 + (adjudicated["sent"] > 0)
     assert (steps["sampling"]["cached"], steps["sampling"]["sent"], steps["sampling"]["stored"]) == (
         18 - lost,
         lost,
@@ -220,6 +221,11 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
     assert steps["recovery_judge"]["requests"] == recovery.judge_requests
     assert printed["recovery"]["sampling_engine_calls"] == 0 and printed["recovery"]["judge_engine_calls"] == 0
     assert printed["recovery"]["samples"] == recovery.samples and printed["recovery"]["judged"] == recovery.judged
+    # the suspect references' adjudication on the replicas too, keyed as one process keys it: the driver sends nothing
+    # (the tiny model's answers make no dispute here, so none is sent; tests/pipeline/recover/test_suspects.py has some)
+    assert adjudicated["requests"] == recovery.adjudication.requests and adjudicated["sent"] == adjudicated["stored"]
+    assert printed["recovery"]["adjudication"]["engine_calls"] == 0
+    assert printed["recovery"]["adjudication"]["requests"] == recovery.adjudication.requests
     assert items(ctx) == items(single)
     assert recovered(ctx) == recovered(single) and pairs(ctx) == pairs(single)
     assert cache_contents(ctx.cache_path) == cache_contents(single.cache_path)
@@ -251,11 +257,13 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
     # a family already sampled still gets its recovery steps (here: all cached, nothing sent)
     ctx.paths.recovery_report.unlink()
     run = sample_on_ray(ctx, runtime_env={"env_vars": ENV}, **REPLICAS)
-    assert set(run.steps) == {"recovery", "recovery_judge"} and all(s.sent == 0 for s in run.steps.values())
+    assert set(run.steps) == {"recovery", "recovery_judge", "adjudication"}
+    assert all(s.sent == 0 for s in run.steps.values())
     assert run.steps["recovery"].cached == recovery.samples
     assert (
         run.recovery.sampling_engine_calls == 0
         and run.recovery.judge_engine_calls == 0
+        and run.recovery.adjudication.engine_calls == 0
         and recovered(ctx) == recovered(single)
     )
 

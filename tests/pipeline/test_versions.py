@@ -11,7 +11,18 @@ import pytest
 
 import rs.pipeline.versions
 from rs.pipeline.pieces import normalised
-from rs.pipeline.versions import LOCK, RECOVERY, ROUTE, all_pieces, current, identities, main, recorded, unbumped
+from rs.pipeline.versions import (
+    ADJUDICATION,
+    LOCK,
+    RECOVERY,
+    ROUTE,
+    all_pieces,
+    current,
+    identities,
+    main,
+    recorded,
+    unbumped,
+)
 from rs.pipeline.write.provenance import versions_digest
 from rs.registry import VERIFIERS
 from rs.verifiers.exact import ExactVerifier
@@ -49,7 +60,7 @@ def test_the_recovery_fingerprint_holds_the_versions_of_the_pieces_the_lock_reco
 
     ctx = SimpleNamespace(family=SimpleNamespace(config=SimpleNamespace(recovery=None)))
     inputs = recovery_inputs(ctx, SimpleNamespace(fingerprint="sampled", promotes=False))  # type: ignore[arg-type]
-    assert inputs["versions"] == {piece.name: piece.version for piece in (RECOVERY, ROUTE)}
+    assert inputs["versions"] == {piece.name: piece.version for piece in (RECOVERY, ROUTE, ADJUDICATION)}
 
 
 def test_comments_docstrings_and_formatting_do_not_count_a_rule_does() -> None:

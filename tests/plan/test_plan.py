@@ -179,6 +179,21 @@ def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None
     )
     greedy_hours, hours = p.family_tokens() / 1000 / 3600, extra / 1000 / 3600
     assert f"{hours:,.2f} hours of engine time; greedy and recovery together {greedy_hours + hours:,.2f} hours" in text
+    # the suspect references' adjudication (on by default with recovery): its requests, and their cost projected
+    a, cal = measured["adjudication"], measured["adjudication"]["calibration"]
+    cases = cal["wrong_reference"]["total"] + cal["right_reference"]["total"]
+    assert a["requests"] == 2 * (a["candidates"] + cases) > 0
+    assert r.adjudication == {
+        "candidates": a["candidates"],
+        "cases": cases,
+        "requests": a["requests"],
+        "sent": a["engine_calls"],
+        "most_cases": 2 * family.config.judge.calibration_samples,
+    }
+    assert (
+        f"  suspect references: {a['candidates']} candidates here, {a['requests']} adjudication requests "
+        f"({a['engine_calls']} sent; two per candidate and per calibration case, {cases} cases"
+    ) in text
 
 
 @pytest.mark.slow

@@ -373,6 +373,11 @@ def test_each_noise_kind_appears_at_probability_one(kind):
     noisy = list(source)
     assert source.noise_counts[kind] > 0
     found = detect(noisy)
+    if kind == "wrong_reference":  # the data alone cannot tell it, as the cleaning cannot: the scene can
+        assert found == dict.fromkeys(NOISE_KINDS, 0)
+        wrong = sum(answer(source.scene(i), q.question) != q.answer for i, r in enumerate(noisy) for q in r.qa)
+        assert wrong == source.noise_counts[kind] == len(source.planted()) == sum(len(r.qa) for r in clean)
+        return
     assert found[kind] > 0, found
     others = {k: v for k, v in found.items() if k != kind and v}
     if kind != "empty_field":  # an empty question reads as 'nothing off-vocabulary', nothing else
@@ -499,3 +504,26 @@ def test_cli(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "wrote 3 images" in out and "duplicate_qa=" in out
     assert len((tmp_path / "cli" / "metadata.jsonl").read_text().splitlines()) == 24
+
+
+def test_wrong_references_are_planted_of_the_right_kind_known_to_the_source_alone() -> None:
+    """`noise: {wrong_reference: p}`: clean questions get a wrong value of their reference's kind; every other item and
+    every other kind of noise is what it is without it; the truth is the source's (`planted`), not the data's."""
+    noise = {"off_task": 0.1, "duplicate_qa": 0.1, "flattened_mc": 0.1}
+    clean = SyntheticSource(seed=3, num_images=40, noise=noise)
+    noisy = SyntheticSource(seed=3, num_images=40, noise={**noise, "wrong_reference": 0.2})
+    planted = noisy.planted()
+    before = {q.key: q for r in clean for q in r.qa}
+    after = {q.key: q for r in noisy for q in r.qa}
+    assert before.keys() == after.keys() and noisy.noise_counts["wrong_reference"] == len(planted) > 10
+    assert {k: v for k, v in clean.noise_counts.items()} == {
+        k: v for k, v in noisy.noise_counts.items() if k != "wrong_reference"
+    }
+    for key, item in after.items():
+        if key not in planted:
+            assert item == before[key]
+            continue
+        wrong, true = planted[key]
+        assert item.answer == wrong != true == before[key].answer and item.question == before[key].question
+        assert wrong.isdigit() == true.isdigit() and (true in ("yes", "no")) == (wrong in ("yes", "no"))
+    assert SyntheticSource(seed=3, num_images=40, noise=noise).planted() == {}

@@ -267,6 +267,10 @@ class RecoverySummary:
     """Items per `PASS_RATE_BINS` bin, by what they are: `greedy_accepted`, `recovered`, `rejected`."""
     pairs: dict[str, Any] | None = None
     """`rs.pipeline.write.pairs.PairCounts`, when the family publishes pairs."""
+    suspects: dict[str, Any] | None = None
+    """The suspect references (`recovery.suspects`): `candidates`, `against`, `marked` (the `suspect_reference`
+    rejections), `requests`, the adjudicator's `calibration` and the first `examples`
+    (`rs.pipeline.sample.adjudicate`); None when off."""
 
 
 @dataclass(frozen=True)

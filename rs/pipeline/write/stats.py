@@ -85,7 +85,24 @@ def recovery_summary(ctx: BuildContext, recovered: RecoveryReport, routing: Rout
         accept_rate=routing.accepted / answered if answered else None,
         pass_rates=pass_rate_histogram(routing.pass_rates),
         pairs=routing.pairs.to_dict() if routing.pairs else None,
+        suspects=suspects_summary(recovered, routing),
     )
+
+
+def suspects_summary(recovered: RecoveryReport, routing: Routing) -> dict[str, Any] | None:
+    """What the card and the summary say of the suspect references: the adjudication's counts, its calibration, and
+    the rejections routing marked (`suspect_reference`: recomputable from the rejected split), with examples."""
+    a = recovered.adjudication
+    if a is None:
+        return None
+    return {
+        "candidates": a.candidates,
+        "against": a.against,
+        "marked": routing.rejected_by_reason.get("suspect_reference", 0),
+        "requests": a.requests,
+        "calibration": a.calibration.to_dict() if a.calibration else None,
+        "examples": routing.suspect_examples,
+    }
 
 
 def family_report(

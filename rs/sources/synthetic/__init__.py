@@ -34,7 +34,16 @@ from rs.registry import SOURCES, KindConfig
 from rs.sources.base import SourceRecord
 from rs.util.config_checks import ConfigValueError, at_least
 
-from .noise import FOREIGN_SOURCES, ITEM_NOISE, NOISE_KINDS, flattened_mc, off_task, redraw, sentence_qa
+from .noise import (
+    FOREIGN_SOURCES,
+    ITEM_NOISE,
+    NOISE_KINDS,
+    flattened_mc,
+    off_task,
+    redraw,
+    sentence_qa,
+    wrong_reference,
+)
 from .questions import (  # noqa: F401  re-exported: what a test or the demo trainer asks a scene about
     ADD_TEMPLATES,
     COMPARE_ATTRIBUTE_TEMPLATES,
@@ -109,7 +118,9 @@ class SyntheticSourceConfig(KindConfig):
     style: Literal["clevr", "clevrmath", "mixed"] = "mixed"
     image_size: int = 160
     noise: dict[str, float] = field(default_factory=dict)
-    """Injected defects per kind (off_task, flattened_mc, corrupt_image, ...), for exercising cleaning."""
+    """Injected defects per kind (off_task, flattened_mc, corrupt_image, ...), for exercising cleaning; and
+    `wrong_reference`, clean questions given a wrong reference of the right kind, for measuring the suspect references
+    (the truth is the source's, `SyntheticSource.planted`, never in the data)."""
 
     def __post_init__(self) -> None:
         _validate_counts(self.num_images, self.questions_per_image, self.image_size)
@@ -125,7 +136,8 @@ class SyntheticSource:
 
     Noise is left in the data only, as in real pools. `noise_counts` counts what was injected
     (reset at the start of each pass, updated as records are consumed), so tests can compare the
-    cleaning stage's counts with the truth. Injected off-task items have `qtype=None`.
+    cleaning stage's counts with the truth. Injected off-task items have `qtype=None`. The references planted wrong
+    (`wrong_reference`) are known to the source alone (`planted`): a bench reads them, the published repo cannot.
     """
 
     def __init__(
@@ -150,6 +162,8 @@ class SyntheticSource:
         self.noise = _validate_noise(noise)
         self.name = name
         self.noise_counts: Counter[str] = Counter()
+        self._truth: dict[tuple[int, int], str] = {}
+        """(image, turn) -> the true answer, for the references planted wrong of the records built so far."""
 
     Config = SyntheticSourceConfig
 
@@ -198,6 +212,19 @@ class SyntheticSource:
             record, previous, injected = self._build(index, previous)
             self.noise_counts.update(injected)
             yield record
+
+    def planted(self) -> dict[str, tuple[str, str]]:
+        """The items whose reference `wrong_reference` planted: item key -> (the planted reference, the true answer)."""
+        out: dict[str, tuple[str, str]] = {}
+        for index in range(self.num_images):
+            for item in self.record(index).qa:
+                if (true := self._true_answer(index, item)) is not None:
+                    out[item.key] = (item.answer, true)
+        return out
+
+    def _true_answer(self, index: int, item: QAItem) -> str | None:
+        """The true answer of an item whose reference was planted wrong; None for any other item."""
+        return self._truth.get((index, item.turn))
 
     def record(self, index: int) -> SourceRecord:
         """Record `index` on its own, identical to the one the stream yields."""
@@ -293,6 +320,12 @@ class SyntheticSource:
                 other = rng.randrange(max(self.num_images, 2) - 1)
                 ref = self.image_id(other + (other >= index))
                 injected["wrong_image_ref"] += 1
+            true = None
+            if p["wrong_reference"] and not hit & {"off_task", "sentence_answer", "flattened_mc", "empty_field"}:
+                planting = random.Random(f"{self.seed}:{index}:{j}:wrong-reference")  # its own: shifts no other roll
+                if planting.random() < p["wrong_reference"] and (wrong := wrong_reference(answer, planting)):
+                    true, answer = answer, wrong
+                    injected["wrong_reference"] += 1
             item = QAItem(
                 question=question,
                 answer=answer,
@@ -303,6 +336,8 @@ class SyntheticSource:
                 qtype=qt,
             )
             items.append(item)
+            if true is not None:
+                self._truth[(index, item.turn)] = true
             if "duplicate_qa" in hit:
                 items.append(
                     QAItem(
@@ -316,6 +351,9 @@ class SyntheticSource:
                     )
                 )
                 injected["duplicate_qa"] += 1
+                if true is not None:
+                    self._truth[(index, items[-1].turn)] = true
+                    injected["wrong_reference"] += 1
         return items
 
 

@@ -39,7 +39,10 @@ ITEM_NOISE = (
 )
 """Per-item noise kinds, rolled in this order for every clean item (so adding one never shifts another)."""
 IMAGE_NOISE = ("duplicate_image", "corrupt_image", "empty_image")
-NOISE_KINDS = ITEM_NOISE + IMAGE_NOISE
+REFERENCE_NOISE = ("wrong_reference",)
+"""Noise the cleaning cannot see: a clean question whose reference is a wrong value of the right kind (what a
+mislabelled pool holds). Rolled from a generator of its own per item, so turning it on shifts no other kind."""
+NOISE_KINDS = ITEM_NOISE + IMAGE_NOISE + REFERENCE_NOISE
 
 FOREIGN_SOURCES = ("vqav2", "visual7w", "localized_narratives", "cocoqa", "aokvqa")
 """What `foreign_source` writes in `QAItem.source`: names of other Cauldron subsets."""
@@ -226,3 +229,17 @@ def redraw(draw: Callable[[], T], taken: set[tuple[str, str]], tries: int = 8) -
         if value is None or (value[0], value[1]) not in taken:
             return value
     return value
+
+
+def wrong_reference(answer: str, rng: random.Random) -> str | None:
+    """A wrong value of the same kind as a clean reference: another count, the other yes/no, another value of the
+    attribute; None for an answer of no such kind (nothing is planted)."""
+    if answer.isdigit():
+        n = int(answer)
+        return str(rng.choice([m for m in (n - 2, n - 1, n + 1, n + 2) if m >= 0]))
+    if answer in ("yes", "no"):
+        return "no" if answer == "yes" else "yes"
+    for values in ATTRIBUTES.values():
+        if answer in values:
+            return rng.choice([v for v in values if v != answer])
+    return None

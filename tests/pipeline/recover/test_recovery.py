@@ -392,7 +392,8 @@ def test_sigkill_mid_recovery_then_rerun_is_byte_identical(tmp_path: Path, built
     # the re-run sent exactly what the killed run had not committed: every request is answered once over both runs
     total = cache_rows(built.ctx.cache_path)
     assert cache_rows(tmp_path / "cache.sqlite") == total
-    assert resumed["sampling_engine_calls"] + resumed["judge_engine_calls"] == total - killed_at
+    sent = resumed["sampling_engine_calls"] + resumed["judge_engine_calls"] + resumed["adjudication"]["engine_calls"]
+    assert sent == total - killed_at  # the samples, their verdicts, the adjudications (`recovery.suspects`)
 
 
 def test_demo_samples_variant_publishes_every_answer_and_an_rl_repo_trl_reads(tmp_path: Path, demo_engine) -> None:

@@ -1,0 +1,185 @@
+"""Suspect references (`recovery.suspects`) on a family whose answers and adjudications are known (the replay engine).
+
+Eight questions: three accepted (the adjudicator's wrong-reference calibration cases are made of them), three that a
+sample recovers from a certainly wrong greedy answer (its right-reference cases), one whose reference is planted wrong
+(the model says 3 every time, the reference 2: the candidate) and one the model answers in several ways (no candidate).
+The adjudicator's replies are written for the requests the recover stage itself declares (`RecoverStage.requests`):
+an adjudicator that reads the image (it picks the true value) marks the planted one; one that always picks answer A
+(a position, not the image) is blocked by its calibration and marks nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import datasets
+import pytest
+
+from rs.audit import audit
+from rs.cli.publish import summary
+from rs.context import BuildContext
+from rs.families import load_families
+from rs.pipeline.publish.stage import publish
+from rs.pipeline.recover import RecoverStage
+from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.stage import ensure
+from rs.store import read_records
+
+pytestmark = pytest.mark.slow
+
+JUDGE = {"enabled": False, "calibration_samples": 3, "min_calibration_cases": 2}
+LENIENT = {**JUDGE, "min_negative_agreement": 0.3, "min_positive_agreement": 0.3}
+"""Two cases of each kind, all agreed, have a 95% Wilson lower bound of 34%: these thresholds let so few pass."""
+RECOVERY = {"samples": 2, "temperature": 0.7, "pairs": True, "difficulty": {"samples": 2, "rl": {}}}
+
+CASES = [
+    ("How many shapes?", "2", "2", ["2", "2"]),
+    ("How many squares?", "1", "1", ["1", "1"]),
+    ("How many stars?", "5", "5", ["5", "5"]),
+    ("How many triangles?", "4", "6", ["6", "4"]),
+    ("How many circles?", "3", "7", ["3", "7"]),
+    ("How many hearts?", "8", "9", ["8", "8"]),
+    ("How many dots?", "2", "3", ["3", "3"]),  # the planted wrong reference: there are 3 dots
+    ("How many lines?", "4", "5", ["5", "6"]),  # wrong, but not always the same way: no candidate
+]
+TRUTH = {q: ("3" if q == "How many dots?" else a) for q, a, _, _ in CASES}
+_FENCED = re.compile(r"Answer A:\n(`{3,})\n(.*?)\n\1\n\nAnswer B:\n(`{3,})\n(.*?)\n\3\n", re.DOTALL)
+
+
+def adjudications(tmp_path: Path, family, blocks: dict, reply) -> int:
+    """Build the family's greedy and recovery samples, then append to its replay file a reply (`reply(question, A, B)`)
+    to every adjudication request the recover stage declares; returns how many."""
+    ctx = BuildContext(family, tmp_path / "pre-build", tmp_path / "pre-cache.sqlite", progress=False)
+    sampled = ensure(SampleStage(), ctx)
+    ensure(RecoverStage(sampled), ctx)
+    lines = []
+    for _, request in RecoverStage(sampled).requests(ctx):
+        if not request.prompt.startswith("Look at the image"):
+            continue
+        question = next(q for q in TRUTH if q in request.prompt)
+        a, b = (m := _FENCED.search(request.prompt)).group(2), m.group(4)
+        lines.append(json.dumps({"prompt": request.prompt, "text": reply(question, a, b)}))
+    with open(tmp_path / "answers.jsonl", "a") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return len(lines)
+
+
+def sees_the_image(question: str, a: str, b: str) -> str:
+    return "A" if a == TRUTH[question] else "B"
+
+
+def published(tmp_path: Path, family, judge: dict, reply):
+    fam = family(CASES, judge=judge, recovery=RECOVERY)
+    asked = adjudications(tmp_path, fam, judge, reply)
+    fam = load_families(tmp_path / "families.yaml")["Shapes"]  # its replay file now holds the replies
+    outcome = publish(
+        fam,
+        out=tmp_path / "out",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+    )
+    repos = {split: Path(where) for split, where in outcome.where.items()}
+    return outcome, repos, asked
+
+
+def rows(repo: Path) -> list[dict]:
+    return list(datasets.load_dataset(str(repo), split="train"))
+
+
+def test_an_adjudicator_that_reads_the_image_marks_the_planted_reference_and_nothing_else(
+    tmp_path: Path, family
+) -> None:
+    outcome, repos, asked = published(tmp_path, family, LENIENT, sees_the_image)
+    # the candidate and 3 + 3 calibration cases, each in both orders
+    assert asked == 2 * 7
+
+    rejected = {qa["question"].split("\n")[0]: qa for row in rows(repos["rejected"]) for qa in row["qa"]}
+    assert {q: qa["reason"] for q, qa in rejected.items()} == {
+        "How many dots?": "suspect_reference",
+        "How many lines?": "wrong_answer",
+    }
+    dots = rejected["How many dots?"]
+    assert (dots["answer"], dots["wrong_vlm"]) == ("2", "3")
+    assert dots["suspect"] == {"agreeing": "3", "samples": ["3", "3"], "verdicts": ["other", "other"]}
+    assert rejected["How many lines?"]["suspect"] is None
+
+    # never in a pair, in either role; not in the RL repo
+    pairs = rows(repos["pairs"])
+    assert pairs and not any("How many dots?" in p["question"] for p in pairs)
+    assert not any("How many dots?" in r["question"] for r in rows(repos["rl"]))
+
+    adjudication = json.loads((tmp_path / "build" / "Shapes" / "recovery.json").read_text())["adjudication"]
+    assert (adjudication["candidates"], adjudication["against"], adjudication["suspects"]) == (1, 1, 1)
+    cal = adjudication["calibration"]
+    assert cal["passes"] and cal["blocked_reason"] is None
+    assert (cal["wrong_reference"]["agreed"], cal["wrong_reference"]["total"]) == (3, 3)
+    assert (cal["right_reference"]["agreed"], cal["right_reference"]["total"]) == (3, 3)
+    assert outcome.report.totals.rejected_by_reason["suspect_reference"] == 1
+    assert outcome.report.totals.rejected_by_reason["wrong_answer"] == 1
+
+    card = (repos["rejected"] / "README.md").read_text()
+    assert "**Suspect references.** 1 of the 2 rejections is a suspect reference (`suspect_reference`)." in card
+    assert "| How many dots?<br>Answer the question using a single word or phrase. | 2 | 3 |" in card
+    assert "It passed, so the candidates it sided against are marked" in card
+    assert (
+        "  suspect references: 1 marked of 1 candidates (1 sided against the reference in both orders; 14 adjudication "
+        "requests); the adjudicator passed its calibration"
+    ) in summary(load_families(tmp_path / "families.yaml")["Shapes"], outcome, dry_run=False).splitlines()
+
+    # `rs audit` recomputes the count from the rejected rows, and finds a card that says otherwise
+    clean = audit(repos["rejected"])
+    assert not clean.findings, clean.findings
+    readme = repos["rejected"] / "README.md"
+    readme.write_text(card.replace("**Suspect references.** 1 of the 2", "**Suspect references.** 2 of the 2"))
+    found = audit(repos["rejected"]).findings
+    # its own check, and the card rendered again from the repo's files (rs.audit.rerender), both name it
+    assert ("`suspect_reference` rejections", 2, 1) in [(f.what, f.stated, f.truth) for f in found]
+    assert len(found) == 2 and all("Suspect references" in str(f.stated) for f in found if f.truth != 1)
+    readme.write_text(card)
+
+    # the candidate's record: the value the model kept giving, in item order
+    records = list(read_records(tmp_path / "build" / "Shapes" / "recovery", "adjudication"))
+    assert [(r["key"], r["agreeing"], r["against"], r["suspect"]) for r in records] == [("6#0", "3", True, True)]
+
+
+def test_an_adjudicator_that_picks_a_position_is_blocked_and_marks_nothing(tmp_path: Path, family) -> None:
+    outcome, repos, _ = published(tmp_path, family, LENIENT, lambda q, a, b: "A")
+    rejected = {qa["question"].split("\n")[0]: qa for row in rows(repos["rejected"]) for qa in row["qa"]}
+    assert rejected["How many dots?"]["reason"] == "wrong_answer" and rejected["How many dots?"]["suspect"] is None
+    adjudication = json.loads((tmp_path / "build" / "Shapes" / "recovery.json").read_text())["adjudication"]
+    assert (adjudication["candidates"], adjudication["against"], adjudication["suspects"]) == (1, 0, 0)
+    cal = adjudication["calibration"]
+    assert not cal["passes"]
+    assert cal["blocked_reason"].startswith("on wrong references the adjudicator sided against only 0 of 3")
+    assert outcome.report.totals.rejected_by_reason["suspect_reference"] == 0
+    card = (repos["rejected"] / "README.md").read_text()
+    assert "**Suspect references.** 0 of the 2 rejections are suspect references" in card
+    assert f"**It did not pass on this run and marked nothing**: {cal['blocked_reason']}." in card
+    assert (
+        "  suspect references: 0 marked of 1 candidates (0 sided against the reference in both orders; 14 adjudication "
+        f"requests); the adjudicator is BLOCKED, it marks nothing: {cal['blocked_reason']}"
+    ) in summary(load_families(tmp_path / "families.yaml")["Shapes"], outcome, dry_run=False).splitlines()
+
+
+def test_too_few_calibration_cases_block_it_even_when_it_is_right(tmp_path: Path, family) -> None:
+    strict = {**LENIENT, "min_calibration_cases": 4}
+    outcome, repos, _ = published(tmp_path, family, strict, sees_the_image)
+    adjudication = json.loads((tmp_path / "build" / "Shapes" / "recovery.json").read_text())["adjudication"]
+    assert (adjudication["against"], adjudication["suspects"]) == (1, 0)
+    assert adjudication["calibration"]["blocked_reason"] == (
+        "too few calibration cases to trust the adjudicator: 3 wrong references (accepted questions shown a wrong "
+        "value as their reference), at least 4 needed"
+    )
+    assert outcome.report.totals.rejected_by_reason["suspect_reference"] == 0
+
+
+def test_without_suspects_nothing_is_adjudicated(tmp_path: Path, family) -> None:
+    fam = family(CASES, judge=LENIENT, recovery={**RECOVERY, "suspects": False})
+    ctx = BuildContext(fam, tmp_path / "build", tmp_path / "cache.sqlite", progress=False)
+    sampled = ensure(SampleStage(), ctx)
+    report = ensure(RecoverStage(sampled), ctx)
+    assert report.adjudication is None
+    assert not any(r.prompt.startswith("Look at the image") for _, r in RecoverStage(sampled).requests(ctx))
