@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from rs.answers import Grade, Grader, Kind, render
 from rs.engines.base import Generation, Request, SamplingSettings
@@ -37,7 +36,7 @@ from rs.engines.cached_engine import CachedEngine
 from rs.engines.reasoning import ReasoningFormat
 from rs.families.schema import JudgeConfig, ReasoningConfig
 from rs.pipeline.sample.calibration import Answered, BottomK, CalibrationSampler, Check, question_kind, wilson
-from rs.pipeline.sample.judge import JudgeCase, fence
+from rs.pipeline.sample.judge import JudgeCase, prompt_template
 from rs.records import QAItem
 from rs.util.shipped import TEMPLATES
 
@@ -152,14 +151,7 @@ class Adjudicator:
         template_dir: Path = TEMPLATES,
     ):
         self.runner = runner
-        env = Environment(
-            loader=FileSystemLoader(template_dir),
-            undefined=StrictUndefined,
-            keep_trailing_newline=False,
-            autoescape=False,
-        )
-        env.globals["fence"] = fence
-        self.template = env.get_template(PROMPT_TEMPLATE)
+        self.template = prompt_template(PROMPT_TEMPLATE, template_dir)
         kwargs = {**(chat_template_kwargs or {}), "enable_thinking": False}
         self.reasoning = ReasoningFormat(
             reasoning or ReasoningConfig(), tokenizer=tokenizer, chat_template_kwargs=kwargs

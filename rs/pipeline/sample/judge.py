@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.cached_engine import CachedEngine
@@ -48,6 +48,19 @@ def fence(text: str) -> str:
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     ticks = "`" * max(3, longest + 1)
     return f"{ticks}\n{text}\n{ticks}"
+
+
+def prompt_template(name: str, template_dir: Path = TEMPLATES) -> Template:
+    """A prompt's Jinja template (the judge's, the adjudicator's): an undefined name is an error, nothing is escaped,
+    and `fence` quotes a text so that nothing in it can close its block."""
+    env = Environment(
+        loader=FileSystemLoader(template_dir),
+        undefined=StrictUndefined,
+        keep_trailing_newline=False,
+        autoescape=False,
+    )
+    env.globals["fence"] = fence
+    return env.get_template(name)
 
 
 def parse_verdict(text: str) -> str:
@@ -116,14 +129,7 @@ class Judge:
     ):
         self.runner = runner
         self.config = config
-        env = Environment(
-            loader=FileSystemLoader(template_dir),
-            undefined=StrictUndefined,
-            keep_trailing_newline=False,
-            autoescape=False,
-        )
-        env.globals["fence"] = fence
-        self.template = env.get_template(PROMPT_TEMPLATE)
+        self.template = prompt_template(PROMPT_TEMPLATE, template_dir)
         reasoning = reasoning or ReasoningConfig()
         if config.mode == "think_then_label":
             kwargs = dict(chat_template_kwargs or {})
