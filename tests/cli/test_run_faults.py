@@ -88,6 +88,11 @@ def resumed(stderr: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
     )
 
 
+def carried(env: dict[str, str]) -> str:
+    """The variables of `env` a resume line carries before the command (`rs.util.invocation.ENV`): HF_HUB_OFFLINE=1 here."""
+    return "".join(f"{k}={shlex.quote(env[k])} " for k in invocation.ENV if k in env)
+
+
 def intact(cache: Path) -> bool:
     with closing(sqlite3.connect(f"file:{cache}?mode=ro", uri=True)) as db:
         return db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -119,7 +124,7 @@ def test_a_signal_stops_the_run_in_order_and_the_command_it_prints_resumes_it(
         f"stopped by {name} during sampling; kept (the same command goes on from there):",
         f"  Alpha's clean store (8 rows, {build / 'clean'})",
         f"  {len(after)} new answers (the judge's verdicts included) in the generation cache {cache}",
-        f"to resume, run the same command again: HF_HUB_OFFLINE=1 {shlex.join(command)}",
+        f"to resume, run the same command again: {carried(env)}{shlex.join(command)}",
     ], err[-3000:]
     assert "Traceback" not in err
     assert before <= after and intact(
