@@ -3,7 +3,8 @@
 Every command maps an `RsError` in one place (`rs.cli.run`) to `error: <message>`, then
 `hint: <hint>` when there is one, and the error's exit status: never a traceback. Status 2 is a
 usage or configuration problem (fix the command or the YAML), 1 a run that could not finish
-(re-running after the fix is safe).
+(re-running after the fix is safe). `rs audit` has one more: 3, the repos are being published (nothing was checked:
+run it again when the publish is done; `rs.audit.busy.AuditBusy`); its 1 is "numbers disagree".
 """
 
 from __future__ import annotations
