@@ -147,12 +147,12 @@ def command(
 def portable(name: str, *args: str, config: Path | str | None = None, extra: Iterable[str] = ()) -> str:
     """`python -m rs.NAME ARGS [--config FILE] EXTRA`, whatever this process was started with: the command a published
     card states. Its bytes are the same for the same family, however and wherever the run was started (a resumed run
-    publishes what an uninterrupted one does), so it carries the families file (a family of one's own is "unknown"
-    without it) and neither the environment nor the local folders (`--out`, `--build-dir`), which the terminal's hints
-    carry (`command`)."""
+    publishes what an uninterrupted one does, and a card never shows a folder of the machine it was built on), so it
+    carries the families file by its name alone (a family of one's own is "unknown" without it) and neither the
+    environment nor the local folders (`--out`, `--build-dir`), which the terminal's hints carry (`command`)."""
     words = ["python", "-m", MODULES[name], *map(shlex.quote, args)]
     if config is not None and not _default_config(config):
-        words += ["--config", shlex.quote(_shown(Path(config)))]
+        words += ["--config", shlex.quote(Path(config).name)]
     return " ".join([*words, *map(shlex.quote, extra)])
 
 

@@ -55,14 +55,16 @@ def test_help_and_a_misspelt_command_import_no_command(tmp_path: Path) -> None:
 
 
 def test_validating_a_family_imports_none_of_the_libraries_a_run_needs(tmp_path: Path) -> None:
-    """The checks are the runs' own (the publish stage's preflight among them), but neither the build's libraries
-    (`datasets`, pandas) nor the engines' are imported under them."""
+    """The checks are the runs' own (the publish stage's preflight among them), but the build's libraries (`datasets`,
+    pandas) and Ray are not imported under them. vLLM's configuration classes are, where the family sets engine
+    arguments: their values are checked against vLLM's own fields (`rs.engines.vllm_args.refused_engine_arg_value`), which
+    costs vLLM's import (torch and transformers with it)."""
     config = tmp_path / "families.yaml"
     config.write_text(family_yaml("Quick", DEMO, card={"pretty_name": "Quick"}))
     said = _rs(tmp_path, "families", "validate", "--config", str(config))
     assert said["exit"] == "0" and said["stdout"].startswith(f"ok: {config}: 1 family valid (Quick)")
     assert "rs.pipeline.publish.preflight" in said["pipeline"]
-    assert ast.literal_eval(said["loaded"]) == []
+    assert set(ast.literal_eval(said["loaded"])) <= {"vllm", "torch", "transformers"}
 
 
 PROGRAM = """

@@ -35,9 +35,11 @@ def write_source(folder: Path) -> None:
     """The MINIMAL family's source file, with the columns it reads (validate checks both)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from conftest import png
 
     (folder / "data").mkdir(exist_ok=True)
-    pq.write_table(pa.table({"image": [b""], "question": ["?"], "answer": ["1"]}), folder / "data" / "train.parquet")
+    table = pa.table({"image": [png((200, 40, 40))], "question": ["?"], "answer": ["1"]})
+    pq.write_table(table, folder / "data" / "train.parquet")
 
 
 def write(tmp_path: Path, text: str) -> Path:
