@@ -95,6 +95,13 @@ def test_a_change_to_the_code_changes_the_reference(monkeypatch: pytest.MonkeyPa
         parser.parse_args(argv)
         return 0
 
+    from rs.verifiers.base import Param
+    from rs.verifiers.relaxed import RelaxedVerifier
+
+    params = {**RelaxedVerifier.PARAMS, "brand_new_knob": Param(int, 7, "a parameter added to a verifier")}
+    monkeypatch.setattr(RelaxedVerifier, "PARAMS", params)
+    assert "| `brand_new_knob` | `int` | `7` | a parameter added to a verifier |" in reference.verifiers_page()
+
     monkeypatch.setitem(COMMANDS, "brandnew", ("rs.cli.brandnew", "a command added"))
     monkeypatch.setattr(reference, "import_for_good", lambda module: SimpleNamespace(main=main))
     page = reference.commands_page()
