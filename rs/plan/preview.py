@@ -12,8 +12,10 @@ from rs.sources import open_source
 from rs.util.text import counted
 
 
-def preview(family: Family, *, limit: int = 3, out: TextIO = sys.stdout) -> None:
-    """Stream and clean the first `limit` images; show their QA as the model will be asked them."""
+def preview(family: Family, *, limit: int = 3, out: TextIO | None = None) -> None:
+    """Stream and clean the first `limit` images; show their QA as the model will be asked them (on `out`, else the
+    standard output of the moment: not the one there was when this module was imported)."""
+    out = out if out is not None else sys.stdout
     source = open_source(family)
     cleaner = Cleaner(family.config, source.provenance(), base_dir=family.path.parent)
     print(f"{family.name}: {family.config.source.kind} source {source.provenance()}", file=out)
