@@ -43,10 +43,8 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Hashable
 
-from rs.engines import temp_files
 from rs.engines.lifeline import engine_processes_die_with_this_one, interrupts_reach_the_caller
 from rs.util.long_lived import ends_with_the_command, import_for_good
 
@@ -144,13 +142,11 @@ class VLLMCore:
     whether an error means the engine is gone, and why.
     """
 
-    def __init__(self, llm: LLM, temp_dir: Path | None = None):
+    def __init__(self, llm: LLM):
         self.llm = llm
         """The `vllm.LLM`: its public API (`chat`, `reset_prefix_cache`, `get_tokenizer`) is free to use."""
         self._owners: dict[str, tuple[Channel, Hashable, int]] = {}
         """External request id -> the channel that added it, its tag and its first sample."""
-        self.temp_dir = temp_dir
-        """The folder of the engine's temporary files (`rs.engines.temp_files`), removed when it is torn down."""
 
     @classmethod
     def start(cls, model: str, args: dict[str, Any], *, reasoning_markers: tuple[str, str] | None = None) -> VLLMCore:
@@ -168,20 +164,11 @@ class VLLMCore:
             start, end = reasoning_markers
             args = {**args, "reasoning_config": ReasoningConfig(reasoning_start_str=start, reasoning_end_str=end)}
         _tear_down_left_engines()
-        temp_dir = temp_files.make()  # vLLM's files of this engine (its vllm_dist_* store), removed with it
-        try:
-            # a SIGKILLed run leaves no engine core behind; a Ctrl-C or SIGTERM stops the start at once
-            with (
-                temp_files.engine_temp_dir(temp_dir),
-                interrupts_reach_the_caller(),
-                engine_processes_die_with_this_one(),
-            ):
-                llm = LLM(model=model, **args)
-        except BaseException:
-            temp_files.release(temp_dir)
-            raise
+        # a SIGKILLed run leaves no engine core behind; a Ctrl-C or SIGTERM stops the start at once
+        with interrupts_reach_the_caller(), engine_processes_die_with_this_one():
+            llm = LLM(model=model, **args)
         _wake_when_dead(llm)
-        core = cls(llm, temp_dir)
+        core = cls(llm)
         if _alone_in_this_process(llm):
             _held_to_the_exit(core)
         return core
@@ -328,7 +315,6 @@ class VLLMCore:
             torn_down = False
         del llm
         gc.collect()  # the engine's last cycles, and its weights and KV cache with them
-        temp_files.release(self.temp_dir)
         if not torn_down:
             try:
                 from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
