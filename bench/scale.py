@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # (b) Ray
         started = time.perf_counter()
-        ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
         cpus = ray.cluster_resources()["CPU"]
         ray_init = time.perf_counter() - started
         env = {"env_vars": {**forwarded_env(), "PYTHONPATH": install_for_replicas(tmp / "site")}}

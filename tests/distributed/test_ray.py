@@ -51,7 +51,9 @@ RECOVERY = {"samples": 2, "temperature": 0.7, "pairs": True}
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": ENV})
+    # address="local": a cluster another test file started in a parallel worker (cluster_utils writes
+    # /tmp/ray/ray_current_cluster) would otherwise be joined, and num_cpus refused against it.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": ENV})
     yield
     ray.shutdown()
 

@@ -489,6 +489,7 @@ def test_a_publish_with_the_qwen3_format_in_one_process_and_on_ray(family, engin
 
     run("single")
     ray.init(
+        address="local",  # never a cluster another worker's test started
         num_cpus=2,
         include_dashboard=False,
         runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}},
