@@ -214,3 +214,23 @@ def test_the_ray_path_sends_the_judge_the_same_requests_with_their_images(tmp_pa
 
     ensure(SampleStage(), ctx)  # one process: the same requests (the fake cluster cached no verdict)
     assert {(r.image_sha256, r.image, r.prompt, r.item_key) for r in judge.asked} == on_ray
+
+
+def test_judge_modes_is_refused_with_a_shard(capsys) -> None:
+    """The comparison needs the whole family's answers in this process: a shard's slice would measure other cases."""
+    from rs.cli.sample import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["TinyCLEVR", "--judge-modes", "--shard", "0/2"])
+    assert exit.value.code == 2 and "--judge-modes measures the judge in this process" in capsys.readouterr().err
+
+
+def test_judge_modes_needs_a_judge(tmp_path: Path, family) -> None:
+    from rs.errors import UsageError
+    from rs.pipeline.sample.judge_modes import judge_modes
+
+    ctx = BuildContext(family(RECOVERY_CASES, judge={"enabled": False}), tmp_path / "b", tmp_path / "c.sqlite")
+    with pytest.raises(
+        UsageError, match="Shapes: judge.enabled is false, there is no judge to measure in either mode"
+    ):
+        judge_modes(ctx)

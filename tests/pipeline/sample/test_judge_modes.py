@@ -15,7 +15,7 @@ pytest.importorskip("vllm")
 from family_yaml import tiny_family  # noqa: E402
 
 from rs.context import BuildContext  # noqa: E402
-from rs.engines.base import Request, SamplingSettings  # noqa: E402
+from rs.engines.base import Request  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.pipeline.sample.calibration import CHECKS  # noqa: E402
 from rs.pipeline.sample.judge_modes import judge_modes, modes_lines  # noqa: E402
@@ -34,34 +34,31 @@ def tiny_engine():
     engine.close()
 
 
-class Recording:
-    """The engine, with every judge request it is sent (a request whose prompt is the judge's) kept."""
+def test_both_modes_are_calibrated_on_the_same_cases(tmp_path: Path, tiny_engine, monkeypatch) -> None:
+    from rs.engines.vllm import VLLMStream
 
-    def __init__(self, engine):
-        self.engine, self.judged = engine, []
+    judged: list[Request] = []  # every judge request the engine is sent
+    submit = VLLMStream.submit
 
-    def __getattr__(self, name):
-        return getattr(self.engine, name)
+    def logged(stream, tag, request):
+        if stream.settings.choices:
+            judged.append(request)
+        submit(stream, tag, request)
 
-    def generate(self, requests: list[Request], settings: SamplingSettings):
-        self.judged += [r for r in requests if r.prompt.startswith("You are grading a candidate answer")]
-        return self.engine.generate(requests, settings)
-
-
-def test_both_modes_are_calibrated_on_the_same_cases(tmp_path: Path, tiny_engine) -> None:
+    monkeypatch.setattr(VLLMStream, "submit", logged)
     family = load_families(tiny_family(tmp_path, num_images=8))["Tiny"]
     assert family.config.judge.sees_image is False
-    recording = Recording(tiny_engine)
     ctx = BuildContext(
         family,
         tmp_path / "build",
         tmp_path / "cache.sqlite",
         progress=False,
-        engine_factory=lambda f: (recording, recording),
+        engine_factory=lambda f: (tiny_engine, tiny_engine),
     )
     report = ensure(SampleStage(), ctx)
     assert report.calibration is not None and report.judged > 0
-    recording.judged.clear()
+    assert judged and all(r.image is None for r in judged)  # the run: text only
+    judged.clear()
 
     modes = judge_modes(ctx)
     text, image = modes["text"].calibration, modes["image"].calibration
@@ -73,7 +70,7 @@ def test_both_modes_are_calibrated_on_the_same_cases(tmp_path: Path, tiny_engine
         assert getattr(image, name).total == getattr(text, name).total, name
         assert sum(image.verdicts[name].values()) == getattr(image, name).total, name
     assert modes["image"].requests == modes["text"].requests > 0
-    assert modes["image"].engine_calls == len(recording.judged) > 0
-    assert all(r.image and r.image_sha256 for r in recording.judged)
+    assert modes["image"].engine_calls == len(judged) > 0
+    assert all(r.image and r.image_sha256 for r in judged)
     lines = modes_lines(modes, chosen=False)
     assert lines[1].startswith("  text (the family's mode): positives ") and lines[2].startswith("  image: positives ")
