@@ -239,7 +239,7 @@ def derive(
         if isinstance(gen, str):
             loc.derived.missing.append(f"the greedy answer {gen}")
             continue
-        v = greedy.verify(loc.item, loc.request.prompt, gen, calibrating=False)
+        v = greedy.verify(loc.item, loc.request, gen, calibrating=False)
         loc.record, loc.case = vars(item_record(loc.derived.row, loc.item, loc.request, v)), v.case
         loc.derived.texts.append(v.generation.text)
         loc.derived.greedy = v.generation.answer
@@ -284,7 +284,7 @@ def _recover(live: list[_Located], greedy: SamplingPass, routes: Routes, answers
             if isinstance(gen, str):
                 loc.derived.missing.append(f"recovery sample {i} {gen}")
                 continue
-            v = greedy.verify(loc.item, loc.request.prompt, gen, calibrating=False)
+            v = greedy.verify(loc.item, loc.request, gen, calibrating=False)
             records.append(vars(sample_record(i, settings.seed + i, v)))
             loc.derived.texts.append(v.generation.text)
             if (case := sample_case(v)) is not None and judge is not None:

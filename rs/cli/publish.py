@@ -229,6 +229,7 @@ def would_do(family: Family, plan: PlanReport, *, local: bool, seconds: float) -
     judge = (
         f"then one judge request per rejection with a final answer, and up to {3 * c.judge.calibration_samples:,} calibration "
         f"cases (positives, easy and hard negatives: {c.judge.calibration_samples} each) plus every certain rejection"
+        + (", each with its image (judge.sees_image)" if c.judge.sees_image else "")
         if c.judge.enabled
         else "no judge (judge.enabled: false)"
     )

@@ -16,6 +16,7 @@ from rs.hub.offline import hub_needs, offline_unless_the_hub_resolves
 from rs.pipeline.build import ensure_passes
 from rs.pipeline.recover import RecoveryReport
 from rs.pipeline.sample import SampleReport
+from rs.pipeline.sample.judge_modes import judge_modes, modes_lines
 from rs.pipeline.sample.stage import sample_shard
 
 
@@ -78,6 +79,16 @@ def _sample(ctx: BuildContext, args: argparse.Namespace, shard: tuple[int, int] 
     }
 
 
+def _judge_modes(ctx: BuildContext) -> dict[str, Any]:
+    """Both judge modes' calibrations on the same cases (`rs.pipeline.sample.judge_modes`), printed for a person and
+    written beside the build's stores; returned for the summary line."""
+    modes = judge_modes(ctx)
+    print("\n".join(modes_lines(modes, ctx.family.config.judge.sees_image)))
+    done = {name: mode.to_dict() for name, mode in modes.items()}
+    (ctx.paths.root / "judge_modes.json").write_text(json.dumps(done, indent=2) + "\n", encoding="utf-8")
+    return done
+
+
 def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") -> int:
     """Run the clean and sample stages, and the recovery pass (resumable; see rs.pipeline.build; `--ray`: rs.distributed)."""
     parser = Parser(prog=prog, description=main.__doc__)
@@ -88,12 +99,23 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
     parser.add_argument(
         "--shard", metavar="I/N", help="answer only rows whose index %% N == I (one process per GPU); fills the cache"
     )
+    parser.add_argument(
+        "--judge-modes",
+        action="store_true",
+        help="then calibrate the judge both with and without the image (judge.sees_image) on the same calibration "
+        "cases, and print both; written to BUILD/FAMILY/judge_modes.json (only the other mode's verdicts are new requests)",
+    )
     cli.add_ray(parser)
     cli.add_verbose(parser)
     args = parser.parse_args(argv)
     cli.remember(args)
     if args.ray is not None and args.shard:
         parser.error("--ray and --shard are two ways of spreading the work: use one")
+    if args.judge_modes and (args.ray is not None or args.shard):
+        parser.error(
+            "--judge-modes measures the judge in this process from the whole family's answers: run it without --ray "
+            "and --shard (the answers they cached are used)"
+        )
     if (code := before_run.check_ray(parser, args)) is not None:
         return code
     shard = _shard(parser, args.shard) if args.shard else None
@@ -104,7 +126,8 @@ def main(argv: list[str] | None = None, *, prog: str = "python -m rs.sample") ->
     )
     with output.quiet(ctx.build_root / family.name / "logs", verbose=args.verbose):
         offline_unless_the_hub_resolves(hub_needs(family))  # sources and models in the local caches still work
-        print(
-            json.dumps({**_sample(ctx, args, shard), "cache": str(ctx.cache_path)})
-        )  # which cache: the default is shared
+        summary = _sample(ctx, args, shard)
+        if args.judge_modes:
+            summary["judge_modes"] = _judge_modes(ctx)
+        print(json.dumps({**summary, "cache": str(ctx.cache_path)}))  # which cache: the default is shared
     return 0

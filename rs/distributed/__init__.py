@@ -279,6 +279,11 @@ class _Steps:
         """The cleaned rows without their image bytes: the cache keys need only their hashes."""
         return read_clean_rows(self.ctx.paths.clean, images=False)
 
+    def judge_rows(self) -> Iterator[Row]:
+        """The cleaned rows the judge's requests are built from: with their image bytes when the judge sees the image
+        (`judge.sees_image`: its requests travel with the image, as one process sends them), else without."""
+        return read_clean_rows(self.ctx.paths.clean, images=self.ctx.family.config.judge.sees_image)
+
     def greedy_items(self) -> Iterator[dict[str, Any]]:
         """The greedy pass's records, the columns that decide whether the recovery pass samples an item."""
         return read_records(self.ctx.paths.items, "items", columns=list(DECIDING))
@@ -306,7 +311,7 @@ def _greedy_steps(steps: _Steps) -> None:
                 cache,
                 "judge",
                 greedy,
-                [(stats, greedy.judge_requests(steps.clean_rows())), (calibration, greedy.calibration_requests())],
+                [(stats, greedy.judge_requests(steps.judge_rows())), (calibration, greedy.calibration_requests())],
             )
             return stats, calibration
 
@@ -350,7 +355,7 @@ def _recovery_steps(steps: _Steps, promotes: bool) -> None:
                 cache,
                 "recovery_judge",
                 recovering.greedy,
-                [(stats, recovering.judge_requests(steps.clean_rows(), steps.greedy_items()))],
+                [(stats, recovering.judge_requests(steps.judge_rows(), steps.greedy_items()))],
             )
             return (stats,)
 
@@ -496,13 +501,13 @@ def _judge_step(
                     later[key] = stats
                 writer.write(
                     {
-                        "image": None,
-                        "image_sha256": None,
+                        "image": request.image,  # None for a text-only judge (`judge.sees_image` off)
+                        "image_sha256": request.image_sha256,
                         "requests": [
                             {"key": key, "prompt": request.prompt, "item_key": request.item_key, "sample": 0}
                         ],
                     },
-                    size=len(request.prompt),
+                    size=len(request.prompt) + len(request.image or b""),
                 )
     to_send = sum(stats.sent for stats, _ in parts)
     for stats, _ in parts:

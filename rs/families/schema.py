@@ -264,8 +264,18 @@ class JudgeConfig:
     200 hard negatives a judge that agrees 97% of the time passes with probability 0.98; one at 85% never does."""
     min_positive_agreement: float = 0.8
     """The 95% Wilson lower bound of the share of verifier-accepted items the judge called CORRECT must reach this."""
+    sees_image: bool = False
+    """Whether the judge is shown the item's image with the question, the reference and the candidate (it still compares,
+    never solves). Off, its requests are text only. Its verdicts are cached apart from the text-only judge's, and it is
+    calibrated like it; `rs sample FAMILY --judge-modes` measures both on the same calibration cases, to choose on figures."""
 
     def __post_init__(self) -> None:
+        if self.sees_image and not self.enabled:
+            raise ConfigValueError(
+                "sees_image",
+                "the judge is off (judge.enabled: false), so nothing would see the image: "
+                "remove sees_image, or set judge.enabled: true",
+            )
         for name in ("min_negative_agreement", "min_positive_agreement"):
             within(name, getattr(self, name), 0.0, 1.0, what="a share of the calibration cases")
         at_least("max_tokens", self.max_tokens, 1, what="the tokens of the verdict")

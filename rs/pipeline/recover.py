@@ -56,9 +56,9 @@ from rs.util.progress import progress
 if TYPE_CHECKING:
     from rs.context import BuildContext
 
-VERSION = "2"
+VERSION = "3"
 """What the recovery pass records of an item's samples: bump when a change records or judges some sample otherwise
-(`rs.pipeline.versions`)."""
+(`rs.pipeline.versions`; 3: a judge that sees the image is asked about a sample with it)."""
 
 RETRIED_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked", "judge_not_asked")
 """Rejections with a final answer: the recovery pass samples them again (`judge_not_asked` only in `rs refilter`'s
@@ -197,14 +197,24 @@ class RecoveryReport:
 class _Draws:
     """One item's samples on their way: the request, then a record per sample."""
 
-    __slots__ = ("row", "item", "prompt", "why", "k", "records", "greedy", "image_sha256", "at")
+    __slots__ = ("row", "item", "prompt", "why", "k", "records", "greedy", "image_sha256", "at", "image")
 
     def __init__(
-        self, row: int, item: QAItem, prompt: str, why: str, k: int, greedy: str | None, image_sha256: str, at: int
+        self,
+        row: int,
+        item: QAItem,
+        prompt: str,
+        why: str,
+        k: int,
+        greedy: str | None,
+        image_sha256: str,
+        at: int,
+        image: bytes | None = None,
     ):
         self.row, self.item, self.prompt, self.why, self.k = row, item, prompt, why, k
-        self.greedy, self.image_sha256, self.at = greedy, image_sha256, at
-        """The greedy answer's final answer; the image's hash; the item's position in the items store."""
+        self.greedy, self.image_sha256, self.at, self.image = greedy, image_sha256, at, image
+        """The greedy answer's final answer; the image's hash; the item's position in the items store; the image's
+        bytes (held only for a judge that sees the image, `judge.sees_image`)."""
         self.records: dict[int, SampleRecord] = {}
 
 
@@ -316,7 +326,9 @@ class RecoveryPass:
     ) -> Iterator[tuple[_Draws, list[tuple[int, Request]]]]:
         for index, qa, why, k, request, greedy, at in self.draws(rows, items, offer=True):
             self.report.items[why] += 1
-            draws = _Draws(index, qa, request.prompt, why, k, greedy, request.image_hash(), at)
+            judge = self.greedy.judge
+            image = request.image if judge is not None and judge.sees_image else None
+            draws = _Draws(index, qa, request.prompt, why, k, greedy, request.image_hash(), at, image)
             yield draws, [(i, request.one(i)) for i in range(k)]
 
     def _complete(self, draws: _Draws) -> None:
@@ -419,7 +431,10 @@ class RecoveryPass:
         return report
 
     def _answered(self, draws: _Draws, sample: int, gen: Generation) -> list[tuple[int, Request]]:
-        v = self.greedy.verify(draws.item, draws.prompt, gen, calibrating=False)
+        asked = Request(
+            prompt=draws.prompt, image=draws.image, image_sha256=draws.image_sha256, item_key=draws.item.key
+        )
+        v = self.greedy.verify(draws.item, asked, gen, calibrating=False)
         gen, report = v.generation, self.report
         answered = gen.error is None and gen.answer is not None
         report.samples += 1

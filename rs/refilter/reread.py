@@ -243,7 +243,8 @@ class _Cache:
     def verdict(self, case: JudgeCase) -> str | None:
         if self.cache is None or self.judge is None:
             return None
-        key = self.judge_key("", self.judge.prompt(case))
+        request = self.judge.request(case)  # with the image's hash when the judge sees it
+        key = self.judge_key(request.image_hash(), request.prompt)
         found = self.cache.get_many([key], settings=self.judge.settings).get(key)
         return self.judge.verdict(found)[0] if found is not None else None
 
@@ -386,10 +387,10 @@ class _Rereader:
         return NOT_ASKED
 
     def grade(
-        self, qa: Any, prompt: str, record: dict[str, Any], *, greedy: bool, stored: bool = True
+        self, qa: Any, prompt: str, image_sha256: str, record: dict[str, Any], *, greedy: bool, stored: bool = True
     ) -> dict[str, Any]:
-        """`record` (a stored answer; with `stored` False, one read from the cache) graded again: its outcome, its reasoning
-        check and its verdict."""
+        """`record` (a stored answer to `prompt` about the image `image_sha256`; with `stored` False, one read from the cache)
+        graded again: its outcome, its reasoning check and its verdict."""
         generation = Generation(
             text=record["text"],
             reasoning=record["reasoning"],
@@ -397,7 +398,7 @@ class _Rereader:
             finish_reason=record["finish_reason"],
             error=record["error"],
         )
-        v = self.reader.grade(qa, prompt, generation)
+        v = self.reader.grade(qa, prompt, generation, image_sha256=image_sha256)
         asked = (
             v.case is not None and self.judge_on and (greedy or not v.contradicts)
         )  # a run judges certain samples not
@@ -457,7 +458,7 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
             ):
                 for cleaned, stored, stored_draws in _joined(root, recovery is not None):
                     qa = qa_item(cleaned)
-                    item = rereader.grade(qa, stored["prompt"], stored, greedy=True)
+                    item = rereader.grade(qa, stored["prompt"], cleaned["image_sha256"], stored, greedy=True)
                     _count_greedy(report, item)
                     new_draws = None
                     if recovery is not None and recovered is not None:
@@ -576,7 +577,7 @@ def _resample(
     samples, missing = [], 0
     for index in range(k):
         if index in held:
-            samples.append(rereader.grade(qa, item["prompt"], held[index], greedy=False))
+            samples.append(rereader.grade(qa, item["prompt"], image_sha256, held[index], greedy=False))
             continue
         generation = cache.sample(request, index)
         if generation is None:
@@ -600,7 +601,7 @@ def _resample(
                 reasoning_agrees=None,
             )
         )
-        samples.append(rereader.grade(qa, item["prompt"], record, greedy=False, stored=False))
+        samples.append(rereader.grade(qa, item["prompt"], image_sha256, record, greedy=False, stored=False))
         summary.samples_cached += 1
     summary.samples_missing += missing
     summary.questions_short += bool(missing)

@@ -48,6 +48,7 @@ VARIANTS = {  # name -> (the family's blocks, --limit)
         None,
     ),
     "trial-empty-rejected": ({"judge": BLOCKED, "recovery": {**RECOVERY, "difficulty": {"samples": 2}}}, 1),
+    "judge-sees-image": ({"judge": {**PASSING, "sees_image": True}, "recovery": RECOVERY}, None),
 }
 
 
@@ -91,6 +92,10 @@ def test_every_repo_of_every_build_passes_the_audit(builds, variant: str) -> Non
 def test_the_matrix_says_what_it_is_meant_to(builds) -> None:
     """The variants do reach the branches they are there for (else the audit above would pass on less)."""
     cards = {name: (repos["think"] / "README.md").read_text() for name, (_, repos) in builds.items()}
+    assert "in a second pass that sees the item's image with the question" in cards["judge-sees-image"]
+    assert (
+        "in a text-only pass" in cards["all-passing"] and "item's image with the question" not in cards["all-passing"]
+    )
     assert "## Recovery" not in cards["plain"] and "The judge pass was switched off" in cards["plain"]
     assert (
         "It did not pass on this run" in cards["recovery-blocked"] and "It passed on this run" in cards["all-passing"]

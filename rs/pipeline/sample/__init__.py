@@ -45,11 +45,11 @@ from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
 
-VERSION = "4"
+VERSION = "5"
 """The stage's version: bump when a change of this stage records some answer otherwise, so an older report is re-run
 (from the cache) rather than reused (`rs.pipeline.versions`; 2: certain rejections, hard negatives, the evidence gate; 3: a
 literal family's answers read as written; 4: the accepted answers whose reasoning could not be compared are counted,
-`reasoning_unchecked`)."""
+`reasoning_unchecked`; 5: the judge's cases carry the question's image, `judge.sees_image`)."""
 
 
 class _Slot:
@@ -202,9 +202,18 @@ class Reader:
             literal=config.answers.literal,
         )
 
-    def grade(self, item: QAItem, prompt: str, gen: Generation) -> Verification:
+    def grade(
+        self,
+        item: QAItem,
+        prompt: str,
+        gen: Generation,
+        *,
+        image_sha256: str | None = None,
+        image: bytes | None = None,
+    ) -> Verification:
         """Grade one answer already read (`gen.answer` its final answer, `gen.reasoning` its reasoning): the verifier's
-        outcome, whether the reasoning agrees, and the judge case when the judge should see it."""
+        outcome, whether the reasoning agrees, and the judge case when the judge should see it (with the question's
+        image, `image_sha256` and the bytes where read: a judge that sees the image is asked with it)."""
         references = item.all_references()
         answered = gen.answer is not None and gen.error is None
         grade = self.grader.grade(gen.answer, references, item=item) if answered else None
@@ -220,7 +229,7 @@ class Reader:
             verified,
             contradicts,
             agrees,
-            JudgeCase(prompt, item.answer, gen.answer, item.key) if judged else None,
+            JudgeCase(prompt, item.answer, gen.answer, item.key, image_sha256, image) if judged else None,
         )
 
     def _consensus(self, item: QAItem, references: list[str]) -> bool:
@@ -350,7 +359,7 @@ class SamplingPass:
 
     def _answered(self, slot: _Slot, _: object, gen: Generation) -> list[tuple[None, Request]]:
         """Verify one answer into its record; the judge's request, when the judge should see it."""
-        v = self.verify(slot.item, slot.request.prompt, gen)
+        v = self.verify(slot.item, slot.request, gen)
         gen = v.generation
         self.report.items += 1
         self.report.prompt_reasoning[gen.prompt_reasoning or "unknown"] += gen.error is None
@@ -385,16 +394,23 @@ class SamplingPass:
             self.report.contradicted_verdicts[label] += 1
         return label
 
-    def verify(self, item: QAItem, prompt: str, gen: Generation, *, calibrating: bool = True) -> Verification:
-        """Verify one answer and (with `calibrating`) offer it to the calibration samples.
+    def verify(self, item: QAItem, request: Request, gen: Generation, *, calibrating: bool = True) -> Verification:
+        """Verify one answer to `request` and (with `calibrating`) offer it to the calibration samples; the judge cases
+        carry the request's image (its hash, and its bytes where they were read).
 
         `rs.distributed` verifies with this too, so both paths judge and calibrate on the same cases; the recovery
         pass's samples (`rs.pipeline.recover`) are verified with it, and not offered: the judge is calibrated on greedy answers.
         """
-        v = self.reader.grade(item, prompt, self.reasoning.read(gen))
+        seen = self.judge is not None and self.judge.sees_image  # the bytes held only for a judge that sees them
+        prompt, image_sha256, image = (
+            request.prompt,
+            request.image_hash() or None,
+            (request.image or None) if seen else None,
+        )
+        v = self.reader.grade(item, prompt, self.reasoning.read(gen), image_sha256=image_sha256, image=image)
         answer = v.generation.answer
         if calibrating and answer and v.generation.error is None:
-            case = JudgeCase(prompt, item.answer, answer, item.key)
+            case = JudgeCase(prompt, item.answer, answer, item.key, image_sha256, image)
             self.calibration.offer(
                 Answered(case, tuple(v.references), item.options, question_kind(item), item.qtype), v.verified
             )
@@ -459,7 +475,7 @@ class SamplingPass:
                     raise RuntimeError(
                         f"the answer to {item.key} (sample {request.sample}) vanished from the cache during the run"
                     )
-                yield self.verify(item, request.prompt, gen, calibrating=calibrating)
+                yield self.verify(item, request, gen, calibrating=calibrating)
 
     def _calibrate(self) -> Calibration | None:
         if self.judge is None:

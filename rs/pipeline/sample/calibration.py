@@ -28,7 +28,7 @@ import hashlib
 import heapq
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from rs.answers import Grader
@@ -38,8 +38,9 @@ from rs.records import QAItem
 from rs.util.progress import progress
 from rs.verifiers import Verifier
 
-VERSION = "2"
-"""How the judge is measured: bump when a change measures or gates it otherwise (`rs.pipeline.versions`)."""
+VERSION = "3"
+"""How the judge is measured: bump when a change measures or gates it otherwise (`rs.pipeline.versions`; 3: the cases carry
+their question's image, for a judge that sees it)."""
 
 T = TypeVar("T")
 
@@ -147,6 +148,8 @@ class CalibrationSampler:
                             other.case.reference,
                             mine.case.candidate,
                             f"{mine.case.item_key}~{other.case.item_key}",
+                            other.case.image_sha256,  # the question's own image: the candidate is what is foreign
+                            other.case.image,
                         )
                     )
                     break
@@ -166,9 +169,7 @@ class CalibrationSampler:
                 corrected = f"{base.case.candidate}\n\nOn closer inspection: {candidate}"
                 candidate = corrected if self._differs(corrected, base) else candidate
             if candidate is not None:
-                cases.append(
-                    JudgeCase(base.case.question, base.case.reference, candidate, f"{base.case.item_key}~near")
-                )
+                cases.append(replace(base.case, candidate=candidate, item_key=f"{base.case.item_key}~near"))
             if len(cases) >= self.samples:
                 break
         return cases

@@ -1,8 +1,9 @@
 """The model-as-judge second pass, and the measurement of how far it can be trusted.
 
 String verifiers under-credit answers that are right but phrased differently. Each rejected item
-with a final answer is re-examined in a text-only pass by the same model (by default): it sees the
-question, the reference and the candidate, is told to compare and never to solve, and answers
+with a final answer is re-examined in a second pass by the same model (by default): it sees the
+question, the reference and the candidate (and the item's image, with `judge.sees_image`; text only
+otherwise), is told to compare and never to solve, and answers
 exactly one of CORRECT / WRONG / UNSURE (constrained decoding where the engine supports it;
 anything else counts as UNSURE). Only CORRECT promotes.
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -39,8 +40,8 @@ from rs.util.shipped import TEMPLATES
 LABELS = ("CORRECT", "WRONG", "UNSURE")
 PROMPT_TEMPLATE = "judge_prompt.jinja"
 """What the judge is asked, in `TEMPLATES`."""
-VERSION = "1"
-"""The judge and its prompt: bump when either changes what the judge is asked or how its verdict is read (`rs.pipeline.versions`)."""
+VERSION = "2"
+"""(2: the prompt says when the image is shown, `judge.sees_image`.) The judge and its prompt: bump when either changes what the judge is asked or how its verdict is read (`rs.pipeline.versions`)."""
 
 
 def fence(text: str) -> str:
@@ -104,6 +105,10 @@ class JudgeCase:
     reference: str
     candidate: str
     item_key: str | None = None
+    image_sha256: str | None = None
+    """The hash of the image the question is about: a judge that sees the image (`judge.sees_image`) is keyed by it."""
+    image: bytes | None = field(default=None, repr=False, compare=False)
+    """The image's bytes, where the caller read them (a request only listed for its cache key needs none)."""
 
 
 class Judge:
@@ -155,12 +160,28 @@ class Judge:
                 close_reasoning=self.reasoning.markers,
             )
 
+    @property
+    def sees_image(self) -> bool:
+        return self.config.sees_image
+
     def prompt(self, case: JudgeCase) -> str:
-        return self.template.render(question=case.question, reference=case.reference, candidate=case.candidate)
+        return self.template.render(
+            question=case.question, reference=case.reference, candidate=case.candidate, sees_image=self.sees_image
+        )
 
     def request(self, case: JudgeCase) -> Request:
-        """The text-only request that asks the judge about one case."""
-        return Request(prompt=self.prompt(case), item_key=case.item_key)
+        """The request that asks the judge about one case: text only, or with the case's image when the judge sees it
+        (keyed by the image's hash, so a verdict with the image never answers for one without, nor the reverse)."""
+        if not self.sees_image:
+            return Request(prompt=self.prompt(case), item_key=case.item_key)
+        if not case.image_sha256:
+            raise ValueError(
+                f"judge.sees_image is on but the judge case of {case.item_key or case.question!r} carries no image: "
+                "its caller must pass the question's image (its hash at least)"
+            )
+        return Request(
+            prompt=self.prompt(case), image=case.image or None, image_sha256=case.image_sha256, item_key=case.item_key
+        )
 
     def verdict(self, generation: Generation) -> tuple[str, Generation]:
         """The label a judge generation says after its reasoning (a failed request or no closed reasoning is UNSURE),

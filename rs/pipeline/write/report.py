@@ -79,6 +79,9 @@ class JudgeSummary:
     calibration: dict[str, Any] | None
     """`rs.pipeline.sample.calibration`'s measurement (positives, easy and hard negatives, certain rejections, the gate); None when
     the judge is off."""
+    sees_image: bool = False
+    """Whether the judge was shown the item's image (`judge.sees_image`); False in the stats of an older rs, whose judge
+    never was."""
 
 
 @dataclass(frozen=True)

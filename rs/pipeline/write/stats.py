@@ -159,6 +159,7 @@ def family_report(
             contradicted=sampled.contradicted,
             contradicted_verdicts=dict(sorted(sampled.contradicted_verdicts.items())),
             calibration=sampled.calibration.to_dict() if sampled.calibration else None,
+            sees_image=c.judge.sees_image,
         ),
         cleaning=CleaningSummary(**{k: v for k, v in clean.to_dict().items() if k in CLEANING_FIELDS}),
         totals=Totals(

@@ -232,7 +232,7 @@ def test_hard_negatives_are_checked_by_the_verifier() -> None:
 def test_no_judge_where_the_annotators_reach_no_consensus(tmp_path) -> None:
     """Ten annotators, two of them "sale": vqa (at least 3 agreeing) rejects "sale", and the judge, shown the plurality
     answer "sale" as the reference, would only echo it back CORRECT. Such an item has no reference to judge against."""
-    from rs.engines.base import Generation
+    from rs.engines.base import Generation, Request
     from rs.engines.generation_cache import GenerationCache
     from rs.engines.replay import ReplayEngine
     from rs.families import load_families
@@ -264,7 +264,7 @@ def test_no_judge_where_the_annotators_reach_no_consensus(tmp_path) -> None:
         item = QAItem(question="What does the sign say?", answer=answer, record_id="r", references=references)
         return greedy.verify(
             item,
-            "What does the sign say?",
+            Request(prompt="What does the sign say?"),
             Generation(text=candidate, reasoning=None, answer=None, finish_reason="stop"),
         ).case
 
