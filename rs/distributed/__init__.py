@@ -95,6 +95,7 @@ import numpy as np
 import rs
 from rs.context import BuildContext
 from rs.engines.base import Request, SamplingSettings
+from rs.engines.cached_engine import identity_key
 from rs.engines.factory import engines_for
 from rs.engines.generation_cache import GenerationCache
 from rs.pipeline.clean.stage import CleanStage
@@ -193,19 +194,26 @@ def sample_on_ray(
         run.recovery = current_recovery_report(ctx, run.report) if run.report is not None else None
         if run.report is not None and (recovery is None or run.recovery is not None):
             return run
-        specs = engine_specs(ctx)
         started, passes = time.perf_counter(), 0.0
         with _connected(ctx, address, ship_code) as ray:
             cluster = _cluster(ray, ctx, address, replicas, num_gpus, num_cpus, runtime_env, batch_size)
             run.replicas = cluster.replicas
-            if run.report is None:
-                _greedy_steps(_Steps(ctx, cluster, specs, run, lookahead))
-                if run.complete and finish:
-                    start = time.perf_counter()
-                    run.report = ensure(SampleStage(), ctx)
-                    passes = time.perf_counter() - start
-            if run.report is not None and recovery is not None and current_recovery_report(ctx, run.report) is None:
-                _recovery_steps(_Steps(ctx, cluster, specs, run, lookahead), run.report.promotes)
+            try:  # the replicas start with the first step that sends anything, and serve every step after it
+                if run.report is None:
+                    _greedy_steps(_Steps(ctx, cluster, run, lookahead))
+                    if run.complete and finish:
+                        start = time.perf_counter()
+                        run.report = ensure(SampleStage(), ctx)
+                        passes = time.perf_counter() - start
+                if (
+                    run.report is not None
+                    and recovery is not None
+                    and current_recovery_report(ctx, run.report) is None
+                ):
+                    _recovery_steps(_Steps(ctx, cluster, run, lookahead), run.report.promotes)
+            finally:
+                run.model_loads = dict(cluster.loads)
+                cluster.close()
         run.seconds = time.perf_counter() - started - passes
         if not run.complete:
             raise RayIncomplete(run)
@@ -251,18 +259,27 @@ def _cluster(
     if replicas is None:
         replicas = max(1, int(resources.get("GPU", 0) // num_gpus)) if num_gpus else 1
     check_fits(resources, replicas=replicas, num_gpus=num_gpus, num_cpus=num_cpus, local=address is None)
+    specs = engine_specs(ctx)
+    engines = dict(zip(("sampler", "judge"), engines_for(ctx.family)))  # lazy: their identities load no model
     return Cluster(
-        ray, replicas, num_gpus, num_cpus, runtime_env, batch_size or ctx.family.config.engine.batch_size, ctx.progress
+        ray,
+        replicas,
+        num_gpus,
+        num_cpus,
+        runtime_env,
+        batch_size or ctx.family.config.engine.batch_size,
+        ctx.progress,
+        specs=specs,
+        identities={role: identity_key(engines[role]) for role in specs},
     )
 
 
 @dataclass
 class _Steps:
-    """What the steps of one pass share: the family, the cluster, the engines' specs, where the figures go."""
+    """What the steps of one pass share: the family, the cluster (its replicas), where the figures go."""
 
     ctx: BuildContext
     cluster: Cluster
-    specs: dict[str, dict[str, Any]]
     run: RayRun
     lookahead: int
 
@@ -282,6 +299,11 @@ class _Steps:
     def greedy_items(self) -> Iterator[dict[str, Any]]:
         """The greedy pass's records, the columns that decide whether the recovery pass samples an item."""
         return read_records(self.ctx.paths.items, "items", columns=list(DECIDING))
+
+    def role(self, identity: str) -> str:
+        """The replicas' role (`engine_specs`) whose engine has `identity`: any pass's requests go to the engine its
+        keys name."""
+        return next(role for role, mine in self.cluster.identities.items() if mine == identity)
 
     def step(self, names: tuple[str, ...], run_step: Callable[[], tuple[StepStats, ...]]) -> None:
         """Run one step (again for what is missing when nodes leave), its figures under `names` in the run."""
@@ -405,8 +427,7 @@ def _adjudication_step(steps: _Steps, cache: GenerationCache, recovering: Recove
         steps.cluster.answer(
             "adjudication",
             steps.cluster.read([str(p) for p in writer.files]),
-            steps.specs["sampler"],
-            adjudicator.runner.identity_key,
+            steps.role(adjudicator.runner.identity_key),
             adjudicator.settings,
             cache,
             stats,
@@ -456,8 +477,7 @@ def _sampling_step(
         cluster.answer(
             name,
             requests,
-            steps.specs["sampler"],
-            greedy.runner.identity_key,
+            steps.role(greedy.runner.identity_key),
             settings,
             cache,
             stats,
@@ -512,8 +532,7 @@ def _judge_step(
         steps.cluster.answer(
             name,
             requests,
-            steps.specs["judge"],
-            judge.runner.identity_key,
+            steps.role(judge.runner.identity_key),
             judge.settings,
             cache,
             first,

@@ -344,9 +344,17 @@ def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, 
     from rs.engines.generation_cache import GenerationCache
 
     ctx = context(tmp_path, "unshared")
-    sampler, _ = engines_for(ctx.family)
+    sampler, judge = engines_for(ctx.family)
     cluster = Cluster(
-        ray, replicas=1, num_gpus=0, num_cpus=1, runtime_env={"env_vars": ENV}, batch_size=4, progress=False
+        ray,
+        replicas=1,
+        num_gpus=0,
+        num_cpus=1,
+        runtime_env={"env_vars": ENV},
+        batch_size=4,
+        progress=False,
+        specs=engine_specs(ctx),
+        identities={"sampler": identity_key(sampler), "judge": identity_key(judge)},
     )
     # the driver sees the file when the Dataset is made, the read task does not (a build directory on local disk)
     import pyarrow.parquet as pq
@@ -357,20 +365,14 @@ def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, 
     pq.write_table(REQUESTS.empty_table(), path)
     gone = ray.data.read_parquet([str(path)])
     path.unlink()
-    with (
-        GenerationCache(ctx.cache_path) as cache,
-        pytest.raises(RuntimeError, match=r"--build-dir must be on shared storage"),
-    ):
-        cluster.answer(
-            "sampling",
-            gone,
-            engine_specs(ctx)["sampler"],
-            identity_key(sampler),
-            sampling_settings(ctx.family),
-            cache,
-            StepStats(),
-            1,
-        )
+    try:
+        with (
+            GenerationCache(ctx.cache_path) as cache,
+            pytest.raises(RuntimeError, match=r"--build-dir must be on shared storage"),
+        ):
+            cluster.answer("sampling", gone, "sampler", sampling_settings(ctx.family), cache, StepStats(), 1)
+    finally:
+        cluster.close()
 
 
 def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(tmp_path: Path) -> None:
