@@ -211,22 +211,22 @@ class Cluster:
             bar.set_postfix(stored=stats.stored, failed=stats.failed_requests, refresh=False)
 
         try:
-            with progress(total, f"{step} (ray)", enabled=self.progress) as bar, _NodeWatch(self) as watch:
+            with _NodeWatch(self) as watch:
                 stats.replicas = self.fit(step)
-                bar.set_description(f"{step} (ray, {stats.replicas} replicas)", refresh=False)
-                sender = _Sender(self, step, role, settings, watch)
-                # one block per batch: replicas share the work evenly, and each answered batch reaches the driver
-                # (and the cache) alone; the blocks stay in Ray's object store, from the read tasks to the replicas
-                blocks = requests.repartition(target_num_rows_per_block=rows)
-                for bundle in blocks.iter_internal_ref_bundles():
-                    for entry, piece in zip(bundle.blocks, bundle.slices):
-                        if (piece.num_rows if piece is not None else entry.metadata.num_rows) == 0:
-                            continue
-                        part = (piece.start_offset, piece.end_offset) if piece is not None else None
-                        for answered in sender.send(entry.ref, part):
-                            commit(answered)
-                for answered in sender.drain():
-                    commit(answered)
+                with progress(total, f"{step} (ray, {stats.replicas} replicas)", enabled=self.progress) as bar:
+                    sender = _Sender(self, step, role, settings, watch)
+                    # one block per batch: replicas share the work evenly, and each answered batch reaches the driver
+                    # (and the cache) alone; the blocks stay in Ray's object store, from the read tasks to the replicas
+                    blocks = requests.repartition(target_num_rows_per_block=rows)
+                    for bundle in blocks.iter_internal_ref_bundles():
+                        for entry, piece in zip(bundle.blocks, bundle.slices):
+                            if (piece.num_rows if piece is not None else entry.metadata.num_rows) == 0:
+                                continue
+                            part = (piece.start_offset, piece.end_offset) if piece is not None else None
+                            for answered in sender.send(entry.ref, part):
+                                commit(answered)
+                    for answered in sender.drain():
+                        commit(answered)
         except Exception as err:
             hint = ""
             if any(text in str(err) for text in ("FileNotFoundError", "No such file", "does not exist")):
