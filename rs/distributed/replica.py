@@ -165,14 +165,14 @@ class EngineFeeder:
                         request, settings, future = self._next(block=not in_flight)
                     except queue.Empty:
                         break
+                    future.set_running_or_notify_cancel()
+                    in_flight.add(future)  # failed with the others if its stream cannot open
                     stream = streams.get(name := repr(settings))
                     if stream is None:
                         stream = streams[name] = open_stream(
                             self.engine, settings, batch_size=self.spec["engine"].get("batch_size") or 256
                         )
                         window = max(s.window for s in streams.values())
-                    future.set_running_or_notify_cancel()
-                    in_flight.add(future)
                     stream.submit(future, request)
                 # advance the engine for one stream with requests in it, in turn; the others take what finished meanwhile
                 busy = [s for s in streams.values() if s.in_flight]
