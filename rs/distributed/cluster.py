@@ -470,8 +470,8 @@ def retrying_lost_nodes(
 ) -> tuple[StepStats, ...]:
     """Run a step; when its pipeline fails while nodes leave the cluster, run it again for what is still missing.
 
-    Ray Data restarts a replica that dies on a live node by itself, but a node that goes away can
-    take one of the pipeline's own tasks with it, and the whole pipeline fails. Its committed
+    Ray restarts a replica that dies on a live node by itself (and `_Sender` re-sends the batches of a lost node's
+    replicas), but a node that goes away can take one of Ray Data's own tasks with it, and the step fails. Its committed
     answers are cached, so the next attempt sends only the rest, sized to the nodes that remain.
     """
     for attempt in range(1, MAX_STEP_ATTEMPTS + 1):
