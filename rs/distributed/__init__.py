@@ -2,12 +2,16 @@
 
     python -m rs.sample FAMILY --ray [auto | HEAD:6379] [--replicas N]
 
-Each step is one Ray Data pipeline, so every replica loads its model once per step:
+The replicas are Ray actors that live for the whole run: each loads its model once and serves every
+step (every pass: any stream of requests, its role and its sampling settings) in the order the stages
+ask. Each step streams its requests with Ray Data and hands them to the replicas through Ray's
+`ActorPool`:
 
     read_parquet(clean store) -> map_batches(sampling_requests)                 items still missing, by image
                               -> repartition(target_num_rows_per_block=images)  one block per batch
-                              -> map_batches(EngineReplica, ActorPoolStrategy(N, several calls each), num_gpus=TP x PP)
-                              -> iter_batches() on the driver -> GenerationCache.put_many
+                              -> iter_internal_ref_bundles() on the driver      block references, not the data
+    ActorPool(replicas, several times each).submit(EngineReplica.answer)        role, settings: the step's
+                              -> answers on the driver -> GenerationCache.put_many
 
 `EngineReplica` holds the project's own engine of the family's kind (any kind registered with
 `runs_in_replica`, such as `vllm`), so prompts, sampling settings, reasoning
@@ -54,15 +58,17 @@ and, for a family with a `recovery:` block (`rs.pipeline.recover`), on the same 
 6. the recover stage (`ensure(RecoverStage(sampled), ctx)`) on the driver: zero engine calls, the recovery store and
    `recovery.json` of a single-process run. A family already sampled runs only steps 4 to 6.
 
-Each replica answers several batches at once through one engine (`replica.EngineFeeder`): Ray
-Data's `max_concurrent_calls_per_actor` hands it enough batches to keep the engine's window full,
-so one batch's long answers never hold the next back.
+Each replica answers several batches at once through one engine (`replica.EngineFeeder`): the pool
+lists each replica `concurrent_batches` times, enough batches to keep the engine's window full, so
+one batch's long answers never hold the next back; the feeder keeps one engine stream a pass's settings.
 
 Failures cost at most what was in flight. A replica that dies (OOM kill, crash) is restarted by Ray and
-its batches are retried (Ray Data's actor pool: `max_restarts=-1`, `max_task_retries=-1`). A node
-that leaves the cluster takes its replicas with it: the pool may shrink to one replica, each step
-starts with the replicas the cluster holds then (`_Cluster.fitting_replicas`), and a step whose
-pipeline fails while nodes leave runs again for what is missing (`MAX_STEP_ATTEMPTS`). An engine
+its batches are sent to it again (`max_restarts=-1`, `max_task_retries=-1`; the restarted process loads
+the model again, the only reload of a run). A node that leaves the cluster takes its replicas with it:
+they are ended as soon as the driver sees the node gone and their batches sent to the replicas that
+remain (`cluster._Sender`); each step starts with the replicas the cluster holds then
+(`Cluster.fitting_replicas`, new ones started when it holds more), and a step whose pipeline fails
+while nodes leave runs again for what is missing (`MAX_STEP_ATTEMPTS`). An engine
 that raises loses the requests in flight in it: they come back marked failed and are not cached
 (the replica replaces its engine and goes on); the run reports them, skips the judge step (it needs
 every answer) and ends with `RayIncomplete`; the same command again sends only what is missing. An
@@ -74,8 +80,8 @@ Ray's own LLM processor (`ray.data.llm`) is not used: ray 2.60's `llm` extra pin
 sampling parameters, so its outputs would not share the single-process path's cache keys.
 
     __init__.py  the driver: `sample_on_ray`, each step's requests, what is missing, committing answers
-    cluster.py   connecting, checking what fits, the replicas' environment, answering one step
-    replica.py   what runs in a replica (the engine, built from the family's configuration) and its rows
+    cluster.py   connecting, checking what fits, the replicas (started once a run), answering one step on them
+    replica.py   what runs in a replica (the engines of its roles, built from the family's configuration) and its rows
     report.py    what a run did per step, and the errors that say why one cannot run
 """
 
@@ -95,6 +101,7 @@ import numpy as np
 import rs
 from rs.context import BuildContext
 from rs.engines.base import Request, SamplingSettings
+from rs.engines.cached_engine import identity_key
 from rs.engines.factory import engines_for
 from rs.engines.generation_cache import GenerationCache
 from rs.pipeline.clean.stage import CleanStage
@@ -159,7 +166,7 @@ def sample_on_ray(
     Args:
         address: Ray address (`auto`, `HEAD:6379`; not `ray://`: Ray Data does not run through Ray
             Client); None starts a local Ray. Ignored when Ray is already initialised in this process.
-        replicas: engine replicas (Ray Data's actor pool size); default: the cluster's GPUs //
+        replicas: engine replicas (Ray actors started once a run); default: the cluster's GPUs //
             `num_gpus` (1 without GPUs).
         num_gpus: GPUs per replica; default: tensor x pipeline parallel size when the cluster has
             GPUs, else 0 (vLLM-CPU).
@@ -193,19 +200,26 @@ def sample_on_ray(
         run.recovery = current_recovery_report(ctx, run.report) if run.report is not None else None
         if run.report is not None and (recovery is None or run.recovery is not None):
             return run
-        specs = engine_specs(ctx)
         started, passes = time.perf_counter(), 0.0
         with _connected(ctx, address, ship_code) as ray:
             cluster = _cluster(ray, ctx, address, replicas, num_gpus, num_cpus, runtime_env, batch_size)
             run.replicas = cluster.replicas
-            if run.report is None:
-                _greedy_steps(_Steps(ctx, cluster, specs, run, lookahead))
-                if run.complete and finish:
-                    start = time.perf_counter()
-                    run.report = ensure(SampleStage(), ctx)
-                    passes = time.perf_counter() - start
-            if run.report is not None and recovery is not None and current_recovery_report(ctx, run.report) is None:
-                _recovery_steps(_Steps(ctx, cluster, specs, run, lookahead), run.report.promotes)
+            try:  # the replicas start with the first step that sends anything, and serve every step after it
+                if run.report is None:
+                    _greedy_steps(_Steps(ctx, cluster, run, lookahead))
+                    if run.complete and finish:
+                        start = time.perf_counter()
+                        run.report = ensure(SampleStage(), ctx)
+                        passes = time.perf_counter() - start
+                if (
+                    run.report is not None
+                    and recovery is not None
+                    and current_recovery_report(ctx, run.report) is None
+                ):
+                    _recovery_steps(_Steps(ctx, cluster, run, lookahead), run.report.promotes)
+            finally:
+                run.model_loads = dict(cluster.loads)
+                cluster.close()
         run.seconds = time.perf_counter() - started - passes
         if not run.complete:
             raise RayIncomplete(run)
@@ -251,18 +265,27 @@ def _cluster(
     if replicas is None:
         replicas = max(1, int(resources.get("GPU", 0) // num_gpus)) if num_gpus else 1
     check_fits(resources, replicas=replicas, num_gpus=num_gpus, num_cpus=num_cpus, local=address is None)
+    specs = engine_specs(ctx)
+    engines = dict(zip(("sampler", "judge"), engines_for(ctx.family)))  # lazy: their identities load no model
     return Cluster(
-        ray, replicas, num_gpus, num_cpus, runtime_env, batch_size or ctx.family.config.engine.batch_size, ctx.progress
+        ray,
+        replicas,
+        num_gpus,
+        num_cpus,
+        runtime_env,
+        batch_size or ctx.family.config.engine.batch_size,
+        ctx.progress,
+        specs=specs,
+        identities={role: identity_key(engines[role]) for role in specs},
     )
 
 
 @dataclass
 class _Steps:
-    """What the steps of one pass share: the family, the cluster, the engines' specs, where the figures go."""
+    """What the steps of one pass share: the family, the cluster (its replicas), where the figures go."""
 
     ctx: BuildContext
     cluster: Cluster
-    specs: dict[str, dict[str, Any]]
     run: RayRun
     lookahead: int
 
@@ -287,6 +310,11 @@ class _Steps:
     def greedy_items(self) -> Iterator[dict[str, Any]]:
         """The greedy pass's records, the columns that decide whether the recovery pass samples an item."""
         return read_records(self.ctx.paths.items, "items", columns=list(DECIDING))
+
+    def role(self, identity: str) -> str:
+        """The replicas' role (`engine_specs`) whose engine has `identity`: any pass's requests go to the engine its
+        keys name."""
+        return next(role for role, mine in self.cluster.identities.items() if mine == identity)
 
     def step(self, names: tuple[str, ...], run_step: Callable[[], tuple[StepStats, ...]]) -> None:
         """Run one step (again for what is missing when nodes leave), its figures under `names` in the run."""
@@ -410,8 +438,7 @@ def _adjudication_step(steps: _Steps, cache: GenerationCache, recovering: Recove
         steps.cluster.answer(
             "adjudication",
             steps.cluster.read([str(p) for p in writer.files]),
-            steps.specs["sampler"],
-            adjudicator.runner.identity_key,
+            steps.role(adjudicator.runner.identity_key),
             adjudicator.settings,
             cache,
             stats,
@@ -461,8 +488,7 @@ def _sampling_step(
         cluster.answer(
             name,
             requests,
-            steps.specs["sampler"],
-            greedy.runner.identity_key,
+            steps.role(greedy.runner.identity_key),
             settings,
             cache,
             stats,
@@ -517,8 +543,7 @@ def _judge_step(
         steps.cluster.answer(
             name,
             requests,
-            steps.specs["judge"],
-            judge.runner.identity_key,
+            steps.role(judge.runner.identity_key),
             judge.settings,
             cache,
             first,

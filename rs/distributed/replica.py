@@ -11,7 +11,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -48,6 +48,9 @@ ANSWERS = pa.schema(
         ("batch_error", pa.string()),
         ("batch", pa.string()),
         ("replica", pa.string()),
+        ("actor", pa.string()),
+        ("node", pa.string()),
+        ("loads", pa.int32()),
         ("load_seconds", pa.float64()),
         ("engine_seconds", pa.float64()),
         ("busy_seconds", pa.float64()),
@@ -55,6 +58,10 @@ ANSWERS = pa.schema(
     ]
 )
 """What a replica returns: the `Generation` as JSON; `batch_error` when its batch failed in the engine.
+
+`replica`: the replica's process (host:pid; a replica Ray restarted is a new one), `actor`: its Ray actor (the same
+after a restart), `node`: its Ray node, `loads`: the
+model loads this process made so far (one a model it serves: the run's passes never load it again).
 
 `engine_seconds`: the replica's engine time since its previous batch returned, shared over this batch's
 rows (summed over rows: the replicas' engine time); `busy_seconds` / `active_seconds`: the replica's
@@ -108,20 +115,20 @@ def _is_missing(key: str, missing: np.ndarray) -> bool:
 
 
 class EngineFeeder:
-    """One engine kept fed by a thread of its own, from every Ray Data batch the replica is working on.
+    """One engine kept fed by a thread of its own, from every batch the replica is working on, whatever pass asked it.
 
-    The replica answers several batches at once (Ray Data calls it from several threads,
-    `concurrent_batches`); each call hands its requests to this feeder and waits for their
-    answers. The feeder thread alone touches the engine: it keeps the engine's stream
-    (`rs.engines.stream`) full from all of them, so a batch's long answers never hold the next
-    batch back. An engine that raises fails the requests in flight in it (their batches come back
-    failed and are not cached); the feeder replaces the engine and goes on with the rest, and stops
-    after `MAX_CONSECUTIVE_FAILURES` failures with no answer between them.
+    The replica answers several batches at once (Ray calls it from several threads, `concurrent_batches`), of any
+    pass: each call hands its requests, with the sampling settings of its pass, to this feeder and waits for their
+    answers. The feeder thread alone touches the engine: it keeps one stream (`rs.engines.stream`) a settings open
+    on it and the engine's window full from all of them, so a batch's long answers never hold the next batch back.
+    An engine that raises fails the requests in flight in it (their batches come back failed and are not cached);
+    the feeder replaces the engine and goes on with the rest, and stops after `MAX_CONSECUTIVE_FAILURES` failures
+    with no answer between them.
     """
 
-    def __init__(self, spec: dict[str, Any], settings: SamplingSettings, engine: Engine):
-        self.spec, self.settings, self.engine = spec, settings, engine
-        self._inbox: queue.SimpleQueue[tuple[Request, Future[Generation]]] = queue.SimpleQueue()
+    def __init__(self, spec: dict[str, Any], engine: Engine, replace: Callable[[], Engine]):
+        self.spec, self.engine, self._replace = spec, engine, replace
+        self._inbox: queue.SimpleQueue[tuple[Request, SamplingSettings, Future[Generation]]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.dead: BaseException | None = None
         self.idle_seconds = 0.0
@@ -131,7 +138,7 @@ class EngineFeeder:
         self._thread = threading.Thread(target=self._feed, name="rs-engine-feeder", daemon=True)
         self._thread.start()
 
-    def answer(self, requests: list[Request]) -> list[Future[Generation]]:
+    def answer(self, requests: list[Request], settings: SamplingSettings) -> list[Future[Generation]]:
         futures: list[Future[Generation]] = []
         with self._lock:
             if self.dead is not None:
@@ -142,28 +149,40 @@ class EngineFeeder:
                 self.first_request = time.perf_counter()
             for request in requests:
                 futures.append(Future())
-                self._inbox.put((request, futures[-1]))
+                self._inbox.put((request, settings, futures[-1]))
         return futures
 
     def _feed(self) -> None:
         failures = 0
-        stream: Stream | None = None
+        streams: dict[str, Stream] = {}  # one a pass's settings (by their repr: a dict field), all on the one engine
         in_flight: set[Future[Generation]] = set()
+        window = 0
+        turn = 0
         while True:
             try:
-                if stream is None:
-                    stream = open_stream(
-                        self.engine, self.settings, batch_size=self.spec["engine"].get("batch_size") or 256
-                    )
-                while stream.in_flight < stream.window:
+                while len(in_flight) < max(1, window):
                     try:
-                        request, future = self._next(block=not stream.in_flight)
+                        request, settings, future = self._next(block=not in_flight)
                     except queue.Empty:
                         break
                     future.set_running_or_notify_cancel()
-                    in_flight.add(future)
+                    in_flight.add(future)  # failed with the others if its stream cannot open
+                    stream = streams.get(name := repr(settings))
+                    if stream is None:
+                        stream = streams[name] = open_stream(
+                            self.engine, settings, batch_size=self.spec["engine"].get("batch_size") or 256
+                        )
+                        window = max(s.window for s in streams.values())
                     stream.submit(future, request)
-                finished = stream.poll()
+                # advance the engine for one stream with requests in it, in turn; the others take what finished meanwhile
+                busy = [s for s in streams.values() if s.in_flight]
+                finished = []
+                if busy:
+                    turn = (turn + 1) % len(busy)
+                    finished = busy[turn].poll()
+                    for other in busy:
+                        if other is not busy[turn]:
+                            finished.extend(other.poll(wait=False))
                 for future, generation in finished:
                     in_flight.discard(future)  # type: ignore[arg-type]
                     future.set_result(generation)  # type: ignore[attr-defined]
@@ -174,18 +193,19 @@ class EngineFeeder:
                 for future in in_flight:
                     future.set_exception(err)
                 in_flight.clear()
-                stream = None
+                streams.clear()
+                window = 0
                 if failures >= MAX_CONSECUTIVE_FAILURES:
                     with self._lock:
                         self.dead = err
                     while True:  # nothing more will be answered: fail what is queued
                         try:
-                            self._inbox.get_nowait()[1].set_exception(err)
+                            self._inbox.get_nowait()[2].set_exception(err)
                         except queue.Empty:
                             return
                 self._replace_engine()
 
-    def _next(self, *, block: bool) -> tuple[Request, Future[Generation]]:
+    def _next(self, *, block: bool) -> tuple[Request, SamplingSettings, Future[Generation]]:
         if not block:
             return self._inbox.get_nowait()
         self._idle_since = time.perf_counter()
@@ -209,38 +229,94 @@ class EngineFeeder:
             self.engine.close()
         except Exception:
             logger.warning("closing a failed engine failed", exc_info=True)
-        self.engine = build_replica_engine(self.spec)
+        self.engine = self._replace()
 
 
 class EngineReplica:
-    """One engine replica: the Ray Data actor class that answers batches of requests.
+    """One engine replica: a Ray actor that lives for the whole run and answers every pass's batches.
 
-    Builds the family's engine from its configuration (`spec`, see `engine_specs`), refuses to start if
-    its identity differs from the driver's (its answers would land under keys no run asks for), and
-    loads the model before the first batch. Ray Data calls it with several batches at once; they
-    share one engine through an `EngineFeeder`.
+    `specs`: the engines of the family's roles (`engine_specs`: the sampler, the judge), `identities`: each role's
+    engine identity on the driver. Roles with the same spec share one engine (one model load, as `engines_for` shares
+    them in one process). Each engine refuses to start if its identity differs from the driver's (its answers would
+    land under keys no run asks for); the sampler's model loads now, another role's model when first asked. The
+    passes' batches (`answer`) say their role and sampling settings; they share each engine through an
+    `EngineFeeder`. Every load is counted (`loads`) and logged: a run loads each model once a replica.
     """
 
-    def __init__(self, spec: dict[str, Any], identity: str, settings: SamplingSettings):
+    def __init__(self, specs: dict[str, dict[str, Any]], identities: dict[str, str]):
         end_with_the_command()  # the actor's process ends with it: its exit frees the engine, no teardown first
-        self.spec, self.settings = spec, settings
-        engine = build_replica_engine(spec)
-        if (mine := identity_key(engine)) != identity:
-            raise RuntimeError(
-                f"this replica computes another engine identity than the driver, so its answers would be cached under keys no "
-                f"run asks for: driver {identity}, replica {mine}. Run the driver and the replicas with the same versions of rs, "
-                "vLLM and transformers, and the same model files."
-            )
-        start = time.perf_counter()
-        engine.load()  # now, not in the first batch
-        self.load_seconds = time.perf_counter() - start
-        self.feeder = EngineFeeder(spec, settings, engine)
         self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.node, self.actor = _runtime_ids()
         self._lock = threading.Lock()
+        self.loads = 0
+        self.load_seconds = 0.0
+        self._specs = specs
+        self._engine_of = {role: json.dumps(spec, sort_keys=True) for role, spec in specs.items()}
+        self._engines: dict[str, Engine] = {}
+        for role, spec in specs.items():
+            engine = self._engines.get(self._engine_of[role])
+            if engine is None:
+                engine = self._engines[self._engine_of[role]] = build_replica_engine(spec)
+            if (mine := identity_key(engine)) != identities[role]:
+                raise RuntimeError(
+                    f"this replica computes another engine identity than the driver, so its answers would be cached under keys "
+                    f"no run asks for: driver {identities[role]}, replica {mine}. Run the driver and the replicas with the same "
+                    "versions of rs, vLLM and transformers, and the same model files."
+                )
+        self._feeders: dict[str, EngineFeeder] = {}
+        self._feeder(next(iter(specs)))  # the first role's model loads now, not in the first batch
         self.batches = 0
         self._busy_reported = 0.0
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
+    def info(self) -> dict[str, Any]:
+        """Who this replica is (its process, its node) and its loads so far; the driver waits on it for the start."""
+        return {
+            "replica": self.name,
+            "actor": self.actor,
+            "node": self.node,
+            "loads": self.loads,
+            "load_seconds": self.load_seconds,
+        }
+
+    def _feeder(self, role: str) -> EngineFeeder:
+        """The feeder of `role`'s engine, its model loaded (once a process) on first use."""
+        key = self._engine_of[role]
+        with self._lock:
+            if key not in self._feeders:
+                engine = self._engines[key]
+                self._load(engine, role)
+                self._feeders[key] = EngineFeeder(self._specs[role], engine, lambda: self._rebuilt(role))
+            return self._feeders[key]
+
+    def _load(self, engine: Engine, role: str) -> None:
+        start = time.perf_counter()
+        engine.load()
+        self.load_seconds = max(self.load_seconds, time.perf_counter() - start)
+        self.loads += 1
+        logger.info(
+            "replica %s loaded the %s model %s in %.1f s (load %d of this process)",
+            self.name,
+            role,
+            self._specs[role]["model"].get("id"),
+            time.perf_counter() - start,
+            self.loads,
+        )
+
+    def _rebuilt(self, role: str) -> Engine:
+        """A fresh engine for `role` after its engine failed (a replacement: counted as a load)."""
+        engine = build_replica_engine(self._specs[role])
+        self._load(engine, role)
+        self._engines[self._engine_of[role]] = engine
+        return engine
+
+    def answer(
+        self, batch: pa.Table, role: str, settings: SamplingSettings, rows: tuple[int, int] | None, tag: Any
+    ) -> tuple[Any, pa.Table]:
+        """Answer a batch of `REQUESTS` rows (`rows`: the `(start, end)` of them to answer, None: all) with `role`'s
+        engine under `settings`, as `ANSWERS` rows, returned with the driver's `tag` of the batch."""
+        if rows is not None:
+            batch = batch.slice(rows[0], rows[1] - rows[0])
+        feeder = self._feeder(role)
         keys, requests = [], []
         for row in batch.to_pylist():
             for r in row["requests"]:
@@ -254,24 +330,24 @@ class EngineReplica:
                         sample=r["sample"] or 0,
                     )
                 )
-        futures = self.feeder.answer(requests)
+        futures = feeder.answer(requests, settings)
         generations, errors = [], []
         for future in futures:
             try:
                 generation = future.result()
-                generation.max_tokens = self.settings.max_tokens
-                generation.repetition_detection = self.settings.repetition_detection
-                generation.thinking_token_budget = self.settings.thinking_token_budget
+                generation.max_tokens = settings.max_tokens
+                generation.repetition_detection = settings.repetition_detection
+                generation.thinking_token_budget = settings.thinking_token_budget
                 generations.append(generation)
                 errors.append(None)
             except Exception as err:  # the engine failed with this request in it: not cached, sent again next run
                 errors.append(last_line(err))
                 generations.append(Generation.failed(f"the engine failed: {errors[-1]}", cacheable=False))
-        if self.feeder.dead is not None:
+        if feeder.dead is not None:
             raise RuntimeError(
                 f"replica {self.name}: its engine failed {MAX_CONSECUTIVE_FAILURES} times in a row; stopping the run "
                 "(the cache keeps everything answered so far)"
-            ) from self.feeder.dead
+            ) from feeder.dead
         if failed := sum(e is not None for e in errors):
             logger.error(
                 "replica %s: %d of a batch's %d requests failed in the engine, they are not cached: %s",
@@ -283,24 +359,38 @@ class EngineReplica:
         with self._lock:
             self.batches += 1
             number = self.batches
-            busy = self.feeder.busy_seconds
+            busy = sum(f.busy_seconds for f in self._feeders.values())
             busy_since_last, self._busy_reported = busy - self._busy_reported, busy
-        active = time.perf_counter() - (self.feeder.first_request or time.perf_counter())
+        first = min((f.first_request for f in self._feeders.values() if f.first_request), default=None)
+        active = time.perf_counter() - (first or time.perf_counter())
         n = len(requests)
-        return pa.table(
+        return tag, pa.table(
             {
                 "key": keys,
                 "generation": [json.dumps(g.to_dict(), ensure_ascii=False) for g in generations],
                 "batch_error": errors,
                 "batch": [f"{self.name}/{number}"] * n,
                 "replica": [self.name] * n,
+                "actor": [self.actor] * n,
+                "node": [self.node] * n,
+                "loads": [self.loads] * n,
                 "load_seconds": [self.load_seconds] * n,
-                "engine_seconds": [busy_since_last / n] * n,
+                "engine_seconds": [busy_since_last / n if n else 0.0] * n,
                 "busy_seconds": [busy] * n,
                 "active_seconds": [active] * n,
             },
             schema=ANSWERS,
         )
+
+
+def _runtime_ids() -> tuple[str, str]:
+    """This process's Ray node and actor (empty outside Ray)."""
+    import ray
+
+    if not ray.is_initialized():
+        return "", ""
+    context = ray.get_runtime_context()
+    return context.get_node_id(), context.get_actor_id() or ""
 
 
 def concurrent_batches(spec: dict[str, Any], requests_per_batch: int) -> int:

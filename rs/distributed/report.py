@@ -66,7 +66,7 @@ class StepStats:
     replica_busy: dict[str, float] = field(default_factory=dict)
     """Each replica's busy fraction: its engine's time with requests in flight over its time since its first request."""
     load_seconds: float = 0.0
-    """The slowest replica's model load."""
+    """The slowest model load of the replicas that answered in this step (made once a run: the same in every step)."""
     replica_processes: int = 0
     """Replica processes that answered: more than the replicas when Ray restarted some."""
     replicas: int = 0
@@ -90,6 +90,9 @@ class RayRun:
     """The sampling report of the driver's sample stage (or of an earlier run when the family was already sampled)."""
     recovery: RecoveryReport | None = None
     """The recovery report of the driver's recover stage (or an earlier run's); None without a `recovery:` block."""
+    model_loads: dict[str, int] = field(default_factory=dict)
+    """Model loads by replica process (host:pid), as the replicas count them: one a model for the whole run, more only
+    for an engine replaced after it failed; a replica Ray restarted is a new process, with its own load."""
 
     @property
     def complete(self) -> bool:
@@ -108,6 +111,7 @@ class RayRun:
             "replicas": self.replicas,
             "seconds": round(self.seconds, 3),
             "startup_seconds": round(self.startup_seconds, 3),
+            "model_loads": self.model_loads,
             "steps": {name: s.to_dict() for name, s in self.steps.items()},
         }
 

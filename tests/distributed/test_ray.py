@@ -302,6 +302,19 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
         ".rs-publish",
     }
 
+    # From an empty cache on two replicas, with recovery on: every step (sampling, judge, calibration, recovery, its
+    # judge) served by the same two replica processes, each of which loaded the model once (the replicas' own
+    # counters), and the caches and stores of one process
+    fresh = context(tmp_path, "once")
+    run = sample_on_ray(fresh, runtime_env={"env_vars": ENV}, **REPLICAS)
+    sent = {name for name, s in run.steps.items() if s.sent}
+    assert {"sampling", "judge", "recovery", "recovery_judge"} <= sent
+    assert len(run.model_loads) == 2 and set(run.model_loads.values()) == {1}
+    assert set().union(*(run.steps[name].replica_busy for name in sent)) == set(run.model_loads)
+    assert run.startup_seconds > 0 and all(run.steps[name].replica_processes <= 2 for name in sent)
+    assert cache_contents(fresh.cache_path) == cache_contents(single.cache_path)
+    assert items(fresh) == items(single) and recovered(fresh) == recovered(single) and pairs(fresh) == pairs(single)
+
 
 @pytest.mark.slow
 def test_a_plan_the_cluster_cannot_hold_is_refused(tmp_path: Path, local_ray) -> None:
@@ -344,9 +357,17 @@ def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, 
     from rs.engines.generation_cache import GenerationCache
 
     ctx = context(tmp_path, "unshared")
-    sampler, _ = engines_for(ctx.family)
+    sampler, judge = engines_for(ctx.family)
     cluster = Cluster(
-        ray, replicas=1, num_gpus=0, num_cpus=1, runtime_env={"env_vars": ENV}, batch_size=4, progress=False
+        ray,
+        replicas=1,
+        num_gpus=0,
+        num_cpus=1,
+        runtime_env={"env_vars": ENV},
+        batch_size=4,
+        progress=False,
+        specs=engine_specs(ctx),
+        identities={"sampler": identity_key(sampler), "judge": identity_key(judge)},
     )
     # the driver sees the file when the Dataset is made, the read task does not (a build directory on local disk)
     import pyarrow.parquet as pq
@@ -357,20 +378,14 @@ def test_inputs_a_node_cannot_read_point_at_the_build_directory(tmp_path: Path, 
     pq.write_table(REQUESTS.empty_table(), path)
     gone = ray.data.read_parquet([str(path)])
     path.unlink()
-    with (
-        GenerationCache(ctx.cache_path) as cache,
-        pytest.raises(RuntimeError, match=r"--build-dir must be on shared storage"),
-    ):
-        cluster.answer(
-            "sampling",
-            gone,
-            engine_specs(ctx)["sampler"],
-            identity_key(sampler),
-            sampling_settings(ctx.family),
-            cache,
-            StepStats(),
-            1,
-        )
+    try:
+        with (
+            GenerationCache(ctx.cache_path) as cache,
+            pytest.raises(RuntimeError, match=r"--build-dir must be on shared storage"),
+        ):
+            cluster.answer("sampling", gone, "sampler", sampling_settings(ctx.family), cache, StepStats(), 1)
+    finally:
+        cluster.close()
 
 
 def test_sampling_requests_are_the_missing_items_keyed_as_the_driver_keys_them(tmp_path: Path) -> None:

@@ -86,6 +86,9 @@ def test_a_node_lost_mid_run_costs_nothing(tmp_path: Path) -> None:
     assert killed_at and killed_at[0] < reference.items, "the node must die before the sampling step ends"
     sampling, judge = run.steps["sampling"], run.steps["judge"]
     assert sampling.replicas == 2 and judge.replicas == 1  # the judge step starts with what the cluster holds
+    # the lost replica's batches went to the one that remained, in the same step; the judge step reused that one
+    assert sampling.attempts == 1 and judge.attempts == 1
+    assert set(judge.replica_busy) <= set(sampling.replica_busy) and len(judge.replica_busy) == 1
     assert sampling.stored == reference.items and judge.stored == reference.judged
     assert run.report.sampling_engine_calls == 0 and run.report.judge_engine_calls == 0
     assert cache_contents(ctx.cache_path) == cache_contents(single.cache_path)
