@@ -199,7 +199,7 @@ def test_the_ray_path_sends_the_judge_the_same_requests_with_their_images(tmp_pa
         progress=False,
         engine_factory=lambda f: (ReplayEngine(tmp_path / "answers.jsonl", model="some-org/some-vlm"), judge),
     )
-    steps = SimpleNamespace(ctx=ctx, cluster=FakeCluster(), lookahead=64, specs={"judge": {}})
+    steps = SimpleNamespace(ctx=ctx, cluster=FakeCluster(), lookahead=64, role=lambda identity: "judge")
     with GenerationCache(ctx.cache_path) as cache:
         greedy = sampling_pass(ctx, cache, *ctx.engines("ray"))
         rows = _Steps.judge_rows(steps)  # type: ignore[arg-type]
