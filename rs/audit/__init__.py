@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rs.audit import images, rerender, stats_rows, suspects  # noqa: F401  (register their checks)
+from rs.audit import blind, images, rerender, stats_rows, suspects  # noqa: F401  (register their checks)
 from rs.audit.build import check_answers, check_shards, check_stores
 from rs.audit.busy import AuditBusy, not_being_published
 from rs.audit.checkers import CHECKERS, Audit, Finding, checker, run_checks

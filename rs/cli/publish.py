@@ -247,6 +247,13 @@ def would_do(family: Family, plan: PlanReport, *, local: bool, seconds: float) -
             + f": at most {c.recovery.samples * (c.recovery.max_tokens or c.sampling.max_tokens):,} output tokens a rejection "
             f"(`{_plan_command(family)}` measures the rejections and projects the pass's hours)"
         )
+    if c.blind is not None:
+        lines.append(
+            f"  and ask every question again without its image (text only, at temperature 0; a multiple-choice question "
+            f"in {c.blind.rotations} rotations of its options"
+            + (f", {c.blind.samples} samples of the others" if c.blind.samples else "")
+            + "), to mark the questions answered right without it"
+        )
     for split in family.splits:
         if split in ROW_SCHEMAS:
             what = {
@@ -258,7 +265,7 @@ def would_do(family: Family, plan: PlanReport, *, local: bool, seconds: float) -
                 f"  write {where}{family.repo_name(split)}: one row per {what} ({', '.join(ROW_SCHEMAS[split])})"
             )
             continue
-        fields = ", ".join(features(split, recovery=recovery)["qa"].feature)
+        fields = ", ".join(features(split, recovery=recovery, blind=c.blind is not None)["qa"].feature)
         lines.append(
             f"  write {where}{family.repo_name(split)}: one row per image (image, qa, clean_meta, image_sha256), "
             f"qa holding {{{fields}}} per " + ("rejected question" if split == "rejected" else "accepted question")

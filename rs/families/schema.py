@@ -241,6 +241,27 @@ class RecoveryConfig:
 
 
 @dataclass
+class BlindConfig:
+    """`blind:`, the no-image pass (off when absent): every question asked again with the same prompt and its image removed,
+    each answer verified by the family's verifier; the splits record it per question, and the cards give the share of
+    questions right without the image (`rs.pipeline.sample.blind`). Marked, never dropped."""
+
+    rotations: int = 4
+    """A multiple-choice question is asked this many times at temperature 0, its options rotated by one place each time
+    (the first time as the model was asked with the image): it is marked only when right in every rotation, so a lucky
+    guess at chance is not."""
+    samples: int = 0
+    """Other questions: samples drawn besides the temperature-0 answer, at the recovery's temperature, top_p and seed
+    (`recovery:`, its defaults without one), for a pass rate; 0 draws none. The mark is the temperature-0 answer's."""
+    rl: bool = True
+    """The RL repo (`recovery.difficulty.rl`) keeps the marked questions; false leaves them out."""
+
+    def __post_init__(self) -> None:
+        at_least("rotations", self.rotations, 1, what="times a multiple-choice question is asked; 1 asks it as it is")
+        at_least("samples", self.samples, 0, what="samples drawn besides the temperature-0 answer; 0 draws none")
+
+
+@dataclass
 class JudgeConfig:
     enabled: bool = True
     model: ModelConfig | None = None
@@ -502,6 +523,9 @@ class FamilyConfig:
     shard: ShardConfig = field(default_factory=ShardConfig)
     question_types: QuestionTypesConfig | None = None
     """How the questions are typed (off when absent): the cards then show accept rates per type."""
+    blind: BlindConfig | None = None
+    """The no-image pass (off when absent): every question asked with its image removed, the answer recorded per
+    question in every split and marked when right (`rs.pipeline.sample.blind`)."""
     publish: PublishConfig = field(default_factory=PublishConfig)
     decontamination: DecontaminationConfig | None = None
     """Evaluation sets the training images and questions are checked against, and what a match does (off when absent).

@@ -150,7 +150,7 @@ def rl_rows(build_dir: str | Path, routes: Routes, type_of: Typer | None = None)
     for row, results in joined(build_dir, routes):
         types = _typed(row, type_of)
         for item, result in results:
-            if not in_rl_bounds(result, routes.rl_bounds):
+            if not in_rl_bounds(result, routes.rl_bounds, keeps_blind=routes.rl_keeps_blind):
                 continue
             low, high = _interval(result)
             yield {
