@@ -90,6 +90,17 @@ given to the same prompt without the image at temperature 0 (the first rotation 
 the verifier accepted it, how many of the `k` no-image answers it accepted (the rotations, or that answer and the
 samples), and `marked`: right in every rotation, or right at temperature 0."""
 
+BLIND_RECORD = {
+    "multiple_choice": Value("bool"),
+    "answers": List(_STR),
+    "right": List(Value("bool")),
+    "errors": Value("int32"),
+    "marked": Value("bool"),
+}
+"""A question's whole no-image record in the samples repo (`blind`, with `blind:`): each no-image answer's final answer
+(null where it gave none) and whether it was right, the temperature-0 one first (`rs.pipeline.sample.blind.BLIND`), so
+that `rs refilter --from-samples` gives the items store its no-image records back."""
+
 _MESSAGES = List({"role": _STR, "content": _STR})
 
 PAIRS = {
@@ -208,7 +219,9 @@ ROW_SCHEMAS = {"pairs": PAIRS, "samples": SAMPLES, "rl": RL}
 
 def features(split: str, *, recovery: bool = False, blind: bool = False) -> Features:
     """The declared features of one published split; `recovery`: the family has a recovery pass; `blind`: a no-image
-    pass (`BLIND`, last in the QA struct)."""
+    pass (`BLIND`, last in the QA struct; the samples repo's `BLIND_RECORD`, last in its rows)."""
+    if split == "samples" and blind:
+        return Features({**SAMPLES, "blind": BLIND_RECORD})
     if split in ROW_SCHEMAS:
         return Features(ROW_SCHEMAS[split])
     qa = (

@@ -133,6 +133,7 @@ def _routes(report: Any) -> Any:
         greedy_temperature=report.sampling["temperature"],
         greedy_seed=report.sampling["seed"],
         recovery_temperature=report.recovery.settings["temperature"] if report.recovery is not None else None,
+        blind=report.blind is not None,
     )
 
 

@@ -140,6 +140,8 @@ class RouteFilter:
     """None: the family's setting."""
     rl_bounds: tuple[float, float] | None = None
     """None: the family's `recovery.difficulty.rl` bounds."""
+    rl_keeps_blind: bool | None = None
+    """Whether the RL repo keeps the questions the no-image pass marked; None: the family's `blind.rl`."""
 
     def apply(self, routes: Routes) -> Routes:
         """The family's routes under this filter."""
@@ -152,6 +154,7 @@ class RouteFilter:
             rl_bounds=self.rl_bounds
             if self.rl_bounds is not None and routes.rl_bounds is not None
             else routes.rl_bounds,
+            rl_keeps_blind=routes.rl_keeps_blind if self.rl_keeps_blind is None else self.rl_keeps_blind,
         )
 
     def changes(self, routes: Routes) -> list[str]:
@@ -175,6 +178,13 @@ class RouteFilter:
             out.append(
                 f"the RL repo keeps pass rates strictly between {after.rl_bounds[0]} and {after.rl_bounds[1]} "
                 f"(the family: {routes.rl_bounds[0]} and {routes.rl_bounds[1]})"
+            )
+        if after.rl_keeps_blind != routes.rl_keeps_blind:
+            out.append(
+                "the RL repo "
+                + ("keeps" if after.rl_keeps_blind else "leaves out")
+                + " the questions answered right without the image (the family: "
+                + ("keeps them)" if routes.rl_keeps_blind else "leaves them out)")
             )
         return out or ["nothing (the family's own routing)"]
 

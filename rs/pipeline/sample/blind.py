@@ -259,7 +259,7 @@ class BlindPass:
 
         def answered(unit: tuple[Marked, list[Ask]], at: int, generation: Generation) -> list[Any]:
             mark, asks = unit
-            _add(mark, at, asks[at], generation, grade)
+            add_answer(mark, at, asks[at], generation, grade)
             return []
 
         streams = [self.runner.stream(self.settings), self.runner.stream(self.sample_settings)]
@@ -267,11 +267,15 @@ class BlindPass:
         core = InOrder(streams, [_forward(answered), answered], batch=self.runner.batch_size)
         yield from (mark for mark, _ in core.run(self._units(rows)))
 
+    def marked(self, item: QAItem, row: int) -> Marked:
+        """A question's mark before its answers: one slot for each of its requests (`asks`)."""
+        n = len(self.asks(item))
+        return Marked(row, item.key, self.rotates(item), [None] * n, [False] * n)
+
     def _units(self, rows: Iterable[Row]) -> Iterator[tuple[tuple[Marked, list[Ask]], list[tuple[int, Request]]]]:
         for index, row in enumerate(rows):
             for item in row.qa:
-                asks = self.asks(item)
-                mark = Marked(index, item.key, self.rotates(item), [None] * len(asks), [False] * len(asks))
+                asks, mark = self.asks(item), self.marked(item, index)
                 yield (mark, asks), [(at, ask.request) for at, ask in enumerate(asks) if not ask.sampled]
 
 
@@ -291,7 +295,8 @@ def _forward(answered: Callable[[Any, int, Generation], list[Any]]) -> Callable[
     return first
 
 
-def _add(mark: Marked, at: int, ask: Ask, generation: Generation, grade: Callable[..., Any]) -> None:
+def add_answer(mark: Marked, at: int, ask: Ask, generation: Generation, grade: Callable[..., Any]) -> None:
+    """Grade one no-image answer (`ask`, the question's `at`-th) into its question's mark."""
     v = grade(ask.item, ask.request.prompt, generation)
     gen = v.generation
     mark.errors += gen.error is not None

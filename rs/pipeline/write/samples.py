@@ -89,6 +89,13 @@ def _generation(answer: dict[str, Any], kind: str, routes: Routes, *, why: str |
     }
 
 
+def _blind_record(result: Outcome) -> dict[str, Any] | None:
+    """A question's no-image record as the samples repo keeps it (`rs.splits_schema.BLIND_RECORD`)."""
+    if result.blind is None:
+        return None
+    return {k: result.blind[k] for k in ("multiple_choice", "answers", "right", "errors", "marked")}
+
+
 def _interval(result: Outcome) -> tuple[float | None, float | None]:
     if result.k is None:
         return None, None
@@ -141,6 +148,7 @@ def sample_rows(build_dir: str | Path, routes: Routes, type_of: Typer | None = N
                 "generations": generations,
                 "image_sha256": row.image_sha256,
                 "clean_meta": row.clean_meta,
+                **({"blind": _blind_record(result)} if routes.blind else {}),
             }
 
 

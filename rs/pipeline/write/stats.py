@@ -258,6 +258,7 @@ def _filter_summary(ctx: BuildContext, promotes: bool) -> dict[str, Any] | None:
         "judge": f.judge,
         "think_needs_agreeing_reasoning": f.think_needs_agreeing_reasoning,
         "rl_bounds": list(f.rl_bounds) if f.rl_bounds else None,
+        "rl_keeps_blind": f.rl_keeps_blind,
         "changes": f.changes(routes_of(ctx.family.config, promotes)),
         "source": None,
         "reread": None,

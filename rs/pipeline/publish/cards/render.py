@@ -465,9 +465,10 @@ def render_card(
 
 def _qa_fields(split: str, report: FamilyReport) -> list[str]:
     """The fields a split's rows (pairs) or QA structs (the three) hold, in order."""
+    blind = report.blind is not None
     if split in ROW_SCHEMAS:
-        return list(ROW_SCHEMAS[split])
-    return list(features(split, recovery=report.recovery is not None, blind=report.blind is not None)["qa"].feature)
+        return list(features(split, blind=blind))
+    return list(features(split, recovery=report.recovery is not None, blind=blind)["qa"].feature)
 
 
 REQUIRED_SECTIONS = (
