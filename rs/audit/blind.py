@@ -3,7 +3,8 @@
 A check of its own (`rs.pipeline.sample.blind`): the questions answered, those marked right without the image and those
 right at temperature 0 that the card and `stats.json` state are counted from the `blind` column of the nothink and
 rejected splits' QA (every question answered is in one of them, once); the per-type counts of `stats.json` must add up
-to them.
+to them, and are counted from the samples repo's rows (each question's type and whole no-image record) where it is
+published.
 """
 
 from __future__ import annotations
@@ -66,7 +67,22 @@ def blind_questions(a: Audit) -> None:
         a.same(
             "temperature-0 answers right without the image", where, number(right[1]) if right else None, truth["right"]
         )
-    if blind.get("types"):
+    types, samples = blind.get("types"), a.family.of("samples")
+    if types and samples is not None:  # one row per question, with its type and its whole no-image record
+        counted: dict[str, dict[str, int]] = {}
+        for row in samples.rows:
+            t = counted.setdefault(row["question_type"], {"questions": 0, "marked": 0, "right": 0})
+            record = row.get("blind") or {}
+            t["questions"] += 1
+            t["marked"] += bool(record.get("marked"))
+            t["right"] += bool(record.get("right") and record["right"][0])
+        a.same(
+            "blind.types",
+            stats,
+            {t: {k: c[k] for k in ("questions", "marked", "right")} for t, c in types.items()},
+            counted,
+        )
+    if types:
         for name in ("questions", "marked", "right"):
             a.same(
                 f"blind.types: the {name} of every type",

@@ -33,12 +33,12 @@ about `engine.batch_size` requests.
 The steps:
 
 1. sampling: every cleaned QA item, its request the sample stage's own (`SamplingPass.question_requests`);
-1b. blind (`blind:`): the no-image pass's requests (`SamplingPass.blind_requests`: every question's prompt with no
-   image, a multiple-choice question's rotations, the samples), written to `BUILD/FAMILY/ray/blind*-*.parquet` and
-   answered under the pass's settings, keyed as the single-process pass keys them;
 2. judge: the verifier rejections that have a final answer, verified on the driver from the cached
    generations by the sample stage's own code (`SamplingPass.judge_requests`), plus the calibration cases of
    `rs.pipeline.sample.judge.calibrate`; written to `BUILD/FAMILY/ray/judge-*.parquet` and answered in one pipeline;
+2b. blind (`blind:`): the no-image pass's requests (`SamplingPass.blind_requests`: every question's prompt with no
+   image, a multiple-choice question's rotations, the samples), written to `BUILD/FAMILY/ray/blind*-*.parquet` and
+   answered under the pass's settings, keyed as the single-process pass keys them;
 3. the normal sample stage (`ensure(SampleStage(), ctx)`) on the driver, which finds everything cached (zero engine
    calls) and writes the items store and `sample.json` exactly as a single-process run does;
 
@@ -319,12 +319,12 @@ def _greedy_steps(steps: _Steps) -> None:
             return (stats,)
 
         steps.step(("sampling",), sampling)
-        if steps.ctx.family.config.blind is not None:  # text only: it needs no answer
-            steps.step(("blind",), blind)
         if (
             steps.greedy(cache).judge is not None and steps.run.complete
         ):  # the judge needs every answer; a re-run does it
             steps.step(("judge", "calibration"), judge)
+        if steps.ctx.family.config.blind is not None and steps.run.complete:  # as one process: after every answer
+            steps.step(("blind",), blind)
 
 
 def _recovery_steps(steps: _Steps, promotes: bool) -> None:
