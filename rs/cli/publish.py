@@ -76,6 +76,17 @@ def _suspects_line(s: dict[str, Any]) -> str:
     )
 
 
+def _blind_line(b: dict[str, Any]) -> str:
+    """The no-image pass (`blind:`): the questions right without the image, and per question type where typed."""
+    types = b.get("types") or {}
+    by_type = ", ".join(f"{name} {pct(t['share'])}" for name, t in types.items())
+    return (
+        f"  no image: {b['marked']:,} of {b['questions']:,} questions right without the image ({pct(b['share'])}; "
+        f"{b['multiple_choice']:,} multiple choice in up to {b['settings']['rotations']} rotations; "
+        f"{counted(b['requests'], 'text-only request')})" + (f"; by type: {by_type}" if by_type else "")
+    )
+
+
 def _endings_line(e: Endings) -> str:
     """How the answers ended, and the tokens loop detection saved."""
     ended = ", ".join(f"{k} {v:,}" for k, v in e.counts.items() if v)
@@ -184,6 +195,8 @@ def summary(family: Family, outcome: PublishReport, *, dry_run: bool, cache: Pat
         lines += _calibration_lines(cal)
     if report.recovery is not None and report.recovery.suspects is not None:
         lines.append(_suspects_line(report.recovery.suspects))
+    if report.blind is not None:
+        lines.append(_blind_line(report.blind))
     lines.append(_kind_line(report, dry_run=dry_run))
     for split in report.splits:
         lines += _split_lines(outcome, split, dry_run=dry_run)
