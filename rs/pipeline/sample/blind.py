@@ -295,6 +295,18 @@ def _forward(answered: Callable[[Any, int, Generation], list[Any]]) -> Callable[
     return first
 
 
+def regraded(record: dict[str, Any], asks: list[Ask], right: Callable[[QAItem, str], bool]) -> dict[str, Any]:
+    """A question's no-image record graded again from its stored final answers (`right(item, final answer)`: the
+    reader now; `rs refilter`'s re-read), each against the item it was asked as (`asks`: a rotation's own letter)."""
+    answers = list(record["answers"])
+    if len(answers) != len(asks):
+        raise ValueError(f"{record['key']}: {len(answers)} no-image answers stored, {len(asks)} asked now")
+    mark = Marked(record["row"], record["key"], record["multiple_choice"], answers, [False] * len(asks))
+    mark.errors = record["errors"]
+    mark.right = [answer is not None and right(ask.item, answer) for ask, answer in zip(asks, answers)]
+    return mark.record()
+
+
 def add_answer(mark: Marked, at: int, ask: Ask, generation: Generation, grade: Callable[..., Any]) -> None:
     """Grade one no-image answer (`ask`, the question's `at`-th) into its question's mark."""
     v = grade(ask.item, ask.request.prompt, generation)

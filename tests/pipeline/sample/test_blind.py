@@ -14,7 +14,7 @@ from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.cached_engine import CachedEngine
 from rs.engines.generation_cache import GenerationCache
 from rs.families.schema import BlindConfig
-from rs.pipeline.sample.blind import BlindPass, Marked, published, rotated
+from rs.pipeline.sample.blind import BlindPass, Marked, published, regraded, rotated
 from rs.pipeline.sample.requests import sampling_request
 from rs.prompt import Instructions
 from rs.records import QAItem, Row
@@ -174,3 +174,27 @@ def test_marked_needs_an_answer() -> None:
 def test_the_settings_are_checked(config: dict, key: str) -> None:
     with pytest.raises(ValueError, match=key):
         BlindConfig(**config)
+
+
+def test_a_record_graded_again_reads_each_stored_answer_against_the_rotation_it_answered(tmp_path: Path) -> None:
+    """`rs refilter`'s re-read: the stored final answers graded by the reader now, each against its own rotation's letter;
+    an answer that was never given stays wrong."""
+    with GenerationCache(tmp_path / "cache.sqlite") as cache:
+        asker = blind_pass(Scripted(always_option("sphere")), cache)
+    asks = asker.asks(MC)
+    stored = {"row": 0, "key": MC.key, "multiple_choice": True, "answers": ["B", "A", None], "right": [False] * 3}
+    grader = Grader(get_verifier("mcq"))
+    new = regraded(
+        {**stored, "errors": 1, "marked": False},
+        asks,
+        lambda item, a: grader.grade(a, [item.answer], item=item).accepted,
+    )
+    assert new["right"] == [True, True, False] and not new["marked"] and new["errors"] == 1
+    new = regraded(
+        {**stored, "answers": ["B", "A", "C"], "errors": 0, "marked": False},
+        asks,
+        lambda item, a: grader.grade(a, [item.answer], item=item).accepted,
+    )
+    assert new["right"] == [True, True, True] and new["marked"]
+    with pytest.raises(ValueError, match="2 no-image answers stored, 3 asked now"):
+        regraded({**stored, "answers": ["B", "A"], "errors": 0, "marked": False}, asks, lambda item, a: True)
