@@ -275,7 +275,8 @@ def would_do(family: Family, plan: PlanReport, *, local: bool, seconds: float) -
                 "rl": "question within the RL pass-rate bounds",
             }[split]
             lines.append(
-                f"  write {where}{family.repo_name(split)}: one row per {what} ({', '.join(ROW_SCHEMAS[split])})"
+                f"  write {where}{family.repo_name(split)}: one row per {what} "
+                f"({', '.join(features(split, blind=c.blind is not None))})"
             )
             continue
         fields = ", ".join(features(split, recovery=recovery, blind=c.blind is not None)["qa"].feature)
