@@ -540,3 +540,10 @@ class FamilyConfig:
                     f"{len(text):,} characters, over {MAX_INSTRUCTION_CHARS:,}: it is appended to every question, "
                     "stored with each and sent with each to the model; an instruction is a sentence or two",
                 )
+        if self.blind is not None and getattr(self.engine, "kind", None) == "replay":
+            raise ConfigValueError(
+                "blind",
+                "the replay engine answers a request by its question's key (or its exact prompt), so it would answer the "
+                "question asked without its image with the answer given with it; remove the blind block for this "
+                "family, or serve its model with an engine that asks it",
+            )

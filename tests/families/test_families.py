@@ -387,3 +387,11 @@ def test_the_no_image_block_is_checked_naming_the_file_line_and_key(tmp_path: Pa
     ok = write(tmp_path, MINIMAL.replace("    card:\n", "    blind: {}\n    card:\n"))
     blind = load_families(ok)["MyVQA"].config.blind
     assert blind is not None and (blind.rotations, blind.samples, blind.rl) == (4, 0, True)
+
+
+def test_the_no_image_pass_is_refused_with_the_replay_engine(tmp_path: Path) -> None:
+    """A replay file answers by the question's key: the question asked without its image would get the answer given with it."""
+    block = "    blind: {}\n    engine: {kind: replay, replay_path: out.jsonl}\n"
+    path = write(tmp_path, MINIMAL.replace("    card:\n", block + "    card:\n"))
+    with pytest.raises(FamilyConfigError, match=r"families\.MyVQA\.blind: the replay engine answers a request by"):
+        load_families(path)
