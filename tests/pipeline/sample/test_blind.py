@@ -4,6 +4,7 @@ temperature 0), through a scripted engine and the real cache (the demo model's r
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -198,3 +199,22 @@ def test_a_record_graded_again_reads_each_stored_answer_against_the_rotation_it_
     assert new["right"] == [True, True, True] and new["marked"]
     with pytest.raises(ValueError, match="2 no-image answers stored, 3 asked now"):
         regraded({**stored, "answers": ["B", "A"], "errors": 0, "marked": False}, asks, lambda item, a: True)
+
+
+def test_the_rl_repo_leaves_a_marked_question_out_only_when_asked() -> None:
+    """Marked, never dropped: the RL repo keeps a question right without the image unless `blind.rl: false` (or `rs
+    refilter --no-rl-keeps-blind`) says otherwise; an unmarked one is kept either way."""
+    from rs.pipeline.route import Decision, Outcome, RouteFilter, Routes, in_rl_bounds
+
+    sample = {"final": "3"}
+    marked = Outcome(Decision(True, by="verifier"), Decision(True, by="verifier"), sample, [sample, sample], 1)
+    marked = dataclasses.replace(marked, blind={"marked": True, "right": [True]})
+    unmarked = dataclasses.replace(marked, blind={"marked": False, "right": [False]})
+    assert in_rl_bounds(marked, (0.0, 1.0)) and in_rl_bounds(unmarked, (0.0, 1.0), keeps_blind=False)
+    assert not in_rl_bounds(marked, (0.0, 1.0), keeps_blind=False)
+    routes = Routes(True, rl_bounds=(0.0, 1.0), blind=True)
+    leave = RouteFilter(rl_keeps_blind=False)
+    assert leave.apply(routes).rl_keeps_blind is False and RouteFilter().apply(routes).rl_keeps_blind is True
+    assert leave.changes(routes) == [
+        "the RL repo leaves out the questions answered right without the image (the family: keeps them)"
+    ]
