@@ -40,11 +40,7 @@ VARIANTS = {  # name -> (the family's blocks, --limit)
     "plain": ({"judge": OFF}, None),
     "recovery-blocked": ({"judge": BLOCKED, "recovery": RECOVERY}, None),
     "all-passing": (
-        {
-            "judge": PASSING,
-            "recovery": {**RECOVERY, "cut_off": True, "difficulty": {"samples": 2}, "pairs": True},
-            "blind": {"rotations": 2, "samples": 1},  # the no-image pass: its column re-derived by --replay too
-        },
+        {"judge": PASSING, "recovery": {**RECOVERY, "cut_off": True, "difficulty": {"samples": 2}, "pairs": True}},
         None,
     ),
     "kept-in-think": (
