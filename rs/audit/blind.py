@@ -19,7 +19,7 @@ from rs.util.text import pct
 _STATED = re.compile(
     r"^\*\*Right without the image\.\*\* (\d[\d,]*) of the (\d[\d,]*) questions answered \((\d+\.\d%|n/a)\)", re.M
 )
-_RIGHT = re.compile(r"(\d[\d,]*) temperature-0 answers were right\.")
+_RIGHT = re.compile(r"(\d[\d,]*) temperature-0 answers? (?:was|were) right\.")
 
 
 def held(a: Audit) -> dict[str, int] | None:
