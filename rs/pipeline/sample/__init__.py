@@ -354,7 +354,7 @@ class SamplingPass:
                 self._stopped(bar)
                 raise
         if self.blind is not None and blind_rows is not None:  # before the counts: it uses the same runner
-            self.report.blind = self.blind.write(blind_rows(), self.blind_grade, items_dir)
+            self.report.blind = self.blind.write(blind_rows(), self.blind_grade, items_dir, total=total)
         self.report.calibration = self._calibrate()
         self.report.identities = {
             "sampler": self.runner.identity_key,

@@ -33,6 +33,7 @@ from rs.families.schema import BlindConfig, FamilyConfig, RecoveryConfig
 from rs.prompt import Instructions, build_prompt
 from rs.records import QAItem, Row
 from rs.store import ParquetStreamWriter
+from rs.util.progress import progress
 
 if TYPE_CHECKING:
     from rs.engines.cached_engine import CachedEngine
@@ -222,13 +223,25 @@ class BlindPass:
                     settings = self.sample_settings if ask.sampled else self.settings
                     yield self.runner.key(ask.request, settings), ask.request, settings
 
-    def write(self, rows: Iterable[Row], grade: Callable[[QAItem, str, Generation], Any], out_dir: Any) -> BlindReport:
-        """Ask and grade every question of `rows` (`run`), its record written to `blind-*.parquet` in `out_dir`."""
+    def write(
+        self,
+        rows: Iterable[Row],
+        grade: Callable[[QAItem, str, Generation], Any],
+        out_dir: Any,
+        *,
+        total: int | None = None,
+    ) -> BlindReport:
+        """Ask and grade every question of `rows` (`run`), its record written to `blind-*.parquet` in `out_dir`; a
+        progress bar of `total` questions when the pass shows progress."""
         report = BlindReport(settings=self.recorded())
         stats = self.runner.stats
         calls = (stats.requests, stats.engine_calls)
-        with ParquetStreamWriter(out_dir, "blind", BLIND, group_rows=10_000) as writer:
+        with (
+            ParquetStreamWriter(out_dir, "blind", BLIND, group_rows=10_000) as writer,
+            progress(total, "no image", enabled=self.progress) as bar,
+        ):
             for mark in self.run(rows, grade):
+                bar.update()
                 writer.write(mark.record())
                 report.questions += 1
                 report.multiple_choice += mark.multiple_choice
