@@ -55,7 +55,11 @@ class RSBuilder(datasets.ArrowBasedBuilder):
             citation=card.citation,
             homepage=card.homepage or "",
             license=card.license,
-            features=features(self.config.split, recovery=family.config.recovery is not None),
+            features=features(
+                self.config.split,
+                recovery=family.config.recovery is not None,
+                blind=family.config.blind is not None,
+            ),
         )
 
     def _split_generators(self, dl_manager: Any) -> list[datasets.SplitGenerator]:

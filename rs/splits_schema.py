@@ -26,7 +26,8 @@ With a recovery pass (`recovery:`), `accepted_by` may be `recovery`, and the QA 
 the accepted splits `sample` (the recovered sample's index; null for the greedy answer), `temperature` and `seed`
 (of the answer published), `greedy_answer` (a recovered item's wrong greedy answer), and all three splits
 `pass_rate` and `k` (accepted samples over samples drawn; null where the item was not sampled), and the rejected split
-`suspect` (`SUSPECT`: the evidence of a `suspect_reference`, null for the other reasons). With
+`suspect` (`SUSPECT`: the evidence of a `suspect_reference`, null for the other reasons). With a no-image pass
+(`blind:`), every split's QA carries `blind` (`BLIND`). With
 `recovery.pairs`, a fourth repo holds preference pairs (`PAIRS`, `rs.pipeline.write.pairs`).
 
 `question` is byte-identical to the prompt the model received, instruction included.
@@ -76,6 +77,29 @@ SUSPECT = {"agreeing": _STR, "samples": List(_STR), "verdicts": List(_STR)}
 """A `suspect_reference` rejection's evidence, in the rejected split's QA with a recovery pass (null for the others): the
 value the model kept giving, its samples' final answers, and the adjudicator's two verdicts (`reference` / `other` /
 `unsure`, the reference shown first, then second: `rs.pipeline.sample.adjudicate`)."""
+
+BLIND = {
+    "answer": _STR,
+    "right": Value("bool"),
+    "passed": Value("int32"),
+    "k": Value("int32"),
+    "marked": Value("bool"),
+}
+"""The no-image pass's record of a question, in every split's QA with `blind:` (`rs.pipeline.sample.blind`): the answer
+given to the same prompt without the image at temperature 0 (the first rotation of a multiple-choice question), whether
+the verifier accepted it, how many of the `k` no-image answers it accepted (the rotations, or that answer and the
+samples), and `marked`: right in every rotation, or right at temperature 0."""
+
+BLIND_RECORD = {
+    "multiple_choice": Value("bool"),
+    "answers": List(_STR),
+    "right": List(Value("bool")),
+    "errors": Value("int32"),
+    "marked": Value("bool"),
+}
+"""A question's whole no-image record in the samples repo (`blind`, with `blind:`): each no-image answer's final answer
+(null where it gave none) and whether it was right, the temperature-0 one first (`rs.pipeline.sample.blind.BLIND`), so
+that `rs refilter --from-samples` gives the items store its no-image records back."""
 
 _MESSAGES = List({"role": _STR, "content": _STR})
 
@@ -193,8 +217,11 @@ ROW_SCHEMAS = {"pairs": PAIRS, "samples": SAMPLES, "rl": RL}
 """The repos whose rows are one question each (not an image with its QA list)."""
 
 
-def features(split: str, *, recovery: bool = False) -> Features:
-    """The declared features of one published split; `recovery`: the family has a recovery pass."""
+def features(split: str, *, recovery: bool = False, blind: bool = False) -> Features:
+    """The declared features of one published split; `recovery`: the family has a recovery pass; `blind`: a no-image
+    pass (`BLIND`, last in the QA struct; the samples repo's `BLIND_RECORD`, last in its rows)."""
+    if split == "samples" and blind:
+        return Features({**SAMPLES, "blind": BLIND_RECORD})
     if split in ROW_SCHEMAS:
         return Features(ROW_SCHEMAS[split])
     qa = (
@@ -202,4 +229,6 @@ def features(split: str, *, recovery: bool = False) -> Features:
         if not recovery
         else {**QA[split], **({**MEASURED, "suspect": SUSPECT} if split == "rejected" else RECOVERED)}
     )
+    if blind:
+        qa = {**qa, "blind": BLIND}
     return Features({"image": Image(), "qa": List(qa), "clean_meta": CLEAN_META, "image_sha256": _STR})

@@ -49,6 +49,7 @@ def summary(stdout: str, family: str = FAMILY) -> str:
                 "  judge calibration:",
                 "  judge:",
                 "  suspect references:",
+                "  no image:",
             )
         ):
             break

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rs.audit import images, rerender, stats_rows, suspects  # noqa: F401  (register their checks)
+from rs.audit import blind, images, rerender, stats_rows, suspects  # noqa: F401  (register their checks)
 from rs.audit.build import check_answers, check_shards, check_stores
 from rs.audit.busy import AuditBusy, not_being_published
 from rs.audit.checkers import CHECKERS, Audit, Finding, checker, run_checks
@@ -133,6 +133,7 @@ def _routes(report: Any) -> Any:
         greedy_temperature=report.sampling["temperature"],
         greedy_seed=report.sampling["seed"],
         recovery_temperature=report.recovery.settings["temperature"] if report.recovery is not None else None,
+        blind=report.blind is not None,
     )
 
 

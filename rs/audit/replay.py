@@ -48,6 +48,7 @@ from rs.pipeline.recover import (
 )
 from rs.pipeline.route import Routes, outcome, qa_entry
 from rs.pipeline.sample import SampleReport, SamplingPass, item_record
+from rs.pipeline.sample.blind import add_answer
 from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.sample.stage import SampleStage, vocabulary_of
 from rs.pipeline.stage import read_report
@@ -258,6 +259,10 @@ def derive(
         if d.missing:
             continue
         result = outcome(loc.record, loc.draws, routes.promotes)  # type: ignore[arg-type]
+        if routes.blind:
+            result = dataclasses.replace(result, blind=_blind(loc, greedy, answers))
+            if d.missing:
+                continue
         d.entries = {split: qa_entry(split, loc.record, result, routes) for split in ("think", "nothink", "rejected")}  # type: ignore[arg-type]
         if pairs:
             row = pair_row(loc.row, loc.record, result, routes)  # type: ignore[arg-type]
@@ -265,6 +270,26 @@ def derive(
         d.answer = result.answer["final"]
         d.routing = _routing(d.entries)
     return [loc.derived for loc in located]
+
+
+def _blind(loc: _Located, greedy: SamplingPass, answers: Fetch) -> dict[str, Any] | None:
+    """A question's no-image record re-derived as the run made it (`rs.pipeline.sample.blind`): its requests' answers
+    from `answers`, graded by the family's reader; None, and what is missing named, when one cannot be had."""
+    blind = greedy.blind
+    if blind is None:
+        loc.derived.missing.append("the no-image pass, which the family's configuration does not have")
+        return None
+    asks, mark = blind.asks(loc.item), blind.marked(loc.item, loc.derived.row)
+    for sampled, settings in ((False, blind.settings), (True, blind.sample_settings)):
+        at = [i for i, ask in enumerate(asks) if ask.sampled == sampled]
+        if not at:
+            continue
+        for i, (gen,) in zip(at, answers([asks[i].request for i in at], settings)):
+            if isinstance(gen, str):
+                loc.derived.missing.append(f"the no-image answer {gen}")
+                return None
+            add_answer(mark, i, asks[i], gen, greedy.blind_grade)
+    return mark.record()
 
 
 def _recover(live: list[_Located], greedy: SamplingPass, routes: Routes, answers: Fetch, verdicts: Fetch) -> None:

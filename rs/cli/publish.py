@@ -76,6 +76,17 @@ def _suspects_line(s: dict[str, Any]) -> str:
     )
 
 
+def _blind_line(b: dict[str, Any]) -> str:
+    """The no-image pass (`blind:`): the questions right without the image, and per question type where typed."""
+    types = b.get("types") or {}
+    by_type = ", ".join(f"{name} {pct(t['share'])}" for name, t in types.items())
+    return (
+        f"  no image: {b['marked']:,} of {b['questions']:,} questions right without the image ({pct(b['share'])}; "
+        f"{b['multiple_choice']:,} multiple choice in up to {b['settings']['rotations']} rotations; "
+        f"{counted(b['requests'], 'text-only request')})" + (f"; by type: {by_type}" if by_type else "")
+    )
+
+
 def _endings_line(e: Endings) -> str:
     """How the answers ended, and the tokens loop detection saved."""
     ended = ", ".join(f"{k} {v:,}" for k, v in e.counts.items() if v)
@@ -184,6 +195,8 @@ def summary(family: Family, outcome: PublishReport, *, dry_run: bool, cache: Pat
         lines += _calibration_lines(cal)
     if report.recovery is not None and report.recovery.suspects is not None:
         lines.append(_suspects_line(report.recovery.suspects))
+    if report.blind is not None:
+        lines.append(_blind_line(report.blind))
     lines.append(_kind_line(report, dry_run=dry_run))
     for split in report.splits:
         lines += _split_lines(outcome, split, dry_run=dry_run)
@@ -248,6 +261,13 @@ def would_do(family: Family, plan: PlanReport, *, local: bool, seconds: float) -
             + f": at most {c.recovery.samples * (c.recovery.max_tokens or c.sampling.max_tokens):,} output tokens a rejection "
             f"(`{_plan_command(family)}` measures the rejections and projects the pass's hours)"
         )
+    if c.blind is not None:
+        lines.append(
+            f"  and ask every question again without its image (text only, at temperature 0; a multiple-choice question "
+            f"in {c.blind.rotations} rotations of its options"
+            + (f", {c.blind.samples} samples of the others" if c.blind.samples else "")
+            + "), to mark the questions answered right without it"
+        )
     for split in family.splits:
         if split in ROW_SCHEMAS:
             what = {
@@ -256,10 +276,11 @@ def would_do(family: Family, plan: PlanReport, *, local: bool, seconds: float) -
                 "rl": "question within the RL pass-rate bounds",
             }[split]
             lines.append(
-                f"  write {where}{family.repo_name(split)}: one row per {what} ({', '.join(ROW_SCHEMAS[split])})"
+                f"  write {where}{family.repo_name(split)}: one row per {what} "
+                f"({', '.join(features(split, blind=c.blind is not None))})"
             )
             continue
-        fields = ", ".join(features(split, recovery=recovery)["qa"].feature)
+        fields = ", ".join(features(split, recovery=recovery, blind=c.blind is not None)["qa"].feature)
         lines.append(
             f"  write {where}{family.repo_name(split)}: one row per image (image, qa, clean_meta, image_sha256), "
             f"qa holding {{{fields}}} per " + ("rejected question" if split == "rejected" else "accepted question")

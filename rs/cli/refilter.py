@@ -81,6 +81,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--rl-min", type=_rate, metavar="P", help="the RL repo keeps pass rates strictly above P")
     parser.add_argument("--rl-max", type=_rate, metavar="P", help="... and strictly below P")
     parser.add_argument(
+        "--rl-keeps-blind",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep in the RL repo the questions the no-image pass marked right without the image "
+        "(default: the family's blind.rl)",
+    )
+    parser.add_argument(
         "--from-samples",
         metavar="REPO",
         help="rebuild from the family's published samples repo (a folder laid out as on the Hub, or its Hub "
@@ -108,8 +115,19 @@ def route_filter(parser: argparse.ArgumentParser, args: argparse.Namespace, fami
         )
         if bounds[1] <= bounds[0]:
             parser.error(f"--rl-max ({bounds[1]}) must be above --rl-min ({bounds[0]})")
+    if args.rl_keeps_blind is not None:
+        c = family.config
+        if c.blind is None or c.recovery is None or c.recovery.difficulty.rl is None:
+            raise UsageError(
+                f"--rl-keeps-blind: {family.name} "
+                + ("has no no-image pass" if c.blind is None else "publishes no RL repo"),
+                hint="set blind: {} and recovery.difficulty: {samples: K, rl: {}} in its families file, then publish it",
+            )
     return RouteFilter(
-        judge=args.judge, think_needs_agreeing_reasoning=args.think_needs_agreeing_reasoning, rl_bounds=bounds
+        judge=args.judge,
+        think_needs_agreeing_reasoning=args.think_needs_agreeing_reasoning,
+        rl_bounds=bounds,
+        rl_keeps_blind=args.rl_keeps_blind,
     )
 
 

@@ -75,6 +75,7 @@ def _sample(ctx: BuildContext, args: argparse.Namespace, shard: tuple[int, int] 
                 "judge_engine_calls",
             )
         },
+        **({"blind": done["blind"]} if done.get("blind") is not None else {}),  # the no-image pass (`blind:`)
         **summary,
     }
 

@@ -40,6 +40,9 @@ The steps:
 2. judge: the verifier rejections that have a final answer, verified on the driver from the cached
    generations by the sample stage's own code (`SamplingPass.judge_requests`), plus the calibration cases of
    `rs.pipeline.sample.judge.calibrate`; written to `BUILD/FAMILY/ray/judge-*.parquet` and answered in one pipeline;
+2b. blind (`blind:`): the no-image pass's requests (`SamplingPass.blind_requests`: every question's prompt with no
+   image, a multiple-choice question's rotations, the samples), written to `BUILD/FAMILY/ray/blind*-*.parquet` and
+   answered under the pass's settings, keyed as the single-process pass keys them;
 3. the normal sample stage (`ensure(SampleStage(), ctx)`) on the driver, which finds everything cached (zero engine
    calls) and writes the items store and `sample.json` exactly as a single-process run does;
 
@@ -343,11 +346,18 @@ def _greedy_steps(steps: _Steps) -> None:
             )
             return stats, calibration
 
+        def blind() -> tuple[StepStats]:
+            stats = StepStats()
+            _blind_step(steps, cache, steps.greedy(cache), stats)
+            return (stats,)
+
         steps.step(("sampling",), sampling)
         if (
             steps.greedy(cache).judge is not None and steps.run.complete
         ):  # the judge needs every answer; a re-run does it
             steps.step(("judge", "calibration"), judge)
+        if steps.ctx.family.config.blind is not None and steps.run.complete:  # as one process: after every answer
+            steps.step(("blind",), blind)
 
 
 def _recovery_steps(steps: _Steps, promotes: bool) -> None:
@@ -397,6 +407,56 @@ def _recovery_steps(steps: _Steps, promotes: bool) -> None:
             steps.step(("recovery_judge",), judge)
         if recovery.suspects and steps.run.complete:  # the candidates are known once every sample is
             steps.step(("adjudication",), adjudication)
+
+
+def _blind_step(steps: _Steps, cache: GenerationCache, greedy: SamplingPass, stats: StepStats) -> None:
+    """The no-image pass (`blind:`, `rs.pipeline.sample.blind`): the sample stage's own requests about every question
+    (`SamplingPass.blind_requests`: the same prompt, no image; a multiple-choice question's rotations, the samples), those
+    the cache lacks written without an image (`BUILD/FAMILY/ray/blind-*.parquet`) and answered by the replicas under
+    their settings (temperature 0, then the samples'), keyed as the single-process pass keys them."""
+    start = time.perf_counter()
+    directory = steps.ctx.paths.root / "ray"
+    for old in directory.glob("blind*-*.parquet"):
+        old.unlink()
+    assert greedy.blind is not None
+    seen: set[bytes] = set()
+    for group, settings in enumerate((greedy.blind.settings, greedy.blind.sample_settings)):
+        keyed = ((key, r) for key, r, s in greedy.blind_requests(steps.clean_rows()) if s is settings)
+        sent = stats.sent
+        with ParquetStreamWriter(
+            directory, f"blind{group}", REQUESTS, group_rows=max(1024, steps.cluster.batch_size)
+        ) as writer:
+            for key, request in _uncached(keyed, cache, stats, steps.lookahead, settings, seen=seen):
+                stats.sent += 1
+                writer.write(
+                    {
+                        "image": None,
+                        "image_sha256": None,
+                        "requests": [
+                            {
+                                "key": key,
+                                "prompt": request.prompt,
+                                "item_key": request.item_key,
+                                "sample": request.sample,
+                            }
+                        ],
+                    },
+                    size=len(request.prompt),
+                )
+        to_send, stats.sent = stats.sent - sent, sent  # counted again as the answers come back
+        if to_send:
+            steps.cluster.answer(
+                "blind",
+                steps.cluster.read([str(p) for p in writer.files]),
+                steps.role(greedy.runner.identity_key),
+                settings,
+                cache,
+                stats,
+                to_send,
+            )
+        for path in writer.files:
+            path.unlink()
+    stats.seconds = time.perf_counter() - start
 
 
 def _adjudication_step(steps: _Steps, cache: GenerationCache, recovering: RecoveryPass, stats: StepStats) -> None:

@@ -241,6 +241,27 @@ class RecoveryConfig:
 
 
 @dataclass
+class BlindConfig:
+    """`blind:`, the no-image pass (off when absent): every question asked again with the same prompt and its image removed,
+    each answer verified by the family's verifier; the splits record it per question, and the cards give the share of
+    questions right without the image (`rs.pipeline.sample.blind`). Marked, never dropped."""
+
+    rotations: int = 4
+    """A multiple-choice question is asked this many times at temperature 0, its options rotated by one place each time
+    (the first time as the model was asked with the image): it is marked only when right in every rotation, so a lucky
+    guess at chance is not."""
+    samples: int = 0
+    """Other questions: samples drawn besides the temperature-0 answer, at the recovery's temperature, top_p and seed
+    (`recovery:`, its defaults without one), for a pass rate; 0 draws none. The mark is the temperature-0 answer's."""
+    rl: bool = True
+    """The RL repo (`recovery.difficulty.rl`) keeps the marked questions; false leaves them out."""
+
+    def __post_init__(self) -> None:
+        at_least("rotations", self.rotations, 1, what="times a multiple-choice question is asked; 1 asks it as it is")
+        at_least("samples", self.samples, 0, what="samples drawn besides the temperature-0 answer; 0 draws none")
+
+
+@dataclass
 class JudgeConfig:
     enabled: bool = True
     model: ModelConfig | None = None
@@ -512,6 +533,9 @@ class FamilyConfig:
     shard: ShardConfig = field(default_factory=ShardConfig)
     question_types: QuestionTypesConfig | None = None
     """How the questions are typed (off when absent): the cards then show accept rates per type."""
+    blind: BlindConfig | None = None
+    """The no-image pass (off when absent): every question asked with its image removed, the answer recorded per
+    question in every split and marked when right (`rs.pipeline.sample.blind`)."""
     publish: PublishConfig = field(default_factory=PublishConfig)
     decontamination: DecontaminationConfig | None = None
     """Evaluation sets the training images and questions are checked against, and what a match does (off when absent).
@@ -526,3 +550,10 @@ class FamilyConfig:
                     f"{len(text):,} characters, over {MAX_INSTRUCTION_CHARS:,}: it is appended to every question, "
                     "stored with each and sent with each to the model; an instruction is a sentence or two",
                 )
+        if self.blind is not None and getattr(self.engine, "kind", None) == "replay":
+            raise ConfigValueError(
+                "blind",
+                "the replay engine answers a request by its question's key (or its exact prompt), so it would answer the "
+                "question asked without its image with the answer given with it; remove the blind block for this "
+                "family, or serve its model with an engine that asks it",
+            )

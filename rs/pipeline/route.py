@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
+from rs.pipeline.sample.blind import published as blind_published
 from rs.pipeline.stage import BuildError
 from rs.splits import REJECT_REASONS, think_response
 from rs.store import read_clean_rows, read_records
@@ -23,10 +24,11 @@ if TYPE_CHECKING:
     from rs.engines.base import Request
     from rs.families.schema import FamilyConfig, QuestionTypesConfig
 
-VERSION = "4"
+VERSION = "5"
 """Which split an answered item goes to: bump when a change routes some item otherwise (`rs.pipeline.versions`; 2: the recovery
 pass's samples; 3: a certain rejection keeps `wrong_answer` whatever the judge said, but CORRECT: `judge_overruled`; 4: a candidate the
-calibrated adjudicator sides against its reference is `suspect_reference`)."""
+calibrated adjudicator sides against its reference is `suspect_reference`; 5: with `blind.rl: false`, the RL repo leaves
+out the questions the no-image pass marked)."""
 
 SUSPECT_EXAMPLES = 5
 """How many `suspect_reference` rejections the rejected card shows."""
@@ -101,6 +103,10 @@ class Routes:
     recovery_temperature: float | None = None
     rl_bounds: tuple[float, float] | None = None
     """The pass rates the RL repo keeps, strictly between (`recovery.difficulty.rl`); None: no RL repo."""
+    blind: bool = False
+    """The build has a no-image pass (`blind:`): its records are read and every split publishes them."""
+    rl_keeps_blind: bool = True
+    """The RL repo keeps the questions the no-image pass marked (`blind.rl`)."""
 
 
 def routes_of(config: FamilyConfig, promotes: bool) -> Routes:
@@ -115,6 +121,8 @@ def routes_of(config: FamilyConfig, promotes: bool) -> Routes:
         greedy_seed=config.sampling.seed,
         recovery_temperature=recovery.temperature if recovery else None,
         rl_bounds=(rl.min_pass_rate, rl.max_pass_rate) if rl else None,
+        blind=config.blind is not None,
+        rl_keeps_blind=config.blind is None or config.blind.rl,
     )
 
 
@@ -132,6 +140,8 @@ class RouteFilter:
     """None: the family's setting."""
     rl_bounds: tuple[float, float] | None = None
     """None: the family's `recovery.difficulty.rl` bounds."""
+    rl_keeps_blind: bool | None = None
+    """Whether the RL repo keeps the questions the no-image pass marked; None: the family's `blind.rl`."""
 
     def apply(self, routes: Routes) -> Routes:
         """The family's routes under this filter."""
@@ -144,6 +154,7 @@ class RouteFilter:
             rl_bounds=self.rl_bounds
             if self.rl_bounds is not None and routes.rl_bounds is not None
             else routes.rl_bounds,
+            rl_keeps_blind=routes.rl_keeps_blind if self.rl_keeps_blind is None else self.rl_keeps_blind,
         )
 
     def changes(self, routes: Routes) -> list[str]:
@@ -168,6 +179,13 @@ class RouteFilter:
                 f"the RL repo keeps pass rates strictly between {after.rl_bounds[0]} and {after.rl_bounds[1]} "
                 f"(the family: {routes.rl_bounds[0]} and {routes.rl_bounds[1]})"
             )
+        if after.rl_keeps_blind != routes.rl_keeps_blind:
+            out.append(
+                "the RL repo "
+                + ("keeps" if after.rl_keeps_blind else "leaves out")
+                + " the questions answered right without the image (the family: "
+                + ("keeps them)" if routes.rl_keeps_blind else "leaves them out)")
+            )
         return out or ["nothing (the family's own routing)"]
 
 
@@ -187,6 +205,13 @@ class Outcome:
     """Why it was sampled (`rs.pipeline.recover.SAMPLED_FOR`), when it was."""
     adjudication: dict[str, Any] | None = None
     """Its adjudication record (`rs.pipeline.sample.adjudicate.ADJUDICATION`), when it was a candidate."""
+    blind: dict[str, Any] | None = None
+    """Its no-image record (`rs.pipeline.sample.blind.BLIND`), with a no-image pass."""
+
+    @property
+    def blind_marked(self) -> bool:
+        """Marked by the no-image pass: right without the image (in every rotation)."""
+        return bool(self.blind and self.blind["marked"])
 
     @property
     def pass_rate(self) -> float | None:
@@ -224,7 +249,17 @@ def kept_out_of_think(answer: dict[str, Any], needs_agreeing_reasoning: bool) ->
 
 
 def qa_entry(split: str, item: dict[str, Any], result: Outcome, routes: Routes) -> dict[str, Any] | None:
-    """The QA entry `split` (think, nothink or rejected) publishes of an item, or None when the split has none of it."""
+    """The QA entry `split` (think, nothink or rejected) publishes of an item, or None when the split has none of it;
+    with a no-image pass, its `blind` column (`rs.splits_schema.BLIND`) last."""
+    qa = _qa_entry(split, item, result, routes)
+    if qa is None or not routes.blind:
+        return qa
+    if result.blind is None:
+        raise RuntimeError(f"{item['key']} has no no-image record; rebuild the family")
+    return {**qa, "blind": blind_published(result.blind)}
+
+
+def _qa_entry(split: str, item: dict[str, Any], result: Outcome, routes: Routes) -> dict[str, Any] | None:
     decision, answer = result.decision, result.answer
     if split == "rejected":
         if decision.accepted:
@@ -290,17 +325,36 @@ def outcomes(
     """Every item of the items store with its outcome, in item order (the recovery store joined by row and key)."""
     build_dir = Path(build_dir)
     draws = _adjudicated(build_dir / "recovery") if routes.recovery else iter(())
+    blinds = read_records(build_dir / "items", "blind") if routes.blind else None
     pending = next(draws, None)
     for item in read_records(build_dir / "items", "items", columns=columns):
         mine = None
         if pending is not None and pending["row"] == item["row"] and pending["key"] == item["key"]:
             mine, pending = pending, next(draws, None)
-        yield item, outcome(item, mine, routes.promotes)
+        result = outcome(item, mine, routes.promotes)
+        if blinds is not None:
+            result = replace(result, blind=_blind_of(item, next(blinds, None), build_dir))
+        yield item, result
+    if blinds is not None and (extra := next(blinds, None)) is not None:
+        raise RuntimeError(
+            f"the no-image records of {build_dir / 'items'} name an item the items store lacks ({extra['key']}); "
+            "rebuild the family"
+        )
     if pending is not None:
         raise RuntimeError(
             f"the recovery store of {build_dir} has items the items store lacks (row {pending['row']}); "
             "rebuild the family"
         )
+
+
+def _blind_of(item: dict[str, Any], record: dict[str, Any] | None, build_dir: Path) -> dict[str, Any]:
+    """An item's no-image record (one per item, in item order), checked to be its own."""
+    if record is None or record["row"] != item["row"] or record["key"] != item["key"]:
+        raise RuntimeError(
+            f"the no-image records of {build_dir / 'items'} do not match its items at {item['key']} "
+            f"(row {item['row']}); rebuild the family"
+        )
+    return record
 
 
 def _adjudicated(recovery: Path) -> Iterator[dict[str, Any]]:
@@ -359,10 +413,13 @@ def routes_for(ctx: BuildContext, promotes: bool) -> Routes:
     return ctx.route_filter.apply(routes) if ctx.route_filter is not None else routes
 
 
-def in_rl_bounds(result: Outcome, bounds: tuple[float, float]) -> bool:
-    """A question for RL: measured, and its pass rate strictly within the bounds (`Routes.rl_bounds`)."""
+def in_rl_bounds(result: Outcome, bounds: tuple[float, float], *, keeps_blind: bool = True) -> bool:
+    """A question for RL: measured, and its pass rate strictly within the bounds (`Routes.rl_bounds`); no suspect
+    reference, and (unless `keeps_blind`, `Routes.rl_keeps_blind`) none the no-image pass marked."""
     rate = result.pass_rate
-    return rate is not None and bounds[0] < rate < bounds[1] and result.decision.reason != SUSPECT_REFERENCE
+    if rate is None or not bounds[0] < rate < bounds[1] or result.decision.reason == SUSPECT_REFERENCE:
+        return False
+    return keeps_blind or not result.blind_marked
 
 
 @dataclass(frozen=True)
@@ -544,6 +601,9 @@ class Routing:
     """With `question_types`: what the model made of each type."""
     rl: int = 0
     """Questions whose pass rate is within the RL repo's bounds (`routes.rl_bounds`)."""
+    blind: dict[str, list[int]] | None = None
+    """With a no-image pass: per question type (`""` where the questions are not typed) its questions, those marked
+    (right without the image, in every rotation) and those right at temperature 0 (`rs.pipeline.sample.blind`)."""
     suspect_examples: list[dict[str, Any]] = field(default_factory=list)
     """The first `SUSPECT_EXAMPLES` `suspect_reference` rejections, in item order: `row`, `question` (the exact prompt),
     `reference`, `agreeing` (the value the model kept giving): what the rejected card shows."""
@@ -591,7 +651,7 @@ def _tally_type(types: dict[str, TypeCounts], kind: str | None, result: Outcome,
     """Count an item under its question type (when typed); whether it is one for the RL repo."""
     if kind is not None:
         types.setdefault(kind, TypeCounts()).add(result)
-    return routes.rl_bounds is not None and in_rl_bounds(result, routes.rl_bounds)
+    return routes.rl_bounds is not None and in_rl_bounds(result, routes.rl_bounds, keeps_blind=routes.rl_keeps_blind)
 
 
 def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_of: Typer | None = None) -> Routing:
@@ -624,8 +684,14 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
     types: dict[str, TypeCounts] = {}
     rl = 0
     examples: list[dict[str, Any]] = []
+    blind: dict[str, list[int]] = {}
     for item, result, kind in _typed_outcomes(paths, routes, columns, type_of):
         rl += _tally_type(types, kind, result, routes)
+        if result.blind is not None:
+            counts = blind.setdefault(kind or "", [0, 0, 0])
+            counts[0] += 1
+            counts[1] += result.blind_marked
+            counts[2] += bool(result.blind["right"] and result.blind["right"][0])
         decision = result.decision
         if decision.accepted:
             accepted_by[decision.by] += 1
@@ -666,6 +732,7 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
         pair_counts,
         dict(sorted(types.items())) if type_of is not None else None,
         rl,
+        dict(sorted(blind.items())) if routes.blind else None,
         examples,
     )
 

@@ -29,6 +29,7 @@ import rs.pipeline.clean.decontam.methods
 import rs.pipeline.recover
 import rs.pipeline.route
 import rs.pipeline.sample.adjudicate
+import rs.pipeline.sample.blind
 from rs.pipeline.pieces import Piece, code_digest, files_of
 from rs.pipeline.sample.stage import SAMPLE_PIECES
 from rs.registry import VERIFIERS
@@ -48,6 +49,8 @@ ADJUDICATION = Piece(
 )
 """The suspect references: which rejections are candidates, what the adjudicator is asked, how it is measured (in the
 recovery pass's fingerprint)."""
+BLIND = Piece("blind", rs.pipeline.sample.blind, "VERSION", ("pipeline/sample/blind.py",))
+"""The no-image pass: what it asks and how it marks a question (in the sample stage's fingerprint where `blind:` is on)."""
 DECONTAMINATION = Piece(
     "decontamination",
     rs.pipeline.clean.decontam.methods,
@@ -73,7 +76,7 @@ def builtin_verifier_pieces() -> list[Piece]:
 
 def all_pieces() -> list[Piece]:
     """Every versioned piece the lock file holds."""
-    return [*SAMPLE_PIECES, ROUTE, RECOVERY, ADJUDICATION, DECONTAMINATION, *builtin_verifier_pieces()]
+    return [*SAMPLE_PIECES, ROUTE, RECOVERY, ADJUDICATION, BLIND, DECONTAMINATION, *builtin_verifier_pieces()]
 
 
 @lru_cache(maxsize=1)

@@ -78,8 +78,23 @@ def _projected(ctx: BuildContext, family: Family, tokens_per_second: float | Non
         loop_tokens_saved=report.loop_tokens_saved,
         loop_detection=family.config.sampling.repetition_detection is not None,
         recovery=recovery,
+        blind=_blind(report),
         model_loads=ctx.engines_made,
     )
+
+
+def _blind(report: SampleReport) -> dict[str, int] | None:
+    """What the no-image pass asked on the plan's questions (`rs.pipeline.sample.blind`), as `Projection.blind` keeps it."""
+    b = report.blind
+    if b is None:
+        return None
+    return {
+        "questions": b.questions,
+        "requests": b.requests,
+        "sent": b.engine_calls,
+        "prompt_tokens": b.prompt_tokens,
+        "completion_tokens": b.completion_tokens,
+    }
 
 
 def _judge_max_tokens(judge: JudgeConfig) -> int:
@@ -119,7 +134,10 @@ def _project_recovery(ctx: BuildContext, sampled: SampleReport, items: list[dict
     blocked = sum(decide(i, sampled.promotes).reason == "judge_blocked" for i in items)
     routes = routes_for(ctx, sampled.promotes)
     rl = (
-        sum(in_rl_bounds(result, routes.rl_bounds) for _, result in outcomes(ctx.paths.root, routes))
+        sum(
+            in_rl_bounds(result, routes.rl_bounds, keeps_blind=routes.rl_keeps_blind)
+            for _, result in outcomes(ctx.paths.root, routes)
+        )
         if routes.rl_bounds is not None
         else None
     )

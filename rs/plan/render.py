@@ -120,6 +120,8 @@ def _projection_lines(p: Projection) -> list[str]:
     else:
         out.append("  loop detection is off (sampling.repetition_detection: null): a loop runs to max_tokens")
     out.append(f"  accepted: {p.accepted} of {p.answered} ({_pct(p.accepted, p.answered)}); judged: {p.judged}")
+    if p.blind is not None:
+        out.append(_blind_line(p, p.blind))
     out.append(
         f"  model loads: {p.model_loads} for the run (one engine per model, shared by the greedy pass, the judge"
         f"{' and the recovery' if p.recovery is not None else ''})"
@@ -146,6 +148,25 @@ def _projection_lines(p: Projection) -> list[str]:
     if p.recovery is not None:
         out += _recovery_lines(p, p.recovery, total)
     return out
+
+
+def _blind_line(p: Projection, b: dict[str, int]) -> str:
+    """The no-image pass (`blind:`): its text-only requests and tokens on the plan's questions, projected."""
+    line = (
+        f"  no-image pass: {counted(b['requests'], 'text-only request')} for {counted(b['questions'], 'question')} "
+        f"({b['sent']} sent), {b['prompt_tokens']:,} prompt and {b['completion_tokens']:,} output tokens, no image"
+    )
+    if p.family_qa is None or not b["questions"]:
+        return line
+    scale = p.family_qa / b["questions"]
+    tokens = b["completion_tokens"] * scale
+    line += (
+        f"; whole family: about {counted(round(b['requests'] * scale), 'request')}, {round(b['prompt_tokens'] * scale):,}"
+        f" prompt and {tokens:,.0f} output tokens"
+    )
+    if p.tokens_per_second:
+        line += f", {tokens / p.tokens_per_second / 3600:,.2f} hours at {p.tokens_per_second:,.0f} output tokens/s"
+    return line
 
 
 def _recovery_lines(p: Projection, r: RecoveryProjection, greedy_tokens: float | None) -> list[str]:

@@ -113,6 +113,9 @@ class Projection:
     """Whether the family's sampling has loop detection on."""
     recovery: RecoveryProjection | None = None
     """The recovery pass on the same images, when the family has a `recovery:` block."""
+    blind: dict[str, int] | None = None
+    """The no-image pass on the plan's questions (`blind:`): `questions`, `requests` (text only), `sent`,
+    `prompt_tokens`, `completion_tokens`; None when off."""
     model_loads: int = 0
     """Engines the plan's run made: one per model, shared by the greedy pass, the judge and the recovery (as a run does)."""
 

@@ -48,6 +48,7 @@ from rs.pipeline.clean.stage import CleanStage
 from rs.pipeline.recover import RecoveryReport, recovery_inputs, recovery_settings, samples_for
 from rs.pipeline.route import NOT_ASKED, Decision, Routes, outcome
 from rs.pipeline.sample import Reader, SampleReport
+from rs.pipeline.sample.blind import BLIND, BlindPass, regraded
 from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase
 from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.sample.stage import answer_vocabulary, sample_inputs
@@ -418,6 +419,36 @@ class _Rereader:
         return new
 
 
+class _Blind:
+    """The no-image records graded again under the reader now (`rs.pipeline.sample.blind.regraded`), in item order beside
+    the stored items, recounted into the re-read report's `blind`."""
+
+    def __init__(self, ctx: BuildContext, reader: Reader, report: SampleReport):
+        config = ctx.family.config
+        assert config.blind is not None and report.blind is not None
+        settings = sampling_settings(config)
+        letters = config.cleaning.step("multiple_choice").letters
+        self.asker = BlindPass(config.blind, Instructions.of(config), letters, None, settings, settings)  # type: ignore[arg-type]
+        self.reader, self.report = reader, report.blind
+        self.records = read_records(ctx.paths.root / "items", "blind")
+        self.report.marked = self.report.right = 0
+
+    def regrade(self, qa: Any, stored: dict[str, Any]) -> dict[str, Any]:
+        record = next(self.records, None)
+        if record is None or (record["row"], record["key"]) != (stored["row"], stored["key"]):
+            raise RsError(
+                f"the no-image records of the build do not match its items at {stored['key']}; rebuild the family"
+            )
+        new = regraded(record, self.asker.asks(qa), self._right)
+        self.report.marked += new["marked"]
+        self.report.right += bool(new["right"] and new["right"][0])
+        return new
+
+    def _right(self, item: Any, answer: str) -> bool:
+        generation = Generation(text=answer, reasoning=None, answer=answer, finish_reason="stop")
+        return self.reader.grade(item, "", generation).verified
+
+
 def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: Routes, command: str) -> Reread:
     """Re-read the stores of `ctx` into `<build>/reread/` (`FOLDER`) under the family's reader now; returns what it changed.
 
@@ -443,6 +474,7 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
         contradicted_verdicts=Counter(),
         sampling_engine_calls=0,
         judge_engine_calls=0,
+        blind=replace(sampled.blind, requests=0, engine_calls=0) if sampled.blind is not None else None,
     )
     recovered = RecoveryReport() if recovery is not None else None
     try:
@@ -455,9 +487,13 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
                 ParquetStreamWriter(
                     tmp / "recovery", "recovery", RECOVERY, group_rows=2_000, group_bytes=32 << 20
                 ) as draws,
+                ParquetStreamWriter(tmp / "items", "blind", BLIND, group_rows=10_000) as blinded,
             ):
+                blind = _Blind(ctx, rereader.reader, report) if config.blind is not None else None
                 for cleaned, stored, stored_draws in _joined(root, recovery is not None):
                     qa = qa_item(cleaned)
+                    if blind is not None:
+                        blinded.write(blind.regrade(qa, stored))
                     item = rereader.grade(qa, stored["prompt"], cleaned["image_sha256"], stored, greedy=True)
                     _count_greedy(report, item)
                     new_draws = None

@@ -25,6 +25,7 @@ from typing import Any, Iterator
 from rs.context import BuildContext
 from rs.errors import UsageError
 from rs.pipeline.route import NOT_ASKED
+from rs.pipeline.sample.blind import BLIND
 from rs.pipeline.stage import replace_dir, scratch
 from rs.pipeline.write.samples import LAYOUT, RUN_FILE
 from rs.records import ITEMS, RECOVERY
@@ -192,7 +193,9 @@ def rebuild(
             ParquetStreamWriter(
                 tmp / "recovery", "recovery", RECOVERY, group_rows=2_000, group_bytes=32 << 20
             ) as recovery,
+            ParquetStreamWriter(tmp / "items", "blind", BLIND, group_rows=10_000) as blind,
         ):
+            blinded = run["sample"].get("blind") is not None
             current: dict[str, Any] | None = None
             for row in _rows(folder, named):
                 if current is None or row["row"] != current["index"]:
@@ -221,6 +224,10 @@ def rebuild(
                     )
                 record = _item(row, greedy)
                 items.write(record, size=len(record["text"]) + len(record["prompt"]))
+                if blinded:  # the no-image pass's record, as the run wrote it (`rs.pipeline.sample.blind`)
+                    if row.get("blind") is None:
+                        raise SamplesRepoError(f"{named}: question {row['key']} has no no-image record (`blind`)")
+                    blind.write({"row": record["row"], "key": record["key"], **row["blind"]})
                 if samples:
                     recovery.write(_draws(row, samples), size=sum(len(g["text"]) for g in samples))
                 questions += 1

@@ -80,8 +80,13 @@ def pairs(ctx: BuildContext) -> list[dict]:
     return list(pair_rows(ctx.paths.root, routes_of(ctx.family.config, promotes)))
 
 
-def context(tmp_path: Path, name: str, **kwargs) -> BuildContext:
-    family = load_families(tiny_family(tmp_path, num_images=6, batch=4, recovery=RECOVERY))["Tiny"]
+BLIND = {"rotations": 2, "samples": 1}
+"""The no-image pass, each question asked once at temperature 0 and once at the recovery's (a multiple-choice one twice)."""
+
+
+def context(tmp_path: Path, name: str, *, blind: bool = False, **kwargs) -> BuildContext:
+    blocks = {"blind": BLIND} if blind else {}
+    family = load_families(tiny_family(tmp_path, num_images=6, batch=4, recovery=RECOVERY, **blocks))["Tiny"]
     return BuildContext(family, tmp_path / name, tmp_path / f"{name}.sqlite", progress=False, **kwargs)
 
 
@@ -134,14 +139,16 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
 ) -> None:
     from rs.cli.sample import main
 
-    # the reference: the whole stage in this process
-    single = context(tmp_path, "single")
+    # the reference: the whole stage in this process (with the no-image pass)
+    single = context(tmp_path, "single", blind=True)
     engines = engines_for(single.family)  # one model for the greedy and the recovery pass
     single = BuildContext(
         single.family, single.build_root, single.cache_path, progress=False, engine_factory=lambda f: engines
     )
     reference = ensure(SampleStage(), single)
     assert reference.sampling_engine_calls == reference.items == 18 and reference.judged > 0
+    assert reference.blind is not None and reference.blind.questions == 18
+    assert reference.blind.requests == reference.blind.answers >= 36 and reference.blind.engine_calls > 0
     recovery = ensure(RecoverStage(reference), single)
     assert recovery.samples == 2 * sum(recovery.items.values()) == recovery.sampling_engine_calls > 0
 
@@ -149,7 +156,7 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
     # as on a cluster), a replica's engine fails when the first item goes in (what is in flight in it is lost),
     # and another replica dies when the last goes in (Ray restarts it and retries its batches: nothing lost).
     # Each replica works on several batches at once (one engine, fed from all of them).
-    ctx = context(tmp_path, "ray")
+    ctx = context(tmp_path, "ray", blind=True)
     ensure(CleanStage(), ctx)
     keys = [f"{q['record_id']}#{q['turn']}" for row in read_records(ctx.paths.clean, "rows") for q in row["qa"]]
     died = tmp_path / "replica-died"
@@ -173,7 +180,8 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
     assert failures in (1, 2) and 1 <= lost <= IN_FLIGHT * failures and sampling.failed_batches >= 1
     assert sampling.stored == 18 - lost and sampling.uncached == lost
     assert set(sampling.replica_busy) and all(0 < f <= 1 for f in sampling.replica_busy.values())
-    assert "judge" not in run.steps and "recovery" not in run.steps  # the judge and the recovery wait for every answer
+    # the judge, the no-image pass and the recovery wait for every answer
+    assert "judge" not in run.steps and "blind" not in run.steps and "recovery" not in run.steps
     cached = cache_contents(ctx.cache_path)
     assert len(cached) == 18 - lost and not ctx.paths.sample_report.exists()
     assert all(cached[k] == v for k, v in cache_contents(single.cache_path).items() if k in cached)
@@ -202,10 +210,11 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     steps = printed["ray"]["steps"]
     assert printed["ray"]["replicas"] == 1
-    # four pipelines (sampling, judge with the calibration, recovery, recovery judge), and the adjudication's when it
-    # sends anything, each read one parquet file: one footer reader each (Ray Data's own pool is 32 a read)
+    # four pipelines (sampling, judge with the calibration, recovery, recovery judge), two for the no-image pass (its
+    # temperature-0 requests, its samples), and the adjudication's when it sends anything, each read one parquet file:
+    # one footer reader each (Ray Data's own pool is 32 a read)
     adjudicated = steps["adjudication"]
-    assert footer_readers() - readers == 4 + (adjudicated["sent"] > 0)
+    assert footer_readers() - readers == 6 + (adjudicated["sent"] > 0)
     assert (steps["sampling"]["cached"], steps["sampling"]["sent"], steps["sampling"]["stored"]) == (
         18 - lost,
         lost,
@@ -215,6 +224,13 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
     assert judged["requests"] == reference.judged == judged["sent"] + judged["cached"] + judged["duplicates"]
     assert steps["calibration"]["requests"] > 0 and not list((ctx.paths.root / "ray").glob("*.parquet"))
     assert printed["sampling_engine_calls"] == 0 and printed["judge_engine_calls"] == 0
+    # the no-image pass on the replicas: the sample stage's own requests (no image), each sent once (two questions with
+    # the same text ask the same), keyed as one process keys them: the driver's pass sends none
+    blind = steps["blind"]
+    assert blind["requests"] == reference.blind.requests == blind["sent"] + blind["duplicates"]
+    assert blind["sent"] == blind["stored"] > 0 and printed["blind"]["engine_calls"] == 0
+    assert printed["blind"] == {**reference.blind.to_dict(), "engine_calls": 0}
+    assert list(read_records(ctx.paths.items, "blind")) == list(read_records(single.paths.items, "blind"))
     # the recovery pass on the same replicas: every sample sent once, the undecided ones judged, then the driver's
     # recover stage calls no engine
     assert (steps["recovery"]["requests"], steps["recovery"]["sent"], steps["recovery"]["stored"]) == (

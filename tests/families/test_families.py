@@ -370,3 +370,28 @@ def test_yaml_merge_keys_share_a_block_and_a_bad_merge_names_its_line(tmp_path: 
     bad = write(tmp_path, MINIMAL + "  Other:\n    <<: plain words\n")
     with pytest.raises(FamilyConfigError, match=rf"{bad}:\d+: .*`<<:` merges a mapping"):
         load_families(bad)
+
+
+@pytest.mark.parametrize(
+    "block,expected",
+    [
+        ("    blind: {rotations: 0}\n", r":10: families\.MyVQA\.blind\.rotations: .*at least 1"),
+        ("    blind: {samples: -2}\n", r":10: families\.MyVQA\.blind\.samples: .*at least 0"),
+        ("    blind: {rotation: 4}\n", r":10: families\.MyVQA\.blind\.rotation: .*rotations"),
+    ],
+)
+def test_the_no_image_block_is_checked_naming_the_file_line_and_key(tmp_path: Path, block: str, expected: str) -> None:
+    path = write(tmp_path, MINIMAL.replace("    card:\n", block + "    card:\n"))
+    with pytest.raises(FamilyConfigError, match=rf"{path}{expected}"):
+        load_families(path)
+    ok = write(tmp_path, MINIMAL.replace("    card:\n", "    blind: {}\n    card:\n"))
+    blind = load_families(ok)["MyVQA"].config.blind
+    assert blind is not None and (blind.rotations, blind.samples, blind.rl) == (4, 0, True)
+
+
+def test_the_no_image_pass_is_refused_with_the_replay_engine(tmp_path: Path) -> None:
+    """A replay file answers by the question's key: the question asked without its image would get the answer given with it."""
+    block = "    blind: {}\n    engine: {kind: replay, replay_path: out.jsonl}\n"
+    path = write(tmp_path, MINIMAL.replace("    card:\n", block + "    card:\n"))
+    with pytest.raises(FamilyConfigError, match=r"families\.MyVQA\.blind: the replay engine answers a request by"):
+        load_families(path)

@@ -149,6 +149,11 @@ def test_plan_with_a_limit_answers_for_real_and_projects(tmp_path: Path) -> None
         "model loads: 1 for the run (one engine per model, shared by the greedy pass, the judge and the recovery)"
         in plan.render()
     )
+    # TinyCLEVR asks every question without its image too: the text-only requests and their tokens, projected
+    blind = list(read_records(build / "items", "blind"))
+    assert p.blind is not None and p.blind["questions"] == len(blind) == len(items)
+    assert p.blind["requests"] == sum(len(b["answers"]) for b in blind) and p.blind["completion_tokens"] > 0
+    assert f"  no-image pass: {p.blind['requests']} text-only requests for {len(items)} questions" in plan.render()
     # the overlap with TinyCLEVR's evaluation split is that of the --limit images, as their clean stage measured it
     overlap = json.loads((build / "clean.json").read_text())["decontamination"]["sets"]["TinyCLEVR-val"]
     assert plan.overlap is not None and plan.overlap.decontamination["sets"]["TinyCLEVR-val"] == overlap

@@ -378,6 +378,17 @@ def test_each_noise_kind_appears_at_probability_one(kind):
         wrong = sum(answer(source.scene(i), q.question) != q.answer for i, r in enumerate(noisy) for q in r.qa)
         assert wrong == source.noise_counts[kind] == len(source.planted()) == sum(len(r.qa) for r in clean)
         return
+    if kind == "guessable":  # a clean question that states its answer first, its reference right, known to the source
+        planted = source.guessable()
+        assert source.noise_counts[kind] == len(planted) > 0.8 * sum(len(r.qa) for r in clean)
+        for i, r in enumerate(noisy):
+            for q in r.qa:
+                if q.key in planted:
+                    stated, asked = q.question.split(". ", 1)
+                    assert q.answer in stated.split() and answer(source.scene(i), asked) == q.answer
+                    assert q.qtype == "query_attribute"
+        assert SyntheticSource(seed=4, num_images=40).guessable() == set()
+        return
     assert found[kind] > 0, found
     others = {k: v for k, v in found.items() if k != kind and v}
     if kind != "empty_field":  # an empty question reads as 'nothing off-vocabulary', nothing else
@@ -527,3 +538,19 @@ def test_wrong_references_are_planted_of_the_right_kind_known_to_the_source_alon
         assert item.answer == wrong != true == before[key].answer and item.question == before[key].question
         assert wrong.isdigit() == true.isdigit() and (true in ("yes", "no")) == (wrong in ("yes", "no"))
     assert SyntheticSource(seed=3, num_images=40, noise=noise).planted() == {}
+
+
+def test_guessable_questions_shift_no_other_item_nor_a_planted_wrong_reference() -> None:
+    """`noise: {guessable: p}`: a question planted guessable replaces a clean one (never a reference planted wrong, nor
+    an item another kind replaced); every other item, count and wrong reference is what it is without it."""
+    noise = {"off_task": 0.1, "duplicate_qa": 0.1, "flattened_mc": 0.1, "wrong_reference": 0.1}
+    clean = SyntheticSource(seed=3, num_images=40, noise=noise)
+    planted = SyntheticSource(seed=3, num_images=40, noise={**noise, "guessable": 0.2})
+    before = {q.key: q for r in clean for q in r.qa}
+    after = {q.key: q for r in planted for q in r.qa}
+    guessed = planted.guessable()
+    assert before.keys() == after.keys() and planted.noise_counts["guessable"] == len(guessed) > 10
+    assert dict(clean.noise_counts) == {k: v for k, v in planted.noise_counts.items() if k != "guessable"}
+    assert clean.planted() == planted.planted() and not guessed & set(planted.planted())
+    for key, item in after.items():
+        assert (item == before[key]) == (key not in guessed)

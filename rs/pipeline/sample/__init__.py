@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from rs.answers import Grader, Vocabulary
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
@@ -27,6 +27,8 @@ from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
 from rs.engines.ordered import InOrder
 from rs.engines.reasoning import ReasoningFormat
 from rs.families.schema import FamilyConfig
+from rs.pipeline.sample.blind import BlindPass, BlindReport
+from rs.pipeline.sample.blind import sample_settings as blind_sample_settings
 from rs.pipeline.sample.calibration import (
     Answered,
     Calibration,
@@ -45,11 +47,11 @@ from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
 
-VERSION = "5"
+VERSION = "6"
 """The stage's version: bump when a change of this stage records some answer otherwise, so an older report is re-run
 (from the cache) rather than reused (`rs.pipeline.versions`; 2: certain rejections, hard negatives, the evidence gate; 3: a
 literal family's answers read as written; 4: the accepted answers whose reasoning could not be compared are counted,
-`reasoning_unchecked`; 5: the judge's cases carry the question's image, `judge.sees_image`)."""
+`reasoning_unchecked`; 5: the judge's cases carry the question's image, `judge.sees_image`; 6: the no-image pass, `blind:`)."""
 
 
 class _Slot:
@@ -107,22 +109,25 @@ class SampleReport:
     identities: dict[str, str | None] | None = None
     """The engines' cache identities (`rs.engines.cached_engine.identity_key`: `sampler`, `judge`): `rs refilter` finds this
     run's answers and verdicts in the generation cache with them, with no engine. None in a report of an older rs."""
+    blind: BlindReport | None = None
+    """The no-image pass (`blind:`, `rs.pipeline.sample.blind`); None when off."""
     inputs: dict[str, Any] | None = None
     """What the stage's fingerprint was computed from (`rs.pipeline.sample.stage.sample_inputs`): `rs refilter` compares it with the
     family's settings now to tell a reader changed since the run (answers re-read) from answers that are not this
     family's any more (refused)."""
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "calibration"}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("calibration", "blind")}
         # in a fixed order: verdicts arrive in the order the engine finishes them
         for name in ("verdicts", "contradicted_verdicts", "prompt_reasoning", "judge_prompt_reasoning", "endings"):
             d[name] = dict(sorted(getattr(self, name).items()))
         d["calibration"] = self.calibration.to_dict() if self.calibration else None
+        d["blind"] = self.blind.to_dict() if self.blind is not None else None
         return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SampleReport:
-        calibration = data.get("calibration")
+        calibration, blind = data.get("calibration"), data.get("blind")
         return cls(
             **{
                 **data,
@@ -132,6 +137,7 @@ class SampleReport:
                 "judge_prompt_reasoning": Counter(data["judge_prompt_reasoning"]),
                 "endings": Counter(data.get("endings") or {}),
                 "calibration": Calibration.from_dict(calibration) if calibration else None,
+                "blind": BlindReport.from_dict(blind) if blind else None,
             }
         )
 
@@ -294,6 +300,17 @@ class SamplingPass:
         self.calibration = CalibrationSampler(
             self.verifier, config.judge.calibration_samples, letters=letters, grader=self.grader
         )
+        self.blind: BlindPass | None = None
+        if config.blind is not None:
+            self.blind = BlindPass(
+                config.blind,
+                self.instructions,
+                letters,
+                self.runner,
+                self.settings,
+                blind_sample_settings(config, self.settings),
+                progress=progress,
+            )
         self.report = SampleReport()
         self.progress = progress
 
@@ -303,8 +320,17 @@ class SamplingPass:
             self.report.multiple_choice_items += multiple_choice is not None and bool(item.options)
             yield _Slot(index, item, request)
 
-    def run(self, rows: Iterable[Row], items_dir: str | Path, *, total: int | None = None) -> SampleReport:
-        """Answer, verify and judge every item of `rows`; write one record per item, in item order.
+    def run(
+        self,
+        rows: Iterable[Row],
+        items_dir: str | Path,
+        *,
+        total: int | None = None,
+        blind_rows: Callable[[], Iterable[Row]] | None = None,
+    ) -> SampleReport:
+        """Answer, verify and judge every item of `rows`; write one record per item, in item order; then, with the
+        no-image pass (`blind:`), ask every question of `blind_rows()` (the same rows, their images not needed) without
+        its image into `blind-*.parquet` beside the items.
 
         Answers and verdicts share one stream of requests (`rs.engines.ordered.InOrder`): a rejection's judge
         request joins the engine as soon as its answer is verified, beside the questions still being
@@ -336,13 +362,16 @@ class SamplingPass:
             except BaseException:
                 self._stopped(bar)
                 raise
+        if self.blind is not None and blind_rows is not None:  # before the counts: it uses the same runner
+            self.report.blind = self.blind.write(blind_rows(), self.blind_grade, items_dir, total=total)
         self.report.calibration = self._calibrate()
         self.report.identities = {
             "sampler": self.runner.identity_key,
             "judge": self.judge.runner.identity_key if self.judge is not None else None,
         }
-        stats = self.runner.stats
-        self.report.sampling_requests, self.report.sampling_engine_calls = stats.requests, stats.engine_calls
+        stats, blind = self.runner.stats, self.report.blind
+        self.report.sampling_requests = stats.requests - (blind.requests if blind else 0)
+        self.report.sampling_engine_calls = stats.engine_calls - (blind.engine_calls if blind else 0)
         if self.judge:
             self.report.judge_requests = self.judge.runner.stats.requests
             self.report.judge_engine_calls = self.judge.runner.stats.engine_calls
@@ -415,6 +444,15 @@ class SamplingPass:
                 Answered(case, tuple(v.references), item.options, question_kind(item), item.qtype), v.verified
             )
         return v
+
+    def blind_grade(self, item: QAItem, prompt: str, gen: Generation) -> Verification:
+        """A no-image answer read and verified like any answer, offered to no calibration (`rs.pipeline.sample.blind`)."""
+        return self.verify(item, prompt, gen, calibrating=False)
+
+    def blind_requests(self, rows: Iterable[Row]) -> Iterator[tuple[str, Request, SamplingSettings]]:
+        """The no-image pass's requests about `rows`' questions, with their cache keys and settings (none when off)."""
+        if self.blind is not None:
+            yield from self.blind.keyed(rows)
 
     def verdict_request(self, v: Verification) -> Request | None:
         """The judge's request about a verified answer (`verify`), or None when the judge is not asked about it."""

@@ -19,6 +19,7 @@ import rs.answers
 import rs.answers.extract
 import rs.engines.reasoning
 import rs.pipeline.sample
+import rs.pipeline.sample.blind
 import rs.pipeline.sample.calibration
 import rs.pipeline.sample.judge
 import rs.prompt
@@ -94,8 +95,11 @@ def sample_inputs(ctx: BuildContext) -> dict[str, Any]:
     reader (the verifier and the family's `answers:` block) and the versions of the code that decides (`SAMPLE_PIECES`)."""
     c = ctx.family.config
     verifier = get_verifier(c.verifier.name, **c.verifier.params)
+    # only where the pass is on: a family without it keeps the fingerprint it had
+    blind = {"blind": {**asdict(c.blind), "version": rs.pipeline.sample.blind.VERSION}} if c.blind is not None else {}
     return plain(
         {
+            **blind,
             "clean": CleanStage().fingerprint(ctx),
             "model": asdict(c.model),
             "engine": asdict(c.engine),
@@ -126,6 +130,9 @@ class SampleStage(StoredStage[SampleReport]):
         with ctx.passes(), GenerationCache(ctx.cache_path) as cache:
             greedy = sampling_pass(ctx, cache, *ctx.engines("requests"))
             yield from greedy.question_requests(read_clean_rows(ctx.paths.clean, images=False))
+            yield from (
+                (key, r) for key, r, _ in greedy.blind_requests(read_clean_rows(ctx.paths.clean, images=False))
+            )
             if greedy.judge is not None and answered(
                 greedy.question_requests(read_clean_rows(ctx.paths.clean, images=False)), cache, greedy.settings
             ):
@@ -148,7 +155,12 @@ class SampleStage(StoredStage[SampleReport]):
         sampler, judge = ctx.engines("greedy")
         with GenerationCache(ctx.cache_path) as cache:
             greedy = sampling_pass(ctx, cache, sampler, judge, progress=ctx.progress)
-            report = greedy.run(read_clean_rows(ctx.paths.clean), self.store.tmp(ctx.paths), total=clean.kept_items)
+            report = greedy.run(
+                read_clean_rows(ctx.paths.clean),
+                self.store.tmp(ctx.paths),
+                total=clean.kept_items,
+                blind_rows=lambda: read_clean_rows(ctx.paths.clean, images=False),
+            )
         report.inputs = sample_inputs(ctx)
         return report
 

@@ -317,12 +317,15 @@ class FamilyReport:
     """With `question_types`: `types` (each type's counts and rates, `rs.pipeline.route.TypeCounts`) and `most_failed`."""
     filter: dict[str, Any] | None = None
     """What `rs refilter` changed of the family's routing; None: the run's own routing."""
+    blind: dict[str, Any] | None = None
+    """With `blind:`, the no-image pass (`rs.pipeline.write.stats.blind_summary`): questions marked right without the
+    image, overall and per question type."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (`stats.json`); without `run` when there is none (a published copy), without `recovery` for a
         family that has none."""
         out = dataclasses.asdict(self)
-        for name in ("run", "recovery", "provenance", "question_types", "filter"):
+        for name in ("run", "recovery", "provenance", "question_types", "filter", "blind"):
             if getattr(self, name) is None:
                 del out[name]
         return out

@@ -89,6 +89,13 @@ def _generation(answer: dict[str, Any], kind: str, routes: Routes, *, why: str |
     }
 
 
+def _blind_record(result: Outcome) -> dict[str, Any] | None:
+    """A question's no-image record as the samples repo keeps it (`rs.splits_schema.BLIND_RECORD`)."""
+    if result.blind is None:
+        return None
+    return {k: result.blind[k] for k in ("multiple_choice", "answers", "right", "errors", "marked")}
+
+
 def _interval(result: Outcome) -> tuple[float | None, float | None]:
     if result.k is None:
         return None, None
@@ -141,6 +148,7 @@ def sample_rows(build_dir: str | Path, routes: Routes, type_of: Typer | None = N
                 "generations": generations,
                 "image_sha256": row.image_sha256,
                 "clean_meta": row.clean_meta,
+                **({"blind": _blind_record(result)} if routes.blind else {}),
             }
 
 
@@ -150,7 +158,7 @@ def rl_rows(build_dir: str | Path, routes: Routes, type_of: Typer | None = None)
     for row, results in joined(build_dir, routes):
         types = _typed(row, type_of)
         for item, result in results:
-            if not in_rl_bounds(result, routes.rl_bounds):
+            if not in_rl_bounds(result, routes.rl_bounds, keeps_blind=routes.rl_keeps_blind):
                 continue
             low, high = _interval(result)
             yield {

@@ -204,7 +204,41 @@ def family_report(
         ),
         question_types=_types_summary(routing),
         filter=_filter_summary(ctx, sampled.promotes),
+        blind=blind_summary(sampled, routing),
     )
+
+
+def blind_summary(sampled: SampleReport, routing: Routing) -> dict[str, Any] | None:
+    """What the cards say of the no-image pass (`rs.pipeline.sample.blind`): its settings, how many questions were asked
+    (in rotations), marked and right at temperature 0, the share marked, and the same per question type (`types`, None
+    where the questions are not typed); None without the pass."""
+    b = sampled.blind
+    if b is None or routing.blind is None:
+        return None
+    questions, marked, right = (sum(c[i] for c in routing.blind.values()) for i in range(3))
+    typed = [t for t in routing.blind if t]
+    return {
+        "settings": b.settings,
+        "questions": questions,
+        "multiple_choice": b.multiple_choice,
+        "marked": marked,
+        "right": right,
+        "share": share(marked, questions),
+        "answers": b.answers,
+        "errors": b.errors,
+        "requests": b.requests,
+        "types": {
+            t: {"questions": c[0], "marked": c[1], "right": c[2], "share": share(c[1], c[0])}
+            for t, c in routing.blind.items()
+        }
+        if typed
+        else None,
+    }
+
+
+def share(part: int, whole: int) -> float | None:
+    """`part / whole`, None of nothing."""
+    return part / whole if whole else None
 
 
 def _types_summary(routing: Routing) -> dict[str, Any] | None:
@@ -225,6 +259,7 @@ def _filter_summary(ctx: BuildContext, promotes: bool) -> dict[str, Any] | None:
         "judge": f.judge,
         "think_needs_agreeing_reasoning": f.think_needs_agreeing_reasoning,
         "rl_bounds": list(f.rl_bounds) if f.rl_bounds else None,
+        "rl_keeps_blind": f.rl_keeps_blind,
         "changes": f.changes(routes_of(ctx.family.config, promotes)),
         "source": None,
         "reread": None,

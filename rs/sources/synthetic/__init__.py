@@ -39,6 +39,7 @@ from .noise import (
     ITEM_NOISE,
     NOISE_KINDS,
     flattened_mc,
+    guessable,
     off_task,
     redraw,
     sentence_qa,
@@ -120,7 +121,8 @@ class SyntheticSourceConfig(KindConfig):
     noise: dict[str, float] = field(default_factory=dict)
     """Injected defects per kind (off_task, flattened_mc, corrupt_image, ...), for exercising cleaning; and
     `wrong_reference`, clean questions given a wrong reference of the right kind, for measuring the suspect references
-    (the truth is the source's, `SyntheticSource.planted`, never in the data)."""
+    (the truth is the source's, `SyntheticSource.planted`, never in the data); `guessable`, questions that state their
+    answer, for measuring the no-image pass's mark (`SyntheticSource.guessable`)."""
 
     def __post_init__(self) -> None:
         _validate_counts(self.num_images, self.questions_per_image, self.image_size)
@@ -164,6 +166,8 @@ class SyntheticSource:
         self.noise_counts: Counter[str] = Counter()
         self._truth: dict[tuple[int, int], str] = {}
         """(image, turn) -> the true answer, for the references planted wrong of the records built so far."""
+        self._guessable: set[tuple[int, int]] = set()
+        """(image, turn) of the questions planted guessable (`noise.guessable`) of the records built so far."""
 
     Config = SyntheticSourceConfig
 
@@ -220,6 +224,14 @@ class SyntheticSource:
             for item in self.record(index).qa:
                 if (true := self._true_answer(index, item)) is not None:
                     out[item.key] = (item.answer, true)
+        return out
+
+    def guessable(self) -> set[str]:
+        """The keys of the items `guessable` planted: questions that state their answer (what a text-only reader can
+        answer); a bench reads them, the published repo cannot."""
+        out: set[str] = set()
+        for index in range(self.num_images):
+            out.update(item.key for item in self.record(index).qa if (index, item.turn) in self._guessable)
         return out
 
     def _true_answer(self, index: int, item: QAItem) -> str | None:
@@ -326,6 +338,17 @@ class SyntheticSource:
                 if planting.random() < p["wrong_reference"] and (wrong := wrong_reference(answer, planting)):
                     true, answer = answer, wrong
                     injected["wrong_reference"] += 1
+            planted = False
+            if (
+                p["guessable"]
+                and true is None
+                and not hit & {"off_task", "sentence_answer", "flattened_mc", "empty_field"}
+            ):
+                plant = random.Random(f"{self.seed}:{index}:{j}:guessable")  # its own: shifts no other roll
+                if plant.random() < p["guessable"] and (guess := guessable(scene, plant)) is not None:
+                    question, answer, qt = guess
+                    planted = True
+                    injected["guessable"] += 1
             item = QAItem(
                 question=question,
                 answer=answer,
@@ -338,6 +361,8 @@ class SyntheticSource:
             items.append(item)
             if true is not None:
                 self._truth[(index, item.turn)] = true
+            if planted:
+                self._guessable.add((index, item.turn))
             if "duplicate_qa" in hit:
                 items.append(
                     QAItem(
@@ -354,6 +379,9 @@ class SyntheticSource:
                 if true is not None:
                     self._truth[(index, items[-1].turn)] = true
                     injected["wrong_reference"] += 1
+                if planted:
+                    self._guessable.add((index, items[-1].turn))
+                    injected["guessable"] += 1
         return items
 
 

@@ -42,7 +42,12 @@ IMAGE_NOISE = ("duplicate_image", "corrupt_image", "empty_image")
 REFERENCE_NOISE = ("wrong_reference",)
 """Noise the cleaning cannot see: a clean question whose reference is a wrong value of the right kind (what a
 mislabelled pool holds). Rolled from a generator of its own per item, so turning it on shifts no other kind."""
-NOISE_KINDS = ITEM_NOISE + IMAGE_NOISE + REFERENCE_NOISE
+QUESTION_PLANTS = ("guessable",)
+"""Clean questions a text-only reader can answer: the question states its own answer before asking it ("The large
+sphere is red. What color is the large sphere?"), its reference right. Rolled from a generator of its own per item, on the
+items no other kind replaced and `wrong_reference` did not plant, so turning it on shifts no other kind; the truth is the
+source's (`SyntheticSource.guessable`), what the no-image pass's mark is measured against (`bench/suspect.py`)."""
+NOISE_KINDS = ITEM_NOISE + IMAGE_NOISE + REFERENCE_NOISE + QUESTION_PLANTS
 
 FOREIGN_SOURCES = ("vqav2", "visual7w", "localized_narratives", "cocoqa", "aokvqa")
 """What `foreign_source` writes in `QAItem.source`: names of other Cauldron subsets."""
@@ -229,6 +234,26 @@ def redraw(draw: Callable[[], T], taken: set[tuple[str, str]], tries: int = 8) -
         if value is None or (value[0], value[1]) not in taken:
             return value
     return value
+
+
+_STATED = {
+    "color": "The {s} is {v}.",
+    "shape": "The {s} is a {v}.",
+    "size": "The {s} is {v}.",
+    "material": "The {s} is made of {v}.",
+}
+"""How a guessable question states its answer first (`guessable`)."""
+
+
+def guessable(scene: Scene, rng: random.Random) -> QA | None:
+    """A query_attribute question about an object the scene describes uniquely, its answer stated in the question before
+    it is asked, the reference right; None when no object can be described uniquely (nothing is planted)."""
+    if (drawn := _describable(scene, rng)) is None:
+        return None
+    attr, obj, desc = drawn
+    phrase, value = noun_phrase(desc, rng, plural=False), getattr(obj, attr)
+    question = rng.choice(QUERY_TEMPLATES[attr]).format(s=phrase)
+    return f"{_STATED[attr].format(s=phrase, v=value)} {question}", value, "query_attribute"
 
 
 def wrong_reference(answer: str, rng: random.Random) -> str | None:

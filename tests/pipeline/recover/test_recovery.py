@@ -315,8 +315,13 @@ def test_the_requests_a_stage_declares_are_the_ones_its_run_asks(tmp_path: Path,
     ctx = context(tiny_clevr(tmp_path, "{samples: 2, temperature: 0.7}"), tmp_path, demo_engine)
     clean = ensure(CleanStage(), ctx)
     assert list(CleanStage().requests(ctx)) == []
-    questions = list(SampleStage().requests(ctx))
-    assert len(questions) == clean.kept_items and all(r.image_sha256 and r.samples == 1 for _, r in questions)
+    asked = list(SampleStage().requests(ctx))
+    questions = [(key, r) for key, r in asked if r.image_sha256]
+    assert len(questions) == clean.kept_items and all(r.samples == 1 for _, r in questions)
+    # TinyCLEVR's no-image pass (`blind:`): every question asked again, no image, under keys of their own
+    blind = [(key, r) for key, r in asked if not r.image_sha256]
+    assert blind and all(r.image is None for _, r in blind) and not {k for k, _ in blind} & {k for k, _ in questions}
+    assert {r.item_key for _, r in blind} == {r.item_key for _, r in questions}
 
     sampled = ensure(SampleStage(), ctx)
     ensure(RecoverStage(sampled), ctx)
@@ -356,6 +361,7 @@ def test_sigkill_mid_recovery_then_rerun_is_byte_identical(tmp_path: Path, built
     # commits before the recovery starts
     greedy = json.loads(built.ctx.paths.sample_report.read_text())
     greedy_rows = greedy["sampling_engine_calls"] + greedy["judge_engine_calls"]
+    greedy_rows += greedy["blind"]["engine_calls"] if greedy.get("blind") else 0  # the no-image pass, before recovery
 
     victim = subprocess.Popen(
         command("build", "cache.sqlite"),

@@ -362,7 +362,7 @@ def card_data(report: FamilyReport, card: dict[str, Any], split: str) -> Dataset
     """The YAML front matter: metadata, and `configs` / `dataset_info` matching the repo's files."""
     split_stats = report.splits[split]
     info = DatasetInfo(
-        features=features(split, recovery=report.recovery is not None),
+        features=features(split, recovery=report.recovery is not None, blind=report.blind is not None),
         splits=SplitDict(
             {"train": SplitInfo(name="train", num_bytes=split_stats.dataset_bytes, num_examples=split_stats.rows)}
         ),
@@ -455,6 +455,7 @@ def render_card(
             audit_target=repos[split] if local else f"{namespace}/{repos[split]}",
             numbers=numbers,
             types=report.question_types,
+            blind=report.blind,
             route_filter=report.filter,
         )
     )
@@ -464,9 +465,10 @@ def render_card(
 
 def _qa_fields(split: str, report: FamilyReport) -> list[str]:
     """The fields a split's rows (pairs) or QA structs (the three) hold, in order."""
+    blind = report.blind is not None
     if split in ROW_SCHEMAS:
-        return list(ROW_SCHEMAS[split])
-    return list(features(split, recovery=report.recovery is not None)["qa"].feature)
+        return list(features(split, blind=blind))
+    return list(features(split, recovery=report.recovery is not None, blind=blind)["qa"].feature)
 
 
 REQUIRED_SECTIONS = (
