@@ -72,7 +72,9 @@ class Verifier(Protocol):
 
     def own_leniency(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None) -> bool: ...
 
-    def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None) -> bool: ...
+    def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item = None) -> bool:
+        """Asked only of a value :meth:`compare_value` does not match."""
+        ...
 
 
 __all__ = ["Grade", "Grader", "LITERAL_RULE", "Outcome", "READING_RULES"]
@@ -145,10 +147,10 @@ class Grade:
 
     def __init__(self, outcome: Outcome, kind: Kind, stated: str, value: Any = None) -> None:
         # each field set once, through its slot (a frozen dataclass's own __init__ goes through object.__setattr__)
-        _SET_GRADE[0](self, outcome)
-        _SET_GRADE[1](self, kind)
-        _SET_GRADE[2](self, stated)
-        _SET_GRADE[3](self, value)
+        _set_outcome(self, outcome)
+        _set_kind(self, kind)
+        _set_stated(self, stated)
+        _set_value(self, value)
 
     @property
     def accepted(self) -> bool:
@@ -159,7 +161,8 @@ class Grade:
         return self.outcome is _CERTAIN
 
 
-_SET_GRADE = tuple(Grade.__dict__[f.name].__set__ for f in fields(Grade))
+# Each field's slot setter, one module name each (a global name is found faster than an item of a tuple).
+_set_outcome, _set_kind, _set_stated, _set_value = (Grade.__dict__[f.name].__set__ for f in fields(Grade))
 
 
 class Grader:

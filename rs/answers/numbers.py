@@ -50,14 +50,14 @@ class Number:
     ) -> None:
         # Each field set once, through its slot: the __init__ a frozen dataclass generates goes through
         # object.__setattr__ for every field, which cost more than reading a plain number.
-        _SET_NUMBER[0](self, value)
-        _SET_NUMBER[1](self, percent)
-        _SET_NUMBER[2](self, qualifier)
-        _SET_NUMBER[3](self, start)
-        _SET_NUMBER[4](self, end)
-        _SET_NUMBER[5](self, padded)
-        _SET_NUMBER[6](self, scaled)
-        _SET_NUMBER[7](self, regrouped)
+        _set_value(self, value)
+        _set_percent(self, percent)
+        _set_qualifier(self, qualifier)
+        _set_start(self, start)
+        _set_end(self, end)
+        _set_padded(self, padded)
+        _set_scaled(self, scaled)
+        _set_regrouped(self, regrouped)
 
     def readings(self) -> tuple[Fraction, ...]:
         """The values it may mean: "42%" is 42 (a percentage asked for) or 0.42 (a proportion)."""
@@ -80,7 +80,17 @@ class Number:
         return any(a == b for a in self.readings() for b in other.readings())
 
 
-_SET_NUMBER = tuple(Number.__dict__[f.name].__set__ for f in fields(Number))
+# Each field's slot setter, one module name each (a global name is found faster than an item of a tuple).
+(
+    _set_value,
+    _set_percent,
+    _set_qualifier,
+    _set_start,
+    _set_end,
+    _set_padded,
+    _set_scaled,
+    _set_regrouped,
+) = (Number.__dict__[f.name].__set__ for f in fields(Number))
 
 
 # ---- text made plain: LaTeX and Unicode notation as ASCII, positions kept simple by working on the result ----

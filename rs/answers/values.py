@@ -201,7 +201,13 @@ class Vocabulary:
 
 
 def classify(references: Sequence[str], vocabulary: Vocabulary | None = None) -> Kind:
-    """The kind of value every reference is (see :func:`_classify`)."""
+    """The kind of value every reference is (see :func:`_classify`).
+
+    One reference that is one plain number (`simple_number`) is a number, told without `_classify`'s cache: that is
+    what `_classify` finds first (its `_plain_number` is that number), and most such references are new (chart
+    values), where a cache only costs."""
+    if len(references) == 1 and simple_number(references[0]) is not None:
+        return _NUMBER
     return _classify(references if type(references) is tuple else tuple(references), vocabulary)
 
 

@@ -231,7 +231,10 @@ class Verifier(abc.ABC):
     def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
         """Whether a notation, scale or tolerance difference could make ``value`` a reference: a percent conversion,
         a scale word ("12.5 billion" for 12.5 "in billions"), the other separators ("1.000" for 1000, "2,500" for
-        2.5), a rounding at either side's precision ("1/3" for 0.33). Such a value is never certainly wrong."""
+        2.5), a rounding at either side's precision ("1/3" for 0.33). Such a value is never certainly wrong.
+
+        It is asked only of a value the metric does not match (:meth:`compare_value` is False: a match is never
+        certainly wrong either), so a metric's own leniency (``relaxed``'s tolerance) need not be repeated here."""
         if kind is not _NUMBER:
             return False
         numbers = reference_values(kind, references)
@@ -455,7 +458,9 @@ def near_number(value: Number, reference: Number, *, scales: bool = False) -> bo
     if value.qualifier or reference.qualifier:
         return True
     a, b = value.value, reference.value
-    if value.regrouped == b or reference.regrouped == a:
+    if (value.regrouped is not None and value.regrouped == b) or (
+        reference.regrouped is not None and reference.regrouped == a
+    ):
         return True  # "1.000" for 1000, "2,500" for 2.5: a thousands point or a decimal comma
     if value.percent != reference.percent and value.converts(reference):
         return True

@@ -219,13 +219,6 @@ class RelaxedVerifier(Verifier):
                 return True
         return False
 
-    def near_value(self, kind: Kind, value: Any, references: Sequence[str], *, item: Item | None = None) -> bool:
-        """Within the tolerance, or through a conversion the metric makes, is never certainly wrong."""
-        if super().near_value(kind, value, references, item=item):
-            return True
-        numbers = reference_values(kind, references) if kind is _NUMBER_KIND else None
-        return bool(numbers) and self.compare_numbers(value, numbers)
-
     def _match_one(self, prediction: str, reference: str) -> bool:
         ref, t, is_year = _reference(reference)
         if not ref:
