@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import random
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator, TextIO
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -101,6 +104,19 @@ def _number_shapes() -> tuple[list[str], list[str]]:
     return answers, references
 
 
+@contextmanager
+def _text_out(path: str) -> Iterator[TextIO]:
+    """The output file, gzip when it ends in .gz: with no write time and no file name in its header, so two runs that
+    decide alike write the same bytes and `cmp` compares them."""
+    if not path.endswith(".gz"):
+        with open(path, "w", encoding="utf-8") as out:
+            yield out
+        return
+    with open(path, "wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as packed:
+        with io.TextIOWrapper(packed, encoding="utf-8") as out:
+            yield out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="file to write (gzip when it ends in .gz)")
@@ -109,8 +125,7 @@ def main() -> None:
     )
     parser.add_argument("--pairs", type=int, default=300_000, help="bench/verifiers.py --n (default 300000)")
     args = parser.parse_args()
-    opener = gzip.open if args.out.endswith(".gz") else open
-    with opener(args.out, "wt", encoding="utf-8") as out:
+    with _text_out(args.out) as out:
         graders: dict[tuple, object] = {}
         for case in corpus():
             key = (case.verifier, case.params, case.closed_set, case.literal)
