@@ -319,12 +319,12 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
     }
 
     # From an empty cache on two replicas, with recovery on: every step (sampling, judge, calibration, recovery, its
-    # judge) served by the same two replica processes, each of which loaded the model once (the replicas' own
+    # judge, the no-image pass) served by the same two replica processes, each of which loaded the model once (the replicas' own
     # counters), and the caches and stores of one process
-    fresh = context(tmp_path, "once")
+    fresh = context(tmp_path, "once", blind=True)
     run = sample_on_ray(fresh, runtime_env={"env_vars": ENV}, **REPLICAS)
     sent = {name for name, s in run.steps.items() if s.sent}
-    assert {"sampling", "judge", "recovery", "recovery_judge"} <= sent
+    assert {"sampling", "judge", "blind", "recovery", "recovery_judge"} <= sent
     assert len(run.model_loads) == 2 and set(run.model_loads.values()) == {1}
     assert set().union(*(run.steps[name].replica_busy for name in sent)) == set(run.model_loads)
     assert run.startup_seconds > 0 and all(run.steps[name].replica_processes <= 2 for name in sent)

@@ -445,9 +445,9 @@ class SamplingPass:
             )
         return v
 
-    def blind_grade(self, item: QAItem, prompt: str, gen: Generation) -> Verification:
+    def blind_grade(self, item: QAItem, request: Request, gen: Generation) -> Verification:
         """A no-image answer read and verified like any answer, offered to no calibration (`rs.pipeline.sample.blind`)."""
-        return self.verify(item, prompt, gen, calibrating=False)
+        return self.verify(item, request, gen, calibrating=False)
 
     def blind_requests(self, rows: Iterable[Row]) -> Iterator[tuple[str, Request, SamplingSettings]]:
         """The no-image pass's requests about `rows`' questions, with their cache keys and settings (none when off)."""

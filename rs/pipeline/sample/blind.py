@@ -322,7 +322,7 @@ def regraded(record: dict[str, Any], asks: list[Ask], right: Callable[[QAItem, s
 
 def add_answer(mark: Marked, at: int, ask: Ask, generation: Generation, grade: Callable[..., Any]) -> None:
     """Grade one no-image answer (`ask`, the question's `at`-th) into its question's mark."""
-    v = grade(ask.item, ask.request.prompt, generation)
+    v = grade(ask.item, ask.request, generation)
     gen = v.generation
     mark.errors += gen.error is not None
     mark.answers[at] = gen.answer if gen.error is None else None
