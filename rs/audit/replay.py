@@ -47,7 +47,7 @@ from rs.pipeline.recover import (
     sample_record,
     samples_for,
 )
-from rs.pipeline.route import Routes, outcome, qa_entry
+from rs.pipeline.route import Routes, answer_share, bounded, outcome, qa_entry
 from rs.pipeline.sample import SampleReport, SamplingPass, item_record
 from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.sample.stage import SampleStage, vocabulary_of
@@ -260,7 +260,11 @@ def derive(
         d = loc.derived
         if d.missing:
             continue
-        result = outcome(loc.record, loc.draws, routes.promotes)  # type: ignore[arg-type]
+        result = bounded(
+            loc.record,  # type: ignore[arg-type]
+            outcome(loc.record, loc.draws, routes.promotes),  # type: ignore[arg-type]
+            answer_share(routes, len(loc.row.qa)),
+        )
         d.entries = {split: qa_entry(split, loc.record, result, routes) for split in ("think", "nothink", "rejected")}  # type: ignore[arg-type]
         if pairs:
             row = pair_row(loc.row, loc.record, result, routes)  # type: ignore[arg-type]
