@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from replay_family import write_family
 
-from rs.audit import audit
+from rs.audit import Replay, audit
 from rs.pipeline.publish.stage import publish
 from rs.pipeline.route import ANSWER_TOO_LARGE
 
@@ -46,5 +46,8 @@ def test_a_row_pushed_over_its_row_group_by_the_answer_is_rejected_with_its_reas
     assert rejected["wrong_vlm"] == ""
     assert [q["reason"] for q in qa("rejected")].count("wrong_answer") == 1
     assert f"`{ANSWER_TOO_LARGE}`" in (repos["rejected"] / "README.md").read_text()
-    result = audit(repos["think"], build=tmp_path / "build" / "Shapes")
-    assert result.ok, result.render()
+    replay = Replay(10, config=tmp_path / "families.yaml", cache=tmp_path / "cache.sqlite")
+    for split in ("think", "rejected"):  # the counts from the stores, and the rejection re-derived from the cache
+        result = audit(repos[split], build=tmp_path / "build" / "Shapes", replay=replay)
+        assert result.ok, result.render()
+    assert "3 questions" in "\n".join(result.notes), result.notes
