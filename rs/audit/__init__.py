@@ -134,6 +134,7 @@ def _routes(report: Any) -> Any:
         greedy_seed=report.sampling["seed"],
         recovery_temperature=report.recovery.settings["temperature"] if report.recovery is not None else None,
         blind=report.blind is not None,
+        answer_bytes=report.verifier.answer_bytes,
     )
 
 
@@ -171,6 +172,12 @@ def _against_build(a: Audit, root: Path) -> None:
         )
     if routing.pairs is not None and report.recovery is not None:
         a.same("the preference pairs (stores)", where, report.recovery.pairs, routing.pairs.to_dict())
+    a.same(
+        "verified answers rejected as too large (stores)",
+        where,
+        report.verifier.verified_too_large,
+        routing.verified_too_large,
+    )
     contradicted = correct = 0
     for item in read_records(root / "items", "items", columns=["contradicts", "judge"]):
         contradicted += bool(item["contradicts"])

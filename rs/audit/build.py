@@ -15,6 +15,7 @@ from typing import Any
 from rs.audit.checkers import Audit
 from rs.context import BuildPaths
 from rs.errors import RsError
+from rs.pipeline.route import NOT_ASKED
 from rs.pipeline.write.report import FamilyReport
 from rs.store import read_records
 from rs.util.checksums import MANIFEST, damage, file_sha256
@@ -100,6 +101,11 @@ SHOWN = 10
 """Differences named one by one, a repo; the rest are counted."""
 
 
+def published_judge(record: dict[str, Any]) -> str | None:
+    """The judge's label of a stored answer as the samples repo publishes it (None where the judge was not asked)."""
+    return None if record["judge"] == NOT_ASKED else record["judge"]
+
+
 def _outcome(record: dict[str, Any]) -> str | None:
     """The reader's outcome of a stored answer, as the samples repo's `reader` says it."""
     if record["error"] is not None or record["final"] is None:
@@ -130,7 +136,8 @@ class _Differences:
 
 def check_answers(a: Audit, root: Path) -> None:
     """The samples repo's generations against the build's items and recovery stores (what the model said, as the run
-    stored it), and the RL repo's `solution` and `references` against the cleaned question's reference."""
+    stored it, and the judge's label on it), and the RL repo's
+    `solution` and `references` against the cleaned question's reference."""
     samples, rl = a.family.of("samples"), a.family.of("rl")
     if samples is None and rl is None:
         return
@@ -162,6 +169,13 @@ def check_answers(a: Audit, root: Path) -> None:
                 _outcome(item),
                 source,
             )
+            diff.same(
+                f"the greedy generation's judge of {row['question']!r}",
+                where,
+                greedy["judge"],
+                published_judge(item),
+                source,
+            )
             stored = (draws.get(row["key"]) or {}).get("samples") or []
             diff.same(f"the samples of {row['question']!r}", where, len(drawn), len(stored), source)
             for g, s in zip(drawn, stored):
@@ -171,6 +185,13 @@ def check_answers(a: Audit, root: Path) -> None:
                     )
                 diff.same(
                     f"sample {s['sample']}'s reader of {row['question']!r}", where, g["reader"], _outcome(s), source
+                )
+                diff.same(
+                    f"sample {s['sample']}'s judge of {row['question']!r}",
+                    where,
+                    g["judge"],
+                    published_judge(s),
+                    source,
                 )
         diff.close()
     if rl is not None:

@@ -300,7 +300,7 @@ def verifier(a: Audit) -> None:
             "the verifier's acceptances",
             where,
             accepted,
-            f.accepted_by.get("verifier", 0) if f.accepted_by is not None else None,
+            f.accepted_by.get("verifier", 0) + v.verified_too_large if f.accepted_by is not None else None,
         )
         a.same(
             "the verifier's outcomes",

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from rs.audit.build import published_judge
 from rs.audit.checkers import Audit, Finding
 from rs.audit.repo import AuditUsageError
 from rs.context import BuildContext, BuildPaths, default_cache_path
@@ -46,7 +47,7 @@ from rs.pipeline.recover import (
     sample_record,
     samples_for,
 )
-from rs.pipeline.route import Routes, outcome, qa_entry
+from rs.pipeline.route import Routes, answer_share, bounded, outcome, qa_entry
 from rs.pipeline.sample import SampleReport, SamplingPass, item_record
 from rs.pipeline.sample.blind import add_answer
 from rs.pipeline.sample.requests import sampling_request
@@ -88,6 +89,8 @@ class Derived:
     """What could not be had, and why (`the greedy answer is not in the generation cache`): nothing is compared."""
     texts: list[str] = field(default_factory=list)
     """The answers' raw texts: the greedy one, then each recovery sample."""
+    judges: list[str | None] = field(default_factory=list)
+    """The judge's labels on them, as the samples repo publishes them (None where it was not asked)."""
     entries: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     greedy: str | None = None
     """The greedy answer's final answer, once read (compared on its own when the rest cannot be derived)."""
@@ -263,12 +266,14 @@ def derive(
             result = dataclasses.replace(result, blind=_blind(loc, greedy, answers))
             if d.missing:
                 continue
+        result = bounded(loc.record, result, answer_share(routes, len(loc.row.qa)))  # type: ignore[arg-type]
         d.entries = {split: qa_entry(split, loc.record, result, routes) for split in ("think", "nothink", "rejected")}  # type: ignore[arg-type]
         if pairs:
             row = pair_row(loc.row, loc.record, result, routes)  # type: ignore[arg-type]
             d.entries["pairs"] = {k: v for k, v in row.items() if k != "images"} if row is not None else None
         d.answer = result.answer["final"]
         d.routing = _routing(d.entries)
+        d.judges = [published_judge(r) for r in (loc.record, *((loc.draws or {}).get("samples") or ()))]
     return [loc.derived for loc in located]
 
 
@@ -582,6 +587,14 @@ def _question_rows(a: Audit, located: list[_Located]) -> None:
                 f"{repos['samples'].name}/data row {i}",  # type: ignore[union-attr]
                 [g["text"] for g in row["generations"]],
                 d.texts,
+                FROM_CACHE,
+            )
+            _same(
+                a,
+                f"the judge's labels on the generations of {_name(d.pick)}",
+                f"{repos['samples'].name}/data row {i}",  # type: ignore[union-attr]
+                [g["judge"] for g in row["generations"]],
+                d.judges,
                 FROM_CACHE,
             )
         if key in index.get("rl", {}):

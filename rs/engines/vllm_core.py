@@ -45,6 +45,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Hashable
 
+from rs.engines import temp_files
 from rs.engines.lifeline import engine_processes_die_with_this_one, interrupts_reach_the_caller
 from rs.util.long_lived import ends_with_the_command, import_for_good
 
@@ -142,11 +143,13 @@ class VLLMCore:
     whether an error means the engine is gone, and why.
     """
 
-    def __init__(self, llm: LLM):
+    def __init__(self, llm: LLM, files: temp_files.Start | None = None):
         self.llm = llm
         """The `vllm.LLM`: its public API (`chat`, `reset_prefix_cache`, `get_tokenizer`) is free to use."""
         self._owners: dict[str, tuple[Channel, Hashable, int]] = {}
         """External request id -> the channel that added it, its tag and its first sample."""
+        self.files = files
+        """The `vllm_dist_*` files its start made (`rs.engines.temp_files`), removed when it is torn down."""
 
     @classmethod
     def start(cls, model: str, args: dict[str, Any], *, reasoning_markers: tuple[str, str] | None = None) -> VLLMCore:
@@ -164,11 +167,17 @@ class VLLMCore:
             start, end = reasoning_markers
             args = {**args, "reasoning_config": ReasoningConfig(reasoning_start_str=start, reasoning_end_str=end)}
         _tear_down_left_engines()
+        files = temp_files.Start()  # a killed run's vllm_dist_* files go now; this start's are noted when it is done
         # a SIGKILLed run leaves no engine core behind; a Ctrl-C or SIGTERM stops the start at once
-        with interrupts_reach_the_caller(), engine_processes_die_with_this_one():
-            llm = LLM(model=model, **args)
+        try:
+            with interrupts_reach_the_caller(), engine_processes_die_with_this_one():
+                llm = LLM(model=model, **args)
+        except BaseException:
+            files.after(in_process=False)  # a failed start's files go at the exit
+            raise
+        files.after(in_process=type(llm.llm_engine.engine_core).__name__ == "InprocClient")
         _wake_when_dead(llm)
-        core = cls(llm)
+        core = cls(llm, files)
         if _alone_in_this_process(llm):
             _held_to_the_exit(core)
         return core
@@ -322,6 +331,8 @@ class VLLMCore:
                 cleanup_dist_env_and_memory()
             except Exception:
                 logger.debug("vLLM distributed cleanup failed", exc_info=True)
+        if self.files is not None:
+            self.files.tear_down()  # what torch left of its file store (a core that died), unless still in use here
         # an in-process core's teardown unfroze the heap (`gc.unfreeze`) and walked it three times; what is left lives to
         # the end (torch, vLLM, the run's own objects): out of the rest of the run's collections again, as after the import
         gc.freeze()

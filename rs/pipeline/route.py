@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
 
+from rs.pipeline.clean.row_size import ROW_SHARE
 from rs.pipeline.sample.blind import published as blind_published
 from rs.pipeline.stage import BuildError
 from rs.splits import REJECT_REASONS, think_response
@@ -24,11 +25,11 @@ if TYPE_CHECKING:
     from rs.engines.base import Request
     from rs.families.schema import FamilyConfig, QuestionTypesConfig
 
-VERSION = "5"
+VERSION = "6"
 """Which split an answered item goes to: bump when a change routes some item otherwise (`rs.pipeline.versions`; 2: the recovery
 pass's samples; 3: a certain rejection keeps `wrong_answer` whatever the judge said, but CORRECT: `judge_overruled`; 4: a candidate the
 calibrated adjudicator sides against its reference is `suspect_reference`; 5: with `blind.rl: false`, the RL repo leaves
-out the questions the no-image pass marked)."""
+out the questions the no-image pass marked; 6: an answer too large for its row's part of a row group is `answer_too_large`)."""
 
 SUSPECT_EXAMPLES = 5
 """How many `suspect_reference` rejections the rejected card shows."""
@@ -36,6 +37,11 @@ SUSPECT_REFERENCE = "suspect_reference"
 """The reason of a rejection whose answers all agree on another value than the reference's, which the adjudicator,
 passing its calibration, found the image supports in both orders (`rs.pipeline.sample.adjudicate`): the reference may
 be what is wrong. Never in a preference pair, nor in the RL repo."""
+
+
+ANSWER_TOO_LARGE = "answer_too_large"
+"""The reason of an item whose published answer (the model's own text) would not fit its row's part of a row group
+(`Routes.answer_bytes`): rejected with its question and reference and no answer, so that the write never fails the family."""
 
 
 NOT_ASKED = "NOT_ASKED"
@@ -107,6 +113,16 @@ class Routes:
     """The build has a no-image pass (`blind:`): its records are read and every split publishes them."""
     rl_keeps_blind: bool = True
     """The RL repo keeps the questions the no-image pass marked (`blind.rl`)."""
+    answer_bytes: int | None = None
+    """Bytes of the model's text the published answers of one row may hold together: the row-group target less the part
+    cleaning leaves an image and its questions (`rs.pipeline.clean.row_size`), shared equally by the row's questions;
+    an answer over its share is rejected `answer_too_large`. None: unbounded."""
+
+
+def answer_bytes_of(config: FamilyConfig) -> int:
+    """`Routes.answer_bytes` of a family: what cleaning's row-size budget leaves of the row-group target."""
+    target = config.shard.row_group_target()
+    return target - max(1, int(target * ROW_SHARE))
 
 
 def routes_of(config: FamilyConfig, promotes: bool) -> Routes:
@@ -123,6 +139,7 @@ def routes_of(config: FamilyConfig, promotes: bool) -> Routes:
         rl_bounds=(rl.min_pass_rate, rl.max_pass_rate) if rl else None,
         blind=config.blind is not None,
         rl_keeps_blind=config.blind is None or config.blind.rl,
+        answer_bytes=answer_bytes_of(config),
     )
 
 
@@ -242,6 +259,30 @@ def outcome(item: dict[str, Any], draws: dict[str, Any] | None, promotes: bool) 
     return Outcome(Decision(True, by="recovery"), greedy, chosen, samples, len(accepted), why)
 
 
+def published_bytes(item: dict[str, Any], result: Outcome) -> int:
+    """The most bytes of the model's text an item puts in a row of one split: an accepted answer's reasoning and final
+    answer twice (the think split's `reasoning`, `answer` and `response`) with the greedy answer a recovered one keeps;
+    a rejected one's final answer (`wrong_vlm`)."""
+    if not result.decision.accepted:
+        return len((item["final"] or "").encode())
+    answer = result.answer
+    own = len((answer["reasoning"] or "").encode()) + len((answer["final"] or "").encode())
+    return 2 * own + (len((item["final"] or "").encode()) if result.recovered else 0)
+
+
+def bounded(item: dict[str, Any], result: Outcome, share: int | None) -> Outcome:
+    """`result`, or a rejection `answer_too_large` when the item's published text is over `share` (its row's part of
+    `Routes.answer_bytes`; None: unbounded)."""
+    if share is None or published_bytes(item, result) <= share:
+        return result
+    return replace(result, decision=Decision(False, reason=ANSWER_TOO_LARGE))
+
+
+def answer_share(routes: Routes, questions: int) -> int | None:
+    """One question's part of `Routes.answer_bytes`, in a row of `questions` questions."""
+    return None if routes.answer_bytes is None else routes.answer_bytes // max(1, questions)
+
+
 def kept_out_of_think(answer: dict[str, Any], needs_agreeing_reasoning: bool) -> bool:
     """An accepted answer whose reasoning concludes another value (`reasoning_agrees` False), when the family asks for
     reasoning that agrees: it is in the nothink split only."""
@@ -267,7 +308,7 @@ def _qa_entry(split: str, item: dict[str, Any], result: Outcome, routes: Routes)
         qa = {
             "question": item["prompt"],
             "answer": item["reference"],
-            "wrong_vlm": item["final"] or "",
+            "wrong_vlm": "" if decision.reason == ANSWER_TOO_LARGE else item["final"] or "",
             "reason": decision.reason,
         }
         if not routes.recovery:
@@ -322,8 +363,28 @@ def _provenance(item: dict[str, Any], result: Outcome, routes: Routes) -> dict[s
 def outcomes(
     build_dir: str | Path, routes: Routes, *, columns: list[str] | None = None
 ) -> Iterator[tuple[dict[str, Any], Outcome]]:
-    """Every item of the items store with its outcome, in item order (the recovery store joined by row and key)."""
-    build_dir = Path(build_dir)
+    """Every item of the items store with its outcome, in item order (the recovery store joined by row and key), each
+    bounded by its row's part of `Routes.answer_bytes` (`bounded`: the items of one row are held until the row is whole)."""
+    held: list[tuple[dict[str, Any], Outcome]] = []
+    for item, result in _unbounded_outcomes(Path(build_dir), routes, columns):
+        if held and held[0][0]["row"] != item["row"]:
+            yield from _bounded_row(held, routes)
+            held = []
+        held.append((item, result))
+    yield from _bounded_row(held, routes)
+
+
+def _bounded_row(
+    held: list[tuple[dict[str, Any], Outcome]], routes: Routes
+) -> Iterator[tuple[dict[str, Any], Outcome]]:
+    share = answer_share(routes, len(held))
+    for item, result in held:
+        yield item, bounded(item, result, share)
+
+
+def _unbounded_outcomes(
+    build_dir: Path, routes: Routes, columns: list[str] | None
+) -> Iterator[tuple[dict[str, Any], Outcome]]:
     draws = _adjudicated(build_dir / "recovery") if routes.recovery else iter(())
     blinds = read_records(build_dir / "items", "blind") if routes.blind else None
     pending = next(draws, None)
@@ -607,6 +668,9 @@ class Routing:
     suspect_examples: list[dict[str, Any]] = field(default_factory=list)
     """The first `SUSPECT_EXAMPLES` `suspect_reference` rejections, in item order: `row`, `question` (the exact prompt),
     `reference`, `agreeing` (the value the model kept giving): what the rejected card shows."""
+    verified_too_large: int = 0
+    """Greedy answers the verifier accepted, rejected `answer_too_large` all the same: the card's verifier acceptances
+    are the files' `accepted_by verifier` and these."""
 
     @property
     def accepted(self) -> int:
@@ -685,7 +749,9 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
     rl = 0
     examples: list[dict[str, Any]] = []
     blind: dict[str, list[int]] = {}
+    verified_too_large = 0
     for item, result, kind in _typed_outcomes(paths, routes, columns, type_of):
+        verified_too_large += result.decision.reason == ANSWER_TOO_LARGE and result.greedy.by == "verifier"
         rl += _tally_type(types, kind, result, routes)
         if result.blind is not None:
             counts = blind.setdefault(kind or "", [0, 0, 0])
@@ -734,6 +800,7 @@ def route_items(paths: BuildPaths, routes: Routes, *, pairs: bool = False, type_
         rl,
         dict(sorted(blind.items())) if routes.blind else None,
         examples,
+        verified_too_large,
     )
 
 

@@ -57,6 +57,11 @@ class VerifierSummary:
     """Answers the verifier accepted whose reasoning could not be compared (free text, or no value of their kind in it)."""
     think_needs_agreeing_reasoning: bool = True
     """Whether those are kept out of the think split (`answers.think_needs_agreeing_reasoning`)."""
+    answer_bytes: int | None = None
+    """Bytes of the model's text a row's published answers may hold together (`rs.pipeline.route.Routes.answer_bytes`);
+    None in a report written before the bound."""
+    verified_too_large: int = 0
+    """Answers it accepted that were rejected `answer_too_large` (`rs.pipeline.route.Routing.verified_too_large`)."""
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,8 @@ def family_report(
             reasoning_disagrees=routing.reasoning_disagrees,
             reasoning_unchecked=sampled.reasoning_unchecked,
             think_needs_agreeing_reasoning=routes_for(ctx, sampled.promotes).needs_agreeing_reasoning,
+            answer_bytes=routes_for(ctx, sampled.promotes).answer_bytes,
+            verified_too_large=routing.verified_too_large,
         ),
         judge=JudgeSummary(
             enabled=c.judge.enabled,

@@ -1,0 +1,53 @@
+"""One bad item never blocks a family, even when what makes its row too large is the model's own text: an answer whose
+reasoning and answer would take more than its row's part of a row group is rejected `answer_too_large` (its question
+and reference published, no answer), counted like every reason, and the family is written and passes its audit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from replay_family import write_family
+
+from rs.audit import Replay, audit
+from rs.pipeline.publish.stage import publish
+from rs.pipeline.route import ANSWER_TOO_LARGE
+
+LONG = "<think>\n" + "I count the squares one by one, again. " * 3_000 + "\n</think>\n\n1"
+"""An answer of some 117 KB of reasoning: with `row_group_bytes` 200KB (a target of 160,000 bytes, of which cleaning
+leaves the model 80,000), the think split would publish it twice in one row."""
+
+CASES = [
+    ("How many shapes?", "2", "2", []),
+    ("How many squares?", "1", LONG, []),
+    ("Is there a circle?", "yes", "no", []),
+]
+
+
+def test_a_row_pushed_over_its_row_group_by_the_answer_is_rejected_with_its_reason(tmp_path: Path) -> None:
+    """Before, the think split's row group held 234,000 bytes, over `shard.row_group_bytes` (RowGroupTooLarge): the whole
+    family failed after sampling. Now that item alone is rejected `answer_too_large`."""
+    family = write_family(tmp_path, CASES, judge={"enabled": False}, shard={"row_group_bytes": "200KB"})
+    outcome = publish(
+        family,
+        out=tmp_path / "out",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+    )
+    repos = {split: Path(where) for split, where in outcome.where.items()}
+
+    def qa(split: str) -> list[dict]:
+        return [q for r in pq.read_table(next((repos[split] / "data").glob("*.parquet"))).to_pylist() for q in r["qa"]]
+
+    assert [q["question"].split("\n")[0] for q in qa("think")] == ["How many shapes?"]
+    (rejected,) = [q for q in qa("rejected") if q["reason"] == ANSWER_TOO_LARGE]
+    assert rejected["question"].startswith("How many squares?") and rejected["answer"] == "1"
+    assert rejected["wrong_vlm"] == ""
+    assert [q["reason"] for q in qa("rejected")].count("wrong_answer") == 1
+    assert f"`{ANSWER_TOO_LARGE}`" in (repos["rejected"] / "README.md").read_text()
+    replay = Replay(10, config=tmp_path / "families.yaml", cache=tmp_path / "cache.sqlite")
+    for split in ("think", "rejected"):  # the counts from the stores, and the rejection re-derived from the cache
+        result = audit(repos[split], build=tmp_path / "build" / "Shapes", replay=replay)
+        assert result.ok, result.render()
+    assert "3 questions" in "\n".join(result.notes), result.notes
