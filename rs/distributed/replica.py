@@ -19,6 +19,7 @@ import pyarrow as pa
 from rs.context import BuildContext
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached_engine import cache_key, identity_key
+from rs.engines.machine import machine_record
 from rs.engines.stream import Stream, open_stream
 from rs.families.schema import ModelConfig
 from rs.pipeline.sample.requests import sampling_request
@@ -231,6 +232,9 @@ class EngineReplica:
                 f"run asks for: driver {identity}, replica {mine}. Run the driver and the replicas with the same versions of rs, "
                 "vLLM and transformers, and the same model files."
             )
+        self.made_on = machine_record(
+            engine, json.loads(identity)
+        )  # this node's: the driver stores it with each answer
         start = time.perf_counter()
         engine.load()  # now, not in the first batch
         self.load_seconds = time.perf_counter() - start
@@ -262,6 +266,7 @@ class EngineReplica:
                 generation.max_tokens = self.settings.max_tokens
                 generation.repetition_detection = self.settings.repetition_detection
                 generation.thinking_token_budget = self.settings.thinking_token_budget
+                generation.made_on = self.made_on
                 generations.append(generation)
                 errors.append(None)
             except Exception as err:  # the engine failed with this request in it: not cached, sent again next run

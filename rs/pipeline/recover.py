@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator
 
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.generation_cache import GenerationCache
+from rs.engines.machine import made_on_id
 from rs.engines.ordered import InOrder
 from rs.families.schema import FamilyConfig, RecoveryConfig
 from rs.pipeline import route
@@ -139,6 +140,7 @@ def sample_record(sample: int, seed: int, v: Verification) -> SampleRecord:
         contradicts=v.contradicts,
         judge=None,
         reasoning_agrees=v.reasoning_agrees,
+        made_on=made_on_id(gen),
     )
 
 

@@ -40,6 +40,7 @@ from rs.engines.base import Generation, Request
 from rs.engines.cached_engine import key_function, sample_settings
 from rs.engines.factory import sampling_settings
 from rs.engines.generation_cache import GenerationCache
+from rs.engines.machine import made_on_id
 from rs.engines.reasoning import ReasoningFormat
 from rs.errors import RsError, UsageError
 from rs.families.schema import FamilyConfig
@@ -598,6 +599,7 @@ def _resample(
                 contradicts=False,
                 judge=None,
                 reasoning_agrees=None,
+                made_on=made_on_id(generation),
             )
         )
         samples.append(rereader.grade(qa, item["prompt"], record, greedy=False, stored=False))

@@ -24,6 +24,7 @@ from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached_engine import CachedEngine
 from rs.engines.factory import sampling_settings
 from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
+from rs.engines.machine import made_on_id
 from rs.engines.ordered import InOrder
 from rs.engines.reasoning import ReasoningFormat
 from rs.families.schema import FamilyConfig
@@ -184,6 +185,7 @@ def item_record(row: int, item: QAItem, request: Request, v: Verification) -> It
         reasoning_agrees=v.reasoning_agrees,
         ending=gen.ending,
         thinking_tokens=gen.thinking_tokens,
+        made_on=made_on_id(gen),
     )
 
 
