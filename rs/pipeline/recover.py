@@ -57,7 +57,7 @@ from rs.util.progress import progress
 if TYPE_CHECKING:
     from rs.context import BuildContext
 
-VERSION = "2"
+VERSION = "3"  # 3: each sample names the machine that made it (`made_on`)
 """What the recovery pass records of an item's samples: bump when a change records or judges some sample otherwise
 (`rs.pipeline.versions`)."""
 

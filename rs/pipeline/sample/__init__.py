@@ -46,7 +46,7 @@ from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
 
-VERSION = "4"
+VERSION = "5"  # 5: each record names the machine that made its answer (`made_on`)
 """The stage's version: bump when a change of this stage records some answer otherwise, so an older report is re-run
 (from the cache) rather than reused (`rs.pipeline.versions`; 2: certain rejections, hard negatives, the evidence gate; 3: a
 literal family's answers read as written; 4: the accepted answers whose reasoning could not be compared are counted,
