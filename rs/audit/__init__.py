@@ -111,14 +111,14 @@ def _audit(target: str | Path, *, build: Path | None, asked: Replay, siblings: b
             _against_build(result, root)
             check_answers(result, root)
             made_on.check_stores(result, root)
-            if asked.cache is not None:
-                made_on.check_cache(result, root, asked)
         else:
             result.notes.append(
                 f"{root}: a store of the build is damaged (named above): its counts were not routed afresh, nor replayed"
             )
         if asked.n and whole:
             replay_questions(result, root, _routes(result.report), asked)
+        if asked.cache is not None and whole:  # after the replay, which says first what is wrong with the cache
+            made_on.check_cache(result, root, asked)
     return AuditResult(family.repo.name, result.checked, result.findings, notes + result.notes)
 
 

@@ -98,7 +98,7 @@ def check_cache(a: Audit, root: Path, asked: Replay) -> None:
         a.fail(
             "where the answers were made (the generation cache)",
             where,
-            f"{len(missing):,} of the build's answers are not in the cache ({', '.join(missing[:3])}"
+            f"the cache lacks {len(missing):,} of the build's answers ({', '.join(missing[:3])}"
             + (" and more" if len(missing) > 3 else "")
             + "): give --cache the cache the run used",
         )
