@@ -126,6 +126,12 @@ def machine_record(engine: Any, identity: dict[str, Any] | None = None) -> dict[
     return record(identity, None if here else ELSEWHERE)
 
 
+def note(machines: dict[str, dict[str, Any]], generation: Any) -> None:
+    """Add the record of the machine that made `generation` to `machines` (a stage report's, by id)."""
+    if generation.made_on is not None:
+        machines.setdefault(generation.made_on["id"], generation.made_on)
+
+
 def made_on_id(generation: Any) -> str | None:
     """The machine id a store records of an answer (`rs.records.ItemRecord.made_on`); None when it is not known."""
     return generation.made_on["id"] if generation.made_on is not None else None

@@ -445,6 +445,8 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
         judge_engine_calls=0,
     )
     recovered = RecoveryReport() if recovery is not None else None
+    if recovered is not None and basis.recovered is not None:  # the stored samples' machines (`made_on`)
+        recovered.machines = dict(basis.recovered.machines)
     try:
         with writing("the re-read stores", tmp), scratch(tmp):
             _link_store(root / "clean", tmp / "clean")

@@ -24,7 +24,7 @@ from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached_engine import CachedEngine
 from rs.engines.factory import sampling_settings
 from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
-from rs.engines.machine import made_on_id
+from rs.engines.machine import made_on_id, note
 from rs.engines.ordered import InOrder
 from rs.engines.reasoning import ReasoningFormat
 from rs.families.schema import FamilyConfig
@@ -108,6 +108,9 @@ class SampleReport:
     identities: dict[str, str | None] | None = None
     """The engines' cache identities (`rs.engines.cached_engine.identity_key`: `sampler`, `judge`): `rs refilter` finds this
     run's answers and verdicts in the generation cache with them, with no engine. None in a report of an older rs."""
+    machines: dict[str, Any] = field(default_factory=dict)
+    """The records of the machines that made the items' answers, by id (`rs.engines.machine`): the provenance names
+    them (`rs.pipeline.write.made_on`), and a samples repo carries them in its `rs/run.json`."""
     inputs: dict[str, Any] | None = None
     """What the stage's fingerprint was computed from (`rs.pipeline.sample.stage.sample_inputs`): `rs refilter` compares it with the
     family's settings now to tell a reader changed since the run (answers re-read) from answers that are not this
@@ -116,7 +119,14 @@ class SampleReport:
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k != "calibration"}
         # in a fixed order: verdicts arrive in the order the engine finishes them
-        for name in ("verdicts", "contradicted_verdicts", "prompt_reasoning", "judge_prompt_reasoning", "endings"):
+        for name in (
+            "verdicts",
+            "contradicted_verdicts",
+            "prompt_reasoning",
+            "judge_prompt_reasoning",
+            "endings",
+            "machines",
+        ):
             d[name] = dict(sorted(getattr(self, name).items()))
         d["calibration"] = self.calibration.to_dict() if self.calibration else None
         return d
@@ -369,6 +379,7 @@ class SamplingPass:
             self.report.loop_tokens_saved += max(0, gen.max_tokens - gen.completion_tokens)
         self.report.budgeted_answered += ending == "thinking_budget" and gen.answer is not None and gen.error is None
         slot.record = item_record(slot.row, slot.item, slot.request, v)
+        note(self.report.machines, gen)
         request = self.verdict_request(v)
         return [(None, request)] if request is not None else []
 

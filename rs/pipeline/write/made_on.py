@@ -55,14 +55,17 @@ def count(items: Path, recovery: Path | None) -> Counter[str]:
     return counts
 
 
-def machines(counts: Counter[str], cache_path: Path | None) -> list[dict[str, Any]]:
-    """The provenance's `made_on` list: each machine's record (from the generation cache, where it is) and its count,
-    most answers first; `unknown` last. Byte for byte the same on every machine that builds from the same stores."""
-    records: dict[str, dict[str, Any]] = {}
-    known = [i for i in counts if i != UNKNOWN]
-    if known and cache_path is not None and cache_path.is_file():
+def machines(
+    counts: Counter[str], records: dict[str, dict[str, Any]], cache_path: Path | None = None
+) -> list[dict[str, Any]]:
+    """The provenance's `made_on` list: each machine's record and its count, most answers first; `unknown` last. The
+    records come from the stage reports (`SampleReport.machines`, which a samples repo carries), else from the
+    generation cache. Byte for byte the same on every machine that builds from the same stores."""
+    records = dict(records)
+    lacking = [i for i in counts if i != UNKNOWN and i not in records]
+    if lacking and cache_path is not None and cache_path.is_file():
         with GenerationCache(cache_path) as cache:
-            records = {i: cache.machine(i) or {"id": i} for i in known}
+            records.update({i: cache.machine(i) or {"id": i} for i in lacking})
     out = []
     for made_on, n in sorted(counts.items(), key=lambda kv: (kv[0] == UNKNOWN, -kv[1], kv[0])):
         record = records.get(made_on) or {"id": made_on}

@@ -207,7 +207,9 @@ def family_report(
             limit=ctx.limit,
             families_file=ctx.family.path,
             made_on=machines(
-                count(ctx.paths.items, ctx.paths.recovery if recovered is not None else None), ctx.cache_path
+                count(ctx.paths.items, ctx.paths.recovery if recovered is not None else None),
+                {**(recovered.machines if recovered is not None else {}), **sampled.machines},
+                ctx.cache_path,
             ),
         ),
         question_types=_types_summary(routing),
