@@ -232,9 +232,8 @@ class EngineReplica:
                 f"run asks for: driver {identity}, replica {mine}. Run the driver and the replicas with the same versions of rs, "
                 "vLLM and transformers, and the same model files."
             )
-        self.made_on = machine_record(
-            engine, json.loads(identity)
-        )  # this node's: the driver stores it with each answer
+        # this node's machine, stamped on each answer here: the driver stores it with the answer (`rs.engines.machine`)
+        self.made_on = machine_record(engine, json.loads(identity))
         start = time.perf_counter()
         engine.load()  # now, not in the first batch
         self.load_seconds = time.perf_counter() - start

@@ -405,7 +405,9 @@ class GenerationCache:
         try:
             keys = list(dict.fromkeys(row[0] for row in rows))
             stored = len(self._query("key", keys, None))
-            new = [(i, json.dumps(r, sort_keys=True)) for i, r in (machines or {}).items() if i not in self._machines]
+            new = [
+                (i, json.dumps(r, sort_keys=True)) for i, r in (machines or {}).items() if self._machines.get(i) != r
+            ]
             self._db.executemany("INSERT OR IGNORE INTO machines (id, record) VALUES (?, ?)", new)
             self._db.executemany(
                 "INSERT INTO answers (key, value, max_tokens, finish, tokens, created, loop, budget, think, cut, repeats, checksum, made_on) "
