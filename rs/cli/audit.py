@@ -62,9 +62,8 @@ def main(argv: list[str] | None = None, *, prog: str = "rs audit") -> int:
     if args.cache is not None and args.build is None:
         parser.error("--cache goes with --build DIR (and --replay N)")
     asked = Replay(args.replay, config=args.config, cache=args.cache, engine=args.engine)
-    replaying = (
-        args.replay and args.build is not None
-    )  # the model's processor, and with --engine the model, are loaded
+    # the model's processor (its engine built, to key the answers), and with --engine the model, are loaded
+    replaying = (args.replay or args.cache is not None) and args.build is not None
     with output.quiet(_logs(args.build, args.repo), verbose=args.verbose) if replaying else contextlib.nullcontext():
         result = audit(args.repo, build=args.build, replay=asked, siblings=not args.no_siblings)
     print(result.render())

@@ -111,7 +111,13 @@ def record(identity: dict[str, Any], hw: dict[str, Any] | None = None) -> dict[s
     host's by default): `id` (over all of it) names it in the cache, `machine` (over the hardware alone) names the host."""
     hw = hardware() if hw is None else hw
     body = {"machine": short_id(hw), "hardware": hw, "engine": identity, "versions": _versions()}
-    return {"id": short_id(body), **body}
+    return canonical({"id": short_id(body), **body})
+
+
+def canonical(value: dict[str, Any]) -> dict[str, Any]:
+    """`value` with its keys sorted at every level, as the cache stores a record: a record made here and one read back
+    from the cache write the same bytes into a report."""
+    return json.loads(json.dumps(value, sort_keys=True))
 
 
 ELSEWHERE = {"elsewhere": "a server or a file made the answers: its machine is not known here"}
@@ -128,8 +134,8 @@ def machine_record(engine: Any, identity: dict[str, Any] | None = None) -> dict[
 
 def note(machines: dict[str, dict[str, Any]], generation: Any) -> None:
     """Add the record of the machine that made `generation` to `machines` (a stage report's, by id)."""
-    if generation.made_on is not None:
-        machines.setdefault(generation.made_on["id"], generation.made_on)
+    if generation.made_on is not None and generation.made_on["id"] not in machines:
+        machines[generation.made_on["id"]] = canonical(generation.made_on)
 
 
 def made_on_id(generation: Any) -> str | None:

@@ -140,3 +140,18 @@ def test_a_family_built_from_an_old_cache_publishes_its_answers_as_unknown(two_m
         {"id": "unknown", "answers": stats["totals"]["answered"] + stats["recovery"]["samples"]}
     ]
     assert "(cached before rs recorded where)." in (think / "README.md").read_text()
+
+
+def test_the_command_counts_from_the_cache_with_the_build_only(two_machines, capsys) -> None:
+    from rs.cli import run as run_command
+    from rs.cli.main import main as rs_main
+
+    run = two_machines
+    think, config = str(run["repos"]["think"]), str(run["tmp"] / "families.yaml")
+    assert (
+        rs_main(["audit", think, "--build", str(run["build"]), "--cache", str(run["cache"]), "--config", config]) == 0
+    )
+    assert "all agree" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        run_command(lambda: rs_main(["audit", think, "--cache", str(run["cache"])]))
+    assert exit_.value.code == 2 and "--cache goes with --build DIR" in capsys.readouterr().err

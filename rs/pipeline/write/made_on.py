@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rs.engines.generation_cache import GenerationCache
-from rs.engines.machine import UNKNOWN
+from rs.engines.machine import UNKNOWN, canonical
 
 
 def _column(paths: Iterable[Path], nested: bool) -> Iterable[str | None]:
@@ -68,7 +68,7 @@ def machines(
             records.update({i: cache.machine(i) or {"id": i} for i in lacking})
     out = []
     for made_on, n in sorted(counts.items(), key=lambda kv: (kv[0] == UNKNOWN, -kv[1], kv[0])):
-        record = records.get(made_on) or {"id": made_on}
+        record = canonical(records.get(made_on) or {"id": made_on})
         out.append({**record, "answers": n})
     return out
 
