@@ -10,6 +10,7 @@ counted. An answer the cache lacks is named; a count that differs is a finding.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import islice
 from pathlib import Path
 from typing import Iterator
 
@@ -79,10 +80,7 @@ def check_cache(a: Audit, root: Path, asked: Replay) -> None:
                 vocabulary=vocabulary_of(family, BuildPaths(root)),
             )
             keyed = _keys(root, greedy, report.recovery is not None)
-            while block := [next(keyed, None) for _ in range(CHUNK)]:
-                block = [k for k in block if k is not None]
-                if not block:
-                    break
+            while block := list(islice(keyed, CHUNK)):
                 machines = cache.made_on(key for key, _ in block)
                 for key, what in block:
                     if key not in machines:
@@ -108,10 +106,13 @@ def check_cache(a: Audit, root: Path, asked: Replay) -> None:
 
 def _keys(root: Path, greedy: SamplingPass, recovery: bool) -> Iterator[tuple[str, str]]:
     """Each answer of the stores with its cache key, as the run keyed it, and what it is (`item KEY`, `item KEY sample i`)."""
-    prompts: dict[str, tuple[str, str | None]] = {}
+    sampled = {r["key"] for r in read_records(root / "recovery", "recovery", columns=["key"])} if recovery else set()
+    prompts: dict[
+        str, tuple[str, str | None]
+    ] = {}  # of the sampled items alone: a recovery sample's request is its item's
     for item in read_records(root / "items", "items", columns=["key", "prompt", "image_sha256"]):
         request = Request(prompt=item["prompt"], image_sha256=item["image_sha256"], item_key=item["key"])
-        if recovery:
+        if item["key"] in sampled:
             prompts[item["key"]] = (item["prompt"], item["image_sha256"])
         yield greedy.runner.key(request, greedy.settings), f"item {item['key']}"
     if not recovery:
