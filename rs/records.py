@@ -120,6 +120,9 @@ class ItemRecord:
     reasoning_agrees: bool | None
     ending: str
     thinking_tokens: int | None
+    made_on: str | None = None
+    """The id of the machine and engine that made the answer (`rs.engines.machine`); None: not known (cached before rs
+    recorded it, or a store rebuilt from a samples repo)."""
 
 
 @dataclass
@@ -140,6 +143,8 @@ class SampleRecord:
     contradicts: bool
     judge: str | None
     reasoning_agrees: bool | None
+    made_on: str | None = None
+    """As `ItemRecord.made_on`."""
 
 
 ITEMS = pa.schema(arrow_fields(ItemRecord))

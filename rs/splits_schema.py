@@ -154,6 +154,7 @@ GENERATION = {
     "accepted": Value("bool"),
     "accepted_by": _STR,
     "reason": _STR,
+    "made_on": _STR,
 }
 """One answer a question got, in the samples repo (`rs.pipeline.write.samples`)."""
 

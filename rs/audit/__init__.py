@@ -3,6 +3,7 @@
     rs audit out/local/TinyCLEVR_RS_think          # a local folder (--out); its siblings beside it are read too
     rs audit me/TinyCLEVR_RS_think                 # a Hub repo id (huggingface_hub.snapshot_download)
     rs audit out/local/TinyCLEVR_RS_think --build build/TinyCLEVR    # also against the build's stores
+    rs audit ... --build build/TinyCLEVR --cache PATH                # and where the answers were made, from the cache
     rs audit ... --build build/TinyCLEVR --replay 20                 # and 20 questions re-derived from the generation cache
     rs audit ... --build build/TinyCLEVR --replay 20 --engine        # and asked again of the family's engine: the agreement
 
@@ -12,7 +13,8 @@ and `rs/stats.json` for what no row holds (the judge's calibration, how the answ
 rendered again from the repo's files and held against its text line by line (`rs.audit.rerender`), and every image's
 bytes against its `image_sha256` (`rs.audit.images`). It exits 1 naming each number that disagrees and where it is
 stated, 0 when every one agrees, 2 when a file is not what rs writes (named), 3 when a publish of the family is
-writing the folder (`rs.audit.busy`). `--build` also checks the build's stores and its sealed shards (`rs.audit.build`). `--replay N` re-derives N
+writing the folder (`rs.audit.busy`). `--build` also checks the build's stores and its sealed shards (`rs.audit.build`), and where the answers were made
+(`provenance.made_on`) against the stores; with `--cache`, against the generation cache too (`rs.audit.made_on`). `--replay N` re-derives N
 published questions from the answers the run cached (`rs.audit.replay`): byte for byte, or a finding.
 """
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rs.audit import blind, images, rerender, stats_rows, suspects  # noqa: F401  (register their checks)
+from rs.audit import blind, images, made_on, rerender, stats_rows, suspects  # noqa: F401  (register their checks)
 from rs.audit.build import check_answers, check_shards, check_stores
 from rs.audit.busy import AuditBusy, not_being_published
 from rs.audit.checkers import CHECKERS, Audit, Finding, checker, run_checks
@@ -67,6 +69,11 @@ def audit(
     """Audit the repo at `target` (a folder or a Hub id); with `build`, also against that build's stores; with `replay`
     (N, or a `Replay` saying which families file, cache and engine), N questions re-derived from the run's cache."""
     asked = replay if isinstance(replay, Replay) else Replay(replay)
+    if asked.cache is not None and build is None:
+        raise AuditUsageError(
+            "--cache counts the machines that made the build's answers again from the generation cache: give --build DIR too",
+            hint="rs audit REPO --build build/FAMILY --cache PATH",
+        )
     if asked.n and build is None:
         raise AuditUsageError(
             "--replay N re-derives questions from the build's cleaned items and the run's generation cache: "
@@ -103,12 +110,15 @@ def _audit(target: str | Path, *, build: Path | None, asked: Replay, siblings: b
         if whole:
             _against_build(result, root)
             check_answers(result, root)
+            made_on.check_stores(result, root)
         else:
             result.notes.append(
                 f"{root}: a store of the build is damaged (named above): its counts were not routed afresh, nor replayed"
             )
         if asked.n and whole:
             replay_questions(result, root, _routes(result.report), asked)
+        if asked.cache is not None and whole:  # after the replay, which says first what is wrong with the cache
+            made_on.check_cache(result, root, asked)
     return AuditResult(family.repo.name, result.checked, result.findings, notes + result.notes)
 
 

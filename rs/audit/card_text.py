@@ -56,6 +56,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
         + _N
         + r" rejected(?: \(([^)]*)\))?\."
     ),
+    "made_on": re.compile(r"^Where the answers were made \(`provenance\.made_on`[^\n]*?\): (.*)\.$", re.M),
     "endings": re.compile(r"How the answers ended: ((?:`[^`]+` " + _N + r"(?:, )?)+|none)\."),
     "verifier_outcomes": re.compile(
         r"In this family the verifier accepted "

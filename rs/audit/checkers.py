@@ -290,6 +290,27 @@ def endings(a: Audit) -> None:
 
 
 @checker("*")
+def made_on(a: Audit) -> None:
+    """Where the answers were made: the card's line against `provenance.made_on`, whose counts must add up to the
+    answers the stats count (every question's greedy answer, and every recovery sample). A report written before rs
+    recorded it states nothing."""
+    listed = (a.report.provenance or {}).get("made_on")
+    if not listed:
+        return
+    where, stats = a.where("made_on"), f"{a.repo.name}/rs/stats.json"
+    held = {m["id"]: m["answers"] for m in listed}
+    if (s := a.stated("made_on")) is not None:
+        a.same("where the answers were made", where, counts(s.value[0]), held)
+    recovery = a.report.recovery
+    a.same(
+        "provenance.made_on (sum) = QA answered + recovery samples",
+        stats,
+        sum(held.values()),
+        a.report.totals.answered + (recovery.samples if recovery is not None else 0),
+    )
+
+
+@checker("*")
 def verifier(a: Audit) -> None:
     """The verifier's outcomes; the accepted answers whose reasoning concludes another value (the third statement)."""
     v, f = a.report.verifier, a.facts

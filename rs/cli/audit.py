@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None, *, prog: str = "rs audit") -> int:
         "--cache",
         type=Path,
         metavar="PATH",
-        help="with --replay: the run's generation cache (default: $RS_CACHE_DIR/generations.sqlite)",
+        help="with --build: count where the build's answers were made again from this generation cache; with "
+        "--replay: the cache it reads (default there: $RS_CACHE_DIR/generations.sqlite)",
     )
     parser.add_argument(
         "--engine",
@@ -56,12 +57,13 @@ def main(argv: list[str] | None = None, *, prog: str = "rs audit") -> int:
     cli.remember(args)
     if args.replay < 0:
         parser.error("--replay N: N must be 0 or more")
-    if not args.replay and (args.engine or args.cache is not None):
-        parser.error(f"{'--engine' if args.engine else '--cache'} goes with --replay N (and --build DIR)")
+    if not args.replay and args.engine:
+        parser.error("--engine goes with --replay N (and --build DIR)")
+    if args.cache is not None and args.build is None:
+        parser.error("--cache goes with --build DIR (and --replay N)")
     asked = Replay(args.replay, config=args.config, cache=args.cache, engine=args.engine)
-    replaying = (
-        args.replay and args.build is not None
-    )  # the model's processor, and with --engine the model, are loaded
+    # the model's processor (its engine built, to key the answers), and with --engine the model, are loaded
+    replaying = (args.replay or args.cache is not None) and args.build is not None
     with output.quiet(_logs(args.build, args.repo), verbose=args.verbose) if replaying else contextlib.nullcontext():
         result = audit(args.repo, build=args.build, replay=asked, siblings=not args.no_siblings)
     print(result.render())

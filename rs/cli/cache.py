@@ -1,7 +1,15 @@
-"""`rs cache check` / `rs cache forget KEY...`: find the generation cache's damaged answers, and forget them.
+"""`rs cache check` / `rs cache forget KEY...` / `rs cache merge SOURCE...`: find the generation cache's damaged
+answers, forget them, and gather caches made on other machines into one.
 
     rs cache check --cache PATH                # the keys of the answers whose checksum fails (exit 1 when there are any)
     rs cache forget --cache PATH KEY [KEY...]  # remove those answers: the next run asks for them again, the rest stay
+    rs cache merge --cache PATH SOURCE [...]   # add every answer of the SOURCE caches, each with the machine that made it
+
+`merge` is how shards sampled on several machines (`rs sample --shard I/N`, each with its cache on its own disk) come
+together before the whole stage runs once more: every answer keeps the record of the machine and engine that made it
+(`rs.engines.machine`), so the published provenance counts the answers each machine made. An answer both hold is kept
+as a run keeps it (replaced only by one made with a larger budget); a damaged answer in a source stops the merge,
+naming it.
 
 A run that reads a damaged answer stops and names it with the `forget` command to run
 (`rs.engines.generation_cache.CacheAnswerDamaged`); `check` looks through the whole cache at once.
@@ -26,7 +34,9 @@ def main(argv: list[str] | None = None, *, prog: str = "rs cache") -> int:
     check = actions.add_parser("check", help="list the keys of the answers whose checksum fails")
     forget = actions.add_parser("forget", help="remove answers by key: the next run asks for them again")
     forget.add_argument("keys", nargs="+", metavar="KEY", help="cache keys, as a damaged-answer error names them")
-    for action in (check, forget):
+    merge = actions.add_parser("merge", help="add every answer of other caches (made on other machines) to this one")
+    merge.add_argument("sources", nargs="+", type=Path, metavar="SOURCE", help="generation cache files to add")
+    for action in (check, forget, merge):
         action.add_argument(
             "--cache",
             type=Path,
@@ -36,6 +46,8 @@ def main(argv: list[str] | None = None, *, prog: str = "rs cache") -> int:
     args = parser.parse_args(argv)
     cli.remember(args)
     path = args.cache or default_cache_path()
+    if args.action == "merge":  # into a new file too: the first shard's answers
+        return _merge(path, args.sources)
     if not path.is_file():
         raise UsageError(
             f"--cache {path}: no such file", hint="name the cache file the run used (--cache PATH, or $RS_CACHE_DIR)"
@@ -61,6 +73,25 @@ def main(argv: list[str] | None = None, *, prog: str = "rs cache") -> int:
         f"forgot {removed:,} of the {counted(len(set(args.keys)), 'answer')} named in {path}: the next run asks for "
         f"{'it' if removed == 1 else 'them'} again"
     )
+    return 0
+
+
+def _merge(path: Path, sources: list[Path]) -> int:
+    """`rs cache merge`: each source's answers added to the cache at `path`, with their machines."""
+    for source in sources:
+        if not source.is_file():
+            raise UsageError(f"{source}: no such file", hint="name the generation cache files the shards wrote")
+        if source.resolve() == path.resolve():
+            raise UsageError(f"{source} is the cache merged into (--cache {path})", hint="name the other caches")
+    with GenerationCache(path) as cache:
+        for source in sources:
+            before = len(cache)
+            with GenerationCache(source) as other:
+                offered = cache.merge(other)
+            print(
+                f"merged {source} into {path}: {counted(offered, 'answer')}, "
+                f"{len(cache) - before:,} of them new; the cache holds {len(cache):,}"
+            )
     return 0
 
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 from rs.context import BuildContext
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached_engine import cache_key, identity_key
+from rs.engines.machine import machine_record
 from rs.engines.stream import Stream, open_stream
 from rs.families.schema import ModelConfig
 from rs.pipeline.sample.requests import sampling_request
@@ -253,6 +254,8 @@ class EngineReplica:
         self._specs = specs
         self._engine_of = {role: json.dumps(spec, sort_keys=True) for role, spec in specs.items()}
         self._engines: dict[str, Engine] = {}
+        # this node's machine, stamped on each answer here: the driver stores it with the answer (`rs.engines.machine`)
+        self._made_on: dict[str, dict[str, Any]] = {}
         for role, spec in specs.items():
             engine = self._engines.get(self._engine_of[role])
             if engine is None:
@@ -263,6 +266,7 @@ class EngineReplica:
                     f"no run asks for: driver {identities[role]}, replica {mine}. Run the driver and the replicas with the same "
                     "versions of rs, vLLM and transformers, and the same model files."
                 )
+            self._made_on[role] = machine_record(engine, json.loads(identities[role]))
         self._feeders: dict[str, EngineFeeder] = {}
         self._feeder(next(iter(specs)))  # the first role's model loads now, not in the first batch
         self.batches = 0
@@ -338,6 +342,7 @@ class EngineReplica:
                 generation.max_tokens = settings.max_tokens
                 generation.repetition_detection = settings.repetition_detection
                 generation.thinking_token_budget = settings.thinking_token_budget
+                generation.made_on = self._made_on[role]
                 generations.append(generation)
                 errors.append(None)
             except Exception as err:  # the engine failed with this request in it: not cached, sent again next run

@@ -152,6 +152,9 @@ class Generation:
     repeats: list[int] | None = None
     """`repeats[n - 1]`: the most times an n-token pattern repeats in a row in the output (n up to `REPEAT_PROFILE`),
     from its tokens: which loop settings would have ended it, without asking the model again. None where unknown."""
+    made_on: dict[str, Any] | None = None
+    """The machine and engine that made it (`rs.engines.machine.record`), stamped where the engine runs; the cache stores
+    it beside the answer, not in it. None: made before rs recorded it (`rs.engines.machine.UNKNOWN`)."""
 
     @property
     def ending(self) -> str:

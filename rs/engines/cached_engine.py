@@ -12,6 +12,7 @@ from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
+from rs.engines.machine import machine_record
 from rs.engines.ordered import InOrder
 from rs.engines.stream import Stream, open_stream
 from rs.util.progress import progress
@@ -134,6 +135,7 @@ class CachedStream:
         self._waiting: dict[str, list[Hashable]] = {}
         self._ready: list[tuple[Hashable, Generation]] = []
         self._pending = 0
+        self._made_on: dict[str, Any] | None = None
 
     @property
     def window(self) -> int:
@@ -225,6 +227,12 @@ class CachedStream:
                 stream.submit(_Samples(request.sample, tuple(keys)), replace(request, samples=len(keys)))
             self.stats.engine_calls += len(keys)
 
+    def _machine(self) -> dict[str, Any]:
+        """This process's record of its engine's answers (`rs.engines.machine`), made at the first fresh answer."""
+        if self._made_on is None:
+            self._made_on = machine_record(self.engine, json.loads(self.identity))
+        return self._made_on
+
     def _take(self, finished: list[tuple[Hashable, Generation]]) -> None:
         for tag, generation in finished:
             key = tag.keys[generation.sample - tag.first] if isinstance(tag, _Samples) else tag
@@ -233,6 +241,8 @@ class CachedStream:
             generation.max_tokens = self.settings.max_tokens
             generation.repetition_detection = self.settings.repetition_detection
             generation.thinking_token_budget = self.settings.thinking_token_budget
+            if generation.made_on is None:  # made here (a replica's answers come stamped with its own machine)
+                generation.made_on = self._machine()
             self.committer.add(key, generation)  # type: ignore[arg-type]
         if self.committer.due() or not self.in_flight:
             self.committer.flush()

@@ -29,7 +29,7 @@ import sqlite3
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from rs.engines.base import Generation, SamplingSettings, loop_would_end
 from rs.engines.cache_commit_count import CommittedCount
@@ -50,7 +50,12 @@ CREATE TABLE IF NOT EXISTS answers (
     think INTEGER,
     cut INTEGER,
     repeats TEXT,
-    checksum TEXT
+    checksum TEXT,
+    made_on TEXT
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS machines (
+    id TEXT PRIMARY KEY,
+    record TEXT NOT NULL
 ) WITHOUT ROWID;
 """
 """`answers` (keys without `max_tokens`) replaced `generations` (keys with it); a file of the old
@@ -60,6 +65,12 @@ _LIMIT_COLUMNS = {"loop": "TEXT", "budget": "INTEGER", "think": "INTEGER", "cut"
 """In `answers` (added on opening a cache written before them: NULL there reads as made with neither limit, counts
 unknown): the loop detection and thinking budget an answer was made with, its reasoning tokens, whether the budget cut
 it, and its repeat profile (`Generation.repeats`): which answers another loop or budget setting would end (`_fits`)."""
+
+_MACHINE_COLUMN = "made_on"
+"""In `answers`: the id of the machine and engine that made the answer (`rs.engines.machine.record`), whose record is in
+`machines`. Kept beside the answer, not in its stored JSON: the same answer made on two machines is the same bytes and
+checksum. Added on opening a cache written before it: NULL there reads as `rs.engines.machine.UNKNOWN`, never as the
+machine that reads it."""
 
 _REUSABLE = """ AND (
     (finish IN ('stop', 'repetition') AND (tokens IS NOT NULL OR max_tokens <= ?))
@@ -189,6 +200,13 @@ def _within(generation: Generation, max_tokens: int | None) -> Generation:
     )
 
 
+def _stored(generation: Generation) -> dict[str, Any]:
+    """What is stored of an answer: all but its machine, which has a column of its own (`_MACHINE_COLUMN`)."""
+    out = generation.to_dict()
+    del out["made_on"]
+    return out
+
+
 def _checked(key: str, value: str, checksum: str | None) -> Generation | None:
     """The stored answer, or None when it is damaged: its checksum fails (NULL: stored before checksums) or it does not parse."""
     if checksum is not None and checksum != answer_checksum(key, value):
@@ -211,6 +229,8 @@ class GenerationCache:
         self.lost = 0
         """Committed answers this cache no longer held when opened (its write-ahead log lost); they are asked again."""
         self._uncheckpointed = 0
+        self._machines: dict[str, dict[str, Any]] = {}
+        """The machine records read or written so far, by id."""
         self._open()
         self.lost = self._reconcile()
 
@@ -230,6 +250,7 @@ class GenerationCache:
             self._db.executescript(_SCHEMA)
             self._add_limit_columns()
             self._add_checksums()
+            self._add_column(_MACHINE_COLUMN, "TEXT")
         except BaseException:
             self._db.close()
             raise
@@ -243,6 +264,16 @@ class GenerationCache:
                 except sqlite3.OperationalError as error:  # another process opening the same old cache added it first
                     if "duplicate column" not in str(error):
                         raise
+
+    def _add_column(self, name: str, kind: str) -> None:
+        """Add a column to `answers` of a cache written before it (NULL in its old rows)."""
+        if name in {row[1] for row in self._db.execute("PRAGMA table_info(answers)")}:
+            return
+        try:
+            self._db.execute(f"ALTER TABLE answers ADD COLUMN {name} {kind}")
+        except sqlite3.OperationalError as error:
+            if "duplicate column" not in str(error):  # another process added it first
+                raise
 
     def _add_checksums(self) -> None:
         """A cache made before answers had checksums gets the column; its old answers are read unchecked (they may not parse: damaged)."""
@@ -293,11 +324,12 @@ class GenerationCache:
         """
         max_tokens = settings.max_tokens if settings is not None else max_tokens
         found, damaged = {}, []
-        for key, value, checksum in self._select("key, value, checksum", keys, max_tokens, settings):
+        for key, value, checksum, made_on in self._select("key, value, checksum, made_on", keys, max_tokens, settings):
             generation = _checked(key, value, checksum)
             if generation is None:
                 damaged.append(key)
             else:
+                generation.made_on = self.machine(made_on)
                 found[key] = _within(generation, max_tokens)
         if damaged:
             raise CacheAnswerDamaged(self.path, damaged)
@@ -342,10 +374,12 @@ class GenerationCache:
         An answer already stored is replaced only by one made with a larger budget (a truncated
         output asked again under a higher `max_tokens`).
         """
-        rows = []
+        rows, machines = [], {}
         for k, g in items:
             if g.cacheable:
-                value = json.dumps(g.to_dict(), ensure_ascii=False)
+                value = json.dumps(_stored(g), ensure_ascii=False)
+                if g.made_on is not None:
+                    machines[g.made_on["id"]] = g.made_on
                 rows.append(
                     (
                         k,
@@ -360,22 +394,27 @@ class GenerationCache:
                         int(g.budget_cut),
                         json.dumps(g.repeats) if g.repeats is not None else None,
                         answer_checksum(k, value),
+                        g.made_on["id"] if g.made_on is not None else None,
                     )
                 )
-        return self._insert(rows) if rows else 0
+        return self._insert(rows, machines) if rows else 0
 
     @guarded
-    def _insert(self, rows: list[tuple]) -> int:
+    def _insert(self, rows: list[tuple], machines: dict[str, dict] | None = None) -> int:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             keys = list(dict.fromkeys(row[0] for row in rows))
             stored = len(self._query("key", keys, None))
+            new = [
+                (i, json.dumps(r, sort_keys=True)) for i, r in (machines or {}).items() if self._machines.get(i) != r
+            ]
+            self._db.executemany("INSERT OR IGNORE INTO machines (id, record) VALUES (?, ?)", new)
             self._db.executemany(
-                "INSERT INTO answers (key, value, max_tokens, finish, tokens, created, loop, budget, think, cut, repeats, checksum) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+                "INSERT INTO answers (key, value, max_tokens, finish, tokens, created, loop, budget, think, cut, repeats, checksum, made_on) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
                 "max_tokens = excluded.max_tokens, finish = excluded.finish, tokens = excluded.tokens, created = excluded.created, "
                 "loop = excluded.loop, budget = excluded.budget, think = excluded.think, cut = excluded.cut, repeats = excluded.repeats, "
-                "checksum = excluded.checksum "
+                "checksum = excluded.checksum, made_on = excluded.made_on "
                 "WHERE excluded.max_tokens > answers.max_tokens OR excluded.loop IS NOT answers.loop "
                 "OR excluded.budget IS NOT answers.budget",
                 rows,
@@ -385,6 +424,7 @@ class GenerationCache:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+        self._machines.update(machines or {})
         ledger.committed(self.path, len(keys) - stored)
         self._checkpoint(len(rows))
         return len(rows)
@@ -414,15 +454,50 @@ class GenerationCache:
             raise
         return removed
 
+    def machine(self, made_on: str | None) -> dict[str, Any] | None:
+        """The record of the machine id `made_on` (None: an answer stored before rs recorded it)."""
+        if made_on is None:
+            return None
+        if made_on not in self._machines:
+            row = self._db.execute("SELECT record FROM machines WHERE id = ?", (made_on,)).fetchone()
+            self._machines[made_on] = json.loads(row[0]) if row else {"id": made_on}
+        return self._machines[made_on]
+
+    @guarded
+    def made_on(self, keys: Iterable[str]) -> dict[str, str | None]:
+        """The machine id of each of `keys` the cache holds (None: stored before rs recorded it); `rs audit` counts them."""
+        keys = list(dict.fromkeys(keys))
+        out: dict[str, str | None] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            out.update(self._db.execute(f"SELECT key, made_on FROM answers WHERE key IN ({marks})", chunk))
+        return out
+
     @guarded
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM answers").fetchone()[0]
 
     def items(self) -> Iterator[tuple[str, Generation]]:
-        for key, value, checksum in self._db.execute("SELECT key, value, checksum FROM answers ORDER BY key"):
+        """Every stored answer with its machine, in key order (a damaged one raises `CacheAnswerDamaged`)."""
+        rows = self._db.execute("SELECT key, value, checksum, made_on FROM answers ORDER BY key")
+        for key, value, checksum, made_on in rows:
             if (generation := _checked(key, value, checksum)) is None:
                 raise CacheAnswerDamaged(self.path, [key])
+            generation.made_on = self.machine(made_on)
             yield key, generation
+
+    def merge(self, other: GenerationCache, *, batch: int = 1024) -> int:
+        """Add every answer of `other` (a cache made on another machine, or by another shard) with the machine that made
+        it; an answer both hold is kept as `put_many` keeps it (replaced only by one made with a larger budget or other
+        limits). Returns how many answers of `other` were offered; a damaged one raises `CacheAnswerDamaged`, naming it."""
+        offered, block = 0, []
+        for item in other.items():
+            block.append(item)
+            if len(block) >= batch:
+                offered += self.put_many(block)
+                block = []
+        return offered + (self.put_many(block) if block else 0)
 
     def damaged(self) -> Iterator[str]:
         """The keys of every stored answer that fails its checksum or does not parse (`rs cache check`)."""

@@ -112,6 +112,7 @@ class OpenAIEngine:
     kind = "openai"
     Config = OpenAIEngineConfig
     runs_in_replica = False
+    computes_here = False  # its answers' machine is not this one (`rs.engines.machine.ELSEWHERE`)
 
     def __init__(
         self,

@@ -48,6 +48,7 @@ class ReplayEngine:
     kind = "replay"
     Config = ReplayEngineConfig
     runs_in_replica = False
+    computes_here = False  # its answers' machine is not this one (`rs.engines.machine.ELSEWHERE`)
 
     @classmethod
     def from_config(

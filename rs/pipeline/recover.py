@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator
 
 from rs.engines.base import Generation, Request, SamplingSettings
 from rs.engines.generation_cache import GenerationCache
+from rs.engines.machine import made_on_id, note
 from rs.engines.ordered import InOrder
 from rs.families.schema import FamilyConfig, RecoveryConfig
 from rs.pipeline import route
@@ -56,9 +57,10 @@ from rs.util.progress import progress
 if TYPE_CHECKING:
     from rs.context import BuildContext
 
-VERSION = "3"
+VERSION = "4"
 """What the recovery pass records of an item's samples: bump when a change records or judges some sample otherwise
-(`rs.pipeline.versions`; 3: a judge that sees the image is asked about a sample with it)."""
+(`rs.pipeline.versions`; 3: a judge that sees the image is asked about a sample with it; 4: each sample names the
+machine that made it, `made_on`)."""
 
 RETRIED_REASONS = ("wrong_answer", "judge_overruled", "judge_unsure", "judge_blocked", "judge_not_asked")
 """Rejections with a final answer: the recovery pass samples them again (`judge_not_asked` only in `rs refilter`'s
@@ -139,6 +141,7 @@ def sample_record(sample: int, seed: int, v: Verification) -> SampleRecord:
         contradicts=v.contradicts,
         judge=None,
         reasoning_agrees=v.reasoning_agrees,
+        made_on=made_on_id(gen),
     )
 
 
@@ -172,12 +175,14 @@ class RecoveryReport:
     seconds: float = 0.0
     inputs: dict[str, Any] | None = None
     """What the pass's fingerprint was computed from (`recovery_inputs`), for `rs refilter`."""
+    machines: dict[str, Any] = field(default_factory=dict)
+    """The records of the machines that made the samples, by id (as `rs.pipeline.sample.SampleReport.machines`)."""
     adjudication: AdjudicationReport | None = None
     """The suspect references (`recovery.suspects`): candidates, verdicts, the adjudicator's calibration; None when off."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
-        for name in ("items", "endings", "verdicts"):
+        for name in ("items", "endings", "verdicts", "machines"):
             d[name] = dict(sorted(getattr(self, name).items()))
         d["adjudication"] = self.adjudication.to_dict() if self.adjudication is not None else None
         return d
@@ -445,6 +450,7 @@ class RecoveryPass:
         report.no_final_answer += gen.error is None and gen.answer is None and gen.ending != "repetition"
         report.endings[gen.ending] += 1
         draws.records[sample] = sample_record(sample, self.settings.seed + sample, v)
+        note(report.machines, gen)
         if len(draws.records) == draws.k:
             self._complete(draws)
         request = self.verdict_request(v)

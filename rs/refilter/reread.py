@@ -40,6 +40,7 @@ from rs.engines.base import Generation, Request
 from rs.engines.cached_engine import key_function, sample_settings
 from rs.engines.factory import sampling_settings
 from rs.engines.generation_cache import GenerationCache
+from rs.engines.machine import made_on_id
 from rs.engines.reasoning import ReasoningFormat
 from rs.errors import RsError, UsageError
 from rs.families.schema import FamilyConfig
@@ -477,6 +478,8 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
         blind=replace(sampled.blind, requests=0, engine_calls=0) if sampled.blind is not None else None,
     )
     recovered = RecoveryReport() if recovery is not None else None
+    if recovered is not None and basis.recovered is not None:  # the stored samples' machines (`made_on`)
+        recovered.machines = dict(basis.recovered.machines)
     try:
         with writing("the re-read stores", tmp), scratch(tmp):
             _link_store(root / "clean", tmp / "clean")
@@ -635,6 +638,7 @@ def _resample(
                 contradicts=False,
                 judge=None,
                 reasoning_agrees=None,
+                made_on=made_on_id(generation),
             )
         )
         samples.append(rereader.grade(qa, item["prompt"], image_sha256, record, greedy=False, stored=False))

@@ -1,6 +1,6 @@
 """A build's stores rebuilt from a published samples repo alone (`rs refilter --from-samples REPO`).
 
-A samples repo (`rs.pipeline.write.samples`, layout 2) holds one row per question with everything the build's stores held of it:
+A samples repo (`rs.pipeline.write.samples`, layout 3) holds one row per question with everything the build's stores held of it:
 its image (once per question: the cleaned row's bytes, as published), the cleaned question (`item`), the prompt, every
 generation with what the reader and the judge made of it, and the row's `row` index; `rs/run.json` holds the stages'
 reports (the cleaning's numbers, the judge's calibration and verdict counts, the fingerprints and their inputs). The
@@ -139,6 +139,7 @@ def _item(row: dict[str, Any], greedy: dict[str, Any]) -> dict[str, Any]:
         "reasoning_agrees": greedy["reasoning_agrees"],
         "ending": greedy["ending"],
         "thinking_tokens": greedy["thinking_tokens"],
+        "made_on": greedy["made_on"],
     }
 
 
@@ -165,6 +166,7 @@ def _draws(row: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]
                 "contradicts": g["reader"] == "certain",
                 "judge": _judge(g),
                 "reasoning_agrees": g["reasoning_agrees"],
+                "made_on": g["made_on"],
             }
             for g in samples
         ],

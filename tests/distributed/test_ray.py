@@ -245,6 +245,8 @@ def test_ray_path_equals_single_process_and_loses_only_failed_batches(
     assert printed["recovery"]["adjudication"]["engine_calls"] == 0
     assert printed["recovery"]["adjudication"]["requests"] == recovery.adjudication.requests
     assert items(ctx) == items(single)
+    # each answer names the machine that made it: a replica's stamp, stored by the driver, is the single process's here
+    assert len({r["made_on"] for r in items(ctx)}) == 1 and None not in {r["made_on"] for r in items(ctx)}
     assert recovered(ctx) == recovered(single) and pairs(ctx) == pairs(single)
     assert cache_contents(ctx.cache_path) == cache_contents(single.cache_path)
     same = ("items", "verified", "judged", "verdicts", "no_final_answer", "engine_errors", "calibration")

@@ -24,6 +24,7 @@ from rs.engines.base import Engine, Generation, Request, SamplingSettings
 from rs.engines.cached_engine import CachedEngine
 from rs.engines.factory import sampling_settings
 from rs.engines.generation_cache import CacheAnswerDamaged, GenerationCache
+from rs.engines.machine import made_on_id, note
 from rs.engines.ordered import InOrder
 from rs.engines.reasoning import ReasoningFormat
 from rs.families.schema import FamilyConfig
@@ -47,11 +48,12 @@ from rs.verifiers import Verifier, get_verifier
 
 logger = logging.getLogger(__name__)
 
-VERSION = "6"
+VERSION = "7"
 """The stage's version: bump when a change of this stage records some answer otherwise, so an older report is re-run
 (from the cache) rather than reused (`rs.pipeline.versions`; 2: certain rejections, hard negatives, the evidence gate; 3: a
 literal family's answers read as written; 4: the accepted answers whose reasoning could not be compared are counted,
-`reasoning_unchecked`; 5: the judge's cases carry the question's image, `judge.sees_image`; 6: the no-image pass, `blind:`)."""
+`reasoning_unchecked`; 5: the judge's cases carry the question's image, `judge.sees_image`; 6: the no-image pass, `blind:`;
+7: each record names the machine that made its answer, `made_on`)."""
 
 
 class _Slot:
@@ -111,6 +113,9 @@ class SampleReport:
     run's answers and verdicts in the generation cache with them, with no engine. None in a report of an older rs."""
     blind: BlindReport | None = None
     """The no-image pass (`blind:`, `rs.pipeline.sample.blind`); None when off."""
+    machines: dict[str, Any] = field(default_factory=dict)
+    """The records of the machines that made the items' answers, by id (`rs.engines.machine`): the provenance names
+    them (`rs.pipeline.write.made_on`), and a samples repo carries them in its `rs/run.json`."""
     inputs: dict[str, Any] | None = None
     """What the stage's fingerprint was computed from (`rs.pipeline.sample.stage.sample_inputs`): `rs refilter` compares it with the
     family's settings now to tell a reader changed since the run (answers re-read) from answers that are not this
@@ -119,7 +124,14 @@ class SampleReport:
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k not in ("calibration", "blind")}
         # in a fixed order: verdicts arrive in the order the engine finishes them
-        for name in ("verdicts", "contradicted_verdicts", "prompt_reasoning", "judge_prompt_reasoning", "endings"):
+        for name in (
+            "verdicts",
+            "contradicted_verdicts",
+            "prompt_reasoning",
+            "judge_prompt_reasoning",
+            "endings",
+            "machines",
+        ):
             d[name] = dict(sorted(getattr(self, name).items()))
         d["calibration"] = self.calibration.to_dict() if self.calibration else None
         d["blind"] = self.blind.to_dict() if self.blind is not None else None
@@ -190,6 +202,7 @@ def item_record(row: int, item: QAItem, request: Request, v: Verification) -> It
         reasoning_agrees=v.reasoning_agrees,
         ending=gen.ending,
         thinking_tokens=gen.thinking_tokens,
+        made_on=made_on_id(gen),
     )
 
 
@@ -405,6 +418,7 @@ class SamplingPass:
             self.report.loop_tokens_saved += max(0, gen.max_tokens - gen.completion_tokens)
         self.report.budgeted_answered += ending == "thinking_budget" and gen.answer is not None and gen.error is None
         slot.record = item_record(slot.row, slot.item, slot.request, v)
+        note(self.report.machines, gen)
         request = self.verdict_request(v)
         return [(None, request)] if request is not None else []
 

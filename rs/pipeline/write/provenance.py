@@ -5,7 +5,8 @@ A number on a card is only as good as the claim that the run can be repeated. Th
 decides the bytes besides the family's configuration: the code (rs's version and the digest of its
 versioned pieces), the libraries that decide outputs, the model's identity (a Hub revision, or a digest of
 a local model's weights), the engine's arguments, each pass's sampling parameters as vLLM receives them,
-the seeds, the hardware, and the command that rebuilds it. The block never holds timings, paths or host
+the seeds, the hardware that wrote the splits, the machines that made the answers (`made_on`: each with how many it
+made, `rs.pipeline.write.made_on`), and the command that rebuilds it. The block never holds timings, paths or host
 names: two runs on one machine write it byte for byte alike.
 """
 
@@ -213,8 +214,10 @@ def provenance(
     *,
     limit: int | None = None,
     families_file: Path | None = None,
+    made_on: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The `provenance` block of a family's stats (see the module's docstring)."""
+    """The `provenance` block of a family's stats (see the module's docstring); `made_on`: the machines that made the
+    answers, with their counts (`rs.pipeline.write.made_on`)."""
     return {
         "rs": {"version": __version__, "versions_digest": versions_digest()},
         "libraries": library_versions(),
@@ -232,5 +235,6 @@ def provenance(
             "recovery": config.recovery.seed if config.recovery is not None else None,
         },
         "hardware": hardware(config.engine.computes_here()),
+        "made_on": made_on or [],
         "command": rebuild_command(family, limit, families_file),
     }

@@ -24,10 +24,11 @@ from rs.pipeline.sample.calibration import wilson
 from rs.pipeline.write.report import PASS_RATE_BINS, pass_rate_bin
 from rs.store import qa_record, read_records
 
-LAYOUT = "2"
+LAYOUT = "3"
 """What a samples repo holds: bump when a change adds or changes what it holds (1: the generations and decisions;
 2: each row's `row`, `item`, `model_revision` and `prompt_reasoning`, and `rs/run.json`, the stages' reports: enough to
-rebuild the build's stores from the repo alone, `rs refilter --from-samples`)."""
+rebuild the build's stores from the repo alone, `rs refilter --from-samples`; 3: each generation's `made_on`, the id of
+the machine that made it, whose record `rs/run.json`'s reports hold: the rebuilt provenance names the same machines)."""
 
 RUN_FILE = "rs/run.json"
 """In a samples repo: the layout and the reports of the stages that made it (`rs.refilter.samples`)."""
@@ -86,6 +87,7 @@ def _generation(answer: dict[str, Any], kind: str, routes: Routes, *, why: str |
         "accepted": decision.accepted,
         "accepted_by": decision.by,
         "reason": decision.reason,
+        "made_on": answer.get("made_on"),
     }
 
 

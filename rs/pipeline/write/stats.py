@@ -16,6 +16,7 @@ from rs.engines.base import ENDINGS
 from rs.pipeline.recover import SAMPLED_FOR
 from rs.pipeline.route import RouteFilter, Routing, routes_for, routes_of
 from rs.pipeline.stage import BuildError
+from rs.pipeline.write.made_on import count, machines
 from rs.pipeline.write.provenance import provenance
 from rs.pipeline.write.report import (
     CleaningSummary,
@@ -202,7 +203,17 @@ def family_report(
         ),
         recovery=recovery_summary(ctx, recovered, routing) if recovered is not None else None,
         provenance=provenance(
-            c, ctx.family.name, asdict(c.model), c.engine.recorded(), limit=ctx.limit, families_file=ctx.family.path
+            c,
+            ctx.family.name,
+            asdict(c.model),
+            c.engine.recorded(),
+            limit=ctx.limit,
+            families_file=ctx.family.path,
+            made_on=machines(
+                count(ctx.paths.items, ctx.paths.recovery if recovered is not None else None),
+                {**(recovered.machines if recovered is not None else {}), **sampled.machines},
+                ctx.cache_path,
+            ),
         ),
         question_types=_types_summary(routing),
         filter=_filter_summary(ctx, sampled.promotes),
