@@ -265,9 +265,10 @@ def finetune(
             logger.info("step %d  %.0f s  loss %.4f  lr %.2e", step, time.perf_counter() - t0, mean, rate)
     train_s = time.perf_counter() - t0
     model.eval()
+    save_model_folder(model, processor, out)  # before the measurement: a slow one on a busy machine loses nothing
+    chooser.torch.set_num_threads(threads or 1)  # two threads on a shared core measured several times slower
     after = adjudication_accuracy(model, encoder, eval_images) if eval_images else None
     logger.info("after: %s", after)
-    save_model_folder(model, processor, out)
     return {
         "command": f"python -m rs_demo.demo_model adjudicate --minutes {minutes:g} --seed {seed}"
         + (f" --max-steps {max_steps}" if max_steps is not None else ""),
