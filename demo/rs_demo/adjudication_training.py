@@ -270,7 +270,8 @@ def finetune(
     after = adjudication_accuracy(model, encoder, eval_images) if eval_images else None
     logger.info("after: %s", after)
     return {
-        "command": f"python -m rs_demo.demo_model adjudicate --minutes {minutes:g} --seed {seed}"
+        "command": f"python -m rs_demo.demo_model adjudicate --minutes {minutes:g} --seed {seed} "
+        f"--per-image {adjudications_per_image} --lr {lr:g} --threads {threads}"
         + (f" --max-steps {max_steps}" if max_steps is not None else ""),
         "init": {"model.safetensors_sha256": init_sha},
         "seed": seed,

@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     adjudicate.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="model folder written (default: shipped)")
     adjudicate.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (constant lr)")
     adjudicate.add_argument("--eval-images", type=int, default=100, help="held-out scenes measured before and after")
+    adjudicate.add_argument("--per-image", type=int, default=2, help="adjudication examples per training scene")
+    adjudicate.add_argument("--lr", type=float, default=1e-3)
+    adjudicate.add_argument("--threads", type=int, default=0, help="torch threads (0: pick 1 or 2 by timing)")
     commands.add_parser("hashes", help="rewrite SHA256SUMS from the shipped files")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -60,7 +63,15 @@ def main(argv: list[str] | None = None) -> int:
 
         init, out = args.init.expanduser().absolute(), args.out.expanduser().absolute()
         record = finetune(
-            init, out, minutes=args.minutes, seed=args.seed, max_steps=args.max_steps, eval_images=args.eval_images
+            init,
+            out,
+            minutes=args.minutes,
+            seed=args.seed,
+            max_steps=args.max_steps,
+            eval_images=args.eval_images,
+            adjudications_per_image=args.per_image,
+            lr=args.lr,
+            threads=args.threads,
         )
         recipe_path = PACKAGE_DIR / "recipe.json" if out == WEIGHTS_DIR else out / "recipe.json"
         base = init.parent / "recipe.json" if init == WEIGHTS_DIR else init / "recipe.json"
