@@ -34,6 +34,19 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="metrics file (default: metrics.json in the package for the shipped model, else in --model)",
     )
+    adjudicate = commands.add_parser(
+        "adjudicate",
+        help="fine-tune a model folder on the adjudication prompt (and answering) and record it in recipe.json",
+    )
+    adjudicate.add_argument("--minutes", type=float, default=16.0, help="wall-clock budget (default 16)")
+    adjudicate.add_argument("--seed", type=int, default=0)
+    adjudicate.add_argument("--init", type=Path, default=WEIGHTS_DIR, help="model folder to start from")
+    adjudicate.add_argument("--out", type=Path, default=WEIGHTS_DIR, help="model folder written (default: shipped)")
+    adjudicate.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (constant lr)")
+    adjudicate.add_argument("--eval-images", type=int, default=100, help="held-out scenes measured before and after")
+    adjudicate.add_argument("--per-image", type=int, default=2, help="adjudication examples per training scene")
+    adjudicate.add_argument("--lr", type=float, default=1e-3)
+    adjudicate.add_argument("--threads", type=int, default=0, help="torch threads (0: pick 1 or 2 by timing)")
     commands.add_parser("hashes", help="rewrite SHA256SUMS from the shipped files")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -44,6 +57,31 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from rs_demo import train_demo as trainer
+
+    if args.command == "adjudicate":
+        from rs_demo.adjudication_training import finetune
+
+        init, out = args.init.expanduser().absolute(), args.out.expanduser().absolute()
+        record = finetune(
+            init,
+            out,
+            minutes=args.minutes,
+            seed=args.seed,
+            max_steps=args.max_steps,
+            eval_images=args.eval_images,
+            adjudications_per_image=args.per_image,
+            lr=args.lr,
+            threads=args.threads,
+        )
+        recipe_path = PACKAGE_DIR / "recipe.json" if out == WEIGHTS_DIR else out / "recipe.json"
+        base = init.parent / "recipe.json" if init == WEIGHTS_DIR else init / "recipe.json"
+        recipe = json.loads(base.read_text(encoding="utf-8")) if base.is_file() else {}
+        recipe["adjudication_finetune"] = record
+        recipe_path.write_text(json.dumps(recipe, indent=2) + "\n", encoding="utf-8")
+        print(json.dumps({"steps": record["training"]["steps"], **record["held_out_adjudication"]}, indent=1))
+        if out == WEIGHTS_DIR:
+            print("now run: python -m rs_demo.demo_model evaluate && python -m rs_demo.demo_model hashes")
+        return 0
 
     if args.command == "train":
         out = args.out.expanduser().absolute()

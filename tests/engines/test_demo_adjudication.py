@@ -1,0 +1,60 @@
+"""The demo model's adjudication training (`rs_demo.adjudication_training`): its examples are the adjudicator's own
+prompt about the exact prompt the model was asked, with the scene graph's answer's letter as the target."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+from rs.families import get_family
+from rs.pipeline.sample.adjudicate import LABELS, Adjudicator, Dispute
+from rs.pipeline.sample.requests import sampling_request
+from rs.prompt import Instructions
+from rs.sources.synthetic import SyntheticSource
+from rs_demo.adjudication_training import AdjudicationEncoder, dispute, make_mixed_batch
+from rs_demo.demo_model import WEIGHTS_DIR
+from rs_demo.train_demo import Settings
+
+
+def _encoder() -> AdjudicationEncoder:
+    from transformers import AutoProcessor
+
+    return AdjudicationEncoder(AutoProcessor.from_pretrained(WEIGHTS_DIR), Settings())
+
+
+def test_examples_are_the_adjudicators_prompt_in_both_orders() -> None:
+    encoder = _encoder()
+    family = get_family("TinyCLEVR")
+    source = SyntheticSource(seed=5, num_images=2, questions_per_image=4, style="mixed")
+    record = source.record(0)
+    item = record.qa[0]
+    sha = hashlib.sha256(record.images[0]).hexdigest()
+    asked = sampling_request(item, Instructions.of(family.config), sha, record.images[0]).prompt
+    sent = Adjudicator(None).requests(Dispute(0, 0, item.key, asked, item.answer, "7", sha))  # type: ignore[arg-type]
+    assert [r.prompt for r in sent] == [
+        encoder.adjudication_text(item.question, item.answer, "7"),
+        encoder.adjudication_text(item.question, "7", item.answer),
+    ]
+
+
+def test_the_target_is_the_letter_of_the_scene_graphs_answer() -> None:
+    rng = random.Random(0)
+    letters = set()
+    for answer in ("3", "yes", "no", "metal", "cube", "0"):
+        for _ in range(20):
+            first, second, letter = dispute(answer, rng)
+            assert (first, second)[LABELS.index(letter)] == answer and first != second
+            letters.add(letter)
+    assert letters == set(LABELS)
+    assert dispute("a sentence", rng) is None
+
+
+def test_a_mixed_batch_holds_answering_and_adjudication_examples() -> None:
+    encoder = _encoder()
+    source = SyntheticSource(seed=1000, num_images=10, questions_per_image=4, style="mixed")
+    _, examples = make_mixed_batch(source, [0, 1], encoder, random.Random(0), 0.5, 2)
+    adjudicating = [e for e in examples if e.qtype == "adjudicate"]
+    assert len(examples) - len(adjudicating) == 8 and len(adjudicating) == 4
+    for e in adjudicating:
+        assert encoder.tokenizer.decode(e.target) in {f"{x}<|im_end|>" for x in LABELS}
+        assert "Reply with exactly one letter" in encoder.tokenizer.decode(e.prompt)
