@@ -21,6 +21,7 @@ pytest.importorskip("vllm")
 from checkout import ROOT  # noqa: E402
 
 ENV = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+ENV.pop("PYTHONPATH", None)  # the installed wheel's code, never a checkout's on the path
 
 
 def _run(cmd: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
