@@ -51,12 +51,22 @@ def test_the_published_family_passes_and_has_every_repo(tinyclevr_every_repo: Pa
 def test_every_single_number_edit_of_a_card_fails_the_audit(family: Path, name: str) -> None:
     """Every run of digits on the card (front matter and text: counts, rates, thresholds, parameters, the licence, the
     examples, the digests) made one more, one at a time, the other cards and files left as published: each edit is
-    a finding (the issue found 29 of 60 edits of the think card and 5 of 16 of the samples card passing)."""
+    a finding (the issue found 29 of 60 edits of the think card and 5 of 16 of the samples card passing). The think
+    card's every number; the other cards' every number on their own lines, a sixth of those on lines the think card
+    shares (3,880 audits became about 1,500)."""
     card = family / name / "README.md"
     text = card.read_text(encoding="utf-8")
     passed = []
     edits = list(re.finditer(r"\d+", text))
     assert len(edits) > 400
+    if name != "TinyCLEVR_RS_think":
+        # A line the think card has too is edited there, every number: here every number of this card's own lines and
+        # every sixth of the shared ones (a check this card's audit skipped would lose a whole section, not one number).
+        think = set((family / "TinyCLEVR_RS_think" / "README.md").read_text(encoding="utf-8").splitlines())
+        lines = text.splitlines()
+        shared = [m for m in edits if lines[text.count("\n", 0, m.start())] in think]
+        edits = [m for m in edits if m not in shared] + shared[::6]
+        assert len(edits) > 90
     try:
         for match in edits:
             card.write_text(
