@@ -18,6 +18,7 @@ import datasets
 import pytest
 
 from rs.audit import audit
+from rs.audit.replay import Replay
 from rs.cli.publish import summary
 from rs.context import BuildContext
 from rs.families import load_families
@@ -183,3 +184,14 @@ def test_without_suspects_nothing_is_adjudicated(tmp_path: Path, family) -> None
     report = ensure(RecoverStage(sampled), ctx)
     assert report.adjudication is None
     assert not any(r.prompt.startswith("Look at the image") for _, r in RecoverStage(sampled).requests(ctx))
+
+
+def test_replay_re_derives_the_suspect_from_the_cached_adjudications(tmp_path: Path, family) -> None:
+    """`rs audit --replay`: the candidate's two adjudications are read from the cache under the keys the run asked them
+    with and routed under the run's gate, so the published `suspect_reference` (and its evidence) is what they make."""
+    _, repos, _ = published(tmp_path, family, LENIENT, sees_the_image)
+    replay = Replay(20, config=tmp_path / "families.yaml", cache=tmp_path / "cache.sqlite")
+    result = audit(repos["rejected"], build=tmp_path / "build" / "Shapes", replay=replay)
+    assert not result.findings, result.findings
+    note = next(n for n in result.notes if n.startswith("--replay 20:"))
+    assert "8 questions (think 3, recovered 3, rejected 2)" in note and ": 8 of 8 published byte for byte" in note
