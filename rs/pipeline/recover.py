@@ -42,10 +42,10 @@ from rs.pipeline.sample.adjudicate import (
     AdjudicationSampler,
     Adjudicator,
     Dispute,
+    against,
     agreeing_value,
 )
 from rs.pipeline.sample.adjudicate import calibrate as calibrate_adjudicator
-from rs.pipeline.sample.adjudicate import record as adjudication_record
 from rs.pipeline.sample.judge import JudgeCase
 from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.sample.stage import answered, sampling_pass
@@ -416,11 +416,20 @@ class RecoveryPass:
         verdicts: Counter[str] = Counter()
         with ParquetStreamWriter(out_dir, "adjudication", ADJUDICATION) as writer:
             for dispute, sides in candidates:
-                written = adjudication_record(dispute, sides, calibration.passes)
+                marked = against(sides)
                 verdicts.update(sides)
-                report.against += written["against"]
-                report.suspects += written["suspect"]
-                writer.write(written)
+                report.against += marked
+                report.suspects += marked and calibration.passes
+                writer.write(
+                    {
+                        "row": dispute.row,
+                        "key": dispute.key,
+                        "agreeing": dispute.other,
+                        "verdicts": sides,
+                        "against": marked,
+                        "suspect": marked and calibration.passes,
+                    }
+                )
         report.candidates, report.calibration, report.verdicts = len(candidates), calibration, dict(verdicts)
         report.requests = runner.stats.requests - calls[0]
         report.engine_calls = runner.stats.engine_calls - calls[1]

@@ -19,6 +19,7 @@ import pytest
 
 from rs.audit import audit
 from rs.audit.replay import Replay
+from rs.cli.main import main as rs_main
 from rs.cli.publish import summary
 from rs.context import BuildContext
 from rs.families import load_families
@@ -195,3 +196,55 @@ def test_replay_re_derives_the_suspect_from_the_cached_adjudications(tmp_path: P
     assert not result.findings, result.findings
     note = next(n for n in result.notes if n.startswith("--replay 20:"))
     assert "8 questions (think 3, recovered 3, rejected 2)" in note and ": 8 of 8 published byte for byte" in note
+
+
+def _refilter(tmp_path: Path, monkeypatch, cache: Path) -> int:
+    """`rs refilter` of the build after an rs upgrade that bumped the verifiers' shared rules: the reader changed, so
+    the stored answers are re-read (`rs.refilter.reread`), with no engine."""
+    import rs.verifiers.base
+
+    monkeypatch.setattr(rs.verifiers.base, "VERSION", f"{rs.verifiers.base.VERSION}-bumped")
+    argv = ["--config", str(tmp_path / "families.yaml"), "--build-dir", str(tmp_path / "build")]
+    return rs_main(["refilter", "Shapes", *argv, "--out", str(tmp_path / "refiltered"), "--cache", str(cache)])
+
+
+def test_refilter_rereads_the_suspect_with_its_evidence_and_its_counts(tmp_path: Path, family, monkeypatch) -> None:
+    """The re-read finds the candidate and the calibration cases again under the reader now, takes the adjudicator's
+    verdicts from the cache, and keeps the suspect: its reason, its evidence, its record, the counts."""
+    outcome, _, _ = published(tmp_path, family, LENIENT, sees_the_image)
+    assert _refilter(tmp_path, monkeypatch, tmp_path / "cache.sqlite") == 0
+    repos = {split: tmp_path / "refiltered" / "local" / Path(where).name for split, where in outcome.where.items()}
+    rejected = {qa["question"].split("\n")[0]: qa for row in rows(repos["rejected"]) for qa in row["qa"]}
+    assert {q: qa["reason"] for q, qa in rejected.items()} == {
+        "How many dots?": "suspect_reference",
+        "How many lines?": "wrong_answer",
+    }
+    assert rejected["How many dots?"]["suspect"] == {
+        "agreeing": "3",
+        "samples": ["3", "3"],
+        "verdicts": ["other", "other"],
+    }
+    assert not any("How many dots?" in p["question"] for p in rows(repos["pairs"]))
+    stats = json.loads((repos["think"] / "rs" / "stats.json").read_text())
+    assert stats["filter"]["reread"]["decisions"]["changed"] == 0
+    assert stats["totals"]["rejected_by_reason"]["suspect_reference"] == 1
+    assert stats["totals"]["rejected_by_reason"]["wrong_answer"] == 1
+    reread = tmp_path / "build" / "Shapes" / "reread"
+    adjudication = json.loads((reread / "recovery.json").read_text())["adjudication"]
+    assert (adjudication["candidates"], adjudication["against"], adjudication["suspects"]) == (1, 1, 1)
+    assert adjudication["calibration"]["passes"] and adjudication["requests"] == 2 * 7
+    records = list(read_records(reread / "recovery", "adjudication"))
+    assert [(r["key"], r["agreeing"], r["verdicts"], r["suspect"]) for r in records] == [
+        ("6#0", "3", ["other", "other"], True)
+    ]
+
+
+def test_refilter_refuses_a_candidate_it_cannot_adjudicate(tmp_path: Path, family, monkeypatch) -> None:
+    """With no generation cache, the adjudicator's verdicts cannot be had without the model: the re-read refuses,
+    naming the candidate and `rs publish`, rather than publish the planted reference's question as the model's mistake."""
+    published(tmp_path, family, LENIENT, sees_the_image)
+    with pytest.raises(Exception) as raised:
+        _refilter(tmp_path, monkeypatch, tmp_path / "no-cache.sqlite")
+    assert raised.value.exit_code == 2
+    assert "1 suspect-reference candidate(s) (6#0)" in str(raised.value) and "rs publish Shapes" in raised.value.hint
+    assert not (tmp_path / "refiltered").exists()
