@@ -16,7 +16,9 @@ format did not change, so neither did they):
 
 With a recovery pass, the questions a run under this reader would sample (`rs.pipeline.recover.samples_for`) get the samples
 the stores hold (the same requests whatever the reason they were drawn for) or the cache holds; what neither holds is
-counted and left to `rs publish`; samples of a question such a run would not sample are left out.
+counted and left to `rs publish`; samples of a question such a run would not sample are left out. Its suspect references
+are found again under this reader, their adjudications taken from the cache and the adjudicator's calibration measured
+again (`rs.refilter.suspects`); what could mark a question and was never adjudicated is refused.
 
 The re-read stores go beside the run's (`<build>/reread/`), never over them: the run's stores stay what they are, and a
 later `rs publish` finds its sample stage stale and runs it (from the cache, asking the judge what is missing).

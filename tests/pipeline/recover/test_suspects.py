@@ -187,10 +187,14 @@ def test_without_suspects_nothing_is_adjudicated(tmp_path: Path, family) -> None
     assert not any(r.prompt.startswith("Look at the image") for _, r in RecoverStage(sampled).requests(ctx))
 
 
-def test_replay_re_derives_the_suspect_from_the_cached_adjudications(tmp_path: Path, family) -> None:
+@pytest.mark.parametrize("min_cases", [2, 4])
+def test_replay_re_derives_the_suspect_from_the_cached_adjudications(tmp_path: Path, family, min_cases: int) -> None:
     """`rs audit --replay`: the candidate's two adjudications are read from the cache under the keys the run asked them
-    with and routed under the run's gate, so the published `suspect_reference` (and its evidence) is what they make."""
-    _, repos, _ = published(tmp_path, family, LENIENT, sees_the_image)
+    with and routed under the run's gate, so the published `suspect_reference` (and its evidence) is what they make;
+    where the run's adjudicator was blocked (too few cases: 4), the same verdicts mark nothing, as in the run."""
+    outcome, repos, _ = published(tmp_path, family, {**LENIENT, "min_calibration_cases": min_cases}, sees_the_image)
+    marked = outcome.report.totals.rejected_by_reason["suspect_reference"]
+    assert marked == (1 if min_cases == 2 else 0)
     replay = Replay(20, config=tmp_path / "families.yaml", cache=tmp_path / "cache.sqlite")
     result = audit(repos["rejected"], build=tmp_path / "build" / "Shapes", replay=replay)
     assert not result.findings, result.findings
