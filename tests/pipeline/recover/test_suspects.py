@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 import datasets
@@ -252,3 +253,40 @@ def test_refilter_refuses_a_candidate_it_cannot_adjudicate(tmp_path: Path, famil
     assert raised.value.exit_code == 2
     assert "1 suspect-reference candidate(s) (6#0)" in str(raised.value) and "rs publish Shapes" in raised.value.hint
     assert not (tmp_path / "refiltered").exists()
+
+
+def test_refilter_measures_the_adjudicator_again_and_respects_its_gate(tmp_path: Path, family, monkeypatch) -> None:
+    """Too few calibration cases (4 needed, 3 found): the re-read's calibration, measured again from the cached verdicts,
+    blocks as the run's did, and the candidate stays `wrong_answer`, its verdicts recorded."""
+    outcome, _, _ = published(tmp_path, family, {**LENIENT, "min_calibration_cases": 4}, sees_the_image)
+    assert _refilter(tmp_path, monkeypatch, tmp_path / "cache.sqlite") == 0
+    run = json.loads((tmp_path / "build" / "Shapes" / "recovery.json").read_text())["adjudication"]
+    reread = json.loads((tmp_path / "build" / "Shapes" / "reread" / "recovery.json").read_text())["adjudication"]
+    assert reread["calibration"] == run["calibration"] and not reread["calibration"]["passes"]
+    assert (reread["candidates"], reread["against"], reread["suspects"]) == (1, 1, 0)
+    think = tmp_path / "refiltered" / "local" / Path(outcome.where["think"]).name
+    stats = json.loads((think / "rs" / "stats.json").read_text())
+    assert stats["totals"]["rejected_by_reason"]["suspect_reference"] == 0
+    assert stats["filter"]["reread"]["decisions"]["changed"] == 0
+
+
+def test_refilter_refuses_when_the_calibration_was_never_asked(tmp_path: Path, family, monkeypatch) -> None:
+    """The candidate's verdicts are cached and side against its reference, but the calibration cases' are not (here
+    removed from the cache): the gate cannot be measured, so the mark cannot be decided, and the re-read refuses."""
+    published(tmp_path, family, LENIENT, sees_the_image)
+    fam = load_families(tmp_path / "families.yaml")["Shapes"]
+    ctx = BuildContext(fam, tmp_path / "build" / "Shapes", tmp_path / "cache.sqlite", progress=False)
+    sampled = ensure(SampleStage(), ctx)
+    keys = [
+        key
+        for key, request in RecoverStage(sampled).requests(ctx)
+        if request.prompt.startswith("Look at the image") and "How many dots?" not in request.prompt
+    ]
+    assert len(keys) == 2 * 6
+    with sqlite3.connect(tmp_path / "cache.sqlite") as db:
+        db.executemany("DELETE FROM answers WHERE key = ?", [(k,) for k in keys])
+    with pytest.raises(Exception) as raised:
+        _refilter(tmp_path, monkeypatch, tmp_path / "cache.sqlite")
+    said = str(raised.value)
+    assert "under the reader now, 6 of the adjudicator's calibration cases were never adjudicated by the run" in said
+    assert "candidate" not in said.split(" were never")[0] and "rs publish Shapes" in raised.value.hint
