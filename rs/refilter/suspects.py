@@ -144,7 +144,7 @@ class Readjudication:
             raise Unadjudicated(self._refusal(family, lacking_candidates, lacking_cases))
         calibration = calibrate([(d, sides[d.order]) for d in cases if d.order in sides], self.config.judge)
         if lacking_cases:
-            calibration = _blocked(calibration, len(lacking_cases), len(cases))
+            calibration = _blocked(calibration, len(lacking_cases), len(cases), self.problem)
         report = AdjudicationReport(
             candidates=len(self.candidates), requests=2 * len(disputes), calibration=calibration
         )
@@ -192,11 +192,14 @@ class Readjudication:
         )
 
 
-def _blocked(calibration: AdjudicationCalibration, lacking: int, total: int) -> AdjudicationCalibration:
-    """The calibration, blocked: `lacking` of its `total` cases were never asked (no candidate could be marked anyway)."""
+def _blocked(
+    calibration: AdjudicationCalibration, lacking: int, total: int, problem: str | None
+) -> AdjudicationCalibration:
+    """The calibration, blocked: `lacking` of its `total` cases were never asked (no candidate could be marked anyway);
+    `problem`: why the cache could not be read, if it could not."""
     calibration.passes = False
     calibration.blocked_reason = (
-        f"{lacking} of its {total} calibration cases under the reader now were never asked (not in the generation "
-        "cache); `rs publish` asks them"
+        f"{lacking} of its {total} calibration cases under the reader now have no verdict the re-read could read "
+        f"({problem or 'not in the generation cache'}); `rs publish` asks them"
     )
     return calibration

@@ -270,10 +270,8 @@ def test_refilter_measures_the_adjudicator_again_and_respects_its_gate(tmp_path:
     assert stats["filter"]["reread"]["decisions"]["changed"] == 0
 
 
-def test_refilter_refuses_when_the_calibration_was_never_asked(tmp_path: Path, family, monkeypatch) -> None:
-    """The candidate's verdicts are cached and side against its reference, but the calibration cases' are not (here
-    removed from the cache): the gate cannot be measured, so the mark cannot be decided, and the re-read refuses."""
-    published(tmp_path, family, LENIENT, sees_the_image)
+def _forget_the_calibration(tmp_path: Path) -> None:
+    """The adjudicator's verdicts on its calibration cases removed from the run's cache (the candidate's kept)."""
     fam = load_families(tmp_path / "families.yaml")["Shapes"]
     ctx = BuildContext(fam, tmp_path / "build" / "Shapes", tmp_path / "cache.sqlite", progress=False)
     sampled = ensure(SampleStage(), ctx)
@@ -285,8 +283,31 @@ def test_refilter_refuses_when_the_calibration_was_never_asked(tmp_path: Path, f
     assert len(keys) == 2 * 6
     with sqlite3.connect(tmp_path / "cache.sqlite") as db:
         db.executemany("DELETE FROM answers WHERE key = ?", [(k,) for k in keys])
+
+
+def test_refilter_refuses_when_the_calibration_was_never_asked(tmp_path: Path, family, monkeypatch) -> None:
+    """The candidate's verdicts are cached and side against its reference, but the calibration cases' are not (here
+    removed from the cache): the gate cannot be measured, so the mark cannot be decided, and the re-read refuses."""
+    published(tmp_path, family, LENIENT, sees_the_image)
+    _forget_the_calibration(tmp_path)
     with pytest.raises(Exception) as raised:
         _refilter(tmp_path, monkeypatch, tmp_path / "cache.sqlite")
     said = str(raised.value)
     assert "under the reader now, 6 of the adjudicator's calibration cases were never adjudicated by the run" in said
     assert "candidate" not in said.split(" were never")[0] and "rs publish Shapes" in raised.value.hint
+
+
+def test_refilter_without_the_calibration_goes_on_where_nothing_could_be_marked(
+    tmp_path: Path, family, monkeypatch
+) -> None:
+    """An adjudicator that picks a position never sides against the candidate's reference: whatever the calibration,
+    nothing could be marked, so the re-read goes on without it, its adjudicator blocked and saying why."""
+    published(tmp_path, family, LENIENT, lambda q, a, b: "A")
+    _forget_the_calibration(tmp_path)
+    assert _refilter(tmp_path, monkeypatch, tmp_path / "cache.sqlite") == 0
+    reread = json.loads((tmp_path / "build" / "Shapes" / "reread" / "recovery.json").read_text())["adjudication"]
+    assert (reread["candidates"], reread["against"], reread["suspects"]) == (1, 0, 0)
+    assert reread["calibration"]["blocked_reason"] == (
+        "6 of its 6 calibration cases under the reader now have no verdict the re-read could read (not in the "
+        "generation cache); `rs publish` asks them"
+    )
