@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
+from rs.context import BuildContext, BuildPaths
 from rs.engines.base import Generation
 from rs.engines.cached_engine import key_function
 from rs.engines.factory import sampling_settings
@@ -40,8 +41,9 @@ from rs.pipeline.sample.adjudicate import (
     calibrate,
 )
 from rs.pipeline.sample.calibration import CalibrationSampler
+from rs.pipeline.sample.stage import vocabulary_of
 from rs.records import QAItem
-from rs.store import ParquetStreamWriter
+from rs.store import ParquetStreamWriter, qa_item
 
 
 def record(dispute: Dispute, sides: Sequence[str], passes: bool) -> dict[str, Any]:
@@ -203,3 +205,32 @@ def _blocked(
         f"({problem or 'not in the generation cache'}); `rs publish` asks them"
     )
     return calibration
+
+
+def restore(
+    ctx: BuildContext,
+    stores: Path,
+    joined: Iterable[tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]],
+    identity: str | None,
+    cache_path: Path | None,
+) -> AdjudicationReport:
+    """The adjudication records of stores rebuilt from a samples repo (`rs.refilter.samples`), which publishes none:
+    found again from `joined` (the rebuilt stores' items with their cleaned questions and samples, in order,
+    `rs.refilter.reread._joined`) under the family's reader, their verdicts from the generation cache, into
+    `stores/recovery`; `Unadjudicated` where that cannot be done."""
+    config = ctx.family.config
+    path = cache_path or ctx.cache_path
+    problem = (
+        None if path is not None and Path(path).is_file() else f"there is no generation cache at {path} (--cache)"
+    )
+    problem = problem or (None if identity else "the run recorded no engine identity (an older rs)")
+    cache = GenerationCache(path) if problem is None else None
+    try:
+        reader = Reader(config, vocabulary_of(ctx.family, BuildPaths(stores)))
+        suspects = Readjudication(config, reader, cache, identity, problem)
+        for at, (cleaned, item, draws) in enumerate(joined):
+            suspects.offer(at, qa_item(cleaned), cleaned["image_sha256"], item, draws)
+        return suspects.adjudicate(stores / "recovery", ctx.family.name).report
+    finally:
+        if cache is not None:
+            cache.close()

@@ -73,8 +73,8 @@ def sees_the_image(question: str, a: str, b: str) -> str:
     return "A" if a == TRUTH[question] else "B"
 
 
-def published(tmp_path: Path, family, judge: dict, reply):
-    fam = family(CASES, judge=judge, recovery=RECOVERY)
+def published(tmp_path: Path, family, judge: dict, reply, **blocks):
+    fam = family(CASES, judge=judge, recovery=RECOVERY, **blocks)
     asked = adjudications(tmp_path, fam, judge, reply)
     fam = load_families(tmp_path / "families.yaml")["Shapes"]  # its replay file now holds the replies
     outcome = publish(
@@ -311,3 +311,21 @@ def test_refilter_without_the_calibration_goes_on_where_nothing_could_be_marked(
         "6 of its 6 calibration cases under the reader now have no verdict the re-read could read (not in the "
         "generation cache); `rs publish` asks them"
     )
+
+
+def test_refilter_from_the_samples_repo_keeps_the_suspect(tmp_path: Path, family) -> None:
+    """A samples repo publishes no adjudication: the stores rebuilt from it get the candidates' records again from the
+    cache, so the suspect is routed as the run routed it (and, with no cache, the rebuild refuses)."""
+    outcome, _, _ = published(tmp_path, family, LENIENT, sees_the_image, publish={"samples": True})
+    argv = ["refilter", "Shapes", "--config", str(tmp_path / "families.yaml"), "--from-samples"]
+    argv += [outcome.where["samples"], "--build-dir", str(tmp_path / "elsewhere")]
+    assert rs_main([*argv, "--out", str(tmp_path / "refiltered"), "--cache", str(tmp_path / "cache.sqlite")]) == 0
+    rejected = tmp_path / "refiltered" / "local" / Path(outcome.where["rejected"]).name
+    reasons = {qa["question"].split("\n")[0]: (qa["reason"], qa["suspect"]) for r in rows(rejected) for qa in r["qa"]}
+    assert reasons["How many dots?"] == (
+        "suspect_reference",
+        {"agreeing": "3", "samples": ["3", "3"], "verdicts": ["other", "other"]},
+    )
+    with pytest.raises(Exception) as raised:
+        rs_main([*argv, "--out", str(tmp_path / "again"), "--cache", str(tmp_path / "no-cache.sqlite")])
+    assert "1 suspect-reference candidate(s) (6#0)" in str(raised.value)
