@@ -15,7 +15,10 @@ to the cached ones, routing identical. A GPU (or a CPU) batches the replayed req
 did, so an answer may differ in a near tie: that is measured, not failed; with `engine.batch_invariant` (vLLM's
 batch-invariant mode) any text that differs is a finding.
 
-The judge's calibration is the run's (`rs/stats.json`): a verdict on a few questions cannot re-measure it.
+The judge's calibration is the run's (`rs/stats.json`): a verdict on a few questions cannot re-measure it. So is the
+suspect references' adjudicator's (the build's `recovery.json`): a replayed candidate (`rs.pipeline.sample.adjudicate`)
+gets its two verdicts from the cache (or the engine) under the keys the recover stage asked them with, and is marked
+`suspect_reference` only where the run's adjudicator passed its calibration.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from rs.pipeline.clean import CleaningReport
 from rs.pipeline.clean.stage import CleanStage
 from rs.pipeline.recover import (
     RecoverStage,
+    RecoveryPass,
     RecoveryReport,
     recovery_settings,
     sample_case,
@@ -49,11 +53,13 @@ from rs.pipeline.recover import (
 )
 from rs.pipeline.route import Routes, answer_share, bounded, outcome, qa_entry
 from rs.pipeline.sample import SampleReport, SamplingPass, item_record
+from rs.pipeline.sample.adjudicate import ORDERS, Adjudicator, Dispute, agreeing_value
 from rs.pipeline.sample.blind import add_answer
 from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.sample.stage import SampleStage, vocabulary_of
 from rs.pipeline.stage import read_report
 from rs.pipeline.write.pairs import pair_row
+from rs.refilter.suspects import record as adjudication_record
 from rs.store import read_clean_images, read_clean_rows
 
 GROUPS = ("think", "nothink", "recovered", "rejected")
@@ -137,19 +143,22 @@ def choose(family: Any, n: int) -> list[Pick]:
     return [groups[g][j * len(groups[g]) // share[g]] for g in GROUPS for j in range(share[g])]
 
 
-def check_build(family: Family, root: Path, limit: int | None) -> None:
+def check_build(family: Family, root: Path, limit: int | None) -> RecoveryReport | None:
     """Refuse a build made under another configuration of the family (or another rs) than the one given: its answers
-    would be looked up under other keys, or read and routed by other rules."""
+    would be looked up under other keys, or read and routed by other rules. Returns its recovery report (None without
+    a recovery pass): its adjudicator's calibration is the run's, as the judge's is."""
     ctx = BuildContext(family, root, limit=limit)
-    problem = None
+    problem, recovered = None, None
     clean = read_report(root / "clean.json", CleanStage().fingerprint(ctx), CleaningReport.from_dict)
     sampled = clean and read_report(root / "sample.json", SampleStage().fingerprint(ctx), SampleReport.from_dict)
     if not clean:
         problem = "its cleaning (clean.json) was made from another source or cleaning configuration"
     elif not sampled:
         problem = "its sampling stage (sample.json) was made under another model, engine, sampling, judge, verifier or rs version"
-    elif family.config.recovery is not None and not read_report(
-        root / "recovery.json", RecoverStage(sampled).fingerprint(ctx), RecoveryReport.from_dict
+    elif family.config.recovery is not None and not (
+        recovered := read_report(
+            root / "recovery.json", RecoverStage(sampled).fingerprint(ctx), RecoveryReport.from_dict
+        )
     ):
         problem = "its recovery pass (recovery.json) was made under another recovery block, or is missing"
     if problem:
@@ -157,6 +166,7 @@ def check_build(family: Family, root: Path, limit: int | None) -> None:
             f"--replay: the build {root} is not {family.name} as {family.path} defines it: {problem}",
             hint="give --config the families file the run used (and this rs's version of it)",
         )
+    return recovered
 
 
 def _from_cache(cache: GenerationCache, identity: str) -> Fetch:
@@ -234,10 +244,19 @@ def _locate(picks: list[Pick], greedy: SamplingPass, paths: BuildPaths) -> tuple
 
 
 def derive(
-    located: list[_Located], greedy: SamplingPass, routes: Routes, answers: Fetch, verdicts: Fetch, *, pairs: bool
+    located: list[_Located],
+    greedy: SamplingPass,
+    routes: Routes,
+    answers: Fetch,
+    verdicts: Fetch,
+    *,
+    pairs: bool,
+    adjudicates: bool = False,
 ) -> list[Derived]:
-    """Read, verify, judge, sample again and route each located question as the run did: its answers from `answers`, the
-    judge's from `verdicts`."""
+    """Read, verify, judge, sample again, adjudicate and route each located question as the run did: its answers (and
+    the adjudicator's) from `answers`, the judge's from `verdicts`. `adjudicates`: whether the run's adjudicator passed
+    its calibration (`recovery.json`; a few questions cannot re-measure it): only then is a candidate it sides against
+    the reference in both orders marked, as in the run."""
     config, judge = greedy.config, greedy.judge
     for loc, (gen,) in zip(located, answers([loc.request for loc in located], greedy.settings)):
         if isinstance(gen, str):
@@ -257,6 +276,8 @@ def derive(
                 loc.record["judge"] = judge.verdict(gen)[0]  # type: ignore[index]
     if config.recovery is not None:
         _recover(live, greedy, routes, answers, verdicts)
+        if config.recovery.suspects:
+            _adjudicate(live, greedy, routes, answers, adjudicates)
     for loc in located:
         d = loc.derived
         if d.missing:
@@ -326,6 +347,43 @@ def _recover(live: list[_Located], greedy: SamplingPass, routes: Routes, answers
                 loc.derived.missing.append(f"the judge's verdict on recovery sample {record['sample']} {gen}")
             else:
                 record["judge"] = judge.verdict(gen)[0]  # type: ignore[union-attr]
+
+
+def _adjudicate(live: list[_Located], greedy: SamplingPass, routes: Routes, answers: Fetch, passes: bool) -> None:
+    """The suspect references' adjudication of the sampled questions (`rs.pipeline.recover.RecoveryPass._complete`):
+    a rejected question whose greedy answer and samples agree on a value the reference is not near is a candidate; the
+    adjudicator's two verdicts on it (the requests the recover stage sent, under its keys) are read from `answers`, and
+    its record (`rs.pipeline.sample.adjudicate.record`) joins its samples as the routing reads it."""
+    adjudicator = RecoveryPass(greedy.config, greedy, promotes=routes.promotes, progress=False).adjudicator
+    assert adjudicator is not None
+    asked: list[tuple[_Located, Dispute]] = []
+    for loc in live:
+        draws = loc.draws
+        if draws is None or draws["why"] != "rejected" or loc.derived.missing or loc.record is None:
+            continue
+        finals = [s["final"] if s["error"] is None else None for s in draws["samples"]]
+        agreeing = agreeing_value(greedy.grader, loc.item, loc.item.all_references(), loc.record["final"], finals)
+        if agreeing is not None:
+            request = loc.request
+            dispute = Dispute(
+                loc.derived.row, -1, loc.item.key, request.prompt, loc.item.answer, agreeing, request.image_hash()
+            )
+            asked.append((loc, dataclasses.replace(dispute, image=request.image)))
+    if not asked:
+        return
+    _sides(asked, adjudicator, answers, passes)
+
+
+def _sides(asked: list[tuple[_Located, Dispute]], adjudicator: Adjudicator, answers: Fetch, passes: bool) -> None:
+    got = answers([r for _, dispute in asked for r in adjudicator.requests(dispute)], adjudicator.settings)
+    for j, (loc, dispute) in enumerate(asked):
+        gens = [got[len(ORDERS) * j + i][0] for i in range(len(ORDERS))]
+        lacking = [f"the adjudicator's verdict ({order}) {g}" for order, g in zip(ORDERS, gens) if isinstance(g, str)]
+        if lacking:
+            loc.derived.missing.extend(lacking)
+            continue
+        sides = [adjudicator.side(i, g) for i, g in enumerate(gens)]  # type: ignore[arg-type]
+        loc.draws["adjudication"] = adjudication_record(dispute, sides, passes)  # type: ignore[index]
 
 
 def _routing(entries: dict[str, dict[str, Any] | None]) -> tuple[Any, ...]:
@@ -467,7 +525,9 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
     again and the agreement counted (notes; findings only under batch-invariant mode)."""
     report = a.report
     family = get_family(report.family, asked.config)
-    check_build(family, root, report.limit)
+    recovered = check_build(family, root, report.limit)
+    adjudication = recovered.adjudication if recovered is not None else None
+    adjudicates = bool(adjudication and adjudication.calibration and adjudication.calibration.passes)
     cache_path = asked.cache or default_cache_path()
     if not cache_path.is_file():
         raise AuditUsageError(
@@ -498,7 +558,7 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
                 )
             answers = _from_cache(cache, identity_key(sampler))
             verdicts = answers if judge in (None, sampler) else _from_cache(cache, identity_key(judge))  # type: ignore[arg-type]
-            cached = derive(located, greedy, routes, answers, verdicts, pairs=pairs)
+            cached = derive(located, greedy, routes, answers, verdicts, pairs=pairs, adjudicates=adjudicates)
             held = published(a.family)
             agree = 0
             for d in cached:
@@ -530,7 +590,7 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
                 ]
                 answers = _from_engine(sampler)
                 verdicts = answers if judge in (None, sampler) else _from_engine(judge)  # type: ignore[arg-type]
-                fresh = derive(again, greedy, routes, answers, verdicts, pairs=pairs)
+                fresh = derive(again, greedy, routes, answers, verdicts, pairs=pairs, adjudicates=adjudicates)
                 _agreement(
                     a,
                     asked.n,

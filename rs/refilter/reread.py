@@ -16,7 +16,9 @@ format did not change, so neither did they):
 
 With a recovery pass, the questions a run under this reader would sample (`rs.pipeline.recover.samples_for`) get the samples
 the stores hold (the same requests whatever the reason they were drawn for) or the cache holds; what neither holds is
-counted and left to `rs publish`; samples of a question such a run would not sample are left out.
+counted and left to `rs publish`; samples of a question such a run would not sample are left out. Its suspect references
+are found again under this reader, their adjudications taken from the cache and the adjudicator's calibration measured
+again (`rs.refilter.suspects`); what could mark a question and was never adjudicated is refused.
 
 The re-read stores go beside the run's (`<build>/reread/`), never over them: the run's stores stay what they are, and a
 later `rs publish` finds its sample stage stale and runs it (from the cache, asking the judge what is missing).
@@ -56,6 +58,7 @@ from rs.pipeline.sample.stage import answer_vocabulary, sample_inputs
 from rs.pipeline.stage import fingerprint, read_report, replace_dir, scratch
 from rs.prompt import Instructions
 from rs.records import ITEMS, RECOVERY, SampleRecord
+from rs.refilter.suspects import Readjudication, Unadjudicated
 from rs.store import ParquetStreamWriter, qa_item, read_records, write_json
 from rs.util.checksums import damage, seal
 from rs.util.disk import writing
@@ -485,6 +488,13 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
             _link_store(root / "clean", tmp / "clean")
             shutil.copyfile(root / "clean.json", tmp / "clean.json")
             rereader = _Rereader(ctx, cache, verdicts, summary)
+            suspects = (
+                Readjudication(config, rereader.reader, cache.cache, cache.identity, cache.problem)
+                if recovery is not None and recovery.suspects
+                else None
+            )
+            waiting: list[tuple[int, Decision, dict[str, Any], dict[str, Any] | None]] = []
+            """The candidates' decisions before, until the adjudication decides them after."""
             with (
                 ParquetStreamWriter(tmp / "items", "items", ITEMS, group_rows=10_000, group_bytes=32 << 20) as items,
                 ParquetStreamWriter(
@@ -493,7 +503,7 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
                 ParquetStreamWriter(tmp / "items", "blind", BLIND, group_rows=10_000) as blinded,
             ):
                 blind = _Blind(ctx, rereader.reader, report) if config.blind is not None else None
-                for cleaned, stored, stored_draws in _joined(root, recovery is not None):
+                for at, (cleaned, stored, stored_draws) in enumerate(_adjudicated(root, recovery is not None)):
                     qa = qa_item(cleaned)
                     if blind is not None:
                         blinded.write(blind.regrade(qa, stored))
@@ -517,10 +527,10 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
                     items.write(item, size=len(item["text"]) + len(item["prompt"]))
                     summary.questions += 1
                     before = outcome(stored, stored_draws, routes.promotes).decision
-                    after = outcome(item, new_draws, routes.promotes).decision
-                    if (change := _transition(before, after)) is not None:
-                        summary.decisions[change] += 1
-                    summary.not_asked_questions += after.reason == "judge_not_asked"
+                    if suspects is not None and suspects.offer(at, qa, cleaned["image_sha256"], item, new_draws):
+                        waiting.append((at, before, item, new_draws))
+                    else:
+                        _decided(summary, before, outcome(item, new_draws, routes.promotes).decision)
                     summary.questions_unjudged += any(
                         _unjudged(a) for a in [item, *(new_draws["samples"] if new_draws else [])]
                     )
@@ -529,6 +539,19 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
             report.fingerprint = fingerprint(report.inputs)
             report.seconds = time.perf_counter() - start
             write_json(tmp / "sample.json", report.to_dict())
+            if suspects is not None and recovered is not None:
+                try:
+                    adjudicated = suspects.adjudicate(tmp / "recovery", ctx.family.name)
+                except Unadjudicated as err:
+                    raise NotRereadable(
+                        str(err),
+                        hint=f"run `rs publish {ctx.family.name}` (with the same --config, --build-dir and --limit): "
+                        "it asks the adjudicator (the cached answers are reused)",
+                    ) from None
+                recovered.adjudication = adjudicated.report
+                for at, before, item, new_draws in waiting:
+                    marked = {**new_draws, "adjudication": adjudicated.records[at]} if new_draws is not None else None
+                    _decided(summary, before, outcome(item, marked, routes.promotes).decision)
             if recovered is not None:
                 seal(tmp / "recovery")
                 recovered.inputs = recovery_inputs(ctx, report)
@@ -549,6 +572,33 @@ def reread(ctx: BuildContext, basis: Basis, *, cache_path: Path | None, routes: 
         summary.seconds,
     )
     return summary
+
+
+def _decided(summary: Reread, before: Decision, after: Decision) -> None:
+    """A question's decision under the run's reader and under the reader now, counted."""
+    if (change := _transition(before, after)) is not None:
+        summary.decisions[change] += 1
+    summary.not_asked_questions += after.reason == "judge_not_asked"
+
+
+def _adjudicated(root: Path, recovery: bool) -> Iterator[tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]]:
+    """`_joined`, each candidate's recovery record with the run's adjudication record (`adjudication`, as the routing
+    reads it: `rs.pipeline.route`), so that the decisions before are the run's, suspects included."""
+    records = read_records(root / "recovery", "adjudication") if recovery else iter(())
+    pending = next(records, None)
+    for cleaned, stored, draws in _joined(root, recovery):
+        if (
+            draws is not None
+            and pending is not None
+            and (pending["row"], pending["key"]) == (draws["row"], draws["key"])
+        ):
+            draws, pending = {**draws, "adjudication": pending}, next(records, None)
+        yield cleaned, stored, draws
+    if pending is not None:
+        raise RsError(
+            f"the adjudication records of {root / 'recovery'} name an item its samples lack (row {pending['row']}); "
+            "rebuild the family"
+        )
 
 
 def _unjudged(answer: dict[str, Any]) -> bool:

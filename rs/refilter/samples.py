@@ -25,10 +25,13 @@ from typing import Any, Iterator
 from rs.context import BuildContext
 from rs.errors import UsageError
 from rs.pipeline.route import NOT_ASKED
+from rs.pipeline.sample import SampleReport
 from rs.pipeline.sample.blind import BLIND
 from rs.pipeline.stage import replace_dir, scratch
 from rs.pipeline.write.samples import LAYOUT, RUN_FILE
 from rs.records import ITEMS, RECOVERY
+from rs.refilter.reread import _joined  # the stores' items with their cleaned questions and samples, in order
+from rs.refilter.suspects import Unadjudicated, restore
 from rs.refilter.verify import verify
 from rs.store import CLEAN_ROWS, ParquetStreamWriter, read_records, write_json
 from rs.util.checksums import seal
@@ -173,6 +176,20 @@ def _draws(row: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]
     }
 
 
+def _adjudication(ctx: BuildContext, tmp: Path, run: dict[str, Any], named: str, cache_path: Path | None) -> None:
+    """The suspect references' adjudication records, which a samples repo does not publish, found again from the rebuilt
+    stores and the generation cache (`rs.refilter.suspects.restore`; the run's report kept): without them a suspect
+    reference would be routed `wrong_answer`, the model's mistake. Without the cache they cannot be: refused."""
+    identity = (SampleReport.from_dict(run["sample"]).identities or {}).get("sampler")
+    try:
+        restore(ctx, tmp, _joined(tmp, True), identity, cache_path)
+    except Unadjudicated as err:
+        raise SamplesRepoError(
+            f"{named}: {err}",
+            hint="refilter where the run's generation cache is (--cache), or run `rs publish` there",
+        ) from None
+
+
 def rebuild(
     ctx: BuildContext, source: str, *, token: str | None = None, cache_path: Path | None = None
 ) -> tuple[Path, dict[str, Any]]:
@@ -246,6 +263,8 @@ def rebuild(
         write_json(tmp / "clean.json", run["clean"])
         write_json(tmp / "sample.json", run["sample"])
         if run.get("recovery") is not None:
+            if (run["recovery"].get("adjudication") or None) is not None:
+                _adjudication(ctx, tmp, run, named, cache_path)
             seal(tmp / "recovery")
             write_json(tmp / "recovery.json", run["recovery"])
         else:
