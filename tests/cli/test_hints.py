@@ -108,7 +108,9 @@ def test_the_preview_hint_of_a_column_that_holds_no_images_runs_as_printed(tmp_p
 def test_a_command_is_rendered_with_the_flags_and_environment_the_run_had(monkeypatch: pytest.MonkeyPatch) -> None:
     """The rendering alone: the path flags in the order of a command line, the variables first, shell-quoted."""
     monkeypatch.setattr(sys, "argv", ["/x/bin/rs", "publish"])
-    for name in invocation.ENV:  # what an earlier test of this worker left set (a bench's VLLM_LOGGING_LEVEL) is no flag
+    for (
+        name
+    ) in invocation.ENV:  # what an earlier test of this worker left set (a bench's VLLM_LOGGING_LEVEL) is no flag
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
