@@ -53,13 +53,12 @@ from rs.pipeline.recover import (
 )
 from rs.pipeline.route import Routes, answer_share, bounded, outcome, qa_entry
 from rs.pipeline.sample import SampleReport, SamplingPass, item_record
-from rs.pipeline.sample.adjudicate import ORDERS, Adjudicator, Dispute, agreeing_value
+from rs.pipeline.sample.adjudicate import ORDERS, Adjudicator, Dispute, adjudication_record, agreeing_value
 from rs.pipeline.sample.blind import add_answer
 from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.sample.stage import SampleStage, vocabulary_of
 from rs.pipeline.stage import read_report
 from rs.pipeline.write.pairs import pair_row
-from rs.refilter.suspects import record as adjudication_record
 from rs.store import read_clean_images, read_clean_rows
 
 GROUPS = ("think", "nothink", "recovered", "rejected")

@@ -444,18 +444,7 @@ def _blind_step(steps: _Steps, cache: GenerationCache, greedy: SamplingPass, sta
                     size=len(request.prompt),
                 )
         to_send, stats.sent = stats.sent - sent, sent  # counted again as the answers come back
-        if to_send:
-            steps.cluster.answer(
-                "blind",
-                steps.cluster.read([str(p) for p in writer.files]),
-                steps.role(greedy.runner.identity_key),
-                settings,
-                cache,
-                stats,
-                to_send,
-            )
-        for path in writer.files:
-            path.unlink()
+        _answer_files(steps, "blind", writer.files, greedy.runner.identity_key, settings, cache, stats, to_send)
     stats.seconds = time.perf_counter() - start
 
 
@@ -494,18 +483,16 @@ def _adjudication_step(steps: _Steps, cache: GenerationCache, recovering: Recove
                 size=len(dispute.image or b""),
             )
     to_send, stats.sent = stats.sent, 0  # counted again as the answers come back
-    if to_send:
-        steps.cluster.answer(
-            "adjudication",
-            steps.cluster.read([str(p) for p in writer.files]),
-            steps.role(adjudicator.runner.identity_key),
-            adjudicator.settings,
-            cache,
-            stats,
-            to_send,
-        )
-    for path in writer.files:
-        path.unlink()
+    _answer_files(
+        steps,
+        "adjudication",
+        writer.files,
+        adjudicator.runner.identity_key,
+        adjudicator.settings,
+        cache,
+        stats,
+        to_send,
+    )
     stats.seconds = time.perf_counter() - start
 
 
@@ -598,21 +585,47 @@ def _judge_step(
     to_send = sum(stats.sent for stats, _ in parts)
     for stats, _ in parts:
         stats.sent = 0  # counted again as the answers come back
-    if to_send:
-        requests = steps.cluster.read([str(p) for p in writer.files])
+    _answer_files(
+        steps,
+        name,
+        writer.files,
+        judge.runner.identity_key,
+        judge.settings,
+        cache,
+        first,
+        to_send,
+        part_of=lambda key: later.get(key, first),
+    )
+    first.seconds = time.perf_counter() - start
+
+
+def _answer_files(
+    steps: _Steps,
+    name: str,
+    files: Iterable[Path],
+    identity_key: str,
+    settings: SamplingSettings,
+    cache: GenerationCache,
+    stats: StepStats,
+    total: int,
+    **kwargs: Any,
+) -> None:
+    """Answer the `total` requests a step wrote to `files` on the replicas of the engine `identity_key` (`Cluster.answer`:
+    each batch committed as it returns), then remove the files."""
+    files = list(files)
+    if total:
         steps.cluster.answer(
             name,
-            requests,
-            steps.role(judge.runner.identity_key),
-            judge.settings,
+            steps.cluster.read([str(p) for p in files]),
+            steps.role(identity_key),
+            settings,
             cache,
-            first,
-            to_send,
-            part_of=lambda key: later.get(key, first),
+            stats,
+            total,
+            **kwargs,
         )
-    for path in writer.files:
+    for path in files:
         path.unlink()
-    first.seconds = time.perf_counter() - start
 
 
 def _missing_keys(

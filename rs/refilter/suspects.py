@@ -36,7 +36,7 @@ from rs.pipeline.sample.adjudicate import (
     AdjudicationSampler,
     Adjudicator,
     Dispute,
-    against,
+    adjudication_record,
     agreeing_value,
     calibrate,
 )
@@ -44,21 +44,6 @@ from rs.pipeline.sample.calibration import CalibrationSampler
 from rs.pipeline.sample.stage import vocabulary_of
 from rs.records import QAItem
 from rs.store import ParquetStreamWriter, qa_item
-
-
-def record(dispute: Dispute, sides: Sequence[str], passes: bool) -> dict[str, Any]:
-    """A candidate's adjudication record (`ADJUDICATION`) as the recover stage writes it
-    (`rs.pipeline.recover.RecoveryPass._adjudicate`): `passes`, whether the adjudicator passed its calibration (a
-    blocked one marks nothing). `rs audit --replay` and the re-read make it again from the cached verdicts."""
-    marked = against(sides)
-    return {
-        "row": dispute.row,
-        "key": dispute.key,
-        "agreeing": dispute.other,
-        "verdicts": list(sides),
-        "against": marked,
-        "suspect": marked and passes,
-    }
 
 
 class Unadjudicated(RsError):
@@ -154,7 +139,7 @@ class Readjudication:
         records: dict[int, dict[str, Any]] = {}
         with ParquetStreamWriter(out_dir, "adjudication", ADJUDICATION) as writer:
             for dispute in self.candidates:
-                made = record(dispute, sides[dispute.order], calibration.passes)
+                made = adjudication_record(dispute, sides[dispute.order], calibration.passes)
                 verdicts.update(made["verdicts"])
                 report.against += made["against"]
                 report.suspects += made["suspect"]

@@ -136,6 +136,21 @@ def against(sides: Sequence[str]) -> bool:
     return len(sides) == len(ORDERS) and all(side == "other" for side in sides)
 
 
+def adjudication_record(dispute: Dispute, sides: Sequence[str], passes: bool) -> dict[str, Any]:
+    """A candidate's adjudication record (`ADJUDICATION`), as the recover stage writes it and `rs audit --replay` and
+    `rs refilter`'s re-read make it again from the cached verdicts; `passes`: whether the adjudicator passed its
+    calibration (a blocked one marks nothing)."""
+    marked = against(sides)
+    return {
+        "row": dispute.row,
+        "key": dispute.key,
+        "agreeing": dispute.other,
+        "verdicts": list(sides),
+        "against": marked,
+        "suspect": marked and passes,
+    }
+
+
 class Adjudicator:
     """Renders the adjudication prompt in both orders, runs it through the (cached) sampling engine with the image, at
     temperature 0, its reasoning switched off and its reply constrained to a letter (as a `label_only` judge), and reads

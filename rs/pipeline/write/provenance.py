@@ -33,6 +33,7 @@ from rs.pipeline.recover import recovery_settings
 from rs.pipeline.sample.judge import Judge
 from rs.pipeline.versions import identities
 from rs.util import invocation
+from rs.util.host import cpu_model
 
 LIBRARIES = (
     "vllm",
@@ -159,16 +160,6 @@ def _judge_pass(config: Any, greedy: SamplingSettings) -> dict[str, Any]:
         return recorded
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _cpu_flags() -> list[str]:
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -183,7 +174,7 @@ def hardware(devices: bool = True) -> dict[str, Any]:
     """The machine's accelerator (GPU name and count) or its CPU (model and the ISA flags that pick kernels), and the
     environment variables that change kernels; nothing that names the host. Without `devices` (an engine that computes
     nothing here), no GPU and no torch: the CPU alone."""
-    out: dict[str, Any] = {"machine": platform.machine(), "cpu": _cpu_model(), "isa": _cpu_flags(), "gpus": []}
+    out: dict[str, Any] = {"machine": platform.machine(), "cpu": cpu_model(), "isa": _cpu_flags(), "gpus": []}
     if devices:
         try:
             import torch
