@@ -11,12 +11,18 @@ keeps answering as well as before (`python -m rs_demo.demo_model evaluate` measu
 
 Also measured here, in-process and without vLLM (`adjudication_accuracy`): on held-out scenes, the share of questions
 whose letter picks the scene graph's answer in both orders, the adjudicator's own criterion.
+
+`margin_ceiling` asks whether any such fine-tune could pass the adjudicator's calibration: it takes the best adjudicator
+the model's own answers allow (the value it finds likelier, in both orders, when its log-probabilities differ by more
+than a margin; a positional letter otherwise, which never sides against a reference in both orders) and measures both
+calibration checks at each margin, on held-out scenes whose truth the scene graph gives.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import random
 import time
 from collections import Counter
@@ -25,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from rs.pipeline.sample.adjudicate import LABELS, PROMPT_TEMPLATE
+from rs.pipeline.sample.calibration import wilson
 from rs.pipeline.sample.judge import prompt_template
 from rs.prompt import build_prompt
-from rs.sources.synthetic import SyntheticSource
+from rs.sources.synthetic import ATTRIBUTES, SyntheticSource
 from rs.sources.synthetic.noise import wrong_reference
 from rs_demo.tiny_model import IMAGE_TOKEN
 from rs_demo.train_demo import (
@@ -181,6 +188,121 @@ def adjudication_accuracy(
     return out
 
 
+def kind_values(answer: str) -> list[str] | None:
+    """Every value of a clean answer's kind that the scenes' questions can have: counts 0 to 12 (more for a larger
+    answer), yes and no, an attribute's values; None for an answer of no such kind."""
+    if answer.isdigit():
+        return [str(n) for n in range(max(13, int(answer) + 4))]
+    if answer in ("yes", "no"):
+        return ["yes", "no"]
+    return next((list(values) for values in ATTRIBUTES.values() if answer in values), None)
+
+
+def answer_log_probs(model: Any, encoder: Encoder, pixels: Any, question: str, values: Sequence[str]) -> list[float]:
+    """The model's log-probability of answering `question` with each of `values` (then the end of its turn), thinking
+    off: the adjudicator's mode."""
+    import torch
+
+    prompt = encoder.prompt_ids(question, False)
+    sequences = [prompt + encoder.target_ids(value) for value in values]
+    width = max(map(len, sequences))
+    ids = torch.zeros(len(sequences), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, sequence in enumerate(sequences):
+        ids[i, : len(sequence)], mask[i, : len(sequence)] = torch.tensor(sequence), 1
+    pixel_values = pixels.unsqueeze(0).expand(len(sequences), *pixels.shape)
+    logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixel_values).logits.log_softmax(-1)
+    return [
+        sum(logits[i, at - 1, sequence[at]].item() for at in range(len(prompt), len(sequence)))
+        for i, sequence in enumerate(sequences)
+    ]
+
+
+MARGINS = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def margin_ceiling(
+    model: Any,
+    encoder: Encoder,
+    n_images: int,
+    *,
+    seed: int = EVAL_SOURCE_SEED,
+    samples: int = 4,
+    temperature: float = 0.7,
+    margins: Sequence[float] = MARGINS,
+    cases: int = 50,
+) -> dict[str, Any]:
+    """Both calibration checks of the best adjudicator the model's own answers allow, at each margin.
+
+    On `n_images` held-out scenes, per clean question: the model's log-probability of each value of its kind
+    (`answer_log_probs`), its greedy value the likeliest. The adjudicator at margin m sides with the likelier of two
+    values, in both orders, when their log-probabilities differ by more than m; else it answers by position, which is
+    never against the reference in both orders.
+
+    - wrong references (the calibration's: a question answered right, its reference replaced by
+      `noise.wrong_reference`): sided against when log p(right) - log p(wrong) > m;
+    - right references (a question answered wrong that a sample recovers): not sided against when
+      log p(greedy) - log p(reference) <= m, each question weighted by the chance that one of `samples` answers at
+      `temperature` (over the kind's values) is the reference, as the recovery pass draws them.
+
+    Each margin's agreements, and the 95% Wilson lower bounds they would get on `cases` calibration cases (the gate's
+    default count)."""
+    import torch
+
+    source = SyntheticSource(seed=seed, num_images=n_images, questions_per_image=4, style="mixed")
+    wrong_gaps: list[float] = []
+    right_gaps: list[tuple[float, float]] = []
+    questions = answered = 0
+    model.eval()
+    with torch.no_grad():
+        for index in range(n_images):
+            record = source.record(index)
+            pixels = encoder.pixels([_decode_png(record.images[0])])
+            for item in record.qa:
+                values = kind_values(item.answer)
+                if values is None:
+                    continue
+                log_p = dict(zip(values, answer_log_probs(model, encoder, pixels, item.question, values)))
+                greedy = max(values, key=log_p.__getitem__)
+                questions += 1
+                if greedy == item.answer:
+                    answered += 1
+                    wrong = wrong_reference(item.answer, random.Random(f"{seed}:{index}:{item.turn}:adjudicate"))
+                    if wrong is not None:
+                        wrong_gaps.append(log_p[item.answer] - log_p[wrong])
+                    continue
+                top = max(log_p.values())
+                weights = {v: math.exp((lp - top) / temperature) for v, lp in log_p.items()}
+                p_reference = weights[item.answer] / sum(weights.values())
+                recovered = 1 - (1 - p_reference) ** samples
+                right_gaps.append((log_p[greedy] - log_p[item.answer], recovered))
+    recovered_total = sum(weight for _, weight in right_gaps)
+    rows = []
+    for margin in margins:
+        wrong_rate = sum(gap > margin for gap in wrong_gaps) / max(1, len(wrong_gaps))
+        right_rate = sum(w for gap, w in right_gaps if gap <= margin) / recovered_total if recovered_total else 0.0
+        rows.append(
+            {
+                "margin": margin,
+                "wrong_reference": round(wrong_rate, 4),
+                "right_reference": round(right_rate, 4),
+                "wrong_reference_low": round(wilson(round(wrong_rate * cases), cases).low, 4),
+                "right_reference_low": round(wilson(round(right_rate * cases), cases).low, 4),
+            }
+        )
+    return {
+        "images": n_images,
+        "seed": seed,
+        "questions": questions,
+        "greedy_accuracy": round(answered / max(1, questions), 4),
+        "wrong_reference_cases": len(wrong_gaps),
+        "right_reference_cases": round(recovered_total, 1),
+        "recovery": {"samples": samples, "temperature": temperature},
+        "cases": cases,
+        "margins": rows,
+    }
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -323,4 +445,13 @@ def finetune(
     }
 
 
-__all__ = ["AdjudicationEncoder", "adjudication_accuracy", "dispute", "finetune", "make_mixed_batch"]
+__all__ = [
+    "AdjudicationEncoder",
+    "adjudication_accuracy",
+    "answer_log_probs",
+    "dispute",
+    "finetune",
+    "kind_values",
+    "make_mixed_batch",
+    "margin_ceiling",
+]

@@ -58,3 +58,38 @@ def test_a_mixed_batch_holds_answering_and_adjudication_examples() -> None:
     for e in adjudicating:
         assert encoder.tokenizer.decode(e.target) in {f"{x}<|im_end|>" for x in LABELS}
         assert "Reply with exactly one letter" in encoder.tokenizer.decode(e.prompt)
+
+
+def test_the_ceiling_reads_the_models_own_answers() -> None:
+    """`answer_log_probs` ranks first the value the model writes greedily; the ceiling's checks move as a margin must:
+    at 0 every question answered right is sided for and every recovered one against its reference."""
+    import torch
+    from transformers import Idefics3ForConditionalGeneration
+
+    from rs_demo.adjudication_training import answer_log_probs, kind_values, margin_ceiling
+    from rs_demo.train_demo import _decode_png
+
+    encoder = _encoder()
+    model = Idefics3ForConditionalGeneration.from_pretrained(WEIGHTS_DIR).float().eval()
+    record = SyntheticSource(seed=999, num_images=1, questions_per_image=4, style="mixed").record(0)
+    pixels = encoder.pixels([_decode_png(record.images[0])])
+    read = 0
+    for item in record.qa:
+        values = kind_values(item.answer)
+        log_p = answer_log_probs(model, encoder, pixels, item.question, values)
+        prompt = torch.tensor([encoder.prompt_ids(item.question, False)])
+        with torch.no_grad():
+            out = model.generate(input_ids=prompt, pixel_values=pixels.unsqueeze(0), max_new_tokens=8, do_sample=False)
+        written = encoder.tokenizer.decode(out[0, prompt.shape[1] :], skip_special_tokens=True).strip()
+        if written in values:
+            read += 1
+            assert max(log_p) - log_p[values.index(written)] < 1e-3  # the greedy value, or one tied with it
+    assert read >= 2
+
+    result = margin_ceiling(model, encoder, 3, margins=(0.0, 1.0, 100.0))
+    first, _, last = result["margins"]
+    assert result["questions"] == 12 and 0 <= result["greedy_accuracy"] <= 1
+    assert first["wrong_reference"] == 1.0 and first["right_reference"] == 0.0
+    assert last["wrong_reference"] == 0.0 and (last["right_reference"] == 1.0 or not result["right_reference_cases"])
+    rates = [row["wrong_reference"] for row in result["margins"]]
+    assert rates == sorted(rates, reverse=True)

@@ -1,4 +1,4 @@
-"""``python -m rs_demo.demo_model {train,evaluate,hashes}``: train, measure and pin the demo VLM."""
+"""``python -m rs_demo.demo_model {train,evaluate,adjudicate,ceiling,hashes}``: train, measure and pin the demo VLM."""
 
 from __future__ import annotations
 
@@ -47,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     adjudicate.add_argument("--per-image", type=int, default=2, help="adjudication examples per training scene")
     adjudicate.add_argument("--lr", type=float, default=1e-3)
     adjudicate.add_argument("--threads", type=int, default=0, help="torch threads (0: pick 1 or 2 by timing)")
+    ceiling = commands.add_parser(
+        "ceiling",
+        help="both adjudicator calibration checks of the best adjudicator the model's own answers allow, per margin",
+    )
+    ceiling.add_argument("--model", type=Path, default=None, help="model folder (default: the shipped one)")
+    ceiling.add_argument("--images", type=int, default=100, help="held-out scenes (default 100: 400 questions)")
     commands.add_parser("hashes", help="rewrite SHA256SUMS from the shipped files")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -57,6 +63,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from rs_demo import train_demo as trainer
+
+    if args.command == "ceiling":
+        from transformers import AutoProcessor, Idefics3ForConditionalGeneration
+
+        from rs_demo.adjudication_training import margin_ceiling
+
+        folder = args.model.expanduser().absolute() if args.model else demo_model_path()
+        encoder = trainer.Encoder(AutoProcessor.from_pretrained(folder), trainer.Settings())
+        model = Idefics3ForConditionalGeneration.from_pretrained(folder).float()
+        result = margin_ceiling(model, encoder, args.images)
+        print(json.dumps({k: v for k, v in result.items() if k != "margins"}))
+        print(f"margin  wrong refs sided against  right refs kept  (95% lower bounds on {result['cases']} cases)")
+        for row in result["margins"]:
+            print(
+                f"{row['margin']:6.2f}  {row['wrong_reference']:6.1%} ({row['wrong_reference_low']:6.1%})"
+                f"          {row['right_reference']:6.1%} ({row['right_reference_low']:6.1%})"
+            )
+        return 0
 
     if args.command == "adjudicate":
         from rs_demo.adjudication_training import finetune
