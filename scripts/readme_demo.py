@@ -48,6 +48,7 @@ def summary(stdout: str, family: str = FAMILY) -> str:
                 "  answers ended:",
                 "  judge calibration:",
                 "  judge:",
+                "  adjudicator calibration:",
                 "  suspect references:",
                 "  no image:",
             )
@@ -57,7 +58,13 @@ def summary(stdout: str, family: str = FAMILY) -> str:
     return "\n".join(block)
 
 
-JUDGE_LINES = ("  rejected by reason:", "  judge calibration:", "  judge:", "  suspect references:")
+JUDGE_LINES = (
+    "  rejected by reason:",
+    "  judge calibration:",
+    "  judge:",
+    "  adjudicator calibration:",
+    "  suspect references:",
+)
 """The summary's lines whose figures are the judge's (and the adjudicator's) verdicts: near ties for the demo model, which
 was never trained to judge, so a CPU other than the one that wrote the README may tip one (docs/design.md, "The same bytes on any CPU")."""
 

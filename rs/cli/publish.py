@@ -61,19 +61,24 @@ def _recovery_line(r: RecoverySummary) -> str:
     )
 
 
-def _suspects_line(s: dict[str, Any]) -> str:
-    """The suspect references (`recovery.suspects`): how many were marked, of how many candidates, and the adjudicator's
-    gate."""
+def _suspects_lines(s: dict[str, Any]) -> list[str]:
+    """The suspect references (`recovery.suspects`): the adjudicator's agreement on each calibration set, how many were
+    marked of how many candidates, and its gate."""
     cal = s["calibration"]
+    checks = (
+        f"  adjudicator calibration: wrong references sided against {_check(cal['wrong_reference'])}, "
+        f"right references left alone {_check(cal['right_reference'])}"
+    )
     gate = (
         "the adjudicator passed its calibration"
         if cal["passes"]
         else f"the adjudicator is BLOCKED, it marks nothing: {cal['blocked_reason']}"
     )
-    return (
+    return [
+        checks,
         f"  suspect references: {s['marked']:,} marked of {s['candidates']:,} candidates ({s['against']:,} sided against "
-        f"the reference in both orders; {s['requests']:,} adjudication requests); {gate}"
-    )
+        f"the reference in both orders; {s['requests']:,} adjudication requests); {gate}",
+    ]
 
 
 def _blind_line(b: dict[str, Any]) -> str:
@@ -98,12 +103,16 @@ def _endings_line(e: Endings) -> str:
     )
 
 
+def _check(c: dict[str, Any]) -> str:
+    """A calibration check as agreed/total [its 95% interval]."""
+    return f"{c['agreed']}/{c['total']} [{pct(c['low'])}, {pct(c['high'])}]" if c["total"] else "0/0"
+
+
 def _calibration_lines(cal: dict[str, Any]) -> list[str]:
     """The judge's agreement on each calibration set, and whether its verdicts promote."""
 
     def check(name: str) -> str:
-        c = cal[name]
-        return f"{c['agreed']}/{c['total']} [{pct(c['low'])}, {pct(c['high'])}]" if c["total"] else "0/0"
+        return _check(cal[name])
 
     checks = (
         f"  judge calibration: positives {check('positive')}, easy negatives {check('easy')}, "
@@ -194,7 +203,7 @@ def summary(family: Family, outcome: PublishReport, *, dry_run: bool, cache: Pat
     if cal:
         lines += _calibration_lines(cal)
     if report.recovery is not None and report.recovery.suspects is not None:
-        lines.append(_suspects_line(report.recovery.suspects))
+        lines.extend(_suspects_lines(report.recovery.suspects))
     if report.blind is not None:
         lines.append(_blind_line(report.blind))
     lines.append(_kind_line(report, dry_run=dry_run))

@@ -40,9 +40,10 @@ from rs.pipeline.sample.judge import JudgeCase, prompt_template
 from rs.records import QAItem
 from rs.util.shipped import TEMPLATES
 
-VERSION = "1"
-"""The adjudicator, its prompt, the candidates it is asked about and how it is measured: bump when a change asks or
-reads it otherwise, or marks some question otherwise (`rs.pipeline.versions`)."""
+VERSION = "2"
+"""(2: a blocked adjudicator gives every reason that holds.) The adjudicator, its prompt, the candidates it is asked
+about and how it is measured: bump when a change asks or reads it otherwise, or marks some question otherwise
+(`rs.pipeline.versions`)."""
 PROMPT_TEMPLATE = "adjudicate_prompt.jinja"
 """What the adjudicator is asked, in `TEMPLATES`."""
 LABELS = ("A", "B")
@@ -344,25 +345,29 @@ class AdjudicationCalibration:
 
 
 def gate(wrong: Check, right: Check, config: JudgeConfig) -> str | None:
-    """Why the adjudicator may not mark anything on this run, or None when both checks have the evidence they need."""
+    """Why the adjudicator may not mark anything on this run (every reason that holds, too few cases first), or None
+    when both checks have the evidence they need."""
     need = config.min_calibration_cases
+    reasons = []
     for check, what in (
         (wrong, "wrong references (accepted questions shown a wrong value as their reference)"),
         (right, "right references (questions the model recovered to their reference)"),
     ):
         if check.total < need:
-            return f"too few calibration cases to trust the adjudicator: {check.total} {what}, at least {need} needed"
+            reasons.append(
+                f"too few calibration cases to trust the adjudicator: {check.total} {what}, at least {need} needed"
+            )
     for check, threshold, what, said in (
         (right, config.min_negative_agreement, "right references", "sided against {bad} of {total}"),
         (wrong, config.min_positive_agreement, "wrong references", "sided against only {agreed} of {total}"),
     ):
-        if check.low < threshold:
+        if check.total and check.low < threshold:
             told = said.format(bad=check.total - check.agreed, agreed=check.agreed, total=check.total)
-            return (
+            reasons.append(
                 f"on {what} the adjudicator {told} in both orders: agreement {check.rate:.1%}, whose 95% lower bound "
                 f"{check.low:.1%} is below {threshold:.0%}"
             )
-    return None
+    return "; ".join(reasons) or None
 
 
 def calibrate(verdicts: Iterable[tuple[Dispute, list[str]]], config: JudgeConfig) -> AdjudicationCalibration:

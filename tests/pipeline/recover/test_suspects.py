@@ -161,10 +161,15 @@ def test_an_adjudicator_that_picks_a_position_is_blocked_and_marks_nothing(tmp_p
     card = (repos["rejected"] / "README.md").read_text()
     assert "**Suspect references.** 0 of the 2 rejections are suspect references" in card
     assert f"**It did not pass on this run and marked nothing**: {cal['blocked_reason']}." in card
-    assert (
+    lines = summary(load_families(tmp_path / "families.yaml")["Shapes"], outcome, dry_run=False).splitlines()
+    at = lines.index(
         "  suspect references: 0 marked of 1 candidates (0 sided against the reference in both orders; 14 adjudication "
         f"requests); the adjudicator is BLOCKED, it marks nothing: {cal['blocked_reason']}"
-    ) in summary(load_families(tmp_path / "families.yaml")["Shapes"], outcome, dry_run=False).splitlines()
+    )
+    assert lines[at - 1] == (
+        "  adjudicator calibration: wrong references sided against 0/3 [0.0%, 56.1%], "
+        "right references left alone 3/3 [43.9%, 100.0%]"
+    )
 
 
 def test_too_few_calibration_cases_block_it_even_when_it_is_right(tmp_path: Path, family) -> None:
@@ -174,7 +179,8 @@ def test_too_few_calibration_cases_block_it_even_when_it_is_right(tmp_path: Path
     assert (adjudication["against"], adjudication["suspects"]) == (1, 0)
     assert adjudication["calibration"]["blocked_reason"] == (
         "too few calibration cases to trust the adjudicator: 3 wrong references (accepted questions shown a wrong "
-        "value as their reference), at least 4 needed"
+        "value as their reference), at least 4 needed; too few calibration cases to trust the adjudicator: 3 right "
+        "references (questions the model recovered to their reference), at least 4 needed"
     )
     assert outcome.report.totals.rejected_by_reason["suspect_reference"] == 0
 

@@ -134,6 +134,13 @@ def test_the_gate_wants_evidence_on_both_checks_and_a_right_reference_wrongly_ma
     blocked = gate(wilson(200, 200), wilson(180, 200), config)
     assert blocked.startswith("on right references the adjudicator sided against 20 of 200 in both orders")
     assert gate(wilson(150, 200), wilson(200, 200), config).startswith("on wrong references")
+    # every reason that holds, too few cases first: the demo's 0 of 48 is not hidden behind its count
+    both = gate(wilson(0, 48), wilson(55, 55), config)
+    assert both == (
+        "too few calibration cases to trust the adjudicator: 48 wrong references (accepted questions shown a wrong value "
+        "as their reference), at least 50 needed; on wrong references the adjudicator sided against only 0 of 48 in "
+        "both orders: agreement 0.0%, whose 95% lower bound 0.0% is below 80%"
+    )
 
 
 def test_calibration_cases_are_drawn_from_accepted_and_recovered_questions_with_a_certainly_wrong_reference() -> None:
