@@ -86,7 +86,8 @@ BLIND = {
     "marked": Value("bool"),
 }
 """The no-image pass's record of a question, in every split's QA with `blind:` (`rs.pipeline.sample.blind`): the answer
-given to the same prompt without the image at temperature 0 (the first rotation of a multiple-choice question), whether
+given to the same prompt without the image at temperature 0 (the first rotation of a multiple-choice question; "" for an
+`answer_too_large` rejection, whose model text is left out: `rs.pipeline.route.published_bytes`), whether
 the verifier accepted it, how many of the `k` no-image answers it accepted (the rotations, or that answer and the
 samples), and `marked`: right in every rotation, or right at temperature 0."""
 

@@ -25,11 +25,12 @@ if TYPE_CHECKING:
     from rs.engines.base import Request
     from rs.families.schema import FamilyConfig, QuestionTypesConfig
 
-VERSION = "6"
+VERSION = "7"
 """Which split an answered item goes to: bump when a change routes some item otherwise (`rs.pipeline.versions`; 2: the recovery
 pass's samples; 3: a certain rejection keeps `wrong_answer` whatever the judge said, but CORRECT: `judge_overruled`; 4: a candidate the
 calibrated adjudicator sides against its reference is `suspect_reference`; 5: with `blind.rl: false`, the RL repo leaves
-out the questions the no-image pass marked; 6: an answer too large for its row's part of a row group is `answer_too_large`)."""
+out the questions the no-image pass marked; 6: an answer too large for its row's part of a row group is `answer_too_large`;
+7: the no-image answer counts in it, and is not published with `answer_too_large`)."""
 
 SUSPECT_EXAMPLES = 5
 """How many `suspect_reference` rejections the rejected card shows."""
@@ -40,8 +41,9 @@ be what is wrong. Never in a preference pair, nor in the RL repo."""
 
 
 ANSWER_TOO_LARGE = "answer_too_large"
-"""The reason of an item whose published answer (the model's own text) would not fit its row's part of a row group
-(`Routes.answer_bytes`): rejected with its question and reference and no answer, so that the write never fails the family."""
+"""The reason of an item whose published answers (the model's own text, its no-image answer included) would not fit its
+row's part of a row group (`Routes.answer_bytes`): rejected with its question and reference and no answer, so that the
+write never fails the family."""
 
 
 NOT_ASKED = "NOT_ASKED"
@@ -262,12 +264,14 @@ def outcome(item: dict[str, Any], draws: dict[str, Any] | None, promotes: bool) 
 def published_bytes(item: dict[str, Any], result: Outcome) -> int:
     """The most bytes of the model's text an item puts in a row of one split: an accepted answer's reasoning and final
     answer twice (the think split's `reasoning`, `answer` and `response`) with the greedy answer a recovered one keeps;
-    a rejected one's final answer (`wrong_vlm`)."""
+    a rejected one's final answer (`wrong_vlm`); with a no-image pass, its no-image answer too (`blind.answer`, in
+    every split)."""
+    blind = len(blind_published(result.blind)["answer"].encode()) if result.blind is not None else 0
     if not result.decision.accepted:
-        return len((item["final"] or "").encode())
+        return len((item["final"] or "").encode()) + blind
     answer = result.answer
     own = len((answer["reasoning"] or "").encode()) + len((answer["final"] or "").encode())
-    return 2 * own + (len((item["final"] or "").encode()) if result.recovered else 0)
+    return 2 * own + (len((item["final"] or "").encode()) if result.recovered else 0) + blind
 
 
 def bounded(item: dict[str, Any], result: Outcome, share: int | None) -> Outcome:
@@ -291,13 +295,16 @@ def kept_out_of_think(answer: dict[str, Any], needs_agreeing_reasoning: bool) ->
 
 def qa_entry(split: str, item: dict[str, Any], result: Outcome, routes: Routes) -> dict[str, Any] | None:
     """The QA entry `split` (think, nothink or rejected) publishes of an item, or None when the split has none of it;
-    with a no-image pass, its `blind` column (`rs.splits_schema.BLIND`) last."""
+    with a no-image pass, its `blind` column (`rs.splits_schema.BLIND`) last, its `answer` "" when `answer_too_large`."""
     qa = _qa_entry(split, item, result, routes)
     if qa is None or not routes.blind:
         return qa
     if result.blind is None:
         raise RuntimeError(f"{item['key']} has no no-image record; rebuild the family")
-    return {**qa, "blind": blind_published(result.blind)}
+    blind = blind_published(result.blind)
+    if result.decision.reason == ANSWER_TOO_LARGE:  # no model text at all; its measures stay
+        blind["answer"] = ""
+    return {**qa, "blind": blind}
 
 
 def _qa_entry(split: str, item: dict[str, Any], result: Outcome, routes: Routes) -> dict[str, Any] | None:

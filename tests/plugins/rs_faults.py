@@ -4,6 +4,8 @@
 answers are vLLM's, so it caches under the plain `vllm` kind and a run with it is comparable with a
 run without; it reaches the Ray replicas as any engine kind does on a cluster.
 `slow_replay` (tests/faults.py): the replay engine, slow enough for a run to be stopped part-way.
+`blind_replay` (tests/pipeline/write/test_answer_too_large.py): the replay engine with a second file for the questions
+asked without their image (`blind:`), which the replay engine alone would answer as they were answered with it.
 `slow_files` and the `slow_check` step (tests/cli/test_phase_interrupts.py): a files source whose records come slowly, and a
 cleaning step that takes its time over each question, so that a run can be stopped while it reads or cleans.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Hashable, Iterator, Literal, Sequence
 
@@ -110,6 +112,41 @@ class SlowReplayEngine(ReplayEngine):
             self.delay * sum(r.image is not None for r in requests)
         )  # the answers; the judge's verdicts come at once
         return super().generate(requests, settings)
+
+
+@dataclass(kw_only=True)
+class BlindReplayConfig(ReplayEngineConfig):
+    kind: Literal["blind_replay"] = "blind_replay"  # type: ignore[assignment]
+    blind_path: str
+    """JSON Lines answering the requests without an image (the no-image pass's; the judge's too: use it with the judge
+    off), as `replay_path` answers the rest."""
+
+
+@ENGINES.register("blind_replay")
+class BlindReplayEngine(ReplayEngine):
+    """The replay engine, each request without an image answered from `blind_path` instead."""
+
+    kind = "blind_replay"
+    Config = BlindReplayConfig
+    blind: ReplayEngine
+
+    @classmethod
+    def from_config(cls, config: BlindReplayConfig, model: Any, *, base_dir: Path | None = None) -> BlindReplayEngine:
+        engine = super().from_config(config, model, base_dir=base_dir)
+        engine.blind = ReplayEngine.from_config(
+            replace(config, replay_path=config.blind_path), model, base_dir=base_dir
+        )
+        return engine
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "blind_sha256": self.blind.identity()["replay_sha256"]}
+
+    def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
+        return [(self if r.image_hash() else self.blind)._one(r, settings.temperature) for r in requests]
+
+    def close(self) -> None:
+        self.blind.close()
+        super().close()
 
 
 @dataclass(kw_only=True)
