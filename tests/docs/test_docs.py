@@ -165,3 +165,11 @@ def test_every_benchmark_script_is_on_the_benchmarks_page() -> None:
     assert len(scripts) >= 10
     missing = [p.name for p in scripts if f"| `bench/{p.name}` |" not in page]
     assert not missing, f"bench scripts with no row on docs/benchmarks.md: {missing}"
+
+
+def test_the_published_page_names_every_reject_reason() -> None:
+    """docs/published.md lists the reasons by name and sends the reader to the generated meanings: a reason added to the
+    code and not to the page fails here."""
+    page = (ROOT / "docs" / "published.md").read_text(encoding="utf-8")
+    assert "reference/reasons.md#why-a-question-is-in-the-rejected-split" in page
+    assert [r for r in REJECT_REASONS if f"`{r}`" not in page] == []
