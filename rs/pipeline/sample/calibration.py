@@ -38,9 +38,9 @@ from rs.records import QAItem
 from rs.util.progress import progress
 from rs.verifiers import Verifier
 
-VERSION = "3"
+VERSION = "4"
 """How the judge is measured: bump when a change measures or gates it otherwise (`rs.pipeline.versions`; 3: the cases carry
-their question's image, for a judge that sees it)."""
+their question's image, for a judge that sees it; 4: a blocked judge gives every reason that holds)."""
 
 T = TypeVar("T")
 
@@ -346,14 +346,17 @@ class Calibration:
 
 
 def gate(positive: Check, hard: Check, certain: Check, config: JudgeConfig) -> str | None:
-    """Why the judge may not promote on this run, or None when every check has the evidence it needs."""
+    """Why the judge may not promote on this run (every reason that holds, too few cases first), or None when every
+    check has the evidence it needs."""
     need = config.min_calibration_cases
-    for check, what in (
-        (positive, "verifier-accepted items"),
-        (hard, "hard negatives (near misses on the same question)"),
-    ):
-        if check.total < need:
-            return f"too few calibration cases to trust the judge: {check.total} {what}, at least {need} needed"
+    reasons = [
+        f"too few calibration cases to trust the judge: {check.total} {what}, at least {need} needed"
+        for check, what in (
+            (positive, "verifier-accepted items"),
+            (hard, "hard negatives (near misses on the same question)"),
+        )
+        if check.total < need
+    ]
     checks = [(hard, config.min_negative_agreement, "hard negatives", "called {wrong} of {total} CORRECT")]
     if certain.total >= need:
         checks.append(
@@ -368,13 +371,13 @@ def gate(positive: Check, hard: Check, certain: Check, config: JudgeConfig) -> s
         (positive, config.min_positive_agreement, "verifier-accepted items", "called {agreed} of {total} CORRECT")
     )
     for check, threshold, what, said in checks:
-        if check.low < threshold:
+        if check.total and check.low < threshold:
             told = said.format(wrong=check.total - check.agreed, agreed=check.agreed, total=check.total)
-            return (
+            reasons.append(
                 f"on {what} the judge {told}: agreement {check.rate:.1%}, whose 95% lower bound "
                 f"{check.low:.1%} is below {threshold:.0%}"
             )
-    return None
+    return "; ".join(reasons) or None
 
 
 def calibrate(

@@ -94,6 +94,16 @@ def test_gate_uses_the_lower_bound_and_the_certain_rejections_when_there_are_eno
     assert reason is not None and "knows are wrong" in reason and "called 20 of 100 CORRECT" in reason
     reason = gate(wilson(150, 200), ok_hard, wilson(0, 0), config)
     assert reason is not None and "verifier-accepted items" in reason
+    # every reason that holds, too few cases first: the demo's judge fails its positives as well as its hard negatives
+    assert gate(wilson(44, 59), wilson(10, 55), wilson(31, 71), config) == (
+        "on hard negatives the judge called 45 of 55 CORRECT: agreement 18.2%, whose 95% lower bound 10.2% is below 90%; "
+        "on rejections the verifier knows are wrong the judge called 40 of 71 CORRECT: agreement 43.7%, whose 95% lower "
+        "bound 32.7% is below 90%; on verifier-accepted items the judge called 44 of 59 CORRECT: agreement 74.6%, whose "
+        "95% lower bound 62.2% is below 80%"
+    )
+    assert gate(wilson(30, 40), wilson(10, 55), wilson(0, 0), config).startswith(
+        "too few calibration cases to trust the judge: 40 verifier-accepted items, at least 50 needed; on hard negatives"
+    )
 
 
 def _pass_probability(agreement: float, config: JudgeConfig) -> float:
