@@ -4,6 +4,8 @@
 answers are vLLM's, so it caches under the plain `vllm` kind and a run with it is comparable with a
 run without; it reaches the Ray replicas as any engine kind does on a cluster.
 `slow_replay` (tests/faults.py): the replay engine, slow enough for a run to be stopped part-way.
+`sighted_replay` (tests/audit/test_audit_made_on.py): the replay engine for the questions asked with their image, a
+fixed answer to those asked without it, so that a replayed family can run the no-image pass (`blind:`).
 `slow_files` and the `slow_check` step (tests/cli/test_phase_interrupts.py): a files source whose records come slowly, and a
 cleaning step that takes its time over each question, so that a run can be stopped while it reads or cleans.
 """
@@ -110,6 +112,47 @@ class SlowReplayEngine(ReplayEngine):
             self.delay * sum(r.image is not None for r in requests)
         )  # the answers; the judge's verdicts come at once
         return super().generate(requests, settings)
+
+
+@dataclass(kw_only=True)
+class SightedReplayConfig(ReplayEngineConfig):
+    kind: Literal["sighted_replay"] = "sighted_replay"  # type: ignore[assignment]
+    unseen: str = "<think>\nThere is no image to look at.\n</think>\n\nnone"
+    """The answer to every request without an image."""
+
+
+@ENGINES.register("sighted_replay")
+class SightedReplayEngine(ReplayEngine):
+    """The replay engine where a request has an image; `unseen` where it has none, as a model with nothing to look at
+    would answer. The replay engine itself is refused with `blind:` (it answers by the question's key, image or not,
+    so the question asked without its image would get the answer given with it); with this one the no-image pass runs
+    on replayed answers. A judge's requests must then carry the image (`judge.sees_image`): a text-only one gets
+    `unseen` too."""
+
+    kind = "sighted_replay"
+    Config = SightedReplayConfig
+    unseen = SightedReplayConfig.unseen
+
+    @classmethod
+    def from_config(
+        cls, config: SightedReplayConfig, model: Any, *, base_dir: Path | None = None
+    ) -> SightedReplayEngine:
+        engine = super().from_config(config, model, base_dir=base_dir)
+        engine.unseen = config.unseen
+        return engine
+
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "unseen": self.unseen}
+
+    def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
+        return [
+            self._one(r, settings.temperature)
+            if r.image_hash()
+            else Generation.from_text(
+                self.unseen, finish_reason="stop", model=self.model, model_revision=self.revision
+            )
+            for r in requests
+        ]
 
 
 @dataclass(kw_only=True)
