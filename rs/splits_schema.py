@@ -97,10 +97,12 @@ BLIND_RECORD = {
     "right": List(Value("bool")),
     "errors": Value("int32"),
     "marked": Value("bool"),
+    "made_on": List(_STR),
 }
 """A question's whole no-image record in the samples repo (`blind`, with `blind:`): each no-image answer's final answer
-(null where it gave none) and whether it was right, the temperature-0 one first (`rs.pipeline.sample.blind.BLIND`), so
-that `rs refilter --from-samples` gives the items store its no-image records back."""
+(null where it gave none), whether it was right and the id of the machine that made it (`provenance.made_on`), the
+temperature-0 one first (`rs.pipeline.sample.blind.BLIND`), so that `rs refilter --from-samples` gives the items store
+its no-image records back."""
 
 _MESSAGES = List({"role": _STR, "content": _STR})
 

@@ -83,7 +83,7 @@ def write_family(tmp_path: Path, cases: list[Case], *, name: str = "Shapes", **b
 def rebuilt_sentence(repo: str, *, local: bool) -> str:
     """The sentence a card of repos rebuilt from the samples repo `repo` gains (templates/card.md.jinja)."""
     return (
-        f"> **Rebuilt from the samples repo** `{repo}` ({'a local folder; ' if local else ''}layout 3), without the family's "
+        f"> **Rebuilt from the samples repo** `{repo}` ({'a local folder; ' if local else ''}layout 4), without the family's "
         "build: its rows hold every answer and the cleaned questions, its `rs/run.json` the stages' reports."
     )
 
@@ -101,7 +101,7 @@ def differ_by_the_source_alone(built: Path, rebuilt: Path, repo: str, *, local: 
     for f in differing:
         if f.name == "stats.json":
             mine, theirs = json.loads((built / f).read_text()), json.loads((rebuilt / f).read_text())
-            assert theirs["filter"].pop("source") == {"repo": repo, "local": local, "layout": "3"}
+            assert theirs["filter"].pop("source") == {"repo": repo, "local": local, "layout": "4"}
             assert mine["filter"].pop("source") is None and mine == theirs
         else:
             lines = (rebuilt / f).read_text().splitlines()

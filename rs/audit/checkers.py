@@ -292,8 +292,8 @@ def endings(a: Audit) -> None:
 @checker("*")
 def made_on(a: Audit) -> None:
     """Where the answers were made: the card's line against `provenance.made_on`, whose counts must add up to the
-    answers the stats count (every question's greedy answer, and every recovery sample). A report written before rs
-    recorded it states nothing."""
+    answers the stats count (every question's greedy answer, every no-image answer and every recovery sample). A report
+    written before rs recorded it states nothing."""
     listed = (a.report.provenance or {}).get("made_on")
     if not listed:
         return
@@ -301,12 +301,14 @@ def made_on(a: Audit) -> None:
     held = {m["id"]: m["answers"] for m in listed}
     if (s := a.stated("made_on")) is not None:
         a.same("where the answers were made", where, counts(s.value[0]), held)
-    recovery = a.report.recovery
+    recovery, blind = a.report.recovery, a.report.blind
     a.same(
-        "provenance.made_on (sum) = QA answered + recovery samples",
+        "provenance.made_on (sum) = QA answered + recovery samples + no-image answers",
         stats,
         sum(held.values()),
-        a.report.totals.answered + (recovery.samples if recovery is not None else 0),
+        a.report.totals.answered
+        + (recovery.samples if recovery is not None else 0)
+        + (blind["answers"] if blind is not None else 0),
     )
 
 

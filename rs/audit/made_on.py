@@ -3,8 +3,9 @@
 The provenance lists the machines that made the answers with how many each made (`rs.pipeline.write.made_on`). With
 the build, those counts are taken again from its stores; with the run's generation cache too, from the cache itself:
 each stored answer's cache key is rebuilt as the run keyed it (the greedy answer from its item's prompt and image, a
-recovery sample with the recovery pass's settings and its sample's seed) and the machine the cache holds for it
-counted. An answer the cache lacks is named; a count that differs is a finding.
+recovery sample with the recovery pass's settings and its sample's seed, a no-image answer as the no-image pass asks
+it, `rs.pipeline.sample.blind.BlindPass.keyed`) and the machine the cache holds for it counted. An answer the cache
+lacks is named; a count that differs is a finding.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from rs.pipeline.recover import recovery_settings
 from rs.pipeline.sample import SamplingPass
 from rs.pipeline.sample.stage import vocabulary_of
 from rs.pipeline.write.made_on import count
-from rs.store import read_records
+from rs.store import read_clean_rows, read_records
 
 CHUNK = 4096
 """Keys looked up in the cache together."""
@@ -39,7 +40,7 @@ def _listed(a: Audit) -> dict[str, int] | None:
 
 
 def check_stores(a: Audit, root: Path) -> None:
-    """`provenance.made_on`'s counts against the build's items and recovery stores."""
+    """`provenance.made_on`'s counts against the build's items, no-image and recovery stores."""
     if (held := _listed(a)) is None:
         return
     recovery = root / "recovery" if a.report.recovery is not None else None
@@ -79,7 +80,7 @@ def check_cache(a: Audit, root: Path, asked: Replay) -> None:
                 progress=False,
                 vocabulary=vocabulary_of(family, BuildPaths(root)),
             )
-            keyed = _keys(root, greedy, report.recovery is not None)
+            keyed = _keys(root, greedy, report.recovery is not None, report.blind is not None)
             while block := list(islice(keyed, CHUNK)):
                 machines = cache.made_on(key for key, _ in block)
                 for key, what in block:
@@ -104,8 +105,9 @@ def check_cache(a: Audit, root: Path, asked: Replay) -> None:
     a.same("where the answers were made (the generation cache)", where, held, dict(found))
 
 
-def _keys(root: Path, greedy: SamplingPass, recovery: bool) -> Iterator[tuple[str, str]]:
-    """Each answer of the stores with its cache key, as the run keyed it, and what it is (`item KEY`, `item KEY sample i`)."""
+def _keys(root: Path, greedy: SamplingPass, recovery: bool, blind: bool) -> Iterator[tuple[str, str]]:
+    """Each answer of the stores with its cache key, as the run keyed it, and what it is (`item KEY`, `item KEY sample i`,
+    `item KEY without its image`)."""
     sampled = {r["key"] for r in read_records(root / "recovery", "recovery", columns=["key"])} if recovery else set()
     prompts: dict[
         str, tuple[str, str | None]
@@ -115,6 +117,9 @@ def _keys(root: Path, greedy: SamplingPass, recovery: bool) -> Iterator[tuple[st
         if item["key"] in sampled:
             prompts[item["key"]] = (item["prompt"], item["image_sha256"])
         yield greedy.runner.key(request, greedy.settings), f"item {item['key']}"
+    if blind:  # the no-image pass's requests, as the sample stage asked them (`check_build`: the family's settings)
+        for key, request, _ in greedy.blind_requests(read_clean_rows(root / "clean", images=False)):
+            yield key, f"item {request.item_key} without its image"
     if not recovery:
         return
     settings = recovery_settings(greedy.config, greedy.settings)

@@ -1,6 +1,6 @@
 """A build's stores rebuilt from a published samples repo alone (`rs refilter --from-samples REPO`).
 
-A samples repo (`rs.pipeline.write.samples`, layout 3) holds one row per question with everything the build's stores held of it:
+A samples repo (`rs.pipeline.write.samples`, layout 4) holds one row per question with everything the build's stores held of it:
 its image (once per question: the cleaned row's bytes, as published), the cleaned question (`item`), the prompt, every
 generation with what the reader and the judge made of it, and the row's `row` index; `rs/run.json` holds the stages'
 reports (the cleaning's numbers, the judge's calibration and verdict counts, the fingerprints and their inputs). The

@@ -4,8 +4,9 @@
 answers are vLLM's, so it caches under the plain `vllm` kind and a run with it is comparable with a
 run without; it reaches the Ray replicas as any engine kind does on a cluster.
 `slow_replay` (tests/faults.py): the replay engine, slow enough for a run to be stopped part-way.
-`blind_replay` (tests/pipeline/write/test_answer_too_large.py): the replay engine with a second file for the questions
-asked without their image (`blind:`), which the replay engine alone would answer as they were answered with it.
+`blind_replay` (tests/pipeline/write/test_answer_too_large.py, tests/audit/test_audit_made_on.py): the replay engine for
+the questions asked with their image, and for those asked without it (`blind:`, which the replay engine alone would
+answer as they were answered with it) a second file, or one fixed answer.
 `slow_files` and the `slow_check` step (tests/cli/test_phase_interrupts.py): a files source whose records come slowly, and a
 cleaning step that takes its time over each question, so that a run can be stopped while it reads or cleans.
 """
@@ -117,35 +118,54 @@ class SlowReplayEngine(ReplayEngine):
 @dataclass(kw_only=True)
 class BlindReplayConfig(ReplayEngineConfig):
     kind: Literal["blind_replay"] = "blind_replay"  # type: ignore[assignment]
-    blind_path: str
-    """JSON Lines answering the requests without an image (the no-image pass's; the judge's too: use it with the judge
-    off), as `replay_path` answers the rest."""
+    blind_path: str | None = None
+    """JSON Lines answering the requests without an image (the no-image pass's; a text-only judge's too), as
+    `replay_path` answers the rest; None: each gets `unseen`."""
+    unseen: str = "<think>\nThere is no image to look at.\n</think>\n\nnone"
+    """The answer to every request without an image, where there is no `blind_path`."""
 
 
 @ENGINES.register("blind_replay")
 class BlindReplayEngine(ReplayEngine):
-    """The replay engine, each request without an image answered from `blind_path` instead."""
+    """The replay engine where a request has an image; without one, the answers of `blind_path`, or `unseen` as a model
+    with nothing to look at would answer. The replay engine itself is refused with `blind:` (it answers by the question's
+    key, image or not). A judge's requests without the image get the same: use it with the judge off, or seeing the
+    image (`judge.sees_image`)."""
 
     kind = "blind_replay"
     Config = BlindReplayConfig
-    blind: ReplayEngine
+    blind: ReplayEngine | None
+    unseen: str
 
     @classmethod
     def from_config(cls, config: BlindReplayConfig, model: Any, *, base_dir: Path | None = None) -> BlindReplayEngine:
         engine = super().from_config(config, model, base_dir=base_dir)
-        engine.blind = ReplayEngine.from_config(
-            replace(config, replay_path=config.blind_path), model, base_dir=base_dir
+        engine.blind = (
+            ReplayEngine.from_config(replace(config, replay_path=config.blind_path), model, base_dir=base_dir)
+            if config.blind_path
+            else None
         )
+        engine.unseen = config.unseen
         return engine
 
     def identity(self) -> dict[str, Any]:
-        return {**super().identity(), "blind_sha256": self.blind.identity()["replay_sha256"]}
+        unseen = {"blind_sha256": self.blind.identity()["replay_sha256"]} if self.blind else {"unseen": self.unseen}
+        return {**super().identity(), **unseen}
+
+    def _without_image(self, request: Request, temperature: float) -> Generation:
+        if self.blind is not None:
+            return self.blind._one(request, temperature)
+        return Generation.from_text(self.unseen, finish_reason="stop", model=self.model, model_revision=self.revision)
 
     def generate(self, requests: Sequence[Request], settings: SamplingSettings) -> list[Generation]:
-        return [(self if r.image_hash() else self.blind)._one(r, settings.temperature) for r in requests]
+        return [
+            self._one(r, settings.temperature) if r.image_hash() else self._without_image(r, settings.temperature)
+            for r in requests
+        ]
 
     def close(self) -> None:
-        self.blind.close()
+        if self.blind is not None:
+            self.blind.close()
         super().close()
 
 

@@ -114,8 +114,8 @@ class SampleReport:
     blind: BlindReport | None = None
     """The no-image pass (`blind:`, `rs.pipeline.sample.blind`); None when off."""
     machines: dict[str, Any] = field(default_factory=dict)
-    """The records of the machines that made the items' answers, by id (`rs.engines.machine`): the provenance names
-    them (`rs.pipeline.write.made_on`), and a samples repo carries them in its `rs/run.json`."""
+    """The records of the machines that made the items' answers and the no-image pass's, by id (`rs.engines.machine`):
+    the provenance names them (`rs.pipeline.write.made_on`), and a samples repo carries them in its `rs/run.json`."""
     inputs: dict[str, Any] | None = None
     """What the stage's fingerprint was computed from (`rs.pipeline.sample.stage.sample_inputs`): `rs refilter` compares it with the
     family's settings now to tell a reader changed since the run (answers re-read) from answers that are not this
@@ -460,7 +460,9 @@ class SamplingPass:
         return v
 
     def blind_grade(self, item: QAItem, request: Request, gen: Generation) -> Verification:
-        """A no-image answer read and verified like any answer, offered to no calibration (`rs.pipeline.sample.blind`)."""
+        """A no-image answer read and verified like any answer, offered to no calibration (`rs.pipeline.sample.blind`); its
+        machine's record kept with the items' (`SampleReport.machines`)."""
+        note(self.report.machines, gen)
         return self.verify(item, request, gen, calibrating=False)
 
     def blind_requests(self, rows: Iterable[Row]) -> Iterator[tuple[str, Request, SamplingSettings]]:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 import pyarrow as pa
 
 from rs.engines.base import Generation, Request, SamplingSettings
+from rs.engines.machine import made_on_id
 from rs.engines.ordered import InOrder
 from rs.families.schema import BlindConfig, FamilyConfig, RecoveryConfig
 from rs.prompt import Instructions, build_prompt
@@ -38,9 +39,9 @@ from rs.util.progress import progress
 if TYPE_CHECKING:
     from rs.engines.cached_engine import CachedEngine
 
-VERSION = "1"
-"""What the no-image pass asks and how it marks a question: bump when a change asks or marks some question otherwise
-(`rs.pipeline.versions`)."""
+VERSION = "2"
+"""What the no-image pass asks, how it marks a question and what it records: bump when a change asks, marks or records
+some question otherwise (`rs.pipeline.versions`; 2: each answer's machine, `made_on`)."""
 
 BLIND = pa.schema(
     [
@@ -51,11 +52,14 @@ BLIND = pa.schema(
         ("right", pa.list_(pa.bool_())),
         ("errors", pa.int32()),
         ("marked", pa.bool_()),
+        ("made_on", pa.list_(pa.string())),
     ]
 )
 """The items store's `blind-*.parquet`: one record per question, in item order: whether it was asked in rotations, each
 answer's final answer (null where it gave none) and whether the verifier accepted it (the temperature-0 one first: the
-first rotation, or the answer before the samples), the answers that failed in the engine, and the mark."""
+first rotation, or the answer before the samples), the answers that failed in the engine, the mark, and the id of the
+machine that made each answer (`rs.records.ItemRecord.made_on`; null where not known): the provenance counts them
+(`rs.pipeline.write.made_on`)."""
 
 
 def rotated(item: QAItem, shift: int, letters: str) -> QAItem | None:
@@ -98,6 +102,8 @@ class Marked:
     answers: list[str | None] = field(default_factory=list)
     right: list[bool] = field(default_factory=list)
     errors: int = 0
+    made_on: list[str | None] = field(default_factory=list)
+    """Each answer's machine id, as `answers` (`rs.engines.machine.made_on_id`)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     """Tokens of its requests (what `rs plan` projects the pass's cost from), not recorded per question."""
@@ -118,6 +124,7 @@ class Marked:
             "right": self.right,
             "errors": self.errors,
             "marked": self.marked,
+            "made_on": self.made_on,
         }
 
 
@@ -283,7 +290,7 @@ class BlindPass:
     def marked(self, item: QAItem, row: int) -> Marked:
         """A question's mark before its answers: one slot for each of its requests (`asks`)."""
         n = len(self.asks(item))
-        return Marked(row, item.key, self.rotates(item), [None] * n, [False] * n)
+        return Marked(row, item.key, self.rotates(item), [None] * n, [False] * n, made_on=[None] * n)
 
     def _units(self, rows: Iterable[Row]) -> Iterator[tuple[tuple[Marked, list[Ask]], list[tuple[int, Request]]]]:
         for index, row in enumerate(rows):
@@ -314,7 +321,10 @@ def regraded(record: dict[str, Any], asks: list[Ask], right: Callable[[QAItem, s
     answers = list(record["answers"])
     if len(answers) != len(asks):
         raise ValueError(f"{record['key']}: {len(answers)} no-image answers stored, {len(asks)} asked now")
-    mark = Marked(record["row"], record["key"], record["multiple_choice"], answers, [False] * len(asks))
+    made_on = record.get("made_on") or [None] * len(asks)  # a store written before rs recorded machines: not known
+    mark = Marked(
+        record["row"], record["key"], record["multiple_choice"], answers, [False] * len(asks), made_on=made_on
+    )
     mark.errors = record["errors"]
     mark.right = [answer is not None and right(ask.item, answer) for ask, answer in zip(asks, answers)]
     return mark.record()
@@ -327,5 +337,6 @@ def add_answer(mark: Marked, at: int, ask: Ask, generation: Generation, grade: C
     mark.errors += gen.error is not None
     mark.answers[at] = gen.answer if gen.error is None else None
     mark.right[at] = bool(v.verified)
+    mark.made_on[at] = made_on_id(gen)
     mark.prompt_tokens += gen.prompt_tokens or 0
     mark.completion_tokens += gen.completion_tokens or 0

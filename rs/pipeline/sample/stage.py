@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from rs.context import BuildContext, BuildPaths
     from rs.engines.base import Engine, Request, SamplingSettings
     from rs.families import Family
+    from rs.records import Row
 
 logger = logging.getLogger(__name__)
 
@@ -188,11 +189,13 @@ def current_sample_report(ctx: BuildContext) -> SampleReport | None:
 
 
 def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
-    """Answer and judge one of `shards` disjoint slices of the family (rows whose index % shards == shard).
+    """Answer and judge one of `shards` disjoint slices of the family (rows whose index % shards == shard), and ask the
+    no-image pass's questions of it (`blind:`).
 
     Only the generation cache is the product: run one process per GPU (or machine with the cache
     on its local disk, merged later) over disjoint shards, then run the whole stage once more,
-    which finds everything cached. The slice's own results are kept under build/<FAMILY>/shards/.
+    which finds everything cached (the no-image answers too: without them the whole run would make them all, on its
+    one machine). The slice's own results are kept under build/<FAMILY>/shards/.
     """
     if not 0 <= shard < shards:
         raise ValueError(f"shard {shard} is not in 0..{shards - 1}")
@@ -201,6 +204,15 @@ def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
         check_something_kept(ctx.family.name, clean.kept_items, clean.dropped)
         sampler, judge = ctx.engines("shard")
         out = ctx.paths.root / "shards" / f"{shard:05d}-of-{shards:05d}"
-        rows = (row for index, row in enumerate(read_clean_rows(ctx.paths.clean)) if index % shards == shard)
+
+        def rows(images: bool = True) -> Iterator[Row]:
+            return (
+                row
+                for index, row in enumerate(read_clean_rows(ctx.paths.clean, images=images))
+                if index % shards == shard
+            )
+
         with writing("the shard's items", out), scratch(out), GenerationCache(ctx.cache_path) as cache:
-            return sampling_pass(ctx, cache, sampler, judge, progress=ctx.progress).run(rows, out, total=None)
+            return sampling_pass(ctx, cache, sampler, judge, progress=ctx.progress).run(
+                rows(), out, total=None, blind_rows=lambda: rows(images=False)
+            )

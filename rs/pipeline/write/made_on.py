@@ -3,11 +3,15 @@
 `provenance.hardware` is the machine that writes the splits; the answers may have been made elsewhere (sampling
 shards on other machines and their caches merged, replicas on a Ray cluster, a run resumed from a cache made on
 another machine). Every answer's record in the build's stores names the machine and engine that made it
-(`rs.records.ItemRecord.made_on`, read back from the generation cache, `rs.engines.machine`): the greedy answer of
-every question (the items store) and every recovery sample (the recovery store) are counted here, by machine. The
-judge's verdicts are not: they are labels about those answers, not answers the repos publish. An answer cached before
-rs recorded machines counts under `unknown`, never as the machine that reads it. `rs audit --build` counts them again
-from the stores, and with `--cache` from the generation cache.
+(`rs.records.ItemRecord.made_on`, read back from the generation cache, `rs.engines.machine`), and every answer the
+repos publish is counted here, by machine: the greedy answer of every question (the items store), every recovery
+sample (the recovery store) and, with the no-image pass (`blind:`), every answer it made (its store beside the items,
+`rs.pipeline.sample.blind.BLIND`). All of the no-image pass's answers count, each rotation and each sample, not its
+temperature-0 answer alone: the splits publish that one, but also how many of them all were right (`blind.passed`,
+`blind.k`), and the samples repo publishes each. The judge's verdicts are not counted: they are labels about those
+answers, not answers the repos publish. An answer cached before rs recorded machines counts under `unknown`, never as
+the machine that reads it. `rs audit --build` counts them again from the stores, and with `--cache` from the
+generation cache.
 """
 
 from __future__ import annotations
@@ -44,12 +48,29 @@ def _column(paths: Iterable[Path], nested: bool) -> Iterable[str | None]:
             yield from [None] * len(column)
 
 
+def _blind(paths: Iterable[Path]) -> Iterable[str | None]:
+    """Each no-image answer's `made_on` in the no-image store's files (a record's list beside its `answers`); a store
+    written before the column, or a record rebuilt without it, reads as None for each of its answers."""
+    for path in paths:
+        with pq.ParquetFile(path) as parquet:
+            recorded = "made_on" in parquet.schema_arrow.names
+            table = parquet.read(columns=["answers", "made_on"] if recorded else ["answers"])
+        answers = table.column("answers").to_pylist()
+        made = table.column("made_on").to_pylist() if recorded else [None] * len(answers)
+        for asked, ids in zip(answers, made):
+            yield from ids if ids is not None else [None] * len(asked)
+
+
 def count(items: Path, recovery: Path | None) -> Counter[str]:
-    """The answers of the build's stores by the id of the machine that made them (`UNKNOWN` where not known)."""
+    """The answers of the build's stores by the id of the machine that made them (`UNKNOWN` where not known): the items,
+    the no-image pass's beside them (where it ran), and the recovery samples."""
     counts: Counter[str] = Counter()
-    ids = _column(sorted(items.glob("items-*.parquet")), nested=False)
+    ids = [
+        *_column(sorted(items.glob("items-*.parquet")), nested=False),
+        *_blind(sorted(items.glob("blind-*.parquet"))),
+    ]
     if recovery is not None and recovery.is_dir():
-        ids = [*ids, *_column(sorted(recovery.glob("recovery-*.parquet")), nested=True)]
+        ids += _column(sorted(recovery.glob("recovery-*.parquet")), nested=True)
     for made_on in ids:
         counts[made_on or UNKNOWN] += 1
     return counts

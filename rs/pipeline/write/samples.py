@@ -24,11 +24,12 @@ from rs.pipeline.sample.calibration import wilson
 from rs.pipeline.write.report import PASS_RATE_BINS, pass_rate_bin
 from rs.store import qa_record, read_records
 
-LAYOUT = "3"
+LAYOUT = "4"
 """What a samples repo holds: bump when a change adds or changes what it holds (1: the generations and decisions;
 2: each row's `row`, `item`, `model_revision` and `prompt_reasoning`, and `rs/run.json`, the stages' reports: enough to
 rebuild the build's stores from the repo alone, `rs refilter --from-samples`; 3: each generation's `made_on`, the id of
-the machine that made it, whose record `rs/run.json`'s reports hold: the rebuilt provenance names the same machines)."""
+the machine that made it, whose record `rs/run.json`'s reports hold: the rebuilt provenance names the same machines;
+4: each no-image answer's `made_on`, in the `blind` record)."""
 
 RUN_FILE = "rs/run.json"
 """In a samples repo: the layout and the reports of the stages that made it (`rs.refilter.samples`)."""
@@ -95,7 +96,8 @@ def _blind_record(result: Outcome) -> dict[str, Any] | None:
     """A question's no-image record as the samples repo keeps it (`rs.splits_schema.BLIND_RECORD`)."""
     if result.blind is None:
         return None
-    return {k: result.blind[k] for k in ("multiple_choice", "answers", "right", "errors", "marked")}
+    record = {k: result.blind[k] for k in ("multiple_choice", "answers", "right", "errors", "marked")}
+    return {**record, "made_on": result.blind.get("made_on")}  # a store of an older rs holds none
 
 
 def _interval(result: Outcome) -> tuple[float | None, float | None]:
