@@ -146,6 +146,7 @@ GENERATION = {
     "text": _STR,
     "reasoning": _STR,
     "final": _STR,
+    "too_large": Value("bool"),
     "finish_reason": _STR,
     "ending": _STR,
     "completion_tokens": Value("int64"),

@@ -14,6 +14,7 @@ from family_yaml import REPLAY, family_yaml
 from PIL import Image
 
 from rs.families import Family, load_families
+from rs.pipeline.write.samples import LAYOUT
 
 Answer = "str | tuple[str, str]"
 """An answer, or (the answer, the value its reasoning concludes); a full text when it starts with <think>."""
@@ -83,7 +84,7 @@ def write_family(tmp_path: Path, cases: list[Case], *, name: str = "Shapes", **b
 def rebuilt_sentence(repo: str, *, local: bool) -> str:
     """The sentence a card of repos rebuilt from the samples repo `repo` gains (templates/card.md.jinja)."""
     return (
-        f"> **Rebuilt from the samples repo** `{repo}` ({'a local folder; ' if local else ''}layout 4), without the family's "
+        f"> **Rebuilt from the samples repo** `{repo}` ({'a local folder; ' if local else ''}layout {LAYOUT}), without the family's "
         "build: its rows hold every answer and the cleaned questions, its `rs/run.json` the stages' reports."
     )
 
@@ -101,7 +102,7 @@ def differ_by_the_source_alone(built: Path, rebuilt: Path, repo: str, *, local: 
     for f in differing:
         if f.name == "stats.json":
             mine, theirs = json.loads((built / f).read_text()), json.loads((rebuilt / f).read_text())
-            assert theirs["filter"].pop("source") == {"repo": repo, "local": local, "layout": "4"}
+            assert theirs["filter"].pop("source") == {"repo": repo, "local": local, "layout": LAYOUT}
             assert mine["filter"].pop("source") is None and mine == theirs
         else:
             lines = (rebuilt / f).read_text().splitlines()

@@ -17,6 +17,7 @@ from rs.context import BuildPaths
 from rs.errors import RsError
 from rs.pipeline.route import NOT_ASKED
 from rs.pipeline.write.report import FamilyReport
+from rs.pipeline.write.samples import generation_share, published_text
 from rs.store import read_records
 from rs.util.checksums import MANIFEST, damage, file_sha256
 
@@ -136,7 +137,7 @@ class _Differences:
 
 def check_answers(a: Audit, root: Path) -> None:
     """The samples repo's generations against the build's items and recovery stores (what the model said, as the run
-    stored it, and the judge's label on it), and the RL repo's
+    stored it, withheld where and only where it is over its share of the row, and the judge's label on it), and the RL repo's
     `solution` and `references` against the cleaned question's reference."""
     samples, rl = a.family.of("samples"), a.family.of("rl")
     if samples is None and rl is None:
@@ -154,12 +155,14 @@ def check_answers(a: Audit, root: Path) -> None:
                 diff.same(f"{row['question']!r} in the build's items store", where, "a question", "absent", source)
                 continue
             greedy, *drawn = row["generations"]
-            for column in ("text", "reasoning", "final"):
+            stored = (draws.get(row["key"]) or {}).get("samples") or []
+            share = generation_share(a.report.verifier.answer_bytes, 1 + len(stored))  # as the stores make the row
+            for column, value in published_text(item, share).items():
                 diff.same(
                     f"the greedy generation's {column} of {row['question']!r}",
                     where,
-                    greedy[column],
-                    item[column],
+                    greedy.get(column, False),  # `too_large`: absent before the samples repo's layout 4
+                    value,
                     source,
                 )
             diff.same(
@@ -176,12 +179,15 @@ def check_answers(a: Audit, root: Path) -> None:
                 published_judge(item),
                 source,
             )
-            stored = (draws.get(row["key"]) or {}).get("samples") or []
             diff.same(f"the samples of {row['question']!r}", where, len(drawn), len(stored), source)
             for g, s in zip(drawn, stored):
-                for column in ("sample", "seed", "text", "reasoning", "final"):
+                for column, value in {"sample": s["sample"], "seed": s["seed"], **published_text(s, share)}.items():
                     diff.same(
-                        f"sample {s['sample']}'s {column} of {row['question']!r}", where, g[column], s[column], source
+                        f"sample {s['sample']}'s {column} of {row['question']!r}",
+                        where,
+                        g.get(column, False),
+                        value,
+                        source,
                     )
                 diff.same(
                     f"sample {s['sample']}'s reader of {row['question']!r}", where, g["reader"], _outcome(s), source

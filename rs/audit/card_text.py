@@ -174,6 +174,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
         + r" have a measured pass rate\.",
         re.M,
     ),
+    "samples_too_large": re.compile(r" " + _N + r" generations? (?:was|were) too large to publish \(`too_large`\)"),
     "samples_reader": re.compile(
         r"^\| reader's outcome \| generations \|\n\|---\|---\|\n((?:\| `[a-z_]+` \| [\d,]+ \|\n?)*)", re.M
     ),

@@ -724,6 +724,13 @@ def samples_numbers_stated(a: Audit) -> None:
         a.same("questions accepted by their greedy answer", where, number(greedy), n["greedy_accepted"])
         a.same("questions rejected", where, number(rejected), n["rows"] - n["accepted"])
         a.same("questions with a measured pass rate", where, number(measured), n["measured"])
+    too_large = a.stated("samples_too_large", expected=False)  # stated only where some are
+    a.same(
+        "generations too large to publish (`too_large`)",
+        a.where("samples_too_large"),
+        number(too_large.value[0]) if too_large is not None else 0,
+        n["too_large"],
+    )
     if (s := a.stated("samples_reader")) is not None:
         a.same("generations by the reader's outcome", a.where("samples_reader"), table(s.value[0]), n["reader"])
     if (s := a.stated("samples_decisions")) is not None:

@@ -59,6 +59,7 @@ from rs.pipeline.sample.requests import sampling_request
 from rs.pipeline.sample.stage import SampleStage, vocabulary_of
 from rs.pipeline.stage import read_report
 from rs.pipeline.write.pairs import pair_row
+from rs.pipeline.write.samples import generation_share, published_text
 from rs.store import read_clean_images, read_clean_rows
 
 GROUPS = ("think", "nothink", "recovered", "rejected")
@@ -568,7 +569,7 @@ def replay(a: Audit, root: Path, routes: Routes, asked: Replay) -> None:
                     )
                 else:
                     agree += compare(a, d, held)
-            _question_rows(a, located)
+            _question_rows(a, located, routes)
             missing = sum(bool(d.missing) for d in cached)
             a.notes.append(
                 f"--replay {asked.n}: {_questions(len(picks))} ({_by_group(picks)}) re-derived from the generation cache "
@@ -624,9 +625,10 @@ def _writable_cache(path: Path) -> None:
         )
 
 
-def _question_rows(a: Audit, located: list[_Located]) -> None:
-    """The samples repo's generations (their raw texts: the greedy answer, then each sample) and the RL repo's `solution`
-    and `references` of each re-derived question, against what the cache re-derives of it."""
+def _question_rows(a: Audit, located: list[_Located], routes: Routes) -> None:
+    """The samples repo's generations (their raw texts: the greedy answer, then each sample; None where a text is over
+    its share of the row, `rs.pipeline.write.samples.published_text`) and the RL repo's `solution` and `references` of
+    each re-derived question, against what the cache re-derives of it."""
     repos = {split: a.family.of(split) for split in ("samples", "rl")}
     index = {
         split: {(r["image_sha256"], r["question"]): (i, r) for i, r in enumerate(repo.rows)}
@@ -640,12 +642,14 @@ def _question_rows(a: Audit, located: list[_Located]) -> None:
         key = (d.pick.image_sha256, d.pick.question)
         if key in index.get("samples", {}):
             i, row = index["samples"][key]
+            records = [loc.record, *((loc.draws or {}).get("samples") or ())]
+            share = generation_share(routes.answer_bytes, len(records))
             _same(
                 a,
                 f"the generations' texts of {_name(d.pick)}",
                 f"{repos['samples'].name}/data row {i}",  # type: ignore[union-attr]
                 [g["text"] for g in row["generations"]],
-                d.texts,
+                [None if published_text(r, share)["too_large"] else text for r, text in zip(records, d.texts)],
                 FROM_CACHE,
             )
             _same(

@@ -317,7 +317,8 @@ class ShardConfig:
     row_group_bytes: ByteSize = "100MB"
     """Largest row group, uncompressed (`datasets.config.MAX_ROW_GROUP_SIZE`, the dataset viewer's limit); checked after writing.
     One item never fails the write: an image with questions over half the target is dropped in cleaning (`row_too_large`),
-    an answer over its row's part of the rest is rejected (`answer_too_large`)."""
+    an answer over its row's part of the rest is rejected (`answer_too_large`); in the samples repo a generation over its
+    part keeps its record without its text (`too_large`), and a preference pair takes the first wrong answer that fits."""
     row_group_margin: float = 0.2
     """Row groups are filled to (1 - margin) x `row_group_bytes` of Arrow data: parquet's own encoding may add to it."""
 

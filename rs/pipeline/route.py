@@ -30,7 +30,8 @@ VERSION = "7"
 pass's samples; 3: a certain rejection keeps `wrong_answer` whatever the judge said, but CORRECT: `judge_overruled`; 4: a candidate the
 calibrated adjudicator sides against its reference is `suspect_reference`; 5: with `blind.rl: false`, the RL repo leaves
 out the questions the no-image pass marked; 6: an answer too large for its row's part of a row group is `answer_too_large`;
-7: the no-image answer counts in it, and is not published with `answer_too_large`)."""
+7: the no-image answer counts in it, and is not published with `answer_too_large`; a preference pair's rejected side
+is the first certainly wrong answer that fits the pair's row, `pair_fits`)."""
 
 SUSPECT_EXAMPLES = 5
 """How many `suspect_reference` rejections the rejected card shows."""
@@ -501,15 +502,36 @@ class Pair:
     """`certain` (the verifier knows it is wrong) or `judge` (a calibrated judge said WRONG)."""
 
 
-def pair_of(item: dict[str, Any], result: Outcome, routes: Routes) -> Pair | None:
-    """The preference pair one item makes, if any (`rs.pipeline.write.pairs`): its published answer, when its reasoning
-    agrees with it, and the first of its greedy answer and samples that is certainly wrong."""
-    if not result.decision.accepted or result.answer.get("reasoning_agrees") is False:
-        return None  # a suspect reference is rejected: in no pair, in neither role
+def pair_bytes(chosen: dict[str, Any], rejected: dict[str, Any]) -> int:
+    """The bytes of the model's text a pair's row publishes: each side's response (`think_response`) and final answer."""
+    return sum(
+        len(think_response(side["reasoning"], side["final"]).encode()) + len(side["final"].encode())
+        for side in (chosen, rejected)
+    )
+
+
+def pair_fits(chosen: dict[str, Any], rejected: dict[str, Any], routes: Routes) -> bool:
+    """Whether a pair's row holds its two responses within `Routes.answer_bytes`: a pairs row is one question, whose
+    image and text cleaning has bounded, so the model's text may take all of the rest of a row group."""
+    return routes.answer_bytes is None or pair_bytes(chosen, rejected) <= routes.answer_bytes
+
+
+def _certainly_wrong(item: dict[str, Any], result: Outcome, routes: Routes) -> list[tuple[str, dict[str, Any]]]:
+    """An accepted item's certainly wrong answers, in the order a pair takes them: a recovered item's greedy answer,
+    then its samples; each with where it is from (`greedy` or `sample`)."""
     wrong = [("greedy", item)] if result.recovered else []
     wrong += [("sample", s) for s in result.samples or ()]
-    for source, answer in wrong:
-        if certainly_wrong(answer, routes.promotes):
+    return [(source, answer) for source, answer in wrong if certainly_wrong(answer, routes.promotes)]
+
+
+def pair_of(item: dict[str, Any], result: Outcome, routes: Routes) -> Pair | None:
+    """The preference pair one item makes, if any (`rs.pipeline.write.pairs`): its published answer, when its reasoning
+    agrees with it, and the first of its greedy answer and samples that is certainly wrong and fits the pair's row
+    (`pair_fits`: a wrong answer too large to publish beside the chosen one is passed over, not the pair failed)."""
+    if not result.decision.accepted or result.answer.get("reasoning_agrees") is False:
+        return None  # a suspect reference is rejected: in no pair, in neither role
+    for source, answer in _certainly_wrong(item, result, routes):
+        if pair_fits(result.answer, answer, routes):
             return Pair(
                 result.answer,
                 "sample" if result.recovered else "greedy",
@@ -518,6 +540,15 @@ def pair_of(item: dict[str, Any], result: Outcome, routes: Routes) -> Pair | Non
                 "certain" if answer["contradicts"] else "judge",
             )
     return None
+
+
+def unpaired_reason(item: dict[str, Any], result: Outcome, routes: Routes) -> str:
+    """Why an accepted, sampled item makes no pair (`PairCounts.unpaired`): its reasoning concludes another value
+    (`reasoning_disagrees`), none of its answers is certainly wrong (`no_wrong_answer`), or each that is would make a
+    row over `Routes.answer_bytes` with the chosen one (`too_large`)."""
+    if result.answer.get("reasoning_agrees") is False:
+        return "reasoning_disagrees"
+    return "too_large" if _certainly_wrong(item, result, routes) else "no_wrong_answer"
 
 
 @dataclass
@@ -530,7 +561,8 @@ class PairCounts:
     rejected_reason: Counter[str] = field(default_factory=Counter)
     images: int = 0
     unpaired: Counter[str] = field(default_factory=Counter)
-    """Accepted questions without a pair: `no_wrong_answer` (none certainly wrong), `reasoning_disagrees`."""
+    """Accepted questions without a pair (`unpaired_reason`): `no_wrong_answer` (none certainly wrong),
+    `reasoning_disagrees`, `too_large` (every certainly wrong answer too large to publish beside the chosen one)."""
     _last_row: int = field(default=-1, repr=False)
 
     def add(self, item: dict[str, Any], result: Outcome, routes: Routes) -> bool:
@@ -538,9 +570,7 @@ class PairCounts:
             return False
         pair = pair_of(item, result, routes)
         if pair is None:
-            self.unpaired[
-                "reasoning_disagrees" if result.answer.get("reasoning_agrees") is False else "no_wrong_answer"
-            ] += 1
+            self.unpaired[unpaired_reason(item, result, routes)] += 1
             return False
         self.pairs += 1
         self.images += item["row"] != self._last_row

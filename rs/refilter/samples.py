@@ -11,7 +11,9 @@ What a samples repo cannot give back, and what the stores then hold instead:
 - the answers' run timings and engine-call counts (`rs.pipeline.write.samples.RUN_ONLY`): 0 (no published card states them);
 - a judge verdict never given on a certainly wrong answer a re-read left unjudged: none (its routing is the same,
   `wrong_answer`, and the samples repo publishes no verdict for it either);
-- the source records cleaning dropped (`exclusions.jsonl`): not in the repo, and not read by routing or the cards.
+- the source records cleaning dropped (`exclusions.jsonl`): not in the repo, and not read by routing or the cards;
+- the text, reasoning and final answer of a generation the repo withholds (`too_large`: over its share of a row
+  group): found again in the run's generation cache (`rs.refilter.verify`), and refused without it.
 """
 
 from __future__ import annotations
@@ -200,7 +202,17 @@ def rebuild(
     folder, named, local = locate(source, token=token)
     family = ctx.family
     run = read_run(folder, named, family.name)
-    verify(ctx, folder, named, run, cache_path)  # refused before anything is written: a changed image or answer
+    verified = verify(
+        ctx, folder, named, run, cache_path
+    )  # refused before anything is written: a changed image or answer
+    if unrestored := verified.unrestored:
+        raise SamplesRepoError(
+            f"{named}: {len(unrestored)} generation(s) the repo withholds (`too_large`: over their share of a row group) "
+            f"cannot be had again{f' ({verified.problem})' if verified.problem else ''}: {'; '.join(unrestored[:3])}"
+            f"{f' and {len(unrestored) - 3} more' if len(unrestored) > 3 else ''}. Their text, reasoning and final "
+            "answer are in the stores the splits are routed from; nothing was rebuilt without them",
+            hint="refilter where the run's generation cache is (--cache), or from the family's build",
+        )
     out = ctx.family_root / FOLDER
     tmp = out.with_name(out.name + ".tmp")
     rows = questions = 0
@@ -236,7 +248,10 @@ def rebuild(
                     }
                     rows += 1
                 current["row"]["qa"].append(row["item"])
-                greedy, *samples = row["generations"]
+                greedy, *samples = (
+                    {**g, **verified.withheld[(questions, i)]} if g.get("too_large") else g
+                    for i, g in enumerate(row["generations"])
+                )
                 if greedy["kind"] != "greedy" or any(g["kind"] != "sample" for g in samples):
                     raise SamplesRepoError(
                         f"{named}: question {row['key']}'s generations are not its greedy answer then its samples"

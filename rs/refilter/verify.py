@@ -7,6 +7,11 @@ must hash to its `image_sha256`, and every generation the run's cache holds unde
 engine identity the run recorded, the family's sampling settings, the image's hash and the prompt, the sample's seed)
 must be that generation, byte for byte: its `text`, and the final answer and reasoning read from it. A difference is
 refused, naming the row. Where the cache is not there (another machine), nothing can be compared: a warning says so.
+
+A generation the repo withholds (`too_large`: its text, reasoning and final answer over its share of a row group,
+`rs.pipeline.write.samples.published_text`) has nothing to compare: its text is found in the cache under the same key and
+read as the run read it (`Verified.withheld`), for the rebuilt stores; one the cache cannot give is named
+(`Verified.unrestored`), and the rebuild refuses it.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +59,12 @@ class Verified:
     """Generations the cache does not hold (nothing compared)."""
     problem: str | None = None
     """Why nothing could be compared (no cache, no recorded identity)."""
+    withheld: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    """(row, generation) -> the `text`, `reasoning` and `final` of a generation the repo withholds (`too_large`), from
+    the cache."""
+    unrestored: list[str] = field(default_factory=list)
+    """The generations the repo withholds that the cache could not give back, each named (with why, where `problem`
+    does not say it)."""
 
 
 @dataclass
@@ -61,6 +72,8 @@ class _Pending:
     where: str
     key: str
     generation: dict[str, Any]
+    at: tuple[int, int]
+    """(row, generation): where a withheld generation's text goes back."""
 
 
 def verify(ctx: BuildContext, folder: Path, named: str, run: dict[str, Any], cache_path: Path | None) -> Verified:
@@ -94,12 +107,15 @@ def verify(ctx: BuildContext, folder: Path, named: str, run: dict[str, Any], cac
                     "changed after rs published it; nothing was rebuilt from it"
                 )
             if cache is None:
+                verified.unrestored += [
+                    f"{where}, generation {i}" for i, g in enumerate(row["generations"]) if g.get("too_large")
+                ]
                 continue
             for i, g in enumerate(row["generations"]):
                 settings = greedy if g["kind"] == "greedy" else sample_settings(recovered, g["sample"])
                 key = key_function(identity, settings)(row["image_sha256"], row["question"])  # type: ignore[arg-type]
                 group = pending.setdefault(json.dumps(settings.keyed(), sort_keys=True), (settings, []))
-                group[1].append(_Pending(f"{where}, generation {i} ({g['kind']})", key, g))
+                group[1].append(_Pending(f"{where}, generation {i} ({g['kind']})", key, g, (index, i)))
                 if len(group[1]) >= BATCH:
                     _compare(cache, settings, group[1], reading, verified)
                     group[1].clear()
@@ -137,6 +153,9 @@ def _compare(
         verified.problem = f"the generation cache holds damaged answers ({err})"
     for p in batch:
         cached = found.get(p.key)
+        if p.generation.get("too_large"):
+            _restore(p, cached, reading, verified)
+            continue
         if cached is None:
             verified.missing += 1
             continue
@@ -152,6 +171,17 @@ def _compare(
                     f"({value!r}, the run's generation cache {cache.path} under the key {p.key[:16]}...): the repo was "
                     "changed after rs published it; nothing was rebuilt from it"
                 )
+
+
+def _restore(p: _Pending, cached: Generation | None, reading: ReasoningFormat | None, verified: Verified) -> None:
+    """A withheld generation's text, reasoning and final answer, from its cached answer read as the run read it."""
+    if cached is None:
+        verified.unrestored.append(f"{p.where} (not in the generation cache)")
+    elif reading is None:
+        verified.unrestored.append(f"{p.where} (its reasoning format cannot be read here: a vLLM parser's tokenizer)")
+    else:
+        read = reading.read(cached)
+        verified.withheld[p.at] = {"text": cached.text, "reasoning": read.reasoning, "final": read.answer}
 
 
 def _outcome(verified: bool, contradicts: bool) -> str:

@@ -6,7 +6,9 @@ A pair is made for every question that has both, after the recovery pass:
   reasoning, when that reasoning concludes the answer it gives (`reasoning_agrees` not False);
 - rejected: the greedy answer of a recovered item, else the first of its samples, that is certainly
   wrong (`rs.pipeline.route.certainly_wrong`: the verifier's certain rejection, or a calibrated judge's WRONG):
-  an answer the verifier could not decide may be right, and is never the rejected side.
+  an answer the verifier could not decide may be right, and is never the rejected side. Of those, the first that fits
+  the row beside the chosen one (`rs.pipeline.route.pair_fits`): a row must fit its row group, and one runaway wrong
+  answer never fails the family's write; a question whose wrong answers are all too large makes no pair (`too_large`).
 
 Which answers pair is routing's (`rs.pipeline.route.pair_of`, counted by `PairCounts` there); here, the rows.
 

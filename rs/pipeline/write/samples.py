@@ -3,7 +3,9 @@
 - samples (`publish.samples`): one row per question with every generation it got (the greedy answer, then each
   recovery or difficulty sample), each with its reasoning, final answer, ending, token counts, seed, temperature,
   what the reader made of it (`accepted` / `certain` / `undecided`), the judge's verdict where it was asked, and the
-  routing decision: the material to re-filter offline, which the three splits decided once.
+  routing decision: the material to re-filter offline, which the three splits decided once. A generation whose text
+  would take more than its share of the row (`generation_share`) keeps its record with its text, reasoning and final
+  answer withheld (`too_large`), so that one runaway answer never fails the family's write.
 - rl (`recovery.difficulty.rl`): the questions whose pass rate is strictly within the bounds (the model answers them
   right only sometimes), in the layout TRL's GRPO trainer reads: `prompt` (conversational; TRL puts the image before
   the text), `images`, the reference as `solution` for the reward function, the pass rate with its Wilson interval.
@@ -29,7 +31,8 @@ LAYOUT = "4"
 2: each row's `row`, `item`, `model_revision` and `prompt_reasoning`, and `rs/run.json`, the stages' reports: enough to
 rebuild the build's stores from the repo alone, `rs refilter --from-samples`; 3: each generation's `made_on`, the id of
 the machine that made it, whose record `rs/run.json`'s reports hold: the rebuilt provenance names the same machines;
-4: each no-image answer's `made_on`, in the `blind` record)."""
+4: each no-image answer's `made_on`, in the `blind` record; each generation's `too_large`, its text, reasoning and final
+answer withheld: over its share of the row)."""
 
 RUN_FILE = "rs/run.json"
 """In a samples repo: the layout and the reports of the stages that made it (`rs.refilter.samples`)."""
@@ -65,7 +68,32 @@ def reader_outcome(answer: dict[str, Any]) -> str | None:
     return "accepted" if answer["verified"] else "certain" if answer["contradicts"] else "undecided"
 
 
-def _generation(answer: dict[str, Any], kind: str, routes: Routes, *, why: str | None = None) -> dict[str, Any]:
+GENERATION_TEXT = ("text", "reasoning", "final")
+"""What a generation publishes of the model's own text: withheld together when too large (`too_large`)."""
+
+
+def generation_bytes(answer: dict[str, Any]) -> int:
+    """The bytes of the model's text a generation publishes (`GENERATION_TEXT`, in UTF-8)."""
+    return sum(len((answer[column] or "").encode()) for column in GENERATION_TEXT)
+
+
+def generation_share(answer_bytes: int | None, generations: int) -> int | None:
+    """One generation's part of a samples row: `answer_bytes` (`Routes.answer_bytes`: the row-group target less what
+    cleaning leaves an image and its questions; a row here is one question) shared equally by the question's
+    `generations`. None: unbounded."""
+    return None if answer_bytes is None else answer_bytes // max(1, generations)
+
+
+def published_text(answer: dict[str, Any], share: int | None) -> dict[str, Any]:
+    """What the samples repo publishes of a stored answer's text: its `GENERATION_TEXT`, or, over `share`, none of it
+    and `too_large`."""
+    withheld = share is not None and generation_bytes(answer) > share
+    return {**{column: None if withheld else answer[column] for column in GENERATION_TEXT}, "too_large": withheld}
+
+
+def _generation(
+    answer: dict[str, Any], kind: str, routes: Routes, share: int | None, *, why: str | None = None
+) -> dict[str, Any]:
     decision = decide(answer, routes.promotes)
     greedy = kind == "greedy"
     return {
@@ -74,9 +102,7 @@ def _generation(answer: dict[str, Any], kind: str, routes: Routes, *, why: str |
         "sampled_for": why,
         "seed": routes.greedy_seed if greedy else answer["seed"],
         "temperature": routes.greedy_temperature if greedy else routes.recovery_temperature,
-        "text": answer["text"],
-        "reasoning": answer["reasoning"],
-        "final": answer["final"],
+        **published_text(answer, share),
         "finish_reason": answer["finish_reason"],
         "ending": answer["ending"],
         "completion_tokens": answer["completion_tokens"],
@@ -120,8 +146,9 @@ def sample_rows(build_dir: str | Path, routes: Routes, type_of: Typer | None = N
         types = _typed(row, type_of)
         cleaned = {qa.key: qa for qa in row.qa}
         for item, result in results:
-            generations = [_generation(item, "greedy", routes)]
-            generations += [_generation(s, "sample", routes, why=result.why) for s in result.samples or ()]
+            share = generation_share(routes.answer_bytes, 1 + len(result.samples or ()))
+            generations = [_generation(item, "greedy", routes, share)]
+            generations += [_generation(s, "sample", routes, share, why=result.why) for s in result.samples or ()]
             published = None
             if result.decision.accepted:
                 published = 0 if not result.recovered else 1 + result.answer["sample"]
@@ -189,7 +216,14 @@ def _by_type(counts: dict[str, Counter[str]]) -> dict[str, dict[str, int]]:
 
 def samples_numbers(repo_data: str | Path) -> dict[str, Any]:
     """Every number the samples card states, from the repo's parquet files (`data/train-*.parquet`) alone."""
-    n: dict[str, Any] = {"rows": 0, "generations": 0, "accepted": 0, "greedy_accepted": 0, "measured": 0}
+    n: dict[str, Any] = {
+        "rows": 0,
+        "generations": 0,
+        "too_large": 0,
+        "accepted": 0,
+        "greedy_accepted": 0,
+        "measured": 0,
+    }
     images: set[str] = set()
     kinds: Counter[str] = Counter()
     sampled_for: Counter[str] = Counter()
@@ -221,6 +255,7 @@ def samples_numbers(repo_data: str | Path) -> dict[str, Any]:
             t["accepted"] += row["accepted"]
         for g in row["generations"]:
             n["generations"] += 1
+            n["too_large"] += bool(g.get("too_large"))  # absent before layout 4
             kinds[g["kind"]] += 1
             if g["sampled_for"]:
                 sampled_for[g["sampled_for"]] += 1

@@ -23,7 +23,7 @@ from rs.cli.main import main as rs_main
 from rs.families import load_families
 from rs.pipeline.publish.stage import publish
 from rs.pipeline.route import RouteFilter
-from rs.pipeline.write.samples import rl_numbers, samples_numbers
+from rs.pipeline.write.samples import LAYOUT, rl_numbers, samples_numbers
 
 BLOCKS = {
     "judge": {"enabled": False},
@@ -110,11 +110,11 @@ def test_samples_repo_holds_every_generation_and_its_card_is_measured_from_its_f
     assert circle["generations"][0]["reader"] == "undecided"
     assert by_q["How many circles?"]["generations"][0]["reader"] is None  # cut off: no final answer
     assert rows[0]["image"].size == (16, 16)
-    # layout 4: what rebuilding the stores from this repo alone takes (`rs refilter --from-samples`)
+    # since layout 3: what rebuilding the stores from this repo alone takes (`rs refilter --from-samples`)
     assert [r["row"] for r in rows] == list(range(len(CASES))) and circle["item"]["question"] == "Is there a circle?"
     assert (circle["item"]["answer"], circle["item"]["key"], circle["model_revision"]) == ("yes", circle["key"], None)
     run = json.loads((repo / "rs" / "run.json").read_text())
-    assert run["layout"] == "4" and run["sample"]["items"] == len(CASES) and run["sample"]["seconds"] == 0
+    assert run["layout"] == LAYOUT and run["sample"]["items"] == len(CASES) and run["sample"]["seconds"] == 0
     assert run["sample"]["inputs"]["answers"]["literal"] is False and run["recovery"]["samples"] == 12
 
     # every number the card states, recomputed here from the loaded rows, is the one stored beside the card and shown on it

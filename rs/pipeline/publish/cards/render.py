@@ -283,7 +283,8 @@ def _question_row_fields(split: str, qa: dict[str, Any]) -> tuple[list[tuple[str
         )
     ]
     fields += [(f"generation {i}", _generation_line(g)) for i, g in enumerate(qa["generations"])]
-    return fields, [(f"generation {i}: text", g["text"]) for i, g in enumerate(qa["generations"])]
+    texts = [(f"generation {i}: text", g["text"]) for i, g in enumerate(qa["generations"])]
+    return fields, [(k, v) for k, v in texts if v is not None]  # None: withheld, too large (`too_large`)
 
 
 def _generation_line(g: dict[str, Any]) -> str:
@@ -291,8 +292,9 @@ def _generation_line(g: dict[str, Any]) -> str:
     drawn = "greedy" if g["kind"] == "greedy" else f"sample {g['sample']} ({g['sampled_for']})"
     judged = f", judge {g['judge']}" if g["judge"] else ""
     fate = f"accepted by {g['accepted_by']}" if g["accepted"] else f"rejected: {g['reason']}"
+    final = "text withheld (too large)" if g.get("too_large") else f"final {g['final']!r}"
     return (
-        f"{drawn}, T={g['temperature']}, seed {g['seed']}: final {g['final']!r}, ending {g['ending']}, "
+        f"{drawn}, T={g['temperature']}, seed {g['seed']}: {final}, ending {g['ending']}, "
         f"reader {g['reader']}{judged}; {fate}"
     )
 
