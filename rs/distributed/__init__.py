@@ -110,7 +110,7 @@ from rs.engines.generation_cache import GenerationCache
 from rs.pipeline.clean.stage import CleanStage
 from rs.pipeline.recover import DECIDING, RecoverStage, RecoveryPass, current_recovery_report
 from rs.pipeline.sample import SampleReport, SamplingPass
-from rs.pipeline.sample.stage import SampleStage, sampling_pass
+from rs.pipeline.sample.stage import SampleStage, calibration_images, sampling_pass
 from rs.pipeline.stage import ensure, read_report
 from rs.records import Row
 from rs.store import ParquetStreamWriter, read_clean_rows, read_records
@@ -335,16 +335,10 @@ def _greedy_steps(steps: _Steps) -> None:
             return (_sampling_step(steps, cache, "sampling", greedy, greedy.settings, keyed),)
 
         def judge() -> tuple[StepStats, StepStats]:
-            greedy, stats, calibration = steps.greedy(cache), StepStats(), StepStats()
-            # the calibration cases are known once every answer is verified: read after the judge's requests are written
-            _judge_step(
-                steps,
-                cache,
-                "judge",
-                greedy,
-                [(stats, greedy.judge_requests(steps.judge_rows())), (calibration, greedy.calibration_requests())],
-            )
-            return stats, calibration
+            greedy = steps.greedy(cache)
+            parts = _greedy_judge_parts(steps, greedy)
+            _judge_step(steps, cache, "judge", greedy, parts)
+            return parts[0][0], parts[1][0]
 
         def blind() -> tuple[StepStats]:
             stats = StepStats()
@@ -358,6 +352,16 @@ def _greedy_steps(steps: _Steps) -> None:
             steps.step(("judge", "calibration"), judge)
         if steps.ctx.family.config.blind is not None and steps.run.complete:  # as one process: after every answer
             steps.step(("blind",), blind)
+
+
+def _greedy_judge_parts(steps: _Steps, greedy: SamplingPass) -> list[tuple[StepStats, Iterator[tuple[str, Request]]]]:
+    """The greedy pass's judge step's parts (`_judge_step`): the judge's requests about the rejections, then about the
+    calibration cases (known once every answer is verified: read after the first part is written), each with its image
+    when the judge sees it (the calibration cases' read again from the clean store, in row order)."""
+    return [
+        (StepStats(), greedy.judge_requests(steps.judge_rows())),
+        (StepStats(), greedy.calibration_requests(calibration_images(steps.ctx))),
+    ]
 
 
 def _recovery_steps(steps: _Steps, promotes: bool) -> None:
@@ -566,9 +570,11 @@ def _judge_step(
         old.unlink()
     seen: set[bytes] = set()
     later: dict[str, StepStats] = {}  # the keys the parts after the first sent (few: the calibration cases)
+    # requests with their image are looked up a batch at a time: `lookahead` of them would hold as many images
+    lookahead = min(steps.lookahead, steps.cluster.batch_size) if judge.sees_image else steps.lookahead
     with ParquetStreamWriter(directory, "judge", REQUESTS, group_rows=max(1024, steps.cluster.batch_size)) as writer:
         for stats, keyed in parts:
-            for key, request in _uncached(keyed, cache, stats, steps.lookahead, judge.settings, seen=seen):
+            for key, request in _uncached(keyed, cache, stats, lookahead, judge.settings, seen=seen):
                 stats.sent += 1
                 if stats is not first:
                     later[key] = stats

@@ -35,6 +35,8 @@ from rs.pipeline.sample.calibration import (
     Calibration,
     CalibrationCases,
     CalibrationSampler,
+    ImageSource,
+    asked,
     calibrate,
     question_kind,
 )
@@ -340,10 +342,12 @@ class SamplingPass:
         *,
         total: int | None = None,
         blind_rows: Callable[[], Iterable[Row]] | None = None,
+        images: ImageSource | None = None,
     ) -> SampleReport:
         """Answer, verify and judge every item of `rows`; write one record per item, in item order; then, with the
         no-image pass (`blind:`), ask every question of `blind_rows()` (the same rows, their images not needed) without
-        its image into `blind-*.parquet` beside the items.
+        its image into `blind-*.parquet` beside the items; then calibrate the judge, a judge that sees the image
+        (`judge.sees_image`) with its cases' images read again from `images` (the clean store's, `rs.store.clean_images`).
 
         Answers and verdicts share one stream of requests (`rs.engines.ordered.InOrder`): a rejection's judge
         request joins the engine as soon as its answer is verified, beside the questions still being
@@ -377,7 +381,7 @@ class SamplingPass:
                 raise
         if self.blind is not None and blind_rows is not None:  # before the counts: it uses the same runner
             self.report.blind = self.blind.write(blind_rows(), self.blind_grade, items_dir, total=total)
-        self.report.calibration = self._calibrate()
+        self.report.calibration = self._calibrate(images)
         self.report.identities = {
             "sampler": self.runner.identity_key,
             "judge": self.judge.runner.identity_key if self.judge is not None else None,
@@ -438,8 +442,9 @@ class SamplingPass:
         return label
 
     def verify(self, item: QAItem, request: Request, gen: Generation, *, calibrating: bool = True) -> Verification:
-        """Verify one answer to `request` and (with `calibrating`) offer it to the calibration samples; the judge cases
-        carry the request's image (its hash, and its bytes where they were read).
+        """Verify one answer to `request` and (with `calibrating`) offer it to the calibration samples; the judge's case
+        of a rejection carries the request's image (its hash, and its bytes where they were read), the calibration's
+        its hash only (`rs.pipeline.sample.calibration.CalibrationCases`).
 
         `rs.distributed` verifies with this too, so both paths judge and calibrate on the same cases; the recovery
         pass's samples (`rs.pipeline.recover`) are verified with it, and not offered: the judge is calibrated on greedy answers.
@@ -453,7 +458,7 @@ class SamplingPass:
         v = self.reader.grade(item, prompt, self.reasoning.read(gen), image_sha256=image_sha256, image=image)
         answer = v.generation.answer
         if calibrating and answer and v.generation.error is None:
-            case = JudgeCase(prompt, item.answer, answer, item.key, image_sha256, image)
+            case = JudgeCase(prompt, item.answer, answer, item.key, image_sha256)  # its image read again when asked
             self.calibration.offer(
                 Answered(case, tuple(v.references), item.options, question_kind(item), item.qtype), v.verified
             )
@@ -496,10 +501,13 @@ class SamplingPass:
             filter(None, map(self.verdict_request, self.cached(asked, self.settings, calibrating=True)))
         )
 
-    def calibration_requests(self) -> Iterator[tuple[str, Request]]:
-        """The judge's requests about the calibration cases of the answers verified so far (`judge_requests`: all of them)."""
-        assert self.judge is not None
-        yield from self.judge_keyed(map(self.judge.request, self.calibration_cases().all()))
+    def calibration_requests(self, images: ImageSource | None = None) -> Iterator[tuple[str, Request]]:
+        """The judge's requests about the calibration cases of the answers verified so far (`judge_requests`: all of them);
+        a judge that sees the image gets each with its image's bytes read from `images`, in row order (`asked`), or,
+        without `images`, with its image's hash only: listed for its key, not to be sent."""
+        judge = self.judge
+        assert judge is not None
+        yield from self.judge_keyed(judge.request(case) for _, case in asked(judge, self.calibration_cases(), images))
 
     def judge_keyed(self, requests: Iterable[Request]) -> Iterator[tuple[str, Request]]:
         """The judge's `requests`, each with its cache key."""
@@ -531,9 +539,13 @@ class SamplingPass:
                     )
                 yield self.verify(item, request, gen, calibrating=calibrating)
 
-    def _calibrate(self) -> Calibration | None:
+    def _calibrate(self, images: ImageSource | None) -> Calibration | None:
         if self.judge is None:
             return None
         return calibrate(
-            self.judge, self.calibration_cases(), dict(self.report.contradicted_verdicts), show_progress=self.progress
+            self.judge,
+            self.calibration_cases(),
+            dict(self.report.contradicted_verdicts),
+            images=images,
+            show_progress=self.progress,
         )

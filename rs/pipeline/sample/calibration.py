@@ -28,8 +28,9 @@ import hashlib
 import heapq
 import math
 import re
+from collections import deque
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 from rs.answers import Grader
 from rs.families.schema import JudgeConfig
@@ -86,14 +87,67 @@ class Answered:
     qtype: str | None = None
 
 
+ImageSource = Callable[[set[str]], Iterable[tuple[str, bytes]]]
+"""The image bytes of a set of image hashes, each hash once, in the clean store's row order (`rs.store.clean_images`)."""
+
+
 @dataclass
 class CalibrationCases:
+    """The judge's calibration cases, each with its image's hash and never its bytes (a judge that sees the image gets
+    them read again, `with_images`: about 4 x `judge.calibration_samples` images held for a whole pass were up to a GB)."""
+
     positives: list[JudgeCase]
     easy: list[JudgeCase]
     hard: list[JudgeCase]
 
     def all(self) -> list[JudgeCase]:
         return self.positives + self.easy + self.hard
+
+    def checks(self) -> list[tuple[str, list[JudgeCase]]]:
+        """The cases of each check (`CHECKS`) with its name: the positives, the easy and the hard negatives."""
+        return [("positive", self.positives), ("easy", self.easy), ("hard", self.hard)]
+
+    def grouped(self) -> Iterator[tuple[str, JudgeCase]]:
+        """Each case with the name of its check, in `checks` order."""
+        for name, group in self.checks():
+            for case in group:
+                yield name, case
+
+    def hashes(self) -> set[str]:
+        """The hashes of the cases' images."""
+        return {case.image_sha256 for case in self.all() if case.image_sha256}
+
+    def with_images(self, images: Iterable[tuple[str, bytes]]) -> Iterator[tuple[str, JudgeCase]]:
+        """Each case with the name of its check and its image's bytes, in the order `images` gives them (`ImageSource` of
+        `hashes`: the clean store's row order, each image read once), so a caller that asks each case as it comes holds
+        a batch of images, not every case's. The cases of one image come in `grouped`'s order."""
+        waiting: dict[str, list[tuple[str, JudgeCase]]] = {}
+        for name, case in self.grouped():
+            if not case.image_sha256:
+                raise ValueError(
+                    f"the judge's calibration case {case.item_key or case.question!r} names no image: a judge that sees "
+                    "the image cannot be asked about it"
+                )
+            waiting.setdefault(case.image_sha256, []).append((name, case))
+        for sha, image in images:
+            for name, case in waiting.pop(sha, ()):
+                yield name, replace(case, image=image)
+        if waiting:
+            sha, [(_, case), *_] = next(iter(waiting.items()))
+            raise RuntimeError(
+                f"the image {sha} of the judge's calibration case {case.item_key or case.question!r} is not in the "
+                "cleaned rows: the clean store changed during the run; rebuild the family"
+            )
+
+
+def asked(judge: Judge, cases: CalibrationCases, images: ImageSource | None) -> Iterator[tuple[str, JudgeCase]]:
+    """The calibration cases as the judge is asked about them, each with the name of its check: a judge that sees the
+    image gets each case with its image's bytes, read from `images` in row order (`CalibrationCases.with_images`);
+    otherwise, or without `images` (the requests listed for their keys only: the hash keys them), in `grouped` order
+    without bytes."""
+    if judge.sees_image and images is not None:
+        return cases.with_images(images(cases.hashes()))
+    return cases.grouped()
 
 
 _WORD = re.compile(r"[a-z]+")
@@ -120,6 +174,9 @@ class CalibrationSampler:
         self._kind_answers: BottomK[tuple[str, str]] = BottomK(64 * samples)
 
     def offer(self, answered: Answered, accepted: bool) -> None:
+        """One verified answer; its case is kept with its image's hash only, its bytes dropped (`CalibrationCases`)."""
+        if answered.case.image is not None:
+            answered = replace(answered, case=replace(answered.case, image=None))
         key = answered.case.item_key or answered.case.question
         self._answered.offer(key, answered)
         if accepted:
@@ -149,7 +206,6 @@ class CalibrationSampler:
                             mine.case.candidate,
                             f"{mine.case.item_key}~{other.case.item_key}",
                             other.case.image_sha256,  # the question's own image: the candidate is what is foreign
-                            other.case.image,
                         )
                     )
                     break
@@ -381,16 +437,35 @@ def gate(positive: Check, hard: Check, certain: Check, config: JudgeConfig) -> s
 
 
 def calibrate(
-    judge: Judge, cases: CalibrationCases, certain_verdicts: dict[str, int], *, show_progress: bool = False
+    judge: Judge,
+    cases: CalibrationCases,
+    certain_verdicts: dict[str, int],
+    *,
+    images: ImageSource | None = None,
+    show_progress: bool = False,
 ) -> Calibration:
     """Run the judge on the calibration cases; decide, with the verdicts it gave to certain rejections, if it may promote.
 
+    `images`: where a judge that sees the image gets the cases' images (`asked`; it is refused without);
     `show_progress`: a bar of the cases judged (the judge's own phase, after the answers: on a large family, minutes)."""
+    if judge.sees_image and images is None:
+        raise ValueError("judge.sees_image is on: the judge's calibration needs the cases' images (pass `images`)")
     counts = {name: dict.fromkeys(LABELS, 0) for name in CHECKS}
+    names: deque[str] = deque()
+
+    def judged(named: Iterable[tuple[str, JudgeCase]]) -> Iterator[JudgeCase]:
+        for name, case in named:
+            names.append(name)
+            yield case
+
+    if judge.sees_image:  # in one pass over the images, in row order
+        parts: list[Iterable[tuple[str, JudgeCase]]] = [asked(judge, cases, images)]
+    else:  # check by check, as a text-only judge always was
+        parts = [[(name, case) for case in group] for name, group in cases.checks()]
     with progress(len(cases.all()), "judge calibration", unit="case", enabled=show_progress) as bar:
-        for name, group in (("positive", cases.positives), ("easy", cases.easy), ("hard", cases.hard)):
-            for _, label, _ in judge.verdicts(group, desc=f"judge calibration {name}"):
-                counts[name][label] += 1
+        for part in parts:
+            for _, label, _ in judge.verdicts(judged(part), desc="judge calibration"):
+                counts[names.popleft()][label] += 1
                 bar.update()
     counts["certain"].update({label: certain_verdicts.get(label, 0) for label in LABELS})
 

@@ -18,7 +18,7 @@ from rs.engines.generation_cache import GenerationCache
 from rs.errors import UsageError
 from rs.pipeline.sample import SamplingPass, questions
 from rs.pipeline.sample.calibration import Calibration, calibrate
-from rs.pipeline.sample.stage import answer_vocabulary
+from rs.pipeline.sample.stage import answer_vocabulary, calibration_images
 from rs.store import read_clean_rows
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def mode_calibration(
         v.case for v in greedy.cached(asked, greedy.settings, calibrating=True) if v.contradicts and v.case is not None
     )
     verdicts = Counter(label for _, label, _ in greedy.judge.verdicts(certain, desc="judge modes: certain"))
-    calibration = calibrate(greedy.judge, greedy.calibration_cases(), dict(verdicts))
+    calibration = calibrate(greedy.judge, greedy.calibration_cases(), dict(verdicts), images=calibration_images(ctx))
     stats = greedy.judge.runner.stats
     return ModeCalibration(sees_image, calibration, stats.requests, stats.engine_calls)
 

@@ -31,7 +31,7 @@ from rs.pipeline.pieces import Piece, verifier_version
 from rs.pipeline.sample import SampleReport, SamplingPass
 from rs.pipeline.stage import Store, StoredStage, current, ensure, fingerprint, plain, scratch
 from rs.prompt import Instructions
-from rs.store import MAX_ANSWER_SET, read_clean_answers, read_clean_rows
+from rs.store import MAX_ANSWER_SET, clean_images, read_clean_answers, read_clean_rows
 from rs.util.disk import writing
 from rs.verifiers import get_verifier
 
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from rs.context import BuildContext, BuildPaths
     from rs.engines.base import Engine, Request, SamplingSettings
     from rs.families import Family
+    from rs.pipeline.sample.calibration import ImageSource
     from rs.records import Row
 
 logger = logging.getLogger(__name__)
@@ -89,6 +90,13 @@ def sampling_pass(
 ) -> SamplingPass:
     """The family's sampling pass over `cache` with these engines, reading answers as the family's vocabulary says."""
     return SamplingPass(ctx.family.config, sampler, judge, cache, progress=progress, vocabulary=answer_vocabulary(ctx))
+
+
+def calibration_images(ctx: BuildContext) -> ImageSource:
+    """Where a judge that sees the image (`judge.sees_image`) gets its calibration cases' images: the clean store's, read
+    in row order when the cases are asked (`rs.pipeline.sample.calibration.CalibrationCases.with_images`)."""
+    clean = ctx.paths.clean
+    return lambda hashes: clean_images(clean, hashes)
 
 
 def sample_inputs(ctx: BuildContext) -> dict[str, Any]:
@@ -161,6 +169,7 @@ class SampleStage(StoredStage[SampleReport]):
                 self.store.tmp(ctx.paths),
                 total=clean.kept_items,
                 blind_rows=lambda: read_clean_rows(ctx.paths.clean, images=False),
+                images=calibration_images(ctx),
             )
         report.inputs = sample_inputs(ctx)
         return report
@@ -214,5 +223,5 @@ def sample_shard(ctx: BuildContext, shard: int, shards: int) -> SampleReport:
 
         with writing("the shard's items", out), scratch(out), GenerationCache(ctx.cache_path) as cache:
             return sampling_pass(ctx, cache, sampler, judge, progress=ctx.progress).run(
-                rows(), out, total=None, blind_rows=lambda: rows(images=False)
+                rows(), out, total=None, blind_rows=lambda: rows(images=False), images=calibration_images(ctx)
             )

@@ -4,7 +4,9 @@ answers replay, the judge is an engine that records what it is asked."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import types
 from pathlib import Path
 from typing import Sequence
 
@@ -13,11 +15,12 @@ from replay_family import RECOVERY_CASES
 
 from rs.context import BuildContext
 from rs.engines.base import Generation, Request, SamplingSettings
+from rs.engines.generation_cache import GenerationCache
 from rs.engines.replay import ReplayEngine
 from rs.families import FamilyConfigError, load_families
 from rs.pipeline.clean.stage import CleanStage
 from rs.pipeline.sample.judge import Judge, JudgeCase
-from rs.pipeline.sample.stage import SampleStage
+from rs.pipeline.sample.stage import SampleStage, sampling_pass
 from rs.pipeline.stage import ensure
 from rs.store import read_clean_rows
 
@@ -110,6 +113,59 @@ def _rewritten(path: Path, old: str, new: str) -> Path:
     return out
 
 
+def held_image_bytes(root: object, images: set[bytes]) -> int:
+    """The bytes of `images` reachable from `root` (its attributes, containers, cases), each object counted once."""
+    seen, stack, held = set(), [root], 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, types.FunctionType)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, bytes):
+            held += len(obj) if obj in images else 0
+        else:
+            stack.extend(gc.get_referents(obj))
+    return held
+
+
+def test_the_calibration_cases_hold_no_image_bytes_and_are_asked_with_them(tmp_path: Path, family) -> None:
+    """With the judge seeing the image, the calibration sampler keeps each case's image hash, never its bytes (about
+    4 x `calibration_samples` cases held with their images for the whole pass: up to a GB of real images); the bytes are
+    read again from the clean store, in row order, when the cases are asked: the same requests, the same keys."""
+    family(RECOVERY_CASES, judge=CALIBRATION)
+    image_family = load_families(
+        _rewritten(tmp_path / "families.yaml", "calibration_samples: 4", "calibration_samples: 4, sees_image: true")
+    )["Shapes"]
+    judge = RecordingJudge(tmp_path / "answers.jsonl")
+    ctx, _ = _run(
+        image_family, tmp_path, judge
+    )  # every answer and verdict cached; `judge.asked`: what one process sent
+    rows = list(read_clean_rows(ctx.paths.clean))
+    images = {row.image_sha256: row.image for row in rows}
+    with GenerationCache(ctx.cache_path) as cache:
+        greedy = sampling_pass(ctx, cache, *ctx.engines("test"))
+        offered = list(greedy.judge_requests(read_clean_rows(ctx.paths.clean)))  # verified with the images' bytes
+        cases = greedy.calibration_cases().all()
+        assert offered and len(cases) >= len(rows)
+        assert held_image_bytes(greedy.calibration, set(images.values())) == 0
+
+        from rs.pipeline.sample.calibration import calibrate
+        from rs.pipeline.sample.stage import calibration_images
+
+        sent = list(greedy.calibration_requests(calibration_images(ctx)))
+        listed = list(greedy.calibration_requests())  # for their keys only: no bytes
+        with pytest.raises(ValueError, match="the judge's calibration needs the cases' images"):
+            calibrate(greedy.judge, greedy.calibration_cases(), {})  # never sent without them
+    assert len(sent) == len(cases) and sorted(key for key, _ in sent) == sorted(key for key, _ in listed)
+    assert all(r.image is None and r.image_sha256 for _, r in listed)
+    assert all(r.image == images[r.image_sha256] for _, r in sent)
+    assert {(r.prompt, r.image, r.image_sha256) for _, r in sent} <= {
+        (r.prompt, r.image, r.image_sha256) for r in judge.asked
+    }
+    order = {sha: at for at, sha in enumerate(images)}  # asked in row order: each image read once
+    assert [order[r.image_sha256] for _, r in sent] == sorted(order[r.image_sha256] for _, r in sent)
+
+
 def test_a_judge_that_sees_the_image_refuses_a_case_without_one() -> None:
     """A caller that forgot the image would key the verdict as a text-only one: refused, never sent without it."""
     from rs.families.schema import JudgeConfig
@@ -181,10 +237,7 @@ def test_the_ray_path_sends_the_judge_the_same_requests_with_their_images(tmp_pa
     with its image's bytes and hash, exactly those one process sends."""
     from types import SimpleNamespace
 
-    from rs.distributed import _judge_step, _Steps
-    from rs.distributed.report import StepStats
-    from rs.engines.generation_cache import GenerationCache
-    from rs.pipeline.sample.stage import sampling_pass
+    from rs.distributed import _greedy_judge_parts, _judge_step, _Steps
 
     text_family = family(RECOVERY_CASES, judge=CALIBRATION)
     _run(text_family, tmp_path, RecordingJudge(tmp_path / "answers.jsonl"))  # every answer cached
@@ -200,10 +253,10 @@ def test_the_ray_path_sends_the_judge_the_same_requests_with_their_images(tmp_pa
         engine_factory=lambda f: (ReplayEngine(tmp_path / "answers.jsonl", model="some-org/some-vlm"), judge),
     )
     steps = SimpleNamespace(ctx=ctx, cluster=FakeCluster(), lookahead=64, role=lambda identity: "judge")
+    steps.judge_rows = lambda: _Steps.judge_rows(steps)  # type: ignore[arg-type]
     with GenerationCache(ctx.cache_path) as cache:
         greedy = sampling_pass(ctx, cache, *ctx.engines("ray"))
-        rows = _Steps.judge_rows(steps)  # type: ignore[arg-type]
-        parts = [(StepStats(), greedy.judge_requests(rows)), (StepStats(), greedy.calibration_requests())]
+        parts = _greedy_judge_parts(steps, greedy)  # type: ignore[arg-type]
         _judge_step(steps, cache, "judge", greedy, parts)  # type: ignore[arg-type]
     on_ray = {
         (row["image_sha256"], row["image"], r["prompt"], r["item_key"])
