@@ -97,7 +97,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -432,21 +432,7 @@ def _blind_step(steps: _Steps, cache: GenerationCache, greedy: SamplingPass, sta
         ) as writer:
             for key, request in _uncached(keyed, cache, stats, steps.lookahead, settings, seen=seen):
                 stats.sent += 1
-                writer.write(
-                    {
-                        "image": None,
-                        "image_sha256": None,
-                        "requests": [
-                            {
-                                "key": key,
-                                "prompt": request.prompt,
-                                "item_key": request.item_key,
-                                "sample": request.sample,
-                            }
-                        ],
-                    },
-                    size=len(request.prompt),
-                )
+                writer.write(*_request_row(None, None, [(key, request)]))
         to_send, stats.sent = stats.sent - sent, sent  # counted again as the answers come back
         _answer_files(steps, "blind", writer.files, greedy.runner.identity_key, settings, cache, stats, to_send)
     stats.seconds = time.perf_counter() - start
@@ -475,17 +461,7 @@ def _adjudication_step(steps: _Steps, cache: GenerationCache, recovering: Recove
             if not missing:
                 continue
             stats.sent += len(missing)
-            writer.write(
-                {
-                    "image": dispute.image,
-                    "image_sha256": dispute.image_sha256,
-                    "requests": [
-                        {"key": key, "prompt": request.prompt, "item_key": request.item_key, "sample": 0}
-                        for key, request in missing
-                    ],
-                },
-                size=len(dispute.image or b""),
-            )
+            writer.write(*_request_row(dispute.image, dispute.image_sha256, missing))
     to_send, stats.sent = stats.sent, 0  # counted again as the answers come back
     _answer_files(
         steps,
@@ -578,16 +554,8 @@ def _judge_step(
                 stats.sent += 1
                 if stats is not first:
                     later[key] = stats
-                writer.write(
-                    {
-                        "image": request.image,  # None for a text-only judge (`judge.sees_image` off)
-                        "image_sha256": request.image_sha256,
-                        "requests": [
-                            {"key": key, "prompt": request.prompt, "item_key": request.item_key, "sample": 0}
-                        ],
-                    },
-                    size=len(request.prompt) + len(request.image or b""),
-                )
+                # no image for a text-only judge (`judge.sees_image` off)
+                writer.write(*_request_row(request.image, request.image_sha256, [(key, request)]))
     to_send = sum(stats.sent for stats, _ in parts)
     for stats, _ in parts:
         stats.sent = 0  # counted again as the answers come back
@@ -603,6 +571,16 @@ def _judge_step(
         part_of=lambda key: later.get(key, first),
     )
     first.seconds = time.perf_counter() - start
+
+
+def _request_row(
+    image: bytes | None, image_sha256: str | None, keyed: Sequence[tuple[str, Request]]
+) -> tuple[dict[str, Any], int]:
+    """A row of a step's request files (`REQUESTS`): an image (or none) and the requests about it, each with its cache
+    key; and its size, for the writer's row groups."""
+    requests = [{"key": key, "prompt": r.prompt, "item_key": r.item_key, "sample": r.sample} for key, r in keyed]
+    size = len(image or b"") + sum(len(r.prompt) for _, r in keyed)
+    return {"image": image, "image_sha256": image_sha256, "requests": requests}, size
 
 
 def _answer_files(
