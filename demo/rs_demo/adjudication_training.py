@@ -26,7 +26,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +151,17 @@ def split_loss(model: Any, pixels: Any, examples: Sequence[Example]) -> Any:
     return total / len(examples)
 
 
+def held_out(encoder: Encoder, n_images: int, seed: int) -> Iterator[tuple[Any, Any, str | None]]:
+    """Each clean question of `n_images` held-out scenes, with its image's pixels and the wrong value of its kind the
+    measurements show against its answer (`noise.wrong_reference`, seeded by the question; None for no such kind)."""
+    source = SyntheticSource(seed=seed, num_images=n_images, questions_per_image=4, style="mixed")
+    for index in range(n_images):
+        record = source.record(index)
+        pixels = encoder.pixels([_decode_png(record.images[0])])
+        for item in record.qa:
+            yield pixels, item, wrong_reference(item.answer, random.Random(f"{seed}:{index}:{item.turn}:adjudicate"))
+
+
 def adjudication_accuracy(
     model: Any, encoder: AdjudicationEncoder, n_images: int, seed: int = EVAL_SOURCE_SEED
 ) -> dict:
@@ -158,30 +169,25 @@ def adjudication_accuracy(
     engine's constrained choice) picks the scene graph's answer in each order and in both."""
     import torch
 
-    source = SyntheticSource(seed=seed, num_images=n_images, questions_per_image=4, style="mixed")
     a, b = (encoder.tokenizer.convert_tokens_to_ids(x) for x in LABELS)
     tally: Counter[str] = Counter()
     by_type: dict[str, Counter[str]] = {}
     model.eval()
     with torch.no_grad():
-        for index in range(n_images):
-            record = source.record(index)
-            pixels = encoder.pixels([_decode_png(record.images[0])])
-            for item in record.qa:
-                wrong = wrong_reference(item.answer, random.Random(f"{seed}:{index}:{item.turn}:adjudicate"))
-                if wrong is None:
-                    continue
-                right = []
-                for first, second, letter in ((item.answer, wrong, 0), (wrong, item.answer, 1)):
-                    ids = torch.tensor([encoder.adjudication_ids(item.question, first, second)])
-                    logits = model(input_ids=ids, pixel_values=pixels.unsqueeze(0)).logits[0, -1]
-                    right.append(int(logits[b] > logits[a]) == letter)
-                t = by_type.setdefault(item.qtype, Counter())
-                for c in (tally, t):
-                    c["n"] += 1
-                    c["reference_first"] += right[0]
-                    c["reference_second"] += right[1]
-                    c["both"] += all(right)
+        for pixels, item, wrong in held_out(encoder, n_images, seed):
+            if wrong is None:
+                continue
+            right = []
+            for first, second, letter in ((item.answer, wrong, 0), (wrong, item.answer, 1)):
+                ids = torch.tensor([encoder.adjudication_ids(item.question, first, second)])
+                logits = model(input_ids=ids, pixel_values=pixels.unsqueeze(0)).logits[0, -1]
+                right.append(int(logits[b] > logits[a]) == letter)
+            t = by_type.setdefault(item.qtype, Counter())
+            for c in (tally, t):
+                c["n"] += 1
+                c["reference_first"] += right[0]
+                c["reference_second"] += right[1]
+                c["both"] += all(right)
     out = {k: round(v / tally["n"], 4) for k, v in tally.items() if k != "n"}
     out["n"] = tally["n"]
     out["per_type_both"] = {t: round(c["both"] / c["n"], 4) for t, c in sorted(by_type.items())}
@@ -249,33 +255,28 @@ def margin_ceiling(
     default count)."""
     import torch
 
-    source = SyntheticSource(seed=seed, num_images=n_images, questions_per_image=4, style="mixed")
     wrong_gaps: list[float] = []
     right_gaps: list[tuple[float, float]] = []
     questions = answered = 0
     model.eval()
     with torch.no_grad():
-        for index in range(n_images):
-            record = source.record(index)
-            pixels = encoder.pixels([_decode_png(record.images[0])])
-            for item in record.qa:
-                values = kind_values(item.answer)
-                if values is None:
-                    continue
-                log_p = dict(zip(values, answer_log_probs(model, encoder, pixels, item.question, values)))
-                greedy = max(values, key=log_p.__getitem__)
-                questions += 1
-                if greedy == item.answer:
-                    answered += 1
-                    wrong = wrong_reference(item.answer, random.Random(f"{seed}:{index}:{item.turn}:adjudicate"))
-                    if wrong is not None:
-                        wrong_gaps.append(log_p[item.answer] - log_p[wrong])
-                    continue
-                top = max(log_p.values())
-                weights = {v: math.exp((lp - top) / temperature) for v, lp in log_p.items()}
-                p_reference = weights[item.answer] / sum(weights.values())
-                recovered = 1 - (1 - p_reference) ** samples
-                right_gaps.append((log_p[greedy] - log_p[item.answer], recovered))
+        for pixels, item, wrong in held_out(encoder, n_images, seed):
+            values = kind_values(item.answer)
+            if values is None:
+                continue
+            log_p = dict(zip(values, answer_log_probs(model, encoder, pixels, item.question, values)))
+            greedy = max(values, key=log_p.__getitem__)
+            questions += 1
+            if greedy == item.answer:
+                answered += 1
+                if wrong is not None:
+                    wrong_gaps.append(log_p[item.answer] - log_p[wrong])
+                continue
+            top = max(log_p.values())
+            weights = {v: math.exp((lp - top) / temperature) for v, lp in log_p.items()}
+            p_reference = weights[item.answer] / sum(weights.values())
+            recovered = 1 - (1 - p_reference) ** samples
+            right_gaps.append((log_p[greedy] - log_p[item.answer], recovered))
     recovered_total = sum(weight for _, weight in right_gaps)
     rows = []
     for margin in margins:

@@ -19,6 +19,24 @@ LONG = "<think>\n" + "I count the squares one by one, again. " * 3_000 + "\n</th
 """An answer of some 117 KB of reasoning: with `row_group_bytes` 200KB (a target of 160,000 bytes, of which cleaning
 leaves the model 80,000), the think split would publish it twice in one row."""
 
+
+def published(family, tmp_path: Path) -> dict[str, Path]:
+    """Publish `family` under `tmp_path`; each repo's folder."""
+    outcome = publish(
+        family,
+        out=tmp_path / "out",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+    )
+    return {split: Path(where) for split, where in outcome.where.items()}
+
+
+def split_qa(repo: Path) -> list[dict]:
+    """Every QA entry of a one-shard repo, in row order."""
+    return [q for r in pq.read_table(next((repo / "data").glob("*.parquet"))).to_pylist() for q in r["qa"]]
+
+
 CASES = [
     ("How many shapes?", "2", "2", []),
     ("How many squares?", "1", LONG, []),
@@ -30,17 +48,10 @@ def test_a_row_pushed_over_its_row_group_by_the_answer_is_rejected_with_its_reas
     """Before, the think split's row group held 234,000 bytes, over `shard.row_group_bytes` (RowGroupTooLarge): the whole
     family failed after sampling. Now that item alone is rejected `answer_too_large`."""
     family = write_family(tmp_path, CASES, judge={"enabled": False}, shard={"row_group_bytes": "200KB"})
-    outcome = publish(
-        family,
-        out=tmp_path / "out",
-        build_root=tmp_path / "build",
-        cache_path=tmp_path / "cache.sqlite",
-        progress=False,
-    )
-    repos = {split: Path(where) for split, where in outcome.where.items()}
+    repos = published(family, tmp_path)
 
     def qa(split: str) -> list[dict]:
-        return [q for r in pq.read_table(next((repos[split] / "data").glob("*.parquet"))).to_pylist() for q in r["qa"]]
+        return split_qa(repos[split])
 
     assert [q["question"].split("\n")[0] for q in qa("think")] == ["How many shapes?"]
     (rejected,) = [q for q in qa("rejected") if q["reason"] == ANSWER_TOO_LARGE]
@@ -76,19 +87,10 @@ def test_a_row_pushed_over_its_row_group_by_the_no_image_answer_is_rejected_with
         (tmp_path / "blind.jsonl").write_text(
             "".join(json.dumps({"key": f"{n}#0", "text": t}) + "\n" for n, t in enumerate(blind))
         )
-        outcome = publish(
-            family,
-            out=tmp_path / "out",
-            build_root=tmp_path / "build",
-            cache_path=tmp_path / "cache.sqlite",
-            progress=False,
-        )
-        repos = {split: Path(where) for split, where in outcome.where.items()}
+        repos = published(family, tmp_path)
 
         def qa(split: str) -> list[dict]:
-            return [
-                q for r in pq.read_table(next((repos[split] / "data").glob("*.parquet"))).to_pylist() for q in r["qa"]
-            ]
+            return split_qa(repos[split])
 
         assert [q["question"].split("\n")[0] for q in qa("think")] == ["How many shapes?"]
         (rejected,) = [q for q in qa("rejected") if q["reason"] == ANSWER_TOO_LARGE]
