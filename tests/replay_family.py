@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,6 +15,7 @@ from family_yaml import REPLAY, family_yaml
 from PIL import Image
 
 from rs.families import Family, load_families
+from rs.pipeline.publish.stage import PublishReport, publish
 from rs.pipeline.write.samples import LAYOUT
 
 Answer = "str | tuple[str, str]"
@@ -53,6 +55,24 @@ def answer_text(answer: Answer) -> str:
     else:
         final = concluded = answer
     return f"<think>\nI count carefully and conclude {concluded}.\n</think>\n\n{final}"
+
+
+def publish_in(tmp_path: Path, family: Family, **kwargs: Any) -> PublishReport:
+    """Publish `family` with its build, cache and output folders under `tmp_path` (`build/`, `cache.sqlite`, `out/`),
+    without progress bars; `kwargs` go to `publish` (an `engine_factory`, say)."""
+    return publish(
+        family,
+        out=tmp_path / "out",
+        build_root=tmp_path / "build",
+        cache_path=tmp_path / "cache.sqlite",
+        progress=False,
+        **kwargs,
+    )
+
+
+def repos_of(outcome: PublishReport) -> dict[str, Path]:
+    """Each published repo's folder, by split or repo name."""
+    return {split: Path(where) for split, where in outcome.where.items()}
 
 
 def write_family(tmp_path: Path, cases: list[Case], *, name: str = "Shapes", **blocks: object) -> Family:

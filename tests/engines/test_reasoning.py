@@ -22,6 +22,7 @@ pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm")
 
 from family_yaml import TINY, write_families  # noqa: E402
+from replay_family import publish_in  # noqa: E402
 
 from rs.context import BuildContext
 from rs.engines.base import Generation, Request  # noqa: E402
@@ -31,7 +32,6 @@ from rs.engines.vllm import ReasoningParserMissing, VLLMEngine, VLLMStream  # no
 from rs.families import load_families  # noqa: E402
 from rs.families.loader import FamilyConfigError  # noqa: E402
 from rs.families.schema import JudgeConfig, ReasoningConfig  # noqa: E402
-from rs.pipeline.publish.stage import publish  # noqa: E402
 from rs.pipeline.route import decide  # noqa: E402
 from rs.pipeline.sample.judge import LABELS, Judge, JudgeCase  # noqa: E402
 from rs.pipeline.sample.stage import SampleStage
@@ -303,14 +303,7 @@ def test_think_then_label_needs_a_reasoning_parser(tmp_path: Path, template: str
 def test_an_unclosed_reasoning_is_no_final_answer_on_the_card(tmp_path: Path, template: str, engines: Engines) -> None:
     family = family_for(tmp_path, template)
     engine = engines.shaped(template)
-    outcome = publish(
-        family,
-        out=tmp_path / "out",
-        build_root=tmp_path / "build",
-        cache_path=tmp_path / "cache.sqlite",
-        progress=False,
-        engine_factory=lambda f: (engine, engine),
-    )
+    outcome = publish_in(tmp_path, family, engine_factory=lambda f: (engine, engine))
     report = outcome.report
     items = list(read_records(tmp_path / "build" / "Shaped" / "items", "items"))
     unanswered = sum(item["final"] is None for item in items)

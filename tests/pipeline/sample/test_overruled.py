@@ -13,13 +13,13 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("vllm")
 
 from family_yaml import MINIMAL, family_yaml  # noqa: E402
+from replay_family import publish_in  # noqa: E402
 
 from rs.audit import audit  # noqa: E402
 from rs.context import BuildContext
 from rs.engines.replay import ReplayEngine  # noqa: E402
 from rs.families import load_families  # noqa: E402
 from rs.pipeline.clean.stage import CleanStage  # noqa: E402
-from rs.pipeline.publish.stage import publish  # noqa: E402
 from rs.pipeline.stage import ensure  # noqa: E402
 from rs.store import read_clean_rows, read_records  # noqa: E402
 
@@ -66,12 +66,9 @@ def test_always_correct_judge_cannot_promote_a_different_number(tmp_path: Path) 
 
     judge = VLLMEngine(str(tiny_vlm_path(favour="CORRECT")), engine_args=dict(VLLM_ENGINE_KWARGS))
     try:
-        outcome = publish(
+        outcome = publish_in(
+            tmp_path,
             family,
-            out=tmp_path / "out",
-            build_root=tmp_path / "build",
-            cache_path=tmp_path / "cache.sqlite",
-            progress=False,
             engine_factory=lambda f: (ReplayEngine(tmp_path / "replay.jsonl", model="replayed/model"), judge),
         )
     finally:

@@ -9,27 +9,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 from faults import engine_kinds_installed
-from replay_family import write_family
+from replay_family import publish_in, repos_of, write_family
 
 from rs.audit import Replay, audit
-from rs.pipeline.publish.stage import publish
 from rs.pipeline.route import ANSWER_TOO_LARGE
 
 LONG = "<think>\n" + "I count the squares one by one, again. " * 3_000 + "\n</think>\n\n1"
 """An answer of some 117 KB of reasoning: with `row_group_bytes` 200KB (a target of 160,000 bytes, of which cleaning
 leaves the model 80,000), the think split would publish it twice in one row."""
-
-
-def published(family, tmp_path: Path) -> dict[str, Path]:
-    """Publish `family` under `tmp_path`; each repo's folder."""
-    outcome = publish(
-        family,
-        out=tmp_path / "out",
-        build_root=tmp_path / "build",
-        cache_path=tmp_path / "cache.sqlite",
-        progress=False,
-    )
-    return {split: Path(where) for split, where in outcome.where.items()}
 
 
 def split_qa(repo: Path) -> list[dict]:
@@ -48,7 +35,7 @@ def test_a_row_pushed_over_its_row_group_by_the_answer_is_rejected_with_its_reas
     """Before, the think split's row group held 234,000 bytes, over `shard.row_group_bytes` (RowGroupTooLarge): the whole
     family failed after sampling. Now that item alone is rejected `answer_too_large`."""
     family = write_family(tmp_path, CASES, judge={"enabled": False}, shard={"row_group_bytes": "200KB"})
-    repos = published(family, tmp_path)
+    repos = repos_of(publish_in(tmp_path, family))
 
     def qa(split: str) -> list[dict]:
         return split_qa(repos[split])
@@ -87,7 +74,7 @@ def test_a_row_pushed_over_its_row_group_by_the_no_image_answer_is_rejected_with
         (tmp_path / "blind.jsonl").write_text(
             "".join(json.dumps({"key": f"{n}#0", "text": t}) + "\n" for n, t in enumerate(blind))
         )
-        repos = published(family, tmp_path)
+        repos = repos_of(publish_in(tmp_path, family))
 
         def qa(split: str) -> list[dict]:
             return split_qa(repos[split])

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from replay_family import differ_by_the_source_alone, write_family
+from replay_family import differ_by_the_source_alone, publish_in, repos_of, write_family
 
 from rs.audit import Replay, audit
 from rs.cli.main import main as rs_main
-from rs.pipeline.publish.stage import publish
 from rs.refilter.samples import SamplesRepoError
 
 HUGE = "<think>\n" + "I count the squares one by one, again. " * 6_000 + "\n</think>\n\n5"
@@ -41,14 +40,7 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         recovery={"samples": 2, "temperature": 0.7, "pairs": True},
         publish={"samples": True},
     )
-    outcome = publish(
-        family,
-        out=tmp_path / "out",
-        build_root=tmp_path / "build",
-        cache_path=tmp_path / "cache.sqlite",
-        progress=False,
-    )
-    return tmp_path, {split: Path(where) for split, where in outcome.where.items()}
+    return tmp_path, repos_of(publish_in(tmp_path, family))
 
 
 def _rows(repo: Path) -> list[dict]:

@@ -17,11 +17,10 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 from family_yaml import DROP, REPLAY, family_yaml, merged
-from replay_family import differ_by_the_source_alone, write_family
+from replay_family import differ_by_the_source_alone, publish_in, write_family
 
 from rs.cli.main import main as rs_main
 from rs.families import load_families
-from rs.pipeline.publish.stage import publish
 from rs.pipeline.route import RouteFilter
 from rs.pipeline.write.samples import LAYOUT, rl_numbers, samples_numbers
 
@@ -56,13 +55,7 @@ def _family(tmp_path: Path):
 def built(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("shapes")
     family = _family(tmp_path)
-    outcome = publish(
-        family,
-        out=tmp_path / "out",
-        build_root=tmp_path / "build",
-        cache_path=tmp_path / "cache.sqlite",
-        progress=False,
-    )
+    outcome = publish_in(tmp_path, family)
     return tmp_path, family, outcome
 
 
