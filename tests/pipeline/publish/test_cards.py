@@ -9,7 +9,7 @@ from pathlib import Path
 import datasets
 import pytest
 from huggingface_hub import DatasetCard
-from replay_family import HOSTILE_A, HOSTILE_Q, write_hostile_family
+from replay_family import HOSTILE_A, HOSTILE_Q, publish_in, write_hostile_family
 
 from rs.pipeline.publish.cards.html import render, render_repo
 from rs.pipeline.publish.cards.render import (
@@ -32,19 +32,8 @@ def family(tmp_path: Path, images: dict[str, bytes]):
     return write_hostile_family(tmp_path, images)
 
 
-def run_publish(family, tmp_path: Path, **kwargs):
-    return publish(
-        family,
-        out=tmp_path / "out",
-        build_root=tmp_path / "build",
-        cache_path=tmp_path / "cache.sqlite",
-        progress=False,
-        **kwargs,
-    )
-
-
 def test_cards_describe_their_repos(family, tmp_path: Path) -> None:
-    outcome = run_publish(family, tmp_path)
+    outcome = publish_in(tmp_path, family)
     stats = outcome.report.to_dict()
     for split in SPLITS:
         repo = tmp_path / "out" / "tester" / family.repo_name(split)
@@ -112,7 +101,7 @@ def test_a_publish_draws_its_figures_once_and_every_repo_shows_the_same(family, 
     funnel = figures.funnel
     monkeypatch.setattr(figures, "_DRAWN", {})  # nothing drawn before in this process
     monkeypatch.setattr(figures, "funnel", lambda report: drawn.append(report.family) or funnel(report))
-    run_publish(family, tmp_path)
+    publish_in(tmp_path, family)
     repos = [tmp_path / "out" / "tester" / family.repo_name(split) for split in SPLITS]
     assert drawn == [family.name]
     assert len({(repo / figures.FUNNEL).read_bytes() for repo in repos}) == 1 and len(repos) == 3
@@ -147,7 +136,7 @@ def test_hub_cards_link_their_siblings_on_the_hub() -> None:
 
 
 def test_hostile_text_cannot_break_the_card(family, tmp_path: Path) -> None:
-    run_publish(family, tmp_path)
+    publish_in(tmp_path, family)
     text = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
     assert "<script>" not in text and "**bold**" not in text and "](javascript:" not in text
     body = text.split("## Examples", 1)[1]
@@ -163,7 +152,7 @@ def test_hostile_text_cannot_break_the_card(family, tmp_path: Path) -> None:
 def test_cards_read_on_the_hub_as_written(family, tmp_path: Path) -> None:
     """Each card rendered to HTML as the Hub would: tables are tables, images are the repo's files, nothing the
     sanitiser drops, no Markdown or entity shown as text, and the hostile dataset text shown exactly as written."""
-    run_publish(family, tmp_path)
+    publish_in(tmp_path, family)
     for split in SPLITS:
         repo = tmp_path / "out" / "tester" / family.repo_name(split)
         card = (repo / "README.md").read_text()
@@ -239,7 +228,7 @@ def test_counts_of_one_are_singular_on_the_cards_and_in_the_summary(family, tmp_
 
     train = tmp_path / "train.jsonl"
     train.write_text("\n".join(train.read_text().splitlines()[:2]))  # one image, its two questions in two records
-    outcome = run_publish(family, tmp_path)
+    outcome = publish_in(tmp_path, family)
     card = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
     assert (
         "2 QA pairs in 2 source records; 2 kept in 1 row (one per image; 1 record repeated an image already seen "
@@ -250,7 +239,7 @@ def test_counts_of_one_are_singular_on_the_cards_and_in_the_summary(family, tmp_
 
 
 def test_cards_only_touches_only_card_files_and_never_samples(family, tmp_path: Path) -> None:
-    run_publish(family, tmp_path)
+    publish_in(tmp_path, family)
     repo = tmp_path / "out" / "tester" / family.repo_name("think")
     data_before = {p.name: p.stat().st_mtime_ns for p in (repo / "data").iterdir()}
     (repo / "README.md").write_text("stale card")
@@ -260,7 +249,7 @@ def test_cards_only_touches_only_card_files_and_never_samples(family, tmp_path: 
     def no_engines(_family):
         raise AssertionError("--cards-only must not load a model")
 
-    outcome = run_publish(family, tmp_path, cards_only=True, engine_factory=no_engines)
+    outcome = publish_in(tmp_path, family, cards_only=True, engine_factory=no_engines)
     assert not (tmp_path / "cache.sqlite").exists()
     changed = {c.path for r in outcome.results.values() for c in r.changes if c.action != "unchanged"}
     assert changed == {"README.md"}
@@ -269,15 +258,15 @@ def test_cards_only_touches_only_card_files_and_never_samples(family, tmp_path: 
 
 
 def test_cards_only_without_the_build_uses_the_published_repo(family, tmp_path: Path) -> None:
-    run_publish(family, tmp_path)
+    publish_in(tmp_path, family)
     card = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
     shutil.rmtree(tmp_path / "build")
-    run_publish(family, tmp_path, cards_only=True)
+    publish_in(tmp_path, family, cards_only=True)
     assert (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text() == card
 
 
 def test_a_limited_trial_builds_beside_the_full_build_and_says_so_on_its_cards(family, tmp_path: Path) -> None:
-    run_publish(family, tmp_path)
+    publish_in(tmp_path, family)
     full = {s: (tmp_path / "out" / "tester" / family.repo_name(s) / "README.md").read_text() for s in SPLITS}
     trial = publish(
         family,
@@ -294,7 +283,7 @@ def test_a_limited_trial_builds_beside_the_full_build_and_says_so_on_its_cards(f
     )
     trial_card = (tmp_path / "trial" / "tester" / family.repo_name("think") / "README.md").read_text()
     assert "**A trial build**: only the first 2 images" in trial_card and "A trial build" not in full["think"]
-    run_publish(family, tmp_path, cards_only=True)  # the full build's cards, not the trial's
+    publish_in(tmp_path, family, cards_only=True)  # the full build's cards, not the trial's
     assert {s: (tmp_path / "out" / "tester" / family.repo_name(s) / "README.md").read_text() for s in SPLITS} == full
 
 
@@ -342,8 +331,8 @@ def test_a_local_target_that_cannot_be_a_folder_is_refused_before_the_build(fami
 
 
 def test_second_publish_changes_nothing_and_dry_run_writes_nothing(family, tmp_path: Path) -> None:
-    run_publish(family, tmp_path)
-    again = run_publish(family, tmp_path)
+    publish_in(tmp_path, family)
+    again = publish_in(tmp_path, family)
     assert all(c.action == "unchanged" for r in again.results.values() for c in r.changes)
     dry = publish(
         family,
@@ -366,7 +355,7 @@ def test_a_repo_the_hub_would_refuse_stops_the_publish_before_any_upload(family,
     with pytest.raises(
         checks.RepoCheckError, match=r"Hostile_RS_think: [0-9]+ entries, the Hub recommends fewer than 3 per folder"
     ):
-        run_publish(family, tmp_path)
+        publish_in(tmp_path, family)
     assert not (tmp_path / "out").exists()  # nothing published, not even the first repo
 
 
@@ -404,7 +393,7 @@ def test_zero_counts_are_worded_naturally(family, tmp_path: Path) -> None:
     train.write_text(
         train.read_text().splitlines()[0]
     )  # one record, one question, answered wrong: nothing merged or overruled
-    outcome = run_publish(family, tmp_path)
+    outcome = publish_in(tmp_path, family)
     assert outcome.report.judge.contradicted == 0
     card = (tmp_path / "out" / "tester" / family.repo_name("rejected") / "README.md").read_text()
     assert "1 QA pair in 1 source record; 1 kept in 1 row (one per image), 0 dropped." in card
